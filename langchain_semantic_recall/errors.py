@@ -1,0 +1,43 @@
+"""The errors of langchain-semantic-recall.
+
+Every error derives from :class:`SemanticRecallError`; option errors also derive from
+:class:`ValueError` so that ``except ValueError`` keeps working for configuration code.
+Messages say what went wrong and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class SemanticRecallError(Exception):
+    """Root of every error raised by this package."""
+
+
+class InvalidOptionError(SemanticRecallError, ValueError):
+    """An option is out of range or of the wrong type (raised at construction)."""
+
+
+class InvalidInputError(SemanticRecallError, ValueError):
+    """A call received input it cannot use (wrong types, missing ids, malformed content)."""
+
+
+class EmbeddingMismatchError(SemanticRecallError):
+    """The embedder does not match the model or dimension an existing index was built with.
+
+    Recall fails closed instead of silently comparing vectors of different models.
+    """
+
+
+class OwnershipError(SemanticRecallError):
+    """A thread or message id is already owned by another resource or thread.
+
+    A thread belongs to exactly one resource and a message to exactly one thread; writing
+    one under another owner would let one user's data surface for another.
+    """
+
+
+class ForgottenThreadError(SemanticRecallError):
+    """A write targeted a thread that was forgotten; forgotten thread ids are retired."""
+
+
+class StorageError(SemanticRecallError):
+    """The message storage could not be opened or written."""

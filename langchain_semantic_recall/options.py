@@ -1,0 +1,124 @@
+"""Option types, defaults and eager validation (pure, no I/O)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from langchain_semantic_recall.errors import InvalidOptionError
+
+Scope: TypeAlias = Literal["thread", "resource"]
+"""``"thread"``: this conversation only; ``"resource"``: every conversation of the resource."""
+
+SCOPES: tuple[Scope, ...] = ("thread", "resource")
+
+DEFAULT_TOP_K = 4
+DEFAULT_MESSAGE_RANGE = 1
+DEFAULT_SCOPE: Scope = "resource"
+DEFAULT_CACHE_SIZE = 1000
+
+_INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRange:
+    """How many neighbouring messages to fetch around each hit, in the hit's own thread."""
+
+    before: int = DEFAULT_MESSAGE_RANGE
+    after: int = DEFAULT_MESSAGE_RANGE
+
+    def __post_init__(self) -> None:
+        for name in ("before", "after"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidOptionError(
+                    f"message_range.{name} must be an int >= 0, got {value!r}"
+                )
+
+
+MessageRangeLike: TypeAlias = "int | MessageRange | Mapping[str, int] | tuple[int, int]"
+
+
+def to_message_range(value: MessageRangeLike) -> MessageRange:
+    """Normalise ``n``, ``(before, after)``, ``{"before":..,"after":..}`` or a MessageRange."""
+    if isinstance(value, MessageRange):
+        return value
+    if isinstance(value, bool):
+        raise InvalidOptionError(f"message_range must be an int or a range, got {value!r}")
+    if isinstance(value, int):
+        return MessageRange(value, value)
+    if isinstance(value, tuple) and len(value) == 2:
+        return MessageRange(value[0], value[1])
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"before", "after"}
+        if unknown:
+            raise InvalidOptionError(
+                f"message_range accepts the keys 'before' and 'after', not {sorted(unknown)}"
+            )
+        return MessageRange(value.get("before", 0), value.get("after", 0))
+    raise InvalidOptionError(
+        "message_range must be an int, a (before, after) tuple, a mapping with 'before' and "
+        f"'after', or a MessageRange; got {value!r}"
+    )
+
+
+def check_top_k(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"top_k must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_scope(value: object) -> Scope:
+    if value == "thread":
+        return "thread"
+    if value == "resource":
+        return "resource"
+    raise InvalidOptionError(f"scope must be 'thread' or 'resource', got {value!r}")
+
+
+def check_threshold(value: object) -> float | None:
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or not 0.0 <= value <= 1.0
+    ):
+        raise InvalidOptionError(
+            f"threshold must be None or a similarity between 0 and 1, got {value!r}"
+        )
+    return float(value)
+
+
+def check_positive(name: str, value: object, *, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_index_name(value: object) -> str:
+    """A legal Chroma collection name: 3-512 chars of [A-Za-z0-9._-], alphanumeric ends."""
+    if not isinstance(value, str) or not _INDEX_NAME.match(value) or ".." in value:
+        raise InvalidOptionError(
+            f"index_name must be 3-512 characters of letters, digits, '.', '_' or '-', "
+            f"starting and ending with a letter or digit; got {value!r}"
+        )
+    return value
+
+
+def default_index_name(model: str, dimension: int) -> str:
+    """Derive an index name from the embedding model's name and dimension.
+
+    ``"sentence-transformers/all-MiniLM-L6-v2"`` and 384 give
+    ``"semantic-recall-sentence-transformers-all-MiniLM-L6-v2-384"``.
+    """
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("._-")
+    cleaned = re.sub(r"\.{2,}", ".", cleaned) or "embeddings"
+    name = f"semantic-recall-{cleaned}"[:500].rstrip("._-")
+    return check_index_name(f"{name}-{dimension}")

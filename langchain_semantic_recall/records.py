@@ -1,0 +1,130 @@
+"""The records that flow between the engine and its backends (plain, immutable data)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+ROLE_ORDER: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """One message as written to storage (the storage assigns its sequence number)."""
+
+    id: str
+    thread_id: str
+    resource_id: str
+    role: Role
+    text: str
+    """Plain text of the message (list content joined with newlines); empty if none."""
+    created_at: datetime
+    """Timezone-aware UTC creation time."""
+    payload: str
+    """The full LangChain message, serialised with ``message_to_dict`` as JSON."""
+
+    def to_message(self) -> BaseMessage:
+        """The LangChain message, of the same type it was stored as."""
+        return messages_from_dict([json.loads(self.payload)])[0]
+
+    @staticmethod
+    def dump(message: BaseMessage) -> str:
+        return json.dumps(message_to_dict(message), ensure_ascii=False, default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage(MessageRecord):
+    """A message read back from storage, with its per-thread sequence number."""
+
+    seq: int = 0
+    """Position in its thread (stable order; assigned on first write, never changed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeFilter:
+    """Which messages a search may see. Every backend enforces it on every read.
+
+    ``thread_id`` set: only that thread (thread scope). Otherwise ``resource_id``: every
+    thread of that resource (resource scope). ``resource_id`` may also be set in thread
+    scope, narrowing further.
+    """
+
+    resource_id: str | None = None
+    thread_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.resource_id is None and self.thread_id is None:
+            raise ValueError("a scope needs a thread_id or a resource_id")
+
+    def admits(self, resource_id: str, thread_id: str) -> bool:
+        """Whether a message of this resource and thread is inside the scope."""
+        if self.thread_id is not None and thread_id != self.thread_id:
+            return False
+        return self.resource_id is None or resource_id == self.resource_id
+
+    def as_where(self) -> dict[str, str]:
+        """The scope as an equality metadata filter (one or two keys)."""
+        where: dict[str, str] = {}
+        if self.resource_id is not None:
+            where["resource_id"] = self.resource_id
+        if self.thread_id is not None:
+            where["thread_id"] = self.thread_id
+        return where
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRecord:
+    """One vector: a message, or one chunk of a long message (id ``<message_id>#<n>``)."""
+
+    id: str
+    vector: list[float]
+    message_id: str
+    thread_id: str
+    resource_id: str
+    role: Role
+    content: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    """A vector search result, similarity in [0, 1] (cosine, rescaled)."""
+
+    id: str
+    message_id: str
+    thread_id: str
+    resource_id: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecallHit:
+    """One search result: the matching message, its score and its context window."""
+
+    message: StoredMessage
+    score: float
+    window: tuple[StoredMessage, ...] = field(default=())
+    """The hit with its neighbours, in thread order (always includes the hit)."""
+
+    @property
+    def thread_id(self) -> str:
+        return self.message.thread_id
+
+
+@dataclass(frozen=True, slots=True)
+class IndexResult:
+    """What one ``index`` call did."""
+
+    stored: tuple[str, ...] = ()
+    """Ids of the messages written to storage (new or updated)."""
+    embedded: tuple[str, ...] = ()
+    """Ids of the messages whose vectors were written."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Message id -> why it was not embedded (system, no text, recalled, tool call only)."""
+    error: str | None = None
+    """Set when embedding or the vector upsert failed; the messages are still stored."""

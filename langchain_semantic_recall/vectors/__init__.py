@@ -1,0 +1,5 @@
+"""Vector index backends. ``chroma`` is imported lazily: importing this package is cheap."""
+
+from langchain_semantic_recall.vectors.base import VectorIndex
+
+__all__ = ["VectorIndex"]
