@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import skip_reason
@@ -46,7 +46,9 @@ def _scope(resource_id: str | None, thread_id: str | None) -> ScopeFilter | None
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
-def _pages(storage: MessageStorage, scope: ScopeFilter | None, size: int) -> Iterator[list[StoredMessage]]:
+def _pages(
+    storage: MessageStorage, scope: ScopeFilter | None, size: int
+) -> Iterator[list[StoredMessage]]:
     after: tuple[str, int] | None = None
     while True:
         page = storage.list_messages(scope, after=after, limit=size)
@@ -68,13 +70,13 @@ class MaintenanceMixin:
     logger: logging.Logger
 
     if TYPE_CHECKING:
+
         def ensure_index(self) -> IndexInfo: ...
         async def aensure_index(self) -> IndexInfo: ...
-        def _chunks(self, records: Sequence[Any]) -> list[tuple[Any, int, str]]: ...
-        @staticmethod
-        def _vector_records(chunks: Sequence[Any], vectors: Sequence[list[float]]) -> list[Any]: ...
-        cache: Any
-        embeddings: Any
+        def _write_vectors(self, info: IndexInfo, records: Sequence[StoredMessage]) -> None: ...
+        async def _awrite_vectors(
+            self, info: IndexInfo, records: Sequence[StoredMessage]
+        ) -> None: ...
 
     # --- forgetting ---------------------------------------------------------------------
 
@@ -153,11 +155,7 @@ class MaintenanceMixin:
             stored_ids.update(m.id for m in page)
             todo = [m for m in _embeddable(page) if m.id not in have]
             if todo:
-                from langchain_semantic_recall.embeddings import embed_with_cache
-
-                chunks = self._chunks(todo)
-                vectors = embed_with_cache(self.embeddings, self.cache, info.name, [c[2] for c in chunks])
-                self.vector_store.upsert(info.name, self._vector_records(chunks, vectors))
+                self._write_vectors(info, todo)
                 written += len(todo)
             if progress is not None:
                 progress(len(page))
@@ -176,8 +174,6 @@ class MaintenanceMixin:
         progress: Progress | None = None,
     ) -> int:
         """Async twin of :meth:`reindex`."""
-        from langchain_semantic_recall.embeddings import aembed_with_cache
-
         info = await self.aensure_index()
         scope = _scope(resource_id, thread_id)
         have = await self.vector_store.amessage_ids(info.name, scope) if missing_only else set()
@@ -189,11 +185,7 @@ class MaintenanceMixin:
             stored_ids.update(m.id for m in page)
             todo = [m for m in _embeddable(page) if m.id not in have]
             if todo:
-                chunks = self._chunks(todo)
-                vectors = await aembed_with_cache(
-                    self.embeddings, self.cache, info.name, [c[2] for c in chunks]
-                )
-                await self.vector_store.aupsert(info.name, self._vector_records(chunks, vectors))
+                await self._awrite_vectors(info, todo)
                 written += len(todo)
             if progress is not None:
                 progress(len(page))

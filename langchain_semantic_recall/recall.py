@@ -5,15 +5,14 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from os import PathLike
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 
 from langchain_semantic_recall import injection
@@ -32,8 +31,8 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
 )
 from langchain_semantic_recall.maintenance import MaintenanceMixin
+from langchain_semantic_recall.memory_contract import MemoryContractMixin
 from langchain_semantic_recall.messages import (
-    CREATED_AT_KEY,
     build_records,
     query_text,
     skip_reason,
@@ -87,7 +86,37 @@ class _Scopes:
     storage: ScopeFilter
 
 
-class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
+@dataclass(slots=True)
+class _Turn:
+    """The records of one ``index`` call and what becomes of them."""
+
+    thread_id: str
+    records: list[MessageRecord]
+    skipped: dict[str, str] = field(default_factory=dict)
+    to_embed: list[MessageRecord] = field(default_factory=list)
+
+    @property
+    def embedded_ids(self) -> list[str]:
+        return [r.id for r in self.to_embed]
+
+    def result(
+        self, *, stored: bool = True, embedded: bool = False, error: str | None = None
+    ) -> IndexResult:
+        return IndexResult(
+            stored=tuple(r.id for r in self.records) if stored else (),
+            embedded=tuple(self.embedded_ids) if embedded else (),
+            skipped=self.skipped,
+            error=error,
+        )
+
+
+def _with_vectors(
+    pending: Sequence[VectorRecord], vectors: Sequence[list[float]]
+) -> list[VectorRecord]:
+    return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
+
+
+class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[BaseMessage]]):
     """Semantic recall over a conversation history.
 
     Setup (the embedded default: SQLite, embedded Chroma, a local model)::
@@ -178,8 +207,11 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
         self.read_only = bool(read_only)
         self.max_block_chars = check_positive("max_block_chars", max_block_chars, allow_none=True)
         self.cache = cache if cache is not None else EmbeddingCache(cache_size)
-        for name, key in (("thread_key", thread_key), ("resource_key", resource_key),
-                          ("memory_key", memory_key)):
+        for name, key in (
+            ("thread_key", thread_key),
+            ("resource_key", resource_key),
+            ("memory_key", memory_key),
+        ):
             if not isinstance(key, str) or not key:
                 raise InvalidOptionError(f"{name} must be a non-empty string, got {key!r}")
         self.thread_key = thread_key
@@ -250,7 +282,9 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
                 return self._index_box[0]
             info = self._resolve_without_probe()
             if info is None:
-                info = self._index_info(len(self.embeddings.embed_documents(["dimension probe"])[0]))
+                info = self._index_info(
+                    len(self.embeddings.embed_documents(["dimension probe"])[0])
+                )
             self.vector_store.open(info.name, dimension=info.dimension, model=info.model)
             self._index_box.append(info)
             return info
@@ -437,48 +471,65 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
 
     # --- index (output side) ------------------------------------------------------------
 
-    def _plan(
-        self, messages: Sequence[BaseMessage], thread_id: str, resource_id: str
-    ) -> tuple[list[MessageRecord], dict[str, str], list[MessageRecord]]:
-        """Records to store, skip reasons, and the records to embed."""
+    def _plan(self, messages: Sequence[BaseMessage], thread_id: str, resource_id: str) -> _Turn:
+        """What to store and what to embed for one turn (pure)."""
         records = build_records(
             messages, thread_id=thread_id, resource_id=resource_id, now=datetime.now(UTC)
         )
         by_id = {m.id: m for m in messages if m.id}
-        skipped: dict[str, str] = {}
-        to_embed: list[MessageRecord] = []
+        turn = _Turn(thread_id=thread_id, records=records)
         for record in records:
             reason = skip_reason(record, by_id.get(record.id))
             if reason is None:
-                to_embed.append(record)
+                turn.to_embed.append(record)
             else:
-                skipped[record.id] = reason
-        return records, skipped, to_embed
+                turn.skipped[record.id] = reason
+        return turn
 
-    def _chunks(self, records: Sequence[MessageRecord]) -> list[tuple[MessageRecord, int, str]]:
-        return [
-            (record, n, piece)
-            for record in records
-            for n, piece in enumerate(split_for_embedding(self.embeddings, record.text))
-        ]
-
-    @staticmethod
     def _vector_records(
-        chunks: Sequence[tuple[MessageRecord, int, str]], vectors: Sequence[list[float]]
-    ) -> list[VectorRecord]:
-        return [
-            VectorRecord(
-                id=chunk_id(record.id, n),
-                vector=vector,
-                message_id=record.id,
-                thread_id=record.thread_id,
-                resource_id=record.resource_id,
-                role=record.role,
-                content=piece,
-                created_at=record.created_at,
-            )
-            for (record, n, piece), vector in zip(chunks, vectors, strict=True)
-        ]
+        self, records: Sequence[MessageRecord]
+    ) -> tuple[list[VectorRecord], list[str]]:
+        """One vector record per chunk (vectors still empty) and the texts to embed."""
+        pending: list[VectorRecord] = []
+        for record in records:
+            for n, piece in enumerate(split_for_embedding(self.embeddings, record.text)):
+                pending.append(
+                    VectorRecord(
+                        id=chunk_id(record.id, n),
+                        vector=[],
+                        message_id=record.id,
+                        thread_id=record.thread_id,
+                        resource_id=record.resource_id,
+                        role=record.role,
+                        content=piece,
+                        created_at=record.created_at,
+                    )
+                )
+        return pending, [p.content for p in pending]
+
+    def _write_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
+        """Chunk, embed (one batched call, through the cache) and upsert."""
+        pending, texts = self._vector_records(records)
+        vectors = embed_with_cache(self.embeddings, self.cache, info.name, texts)
+        self.vector_store.upsert(info.name, _with_vectors(pending, vectors))
+
+    async def _awrite_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
+        pending, texts = self._vector_records(records)
+        vectors = await aembed_with_cache(self.embeddings, self.cache, info.name, texts)
+        await self.vector_store.aupsert(info.name, _with_vectors(pending, vectors))
+
+    def _vectors_failed(self, turn: _Turn, error: Exception) -> IndexResult:
+        self.logger.warning(
+            "indexing vectors failed; %d message(s) stored without vectors "
+            "(repair with reindex(missing_only=True))",
+            len(turn.to_embed),
+            exc_info=True,
+        )
+        return turn.result(error=repr(error))
+
+    def _forgotten(self, turn: _Turn) -> IndexResult:
+        self.logger.warning("thread %r was forgotten; late write dropped", turn.thread_id)
+        return IndexResult(skipped=dict.fromkeys((r.id for r in turn.records), "forgotten"))
 
     def index(
         self,
@@ -493,8 +544,9 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
         one, so repeating a call adds nothing. To import history with its real dates, put
         the creation time in ``message.additional_kwargs["created_at"]`` (ISO 8601 text,
         a datetime or epoch seconds). No thread id, or ``read_only``: nothing happens.
-        Embedding or vector failures are logged and reported in the result; the messages
-        stay stored and ``reindex(missing_only=True)`` makes the vectors whole again.
+        Without a resource id the thread's owner is used, or the thread is its own
+        resource. Embedding or vector failures are logged and reported in the result;
+        the messages stay stored and ``reindex(missing_only=True)`` repairs the vectors.
 
         Raises:
             OwnershipError: the thread (or a message id) belongs to another resource.
@@ -506,34 +558,26 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
             return IndexResult()
         if resource_id is None:
             resource_id = self.storage.get_thread_owner(thread_id) or thread_id
-        records, skipped, to_embed = self._plan(items, thread_id, resource_id)
-        if not records:
-            return IndexResult(skipped=skipped)
+        turn = self._plan(items, thread_id, resource_id)
+        if not turn.records:
+            return turn.result(stored=False)
         try:
-            self.storage.put(records)
+            self.storage.put(turn.records)
         except ForgottenThreadError:
-            self.logger.warning("thread %r was forgotten; late write dropped", thread_id)
-            return IndexResult(skipped=dict.fromkeys((r.id for r in records), "forgotten"))
-        stored = tuple(r.id for r in records)
-        if not to_embed:
-            return IndexResult(stored=stored, skipped=skipped)
+            return self._forgotten(turn)
+        if not turn.to_embed:
+            return turn.result()
         try:
             info = self.ensure_index()
-            chunks = self._chunks(to_embed)
-            vectors = embed_with_cache(self.embeddings, self.cache, info.name, [c[2] for c in chunks])
-            self.vector_store.upsert(info.name, self._vector_records(chunks, vectors))
+            self._write_vectors(info, turn.to_embed)
             if self.storage.is_forgotten(thread_id):  # forgotten while we embedded
-                self.vector_store.delete(info.name, message_ids=[r.id for r in to_embed])
-                return IndexResult(stored=(), skipped=dict.fromkeys(stored, "forgotten"))
+                self.vector_store.delete(info.name, message_ids=turn.embedded_ids)
+                return self._forgotten(turn)
         except EmbeddingMismatchError:
             raise
         except Exception as error:
-            self.logger.warning(
-                "indexing vectors failed; %d message(s) stored without vectors "
-                "(repair with reindex(missing_only=True))", len(to_embed), exc_info=True,
-            )
-            return IndexResult(stored=stored, skipped=skipped, error=repr(error))
-        return IndexResult(stored=stored, embedded=tuple(r.id for r in to_embed), skipped=skipped)
+            return self._vectors_failed(turn, error)
+        return turn.result(embedded=True)
 
     async def aindex(
         self,
@@ -549,36 +593,26 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
             return IndexResult()
         if resource_id is None:
             resource_id = await self.storage.aget_thread_owner(thread_id) or thread_id
-        records, skipped, to_embed = self._plan(items, thread_id, resource_id)
-        if not records:
-            return IndexResult(skipped=skipped)
+        turn = self._plan(items, thread_id, resource_id)
+        if not turn.records:
+            return turn.result(stored=False)
         try:
-            await self.storage.aput(records)
+            await self.storage.aput(turn.records)
         except ForgottenThreadError:
-            self.logger.warning("thread %r was forgotten; late write dropped", thread_id)
-            return IndexResult(skipped=dict.fromkeys((r.id for r in records), "forgotten"))
-        stored = tuple(r.id for r in records)
-        if not to_embed:
-            return IndexResult(stored=stored, skipped=skipped)
+            return self._forgotten(turn)
+        if not turn.to_embed:
+            return turn.result()
         try:
             info = await self.aensure_index()
-            chunks = self._chunks(to_embed)
-            vectors = await aembed_with_cache(
-                self.embeddings, self.cache, info.name, [c[2] for c in chunks]
-            )
-            await self.vector_store.aupsert(info.name, self._vector_records(chunks, vectors))
+            await self._awrite_vectors(info, turn.to_embed)
             if await self.storage.ais_forgotten(thread_id):
-                await self.vector_store.adelete(info.name, message_ids=[r.id for r in to_embed])
-                return IndexResult(stored=(), skipped=dict.fromkeys(stored, "forgotten"))
+                await self.vector_store.adelete(info.name, message_ids=turn.embedded_ids)
+                return self._forgotten(turn)
         except EmbeddingMismatchError:
             raise
         except Exception as error:
-            self.logger.warning(
-                "indexing vectors failed; %d message(s) stored without vectors "
-                "(repair with reindex(missing_only=True))", len(to_embed), exc_info=True,
-            )
-            return IndexResult(stored=stored, skipped=skipped, error=repr(error))
-        return IndexResult(stored=stored, embedded=tuple(r.id for r in to_embed), skipped=skipped)
+            return self._vectors_failed(turn, error)
+        return turn.result(embedded=True)
 
     # --- Runnable -----------------------------------------------------------------------
 
@@ -617,97 +651,6 @@ class SemanticRecall(MaintenanceMixin, Runnable[Any, list[BaseMessage]]):
 
         return await self._acall_with_config(run, input, config, run_type="retriever")
 
-    # --- classic memory contract --------------------------------------------------------
-
-    @property
-    def memory_variables(self) -> list[str]:
-        """The variables :meth:`load_memory_variables` returns."""
-        return [self.memory_key]
-
-    def _input_text(self, inputs: dict[str, Any]) -> str:
-        key = self.input_key
-        if key is None:
-            candidates = [k for k in inputs if k not in (self.memory_key, "stop")]
-            if len(candidates) != 1:
-                raise InvalidInputError(
-                    f"cannot tell which input holds the user's text among {candidates}; "
-                    "set input_key"
-                )
-            key = candidates[0]
-        value = inputs.get(key)
-        if not isinstance(value, str):
-            raise InvalidInputError(f"input {key!r} must be text, got {type(value).__name__}")
-        return value
-
-    def _output_text(self, outputs: dict[str, Any]) -> str:
-        key = self.output_key
-        if key is None:
-            if len(outputs) != 1:
-                raise InvalidInputError(f"several outputs {list(outputs)}; set output_key")
-            key = next(iter(outputs))
-        value = outputs.get(key)
-        if isinstance(value, BaseMessage):
-            value = value.text
-        if not isinstance(value, str):
-            raise InvalidInputError(f"output {key!r} must be text, got {type(value).__name__}")
-        return value
-
-    def _recalled_only(self, query: str, result: list[BaseMessage]) -> dict[str, Any]:
-        return {self.memory_key: [m for m in result if m.additional_kwargs.get("source") == "memory"]}
-
-    def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """``{memory_key: [recalled messages]}`` for the user's text in ``inputs``.
-
-        Needs a view bound with :meth:`for_thread`.
-        """
-        query = self._input_text(inputs)
-        self._require_bound()
-        return self._recalled_only(query, self.recall([HumanMessage(query)]))
-
-    async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Async twin of :meth:`load_memory_variables`."""
-        query = self._input_text(inputs)
-        self._require_bound()
-        return self._recalled_only(query, await self.arecall([HumanMessage(query)]))
-
-    def _turn(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> list[BaseMessage]:
-        now = datetime.now(UTC).isoformat()
-        return [
-            HumanMessage(self._input_text(inputs), id=str(uuid.uuid4()),
-                         additional_kwargs={CREATED_AT_KEY: now}),
-            AIMessage(self._output_text(outputs), id=str(uuid.uuid4()),
-                      additional_kwargs={CREATED_AT_KEY: now}),
-        ]
-
-    def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        """Store and embed one exchange (each call is a new turn)."""
-        self._require_bound()
-        self.index(self._turn(inputs, outputs))
-
-    async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        """Async twin of :meth:`save_context`."""
-        self._require_bound()
-        await self.aindex(self._turn(inputs, outputs))
-
-    def clear(self) -> None:
-        """Forget the bound thread (messages and vectors)."""
-        thread_id, _ = self._require_bound()
-        self.forget_thread(thread_id)
-
-    async def aclear(self) -> None:
-        """Async twin of :meth:`clear`."""
-        thread_id, _ = self._require_bound()
-        await self.aforget_thread(thread_id)
-
-    def _require_bound(self) -> tuple[str, str | None]:
-        thread_id, resource_id = self._bound
-        if thread_id is None:
-            raise InvalidInputError(
-                "the memory contract needs a conversation: use memory.for_thread(thread_id, "
-                "resource_id) and call load_memory_variables / save_context on that view"
-            )
-        return thread_id, resource_id
-
 
 def _check_id(name: str, value: object) -> None:
     if not isinstance(value, str) or not value.strip():
@@ -723,8 +666,7 @@ def _as_vector_index(value: object) -> VectorIndex:
 
         return ChromaVectorIndex(value)
     raise InvalidOptionError(
-        "vector_store must be a VectorIndex or a chromadb client, got "
-        f"{type(value).__name__}"
+        f"vector_store must be a VectorIndex or a chromadb client, got {type(value).__name__}"
     )
 
 

@@ -89,8 +89,9 @@ class RecordingStorage(MessageStorage):
     def get_windows(
         self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        self._record("get_windows", message_ids=list(message_ids), before=before, after=after,
-                     scope=scope)
+        self._record(
+            "get_windows", message_ids=list(message_ids), before=before, after=after, scope=scope
+        )
         return self.inner.get_windows(message_ids, before=before, after=after, scope=scope)
 
     def get_thread_owner(self, thread_id: str) -> str | None:
@@ -165,10 +166,16 @@ class RecordingVectors(VectorIndex):
         resource_id: str | None = None,
         message_ids: Sequence[str] | None = None,
     ) -> None:
-        self._record("delete", name=name, thread_id=thread_id, resource_id=resource_id,
-                     message_ids=message_ids)
-        self.inner.delete(name, thread_id=thread_id, resource_id=resource_id,
-                          message_ids=message_ids)
+        self._record(
+            "delete",
+            name=name,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            message_ids=message_ids,
+        )
+        self.inner.delete(
+            name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids
+        )
 
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         self._record("message_ids", name=name, scope=scope)

@@ -33,7 +33,9 @@ def recalled(messages: list) -> list:
 
 
 def test_recall_makes_the_exact_embed_query_and_window_calls(
-    make_engine: EngineFactory, embeddings: FakeEmbeddings, storage: RecordingStorage,
+    make_engine: EngineFactory,
+    embeddings: FakeEmbeddings,
+    storage: RecordingStorage,
     vectors: RecordingVectors,
 ) -> None:
     engine = make_engine(top_k=3, message_range=1)
@@ -75,8 +77,7 @@ def test_thread_scope_filters_by_thread(
     engine = make_engine(scope="thread")
     engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
     engine.index(turn("b", ["Lisbon again, trip in March"]), thread_id="t2", resource_id="r")
-    result = engine.recall([HumanMessage("Lisbon trip in March")], thread_id="t2",
-                           resource_id="r")
+    result = engine.recall([HumanMessage("Lisbon trip in March")], thread_id="t2", resource_id="r")
     assert vectors.of("query")[-1]["scope"] == ScopeFilter(thread_id="t2")
     assert {m.id for m in recalled(result)} == {"b-0"}
 
@@ -131,7 +132,8 @@ def test_no_thread_id_leaves_input_unchanged(
     engine = make_engine()
     messages = [HumanMessage("Lisbon")]
     assert engine.recall(messages, resource_id="r") == messages
-    assert embeddings.calls == [] and vectors.calls == []
+    assert embeddings.calls == []
+    assert vectors.calls == []
 
 
 def test_multi_part_content_is_joined_with_a_space(
@@ -176,8 +178,7 @@ def test_index_created_when_missing_with_the_embedder_dimension(
     engine = make_engine()
     engine.recall([HumanMessage("hi")], thread_id="t1", resource_id="r")
     (opened,) = vectors.of("open")
-    assert opened == {"name": "semantic-recall-fake-bow-128", "dimension": 128,
-                      "model": "fake-bow"}
+    assert opened == {"name": "semantic-recall-fake-bow-128", "dimension": 128, "model": "fake-bow"}
 
 
 def test_dimension_is_probed_once_when_the_embedder_does_not_say(
@@ -211,8 +212,9 @@ def test_cross_thread_hits_become_one_system_block_and_same_thread_hits_stay_mes
 ) -> None:
     engine = make_engine(top_k=4, message_range=0)
     engine.index(turn("a", TRIP), thread_id="trip", resource_id="alice")
-    engine.index(turn("b", ["Lisbon flights are booked for March"]), thread_id="now",
-                 resource_id="alice")
+    engine.index(
+        turn("b", ["Lisbon flights are booked for March"]), thread_id="now", resource_id="alice"
+    )
     live = [HumanMessage("What about Lisbon in March?", id="live")]
     result = engine.recall(live, thread_id="now", resource_id="alice")
 
@@ -247,8 +249,7 @@ def test_thread_scope_drops_a_foreign_threads_hit_even_if_the_vector_store_retur
     engine = SemanticRecall_(storage, IgnoresScope(), embeddings, scope="thread")
     engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
     engine.index(turn("b", ["hello there"]), thread_id="t2", resource_id="r")
-    result = engine.recall([HumanMessage("Lisbon trip March")], thread_id="t2",
-                           resource_id="r")
+    result = engine.recall([HumanMessage("Lisbon trip March")], thread_id="t2", resource_id="r")
     assert recalled(result) == []
 
 
@@ -263,7 +264,12 @@ def test_user_and_assistant_messages_are_embedded_with_the_exact_metadata(
     (upsert,) = vectors.of("upsert")
     first, second = upsert["records"]
     assert (first.id, first.message_id, first.thread_id, first.resource_id, first.role) == (
-        "a-0", "a-0", "t1", "alice", "user")
+        "a-0",
+        "a-0",
+        "t1",
+        "alice",
+        "user",
+    )
     assert first.content == TRIP[0]
     assert first.created_at.isoformat() == "2024-01-15T10:30:00+00:00"
     assert (second.id, second.role, second.content) == ("a-1", "assistant", TRIP[1])
@@ -273,8 +279,9 @@ def test_system_messages_are_stored_but_not_embedded(
     make_engine: EngineFactory, embeddings: FakeEmbeddings, storage: RecordingStorage
 ) -> None:
     engine = make_engine()
-    result = engine.index([SystemMessage("rules", id="s"), HumanMessage("hi", id="h")],
-                          thread_id="t", resource_id="r")
+    result = engine.index(
+        [SystemMessage("rules", id="s"), HumanMessage("hi", id="h")], thread_id="t", resource_id="r"
+    )
     assert embeddings.embedded_texts == ["hi"]
     assert result.skipped == {"s": "system message"}
     assert storage.inner.count() == 2
@@ -284,8 +291,9 @@ def test_empty_text_is_stored_but_not_embedded(
     make_engine: EngineFactory, embeddings: FakeEmbeddings
 ) -> None:
     engine = make_engine()
-    result = engine.index([HumanMessage("   ", id="e"), AIMessage("", id="f")],
-                          thread_id="t", resource_id="r")
+    result = engine.index(
+        [HumanMessage("   ", id="e"), AIMessage("", id="f")], thread_id="t", resource_id="r"
+    )
     assert embeddings.calls == []
     assert result.stored == ("e", "f")
     assert result.skipped == {"e": "no text", "f": "no text"}
@@ -301,34 +309,44 @@ def test_index_opens_the_index_with_a_custom_name(
 
 
 def test_index_without_thread_id_is_a_no_op(
-    make_engine: EngineFactory, storage: RecordingStorage, vectors: RecordingVectors,
+    make_engine: EngineFactory,
+    storage: RecordingStorage,
+    vectors: RecordingVectors,
     embeddings: FakeEmbeddings,
 ) -> None:
     result = make_engine().index(turn("a", TRIP), resource_id="r")
     assert (result.stored, result.embedded) == ((), ())
-    assert storage.calls == [] and vectors.calls == [] and embeddings.calls == []
+    assert storage.calls == []
+    assert vectors.calls == []
+    assert embeddings.calls == []
 
 
 def test_read_only_writes_nothing_but_still_recalls(
-    make_engine: EngineFactory, storage: RecordingStorage, vectors: RecordingVectors,
+    make_engine: EngineFactory,
+    storage: RecordingStorage,
+    vectors: RecordingVectors,
 ) -> None:
     make_engine().index(turn("a", TRIP), thread_id="t1", resource_id="r")
     reset(storage, vectors)
     engine = make_engine(read_only=True)
     assert engine.index(turn("b", COOKING), thread_id="t2", resource_id="r").stored == ()
-    assert "put" not in storage.names() and "upsert" not in vectors.names()
+    assert "put" not in storage.names()
+    assert "upsert" not in vectors.names()
     assert recalled(engine.recall([HumanMessage("Lisbon")], thread_id="t2", resource_id="r"))
 
 
 def test_embedding_error_upserts_nothing_raises_nothing_and_keeps_messages(
-    make_engine: EngineFactory, embeddings: FakeEmbeddings, vectors: RecordingVectors,
+    make_engine: EngineFactory,
+    embeddings: FakeEmbeddings,
+    vectors: RecordingVectors,
     storage: RecordingStorage,
 ) -> None:
     engine = make_engine()
     engine.ensure_index()
     embeddings.fail = TimeoutError("embedding API timed out")
     result = engine.index(turn("a", TRIP), thread_id="t", resource_id="r")
-    assert result.error is not None and "timed out" in result.error
+    assert result.error is not None
+    assert "timed out" in result.error
     assert vectors.of("upsert") == []
     assert storage.inner.count() == 4
     embeddings.fail = None
@@ -341,13 +359,18 @@ def test_new_user_input_is_indexed_along_with_the_response(
     make_engine: EngineFactory, embeddings: FakeEmbeddings
 ) -> None:
     engine = make_engine()
-    engine.index([HumanMessage("question", id="q"), AIMessage("answer", id="a")],
-                 thread_id="t", resource_id="r")
+    engine.index(
+        [HumanMessage("question", id="q"), AIMessage("answer", id="a")],
+        thread_id="t",
+        resource_id="r",
+    )
     assert embeddings.calls == [["question", "answer"]]  # one batched call
 
 
 def test_upsert_error_is_swallowed_and_logged(
-    make_engine: EngineFactory, vectors: RecordingVectors, caplog: pytest.LogCaptureFixture,
+    make_engine: EngineFactory,
+    vectors: RecordingVectors,
+    caplog: pytest.LogCaptureFixture,
     storage: RecordingStorage,
 ) -> None:
     vectors.fail["upsert"] = RuntimeError("disk full")
@@ -365,8 +388,9 @@ def test_identical_text_is_embedded_once(
     make_engine: EngineFactory, embeddings: FakeEmbeddings
 ) -> None:
     engine = make_engine()
-    engine.index([HumanMessage("same", id="1"), AIMessage("same", id="2")],
-                 thread_id="t", resource_id="r")
+    engine.index(
+        [HumanMessage("same", id="1"), AIMessage("same", id="2")], thread_id="t", resource_id="r"
+    )
     assert embeddings.embedded_texts == ["same"]
 
 
@@ -385,8 +409,9 @@ def test_the_query_embedded_on_input_is_not_embedded_again_on_output(
     engine = make_engine()
     question = HumanMessage("Any tips for Lisbon?", id="q")
     engine.recall([question], thread_id="t", resource_id="r")
-    engine.index([question, AIMessage("Eat pastel de nata", id="a")],
-                 thread_id="t", resource_id="r")
+    engine.index(
+        [question, AIMessage("Eat pastel de nata", id="a")], thread_id="t", resource_id="r"
+    )
     assert embeddings.embedded_texts == ["Any tips for Lisbon?", "Eat pastel de nata"]
 
 
@@ -399,8 +424,7 @@ def test_a_different_dimension_on_an_existing_index_fails_closed(
     shared = InMemoryVectorIndex()
     small = SemanticRecall_(storage, shared, FakeEmbeddings(384, "model-x"), index_name="shared")
     small.index(turn("a", TRIP), thread_id="t", resource_id="r")
-    large = SemanticRecall_(storage, shared, FakeEmbeddings(1536, "model-x"),
-                            index_name="shared")
+    large = SemanticRecall_(storage, shared, FakeEmbeddings(1536, "model-x"), index_name="shared")
     with pytest.raises(EmbeddingMismatchError, match=r"shared.*(index_name|reindex)"):
         large.recall([HumanMessage("Lisbon")], thread_id="t", resource_id="r")
     with pytest.raises(EmbeddingMismatchError):

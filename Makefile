@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh clone:
+#   make demo   install into .venv, then watch recall work on the embedded default
+#   make test   install into .venv (with test tools), then lint, type-check and run every test
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint unit install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/semantic-recall demo
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+unit: $(BIN)/.installed
+	$(BIN)/pytest tests/unit -q
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,374 @@
+"""Beyond the original: batching, chunking, forgetting, repair, runnable, memory contract."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_semantic_recall import (
+    ForgottenThreadError,
+    InvalidInputError,
+    InvalidOptionError,
+    OwnershipError,
+    SemanticRecall,
+)
+from langchain_semantic_recall.messages import MEMORY_SOURCE, build_records
+from tests.fakes import FakeEmbeddings, RecordingStorage, RecordingVectors
+from tests.unit.conftest import EngineFactory, reset, turn
+
+TRIP = [
+    "We are planning a trip to Lisbon in March",
+    "Lisbon in March is mild",
+    "Which neighbourhood should we stay in",
+    "Alfama is charming and central",
+]
+
+
+def recalled(messages: list) -> list:
+    return [m for m in messages if m.additional_kwargs.get("source") == MEMORY_SOURCE]
+
+
+# --- options -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("top_k", 0),
+        ("top_k", -1),
+        ("top_k", 2.5),
+        ("top_k", True),
+        ("message_range", -1),
+        ("message_range", {"before": -1, "after": 0}),
+        ("message_range", {"before": 1, "later": 2}),
+        ("message_range", "2"),
+        ("scope", "user"),
+        ("scope", None),
+        ("threshold", 1.5),
+        ("threshold", -0.1),
+        ("threshold", float("nan")),
+        ("threshold", "0.5"),
+        ("index_name", "ab"),
+        ("index_name", "-bad-start"),
+        ("index_name", "has space"),
+        ("index_name", "a" * 513),
+        ("index_name", "two..dots"),
+        ("max_block_chars", 0),
+        ("cache_size", 0),
+        ("thread_key", ""),
+    ],
+)
+def test_bad_options_fail_eagerly_with_a_value_error(
+    make_engine: EngineFactory, option: str, value: object
+) -> None:
+    with pytest.raises(InvalidOptionError) as caught:
+        make_engine(**{option: value})
+    assert isinstance(caught.value, ValueError)
+
+
+def test_wrong_backend_types_are_refused(embeddings: FakeEmbeddings) -> None:
+    from langchain_semantic_recall import InMemoryStorage
+
+    with pytest.raises(InvalidOptionError, match="storage"):
+        SemanticRecall(storage={}, vector_store=None, embeddings=embeddings)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="vector_store"):
+        SemanticRecall(storage=InMemoryStorage(), vector_store=object(), embeddings=embeddings)
+
+
+def test_message_range_accepts_every_documented_shape(make_engine: EngineFactory) -> None:
+    assert make_engine(message_range=2).message_range == (
+        r := make_engine(message_range={"before": 2, "after": 2}).message_range
+    )
+    assert make_engine(message_range=(0, 3)).message_range.after == 3
+    assert r.before == 2
+
+
+# --- bad input -----------------------------------------------------------------------------
+
+
+def test_image_only_newest_message_falls_back_to_the_previous_text(
+    make_engine: EngineFactory, embeddings: FakeEmbeddings
+) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
+    reset(embeddings)
+    image = HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:,x"}}])
+    result = engine.recall(
+        [HumanMessage("Lisbon trip"), AIMessage("ok"), image], thread_id="t2", resource_id="r"
+    )
+    assert embeddings.calls == [["Lisbon trip"]]
+    assert recalled(result)
+
+
+def test_whitespace_query_recalls_nothing(
+    make_engine: EngineFactory, embeddings: FakeEmbeddings
+) -> None:
+    messages = [HumanMessage("   \n ")]
+    assert make_engine().recall(messages, thread_id="t", resource_id="r") == messages
+    assert embeddings.calls == []
+
+
+def test_tool_calls_and_results_are_stored_but_not_embedded(
+    make_engine: EngineFactory, embeddings: FakeEmbeddings, storage: RecordingStorage
+) -> None:
+    call = AIMessage("", id="c", tool_calls=[{"name": "weather", "args": {}, "id": "call-1"}])
+    result = ToolMessage("sunny", tool_call_id="call-1", id="tr")
+    outcome = make_engine().index(
+        [HumanMessage("weather?", id="h"), call, result, AIMessage("It is sunny", id="a")],
+        thread_id="t",
+        resource_id="r",
+    )
+    assert outcome.skipped == {"c": "tool calls only", "tr": "tool message"}
+    assert embeddings.embedded_texts == ["weather?", "It is sunny"]
+    assert storage.inner.count() == 4
+
+
+def test_recalled_tool_pairs_never_reach_the_model_half_cut(make_engine: EngineFactory) -> None:
+    engine = make_engine(scope="thread", message_range=2)
+    call = AIMessage("checking", id="c", tool_calls=[{"name": "w", "args": {}, "id": "x"}])
+    engine.index(
+        [
+            HumanMessage("weather in Lisbon", id="h"),
+            call,
+            ToolMessage("sunny", tool_call_id="x", id="tr"),
+            AIMessage("Sunny!", id="a"),
+        ],
+        thread_id="t",
+        resource_id="r",
+    )
+    out = recalled(engine.recall([HumanMessage("weather in Lisbon today")], thread_id="t"))
+    assert not any(isinstance(m, ToolMessage) for m in out)
+    assert all(not getattr(m, "tool_calls", None) for m in out)
+    assert "checking" in [m.content for m in out]
+
+
+def test_messages_without_ids_get_stable_ids_and_repeats_add_nothing(
+    make_engine: EngineFactory, storage: RecordingStorage
+) -> None:
+    engine = make_engine()
+    messages = [HumanMessage("hello"), AIMessage("hi there"), HumanMessage("hello")]
+    first = engine.index(messages, thread_id="t", resource_id="r")
+    second = engine.index(messages, thread_id="t", resource_id="r")
+    assert first.stored == second.stored
+    assert len(set(first.stored)) == 3  # the same text twice is still two messages
+    assert storage.inner.count() == 3
+
+
+def test_non_string_ids_are_refused(make_engine: EngineFactory) -> None:
+    message = HumanMessage("x")
+    message.id = 42  # type: ignore[assignment]
+    with pytest.raises(InvalidInputError, match="string"):
+        make_engine().index([message], thread_id="t", resource_id="r")
+    with pytest.raises(InvalidInputError):
+        make_engine().recall([HumanMessage("x")], thread_id=7)  # type: ignore[arg-type]
+
+
+def test_not_messages_are_refused_clearly(make_engine: EngineFactory) -> None:
+    with pytest.raises(InvalidInputError):
+        make_engine().index(12345, thread_id="t")
+    with pytest.raises(InvalidInputError):
+        make_engine().recall([{"role": "nobody-knows", "content": 3}], thread_id="t")
+
+
+def test_a_thread_reused_under_another_resource_is_refused_and_nothing_is_stored(
+    make_engine: EngineFactory, storage: RecordingStorage
+) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP[:2]), thread_id="t", resource_id="alice")
+    with pytest.raises(OwnershipError):
+        engine.index(turn("b", ["secret"]), thread_id="t", resource_id="bob")
+    assert storage.inner.count() == 2
+
+
+def test_unknown_thread_and_resource_recall_nothing(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t", resource_id="alice")
+    messages = [HumanMessage("Lisbon")]
+    assert engine.recall(messages, thread_id="nope", resource_id="nobody") == messages
+    assert make_engine(scope="thread").recall(messages, thread_id="nope") == messages
+
+
+def test_resource_scope_without_resource_falls_back_to_the_thread_and_warns(
+    make_engine: EngineFactory, vectors: RecordingVectors, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine()
+    with caplog.at_level(logging.WARNING):
+        engine.recall([HumanMessage("Lisbon")], thread_id="t")
+    assert vectors.of("query")[0]["scope"].as_where() == {"thread_id": "t"}
+    assert "no resource_id" in caplog.text
+
+
+# --- beyond: chunking, budget --------------------------------------------------------------
+
+
+def test_a_long_message_is_chunked_so_all_of_it_is_indexed(
+    make_engine: EngineFactory, vectors: RecordingVectors
+) -> None:
+    engine = make_engine(scope="thread")
+    long_text = " ".join(f"filler{n}" for n in range(3000)) + " the zebra password is ostrich"
+    engine.index([HumanMessage(long_text, id="long")], thread_id="t", resource_id="r")
+    records = vectors.of("upsert")[0]["records"]
+    assert len(records) > 1
+    assert {r.message_id for r in records} == {"long"}
+    assert records[0].id == "long"
+    assert records[1].id == "long#1"
+    hits = engine.search("zebra password ostrich", thread_id="t")
+    assert [h.message.id for h in hits] == ["long"]  # deduped by message
+
+
+def test_the_memory_block_respects_its_budget(make_engine: EngineFactory) -> None:
+    engine = make_engine(max_block_chars=600)
+    huge = "Lisbon " + "data " * 20_000
+    engine.index(
+        [HumanMessage(huge, id="big"), AIMessage("ok", id="ok")], thread_id="t1", resource_id="r"
+    )
+    (block,) = recalled(
+        engine.recall([HumanMessage("Lisbon data")], thread_id="t2", resource_id="r")
+    )
+    assert len(block.content) <= 600
+    assert "truncated" in block.content
+
+
+# --- forgetting and repair -----------------------------------------------------------------
+
+
+def test_forget_thread_removes_messages_and_vectors_and_retires_the_id(
+    make_engine: EngineFactory, vectors: RecordingVectors
+) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
+    engine.index(turn("b", ["Lisbon again"]), thread_id="t2", resource_id="r")
+    assert engine.forget_thread("t1") == 4
+    found = engine.search("Lisbon trip March", thread_id="t3", resource_id="r")
+    assert {h.thread_id for h in found} == {"t2"}
+    late = engine.index(turn("c", ["late Lisbon write"]), thread_id="t1", resource_id="r")
+    assert late.stored == ()
+    assert engine.stats().messages == 1
+    assert vectors.inner.message_ids(engine.ensure_index().name) == {"b-0"}
+
+
+def test_forget_thread_refuses_another_resources_thread(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    with pytest.raises(OwnershipError):
+        engine.forget_thread("t1", resource_id="mallory")
+    assert engine.stats().messages == 4
+
+
+def test_forget_resource_removes_everything_of_it_and_only_it(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    engine.index(turn("b", TRIP), thread_id="t2", resource_id="bob")
+    assert engine.forget_resource("alice") == 4
+    assert engine.search("Lisbon", thread_id="new", resource_id="alice") == []
+    assert engine.search("Lisbon", thread_id="new-b", resource_id="bob")
+    engine.index(turn("c", ["I'm back"]), thread_id="t3", resource_id="alice")  # allowed
+    assert engine.stats(resource_id="alice").messages == 1
+
+
+def test_a_write_that_lands_while_the_thread_is_forgotten_leaves_no_vector(
+    embeddings: FakeEmbeddings, vectors: RecordingVectors
+) -> None:
+    from langchain_semantic_recall import InMemoryStorage
+
+    class ForgetsDuringEmbedding(FakeEmbeddings):
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            if texts == ["in flight"]:
+                inner.delete_thread("t")
+            return super().embed_documents(texts)
+
+    inner = InMemoryStorage()
+    engine = SemanticRecall(
+        storage=inner, vector_store=vectors, embeddings=ForgetsDuringEmbedding()
+    )
+    result = engine.index([HumanMessage("in flight", id="f")], thread_id="t", resource_id="r")
+    assert result.stored == ()
+    assert vectors.inner.message_ids(engine.ensure_index().name) == set()
+    records = build_records(
+        [HumanMessage("again", id="g")], thread_id="t", resource_id="r", now=datetime.now(UTC)
+    )
+    with pytest.raises(ForgottenThreadError):
+        inner.put(records)
+
+
+def test_stats_and_repair_after_lost_vectors(
+    make_engine: EngineFactory, vectors: RecordingVectors
+) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
+    name = engine.ensure_index().name
+    vectors.inner.delete(name, message_ids=["a-1", "a-2"])
+    stats = engine.stats()
+    assert (stats.messages, stats.embeddable, stats.vectors, stats.missing_vectors) == (4, 4, 2, 2)
+    assert engine.reindex(missing_only=True) == 2
+    assert engine.stats().missing_vectors == 0
+    assert engine.reindex(missing_only=True) == 0  # idempotent
+
+
+# --- runnable and memory contract ----------------------------------------------------------
+
+
+def test_runnable_takes_thread_and_resource_from_the_config(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    config = {"configurable": {"thread_id": "t2", "resource_id": "alice"}}
+    out = engine.invoke([HumanMessage("Lisbon")], config)
+    assert recalled(out)
+    assert engine.invoke([HumanMessage("Lisbon")]) == [HumanMessage("Lisbon")]
+    batch = engine.batch([[HumanMessage("Lisbon")], [HumanMessage("Alfama")]], config)
+    assert all(recalled(b) for b in batch)
+    assert next(iter(engine.stream("Lisbon", config)))[0].additional_kwargs["source"] == "memory"
+
+
+async def test_runnable_async_and_custom_keys(make_engine: EngineFactory) -> None:
+    engine = make_engine(thread_key="conversation", resource_key="user")
+    await engine.aindex(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    config = {"configurable": {"conversation": "t2", "user": "alice"}}
+    out = await engine.ainvoke([HumanMessage("Lisbon")], config)
+    assert recalled(out)
+
+
+def test_memory_contract(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    assert engine.memory_variables == ["history"]
+    with pytest.raises(InvalidInputError, match="for_thread"):
+        engine.load_memory_variables({"input": "hi"})
+    alice = engine.for_thread("t1", "alice")
+    alice.save_context({"input": "I love Lisbon in March"}, {"output": "Lovely choice"})
+    alice.save_context({"input": "yes"}, {"output": "ok"})
+    alice.save_context({"input": "yes"}, {"output": "ok"})  # a new turn, not a repeat
+    assert engine.stats().messages == 6
+    other = engine.for_thread("t2", "alice")
+    history = other.load_memory_variables({"input": "Lisbon in March"})["history"]
+    assert isinstance(history[0], SystemMessage)
+    assert "Lisbon" in history[0].content
+    alice.clear()
+    assert engine.stats().messages == 0
+
+
+async def test_memory_contract_async(make_engine: EngineFactory) -> None:
+    view = make_engine(scope="thread").for_thread("t1", "alice")
+    await view.asave_context({"question": "Lisbon trip"}, {"answer": "Sounds fun"})
+    history = (await view.aload_memory_variables({"question": "Lisbon"}))["history"]
+    assert [m.content for m in history] == ["Lisbon trip", "Sounds fun"]
+    await view.aclear()
+
+
+async def test_async_twins_match_sync(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    await engine.aindex(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    sync = engine.search("Lisbon trip", thread_id="t2", resource_id="alice")
+    both = await asyncio.gather(
+        engine.asearch("Lisbon trip", thread_id="t2", resource_id="alice"),
+        engine.arecall([HumanMessage("Lisbon trip")], thread_id="t2", resource_id="alice"),
+    )
+    assert [h.message.id for h in both[0]] == [h.message.id for h in sync]
+    assert recalled(both[1])
+    assert (await engine.astats()).messages == 4
+    assert await engine.areindex(missing_only=True) == 0
+    assert await engine.aforget_thread("t1") == 4
+    assert await engine.aforget_resource("alice") == 0
