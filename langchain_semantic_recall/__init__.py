@@ -3,6 +3,7 @@
 Importing this package is cheap: chromadb and the local model load on first use.
 """
 
+from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -12,7 +13,6 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
     StorageError,
 )
-from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.maintenance import RecallStats
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.options import MessageRange, Scope

@@ -51,9 +51,7 @@ def to_messages(value: object) -> list[BaseMessage]:
     if hasattr(value, "to_messages"):  # a PromptValue
         return list(value.to_messages())
     if not isinstance(value, Iterable):
-        raise InvalidInputError(
-            f"expected a list of messages, got {type(value).__name__}"
-        )
+        raise InvalidInputError(f"expected a list of messages, got {type(value).__name__}")
     try:
         messages = convert_to_messages(list(value))
     except (ValueError, TypeError, NotImplementedError) as error:
@@ -178,15 +176,15 @@ def build_records(
         if role is None or isinstance(message, RemoveMessage) or is_recalled(message):
             continue
         carried = message.additional_kwargs.get(CREATED_AT_KEY)
-        created_at = parse_time(carried) if carried is not None else now + timedelta(
-            microseconds=position
+        created_at = (
+            parse_time(carried) if carried is not None else now + timedelta(microseconds=position)
         )
         text = text_of(message, "\n")
         message_id = message.id or stable_id(
             thread_id, role, text, "" if carried is None else created_at.isoformat(), position
         )
-        stored = message if message.id == message_id else message.model_copy(
-            update={"id": message_id}
+        stored = (
+            message if message.id == message_id else message.model_copy(update={"id": message_id})
         )
         records.append(
             MessageRecord(

@@ -64,9 +64,7 @@ class InMemoryVectorIndex(VectorIndex):
     ) -> list[VectorHit]:
         with self._lock:
             index = self._get(name)
-            ids = [
-                i for i, r in index.records.items() if scope.admits(r.resource_id, r.thread_id)
-            ]
+            ids = [i for i, r in index.records.items() if scope.admits(r.resource_id, r.thread_id)]
             if not ids:
                 return []
             matrix = np.stack([index.unit[i] for i in ids])
