@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from os import PathLike
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
@@ -65,6 +65,9 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
 
 _LOG = logging.getLogger(__name__)
 # Errors that are the caller's to fix: raised, never swallowed by the "no recall" rule.
@@ -664,7 +667,7 @@ def _as_vector_index(value: object) -> VectorIndex:
     if module.startswith("chromadb"):
         from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
-        return ChromaVectorIndex(value)
+        return ChromaVectorIndex(cast("ClientAPI", value))
     raise InvalidOptionError(
         f"vector_store must be a VectorIndex or a chromadb client, got {type(value).__name__}"
     )

@@ -93,7 +93,7 @@ class VectorRecord:
 
 @dataclass(frozen=True, slots=True)
 class VectorHit:
-    """A vector search result, similarity in [0, 1] (cosine, rescaled)."""
+    """A vector search result: cosine similarity, negatives clipped to 0, so in [0, 1]."""
 
     id: str
     message_id: str

@@ -2,7 +2,7 @@
 
 A backend hosts named indexes (a Chroma collection per index name). It implements a few
 synchronous methods; async twins default to an executor. Scores are cosine similarity
-rescaled to [0, 1] on every backend, so a threshold means the same everywhere.
+clipped to [0, 1] on every backend, so a threshold means the same everywhere.
 """
 
 from __future__ import annotations
@@ -45,7 +45,13 @@ class VectorIndex(ABC):
         resource_id: str | None = None,
         message_ids: Sequence[str] | None = None,
     ) -> None:
-        """Delete the vectors of a thread, of a resource, or of given messages (all chunks)."""
+        """Delete the vectors matching every given selector (all chunks of a message).
+
+        Selectors combine with AND, so a delete never reaches wider than each of them.
+
+        Raises:
+            InvalidInputError: no selector was given (that would delete everything).
+        """
 
     @abstractmethod
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex
 
@@ -94,17 +94,19 @@ class InMemoryVectorIndex(VectorIndex):
         resource_id: str | None = None,
         message_ids: Sequence[str] | None = None,
     ) -> None:
+        if thread_id is None and resource_id is None and message_ids is None:
+            raise InvalidInputError("delete needs thread_id, resource_id or message_ids")
+        wanted = None if message_ids is None else set(message_ids)
         with self._lock:
             index = self._indexes.get(name)
             if index is None:
                 return
-            wanted = set(message_ids or ())
             doomed = [
                 i
                 for i, r in index.records.items()
-                if (thread_id is not None and r.thread_id == thread_id)
-                or (resource_id is not None and r.resource_id == resource_id)
-                or r.message_id in wanted
+                if (thread_id is None or r.thread_id == thread_id)
+                and (resource_id is None or r.resource_id == resource_id)
+                and (wanted is None or r.message_id in wanted)
             ]
             for i in doomed:
                 del index.records[i]

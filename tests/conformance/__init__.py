@@ -1,0 +1,1 @@
+"""Conformance suites that every backend runs by subclassing (one fixture per backend)."""

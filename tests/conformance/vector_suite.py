@@ -1,0 +1,392 @@
+"""The conformance suite every ``VectorIndex`` backend runs.
+
+A backend's test module subclasses :class:`VectorIndexConformance` and provides one fixture,
+``vectors``, yielding a fresh backend instance::
+
+    class TestChroma(VectorIndexConformance):
+        @pytest.fixture
+        def vectors(self, tmp_path: Path) -> Iterator[VectorIndex]:
+            index = ChromaVectorIndex.persistent(tmp_path / "chroma")
+            yield index
+            index.close()
+
+Every test uses its own index names, so a backend shared by several tests (an ephemeral
+Chroma, a server) works too. Vectors are tiny (``DIMENSION``) to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
+
+DIMENSION = 8
+MODEL = "conformance-model"
+EPOCH = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
+
+
+def new_name() -> str:
+    """A fresh, legal index name (3-512 chars of ``[A-Za-z0-9._-]``, alphanumeric ends)."""
+    return f"idx-{uuid.uuid4().hex[:16]}"
+
+
+def unit(*values: float) -> list[float]:
+    """A vector of ``DIMENSION`` floats: ``values`` padded with zeros."""
+    return [float(v) for v in values] + [0.0] * (DIMENSION - len(values))
+
+
+def axis(i: int) -> list[float]:
+    """The ``i``-th basis vector."""
+    vector = [0.0] * DIMENSION
+    vector[i] = 1.0
+    return vector
+
+
+def record(
+    message_id: str,
+    vector: list[float],
+    *,
+    thread_id: str = "t1",
+    resource_id: str = "r1",
+    n: int = 0,
+    content: str | None = None,
+) -> VectorRecord:
+    """Chunk ``n`` of a message (id ``message_id`` for the first chunk, else ``m#n``)."""
+    return VectorRecord(
+        id=chunk_id(message_id, n),
+        vector=vector,
+        message_id=message_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        role="user",
+        content=f"text of {message_id}" if content is None else content,
+        created_at=EPOCH + timedelta(minutes=n),
+    )
+
+
+def all_hits(vectors: VectorIndex, name: str, scope: ScopeFilter) -> list[VectorHit]:
+    """Every vector in ``scope`` (queried with a generous ``k``)."""
+    return vectors.query(name, unit(1, 1, 1, 1, 1, 1, 1, 1), k=1000, scope=scope)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A random set of messages over a few resources and threads, and one scoped query."""
+
+    records: list[VectorRecord]
+    query: list[float]
+    scope: ScopeFilter
+    k: int
+
+
+RESOURCES = ("r0", "r1", "r2")
+_coordinate = st.floats(-1.0, 1.0, allow_nan=False, allow_infinity=False, width=32)
+_vector = st.lists(_coordinate, min_size=DIMENSION, max_size=DIMENSION).filter(
+    lambda v: float(np.linalg.norm(v)) >= 0.5
+)
+_thread = st.tuples(st.sampled_from(RESOURCES), st.integers(0, 2)).map(
+    lambda pair: (pair[0], f"{pair[0]}-t{pair[1]}")
+)
+
+
+@st.composite
+def corpora(draw: st.DrawFn) -> Corpus:
+    """Random vectors over random resources/threads (a thread belongs to one resource)."""
+    placed = draw(st.lists(st.tuples(_thread, _vector), min_size=0, max_size=30))
+    records = [
+        record(f"m{i}", vector, thread_id=thread_id, resource_id=resource_id)
+        for i, ((resource_id, thread_id), vector) in enumerate(placed)
+    ]
+    resource_id, thread_id = draw(_thread)
+    other_resource = draw(st.sampled_from(RESOURCES))
+    scope = draw(
+        st.sampled_from(
+            [
+                ScopeFilter(resource_id=resource_id),
+                ScopeFilter(thread_id=thread_id),
+                ScopeFilter(resource_id=resource_id, thread_id=thread_id),
+                ScopeFilter(resource_id=other_resource, thread_id=thread_id),
+            ]
+        )
+    )
+    return Corpus(records, draw(_vector), scope, draw(st.integers(1, 12)))
+
+
+def exact_scores(corpus: Corpus) -> dict[str, float]:
+    """Brute-force similarity (clipped cosine) of every vector inside the corpus's scope."""
+    query = np.asarray(corpus.query, dtype=np.float64)
+    scores: dict[str, float] = {}
+    for rec in corpus.records:
+        if corpus.scope.admits(rec.resource_id, rec.thread_id):
+            vector = np.asarray(rec.vector, dtype=np.float64)
+            cosine = float(vector @ query / (np.linalg.norm(vector) * np.linalg.norm(query)))
+            scores[rec.id] = min(1.0, max(0.0, cosine))
+    return scores
+
+
+class VectorIndexConformance:
+    """Behaviour every vector index backend must show. Subclasses provide ``vectors``."""
+
+    @pytest.fixture
+    def vectors(self) -> Iterator[VectorIndex]:
+        raise NotImplementedError("a backend's test class provides the `vectors` fixture")
+
+    @pytest.fixture
+    def name(self, vectors: VectorIndex) -> str:
+        """A fresh index, opened with ``MODEL`` and ``DIMENSION``."""
+        index_name = new_name()
+        vectors.open(index_name, dimension=DIMENSION, model=MODEL)
+        return index_name
+
+    # -- open ------------------------------------------------------------------------------
+
+    def test_open_creates_a_cosine_index(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(name, [record("a", unit(1, 0)), record("b", unit(0, 1))])
+        hits = vectors.query(name, unit(5, 0), k=2, scope=ScopeFilter(resource_id="r1"))
+        # Cosine: a scaled copy is identical; orthogonal is 0 (L2 or dot would differ).
+        assert [hit.id for hit in hits] == ["a", "b"]
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert hits[1].score == pytest.approx(0.0, abs=1e-5)
+
+    def test_reopen_with_same_model_and_dimension(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(name, [record("a", unit(1))])
+        vectors.open(name, dimension=DIMENSION, model=MODEL)
+        assert vectors.message_ids(name) == {"a"}
+
+    @pytest.mark.parametrize(
+        ("dimension", "model"), [(DIMENSION + 4, MODEL), (DIMENSION, "another-model")]
+    )
+    def test_reopen_with_another_embedder_fails_closed(
+        self, vectors: VectorIndex, name: str, dimension: int, model: str
+    ) -> None:
+        vectors.upsert(name, [record("a", unit(1))])
+        with pytest.raises(EmbeddingMismatchError) as caught:
+            vectors.open(name, dimension=dimension, model=model)
+        message = str(caught.value)
+        assert name in message
+        assert MODEL in message
+        assert model in message
+        assert str(dimension) in message
+        assert "reindex" in message
+        assert "index_name" in message
+
+    def test_an_empty_index_still_records_its_embedder(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        with pytest.raises(EmbeddingMismatchError, match=name):
+            vectors.open(name, dimension=DIMENSION * 2, model=MODEL)
+
+    # -- upsert and query ------------------------------------------------------------------
+
+    def test_query_returns_best_first_with_scores_in_unit_range(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        vectors.upsert(
+            name,
+            [
+                record("same", unit(1, 2, 3)),
+                record("close", unit(1, 2, 4)),
+                record("far", unit(3, -1, 0)),
+                record("opposite", unit(-1, -2, -3)),
+            ],
+        )
+        hits = vectors.query(name, unit(1, 2, 3), k=4, scope=ScopeFilter(thread_id="t1"))
+        assert [hit.id for hit in hits] == ["same", "close", "far", "opposite"]
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert all(0.0 <= hit.score <= 1.0 for hit in hits)
+        assert [hit.score for hit in hits] == sorted((hit.score for hit in hits), reverse=True)
+        assert hits[-1].score == pytest.approx(0.0, abs=1e-5)
+        same = hits[0]
+        assert (same.message_id, same.thread_id, same.resource_id) == ("same", "t1", "r1")
+
+    def test_query_returns_at_most_k(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(name, [record(f"m{i}", axis(i)) for i in range(DIMENSION)])
+        hits = vectors.query(name, axis(3), k=2, scope=ScopeFilter(resource_id="r1"))
+        assert len(hits) == 2
+        assert hits[0].id == "m3"
+
+    def test_k_larger_than_the_index(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(name, [record("a", axis(0)), record("b", axis(1))])
+        hits = vectors.query(name, axis(0), k=50, scope=ScopeFilter(resource_id="r1"))
+        assert [hit.id for hit in hits] == ["a", "b"]
+
+    def test_query_on_an_empty_index(self, vectors: VectorIndex, name: str) -> None:
+        assert vectors.query(name, axis(0), k=4, scope=ScopeFilter(thread_id="t1")) == []
+        assert vectors.message_ids(name) == set()
+
+    def test_upsert_of_an_existing_id_overwrites(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(name, [record("a", axis(0)), record("b", axis(1))])
+        vectors.upsert(name, [record("a", axis(2), thread_id="t2")])
+        hits = all_hits(vectors, name, ScopeFilter(resource_id="r1"))
+        assert sorted(hit.id for hit in hits) == ["a", "b"]
+        top = vectors.query(name, axis(2), k=1, scope=ScopeFilter(resource_id="r1"))
+        assert top[0].id == "a"
+        assert top[0].score == pytest.approx(1.0, abs=1e-5)
+        assert top[0].thread_id == "t2"
+        assert vectors.query(name, axis(0), k=5, scope=ScopeFilter(thread_id="t1"))[0].id == "b"
+
+    def test_chunks_are_separate_vectors_of_one_message(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        vectors.upsert(name, [record("m", axis(0)), record("m", axis(1), n=1)])
+        hits = vectors.query(name, axis(1), k=5, scope=ScopeFilter(thread_id="t1"))
+        assert [hit.id for hit in hits] == ["m#1", "m"]
+        assert {hit.message_id for hit in hits} == {"m"}
+        assert vectors.message_ids(name) == {"m"}
+
+    # -- scope -----------------------------------------------------------------------------
+
+    def _seed_scopes(self, vectors: VectorIndex, name: str) -> None:
+        same = unit(1, 1)  # one vector everywhere: only the filter can tell them apart
+        vectors.upsert(
+            name,
+            [
+                record("a1", same, thread_id="ta", resource_id="alice"),
+                record("a2", same, thread_id="ta", resource_id="alice"),
+                record("a3", same, thread_id="tb", resource_id="alice"),
+                record("b1", same, thread_id="tc", resource_id="bob"),
+            ],
+        )
+
+    def test_thread_scope_is_exact(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        hits = all_hits(vectors, name, ScopeFilter(thread_id="ta"))
+        assert sorted(hit.id for hit in hits) == ["a1", "a2"]
+
+    def test_resource_scope_is_exact(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        assert sorted(h.id for h in all_hits(vectors, name, ScopeFilter(resource_id="alice"))) == [
+            "a1",
+            "a2",
+            "a3",
+        ]
+        assert [h.id for h in all_hits(vectors, name, ScopeFilter(resource_id="bob"))] == ["b1"]
+
+    def test_thread_and_resource_scope_narrows(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        both = ScopeFilter(resource_id="alice", thread_id="tb")
+        assert [hit.id for hit in all_hits(vectors, name, both)] == ["a3"]
+        assert all_hits(vectors, name, ScopeFilter(resource_id="bob", thread_id="ta")) == []
+        assert all_hits(vectors, name, ScopeFilter(resource_id="nobody")) == []
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        # The fixture is fresh per test and every example opens its own index, so sharing
+        # it across examples is safe; each backend's subclass runs this method (executors).
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(corpus=corpora())
+    def test_scoped_search_is_exact_and_never_leaks(
+        self, vectors: VectorIndex, corpus: Corpus
+    ) -> None:
+        name = new_name()
+        vectors.open(name, dimension=DIMENSION, model=MODEL)
+        vectors.upsert(name, corpus.records)
+        hits = vectors.query(name, corpus.query, k=corpus.k, scope=corpus.scope)
+        by_id = {rec.id: rec for rec in corpus.records}
+        for hit in hits:
+            stored = by_id[hit.id]
+            assert corpus.scope.admits(stored.resource_id, stored.thread_id)
+            assert corpus.scope.admits(hit.resource_id, hit.thread_id)
+            assert (hit.resource_id, hit.thread_id) == (stored.resource_id, stored.thread_id)
+        # Same scores as exact search within the scope (ties may come in any order).
+        exact = exact_scores(corpus)
+        expected = sorted(exact.values(), reverse=True)[: corpus.k]
+        scores = [hit.score for hit in hits]
+        assert len({hit.id for hit in hits}) == len(hits)
+        assert scores == pytest.approx(expected, abs=1e-4)
+        assert [hit.score for hit in hits] == pytest.approx(
+            [exact[hit.id] for hit in hits], abs=1e-4
+        )
+        assert scores == sorted(scores, reverse=True)
+
+    # -- delete and listing ----------------------------------------------------------------
+
+    def test_delete_a_thread(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        vectors.delete(name, thread_id="ta")
+        assert vectors.message_ids(name) == {"a3", "b1"}
+
+    def test_delete_a_resource(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        vectors.delete(name, resource_id="alice")
+        assert vectors.message_ids(name) == {"b1"}
+        assert all_hits(vectors, name, ScopeFilter(resource_id="alice")) == []
+
+    def test_delete_messages_removes_every_chunk(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(
+            name,
+            [
+                record("m", axis(0)),
+                record("m", axis(1), n=1),
+                record("m", axis(2), n=2),
+                record("keep", axis(3)),
+                record("gone", axis(4)),
+            ],
+        )
+        vectors.delete(name, message_ids=["m", "gone", "never-indexed"])
+        hits = all_hits(vectors, name, ScopeFilter(thread_id="t1"))
+        assert [hit.id for hit in hits] == ["keep"]
+        vectors.delete(name, message_ids=[])
+        assert vectors.message_ids(name) == {"keep"}
+
+    def test_delete_of_an_unknown_thread_is_a_no_op(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        vectors.delete(name, thread_id="nope")
+        vectors.delete(name, resource_id="nope")
+        assert vectors.message_ids(name) == {"a1", "a2", "a3", "b1"}
+
+    def test_delete_without_a_selector_is_refused(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        with pytest.raises(ValueError, match="thread_id"):
+            vectors.delete(name)
+        assert vectors.message_ids(name) == {"a1", "a2", "a3", "b1"}
+
+    def test_message_ids_by_scope(self, vectors: VectorIndex, name: str) -> None:
+        self._seed_scopes(vectors, name)
+        vectors.upsert(name, [record("a1", axis(5), thread_id="ta", resource_id="alice", n=1)])
+        assert vectors.message_ids(name) == {"a1", "a2", "a3", "b1"}
+        assert vectors.message_ids(name, ScopeFilter(resource_id="alice")) == {"a1", "a2", "a3"}
+        assert vectors.message_ids(name, ScopeFilter(thread_id="ta")) == {"a1", "a2"}
+        assert vectors.message_ids(name, ScopeFilter(resource_id="bob", thread_id="ta")) == set()
+
+    # -- async twins -----------------------------------------------------------------------
+
+    async def test_async_twins(self, vectors: VectorIndex) -> None:
+        name = new_name()
+        await vectors.aopen(name, dimension=DIMENSION, model=MODEL)
+        with pytest.raises(EmbeddingMismatchError, match=name):
+            await vectors.aopen(name, dimension=DIMENSION, model="another-model")
+        await vectors.aupsert(
+            name,
+            [
+                record("a", axis(0), thread_id="ta"),
+                record("a", axis(1), thread_id="ta", n=1),
+                record("b", axis(2), thread_id="tb"),
+                record("c", axis(3), thread_id="tc", resource_id="r2"),
+            ],
+        )
+        hits = await vectors.aquery(name, axis(2), k=10, scope=ScopeFilter(resource_id="r1"))
+        assert hits[0].id == "b"
+        assert {hit.id for hit in hits} == {"a", "a#1", "b"}
+        assert await vectors.amessage_ids(name, ScopeFilter(thread_id="ta")) == {"a"}
+        await vectors.adelete(name, message_ids=["a"])
+        await vectors.adelete(name, thread_id="tb")
+        assert await vectors.amessage_ids(name) == {"c"}
+        await vectors.adelete(name, resource_id="r2")
+        assert await vectors.amessage_ids(name) == set()
