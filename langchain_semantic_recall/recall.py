@@ -30,6 +30,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     SemanticRecallError,
 )
+from langchain_semantic_recall.formatting import MIN_MAX_CHARS
 from langchain_semantic_recall.maintenance import MaintenanceMixin
 from langchain_semantic_recall.memory_contract import MemoryContractMixin
 from langchain_semantic_recall.messages import (
@@ -209,6 +210,11 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         self.logger = logger or logging.getLogger("langchain_semantic_recall")
         self.read_only = bool(read_only)
         self.max_block_chars = check_positive("max_block_chars", max_block_chars, allow_none=True)
+        if self.max_block_chars is not None and self.max_block_chars < MIN_MAX_CHARS:
+            raise InvalidOptionError(
+                f"max_block_chars must be at least {MIN_MAX_CHARS} (room for the block's "
+                f"frame and one message), got {max_block_chars}"
+            )
         self.cache = cache if cache is not None else EmbeddingCache(cache_size)
         for name, key in (
             ("thread_key", thread_key),

@@ -58,6 +58,7 @@ def recalled(messages: list) -> list:
         ("index_name", "a" * 513),
         ("index_name", "two..dots"),
         ("max_block_chars", 0),
+        ("max_block_chars", 499),
         ("cache_size", 0),
         ("thread_key", ""),
     ],
