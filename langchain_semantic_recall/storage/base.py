@@ -8,10 +8,16 @@ Rules every backend keeps:
 
 - A thread belongs to exactly one resource, and a message id to exactly one thread:
   writing either under another owner raises :class:`OwnershipError` and writes nothing.
-- Writing an existing message id again updates its content but keeps its place
-  (sequence number) in the thread: re-indexing never duplicates.
+- Writing an existing message id again replaces its role, text, time and payload but
+  keeps its place (sequence number) in the thread: re-indexing never duplicates. When
+  one batch repeats an id, the last record wins. A failed batch uses up no sequence
+  numbers.
 - A forgotten thread is retired: later writes to it raise :class:`ForgottenThreadError`.
+  Deleting a thread that was never written still retires its id.
 - Reads take a :class:`ScopeFilter` and never return a message outside it.
+- Times must be timezone-aware (compared as instants); negative window sizes and a
+  page ``limit`` below 1 raise :class:`InvalidInputError`. Thread ids sort by code
+  point (PostgreSQL: ``COLLATE "C"``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,273 @@
+"""In-memory message storage: the reference backend for tests and notebooks.
+
+Everything lives in plain dicts guarded by one :class:`threading.RLock`. A write is
+planned against the current state first and applied only when every record passed the
+ownership and forgotten-thread checks, so a failing batch writes nothing.
+
+Example:
+    .. code-block:: python
+
+        from langchain_semantic_recall.storage import InMemoryStorage
+
+        storage = InMemoryStorage()
+        storage.put([record])  # record: a MessageRecord
+        windows = storage.get_windows(
+            [record.id], before=1, after=1, scope=ScopeFilter(resource_id="user-1")
+        )
+        # async twins: await storage.aput([...]), await storage.aget_windows(...)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidInputError,
+    OwnershipError,
+)
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Thread:
+    """One thread: its owner and its messages, where ``messages[seq]`` has that seq."""
+
+    resource_id: str
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+def _as_utc(value: datetime) -> datetime:
+    """``value`` converted to UTC; a naive datetime is rejected (its zone is unknown)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(
+            f"created_at {value.isoformat()} has no time zone; pass an aware UTC datetime "
+            "such as datetime.now(UTC)"
+        )
+    return value.astimezone(UTC)
+
+
+def _check_window(before: int, after: int) -> None:
+    if before < 0 or after < 0:
+        raise InvalidInputError(f"window sizes must be >= 0, got before={before} after={after}")
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        raise InvalidInputError(f"limit must be >= 1, got {limit}")
+
+
+class InMemoryStorage(MessageStorage):
+    """Message storage in process memory (lost when the process ends).
+
+    Thread-safe: every method holds one re-entrant lock for its whole duration. It keeps
+    every rule of :class:`MessageStorage` and is the reference the conformance suite is
+    written against.
+
+    Example:
+        .. code-block:: python
+
+            storage = InMemoryStorage()
+            recall = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
+    """
+
+    def __init__(self) -> None:
+        """Create an empty storage."""
+        self._lock = threading.RLock()
+        self._threads: dict[str, _Thread] = {}
+        self._index: dict[str, tuple[str, int]] = {}
+        """Message id -> (thread id, seq)."""
+        self._forgotten: dict[str, str | None] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(threads={len(self._threads)})"
+
+    # --- writes -----------------------------------------------------------------------
+
+    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+        """Insert or update messages atomically (all or nothing), in the given order.
+
+        Args:
+            records: The messages to write. Known ids keep their sequence number.
+
+        Returns:
+            The stored messages, in input order.
+
+        Raises:
+            OwnershipError: A thread of another resource, or a message id of another thread.
+            ForgottenThreadError: A record targets a forgotten thread.
+            InvalidInputError: A ``created_at`` without a time zone.
+        """
+        with self._lock:
+            # Plan on overlays first; the real dicts change only once every record passed.
+            owners: dict[str, str] = {}
+            next_seq: dict[str, int] = {}
+            planned: dict[str, tuple[str, int]] = {}
+            stored: list[StoredMessage] = []
+            for record in records:
+                created_at = _as_utc(record.created_at)
+                thread_id = record.thread_id
+                if thread_id in self._forgotten:
+                    raise ForgottenThreadError(
+                        f"thread {thread_id!r} was forgotten and its id is retired; "
+                        "start a new thread id"
+                    )
+                thread = self._threads.get(thread_id)
+                owner = owners.setdefault(
+                    thread_id, thread.resource_id if thread else record.resource_id
+                )
+                if owner != record.resource_id:
+                    raise OwnershipError(
+                        f"thread {thread_id!r} belongs to another resource than "
+                        f"{record.resource_id!r}; use a thread id of that resource"
+                    )
+                known = self._index.get(record.id) or planned.get(record.id)
+                if known is not None and known[0] != thread_id:
+                    raise OwnershipError(
+                        f"message id {record.id!r} already belongs to another thread than "
+                        f"{thread_id!r}; message ids must be unique across threads"
+                    )
+                if known is None:
+                    seq = next_seq.setdefault(thread_id, len(thread.messages) if thread else 0)
+                    next_seq[thread_id] = seq + 1
+                    planned[record.id] = (thread_id, seq)
+                else:
+                    seq = known[1]
+                stored.append(
+                    StoredMessage(
+                        id=record.id,
+                        thread_id=thread_id,
+                        resource_id=record.resource_id,
+                        role=record.role,
+                        text=record.text,
+                        created_at=created_at,
+                        payload=record.payload,
+                        seq=seq,
+                    )
+                )
+            for message in stored:
+                self._apply(message)
+            logger.debug("stored %d messages", len(stored))
+            return stored
+
+    def _apply(self, message: StoredMessage) -> None:
+        thread = self._threads.setdefault(message.thread_id, _Thread(message.resource_id))
+        if message.seq < len(thread.messages):
+            thread.messages[message.seq] = message
+        else:
+            thread.messages.append(message)
+        self._index[message.id] = (message.thread_id, message.seq)
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread's messages and retire its id (even if never written); count them."""
+        with self._lock:
+            thread = self._threads.pop(thread_id, None)
+            self._forgotten.setdefault(thread_id, thread.resource_id if thread else None)
+            if thread is None:
+                return 0
+            for message in thread.messages:
+                del self._index[message.id]
+            return len(thread.messages)
+
+    def delete_resource(self, resource_id: str) -> int:
+        """Delete every thread of a resource and retire their ids; count the messages."""
+        with self._lock:
+            owned = [tid for tid, t in self._threads.items() if t.resource_id == resource_id]
+            return sum(self.delete_thread(thread_id) for thread_id in owned)
+
+    # --- reads ------------------------------------------------------------------------
+
+    def get_windows(
+        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        """For each id inside ``scope``: it with ``before``/``after`` neighbours of its thread.
+
+        Args:
+            message_ids: Ids of the hits. Unknown ids and ids outside the scope are absent
+                from the result.
+            before: Messages to include before each hit (clipped at the thread start).
+            after: Messages to include after each hit (clipped at the thread end).
+            scope: Which messages may be returned.
+
+        Returns:
+            Hit id -> the window of its own thread, ordered by seq, including the hit.
+        """
+        _check_window(before, after)
+        with self._lock:
+            windows: dict[str, tuple[StoredMessage, ...]] = {}
+            for message_id in message_ids:
+                location = self._index.get(message_id)
+                if location is None:
+                    continue
+                thread_id, seq = location
+                thread = self._threads[thread_id]
+                if not scope.admits(thread.resource_id, thread_id):
+                    continue
+                windows[message_id] = tuple(thread.messages[max(0, seq - before) : seq + after + 1])
+            return windows
+
+    def get_thread_owner(self, thread_id: str) -> str | None:
+        """The resource that owns the thread, or None if it is unknown or forgotten."""
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            return thread.resource_id if thread else None
+
+    def list_messages(
+        self,
+        scope: ScopeFilter | None = None,
+        *,
+        after: tuple[str, int] | None = None,
+        limit: int = 1000,
+    ) -> list[StoredMessage]:
+        """A page of messages ordered by (thread_id, seq), starting after ``after``.
+
+        Args:
+            scope: Only messages inside it; None lists every message.
+            after: The (thread_id, seq) of the last message of the previous page.
+            limit: Page size (>= 1).
+
+        Returns:
+            Up to ``limit`` messages.
+        """
+        _check_limit(limit)
+        with self._lock:
+            thread_ids = sorted(self._threads)
+            start = 0 if after is None else bisect_left(thread_ids, after[0])
+            page: list[StoredMessage] = []
+            for thread_id in thread_ids[start:]:
+                thread = self._threads[thread_id]
+                if scope is not None and not scope.admits(thread.resource_id, thread_id):
+                    continue
+                first = max(after[1] + 1, 0) if after and thread_id == after[0] else 0
+                page.extend(thread.messages[first : first + limit - len(page)])
+                if len(page) >= limit:
+                    break
+            return page
+
+    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+        """Threads of a resource (or all), ordered by thread id."""
+        with self._lock:
+            return [
+                ThreadInfo(
+                    thread_id=thread_id,
+                    resource_id=thread.resource_id,
+                    message_count=len(thread.messages),
+                    first_at=min((m.created_at for m in thread.messages), default=None),
+                    last_at=max((m.created_at for m in thread.messages), default=None),
+                )
+                for thread_id, thread in sorted(self._threads.items())
+                if resource_id is None or thread.resource_id == resource_id
+            ]
+
+    def is_forgotten(self, thread_id: str) -> bool:
+        """Whether the thread was deleted (its id is retired)."""
+        with self._lock:
+            return thread_id in self._forgotten

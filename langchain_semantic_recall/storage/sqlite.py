@@ -1,0 +1,479 @@
+"""SQLite message storage: the embedded default (stdlib ``sqlite3``, WAL journal).
+
+One file holds every thread of every resource. The schema carries a version number
+(``schema_version``) so that later releases can migrate a file in place; SQL lives in
+module-level constants and pure functions that build it.
+
+Concurrency: one connection (``check_same_thread=False``) guarded by one lock. SQLite
+admits a single writer at a time anyway, every statement here is short (indexed lookups
+of a few rows), and a single connection can be closed deterministically by :meth:`close`;
+per-thread connections would leak from executor threads (the async twins run in a pool)
+and would need their own cleanup. Other processes sharing the file are handled by WAL
+and the busy timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidInputError,
+    OwnershipError,
+    StorageError,
+)
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+
+logger = logging.getLogger(__name__)
+
+MEMORY_PATH: Final = ":memory:"
+SCHEMA_VERSION: Final = 1
+_BUSY_TIMEOUT_S: Final = 30.0
+_MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
+
+# --- schema -------------------------------------------------------------------------
+
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        "CREATE TABLE threads (thread_id TEXT PRIMARY KEY, resource_id TEXT NOT NULL, "
+        "next_seq INTEGER NOT NULL, created_at TEXT NOT NULL)",
+        "CREATE INDEX threads_resource ON threads (resource_id)",
+        "CREATE TABLE messages (id TEXT PRIMARY KEY, "
+        "thread_id TEXT NOT NULL REFERENCES threads (thread_id), resource_id TEXT NOT NULL, "
+        "seq INTEGER NOT NULL, role TEXT NOT NULL, text TEXT NOT NULL, "
+        "created_at TEXT NOT NULL, payload TEXT NOT NULL, UNIQUE (thread_id, seq))",
+        # (resource_id, thread_id) serves resource-scoped reads; seq keeps them ordered.
+        "CREATE INDEX messages_resource_thread ON messages (resource_id, thread_id, seq)",
+        "CREATE TABLE forgotten_threads (thread_id TEXT PRIMARY KEY, resource_id TEXT, "
+        "forgotten_at TEXT NOT NULL)",
+    ),
+}
+"""Version -> the statements that bring a file from the previous version to it."""
+
+_CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
+_GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
+_CLEAR_VERSION: Final = "DELETE FROM schema_version"
+_SET_VERSION: Final = "INSERT INTO schema_version (version) VALUES (?)"
+
+# --- statements ---------------------------------------------------------------------
+
+_COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
+_GET_FORGOTTEN: Final = "SELECT 1 FROM forgotten_threads WHERE thread_id = ?"
+_GET_THREAD: Final = "SELECT resource_id, next_seq FROM threads WHERE thread_id = ?"
+_INSERT_THREAD: Final = (
+    "INSERT INTO threads (thread_id, resource_id, next_seq, created_at) VALUES (?, ?, 0, ?)"
+)
+_SET_NEXT_SEQ: Final = "UPDATE threads SET next_seq = ? WHERE thread_id = ?"
+_GET_MESSAGE_PLACE: Final = "SELECT thread_id, seq FROM messages WHERE id = ?"
+_INSERT_MESSAGE: Final = f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_UPDATE_MESSAGE: Final = (
+    "UPDATE messages SET role = ?, text = ?, created_at = ?, payload = ? WHERE id = ?"
+)
+_DELETE_THREAD_MESSAGES: Final = "DELETE FROM messages WHERE thread_id = ?"
+_DELETE_THREAD: Final = "DELETE FROM threads WHERE thread_id = ?"
+_FORGET_THREAD: Final = "INSERT OR IGNORE INTO forgotten_threads VALUES (?, ?, ?)"
+_FORGET_RESOURCE: Final = (
+    "INSERT OR IGNORE INTO forgotten_threads "
+    "SELECT thread_id, resource_id, ? FROM threads WHERE resource_id = ?"
+)
+_DELETE_RESOURCE_MESSAGES: Final = "DELETE FROM messages WHERE resource_id = ?"
+_DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
+
+
+def _scope_sql(scope: ScopeFilter | None) -> tuple[str, list[str]]:
+    """``AND``-clauses (possibly empty) and their parameters restricting rows to ``scope``."""
+    if scope is None:
+        return "", []
+    pairs = [("resource_id", scope.resource_id), ("thread_id", scope.thread_id)]
+    kept = [(column, value) for column, value in pairs if value is not None]
+    return "".join(f" AND {column} = ?" for column, _ in kept), [value for _, value in kept]
+
+
+def windows_sql(
+    message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
+) -> tuple[str, list[Any]]:
+    """One query: the hits inside ``scope``, then every neighbour by seq range, in order.
+
+    Rows are ``(hit_id, *_COLUMNS)`` ordered by hit id then seq. Both lookups use an
+    index (the primary key for the hits, ``UNIQUE(thread_id, seq)`` for the ranges).
+    """
+    where, scope_params = _scope_sql(scope)
+    marks = ", ".join("?" * len(message_ids))
+    m_columns = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+    sql = (
+        f"WITH hits AS (SELECT id, thread_id, seq FROM messages WHERE id IN ({marks}){where}) "
+        f"SELECT hits.id, {m_columns} FROM hits JOIN messages AS m "
+        "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - ? AND hits.seq + ? "
+        "ORDER BY hits.id, m.seq"
+    )
+    return sql, [*message_ids, *scope_params, before, after]
+
+
+def list_messages_sql(
+    scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
+) -> tuple[str, list[Any]]:
+    """A keyset page ordered by (thread_id, seq), strictly after ``after``."""
+    where, params = _scope_sql(scope)
+    page: list[Any] = [*params]
+    if after is not None:
+        where += " AND (thread_id, seq) > (?, ?)"
+        page += [after[0], after[1]]
+    sql = f"SELECT {_COLUMNS} FROM messages WHERE 1 = 1{where} ORDER BY thread_id, seq LIMIT ?"
+    return sql, [*page, limit]
+
+
+def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:
+    """Thread summaries (count, first and last message time), ordered by thread id."""
+    where = " WHERE t.resource_id = ?" if resource_id is not None else ""
+    sql = (
+        "SELECT t.thread_id, t.resource_id, COUNT(m.id), MIN(m.created_at), MAX(m.created_at) "
+        f"FROM threads AS t LEFT JOIN messages AS m ON m.thread_id = t.thread_id{where} "
+        "GROUP BY t.thread_id ORDER BY t.thread_id"
+    )
+    return sql, [] if resource_id is None else [resource_id]
+
+
+def count_sql(scope: ScopeFilter | None) -> tuple[str, list[Any]]:
+    """The number of messages inside ``scope``."""
+    where, params = _scope_sql(scope)
+    return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
+
+
+# --- conversions --------------------------------------------------------------------
+
+
+def _to_iso(value: datetime) -> str:
+    """Fixed-width ISO 8601 in UTC (sorts as text); naive datetimes are rejected."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(
+            f"created_at {value.isoformat()} has no time zone; pass an aware UTC datetime "
+            "such as datetime.now(UTC)"
+        )
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _from_iso(value: str) -> datetime:
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def _to_message(row: Sequence[Any]) -> StoredMessage:
+    """A row of ``_COLUMNS`` as a stored message."""
+    id_, thread_id, resource_id, role, text, created_at, payload, seq = row
+    return StoredMessage(
+        id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq
+    )
+
+
+def _prepare_path(path: str | os.PathLike[str]) -> str:
+    """The database path, its folder created; StorageError if it cannot be written."""
+    raw = os.fspath(path)
+    if raw == MEMORY_PATH:
+        return raw
+    target = Path(raw).expanduser()
+    if target.is_dir():
+        raise StorageError(
+            f"SQLite storage path {target} is a directory; pass a file path such as "
+            f"{target / 'memory.db'}"
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot create the folder {target.parent} for the SQLite storage {target} "
+            f"({exc.strerror}); create it yourself or choose a writable path"
+        ) from exc
+    if target.exists() and not os.access(target, os.R_OK | os.W_OK):
+        raise StorageError(
+            f"SQLite storage {target} is not readable and writable; fix its permissions "
+            "(e.g. chmod u+rw) or choose another path"
+        )
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise StorageError(
+            f"folder {target.parent} of the SQLite storage {target} is read-only (SQLite "
+            "writes its journal next to the database); choose a writable folder"
+        )
+    return str(target)
+
+
+def _configure(conn: sqlite3.Connection, path: str) -> None:
+    """Set the pragmas and bring the schema up to ``SCHEMA_VERSION``, in one transaction."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode != "wal" and path != MEMORY_PATH:
+        logger.warning("SQLite storage %s runs in %s journal mode, not WAL", path, mode)
+    # NORMAL is durable in WAL mode except for the last commits on power loss.
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_CREATE_VERSION_TABLE)
+        version = conn.execute(_GET_VERSION).fetchone()[0] or 0
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"SQLite storage {path} has schema version {version}, newer than this "
+                f"package understands ({SCHEMA_VERSION}); upgrade langchain-semantic-recall"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[target]:
+                conn.execute(statement)
+            logger.info("SQLite storage %s: schema migrated to v%d", path, target)
+        if version != SCHEMA_VERSION:
+            conn.execute(_CLEAR_VERSION)
+            conn.execute(_SET_VERSION, (SCHEMA_VERSION,))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@dataclass(slots=True)
+class _ThreadState:
+    owner: str
+    next_seq: int
+
+
+class SQLiteStorage(MessageStorage):
+    """Message storage in one SQLite file (WAL journal), safe across threads.
+
+    Example:
+        .. code-block:: python
+
+            storage = SQLiteStorage("./memory/messages.db")  # folders are created
+            storage.put(records)
+            await storage.aget_windows(ids, before=2, after=1, scope=scope)
+            storage.close()
+
+    ``SQLiteStorage(":memory:")`` keeps everything in memory (handy in tests).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open (creating if needed) the database file and bring its schema up to date.
+
+        Args:
+            path: A file path, or ``":memory:"``. Missing parent folders are created.
+
+        Raises:
+            StorageError: The path cannot be created, read or written, is not a SQLite
+                database, or was written by a newer version of this package.
+        """
+        self._path = _prepare_path(path)
+        self._lock = threading.Lock()
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,  # autocommit; transactions are explicit (BEGIN IMMEDIATE)
+                check_same_thread=False,  # every use holds self._lock
+            )
+            _configure(conn, self._path)
+        except (sqlite3.Error, StorageError) as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(
+                f"cannot use SQLite storage {self._path} ({exc}); check that it is a SQLite "
+                "database in a folder you can write, or choose another path"
+            ) from exc
+        self._conn = conn
+        logger.debug("opened SQLite storage %s", self._path)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._path!r})"
+
+    @property
+    def path(self) -> str:
+        """The database path (``":memory:"`` for an in-memory database)."""
+        return self._path
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock, self._errors("read"):
+            yield self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed on success, else rolled back."""
+        with self._lock, self._errors("write"):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StorageError(
+                f"SQLite storage {self._path}: {action} failed ({exc}); check that the "
+                "file is writable, has free space and is still open"
+            ) from exc
+
+    # --- writes -----------------------------------------------------------------------
+
+    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+        """Insert or update messages in one transaction (all or nothing), in order.
+
+        Raises:
+            OwnershipError: A thread of another resource, or a message id of another thread.
+            ForgottenThreadError: A record targets a forgotten thread.
+            InvalidInputError: A ``created_at`` without a time zone.
+            StorageError: The database could not be written.
+        """
+        if not records:
+            return []
+        created = [_to_iso(record.created_at) for record in records]
+        now = _to_iso(datetime.now(UTC))
+        stored: list[StoredMessage] = []
+        with self._write() as conn:
+            threads: dict[str, _ThreadState] = {}
+            for record, created_at in zip(records, created, strict=True):
+                state = threads.get(record.thread_id)
+                if state is None:
+                    state = threads[record.thread_id] = self._thread_state(conn, record, now)
+                if state.owner != record.resource_id:
+                    raise OwnershipError(
+                        f"thread {record.thread_id!r} belongs to another resource than "
+                        f"{record.resource_id!r}; use a thread id of that resource"
+                    )
+                place = conn.execute(_GET_MESSAGE_PLACE, (record.id,)).fetchone()
+                if place is not None and place[0] != record.thread_id:
+                    raise OwnershipError(
+                        f"message id {record.id!r} already belongs to another thread than "
+                        f"{record.thread_id!r}; message ids must be unique across threads"
+                    )
+                if place is None:
+                    seq = state.next_seq
+                    state.next_seq += 1
+                else:
+                    seq = place[1]
+                values = (
+                    *(record.id, record.thread_id, record.resource_id, record.role, record.text),
+                    *(created_at, record.payload, seq),
+                )
+                if place is None:
+                    conn.execute(_INSERT_MESSAGE, values)
+                else:
+                    update = (record.role, record.text, created_at, record.payload, record.id)
+                    conn.execute(_UPDATE_MESSAGE, update)
+                stored.append(_to_message(values))
+            for thread_id, state in threads.items():
+                conn.execute(_SET_NEXT_SEQ, (state.next_seq, thread_id))
+        logger.debug("stored %d messages in %s", len(stored), self._path)
+        return stored
+
+    @staticmethod
+    def _thread_state(conn: sqlite3.Connection, record: MessageRecord, now: str) -> _ThreadState:
+        """The owner and next seq of the record's thread, creating the thread if new."""
+        if conn.execute(_GET_FORGOTTEN, (record.thread_id,)).fetchone() is not None:
+            raise ForgottenThreadError(
+                f"thread {record.thread_id!r} was forgotten and its id is retired; "
+                "start a new thread id"
+            )
+        row = conn.execute(_GET_THREAD, (record.thread_id,)).fetchone()
+        if row is not None:
+            return _ThreadState(owner=row[0], next_seq=row[1])
+        conn.execute(_INSERT_THREAD, (record.thread_id, record.resource_id, now))
+        return _ThreadState(owner=record.resource_id, next_seq=0)
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread's messages and retire its id (even if never written); count them."""
+        now = _to_iso(datetime.now(UTC))
+        with self._write() as conn:
+            owner = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
+            deleted = conn.execute(_DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
+            conn.execute(_DELETE_THREAD, (thread_id,))
+            conn.execute(_FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
+        logger.info("forgot thread %r (%d messages)", thread_id, deleted)
+        return deleted
+
+    def delete_resource(self, resource_id: str) -> int:
+        """Delete every thread of a resource and retire their ids; count the messages."""
+        now = _to_iso(datetime.now(UTC))
+        with self._write() as conn:
+            conn.execute(_FORGET_RESOURCE, (now, resource_id))
+            deleted = conn.execute(_DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount
+            conn.execute(_DELETE_RESOURCE_THREADS, (resource_id,))
+        logger.info("forgot resource %r (%d messages)", resource_id, deleted)
+        return deleted
+
+    # --- reads ------------------------------------------------------------------------
+
+    def get_windows(
+        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        """For each id inside ``scope``: it with ``before``/``after`` neighbours of its thread.
+
+        One indexed query per 500 distinct ids (in practice: one query per recall).
+        """
+        if before < 0 or after < 0:
+            raise InvalidInputError(f"window sizes must be >= 0, got before={before} after={after}")
+        unique = list(dict.fromkeys(message_ids))
+        windows: dict[str, list[StoredMessage]] = {}
+        with self._read() as conn:
+            for start in range(0, len(unique), _MAX_IDS_PER_QUERY):
+                chunk = unique[start : start + _MAX_IDS_PER_QUERY]
+                for row in conn.execute(*windows_sql(chunk, before, after, scope)):
+                    windows.setdefault(row[0], []).append(_to_message(row[1:]))
+        return {hit: tuple(windows[hit]) for hit in unique if hit in windows}
+
+    def get_thread_owner(self, thread_id: str) -> str | None:
+        """The resource that owns the thread, or None if it is unknown or forgotten."""
+        with self._read() as conn:
+            row = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def list_messages(
+        self,
+        scope: ScopeFilter | None = None,
+        *,
+        after: tuple[str, int] | None = None,
+        limit: int = 1000,
+    ) -> list[StoredMessage]:
+        """A page of messages ordered by (thread_id, seq), starting after ``after``."""
+        if limit < 1:
+            raise InvalidInputError(f"limit must be >= 1, got {limit}")
+        with self._read() as conn:
+            rows = conn.execute(*list_messages_sql(scope, after, limit)).fetchall()
+        return [_to_message(row) for row in rows]
+
+    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+        """Threads of a resource (or all), ordered by thread id."""
+        with self._read() as conn:
+            rows = conn.execute(*list_threads_sql(resource_id)).fetchall()
+        return [
+            ThreadInfo(thread_id, owner, count, _from_iso(first), _from_iso(last))
+            if count
+            else ThreadInfo(thread_id, owner, 0, None, None)
+            for thread_id, owner, count, first, last in rows
+        ]
+
+    def count(self, scope: ScopeFilter | None = None) -> int:
+        """Number of stored messages in the scope (or in total), in one query."""
+        with self._read() as conn:
+            return int(conn.execute(*count_sql(scope)).fetchone()[0])
+
+    def is_forgotten(self, thread_id: str) -> bool:
+        """Whether the thread was deleted (its id is retired)."""
+        with self._read() as conn:
+            return conn.execute(_GET_FORGOTTEN, (thread_id,)).fetchone() is not None
+
+    def close(self) -> None:
+        """Close the connection; later calls raise :class:`StorageError`."""
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,537 @@
+"""The message-storage conformance suite: the rules of ``MessageStorage``, as tests.
+
+Every backend runs it by subclassing :class:`StorageConformance` and providing a
+``storage`` fixture that yields a fresh, empty storage::
+
+    class TestSQLiteStorage(StorageConformance):
+        @pytest.fixture
+        def storage(self, tmp_path: Path) -> Iterator[MessageStorage]:
+            storage = SQLiteStorage(tmp_path / "messages.db")
+            yield storage
+            storage.close()
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidInputError,
+    OwnershipError,
+)
+from langchain_semantic_recall.records import MessageRecord, Role, ScopeFilter
+from langchain_semantic_recall.storage.base import MessageStorage
+
+BASE_TIME = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
+
+
+def make_record(
+    message_id: str,
+    thread_id: str = "t1",
+    resource_id: str = "r1",
+    *,
+    role: Role = "user",
+    text: str | None = None,
+    minute: int = 0,
+    created_at: datetime | None = None,
+) -> MessageRecord:
+    """A record whose payload is a real LangChain message of the role's type."""
+    text = f"text of {message_id}" if text is None else text
+    if role == "user":
+        message: HumanMessage | AIMessage | SystemMessage | ToolMessage = HumanMessage(text)
+    elif role == "assistant":
+        message = AIMessage(text)
+    elif role == "system":
+        message = SystemMessage(text)
+    else:
+        message = ToolMessage(text, tool_call_id="call-1")
+    message.id = message_id
+    return MessageRecord(
+        id=message_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        role=role,
+        text=text,
+        created_at=BASE_TIME + timedelta(minutes=minute) if created_at is None else created_at,
+        payload=MessageRecord.dump(message),
+    )
+
+
+def make_thread(count: int, thread_id: str = "t1", resource_id: str = "r1") -> list[MessageRecord]:
+    """``count`` records ``<thread_id>-m0``.. of one thread, a minute apart."""
+    return [
+        make_record(f"{thread_id}-m{i}", thread_id, resource_id, minute=i) for i in range(count)
+    ]
+
+
+def ids(messages: Sequence[MessageRecord]) -> list[str]:
+    return [m.id for m in messages]
+
+
+@dataclass
+class _Model:
+    """The expected state of a storage after a random history (for the property test)."""
+
+    owners: dict[str, str] = field(default_factory=dict)
+    threads: dict[str, list[str]] = field(default_factory=dict)
+    homes: dict[str, str] = field(default_factory=dict)
+    forgotten: set[str] = field(default_factory=set)
+
+    def put(self, batch: list[tuple[str, str, str]]) -> bool:
+        """Apply (message, thread, resource) records; False (nothing applied) if illegal."""
+        owners, threads, homes = dict(self.owners), dict(self.threads), dict(self.homes)
+        for message_id, thread_id, resource_id in batch:
+            if thread_id in self.forgotten or owners.setdefault(thread_id, resource_id) != (
+                resource_id
+            ):
+                return False
+            if homes.setdefault(message_id, thread_id) != thread_id:
+                return False
+            order = threads[thread_id] = list(threads.get(thread_id, []))
+            if message_id not in order:
+                order.append(message_id)
+        self.owners, self.threads, self.homes = owners, threads, homes
+        return True
+
+    def forget(self, thread_id: str) -> None:
+        self.forgotten.add(thread_id)
+        self.owners.pop(thread_id, None)
+        for message_id in self.threads.pop(thread_id, []):
+            del self.homes[message_id]
+
+
+class StorageConformance:
+    """Tests every :class:`MessageStorage` backend must pass. Provide ``storage``."""
+
+    @pytest.fixture
+    def storage(self) -> Iterator[MessageStorage]:
+        raise NotImplementedError("subclass StorageConformance and provide a storage fixture")
+
+    # --- put / round trip -------------------------------------------------------------
+
+    def test_put_round_trip_keeps_fields_and_message_type(self, storage: MessageStorage) -> None:
+        records = [
+            make_record("m-user", role="user", minute=0),
+            make_record("m-ai", role="assistant", minute=1),
+            make_record("m-sys", role="system", minute=2),
+            make_record("m-tool", role="tool", text="", minute=3),
+        ]
+        stored = storage.put(records)
+        listed = storage.list_messages(ScopeFilter(thread_id="t1"))
+        assert stored == listed
+        for record, message in zip(records, listed, strict=True):
+            assert (message.id, message.thread_id, message.resource_id) == (
+                record.id,
+                record.thread_id,
+                record.resource_id,
+            )
+            assert (message.role, message.text, message.payload) == (
+                record.role,
+                record.text,
+                record.payload,
+            )
+            assert message.created_at == record.created_at
+            assert message.created_at.utcoffset() == timedelta(0)
+        types = [type(m.to_message()) for m in listed]
+        assert types == [HumanMessage, AIMessage, SystemMessage, ToolMessage]
+        assert listed[1].to_message().id == "m-ai"
+
+    def test_created_at_is_returned_in_utc(self, storage: MessageStorage) -> None:
+        paris = datetime(2024, 3, 1, 9, 15, 30, 123456, tzinfo=timezone(timedelta(hours=2)))
+        storage.put([make_record("m1", created_at=paris)])
+        [message] = storage.list_messages()
+        assert message.created_at == paris
+        assert message.created_at.utcoffset() == timedelta(0)
+        assert (message.created_at.hour, message.created_at.microsecond) == (7, 123456)
+
+    def test_naive_created_at_is_rejected(self, storage: MessageStorage) -> None:
+        with pytest.raises(InvalidInputError, match="time zone"):
+            storage.put([make_record("m1", created_at=datetime(2024, 1, 1))])
+        assert storage.count() == 0
+
+    def test_seq_is_assigned_in_write_order_per_thread(self, storage: MessageStorage) -> None:
+        first = storage.put([make_record("a0", "ta"), make_record("b0", "tb")])
+        second = storage.put([make_record("a1", "ta"), make_record("a2", "ta")])
+        third = storage.put([make_record("b1", "tb")])
+        assert [m.seq for m in first] == [first[0].seq, first[1].seq]
+        a_seqs = [first[0].seq, second[0].seq, second[1].seq]
+        b_seqs = [first[1].seq, third[0].seq]
+        assert a_seqs == list(range(a_seqs[0], a_seqs[0] + 3))
+        assert b_seqs == [b_seqs[0], b_seqs[0] + 1]
+        assert ids(storage.list_messages(ScopeFilter(thread_id="ta"))) == ["a0", "a1", "a2"]
+
+    def test_update_keeps_seq_and_replaces_content(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3))
+        [updated] = storage.put([make_record("t1-m1", text="edited", role="assistant")])
+        messages = storage.list_messages(ScopeFilter(thread_id="t1"))
+        assert ids(messages) == ["t1-m0", "t1-m1", "t1-m2"]
+        assert updated == messages[1]
+        assert (messages[1].text, messages[1].role) == ("edited", "assistant")
+        assert messages[1].to_message().content == "edited"
+        assert [m.seq for m in messages] == [messages[0].seq + i for i in range(3)]
+
+    def test_repeat_put_is_idempotent(self, storage: MessageStorage) -> None:
+        records = make_thread(4)
+        first = storage.put(records)
+        again = storage.put(records)
+        assert first == again
+        assert storage.count() == 4
+        assert storage.list_messages() == first
+
+    def test_same_id_twice_in_one_batch_is_one_message(self, storage: MessageStorage) -> None:
+        stored = storage.put([make_record("m1", text="v1"), make_record("m1", text="v2")])
+        assert stored[0].seq == stored[1].seq
+        [message] = storage.list_messages()
+        assert message.text == "v2"
+
+    # --- windows ----------------------------------------------------------------------
+
+    def test_window_before_and_after(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(7))
+        windows = storage.get_windows(["t1-m3"], before=2, after=1, scope=ScopeFilter("r1"))
+        assert ids(windows["t1-m3"]) == ["t1-m1", "t1-m2", "t1-m3", "t1-m4"]
+        assert windows["t1-m3"] == tuple(storage.list_messages()[1:5])
+
+    def test_window_is_clipped_at_thread_ends(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3))
+        windows = storage.get_windows(
+            ["t1-m0", "t1-m2"], before=5, after=5, scope=ScopeFilter("r1")
+        )
+        assert ids(windows["t1-m0"]) == ["t1-m0", "t1-m1", "t1-m2"]
+        assert ids(windows["t1-m2"]) == ["t1-m0", "t1-m1", "t1-m2"]
+        zero = storage.get_windows(["t1-m1"], before=0, after=0, scope=ScopeFilter("r1"))
+        assert ids(zero["t1-m1"]) == ["t1-m1"]
+
+    def test_window_stays_in_the_hits_own_thread(self, storage: MessageStorage) -> None:
+        for i in range(4):  # interleaved in time: t1, t2, t1, t2, ...
+            storage.put([make_record(f"a{i}", "t1", minute=2 * i)])
+            storage.put([make_record(f"b{i}", "t2", minute=2 * i + 1)])
+        windows = storage.get_windows(["a1", "b2"], before=1, after=1, scope=ScopeFilter("r1"))
+        assert ids(windows["a1"]) == ["a0", "a1", "a2"]
+        assert ids(windows["b2"]) == ["b1", "b2", "b3"]
+
+    def test_windows_for_many_hits_and_unknown_ids(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(6))
+        storage.put(make_thread(2, "t2"))
+        hits = ["t1-m5", "nope", "t2-m0", "t1-m0", "t1-m5"]
+        windows = storage.get_windows(hits, before=1, after=1, scope=ScopeFilter("r1"))
+        assert set(windows) == {"t1-m5", "t2-m0", "t1-m0"}
+        assert ids(windows["t1-m5"]) == ["t1-m4", "t1-m5"]
+        assert ids(windows["t2-m0"]) == ["t2-m0", "t2-m1"]
+        assert ids(windows["t1-m0"]) == ["t1-m0", "t1-m1"]
+        assert storage.get_windows([], before=1, after=1, scope=ScopeFilter("r1")) == {}
+
+    def test_negative_window_is_rejected(self, storage: MessageStorage) -> None:
+        with pytest.raises(InvalidInputError):
+            storage.get_windows(["m"], before=-1, after=0, scope=ScopeFilter("r1"))
+
+    # --- scope enforcement ------------------------------------------------------------
+
+    def test_resource_scope_hides_other_resources(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3, "mine", "r1") + make_thread(3, "theirs", "r2"))
+        hits = ["mine-m1", "theirs-m1"]
+        windows = storage.get_windows(hits, before=1, after=1, scope=ScopeFilter("r1"))
+        assert set(windows) == {"mine-m1"}
+        assert all(m.resource_id == "r1" for m in windows["mine-m1"])
+
+    def test_thread_scope_hides_other_threads(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3, "t1") + make_thread(3, "t2"))
+        scope = ScopeFilter(thread_id="t1")
+        windows = storage.get_windows(["t1-m1", "t2-m1"], before=1, after=1, scope=scope)
+        assert set(windows) == {"t1-m1"}
+        narrowed = ScopeFilter(resource_id="r2", thread_id="t1")
+        assert storage.get_windows(["t1-m1"], before=1, after=1, scope=narrowed) == {}
+
+    def test_reads_respect_scope(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1", "r1") + make_thread(3, "t2", "r1"))
+        storage.put(make_thread(4, "t3", "r2"))
+        assert storage.count() == 9
+        assert storage.count(ScopeFilter("r1")) == 5
+        assert storage.count(ScopeFilter(thread_id="t3")) == 4
+        assert storage.count(ScopeFilter("r1", "t3")) == 0
+        assert {m.thread_id for m in storage.list_messages(ScopeFilter("r1"))} == {"t1", "t2"}
+        assert ids(storage.list_messages(ScopeFilter("r2", "t3"))) == ids(make_thread(4, "t3"))
+
+    # --- ownership and atomicity ------------------------------------------------------
+
+    def test_thread_of_another_resource_writes_nothing(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1", "r1"))
+        batch = [
+            make_record("new-thread", "t9", "r2"),
+            make_record("t1-m0", "t1", "r1", text="an update"),
+            make_record("stolen", "t1", "r2"),
+        ]
+        with pytest.raises(OwnershipError, match="t1"):
+            storage.put(batch)
+        assert storage.get_thread_owner("t9") is None
+        assert storage.count() == 2
+        assert storage.list_messages()[0].text == "text of t1-m0"
+        assert [t.thread_id for t in storage.list_threads()] == ["t1"]
+        [after] = storage.put([make_record("t1-m2")])  # the failed batch consumed no seq
+        assert after.seq == storage.list_messages()[1].seq + 1
+
+    def test_new_thread_with_two_owners_in_one_batch(self, storage: MessageStorage) -> None:
+        with pytest.raises(OwnershipError):
+            storage.put([make_record("a", "t1", "r1"), make_record("b", "t1", "r2")])
+        assert storage.count() == 0
+        assert storage.get_thread_owner("t1") is None
+
+    def test_message_id_of_another_thread_is_rejected(self, storage: MessageStorage) -> None:
+        storage.put([make_record("m1", "t1")])
+        with pytest.raises(OwnershipError, match="m1"):
+            storage.put([make_record("m2", "t2"), make_record("m1", "t2")])
+        assert storage.get_thread_owner("t2") is None
+        assert ids(storage.list_messages()) == ["m1"]
+        with pytest.raises(OwnershipError):
+            storage.put([make_record("x", "t3"), make_record("x", "t4")])
+        assert storage.count() == 1
+
+    def test_get_thread_owner(self, storage: MessageStorage) -> None:
+        storage.put([make_record("m1", "t1", "r1"), make_record("m2", "t2", "r2")])
+        assert storage.get_thread_owner("t1") == "r1"
+        assert storage.get_thread_owner("t2") == "r2"
+        assert storage.get_thread_owner("t3") is None
+
+    # --- forgetting -------------------------------------------------------------------
+
+    def test_delete_thread(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3, "t1") + make_thread(2, "t2"))
+        assert storage.delete_thread("t1") == 3
+        assert storage.is_forgotten("t1")
+        assert not storage.is_forgotten("t2")
+        assert ids(storage.list_messages()) == ["t2-m0", "t2-m1"]
+        assert [t.thread_id for t in storage.list_threads()] == ["t2"]
+        assert storage.get_thread_owner("t1") is None
+        assert storage.count(ScopeFilter(thread_id="t1")) == 0
+        windows = storage.get_windows(
+            ["t1-m1", "t2-m0"], before=1, after=1, scope=ScopeFilter("r1")
+        )
+        assert set(windows) == {"t2-m0"}
+        assert storage.delete_thread("t1") == 0
+
+    def test_forgotten_thread_rejects_later_writes(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1"))
+        storage.delete_thread("t1")
+        with pytest.raises(ForgottenThreadError, match="t1"):
+            storage.put([make_record("ok", "t2"), make_record("late", "t1")])
+        assert storage.count() == 0
+        assert storage.get_thread_owner("t2") is None
+        with pytest.raises(ForgottenThreadError):  # under any resource
+            storage.put([make_record("late", "t1", "r2")])
+
+    def test_unknown_thread_can_be_retired(self, storage: MessageStorage) -> None:
+        assert storage.delete_thread("never-written") == 0
+        assert storage.is_forgotten("never-written")
+        with pytest.raises(ForgottenThreadError):
+            storage.put([make_record("m1", "never-written")])
+
+    def test_delete_resource(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1", "r1") + make_thread(3, "t2", "r1"))
+        storage.put(make_thread(4, "t3", "r2"))
+        assert storage.delete_resource("r1") == 5
+        assert storage.is_forgotten("t1")
+        assert storage.is_forgotten("t2")
+        assert not storage.is_forgotten("t3")
+        assert storage.list_threads("r1") == []
+        assert storage.list_messages(ScopeFilter("r1")) == []
+        assert storage.count() == 4
+        assert storage.get_windows(["t1-m0"], before=1, after=1, scope=ScopeFilter("r1")) == {}
+        with pytest.raises(ForgottenThreadError):
+            storage.put([make_record("late", "t2", "r1")])
+        storage.put([make_record("fresh", "t4", "r1")])  # a new thread of that resource
+        assert storage.get_thread_owner("t4") == "r1"
+        assert storage.delete_resource("nobody") == 0
+
+    # --- listing ----------------------------------------------------------------------
+
+    def test_list_messages_pages_by_thread_and_seq(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3, "tb") + make_thread(2, "ta") + make_thread(2, "tc", "r2"))
+        expected = ["ta-m0", "ta-m1", "tb-m0", "tb-m1", "tb-m2", "tc-m0", "tc-m1"]
+        assert ids(storage.list_messages()) == expected
+        pages: list[list[str]] = []
+        after: tuple[str, int] | None = None
+        for _ in range(len(expected) + 1):  # bounded: a paging bug must fail, not hang
+            page = storage.list_messages(after=after, limit=2)
+            if not page:
+                break
+            pages.append(ids(page))
+            after = (page[-1].thread_id, page[-1].seq)
+        assert pages == [expected[0:2], expected[2:4], expected[4:6], expected[6:]]
+        first = storage.list_messages(ScopeFilter("r1"), limit=4)
+        rest = storage.list_messages(ScopeFilter("r1"), after=(first[-1].thread_id, first[-1].seq))
+        assert ids(first) + ids(rest) == expected[:5]
+        assert ids(storage.list_messages(after=("tb", -1))) == expected[2:]
+        assert ids(storage.list_messages(after=("tb0", -1))) == expected[5:]
+        with pytest.raises(InvalidInputError):
+            storage.list_messages(limit=0)
+
+    def test_list_threads(self, storage: MessageStorage) -> None:
+        storage.put([make_record(f"b{i}", "tb", "r1", minute=10 + i) for i in range(3)])
+        storage.put([make_record("a0", "ta", "r2", minute=5)])
+        threads = storage.list_threads()
+        assert [(t.thread_id, t.resource_id, t.message_count) for t in threads] == [
+            ("ta", "r2", 1),
+            ("tb", "r1", 3),
+        ]
+        assert threads[1].first_at == BASE_TIME + timedelta(minutes=10)
+        assert threads[1].last_at == BASE_TIME + timedelta(minutes=12)
+        assert [t.thread_id for t in storage.list_threads("r1")] == ["tb"]
+        assert storage.list_threads("r3") == []
+
+    def test_thread_times_compare_instants_not_offsets(self, storage: MessageStorage) -> None:
+        east = timezone(timedelta(hours=5))  # 11:00+05:00 is earlier than 09:00 UTC
+        early = datetime(2024, 5, 1, 11, 0, tzinfo=east)
+        late = datetime(2024, 5, 1, 9, 0, 0, 1, tzinfo=UTC)
+        storage.put([make_record("m1", created_at=late), make_record("m2", created_at=early)])
+        [thread] = storage.list_threads()
+        assert (thread.first_at, thread.last_at) == (early, late)
+        assert thread.first_at is not None
+        assert thread.first_at.utcoffset() == timedelta(0)
+
+    # --- async twins ------------------------------------------------------------------
+
+    async def test_async_twins_match_sync(self, storage: MessageStorage) -> None:
+        stored = await storage.aput(make_thread(4, "t1") + make_thread(2, "t2", "r2"))
+        assert stored == storage.list_messages()
+        scope = ScopeFilter("r1")
+        assert await storage.aget_windows(
+            ["t1-m2", "t2-m0"], before=1, after=1, scope=scope
+        ) == storage.get_windows(["t1-m2", "t2-m0"], before=1, after=1, scope=scope)
+        assert await storage.alist_messages(scope, after=("t1", 0), limit=2) == (
+            storage.list_messages(scope, after=("t1", 0), limit=2)
+        )
+        assert await storage.alist_threads() == storage.list_threads()
+        assert await storage.acount(scope) == storage.count(scope) == 4
+        assert await storage.aget_thread_owner("t2") == "r2"
+        assert await storage.adelete_thread("t2") == 2
+        assert await storage.ais_forgotten("t2")
+        with pytest.raises(ForgottenThreadError):
+            await storage.aput([make_record("late", "t2", "r2")])
+        assert await storage.adelete_resource("r1") == 4
+        assert await storage.acount() == 0
+
+    # --- ids are compared exactly -----------------------------------------------------
+
+    def test_look_alike_and_unicode_ids_are_distinct(self, storage: MessageStorage) -> None:
+        composed, decomposed = "caf\u00e9", "cafe\u0301"  # same text, different code points
+        owners = {"t1": "r1", "t1 ": "r1 ", "T1": "R1", "t\uff11": "r\u0661", composed: "r1"}
+        for n, (thread_id, resource_id) in enumerate(owners.items()):
+            storage.put([make_record(f"m{n}", thread_id, resource_id, text="日本語 🧠 é")])
+        storage.put([make_record("x", decomposed, "r1 ")])
+        for thread_id, resource_id in [*owners.items(), (decomposed, "r1 ")]:
+            assert storage.get_thread_owner(thread_id) == resource_id
+        assert storage.count(ScopeFilter("r1")) == 2
+        assert storage.count(ScopeFilter(thread_id="t1")) == 1
+        hits = ["m0", "m1", "m2", "m3", "m4", "x"]
+        assert set(storage.get_windows(hits, before=0, after=0, scope=ScopeFilter("r1"))) == {
+            "m0",
+            "m4",
+        }
+        storage.put([make_record("M0", "t1"), make_record("m0 ", "t1")])
+        assert ids(storage.list_messages(ScopeFilter(thread_id="t1"))) == ["m0", "M0", "m0 "]
+        assert storage.list_messages(ScopeFilter(thread_id="T1"))[0].text == "日本語 🧠 é"
+        assert storage.delete_thread("t1") == 3
+        assert storage.get_thread_owner("t1 ") == "r1 "
+        assert not storage.is_forgotten("T1")
+
+    # --- concurrency ------------------------------------------------------------------
+
+    def test_concurrent_writers_lose_nothing(self, storage: MessageStorage) -> None:
+        writers, per_writer = 8, 20
+        barrier = threading.Barrier(writers)
+        errors: list[Exception] = []
+
+        def write(n: int) -> None:
+            try:
+                barrier.wait()
+                for i in range(per_writer):
+                    storage.put([make_record(f"s{n}-{i}", "shared")])
+                    storage.put([make_record(f"o{n}-{i}", f"own{n}")])
+            except Exception as exc:  # reported by the main thread
+                errors.append(exc)
+
+        pool = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        assert errors == []
+        shared = storage.list_messages(ScopeFilter(thread_id="shared"), limit=10_000)
+        seqs = [m.seq for m in shared]
+        assert seqs == list(range(seqs[0], seqs[0] + writers * per_writer))
+        for n in range(writers):
+            mine = [m.id for m in shared if m.id.startswith(f"s{n}-")]
+            assert mine == [f"s{n}-{i}" for i in range(per_writer)]
+            own = storage.list_messages(ScopeFilter(thread_id=f"own{n}"))
+            assert ids(own) == [f"o{n}-{i}" for i in range(per_writer)]
+            assert [m.seq for m in own] == list(range(own[0].seq, own[0].seq + per_writer))
+
+    # --- property: windows never leave the scope and are contiguous --------------------
+
+    def test_windows_property(self, storage: MessageStorage) -> None:
+        # A fresh @given function per run: one storage serves every example (each example
+        # writes under fresh ids), and each backend's subclass gets its own executor.
+        @settings(max_examples=40, deadline=None)
+        @given(data=st.data())
+        def run(data: st.DataObject) -> None:
+            check_windows_property(storage, data)
+
+        run()
+
+
+def check_windows_property(storage: MessageStorage, data: st.DataObject) -> None:
+    """Random histories and window queries under random scopes, checked against a model."""
+    ns = uuid.uuid4().hex[:8]
+    model = _Model()
+    record = st.tuples(st.integers(0, 11), st.integers(0, 3), st.integers(0, 2))
+    step = st.one_of(st.lists(record, min_size=1, max_size=4), st.integers(0, 3))
+    for action in data.draw(st.lists(step, max_size=14), label="history"):
+        if isinstance(action, int):
+            storage.delete_thread(f"{ns}t{action}")
+            model.forget(f"{ns}t{action}")
+            continue
+        batch = [(f"{ns}m{m}", f"{ns}t{t}", f"{ns}r{r}") for m, t, r in action]
+        if model.put(batch):
+            storage.put([make_record(*row) for row in batch])
+        else:
+            with pytest.raises((OwnershipError, ForgottenThreadError)):
+                storage.put([make_record(*row) for row in batch])
+
+    for _ in range(data.draw(st.integers(1, 4), label="queries")):
+        hits = [f"{ns}m{i}" for i in data.draw(st.lists(st.integers(0, 13), max_size=6))]
+        before, after = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+        resource = data.draw(st.sampled_from([None, *(f"{ns}r{r}" for r in range(3))]))
+        thread = data.draw(st.sampled_from([None, *(f"{ns}t{t}" for t in range(4))]))
+        if resource is None and thread is None:
+            thread = f"{ns}t0"
+        scope = ScopeFilter(resource_id=resource, thread_id=thread)
+        windows = storage.get_windows(hits, before=before, after=after, scope=scope)
+
+        homes = model.homes
+        expected = {
+            h for h in hits if h in homes and scope.admits(model.owners[homes[h]], homes[h])
+        }
+        assert set(windows) == expected
+        for hit, window in windows.items():
+            assert all(scope.admits(m.resource_id, m.thread_id) for m in window)
+            assert {m.thread_id for m in window} == {model.homes[hit]}
+            seqs = [m.seq for m in window]
+            assert seqs == list(range(seqs[0], seqs[0] + len(window)))
+            order = model.threads[model.homes[hit]]
+            at = order.index(hit)
+            assert ids(window) == order[max(0, at - before) : at + after + 1]
+
+    for r in range(3):
+        listed = storage.list_messages(ScopeFilter(f"{ns}r{r}"))
+        owned = sorted(t for t, owner in model.owners.items() if owner == f"{ns}r{r}")
+        assert ids(listed) == [m for t in owned for m in model.threads[t]]

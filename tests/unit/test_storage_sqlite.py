@@ -1,0 +1,172 @@
+"""SQLiteStorage runs the storage conformance suite, plus file-level checks of its own."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from langchain_semantic_recall.errors import ForgottenThreadError, StorageError
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.storage import MessageStorage, SQLiteStorage
+from langchain_semantic_recall.storage.sqlite import (
+    SCHEMA_VERSION,
+    count_sql,
+    list_messages_sql,
+    windows_sql,
+)
+from tests.conformance.storage_suite import StorageConformance, make_record, make_thread
+
+
+class TestSQLiteStorage(StorageConformance):
+    @pytest.fixture
+    def storage(self, tmp_path: Path) -> Iterator[MessageStorage]:
+        storage = SQLiteStorage(tmp_path / "messages.db")
+        yield storage
+        storage.close()
+
+
+class TestSQLiteInMemory(StorageConformance):
+    @pytest.fixture
+    def storage(self) -> Iterator[MessageStorage]:
+        storage = SQLiteStorage(":memory:")
+        yield storage
+        storage.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "messages.db"
+
+
+def test_data_survives_reopening(db_path: Path) -> None:
+    storage = SQLiteStorage(db_path)
+    storage.put(make_thread(3))
+    storage.delete_thread("gone")
+    storage.close()
+
+    reopened = SQLiteStorage(str(db_path))
+    try:
+        messages = reopened.list_messages()
+        assert [m.id for m in messages] == ["t1-m0", "t1-m1", "t1-m2"]
+        assert messages[0].to_message().content == "text of t1-m0"
+        [next_one] = reopened.put([make_record("t1-m3")])
+        assert next_one.seq == messages[-1].seq + 1
+        assert reopened.is_forgotten("gone")
+        with pytest.raises(ForgottenThreadError):
+            reopened.put([make_record("late", "gone")])
+    finally:
+        reopened.close()
+
+
+def test_wal_and_schema_version_are_on_disk(db_path: Path) -> None:
+    SQLiteStorage(db_path).close()
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    raw.close()
+    assert {"threads", "messages", "forgotten_threads", "schema_version"} <= tables
+    assert SCHEMA_VERSION == 1
+
+
+def test_newer_schema_is_refused(db_path: Path) -> None:
+    SQLiteStorage(db_path).close()
+    with sqlite3.connect(db_path) as raw:
+        raw.execute("UPDATE schema_version SET version = 99")
+    raw.close()
+    with pytest.raises(StorageError, match="upgrade"):
+        SQLiteStorage(db_path)
+
+
+def test_missing_folders_are_created(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "messages.db"
+    storage = SQLiteStorage(path)
+    storage.put([make_record("m1")])
+    storage.close()
+    assert path.is_file()
+
+
+def test_directory_path_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StorageError, match="is a directory") as info:
+        SQLiteStorage(tmp_path)
+    assert str(tmp_path) in str(info.value)
+
+
+def test_folder_that_cannot_be_created_is_refused(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    path = blocker / "messages.db"
+    with pytest.raises(StorageError, match="cannot create the folder") as info:
+        SQLiteStorage(path)
+    assert str(path) in str(info.value)
+
+
+def test_file_that_is_not_a_database_is_refused(db_path: Path) -> None:
+    db_path.write_bytes(b"definitely not sqlite " * 100)
+    with pytest.raises(StorageError, match="SQLite database") as info:
+        SQLiteStorage(db_path)
+    assert str(db_path) in str(info.value)
+
+
+@pytest.mark.parametrize("read_only", ["file", "folder"])
+def test_read_only_paths_are_refused_even_for_root(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: str
+) -> None:
+    SQLiteStorage(db_path).close()
+    locked = db_path if read_only == "file" else db_path.parent
+    real_access = os.access
+
+    def access(path: str | os.PathLike[str], mode: int) -> bool:
+        if Path(path) == locked and mode & os.W_OK:
+            return False
+        return real_access(path, mode)
+
+    monkeypatch.setattr(os, "access", access)
+    with pytest.raises(StorageError, match=r"chmod|writable folder") as info:
+        SQLiteStorage(db_path)
+    assert str(db_path) in str(info.value)
+
+
+def test_unwritable_location_is_refused() -> None:
+    # /proc refuses new files even to root: a real read-only folder on any Linux machine.
+    with pytest.raises(StorageError, match="/proc"):
+        SQLiteStorage("/proc/semantic-recall-test.db")
+
+
+def test_closed_storage_raises_storage_error(db_path: Path) -> None:
+    storage = SQLiteStorage(db_path)
+    storage.close()
+    with pytest.raises(StorageError, match="still open"):
+        storage.count()
+
+
+def test_memory_databases_are_separate() -> None:
+    first, second = SQLiteStorage(":memory:"), SQLiteStorage(":memory:")
+    first.put(make_thread(2))
+    assert second.count() == 0
+    assert first.path == ":memory:"
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize(
+    "scope", [ScopeFilter("r1"), ScopeFilter(thread_id="t1"), ScopeFilter("r1", "t1")]
+)
+def test_hot_queries_use_indexes(db_path: Path, scope: ScopeFilter) -> None:
+    SQLiteStorage(db_path).close()
+    queries = [
+        windows_sql(["a", "b", "c"], 2, 1, scope),
+        list_messages_sql(scope, ("t1", 3), 100),
+        list_messages_sql(None, ("t1", 3), 100),
+        count_sql(scope),
+    ]
+    with sqlite3.connect(db_path) as raw:
+        for sql, params in queries:
+            plan = [row[-1] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+            assert plan, sql
+            assert not [step for step in plan if step.startswith("SCAN")], (sql, plan)
+    raw.close()
