@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.tools import BaseTool
+from pydantic import BaseModel
 
 from langchain_semantic_recall import injection
 from langchain_semantic_recall.embeddings import (
@@ -82,12 +85,6 @@ class IndexInfo:
     name: str
     model: str
     dimension: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Scopes:
-    vectors: ScopeFilter
-    storage: ScopeFilter
 
 
 @dataclass(slots=True)
@@ -323,21 +320,18 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             _check_id("resource_id", resource_id)
         return thread_id, resource_id
 
-    def _scopes(self, thread_id: str, resource_id: str | None) -> _Scopes:
+    def _scope_for(self, thread_id: str, resource_id: str | None) -> ScopeFilter:
+        """The one scope that vector search and storage both enforce."""
         if self.scope == "resource":
             if resource_id is not None:
-                both = ScopeFilter(resource_id=resource_id)
-                return _Scopes(vectors=both, storage=both)
+                return ScopeFilter(resource_id=resource_id)
             self.logger.warning(
                 "scope='resource' but no resource_id was given: searching thread %r only",
                 thread_id,
             )
-        # Storage also checks the resource when known: a thread id alone never opens
+        # The resource narrows thread scope when known: a thread id alone never opens
         # another resource's conversation.
-        return _Scopes(
-            vectors=ScopeFilter(thread_id=thread_id),
-            storage=ScopeFilter(thread_id=thread_id, resource_id=resource_id),
-        )
+        return ScopeFilter(thread_id=thread_id, resource_id=resource_id)
 
     def _check_query_vector(self, info: IndexInfo, vector: Sequence[float]) -> None:
         if len(vector) != info.dimension:
@@ -382,20 +376,23 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         thread_id, resource_id = self._ids(thread_id, resource_id)
         if thread_id is None or not query.strip():
             return []
-        scopes = self._scopes(thread_id, resource_id)
+        if self.scope == "thread" and resource_id is None:
+            # Thread scope needs the owner to search only its vectors; no owner, no thread.
+            resource_id = self.storage.get_thread_owner(thread_id)
+            if resource_id is None:
+                return []
+        scope = self._scope_for(thread_id, resource_id)
         info = self.ensure_index()
         vector = embed_with_cache(self.embeddings, self.cache, info.name, [query])[0]
         self._check_query_vector(info, vector)
-        kept = self._keep(
-            self.vector_store.query(info.name, vector, k=self.top_k, scope=scopes.vectors)
-        )
+        kept = self._keep(self.vector_store.query(info.name, vector, k=self.top_k, scope=scope))
         if not kept:
             return []
         windows = self.storage.get_windows(
             [h.message_id for h in kept],
             before=self.message_range.before,
             after=self.message_range.after,
-            scope=scopes.storage,
+            scope=scope,
         )
         return self._hits(kept, windows)
 
@@ -406,12 +403,16 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         thread_id, resource_id = self._ids(thread_id, resource_id)
         if thread_id is None or not query.strip():
             return []
-        scopes = self._scopes(thread_id, resource_id)
+        if self.scope == "thread" and resource_id is None:
+            resource_id = await self.storage.aget_thread_owner(thread_id)
+            if resource_id is None:
+                return []
+        scope = self._scope_for(thread_id, resource_id)
         info = await self.aensure_index()
         vector = (await aembed_with_cache(self.embeddings, self.cache, info.name, [query]))[0]
         self._check_query_vector(info, vector)
         kept = self._keep(
-            await self.vector_store.aquery(info.name, vector, k=self.top_k, scope=scopes.vectors)
+            await self.vector_store.aquery(info.name, vector, k=self.top_k, scope=scope)
         )
         if not kept:
             return []
@@ -419,7 +420,7 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             [h.message_id for h in kept],
             before=self.message_range.before,
             after=self.message_range.after,
-            scope=scopes.storage,
+            scope=scope,
         )
         return self._hits(kept, windows)
 
@@ -622,6 +623,34 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         except Exception as error:
             return self._vectors_failed(turn, error)
         return turn.result(embedded=True)
+
+    # --- other surfaces ------------------------------------------------------------------
+
+    def as_retriever(self, **kwargs: Any) -> BaseRetriever:
+        """A LangChain retriever over this memory (scope from the run config)."""
+        from langchain_semantic_recall.retriever import SemanticRecallRetriever
+
+        return SemanticRecallRetriever(memory=self, **kwargs)
+
+    def as_tool(
+        self,
+        args_schema: type[BaseModel] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        arg_types: dict[str, type] | None = None,
+    ) -> BaseTool:
+        """A tool an agent calls to search its memory on purpose, scoped to its caller.
+
+        The model only chooses the query: thread and resource come from the run config,
+        so it can never reach another resource's memory. The arguments are fixed, so
+        ``args_schema`` and ``arg_types`` are refused.
+        """
+        if args_schema is not None or arg_types is not None:
+            raise InvalidOptionError("the memory tool's arguments are fixed: pass name/description")
+        from langchain_semantic_recall.retriever import create_memory_search_tool
+
+        return create_memory_search_tool(self, name=name, description=description)
 
     # --- Runnable -----------------------------------------------------------------------
 

@@ -78,7 +78,7 @@ def test_thread_scope_filters_by_thread(
     engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
     engine.index(turn("b", ["Lisbon again, trip in March"]), thread_id="t2", resource_id="r")
     result = engine.recall([HumanMessage("Lisbon trip in March")], thread_id="t2", resource_id="r")
-    assert vectors.of("query")[-1]["scope"] == ScopeFilter(thread_id="t2")
+    assert vectors.of("query")[-1]["scope"].thread_id == "t2"
     assert {m.id for m in recalled(result)} == {"b-0"}
 
 
