@@ -252,6 +252,23 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         embeddings = options.pop("embeddings", None) or LocalEmbeddings()
         return cls(storage=storage, vector_store=vectors, embeddings=embeddings, **options)
 
+    @classmethod
+    def from_url(
+        cls, *, storage: str, vector: str, embeddings: Embeddings | None = None, **options: Any
+    ) -> SemanticRecall:
+        """Build from URLs, so moving to servers is a configuration change.
+
+        ``storage``: ``sqlite:///path/messages.sqlite3``, ``memory://`` or
+        ``postgresql://user@host/db``; ``vector``: ``chroma:///path`` (embedded),
+        ``http://127.0.0.1:8000`` (a Chroma server) or ``memory://``. The embedder defaults
+        to the local model. Other options as for the constructor.
+        """
+        from langchain_semantic_recall.settings import create_from_url
+
+        return create_from_url(
+            cls, storage=storage, vector=vector, embeddings=embeddings, **options
+        )
+
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
         """A view bound to one conversation: the default thread and resource of every call.
 
