@@ -1,0 +1,119 @@
+"""The local all-MiniLM-L6-v2 embedder, on the real model (offline; marked slow)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from langchain_semantic_recall import local_embeddings
+from langchain_semantic_recall.embeddings import embedding_model_name, split_for_embedding
+from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
+from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbeddings:
+    return LocalEmbeddings()
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+# fmt: off
+_VOCABULARY = (
+    "memory", "recall", "agent", "conversation", "message", "vector", "index", "hiking",
+    "mountain", "invoice", "Friday", "embedding", "tokenizer", "paragraph", "sentence",
+    "unbelievably", "extraordinary", "naïve", "café", "東京", "résumé", "42", "3.14", "e-mail",
+    "user@example.com",
+)
+# fmt: on
+
+
+def _long_text(words: int) -> str:
+    rng = random.Random(7)
+    paragraphs: list[str] = []
+    count = 0
+    while count < words:
+        sentences = []
+        for _ in range(rng.randint(2, 6)):
+            size = rng.randint(4, 25)
+            sentences.append(" ".join(rng.choice(_VOCABULARY) for _ in range(size)).capitalize())
+            count += size
+        paragraphs.append(". ".join(sentences) + ".")
+    return "\n\n".join(paragraphs)
+
+
+def test_construction_is_cheap_and_validated() -> None:
+    embedder = LocalEmbeddings()
+    assert embedder._loaded is None  # nothing loaded until first use
+    assert (embedder.model, embedder.dimension, embedder.max_tokens) == (
+        "sentence-transformers/all-MiniLM-L6-v2",
+        384,
+        256,
+    )
+    assert embedding_model_name(embedder) == "sentence-transformers/all-MiniLM-L6-v2"
+    with pytest.raises(InvalidOptionError, match="batch_size"):
+        LocalEmbeddings(batch_size=0)
+
+
+def test_vectors_are_unit_384d_and_semantic(local: LocalEmbeddings) -> None:
+    hiking, trekking, invoice, empty = local.embed_documents(
+        [
+            "I love hiking in the mountains",
+            "Mountain trekking is my passion",
+            "The invoice is due Friday",
+            "",
+        ]
+    )
+    for vector in (hiking, trekking, invoice, empty):
+        assert len(vector) == 384
+        assert math.isclose(math.sqrt(_cosine(vector, vector)), 1.0, abs_tol=1e-5)
+    assert _cosine(hiking, trekking) > _cosine(hiking, invoice) + 0.3
+    assert local.embed_query("I love hiking in the mountains") == hiking
+
+
+def test_padding_and_batching_do_not_change_vectors(local: LocalEmbeddings) -> None:
+    short = "Mountain trekking is my passion"
+    alone = local.embed_query(short)
+    longer = [_long_text(30), "The invoice is due Friday", _long_text(120)]
+    batched = local.embed_documents([longer[0], short, *longer[1:]])
+    small_batches = LocalEmbeddings(batch_size=2).embed_documents([*longer, short])
+    for vector in (batched[1], small_batches[3]):
+        assert max(abs(x - y) for x, y in zip(alone, vector, strict=True)) < 1e-4
+
+
+def test_split_text_fits_the_model_and_covers_the_text(local: LocalEmbeddings) -> None:
+    text = _long_text(5000)
+    chunks = local.split_text(text)
+    assert len(chunks) > 10
+    assert all(local.count_tokens(chunk) <= local.max_tokens for chunk in chunks)
+    covered = 0  # each chunk occurs starting within the prefix covered so far
+    for chunk in chunks:
+        found = text.rfind(chunk, 0, covered + len(chunk))
+        assert found != -1
+        assert found <= covered
+        covered = max(covered, found + len(chunk))
+    assert covered == len(text)
+    assert split_for_embedding(local, text) == chunks
+    assert local.split_text("short text") == ["short text"]
+    assert local.split_text("") == [""]
+
+
+@pytest.mark.parametrize("constant", ["MODEL_SHA256", "TOKENIZER_SHA256"])
+def test_corrupt_file_is_refused(monkeypatch: pytest.MonkeyPatch, constant: str) -> None:
+    monkeypatch.setattr(local_embeddings, constant, "0" * 64)
+    embedder = LocalEmbeddings()
+    with pytest.raises(SemanticRecallError, match="integrity check"):
+        embedder.embed_query("anything")
+    assert embedder._loaded is None
+
+
+async def test_async_twins_equal_sync(local: LocalEmbeddings) -> None:
+    texts = ["I love hiking in the mountains", "The invoice is due Friday"]
+    assert await local.aembed_documents(texts) == local.embed_documents(texts)
+    assert await local.aembed_query(texts[0]) == local.embed_query(texts[0])
