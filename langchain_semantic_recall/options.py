@@ -15,10 +15,38 @@ Scope: TypeAlias = Literal["thread", "resource"]
 
 SCOPES: tuple[Scope, ...] = ("thread", "resource")
 
+SearchMode: TypeAlias = Literal["auto", "hybrid", "dense", "keyword"]
+"""How recall finds its hits.
+
+- ``"hybrid"``: keyword search in the message storage (BM25) fused with vector search;
+- ``"dense"``: vector search only: the original processor's behaviour;
+- ``"keyword"``: keyword search only (no query embedding);
+- ``"auto"``: ``"hybrid"`` when the storage has keyword search (SQLite, in-memory,
+  PostgreSQL), else ``"dense"``.
+"""
+
+SEARCH_MODES: tuple[SearchMode, ...] = ("auto", "hybrid", "dense", "keyword")
+
 DEFAULT_TOP_K = 4
 DEFAULT_MESSAGE_RANGE = 1
 DEFAULT_SCOPE: Scope = "resource"
 DEFAULT_CACHE_SIZE = 1000
+DEFAULT_SEARCH_MODE: SearchMode = "auto"
+
+# Defaults of the hybrid and keyword modes, measured on locomo-dev (docs/quality.md);
+# dense mode keeps the original's DEFAULT_TOP_K and DEFAULT_MESSAGE_RANGE, and no budget.
+HYBRID_TOP_K = 12
+DEFAULT_MESSAGE_BUDGET = 15
+"""Most messages the hits' windows return together (hybrid and keyword modes)."""
+DEFAULT_KEYWORD_WEIGHT = 0.8
+"""Share of the keyword score in hybrid fusion (the vector score gets the rest)."""
+DEFAULT_TIME_BOOST = 0.5
+"""Added to the fused score of candidates written in a period the query names."""
+DEFAULT_CANDIDATES = 50
+"""Matches each search (keyword, vector) contributes to the fusion."""
+
+Budget: TypeAlias = "int | Literal['auto'] | None"
+"""``message_budget``: a count, None (whole windows) or ``"auto"`` (the mode's default)."""
 
 _INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 
@@ -34,12 +62,13 @@ class MessageRange:
         for name in ("before", "after"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidOptionError(
-                    f"message_range.{name} must be an int >= 0, got {value!r}"
-                )
+                raise InvalidOptionError(f"message_range.{name} must be an int >= 0, got {value!r}")
 
 
 MessageRangeLike: TypeAlias = "int | MessageRange | Mapping[str, int] | tuple[int, int]"
+
+HYBRID_MESSAGE_RANGE = MessageRange(before=0, after=2)
+"""The hit and the two messages after it: the answer to a question usually follows it."""
 
 
 def to_message_range(value: MessageRangeLike) -> MessageRange:
@@ -97,6 +126,34 @@ def check_threshold(value: object) -> float | None:
 def check_positive(name: str, value: object, *, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
+    return value
+
+
+def check_search_mode(value: object) -> SearchMode:
+    for mode in SEARCH_MODES:
+        if value == mode:
+            return mode
+    raise InvalidOptionError(
+        f"search_mode must be one of {', '.join(map(repr, SEARCH_MODES))}, got {value!r}"
+    )
+
+
+def check_weight(name: str, value: object) -> float:
+    """A weight in [0, 1]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or not 0.0 <= value <= 1.0
+    ):
+        raise InvalidOptionError(f"{name} must be a number between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def check_count(name: str, value: object) -> int:
+    """An int >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
     return value

@@ -44,19 +44,19 @@ from langchain_semantic_recall.messages import (
 )
 from langchain_semantic_recall.options import (
     DEFAULT_CACHE_SIZE,
-    DEFAULT_MESSAGE_RANGE,
+    DEFAULT_KEYWORD_WEIGHT,
     DEFAULT_SCOPE,
-    DEFAULT_TOP_K,
+    DEFAULT_SEARCH_MODE,
+    DEFAULT_TIME_BOOST,
+    Budget,
     MessageRange,
     MessageRangeLike,
     Scope,
+    SearchMode,
     check_index_name,
     check_positive,
     check_scope,
-    check_threshold,
-    check_top_k,
     default_index_name,
-    to_message_range,
 )
 from langchain_semantic_recall.records import (
     IndexResult,
@@ -67,6 +67,7 @@ from langchain_semantic_recall.records import (
     VectorHit,
     VectorRecord,
 )
+from langchain_semantic_recall.search import SearchPlan, resolve
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
 
@@ -144,12 +145,26 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         storage: message storage (e.g. :class:`SQLiteStorage`).
         vector_store: a :class:`VectorIndex`, or a chromadb client to wrap.
         embeddings: any LangChain ``Embeddings``.
-        top_k: most similar messages to retrieve.
+        top_k: hits to retrieve (default: 12 in hybrid and keyword modes, 4 in dense mode).
         message_range: neighbours fetched around each hit: ``n`` (n before and after),
-            ``(before, after)``, ``{"before": b, "after": a}`` or a :class:`MessageRange`.
+            ``(before, after)``, ``{"before": b, "after": a}`` or a :class:`MessageRange`
+            (default: 0 before and 2 after in hybrid and keyword modes, 1 and 1 in dense).
         scope: ``"thread"`` (this conversation) or ``"resource"`` (every conversation of
             the resource).
-        threshold: minimum similarity in [0, 1]; hits below are dropped.
+        threshold: minimum cosine similarity in [0, 1]; hits below are dropped (in hybrid
+            mode a hit must also be among the vector matches; keyword mode refuses it).
+        search_mode: ``"hybrid"`` (keyword search in the storage fused with vector search),
+            ``"dense"`` (vector search only: the original processor, with its defaults),
+            ``"keyword"`` (BM25 only), or ``"auto"``: hybrid when the storage has keyword
+            search, else dense. See ``docs/quality.md`` for the measurements.
+        message_budget: most messages all windows together may return: neighbours are
+            scored by their hit's score and distance and the best are kept. None: whole
+            windows. ``"auto"``: 15 in hybrid and keyword modes, None in dense mode.
+        keyword_weight: share of the keyword score in hybrid fusion (the vector score
+            gets the rest); 0.8 by default.
+        time_boost: added to the fused score of a candidate written in the period the
+            query names ("in May 2023", "on 7 July, 2023", "last week"); 0 turns
+            time-aware ranking off. Hybrid and keyword modes only; 0.5 by default.
         index_name: vector index name; derived from the embedding model when None.
         logger: logger for warnings (default: this module's logger).
         read_only: recall still runs, but ``index`` stores and embeds nothing.
@@ -172,10 +187,14 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         storage: MessageStorage,
         vector_store: VectorIndex | Any,
         embeddings: Embeddings,
-        top_k: int = DEFAULT_TOP_K,
-        message_range: MessageRangeLike = DEFAULT_MESSAGE_RANGE,
+        top_k: int | None = None,
+        message_range: MessageRangeLike | None = None,
         scope: Scope = DEFAULT_SCOPE,
         threshold: float | None = None,
+        search_mode: SearchMode = DEFAULT_SEARCH_MODE,
+        message_budget: Budget = "auto",
+        keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
+        time_boost: float = DEFAULT_TIME_BOOST,
         index_name: str | None = None,
         logger: logging.Logger | None = None,
         read_only: bool = False,
@@ -199,10 +218,25 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         self.storage = storage
         self.vector_store = _as_vector_index(vector_store)
         self.embeddings = embeddings
-        self.top_k = check_top_k(top_k)
-        self.message_range: MessageRange = to_message_range(message_range)
+        plan = resolve(
+            search_mode=search_mode,
+            keyword_search=storage.supports_keyword_search,
+            top_k=top_k,
+            message_range=message_range,
+            message_budget=message_budget,
+            keyword_weight=keyword_weight,
+            threshold=threshold,
+            time_boost=time_boost,
+        )
+        self._search_plan: SearchPlan = plan
+        self.search_mode = plan.mode
+        self.top_k = plan.top_k
+        self.message_range: MessageRange = plan.message_range
+        self.message_budget = plan.message_budget
+        self.keyword_weight = plan.keyword_weight
+        self.time_boost = plan.time_boost
+        self.threshold = plan.threshold
         self.scope: Scope = check_scope(scope)
-        self.threshold = check_threshold(threshold)
         self.index_name = None if index_name is None else check_index_name(index_name)
         self.logger = logger or logging.getLogger("langchain_semantic_recall")
         self.read_only = bool(read_only)
@@ -358,28 +392,17 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
                 "run reindex with the new embedder"
             )
 
-    def _keep(self, hits: Sequence[VectorHit]) -> list[VectorHit]:
-        """Drop hits below the threshold and extra chunks of one message; best first."""
-        best: dict[str, VectorHit] = {}
-        for hit in hits:
-            if self.threshold is not None and hit.score < self.threshold:
-                continue
-            if hit.message_id not in best or hit.score > best[hit.message_id].score:
-                best[hit.message_id] = hit
-        return sorted(best.values(), key=lambda h: h.score, reverse=True)[: self.top_k]
+    def _keep(
+        self, dense: Sequence[VectorHit], keyword: Sequence[tuple[str, float]]
+    ) -> list[tuple[str, float]]:
+        """Every candidate as (message id, score), best first: thresholded, deduped, fused."""
+        return self._search_plan.rank(dense, keyword)
 
-    @staticmethod
     def _hits(
-        kept: Sequence[VectorHit], windows: dict[str, tuple[StoredMessage, ...]]
+        self, kept: Sequence[tuple[str, float]], windows: dict[str, tuple[StoredMessage, ...]]
     ) -> list[RecallHit]:
-        hits: list[RecallHit] = []
-        for vector_hit in kept:
-            window = windows.get(vector_hit.message_id)
-            if not window:  # deleted since, or outside the scope: never returned
-                continue
-            match = next(m for m in window if m.id == vector_hit.message_id)
-            hits.append(RecallHit(message=match, score=vector_hit.score, window=window))
-        return hits
+        """Hits with their windows (cut to the message budget); unknown ids are dropped."""
+        return self._search_plan.hits(kept, windows)
 
     # --- search -------------------------------------------------------------------------
 
@@ -388,7 +411,9 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
     ) -> list[RecallHit]:
         """The hits recall would use for ``query``: score, message, context window.
 
-        Raises on failures (unlike :meth:`recall`, which logs them and recalls nothing).
+        In hybrid mode the score is the fused score in [0, 1] (relative to this query's
+        best matches); in dense mode the cosine similarity. Raises on failures (unlike
+        :meth:`recall`, which logs them and recalls nothing).
         """
         thread_id, resource_id = self._ids(thread_id, resource_id)
         if thread_id is None or not query.strip():
@@ -399,14 +424,27 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             if resource_id is None:
                 return []
         scope = self._scope_for(thread_id, resource_id)
-        info = self.ensure_index()
-        vector = embed_with_cache(self.embeddings, self.cache, info.name, [query])[0]
-        self._check_query_vector(info, vector)
-        kept = self._keep(self.vector_store.query(info.name, vector, k=self.top_k, scope=scope))
+        plan = self._search_plan
+        dense: list[VectorHit] = []
+        if plan.uses_vectors:
+            info = self.ensure_index()
+            vector = embed_with_cache(self.embeddings, self.cache, info.name, [query])[0]
+            self._check_query_vector(info, vector)
+            dense = self.vector_store.query(info.name, vector, k=plan.dense_k, scope=scope)
+        keyword: list[tuple[str, float]] = []
+        if plan.uses_keywords:
+            keyword = self.storage.keyword_search(query, scope=scope, limit=plan.keyword_k)
+        ranked = self._keep(dense, keyword)
+        period = plan.period(query)
+        if period is not None and ranked:  # time-aware: read the candidates' times
+            ids = [message_id for message_id, _ in ranked]
+            times = self.storage.get_windows(ids, before=0, after=0, scope=scope)
+            ranked = plan.boost(ranked, times, period)
+        kept = plan.top(ranked)
         if not kept:
             return []
         windows = self.storage.get_windows(
-            [h.message_id for h in kept],
+            [message_id for message_id, _ in kept],
             before=self.message_range.before,
             after=self.message_range.after,
             scope=scope,
@@ -425,16 +463,27 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             if resource_id is None:
                 return []
         scope = self._scope_for(thread_id, resource_id)
-        info = await self.aensure_index()
-        vector = (await aembed_with_cache(self.embeddings, self.cache, info.name, [query]))[0]
-        self._check_query_vector(info, vector)
-        kept = self._keep(
-            await self.vector_store.aquery(info.name, vector, k=self.top_k, scope=scope)
-        )
+        plan = self._search_plan
+        dense: list[VectorHit] = []
+        if plan.uses_vectors:
+            info = await self.aensure_index()
+            vector = (await aembed_with_cache(self.embeddings, self.cache, info.name, [query]))[0]
+            self._check_query_vector(info, vector)
+            dense = await self.vector_store.aquery(info.name, vector, k=plan.dense_k, scope=scope)
+        keyword: list[tuple[str, float]] = []
+        if plan.uses_keywords:
+            keyword = await self.storage.akeyword_search(query, scope=scope, limit=plan.keyword_k)
+        ranked = self._keep(dense, keyword)
+        period = plan.period(query)
+        if period is not None and ranked:
+            ids = [message_id for message_id, _ in ranked]
+            times = await self.storage.aget_windows(ids, before=0, after=0, scope=scope)
+            ranked = plan.boost(ranked, times, period)
+        kept = plan.top(ranked)
         if not kept:
             return []
         windows = await self.storage.aget_windows(
-            [h.message_id for h in kept],
+            [message_id for message_id, _ in kept],
             before=self.message_range.before,
             after=self.message_range.after,
             scope=scope,

@@ -31,6 +31,7 @@ from langchain_semantic_recall.errors import (
     InvalidInputError,
     OwnershipError,
 )
+from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
 
@@ -43,6 +44,10 @@ class _Thread:
 
     resource_id: str
     messages: list[StoredMessage] = field(default_factory=list)
+    searchable: int = 0
+    """Keyword-searchable messages (user and assistant messages with terms)."""
+    term_count: int = 0
+    """Their terms, in total (BM25's average length)."""
 
 
 def _as_utc(value: datetime) -> datetime:
@@ -79,13 +84,24 @@ class InMemoryStorage(MessageStorage):
             recall = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
     """
 
-    def __init__(self) -> None:
-        """Create an empty storage."""
+    supports_keyword_search = True
+
+    def __init__(self, *, bm25: BM25Params | None = None) -> None:
+        """Create an empty storage.
+
+        Args:
+            bm25: BM25's constants for :meth:`keyword_search` (default ``k1=1.2, b=0.3``).
+        """
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
         self._index: dict[str, tuple[str, int]] = {}
         """Message id -> (thread id, seq)."""
         self._forgotten: dict[str, str | None] = {}
+        self._bm25 = bm25 or BM25Params()
+        self._terms: dict[str, list[str]] = {}
+        """Message id -> its keyword terms (searchable messages only)."""
+        self._postings: dict[str, set[str]] = {}
+        """Term -> ids of the messages holding it."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(threads={len(self._threads)})"
@@ -165,6 +181,26 @@ class InMemoryStorage(MessageStorage):
         else:
             thread.messages.append(message)
         self._index[message.id] = (message.thread_id, message.seq)
+        self._unindex_terms(message.id, thread)
+        terms = message_terms(message.role, message.text)
+        if terms:
+            self._terms[message.id] = terms
+            for term in set(terms):
+                self._postings.setdefault(term, set()).add(message.id)
+            thread.searchable += 1
+            thread.term_count += len(terms)
+
+    def _unindex_terms(self, message_id: str, thread: _Thread) -> None:
+        terms = self._terms.pop(message_id, None)
+        if terms is None:
+            return
+        for term in set(terms):
+            holders = self._postings[term]
+            holders.discard(message_id)
+            if not holders:
+                del self._postings[term]
+        thread.searchable -= 1
+        thread.term_count -= len(terms)
 
     def delete_thread(self, thread_id: str) -> int:
         """Delete a thread's messages and retire its id (even if never written); count them."""
@@ -175,6 +211,7 @@ class InMemoryStorage(MessageStorage):
                 return 0
             for message in thread.messages:
                 del self._index[message.id]
+                self._unindex_terms(message.id, thread)
             return len(thread.messages)
 
     def delete_resource(self, resource_id: str) -> int:
@@ -271,3 +308,39 @@ class InMemoryStorage(MessageStorage):
         """Whether the thread was deleted (its id is retired)."""
         with self._lock:
             return thread_id in self._forgotten
+
+    def keyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
+
+        User and assistant messages are searchable (like the vector index); terms are
+        those of :mod:`langchain_semantic_recall.keywords`, and BM25's statistics (document
+        count, frequencies, mean length) are those of the scope itself.
+        """
+        _check_limit(limit)
+        terms = query_terms(query)
+        with self._lock:
+            threads = [t for tid, t in self._threads.items() if scope.admits(t.resource_id, tid)]
+            docs = sum(t.searchable for t in threads)
+            if not terms or not docs:
+                return []
+            candidates: dict[str, list[str]] = {}
+            doc_freq: dict[str, int] = {}
+            for term in terms:
+                for message_id in self._postings.get(term, ()):
+                    thread_id, _ = self._index[message_id]
+                    if not scope.admits(self._threads[thread_id].resource_id, thread_id):
+                        continue
+                    doc_freq[term] = doc_freq.get(term, 0) + 1
+                    candidates[message_id] = self._terms[message_id]
+            avg_length = sum(t.term_count for t in threads) / docs
+        return rank_bm25(
+            terms,
+            candidates,
+            doc_freq=doc_freq,
+            docs=docs,
+            avg_length=avg_length,
+            params=self._bm25,
+            limit=limit,
+        )

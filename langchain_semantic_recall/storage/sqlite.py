@@ -18,7 +18,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,19 +31,23 @@ from langchain_semantic_recall.errors import (
     OwnershipError,
     StorageError,
 )
+from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
 
 logger = logging.getLogger(__name__)
 
 MEMORY_PATH: Final = ":memory:"
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 _BUSY_TIMEOUT_S: Final = 30.0
 _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
 
 # --- schema -------------------------------------------------------------------------
 
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+Migration = str | Callable[[sqlite3.Connection], None]
+
+_MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
     1: (
         "CREATE TABLE threads (thread_id TEXT PRIMARY KEY, resource_id TEXT NOT NULL, "
         "next_seq INTEGER NOT NULL, created_at TEXT NOT NULL)",
@@ -57,8 +61,9 @@ _MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         "CREATE TABLE forgotten_threads (thread_id TEXT PRIMARY KEY, resource_id TEXT, "
         "forgotten_at TEXT NOT NULL)",
     ),
+    2: (*fts.KEYWORD_TABLES, fts.backfill),
 }
-"""Version -> the statements that bring a file from the previous version to it."""
+"""Version -> the statements (or functions) that bring a file from the previous version."""
 
 _CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
 _GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
@@ -222,9 +227,13 @@ def _configure(conn: sqlite3.Connection, path: str) -> None:
                 f"SQLite storage {path} has schema version {version}, newer than this "
                 f"package understands ({SCHEMA_VERSION}); upgrade langchain-semantic-recall"
             )
+        # Version 2 adds keyword search (sqlite_fts): its tables, then the existing rows.
         for target in range(version + 1, SCHEMA_VERSION + 1):
-            for statement in _MIGRATIONS[target]:
-                conn.execute(statement)
+            for step in _MIGRATIONS[target]:
+                if isinstance(step, str):
+                    conn.execute(step)
+                else:
+                    step(conn)
             logger.info("SQLite storage %s: schema migrated to v%d", path, target)
         if version != SCHEMA_VERSION:
             conn.execute(_CLEAR_VERSION)
@@ -255,17 +264,21 @@ class SQLiteStorage(MessageStorage):
     ``SQLiteStorage(":memory:")`` keeps everything in memory (handy in tests).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    supports_keyword_search = True
+
+    def __init__(self, path: str | os.PathLike[str], *, bm25: BM25Params | None = None) -> None:
         """Open (creating if needed) the database file and bring its schema up to date.
 
         Args:
             path: A file path, or ``":memory:"``. Missing parent folders are created.
+            bm25: BM25's constants for :meth:`keyword_search` (default ``k1=1.2, b=0.3``).
 
         Raises:
             StorageError: The path cannot be created, read or written, is not a SQLite
                 database, or was written by a newer version of this package.
         """
         self._path = _prepare_path(path)
+        self._bm25 = bm25 or BM25Params()
         self._lock = threading.Lock()
         conn: sqlite3.Connection | None = None
         try:
@@ -371,6 +384,8 @@ class SQLiteStorage(MessageStorage):
                 else:
                     update = (record.role, record.text, created_at, record.payload, record.id)
                     conn.execute(_UPDATE_MESSAGE, update)
+                    fts.drop_terms(conn, record.id, record.thread_id)
+                fts.add_terms(conn, record)
                 stored.append(_to_message(values))
             for thread_id, state in threads.items():
                 conn.execute(_SET_NEXT_SEQ, (state.next_seq, thread_id))
@@ -396,6 +411,7 @@ class SQLiteStorage(MessageStorage):
         now = _to_iso(datetime.now(UTC))
         with self._write() as conn:
             owner = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
+            fts.forget(conn, "thread_id", thread_id)
             deleted = conn.execute(_DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
             conn.execute(_DELETE_THREAD, (thread_id,))
             conn.execute(_FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
@@ -407,6 +423,7 @@ class SQLiteStorage(MessageStorage):
         now = _to_iso(datetime.now(UTC))
         with self._write() as conn:
             conn.execute(_FORGET_RESOURCE, (now, resource_id))
+            fts.forget(conn, "resource_id", resource_id)
             deleted = conn.execute(_DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount
             conn.execute(_DELETE_RESOURCE_THREADS, (resource_id,))
         logger.info("forgot resource %r (%d messages)", resource_id, deleted)
@@ -472,6 +489,21 @@ class SQLiteStorage(MessageStorage):
         """Whether the thread was deleted (its id is retired)."""
         with self._read() as conn:
             return conn.execute(_GET_FORGOTTEN, (thread_id,)).fetchone() is not None
+
+    def keyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
+
+        FTS5 finds the scope's user and assistant messages holding any query term (terms
+        of :mod:`langchain_semantic_recall.keywords`: stemmed, without stop words); they
+        are scored by BM25 with this storage's constants and the scope's own statistics
+        (FTS5's built-in ``bm25()`` fixes ``b = 0.75``; chat measured better with 0.3).
+        """
+        if limit < 1:
+            raise InvalidInputError(f"limit must be >= 1, got {limit}")
+        with self._read() as conn:
+            return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
 
     def close(self) -> None:
         """Close the connection; later calls raise :class:`StorageError`."""

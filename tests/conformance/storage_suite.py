@@ -476,6 +476,132 @@ class StorageConformance:
             assert ids(own) == [f"o{n}-{i}" for i in range(per_writer)]
             assert [m.seq for m in own] == list(range(own[0].seq, own[0].seq + per_writer))
 
+    # --- keyword search -----------------------------------------------------------------
+    # Semantics every backend keeps: user and assistant messages are searchable by the
+    # terms of ``keywords.message_terms`` (stemmed, stop words dropped); results are
+    # (message id, score > 0), best first, at most ``limit``, inside the scope; BM25's
+    # statistics are those of the scope (another resource's messages never move a score).
+
+    def test_keyword_search_ranks_the_messages_sharing_most_terms_first(
+        self, storage: MessageStorage
+    ) -> None:
+        texts = {
+            "lake": "We went camping near the lake",
+            "tall": "The mountains are tall this year",
+            "both": "We went camping in the mountains",
+            "none": "The weather is nice today",
+        }
+        storage.put([make_record(i, text=t) for i, t in texts.items()])
+        hits = storage.keyword_search(
+            "camping in the mountains?", scope=ScopeFilter("r1"), limit=10
+        )
+        assert hits[0][0] == "both"
+        assert {i for i, _ in hits} == {"both", "lake", "tall"}
+        scores = [score for _, score in hits]
+        assert all(score > 0 for score in scores)
+        assert scores == sorted(scores, reverse=True)
+
+    def test_keyword_search_matches_word_forms(self, storage: MessageStorage) -> None:
+        storage.put(
+            [
+                make_record("past", text="Melanie painted a sunrise last week"),
+                make_record("gerund", text="Painting is how I relax", role="assistant"),
+                make_record("other", text="I drew a horse"),
+            ]
+        )
+        hits = storage.keyword_search("Does Melanie paint?", scope=ScopeFilter("r1"), limit=5)
+        assert {i for i, _ in hits} == {"past", "gerund"}
+        possessive = storage.keyword_search("Melanie's", scope=ScopeFilter("r1"), limit=5)
+        assert [i for i, _ in possessive] == ["past"]
+
+    def test_keyword_search_stays_in_the_scope(self, storage: MessageStorage) -> None:
+        storage.put(
+            [
+                make_record("a1", "ta", "alice", text="secret plan for the garden"),
+                make_record("a2", "tb", "alice", text="the garden plan again"),
+                make_record("b1", "tc", "bob", text="secret plan for the garden"),
+            ]
+        )
+
+        def found(scope: ScopeFilter) -> set[str]:
+            return {
+                i for i, _ in storage.keyword_search("secret garden plan", scope=scope, limit=10)
+            }
+
+        assert found(ScopeFilter("alice")) == {"a1", "a2"}
+        assert found(ScopeFilter("bob")) == {"b1"}
+        assert found(ScopeFilter(thread_id="tb")) == {"a2"}
+        assert found(ScopeFilter("alice", "tb")) == {"a2"}
+        assert found(ScopeFilter("bob", "ta")) == set()
+        assert found(ScopeFilter("nobody")) == set()
+
+    def test_keyword_statistics_are_those_of_the_scope(self, storage: MessageStorage) -> None:
+        storage.put(
+            [
+                make_record("a1", "ta", "alice", text="the blue boat on the river"),
+                make_record("a2", "ta", "alice", text="a red boat"),
+                make_record("a3", "ta", "alice", text="nothing to see"),
+            ]
+        )
+        before = storage.keyword_search("blue boat", scope=ScopeFilter("alice"), limit=5)
+        storage.put([make_record(f"b{n}", "tb", "bob", text="blue blue boat") for n in range(9)])
+        after = storage.keyword_search("blue boat", scope=ScopeFilter("alice"), limit=5)
+        assert [i for i, _ in after] == [i for i, _ in before] == ["a1", "a2"]
+        assert [s for _, s in after] == pytest.approx([s for _, s in before])
+
+    def test_forgotten_and_rewritten_messages_are_never_found(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put(
+            [
+                make_record("k1", "t1", "r1", text="the violin concert"),
+                make_record("k2", "t2", "r1", text="violin lessons on friday"),
+                make_record("k3", "t3", "r2", text="violin strings"),
+                make_record("k4", "t4", "r1", text="old words about a violin"),
+            ]
+        )
+        storage.delete_thread("t1")
+        storage.delete_resource("r2")
+        storage.put([make_record("k4", "t4", "r1", text="new words about a cello")])
+        everywhere = [ScopeFilter("r1"), ScopeFilter("r2"), ScopeFilter(thread_id="t1")]
+        for scope in everywhere:
+            found = {i for i, _ in storage.keyword_search("violin", scope=scope, limit=10)}
+            assert found <= {"k2"}
+        assert [
+            i for i, _ in storage.keyword_search("cello", scope=ScopeFilter("r1"), limit=5)
+        ] == ["k4"]
+        assert storage.keyword_search("old", scope=ScopeFilter("r1"), limit=5) == []
+
+    def test_only_user_and_assistant_messages_are_searchable(self, storage: MessageStorage) -> None:
+        storage.put(
+            [
+                make_record("u", role="user", text="the harbour at dawn"),
+                make_record("a", role="assistant", text="harbour views"),
+                make_record("s", role="system", text="harbour rules"),
+                make_record("t", role="tool", text="harbour api result"),
+            ]
+        )
+        hits = storage.keyword_search("harbour", scope=ScopeFilter("r1"), limit=10)
+        assert {i for i, _ in hits} == {"u", "a"}
+
+    def test_keyword_search_limits_and_odd_queries(self, storage: MessageStorage) -> None:
+        storage.put([make_record(f"m{n}", text=f"apple number {n}") for n in range(8)])
+        scope = ScopeFilter("r1")
+        assert len(storage.keyword_search("apple", scope=scope, limit=3)) == 3
+        assert storage.keyword_search("", scope=scope, limit=3) == []
+        assert storage.keyword_search("what is the", scope=scope, limit=3) == []  # stop words
+        for hostile in ('"apple', "apple OR NEAR(", "apple*", "a:b ^apple -(", "'; DROP"):
+            assert len(storage.keyword_search(hostile, scope=scope, limit=10)) <= 8
+        with pytest.raises(InvalidInputError):
+            storage.keyword_search("apple", scope=scope, limit=0)
+
+    async def test_keyword_search_async_twin_matches_sync(self, storage: MessageStorage) -> None:
+        storage.put([*make_thread(3), make_record("x", text="unique zebra text")])
+        scope = ScopeFilter("r1")
+        expected = storage.keyword_search("zebra text", scope=scope, limit=5)
+        assert await storage.akeyword_search("zebra text", scope=scope, limit=5) == expected
+        assert expected[0][0] == "x"
+
     # --- property: windows never leave the scope and are contiguous --------------------
 
     def test_windows_property(self, storage: MessageStorage) -> None:

@@ -66,11 +66,11 @@ def test_wal_and_schema_version_are_on_disk(db_path: Path) -> None:
     SQLiteStorage(db_path).close()
     with sqlite3.connect(db_path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     raw.close()
     assert {"threads", "messages", "forgotten_threads", "schema_version"} <= tables
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
 
 
 def test_newer_schema_is_refused(db_path: Path) -> None:

@@ -1,0 +1,249 @@
+"""``semantic-recall eval``: measure recall on conversations with evidence labels.
+
+``eval locomo PATH`` reads LoCoMo; ``eval jsonl PATH`` reads our own JSONL format
+(see :mod:`langchain_semantic_recall.evaluation`). Both load the conversations into a
+fresh embedded store with ``index`` and answer every question with the same ``search``
+that recall uses, with the package defaults unless options say otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from langchain_semantic_recall.cli import common
+from langchain_semantic_recall.cli.common import NotFoundError, UsageError
+from langchain_semantic_recall.cli.render import style, table
+
+FORMATS = ("locomo", "jsonl")
+
+
+def _budget(value: str) -> int | None:
+    if value.lower() in {"none", "off", "0"}:
+        return None
+    try:
+        return int(value)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {value!r}") from error
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="measure recall on a dataset with evidence labels (LoCoMo or our JSONL)",
+        description=(
+            "Loads the conversations into a fresh embedded store (SQLite + embedded Chroma +\n"
+            "the local model) with the engine's own index, asks every question with the same\n"
+            "search recall uses, and prints per category and overall: recall (share of\n"
+            "evidence messages returned), hit_all, hit_any, messages returned per question and\n"
+            "search latency (query embedding included). Options left out take the package\n"
+            "defaults. The global --path is not used: the store is temporary unless --store."
+        ),
+        epilog=(
+            "JSONL format: the ingest format (one message a line, with an 'id' on every\n"
+            "message a question cites) plus one line per question, such as\n"
+            '  {"question": "When do we land?", "resource": "alice", "evidence": ["m1"],\n'
+            '   "category": "temporal"}\n'
+            "LoCoMo: conversation = resource, session = thread, speaker A = user, speaker B =\n"
+            "assistant; categories 1-4 (5 with --include-adversarial). See docs/quality.md."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("format", choices=FORMATS, help="dataset format")
+    parser.add_argument("dataset", metavar="PATH", help="the dataset file")
+    engine = parser.add_argument_group("engine options (default: the package defaults)")
+    engine.add_argument(
+        "--search-mode",
+        choices=("auto", "hybrid", "dense", "keyword"),
+        help="'dense' is the original processor (vectors only, with its defaults)",
+    )
+    engine.add_argument("--top-k", type=int, help="hits per question")
+    engine.add_argument("--before", type=int, help="messages fetched before each hit")
+    engine.add_argument("--after", type=int, help="messages fetched after each hit")
+    engine.add_argument(
+        "--message-budget",
+        type=_budget,
+        default=argparse.SUPPRESS,
+        metavar="N|none",
+        help="most messages returned per question ('none': whole windows)",
+    )
+    engine.add_argument("--keyword-weight", type=float, help="keyword share in hybrid fusion")
+    engine.add_argument(
+        "--time-boost", type=float, help="boost of messages in a period the question names"
+    )
+    engine.add_argument(
+        "--scope",
+        choices=("resource", "thread"),
+        default="resource",
+        help="'thread': each conversation is one thread, asked inside it (default: resource)",
+    )
+    engine.add_argument("--threshold", type=float, help="minimum cosine similarity")
+    parser.add_argument(
+        "--include-adversarial", action="store_true", help="LoCoMo: also category 5"
+    )
+    parser.add_argument("--json-out", metavar="FILE", help="write settings, summary, questions")
+    parser.add_argument("--store", metavar="DIR", help="load into DIR and keep it")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=run)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    from langchain_semantic_recall.options import (
+        DEFAULT_MESSAGE_RANGE,
+        HYBRID_MESSAGE_RANGE,
+        to_message_range,
+    )
+
+    options: dict[str, Any] = {
+        "scope": args.scope,
+        "message_budget": getattr(args, "message_budget", "auto"),
+    }
+    for name in ("search_mode", "top_k", "keyword_weight", "time_boost", "threshold"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    if args.before is not None or args.after is not None:  # the other side: mode default
+        dense = options.get("search_mode") == "dense"  # the local store searches keywords
+        default = to_message_range(DEFAULT_MESSAGE_RANGE) if dense else HYBRID_MESSAGE_RANGE
+        options["message_range"] = (
+            default.before if args.before is None else args.before,
+            default.after if args.after is None else args.after,
+        )
+    return options
+
+
+def _settings(memory: Any, args: argparse.Namespace, dataset_path: Path) -> dict[str, Any]:
+    from langchain_semantic_recall import __version__
+    from langchain_semantic_recall.embeddings import embedding_model_name
+
+    return {
+        "format": args.format,
+        "dataset": str(dataset_path),
+        "include_adversarial": bool(args.include_adversarial),
+        "search_mode": memory.search_mode,
+        "top_k": memory.top_k,
+        "before": memory.message_range.before,
+        "after": memory.message_range.after,
+        "message_budget": memory.message_budget,
+        "keyword_weight": memory.keyword_weight if memory.search_mode == "hybrid" else None,
+        "time_boost": memory.time_boost if memory.search_mode != "dense" else None,
+        "scope": memory.scope,
+        "threshold": memory.threshold,
+        "embeddings": embedding_model_name(memory.embeddings),
+        "version": __version__,
+    }
+
+
+def _fmt(value: float | int, kind: str) -> str:
+    if kind == "ms":
+        return f"{value:.1f}"
+    if kind == "n":
+        return f"{value:.1f}"
+    return f"{value:.3f}"
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    """The summary as a table: one row per category, then overall."""
+    headers = [
+        "category",
+        "questions",
+        "recall",
+        "hit_all",
+        "hit_any",
+        "msgs/q",
+        "p50 ms",
+        "p95 ms",
+    ]
+    rows = []
+    named = [*summary["by_category"].items(), ("overall", summary["overall"])]
+    for name, scores in named:
+        if not scores.get("questions"):
+            continue
+        rows.append(
+            [
+                name,
+                str(scores["questions"]),
+                _fmt(scores["recall"], "r"),
+                _fmt(scores["hit_all"], "r"),
+                _fmt(scores["hit_any"], "r"),
+                _fmt(scores["messages_per_query"], "n"),
+                _fmt(scores["latency_p50_ms"], "ms"),
+                _fmt(scores["latency_p95_ms"], "ms"),
+            ]
+        )
+    return table(headers, rows)
+
+
+def _evidence_line(report: Any) -> str:
+    return (
+        f"evidence ids: {report.normalised} normalised, {report.split} split, "
+        f"{report.unknown_dropped} dropped (no such message), {report.unparseable_dropped} "
+        f"dropped (not an id); {report.questions_without_evidence} question(s) without "
+        "evidence skipped"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from langchain_semantic_recall import evaluation
+    from langchain_semantic_recall.recall import SemanticRecall
+
+    path = Path(args.dataset)
+    if not path.is_file():
+        raise NotFoundError(f"no dataset file {path}")
+    if args.format == "locomo":
+        dataset = evaluation.read_locomo(
+            path, include_adversarial=args.include_adversarial, one_thread=args.scope == "thread"
+        )
+    else:
+        if args.scope == "thread":
+            raise UsageError("eval jsonl asks in the question's 'thread'; use --scope resource")
+        dataset = evaluation.read_eval_jsonl(path)
+    if not dataset.questions:
+        raise UsageError(f"{path} has no question with evidence to ask")
+    options = _options(args)
+    progress = not args.no_progress
+    with tempfile.TemporaryDirectory(prefix="semantic-recall-eval-") as scratch:
+        store = Path(args.store) if args.store else Path(scratch)
+        memory = SemanticRecall.local(store, embeddings=common.create_embeddings(), **options)
+        try:
+            print(
+                f"Loading {dataset.message_count} messages in {len(dataset.conversations)} "
+                f"threads into {store} ..."
+            )
+            started = time.perf_counter()
+            evaluation.load_dataset(memory, dataset, progress=progress)
+            loaded = time.perf_counter() - started
+            results = evaluation.evaluate(memory, dataset, progress=progress)
+            settings = _settings(memory, args, path)
+        finally:
+            memory.storage.close()
+            memory.vector_store.close()
+    summary = evaluation.summarize(results)
+    summary["load_seconds"] = round(loaded, 2)
+    summary["evidence"] = evaluation.evidence_summary(dataset.evidence)
+    mode = settings["search_mode"]
+    budget = settings["message_budget"]
+    print(
+        style(
+            f"\n{len(results)} questions · {mode} search · top {settings['top_k']} · window "
+            f"{settings['before']} before / {settings['after']} after · budget "
+            f"{budget if budget is not None else 'none'} · scope {settings['scope']}",
+            "bold",
+        )
+    )
+    print(render_summary(summary))
+    print(_evidence_line(dataset.evidence))
+    print(f"loaded in {loaded:.1f} s; latency = one search, query embedding included")
+    if args.json_out:
+        out = {
+            "settings": settings,
+            "summary": summary,
+            "questions": evaluation.question_rows(results),
+        }
+        Path(args.json_out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {args.json_out}")
+    return 0

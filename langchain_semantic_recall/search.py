@@ -1,0 +1,185 @@
+"""The search settings of one engine: mode, defaults per mode, ranking and windows (pure).
+
+``SemanticRecall`` resolves its search options once, into a :class:`SearchPlan`; its
+``search`` / ``asearch`` do the I/O (embed, vector query, keyword query, windows) and
+hand the results to the plan's pure :meth:`~SearchPlan.rank` and :meth:`~SearchPlan.hits`,
+so that sync and async share every decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.fusion import (
+    NeighbourWeights,
+    best_per_message,
+    boost_period,
+    fuse,
+    spend_budget,
+)
+from langchain_semantic_recall.options import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_MESSAGE_BUDGET,
+    DEFAULT_MESSAGE_RANGE,
+    DEFAULT_TIME_BOOST,
+    DEFAULT_TOP_K,
+    HYBRID_MESSAGE_RANGE,
+    HYBRID_TOP_K,
+    Budget,
+    MessageRange,
+    MessageRangeLike,
+    SearchMode,
+    check_count,
+    check_search_mode,
+    check_threshold,
+    check_top_k,
+    check_weight,
+    to_message_range,
+)
+from langchain_semantic_recall.periods import Period, named_period
+from langchain_semantic_recall.records import RecallHit, StoredMessage, VectorHit
+
+ResolvedMode: TypeAlias = Literal["hybrid", "dense", "keyword"]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPlan:
+    """Resolved search settings (see :func:`resolve`)."""
+
+    mode: ResolvedMode
+    top_k: int
+    message_range: MessageRange
+    message_budget: int | None
+    keyword_weight: float
+    threshold: float | None
+    time_boost: float
+    candidates: int
+    weights: NeighbourWeights
+
+    @property
+    def uses_vectors(self) -> bool:
+        return self.mode != "keyword"
+
+    @property
+    def uses_keywords(self) -> bool:
+        return self.mode != "dense"
+
+    @property
+    def dense_k(self) -> int:
+        """Vectors to ask for: ``top_k`` alone in dense mode, a candidate pool in hybrid."""
+        return self.top_k if self.mode == "dense" else max(self.top_k, self.candidates)
+
+    @property
+    def keyword_k(self) -> int:
+        """Keyword matches to ask for: a candidate pool (normalised over, then cut)."""
+        return max(self.top_k, self.candidates)
+
+    def rank(
+        self, dense: Sequence[VectorHit], keyword: Sequence[tuple[str, float]]
+    ) -> list[tuple[str, float]]:
+        """Every candidate as (message id, score), best first (cut with :meth:`top`).
+
+        Dense mode: cosine similarity, below-threshold hits dropped (the original's).
+        Keyword mode: BM25 scores min-max rescaled to [0, 1] over the candidates. Hybrid:
+        min-max fusion; with a threshold, only messages whose vector passed it can be hits
+        (a keyword-only match has no similarity to test).
+        """
+        scored_dense = best_per_message(
+            hit for hit in dense if self.threshold is None or hit.score >= self.threshold
+        )
+        if self.mode == "dense":
+            return scored_dense
+        if self.mode == "keyword":
+            return fuse([], keyword, keyword_weight=1.0)
+        if self.threshold is not None:
+            passed = {message_id for message_id, _ in scored_dense}
+            keyword = [item for item in keyword if item[0] in passed]
+        return fuse(scored_dense, keyword, keyword_weight=self.keyword_weight)
+
+    def period(self, query: str, now: datetime | None = None) -> Period | None:
+        """The period the query names, when time-aware ranking applies (not in dense mode)."""
+        if self.mode == "dense" or not self.time_boost:
+            return None
+        return named_period(query, now)
+
+    def boost(
+        self,
+        ranked: Sequence[tuple[str, float]],
+        messages: Mapping[str, Sequence[StoredMessage]],
+        period: Period,
+    ) -> list[tuple[str, float]]:
+        """Candidates written within ``period`` gain ``time_boost``; best first again."""
+        return boost_period(ranked, messages, period, self.time_boost)
+
+    def top(self, ranked: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+        return list(ranked[: self.top_k])
+
+    def hits(
+        self,
+        ranked: Sequence[tuple[str, float]],
+        windows: Mapping[str, Sequence[StoredMessage]],
+    ) -> list[RecallHit]:
+        """Hits with their windows, cut to the message budget."""
+        return spend_budget(ranked, windows, weights=self.weights, budget=self.message_budget)
+
+
+def resolve(
+    *,
+    search_mode: SearchMode | str,
+    keyword_search: bool,
+    top_k: int | None,
+    message_range: MessageRangeLike | None,
+    message_budget: Budget,
+    keyword_weight: float,
+    threshold: float | None,
+    time_boost: float = DEFAULT_TIME_BOOST,
+    candidates: int = DEFAULT_CANDIDATES,
+) -> SearchPlan:
+    """Validate the search options and fill in the defaults of the chosen mode.
+
+    ``"auto"`` becomes ``"hybrid"`` when the storage has keyword search, else ``"dense"``.
+    Unset options (``top_k`` / ``message_range`` None, ``message_budget="auto"``) take
+    the mode's defaults: in dense mode the original's (top 4, one message either side,
+    no budget), otherwise the measured ones (top 12, the hit and 2 after, 15 messages).
+    """
+    mode = check_search_mode(search_mode)
+    if mode == "auto":
+        mode = "hybrid" if keyword_search else "dense"
+    if mode != "dense" and not keyword_search:
+        raise InvalidOptionError(
+            f"search_mode={mode!r} needs a storage with keyword search (SQLite, in-memory or "
+            "PostgreSQL); use search_mode='dense' (or 'auto') with this storage"
+        )
+    checked_threshold = check_threshold(threshold)
+    if mode == "keyword" and checked_threshold is not None:
+        raise InvalidOptionError(
+            "threshold is a cosine similarity and keyword mode computes none; drop the "
+            "threshold or use search_mode='hybrid' or 'dense'"
+        )
+    dense = mode == "dense"
+    window = to_message_range(
+        message_range
+        if message_range is not None
+        else (DEFAULT_MESSAGE_RANGE if dense else HYBRID_MESSAGE_RANGE)
+    )
+    if message_budget == "auto":
+        budget = None if dense else DEFAULT_MESSAGE_BUDGET
+    else:
+        budget = None if message_budget is None else check_count("message_budget", message_budget)
+    return SearchPlan(
+        mode=mode,
+        top_k=check_top_k(
+            top_k if top_k is not None else (DEFAULT_TOP_K if dense else HYBRID_TOP_K)
+        ),
+        message_range=window,
+        message_budget=budget,
+        keyword_weight=check_weight("keyword_weight", keyword_weight),
+        threshold=checked_threshold,
+        time_boost=check_weight("time_boost", time_boost),
+        candidates=check_count("candidates", candidates),
+        weights=NeighbourWeights.linear(window.before, window.after),
+    )

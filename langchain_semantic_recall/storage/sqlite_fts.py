@@ -1,0 +1,209 @@
+"""Keyword search for the SQLite storage: an FTS5 index kept in the messages' transactions.
+
+Schema (version 2 of the file):
+
+- ``message_fts`` (FTS5): one row per keyword-searchable message (user and assistant
+  messages with terms), with its terms (:func:`keywords.message_terms`, already stemmed:
+  FTS5 only looks them up) and two scope tokens, so that a search intersects posting
+  lists inside one resource or thread instead of filtering every match in the file;
+- ``message_terms``: links an FTS5 row (``doc``) to its message (VACUUM may renumber the
+  messages table's own rowids) and keeps the terms for BM25;
+- ``thread_terms``: per-thread totals (searchable messages, terms) for BM25's average
+  length.
+
+Every function here runs inside the caller's transaction: a message and its keyword
+index are written, rewritten and deleted together. SQL is built by pure functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+
+MIN_CANDIDATES: Final = 1000
+"""A search re-scores at least this many FTS5 matches (every match, in most scopes)."""
+
+KEYWORD_TABLES: Final = (
+    "CREATE TABLE message_terms (doc INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
+    "terms TEXT NOT NULL)",
+    "CREATE VIRTUAL TABLE message_fts USING fts5(terms, scope, "
+    "tokenize = 'unicode61 remove_diacritics 0')",
+    "CREATE TABLE thread_terms (thread_id TEXT PRIMARY KEY, docs INTEGER NOT NULL, "
+    "terms INTEGER NOT NULL)",
+)
+"""The statements creating the keyword index (schema version 2)."""
+
+_GET_TERMS: Final = "SELECT doc, terms FROM message_terms WHERE message_id = ?"
+_INSERT_TERMS: Final = "INSERT INTO message_terms (message_id, terms) VALUES (?, ?)"
+_INSERT_FTS: Final = "INSERT INTO message_fts (rowid, terms, scope) VALUES (?, ?, ?)"
+_DELETE_TERMS: Final = "DELETE FROM message_terms WHERE doc = ?"
+_DELETE_FTS: Final = "DELETE FROM message_fts WHERE rowid = ?"
+_ADD_THREAD_TERMS: Final = (
+    "INSERT INTO thread_terms (thread_id, docs, terms) VALUES (?, ?, ?) "
+    "ON CONFLICT (thread_id) DO UPDATE SET docs = docs + excluded.docs, "
+    "terms = terms + excluded.terms"
+)
+_COUNT_MATCHES: Final = "SELECT COUNT(*) FROM message_fts WHERE message_fts MATCH ?"
+
+
+def forget_sql(column: Literal["thread_id", "resource_id"]) -> tuple[str, ...]:
+    """Statements dropping the keyword index of a thread or a resource (before its rows)."""
+    return (
+        "DELETE FROM message_fts WHERE rowid IN (SELECT t.doc FROM message_terms AS t "
+        f"JOIN messages AS m ON m.id = t.message_id WHERE m.{column} = ?)",
+        "DELETE FROM message_terms WHERE message_id IN "
+        f"(SELECT id FROM messages WHERE {column} = ?)",
+        "DELETE FROM thread_terms WHERE thread_id IN "
+        f"(SELECT thread_id FROM threads WHERE {column} = ?)",
+    )
+
+
+def _token(kind: str, value: str) -> str:
+    return kind + hashlib.sha1(value.encode("utf-8")).hexdigest()[:24]
+
+
+def scope_tokens(resource_id: str, thread_id: str) -> str:
+    """The ``scope`` column of a message: a token for its resource and one for its thread.
+
+    Hashing keeps any id one safe token; a collision could only add candidates, which the
+    search drops again by joining the messages table on the exact scope.
+    """
+    return f"{_token('r', resource_id)} {_token('t', thread_id)}"
+
+
+def fts_match(scope: ScopeFilter, terms: Sequence[str]) -> str:
+    """An FTS5 query: messages of ``scope`` holding any of ``terms`` (quoted literally)."""
+    tokens = []
+    if scope.resource_id is not None:
+        tokens.append(_token("r", scope.resource_id))
+    if scope.thread_id is not None:
+        tokens.append(_token("t", scope.thread_id))
+    in_scope = " AND ".join(f'scope : "{token}"' for token in tokens)
+    quoted = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    return f"{in_scope} AND terms : ({quoted})"
+
+
+def _exact_scope(scope: ScopeFilter, table: str) -> tuple[str, list[str]]:
+    pairs = (("resource_id", scope.resource_id), ("thread_id", scope.thread_id))
+    kept = [(column, value) for column, value in pairs if value is not None]
+    return "".join(f" AND {table}.{c} = ?" for c, _ in kept), [v for _, v in kept]
+
+
+def candidates_sql(scope: ScopeFilter, terms: Sequence[str], limit: int) -> tuple[str, list[Any]]:
+    """FTS5's best ``limit`` matches inside ``scope``: rows of (message id, terms)."""
+    where, params = _exact_scope(scope, "m")
+    sql = (
+        "WITH hits AS (SELECT rowid AS doc FROM message_fts WHERE message_fts MATCH ? "
+        "ORDER BY rank LIMIT ?) "
+        "SELECT t.message_id, t.terms FROM hits JOIN message_terms AS t ON t.doc = hits.doc "
+        f"JOIN messages AS m ON m.id = t.message_id WHERE 1 = 1{where}"
+    )
+    return sql, [fts_match(scope, terms), limit, *params]
+
+
+def stats_sql(scope: ScopeFilter) -> tuple[str, list[Any]]:
+    """Searchable messages, and their terms in total, inside ``scope``."""
+    where, params = _exact_scope(scope, "h")
+    sql = (
+        "SELECT COALESCE(SUM(s.docs), 0), COALESCE(SUM(s.terms), 0) FROM threads AS h "
+        f"JOIN thread_terms AS s ON s.thread_id = h.thread_id WHERE 1 = 1{where}"
+    )
+    return sql, params
+
+
+def add_terms(conn: sqlite3.Connection, record: MessageRecord) -> None:
+    """Make a stored message keyword-searchable (nothing to do when it has no terms)."""
+    _add(conn, record.id, record.thread_id, record.resource_id, (record.role, record.text))
+
+
+def _add(
+    conn: sqlite3.Connection,
+    message_id: str,
+    thread_id: str,
+    resource_id: str,
+    content: tuple[str, str],
+) -> None:
+    """Index one message; ``content`` is its (role, text)."""
+    terms = message_terms(*content)
+    if not terms:
+        return
+    joined = " ".join(terms)
+    doc = conn.execute(_INSERT_TERMS, (message_id, joined)).lastrowid
+    conn.execute(_INSERT_FTS, (doc, joined, scope_tokens(resource_id, thread_id)))
+    conn.execute(_ADD_THREAD_TERMS, (thread_id, 1, len(terms)))
+
+
+def drop_terms(conn: sqlite3.Connection, message_id: str, thread_id: str) -> None:
+    """Remove a message from the keyword index (before it is rewritten)."""
+    row = conn.execute(_GET_TERMS, (message_id,)).fetchone()
+    if row is None:
+        return
+    doc, joined = row
+    conn.execute(_DELETE_FTS, (doc,))
+    conn.execute(_DELETE_TERMS, (doc,))
+    conn.execute(_ADD_THREAD_TERMS, (thread_id, -1, -len(joined.split())))
+
+
+def forget(
+    conn: sqlite3.Connection, column: Literal["thread_id", "resource_id"], value: str
+) -> None:
+    """Drop the keyword index of a thread or resource (call before deleting its rows)."""
+    for statement in forget_sql(column):
+        conn.execute(statement, (value,))
+
+
+def backfill(conn: sqlite3.Connection) -> None:
+    """Index the messages a version-1 file already holds (the migration to version 2)."""
+    rows = conn.execute("SELECT id, thread_id, resource_id, role, text FROM messages")
+    for message_id, thread_id, resource_id, role, text in rows.fetchall():
+        _add(conn, message_id, thread_id, resource_id, (role, text))
+
+
+def _frequencies(terms: Sequence[str], docs: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    wanted = set(terms)
+    counts: dict[str, int] = {}
+    for doc_terms in docs.values():
+        for term in wanted.intersection(doc_terms):
+            counts[term] = counts.get(term, 0) + 1
+    return counts
+
+
+def search(
+    conn: sqlite3.Connection, query: str, *, scope: ScopeFilter, limit: int, params: BM25Params
+) -> list[tuple[str, float]]:
+    """(message id, BM25 score) of the best ``limit`` keyword matches inside ``scope``.
+
+    When the scope has at most ``max(10 * limit, MIN_CANDIDATES)`` matches (nearly
+    always), every match is scored, so the result is exact BM25 over the scope; beyond,
+    FTS5's own ranking chooses which matches are re-scored.
+    """
+    terms = query_terms(query)
+    if not terms:
+        return []
+    docs, total = conn.execute(*stats_sql(scope)).fetchone()
+    if not docs:
+        return []
+    cap = max(10 * limit, MIN_CANDIDATES)
+    rows = conn.execute(*candidates_sql(scope, terms, cap)).fetchall()
+    candidates = {message_id: joined.split() for message_id, joined in rows}
+    if len(rows) < cap:
+        doc_freq = _frequencies(terms, candidates)
+    else:
+        doc_freq = {
+            term: conn.execute(_COUNT_MATCHES, (fts_match(scope, [term]),)).fetchone()[0]
+            for term in terms
+        }
+    return rank_bm25(
+        terms,
+        candidates,
+        doc_freq=doc_freq,
+        docs=docs,
+        avg_length=total / docs,
+        params=params,
+        limit=limit,
+    )
