@@ -1,0 +1,318 @@
+"""``semantic-recall migrate``: copy a memory from one store to another (e.g. to servers).
+
+Messages are copied page by page in thread order, so every thread keeps its order (and
+its windows); writing them again is harmless, so an interrupted migration is simply run
+again. Vectors are either copied as they are (``--vectors copy``, the default: no
+embedding, when the source index can list its vectors) or embedded again from the copied
+messages (``--vectors reembed``). Either way the target ends with a repair pass
+(``reindex(missing_only=True)``), so a vector the copy could not read is embedded rather
+than lost.
+
+Example::
+
+    semantic-recall --path ./memory migrate \\
+        --to-storage postgresql://app@db.internal/memory --to-vector http://chroma:8000
+
+:func:`migrate` is the same operation for Python code, on two engines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_semantic_recall.cli.common import (
+    EXIT_OK,
+    CommandError,
+    UsageError,
+    create_embeddings,
+    print_json,
+    progress_bar,
+    store_options,
+    store_path,
+)
+from langchain_semantic_recall.errors import OwnershipError
+from langchain_semantic_recall.records import VectorRecord
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+    from langchain_semantic_recall.recall import SemanticRecall
+    from langchain_semantic_recall.vectors.base import VectorIndex
+
+VectorMode = Literal["copy", "reembed"]
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationReport:
+    """What a migration did."""
+
+    messages: int
+    """Messages copied (written to the target)."""
+    vectors_copied: int
+    """Vectors copied as they were."""
+    vectors_embedded: int
+    """Vectors embedded again from the messages (all of them with ``reembed``)."""
+    source_messages: int
+    target_messages: int
+    index_name: str
+
+
+def _exported(index: VectorIndex, name: str, resources: list[str]) -> Iterator[VectorRecord]:
+    """The vectors of index ``name`` with their metadata, if the backend can list them.
+
+    A backend may offer ``export(name)``; for Chroma the collections of the index are
+    read through its public client. Anything else yields nothing (and gets re-embedded).
+    """
+    export = getattr(index, "export", None)
+    if callable(export):
+        yield from export(name)
+        return
+    from langchain_semantic_recall.vectors import chroma
+
+    if not isinstance(index, chroma.ChromaVectorIndex):
+        return
+    naming = getattr(chroma, "resource_collection_name", None)
+    names = [naming(name, r) for r in resources] if callable(naming) else [name]
+    for collection_name in names:
+        yield from _chroma_collection(index, collection_name)
+
+
+def _chroma_collection(index: Any, collection_name: str) -> Iterator[VectorRecord]:
+    from datetime import datetime
+
+    from chromadb.errors import NotFoundError
+
+    try:
+        collection = index.client.get_collection(collection_name, embedding_function=None)
+    except NotFoundError:
+        return
+    offset, page = 0, 1000
+    while True:
+        got = collection.get(
+            limit=page, offset=offset, include=["embeddings", "metadatas", "documents"]
+        )
+        ids = got["ids"]
+        documents = got["documents"] or [None] * len(ids)
+        metadatas = got["metadatas"] or [None] * len(ids)
+        for vector_id, vector, meta, text in zip(
+            ids, got["embeddings"], metadatas, documents, strict=True
+        ):
+            if not meta or "message_id" not in meta:
+                continue
+            yield VectorRecord(
+                id=vector_id,
+                vector=[float(x) for x in vector],
+                message_id=str(meta["message_id"]),
+                thread_id=str(meta["thread_id"]),
+                resource_id=str(meta["resource_id"]),
+                role=meta.get("role", "user"),
+                content=text or str(meta.get("content", "")),
+                created_at=datetime.fromisoformat(str(meta["created_at"])),
+            )
+        offset += len(ids)
+        if len(ids) < page:
+            return
+
+
+def _copy(
+    target: SemanticRecall,
+    name: str,
+    batch: list[VectorRecord],
+    seen: set[str],
+    on_vectors: Progress | None,
+) -> int:
+    """Upsert a batch of copied vectors into the target; empties the batch."""
+    if not batch:
+        return 0
+    target.vector_store.upsert(name, batch)
+    fresh = {r.message_id for r in batch} - seen
+    seen.update(fresh)
+    if on_vectors is not None and fresh:
+        on_vectors(len(fresh))
+    copied = len(batch)
+    batch.clear()
+    return copied
+
+
+def migrate(
+    source: SemanticRecall,
+    target: SemanticRecall,
+    *,
+    vectors: VectorMode = "copy",
+    batch_size: int = 500,
+    on_messages: Progress | None = None,
+    on_vectors: Progress | None = None,
+) -> MigrationReport:
+    """Copy every message of ``source`` into ``target``, then its vectors.
+
+    Args:
+        source: The engine to read (its storage, vector index and index name).
+        target: The engine to fill; its index must use the same embedder as the source's
+            for ``copy`` (the index names then match).
+        vectors: ``copy`` the vectors, or ``reembed`` them with the target's embedder.
+        batch_size: Messages per page (and per write).
+        on_messages: Called with the number of messages just copied.
+        on_vectors: Called with the number of messages whose vectors were just handled.
+
+    Raises:
+        OwnershipError: a thread of the source belongs to another resource in the target.
+        EmbeddingMismatchError: the target index was built with another embedder.
+    """
+    copied = 0
+    resources: set[str] = set()
+    after: tuple[str, int] | None = None
+    while page := source.storage.list_messages(None, after=after, limit=batch_size):
+        after = (page[-1].thread_id, page[-1].seq)
+        target.storage.put(page)
+        copied += len(page)
+        resources.update(m.resource_id for m in page)
+        if on_messages is not None:
+            on_messages(len(page))
+    info = target.ensure_index()
+    vectors_copied = 0
+    if vectors == "copy":
+        name = source.ensure_index().name
+        seen: set[str] = set()
+        batch: list[VectorRecord] = []
+        for record in _exported(source.vector_store, name, sorted(resources)):
+            batch.append(record)
+            if len(batch) >= batch_size:
+                vectors_copied += _copy(target, info.name, batch, seen, on_vectors)
+        vectors_copied += _copy(target, info.name, batch, seen, on_vectors)
+    # The repair pass embeds whatever the copy did not bring (everything, for reembed).
+    embedded = target.reindex(
+        missing_only=vectors == "copy",
+        batch_size=batch_size,
+        progress=on_vectors if vectors == "reembed" else None,
+    )
+    return MigrationReport(
+        messages=copied,
+        vectors_copied=vectors_copied,
+        vectors_embedded=embedded,
+        source_messages=source.storage.count(),
+        target_messages=target.storage.count(),
+        index_name=info.name,
+    )
+
+
+# --- the command -------------------------------------------------------------------------
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "migrate",
+        parents=[store_options()],
+        help="copy a store to another one (e.g. the embedded store to PostgreSQL + Chroma)",
+        description=(
+            "Copy every message of the source (the embedded store at --path, or "
+            "--from-storage/--from-vector URLs) into the target URLs, then copy its vectors "
+            "or embed them again. Storage URLs: sqlite:///path, postgresql://..., memory://. "
+            "Vector URLs: chroma:///path, http://host:port (a Chroma server), memory://. "
+            "Running it again is harmless: it finishes an interrupted migration. Retired "
+            "(forgotten) thread ids are not carried over."
+        ),
+    )
+    parser.add_argument("--from-storage", metavar="URL", help="source storage URL")
+    parser.add_argument("--from-vector", metavar="URL", help="source vector URL")
+    parser.add_argument("--to-storage", metavar="URL", required=True, help="target storage URL")
+    parser.add_argument("--to-vector", metavar="URL", required=True, help="target vector URL")
+    parser.add_argument(
+        "--vectors",
+        choices=("copy", "reembed"),
+        default="copy",
+        help="copy the vectors (default) or embed the messages again",
+    )
+    parser.add_argument("--batch-size", type=int, default=500, metavar="N")
+    parser.add_argument("--index-name", metavar="NAME", help="the index to migrate")
+    parser.add_argument(
+        "--embeddings",
+        metavar="MODULE:NAME",
+        help="an Embeddings class or factory to import (default: the local model)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=run)
+
+
+def _embeddings(spec: str | None) -> Embeddings | None:
+    if spec is None:
+        return create_embeddings()
+    module, _, attribute = spec.partition(":")
+    if not module or not attribute:
+        raise UsageError(f"--embeddings takes MODULE:NAME, got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot import {spec!r}: {exc}") from exc
+    return factory()  # type: ignore[no-any-return]
+
+
+def _source_urls(args: argparse.Namespace) -> tuple[str, str]:
+    if bool(args.from_storage) != bool(args.from_vector):
+        raise UsageError("give both --from-storage and --from-vector, or neither (--path)")
+    if args.from_storage:
+        return args.from_storage, args.from_vector
+    root = store_path(args).resolve()
+    if not (root / "messages.sqlite3").exists():
+        raise CommandError(f"no store at {root} to migrate (choose it with --path)", code=3)
+    return f"sqlite:///{root / 'messages.sqlite3'}", f"chroma:///{root / 'chroma'}"
+
+
+def _advance(bar: Any, n: int, total: int) -> None:
+    bar.update(n)
+    if bar.n >= total:  # show the finished bar while the next phase runs
+        bar.refresh()
+
+
+def run(args: argparse.Namespace) -> int:
+    from langchain_semantic_recall.recall import SemanticRecall
+
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    from_storage, from_vector = _source_urls(args)
+    embeddings = _embeddings(args.embeddings)
+    options: dict[str, Any] = {"read_only": True}
+    if args.index_name:
+        options["index_name"] = args.index_name
+    source = SemanticRecall.from_url(
+        storage=from_storage, vector=from_vector, embeddings=embeddings, **options
+    )
+    target = SemanticRecall.from_url(
+        storage=args.to_storage,
+        vector=args.to_vector,
+        embeddings=source.embeddings,
+        **{k: v for k, v in options.items() if k != "read_only"},
+    )
+    total = source.storage.count()
+    try:
+        with (
+            progress_bar(total, "msg", "messages") as messages,
+            progress_bar(total, "msg", "vectors") as vectors,
+        ):
+            report = migrate(
+                source,
+                target,
+                vectors=args.vectors,
+                batch_size=args.batch_size,
+                on_messages=lambda n: _advance(messages, n, total),
+                on_vectors=vectors.update,
+            )
+            vectors.update(max(0, total - vectors.n))  # copy mode counts embeddable only
+    except OwnershipError as exc:
+        raise CommandError(f"the target already holds conflicting data: {exc}") from exc
+    finally:
+        source.storage.close()
+        target.storage.close()
+    if args.json:
+        print_json(asdict(report))
+    else:
+        print(
+            f"migrated {report.messages} messages ({report.target_messages} now in the "
+            f"target); vectors of index {report.index_name!r}: {report.vectors_copied} "
+            f"copied, {report.vectors_embedded} embedded"
+        )
+    return EXIT_OK

@@ -1,0 +1,516 @@
+"""The PostgreSQL storage's SQL: schema, migrations and every operation, without I/O.
+
+Each operation is a generator of :class:`Query` objects that receives each statement's
+:class:`Result` back and returns the operation's value; :mod:`.storage` runs it on a sync
+or an async connection. Keeping the logic here, written once, is what makes the two
+twins behave identically. Tables are prefixed ``semantic_recall_`` (a database is often
+shared); ids are ``COLLATE "C"`` so they compare and sort by code point, like every
+other backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
+
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidInputError,
+    OwnershipError,
+    StorageError,
+)
+from langchain_semantic_recall.keywords import BM25Params, bm25_score, message_terms, query_terms
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage.base import ThreadInfo
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+SCHEMA_VERSION: Final = 2
+_LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
+_MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
+_MAX_TSV_BYTES: Final = 500_000  # well under the 1 MB limit of one tsvector
+_M: Final = "semantic_recall_messages"
+_T: Final = "semantic_recall_threads"
+_F: Final = "semantic_recall_forgotten_threads"
+_V: Final = "semantic_recall_schema_version"
+_COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    sql: str
+    params: Sequence[Any] | Mapping[str, Any] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    rowcount: int = 0
+
+
+Steps = Generator[Query, Result, T]
+
+# --- schema -----------------------------------------------------------------------------
+
+_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        f'CREATE TABLE {_T} (thread_id TEXT COLLATE "C" PRIMARY KEY, '
+        'resource_id TEXT COLLATE "C" NOT NULL, next_seq BIGINT NOT NULL DEFAULT 0, '
+        "created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        f"CREATE INDEX {_T}_resource ON {_T} (resource_id, thread_id)",
+        f'CREATE TABLE {_M} (id TEXT COLLATE "C" PRIMARY KEY, '
+        f'thread_id TEXT COLLATE "C" NOT NULL REFERENCES {_T} (thread_id), '
+        'resource_id TEXT COLLATE "C" NOT NULL, seq BIGINT NOT NULL, role TEXT NOT NULL, '
+        "text TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL, "
+        "UNIQUE (thread_id, seq))",
+        f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq)",
+        f'CREATE TABLE {_F} (thread_id TEXT COLLATE "C" PRIMARY KEY, '
+        'resource_id TEXT COLLATE "C", forgotten_at TIMESTAMPTZ NOT NULL DEFAULT now())',
+    ),
+    2: (  # keyword search; rows written before it are backfilled by _backfill_terms
+        f"ALTER TABLE {_M} ADD COLUMN terms TEXT[] NOT NULL DEFAULT '{{}}', "
+        "ADD COLUMN term_count INTEGER NOT NULL DEFAULT 0, ADD COLUMN tsv TSVECTOR",
+        f"CREATE INDEX {_M}_tsv ON {_M} USING GIN (tsv)",
+        # BM25's scope statistics from the index alone (an index-only scan).
+        f"DROP INDEX IF EXISTS {_M}_resource",
+        f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq) INCLUDE (term_count)",
+    ),
+}
+"""Version -> the statements that bring a database from the previous version to it."""
+
+
+def setup_steps() -> Steps[int]:
+    """Create or migrate the schema (one transaction, under an advisory lock)."""
+    yield Query("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SETUP,))
+    yield Query(
+        f"CREATE TABLE IF NOT EXISTS {_V} (version INTEGER NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    )
+    version = (yield Query(f"SELECT max(version) FROM {_V}")).rows[0][0] or 0
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"the PostgreSQL schema is at version {version}, newer than this package "
+            f"understands ({SCHEMA_VERSION}); upgrade langchain-semantic-recall"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[target]:
+            yield Query(statement)
+        if target == 2:
+            yield from _backfill_terms()
+        yield Query(f"INSERT INTO {_V} (version) VALUES (%s)", (target,))
+        logger.info("PostgreSQL storage: schema migrated to v%d", target)
+    return int(version)
+
+
+def _backfill_terms() -> Steps[None]:
+    """Index the keyword terms of messages written before schema version 2."""
+    after = ""
+    while True:
+        sql = f"SELECT id, role, text, resource_id, thread_id FROM {_M} WHERE id > %s "
+        page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after,))).rows
+        if not page:
+            return
+        ids, terms, counts, lexemes = [], [], [], []
+        for id_, role, text, resource_id, thread_id in page:
+            found = message_terms(role, text)
+            ids.append(id_)
+            terms.append(found)
+            counts.append(len(found))
+            lexemes.append(_lexemes(found, resource_id, thread_id))
+        yield Query(
+            f"UPDATE {_M} AS m SET terms = v.terms, term_count = v.n, tsv = v.tsv FROM "
+            "(SELECT i, string_to_array(t, ' ') AS terms, n, "
+            "array_to_tsvector(string_to_array(l, ' ')) AS tsv FROM "
+            "unnest(%s::text[], %s::text[], %s::int[], %s::text[]) AS u(i, t, n, l)) AS v "
+            "WHERE m.id = v.i",
+            (ids, [" ".join(t) for t in terms], counts, [" ".join(x) for x in lexemes]),
+        )
+        after = page[-1][0]
+
+
+# --- pure helpers -----------------------------------------------------------------------
+
+
+def _lock_key(thread_id: str) -> int:
+    """A signed 64-bit advisory lock key for a thread id (stable across processes)."""
+    digest = hashlib.blake2b(f"semantic-recall:thread:{thread_id}".encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)
+
+
+def _lock_steps(thread_ids: Sequence[str]) -> Steps[None]:
+    """Advisory locks on the threads, always in key order (no deadlock between writers)."""
+    for key in sorted({_lock_key(t) for t in thread_ids}):
+        yield Query("SELECT pg_advisory_xact_lock(%s)", (key,))
+
+
+def _scope_token(kind: str, value: str) -> str:
+    """A lexeme naming a message's resource (``r``) or thread (``t``).
+
+    Terms are letters and digits only, so a token with a colon never meets a real term.
+    With it in the tsvector, the GIN index intersects a query's terms with one scope
+    instead of matching the whole table and filtering.
+    """
+    return f"{kind}:{hashlib.blake2b(value.encode(), digest_size=12).hexdigest()}"
+
+
+def _lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]:
+    """The tsvector of a message: its distinct terms that fit, and its scope tokens.
+
+    A message without terms gets none (it is not keyword-searchable).
+    """
+    if not terms:
+        return []
+    kept = [_scope_token("r", resource_id), _scope_token("t", thread_id)]
+    size = 0
+    for term in sorted(set(terms)):
+        length = len(term.encode())
+        if length > _MAX_LEXEME_BYTES or size + length > _MAX_TSV_BYTES:
+            continue
+        kept.append(term)
+        size += length
+    return kept
+
+
+def _tsquery(terms: Sequence[str], scope: ScopeFilter) -> str:
+    """Any of the terms, inside the scope (terms are letters and digits: quoting suffices)."""
+    query = "(" + " | ".join(f"'{t}'" for t in terms if "'" not in t and "\\" not in t) + ")"
+    for kind, value in (("r", scope.resource_id), ("t", scope.thread_id)):
+        if value is not None:
+            query = f"'{_scope_token(kind, value)}' & {query}"
+    return query
+
+
+def _has_nul(*values: str | None) -> bool:
+    return any(v is not None and "\x00" in v for v in values)
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInputError(
+            f"created_at {value.isoformat()} has no time zone; pass an aware UTC datetime "
+            "such as datetime.now(UTC)"
+        )
+    return value.astimezone(UTC)
+
+
+def _check_record(record: MessageRecord) -> None:
+    for name in ("id", "thread_id", "resource_id", "role", "text", "payload"):
+        if _has_nul(getattr(record, name)):
+            raise InvalidInputError(
+                f"message {record.id!r}: its {name} contains a NUL character (\\x00), which "
+                "PostgreSQL cannot store in text; remove it (e.g. text.replace('\\x00', ''))"
+            )
+
+
+def _scope_sql(scope: ScopeFilter | None, alias: str = "") -> tuple[str, dict[str, str]]:
+    """``AND``-clauses restricting rows to ``scope``, with named parameters."""
+    if scope is None:
+        return "", {}
+    prefix = f"{alias}." if alias else ""
+    pairs = {"scope_resource": scope.resource_id, "scope_thread": scope.thread_id}
+    columns = {"scope_resource": "resource_id", "scope_thread": "thread_id"}
+    kept = {name: value for name, value in pairs.items() if value is not None}
+    where = "".join(f" AND {prefix}{columns[name]} = %({name})s" for name in kept)
+    return where, kept
+
+
+def _message(row: Sequence[Any]) -> StoredMessage:
+    id_, thread_id, resource_id, role, text, created_at, payload, seq = row
+    return StoredMessage(
+        id_, thread_id, resource_id, role, text, created_at.astimezone(UTC), payload, seq
+    )
+
+
+@dataclass(slots=True)
+class _ThreadState:
+    owner: str
+    next_seq: int
+    new: bool = False
+
+
+@dataclass(slots=True)
+class _PutPlan:
+    stored: list[StoredMessage]
+    rows: dict[str, StoredMessage]
+    threads: dict[str, _ThreadState]
+
+
+def plan_put(
+    records: Sequence[MessageRecord],
+    *,
+    forgotten: set[str],
+    threads: Mapping[str, tuple[str, int]],
+    places: Mapping[str, tuple[str, int]],
+) -> _PutPlan:
+    """Check a batch against the stored state and assign sequence numbers (pure).
+
+    Args:
+        records: The batch, in order.
+        forgotten: Retired thread ids among the batch's threads.
+        threads: Known thread id -> (owner, next seq).
+        places: Known message id -> (thread id, seq).
+
+    Raises:
+        ForgottenThreadError: a record targets a retired thread.
+        OwnershipError: a thread of another resource, or a message id of another thread.
+    """
+    states: dict[str, _ThreadState] = {}
+    seen = dict(places)
+    stored: list[StoredMessage] = []
+    for record in records:
+        state = states.get(record.thread_id)
+        if state is None:
+            if record.thread_id in forgotten:
+                raise ForgottenThreadError(
+                    f"thread {record.thread_id!r} was forgotten and its id is retired; "
+                    "start a new thread id"
+                )
+            owner, next_seq = threads.get(record.thread_id, (record.resource_id, -1))
+            state = _ThreadState(owner, max(next_seq, 0), new=next_seq < 0)
+            states[record.thread_id] = state
+        if state.owner != record.resource_id:
+            raise OwnershipError(
+                f"thread {record.thread_id!r} belongs to another resource than "
+                f"{record.resource_id!r}; use a thread id of that resource"
+            )
+        place = seen.get(record.id)
+        if place is not None and place[0] != record.thread_id:
+            raise OwnershipError(
+                f"message id {record.id!r} already belongs to another thread than "
+                f"{record.thread_id!r}; message ids must be unique across threads"
+            )
+        if place is None:
+            place = seen[record.id] = (record.thread_id, state.next_seq)
+            state.next_seq += 1
+        stored.append(
+            StoredMessage(
+                record.id,
+                record.thread_id,
+                record.resource_id,
+                record.role,
+                record.text,
+                _utc(record.created_at),
+                record.payload,
+                place[1],
+            )
+        )
+    return _PutPlan(stored=stored, rows={m.id: m for m in stored}, threads=states)
+
+
+# --- operations (statement generators) --------------------------------------------------
+
+
+def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
+    for record in records:
+        _check_record(record)
+        _utc(record.created_at)
+    thread_ids = list(dict.fromkeys(r.thread_id for r in records))
+    yield from _lock_steps(thread_ids)
+    sql = f"SELECT thread_id FROM {_F} WHERE thread_id = ANY(%s)"
+    forgotten = (yield Query(sql, (thread_ids,))).rows
+    sql = f"SELECT thread_id, resource_id, next_seq FROM {_T} WHERE thread_id = ANY(%s)"
+    known = (yield Query(sql, (thread_ids,))).rows
+    ids = list(dict.fromkeys(r.id for r in records))
+    sql = f"SELECT id, thread_id, seq FROM {_M} WHERE id = ANY(%s)"
+    places = (yield Query(sql, (ids,))).rows
+    plan = plan_put(
+        records,
+        forgotten={row[0] for row in forgotten},
+        threads={row[0]: (row[1], row[2]) for row in known},
+        places={row[0]: (row[1], row[2]) for row in places},
+    )
+    new = [(t, s.owner) for t, s in plan.threads.items() if s.new]
+    if new:
+        yield Query(
+            f"INSERT INTO {_T} (thread_id, resource_id) SELECT * FROM unnest(%s::text[], "
+            "%s::text[])",
+            ([t for t, _ in new], [o for _, o in new]),
+        )
+    rows = list(plan.rows.values())
+    terms = [message_terms(m.role, m.text) for m in rows]
+    lexemes = [_lexemes(t, m.resource_id, m.thread_id) for m, t in zip(rows, terms, strict=True)]
+    written = yield Query(
+        f"INSERT INTO {_M} ({_COLUMNS}, terms, term_count, tsv) SELECT u.i, u.t, u.r, u.ro, "
+        "u.tx, u.c, u.p, u.s, string_to_array(u.te, ' '), u.n, "
+        "array_to_tsvector(string_to_array(u.l, ' ')) FROM unnest(%s::text[], %s::text[], "
+        "%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::bigint[], "
+        "%s::text[], %s::int[], %s::text[]) AS u(i, t, r, ro, tx, c, p, s, te, n, l) "
+        f"ON CONFLICT (id) DO UPDATE SET role = excluded.role, text = excluded.text, "
+        "created_at = excluded.created_at, payload = excluded.payload, "
+        "terms = excluded.terms, term_count = excluded.term_count, tsv = excluded.tsv "
+        f"WHERE {_M}.thread_id = excluded.thread_id RETURNING id",
+        (
+            *([getattr(m, f) for m in rows] for f in ("id", "thread_id", "resource_id")),
+            *([getattr(m, f) for m in rows] for f in ("role", "text", "created_at")),
+            [m.payload for m in rows],
+            [m.seq for m in rows],
+            [" ".join(t) for t in terms],
+            [len(t) for t in terms],
+            [" ".join(x) for x in lexemes],
+        ),
+    )
+    if written.rowcount != len(rows):  # a concurrent writer took a message id first
+        lost = sorted(set(plan.rows) - {row[0] for row in written.rows})
+        raise OwnershipError(
+            f"message id {lost[0]!r} already belongs to another thread; message ids must "
+            "be unique across threads"
+        )
+    moved = [(t, s.next_seq) for t, s in plan.threads.items()]
+    yield Query(
+        f"UPDATE {_T} AS t SET next_seq = u.n FROM unnest(%s::text[], %s::bigint[]) "
+        "AS u(t, n) WHERE t.thread_id = u.t AND t.next_seq <> u.n",
+        ([t for t, _ in moved], [n for _, n in moved]),
+    )
+    return plan.stored
+
+
+def windows_steps(
+    message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
+) -> Steps[dict[str, tuple[StoredMessage, ...]]]:
+    if before < 0 or after < 0:
+        raise InvalidInputError(f"window sizes must be >= 0, got before={before} after={after}")
+    unique = [i for i in dict.fromkeys(message_ids) if not _has_nul(i)]
+    if not unique or _has_nul(scope.resource_id, scope.thread_id):
+        return {}
+    where, params = _scope_sql(scope)
+    columns = ", ".join(f"m.{c}" for c in _COLUMNS.split(", "))
+    rows = (
+        yield Query(
+            f"WITH hits AS (SELECT id, thread_id, seq FROM {_M} WHERE id = ANY(%(ids)s)"
+            f"{where}) SELECT hits.id, {columns} FROM hits JOIN {_M} AS m "
+            "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - %(before)s "
+            "AND hits.seq + %(after)s ORDER BY hits.id, m.seq",
+            {"ids": unique, "before": before, "after": after, **params},
+        )
+    ).rows
+    windows: dict[str, list[StoredMessage]] = {}
+    for row in rows:
+        windows.setdefault(row[0], []).append(_message(row[1:]))
+    return {hit: tuple(windows[hit]) for hit in unique if hit in windows}
+
+
+def list_steps(
+    scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
+) -> Steps[list[StoredMessage]]:
+    if limit < 1:
+        raise InvalidInputError(f"limit must be >= 1, got {limit}")
+    if scope is not None and _has_nul(scope.resource_id, scope.thread_id):
+        return []
+    where, params = _scope_sql(scope)
+    page: dict[str, Any] = {**params, "limit": limit}
+    if after is not None:
+        where += " AND (thread_id, seq) > (%(after_thread)s, %(after_seq)s)"
+        page.update(after_thread=after[0].replace("\x00", ""), after_seq=after[1])
+    sql = f"SELECT {_COLUMNS} FROM {_M} WHERE TRUE{where} ORDER BY thread_id, seq LIMIT %(limit)s"
+    return [_message(row) for row in (yield Query(sql, page)).rows]
+
+
+def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
+    if _has_nul(resource_id):
+        return []
+    where = " WHERE t.resource_id = %s" if resource_id is not None else ""
+    rows = (
+        yield Query(
+            "SELECT t.thread_id, t.resource_id, count(m.id), min(m.created_at), "
+            f"max(m.created_at) FROM {_T} AS t LEFT JOIN {_M} AS m ON m.thread_id = "
+            f"t.thread_id{where} GROUP BY t.thread_id, t.resource_id ORDER BY t.thread_id",
+            () if resource_id is None else (resource_id,),
+        )
+    ).rows
+    return [
+        ThreadInfo(t, r, n, first.astimezone(UTC), last.astimezone(UTC))
+        if n
+        else ThreadInfo(t, r, 0, None, None)
+        for t, r, n, first, last in rows
+    ]
+
+
+def one_value_steps(sql: str, value: str, default: Any) -> Steps[Any]:
+    if _has_nul(value):
+        return default
+    rows = (yield Query(sql, (value,))).rows
+    return rows[0][0] if rows else default
+
+
+def count_steps(scope: ScopeFilter | None) -> Steps[int]:
+    if scope is not None and _has_nul(scope.resource_id, scope.thread_id):
+        return 0
+    where, params = _scope_sql(scope)
+    return int((yield Query(f"SELECT count(*) FROM {_M} WHERE TRUE{where}", params)).rows[0][0])
+
+
+def delete_thread_steps(thread_id: str) -> Steps[int]:
+    if _has_nul(thread_id):  # such a thread can never be written: nothing to retire
+        return 0
+    yield from _lock_steps([thread_id])
+    owner = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
+    deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = %s", (thread_id,))).rowcount
+    yield Query(f"DELETE FROM {_T} WHERE thread_id = %s", (thread_id,))
+    yield Query(
+        f"INSERT INTO {_F} (thread_id, resource_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+        (thread_id, owner.rows[0][0] if owner.rows else None),
+    )
+    return deleted
+
+
+def delete_resource_steps(resource_id: str) -> Steps[int]:
+    if _has_nul(resource_id):
+        return 0
+    rows = yield Query(f"SELECT thread_id FROM {_T} WHERE resource_id = %s", (resource_id,))
+    threads = [row[0] for row in rows.rows]
+    if not threads:
+        return 0
+    yield from _lock_steps(threads)
+    # Only the threads locked above: a thread created meanwhile is a new one, and stays.
+    yield Query(
+        f"INSERT INTO {_F} (thread_id, resource_id) SELECT t, %s FROM unnest(%s::text[]) "
+        "AS t ON CONFLICT DO NOTHING",
+        (resource_id, threads),
+    )
+    deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = ANY(%s)", (threads,))).rowcount
+    yield Query(f"DELETE FROM {_T} WHERE thread_id = ANY(%s)", (threads,))
+    return deleted
+
+
+def keyword_steps(
+    query: str, scope: ScopeFilter, limit: int, params: BM25Params
+) -> Steps[list[tuple[str, float]]]:
+    if limit < 1:
+        raise InvalidInputError(f"limit must be >= 1, got {limit}")
+    terms = query_terms(query)
+    if not terms or _has_nul(scope.resource_id, scope.thread_id):
+        return []
+    where, scope_params = _scope_sql(scope)
+    sql = f"SELECT count(*), coalesce(sum(term_count), 0) FROM {_M} WHERE term_count > 0"
+    stats = (yield Query(sql + where, scope_params)).rows[0]
+    docs, total = int(stats[0]), int(stats[1])
+    if not docs:
+        return []
+    found = (
+        yield Query(
+            f"SELECT id, term_count, ARRAY(SELECT x FROM unnest(terms) AS x "
+            f"WHERE x = ANY(%(terms)s)) FROM {_M} WHERE tsv @@ %(query)s::tsquery{where}",
+            {"terms": terms, "query": _tsquery(terms, scope), **scope_params},
+        )
+    ).rows
+    counts = {id_: (Counter(matched), length) for id_, length, matched in found}
+    doc_freq = Counter(term for c, _ in counts.values() for term in c)
+    scored: list[tuple[str, float]] = []
+    for id_, (c, length) in counts.items():
+        score = bm25_score(
+            terms, c, length, doc_freq=doc_freq, docs=docs, avg_length=total / docs, params=params
+        )
+        if score > 0:
+            scored.append((id_, score))
+    scored.sort(key=lambda item: (-item[1], item[0]))
+    return scored[:limit]
+
+
+OWNER_SQL: Final = f"SELECT resource_id FROM {_T} WHERE thread_id = %s"
+FORGOTTEN_SQL: Final = f"SELECT TRUE FROM {_F} WHERE thread_id = %s"

@@ -1,0 +1,416 @@
+"""PostgreSQL message storage (psycopg 3): pooled, with native sync and async twins.
+
+Every operation is written once in :mod:`.sql`, as a generator of statements; the two
+drivers here run it on a ``psycopg_pool.ConnectionPool`` or on an ``AsyncConnectionPool``
+(a real async connection, not a thread pool). The schema carries a version (table
+``semantic_recall_schema_version``) and is created or migrated when the storage opens,
+under an advisory lock, so many processes may start at once.
+
+Concurrency: a write takes a transaction-scoped advisory lock per thread id (in a fixed
+order), so writers of one thread queue up for its sequence numbers while other threads
+proceed, and forgetting a thread serialises with late writes to it. Indexes keep the hot
+reads to index lookups at millions of messages: windows use ``UNIQUE (thread_id, seq)``,
+resource-scoped reads ``(resource_id, thread_id, seq)``.
+
+Keyword search indexes the package's own terms (:mod:`langchain_semantic_recall.keywords`:
+stemmed, no stop words) rather than PostgreSQL's ``english`` configuration, so that it
+ranks exactly like the SQLite and in-memory backends; the terms are a ``tsvector`` with a
+GIN index, and BM25 uses the scope's own statistics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.keywords import BM25Params
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.postgres.sql import (
+    FORGOTTEN_SQL,
+    OWNER_SQL,
+    Result,
+    Steps,
+    count_steps,
+    delete_resource_steps,
+    delete_thread_steps,
+    keyword_steps,
+    list_steps,
+    one_value_steps,
+    put_steps,
+    setup_steps,
+    threads_steps,
+    windows_steps,
+)
+
+if TYPE_CHECKING:
+    from psycopg import AsyncCursor, Cursor
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+# --- drivers ----------------------------------------------------------------------------
+
+
+def _drive(cursor: Cursor[Any], steps: Steps[T]) -> T:
+    try:
+        query = next(steps)
+        while True:
+            cursor.execute(query.sql, query.params)
+            rows = cursor.fetchall() if cursor.description is not None else []
+            query = steps.send(Result(rows, cursor.rowcount))
+    except StopIteration as done:
+        return cast("T", done.value)
+
+
+async def _adrive(cursor: AsyncCursor[Any], steps: Steps[T]) -> T:
+    try:
+        query = next(steps)
+        while True:
+            await cursor.execute(query.sql, query.params)
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            query = steps.send(Result(rows, cursor.rowcount))
+    except StopIteration as done:
+        return cast("T", done.value)
+
+
+def _redacted(conninfo: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except Exception:
+        return "<unparsable conninfo>"
+    parts.pop("password", None)
+    return make_conninfo("", **parts)
+
+
+class PostgresStorage(MessageStorage):
+    """Message storage in PostgreSQL, pooled, with native sync and async access.
+
+    Setup::
+
+        storage = PostgresStorage("postgresql://app@db.internal/memory", max_size=20)
+        memory = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
+
+    Sync use::
+
+        storage.put(records)
+        storage.get_windows(ids, before=2, after=1, scope=ScopeFilter(resource_id="u1"))
+
+    Async use (a psycopg ``AsyncConnectionPool`` per event loop, opened on first use)::
+
+        await storage.aput(records)
+        await storage.aclose()
+
+    The schema (tables ``semantic_recall_*``) is created or migrated when the storage is
+    built. To keep it in its own PostgreSQL schema, put it on the search path, e.g.
+    ``postgresql://host/db?options=-csearch_path%3Dmemory``. Behind PgBouncer in
+    transaction mode, pass ``prepare_threshold=None`` in ``connection_kwargs``.
+    """
+
+    supports_keyword_search = True
+
+    def __init__(
+        self,
+        conninfo: str = "",
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        pool: ConnectionPool | None = None,
+        async_pool: AsyncConnectionPool | None = None,
+        connection_kwargs: Mapping[str, Any] | None = None,
+        bm25: BM25Params | None = None,
+    ) -> None:
+        """Connect, create or migrate the schema, and open the sync pool.
+
+        Args:
+            conninfo: A libpq URL or key/value string (``postgresql://user@host/db``).
+            min_size: Connections each pool keeps open.
+            max_size: Most connections each pool opens (one sync pool, one async pool
+                per event loop).
+            timeout: Seconds to wait for a free connection before failing.
+            pool: A sync pool of your own (autocommit connections); not closed here.
+            async_pool: An async pool of your own (autocommit connections, opened);
+                used from every event loop and not closed here.
+            connection_kwargs: Extra ``psycopg.connect`` arguments for the pools made here.
+            bm25: BM25's constants for :meth:`keyword_search` (default ``k1=1.2, b=0.3``).
+
+        Raises:
+            StorageError: The server cannot be reached, or its schema is newer than this
+                package.
+        """
+        try:
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:
+            raise StorageError(
+                "PostgresStorage needs psycopg 3 and psycopg-pool: "
+                "pip install 'langchain-semantic-recall[postgres]'"
+            ) from exc
+        if not conninfo and pool is None and async_pool is None:
+            raise InvalidInputError("PostgresStorage needs a conninfo URL or a pool")
+        self._conninfo = conninfo
+        self._where = _redacted(conninfo) if conninfo else "a caller's pool"
+        self._sizes = (min_size, max_size, timeout)
+        self._kwargs: dict[str, Any] = {"autocommit": True, **(connection_kwargs or {})}
+        if "application_name=" not in conninfo and "application_name" not in self._kwargs:
+            self._kwargs["application_name"] = "langchain-semantic-recall"
+        self._bm25 = bm25 or BM25Params()
+        self._lock = threading.Lock()
+        self._user_apool = async_pool
+        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool]
+        self._apools = weakref.WeakKeyDictionary()
+        self._pool: ConnectionPool | None = pool
+        self._owns_pool = pool is None and bool(conninfo)
+        if self._owns_pool:
+            self._setup_direct()
+            self._pool = ConnectionPool(
+                conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                kwargs=self._kwargs,
+                check=ConnectionPool.check_connection,
+                name="semantic-recall",
+                open=True,
+            )
+        elif pool is not None:
+            self._run(setup_steps(), "schema set-up", write=True)
+        self._ready = pool is not None or self._owns_pool
+        logger.debug("opened PostgreSQL storage %s", self._where)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._where!r})"
+
+    def _setup_direct(self) -> None:
+        import psycopg
+
+        try:
+            with (
+                psycopg.connect(self._conninfo, **self._kwargs) as conn,
+                conn.transaction(),
+                conn.cursor() as cursor,
+            ):
+                _drive(cursor, setup_steps())
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"cannot open PostgreSQL storage {self._where} ({exc}); check the URL, "
+                "that the server runs and that the user may create tables"
+            ) from exc
+
+    @contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"PostgreSQL storage {self._where}: {action} failed ({exc}); check that the "
+                "server is reachable and the pool is large enough"
+            ) from exc
+
+    def _run(self, steps: Steps[T], action: str, *, write: bool = False) -> T:
+        if self._pool is None:
+            raise StorageError("this PostgresStorage has only an async pool: use the a* methods")
+        with self._errors(action), self._pool.connection() as conn, conn.cursor() as cursor:
+            if not write:
+                return _drive(cursor, steps)
+            with conn.transaction():
+                return _drive(cursor, steps)
+
+    async def _arun(self, steps: Steps[T], action: str, *, write: bool = False) -> T:
+        async with self._aconnection(action) as conn:
+            cursor = conn.cursor()
+            async with cursor:
+                if not write:
+                    return await _adrive(cursor, steps)
+                async with conn.transaction():
+                    return await _adrive(cursor, steps)
+
+    @asynccontextmanager
+    async def _aconnection(self, action: str) -> AsyncIterator[Any]:
+        pool = await self._apool()
+        with self._errors(action):
+            async with pool.connection() as conn:
+                if not self._ready:
+                    async with conn.transaction(), conn.cursor() as cursor:
+                        await _adrive(cursor, setup_steps())
+                    self._ready = True
+                yield conn
+
+    async def _apool(self) -> AsyncConnectionPool:
+        """The async pool of the running event loop (made and opened on first use)."""
+        if self._user_apool is not None:
+            return self._user_apool
+        from psycopg_pool import AsyncConnectionPool
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            pool = self._apools.get(loop)
+            if pool is None:
+                min_size, max_size, timeout = self._sizes
+                pool = AsyncConnectionPool(
+                    self._conninfo,
+                    min_size=min_size,
+                    max_size=max_size,
+                    timeout=timeout,
+                    kwargs=self._kwargs,
+                    check=AsyncConnectionPool.check_connection,
+                    name="semantic-recall-async",
+                    open=False,
+                )
+                self._apools[loop] = pool
+        with self._errors("opening the async pool"):
+            await pool.open()
+        return pool
+
+    # --- the storage contract ---------------------------------------------------------
+
+    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+        """Insert or update messages in one transaction (all or nothing), in order.
+
+        Raises:
+            OwnershipError: A thread of another resource, or a message id of another thread.
+            ForgottenThreadError: A record targets a forgotten thread.
+            InvalidInputError: A ``created_at`` without a time zone, or a NUL character.
+            StorageError: The database could not be written.
+        """
+        return self._run(put_steps(records), "write", write=True) if records else []
+
+    async def aput(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+        return await self._arun(put_steps(records), "write", write=True) if records else []
+
+    def get_windows(
+        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        """For each id inside ``scope``: it with ``before``/``after`` neighbours (one query)."""
+        return self._run(windows_steps(message_ids, before, after, scope), "read")
+
+    async def aget_windows(
+        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        return await self._arun(windows_steps(message_ids, before, after, scope), "read")
+
+    def get_thread_owner(self, thread_id: str) -> str | None:
+        """The resource that owns the thread, or None if it is unknown or forgotten."""
+        return cast("str | None", self._run(one_value_steps(OWNER_SQL, thread_id, None), "read"))
+
+    async def aget_thread_owner(self, thread_id: str) -> str | None:
+        steps = one_value_steps(OWNER_SQL, thread_id, None)
+        return cast("str | None", await self._arun(steps, "read"))
+
+    def list_messages(
+        self,
+        scope: ScopeFilter | None = None,
+        *,
+        after: tuple[str, int] | None = None,
+        limit: int = 1000,
+    ) -> list[StoredMessage]:
+        """A page of messages ordered by (thread_id, seq), starting after ``after``."""
+        return self._run(list_steps(scope, after, limit), "read")
+
+    async def alist_messages(
+        self,
+        scope: ScopeFilter | None = None,
+        *,
+        after: tuple[str, int] | None = None,
+        limit: int = 1000,
+    ) -> list[StoredMessage]:
+        return await self._arun(list_steps(scope, after, limit), "read")
+
+    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+        """Threads of a resource (or all), ordered by thread id."""
+        return self._run(threads_steps(resource_id), "read")
+
+    async def alist_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+        return await self._arun(threads_steps(resource_id), "read")
+
+    def count(self, scope: ScopeFilter | None = None) -> int:
+        """Number of stored messages in the scope (or in total), in one query."""
+        return self._run(count_steps(scope), "read")
+
+    async def acount(self, scope: ScopeFilter | None = None) -> int:
+        return await self._arun(count_steps(scope), "read")
+
+    def delete_thread(self, thread_id: str) -> int:
+        """Delete a thread's messages and retire its id (even if never written); count them."""
+        deleted = self._run(delete_thread_steps(thread_id), "delete", write=True)
+        logger.info("forgot thread %r (%d messages)", thread_id, deleted)
+        return deleted
+
+    async def adelete_thread(self, thread_id: str) -> int:
+        deleted = await self._arun(delete_thread_steps(thread_id), "delete", write=True)
+        logger.info("forgot thread %r (%d messages)", thread_id, deleted)
+        return deleted
+
+    def delete_resource(self, resource_id: str) -> int:
+        """Delete every thread of a resource and retire their ids; count the messages."""
+        deleted = self._run(delete_resource_steps(resource_id), "delete", write=True)
+        logger.info("forgot resource %r (%d messages)", resource_id, deleted)
+        return deleted
+
+    async def adelete_resource(self, resource_id: str) -> int:
+        deleted = await self._arun(delete_resource_steps(resource_id), "delete", write=True)
+        logger.info("forgot resource %r (%d messages)", resource_id, deleted)
+        return deleted
+
+    def is_forgotten(self, thread_id: str) -> bool:
+        """Whether the thread was deleted (its id is retired)."""
+        return bool(self._run(one_value_steps(FORGOTTEN_SQL, thread_id, False), "read"))
+
+    async def ais_forgotten(self, thread_id: str) -> bool:
+        return bool(await self._arun(one_value_steps(FORGOTTEN_SQL, thread_id, False), "read"))
+
+    def keyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
+
+        Same terms, statistics and tie-breaking as the SQLite and in-memory backends: the
+        GIN index finds the scope's user and assistant messages holding any query term,
+        and BM25 scores them with the scope's document count and mean length.
+        """
+        return self._run(keyword_steps(query, scope, limit, self._bm25), "keyword search")
+
+    async def akeyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        steps = keyword_steps(query, scope, limit, self._bm25)
+        return await self._arun(steps, "keyword search")
+
+    # --- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the pools made here (a caller's pools are left open)."""
+        if self._owns_pool and self._pool is not None:
+            self._pool.close()
+        for loop, pool in list(self._apools.items()):
+            self._apools.pop(loop, None)
+            if loop.is_closed():
+                continue
+            if loop.is_running():  # another thread's loop, or called from inside it
+                asyncio.run_coroutine_threadsafe(pool.close(), loop)
+            else:
+                loop.run_until_complete(pool.close())
+
+    async def aclose(self) -> None:
+        """Close the pools made here; awaits the running loop's async pool."""
+        loop = asyncio.get_running_loop()
+        pool = self._apools.pop(loop, None)
+        if pool is not None:
+            await pool.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+
+__all__ = ["PostgresStorage"]

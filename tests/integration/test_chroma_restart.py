@@ -1,0 +1,100 @@
+"""A Chroma server restart in the middle of a run loses nothing.
+
+A writer indexes turns while the test stops the Chroma server and starts it again on the
+same folder and port. Turns written while it is down are stored in PostgreSQL (their
+vectors fail, and say so); recall meanwhile goes on without recall instead of failing;
+after the restart the old vectors are still there, and ``reindex(missing_only=True)``
+writes exactly the missing ones.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_semantic_recall import IndexResult, ScopeFilter, SemanticRecall
+from langchain_semantic_recall.storage.postgres import PostgresStorage
+from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
+from tests.fakes import FakeEmbeddings
+from tests.integration.conftest import ChromaServer, wait_until
+
+pytestmark = pytest.mark.integration
+
+BEFORE, DURING, AFTER = 8, 5, 7
+TOTAL = BEFORE + DURING + AFTER
+
+
+def turn(n: int) -> list[BaseMessage]:
+    return [
+        HumanMessage(f"note number{n} about subject{n}", id=f"t{n}-u"),
+        AIMessage(f"noted subject{n}", id=f"t{n}-a"),
+    ]
+
+
+@pytest.fixture
+def memory(pg_url: str, chroma_server: ChromaServer) -> Iterator[SemanticRecall]:
+    memory = SemanticRecall(
+        storage=PostgresStorage(pg_url),
+        vector_store=ChromaServerVectorIndex(chroma_server.url),
+        embeddings=FakeEmbeddings(64),
+        index_name=f"restart-{uuid.uuid4().hex[:10]}",
+    )
+    yield memory
+    memory.storage.close()
+
+
+def test_restart_mid_run_loses_nothing(memory: SemanticRecall, chroma_server: ChromaServer) -> None:
+    name = memory.ensure_index().name
+    permits = threading.Semaphore(0)
+    results: list[IndexResult] = []
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for n in range(TOTAL):
+                if not permits.acquire(timeout=120):
+                    raise TimeoutError("the test never let the writer go on")
+                results.append(memory.index(turn(n), thread_id=f"th{n % 3}", resource_id="u"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        permits.release(BEFORE)
+        wait_until(lambda: len(results) >= BEFORE, timeout=60, what="the first turns")
+        before_stop = memory.vector_store.message_ids(name)
+        chroma_server.stop()
+
+        permits.release(DURING)
+        wait_until(lambda: len(results) >= BEFORE + DURING, timeout=60, what="turns while down")
+        down = memory.recall([HumanMessage("subject1")], thread_id="th9", resource_id="u")
+        assert [m.content for m in down] == ["subject1"]  # no recall, and no failure
+
+        chroma_server.start()
+        permits.release(AFTER)
+        thread.join(timeout=120)
+    finally:
+        permits.release(TOTAL)
+        thread.join(timeout=120)
+    assert errors == []
+    assert [r.error is not None for r in results] == [False] * BEFORE + [True] * DURING + [
+        False
+    ] * AFTER
+
+    every = {m.id for n in range(TOTAL) for m in turn(n) if m.id}
+    assert {m.id for m in memory.storage.list_messages(ScopeFilter("u"))} == every
+    assert memory.vector_store.message_ids(name) >= before_stop  # persisted by the server
+    stats = memory.stats()
+    assert (stats.messages, stats.missing_vectors) == (TOTAL * 2, DURING * 2)
+
+    assert memory.reindex(missing_only=True) == DURING * 2
+    assert memory.stats().missing_vectors == 0
+    assert memory.vector_store.message_ids(name) == every
+    lost = BEFORE + 1  # a turn indexed while the server was down
+    hits = memory.search(f"subject{lost}", thread_id="th9", resource_id="u")
+    assert f"t{lost}-u" in {hit.message.id for hit in hits}

@@ -1,0 +1,47 @@
+"""The Chroma vector index on a real Chroma server: the conformance suite, then its own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from langchain_semantic_recall.errors import InvalidOptionError, StorageError
+from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.chroma_server import (
+    ChromaServerVectorIndex,
+    ChromaURL,
+    wait_for_chroma,
+)
+from tests.conformance.vector_suite import VectorIndexConformance
+from tests.integration.conftest import free_port
+
+pytestmark = pytest.mark.integration
+
+
+class TestChromaServer(VectorIndexConformance):
+    @pytest.fixture
+    def vectors(self, chroma_url: str) -> Iterator[VectorIndex]:
+        index = ChromaServerVectorIndex(chroma_url)
+        yield index
+        index.close()
+
+
+def test_urls_are_parsed() -> None:
+    assert ChromaURL.parse("http://127.0.0.1:8123") == ChromaURL("127.0.0.1", 8123, ssl=False)
+    assert ChromaURL.parse("https://chroma.example") == ChromaURL("chroma.example", 443, True)
+    assert ChromaURL.parse("http://localhost").port == 8000
+    for bad in ("chroma:///tmp/x", "http://", "127.0.0.1:8000"):
+        with pytest.raises(InvalidOptionError):
+            ChromaURL.parse(bad)
+
+
+def test_a_silent_server_fails_after_the_timeout() -> None:
+    with pytest.raises(StorageError, match="did not answer"):
+        wait_for_chroma(f"http://127.0.0.1:{free_port()}", timeout=0.3)
+
+
+def test_heartbeat(chroma_url: str) -> None:
+    index = ChromaServerVectorIndex(chroma_url)
+    assert index.heartbeat()
+    assert repr(index) == f"ChromaServerVectorIndex({chroma_url!r})"

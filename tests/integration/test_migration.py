@@ -1,0 +1,157 @@
+"""``semantic-recall migrate``: the embedded default to PostgreSQL + a Chroma server.
+
+The embedded store is filled through the engine, migrated with the command (copying the
+vectors, or embedding them again), and then compared: every message identical (ids,
+threads, owners, roles, text, times, payloads, order) and the same recall results for the
+same queries. One run uses the real local model end to end, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.cli import main
+from tests.fakes import FakeEmbeddings
+
+pytestmark = pytest.mark.integration
+
+START = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+TOPICS = ("lisbon trip", "tomato seedlings", "peanut allergy", "piano lessons", "tax forms")
+
+
+def history() -> list[tuple[str, str, list[BaseMessage]]]:
+    """(resource, thread, messages): 3 users x 3 conversations, a system prompt, a long one."""
+    conversations = []
+    for r in range(3):
+        for t in range(3):
+            thread = f"u{r}-chat{t}"
+            messages: list[BaseMessage] = [SystemMessage("be brief", id=f"{thread}-sys")]
+            for n in range(4):
+                topic = TOPICS[(r + t + n) % len(TOPICS)]
+                when = (START + timedelta(days=r * 10 + t, minutes=n)).isoformat()
+                kwargs = {"created_at": when}
+                question = HumanMessage(f"about the {topic} {n}", id=f"{thread}-q{n}")
+                answer = AIMessage(f"noted the {topic}", id=f"{thread}-a{n}")
+                for message in (question, answer):
+                    message.additional_kwargs = dict(kwargs)
+                    messages.append(message)
+            conversations.append((f"user{r}", thread, messages))
+    long_text = " ".join(f"chapter {i} of the lisbon travel diary" for i in range(600))
+    conversations.append(("user0", "u0-diary", [HumanMessage(long_text, id="u0-diary-0")]))
+    return conversations
+
+
+QUERIES = [(topic, f"user{r}") for topic in TOPICS for r in range(3)]
+
+
+def fill(memory: SemanticRecall) -> None:
+    for resource, thread, messages in history():
+        result = memory.index(messages, thread_id=thread, resource_id=resource)
+        assert result.error is None
+    memory.forget_thread("u2-chat2")
+
+
+def results(memory: SemanticRecall) -> list[Any]:
+    found = []
+    for query, resource in QUERIES:
+        hits = memory.search(query, thread_id="new-chat", resource_id=resource)
+        found.append([(h.message.id, round(h.score, 5), [m.id for m in h.window]) for h in hits])
+    return found
+
+
+def messages_of(memory: SemanticRecall) -> list[tuple[Any, ...]]:
+    return [
+        (m.id, m.thread_id, m.resource_id, m.role, m.text, m.created_at, m.payload, m.seq)
+        for m in memory.storage.list_messages(limit=10_000)
+    ]
+
+
+def run_migrate(
+    source: Path, pg_url: str, chroma_url: str, *options: str, capsys: Any
+) -> dict[str, Any]:
+    argv = ["--path", str(source), "migrate", "--to-storage", pg_url]
+    code = main([*argv, "--to-vector", chroma_url, "--json", *options])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    report: dict[str, Any] = json.loads(out)
+    return report
+
+
+@pytest.mark.parametrize("mode", ["copy", "reembed"])
+def test_migration_preserves_messages_and_recall(
+    mode: str, tmp_path: Path, pg_url: str, chroma_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = f"migrate-{uuid.uuid4().hex[:10]}"
+    source = SemanticRecall.local(
+        tmp_path / "embedded", embeddings=FakeEmbeddings(), index_name=index
+    )
+    fill(source)
+    expected_messages, expected_results = messages_of(source), results(source)
+    assert sum(len(r) for r in expected_results) > 0
+
+    options = ["--vectors", mode, "--index-name", index, "--batch-size", "7"]
+    options += ["--embeddings", "tests.fakes:FakeEmbeddings"]
+    report = run_migrate(tmp_path / "embedded", pg_url, chroma_url, *options, capsys=capsys)
+    embeddable = sum(1 for m in expected_messages if m[3] in ("user", "assistant"))
+    assert report["messages"] == report["target_messages"] == len(expected_messages)
+    if mode == "copy":
+        assert report["vectors_copied"] > embeddable  # the long message has several chunks
+        assert report["vectors_embedded"] == 0
+    else:
+        assert (report["vectors_copied"], report["vectors_embedded"]) == (0, embeddable)
+
+    target = SemanticRecall.from_url(
+        storage=pg_url, vector=chroma_url, embeddings=FakeEmbeddings(), index_name=index
+    )
+    try:
+        assert messages_of(target) == expected_messages
+        assert results(target) == expected_results
+        stats = target.stats()
+        assert (stats.missing_vectors, stats.orphan_vectors) == (0, 0)
+        # Running it again is harmless: nothing new, nothing duplicated.
+        again = run_migrate(tmp_path / "embedded", pg_url, chroma_url, *options, capsys=capsys)
+        assert again["target_messages"] == len(expected_messages)
+        assert messages_of(target) == expected_messages
+    finally:
+        target.storage.close()
+        source.storage.close()
+
+
+def test_migration_with_the_real_model(
+    tmp_path: Path, pg_url: str, chroma_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = f"migrate-local-{uuid.uuid4().hex[:10]}"
+    source = SemanticRecall.local(tmp_path / "embedded", index_name=index)
+    fill(source)
+    embeddings: Embeddings = source.embeddings
+    expected_messages, expected_results = messages_of(source), results(source)
+    report = run_migrate(
+        tmp_path / "embedded", pg_url, chroma_url, "--index-name", index, capsys=capsys
+    )
+    assert report["vectors_embedded"] == 0
+    target = SemanticRecall.from_url(
+        storage=pg_url, vector=chroma_url, embeddings=embeddings, index_name=index
+    )
+    try:
+        assert messages_of(target) == expected_messages
+        assert results(target) == expected_results
+    finally:
+        target.storage.close()
+        source.storage.close()
+
+
+def test_migrate_refuses_a_missing_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--path", str(tmp_path / "nothing"), "migrate", "--to-storage", "memory://"]
+    assert main([*argv, "--to-vector", "memory://"]) == 3
+    assert "no store" in capsys.readouterr().err

@@ -1,0 +1,185 @@
+"""PostgresStorage against a real PostgreSQL: the storage conformance suite, then its own."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.postgres import SCHEMA_VERSION, PostgresStorage
+from tests.conformance.storage_suite import StorageConformance, make_record, make_thread
+
+pytestmark = pytest.mark.integration
+
+
+class TestPostgresStorage(StorageConformance):
+    @pytest.fixture
+    def storage(self, pg_url: str) -> Iterator[MessageStorage]:
+        storage = PostgresStorage(pg_url, max_size=10)
+        yield storage
+        storage.close()
+
+
+@pytest.fixture
+def storage(pg_url: str) -> Iterator[PostgresStorage]:
+    storage = PostgresStorage(pg_url)
+    yield storage
+    storage.close()
+
+
+def test_schema_version_and_indexes(storage: PostgresStorage, pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        versions = conn.execute("SELECT version FROM semantic_recall_schema_version").fetchall()
+        indexes = {
+            row[0]
+            for row in conn.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'semantic_recall_messages'"
+            )
+        }
+        collation = conn.execute(
+            "SELECT collation_name FROM information_schema.columns "
+            "WHERE table_name = 'semantic_recall_messages' AND column_name = 'thread_id'"
+        ).fetchone()
+    assert [v for (v,) in versions] == list(range(1, SCHEMA_VERSION + 1))
+    assert {"semantic_recall_messages_resource", "semantic_recall_messages_tsv"} <= indexes
+    assert collation == ("C",)
+
+
+def test_reopening_keeps_data_and_migrates_once(storage: PostgresStorage, pg_url: str) -> None:
+    storage.put(make_thread(3))
+    storage.delete_thread("gone")
+    again = PostgresStorage(pg_url)
+    try:
+        assert [m.id for m in again.list_messages()] == ["t1-m0", "t1-m1", "t1-m2"]
+        assert again.is_forgotten("gone")
+        assert again.put([make_record("t1-m3")])[0].seq == 3
+    finally:
+        again.close()
+
+
+def test_old_schema_is_migrated_with_keyword_backfill(pg_url: str) -> None:
+    storage = PostgresStorage(pg_url)
+    storage.put([make_record("m1", text="Painting the garden fence")])
+    storage.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to a version-1 database
+        conn.execute("DROP INDEX semantic_recall_messages_tsv")
+        conn.execute(
+            "ALTER TABLE semantic_recall_messages DROP COLUMN terms, DROP COLUMN term_count, "
+            "DROP COLUMN tsv"
+        )
+        conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 1")
+    migrated = PostgresStorage(pg_url)
+    try:
+        hits = migrated.keyword_search("painted", scope=ScopeFilter("r1"), limit=5)
+        assert [message_id for message_id, _ in hits] == ["m1"]
+    finally:
+        migrated.close()
+
+
+def test_newer_schema_is_refused(storage: PostgresStorage, pg_url: str) -> None:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO semantic_recall_schema_version (version) VALUES (99)")
+    with pytest.raises(StorageError, match="newer"):
+        PostgresStorage(pg_url)
+
+
+def test_nul_characters_are_refused_clearly(storage: PostgresStorage) -> None:
+    with pytest.raises(InvalidInputError, match="NUL"):
+        storage.put([make_record("m1", text="a\x00b")])
+    assert storage.count() == 0
+    assert storage.get_thread_owner("t\x00") is None
+    assert storage.get_windows(["m\x00"], before=1, after=1, scope=ScopeFilter("r1")) == {}
+
+
+def test_unreachable_server_is_a_storage_error() -> None:
+    with pytest.raises(StorageError, match="cannot open PostgreSQL"):
+        PostgresStorage("postgresql://nobody@127.0.0.1:1/none?connect_timeout=2")
+
+
+def test_keyword_search_ranks_by_bm25_within_scope(storage: PostgresStorage) -> None:
+    storage.put(
+        [
+            make_record("a", "t1", "r1", text="We painted the kitchen blue"),
+            make_record("b", "t1", "r1", role="assistant", text="Blue paint, painting again"),
+            make_record("c", "t2", "r1", text="Groceries for the week"),
+            make_record("s", "t1", "r1", role="system", text="paint paint paint"),
+            make_record("x", "t9", "r2", text="painting painting painting"),
+        ]
+    )
+    hits = storage.keyword_search("Painting?", scope=ScopeFilter("r1"), limit=10)
+    assert [message_id for message_id, _ in hits] == ["b", "a"]
+    assert hits[0][1] > hits[1][1] > 0
+    assert storage.keyword_search("painting", scope=ScopeFilter(thread_id="t2"), limit=5) == []
+    assert storage.keyword_search("the of and", scope=ScopeFilter("r1"), limit=5) == []
+    assert storage.keyword_search("paint", scope=ScopeFilter("r1"), limit=1) == hits[:1]
+    with pytest.raises(InvalidInputError):
+        storage.keyword_search("paint", scope=ScopeFilter("r1"), limit=0)
+
+
+async def test_async_keyword_search_matches_sync(storage: PostgresStorage) -> None:
+    await storage.aput([make_record("a", text="Lisbon trip in March"), make_record("b")])
+    scope = ScopeFilter("r1")
+    assert await storage.akeyword_search("lisbon march", scope=scope, limit=3) == (
+        storage.keyword_search("lisbon march", scope=scope, limit=3)
+    )
+    await storage.aclose()
+
+
+async def test_async_twins_use_one_pool_per_loop(storage: PostgresStorage) -> None:
+    await asyncio.gather(*(storage.aput([make_record(f"m{i}", f"t{i}")]) for i in range(20)))
+    assert await storage.acount() == 20
+    assert len(storage._apools) == 1
+
+
+def test_keyword_search_ranks_like_the_in_memory_backend(storage: PostgresStorage) -> None:
+    from langchain_semantic_recall.storage.memory import InMemoryStorage
+
+    texts = [
+        "We painted the kitchen blue last spring",
+        "The painter's quote for the kitchen was too high",
+        "Blue is my sister's favourite colour, she paints too",
+        "Painting lessons start in March; I booked three",
+        "Groceries: tomatoes, basil, pasta",
+        "Don't forget the kitchen tiles and the blue paint",
+    ]
+    records = [
+        make_record(f"m{i}", f"t{i % 2}", "r1", role="user" if i % 3 else "assistant", text=t)
+        for i, t in enumerate(texts)
+    ] + [make_record("other", "t9", "r2", text="blue kitchen painting")]
+    reference = InMemoryStorage()
+    reference.put(records)
+    storage.put(records)
+    for query in ("painting the kitchen blue", "sister colour", "tomatoes", "March lessons"):
+        for scope in (ScopeFilter("r1"), ScopeFilter(thread_id="t0")):
+            expected = reference.keyword_search(query, scope=scope, limit=4)
+            found = storage.keyword_search(query, scope=scope, limit=4)
+            assert [i for i, _ in found] == [i for i, _ in expected], (query, scope)
+            assert [s for _, s in found] == pytest.approx([s for _, s in expected])
+
+
+async def test_callers_pools_are_used_and_left_open(pg_url: str) -> None:
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    pool = ConnectionPool(pg_url, kwargs={"autocommit": True}, min_size=1, open=True)
+    apool = AsyncConnectionPool(pg_url, kwargs={"autocommit": True}, min_size=1, open=False)
+    await apool.open()
+    try:
+        storage = PostgresStorage(pool=pool, async_pool=apool)
+        await storage.aput(make_thread(2))
+        assert storage.count() == 2
+        assert [m.id for m in await storage.alist_messages()] == ["t1-m0", "t1-m1"]
+        await storage.aclose()
+        assert not pool.closed
+        assert not apool.closed
+        async_only = PostgresStorage(async_pool=apool)
+        assert await async_only.acount() == 2
+        with pytest.raises(StorageError, match="only an async pool"):
+            async_only.count()
+    finally:
+        pool.close()
+        await apool.close()
