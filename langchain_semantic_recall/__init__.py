@@ -3,6 +3,8 @@
 Importing this package is cheap: chromadb and the local model load on first use.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
@@ -18,8 +20,36 @@ from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.options import MessageRange, Scope
 from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
 from langchain_semantic_recall.records import IndexResult, RecallHit, ScopeFilter, StoredMessage
+from langchain_semantic_recall.retriever import SemanticRecallRetriever, create_memory_search_tool
 from langchain_semantic_recall.storage import InMemoryStorage, MessageStorage, SQLiteStorage
 from langchain_semantic_recall.vectors import VectorIndex
+
+if TYPE_CHECKING:  # imported on first use (LangGraph and LangChain agents load slowly)
+    from langchain_semantic_recall.graph import (
+        IndexNode,
+        RecallNode,
+        RecallState,
+        create_recall_graph,
+    )
+    from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+
+_LAZY = {
+    "IndexNode": "graph",
+    "RecallNode": "graph",
+    "RecallState": "graph",
+    "create_recall_graph": "graph",
+    "SemanticRecallMiddleware": "middleware",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The LangGraph and agent surfaces, imported when first used."""
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f"langchain_semantic_recall.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 
@@ -30,6 +60,7 @@ __all__ = [
     "ForgottenThreadError",
     "InMemoryStorage",
     "IndexInfo",
+    "IndexNode",
     "IndexResult",
     "InvalidInputError",
     "InvalidOptionError",
@@ -37,14 +68,20 @@ __all__ = [
     "MessageStorage",
     "OwnershipError",
     "RecallHit",
+    "RecallNode",
+    "RecallState",
     "RecallStats",
     "SQLiteStorage",
     "Scope",
     "ScopeFilter",
     "SemanticRecall",
     "SemanticRecallError",
+    "SemanticRecallMiddleware",
+    "SemanticRecallRetriever",
     "StorageError",
     "StoredMessage",
     "VectorIndex",
     "__version__",
+    "create_memory_search_tool",
+    "create_recall_graph",
 ]

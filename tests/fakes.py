@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import json
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    CallbackManagerForLLMRun,
+)
 from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import Field
 
 from langchain_semantic_recall.records import (
     MessageRecord,
@@ -180,3 +198,215 @@ class RecordingVectors(VectorIndex):
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         self._record("message_ids", name=name, scope=scope)
         return self.inner.message_ids(name, scope)
+
+
+# --- A fake chat model and a fake OpenAI server (graph, middleware, provider tests) ------
+
+
+def last_user_text(messages: Sequence[BaseMessage]) -> str:
+    """Text of the newest human message ('' if none)."""
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            return message.text
+    return ""
+
+
+class FakeChatModel(BaseChatModel):
+    """A deterministic chat model that records every call and answers by rule.
+
+    For each user turn it first makes ``tool_rounds`` tool calls, one per model call, to
+    the first bound tool with the user's text as ``query`` (``tool_rounds`` may be a
+    function of that text), then answers ``"ok: <user text>"`` (or ``reply(messages)``).
+    ``force_tool`` makes every answer a tool call to that name, bound or not. An async
+    call first waits on ``barrier`` (an ``asyncio.Barrier``) when one is set, so that
+    two runs are provably in flight at once.
+    """
+
+    tool_rounds: int | Callable[[str], int] = 0
+    reply: Callable[[list[BaseMessage]], str] | None = None
+    force_tool: str | None = None
+    barrier: Any = None
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "fake-recall-chat"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _answer(self, messages: list[BaseMessage], tools: list[dict[str, Any]]) -> AIMessage:
+        self.calls.append(list(messages))
+        question = last_user_text(messages)
+        done = 0
+        for message in reversed(messages):
+            if isinstance(message, HumanMessage):
+                break
+            done += isinstance(message, ToolMessage)
+        rounds = self.tool_rounds(question) if callable(self.tool_rounds) else self.tool_rounds
+        name = self.force_tool or (tools[0]["function"]["name"] if tools else None)
+        if name is not None and (self.force_tool or done < rounds):
+            key = hashlib.sha1(f"{len(messages)}\x1f{question}\x1f{done}".encode()).hexdigest()
+            call = {"name": name, "args": {"query": question}, "id": f"call_{key[:16]}"}
+            return AIMessage("", tool_calls=[call])
+        return AIMessage(self.reply(messages) if self.reply else f"ok: {question}")
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        answer = self._answer(messages, kwargs.get("tools") or [])
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.barrier is not None:
+            await asyncio.wait_for(self.barrier.wait(), timeout=10)
+        answer = self._answer(messages, kwargs.get("tools") or [])
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible ``/v1/chat/completions`` endpoint on 127.0.0.1 (a thread).
+
+    Records every request body (``requests``) and answers with ``reply``. Use
+    :func:`fake_openai_server`; point ``ChatOpenAI(base_url=server.base_url)`` at it.
+    """
+
+    def __init__(self, reply: str = "ok from the fake OpenAI server") -> None:
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                owner.paths.append(self.path)
+                owner.requests.append(body)
+                answer = {
+                    "id": f"chatcmpl-fake-{len(owner.requests)}",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": body.get("model", "fake"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": owner.reply},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                }
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep the test output clean
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+
+@contextmanager
+def fake_openai_server(reply: str = "ok from the fake OpenAI server") -> Iterator[FakeOpenAIServer]:
+    """Start a :class:`FakeOpenAIServer` (already listening on return), stop it after."""
+    fake = FakeOpenAIServer(reply)
+    thread = threading.Thread(target=fake.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        fake.server.shutdown()
+        fake.server.server_close()
+        thread.join()
+
+
+# --- A scenario: one fact per topic for two users, over the fakes above ------------------
+
+from langchain_core.tools import tool  # noqa: E402
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall  # noqa: E402
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex  # noqa: E402
+
+BLOCK_MARKER = "remembered_from_other_conversation"
+"""Text found only in the cross-thread memory block."""
+TOPICS = [
+    "garden", "piano", "tennis", "bakery", "violin", "kayak", "chess", "pottery",
+    "cycling", "sailing", "origami", "karate", "fishing", "painting", "juggling",
+    "skiing", "archery", "knitting", "climbing", "surfing",
+]  # fmt: skip
+SECRETS = [f"alpha{n}x" for n in range(len(TOPICS))]
+"""Alice's fact about ``TOPICS[n]`` is ``f"{TOPICS[n]} {SECRETS[n]}"``."""
+BOB_SECRETS = [f"bravo{n}y" for n in range(len(TOPICS))]
+"""Bob's fact about ``TOPICS[n]`` is ``f"{TOPICS[n]} {BOB_SECRETS[n]}"``."""
+
+
+@tool
+def lookup(query: str) -> str:
+    """Look something up."""
+    return f"looked up {query}"
+
+
+class FactsMemory:
+    """An engine over fakes holding one fact per topic for alice and for bob.
+
+    A question ``"<topic>?"`` shares one word with that topic's fact and none with any
+    other message, so recall (``top_k=3``, no neighbours, ``threshold=0.3``) finds
+    exactly the asker's fact for that topic. ``options`` override those engine options.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self.embeddings = FakeEmbeddings(dimension=4096)
+        self.storage = RecordingStorage(InMemoryStorage())
+        self.vectors = RecordingVectors(InMemoryVectorIndex())
+        self.engine = SemanticRecall(
+            storage=self.storage,
+            vector_store=self.vectors,
+            embeddings=self.embeddings,
+            **{"top_k": 3, "message_range": 0, "threshold": 0.3, **options},
+        )
+        for resource, secrets in (("alice", SECRETS), ("bob", BOB_SECRETS)):
+            facts = [
+                HumanMessage(f"{topic} {secret}", id=f"{resource}-{topic}")
+                for topic, secret in zip(TOPICS, secrets, strict=True)
+            ]
+            self.engine.index(facts, thread_id=f"{resource}-notes", resource_id=resource)
+        self.storage.calls.clear()
+        self.vectors.calls.clear()
+
+    def puts(self, thread_id: str) -> list[list[str]]:
+        """Ids written by each ``put`` call for that thread."""
+        return [
+            [r.id for r in kwargs["records"]]
+            for name, kwargs in self.storage.calls
+            if name == "put" and kwargs["records"] and kwargs["records"][0].thread_id == thread_id
+        ]
+
+    def stored(self, thread_id: str) -> list[StoredMessage]:
+        return self.storage.inner.list_messages(ScopeFilter(thread_id=thread_id))
+
+    def vector_ids(self, thread_id: str) -> set[str]:
+        name = self.engine.ensure_index().name
+        return self.vectors.inner.message_ids(name, ScopeFilter(thread_id=thread_id))
+
+    def searches(self) -> int:
+        """Vector searches so far (one per recall or search)."""
+        return len(self.vectors.of("query"))

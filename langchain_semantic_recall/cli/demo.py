@@ -1,111 +1,106 @@
-"""``semantic-recall demo``: watch recall work, turn by turn, on the embedded default."""
+"""``semantic-recall demo``: a LangGraph agent with semantic recall, turn by turn.
+
+The demo loads a small shipped history (two users, four past conversations) into a fresh
+embedded store, builds the agent of notebook ``02_langgraph_agent`` with
+:func:`~langchain_semantic_recall.graph.create_recall_graph`, and plays new turns. For
+each turn it prints what the user said, what recall found (score, conversation, text),
+the memory the model was given (never saved into the conversation) and the answer.
+
+The answers come from :class:`OfflineChatModel`, a small deterministic model that quotes
+the remembered line best matching the question, so the demo (and the notebooks) run with
+no network and no API key. ``--openai`` uses ``ChatOpenAI`` instead (``OPENAI_API_KEY``;
+model from ``OPENAI_MODEL``, default ``gpt-4o-mini``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+)
+from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall.cli.render import boxed, rule, shorten, style
-from langchain_semantic_recall.importers import demo_conversations
-from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.messages import is_recalled
+from langchain_semantic_recall.offline import OfflineChatModel, default_chat_model
 
-LIVE_WINDOW = 2
-"""Messages of the current conversation the scripted agent keeps in its prompt."""
+SYSTEM_PROMPT = "You are a helpful assistant. Use what you remember about the user."
 
-# (resource, thread, what the user says, what the scripted assistant answers)
-SCRIPT: tuple[tuple[str, str, str, str], ...] = (
-    (
-        "alice",
-        "new-chat",
-        "We land in Lisbon next week. Which neighbourhood did you suggest?",
-        "You were considering Príncipe Real or the edge of Alfama.",
-    ),
-    (
-        "alice",
-        "new-chat",
-        "Any food tips? Remember what I told you about my allergy.",
-        "Ask about nuts at pastry shops: you mentioned a peanut allergy.",
-    ),
-    (
-        "alice",
-        "new-chat",
-        "Also, when can my tomatoes go outside?",
-        "Near Porto, in late April once nights stay above 10°C.",
-    ),
-    (
-        "alice",
-        "new-chat",
-        "Back to the trip: remind me which neighbourhood we picked?",
-        "Príncipe Real or Alfama.",
-    ),
-    (
-        "bob",
-        "bob-chat",
-        "Which neighbourhood should I stay in for Lisbon?",
-        "I only know you plan to go in August; book early.",
-    ),
+# (user, conversation, what the user says): new turns after the shipped history.
+SCRIPT: tuple[tuple[str, str, str], ...] = (
+    ("alice", "new-chat", "We land in Lisbon next week. Where did you say we should book?"),
+    ("alice", "new-chat", "Any food tips? Remember what I told you about my allergy."),
+    ("alice", "new-chat", "Also, when can I plant my tomatoes outside?"),
+    ("bob", "bob-chat", "Which neighbourhood should I stay in for Lisbon?"),
 )
+
+# --- the command ------------------------------------------------------------------------
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
-        help="load a small multi-thread history and show what recall injects, turn by turn",
+        help="watch a LangGraph agent with semantic recall, turn by turn",
         description=(
             "Loads a small shipped history (two users, four conversations) into a fresh "
-            "embedded store and plays new turns, showing the hits recall finds, with their "
-            "scores and conversations, and exactly what the model would be given."
+            "embedded store, then runs a LangGraph agent with semantic recall on new turns, "
+            "showing what recall found, what the model was given and its answer."
         ),
     )
-    parser.add_argument("--path", help="store location (default: a temporary folder)")
+    parser.add_argument(
+        "--path", default=argparse.SUPPRESS, help="store location (default: a temporary folder)"
+    )
     parser.add_argument("--top-k", type=int, default=3, help="hits per turn (default: 3)")
+    parser.add_argument(
+        "--openai",
+        action="store_true",
+        help="answer with ChatOpenAI (needs OPENAI_API_KEY) instead of the offline model",
+    )
     parser.set_defaults(func=run)
 
 
-def _print_hits(hits: list[Any]) -> None:
+def _print_hits(hits: Sequence[Any]) -> None:
     if not hits:
         print("  (nothing recalled)")
         return
     for hit in hits:
         label = style(f"[{hit.thread_id}]", "cyan")
         role = hit.message.role.capitalize()
-        print(
-            f"  {style(f'{hit.score:.2f}', 'green')}  {label} {role}: "
-            f"{shorten(hit.message.text, 70)}"
-        )
+        score = style(f"{hit.score:.2f}", "green")
+        print(f"  {score}  {label} {role}: {shorten(hit.message.text, 70)}")
 
 
-def _print_model_view(result: list[BaseMessage], live: list[BaseMessage]) -> None:
-    added = [m for m in result if m.additional_kwargs.get("source") == MEMORY_SOURCE]
-    print(
-        style(
-            f"What the model is given: {len(added)} remembered message(s), then the "
-            f"live conversation ({len(live)} message(s)):",
-            "bold",
-        )
-    )
-    for message in added:
-        print(style(f"  ┌ {message.type} (source: memory)", "magenta"))
+def _print_injected(recalled: Sequence[BaseMessage]) -> None:
+    if not recalled:
+        print(style("Nothing was added to the model's input.", "dim"))
+        return
+    print(style("Given to the model (tagged source: memory, never saved in the chat):", "bold"))
+    for message in recalled:
+        print(style(f"  ┌ {message.type}", "magenta"))
         print(boxed(message.text))
-    print(style(f"  ┌ {live[-1].type} (this turn)", "dim"))
-    print(boxed(live[-1].text))
 
 
 def run(args: argparse.Namespace) -> int:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langchain_semantic_recall.graph import RECALL_KEY, create_recall_graph
+    from langchain_semantic_recall.importers import demo_conversations
     from langchain_semantic_recall.recall import SemanticRecall
 
     with tempfile.TemporaryDirectory(prefix="semantic-recall-demo-") as scratch:
-        path = Path(args.path) if args.path else Path(scratch)
+        path = Path(getattr(args, "path", None) or scratch)
         print(
             style("semantic-recall demo", "bold"),
             f"- embedded default in {path} (SQLite + embedded Chroma + local MiniLM model)",
         )
-        memory = SemanticRecall.local(path, top_k=args.top_k, message_range=1)
+        memory = SemanticRecall.local(path, top_k=args.top_k)
         history = demo_conversations()
         started = time.perf_counter()
         for conversation in history.conversations:
@@ -118,39 +113,46 @@ def run(args: argparse.Namespace) -> int:
             f"Loaded {history.message_count} past messages in "
             f"{len(history.conversations)} conversations "
             f"({', '.join(c.thread_id + ' of ' + c.resource_id for c in history.conversations)})"
-            f" in {time.perf_counter() - started:.1f} s.\n"
+            f" in {time.perf_counter() - started:.1f} s."
         )
-        live: dict[str, list[BaseMessage]] = {}
-        for number, (resource, thread, said, answer) in enumerate(SCRIPT, start=1):
+        model = default_chat_model() if args.openai else OfflineChatModel()
+        name = "ChatOpenAI" if args.openai else "offline model"
+        graph = create_recall_graph(
+            model, memory, system_prompt=SYSTEM_PROMPT, checkpointer=InMemorySaver()
+        )
+        print("Agent: recall -> model -> index (LangGraph, in-memory checkpointer).\n")
+        for number, (resource, thread, said) in enumerate(SCRIPT, start=1):
             print(style(rule(f"Turn {number} · {resource} in conversation {thread!r}"), "yellow"))
             print(style("User:", "bold"), said)
-            # Like an agent that keeps only its last messages: older turns of this
-            # conversation come back through recall, as themselves.
-            history_now = live.setdefault(thread, [])[-LIVE_WINDOW:]
-            question = HumanMessage(said, id=f"{thread}-q{number}")
+            config: RunnableConfig = {
+                "configurable": {"thread_id": thread, "resource_id": resource}
+            }
+            hits = memory.search(said, thread_id=thread, resource_id=resource)  # for display
             started = time.perf_counter()
-            hits = memory.search(said, thread_id=thread, resource_id=resource)
-            result = memory.recall([*history_now, question], thread_id=thread, resource_id=resource)
+            recalled: Sequence[BaseMessage] = ()
+            answer = ""
+            turn = {"messages": [HumanMessage(said)]}
+            for update in graph.stream(turn, config, stream_mode="updates"):
+                if "recall" in update:
+                    recalled = update["recall"][RECALL_KEY].messages
+                if "model" in update:
+                    answer = update["model"]["messages"][-1].text
             took = (time.perf_counter() - started) * 1000
-            print(
-                style(
-                    f"\nRecall found ({memory.scope} scope, top {memory.top_k}, {took:.0f} ms):",
-                    "bold",
-                )
-            )
+            print(style(f"\nRecall found ({memory.scope} scope, turn took {took:.0f} ms):", "bold"))
             _print_hits(hits)
             print()
-            _print_model_view(result, [*history_now, question])
-            reply = AIMessage(answer, id=f"{thread}-a{number}")
-            print(style("\nAssistant (scripted):", "bold"), answer, "\n")
-            memory.index([question, reply], thread_id=thread, resource_id=resource)
-            live[thread].extend([question, reply])
+            _print_injected(recalled)
+            print(style(f"\nAssistant ({name}):", "bold"), answer, "\n")
+        kept = graph.get_state({"configurable": {"thread_id": "new-chat"}}).values["messages"]
         stats = memory.stats()
-        print(style(rule("Stored"), "yellow"))
+        print(style(rule("Afterwards"), "yellow"))
         print(
-            f"{stats.messages} messages in {stats.threads} conversations of "
-            f"{stats.resources} users; {stats.vectors} vectors in index {stats.index_name!r}; "
-            f"missing vectors: {stats.missing_vectors}."
+            f"The checkpointed conversation 'new-chat' holds {len(kept)} messages: only the "
+            f"real turns, none of them recalled ({sum(map(is_recalled, kept))})."
         )
-        print("Note: bob's turn recalled only bob's memories; alice's are never shown to him.")
+        print(
+            f"Memory: {stats.messages} messages in {stats.threads} conversations of "
+            f"{stats.resources} users; {stats.vectors} vectors in index {stats.index_name!r}."
+        )
+        print("bob's turn recalled only bob's memories; alice's are never shown to him.")
     return 0

@@ -1,0 +1,341 @@
+"""LangGraph nodes for semantic recall, and a one-call agent graph.
+
+Two nodes give any ``StateGraph`` over ``messages`` a long-term memory:
+
+- :class:`RecallNode`, before the model: searches the memory for the newest user message
+  and writes what it found to ``recalled_memory``;
+- :class:`IndexNode`, after the model: stores the turn's new messages (every role) and
+  embeds the user and assistant text.
+
+Recalled messages never enter the ``messages`` channel. That channel is checkpointed and
+merged by ``add_messages``: whatever is written there is replayed on every later turn, so
+recalled context would pile up turn after turn and old memories would read as
+conversation. ``recalled_memory`` is instead an ``UntrackedValue`` channel: it lives for
+the current run only, is never checkpointed (not even as a pending write), starts empty on
+every run and is replaced by the next turn's recall. The model node combines both at call
+time (:func:`with_recall`) and writes back only the model's answer. Recall runs once per
+user turn however many times a tool loop calls the model.
+
+The index node asks the storage which of the newest messages it already holds and stores
+only those after the last stored one, so it stores each message once whether it runs once
+per turn, after every model call, or in two concurrent runs of one thread.
+
+Thread and resource come from ``config["configurable"]["thread_id"]`` and
+``["resource_id"]`` (key names from the engine, or per node). A run without a thread id
+fails with :class:`InvalidInputError`; a thread used under another resource fails with
+:class:`OwnershipError`, on the recall side as on the index side.
+
+The common graph, in one call (sync and async)::
+
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = create_recall_graph(model, memory, tools=[...], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
+    graph.invoke({"messages": [("user", "What am I allergic to?")]}, config)
+    await graph.ainvoke({"messages": [("user", "And my sister?")]}, config)
+
+The two nodes in a hand-built graph::
+
+    builder = StateGraph(RecallState)
+    builder.add_node("recall", RecallNode(memory))
+    builder.add_node("model", lambda state: {"messages": [model.invoke(with_recall(state))]})
+    builder.add_node("index", IndexNode(memory))
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "model")
+    builder.add_edge("model", "index")
+    builder.add_edge("index", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    SystemMessage,
+)
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.channels import UntrackedValue
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from langchain_semantic_recall.retriever import config_scope, missing_thread_error
+from langchain_semantic_recall.turns import (
+    RECALL_KEY,
+    RecalledMemory,
+    aindex_new_messages,
+    arecall_turn,
+    current_turn,
+    index_new_messages,
+    inject_recalled,
+    recall_turn,
+    recalled_for_turn,
+    state_messages,
+    with_recall,
+)
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel, LanguageModelInput
+    from langchain_core.tools import BaseTool
+    from langgraph.graph.state import CompiledStateGraph
+    from langgraph.types import Checkpointer
+
+    from langchain_semantic_recall.recall import SemanticRecall
+
+_LOG = logging.getLogger(__name__)
+
+
+class RecallState(MessagesState):
+    """``MessagesState`` plus the per-run ``recalled_memory`` channel (never checkpointed)."""
+
+    recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue]]
+
+
+class _MemoryNode(Runnable[Any, dict[str, Any]]):
+    def __init__(
+        self,
+        memory: SemanticRecall,
+        *,
+        messages_key: str = "messages",
+        thread_key: str | None = None,
+        resource_key: str | None = None,
+    ) -> None:
+        self.memory = memory
+        self.messages_key = messages_key
+        self.thread_key = thread_key or memory.thread_key
+        self.resource_key = resource_key or memory.resource_key
+
+    def _scope(self, config: RunnableConfig | None) -> tuple[str, str | None]:
+        thread_id, resource_id = config_scope(
+            config, thread_key=self.thread_key, resource_key=self.resource_key
+        )
+        if thread_id is None:
+            raise missing_thread_error(self.thread_key, self.resource_key, type(self).__name__)
+        return thread_id, resource_id
+
+
+class RecallNode(_MemoryNode):
+    """Graph node: recall for the newest user message into ``recalled_memory``.
+
+    Writes ``{recall_key: RecalledMemory}`` and nothing else; the model node reads it
+    with :func:`with_recall`. Put it between ``START`` and the model, not inside a tool
+    loop, so it runs once per user turn. Works under ``invoke`` and ``ainvoke``.
+
+    Example::
+
+        builder = StateGraph(RecallState)
+        builder.add_node("recall", RecallNode(memory))
+
+    Args:
+        memory: the engine.
+        messages_key: the state channel holding the conversation.
+        recall_key: the channel to write (declare it as in :class:`RecallState`).
+        thread_key: config key of the thread id (default: the engine's).
+        resource_key: config key of the resource id (default: the engine's).
+
+    Raises:
+        InvalidInputError: no thread id in the config, or no messages in the state.
+        OwnershipError: the thread belongs to another resource.
+    """
+
+    def __init__(
+        self,
+        memory: SemanticRecall,
+        *,
+        messages_key: str = "messages",
+        recall_key: str = RECALL_KEY,
+        thread_key: str | None = None,
+        resource_key: str | None = None,
+    ) -> None:
+        super().__init__(
+            memory, messages_key=messages_key, thread_key=thread_key, resource_key=resource_key
+        )
+        self.recall_key = recall_key
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = state_messages(input, self.messages_key)
+        thread_id, resource_id = self._scope(config)
+        recalled = recall_turn(self.memory, messages, thread_id=thread_id, resource_id=resource_id)
+        return {self.recall_key: recalled}
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = state_messages(input, self.messages_key)
+        thread_id, resource_id = self._scope(config)
+        recalled = await arecall_turn(
+            self.memory, messages, thread_id=thread_id, resource_id=resource_id
+        )
+        return {self.recall_key: recalled}
+
+
+class IndexNode(_MemoryNode):
+    """Graph node: store the turn's new messages and embed their text; writes no state.
+
+    Every new message is stored (tool calls and results too, for context windows); only
+    user and assistant text is embedded. Messages already stored are skipped, so the node
+    may run once per turn or after every model call. Works under ``invoke`` and
+    ``ainvoke``.
+
+    Example::
+
+        builder.add_node("index", IndexNode(memory))
+        builder.add_edge("model", "index")
+
+    Args:
+        memory: the engine.
+        messages_key: the state channel holding the conversation.
+        thread_key: config key of the thread id (default: the engine's).
+        resource_key: config key of the resource id (default: the engine's).
+
+    Raises:
+        InvalidInputError: no thread id in the config, or no messages in the state.
+        OwnershipError: the thread belongs to another resource.
+    """
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = state_messages(input, self.messages_key)
+        thread_id, resource_id = self._scope(config)
+        index_new_messages(self.memory, messages, thread_id=thread_id, resource_id=resource_id)
+        return {}
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = state_messages(input, self.messages_key)
+        thread_id, resource_id = self._scope(config)
+        await aindex_new_messages(
+            self.memory, messages, thread_id=thread_id, resource_id=resource_id
+        )
+        return {}
+
+
+class _ModelNode(Runnable[Any, dict[str, Any]]):
+    """Calls the model on the conversation plus this turn's recall."""
+
+    def __init__(
+        self,
+        model: Runnable[LanguageModelInput, BaseMessage],
+        recall: RecallNode,
+        system_prompt: str | None,
+    ) -> None:
+        self.model = model
+        self.recall = recall
+        self.system_prompt = system_prompt
+
+    def _prompt(self, messages: list[BaseMessage], recalled: RecalledMemory) -> list[BaseMessage]:
+        if self.system_prompt:
+            messages = [SystemMessage(self.system_prompt), *messages]
+        return recalled.apply(messages)
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = state_messages(input, self.recall.messages_key)
+        update: dict[str, Any] = {}
+        recalled = recalled_for_turn(input, messages, self.recall.recall_key)
+        if recalled is None:  # the run resumed after an interrupt: the channel is empty
+            update = self.recall.invoke(input, config)
+            recalled = update[self.recall.recall_key]
+        answer = self.model.invoke(self._prompt(messages, recalled), config)
+        return {**update, self.recall.messages_key: [answer]}
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        messages = state_messages(input, self.recall.messages_key)
+        update: dict[str, Any] = {}
+        recalled = recalled_for_turn(input, messages, self.recall.recall_key)
+        if recalled is None:
+            update = await self.recall.ainvoke(input, config)
+            recalled = update[self.recall.recall_key]
+        answer = await self.model.ainvoke(self._prompt(messages, recalled), config)
+        return {**update, self.recall.messages_key: [answer]}
+
+
+def _route_after_model(state: Mapping[str, Any]) -> str:
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
+    return "tools" if isinstance(last, AIMessage) and last.tool_calls else "index"
+
+
+def create_recall_graph(
+    model: BaseChatModel,
+    memory: SemanticRecall,
+    tools: Sequence[BaseTool | Callable[..., Any]] | None = None,
+    *,
+    system_prompt: str | None = None,
+    checkpointer: Checkpointer = None,
+    name: str | None = None,
+    thread_key: str | None = None,
+    resource_key: str | None = None,
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The common agent graph: recall -> model -> (tools -> model)* -> index.
+
+    State: :class:`RecallState` (its input and output are plain ``{"messages": [...]}``).
+    Recall runs once per user turn; the model sees the system prompt, this turn's
+    recalled messages and the conversation; only real turns are checkpointed; the index
+    node stores the turn once, tool calls and results included. Stream with
+    ``stream_mode="updates"`` to see what the ``recall`` node found.
+
+    Example::
+
+        graph = create_recall_graph(model, memory, checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
+        graph.invoke({"messages": [("user", "Any snack ideas?")]}, config)
+
+    Args:
+        model: a chat model (bound to ``tools`` when given).
+        memory: the engine.
+        tools: tools the model may call (run by a LangGraph ``ToolNode``).
+        system_prompt: instructions placed before the recalled messages (not stored).
+        checkpointer: a LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``, ...).
+        name: name of the compiled graph.
+        thread_key: config key of the thread id (default: the engine's).
+        resource_key: config key of the resource id (default: the engine's).
+    """
+    recall = RecallNode(memory, thread_key=thread_key, resource_key=resource_key)
+    tool_list = list(tools or [])
+    bound: Runnable[LanguageModelInput, BaseMessage] = (
+        model.bind_tools(tool_list) if tool_list else model
+    )
+    builder = StateGraph(RecallState, input_schema=MessagesState, output_schema=MessagesState)
+    builder.add_node("recall", recall)
+    builder.add_node("model", _ModelNode(bound, recall, system_prompt))
+    builder.add_node("index", IndexNode(memory, thread_key=thread_key, resource_key=resource_key))
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "model")
+    if tool_list:
+        from langgraph.prebuilt import ToolNode
+
+        builder.add_node("tools", ToolNode(tool_list))
+        builder.add_conditional_edges("model", _route_after_model, ["tools", "index"])
+        builder.add_edge("tools", "model")
+    else:
+        builder.add_edge("model", "index")
+    builder.add_edge("index", END)
+    return builder.compile(checkpointer=checkpointer, name=name)
+
+
+__all__ = [
+    "RECALL_KEY",
+    "IndexNode",
+    "RecallNode",
+    "RecallState",
+    "RecalledMemory",
+    "aindex_new_messages",
+    "arecall_turn",
+    "create_recall_graph",
+    "current_turn",
+    "index_new_messages",
+    "inject_recalled",
+    "recall_turn",
+    "with_recall",
+]
