@@ -22,9 +22,23 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 
-TOPICS = ["Lisbon", "tomatoes", "the CSV loader", "my sister", "the invoice", "marathon training",
-          "the Python service", "a birthday party", "the garden", "piano lessons", "the new job",
-          "a vegetarian menu", "the flight to Porto", "the database migration", "my dog"]
+TOPICS = [
+    "Lisbon",
+    "tomatoes",
+    "the CSV loader",
+    "my sister",
+    "the invoice",
+    "marathon training",
+    "the Python service",
+    "a birthday party",
+    "the garden",
+    "piano lessons",
+    "the new job",
+    "a vegetarian menu",
+    "the flight to Porto",
+    "the database migration",
+    "my dog",
+]
 VERBS = ["plan", "fix", "remember", "book", "cancel", "improve", "discuss", "prepare", "test"]
 WHEN = ["next week", "in March", "on Friday", "tomorrow", "before the deadline", "this summer"]
 
@@ -40,9 +54,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def timed(fn: Callable[[], object]) -> float:
+def timed(fn: Callable[..., object], *args: object, **kwargs: object) -> float:
     started = time.perf_counter()
-    fn()
+    fn(*args, **kwargs)
     return time.perf_counter() - started
 
 
@@ -55,8 +69,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    threads = [(f"user-{r}", f"user-{r}-thread-{t}") for r in range(args.resources)
-               for t in range(args.threads_per_resource)]
+    threads = [
+        (f"user-{r}", f"user-{r}-thread-{t}")
+        for r in range(args.resources)
+        for t in range(args.threads_per_resource)
+    ]
     per_thread = max(2, args.messages // len(threads))
     conversations: list[tuple[str, str, list[BaseMessage]]] = []
     for resource, thread in threads:
@@ -74,15 +91,17 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as path:
         memory = SemanticRecall.local(path, embeddings=embedder)
-        bulk = timed(lambda: [memory.index(m, thread_id=t, resource_id=r)
-                              for r, t, m in conversations])
+        bulk = timed(
+            lambda: [memory.index(m, thread_id=t, resource_id=r) for r, t, m in conversations]
+        )
         turns = []
         for n in range(50):  # per-turn indexing: one user + one assistant message
             resource, thread, _ = rng.choice(conversations)
-            turn = [HumanMessage(sentence(rng), id=f"turn-{n}-q"),
-                    AIMessage(sentence(rng), id=f"turn-{n}-a")]
-            turns.append(timed(lambda: memory.index(turn, thread_id=thread,
-                                                    resource_id=resource)))
+            turn = [
+                HumanMessage(sentence(rng), id=f"turn-{n}-q"),
+                AIMessage(sentence(rng), id=f"turn-{n}-a"),
+            ]
+            turns.append(timed(memory.index, turn, thread_id=thread, resource_id=resource))
         latency: dict[str, list[float]] = {"resource": [], "thread": []}
         embed_only: list[float] = []
         for scope in ("resource", "thread"):
@@ -91,31 +110,44 @@ def main() -> None:
                 resource, thread, _ = rng.choice(conversations)
                 query = f"{sentence(rng)} #{scope}{n}"  # distinct: never served by the cache
                 live = [HumanMessage(query)]
-                latency[scope].append(timed(lambda: engine.recall(
-                    live, thread_id=thread, resource_id=resource)))
+                latency[scope].append(
+                    timed(engine.recall, live, thread_id=thread, resource_id=resource)
+                )
         for n in range(args.queries):
             text = f"{sentence(rng)} #raw{n}"
-            embed_only.append(timed(lambda: embedder.embed_documents([text])))
+            embed_only.append(timed(embedder.embed_documents, [text]))
         stats = memory.stats()
 
     ms = 1000.0
-    print(f"embedded default: {total:,} messages in {len(threads)} threads of "
-          f"{args.resources} resources; {stats.vectors:,} vectors, "
-          f"{stats.missing_vectors} missing")
+    print(
+        f"embedded default: {total:,} messages in {len(threads)} threads of "
+        f"{args.resources} resources; {stats.vectors:,} vectors, "
+        f"{stats.missing_vectors} missing"
+    )
     print(f"{'measure':<44}{'p50':>10}{'p95':>10}")
     for scope, values in latency.items():
-        print(f"{'recall, ' + scope + ' scope (ms, incl. embedding)':<44}"
-              f"{percentile(values, 0.5) * ms:>10.1f}{percentile(values, 0.95) * ms:>10.1f}")
+        print(
+            f"{'recall, ' + scope + ' scope (ms, incl. embedding)':<44}"
+            f"{percentile(values, 0.5) * ms:>10.1f}{percentile(values, 0.95) * ms:>10.1f}"
+        )
         without = [v - e for v, e in zip(values, embed_only, strict=False)]
-        print(f"{'  minus one raw query embedding (ms)':<44}"
-              f"{statistics.median(without) * ms:>10.1f}{percentile(without, 0.95) * ms:>10.1f}")
-    print(f"{'raw query embedding alone (ms)':<44}"
-          f"{percentile(embed_only, 0.5) * ms:>10.1f}{percentile(embed_only, 0.95) * ms:>10.1f}")
-    print(f"{'index one turn (2 messages, ms)':<44}"
-          f"{percentile(turns, 0.5) * ms:>10.1f}{percentile(turns, 0.95) * ms:>10.1f}")
+        print(
+            f"{'  minus one raw query embedding (ms)':<44}"
+            f"{statistics.median(without) * ms:>10.1f}{percentile(without, 0.95) * ms:>10.1f}"
+        )
+    print(
+        f"{'raw query embedding alone (ms)':<44}"
+        f"{percentile(embed_only, 0.5) * ms:>10.1f}{percentile(embed_only, 0.95) * ms:>10.1f}"
+    )
+    print(
+        f"{'index one turn (2 messages, ms)':<44}"
+        f"{percentile(turns, 0.5) * ms:>10.1f}{percentile(turns, 0.95) * ms:>10.1f}"
+    )
     bulk_rate = total / bulk
-    print(f"bulk indexing: {bulk_rate:,.0f} messages/s; raw embedder: {raw_rate:,.0f} "
-          f"messages/s; ratio ours/raw {bulk_rate / raw_rate:.2f}")
+    print(
+        f"bulk indexing: {bulk_rate:,.0f} messages/s; raw embedder: {raw_rate:,.0f} "
+        f"messages/s; ratio ours/raw {bulk_rate / raw_rate:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""The ``semantic-recall`` command line: one subcommand per module, registered below."""
+"""The ``semantic-recall`` command line: subcommand modules, registered below.
+
+Each module in ``_SUBCOMMANDS`` exposes ``register(subparsers) -> None``, adds one or more
+subcommands and sets ``func`` (``args -> exit code``) on each. Shared pieces (exit codes,
+``--path``, opening the store) live in :mod:`langchain_semantic_recall.cli.common`.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +11,78 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
-from langchain_semantic_recall.errors import SemanticRecallError
+from langchain_semantic_recall.cli.common import (
+    EXIT_CODES_HELP,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    PATH_ENV,
+    CommandError,
+    store_path,
+)
+from langchain_semantic_recall.cli.render import error
+from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
 
-# Each subcommand module exposes ``register(subparsers) -> None`` and sets ``func``.
-_SUBCOMMANDS = ("demo",)
+__all__ = [
+    "DEFAULT_PATH",
+    "EXIT_ERROR",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "store_path",
+]
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+# Modules that register subcommands, in the order ``--help`` lists them.
+_SUBCOMMANDS = (
+    "demo",
+    "ingest",
+    "search",  # search, inspect
+    "threads",  # threads, show
+    "admin",  # stats, forget, reindex
+    "export",
+    "eval",
+    "migrate",
+)
 
-DEFAULT_PATH = os.environ.get("SEMANTIC_RECALL_PATH", "./.semantic-recall")
+DEFAULT_PATH = os.environ.get(PATH_ENV, "./.semantic-recall")
+"""The store used without ``--path`` (read at import; ``store_path(args)`` reads it per call)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="semantic-recall",
-        description="Look inside, load and evaluate the semantic memory of your agents.",
+        description=(
+            "Look inside, load and evaluate the semantic memory of your agents.\n"
+            "Every command works on one store, chosen with --path\n"
+            f"(default: ${PATH_ENV}, else ./.semantic-recall)."
+        ),
+        epilog=EXIT_CODES_HELP + "\nRun 'semantic-recall COMMAND --help' for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--path", metavar="DIR", help=f"the store (default: ${PATH_ENV}, else ./.semantic-recall)"
+    )
+    parser.add_argument(
+        "--storage",
+        dest="storage_url",
+        metavar="URL",
+        help="message storage URL instead of --path (sqlite:///..., postgresql://...)",
+    )
+    parser.add_argument(
+        "--vector",
+        dest="vector_url",
+        metavar="URL",
+        help="vector index URL, with --storage (chroma:///..., http://host:8000)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from importlib import import_module
 
@@ -32,17 +91,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("langchain-semantic-recall")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code."""
+    """Entry point of the console script; returns the exit code (see ``--help``)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help / --version (0) or a usage error (2)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     if args.verbose:  # only the CLI configures logging; the library never does
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)
-    except SemanticRecallError as error:
-        print(f"semantic-recall: error: {error}", file=sys.stderr)
+    except CommandError as failure:
+        error(str(failure))
+        return failure.code
+    except InvalidOptionError as failure:
+        error(str(failure))
+        return EXIT_USAGE
+    except SemanticRecallError as failure:
+        error(str(failure))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        error("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `semantic-recall export ... | head`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep the interpreter's flush quiet
+        return EXIT_ERROR
+    except OSError as failure:
+        error(f"{failure.strerror or failure}: {failure.filename or ''}".rstrip(": "))
+        return EXIT_ERROR
+    except Exception as failure:
+        if args.verbose:
+            traceback.print_exc()
+        hint = "" if args.verbose else " (run with -v for the traceback)"
+        error(f"unexpected {type(failure).__name__}: {failure}{hint}")
+        return EXIT_ERROR

@@ -6,16 +6,29 @@ import os
 import shutil
 import sys
 import textwrap
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TextIO
 
-_CODES = {"bold": "1", "dim": "2", "green": "32", "yellow": "33", "cyan": "36", "magenta": "35"}
+_CODES = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "cyan": "36",
+    "magenta": "35",
+}
 
 
-def use_colour(stream: TextIO = sys.stdout) -> bool:
-    return stream.isatty() and "NO_COLOR" not in os.environ
+def use_colour(stream: TextIO | None = None) -> bool:
+    """Colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
 
 
-def style(text: str, *names: str, stream: TextIO = sys.stdout) -> str:
+def style(text: str, *names: str, stream: TextIO | None = None) -> str:
     if not names or not use_colour(stream):
         return text
     codes = ";".join(_CODES[n] for n in names)
@@ -33,7 +46,7 @@ def rule(title: str = "") -> str:
 
 def shorten(text: str, limit: int) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def boxed(text: str, indent: str = "  │ ") -> str:
@@ -41,3 +54,38 @@ def boxed(text: str, indent: str = "  │ ") -> str:
     for raw in text.splitlines() or [""]:
         lines.extend(textwrap.wrap(raw, width() - len(indent)) or [""])
     return "\n".join(indent + line for line in lines)
+
+
+def when(moment: datetime | None) -> str:
+    """A time as ``2024-01-15 10:30`` (UTC), or ``-``."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "") -> str:
+    """Left-aligned columns; the last column is shortened to fit the terminal."""
+    if not rows:
+        return ""
+    cells = [list(headers), *[list(r) for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
+    used = len(indent) + sum(w + 2 for w in widths)
+    last = max(20, width() - used)
+    lines = []
+    for n, row in enumerate(cells):
+        parts = [cell.ljust(w) for cell, w in zip(row, widths, strict=False)]
+        parts.append(shorten(row[-1], last))
+        line = indent + "  ".join(parts).rstrip()
+        lines.append(style(line, "bold") if n == 0 else line)
+    return "\n".join(lines)
+
+
+def error(message: str) -> None:
+    """An error line on stderr (red on a terminal)."""
+    label = style("semantic-recall: error:", "red", "bold", stream=sys.stderr)
+    print(f"{label} {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    """A side remark on stderr (keeps stdout clean for pipes)."""
+    print(style(message, "dim", stream=sys.stderr), file=sys.stderr)

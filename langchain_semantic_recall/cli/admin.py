@@ -1,0 +1,200 @@
+"""Looking after the store: ``stats``, ``forget`` and ``reindex``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from langchain_semantic_recall.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    confirm,
+    disk_usage,
+    human_bytes,
+    open_memory,
+    print_json,
+    progress_bar,
+    require_resource,
+    require_thread,
+    store_label,
+    store_options,
+    store_path,
+    store_urls,
+)
+from langchain_semantic_recall.cli.render import style
+
+
+def register(subparsers: Any) -> None:
+    _register_stats(subparsers)
+    _register_forget(subparsers)
+    _register_reindex(subparsers)
+
+
+def _scope_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--resource", metavar="R", help=f"only {what} of resource R")
+    parser.add_argument("--thread", metavar="T", help=f"only {what} of thread T")
+
+
+# --- stats -------------------------------------------------------------------------------
+
+
+def _register_stats(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "stats",
+        parents=[store_options()],
+        help="count messages and vectors; show the index, model and disk use",
+        description=(
+            "Messages, threads and resources stored; vectors in the index and how many are "
+            "missing (repair with 'reindex --missing-only'); the index name, the embedding "
+            "model and its dimension; the store's size on disk. With --resource or --thread, "
+            "the counts cover only that resource or thread (e.g. to check that forget left "
+            "nothing behind)."
+        ),
+    )
+    _scope_arguments(parser, "the data")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.set_defaults(func=run_stats)
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    memory = open_memory(args, read_only=True)
+    stats = memory.stats(resource_id=args.resource, thread_id=args.thread)
+    local = store_urls(args) is None
+    size = disk_usage(store_path(args)) if local else None
+    label = store_label(args)
+    scope = [f"resource {args.resource}"] if args.resource else []
+    scope += [f"thread {args.thread}"] if args.thread else []
+    if args.json:
+        print_json(
+            {
+                "store": label,
+                "scope": {"resource": args.resource, "thread": args.thread},
+                "messages": stats.messages,
+                "threads": stats.threads,
+                "resources": stats.resources,
+                "embeddable": stats.embeddable,
+                "vectors": stats.vectors,
+                "missing_vectors": stats.missing_vectors,
+                "orphan_vectors": stats.orphan_vectors,
+                "index_name": stats.index_name,
+                "model": stats.model,
+                "dimension": stats.dimension,
+                "disk_bytes": size,
+            }
+        )
+        return EXIT_OK
+    title = f"Store {label}" + (f" ({', '.join(scope)})" if scope else "")
+    print(style(title, "bold"))
+    print(
+        f"  messages   {stats.messages} in {stats.threads} thread(s) of "
+        f"{stats.resources} resource(s)"
+    )
+    vectors = f"  vectors    {stats.vectors} of {stats.embeddable} embeddable message(s)"
+    print(vectors + f", missing {stats.missing_vectors}, orphaned {stats.orphan_vectors}")
+    print(f"  index      {stats.index_name}")
+    print(f"  model      {stats.model} ({stats.dimension} dimensions)")
+    if size is not None:
+        print(f"  disk       {human_bytes(size)} (the whole store)")
+    if stats.missing_vectors or stats.orphan_vectors:
+        print(style("  repair     semantic-recall reindex --missing-only", "yellow"))
+    return EXIT_OK
+
+
+# --- forget ------------------------------------------------------------------------------
+
+
+def _register_forget(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "forget",
+        parents=[store_options()],
+        help="delete a conversation or everything of a resource (asks first)",
+        description=(
+            "Delete a thread, or every thread of a resource: messages and vectors, before "
+            "the command returns. Forgotten thread ids are retired (a late write cannot bring "
+            "them back); a forgotten resource may start new threads later. Asks for "
+            "confirmation unless --yes; without a terminal to ask on, refuses (exit 2)."
+        ),
+        epilog=(
+            "examples:\n"
+            "  semantic-recall forget --thread trip-planning\n"
+            "  semantic-recall forget --resource alice --yes"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--thread", metavar="T", help="delete conversation T")
+    target.add_argument("--resource", metavar="R", help="delete every conversation of R")
+    parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    parser.set_defaults(func=run_forget)
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    from langchain_semantic_recall.records import ScopeFilter
+
+    memory = open_memory(args)
+    storage = memory.storage
+    if args.thread is not None:
+        owner = require_thread(storage, args.thread, None)
+        count = storage.count(ScopeFilter(thread_id=args.thread))
+        target, size = f"thread {args.thread} of {owner}", f"{count} message(s)"
+    else:
+        require_resource(storage, args.resource)
+        threads = storage.list_threads(args.resource)
+        count = sum(t.message_count for t in threads)
+        target = f"everything of resource {args.resource}"
+        size = f"{len(threads)} thread(s), {count} message(s)"
+    question = f"Delete {target} ({size}), with its vectors? This cannot be undone."
+    if not args.yes and not confirm(question):
+        print("Nothing deleted.")
+        return EXIT_ERROR
+    if args.thread is not None:
+        deleted = memory.forget_thread(args.thread)
+    else:
+        deleted = memory.forget_resource(args.resource)
+    print(f"Forgot {target}: {deleted} message(s) and their vectors deleted.")
+    return EXIT_OK
+
+
+# --- reindex -----------------------------------------------------------------------------
+
+
+def _register_reindex(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "reindex",
+        parents=[store_options()],
+        help="embed stored messages again (repair missing vectors, or after a model change)",
+        description=(
+            "Embed stored user and assistant messages into the index again. With "
+            "--missing-only, only messages without a vector (after an embedding failure), "
+            "and vectors whose message is gone are removed. Idempotent: vector ids are "
+            "message ids."
+        ),
+    )
+    parser.add_argument(
+        "--missing-only", action="store_true", help="only messages that have no vector"
+    )
+    _scope_arguments(parser, "the messages")
+    parser.set_defaults(func=run_reindex)
+
+
+def run_reindex(args: argparse.Namespace) -> int:
+    from langchain_semantic_recall.records import ScopeFilter
+
+    memory = open_memory(args)
+    scope = (
+        ScopeFilter(resource_id=args.resource, thread_id=args.thread)
+        if args.resource or args.thread
+        else None
+    )
+    total = memory.storage.count(scope)
+    with progress_bar(total, "msg", "reindex") as bar:
+        written = memory.reindex(
+            resource_id=args.resource,
+            thread_id=args.thread,
+            missing_only=args.missing_only,
+            progress=bar.update,
+        )
+    index = memory.ensure_index().name
+    kind = "missing vector(s)" if args.missing_only else "vector(s)"
+    print(f"Wrote {written} {kind} for {total} stored message(s) into index {index}.")
+    return EXIT_OK

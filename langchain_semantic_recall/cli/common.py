@@ -1,0 +1,259 @@
+"""What every subcommand shares: exit codes, errors, opening the store, confirmation.
+
+Subcommand modules import from here; nothing here imports chromadb or the model until a
+store is opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_semantic_recall.errors import SemanticRecallError
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+    from langchain_semantic_recall.recall import SemanticRecall
+    from langchain_semantic_recall.records import StoredMessage
+    from langchain_semantic_recall.storage.base import MessageStorage
+
+EXIT_OK = 0
+"""The command did what it was asked."""
+EXIT_ERROR = 1
+"""It failed (bad input file, store error, partial failure) or the user said no."""
+EXIT_USAGE = 2
+"""Bad arguments or option values, or a deletion without confirmation."""
+EXIT_NOT_FOUND = 3
+"""No such store, thread, resource or input file."""
+EXIT_INTERRUPTED = 130
+"""Interrupted with Ctrl-C."""
+
+EXIT_CODES_HELP = """\
+servers: --storage URL --vector URL (before the command) instead of --path, e.g.
+  semantic-recall --storage postgresql://app@db/memory --vector http://chroma:8000 stats
+
+exit codes:
+  0  ok
+  1  error (bad input file, store error, partial failure) or declined at the prompt
+  2  usage error (bad arguments or values; forget without --yes and without a terminal)
+  3  not found (no store at --path, unknown thread or resource, missing input file)
+"""
+
+DEFAULT_PATH = "./.semantic-recall"
+PATH_ENV = "SEMANTIC_RECALL_PATH"
+
+# Thread id handed to the engine for a resource-wide search, which needs some thread:
+# in resource scope the search filters on the resource only and never reads this thread.
+ANY_THREAD = "semantic-recall-cli"
+
+
+class CommandError(SemanticRecallError):
+    """A failure the command reports with a message and a documented exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NotFoundError(CommandError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_NOT_FOUND)
+
+
+class UsageError(CommandError):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def store_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--path``, so it works before or after the subcommand."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--path",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help=f"the store (default: ${PATH_ENV}, else {DEFAULT_PATH})",
+    )
+    return parent
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    """The store folder: ``--path``, else ``$SEMANTIC_RECALL_PATH``, else the default."""
+    given = getattr(args, "path", None)
+    return Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+
+
+def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:
+    """(storage URL, vector URL) when the global ``--storage`` / ``--vector`` are given."""
+    storage, vector = getattr(args, "storage_url", None), getattr(args, "vector_url", None)
+    if storage is None and vector is None:
+        return None
+    if storage is None or vector is None:
+        raise UsageError("--storage and --vector go together (a message store and its index)")
+    return storage, vector
+
+
+def store_label(args: argparse.Namespace) -> str:
+    """The store, as shown to people (URLs without their passwords)."""
+    urls = store_urls(args)
+    if urls is None:
+        return str(store_path(args))
+    from langchain_semantic_recall.settings import redact
+
+    return f"{redact(urls[0])} + {redact(urls[1])}"
+
+
+def create_embeddings() -> Embeddings | None:
+    """The embedder of the store; None means the engine's default (the local model).
+
+    The tests replace this function to run the commands on a fast fake embedder.
+    """
+    return None
+
+
+def open_memory(
+    args: argparse.Namespace, *, create: bool = False, **options: Any
+) -> SemanticRecall:
+    """The engine over the store chosen by ``--path`` (or ``--storage`` and ``--vector``).
+
+    Args:
+        args: Parsed arguments (``path``, ``storage_url``, ``vector_url``).
+        create: Create a local store if it does not exist (``ingest``); otherwise a
+            missing store is reported as not found rather than silently created empty.
+        options: Engine options (``top_k``, ``scope``, ...).
+    """
+    from langchain_semantic_recall.recall import SemanticRecall
+
+    urls = store_urls(args)
+    if urls is not None:
+        return SemanticRecall.from_url(
+            storage=urls[0], vector=urls[1], embeddings=create_embeddings(), **options
+        )
+    path = store_path(args)
+    if not create and not (path / "messages.sqlite3").exists():
+        raise NotFoundError(
+            f"no store at {path} (load conversations with 'semantic-recall ingest', "
+            f"or choose the store with --path or ${PATH_ENV})"
+        )
+    return SemanticRecall.local(path, embeddings=create_embeddings(), **options)
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of every file under ``path``."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except OSError:  # removed while we walked
+                continue
+    return total
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+# --- reading the store -------------------------------------------------------------------
+
+
+def thread_messages(storage: MessageStorage, thread_id: str) -> Iterator[StoredMessage]:
+    """Every message of a thread, in order."""
+    from langchain_semantic_recall.records import ScopeFilter
+
+    scope = ScopeFilter(thread_id=thread_id)
+    after: tuple[str, int] | None = None
+    while page := storage.list_messages(scope, after=after, limit=500):
+        yield from page
+        after = (page[-1].thread_id, page[-1].seq)
+
+
+def conversation_title(message: StoredMessage) -> str | None:
+    """The label a message carries for its conversation (set by ``ingest``), if any."""
+    from langchain_semantic_recall.importers import TITLE_KEY
+
+    kwargs = json.loads(message.payload).get("data", {}).get("additional_kwargs", {})
+    title = kwargs.get(TITLE_KEY) if isinstance(kwargs, dict) else None
+    return title if isinstance(title, str) and title else None
+
+
+def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:
+    """Conversation titles by thread id, for the threads that have one."""
+    from langchain_semantic_recall.records import ScopeFilter
+
+    titles: dict[str, str] = {}
+    for thread_id in sorted(thread_ids):
+        first = storage.list_messages(ScopeFilter(thread_id=thread_id), limit=1)
+        title = conversation_title(first[0]) if first else None
+        if title:
+            titles[thread_id] = title
+    return titles
+
+
+def require_thread(storage: MessageStorage, thread_id: str, resource_id: str | None) -> str:
+    """The thread's owner; not found if unknown (or owned by another resource)."""
+    owner = storage.get_thread_owner(thread_id)
+    if owner is None or (resource_id is not None and owner != resource_id):
+        of = f" of resource {resource_id!r}" if resource_id is not None else ""
+        raise NotFoundError(
+            f"no thread {thread_id!r}{of} (list them with 'semantic-recall threads')"
+        )
+    return owner
+
+
+def require_resource(storage: MessageStorage, resource_id: str) -> None:
+    if not storage.list_threads(resource_id):
+        raise NotFoundError(
+            f"no conversations of resource {resource_id!r} "
+            "(list them with 'semantic-recall threads')"
+        )
+
+
+def message_json(message: StoredMessage) -> dict[str, Any]:
+    """A stored message as plain JSON data (the CLI's ``--json`` outputs)."""
+    return {
+        "id": message.id,
+        "thread": message.thread_id,
+        "resource": message.resource_id,
+        "role": message.role,
+        "text": message.text,
+        "created_at": message.created_at.isoformat(),
+        "seq": message.seq,
+    }
+
+
+# --- output and confirmation -------------------------------------------------------------
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def confirm(question: str) -> bool:
+    """Ask on the terminal; refuse (usage error) when there is no terminal to ask on."""
+    if not sys.stdin.isatty():
+        raise UsageError(
+            "refusing to delete without confirmation: no terminal to ask on; pass --yes"
+        )
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def progress_bar(total: int, unit: str, description: str) -> Any:
+    """A tqdm bar on stderr, shown only when stderr is a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit=unit, desc=description, disable=None, leave=False)

@@ -1,0 +1,231 @@
+"""``semantic-recall ingest``: load conversations from our JSONL format or a ChatGPT export."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_semantic_recall.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    NotFoundError,
+    UsageError,
+    open_memory,
+    print_json,
+    progress_bar,
+    store_label,
+    store_options,
+    thread_messages,
+)
+from langchain_semantic_recall.cli.render import error, style
+from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.importers import Conversation, ImportReport
+    from langchain_semantic_recall.recall import SemanticRecall
+
+BATCH = 64
+"""Messages per ``index`` call: one batched embedding call each, and a progress step."""
+
+FORGOTTEN = "thread was forgotten (its id is retired)"
+_FORMAT_NAMES = {"jsonl": "JSONL", "chatgpt": "ChatGPT export"}
+
+
+@dataclass
+class IngestSummary:
+    """What one ingest did: counts, and reasons for everything not imported."""
+
+    file: str
+    format: str
+    threads_new: int = 0
+    threads_updated: int = 0
+    threads_unchanged: int = 0
+    threads_refused: int = 0
+    messages_added: int = 0
+    vectors: int = 0
+    vectors_failed: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
+    not_embedded: Counter[str] = field(default_factory=Counter)
+    """Stored without a vector (system messages, no text): reason -> count."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "format": self.format,
+            "threads": {
+                "new": self.threads_new,
+                "updated": self.threads_updated,
+                "unchanged": self.threads_unchanged,
+                "refused": self.threads_refused,
+            },
+            "messages_added": self.messages_added,
+            "vectors_written": self.vectors,
+            "vectors_failed": self.vectors_failed,
+            "skipped": dict(self.skipped),
+            "stored_without_vector": dict(self.not_embedded),
+        }
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "ingest",
+        parents=[store_options()],
+        help="load conversations from a JSONL file or a ChatGPT export",
+        description=(
+            "Load conversations into the store: our JSONL format (one message a line: "
+            "resource, thread, role, content, optional id, created_at, title) or a ChatGPT "
+            "export (conversations.json, or the .zip that holds it; its main branch). "
+            "Idempotent: messages already stored are skipped, so a second run adds nothing "
+            "and a newer export adds only what is new."
+        ),
+        epilog=(
+            "examples:\n"
+            "  semantic-recall ingest conversations.json --resource alice\n"
+            "  semantic-recall ingest chatgpt-export.zip --resource alice\n"
+            "  semantic-recall ingest history.jsonl"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", metavar="FILE", help="the file to load")
+    parser.add_argument(
+        "--format",
+        choices=("jsonl", "chatgpt"),
+        help="the file's format (default: detected from its content)",
+    )
+    parser.add_argument(
+        "--resource",
+        metavar="R",
+        help="whose conversations (required for a ChatGPT export; for JSONL, the resource "
+        "of lines that have none)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def _read(args: argparse.Namespace) -> ImportReport:
+    from langchain_semantic_recall.importers import detect_format, read_conversations
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise NotFoundError(f"no file {str(path)!r}")
+    file_format = args.format or detect_format(path)
+    if file_format == "chatgpt" and not args.resource:
+        raise UsageError(
+            "a ChatGPT export does not say whose conversations it holds: pass --resource "
+            "(e.g. --resource alice)"
+        )
+    try:
+        return read_conversations(path, file_format=file_format, resource_id=args.resource)
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(f"{path} is not UTF-8 text: {error.reason}") from error
+
+
+def _refusal(memory: SemanticRecall, thread: str, resource: str, owner: str | None) -> str | None:
+    """Why a conversation cannot be written to its thread, if it cannot."""
+    if owner is not None and owner != resource:
+        return f"thread belongs to another resource ({owner!r})"
+    if memory.storage.is_forgotten(thread):
+        return FORGOTTEN
+    return None
+
+
+def _ingest_conversation(
+    memory: SemanticRecall, conversation: Conversation, summary: IngestSummary, bar: Any
+) -> None:
+    storage = memory.storage
+    thread, resource = conversation.thread_id, conversation.resource_id
+    owner = storage.get_thread_owner(thread)
+    refusal = _refusal(memory, thread, resource, owner)
+    if refusal is not None:
+        summary.threads_refused += 1
+        summary.skipped[refusal] += len(conversation.messages)
+        bar.update(len(conversation.messages))
+        return
+    have = {m.id for m in thread_messages(storage, thread)} if owner is not None else set()
+    new = [m for m in conversation.messages if m.id not in have]
+    if len(new) < len(conversation.messages):
+        summary.skipped["already stored"] += len(conversation.messages) - len(new)
+        bar.update(len(conversation.messages) - len(new))
+    if not new:
+        summary.threads_unchanged += 1
+        return
+    if owner is None:
+        summary.threads_new += 1
+    else:
+        summary.threads_updated += 1
+    for start in range(0, len(new), BATCH):
+        batch = new[start : start + BATCH]
+        try:
+            result = memory.index(batch, thread_id=thread, resource_id=resource)
+        except OwnershipError as error:
+            summary.skipped[f"refused: {error}"] += len(batch)
+            bar.update(len(batch))
+            continue
+        summary.messages_added += len(result.stored)
+        summary.vectors += len(result.embedded)
+        for reason in result.skipped.values():
+            if reason == "forgotten":
+                summary.skipped[FORGOTTEN] += 1
+            else:
+                summary.not_embedded[reason] += 1
+        if result.error is not None:
+            summary.vectors_failed += len(result.stored) - len(result.skipped)
+        bar.update(len(batch))
+
+
+def _counts(counter: Counter[str]) -> str:
+    return "; ".join(f"{reason}: {n}" for reason, n in counter.most_common())
+
+
+def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
+    name = _FORMAT_NAMES.get(summary.format, summary.format)
+    print(style(f"Ingested {summary.file} ({name})", "bold"))
+    threads = (
+        f"{summary.threads_new} new, {summary.threads_updated} updated, "
+        f"{summary.threads_unchanged} unchanged"
+    )
+    if summary.threads_refused:
+        threads += f", {summary.threads_refused} refused"
+    print(f"  threads    {threads}")
+    print(f"  messages   {summary.messages_added} added")
+    vectors = f"{summary.vectors} written"
+    if summary.not_embedded:
+        vectors += f" (stored without a vector: {_counts(summary.not_embedded)})"
+    print(f"  vectors    {vectors}")
+    total = sum(summary.skipped.values())
+    print(f"  skipped    {total}" + (f" ({_counts(summary.skipped)})" if total else ""))
+    if report.format == "jsonl":  # bad lines: say where they are
+        for item in report.skipped[:5]:
+            print(style(f"             {item.where}: {item.reason}", "dim"))
+        if len(report.skipped) > 5:
+            print(style(f"             ... and {len(report.skipped) - 5} more", "dim"))
+    if summary.vectors_failed:
+        print(
+            style(f"  warning    {summary.vectors_failed} message(s) stored without vectors", "red")
+            + " (embedding failed; run 'semantic-recall reindex --missing-only')"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    report = _read(args)
+    summary = IngestSummary(file=args.file, format=report.format)
+    for item in report.skipped:
+        summary.skipped[item.reason] += 1
+    if not report.conversations and not report.skipped:
+        raise InvalidInputError(f"{args.file} holds no conversations")
+    memory = open_memory(args, create=True)
+    with progress_bar(report.message_count, "msg", "ingest") as bar:
+        for conversation in report.conversations:
+            _ingest_conversation(memory, conversation, summary, bar)
+    if args.json:
+        print_json({**summary.as_json(), "store": store_label(args)})
+    else:
+        _print_summary(summary, report)
+    unreadable = report.format == "jsonl" and bool(report.skipped)
+    if unreadable:
+        error(f"{len(report.skipped)} line(s) of {args.file} could not be read (listed above)")
+    return EXIT_ERROR if summary.vectors_failed or unreadable else EXIT_OK

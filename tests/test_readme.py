@@ -1,0 +1,255 @@
+"""The README runs: every code block, in order, in a temporary folder, offline.
+
+- ``python`` blocks are executed in one namespace, as a reader pasting them would;
+- ``console`` blocks are transcripts: each ``$ semantic-recall ...`` line runs (in-process,
+  through ``main``) and its output must match the lines below it, where ``...`` stands
+  for any text and similarity scores (``0.20``) may differ; ``$ echo $?`` prints the
+  previous exit code, and any other non-zero exit code fails the test;
+- ``bash`` blocks run their ``semantic-recall`` lines too; the only lines left alone are the
+  set-up commands (``make demo`` / ``make test``, which would run this very suite);
+- ``json`` blocks must be lines of our import format;
+- blocks without a language are diagrams.
+"""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.cli import main
+from langchain_semantic_recall.importers import read_jsonl_lines
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SETUP_COMMANDS = ("make demo", "make test")
+_FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_SCORE = re.compile(r"\b[01]\.\d\d\b")
+_CHECKER = doctest.OutputChecker()
+_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+@dataclass(frozen=True)
+class Block:
+    language: str
+    body: str
+    line: int
+    """Line number of the block's first line of code in README.md."""
+
+
+@dataclass(frozen=True)
+class Step:
+    command: str
+    expected: str
+    line: int
+
+
+def blocks() -> list[Block]:
+    text = README.read_text(encoding="utf-8")
+    return [
+        Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1)
+        for m in _FENCE.finditer(text)
+    ]
+
+
+def transcript(block: Block) -> list[Step]:
+    """The commands of a console block, each with the output shown under it."""
+    steps: list[Step] = []
+    command: str | None = None
+    start = block.line
+    expected: list[str] = []
+    for offset, line in enumerate(block.body.splitlines()):
+        if line.startswith("$ "):
+            if command is not None:
+                steps.append(Step(command, "\n".join(expected), start))
+            command, expected, start = line[2:], [], block.line + offset
+        else:
+            assert command is not None, f"README.md:{block.line}: output before any command"
+            expected.append(line)
+    if command is not None:
+        steps.append(Step(command, "\n".join(expected), start))
+    return steps
+
+
+def bash_lines(block: Block) -> list[str]:
+    lines = []
+    for line in block.body.splitlines():
+        code = line.split("  #", 1)[0].strip()
+        if code and not code.startswith("#"):
+            lines.append(code)
+    return lines
+
+
+def matches(expected: str, got: str) -> bool:
+    want = _SCORE.sub("#.##", expected.strip()) + "\n"
+    have = _SCORE.sub("#.##", got.strip()) + "\n"
+    return _CHECKER.check_output(want, have, _FLAGS)
+
+
+# --- the shape of the page (fast) ----------------------------------------------------------
+
+
+def test_the_two_setup_commands_come_first() -> None:
+    first = blocks()[0]
+    assert first.language == "bash"
+    assert bash_lines(first) == list(SETUP_COMMANDS)
+
+
+def test_every_block_is_of_a_kind_this_suite_runs() -> None:
+    found = blocks()
+    assert {b.language for b in found} <= {"python", "console", "bash", "json", ""}
+    assert sum(b.language == "python" for b in found) >= 5
+    for block in found:
+        if block.language == "bash":
+            for line in bash_lines(block):
+                assert line in SETUP_COMMANDS or line.startswith("semantic-recall "), (
+                    f"README.md:{block.line}: {line!r} would not be run by tests/test_readme.py"
+                )
+        if block.language == "console":
+            for step in transcript(block):
+                assert step.command.startswith("semantic-recall ") or step.command == "echo $?", (
+                    f"README.md:{step.line}: {step.command!r} would not be run"
+                )
+
+
+def options_table() -> dict[str, str]:
+    """The rows of the README's options table, by option name (a row may name several)."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Options") : text.index("## Recipes")]
+    rows: dict[str, str] = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            for name in re.findall(r"`(\w+)`", line.split("|")[1]):
+                rows[name] = line
+    return rows
+
+
+def test_the_options_table_lists_every_option_with_its_current_default() -> None:
+    rows = options_table()
+    names = [n for n in inspect.signature(SemanticRecall.__init__).parameters if n != "self"]
+    assert [n for n in names if n not in rows] == [], "options missing from the README table"
+    assert [n for n in rows if n not in names] == [], "the README table names unknown options"
+
+    def engine(**options: Any) -> SemanticRecall:
+        return SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=FakeEmbeddings(),
+            **options,
+        )
+
+    hybrid, dense = engine(), engine(search_mode="dense")
+    assert hybrid.search_mode == "hybrid"
+    assert f"{hybrid.top_k} (hybrid, keyword); {dense.top_k} (dense)" in rows["top_k"]
+    window, original = hybrid.message_range, dense.message_range
+    assert (
+        f"{window.before} before, {window.after} after (hybrid, keyword)" in rows["message_range"]
+    )
+    assert f"{original.before} and {original.after} (dense)" in rows["message_range"]
+    assert f"{hybrid.message_budget} (hybrid, keyword); `None` (dense)" in rows["message_budget"]
+    assert dense.message_budget is None
+    assert f"| {hybrid.keyword_weight} |" in rows["keyword_weight"]
+    assert f"| {hybrid.time_boost} |" in rows["time_boost"]
+    assert f'| `"{hybrid.scope}"` |' in rows["scope"]
+    assert f"LRU of {hybrid.cache.maxsize}" in rows["cache"]
+    text = README.read_text(encoding="utf-8")
+    assert f"the default is hybrid search with\n{hybrid.top_k} hits" in text
+    assert f"a budget of {hybrid.message_budget} messages" in text
+
+
+def test_json_examples_are_our_import_format() -> None:
+    for block in blocks():
+        if block.language == "json":
+            report = read_jsonl_lines(block.body.splitlines())
+            assert report.skipped == [], f"README.md:{block.line}: {report.skipped}"
+            assert report.message_count == len(block.body.strip().splitlines())
+
+
+def test_the_transcript_checker_allows_scores_and_ellipses() -> None:
+    assert matches("#1  score 0.20  a\n...", "#1  score 0.31  a\nmore\nlines")
+    assert not matches("#1  score 0.20  a", "#2  score 0.20  a")
+
+
+# --- running it (the real local model) ------------------------------------------------------
+
+
+class Runner:
+    """Runs README blocks in order, with one Python namespace and one exit status."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.namespace: dict[str, Any] = {"__name__": "__readme__"}
+        self.status = 0
+
+    def python(self, block: Block) -> None:
+        code = compile("\n" * (block.line - 1) + block.body, str(README), "exec")
+        exec(code, self.namespace)  # the README's own code, as a reader would run it
+        self.capsys.readouterr()
+
+    def command(self, command: str, line: int) -> str:
+        self.capsys.readouterr()
+        if command == "echo $?":  # like a shell: prints the last status, then succeeds
+            shown, self.status = self.status, 0
+            return f"{shown}\n"
+        argv = shlex.split(command)
+        assert argv[0] == "semantic-recall", f"README.md:{line}: {command!r}"
+        self.status = main(argv[1:])
+        captured = self.capsys.readouterr()
+        return captured.out + captured.err
+
+    def console(self, block: Block) -> None:
+        steps = transcript(block)
+        for n, step in enumerate(steps):
+            got = self.command(step.command, step.line)
+            checked_next = n + 1 < len(steps) and steps[n + 1].command == "echo $?"
+            assert self.status == 0 or checked_next, (
+                f"README.md:{step.line}: {step.command!r} exited {self.status}:\n{got}"
+            )
+            assert matches(step.expected, got), (
+                f"README.md:{step.line}: the output of {step.command!r} is not what the "
+                f"README shows.\n--- README\n{step.expected}\n--- actual\n{got}"
+            )
+
+    def bash(self, block: Block) -> None:
+        for line in bash_lines(block):
+            if line in SETUP_COMMANDS:
+                continue  # `make test` runs this suite; `make demo` is `semantic-recall demo`
+            got = self.command(line, block.line)
+            assert self.status == 0, (
+                f"README.md:{block.line}: {line!r} exited {self.status}:\n{got}"
+            )
+
+
+@pytest.mark.slow
+def test_every_readme_block_runs_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in (
+        "SEMANTIC_RECALL_PATH",
+        "SEMANTIC_RECALL_STORAGE_URL",
+        "SEMANTIC_RECALL_VECTOR_URL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "100")
+    runner = Runner(capsys)
+    ran = 0
+    for block in blocks():
+        if block.language == "python":
+            runner.python(block)
+        elif block.language == "console":
+            runner.console(block)
+        elif block.language == "bash":
+            runner.bash(block)
+        else:
+            continue
+        ran += 1
+    assert ran == sum(b.language in {"python", "console", "bash"} for b in blocks())

@@ -1,0 +1,482 @@
+"""Reading our JSONL format and ChatGPT exports, and writing JSONL that reads back the same."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import (
+    AIMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    message_to_dict,
+)
+
+from langchain_semantic_recall import InMemoryStorage
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.importers import (
+    TITLE_KEY,
+    demo_conversations,
+    detect_format,
+    export_lines,
+    read_chatgpt_conversations,
+    read_chatgpt_export,
+    read_conversations,
+    read_jsonl,
+    read_jsonl_lines,
+)
+from langchain_semantic_recall.messages import build_records
+
+JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
+
+Turn = tuple[str, str] | tuple[str, str, dict[str, Any]]
+
+
+def chatgpt_conversation(
+    conversation_id: str | None,
+    title: str | None,
+    turns: Sequence[Turn],
+    *,
+    start: float = JAN_15,
+    current: bool = True,
+) -> dict[str, Any]:
+    """One conversation as ChatGPT exports it: a root node, then a chain of messages.
+
+    Each turn is ``(role, text)`` or ``(role, text, extra message fields)``.
+    """
+    prefix = conversation_id or "anon"
+    mapping: dict[str, Any] = {
+        f"{prefix}-root": {"id": f"{prefix}-root", "message": None, "parent": None, "children": []}
+    }
+    parent = f"{prefix}-root"
+    for n, turn in enumerate(turns):
+        role, text = turn[0], turn[1]
+        extra: dict[str, Any] = dict(turn[2]) if len(turn) == 3 else {}
+        node = f"{prefix}-{n}"
+        message: dict[str, Any] = {
+            "id": node,
+            "author": {"role": role},
+            "create_time": start + 60 * n,
+            "content": {"content_type": "text", "parts": [text]},
+            "recipient": "all",
+        }
+        message.update(extra)
+        mapping[node] = {"id": node, "parent": parent, "children": [], "message": message}
+        mapping[parent]["children"].append(node)
+        parent = node
+    conversation: dict[str, Any] = {"title": title, "create_time": start, "mapping": mapping}
+    if conversation_id is not None:
+        conversation["id"] = conversation_id
+    if current:
+        conversation["current_node"] = parent
+    return conversation
+
+
+def sample_export() -> list[dict[str, Any]]:
+    """Two conversations of one user, with the kinds of messages an export holds."""
+    return [
+        chatgpt_conversation(
+            "conv-trip",
+            "Lisbon trip",
+            [
+                ("system", "", {"metadata": {"is_visually_hidden_from_conversation": True}}),
+                ("user", "We're going to Lisbon in March. Where should we stay?"),
+                ("assistant", "Try Príncipe Real or the edge of Alfama."),
+                ("user", "My sister is vegetarian and I'm allergic to peanuts."),
+                ("assistant", "Noted: ask about nuts in pastry shops."),
+            ],
+        ),
+        chatgpt_conversation(
+            "conv-garden",
+            "Tomatoes",
+            [
+                ("user", "When can my tomato seedlings go outside near Porto?"),
+                ("assistant", "search('porto frost dates')", {"recipient": "browser"}),
+                ("tool", "Porto: last frost in March."),
+                ("assistant", "Late April, once nights stay above 10°C."),
+            ],
+            start=JAN_15 + 86400 * 21,
+        ),
+    ]
+
+
+# --- JSONL -------------------------------------------------------------------------------
+
+
+def test_jsonl_lines_become_conversations_in_order() -> None:
+    lines = [
+        json.dumps({"resource": "alice", "thread": "t1", "role": "user", "content": "hi"}),
+        "",
+        json.dumps({"resource": "alice", "thread": "t1", "role": "Assistant", "content": "hey"}),
+        json.dumps(
+            {
+                "resource": "bob",
+                "thread": "t2",
+                "role": "system",
+                "content": "be brief",
+                "id": "s-1",
+                "created_at": "2024-01-15T10:30:00Z",
+                "title": "Bob's chat",
+            }
+        ),
+    ]
+    report = read_jsonl_lines(lines)
+    assert report.format == "jsonl"
+    assert report.skipped == []
+    assert [(c.resource_id, c.thread_id, c.title) for c in report.conversations] == [
+        ("alice", "t1", None),
+        ("bob", "t2", "Bob's chat"),
+    ]
+    first, second = report.conversations[0].messages
+    assert isinstance(first, HumanMessage)
+    assert isinstance(second, AIMessage)
+    assert first.id
+    assert second.id
+    assert first.id != second.id
+    system = report.conversations[1].messages[0]
+    assert isinstance(system, SystemMessage)
+    assert system.id == "s-1"
+    assert system.additional_kwargs == {
+        "created_at": "2024-01-15T10:30:00+00:00",
+        TITLE_KEY: "Bob's chat",
+    }
+    assert report.message_count == 3
+
+
+def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
+    line = json.dumps({"resource": "a", "thread": "t", "role": "user", "content": "same"})
+    first = read_jsonl_lines([line, line]).conversations[0].messages
+    again = read_jsonl_lines([line, line]).conversations[0].messages
+    assert [m.id for m in first] == [m.id for m in again]
+    assert first[0].id != first[1].id  # the same text twice is two messages
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        ({"thread": "t", "role": "user", "content": "x"}, "'resource' must be"),
+        ({"resource": "a", "role": "user", "content": "x"}, "'thread' must be"),
+        ({"resource": "a", "thread": "t", "role": "robot", "content": "x"}, "'role' must be"),
+        ({"resource": "a", "thread": "t", "role": "user", "content": 3}, "'content' must be"),
+        ({"resource": "a", "thread": "t", "role": "tool", "content": "x"}, "'message' field"),
+        ({"resource": "a", "thread": "t", "role": "user", "content": "x", "id": ""}, "'id'"),
+        (
+            {"resource": "a", "thread": "t", "role": "user", "content": "x", "created_at": "soon"},
+            "ISO 8601",
+        ),
+        ({"resource": "a", "thread": "t", "role": "user", "content": "x", "title": 1}, "'title'"),
+        (
+            {"resource": "a", "thread": "t", "role": "user", "content": "x", "message": {"a": 1}},
+            "not a LangChain message",
+        ),
+        (
+            {
+                "resource": "a",
+                "thread": "t",
+                "role": "user",
+                "content": "x",
+                "message": message_to_dict(AIMessage("x")),
+            },
+            "but 'role' is 'user'",
+        ),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_bad_jsonl_lines_are_reported_with_their_line_number(row: object, reason: str) -> None:
+    good = json.dumps({"resource": "a", "thread": "t", "role": "user", "content": "ok"})
+    report = read_jsonl_lines([good, json.dumps(row)])
+    assert report.message_count == 1
+    assert len(report.skipped) == 1
+    assert report.skipped[0].where == "line 2"
+    assert reason in report.skipped[0].reason
+
+
+def test_jsonl_reports_lines_that_are_not_json_and_threads_that_change_owner() -> None:
+    lines = [
+        json.dumps({"resource": "a", "thread": "t", "role": "user", "content": "one"}),
+        "{not json",
+        json.dumps({"resource": "b", "thread": "t", "role": "user", "content": "two"}),
+    ]
+    report = read_jsonl_lines(lines)
+    assert [(s.where, s.reason) for s in report.skipped] == [
+        ("line 2", "not JSON (Expecting property name enclosed in double quotes)"),
+        ("line 3", "thread 't' already belongs to 'a'"),
+    ]
+
+
+def test_jsonl_default_resource_fills_lines_without_one() -> None:
+    line = json.dumps({"thread": "t", "role": "user", "content": "hi"})
+    report = read_jsonl_lines([line], default_resource="carol")
+    assert report.conversations[0].resource_id == "carol"
+
+
+def test_demo_conversations_still_load() -> None:
+    report = demo_conversations()
+    assert report.skipped == []
+    assert len(report.conversations) == 4
+
+
+# --- ChatGPT -----------------------------------------------------------------------------
+
+
+def test_chatgpt_export_keeps_user_and_assistant_text_of_the_main_branch() -> None:
+    report = read_chatgpt_conversations(sample_export(), resource_id="alice")
+    assert report.format == "chatgpt"
+    trip, garden = report.conversations
+    assert (trip.resource_id, trip.thread_id, trip.title) == ("alice", "conv-trip", "Lisbon trip")
+    assert [type(m).__name__ for m in trip.messages] == ["HumanMessage", "AIMessage"] * 2
+    assert [m.id for m in trip.messages] == [
+        "conv-trip-1",
+        "conv-trip-2",
+        "conv-trip-3",
+        "conv-trip-4",
+    ]
+    first = trip.messages[0]
+    assert first.content == "We're going to Lisbon in March. Where should we stay?"
+    assert first.additional_kwargs == {
+        "created_at": "2024-01-15T10:31:00+00:00",
+        TITLE_KEY: "Lisbon trip",
+    }
+    assert [m.content for m in garden.messages] == [
+        "When can my tomato seedlings go outside near Porto?",
+        "Late April, once nights stay above 10°C.",
+    ]
+    # The hidden system root is not worth a line; tool traffic is reported.
+    assert [(s.where, s.reason) for s in report.skipped] == [
+        ('conversation "Tomatoes"', "tool call"),
+        ('conversation "Tomatoes"', "tool output"),
+    ]
+
+
+def test_chatgpt_follows_current_node_not_abandoned_branches() -> None:
+    conversation = chatgpt_conversation(
+        "c", "Edited", [("user", "first question"), ("assistant", "first answer")]
+    )
+    mapping = conversation["mapping"]
+    # An edit of the question: a sibling branch that is NOT the current one.
+    mapping["c-edit"] = {
+        "id": "c-edit",
+        "parent": "c-root",
+        "children": [],
+        "message": {
+            "id": "c-edit",
+            "author": {"role": "user"},
+            "create_time": JAN_15 + 999,
+            "content": {"content_type": "text", "parts": ["abandoned edit"]},
+        },
+    }
+    mapping["c-root"]["children"].append("c-edit")
+    report = read_chatgpt_conversations([conversation], resource_id="u")
+    assert [m.content for m in report.conversations[0].messages] == [
+        "first question",
+        "first answer",
+    ]
+    # Without current_node: the newest leaf's branch.
+    del conversation["current_node"]
+    report = read_chatgpt_conversations([conversation], resource_id="u")
+    assert [m.content for m in report.conversations[0].messages] == ["abandoned edit"]
+
+
+def test_chatgpt_content_kinds_and_missing_fields() -> None:
+    turns: list[Turn] = [
+        ("user", "", {"content": {"content_type": "multimodal_text", "parts": [{"asset": 1}]}}),
+        (
+            "user",
+            "",
+            {"content": {"content_type": "multimodal_text", "parts": [{"asset": 1}, "look"]}},
+        ),
+        ("assistant", "", {"content": {"content_type": "code", "text": "print(1)"}}),
+        ("assistant", "", {"content": {"content_type": "thoughts", "thoughts": []}}),
+        ("user", "", {"content": {"content_type": "user_editable_context"}}),
+        ("assistant", "plain", {"create_time": None}),
+        ("assistant", "", {"content": "not a mapping"}),
+        ("critic", "hm"),
+    ]
+    conversation = chatgpt_conversation(None, None, turns)
+    report = read_chatgpt_conversations(conversation, resource_id="u")  # one object, no list
+    (only,) = report.conversations
+    assert only.thread_id  # derived: the conversation had no id
+    assert [m.content for m in only.messages] == ["look", "plain"]
+    # No create_time on the message: the conversation's is used.
+    assert only.messages[1].additional_kwargs["created_at"] == "2024-01-15T10:30:00+00:00"
+    reasons = [s.reason for s in report.skipped]
+    assert reasons == [
+        "no text (image or file only)",
+        "code run by a tool",
+        "model reasoning",
+        "custom instructions",
+        "no content",
+        "message from 'critic'",
+    ]
+    assert {s.where for s in report.skipped} == {"conversation #1"}
+
+
+def test_chatgpt_conversations_without_text_or_mapping_are_reported() -> None:
+    export: list[Any] = [
+        {"title": "Broken"},
+        "nonsense",
+        chatgpt_conversation("empty", "Empty", [("tool", "out")]),
+        chatgpt_conversation("dup", "Dup", [("user", "a")]),
+        chatgpt_conversation("dup", "Dup again", [("user", "b")]),
+    ]
+    report = read_chatgpt_conversations(export, resource_id="u")
+    assert [c.thread_id for c in report.conversations] == ["dup"]
+    assert [(s.where, s.reason) for s in report.skipped] == [
+        ('conversation "Broken"', "no 'mapping' of messages"),
+        ("conversation #2", "not a JSON object"),
+        ('conversation "Empty"', "tool output"),
+        ('conversation "Empty"', "no user or assistant text"),
+        ("conversation #5", "repeats an earlier conversation id"),
+    ]
+
+
+def test_chatgpt_needs_a_resource_and_an_export() -> None:
+    with pytest.raises(InvalidInputError, match="resource id"):
+        read_chatgpt_conversations([], resource_id=" ")
+    with pytest.raises(InvalidInputError, match="not a ChatGPT export"):
+        read_chatgpt_conversations({"title": "x"}, resource_id="u")
+
+
+def test_chatgpt_export_reads_json_files_and_zip_archives(tmp_path: Path) -> None:
+    plain = tmp_path / "conversations.json"
+    plain.write_text(json.dumps(sample_export()), encoding="utf-8")
+    archive = tmp_path / "export.zip"
+    with zipfile.ZipFile(archive, "w") as handle:
+        handle.writestr("chat.html", "<html></html>")
+        handle.writestr("conversations.json", json.dumps(sample_export()))
+    from_json = read_chatgpt_export(plain, resource_id="u")
+    from_zip = read_chatgpt_export(archive, resource_id="u")
+    assert from_json.message_count == from_zip.message_count == 6
+    empty_zip = tmp_path / "empty.zip"
+    with zipfile.ZipFile(empty_zip, "w") as handle:
+        handle.writestr("chat.html", "")
+    with pytest.raises(InvalidInputError, match=r"no conversations\.json"):
+        read_chatgpt_export(empty_zip, resource_id="u")
+    broken = tmp_path / "broken.json"
+    broken.write_text("[{", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="is not JSON"):
+        read_chatgpt_export(broken, resource_id="u")
+
+
+# --- detection and dispatch --------------------------------------------------------------
+
+
+def test_detect_format(tmp_path: Path) -> None:
+    cases = {
+        "list.json": json.dumps(sample_export()),
+        "one.json": json.dumps(sample_export()[0]),
+        "lines.jsonl": json.dumps({"resource": "a", "thread": "t", "role": "user", "content": "x"})
+        + "\n",
+        "huge.json": '{"mapping": {"' + "x" * 70000,
+        "broken.jsonl": '{"resource": "a", ' + "y" * 70000,
+        "empty.jsonl": "",
+    }
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    (tmp_path / "export.zip").write_bytes(b"")
+    found = {name: detect_format(tmp_path / name) for name in [*cases, "export.zip"]}
+    assert found == {
+        "list.json": "chatgpt",
+        "one.json": "chatgpt",
+        "lines.jsonl": "jsonl",
+        "huge.json": "chatgpt",
+        "broken.jsonl": "jsonl",
+        "empty.jsonl": "jsonl",
+        "export.zip": "chatgpt",
+    }
+
+
+def test_read_conversations_dispatches_and_needs_a_resource_for_chatgpt(tmp_path: Path) -> None:
+    export = tmp_path / "conversations.json"
+    export.write_text(json.dumps(sample_export()), encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="give a resource id"):
+        read_conversations(export)
+    assert read_conversations(export, resource_id="u").format == "chatgpt"
+    lines = tmp_path / "history.jsonl"
+    lines.write_text(json.dumps({"thread": "t", "role": "user", "content": "x"}), encoding="utf-8")
+    report = read_conversations(lines, resource_id="u")
+    assert report.format == "jsonl"
+    assert report.conversations[0].resource_id == "u"
+    assert read_jsonl(lines).skipped[0].reason == "'resource' must be a non-empty string"
+
+
+# --- export ------------------------------------------------------------------------------
+
+
+def _stored(messages: list[Any], thread: str = "t", resource: str = "alice") -> list[Any]:
+    storage = InMemoryStorage()
+    now = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+    storage.put(build_records(messages, thread_id=thread, resource_id=resource, now=now))
+    from langchain_semantic_recall.records import ScopeFilter
+
+    return storage.list_messages(ScopeFilter(thread_id=thread))
+
+
+def test_export_lines_are_plain_for_plain_messages() -> None:
+    stored = _stored(
+        [
+            HumanMessage("hi", id="m1", additional_kwargs={TITLE_KEY: "Greeting"}),
+            AIMessage("hello", id="m2"),
+        ]
+    )
+    rows = [json.loads(line) for line in export_lines(stored)]
+    assert rows == [
+        {
+            "resource": "alice",
+            "thread": "t",
+            "role": "user",
+            "content": "hi",
+            "id": "m1",
+            "created_at": "2024-03-01T09:00:00Z",
+            "title": "Greeting",
+        },
+        {
+            "resource": "alice",
+            "thread": "t",
+            "role": "assistant",
+            "content": "hello",
+            "id": "m2",
+            "created_at": "2024-03-01T09:00:00.000001Z",
+        },
+    ]
+
+
+def test_export_round_trips_tool_calls_and_rich_content() -> None:
+    originals = [
+        SystemMessage("be brief", id="s"),
+        HumanMessage(
+            [
+                {"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": "x"}},
+            ],
+            id="u",
+        ),
+        AIMessage("", id="a", tool_calls=[{"name": "look", "args": {"q": 1}, "id": "call-1"}]),
+        ToolMessage("a cat", tool_call_id="call-1", id="t"),
+        AIMessage("It is a cat.", id="b", response_metadata={"model": "m"}, name="bot"),
+    ]
+    stored = _stored(originals)
+    lines = list(export_lines(stored))
+    rows = [json.loads(line) for line in lines]
+    assert ["message" in row for row in rows] == [False, True, True, True, True]
+    report = read_jsonl_lines(lines)
+    assert report.skipped == []
+    (conversation,) = report.conversations
+    back = conversation.messages
+    for original, restored, row in zip(originals, back, rows, strict=True):
+        assert type(restored) is type(original)
+        assert restored.id == original.id
+        assert restored.content == original.content
+        assert restored.additional_kwargs["created_at"] == row["created_at"].replace("Z", "+00:00")
+    assert back[2].tool_calls == originals[2].tool_calls  # type: ignore[attr-defined]
+    assert back[3].tool_call_id == "call-1"  # type: ignore[attr-defined]
+    assert back[4].name == "bot"
+    # Written again, the restored messages give the same lines (a fixed point).
+    again = _stored(back)
+    assert [json.loads(line) for line in export_lines(again)] == rows
