@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,22 +24,19 @@ from langchain_semantic_recall.embeddings import (
     aembed_with_cache,
     embed_with_cache,
     embedding_model_name,
-    split_for_embedding,
 )
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
-    ForgottenThreadError,
     InvalidInputError,
     InvalidOptionError,
     SemanticRecallError,
 )
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
+from langchain_semantic_recall.indexing import IndexingMixin
 from langchain_semantic_recall.maintenance import MaintenanceMixin
 from langchain_semantic_recall.memory_contract import MemoryContractMixin
 from langchain_semantic_recall.messages import (
-    build_records,
     query_text,
-    skip_reason,
     to_messages,
 )
 from langchain_semantic_recall.options import (
@@ -56,20 +53,17 @@ from langchain_semantic_recall.options import (
     check_index_name,
     check_positive,
     check_scope,
+    check_top_k,
     default_index_name,
 )
 from langchain_semantic_recall.records import (
-    IndexResult,
-    MessageRecord,
     RecallHit,
     ScopeFilter,
-    StoredMessage,
     VectorHit,
-    VectorRecord,
 )
 from langchain_semantic_recall.search import SearchPlan, resolve
 from langchain_semantic_recall.storage.base import MessageStorage
-from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
+from langchain_semantic_recall.vectors.base import VectorIndex
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -88,37 +82,9 @@ class IndexInfo:
     dimension: int
 
 
-@dataclass(slots=True)
-class _Turn:
-    """The records of one ``index`` call and what becomes of them."""
-
-    thread_id: str
-    records: list[MessageRecord]
-    skipped: dict[str, str] = field(default_factory=dict)
-    to_embed: list[MessageRecord] = field(default_factory=list)
-
-    @property
-    def embedded_ids(self) -> list[str]:
-        return [r.id for r in self.to_embed]
-
-    def result(
-        self, *, stored: bool = True, embedded: bool = False, error: str | None = None
-    ) -> IndexResult:
-        return IndexResult(
-            stored=tuple(r.id for r in self.records) if stored else (),
-            embedded=tuple(self.embedded_ids) if embedded else (),
-            skipped=self.skipped,
-            error=error,
-        )
-
-
-def _with_vectors(
-    pending: Sequence[VectorRecord], vectors: Sequence[list[float]]
-) -> list[VectorRecord]:
-    return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
-
-
-class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[BaseMessage]]):
+class SemanticRecall(
+    IndexingMixin, MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[BaseMessage]]
+):
     """Semantic recall over a conversation history.
 
     Setup (the embedded default: SQLite, embedded Chroma, a local model)::
@@ -303,6 +269,17 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             cls, storage=storage, vector=vector, embeddings=embeddings, **options
         )
 
+    @property
+    def bound_ids(self) -> tuple[str | None, str | None]:
+        """The (thread_id, resource_id) a :meth:`for_thread` view defaults to."""
+        return self._bound
+
+    def resolve_ids(
+        self, thread_id: str | None = None, resource_id: str | None = None
+    ) -> tuple[str | None, str | None]:
+        """Explicit ids, else the bound view's; validated (non-empty strings)."""
+        return self._ids(thread_id, resource_id)
+
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
         """A view bound to one conversation: the default thread and resource of every call.
 
@@ -392,28 +369,27 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
                 "run reindex with the new embedder"
             )
 
-    def _keep(
-        self, dense: Sequence[VectorHit], keyword: Sequence[tuple[str, float]]
-    ) -> list[tuple[str, float]]:
-        """Every candidate as (message id, score), best first: thresholded, deduped, fused."""
-        return self._search_plan.rank(dense, keyword)
-
-    def _hits(
-        self, kept: Sequence[tuple[str, float]], windows: dict[str, tuple[StoredMessage, ...]]
-    ) -> list[RecallHit]:
-        """Hits with their windows (cut to the message budget); unknown ids are dropped."""
-        return self._search_plan.hits(kept, windows)
+    def _plan_for(self, top_k: int | None) -> SearchPlan:
+        if top_k is None or top_k == self._search_plan.top_k:
+            return self._search_plan
+        return dataclasses.replace(self._search_plan, top_k=check_top_k(top_k))
 
     # --- search -------------------------------------------------------------------------
 
     def search(
-        self, query: str, *, thread_id: str | None = None, resource_id: str | None = None
+        self,
+        query: str,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        top_k: int | None = None,
     ) -> list[RecallHit]:
         """The hits recall would use for ``query``: score, message, context window.
 
         In hybrid mode the score is the fused score in [0, 1] (relative to this query's
-        best matches); in dense mode the cosine similarity. Raises on failures (unlike
-        :meth:`recall`, which logs them and recalls nothing).
+        best matches); in dense mode the cosine similarity. ``top_k`` overrides the
+        engine's for this call (retrievers and tools ask for their own ``k``). Raises on
+        failures (unlike :meth:`recall`, which logs them and recalls nothing).
         """
         thread_id, resource_id = self._ids(thread_id, resource_id)
         if thread_id is None or not query.strip():
@@ -424,7 +400,7 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             if resource_id is None:
                 return []
         scope = self._scope_for(thread_id, resource_id)
-        plan = self._search_plan
+        plan = self._plan_for(top_k)
         dense: list[VectorHit] = []
         if plan.uses_vectors:
             info = self.ensure_index()
@@ -434,7 +410,7 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         keyword: list[tuple[str, float]] = []
         if plan.uses_keywords:
             keyword = self.storage.keyword_search(query, scope=scope, limit=plan.keyword_k)
-        ranked = self._keep(dense, keyword)
+        ranked = plan.rank(dense, keyword)
         period = plan.period(query)
         if period is not None and ranked:  # time-aware: read the candidates' times
             ids = [message_id for message_id, _ in ranked]
@@ -449,10 +425,15 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             after=self.message_range.after,
             scope=scope,
         )
-        return self._hits(kept, windows)
+        return plan.hits(kept, windows)
 
     async def asearch(
-        self, query: str, *, thread_id: str | None = None, resource_id: str | None = None
+        self,
+        query: str,
+        *,
+        thread_id: str | None = None,
+        resource_id: str | None = None,
+        top_k: int | None = None,
     ) -> list[RecallHit]:
         """Async twin of :meth:`search`."""
         thread_id, resource_id = self._ids(thread_id, resource_id)
@@ -463,7 +444,7 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             if resource_id is None:
                 return []
         scope = self._scope_for(thread_id, resource_id)
-        plan = self._search_plan
+        plan = self._plan_for(top_k)
         dense: list[VectorHit] = []
         if plan.uses_vectors:
             info = await self.aensure_index()
@@ -473,7 +454,7 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         keyword: list[tuple[str, float]] = []
         if plan.uses_keywords:
             keyword = await self.storage.akeyword_search(query, scope=scope, limit=plan.keyword_k)
-        ranked = self._keep(dense, keyword)
+        ranked = plan.rank(dense, keyword)
         period = plan.period(query)
         if period is not None and ranked:
             ids = [message_id for message_id, _ in ranked]
@@ -488,7 +469,7 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
             after=self.message_range.after,
             scope=scope,
         )
-        return self._hits(kept, windows)
+        return plan.hits(kept, windows)
 
     # --- recall (input side) ------------------------------------------------------------
 
@@ -544,151 +525,6 @@ class SemanticRecall(MaintenanceMixin, MemoryContractMixin, Runnable[Any, list[B
         return injection.inject(
             items, hits, thread_id=thread_id, max_block_chars=self.max_block_chars
         )
-
-    # --- index (output side) ------------------------------------------------------------
-
-    def _plan(self, messages: Sequence[BaseMessage], thread_id: str, resource_id: str) -> _Turn:
-        """What to store and what to embed for one turn (pure)."""
-        records = build_records(
-            messages, thread_id=thread_id, resource_id=resource_id, now=datetime.now(UTC)
-        )
-        by_id = {m.id: m for m in messages if m.id}
-        turn = _Turn(thread_id=thread_id, records=records)
-        for record in records:
-            reason = skip_reason(record, by_id.get(record.id))
-            if reason is None:
-                turn.to_embed.append(record)
-            else:
-                turn.skipped[record.id] = reason
-        return turn
-
-    def _vector_records(
-        self, records: Sequence[MessageRecord]
-    ) -> tuple[list[VectorRecord], list[str]]:
-        """One vector record per chunk (vectors still empty) and the texts to embed."""
-        pending: list[VectorRecord] = []
-        for record in records:
-            for n, piece in enumerate(split_for_embedding(self.embeddings, record.text)):
-                pending.append(
-                    VectorRecord(
-                        id=chunk_id(record.id, n),
-                        vector=[],
-                        message_id=record.id,
-                        thread_id=record.thread_id,
-                        resource_id=record.resource_id,
-                        role=record.role,
-                        content=piece,
-                        created_at=record.created_at,
-                    )
-                )
-        return pending, [p.content for p in pending]
-
-    def _write_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
-        """Chunk, embed (one batched call, through the cache) and upsert."""
-        pending, texts = self._vector_records(records)
-        vectors = embed_with_cache(self.embeddings, self.cache, info.name, texts)
-        self.vector_store.upsert(info.name, _with_vectors(pending, vectors))
-
-    async def _awrite_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
-        pending, texts = self._vector_records(records)
-        vectors = await aembed_with_cache(self.embeddings, self.cache, info.name, texts)
-        await self.vector_store.aupsert(info.name, _with_vectors(pending, vectors))
-
-    def _vectors_failed(self, turn: _Turn, error: Exception) -> IndexResult:
-        self.logger.warning(
-            "indexing vectors failed; %d message(s) stored without vectors "
-            "(repair with reindex(missing_only=True))",
-            len(turn.to_embed),
-            exc_info=True,
-        )
-        return turn.result(error=repr(error))
-
-    def _forgotten(self, turn: _Turn) -> IndexResult:
-        self.logger.warning("thread %r was forgotten; late write dropped", turn.thread_id)
-        return IndexResult(skipped=dict.fromkeys((r.id for r in turn.records), "forgotten"))
-
-    def index(
-        self,
-        messages: Sequence[BaseMessage] | Any,
-        *,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-    ) -> IndexResult:
-        """Persist a turn's messages and embed its user and assistant messages.
-
-        Every message is stored (all roles). Messages without an id get a deterministic
-        one, so repeating a call adds nothing. To import history with its real dates, put
-        the creation time in ``message.additional_kwargs["created_at"]`` (ISO 8601 text,
-        a datetime or epoch seconds). No thread id, or ``read_only``: nothing happens.
-        Without a resource id the thread's owner is used, or the thread is its own
-        resource. Embedding or vector failures are logged and reported in the result;
-        the messages stay stored and ``reindex(missing_only=True)`` repairs the vectors.
-
-        Raises:
-            OwnershipError: the thread (or a message id) belongs to another resource.
-            StorageError: the storage could not be written (nothing was stored).
-        """
-        items = to_messages(messages)
-        thread_id, resource_id = self._ids(thread_id, resource_id)
-        if thread_id is None or self.read_only:
-            return IndexResult()
-        if resource_id is None:
-            resource_id = self.storage.get_thread_owner(thread_id) or thread_id
-        turn = self._plan(items, thread_id, resource_id)
-        if not turn.records:
-            return turn.result(stored=False)
-        try:
-            self.storage.put(turn.records)
-        except ForgottenThreadError:
-            return self._forgotten(turn)
-        if not turn.to_embed:
-            return turn.result()
-        try:
-            info = self.ensure_index()
-            self._write_vectors(info, turn.to_embed)
-            if self.storage.is_forgotten(thread_id):  # forgotten while we embedded
-                self.vector_store.delete(info.name, message_ids=turn.embedded_ids)
-                return self._forgotten(turn)
-        except EmbeddingMismatchError:
-            raise
-        except Exception as error:
-            return self._vectors_failed(turn, error)
-        return turn.result(embedded=True)
-
-    async def aindex(
-        self,
-        messages: Sequence[BaseMessage] | Any,
-        *,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-    ) -> IndexResult:
-        """Async twin of :meth:`index`."""
-        items = to_messages(messages)
-        thread_id, resource_id = self._ids(thread_id, resource_id)
-        if thread_id is None or self.read_only:
-            return IndexResult()
-        if resource_id is None:
-            resource_id = await self.storage.aget_thread_owner(thread_id) or thread_id
-        turn = self._plan(items, thread_id, resource_id)
-        if not turn.records:
-            return turn.result(stored=False)
-        try:
-            await self.storage.aput(turn.records)
-        except ForgottenThreadError:
-            return self._forgotten(turn)
-        if not turn.to_embed:
-            return turn.result()
-        try:
-            info = await self.aensure_index()
-            await self._awrite_vectors(info, turn.to_embed)
-            if await self.storage.ais_forgotten(thread_id):
-                await self.vector_store.adelete(info.name, message_ids=turn.embedded_ids)
-                return self._forgotten(turn)
-        except EmbeddingMismatchError:
-            raise
-        except Exception as error:
-            return self._vectors_failed(turn, error)
-        return turn.result(embedded=True)
 
     # --- other surfaces ------------------------------------------------------------------
 
@@ -769,8 +605,15 @@ def _as_vector_index(value: object) -> VectorIndex:
         from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
         return ChromaVectorIndex(cast("ClientAPI", value))
+    from langchain_core.vectorstores import VectorStore
+
+    if isinstance(value, VectorStore):
+        from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex
+
+        return LangChainVectorIndex(value)
     raise InvalidOptionError(
-        f"vector_store must be a VectorIndex or a chromadb client, got {type(value).__name__}"
+        "vector_store must be a VectorIndex, a chromadb client or a LangChain VectorStore, "
+        f"got {type(value).__name__}"
     )
 
 

@@ -28,8 +28,6 @@ Tool, for an agent (LangGraph passes the graph's config to the tool)::
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -135,23 +133,6 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
     return "\n".join(lines)
 
 
-def _with_top_k(memory: SemanticRecall, k: int | None) -> SemanticRecall:
-    """The engine, or a view of it returning ``k`` hits (index, cache and storage shared).
-
-    The engine has no per-call ``top_k`` yet: the view is a shallow copy (like
-    ``for_thread``) whose ``top_k`` and resolved search plan say ``k``.
-    """
-    if k is None or k == memory.top_k:
-        return memory
-    k = check_top_k(k)
-    view = copy.copy(memory)
-    view.top_k = k
-    plan: Any = getattr(view, "_search_plan", None)
-    if plan is not None:
-        view._search_plan = dataclasses.replace(plan, top_k=k)
-    return view
-
-
 class SemanticRecallRetriever(BaseRetriever):
     """A retriever over the memory: one ``Document`` per hit, best first.
 
@@ -200,7 +181,7 @@ class SemanticRecallRetriever(BaseRetriever):
         thread_id = thread_id if thread_id is not None else self.thread_id
         resource_id = resource_id if resource_id is not None else self.resource_id
         # A view bound with memory.for_thread(...) supplies the last defaults.
-        thread_id, resource_id = memory._ids(thread_id, resource_id)
+        thread_id, resource_id = memory.resolve_ids(thread_id, resource_id)
         if thread_id is None:
             raise missing_thread_error(memory.thread_key, memory.resource_key, "the retriever")
         return thread_id, resource_id
@@ -228,8 +209,9 @@ class SemanticRecallRetriever(BaseRetriever):
         k: int | None = None,
     ) -> list[Document]:
         thread_id, resource_id = scope or self._scope(None)
-        memory = _with_top_k(self.memory, k if k is not None else self.k)
-        hits = memory.search(query, thread_id=thread_id, resource_id=resource_id)
+        hits = self.memory.search(
+            query, thread_id=thread_id, resource_id=resource_id, top_k=k or self.k
+        )
         return [hit_to_document(hit) for hit in hits]
 
     async def _aget_relevant_documents(
@@ -241,8 +223,9 @@ class SemanticRecallRetriever(BaseRetriever):
         k: int | None = None,
     ) -> list[Document]:
         thread_id, resource_id = scope or self._scope(None)
-        memory = _with_top_k(self.memory, k if k is not None else self.k)
-        hits = await memory.asearch(query, thread_id=thread_id, resource_id=resource_id)
+        hits = await self.memory.asearch(
+            query, thread_id=thread_id, resource_id=resource_id, top_k=k or self.k
+        )
         return [hit_to_document(hit) for hit in hits]
 
 

@@ -80,6 +80,22 @@ def test_wrong_backend_types_are_refused(embeddings: FakeEmbeddings) -> None:
         SemanticRecall(storage=InMemoryStorage(), vector_store=object(), embeddings=embeddings)
 
 
+def test_a_langchain_vector_store_is_wrapped(embeddings: FakeEmbeddings) -> None:
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from langchain_semantic_recall import InMemoryStorage
+
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorStore(embedding=embeddings),
+        embeddings=embeddings,
+        search_mode="dense",
+    )
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")
+    hits = engine.search("trip to Lisbon", thread_id="t2", resource_id="r")
+    assert hits[0].message.id == "a-0"
+
+
 def test_message_range_accepts_every_documented_shape(make_engine: EngineFactory) -> None:
     assert make_engine(message_range=2).message_range == (
         r := make_engine(message_range={"before": 2, "after": 2}).message_range
