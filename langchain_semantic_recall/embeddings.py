@@ -24,7 +24,11 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
-from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
+from langchain_semantic_recall.errors import (
+    EmbeddingMismatchError,
+    InvalidOptionError,
+    SemanticRecallError,
+)
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
@@ -145,24 +149,32 @@ class EmbeddingCache:
 
 
 def _lookup(
-    cache: EmbeddingCache, namespace: str, texts: Sequence[str]
+    cache: EmbeddingCache, namespace: str, texts: Sequence[str], dimension: int | None = None
 ) -> tuple[dict[str, list[float]], list[str]]:
-    """Look every distinct text up once: (vectors found, distinct misses in first-seen order)."""
+    """Look every distinct text up once: (vectors found, distinct misses in first-seen order).
+
+    With ``dimension``, a cached vector of another length counts as a miss (it is replaced).
+    """
     found: dict[str, list[float]] = {}
     missing: dict[str, None] = {}
     for text in texts:
         if text in found or text in missing:
             continue
         vector = cache.get(namespace, text)
-        if vector is None:
+        if vector is None or (dimension is not None and len(vector) != dimension):
             missing[text] = None
         else:
             found[text] = vector
     return found, list(missing)
 
 
-def _validated(vectors: object, expected: int, embeddings: Embeddings) -> list[list[float]]:
-    """Check an embedder's answer: one finite vector per text, all of one non-zero length."""
+def _validated(
+    vectors: object, expected: int, embeddings: Embeddings, dimension: int | None = None
+) -> list[list[float]]:
+    """Check an embedder's answer: one finite vector per text, all of one non-zero length.
+
+    With ``dimension``, that length must be ``dimension`` (:class:`EmbeddingMismatchError`).
+    """
     name = embedding_model_name(embeddings)
     if isinstance(vectors, str | bytes) or not isinstance(vectors, Iterable):
         raise SemanticRecallError(
@@ -194,6 +206,12 @@ def _validated(vectors: object, expected: int, embeddings: Embeddings) -> list[l
                 f"embedder {name!r} returned a vector with NaN or infinite values at "
                 f"position {position}; nothing was cached"
             )
+        if dimension is not None and len(values) != dimension:
+            raise EmbeddingMismatchError(
+                f"embedder {name!r} returned {len(values)}-d vectors for an index of "
+                f"{dimension}-d vectors; nothing was cached. Use the index's model, a new "
+                "index_name, or reindex with the new embedder"
+            )
         result.append(values)
     return result
 
@@ -216,7 +234,12 @@ def _store_and_assemble(
 
 
 def embed_with_cache(
-    embeddings: Embeddings, cache: EmbeddingCache, namespace: str, texts: Sequence[str]
+    embeddings: Embeddings,
+    cache: EmbeddingCache,
+    namespace: str,
+    texts: Sequence[str],
+    *,
+    dimension: int | None = None,
 ) -> list[list[float]]:
     """Embed ``texts`` through ``cache``, calling the embedder at most once.
 
@@ -230,6 +253,8 @@ def embed_with_cache(
         cache: the cache to read and fill.
         namespace: the cache namespace, normally the index name.
         texts: the texts to embed.
+        dimension: the length every vector must have (the index's dimension), so that a
+            vector of another model is never cached; None to accept any one length.
 
     Returns:
         One vector per text, in input order.
@@ -237,28 +262,34 @@ def embed_with_cache(
     Raises:
         SemanticRecallError: the embedder returned the wrong number of vectors, vectors
             of different lengths, or non-finite values. Nothing of that call is cached.
+        EmbeddingMismatchError: the vectors are not ``dimension`` long (nothing cached).
     """
-    found, missing = _lookup(cache, namespace, texts)
+    found, missing = _lookup(cache, namespace, texts, dimension)
     vectors: list[list[float]] = []
     if missing:
         logger.debug("embedding %d of %d texts (cache misses)", len(missing), len(texts))
         raw = embeddings.embed_documents(list(missing))
-        vectors = _validated(raw, len(missing), embeddings)
+        vectors = _validated(raw, len(missing), embeddings, dimension)
     return _store_and_assemble(
         cache, namespace, texts, found=found, missing=missing, vectors=vectors
     )
 
 
 async def aembed_with_cache(
-    embeddings: Embeddings, cache: EmbeddingCache, namespace: str, texts: Sequence[str]
+    embeddings: Embeddings,
+    cache: EmbeddingCache,
+    namespace: str,
+    texts: Sequence[str],
+    *,
+    dimension: int | None = None,
 ) -> list[list[float]]:
     """Async twin of :func:`embed_with_cache` (uses ``aembed_documents``)."""
-    found, missing = _lookup(cache, namespace, texts)
+    found, missing = _lookup(cache, namespace, texts, dimension)
     vectors: list[list[float]] = []
     if missing:
         logger.debug("embedding %d of %d texts (cache misses)", len(missing), len(texts))
         raw = await embeddings.aembed_documents(list(missing))
-        vectors = _validated(raw, len(missing), embeddings)
+        vectors = _validated(raw, len(missing), embeddings, dimension)
     return _store_and_assemble(
         cache, namespace, texts, found=found, missing=missing, vectors=vectors
     )

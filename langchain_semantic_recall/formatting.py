@@ -106,7 +106,7 @@ def escape_memory_text(text: str) -> str:
     return one_line.translate(_NEUTRAL_BRACKETS) if "remembered" in key else one_line
 
 
-def _escape_label(label: str) -> str:
+def escape_label(label: str) -> str:
     escaped = escape_memory_text(label).replace("\\", "\\\\").replace('"', '\\"')
     if len(escaped) <= LABEL_MAX_CHARS:
         return escaped
@@ -198,7 +198,7 @@ def _entries(messages: Sequence[MessageRecord], labels: Mapping[str, str]) -> li
             rank=rank[i],
             header=DATE_HEADER + format_date(m.created_at),
             prefix=(
-                f'[conversation "{_escape_label(labels.get(m.thread_id, m.thread_id))}"] '
+                f'[conversation "{escape_label(labels.get(m.thread_id, m.thread_id))}"] '
                 f"Message from previous conversation at {format_time(m.created_at)}: "
                 f"{role_label(m.role)}: "
             ),

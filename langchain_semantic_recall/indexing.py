@@ -121,12 +121,16 @@ class IndexingMixin:
     def _write_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
         """Chunk, embed (one batched call, through the cache) and upsert."""
         pending, texts = self._vector_records(records)
-        vectors = embed_with_cache(self.embeddings, self.cache, info.name, texts)
+        vectors = embed_with_cache(
+            self.embeddings, self.cache, info.name, texts, dimension=info.dimension
+        )
         self.vector_store.upsert(info.name, _with_vectors(pending, vectors))
 
     async def _awrite_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
         pending, texts = self._vector_records(records)
-        vectors = await aembed_with_cache(self.embeddings, self.cache, info.name, texts)
+        vectors = await aembed_with_cache(
+            self.embeddings, self.cache, info.name, texts, dimension=info.dimension
+        )
         await self.vector_store.aupsert(info.name, _with_vectors(pending, vectors))
 
     def _vectors_failed(self, turn: _Turn, error: Exception) -> IndexResult:

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from langchain_semantic_recall.formatting import format_cross_thread_block
 from langchain_semantic_recall.messages import MEMORY_SOURCE, tag_as_memory
 from langchain_semantic_recall.records import RecallHit, StoredMessage
+
+logger = logging.getLogger(__name__)
+_BY_ROLE: dict[str, type[BaseMessage]] = {
+    "user": HumanMessage,
+    "assistant": AIMessage,
+    "system": SystemMessage,
+}
 
 
 def split_recalled(
@@ -38,8 +52,8 @@ def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
     and a window may cut such a pair in half, so recalled tool calls are reduced to their
     text and tool results are left out (they still appear in cross-thread blocks).
     """
-    message = stored.to_message()
-    if isinstance(message, ToolMessage):
+    message = _readable(stored)
+    if message is None or isinstance(message, ToolMessage):
         return None
     if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
         if not stored.text.strip():
@@ -49,6 +63,27 @@ def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
             update={"tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": kwargs}
         )
     return tag_as_memory(message)
+
+
+def _readable(stored: StoredMessage) -> BaseMessage | None:
+    """The stored LangChain message; rebuilt from role and text if its payload is unreadable.
+
+    A payload written by another version of LangChain, or damaged in storage, must not
+    break the turn: the message is recalled as plain text of its role instead (a tool
+    result, which needs its call, and a message without text are dropped).
+    """
+    try:
+        return stored.to_message()
+    except Exception:  # any decoding failure: json, unknown type, validation
+        logger.warning(
+            "stored message %r has an unreadable payload; recalled from its text only",
+            stored.id,
+            exc_info=True,
+        )
+    rebuild = _BY_ROLE.get(stored.role)
+    if rebuild is None or not stored.text.strip():
+        return None
+    return rebuild(content=stored.text, id=stored.id)
 
 
 def memory_block(

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
-from langchain_semantic_recall.messages import skip_reason
+from langchain_semantic_recall.messages import check_id, skip_reason
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage
 
 if TYPE_CHECKING:
+    from langchain_semantic_recall.embeddings import EmbeddingCache
     from langchain_semantic_recall.recall import IndexInfo
     from langchain_semantic_recall.storage.base import MessageStorage
     from langchain_semantic_recall.vectors.base import VectorIndex
@@ -43,7 +44,24 @@ class RecallStats:
 def _scope(resource_id: str | None, thread_id: str | None) -> ScopeFilter | None:
     if resource_id is None and thread_id is None:
         return None
+    if resource_id is not None:
+        check_id("resource_id", resource_id)
+    if thread_id is not None:
+        check_id("thread_id", thread_id)
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
+
+
+def _check_batch(batch_size: object, progress: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(f"progress must be a callable or None, got {progress!r}")
+
+
+def _forgotten_ids(forgotten: Callable[[str], bool], written: Sequence[StoredMessage]) -> list[str]:
+    """Ids of the written messages whose thread was forgotten meanwhile."""
+    gone = {t for t in {m.thread_id for m in written} if forgotten(t)}
+    return [m.id for m in written if m.thread_id in gone]
 
 
 def _pages(
@@ -68,6 +86,7 @@ class MaintenanceMixin:
     storage: MessageStorage
     vector_store: VectorIndex
     logger: logging.Logger
+    cache: EmbeddingCache
 
     if TYPE_CHECKING:
 
@@ -80,6 +99,12 @@ class MaintenanceMixin:
 
     # --- forgetting ---------------------------------------------------------------------
 
+    @staticmethod
+    def _check_forget_ids(thread_id: object, resource_id: object) -> None:
+        check_id("thread_id", thread_id)
+        if resource_id is not None:
+            check_id("resource_id", resource_id)
+
     def _check_owner(self, thread_id: str, owner: str | None, resource_id: str | None) -> None:
         if resource_id is not None and owner is not None and owner != resource_id:
             raise OwnershipError(
@@ -90,22 +115,24 @@ class MaintenanceMixin:
         """Delete a thread's messages and vectors; returns the number of messages deleted.
 
         When this returns, nothing of the thread can be recalled, searched or listed, and
-        its id is retired: a late or concurrent ``index`` call for it stores nothing. Pass
-        ``resource_id`` to refuse deleting a thread of another resource.
+        its id is retired: a late or concurrent ``index`` (or ``reindex``) call for it
+        stores nothing. Pass ``resource_id`` to refuse deleting a thread of another
+        resource. The embedding cache is emptied (it holds recent texts). If it raises
+        (a backend failed), call it again: it is idempotent.
         """
-        if not isinstance(thread_id, str) or not thread_id:
-            raise InvalidInputError(f"thread_id must be a non-empty string, got {thread_id!r}")
+        self._check_forget_ids(thread_id, resource_id)
         self._check_owner(thread_id, self.storage.get_thread_owner(thread_id), resource_id)
         deleted = self.storage.delete_thread(thread_id)
+        self.cache.clear()
         self.vector_store.delete(self.ensure_index().name, thread_id=thread_id)
         return deleted
 
     async def aforget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Async twin of :meth:`forget_thread`."""
-        if not isinstance(thread_id, str) or not thread_id:
-            raise InvalidInputError(f"thread_id must be a non-empty string, got {thread_id!r}")
+        self._check_forget_ids(thread_id, resource_id)
         self._check_owner(thread_id, await self.storage.aget_thread_owner(thread_id), resource_id)
         deleted = await self.storage.adelete_thread(thread_id)
+        self.cache.clear()
         await self.vector_store.adelete((await self.aensure_index()).name, thread_id=thread_id)
         return deleted
 
@@ -113,19 +140,20 @@ class MaintenanceMixin:
         """Delete every thread of a resource (messages and vectors); returns messages deleted.
 
         The resource's existing thread ids are retired; the resource itself may start new
-        threads later (a returning user starts from nothing).
+        threads later (a returning user starts from nothing). The embedding cache is
+        emptied. If it raises (a backend failed), call it again: it is idempotent.
         """
-        if not isinstance(resource_id, str) or not resource_id:
-            raise InvalidInputError(f"resource_id must be a non-empty string, got {resource_id!r}")
+        check_id("resource_id", resource_id)
         deleted = self.storage.delete_resource(resource_id)
+        self.cache.clear()
         self.vector_store.delete(self.ensure_index().name, resource_id=resource_id)
         return deleted
 
     async def aforget_resource(self, resource_id: str) -> int:
         """Async twin of :meth:`forget_resource`."""
-        if not isinstance(resource_id, str) or not resource_id:
-            raise InvalidInputError(f"resource_id must be a non-empty string, got {resource_id!r}")
+        check_id("resource_id", resource_id)
         deleted = await self.storage.adelete_resource(resource_id)
+        self.cache.clear()
         await self.vector_store.adelete((await self.aensure_index()).name, resource_id=resource_id)
         return deleted
 
@@ -144,10 +172,12 @@ class MaintenanceMixin:
 
         Use it after switching embedder (a new index is filled from storage), or with
         ``missing_only=True`` to repair vectors lost to a failure; the repair also removes
-        vectors whose message is gone. Idempotent: vector ids are message ids.
+        vectors whose message is gone. Idempotent: vector ids are message ids. A thread
+        forgotten while this runs keeps no vector (as for ``index``).
         """
-        info = self.ensure_index()
+        _check_batch(batch_size, progress)
         scope = _scope(resource_id, thread_id)
+        info = self.ensure_index()
         have = self.vector_store.message_ids(info.name, scope) if missing_only else set()
         stored_ids: set[str] = set()
         written = 0
@@ -157,6 +187,11 @@ class MaintenanceMixin:
             if todo:
                 self._write_vectors(info, todo)
                 written += len(todo)
+                # Forgotten while we embedded: the forget may have deleted its vectors
+                # before ours landed, so remove them (the same rule as index).
+                if gone := _forgotten_ids(self.storage.is_forgotten, todo):
+                    self.vector_store.delete(info.name, message_ids=gone)
+                    written -= len(gone)
             if progress is not None:
                 progress(len(page))
         orphans = have - stored_ids
@@ -174,8 +209,9 @@ class MaintenanceMixin:
         progress: Progress | None = None,
     ) -> int:
         """Async twin of :meth:`reindex`."""
-        info = await self.aensure_index()
+        _check_batch(batch_size, progress)
         scope = _scope(resource_id, thread_id)
+        info = await self.aensure_index()
         have = await self.vector_store.amessage_ids(info.name, scope) if missing_only else set()
         stored_ids: set[str] = set()
         written = 0
@@ -187,6 +223,12 @@ class MaintenanceMixin:
             if todo:
                 await self._awrite_vectors(info, todo)
                 written += len(todo)
+                forgotten = {
+                    t for t in {m.thread_id for m in todo} if await self.storage.ais_forgotten(t)
+                }
+                if gone := _forgotten_ids(forgotten.__contains__, todo):
+                    await self.vector_store.adelete(info.name, message_ids=gone)
+                    written -= len(gone)
             if progress is not None:
                 progress(len(page))
         orphans = have - stored_ids
@@ -198,8 +240,8 @@ class MaintenanceMixin:
 
     def stats(self, *, resource_id: str | None = None, thread_id: str | None = None) -> RecallStats:
         """Counts of messages, threads and vectors, and how many vectors are missing."""
-        info = self.ensure_index()
         scope = _scope(resource_id, thread_id)
+        info = self.ensure_index()
         have = self.vector_store.message_ids(info.name, scope)
         return _tally(info, have, _pages(self.storage, scope, 1000))
 
@@ -207,8 +249,8 @@ class MaintenanceMixin:
         self, *, resource_id: str | None = None, thread_id: str | None = None
     ) -> RecallStats:
         """Async twin of :meth:`stats`."""
-        info = await self.aensure_index()
         scope = _scope(resource_id, thread_id)
+        info = await self.aensure_index()
         have = await self.vector_store.amessage_ids(info.name, scope)
         pages: list[list[StoredMessage]] = []
         after: tuple[str, int] | None = None

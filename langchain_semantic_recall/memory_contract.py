@@ -8,7 +8,7 @@ conversation with ``for_thread``; the package does not depend on the deprecated 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ class MemoryContractMixin:
         return [self.memory_key]
 
     def _input_text(self, inputs: dict[str, Any]) -> str:
+        _check_mapping("inputs", inputs)
         key = self.input_key
         if key is None:
             candidates = [k for k in inputs if k not in (self.memory_key, "stop")]
@@ -68,6 +69,7 @@ class MemoryContractMixin:
         return value
 
     def _output_text(self, outputs: dict[str, Any]) -> str:
+        _check_mapping("outputs", outputs)
         key = self.output_key
         if key is None:
             if len(outputs) != 1:
@@ -145,3 +147,11 @@ class MemoryContractMixin:
                 "resource_id) and call load_memory_variables / save_context on that view"
             )
         return thread_id, resource_id
+
+
+def _check_mapping(name: str, value: object) -> None:
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"{name} must be a dict of variables (e.g. {{'input': 'Hi'}}), "
+            f"got {type(value).__name__}"
+        )

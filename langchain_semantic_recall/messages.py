@@ -5,6 +5,7 @@ No I/O here: everything is deterministic and tested directly.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
     convert_to_messages,
+    message_to_dict,
 )
 
 from langchain_semantic_recall.errors import InvalidInputError
@@ -44,6 +46,40 @@ _CHAT_ROLES: dict[str, Role] = {
 }
 
 
+def check_id(name: str, value: object) -> str:
+    """``value`` if it is a usable id: a non-blank string every backend can store.
+
+    Lone surrogates (text no UTF-8 store can hold) and NUL characters (refused by
+    PostgreSQL) are rejected here, so an id that works on one backend works on all.
+
+    Raises:
+        InvalidInputError: not a string, blank, or holding one of those characters.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+    if "\x00" in value or not _encodable(value):
+        raise InvalidInputError(
+            f"{name} {value!r} contains a NUL character or a lone surrogate, which storage "
+            "backends cannot hold; use ids of ordinary text"
+        )
+    return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone surrogates (unencodable halves of a pair) replaced by U+FFFD."""
+    if _encodable(text):
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def to_messages(value: object) -> list[BaseMessage]:
     """Coerce a message list (or one string / message-like) into LangChain messages."""
     if isinstance(value, BaseMessage | str | tuple | dict):
@@ -54,13 +90,20 @@ def to_messages(value: object) -> list[BaseMessage]:
         raise InvalidInputError(f"expected a list of messages, got {type(value).__name__}")
     try:
         messages = convert_to_messages(list(value))
-    except (ValueError, TypeError, NotImplementedError) as error:
-        raise InvalidInputError(f"cannot read these messages: {error}") from error
+    except (ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as error:
+        # langchain_core raises all of these on malformed message-likes (e.g. KeyError
+        # for ("tool", "text") without a tool_call_id).
+        raise InvalidInputError(
+            f"cannot read these messages ({type(error).__name__}: {error}); pass LangChain "
+            "messages, (role, text) tuples or {'role': ..., 'content': ...} dicts"
+        ) from error
     for message in messages:
         if message.id is not None and not isinstance(message.id, str):
             raise InvalidInputError(
                 f"message ids must be strings, got {type(message.id).__name__} {message.id!r}"
             )
+        if message.id:
+            check_id("message id", message.id)
     return messages
 
 
@@ -100,12 +143,15 @@ def text_of(message: BaseMessage, sep: str = " ") -> str:
 
 
 def query_text(messages: Sequence[BaseMessage]) -> str | None:
-    """The newest human message's text, or the newest earlier one that has text."""
+    """The newest human message's text, or the newest earlier one that has text.
+
+    Lone surrogates are replaced (:func:`clean_text`) so that any embedder can take it.
+    """
     for message in reversed(messages):
         if isinstance(message, HumanMessage) or (
             isinstance(message, ChatMessage) and role_of(message) == "user"
         ):
-            text = text_of(message, " ").strip()
+            text = clean_text(text_of(message, " ")).strip()
             if text:
                 return text
     return None
@@ -147,13 +193,42 @@ def parse_time(value: object) -> datetime:
         )
     if moment.tzinfo is None:
         return moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError as error:  # e.g. 0001-01-01T00:00+01:00 lies before year 1 in UTC
+        raise InvalidInputError(
+            f"created_at {value!r} lies outside the range of dates (years 1-9999 in UTC)"
+        ) from error
 
 
 def stable_id(thread_id: str, role: str, text: str, created_at: str, position: int) -> str:
     """A deterministic id for a message that has none (repeating a call adds nothing)."""
     key = "\x1f".join((thread_id, role, created_at, str(position), text))
     return str(uuid.uuid5(_ID_NAMESPACE, key))
+
+
+def serialise(message: BaseMessage) -> str:
+    """The storage payload of a message: its full LangChain form as JSON text.
+
+    Text that UTF-8 cannot hold (lone surrogates) is written as JSON escapes, so the
+    message still comes back as it was (a pair of surrogate code points comes back as
+    the one character it encodes, as JSON reads it).
+
+    Raises:
+        InvalidInputError: the message cannot be written as JSON (content nested too
+            deeply, or containing itself).
+    """
+    try:
+        payload = MessageRecord.dump(message)
+        if not _encodable(payload):
+            payload = json.dumps(message_to_dict(message), ensure_ascii=True, default=str)
+    except (RecursionError, ValueError, TypeError) as error:
+        raise InvalidInputError(
+            f"message {message.id!r} cannot be stored: its content or additional_kwargs "
+            f"cannot be written as JSON ({type(error).__name__}: {error}); pass plain, "
+            "reasonably nested data"
+        ) from error
+    return payload
 
 
 def build_records(
@@ -169,7 +244,13 @@ def build_records(
     without an id gets :func:`stable_id`; a message may carry its creation time in
     ``additional_kwargs["created_at"]``, otherwise it is ``now`` plus one microsecond per
     message, so the turn keeps its order.
+
+    Raises:
+        InvalidInputError: an unusable thread or resource id (:func:`check_id`), a bad
+            ``created_at``, or a message that cannot be serialised.
     """
+    check_id("thread_id", thread_id)
+    check_id("resource_id", resource_id)
     records: list[MessageRecord] = []
     for position, message in enumerate(messages):
         role = role_of(message)
@@ -179,7 +260,7 @@ def build_records(
         created_at = (
             parse_time(carried) if carried is not None else now + timedelta(microseconds=position)
         )
-        text = text_of(message, "\n")
+        text = clean_text(text_of(message, "\n"))
         message_id = message.id or stable_id(
             thread_id, role, text, "" if carried is None else created_at.isoformat(), position
         )
@@ -194,7 +275,7 @@ def build_records(
                 role=role,
                 text=text,
                 created_at=created_at,
-                payload=MessageRecord.dump(stored),
+                payload=serialise(stored),
             )
         )
     return records

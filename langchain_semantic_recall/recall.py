@@ -36,6 +36,7 @@ from langchain_semantic_recall.indexing import IndexingMixin
 from langchain_semantic_recall.maintenance import MaintenanceMixin
 from langchain_semantic_recall.memory_contract import MemoryContractMixin
 from langchain_semantic_recall.messages import (
+    check_id,
     query_text,
     to_messages,
 )
@@ -212,6 +213,8 @@ class SemanticRecall(
                 f"max_block_chars must be at least {MIN_MAX_CHARS} (room for the block's "
                 f"frame and one message), got {max_block_chars}"
             )
+        if cache is not None and not isinstance(cache, EmbeddingCache):
+            raise InvalidOptionError(f"cache must be an EmbeddingCache, got {cache!r}")
         self.cache = cache if cache is not None else EmbeddingCache(cache_size)
         for name, key in (
             ("thread_key", thread_key),
@@ -330,7 +333,7 @@ class SemanticRecall(
         info = self._resolve_without_probe()
         if info is None:
             probe = await self.embeddings.aembed_documents(["dimension probe"])
-            info = self._index_info(len(probe[0]))
+            info = self._index_info(_probed_dimension(probe))
         await self.vector_store.aopen(info.name, dimension=info.dimension, model=info.model)
         with self._index_lock:  # opening twice is harmless; publish once
             if not self._index_box:
@@ -391,6 +394,8 @@ class SemanticRecall(
         engine's for this call (retrievers and tools ask for their own ``k``). Raises on
         failures (unlike :meth:`recall`, which logs them and recalls nothing).
         """
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be text, got {type(query).__name__}")
         thread_id, resource_id = self._ids(thread_id, resource_id)
         if thread_id is None or not query.strip():
             return []
@@ -404,7 +409,9 @@ class SemanticRecall(
         dense: list[VectorHit] = []
         if plan.uses_vectors:
             info = self.ensure_index()
-            vector = embed_with_cache(self.embeddings, self.cache, info.name, [query])[0]
+            vector = embed_with_cache(
+                self.embeddings, self.cache, info.name, [query], dimension=info.dimension
+            )[0]
             self._check_query_vector(info, vector)
             dense = self.vector_store.query(info.name, vector, k=plan.dense_k, scope=scope)
         keyword: list[tuple[str, float]] = []
@@ -436,6 +443,8 @@ class SemanticRecall(
         top_k: int | None = None,
     ) -> list[RecallHit]:
         """Async twin of :meth:`search`."""
+        if not isinstance(query, str):
+            raise InvalidInputError(f"query must be text, got {type(query).__name__}")
         thread_id, resource_id = self._ids(thread_id, resource_id)
         if thread_id is None or not query.strip():
             return []
@@ -448,7 +457,10 @@ class SemanticRecall(
         dense: list[VectorHit] = []
         if plan.uses_vectors:
             info = await self.aensure_index()
-            vector = (await aembed_with_cache(self.embeddings, self.cache, info.name, [query]))[0]
+            vectors = await aembed_with_cache(
+                self.embeddings, self.cache, info.name, [query], dimension=info.dimension
+            )
+            vector = vectors[0]
             self._check_query_vector(info, vector)
             dense = await self.vector_store.aquery(info.name, vector, k=plan.dense_k, scope=scope)
         keyword: list[tuple[str, float]] = []
@@ -592,9 +604,23 @@ class SemanticRecall(
         return await self._acall_with_config(run, input, config, run_type="retriever")
 
 
+def _probed_dimension(probe: object) -> int:
+    """The dimension of the embedder's answer to one text, or a clear error."""
+    if (
+        not isinstance(probe, list)
+        or len(probe) != 1
+        or not hasattr(probe[0], "__len__")
+        or len(probe[0]) < 1
+    ):
+        raise EmbeddingMismatchError(
+            "the embedder returned no usable vector for one text while probing its "
+            f"dimension (got {str(probe)[:80]}); check the embedder"
+        )
+    return len(probe[0])
+
+
 def _check_id(name: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+    check_id(name, value)
 
 
 def _as_vector_index(value: object) -> VectorIndex:

@@ -44,6 +44,7 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.formatting import escape_label, escape_memory_text
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.options import check_top_k
 from langchain_semantic_recall.records import RecallHit, StoredMessage
@@ -125,10 +126,11 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
     lines = [f"Found {len(hits)} remembered message(s), best first:"]
     for number, hit in enumerate(hits, start=1):
         when = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
-        lines.append(f'{number}. score {hit.score:.2f}, conversation "{hit.thread_id}", {when}')
+        label = escape_label(hit.thread_id)  # a thread id cannot forge entries
+        lines.append(f'{number}. score {hit.score:.2f}, conversation "{label}", {when}')
         for message in hit.window:
             marker = ">" if message.id == hit.message.id else " "
-            text = " ".join(message.text.split()) or "(no text)"
+            text = escape_memory_text(" ".join(message.text.split())) or "(no text)"
             lines.append(f"   {marker} {message.role}: {text}")
     return "\n".join(lines)
 
