@@ -50,6 +50,7 @@ from langchain_core.messages import (
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
+    TITLE_KEY,
     parse_time,
     role_of,
     stable_id,
@@ -76,7 +77,6 @@ __all__ = [
 Format = Literal["jsonl", "chatgpt"]
 FORMATS: tuple[Format, ...] = ("jsonl", "chatgpt")
 
-TITLE_KEY = "conversation_title"
 """``additional_kwargs`` key carrying the label of a message's conversation."""
 
 _ROLES: dict[str, type[BaseMessage]] = {

@@ -14,7 +14,7 @@ from langchain_core.messages import (
 )
 
 from langchain_semantic_recall.formatting import format_cross_thread_block
-from langchain_semantic_recall.messages import MEMORY_SOURCE, tag_as_memory
+from langchain_semantic_recall.messages import MEMORY_SOURCE, conversation_title, tag_as_memory
 from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 logger = logging.getLogger(__name__)
@@ -95,6 +95,11 @@ def memory_block(
     """The single system message that carries every cross-thread recalled message."""
     if not other:
         return None
+    if labels is None:  # conversations that carry a title are labelled with it
+        labels = {}
+        for message in other:
+            if message.thread_id not in labels and (title := conversation_title(message)):
+                labels[message.thread_id] = title
     text = format_cross_thread_block(other, labels=labels, max_chars=max_chars)
     if not text:
         return None

@@ -30,6 +30,10 @@ from langchain_semantic_recall.records import MessageRecord, Role
 MEMORY_SOURCE = "memory"
 """Value of ``additional_kwargs["source"]`` on every message that recall injects."""
 
+TITLE_KEY = "conversation_title"
+"""``additional_kwargs`` key a message may carry to name its conversation (its label in
+memory blocks; set by ``ingest`` from a ChatGPT export's titles)."""
+
 CREATED_AT_KEY = "created_at"
 """``additional_kwargs`` key a message may carry to give its own creation time (import)."""
 
@@ -295,3 +299,14 @@ def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> st
             return "tool calls only"
         return "no text"
     return None
+
+
+def conversation_title(record: MessageRecord) -> str | None:
+    """The conversation title a stored message carries (``TITLE_KEY``), if any."""
+    try:
+        data = json.loads(record.payload).get("data", {})
+        kwargs = data.get("additional_kwargs", {}) if isinstance(data, dict) else {}
+    except (ValueError, AttributeError):
+        return None
+    title = kwargs.get(TITLE_KEY) if isinstance(kwargs, dict) else None
+    return title if isinstance(title, str) and title.strip() else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.errors import SemanticRecallError
+from langchain_semantic_recall.messages import conversation_title
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -179,15 +180,6 @@ def thread_messages(storage: MessageStorage, thread_id: str) -> Iterator[StoredM
     while page := storage.list_messages(scope, after=after, limit=500):
         yield from page
         after = (page[-1].thread_id, page[-1].seq)
-
-
-def conversation_title(message: StoredMessage) -> str | None:
-    """The label a message carries for its conversation (set by ``ingest``), if any."""
-    from langchain_semantic_recall.importers import TITLE_KEY
-
-    kwargs = json.loads(message.payload).get("data", {}).get("additional_kwargs", {})
-    title = kwargs.get(TITLE_KEY) if isinstance(kwargs, dict) else None
-    return title if isinstance(title, str) and title else None
 
 
 def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:

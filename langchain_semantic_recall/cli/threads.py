@@ -8,7 +8,6 @@ from typing import Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
-    conversation_title,
     message_json,
     open_memory,
     print_json,
@@ -19,6 +18,7 @@ from langchain_semantic_recall.cli.common import (
     thread_titles,
 )
 from langchain_semantic_recall.cli.render import style, table, when, width
+from langchain_semantic_recall.messages import conversation_title
 
 
 def register(subparsers: Any) -> None:

@@ -69,9 +69,7 @@ class VectorIndex(ABC):
     async def aquery(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
-        return await run_in_executor(
-            None, lambda: self.query(name, vector, k=k, scope=scope)
-        )
+        return await run_in_executor(None, lambda: self.query(name, vector, k=k, scope=scope))
 
     async def adelete(
         self,

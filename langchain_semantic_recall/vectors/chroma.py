@@ -1,16 +1,24 @@
-"""Chroma vector index: one Chroma collection per index name.
+"""Chroma vector index: one Chroma collection per resource of each index.
 
 This is the only module of the package that imports :mod:`chromadb`, and it does so inside
 functions, so importing it stays cheap. It works with any chromadb client: the embedded
 ``PersistentClient`` (the package's default), ``EphemeralClient`` and ``HttpClient``.
 
-HNSW settings (chosen on purpose, see ``DEFAULT_HNSW``): recall always searches with a
-metadata filter (one thread or one resource). With Chroma's default ``ef_search`` (100) a
-filtered top-5 matched exact search in only 0.5-0.9 of queries on near-tie data (0.70 for
-resource scope in our 30k x 384-d check); ``ef_search`` 400 made it exact, for at most about
-twice the latency of a filtered query. ``ef_construction`` stays at Chroma's 100, written out:
-200 halved the write rate (2.2k -> 1.1k vectors/s) without improving agreement. Chroma fixes
-these settings when a collection is created; new values only reach new collections.
+Layout (measured in ``docs/performance.md``): index ``name`` is a *root* collection
+``name`` holding no vectors (its metadata records the embedding model, the dimension and
+the layout version, so a mismatched embedder fails closed) plus one collection per
+resource, :func:`resource_collection_name`. Resource scope is then one unfiltered HNSW
+query (3.9 ms p50 at 100k vectors, where a metadata filter over a shared collection cost
+55-110 ms); thread scope searches inside the owner's collection
+(:func:`~langchain_semantic_recall.vectors.chroma_layout.search_collection`); forgetting
+a resource drops its collection. Scopes without a resource (maintenance) visit every
+collection of the index: correct, and slower with many resources.
+
+HNSW (``DEFAULT_HNSW``): on 100k near-tie vectors, top-5 agreement with brute force was
+0.92 / 0.97 / 0.99 at ``ef_search`` 200 / 400 / 800 with 16 neighbours per node, and
+0.985 / 0.999 at 200 / 400 with 32: so 32 neighbours and ``ef_search`` 400.
+``ef_construction`` stays at Chroma's 100 (200 halved the write rate for no agreement).
+Chroma fixes these when a collection is created; new values reach new collections only.
 """
 
 from __future__ import annotations
@@ -18,69 +26,65 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.chroma_layout import (
+    DEFAULT_HNSW,
+    INDEX_KEY,
+    LAYOUT,
+    RESOURCE_KEY,
+    and_where,
+    check_model,
+    check_space,
+    check_vector,
+    collection_prefix,
+    floats,
+    foreign_root_message,
+    resource_collection_name,
+    scope_of,
+    scope_where,
+    search_collection,
+    similarity_from_cosine_distance,
+    thread_where,
+    vector_metadata,
+)
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.collection_configuration import CreateCollectionConfiguration
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["DEFAULT_HNSW", "ChromaVectorIndex", "scope_where", "similarity_from_cosine_distance"]
+__all__ = [
+    "DEFAULT_HNSW",
+    "LAYOUT",
+    "ChromaVectorIndex",
+    "resource_collection_name",
+    "scope_where",
+    "similarity_from_cosine_distance",
+    "thread_where",
+]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HNSW: Mapping[str, Any] = {"space": "cosine", "ef_search": 400, "ef_construction": 100}
-"""HNSW configuration of new collections (see the module docstring for the reasons)."""
-
-_PAGE = 5000
+_PAGE: Final = 5000
 """Rows per ``get`` page when listing metadata (kept under Chroma's max batch, 5,461)."""
-
-
-def similarity_from_cosine_distance(distance: float) -> float:
-    """Similarity in [0, 1] from a cosine distance; the one mapping of every backend.
-
-    Chroma's cosine distance is ``1 - cos``. The similarity is the cosine itself, with
-    negative values (opposite directions) clipped to 0 and float noise clipped to 1. This
-    keeps the familiar meaning of a threshold such as 0.7, unlike ``(1 + cos) / 2``.
-
-    Args:
-        distance: Cosine distance, ``1 - cos`` (in [0, 2] up to float error).
-    """
-    return min(1.0, max(0.0, 1.0 - distance))
-
-
-def scope_where(scope: ScopeFilter) -> dict[str, Any]:
-    """The scope as a Chroma ``where``: one equality, or ``{"$and": [...]}`` for both keys."""
-    return _and([{key: value} for key, value in scope.as_where().items()])
-
-
-def _created_at(value: datetime) -> str:
-    """ISO 8601 in UTC; a naive datetime is taken as UTC."""
-    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return aware.isoformat()
-
-
-def _space(collection: Collection) -> str:
-    """Distance space of a collection (HNSW or SPANN configuration, else legacy metadata)."""
-    config: Mapping[str, Any] = collection.configuration_json or {}  # .configuration warns
-    for key in ("hnsw", "spann"):
-        section = config.get(key)
-        if isinstance(section, Mapping) and section.get("space"):
-            return str(section["space"])
-    legacy = (collection.metadata or {}).get("hnsw:space")
-    return str(legacy) if legacy else "l2"
+_WIDE: Final = 64
+"""Unfiltered rows a thread-scope search looks at first (see ``search_collection``)."""
+_FILTER_UP_TO: Final = 5000
+"""Collections up to this size search a thread with Chroma's filter alone."""
+_CACHED_COLLECTIONS: Final = 4096
+"""Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 
 
 class ChromaVectorIndex(VectorIndex):
-    """A host of named vector indexes, each a Chroma collection in cosine space.
+    """A host of named vector indexes: per index, one Chroma collection per resource.
 
     Setup::
 
@@ -94,12 +98,15 @@ class ChromaVectorIndex(VectorIndex):
 
     Async use::
 
-        hits = await index.aquery("minilm-384", vector, k=4, scope=ScopeFilter(thread_id="t1"))
+        scope = ScopeFilter(resource_id="u1", thread_id="t1")
+        hits = await index.aquery("minilm-384", vector, k=4, scope=scope)
 
     Vectors are always passed in: collections are created with ``embedding_function=None``
-    (Chroma's default embedding function would download a model). Opened collections are
-    cached per name, so reopening is cheap; a collection deleted behind this instance's back
-    (another process) needs a new instance or :meth:`close`. Safe to share between threads.
+    (Chroma's default embedding function would download a model). Collection handles are
+    cached, so reopening is cheap; a collection deleted by another process is looked up
+    again on the next call. A message id belongs to one resource (the storage enforces
+    it): upserting it under another resource adds a vector there. Safe to share between
+    threads.
     """
 
     def __init__(self, client: ClientAPI, *, hnsw: Mapping[str, Any] | None = None) -> None:
@@ -122,7 +129,9 @@ class ChromaVectorIndex(VectorIndex):
         self._client = client
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
-        self._opened: dict[str, tuple[Collection, str, int]] = {}
+        self._roots: dict[str, tuple[str, int]] = {}
+        self._collections: OrderedDict[tuple[str, str], Collection] = OrderedDict()
+        self._sizes: dict[tuple[str, str], int] = {}
         self._max_batch: int | None = None
 
     @classmethod
@@ -153,72 +162,144 @@ class ChromaVectorIndex(VectorIndex):
         """The wrapped chromadb client."""
         return self._client
 
-    # -- opening ---------------------------------------------------------------------------
+    def _configuration(self) -> CreateCollectionConfiguration:
+        return cast("CreateCollectionConfiguration", {"hnsw": dict(self._hnsw)})
+
+    # -- the root collection ---------------------------------------------------------------
 
     def open(self, name: str, *, dimension: int, model: str) -> None:
-        """Create the collection if missing, or check an existing one.
+        """Create the index if missing, or check an existing one.
 
         Raises:
-            EmbeddingMismatchError: the collection was built with another model or
-                dimension, or not in cosine space.
+            EmbeddingMismatchError: the index was built with another model or dimension,
+                not in cosine space, or holds vectors of an earlier layout.
         """
-        opened = self._collection(name)
-        if opened is None:
-            collection = self._client.get_or_create_collection(
-                name,
-                embedding_function=None,
-                configuration=cast("CreateCollectionConfiguration", {"hnsw": dict(self._hnsw)}),
-                metadata={"embedding_model": model, "dimension": dimension},
-            )
-            logger.info("created Chroma collection %r (%s, %d-d)", name, model, dimension)
-            opened = self._remember(name, collection)
-        collection, stored_model, stored_dimension = opened
-        if not stored_model or not stored_dimension:  # made elsewhere, without our metadata
-            if collection.count() > 0:
-                raise EmbeddingMismatchError(
-                    f"vector index {name!r} exists without a recorded embedding model and "
-                    f"dimension, so vectors of {model!r} ({dimension}-d) cannot be trusted to "
-                    "match it: use a new index_name, or run reindex to rebuild it"
-                )
-            metadata = {**(collection.metadata or {}), "embedding_model": model}
-            collection.modify(metadata={**metadata, "dimension": dimension})
-            self._remember(name, collection, model=model, dimension=dimension)
-            return
-        _check_model(name, stored_model, stored_dimension, model, dimension)
-
-    def _remember(
-        self, name: str, collection: Collection, *, model: str = "", dimension: int = 0
-    ) -> tuple[Collection, str, int]:
-        """Check the space of ``collection`` and cache it with its model and dimension."""
-        space = _space(collection)
-        if space != "cosine":
-            raise EmbeddingMismatchError(
-                f"vector index {name!r} is a Chroma collection in {space!r} space, but scores "
-                "need cosine: use a new index_name (created in cosine space), or run reindex"
-            )
-        stored = collection.metadata or {}
-        entry = (
-            collection,
-            model or str(stored.get("embedding_model") or ""),
-            dimension or int(stored.get("dimension") or 0),
-        )
-        with self._lock:
-            self._opened[name] = entry
-        return entry
-
-    def _collection(self, name: str) -> tuple[Collection, str, int] | None:
-        """The cached collection with its model and dimension; None if it does not exist."""
         from chromadb.errors import NotFoundError
 
         with self._lock:
-            cached = self._opened.get(name)
-        if cached is not None:
-            return cached
+            known = self._roots.get(name)
+        if known is not None:
+            check_model(name, *known, model, dimension)
+            return
         try:
-            collection = self._client.get_collection(name, embedding_function=None)
+            root = self._client.get_collection(name, embedding_function=None)
+        except NotFoundError:
+            root = self._client.get_or_create_collection(
+                name,
+                embedding_function=None,
+                configuration=self._configuration(),
+                metadata={"embedding_model": model, "dimension": dimension, "layout": LAYOUT},
+            )
+            logger.info("created vector index %r (%s, %d-d)", name, model, dimension)
+        check_space(name, root)
+        stored = dict(root.metadata or {})
+        stored_model = str(stored.get("embedding_model") or "")
+        stored_dimension = int(stored.get("dimension") or 0)
+        if stored.get("layout") != LAYOUT or not stored_model or not stored_dimension:
+            if root.count() > 0:
+                raise EmbeddingMismatchError(foreign_root_message(name, stored_model, model))
+            # An empty collection made elsewhere (or by an earlier version): adopt it.
+            stored_model = stored_model or model
+            stored_dimension = stored_dimension or dimension
+            stored.update(
+                {"embedding_model": stored_model, "dimension": stored_dimension, "layout": LAYOUT}
+            )
+            root.modify(metadata=stored)
+        check_model(name, stored_model, stored_dimension, model, dimension)
+        with self._lock:
+            self._roots[name] = (stored_model, stored_dimension)
+
+    def _root(self, name: str) -> tuple[str, int] | None:
+        """(model, dimension) of an opened or existing index; None if it does not exist."""
+        from chromadb.errors import NotFoundError
+
+        with self._lock:
+            known = self._roots.get(name)
+        if known is not None:
+            return known
+        try:
+            root = self._client.get_collection(name, embedding_function=None)
         except NotFoundError:
             return None
-        return self._remember(name, collection)
+        check_space(name, root)
+        stored = root.metadata or {}
+        if stored.get("layout") != LAYOUT:
+            if root.count() > 0:
+                model = str(stored.get("embedding_model") or "")
+                raise EmbeddingMismatchError(foreign_root_message(name, model, model))
+            return None  # not opened by us yet: nothing stored
+        entry = (str(stored.get("embedding_model") or ""), int(stored.get("dimension") or 0))
+        with self._lock:
+            self._roots[name] = entry
+        return entry
+
+    # -- resource collections --------------------------------------------------------------
+
+    def _writable(self, name: str, resource_id: str) -> Collection:
+        """The collection of ``resource_id`` in ``name``, created if missing."""
+        collection = self._resource(name, resource_id, create=True)
+        if collection is None:  # pragma: no cover - create=True always returns one
+            raise InvalidInputError(f"cannot create the collection of {resource_id!r}")
+        return collection
+
+    def _resource(self, name: str, resource_id: str, *, create: bool) -> Collection | None:
+        """The collection of ``resource_id`` in ``name`` (created if asked), else None."""
+        from chromadb.errors import NotFoundError
+
+        key = (name, resource_id)
+        with self._lock:
+            cached = self._collections.get(key)
+            if cached is not None:
+                self._collections.move_to_end(key)
+                return cached
+        collection_name = resource_collection_name(name, resource_id)
+        try:
+            collection = self._client.get_collection(collection_name, embedding_function=None)
+        except NotFoundError:
+            if not create:
+                return None
+            collection = self._client.get_or_create_collection(
+                collection_name,
+                embedding_function=None,
+                configuration=self._configuration(),
+                metadata={INDEX_KEY: name, RESOURCE_KEY: resource_id},
+            )
+        check_space(name, collection)
+        size = int(collection.count())
+        with self._lock:
+            self._collections[key] = collection
+            self._sizes[key] = size
+            while len(self._collections) > _CACHED_COLLECTIONS:
+                old, _ = self._collections.popitem(last=False)
+                self._sizes.pop(old, None)
+        return collection
+
+    def _forget_handle(self, name: str, resource_id: str) -> None:
+        with self._lock:
+            self._collections.pop((name, resource_id), None)
+            self._sizes.pop((name, resource_id), None)
+
+    def _all_resources(self, name: str) -> Iterator[tuple[str, Collection]]:
+        """Every (resource id, collection) of index ``name`` (pages through the listing)."""
+        prefix = collection_prefix(name)
+        offset = 0
+        page = 1000
+        while True:
+            listed = self._client.list_collections(limit=page, offset=offset)
+            for collection in listed:
+                meta = collection.metadata or {}
+                if collection.name.startswith(prefix) and meta.get(INDEX_KEY) == name:
+                    yield str(meta.get(RESOURCE_KEY)), collection
+            if len(listed) < page:
+                return
+            offset += page
+
+    def _scoped(self, name: str, scope: ScopeFilter | None) -> list[tuple[str, Collection]]:
+        """The collections a scope can reach: one per resource id, or all of the index."""
+        if scope is not None and scope.resource_id is not None:
+            collection = self._resource(name, scope.resource_id, create=False)
+            return [] if collection is None else [(scope.resource_id, collection)]
+        return list(self._all_resources(name))
 
     def _batch(self) -> int:
         if self._max_batch is None:
@@ -228,7 +309,7 @@ class ChromaVectorIndex(VectorIndex):
     # -- writing ---------------------------------------------------------------------------
 
     def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """Write vectors in batches of at most the client's max batch size.
+        """Write vectors into their resources' collections, in batches of the client's max.
 
         Within one call a repeated id keeps its last record.
 
@@ -238,26 +319,46 @@ class ChromaVectorIndex(VectorIndex):
         """
         if not records:
             return
-        opened = self._collection(name)
-        if opened is None or not opened[1]:
+        root = self._root(name)
+        if root is None:
             raise InvalidInputError(
                 f"vector index {name!r} was never opened: call open(name, dimension=..., "
                 "model=...) before upsert"
             )
-        collection, model, dimension = opened
-        unique = list({record.id: record for record in records}.values())
-        for record in unique:
-            _check_vector(name, dimension, len(record.vector))
+        model, dimension = root
+        by_resource: dict[str, dict[str, VectorRecord]] = {}
+        for record in records:
+            check_vector(name, dimension, len(record.vector))
+            by_resource.setdefault(record.resource_id, {})[record.id] = record
         size = self._batch()
-        for start in range(0, len(unique), size):
-            batch = unique[start : start + size]
-            collection.upsert(
-                ids=[record.id for record in batch],
-                embeddings=[_floats(record.vector) for record in batch],
-                metadatas=[_metadata(record, model, dimension) for record in batch],
-                documents=[record.content for record in batch],
-            )
-        logger.debug("upserted %d vectors into %r", len(unique), name)
+        for resource_id, unique in by_resource.items():
+            rows = list(unique.values())
+            for start in range(0, len(rows), size):
+                self._write(name, resource_id, rows[start : start + size], model, dimension)
+        logger.debug("upserted %d vectors into %r", len(records), name)
+
+    def _write(
+        self, name: str, resource_id: str, batch: list[VectorRecord], model: str, dim: int
+    ) -> None:
+        from chromadb.errors import NotFoundError
+
+        rows: dict[str, Any] = {
+            "ids": [record.id for record in batch],
+            "embeddings": [floats(record.vector) for record in batch],
+            "metadatas": [vector_metadata(record, model, dim) for record in batch],
+        }
+        for attempt in (1, 2):
+            collection = self._writable(name, resource_id)
+            try:
+                collection.upsert(**rows)
+                with self._lock:  # an upper bound (an upsert may replace): a hint only
+                    key = (name, resource_id)
+                    self._sizes[key] = self._sizes.get(key, 0) + len(batch)
+                return
+            except NotFoundError:  # dropped since we cached it (a forget elsewhere)
+                self._forget_handle(name, resource_id)
+                if attempt == 2:
+                    raise
 
     def delete(
         self,
@@ -270,44 +371,59 @@ class ChromaVectorIndex(VectorIndex):
         """Delete the vectors matching every given selector (all chunks of a message).
 
         Selectors combine with AND, so a delete never reaches wider than each of them.
+        A resource alone drops its collection; without a resource every collection of
+        the index is visited.
 
         Raises:
             InvalidInputError: no selector was given (that would delete everything).
         """
+        from chromadb.errors import NotFoundError
+
         if thread_id is None and resource_id is None and message_ids is None:
             raise InvalidInputError(
                 "delete needs thread_id, resource_id or message_ids; to drop a whole index "
                 "use drop(name)"
             )
-        opened = self._collection(name)
-        if opened is None or (message_ids is not None and not message_ids):
+        if message_ids is not None and not message_ids:
             return
-        collection = opened[0]
-        base = [
-            {key: value}
-            for key, value in (("thread_id", thread_id), ("resource_id", resource_id))
-            if value is not None
-        ]
-        if message_ids is None:
-            collection.delete(where=_and(base))
+        if resource_id is not None and thread_id is None and message_ids is None:
+            self._forget_handle(name, resource_id)
+            try:
+                self._client.delete_collection(resource_collection_name(name, resource_id))
+            except NotFoundError:
+                return
             return
-        ids = sorted(set(message_ids))
-        size = self._batch()
-        for start in range(0, len(ids), size):
-            chunk = ids[start : start + size]
-            collection.delete(where=_and([*base, {"message_id": {"$in": chunk}}]))
+        thread = [] if thread_id is None else [{"thread_id": thread_id}]
+        for found_resource, collection in self._scoped(name, scope_of(resource_id, thread_id)):
+            try:
+                if message_ids is None:
+                    collection.delete(where=and_where(thread))
+                    continue
+                ids = sorted(set(message_ids))
+                size = self._batch()
+                for start in range(0, len(ids), size):
+                    chunk = {"message_id": {"$in": ids[start : start + size]}}
+                    collection.delete(where=and_where([*thread, chunk]))
+            except NotFoundError:
+                self._forget_handle(name, found_resource)
 
     def drop(self, name: str) -> None:
-        """Delete a whole index (its collection); no error if it does not exist."""
+        """Delete a whole index (every collection of it); no error if it does not exist."""
         from chromadb.errors import NotFoundError
 
+        for resource_id, collection in list(self._all_resources(name)):
+            self._forget_handle(name, resource_id)
+            try:
+                self._client.delete_collection(collection.name)
+            except NotFoundError:
+                continue
         with self._lock:
-            self._opened.pop(name, None)
+            self._roots.pop(name, None)
         try:
             self._client.delete_collection(name)
         except NotFoundError:
             return
-        logger.info("dropped Chroma collection %r", name)
+        logger.info("dropped vector index %r", name)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -316,6 +432,7 @@ class ChromaVectorIndex(VectorIndex):
     ) -> list[VectorHit]:
         """The ``k`` most similar vectors inside ``scope``, best first.
 
+        One query in the resource's own collection (filtered by thread in thread scope).
         Scores come from :func:`similarity_from_cosine_distance`. Hits whose metadata is
         outside ``scope`` are dropped again after the search (defence in depth). A missing
         or empty index gives no hits.
@@ -324,41 +441,35 @@ class ChromaVectorIndex(VectorIndex):
             InvalidInputError: ``k`` is smaller than 1.
             EmbeddingMismatchError: the vector has another dimension than the index.
         """
+        from chromadb.errors import NotFoundError
+
         if k < 1:
             raise InvalidInputError(f"k must be at least 1, got {k}")
-        opened = self._collection(name)
-        if opened is None:
+        root = self._root(name)
+        if root is None:
             return []
-        collection, _, dimension = opened
-        _check_vector(name, dimension, len(vector))
-        # Chroma >= 1.5 returns fewer rows when k exceeds the (filtered) count, and none
-        # from an empty collection; older versions raised (the suite checks both cases).
-        result = collection.query(
-            query_embeddings=[_floats(vector)],
-            n_results=k,
-            where=scope_where(scope),
-            include=["metadatas", "distances"],
-        )
-        ids = result["ids"][0]
-        metadatas = (result["metadatas"] or [[]])[0]
-        distances = (result["distances"] or [[]])[0]
+        check_vector(name, root[1], len(vector))
+        embedding = floats(vector)
         hits: list[VectorHit] = []
-        for vector_id, meta, distance in zip(ids, metadatas, distances, strict=True):
-            resource_id, thread_id = str(meta.get("resource_id")), str(meta.get("thread_id"))
-            if not scope.admits(resource_id, thread_id):
-                logger.warning("dropped hit %r of %r outside the query scope", vector_id, name)
-                continue
-            hits.append(
-                VectorHit(
-                    id=vector_id,
-                    message_id=str(meta.get("message_id", vector_id)),
-                    thread_id=thread_id,
-                    resource_id=resource_id,
-                    score=similarity_from_cosine_distance(float(distance)),
+        for resource_id, collection in self._scoped(name, scope):
+            with self._lock:
+                size = self._sizes.get((name, resource_id), 0)
+            try:
+                found = search_collection(
+                    name,
+                    collection,
+                    embedding,
+                    k=k,
+                    scope=scope,
+                    size=size,
+                    wide=_WIDE,
+                    filter_up_to=_FILTER_UP_TO,
                 )
-            )
+                hits.extend(found)
+            except NotFoundError:  # forgotten by another process since we cached it
+                self._forget_handle(name, resource_id)
         hits.sort(key=lambda hit: (-hit.score, hit.id))
-        return hits
+        return hits[:k]
 
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         """Ids of the messages with at least one vector, optionally inside ``scope``."""
@@ -371,9 +482,8 @@ class ChromaVectorIndex(VectorIndex):
 
     def count(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Number of vectors (chunks, not messages) in the index, optionally inside ``scope``."""
-        if scope is None:
-            opened = self._collection(name)
-            return 0 if opened is None else int(opened[0].count())
+        if scope is None or (scope.thread_id is None and scope.resource_id is not None):
+            return sum(int(collection.count()) for _, collection in self._scoped(name, scope))
         return sum(1 for _ in self._rows(name, scope, include_metadata=False))
 
     async def acount(self, name: str, scope: ScopeFilter | None = None) -> int:
@@ -384,66 +494,28 @@ class ChromaVectorIndex(VectorIndex):
         self, name: str, scope: ScopeFilter | None, *, include_metadata: bool
     ) -> Iterator[tuple[str, Mapping[str, Any]]]:
         """Pages through ``(id, metadata)`` inside ``scope`` (metadata empty if not asked)."""
-        opened = self._collection(name)
-        if opened is None:
+        if self._root(name) is None:
             return
-        collection = opened[0]
-        where = scope_where(scope) if scope is not None else None
+        where = thread_where(scope) if scope is not None else None
         page = min(_PAGE, self._batch())
-        offset = 0
-        while True:
-            result = collection.get(
-                where=where,
-                limit=page,
-                offset=offset,
-                include=["metadatas"] if include_metadata else [],
-            )
-            ids = result["ids"]
-            metadatas = result["metadatas"] or [{} for _ in ids]
-            yield from zip(ids, metadatas, strict=True)
-            if len(ids) < page:
-                return
-            offset += page
+        for _, collection in self._scoped(name, scope):
+            offset = 0
+            while True:
+                result = collection.get(
+                    where=where,
+                    limit=page,
+                    offset=offset,
+                    include=["metadatas"] if include_metadata else [],
+                )
+                ids = result["ids"]
+                metadatas = result["metadatas"] or [{} for _ in ids]
+                yield from zip(ids, metadatas, strict=True)
+                if len(ids) < page:
+                    break
+                offset += page
 
     def close(self) -> None:
         """Forget the cached collections (the client itself is left to its owner)."""
         with self._lock:
-            self._opened.clear()
-
-
-def _metadata(record: VectorRecord, model: str, dimension: int) -> dict[str, str | int]:
-    return {
-        "message_id": record.message_id,
-        "thread_id": record.thread_id,
-        "resource_id": record.resource_id,
-        "role": record.role,
-        "content": record.content,
-        "created_at": _created_at(record.created_at),
-        "embedding_model": model,
-        "dimension": dimension,
-    }
-
-
-def _floats(vector: Sequence[float]) -> Sequence[float]:
-    return [float(x) for x in vector]
-
-
-def _and(clauses: list[dict[str, Any]]) -> dict[str, Any]:
-    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
-
-
-def _check_model(name: str, stored_model: str, stored_dim: int, model: str, dim: int) -> None:
-    if stored_model != model or stored_dim != dim:
-        raise EmbeddingMismatchError(
-            f"vector index {name!r} was built with embedding model {stored_model!r} "
-            f"({stored_dim}-d), but the embedder is {model!r} ({dim}-d): use a new "
-            "index_name for this embedder, or run reindex to rebuild the index with it"
-        )
-
-
-def _check_vector(name: str, dimension: int, length: int) -> None:
-    if dimension and length != dimension:
-        raise EmbeddingMismatchError(
-            f"vector index {name!r} holds {dimension}-d vectors, got a {length}-d vector: "
-            "embed with the index's model, use a new index_name, or run reindex"
-        )
+            self._roots.clear()
+            self._collections.clear()

@@ -389,3 +389,20 @@ async def test_async_twins_match_sync(make_engine: EngineFactory) -> None:
     assert await engine.areindex(missing_only=True) == 0
     assert await engine.aforget_thread("t1") == 4
     assert await engine.aforget_resource("alice") == 0
+
+
+def test_a_conversation_title_labels_the_memory_block(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    titled = [
+        HumanMessage(
+            "Lisbon trip in March",
+            id="t-0",
+            additional_kwargs={"conversation_title": 'Trip "planning"'},
+        ),
+        AIMessage("Pack layers", id="t-1"),
+    ]
+    engine.index(titled, thread_id="trip", resource_id="alice")
+    engine.index(turn("b", ["Lisbon flights booked"]), thread_id="flights", resource_id="alice")
+    (block,) = recalled(engine.recall([HumanMessage("Lisbon")], thread_id="x", resource_id="alice"))
+    assert '[conversation "Trip \\"planning\\""]' in block.content  # the title, escaped
+    assert '[conversation "flights"]' in block.content  # no title: the thread id
