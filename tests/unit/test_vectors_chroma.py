@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,18 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import chromadb
+import numpy as np
 import pytest
 from chromadb.api.models.Collection import Collection
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors import chroma as chroma_module
+from langchain_semantic_recall.vectors import chroma_layout
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma import (
     DEFAULT_HNSW,
+    LAYOUT,
     ChromaVectorIndex,
+    resource_collection_name,
     scope_where,
     similarity_from_cosine_distance,
+    thread_where,
 )
 from tests.conformance.vector_suite import (
     DIMENSION,
@@ -78,6 +84,25 @@ def test_scope_where() -> None:
     }
 
 
+def test_thread_where_filters_inside_a_resource_collection() -> None:
+    assert thread_where(ScopeFilter(resource_id="r")) is None
+    assert thread_where(ScopeFilter(resource_id="r", thread_id="t")) == {"thread_id": "t"}
+    assert thread_where(ScopeFilter(thread_id="t")) == {"thread_id": "t"}
+
+
+@pytest.mark.parametrize(
+    ("name", "resource_id"),
+    [("idx", "alice"), ("idx", ""), ("m" * 512, "bob"), ("a-b", "ünï cödé / ../ 🙂")],
+)
+def test_resource_collection_names_are_legal_and_distinct(name: str, resource_id: str) -> None:
+    collection = resource_collection_name(name, resource_id)
+    assert 3 <= len(collection) <= 512
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*[A-Za-z0-9]", collection)
+    assert collection == resource_collection_name(name, resource_id)
+    assert collection != resource_collection_name(name, resource_id + "x")
+    assert collection != resource_collection_name(name + "x", resource_id)
+
+
 # -- collections -------------------------------------------------------------------------------
 
 
@@ -89,8 +114,19 @@ def test_new_collection_is_cosine_with_our_hnsw_settings(chroma: ChromaVectorInd
     assert hnsw is not None
     assert hnsw["space"] == "cosine"
     assert hnsw["ef_search"] == DEFAULT_HNSW["ef_search"] == 400
-    assert hnsw["ef_construction"] == DEFAULT_HNSW["ef_construction"]
-    assert collection.metadata == {"embedding_model": MODEL, "dimension": DIMENSION}
+    assert hnsw["ef_construction"] == DEFAULT_HNSW["ef_construction"] == 100
+    assert hnsw["max_neighbors"] == DEFAULT_HNSW["max_neighbors"] == 32
+    assert collection.metadata == {
+        "embedding_model": MODEL,
+        "dimension": DIMENSION,
+        "layout": LAYOUT,
+    }
+    assert collection.count() == 0  # the root only describes the index
+    chroma.upsert(name, [record("a", axis(0), resource_id="alice")])
+    own = chroma.client.get_collection(resource_collection_name(name, "alice"))
+    assert own.configuration_json["hnsw"] == hnsw
+    assert own.metadata == {"semantic_recall_index": name, "resource_id": "alice"}
+    assert own.get()["ids"] == ["a"]
 
 
 def test_hnsw_overrides_apply_but_space_stays_cosine(tmp_path: Path) -> None:
@@ -100,6 +136,9 @@ def test_hnsw_overrides_apply_but_space_stays_cosine(tmp_path: Path) -> None:
     hnsw = index.client.get_collection(name).configuration_json["hnsw"]
     assert hnsw is not None
     assert (hnsw["space"], hnsw["ef_search"]) == ("cosine", 250)
+    index.upsert(name, [record("a", axis(0))])
+    own = index.client.get_collection(resource_collection_name(name, "r1"))
+    assert own.configuration_json["hnsw"]["ef_search"] == 250
     with pytest.raises(InvalidInputError, match="cosine"):
         ChromaVectorIndex(index.client, hnsw={"space": "l2"})
 
@@ -132,17 +171,19 @@ def test_collection_without_our_metadata(chroma: ChromaVectorIndex) -> None:
     assert chroma.client.get_collection(empty).metadata == {
         "embedding_model": MODEL,
         "dimension": DIMENSION,
+        "layout": LAYOUT,
     }
     with pytest.raises(EmbeddingMismatchError, match="without a recorded embedding model"):
         chroma.open(filled, dimension=DIMENSION, model=MODEL)
 
 
-def test_metadata_and_document_of_a_vector(chroma: ChromaVectorIndex) -> None:
+def test_metadata_of_a_vector(chroma: ChromaVectorIndex) -> None:
     name = new_name()
     chroma.open(name, dimension=DIMENSION, model=MODEL)
     chroma.upsert(name, [record("m", axis(0), n=1, content="hello there")])
-    got = chroma.client.get_collection(name).get(ids=["m#1"], include=["metadatas", "documents"])
-    assert got["documents"] == ["hello there"]
+    own = chroma.client.get_collection(resource_collection_name(name, "r1"))
+    got = own.get(ids=["m#1"], include=["metadatas", "documents"])
+    assert got["documents"] == [None]  # the text lives in the metadata only (no FTS index)
     assert got["metadatas"] == [
         {
             "message_id": "m",
@@ -288,12 +329,87 @@ def test_hits_outside_the_scope_are_dropped_even_if_the_filter_fails(
 ) -> None:
     name = new_name()
     chroma.open(name, dimension=DIMENSION, model=MODEL)
+    chroma.upsert(name, [record("mine", axis(0)), record("sibling", axis(0), thread_id="t2")])
+    # A vector of another resource planted in r1's collection (a hash collision, a bug).
+    planted = record("theirs", axis(0), thread_id="t9", resource_id="r9")
+    chroma.client.get_collection(resource_collection_name(name, "r1")).add(
+        ids=[planted.id],
+        embeddings=[planted.vector],
+        metadatas=[{"message_id": "theirs", "thread_id": "t9", "resource_id": "r9"}],
+    )
+    hits = chroma.query(name, axis(0), k=5, scope=ScopeFilter(resource_id="r1"))
+    assert sorted(hit.id for hit in hits) == ["mine", "sibling"]
+    # Simulate a thread filter that lets everything through.
+    monkeypatch.setattr(chroma_layout, "thread_where", lambda scope: None)
+    thread = ScopeFilter(resource_id="r1", thread_id="t1")
+    assert [hit.id for hit in chroma.query(name, axis(0), k=5, scope=thread)] == ["mine"]
+    assert chroma.message_ids(name, ScopeFilter(thread_id="t1")) == {"mine"}
+
+
+def test_an_index_of_the_shared_collection_layout_is_refused(chroma: ChromaVectorIndex) -> None:
+    name = new_name()
+    old = chroma.client.create_collection(
+        name,
+        embedding_function=None,
+        configuration={"hnsw": {"space": "cosine"}},
+        metadata={"embedding_model": MODEL, "dimension": DIMENSION},
+    )
+    old.add(ids=["a"], embeddings=[axis(0)], metadatas=[{"thread_id": "t1", "resource_id": "r1"}])
+    with pytest.raises(EmbeddingMismatchError, match="one collection per resource") as caught:
+        chroma.open(name, dimension=DIMENSION, model=MODEL)
+    assert "reindex" in str(caught.value)
+    with pytest.raises(EmbeddingMismatchError, match="drop"):
+        chroma.query(name, axis(0), k=1, scope=ScopeFilter(resource_id="r1"))
+    chroma.drop(name)
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+
+
+def test_forgetting_a_resource_drops_its_collection(chroma: ChromaVectorIndex) -> None:
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    chroma.upsert(name, [record("a", axis(0)), record("b", axis(0), resource_id="r2")])
+    chroma.delete(name, resource_id="r1")
+    names = {collection.name for collection in chroma.client.list_collections()}
+    assert names == {name, resource_collection_name(name, "r2")}
+    chroma.upsert(name, [record("c", axis(1))])  # the resource may start again
+    assert chroma.message_ids(name) == {"b", "c"}
+
+
+def test_a_collection_dropped_by_another_instance(tmp_path: Path) -> None:
+    first = ChromaVectorIndex.persistent(tmp_path / "chroma")
+    second = ChromaVectorIndex(first.client)
+    name = new_name()
+    first.open(name, dimension=DIMENSION, model=MODEL)
+    first.upsert(name, [record("a", axis(0))])
+    scope = ScopeFilter(resource_id="r1")
+    assert [hit.id for hit in second.query(name, axis(0), k=1, scope=scope)] == ["a"]
+    first.delete(name, resource_id="r1")
+    assert second.query(name, axis(0), k=1, scope=scope) == []  # stale handle: looked up again
+    second.upsert(name, [record("b", axis(1))])  # and written again
+    assert [hit.id for hit in first.query(name, axis(1), k=1, scope=scope)] == ["b"]
+
+
+@pytest.mark.parametrize("wide", [64, 2])  # 2: the first look holds too few: exact
+def test_thread_scope_is_exact_in_a_resource_of_many_threads(
+    chroma: ChromaVectorIndex, monkeypatch: pytest.MonkeyPatch, wide: int
+) -> None:
+    """The unfiltered first look, and the thread filter when it holds too few."""
+    monkeypatch.setattr(chroma_module, "_WIDE", wide)
+    monkeypatch.setattr(chroma_module, "_FILTER_UP_TO", 10)  # the unfiltered first look
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(120, DIMENSION))
     chroma.upsert(
         name,
-        [record("mine", axis(0)), record("theirs", axis(0), thread_id="t9", resource_id="r9")],
+        [record(f"m{i}", list(v), thread_id=f"t{i % 12}") for i, v in enumerate(vectors)],
     )
-    # Simulate a backend whose metadata filter lets everything through.
-    monkeypatch.setattr(chroma_module, "scope_where", lambda scope: {"role": "user"})
-    hits = chroma.query(name, axis(0), k=5, scope=ScopeFilter(resource_id="r1"))
-    assert [hit.id for hit in hits] == ["mine"]
-    assert chroma.message_ids(name, ScopeFilter(thread_id="t1")) == {"mine"}
+    query = rng.normal(size=DIMENSION)
+    for thread in ("t0", "t5"):
+        rows = [i for i in range(120) if f"t{i % 12}" == thread]
+        cosine = vectors[rows] @ query / np.linalg.norm(vectors[rows], axis=1)
+        expected = [f"m{rows[i]}" for i in np.argsort(-cosine)[:3]]
+        scope = ScopeFilter(resource_id="r1", thread_id=thread)
+        assert [hit.id for hit in chroma.query(name, list(query), k=3, scope=scope)] == expected
+    nowhere = ScopeFilter(resource_id="r1", thread_id="no-such-thread")
+    assert chroma.query(name, list(query), k=3, scope=nowhere) == []

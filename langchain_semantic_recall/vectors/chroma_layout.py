@@ -1,0 +1,273 @@
+"""The pure parts of the Chroma layout: names, metadata, scores, checks and messages.
+
+No chromadb import here (``Collection`` is only a type, passed in by :mod:`.chroma`).
+See :mod:`langchain_semantic_recall.vectors.chroma` for the layout and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+
+if TYPE_CHECKING:
+    from chromadb.api.models.Collection import Collection
+
+logger = logging.getLogger("langchain_semantic_recall.vectors.chroma")
+
+DEFAULT_HNSW: Mapping[str, Any] = {
+    "space": "cosine",
+    "ef_search": 400,
+    "ef_construction": 100,
+    "max_neighbors": 32,
+}
+"""HNSW configuration of new collections (see the module docstring for the reasons)."""
+
+LAYOUT: Final = "collection-per-resource-1"
+"""Recorded in the root collection's metadata (key ``layout``)."""
+
+INDEX_KEY: Final = "semantic_recall_index"
+"""Metadata key of a resource collection: the index it belongs to."""
+RESOURCE_KEY: Final = "resource_id"
+_MAX_NAME: Final = 512
+_SUFFIX: Final = len("--r") + 32
+
+
+def similarity_from_cosine_distance(distance: float) -> float:
+    """Similarity in [0, 1] from a cosine distance; the one mapping of every backend.
+
+    Chroma's cosine distance is ``1 - cos``. The similarity is the cosine itself, with
+    negative values (opposite directions) clipped to 0 and float noise clipped to 1. This
+    keeps the familiar meaning of a threshold such as 0.7, unlike ``(1 + cos) / 2``.
+
+    Args:
+        distance: Cosine distance, ``1 - cos`` (in [0, 2] up to float error).
+    """
+    return min(1.0, max(0.0, 1.0 - distance))
+
+
+def scope_where(scope: ScopeFilter) -> dict[str, Any]:
+    """The whole scope as one Chroma ``where`` (for a collection shared by resources)."""
+    clauses = [{key: value} for key, value in scope.as_where().items()]
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
+    """The ``where`` of a search inside one resource's collection: the thread, or nothing.
+
+    The resource is the collection itself, so resource scope needs no filter at all.
+    """
+    return None if scope.thread_id is None else {"thread_id": scope.thread_id}
+
+
+def resource_collection_name(name: str, resource_id: str) -> str:
+    """The Chroma collection holding ``resource_id``'s vectors in index ``name``.
+
+    ``<name>--r<32 hex of sha256(resource_id)>``: any resource id maps to a legal Chroma
+    name; an index name too long to take the suffix is shortened with a hash of itself.
+    The hash never decides scope alone: every hit is checked against its metadata.
+    """
+    return collection_prefix(name) + hashlib.sha256(resource_id.encode("utf-8")).hexdigest()[:32]
+
+
+def collection_prefix(name: str) -> str:
+    """What every resource collection name of index ``name`` starts with."""
+    if len(name) + _SUFFIX > _MAX_NAME:
+        digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+        keep = _MAX_NAME - _SUFFIX - len(digest) - 1
+        name = f"{name[:keep].rstrip('._-')}-{digest}"
+    return name + "--r"
+
+
+def created_at_text(value: datetime) -> str:
+    """ISO 8601 in UTC; a naive datetime is taken as UTC."""
+    aware = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return aware.isoformat()
+
+
+def collection_space(collection: Collection) -> str:
+    """Distance space of a collection (HNSW or SPANN configuration, else legacy metadata)."""
+    config: Mapping[str, Any] = collection.configuration_json or {}  # .configuration warns
+    for key in ("hnsw", "spann"):
+        section = config.get(key)
+        if isinstance(section, Mapping) and section.get("space"):
+            return str(section["space"])
+    legacy = (collection.metadata or {}).get("hnsw:space")
+    return str(legacy) if legacy else "l2"
+
+
+def check_space(name: str, collection: Collection) -> None:
+    space = collection_space(collection)
+    if space != "cosine":
+        raise EmbeddingMismatchError(
+            f"vector index {name!r} is a Chroma collection in {space!r} space, but scores "
+            "need cosine: use a new index_name (created in cosine space), or run reindex"
+        )
+
+
+def scoped_hits(
+    name: str,
+    scope: ScopeFilter,
+    result: Mapping[str, Any],
+    *,
+    other_threads_expected: bool = False,
+) -> Iterator[VectorHit]:
+    """The rows of a query result that lie in ``scope``, as hits (best first).
+
+    A row of another resource (or, unless expected, another thread) is dropped with a
+    warning: defence in depth, whatever the collection or the filter returned.
+    """
+    ids = result["ids"][0]
+    metadatas = (result["metadatas"] or [[]])[0]
+    distances = (result["distances"] or [[]])[0]
+    for vector_id, meta, distance in zip(ids, metadatas, distances, strict=True):
+        resource_id, thread_id = str(meta.get("resource_id")), str(meta.get("thread_id"))
+        if not scope.admits(resource_id, thread_id):
+            if not (other_threads_expected and scope.admits(resource_id, str(scope.thread_id))):
+                logger.warning("dropped hit %r of %r outside the query scope", vector_id, name)
+            continue
+        yield VectorHit(
+            id=vector_id,
+            message_id=str(meta.get("message_id", vector_id)),
+            thread_id=thread_id,
+            resource_id=resource_id,
+            score=similarity_from_cosine_distance(float(distance)),
+        )
+
+
+def scope_of(resource_id: str | None, thread_id: str | None) -> ScopeFilter | None:
+    if resource_id is None and thread_id is None:
+        return None
+    return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
+
+
+def vector_metadata(record: VectorRecord, model: str, dimension: int) -> dict[str, str | int]:
+    return {
+        "message_id": record.message_id,
+        "thread_id": record.thread_id,
+        "resource_id": record.resource_id,
+        "role": record.role,
+        "content": record.content,
+        "created_at": created_at_text(record.created_at),
+        "embedding_model": model,
+        "dimension": dimension,
+    }
+
+
+def floats(vector: Sequence[float]) -> list[float]:
+    return [float(x) for x in vector]
+
+
+def and_where(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not clauses:
+        return None
+    return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+
+
+def foreign_root_message(name: str, stored_model: str, model: str) -> str:
+    if not stored_model:
+        return (
+            f"vector index {name!r} exists without a recorded embedding model and "
+            f"dimension, so vectors of {model or 'this embedder'!r} cannot be trusted to "
+            "match it: use a new index_name, or drop it and run reindex to rebuild it"
+        )
+    return (
+        f"vector index {name!r} holds vectors in one shared collection (the layout of an "
+        "earlier version); this version keeps one collection per resource: use a new "
+        "index_name, or drop it (ChromaVectorIndex.drop) and run reindex to rebuild it"
+    )
+
+
+def check_model(name: str, stored_model: str, stored_dim: int, model: str, dim: int) -> None:
+    if stored_model != model or stored_dim != dim:
+        raise EmbeddingMismatchError(
+            f"vector index {name!r} was built with embedding model {stored_model!r} "
+            f"({stored_dim}-d), but the embedder is {model!r} ({dim}-d): use a new "
+            "index_name for this embedder, or run reindex to rebuild the index with it"
+        )
+
+
+def check_vector(name: str, dimension: int, length: int) -> None:
+    if dimension and length != dimension:
+        raise EmbeddingMismatchError(
+            f"vector index {name!r} holds {dimension}-d vectors, got a {length}-d vector: "
+            "embed with the index's model, use a new index_name, or run reindex"
+        )
+
+
+def search_collection(
+    name: str,
+    collection: Collection,
+    embedding: list[float],
+    *,
+    k: int,
+    scope: ScopeFilter,
+    size: int,
+    wide: int,
+    filter_up_to: int,
+) -> list[VectorHit]:
+    """Top ``k`` of ``scope`` in one resource's collection of about ``size`` vectors.
+
+    Resource scope: one unfiltered query. Thread scope in a small collection (up to
+    ``filter_up_to`` vectors): Chroma's thread filter (~3-5 ms). In a bigger one that
+    filter costs 100-200 ms however few rows match, so the search first asks for the
+    resource's best ``wide`` without a filter (~8 ms at 100k) and keeps the thread's: the
+    thread's top ``k`` whenever ``k`` of them are among those. Otherwise it reads the
+    thread's vectors and ranks them exactly (:func:`_exact_in_thread`).
+    """
+    if scope.thread_id is None:
+        return list(scoped_hits(name, scope, _query(collection, embedding, k, None)))
+    if size <= filter_up_to:
+        return list(scoped_hits(name, scope, _query(collection, embedding, k, thread_where(scope))))
+    wide = max(k, wide)
+    result = _query(collection, embedding, wide, None)
+    inside = list(scoped_hits(name, scope, result, other_threads_expected=True))
+    if len(inside) >= k or len(result["ids"][0]) < wide:
+        return inside[:k]
+    return list(scoped_hits(name, scope, _exact_in_thread(collection, embedding, k, scope)))
+
+
+def _exact_in_thread(
+    collection: Collection, embedding: list[float], k: int, scope: ScopeFilter
+) -> Mapping[str, Any]:
+    """Exact top ``k`` of one thread, as a query result: its rows read by the thread filter.
+
+    Reading a thread's rows costs a few tens of ms in a 100k-vector collection, several
+    times less than Chroma's filtered HNSW query there, and the ranking is exact.
+    """
+    got = collection.get(where=thread_where(scope), include=["embeddings", "metadatas"])
+    ids: list[str] = list(got["ids"])
+    if not ids:
+        return {"ids": [[]], "metadatas": [[]], "distances": [[]]}
+    matrix = np.asarray(got["embeddings"], dtype=np.float32)
+    query = np.asarray(embedding, dtype=np.float32)
+    norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
+    cosine = (matrix @ query) / np.maximum(norms, 1e-12)
+    best = np.argsort(-cosine, kind="stable")[:k]
+    metadatas = got["metadatas"] or [{} for _ in ids]
+    return {
+        "ids": [[ids[i] for i in best]],
+        "metadatas": [[metadatas[i] for i in best]],
+        "distances": [[1.0 - float(cosine[i]) for i in best]],
+    }
+
+
+def _query(
+    collection: Collection, embedding: list[float], k: int, where: dict[str, Any] | None
+) -> Mapping[str, Any]:
+    # Chroma >= 1.5 returns fewer rows when k exceeds the (filtered) count, and none from
+    # an empty collection; older versions raised (the conformance suite checks both).
+    result: Mapping[str, Any] = collection.query(
+        query_embeddings=np.asarray([embedding], dtype=np.float32),
+        n_results=k,
+        where=where,
+        include=["metadatas", "distances"],
+    )
+    return result

@@ -1,0 +1,67 @@
+"""A tiny run of each ``benchmarks/perf_*.py`` script: they run, print and write results.
+
+The real benchmarks are run by hand (see ``benchmarks/README.md``); these smoke runs use
+a few hundred messages, write into a temporary folder and leave the tree untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+
+pytestmark = pytest.mark.slow  # loads the real local model
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_perf_recall_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "perf_recall.py",
+        *("--sizes", "tiny", "--queries", "6", "--runs", "2", "--peer-queries", "3"),
+        *("--out", str(tmp_path)),
+    )
+    assert "ours/raw" in out
+    assert "InMemoryStore" in out
+    results = json.loads((tmp_path / "perf_recall.json").read_text())
+    tiny = results["sizes"]["tiny"]
+    assert tiny["build"]["messages"] == 300
+    assert tiny["summary"]["ours.p50"]["runs"] == 2
+    assert tiny["summary"]["agree"]["median"] >= 0.99  # exact on a small store
+    assert tiny["summary"]["thread_agree"]["median"] >= 0.99
+    assert tiny["forget"]["resource_ms"]["n"] == 3
+    png = (tmp_path / "perf_recall.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+
+
+def test_perf_index_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "perf_index.py",
+        *("--messages", "12", "--rounds", "1", "--thread", "4", "--out", str(tmp_path)),
+    )
+    assert "bulk_index" in out
+    results = json.loads((tmp_path / "perf_index.json").read_text())
+    assert set(results["per_s"]) == {
+        "embedder",
+        "bulk_index",
+        "index per thread",
+        "index per turn",
+    }
+    assert all(cell["median"] > 0 for cell in results["per_s"].values())

@@ -1,0 +1,91 @@
+"""bulk_index: the same records and vectors as ``index``, in big batches."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.bulk import bulk_index
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+
+def _conversation(prefix: str, n: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = [SystemMessage("be nice", id=f"{prefix}-sys")]
+    for i in range(n):
+        cls = HumanMessage if i % 2 == 0 else AIMessage
+        messages.append(cls(f"{prefix} message number {i} about topic{i % 3}", id=f"{prefix}-{i}"))
+    return messages
+
+
+def _engine(embeddings: FakeEmbeddings) -> SemanticRecall:
+    return SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=embeddings,
+        search_mode="dense",
+    )
+
+
+@pytest.mark.parametrize("batch_size", [1, 5, 1000])
+def test_bulk_index_matches_index(batch_size: int) -> None:
+    conversations = [
+        ("t1", "alice", _conversation("a", 6)),
+        ("t2", "alice", _conversation("b", 3)),
+        ("t3", "bob", _conversation("c", 4)),
+    ]
+    bulk_embedder, one_embedder = FakeEmbeddings(), FakeEmbeddings()
+    bulk, one = _engine(bulk_embedder), _engine(one_embedder)
+    seen: list[int] = []
+    result = bulk_index(bulk, conversations, batch_size=batch_size, progress=seen.append)
+    for thread, resource, messages in conversations:
+        one.index(messages, thread_id=thread, resource_id=resource)
+    assert (result.stored, result.embedded, result.forgotten_threads) == (16, 13, [])
+    assert sum(seen) == 16
+    if batch_size == 1000:  # one embedding call for everything (plus the dimension probe)
+        assert len([c for c in bulk_embedder.calls if c != ["dimension probe"]]) == 1
+    info = bulk.ensure_index()
+
+    def rows(memory: SemanticRecall) -> list[tuple[object, ...]]:  # times are "now": skip
+        return [
+            (m.id, m.thread_id, m.resource_id, m.role, m.text, m.payload, m.seq)
+            for m in memory.storage.list_messages()
+        ]
+
+    assert rows(bulk) == rows(one)
+    assert bulk.vector_store.message_ids(info.name) == one.vector_store.message_ids(
+        one.ensure_index().name
+    )
+    for resource in ("alice", "bob"):
+        hits = bulk.search("b message number 2", thread_id="t2", resource_id=resource)
+        expected = one.search("b message number 2", thread_id="t2", resource_id=resource)
+        assert [h.message.id for h in hits] == [h.message.id for h in expected]
+
+
+def test_bulk_index_is_idempotent_and_skips_forgotten_threads() -> None:
+    memory = _engine(FakeEmbeddings())
+    conversations = [("t1", "alice", _conversation("a", 4)), ("t2", "alice", _conversation("b", 2))]
+    bulk_index(memory, conversations)
+    memory.forget_thread("t1")
+    again = bulk_index(memory, conversations)
+    assert again.forgotten_threads == ["t1"]
+    assert again.stored == 3  # t2 once more, unchanged
+    assert memory.storage.count() == 3
+    info = memory.ensure_index()
+    assert memory.vector_store.message_ids(info.name) == {"b-0", "b-1"}
+
+
+def test_bulk_index_surfaces_vector_write_errors() -> None:
+    memory = _engine(FakeEmbeddings())
+
+    class DiskFullError(RuntimeError):
+        pass
+
+    def fail(*_: object) -> None:
+        raise DiskFullError("disk full")
+
+    memory.vector_store.upsert = fail  # type: ignore[method-assign]
+    with pytest.raises(DiskFullError):
+        bulk_index(memory, [("t1", "alice", _conversation("a", 2))])
+    assert memory.storage.count() == 3  # stored: reindex(missing_only=True) repairs it
