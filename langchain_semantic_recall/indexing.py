@@ -43,6 +43,10 @@ class _Turn:
     to_embed: list[MessageRecord] = field(default_factory=list)
 
     @property
+    def resource_id(self) -> str:
+        return self.records[0].resource_id
+
+    @property
     def embedded_ids(self) -> list[str]:
         return [r.id for r in self.to_embed]
 
@@ -186,7 +190,9 @@ class IndexingMixin:
             info = self.ensure_index()
             self._write_vectors(info, turn.to_embed)
             if self.storage.is_forgotten(thread_id):  # forgotten while we embedded
-                self.vector_store.delete(info.name, message_ids=turn.embedded_ids)
+                self.vector_store.delete(
+                    info.name, message_ids=turn.embedded_ids, resource_id=turn.resource_id
+                )
                 return self._forgotten(turn)
         except EmbeddingMismatchError:
             raise
@@ -221,7 +227,9 @@ class IndexingMixin:
             info = await self.aensure_index()
             await self._awrite_vectors(info, turn.to_embed)
             if await self.storage.ais_forgotten(thread_id):
-                await self.vector_store.adelete(info.name, message_ids=turn.embedded_ids)
+                await self.vector_store.adelete(
+                    info.name, message_ids=turn.embedded_ids, resource_id=turn.resource_id
+                )
                 return self._forgotten(turn)
         except EmbeddingMismatchError:
             raise

@@ -121,19 +121,23 @@ class MaintenanceMixin:
         (a backend failed), call it again: it is idempotent.
         """
         self._check_forget_ids(thread_id, resource_id)
-        self._check_owner(thread_id, self.storage.get_thread_owner(thread_id), resource_id)
+        owner = self.storage.get_thread_owner(thread_id)
+        self._check_owner(thread_id, owner, resource_id)
         deleted = self.storage.delete_thread(thread_id)
         self.cache.clear()
-        self.vector_store.delete(self.ensure_index().name, thread_id=thread_id)
+        # The owner lets a vector layout partitioned by resource touch one partition.
+        self.vector_store.delete(self.ensure_index().name, thread_id=thread_id, resource_id=owner)
         return deleted
 
     async def aforget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Async twin of :meth:`forget_thread`."""
         self._check_forget_ids(thread_id, resource_id)
-        self._check_owner(thread_id, await self.storage.aget_thread_owner(thread_id), resource_id)
+        owner = await self.storage.aget_thread_owner(thread_id)
+        self._check_owner(thread_id, owner, resource_id)
         deleted = await self.storage.adelete_thread(thread_id)
         self.cache.clear()
-        await self.vector_store.adelete((await self.aensure_index()).name, thread_id=thread_id)
+        name = (await self.aensure_index()).name
+        await self.vector_store.adelete(name, thread_id=thread_id, resource_id=owner)
         return deleted
 
     def forget_resource(self, resource_id: str) -> int:

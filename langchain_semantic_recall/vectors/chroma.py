@@ -8,7 +8,7 @@ Layout (measured in ``docs/performance.md``): index ``name`` is a *root* collect
 ``name`` holding no vectors (its metadata records the embedding model, the dimension and
 the layout version, so a mismatched embedder fails closed) plus one collection per
 resource, :func:`resource_collection_name`. Resource scope is then one unfiltered HNSW
-query (3.9 ms p50 at 100k vectors, where a metadata filter over a shared collection cost
+query (3.7 ms p50 at 100k vectors, where a metadata filter over a shared collection cost
 55-110 ms); thread scope searches inside the owner's collection
 (:func:`~langchain_semantic_recall.vectors.chroma_layout.search_collection`); forgetting
 a resource drops its collection. Scopes without a resource (maintenance) visit every
@@ -27,12 +27,13 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
+from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_layout import (
@@ -46,8 +47,9 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     check_vector,
     collection_prefix,
     floats,
-    foreign_root_message,
+    read_root,
     resource_collection_name,
+    retrying,
     scope_of,
     scope_where,
     search_collection,
@@ -79,6 +81,10 @@ _WIDE: Final = 64
 """Unfiltered rows a thread-scope search looks at first (see ``search_collection``)."""
 _FILTER_UP_TO: Final = 5000
 """Collections up to this size search a thread with Chroma's filter alone."""
+_T = TypeVar("_T")
+_RETRY_DELAYS: tuple[float, ...] = (0.02, 0.1, 0.3)
+"""Pauses before reading again a collection whose index is not on disk yet (see
+``_retrying``)."""
 _CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 
@@ -191,23 +197,18 @@ class ChromaVectorIndex(VectorIndex):
                 metadata={"embedding_model": model, "dimension": dimension, "layout": LAYOUT},
             )
             logger.info("created vector index %r (%s, %d-d)", name, model, dimension)
-        check_space(name, root)
-        stored = dict(root.metadata or {})
-        stored_model = str(stored.get("embedding_model") or "")
-        stored_dimension = int(stored.get("dimension") or 0)
-        if stored.get("layout") != LAYOUT or not stored_model or not stored_dimension:
-            if root.count() > 0:
-                raise EmbeddingMismatchError(foreign_root_message(name, stored_model, model))
-            # An empty collection made elsewhere (or by an earlier version): adopt it.
-            stored_model = stored_model or model
-            stored_dimension = stored_dimension or dimension
-            stored.update(
-                {"embedding_model": stored_model, "dimension": stored_dimension, "layout": LAYOUT}
+        entry = read_root(name, root, model)
+        if entry is None:  # an empty collection made elsewhere or by an earlier version: adopt
+            stored = dict(root.metadata or {})
+            entry = (
+                str(stored.get("embedding_model") or model),
+                int(stored.get("dimension") or dimension),
             )
-            root.modify(metadata=stored)
-        check_model(name, stored_model, stored_dimension, model, dimension)
+            layout = {"embedding_model": entry[0], "dimension": entry[1], "layout": LAYOUT}
+            root.modify(metadata={**stored, **layout})
+        check_model(name, *entry, model, dimension)
         with self._lock:
-            self._roots[name] = (stored_model, stored_dimension)
+            self._roots[name] = entry
 
     def _root(self, name: str) -> tuple[str, int] | None:
         """(model, dimension) of an opened or existing index; None if it does not exist."""
@@ -221,14 +222,9 @@ class ChromaVectorIndex(VectorIndex):
             root = self._client.get_collection(name, embedding_function=None)
         except NotFoundError:
             return None
-        check_space(name, root)
-        stored = root.metadata or {}
-        if stored.get("layout") != LAYOUT:
-            if root.count() > 0:
-                model = str(stored.get("embedding_model") or "")
-                raise EmbeddingMismatchError(foreign_root_message(name, model, model))
+        entry = read_root(name, root)
+        if entry is None:
             return None  # not opened by us yet: nothing stored
-        entry = (str(stored.get("embedding_model") or ""), int(stored.get("dimension") or 0))
         with self._lock:
             self._roots[name] = entry
         return entry
@@ -455,15 +451,18 @@ class ChromaVectorIndex(VectorIndex):
             with self._lock:
                 size = self._sizes.get((name, resource_id), 0)
             try:
-                found = search_collection(
-                    name,
-                    collection,
-                    embedding,
-                    k=k,
-                    scope=scope,
-                    size=size,
-                    wide=_WIDE,
-                    filter_up_to=_FILTER_UP_TO,
+                found = _retrying(
+                    partial(
+                        search_collection,
+                        name,
+                        collection,
+                        embedding,
+                        k=k,
+                        scope=scope,
+                        size=size,
+                        wide=_WIDE,
+                        filter_up_to=_FILTER_UP_TO,
+                    )
                 )
                 hits.extend(found)
             except NotFoundError:  # forgotten by another process since we cached it
@@ -501,11 +500,14 @@ class ChromaVectorIndex(VectorIndex):
         for _, collection in self._scoped(name, scope):
             offset = 0
             while True:
-                result = collection.get(
-                    where=where,
-                    limit=page,
-                    offset=offset,
-                    include=["metadatas"] if include_metadata else [],
+                result = _retrying(
+                    partial(
+                        collection.get,
+                        where=where,
+                        limit=page,
+                        offset=offset,
+                        include=["metadatas"] if include_metadata else [],
+                    )
                 )
                 ids = result["ids"]
                 metadatas = result["metadatas"] or [{} for _ in ids]
@@ -519,3 +521,9 @@ class ChromaVectorIndex(VectorIndex):
         with self._lock:
             self._roots.clear()
             self._collections.clear()
+
+
+def _retrying(read: Callable[[], _T]) -> _T:
+    from chromadb.errors import InternalError
+
+    return retrying(read, delays=_RETRY_DELAYS, transient=InternalError)

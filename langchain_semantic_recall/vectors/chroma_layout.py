@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import numpy as np
 
@@ -171,6 +172,27 @@ def and_where(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
+def read_root(name: str, root: Collection, model: str = "") -> tuple[str, int] | None:
+    """(model, dimension) recorded on the root collection of index ``name``.
+
+    None for an empty collection without our layout (made elsewhere, or by an earlier
+    version): the caller may adopt it.
+
+    Raises:
+        EmbeddingMismatchError: not in cosine space, or holding vectors (of an earlier
+            layout, or without a recorded model) that this layout cannot trust.
+    """
+    check_space(name, root)
+    stored = root.metadata or {}
+    stored_model = str(stored.get("embedding_model") or "")
+    stored_dimension = int(stored.get("dimension") or 0)
+    if stored.get("layout") == LAYOUT and stored_model and stored_dimension:
+        return stored_model, stored_dimension
+    if root.count() > 0:
+        raise EmbeddingMismatchError(foreign_root_message(name, stored_model, model))
+    return None
+
+
 def foreign_root_message(name: str, stored_model: str, model: str) -> str:
     if not stored_model:
         return (
@@ -271,3 +293,22 @@ def _query(
         include=["metadatas", "distances"],
     )
     return result
+
+
+_T = TypeVar("_T")
+
+
+def retrying(read: Callable[[], _T], *, delays: Sequence[float], transient: type[Exception]) -> _T:
+    """``read()``, again after each pause of ``delays`` while Chroma's index of a collection
+    created a moment ago is not on disk yet: a ``transient`` error that says "Error creating
+    hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212). Any other error,
+    or the last failure, is raised."""
+    for delay in (*delays, None):
+        try:
+            return read()
+        except transient as error:
+            if delay is None or "segment reader" not in str(error):
+                raise
+            logger.debug("Chroma index not ready (%s); reading again in %.2f s", error, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -413,3 +413,35 @@ def test_thread_scope_is_exact_in_a_resource_of_many_threads(
         assert [hit.id for hit in chroma.query(name, list(query), k=3, scope=scope)] == expected
     nowhere = ScopeFilter(resource_id="r1", thread_id="no-such-thread")
     assert chroma.query(name, list(query), k=3, scope=nowhere) == []
+
+
+def test_a_collection_whose_index_is_not_on_disk_yet_is_read_again(
+    chroma: ChromaVectorIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chromadb.errors import InternalError
+
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    chroma.upsert(name, [record("a", axis(0))])
+    monkeypatch.setattr(chroma_module, "_RETRY_DELAYS", (0.0, 0.0))
+    real_query = Collection.query
+    failures = iter([True, True, False])
+
+    def flaky(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        if next(failures, False):
+            raise InternalError("Error creating hnsw segment reader: Nothing found on disk")
+        return real_query(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "query", flaky)
+    scope = ScopeFilter(resource_id="r1")
+    assert [hit.id for hit in chroma.query(name, axis(0), k=1, scope=scope)] == ["a"]
+    failures = iter([True, True, True])  # still failing after every pause: raised
+    with pytest.raises(InternalError, match="segment reader"):
+        chroma.query(name, axis(0), k=1, scope=scope)
+
+    def other(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        raise InternalError("something else")
+
+    monkeypatch.setattr(Collection, "query", other)  # any other error: at once
+    with pytest.raises(InternalError, match="something else"):
+        chroma.query(name, axis(0), k=1, scope=scope)
