@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from langchain_core.messages import BaseMessage
+from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.embeddings import embed_with_cache, split_for_embedding
 from langchain_semantic_recall.errors import ForgottenThreadError
@@ -38,7 +39,7 @@ from langchain_semantic_recall.vectors.base import chunk_id
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
-__all__ = ["BulkResult", "Conversation", "bulk_index"]
+__all__ = ["BulkResult", "Conversation", "abulk_index", "bulk_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,24 @@ def bulk_index(
         if pending is not None:
             pending.result()
     return result
+
+
+async def abulk_index(
+    memory: SemanticRecall,
+    conversations: Iterable[Conversation],
+    *,
+    batch_size: int = 2048,
+    progress: Callable[[int], None] | None = None,
+) -> BulkResult:
+    """Async twin of :func:`bulk_index`.
+
+    The embedded backends are synchronous and the import overlaps its own threads, so it
+    runs in an executor: the event loop stays free while a large history is imported.
+    """
+    items = list(conversations)
+    return await run_in_executor(
+        None, lambda: bulk_index(memory, items, batch_size=batch_size, progress=progress)
+    )
 
 
 def _batches(

@@ -89,3 +89,16 @@ def test_bulk_index_surfaces_vector_write_errors() -> None:
     with pytest.raises(DiskFullError):
         bulk_index(memory, [("t1", "alice", _conversation("a", 2))])
     assert memory.storage.count() == 3  # stored: reindex(missing_only=True) repairs it
+
+
+async def test_the_async_twin_imports_the_same() -> None:
+    from langchain_semantic_recall.bulk import abulk_index
+
+    conversations = [("t1", "alice", _conversation("a", 4)), ("t2", "bob", _conversation("b", 2))]
+    engine = _engine(FakeEmbeddings())
+    await abulk_index(engine, conversations)
+    stats = await engine.astats()
+    assert (stats.messages, stats.embeddable, stats.missing_vectors) == (8, 6, 0)
+    hits = await engine.asearch("message number about topic1", thread_id="x", resource_id="bob")
+    assert hits[0].message.id == "b-1"
+    assert {h.message.resource_id for h in hits} == {"bob"}
