@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.embeddings import embed_with_cache, split_for_embedding
+from langchain_semantic_recall.embeddings import embed_with_cache
 from langchain_semantic_recall.errors import ForgottenThreadError
+from langchain_semantic_recall.indexing import pending_vectors
 from langchain_semantic_recall.messages import build_records, skip_reason, to_messages
 from langchain_semantic_recall.records import MessageRecord, VectorRecord
-from langchain_semantic_recall.vectors.base import chunk_id
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
@@ -94,7 +94,7 @@ def bulk_index(
             records, to_embed = _store(memory, batch, result)
             if progress is not None:
                 progress(len(records))
-            rows = _vector_rows(memory, to_embed)
+            rows = pending_vectors(memory.embeddings, to_embed)
             vectors = embed_with_cache(
                 memory.embeddings, memory.cache, info.name, [row.content for row in rows]
             )
@@ -179,21 +179,3 @@ def _write(memory: SemanticRecall, name: str, rows: Sequence[VectorRecord]) -> N
     for thread_id, resource_id in owners.items():
         if memory.storage.is_forgotten(thread_id):
             memory.vector_store.delete(name, thread_id=thread_id, resource_id=resource_id)
-
-
-def _vector_rows(memory: SemanticRecall, records: Sequence[MessageRecord]) -> list[VectorRecord]:
-    """One vector row per chunk of each record (vectors still empty), as ``index`` does."""
-    return [
-        VectorRecord(
-            id=chunk_id(record.id, n),
-            vector=[],
-            message_id=record.id,
-            thread_id=record.thread_id,
-            resource_id=record.resource_id,
-            role=record.role,
-            content=piece,
-            created_at=record.created_at,
-        )
-        for record in records
-        for n, piece in enumerate(split_for_embedding(memory.embeddings, record.text))
-    ]

@@ -67,6 +67,27 @@ def _with_vectors(
     return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
 
 
+def pending_vectors(embeddings: Embeddings, records: Sequence[MessageRecord]) -> list[VectorRecord]:
+    """One vector record per chunk of each record, vector still empty (filled once embedded).
+
+    The first chunk's id is the message id, later ones ``<message_id>#<n>``.
+    """
+    return [
+        VectorRecord(
+            id=chunk_id(record.id, n),
+            vector=[],
+            message_id=record.id,
+            thread_id=record.thread_id,
+            resource_id=record.resource_id,
+            role=record.role,
+            content=piece,
+            created_at=record.created_at,
+        )
+        for record in records
+        for n, piece in enumerate(split_for_embedding(embeddings, record.text))
+    ]
+
+
 class IndexingMixin:
     """``index`` / ``aindex`` and the vector writes ``reindex`` shares. Mixed into
     :class:`SemanticRecall`."""
@@ -105,21 +126,7 @@ class IndexingMixin:
         self, records: Sequence[MessageRecord]
     ) -> tuple[list[VectorRecord], list[str]]:
         """One vector record per chunk (vectors still empty) and the texts to embed."""
-        pending: list[VectorRecord] = []
-        for record in records:
-            for n, piece in enumerate(split_for_embedding(self.embeddings, record.text)):
-                pending.append(
-                    VectorRecord(
-                        id=chunk_id(record.id, n),
-                        vector=[],
-                        message_id=record.id,
-                        thread_id=record.thread_id,
-                        resource_id=record.resource_id,
-                        role=record.role,
-                        content=piece,
-                        created_at=record.created_at,
-                    )
-                )
+        pending = pending_vectors(self.embeddings, records)
         return pending, [p.content for p in pending]
 
     def _write_vectors(self, info: IndexInfo, records: Sequence[MessageRecord]) -> None:
