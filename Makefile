@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh clone:
 #   make demo   install into .venv, then watch recall work on the embedded default
-#   make test   install into .venv (with test tools), then lint, type-check and run every test
+#   make test   install into .venv (with test tools) and PostgreSQL's binaries if missing,
+#               then lint, type-check and run every test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -24,6 +25,7 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 
 test: lint
+	bash scripts/ensure-postgres
 	$(BIN)/pytest
 
 unit: $(BIN)/.installed
