@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from langchain_core.runnables.config import run_in_executor
 
+from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 
 
@@ -88,6 +89,21 @@ class VectorIndex(ABC):
 
     async def amessage_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         return await run_in_executor(None, self.message_ids, name, scope)
+
+
+def has_work(
+    thread_id: str | None, resource_id: str | None, message_ids: Sequence[str] | None
+) -> bool:
+    """The shared guard of every ``delete``: whether there is anything to delete.
+
+    Raises:
+        InvalidInputError: no selector was given (that would delete everything).
+    """
+    if thread_id is None and resource_id is None and message_ids is None:
+        raise InvalidInputError(
+            "delete needs thread_id, resource_id or message_ids; it never empties an index"
+        )
+    return message_ids is None or len(message_ids) > 0
 
 
 def chunk_id(message_id: str, n: int) -> str:

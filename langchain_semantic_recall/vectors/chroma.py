@@ -35,7 +35,7 @@ from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
-from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.base import VectorIndex, has_work
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
     INDEX_KEY,
@@ -375,12 +375,7 @@ class ChromaVectorIndex(VectorIndex):
         """
         from chromadb.errors import NotFoundError
 
-        if thread_id is None and resource_id is None and message_ids is None:
-            raise InvalidInputError(
-                "delete needs thread_id, resource_id or message_ids; to drop a whole index "
-                "use drop(name)"
-            )
-        if message_ids is not None and not message_ids:
+        if not has_work(thread_id, resource_id, message_ids):
             return
         if resource_id is not None and thread_id is None and message_ids is None:
             self._forget_handle(name, resource_id)

@@ -40,7 +40,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
 )
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
-from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.base import VectorIndex, has_work
 
 __all__ = [
     "ChromaDialect",
@@ -423,12 +423,7 @@ class LangChainVectorIndex(VectorIndex):
         Raises:
             InvalidInputError: no selector was given (that would delete everything).
         """
-        if thread_id is None and resource_id is None and message_ids is None:
-            raise InvalidInputError(
-                "delete needs thread_id, resource_id or message_ids (deleting a whole index "
-                "is the store's own business)"
-            )
-        if message_ids is not None and not message_ids:
+        if not has_work(thread_id, resource_id, message_ids):
             return
         where: dict[str, str | Sequence[str]] = {"index_name": name}
         for key, value in (("thread_id", thread_id), ("resource_id", resource_id)):

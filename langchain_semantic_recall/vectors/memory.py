@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
+from langchain_semantic_recall.errors import EmbeddingMismatchError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
-from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.base import VectorIndex, has_work
 
 
 @dataclass
@@ -94,8 +94,8 @@ class InMemoryVectorIndex(VectorIndex):
         resource_id: str | None = None,
         message_ids: Sequence[str] | None = None,
     ) -> None:
-        if thread_id is None and resource_id is None and message_ids is None:
-            raise InvalidInputError("delete needs thread_id, resource_id or message_ids")
+        if not has_work(thread_id, resource_id, message_ids):
+            return
         wanted = None if message_ids is None else set(message_ids)
         with self._lock:
             index = self._indexes.get(name)
