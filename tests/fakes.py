@@ -100,45 +100,41 @@ class RecordingStorage(MessageStorage):
     def names(self) -> list[str]:
         return [name for name, _ in self.calls]
 
-    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
         self._record("put", records=list(records))
         return self.inner.put(records)
 
-    def get_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         self._record(
             "get_windows", message_ids=list(message_ids), before=before, after=after, scope=scope
         )
         return self.inner.get_windows(message_ids, before=before, after=after, scope=scope)
 
-    def get_thread_owner(self, thread_id: str) -> str | None:
+    def _get_thread_owner(self, thread_id: str) -> str | None:
         self._record("get_thread_owner", thread_id=thread_id)
         return self.inner.get_thread_owner(thread_id)
 
-    def list_messages(
-        self,
-        scope: ScopeFilter | None = None,
-        *,
-        after: tuple[str, int] | None = None,
-        limit: int = 1000,
+    def _list_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
         self._record("list_messages", scope=scope, after=after, limit=limit)
         return self.inner.list_messages(scope, after=after, limit=limit)
 
-    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+    def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         self._record("list_threads", resource_id=resource_id)
         return self.inner.list_threads(resource_id)
 
-    def delete_thread(self, thread_id: str) -> int:
+    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         self._record("delete_thread", thread_id=thread_id)
-        return self.inner.delete_thread(thread_id)
+        return self.inner.delete_thread(thread_id, retire=retire)
 
-    def delete_resource(self, resource_id: str) -> int:
+    def _delete_resource(self, resource_id: str) -> int:
         self._record("delete_resource", resource_id=resource_id)
         return self.inner.delete_resource(resource_id)
 
-    def is_forgotten(self, thread_id: str) -> bool:
+    def _is_forgotten(self, thread_id: str) -> bool:
         self._record("is_forgotten", thread_id=thread_id)
         return self.inner.is_forgotten(thread_id)
 

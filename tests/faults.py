@@ -334,13 +334,13 @@ class FaultyStorage(RecordingStorage):
         if op not in _STORAGE_WRAPPED:
             self.faults.call(op, kwargs, lambda: None)
 
-    def keyword_search(
+    def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         self._record("keyword_search", query=query, scope=scope, limit=limit)
         return self.inner.keyword_search(query, scope=scope, limit=limit)
 
-    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
         batch = list(records)
         self._record("put", records=batch)
         return self.faults.call(
@@ -350,8 +350,8 @@ class FaultyStorage(RecordingStorage):
             run_part=lambda n: self.inner.put(batch[:n]),
         )
 
-    def get_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         ids = list(message_ids)
         self._record("get_windows", message_ids=ids, before=before, after=after, scope=scope)
@@ -361,13 +361,15 @@ class FaultyStorage(RecordingStorage):
             lambda: self.inner.get_windows(ids, before=before, after=after, scope=scope),
         )
 
-    def delete_thread(self, thread_id: str) -> int:
+    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         self._record("delete_thread", thread_id=thread_id)
         return self.faults.call(
-            "delete_thread", {"thread_id": thread_id}, lambda: self.inner.delete_thread(thread_id)
+            "delete_thread",
+            {"thread_id": thread_id},
+            lambda: self.inner.delete_thread(thread_id, retire=retire),
         )
 
-    def delete_resource(self, resource_id: str) -> int:
+    def _delete_resource(self, resource_id: str) -> int:
         self._record("delete_resource", resource_id=resource_id)
         return self.faults.call(
             "delete_resource",

@@ -1,8 +1,11 @@
 """Message storage: the ordered record of every message of every thread.
 
-A backend implements a small set of synchronous methods; the async twins default to
-running them in an executor and a backend with a native async driver overrides them.
-Every backend must pass the shared conformance suite (``tests/conformance``).
+The public methods of :class:`MessageStorage` (``put``, ``get_windows``, ... and their
+``a``-prefixed async twins) are concrete: they check their input once
+(:mod:`.checks`) and call a small protected method (``_put``, ``_get_windows``, ...)
+that a backend implements with storage work only. The protected async twins default to
+running the sync ones in an executor; a backend with a native async driver overrides
+them. Every backend must pass the shared conformance suite (``tests/conformance``).
 
 Rules every backend keeps:
 
@@ -13,7 +16,9 @@ Rules every backend keeps:
   one batch repeats an id, the last record wins. A failed batch uses up no sequence
   numbers.
 - A forgotten thread is retired: later writes to it raise :class:`ForgottenThreadError`.
-  Deleting a thread that was never written still retires its id.
+  Deleting a thread that was never written still retires its id. Emptying a thread
+  (``delete_thread(..., retire=False)``) deletes its messages and its owner but leaves
+  the id free for later writes (by any resource).
 - Reads take a :class:`ScopeFilter` and never return a message outside it.
 - Times must be timezone-aware (compared as instants); negative window sizes and a
   page ``limit`` below 1 raise :class:`InvalidInputError`. Thread ids sort by code
@@ -22,6 +27,7 @@ Rules every backend keeps:
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +36,20 @@ from typing import ClassVar
 
 from langchain_core.runnables.config import run_in_executor
 
+from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage.checks import (
+    check_flag,
+    check_limit,
+    check_query,
+    check_scope,
+    check_window,
+    checked_after,
+    checked_message_ids,
+    checked_records,
+)
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,36 +63,149 @@ class ThreadInfo:
     last_at: datetime | None
 
 
+def _windows_input(message_ids: object, before: object, after: object, scope: object) -> list[str]:
+    ids = checked_message_ids(message_ids)
+    check_window(before, after)
+    check_scope(scope)
+    return ids
+
+
+def _page_input(scope: object, after: object, limit: object) -> tuple[str, int] | None:
+    check_scope(scope, optional=True)
+    check_limit(limit)
+    return checked_after(after)
+
+
+def _keyword_input(query: object, scope: object, limit: object) -> None:
+    check_query(query)
+    check_scope(scope)
+    check_limit(limit)
+
+
+def _delete_thread_input(thread_id: object, retire: object) -> None:
+    check_id("thread_id", thread_id)
+    check_flag("retire", retire)
+
+
+def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> None:
+    verb = "forgot" if retire else "emptied"
+    logger.info("%s %s %r (%d messages)", verb, what, key, deleted)
+
+
 class MessageStorage(ABC):
-    """Abstract message storage. Subclass it and implement the abstract methods."""
+    """Abstract message storage: public methods check input, backends store.
+
+    Subclass it and implement the protected abstract methods (``_put``,
+    ``_get_windows``, ``_get_thread_owner``, ``_list_messages``, ``_list_threads``,
+    ``_delete_thread``, ``_delete_resource``, ``_is_forgotten``); optionally
+    ``_keyword_search`` (with ``supports_keyword_search = True``), ``_count`` (a faster
+    count) and the ``_a*`` async twins (a native async driver). They receive checked
+    input only: valid ids, ``created_at`` in UTC, window sizes >= 0, ``limit`` >= 1.
+
+    Every public method raises :class:`InvalidInputError` on unusable input (an id that
+    is blank, not a string or holds NUL or a lone surrogate; a naive ``created_at``; a
+    negative window; ``limit`` below 1; a scope that is not a :class:`ScopeFilter`).
+    """
 
     supports_keyword_search: ClassVar[bool] = False
     """Whether :meth:`keyword_search` is implemented (full-text search in the storage)."""
 
-    # --- required surface -------------------------------------------------------------
+    # --- writes -----------------------------------------------------------------------
 
-    @abstractmethod
     def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
         """Insert or update messages atomically (all or nothing), in the given order.
 
         New messages get the next sequence numbers of their thread; known ids keep theirs.
-        Returns the stored messages, in input order.
-        """
 
-    @abstractmethod
+        Returns:
+            The stored messages (``created_at`` in UTC), in input order.
+
+        Raises:
+            OwnershipError: A thread of another resource, or a message id of another thread.
+            ForgottenThreadError: A record targets a forgotten thread.
+            InvalidInputError: An unusable record (see the class docstring).
+        """
+        checked = checked_records(records)
+        return self._put(checked) if checked else []
+
+    async def aput(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
+        """Async twin of :meth:`put`."""
+        checked = checked_records(records)
+        return await self._aput(checked) if checked else []
+
+    def delete_thread(self, thread_id: str, *, retire: bool = True) -> int:
+        """Delete a thread's messages; returns the number deleted.
+
+        Args:
+            thread_id: The thread. Unknown threads delete nothing.
+            retire: True (forget): the id is retired, even if never written, and later
+                writes to it raise :class:`ForgottenThreadError`. False (empty): the
+                thread loses its messages and its owner but later writes to it succeed,
+                under any resource; an already retired id stays retired.
+        """
+        _delete_thread_input(thread_id, retire)
+        deleted = self._delete_thread(thread_id, retire=retire)
+        _log_delete("thread", thread_id, deleted, retire=retire)
+        return deleted
+
+    async def adelete_thread(self, thread_id: str, *, retire: bool = True) -> int:
+        """Async twin of :meth:`delete_thread`."""
+        _delete_thread_input(thread_id, retire)
+        deleted = await self._adelete_thread(thread_id, retire=retire)
+        _log_delete("thread", thread_id, deleted, retire=retire)
+        return deleted
+
+    def delete_resource(self, resource_id: str) -> int:
+        """Delete every thread of a resource and retire their ids; count the messages."""
+        check_id("resource_id", resource_id)
+        deleted = self._delete_resource(resource_id)
+        _log_delete("resource", resource_id, deleted)
+        return deleted
+
+    async def adelete_resource(self, resource_id: str) -> int:
+        """Async twin of :meth:`delete_resource`."""
+        check_id("resource_id", resource_id)
+        deleted = await self._adelete_resource(resource_id)
+        _log_delete("resource", resource_id, deleted)
+        return deleted
+
+    # --- reads ------------------------------------------------------------------------
+
     def get_windows(
         self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         """For each id inside ``scope``: it with ``before``/``after`` neighbours of its thread.
 
-        Ids that are unknown or outside the scope are absent from the result.
+        Args:
+            message_ids: Ids of the hits. Unknown ids and ids outside the scope are absent
+                from the result.
+            before: Messages to include before each hit (clipped at the thread start).
+            after: Messages to include after each hit (clipped at the thread end).
+            scope: Which messages may be returned.
+
+        Returns:
+            Hit id -> the window of its own thread, ordered by seq, including the hit.
         """
+        ids = _windows_input(message_ids, before, after, scope)
+        return self._get_windows(ids, before=before, after=after, scope=scope) if ids else {}
 
-    @abstractmethod
+    async def aget_windows(
+        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        """Async twin of :meth:`get_windows`."""
+        ids = _windows_input(message_ids, before, after, scope)
+        if not ids:
+            return {}
+        return await self._aget_windows(ids, before=before, after=after, scope=scope)
+
     def get_thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns the thread, or None if the thread is unknown."""
+        """The resource that owns the thread, or None if it is unknown or deleted."""
+        return self._get_thread_owner(check_id("thread_id", thread_id))
 
-    @abstractmethod
+    async def aget_thread_owner(self, thread_id: str) -> str | None:
+        """Async twin of :meth:`get_thread_owner`."""
+        return await self._aget_thread_owner(check_id("thread_id", thread_id))
+
     def list_messages(
         self,
         scope: ScopeFilter | None = None,
@@ -83,60 +215,13 @@ class MessageStorage(ABC):
     ) -> list[StoredMessage]:
         """A page of messages ordered by (thread_id, seq), starting after ``after``.
 
-        ``scope`` None lists every message (maintenance: reindex, stats).
+        Args:
+            scope: Only messages inside it; None lists every message (maintenance).
+            after: The (thread_id, seq) of the last message of the previous page.
+            limit: Page size (>= 1).
         """
-
-    @abstractmethod
-    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        """Threads of a resource (or all), ordered by thread id."""
-
-    @abstractmethod
-    def delete_thread(self, thread_id: str) -> int:
-        """Delete a thread's messages and retire its id. Returns the number deleted."""
-
-    @abstractmethod
-    def delete_resource(self, resource_id: str) -> int:
-        """Delete every thread of a resource and retire their ids. Returns messages deleted."""
-
-    @abstractmethod
-    def is_forgotten(self, thread_id: str) -> bool:
-        """Whether the thread was deleted (its id is retired)."""
-
-    def keyword_search(
-        self, query: str, *, scope: ScopeFilter, limit: int
-    ) -> list[tuple[str, float]]:
-        """(message id, score) of the best keyword matches within the scope, best first."""
-        raise NotImplementedError(f"{type(self).__name__} has no keyword search")
-
-    def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to close
-        """Release connections."""
-
-    # --- derived helpers --------------------------------------------------------------
-
-    def count(self, scope: ScopeFilter | None = None) -> int:
-        """Number of stored messages in the scope (or in total)."""
-        return sum(t.message_count for t in self._threads_in(scope))
-
-    def _threads_in(self, scope: ScopeFilter | None) -> list[ThreadInfo]:
-        threads = self.list_threads(scope.resource_id if scope else None)
-        if scope is not None and scope.thread_id is not None:
-            threads = [t for t in threads if t.thread_id == scope.thread_id]
-        return threads
-
-    # --- async twins (override with a native driver where there is one) --------------
-
-    async def aput(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
-        return await run_in_executor(None, self.put, records)
-
-    async def aget_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
-    ) -> dict[str, tuple[StoredMessage, ...]]:
-        return await run_in_executor(
-            None, lambda: self.get_windows(message_ids, before=before, after=after, scope=scope)
-        )
-
-    async def aget_thread_owner(self, thread_id: str) -> str | None:
-        return await run_in_executor(None, self.get_thread_owner, thread_id)
+        cursor = _page_input(scope, after, limit)
+        return self._list_messages(scope, after=cursor, limit=limit)
 
     async def alist_messages(
         self,
@@ -145,31 +230,157 @@ class MessageStorage(ABC):
         after: tuple[str, int] | None = None,
         limit: int = 1000,
     ) -> list[StoredMessage]:
-        return await run_in_executor(
-            None, lambda: self.list_messages(scope, after=after, limit=limit)
-        )
+        """Async twin of :meth:`list_messages`."""
+        cursor = _page_input(scope, after, limit)
+        return await self._alist_messages(scope, after=cursor, limit=limit)
+
+    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+        """Threads of a resource (or all), ordered by thread id."""
+        if resource_id is not None:
+            check_id("resource_id", resource_id)
+        return self._list_threads(resource_id)
 
     async def alist_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        return await run_in_executor(None, self.list_threads, resource_id)
+        """Async twin of :meth:`list_threads`."""
+        if resource_id is not None:
+            check_id("resource_id", resource_id)
+        return await self._alist_threads(resource_id)
 
-    async def adelete_thread(self, thread_id: str) -> int:
-        return await run_in_executor(None, self.delete_thread, thread_id)
+    def count(self, scope: ScopeFilter | None = None) -> int:
+        """Number of stored messages in the scope (or in total)."""
+        check_scope(scope, optional=True)
+        return self._count(scope)
 
-    async def adelete_resource(self, resource_id: str) -> int:
-        return await run_in_executor(None, self.delete_resource, resource_id)
+    async def acount(self, scope: ScopeFilter | None = None) -> int:
+        """Async twin of :meth:`count`."""
+        check_scope(scope, optional=True)
+        return await self._acount(scope)
+
+    def is_forgotten(self, thread_id: str) -> bool:
+        """Whether the thread was forgotten (its id is retired)."""
+        return self._is_forgotten(check_id("thread_id", thread_id))
 
     async def ais_forgotten(self, thread_id: str) -> bool:
-        return await run_in_executor(None, self.is_forgotten, thread_id)
+        """Async twin of :meth:`is_forgotten`."""
+        return await self._ais_forgotten(check_id("thread_id", thread_id))
+
+    def keyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        """(message id, score) of the best keyword matches within the scope, best first.
+
+        Raises:
+            NotImplementedError: The backend has no keyword search
+                (``supports_keyword_search`` is False).
+        """
+        _keyword_input(query, scope, limit)
+        return self._keyword_search(query, scope=scope, limit=limit)
 
     async def akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
-        return await run_in_executor(
-            None, lambda: self.keyword_search(query, scope=scope, limit=limit)
-        )
+        """Async twin of :meth:`keyword_search`."""
+        _keyword_input(query, scope, limit)
+        return await self._akeyword_search(query, scope=scope, limit=limit)
 
-    async def acount(self, scope: ScopeFilter | None = None) -> int:
-        return await run_in_executor(None, self.count, scope)
+    def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to close
+        """Release connections."""
 
     async def aclose(self) -> None:
+        """Async twin of :meth:`close`."""
         await run_in_executor(None, self.close)
+
+    # --- the backend surface: storage work on checked input ---------------------------
+
+    @abstractmethod
+    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
+        """Write a non-empty batch of checked records (``created_at`` in UTC) atomically."""
+
+    @abstractmethod
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        """Windows of distinct, non-empty ``message_ids``, in their order (see the public)."""
+
+    @abstractmethod
+    def _get_thread_owner(self, thread_id: str) -> str | None:
+        """The owner of the thread, or None."""
+
+    @abstractmethod
+    def _list_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
+    ) -> list[StoredMessage]:
+        """A page of messages (see :meth:`list_messages`)."""
+
+    @abstractmethod
+    def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
+        """Thread summaries, ordered by thread id."""
+
+    @abstractmethod
+    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
+        """Delete the thread's messages, keyword index and owner; retire the id if asked."""
+
+    @abstractmethod
+    def _delete_resource(self, resource_id: str) -> int:
+        """Delete and retire every thread of the resource."""
+
+    @abstractmethod
+    def _is_forgotten(self, thread_id: str) -> bool:
+        """Whether the thread id is retired."""
+
+    def _keyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        """Keyword matches (override with ``supports_keyword_search = True``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no keyword search")
+
+    def _count(self, scope: ScopeFilter | None) -> int:
+        """Messages in the scope, from the thread summaries (override with one query)."""
+        threads = self._list_threads(scope.resource_id if scope else None)
+        if scope is not None and scope.thread_id is not None:
+            threads = [t for t in threads if t.thread_id == scope.thread_id]
+        return sum(t.message_count for t in threads)
+
+    # --- protected async twins (override with a native driver where there is one) -----
+
+    async def _aput(self, records: list[MessageRecord]) -> list[StoredMessage]:
+        return await run_in_executor(None, self._put, records)
+
+    async def _aget_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        return await run_in_executor(
+            None, lambda: self._get_windows(message_ids, before=before, after=after, scope=scope)
+        )
+
+    async def _aget_thread_owner(self, thread_id: str) -> str | None:
+        return await run_in_executor(None, self._get_thread_owner, thread_id)
+
+    async def _alist_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
+    ) -> list[StoredMessage]:
+        return await run_in_executor(
+            None, lambda: self._list_messages(scope, after=after, limit=limit)
+        )
+
+    async def _alist_threads(self, resource_id: str | None) -> list[ThreadInfo]:
+        return await run_in_executor(None, self._list_threads, resource_id)
+
+    async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
+        return await run_in_executor(None, lambda: self._delete_thread(thread_id, retire=retire))
+
+    async def _adelete_resource(self, resource_id: str) -> int:
+        return await run_in_executor(None, self._delete_resource, resource_id)
+
+    async def _ais_forgotten(self, thread_id: str) -> bool:
+        return await run_in_executor(None, self._is_forgotten, thread_id)
+
+    async def _akeyword_search(
+        self, query: str, *, scope: ScopeFilter, limit: int
+    ) -> list[tuple[str, float]]:
+        return await run_in_executor(
+            None, lambda: self._keyword_search(query, scope=scope, limit=limit)
+        )
+
+    async def _acount(self, scope: ScopeFilter | None) -> int:
+        return await run_in_executor(None, self._count, scope)

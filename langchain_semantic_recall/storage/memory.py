@@ -22,15 +22,9 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
-from langchain_semantic_recall.errors import (
-    ForgottenThreadError,
-    InvalidInputError,
-    OwnershipError,
-)
+from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
@@ -48,26 +42,6 @@ class _Thread:
     """Keyword-searchable messages (user and assistant messages with terms)."""
     term_count: int = 0
     """Their terms, in total (BM25's average length)."""
-
-
-def _as_utc(value: datetime) -> datetime:
-    """``value`` converted to UTC; a naive datetime is rejected (its zone is unknown)."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInputError(
-            f"created_at {value.isoformat()} has no time zone; pass an aware UTC datetime "
-            "such as datetime.now(UTC)"
-        )
-    return value.astimezone(UTC)
-
-
-def _check_window(before: int, after: int) -> None:
-    if before < 0 or after < 0:
-        raise InvalidInputError(f"window sizes must be >= 0, got before={before} after={after}")
-
-
-def _check_limit(limit: int) -> None:
-    if limit < 1:
-        raise InvalidInputError(f"limit must be >= 1, got {limit}")
 
 
 class InMemoryStorage(MessageStorage):
@@ -108,20 +82,7 @@ class InMemoryStorage(MessageStorage):
 
     # --- writes -----------------------------------------------------------------------
 
-    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
-        """Insert or update messages atomically (all or nothing), in the given order.
-
-        Args:
-            records: The messages to write. Known ids keep their sequence number.
-
-        Returns:
-            The stored messages, in input order.
-
-        Raises:
-            OwnershipError: A thread of another resource, or a message id of another thread.
-            ForgottenThreadError: A record targets a forgotten thread.
-            InvalidInputError: A ``created_at`` without a time zone.
-        """
+    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
         with self._lock:
             # Plan on overlays first; the real dicts change only once every record passed.
             owners: dict[str, str] = {}
@@ -129,7 +90,6 @@ class InMemoryStorage(MessageStorage):
             planned: dict[str, tuple[str, int]] = {}
             stored: list[StoredMessage] = []
             for record in records:
-                created_at = _as_utc(record.created_at)
                 thread_id = record.thread_id
                 if thread_id in self._forgotten:
                     raise ForgottenThreadError(
@@ -164,7 +124,7 @@ class InMemoryStorage(MessageStorage):
                         resource_id=record.resource_id,
                         role=record.role,
                         text=record.text,
-                        created_at=created_at,
+                        created_at=record.created_at,
                         payload=record.payload,
                         seq=seq,
                     )
@@ -202,11 +162,11 @@ class InMemoryStorage(MessageStorage):
         thread.searchable -= 1
         thread.term_count -= len(terms)
 
-    def delete_thread(self, thread_id: str) -> int:
-        """Delete a thread's messages and retire its id (even if never written); count them."""
+    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         with self._lock:
             thread = self._threads.pop(thread_id, None)
-            self._forgotten.setdefault(thread_id, thread.resource_id if thread else None)
+            if retire:
+                self._forgotten.setdefault(thread_id, thread.resource_id if thread else None)
             if thread is None:
                 return 0
             for message in thread.messages:
@@ -214,30 +174,16 @@ class InMemoryStorage(MessageStorage):
                 self._unindex_terms(message.id, thread)
             return len(thread.messages)
 
-    def delete_resource(self, resource_id: str) -> int:
-        """Delete every thread of a resource and retire their ids; count the messages."""
+    def _delete_resource(self, resource_id: str) -> int:
         with self._lock:
             owned = [tid for tid, t in self._threads.items() if t.resource_id == resource_id]
-            return sum(self.delete_thread(thread_id) for thread_id in owned)
+            return sum(self._delete_thread(thread_id, retire=True) for thread_id in owned)
 
     # --- reads ------------------------------------------------------------------------
 
-    def get_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """For each id inside ``scope``: it with ``before``/``after`` neighbours of its thread.
-
-        Args:
-            message_ids: Ids of the hits. Unknown ids and ids outside the scope are absent
-                from the result.
-            before: Messages to include before each hit (clipped at the thread start).
-            after: Messages to include after each hit (clipped at the thread end).
-            scope: Which messages may be returned.
-
-        Returns:
-            Hit id -> the window of its own thread, ordered by seq, including the hit.
-        """
-        _check_window(before, after)
         with self._lock:
             windows: dict[str, tuple[StoredMessage, ...]] = {}
             for message_id in message_ids:
@@ -251,30 +197,14 @@ class InMemoryStorage(MessageStorage):
                 windows[message_id] = tuple(thread.messages[max(0, seq - before) : seq + after + 1])
             return windows
 
-    def get_thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns the thread, or None if it is unknown or forgotten."""
+    def _get_thread_owner(self, thread_id: str) -> str | None:
         with self._lock:
             thread = self._threads.get(thread_id)
             return thread.resource_id if thread else None
 
-    def list_messages(
-        self,
-        scope: ScopeFilter | None = None,
-        *,
-        after: tuple[str, int] | None = None,
-        limit: int = 1000,
+    def _list_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
-        """A page of messages ordered by (thread_id, seq), starting after ``after``.
-
-        Args:
-            scope: Only messages inside it; None lists every message.
-            after: The (thread_id, seq) of the last message of the previous page.
-            limit: Page size (>= 1).
-
-        Returns:
-            Up to ``limit`` messages.
-        """
-        _check_limit(limit)
         with self._lock:
             thread_ids = sorted(self._threads)
             start = 0 if after is None else bisect_left(thread_ids, after[0])
@@ -289,8 +219,7 @@ class InMemoryStorage(MessageStorage):
                     break
             return page
 
-    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        """Threads of a resource (or all), ordered by thread id."""
+    def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._lock:
             return [
                 ThreadInfo(
@@ -304,12 +233,11 @@ class InMemoryStorage(MessageStorage):
                 if resource_id is None or thread.resource_id == resource_id
             ]
 
-    def is_forgotten(self, thread_id: str) -> bool:
-        """Whether the thread was deleted (its id is retired)."""
+    def _is_forgotten(self, thread_id: str) -> bool:
         with self._lock:
             return thread_id in self._forgotten
 
-    def keyword_search(
+    def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
@@ -318,7 +246,6 @@ class InMemoryStorage(MessageStorage):
         those of :mod:`langchain_semantic_recall.keywords`, and BM25's statistics (document
         count, frequencies, mean length) are those of the scope itself.
         """
-        _check_limit(limit)
         terms = query_terms(query)
         with self._lock:
             threads = [t for tid, t in self._threads.items() if scope.admits(t.resource_id, tid)]

@@ -1,8 +1,9 @@
 """SQLite message storage: the embedded default (stdlib ``sqlite3``, WAL journal).
 
-One file holds every thread of every resource. The schema carries a version number
-(``schema_version``) so that later releases can migrate a file in place; SQL lives in
-module-level constants and pure functions that build it.
+One file holds every thread of every resource. The file itself (path checks, pragmas,
+schema version and migrations) is :mod:`.sqlite_schema`'s; keyword search is
+:mod:`.sqlite_fts`'s. SQL lives in module-level constants and pure functions that
+build it.
 
 Concurrency: one connection (``check_same_thread=False``) guarded by one lock. SQLite
 admits a single writer at a time anyway, every statement here is short (indexed lookups
@@ -18,57 +19,40 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
-from langchain_semantic_recall.errors import (
-    ForgottenThreadError,
-    InvalidInputError,
-    OwnershipError,
-    StorageError,
-)
+from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError, StorageError
 from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.sqlite_schema import (
+    MEMORY_PATH,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    connect,
+    prepare_path,
+)
+
+__all__ = [
+    "MEMORY_PATH",
+    "SCHEMA_VERSION",
+    "SQLiteStorage",
+    "count_sql",
+    "list_messages_sql",
+    "list_threads_sql",
+    "windows_sql",
+]
 
 logger = logging.getLogger(__name__)
 
-MEMORY_PATH: Final = ":memory:"
-SCHEMA_VERSION: Final = 2
-_BUSY_TIMEOUT_S: Final = 30.0
+_MIGRATIONS: Final = MIGRATIONS
+"""The schema steps, by version (:data:`.sqlite_schema.MIGRATIONS`; tests import it here)."""
 _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
-
-# --- schema -------------------------------------------------------------------------
-
-Migration = str | Callable[[sqlite3.Connection], None]
-
-_MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
-    1: (
-        "CREATE TABLE threads (thread_id TEXT PRIMARY KEY, resource_id TEXT NOT NULL, "
-        "next_seq INTEGER NOT NULL, created_at TEXT NOT NULL)",
-        "CREATE INDEX threads_resource ON threads (resource_id)",
-        "CREATE TABLE messages (id TEXT PRIMARY KEY, "
-        "thread_id TEXT NOT NULL REFERENCES threads (thread_id), resource_id TEXT NOT NULL, "
-        "seq INTEGER NOT NULL, role TEXT NOT NULL, text TEXT NOT NULL, "
-        "created_at TEXT NOT NULL, payload TEXT NOT NULL, UNIQUE (thread_id, seq))",
-        # (resource_id, thread_id) serves resource-scoped reads; seq keeps them ordered.
-        "CREATE INDEX messages_resource_thread ON messages (resource_id, thread_id, seq)",
-        "CREATE TABLE forgotten_threads (thread_id TEXT PRIMARY KEY, resource_id TEXT, "
-        "forgotten_at TEXT NOT NULL)",
-    ),
-    2: (*fts.KEYWORD_TABLES, fts.backfill),
-}
-"""Version -> the statements (or functions) that bring a file from the previous version."""
-
-_CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
-_GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
-_CLEAR_VERSION: Final = "DELETE FROM schema_version"
-_SET_VERSION: Final = "INSERT INTO schema_version (version) VALUES (?)"
 
 # --- statements ---------------------------------------------------------------------
 
@@ -158,12 +142,7 @@ def count_sql(scope: ScopeFilter | None) -> tuple[str, list[Any]]:
 
 
 def _to_iso(value: datetime) -> str:
-    """Fixed-width ISO 8601 in UTC (sorts as text); naive datetimes are rejected."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInputError(
-            f"created_at {value.isoformat()} has no time zone; pass an aware UTC datetime "
-            "such as datetime.now(UTC)"
-        )
+    """Fixed-width ISO 8601 in UTC (sorts as text); ``value`` is aware (checked by the base)."""
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
@@ -177,71 +156,6 @@ def _to_message(row: Sequence[Any]) -> StoredMessage:
     return StoredMessage(
         id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq
     )
-
-
-def _prepare_path(path: str | os.PathLike[str]) -> str:
-    """The database path, its folder created; StorageError if it cannot be written."""
-    raw = os.fspath(path)
-    if raw == MEMORY_PATH:
-        return raw
-    target = Path(raw).expanduser()
-    if target.is_dir():
-        raise StorageError(
-            f"SQLite storage path {target} is a directory; pass a file path such as "
-            f"{target / 'memory.db'}"
-        )
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StorageError(
-            f"cannot create the folder {target.parent} for the SQLite storage {target} "
-            f"({exc.strerror}); create it yourself or choose a writable path"
-        ) from exc
-    if target.exists() and not os.access(target, os.R_OK | os.W_OK):
-        raise StorageError(
-            f"SQLite storage {target} is not readable and writable; fix its permissions "
-            "(e.g. chmod u+rw) or choose another path"
-        )
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise StorageError(
-            f"folder {target.parent} of the SQLite storage {target} is read-only (SQLite "
-            "writes its journal next to the database); choose a writable folder"
-        )
-    return str(target)
-
-
-def _configure(conn: sqlite3.Connection, path: str) -> None:
-    """Set the pragmas and bring the schema up to ``SCHEMA_VERSION``, in one transaction."""
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-    if mode != "wal" and path != MEMORY_PATH:
-        logger.warning("SQLite storage %s runs in %s journal mode, not WAL", path, mode)
-    # NORMAL is durable in WAL mode except for the last commits on power loss.
-    conn.execute("PRAGMA synchronous = NORMAL")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute(_CREATE_VERSION_TABLE)
-        version = conn.execute(_GET_VERSION).fetchone()[0] or 0
-        if version > SCHEMA_VERSION:
-            raise StorageError(
-                f"SQLite storage {path} has schema version {version}, newer than this "
-                f"package understands ({SCHEMA_VERSION}); upgrade langchain-semantic-recall"
-            )
-        # Version 2 adds keyword search (sqlite_fts): its tables, then the existing rows.
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            for step in _MIGRATIONS[target]:
-                if isinstance(step, str):
-                    conn.execute(step)
-                else:
-                    step(conn)
-            logger.info("SQLite storage %s: schema migrated to v%d", path, target)
-        if version != SCHEMA_VERSION:
-            conn.execute(_CLEAR_VERSION)
-            conn.execute(_SET_VERSION, (SCHEMA_VERSION,))
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 @dataclass(slots=True)
@@ -277,28 +191,10 @@ class SQLiteStorage(MessageStorage):
             StorageError: The path cannot be created, read or written, is not a SQLite
                 database, or was written by a newer version of this package.
         """
-        self._path = _prepare_path(path)
+        self._path = prepare_path(path)
         self._bm25 = bm25 or BM25Params()
         self._lock = threading.Lock()
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(
-                self._path,
-                timeout=_BUSY_TIMEOUT_S,
-                isolation_level=None,  # autocommit; transactions are explicit (BEGIN IMMEDIATE)
-                check_same_thread=False,  # every use holds self._lock
-            )
-            _configure(conn, self._path)
-        except (sqlite3.Error, StorageError) as exc:
-            if conn is not None:
-                conn.close()
-            if isinstance(exc, StorageError):
-                raise
-            raise StorageError(
-                f"cannot use SQLite storage {self._path} ({exc}); check that it is a SQLite "
-                "database in a folder you can write, or choose another path"
-            ) from exc
-        self._conn = conn
+        self._conn = connect(self._path)  # every use holds self._lock
         logger.debug("opened SQLite storage %s", self._path)
 
     def __repr__(self) -> str:
@@ -339,17 +235,8 @@ class SQLiteStorage(MessageStorage):
 
     # --- writes -----------------------------------------------------------------------
 
-    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
-        """Insert or update messages in one transaction (all or nothing), in order.
-
-        Raises:
-            OwnershipError: A thread of another resource, or a message id of another thread.
-            ForgottenThreadError: A record targets a forgotten thread.
-            InvalidInputError: A ``created_at`` without a time zone.
-            StorageError: The database could not be written.
-        """
-        if not records:
-            return []
+    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
+        """One ``BEGIN IMMEDIATE`` transaction (StorageError if it cannot be written)."""
         created = [_to_iso(record.created_at) for record in records]
         now = _to_iso(datetime.now(UTC))
         stored: list[StoredMessage] = []
@@ -406,71 +293,53 @@ class SQLiteStorage(MessageStorage):
         conn.execute(_INSERT_THREAD, (record.thread_id, record.resource_id, now))
         return _ThreadState(owner=record.resource_id, next_seq=0)
 
-    def delete_thread(self, thread_id: str) -> int:
-        """Delete a thread's messages and retire its id (even if never written); count them."""
+    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         now = _to_iso(datetime.now(UTC))
         with self._write() as conn:
             owner = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
-            fts.forget(conn, "thread_id", thread_id)
+            fts.forget(conn, "thread_id", thread_id)  # before the rows it joins on
             deleted = conn.execute(_DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
             conn.execute(_DELETE_THREAD, (thread_id,))
-            conn.execute(_FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
-        logger.info("forgot thread %r (%d messages)", thread_id, deleted)
-        return deleted
+            if retire:
+                conn.execute(_FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
+        return int(deleted)
 
-    def delete_resource(self, resource_id: str) -> int:
-        """Delete every thread of a resource and retire their ids; count the messages."""
+    def _delete_resource(self, resource_id: str) -> int:
         now = _to_iso(datetime.now(UTC))
         with self._write() as conn:
             conn.execute(_FORGET_RESOURCE, (now, resource_id))
             fts.forget(conn, "resource_id", resource_id)
             deleted = conn.execute(_DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount
             conn.execute(_DELETE_RESOURCE_THREADS, (resource_id,))
-        logger.info("forgot resource %r (%d messages)", resource_id, deleted)
-        return deleted
+        return int(deleted)
 
     # --- reads ------------------------------------------------------------------------
 
-    def get_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """For each id inside ``scope``: it with ``before``/``after`` neighbours of its thread.
-
-        One indexed query per 500 distinct ids (in practice: one query per recall).
-        """
-        if before < 0 or after < 0:
-            raise InvalidInputError(f"window sizes must be >= 0, got before={before} after={after}")
-        unique = list(dict.fromkeys(message_ids))
+        """One indexed query per 500 ids (in practice: one query per recall)."""
         windows: dict[str, list[StoredMessage]] = {}
         with self._read() as conn:
-            for start in range(0, len(unique), _MAX_IDS_PER_QUERY):
-                chunk = unique[start : start + _MAX_IDS_PER_QUERY]
+            for start in range(0, len(message_ids), _MAX_IDS_PER_QUERY):
+                chunk = message_ids[start : start + _MAX_IDS_PER_QUERY]
                 for row in conn.execute(*windows_sql(chunk, before, after, scope)):
                     windows.setdefault(row[0], []).append(_to_message(row[1:]))
-        return {hit: tuple(windows[hit]) for hit in unique if hit in windows}
+        return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
-    def get_thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns the thread, or None if it is unknown or forgotten."""
+    def _get_thread_owner(self, thread_id: str) -> str | None:
         with self._read() as conn:
             row = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
         return None if row is None else str(row[0])
 
-    def list_messages(
-        self,
-        scope: ScopeFilter | None = None,
-        *,
-        after: tuple[str, int] | None = None,
-        limit: int = 1000,
+    def _list_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
-        """A page of messages ordered by (thread_id, seq), starting after ``after``."""
-        if limit < 1:
-            raise InvalidInputError(f"limit must be >= 1, got {limit}")
         with self._read() as conn:
             rows = conn.execute(*list_messages_sql(scope, after, limit)).fetchall()
         return [_to_message(row) for row in rows]
 
-    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        """Threads of a resource (or all), ordered by thread id."""
+    def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._read() as conn:
             rows = conn.execute(*list_threads_sql(resource_id)).fetchall()
         return [
@@ -480,17 +349,16 @@ class SQLiteStorage(MessageStorage):
             for thread_id, owner, count, first, last in rows
         ]
 
-    def count(self, scope: ScopeFilter | None = None) -> int:
-        """Number of stored messages in the scope (or in total), in one query."""
+    def _count(self, scope: ScopeFilter | None) -> int:
+        """One query."""
         with self._read() as conn:
             return int(conn.execute(*count_sql(scope)).fetchone()[0])
 
-    def is_forgotten(self, thread_id: str) -> bool:
-        """Whether the thread was deleted (its id is retired)."""
+    def _is_forgotten(self, thread_id: str) -> bool:
         with self._read() as conn:
             return conn.execute(_GET_FORGOTTEN, (thread_id,)).fetchone() is not None
 
-    def keyword_search(
+    def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
@@ -500,8 +368,6 @@ class SQLiteStorage(MessageStorage):
         are scored by BM25 with this storage's constants and the scope's own statistics
         (FTS5's built-in ``bm25()`` fixes ``b = 0.75``; chat measured better with 0.3).
         """
-        if limit < 1:
-            raise InvalidInputError(f"limit must be >= 1, got {limit}")
         with self._read() as conn:
             return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -103,11 +104,204 @@ class _Model:
         self.owners, self.threads, self.homes = owners, threads, homes
         return True
 
-    def forget(self, thread_id: str) -> None:
-        self.forgotten.add(thread_id)
+    def forget(self, thread_id: str, *, retire: bool = True) -> None:
+        if retire:
+            self.forgotten.add(thread_id)
         self.owners.pop(thread_id, None)
         for message_id in self.threads.pop(thread_id, []):
             del self.homes[message_id]
+
+
+BAD_IDS: list[object] = ["", "   ", "t\x00", "\x00", "t\ud800", 7, None]
+"""Ids no backend may take: blank, not a string, NUL, a lone surrogate."""
+
+Call = Callable[[Callable[..., Any], Any], Any]
+"""Calls one storage method (``method(..)``) with a bad value; see :func:`run_call`."""
+
+
+async def run_call(
+    storage: MessageStorage, call: Call, bad: object, *, asynchronous: bool
+) -> object:
+    """Run ``call`` on the sync method it names, or on its async twin (awaited)."""
+    name = call.__name__.split("__")[0]
+    method = getattr(storage, f"a{name}" if asynchronous else name)
+    result = call(method, bad)
+    return await result if asynchronous else result
+
+
+def get_thread_owner__id(m: Callable[..., Any], bad: object) -> Any:
+    return m(bad)
+
+
+def is_forgotten__id(m: Callable[..., Any], bad: object) -> Any:
+    return m(bad)
+
+
+def delete_thread__id(m: Callable[..., Any], bad: object) -> Any:
+    return m(bad)
+
+
+def delete_thread__id_kept(m: Callable[..., Any], bad: object) -> Any:
+    return m(bad, retire=False)
+
+
+def delete_resource__id(m: Callable[..., Any], bad: object) -> Any:
+    return m(bad)
+
+
+def get_windows__message_id(m: Callable[..., Any], bad: object) -> Any:
+    return m(["t1-m0", bad], before=1, after=1, scope=ScopeFilter("r1"))
+
+
+def _optional(bad: object) -> Any:
+    """``bad`` for a parameter where None is legal (it means "any"): a list instead."""
+    return ["t1"] if bad is None else bad
+
+
+def get_windows__scope_resource(m: Callable[..., Any], bad: object) -> Any:
+    return m(["t1-m0"], before=1, after=1, scope=ScopeFilter(resource_id=_optional(bad)))
+
+
+def get_windows__scope_thread(m: Callable[..., Any], bad: object) -> Any:
+    return m(["t1-m0"], before=1, after=1, scope=ScopeFilter("r1", thread_id=_optional(bad)))
+
+
+def list_messages__scope_thread(m: Callable[..., Any], bad: object) -> Any:
+    return m(ScopeFilter(thread_id=_optional(bad)))
+
+
+def list_messages__after_thread(m: Callable[..., Any], bad: object) -> Any:
+    return m(after=(bad, 0))
+
+
+def count__scope_resource(m: Callable[..., Any], bad: object) -> Any:
+    return m(ScopeFilter(resource_id=_optional(bad)))
+
+
+def keyword_search__scope_resource(m: Callable[..., Any], bad: object) -> Any:
+    return m("text", scope=ScopeFilter(resource_id=_optional(bad)), limit=3)
+
+
+def list_threads__resource(m: Callable[..., Any], bad: object) -> Any:
+    return m(_optional(bad))
+
+
+ID_CALLS: list[Call] = [
+    get_thread_owner__id,
+    is_forgotten__id,
+    delete_thread__id,
+    delete_thread__id_kept,
+    delete_resource__id,
+    get_windows__message_id,
+    get_windows__scope_resource,
+    get_windows__scope_thread,
+    list_messages__scope_thread,
+    list_messages__after_thread,
+    count__scope_resource,
+    keyword_search__scope_resource,
+    list_threads__resource,
+]
+"""Every public method that takes an id, each given the bad id where it takes one."""
+
+
+def get_windows__negative_before(m: Callable[..., Any], _: object) -> Any:
+    return m(["t1-m1"], before=-1, after=0, scope=ScopeFilter("r1"))
+
+
+def get_windows__negative_after(m: Callable[..., Any], _: object) -> Any:
+    return m(["t1-m1"], before=0, after=-1, scope=ScopeFilter("r1"))
+
+
+def get_windows__fractional_size(m: Callable[..., Any], _: object) -> Any:
+    return m(["t1-m1"], before=1.5, after=0, scope=ScopeFilter("r1"))
+
+
+def get_windows__ids_as_one_string(m: Callable[..., Any], _: object) -> Any:
+    return m("t1-m1", before=1, after=1, scope=ScopeFilter("r1"))
+
+
+def get_windows__scope_not_a_filter(m: Callable[..., Any], _: object) -> Any:
+    return m(["t1-m1"], before=1, after=1, scope="r1")
+
+
+def list_messages__limit_zero(m: Callable[..., Any], _: object) -> Any:
+    return m(limit=0)
+
+
+def list_messages__limit_negative(m: Callable[..., Any], _: object) -> Any:
+    return m(ScopeFilter("r1"), limit=-5)
+
+
+def list_messages__limit_not_an_int(m: Callable[..., Any], _: object) -> Any:
+    return m(limit="10")
+
+
+def list_messages__after_not_a_pair(m: Callable[..., Any], _: object) -> Any:
+    return m(after="t1")
+
+
+def list_messages__after_seq_not_an_int(m: Callable[..., Any], _: object) -> Any:
+    return m(after=("t1", "0"))
+
+
+def list_messages__scope_not_a_filter(m: Callable[..., Any], _: object) -> Any:
+    return m({"resource_id": "r1"})
+
+
+def count__scope_not_a_filter(m: Callable[..., Any], _: object) -> Any:
+    return m("r1")
+
+
+def keyword_search__limit_zero(m: Callable[..., Any], _: object) -> Any:
+    return m("text", scope=ScopeFilter("r1"), limit=0)
+
+
+def keyword_search__no_scope(m: Callable[..., Any], _: object) -> Any:
+    return m("text", scope=None, limit=3)
+
+
+def keyword_search__query_not_a_string(m: Callable[..., Any], _: object) -> Any:
+    return m(["text"], scope=ScopeFilter("r1"), limit=3)
+
+
+def delete_thread__retire_not_a_bool(m: Callable[..., Any], _: object) -> Any:
+    return m("t1", retire="no")
+
+
+def put__one_record_not_a_list(m: Callable[..., Any], _: object) -> Any:
+    return m(make_record("m9"))
+
+
+def put__not_a_record(m: Callable[..., Any], _: object) -> Any:
+    return m([make_record("m9"), {"id": "m10"}])
+
+
+def put__unknown_role(m: Callable[..., Any], _: object) -> Any:
+    return m([make_record("m9"), replace(make_record("m10"), role="robot")])
+
+
+ARGUMENT_CALLS: list[Call] = [
+    get_windows__negative_before,
+    get_windows__negative_after,
+    get_windows__fractional_size,
+    get_windows__ids_as_one_string,
+    get_windows__scope_not_a_filter,
+    list_messages__limit_zero,
+    list_messages__limit_negative,
+    list_messages__limit_not_an_int,
+    list_messages__after_not_a_pair,
+    list_messages__after_seq_not_an_int,
+    list_messages__scope_not_a_filter,
+    count__scope_not_a_filter,
+    keyword_search__limit_zero,
+    keyword_search__no_scope,
+    keyword_search__query_not_a_string,
+    delete_thread__retire_not_a_bool,
+    put__one_record_not_a_list,
+    put__not_a_record,
+    put__unknown_role,
+]
+"""Calls with a bad window, limit, cursor, scope, flag, query or batch (no bad id)."""
 
 
 class StorageConformance:
@@ -352,6 +546,84 @@ class StorageConformance:
         assert storage.get_thread_owner("t4") == "r1"
         assert storage.delete_resource("nobody") == 0
 
+    # --- emptying a thread without retiring it (retire=False) ---------------------------
+
+    def test_emptying_a_thread_keeps_its_id_usable(self, storage: MessageStorage) -> None:
+        storage.put(
+            [
+                make_record("t1-m0", text="the violin concert"),
+                make_record("t1-m1", text="violin lessons", role="assistant"),
+                make_record("t1-m2", text="a cello too"),
+            ]
+        )
+        storage.put(make_thread(2, "t2"))
+        assert storage.delete_thread("t1", retire=False) == 3
+        assert not storage.is_forgotten("t1")
+        assert storage.get_thread_owner("t1") is None
+        assert [t.thread_id for t in storage.list_threads()] == ["t2"]
+        assert storage.count(ScopeFilter(thread_id="t1")) == 0
+        assert ids(storage.list_messages()) == ["t2-m0", "t2-m1"]
+        assert storage.get_windows(["t1-m1"], before=1, after=1, scope=ScopeFilter("r1")) == {}
+        assert storage.keyword_search("violin cello", scope=ScopeFilter("r1"), limit=5) == []
+        # Later writes succeed, old message ids included, and the thread starts afresh.
+        storage.put([make_record("t1-m1", text="a new violin"), make_record("fresh")])
+        assert storage.get_thread_owner("t1") == "r1"
+        messages = storage.list_messages(ScopeFilter(thread_id="t1"))
+        assert ids(messages) == ["t1-m1", "fresh"]
+        assert messages[1].seq == messages[0].seq + 1
+        window = storage.get_windows(["fresh"], before=5, after=5, scope=ScopeFilter("r1"))
+        assert ids(window["fresh"]) == ["t1-m1", "fresh"]
+        found = storage.keyword_search("violin", scope=ScopeFilter("r1"), limit=5)
+        assert [i for i, _ in found] == ["t1-m1"]
+
+    def test_an_emptied_thread_may_go_to_another_resource(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1", "r1"))
+        assert storage.delete_thread("t1", retire=False) == 2
+        storage.put([make_record("theirs", "t1", "r2", text="a harbour")])
+        assert storage.get_thread_owner("t1") == "r2"
+        assert storage.list_threads("r1") == []
+        assert storage.count(ScopeFilter("r1")) == 0
+        assert ids(storage.list_messages(ScopeFilter("r2"))) == ["theirs"]
+        assert storage.keyword_search("harbour", scope=ScopeFilter("r1"), limit=5) == []
+        with pytest.raises(OwnershipError):  # owned again: the usual rule applies
+            storage.put([make_record("mine", "t1", "r1")])
+
+    def test_emptying_neither_retires_nor_revives(self, storage: MessageStorage) -> None:
+        assert storage.delete_thread("never-written", retire=False) == 0
+        assert not storage.is_forgotten("never-written")
+        storage.put([make_record("m1", "never-written")])
+        storage.put(make_thread(2, "gone"))
+        assert storage.delete_thread("gone", retire=True) == 2
+        assert storage.delete_thread("gone", retire=False) == 0
+        assert storage.is_forgotten("gone")  # a retired id stays retired
+        with pytest.raises(ForgottenThreadError):
+            storage.put([make_record("late", "gone")])
+        assert storage.count() == 1
+
+    def test_retire_true_refuses_later_writes_under_any_resource(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put(make_thread(2, "t1"))
+        assert storage.delete_thread("t1", retire=True) == 2
+        assert storage.is_forgotten("t1")
+        for resource_id in ("r1", "r2"):
+            with pytest.raises(ForgottenThreadError, match="t1"):
+                storage.put([make_record("late", "t1", resource_id)])
+        assert storage.count() == 0
+
+    async def test_emptying_and_forgetting_async_twins(self, storage: MessageStorage) -> None:
+        await storage.aput(make_thread(3, "t1") + make_thread(1, "t2"))
+        assert await storage.adelete_thread("t1", retire=False) == 3
+        assert not await storage.ais_forgotten("t1")
+        assert await storage.aget_thread_owner("t1") is None
+        [again] = await storage.aput([make_record("again", "t1", "r2")])
+        assert again.thread_id == "t1"
+        assert await storage.aget_thread_owner("t1") == "r2"
+        assert await storage.adelete_thread("t2", retire=True) == 1
+        with pytest.raises(ForgottenThreadError):
+            await storage.aput([make_record("late", "t2")])
+        assert ids(await storage.alist_messages()) == ["again"]
+
     # --- listing ----------------------------------------------------------------------
 
     def test_list_messages_pages_by_thread_and_seq(self, storage: MessageStorage) -> None:
@@ -419,6 +691,64 @@ class StorageConformance:
             await storage.aput([make_record("late", "t2", "r2")])
         assert await storage.adelete_resource("r1") == 4
         assert await storage.acount() == 0
+
+    # --- input checks (the base class's, the same on every backend) --------------------
+
+    @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+    @pytest.mark.parametrize("field_name", ["id", "thread_id", "resource_id"])
+    async def test_unusable_record_ids_write_nothing(
+        self, storage: MessageStorage, field_name: str, bad: object
+    ) -> None:
+        batch = [make_record("ok"), replace(make_record("m2"), **{field_name: bad})]
+        with pytest.raises(InvalidInputError):
+            storage.put(batch)
+        with pytest.raises(InvalidInputError):
+            await storage.aput(batch)
+        assert storage.count() == 0
+        assert storage.list_threads() == []
+
+    @pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+    @pytest.mark.parametrize("call", ID_CALLS, ids=lambda call: call.__name__)
+    async def test_unusable_ids_are_refused_sync_and_async(
+        self, storage: MessageStorage, call: Call, bad: object
+    ) -> None:
+        storage.put(make_thread(2))
+        for asynchronous in (False, True):
+            with pytest.raises(InvalidInputError):
+                await run_call(storage, call, bad, asynchronous=asynchronous)
+        assert storage.count() == 2
+        assert not storage.is_forgotten("t1")
+
+    @pytest.mark.parametrize("call", ARGUMENT_CALLS, ids=lambda call: call.__name__)
+    async def test_bad_arguments_are_refused_sync_and_async(
+        self, storage: MessageStorage, call: Call
+    ) -> None:
+        storage.put(make_thread(3))
+        for asynchronous in (False, True):
+            with pytest.raises(InvalidInputError):
+                await run_call(storage, call, None, asynchronous=asynchronous)
+        assert ids(storage.list_messages()) == ["t1-m0", "t1-m1", "t1-m2"]
+        assert not storage.is_forgotten("t1")
+
+    async def test_naive_created_at_is_refused_sync_and_async(
+        self, storage: MessageStorage
+    ) -> None:
+        naive = make_record("m2", created_at=datetime(2024, 1, 1, 12, 0))
+        for batch in ([naive], [make_record("m1"), naive]):
+            with pytest.raises(InvalidInputError, match="time zone"):
+                storage.put(batch)
+            with pytest.raises(InvalidInputError, match="time zone"):
+                await storage.aput(batch)
+        assert storage.count() == 0
+
+    async def test_put_returns_times_in_utc_sync_and_async(self, storage: MessageStorage) -> None:
+        east = datetime(2024, 3, 1, 9, 0, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+        [sync] = storage.put([make_record("m1", created_at=east)])
+        [asynchronous] = await storage.aput([make_record("m2", created_at=east)])
+        for message in (sync, asynchronous):
+            assert message.created_at == east
+            assert message.created_at.utcoffset() == timedelta(0)
+            assert message.created_at.hour == 3
 
     # --- ids are compared exactly -----------------------------------------------------
 
@@ -620,11 +950,13 @@ def check_windows_property(storage: MessageStorage, data: st.DataObject) -> None
     ns = uuid.uuid4().hex[:8]
     model = _Model()
     record = st.tuples(st.integers(0, 11), st.integers(0, 3), st.integers(0, 2))
-    step = st.one_of(st.lists(record, min_size=1, max_size=4), st.integers(0, 3))
+    deletion = st.tuples(st.integers(0, 3), st.booleans())  # (thread, retire)
+    step = st.one_of(st.lists(record, min_size=1, max_size=4), deletion)
     for action in data.draw(st.lists(step, max_size=14), label="history"):
-        if isinstance(action, int):
-            storage.delete_thread(f"{ns}t{action}")
-            model.forget(f"{ns}t{action}")
+        if isinstance(action, tuple):
+            thread, retire = action
+            storage.delete_thread(f"{ns}t{thread}", retire=retire)
+            model.forget(f"{ns}t{thread}", retire=retire)
             continue
         batch = [(f"{ns}m{m}", f"{ns}t{t}", f"{ns}r{r}") for m, t, r in action]
         if model.put(batch):

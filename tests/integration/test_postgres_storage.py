@@ -88,12 +88,16 @@ def test_newer_schema_is_refused(storage: PostgresStorage, pg_url: str) -> None:
         PostgresStorage(pg_url)
 
 
-def test_nul_characters_are_refused_clearly(storage: PostgresStorage) -> None:
+async def test_nul_in_text_is_refused_clearly(storage: PostgresStorage) -> None:
+    # Ids with NUL are refused by every backend (the conformance suite); text with NUL is
+    # PostgreSQL's own limit (``text`` columns cannot hold it), so only this backend refuses.
+    batch = [make_record("m0"), make_record("m1", text="a\x00b")]
     with pytest.raises(InvalidInputError, match="NUL"):
-        storage.put([make_record("m1", text="a\x00b")])
+        storage.put(batch)
+    with pytest.raises(InvalidInputError, match="NUL"):
+        await storage.aput(batch)
     assert storage.count() == 0
-    assert storage.get_thread_owner("t\x00") is None
-    assert storage.get_windows(["m\x00"], before=1, after=1, scope=ScopeFilter("r1")) == {}
+    assert storage.get_thread_owner("t1") is None
 
 
 def test_unreachable_server_is_a_storage_error() -> None:
@@ -182,4 +186,35 @@ async def test_callers_pools_are_used_and_left_open(pg_url: str) -> None:
             async_only.count()
     finally:
         pool.close()
+        await apool.close()
+
+
+async def test_every_async_twin_runs_on_the_async_pool_alone(pg_url: str) -> None:
+    # With no sync pool, a twin falling back to the executor (the sync driver) would raise
+    # "only an async pool": each one must run on the native async driver.
+    from psycopg_pool import AsyncConnectionPool
+
+    apool = AsyncConnectionPool(pg_url, kwargs={"autocommit": True}, min_size=1, open=False)
+    await apool.open()
+    try:
+        storage = PostgresStorage(async_pool=apool)
+        scope = ScopeFilter("r1")
+        await storage.aput([*make_thread(3), make_record("k", "t2", text="violin lessons")])
+        windows = await storage.aget_windows(["t1-m1"], before=1, after=1, scope=scope)
+        assert [m.id for m in windows["t1-m1"]] == ["t1-m0", "t1-m1", "t1-m2"]
+        assert await storage.aget_thread_owner("t1") == "r1"
+        assert len(await storage.alist_messages(scope, limit=10)) == 4
+        assert [t.thread_id for t in await storage.alist_threads("r1")] == ["t1", "t2"]
+        assert await storage.acount(scope) == 4
+        found = await storage.akeyword_search("violin", scope=scope, limit=3)
+        assert [message_id for message_id, _ in found] == ["k"]
+        assert await storage.adelete_thread("t2", retire=False) == 1
+        assert not await storage.ais_forgotten("t2")
+        assert await storage.adelete_thread("t1") == 3
+        assert await storage.ais_forgotten("t1")
+        await storage.aput([make_record("back", "t2", "r1")])
+        assert await storage.adelete_resource("r1") == 1
+        assert await storage.ais_forgotten("t2")
+        await storage.aclose()
+    finally:
         await apool.close()

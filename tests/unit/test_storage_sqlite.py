@@ -62,6 +62,29 @@ def test_data_survives_reopening(db_path: Path) -> None:
         reopened.close()
 
 
+def test_emptying_drops_the_keyword_rows_and_survives_reopening(db_path: Path) -> None:
+    storage = SQLiteStorage(db_path)
+    storage.put([make_record("a", text="violin lessons"), make_record("b", "t2", text="violin")])
+    assert storage.delete_thread("t1", retire=False) == 1
+    storage.close()
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("SELECT thread_id, docs FROM thread_terms").fetchall() == [("t2", 1)]
+        assert raw.execute("SELECT message_id FROM message_terms").fetchall() == [("b",)]
+        assert raw.execute("SELECT COUNT(*) FROM message_fts").fetchone() == (1,)
+        assert raw.execute("SELECT COUNT(*) FROM forgotten_threads").fetchone() == (0,)
+        assert raw.execute("SELECT thread_id FROM threads").fetchall() == [("t2",)]
+    raw.close()
+    reopened = SQLiteStorage(db_path)
+    try:
+        assert not reopened.is_forgotten("t1")
+        [again] = reopened.put([make_record("c", text="violin again")])
+        assert again.seq == 0  # a new thread row: numbering starts afresh
+        found = reopened.keyword_search("violin", scope=ScopeFilter(thread_id="t1"), limit=5)
+        assert [message_id for message_id, _ in found] == ["c"]
+    finally:
+        reopened.close()
+
+
 def test_wal_and_schema_version_are_on_disk(db_path: Path) -> None:
     SQLiteStorage(db_path).close()
     with sqlite3.connect(db_path) as raw:

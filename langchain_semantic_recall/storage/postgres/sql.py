@@ -1,44 +1,41 @@
-"""The PostgreSQL storage's SQL: schema, migrations and every operation, without I/O.
+"""The PostgreSQL storage's SQL: every operation, without I/O.
 
 Each operation is a generator of :class:`Query` objects that receives each statement's
 :class:`Result` back and returns the operation's value; :mod:`.storage` runs it on a sync
 or an async connection. Keeping the logic here, written once, is what makes the two
 twins behave identically. Tables are prefixed ``semantic_recall_`` (a database is often
 shared); ids are ``COLLATE "C"`` so they compare and sort by code point, like every
-other backend.
+other backend. The schema and its migrations are :mod:`.schema`'s. Inputs arrive
+checked by :class:`~langchain_semantic_recall.storage.base.MessageStorage` (ids without
+NUL, aware times, sane windows and limits); only PostgreSQL's own limit is checked here:
+``text`` columns cannot hold NUL, so a message's text and payload must not either.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, Final, TypeVar
 
 from langchain_semantic_recall.errors import (
     ForgottenThreadError,
     InvalidInputError,
     OwnershipError,
-    StorageError,
 )
 from langchain_semantic_recall.keywords import BM25Params, bm25_score, message_terms, query_terms
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage.base import ThreadInfo
 
-logger = logging.getLogger(__name__)
-
 T = TypeVar("T")
-SCHEMA_VERSION: Final = 2
-_LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
+MESSAGES: Final = "semantic_recall_messages"
+THREADS: Final = "semantic_recall_threads"
+FORGOTTEN: Final = "semantic_recall_forgotten_threads"
+_M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
 _MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
 _MAX_TSV_BYTES: Final = 500_000  # well under the 1 MB limit of one tsvector
-_M: Final = "semantic_recall_messages"
-_T: Final = "semantic_recall_threads"
-_F: Final = "semantic_recall_forgotten_threads"
-_V: Final = "semantic_recall_schema_version"
 _COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
 
 
@@ -55,84 +52,6 @@ class Result:
 
 
 Steps = Generator[Query, Result, T]
-
-# --- schema -----------------------------------------------------------------------------
-
-_MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
-    1: (
-        f'CREATE TABLE {_T} (thread_id TEXT COLLATE "C" PRIMARY KEY, '
-        'resource_id TEXT COLLATE "C" NOT NULL, next_seq BIGINT NOT NULL DEFAULT 0, '
-        "created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-        f"CREATE INDEX {_T}_resource ON {_T} (resource_id, thread_id)",
-        f'CREATE TABLE {_M} (id TEXT COLLATE "C" PRIMARY KEY, '
-        f'thread_id TEXT COLLATE "C" NOT NULL REFERENCES {_T} (thread_id), '
-        'resource_id TEXT COLLATE "C" NOT NULL, seq BIGINT NOT NULL, role TEXT NOT NULL, '
-        "text TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL, "
-        "UNIQUE (thread_id, seq))",
-        f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq)",
-        f'CREATE TABLE {_F} (thread_id TEXT COLLATE "C" PRIMARY KEY, '
-        'resource_id TEXT COLLATE "C", forgotten_at TIMESTAMPTZ NOT NULL DEFAULT now())',
-    ),
-    2: (  # keyword search; rows written before it are backfilled by _backfill_terms
-        f"ALTER TABLE {_M} ADD COLUMN terms TEXT[] NOT NULL DEFAULT '{{}}', "
-        "ADD COLUMN term_count INTEGER NOT NULL DEFAULT 0, ADD COLUMN tsv TSVECTOR",
-        f"CREATE INDEX {_M}_tsv ON {_M} USING GIN (tsv)",
-        # BM25's scope statistics from the index alone (an index-only scan).
-        f"DROP INDEX IF EXISTS {_M}_resource",
-        f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq) INCLUDE (term_count)",
-    ),
-}
-"""Version -> the statements that bring a database from the previous version to it."""
-
-
-def setup_steps() -> Steps[int]:
-    """Create or migrate the schema (one transaction, under an advisory lock)."""
-    yield Query("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SETUP,))
-    yield Query(
-        f"CREATE TABLE IF NOT EXISTS {_V} (version INTEGER NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-    )
-    version = (yield Query(f"SELECT max(version) FROM {_V}")).rows[0][0] or 0
-    if version > SCHEMA_VERSION:
-        raise StorageError(
-            f"the PostgreSQL schema is at version {version}, newer than this package "
-            f"understands ({SCHEMA_VERSION}); upgrade langchain-semantic-recall"
-        )
-    for target in range(version + 1, SCHEMA_VERSION + 1):
-        for statement in _MIGRATIONS[target]:
-            yield Query(statement)
-        if target == 2:
-            yield from _backfill_terms()
-        yield Query(f"INSERT INTO {_V} (version) VALUES (%s)", (target,))
-        logger.info("PostgreSQL storage: schema migrated to v%d", target)
-    return int(version)
-
-
-def _backfill_terms() -> Steps[None]:
-    """Index the keyword terms of messages written before schema version 2."""
-    after = ""
-    while True:
-        sql = f"SELECT id, role, text, resource_id, thread_id FROM {_M} WHERE id > %s "
-        page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after,))).rows
-        if not page:
-            return
-        ids, terms, counts, lexemes = [], [], [], []
-        for id_, role, text, resource_id, thread_id in page:
-            found = message_terms(role, text)
-            ids.append(id_)
-            terms.append(found)
-            counts.append(len(found))
-            lexemes.append(_lexemes(found, resource_id, thread_id))
-        yield Query(
-            f"UPDATE {_M} AS m SET terms = v.terms, term_count = v.n, tsv = v.tsv FROM "
-            "(SELECT i, string_to_array(t, ' ') AS terms, n, "
-            "array_to_tsvector(string_to_array(l, ' ')) AS tsv FROM "
-            "unnest(%s::text[], %s::text[], %s::int[], %s::text[]) AS u(i, t, n, l)) AS v "
-            "WHERE m.id = v.i",
-            (ids, [" ".join(t) for t in terms], counts, [" ".join(x) for x in lexemes]),
-        )
-        after = page[-1][0]
-
 
 # --- pure helpers -----------------------------------------------------------------------
 
@@ -159,7 +78,7 @@ def _scope_token(kind: str, value: str) -> str:
     return f"{kind}:{hashlib.blake2b(value.encode(), digest_size=12).hexdigest()}"
 
 
-def _lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]:
+def lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]:
     """The tsvector of a message: its distinct terms that fit, and its scope tokens.
 
     A message without terms gets none (it is not keyword-searchable).
@@ -186,22 +105,10 @@ def _tsquery(terms: Sequence[str], scope: ScopeFilter) -> str:
     return query
 
 
-def _has_nul(*values: str | None) -> bool:
-    return any(v is not None and "\x00" in v for v in values)
-
-
-def _utc(value: datetime) -> datetime:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInputError(
-            f"created_at {value.isoformat()} has no time zone; pass an aware UTC datetime "
-            "such as datetime.now(UTC)"
-        )
-    return value.astimezone(UTC)
-
-
-def _check_record(record: MessageRecord) -> None:
-    for name in ("id", "thread_id", "resource_id", "role", "text", "payload"):
-        if _has_nul(getattr(record, name)):
+def _check_storable(record: MessageRecord) -> None:
+    """PostgreSQL's ``text`` holds no NUL: refuse a message whose text or payload has one."""
+    for name in ("text", "payload"):
+        if "\x00" in getattr(record, name):
             raise InvalidInputError(
                 f"message {record.id!r}: its {name} contains a NUL character (\\x00), which "
                 "PostgreSQL cannot store in text; remove it (e.g. text.replace('\\x00', ''))"
@@ -295,7 +202,7 @@ def plan_put(
                 record.resource_id,
                 record.role,
                 record.text,
-                _utc(record.created_at),
+                record.created_at,
                 record.payload,
                 place[1],
             )
@@ -308,8 +215,7 @@ def plan_put(
 
 def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
     for record in records:
-        _check_record(record)
-        _utc(record.created_at)
+        _check_storable(record)
     thread_ids = list(dict.fromkeys(r.thread_id for r in records))
     yield from _lock_steps(thread_ids)
     sql = f"SELECT thread_id FROM {_F} WHERE thread_id = ANY(%s)"
@@ -334,7 +240,7 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
         )
     rows = list(plan.rows.values())
     terms = [message_terms(m.role, m.text) for m in rows]
-    lexemes = [_lexemes(t, m.resource_id, m.thread_id) for m, t in zip(rows, terms, strict=True)]
+    words = [lexemes(t, m.resource_id, m.thread_id) for m, t in zip(rows, terms, strict=True)]
     written = yield Query(
         f"INSERT INTO {_M} ({_COLUMNS}, terms, term_count, tsv) SELECT u.i, u.t, u.r, u.ro, "
         "u.tx, u.c, u.p, u.s, string_to_array(u.te, ' '), u.n, "
@@ -352,7 +258,7 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
             [m.seq for m in rows],
             [" ".join(t) for t in terms],
             [len(t) for t in terms],
-            [" ".join(x) for x in lexemes],
+            [" ".join(x) for x in words],
         ),
     )
     if written.rowcount != len(rows):  # a concurrent writer took a message id first
@@ -373,11 +279,6 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
 def windows_steps(
     message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
 ) -> Steps[dict[str, tuple[StoredMessage, ...]]]:
-    if before < 0 or after < 0:
-        raise InvalidInputError(f"window sizes must be >= 0, got before={before} after={after}")
-    unique = [i for i in dict.fromkeys(message_ids) if not _has_nul(i)]
-    if not unique or _has_nul(scope.resource_id, scope.thread_id):
-        return {}
     where, params = _scope_sql(scope)
     columns = ", ".join(f"m.{c}" for c in _COLUMNS.split(", "))
     rows = (
@@ -386,34 +287,28 @@ def windows_steps(
             f"{where}) SELECT hits.id, {columns} FROM hits JOIN {_M} AS m "
             "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - %(before)s "
             "AND hits.seq + %(after)s ORDER BY hits.id, m.seq",
-            {"ids": unique, "before": before, "after": after, **params},
+            {"ids": list(message_ids), "before": before, "after": after, **params},
         )
     ).rows
     windows: dict[str, list[StoredMessage]] = {}
     for row in rows:
         windows.setdefault(row[0], []).append(_message(row[1:]))
-    return {hit: tuple(windows[hit]) for hit in unique if hit in windows}
+    return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
 
 def list_steps(
     scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
 ) -> Steps[list[StoredMessage]]:
-    if limit < 1:
-        raise InvalidInputError(f"limit must be >= 1, got {limit}")
-    if scope is not None and _has_nul(scope.resource_id, scope.thread_id):
-        return []
     where, params = _scope_sql(scope)
     page: dict[str, Any] = {**params, "limit": limit}
     if after is not None:
         where += " AND (thread_id, seq) > (%(after_thread)s, %(after_seq)s)"
-        page.update(after_thread=after[0].replace("\x00", ""), after_seq=after[1])
+        page.update(after_thread=after[0], after_seq=after[1])
     sql = f"SELECT {_COLUMNS} FROM {_M} WHERE TRUE{where} ORDER BY thread_id, seq LIMIT %(limit)s"
     return [_message(row) for row in (yield Query(sql, page)).rows]
 
 
 def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
-    if _has_nul(resource_id):
-        return []
     where = " WHERE t.resource_id = %s" if resource_id is not None else ""
     rows = (
         yield Query(
@@ -432,26 +327,24 @@ def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
 
 
 def one_value_steps(sql: str, value: str, default: Any) -> Steps[Any]:
-    if _has_nul(value):
-        return default
     rows = (yield Query(sql, (value,))).rows
     return rows[0][0] if rows else default
 
 
 def count_steps(scope: ScopeFilter | None) -> Steps[int]:
-    if scope is not None and _has_nul(scope.resource_id, scope.thread_id):
-        return 0
     where, params = _scope_sql(scope)
     return int((yield Query(f"SELECT count(*) FROM {_M} WHERE TRUE{where}", params)).rows[0][0])
 
 
-def delete_thread_steps(thread_id: str) -> Steps[int]:
-    if _has_nul(thread_id):  # such a thread can never be written: nothing to retire
-        return 0
+def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
+    """Delete the thread's messages (their keyword terms with them) and its row; with
+    ``retire``, also retire its id, under the thread's lock (late writers queue behind)."""
     yield from _lock_steps([thread_id])
     owner = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
     deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = %s", (thread_id,))).rowcount
     yield Query(f"DELETE FROM {_T} WHERE thread_id = %s", (thread_id,))
+    if not retire:
+        return deleted
     yield Query(
         f"INSERT INTO {_F} (thread_id, resource_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
         (thread_id, owner.rows[0][0] if owner.rows else None),
@@ -460,8 +353,6 @@ def delete_thread_steps(thread_id: str) -> Steps[int]:
 
 
 def delete_resource_steps(resource_id: str) -> Steps[int]:
-    if _has_nul(resource_id):
-        return 0
     rows = yield Query(f"SELECT thread_id FROM {_T} WHERE resource_id = %s", (resource_id,))
     threads = [row[0] for row in rows.rows]
     if not threads:
@@ -481,10 +372,8 @@ def delete_resource_steps(resource_id: str) -> Steps[int]:
 def keyword_steps(
     query: str, scope: ScopeFilter, limit: int, params: BM25Params
 ) -> Steps[list[tuple[str, float]]]:
-    if limit < 1:
-        raise InvalidInputError(f"limit must be >= 1, got {limit}")
     terms = query_terms(query)
-    if not terms or _has_nul(scope.resource_id, scope.thread_id):
+    if not terms:
         return []
     where, scope_params = _scope_sql(scope)
     sql = f"SELECT count(*), coalesce(sum(term_count), 0) FROM {_M} WHERE term_count > 0"

@@ -1,8 +1,10 @@
 """PostgreSQL message storage (psycopg 3): pooled, with native sync and async twins.
 
-Every operation is written once in :mod:`.sql`, as a generator of statements; the two
-drivers here run it on a ``psycopg_pool.ConnectionPool`` or on an ``AsyncConnectionPool``
-(a real async connection, not a thread pool). The schema carries a version (table
+Every operation is written once in :mod:`.sql` (the schema in :mod:`.schema`), as a
+generator of statements; the two drivers here run it on a ``psycopg_pool.ConnectionPool``
+or on an ``AsyncConnectionPool`` (a real async connection, not a thread pool): the base
+class's public methods check the input once, then call ``_put`` or ``_aput`` (and so on),
+which differ only in the driver. The schema carries a version (table
 ``semantic_recall_schema_version``) and is created or migrated when the storage opens,
 under an advisory lock, so many processes may start at once.
 
@@ -24,7 +26,7 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -32,6 +34,7 @@ from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.postgres.schema import setup_steps
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN_SQL,
     OWNER_SQL,
@@ -44,7 +47,6 @@ from langchain_semantic_recall.storage.postgres.sql import (
     list_steps,
     one_value_steps,
     put_steps,
-    setup_steps,
     threads_steps,
     windows_steps,
 )
@@ -275,104 +277,75 @@ class PostgresStorage(MessageStorage):
             await pool.open()
         return pool
 
-    # --- the storage contract ---------------------------------------------------------
+    # --- the storage contract: each operation's steps, run sync or async -------------
 
-    def put(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
-        """Insert or update messages in one transaction (all or nothing), in order.
+    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
+        return self._run(put_steps(records), "write", write=True)
 
-        Raises:
-            OwnershipError: A thread of another resource, or a message id of another thread.
-            ForgottenThreadError: A record targets a forgotten thread.
-            InvalidInputError: A ``created_at`` without a time zone, or a NUL character.
-            StorageError: The database could not be written.
-        """
-        return self._run(put_steps(records), "write", write=True) if records else []
+    async def _aput(self, records: list[MessageRecord]) -> list[StoredMessage]:
+        return await self._arun(put_steps(records), "write", write=True)
 
-    async def aput(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
-        return await self._arun(put_steps(records), "write", write=True) if records else []
-
-    def get_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """For each id inside ``scope``: it with ``before``/``after`` neighbours (one query)."""
+        """One query for every hit."""
         return self._run(windows_steps(message_ids, before, after, scope), "read")
 
-    async def aget_windows(
-        self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
+    async def _aget_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         return await self._arun(windows_steps(message_ids, before, after, scope), "read")
 
-    def get_thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns the thread, or None if it is unknown or forgotten."""
+    def _get_thread_owner(self, thread_id: str) -> str | None:
         return cast("str | None", self._run(one_value_steps(OWNER_SQL, thread_id, None), "read"))
 
-    async def aget_thread_owner(self, thread_id: str) -> str | None:
+    async def _aget_thread_owner(self, thread_id: str) -> str | None:
         steps = one_value_steps(OWNER_SQL, thread_id, None)
         return cast("str | None", await self._arun(steps, "read"))
 
-    def list_messages(
-        self,
-        scope: ScopeFilter | None = None,
-        *,
-        after: tuple[str, int] | None = None,
-        limit: int = 1000,
+    def _list_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
-        """A page of messages ordered by (thread_id, seq), starting after ``after``."""
         return self._run(list_steps(scope, after, limit), "read")
 
-    async def alist_messages(
-        self,
-        scope: ScopeFilter | None = None,
-        *,
-        after: tuple[str, int] | None = None,
-        limit: int = 1000,
+    async def _alist_messages(
+        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
         return await self._arun(list_steps(scope, after, limit), "read")
 
-    def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        """Threads of a resource (or all), ordered by thread id."""
+    def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return self._run(threads_steps(resource_id), "read")
 
-    async def alist_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
+    async def _alist_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return await self._arun(threads_steps(resource_id), "read")
 
-    def count(self, scope: ScopeFilter | None = None) -> int:
-        """Number of stored messages in the scope (or in total), in one query."""
+    def _count(self, scope: ScopeFilter | None) -> int:
+        """One query."""
         return self._run(count_steps(scope), "read")
 
-    async def acount(self, scope: ScopeFilter | None = None) -> int:
+    async def _acount(self, scope: ScopeFilter | None) -> int:
         return await self._arun(count_steps(scope), "read")
 
-    def delete_thread(self, thread_id: str) -> int:
-        """Delete a thread's messages and retire its id (even if never written); count them."""
-        deleted = self._run(delete_thread_steps(thread_id), "delete", write=True)
-        logger.info("forgot thread %r (%d messages)", thread_id, deleted)
-        return deleted
+    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
+        return self._run(delete_thread_steps(thread_id, retire=retire), "delete", write=True)
 
-    async def adelete_thread(self, thread_id: str) -> int:
-        deleted = await self._arun(delete_thread_steps(thread_id), "delete", write=True)
-        logger.info("forgot thread %r (%d messages)", thread_id, deleted)
-        return deleted
+    async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
+        steps = delete_thread_steps(thread_id, retire=retire)
+        return await self._arun(steps, "delete", write=True)
 
-    def delete_resource(self, resource_id: str) -> int:
-        """Delete every thread of a resource and retire their ids; count the messages."""
-        deleted = self._run(delete_resource_steps(resource_id), "delete", write=True)
-        logger.info("forgot resource %r (%d messages)", resource_id, deleted)
-        return deleted
+    def _delete_resource(self, resource_id: str) -> int:
+        return self._run(delete_resource_steps(resource_id), "delete", write=True)
 
-    async def adelete_resource(self, resource_id: str) -> int:
-        deleted = await self._arun(delete_resource_steps(resource_id), "delete", write=True)
-        logger.info("forgot resource %r (%d messages)", resource_id, deleted)
-        return deleted
+    async def _adelete_resource(self, resource_id: str) -> int:
+        return await self._arun(delete_resource_steps(resource_id), "delete", write=True)
 
-    def is_forgotten(self, thread_id: str) -> bool:
-        """Whether the thread was deleted (its id is retired)."""
+    def _is_forgotten(self, thread_id: str) -> bool:
         return bool(self._run(one_value_steps(FORGOTTEN_SQL, thread_id, False), "read"))
 
-    async def ais_forgotten(self, thread_id: str) -> bool:
+    async def _ais_forgotten(self, thread_id: str) -> bool:
         return bool(await self._arun(one_value_steps(FORGOTTEN_SQL, thread_id, False), "read"))
 
-    def keyword_search(
+    def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
@@ -383,7 +356,7 @@ class PostgresStorage(MessageStorage):
         """
         return self._run(keyword_steps(query, scope, limit, self._bm25), "keyword search")
 
-    async def akeyword_search(
+    async def _akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         steps = keyword_steps(query, scope, limit, self._bm25)

@@ -1,0 +1,131 @@
+"""The input checks of :class:`~.base.MessageStorage`: pure functions, no I/O.
+
+The public storage methods run them once, before any backend sees the call, so every
+backend refuses the same inputs with the same :class:`InvalidInputError` and backends
+do storage work only. Ids go through :func:`~langchain_semantic_recall.messages.check_id`
+(non-blank strings without NUL or lone surrogates: an id one backend stores, all do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TypeGuard
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.messages import check_id
+from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def checked_record(record: object) -> MessageRecord:
+    """``record`` with its ``created_at`` in UTC, if every field is usable.
+
+    Raises:
+        InvalidInputError: not a :class:`MessageRecord`, an unusable id, an unknown role,
+            non-string text or payload, or a ``created_at`` without a time zone.
+    """
+    if not isinstance(record, MessageRecord):
+        raise InvalidInputError(
+            f"storage writes MessageRecord objects, got {type(record).__name__}; build "
+            "records with messages.build_records(...)"
+        )
+    check_id("message id", record.id)
+    check_id("thread_id", record.thread_id)
+    check_id("resource_id", record.resource_id)
+    if record.role not in ROLE_ORDER:
+        raise InvalidInputError(
+            f"message {record.id!r}: role {record.role!r} is not one of {sorted(ROLE_ORDER)}"
+        )
+    for name in ("text", "payload"):
+        if not isinstance(getattr(record, name), str):
+            raise InvalidInputError(f"message {record.id!r}: its {name} must be a string")
+    created_at = record.created_at
+    if not isinstance(created_at, datetime) or created_at.utcoffset() is None:
+        shown = created_at.isoformat() if isinstance(created_at, datetime) else repr(created_at)
+        raise InvalidInputError(
+            f"message {record.id!r}: created_at {shown} has no time zone; pass an aware "
+            "UTC datetime such as datetime.now(UTC)"
+        )
+    if created_at.tzinfo is UTC:
+        return record
+    return replace(record, created_at=created_at.astimezone(UTC))
+
+
+def checked_records(records: object) -> list[MessageRecord]:
+    """The batch as a list of checked records (:func:`checked_record`), in order."""
+    if isinstance(records, str | bytes | MessageRecord) or not isinstance(records, Iterable):
+        raise InvalidInputError(
+            f"records must be a list of MessageRecord, got {type(records).__name__}"
+        )
+    return [checked_record(record) for record in records]
+
+
+def checked_message_ids(message_ids: object) -> list[str]:
+    """The ids, each checked, without repeats (first occurrence kept)."""
+    if isinstance(message_ids, str | bytes) or not isinstance(message_ids, Iterable):
+        raise InvalidInputError(
+            f"message_ids must be a list of ids, got {type(message_ids).__name__}"
+        )
+    return list(dict.fromkeys(check_id("message id", i) for i in message_ids))
+
+
+def check_window(before: object, after: object) -> None:
+    """Window sizes: integers >= 0."""
+    if not (_is_int(before) and before >= 0 and _is_int(after) and after >= 0):
+        raise InvalidInputError(
+            f"window sizes must be integers >= 0, got before={before!r} after={after!r}"
+        )
+
+
+def check_limit(limit: object) -> None:
+    """A page or result size: an integer >= 1."""
+    if not (_is_int(limit) and limit >= 1):
+        raise InvalidInputError(f"limit must be an integer >= 1, got {limit!r}")
+
+
+def check_scope(scope: object, *, optional: bool = False) -> None:
+    """A :class:`ScopeFilter` with usable ids (or None where ``optional``)."""
+    if scope is None and optional:
+        return
+    if not isinstance(scope, ScopeFilter):
+        wanted = "a ScopeFilter or None" if optional else "a ScopeFilter"
+        raise InvalidInputError(
+            f"scope must be {wanted}, got {type(scope).__name__}; e.g. "
+            "ScopeFilter(resource_id='user-1')"
+        )
+    if scope.resource_id is not None:
+        check_id("scope resource_id", scope.resource_id)
+    if scope.thread_id is not None:
+        check_id("scope thread_id", scope.thread_id)
+
+
+def checked_after(after: object) -> tuple[str, int] | None:
+    """A keyset cursor: None or the (thread_id, seq) of the last message of a page."""
+    if after is None:
+        return None
+    if not isinstance(after, Sequence) or isinstance(after, str) or len(after) != 2:
+        raise InvalidInputError(
+            f"after must be None or a (thread_id, seq) pair, got {after!r}; pass the "
+            "thread_id and seq of the last message of the previous page"
+        )
+    thread_id, seq = after
+    if not _is_int(seq):
+        raise InvalidInputError(f"after seq must be an integer, got {seq!r}")
+    return check_id("after thread_id", thread_id), seq
+
+
+def check_flag(name: str, value: object) -> None:
+    """A boolean option."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+
+
+def check_query(query: object) -> None:
+    """A keyword query: a string (any text; an empty one finds nothing)."""
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query must be a string, got {type(query).__name__}")

@@ -1,0 +1,106 @@
+"""The PostgreSQL storage's schema: its tables, migrations and set-up, without I/O.
+
+The database carries its schema version (table ``semantic_recall_schema_version``, one
+row per applied version). :func:`setup_steps` creates or migrates the schema in one
+transaction under an advisory lock, so many processes may start at once; a database
+migrated by a later release is refused. Like every operation of :mod:`.sql`, it is a
+generator of statements that :mod:`.storage` runs on a sync or an async connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+from langchain_semantic_recall.errors import StorageError
+from langchain_semantic_recall.keywords import message_terms
+from langchain_semantic_recall.storage.postgres.sql import (
+    FORGOTTEN,
+    MESSAGES,
+    THREADS,
+    Query,
+    Steps,
+    lexemes,
+)
+
+logger = logging.getLogger(__name__)
+
+SCHEMA_VERSION: Final = 2
+VERSIONS: Final = "semantic_recall_schema_version"
+_LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
+_M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
+
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
+    1: (
+        f'CREATE TABLE {_T} (thread_id TEXT COLLATE "C" PRIMARY KEY, '
+        'resource_id TEXT COLLATE "C" NOT NULL, next_seq BIGINT NOT NULL DEFAULT 0, '
+        "created_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+        f"CREATE INDEX {_T}_resource ON {_T} (resource_id, thread_id)",
+        f'CREATE TABLE {_M} (id TEXT COLLATE "C" PRIMARY KEY, '
+        f'thread_id TEXT COLLATE "C" NOT NULL REFERENCES {_T} (thread_id), '
+        'resource_id TEXT COLLATE "C" NOT NULL, seq BIGINT NOT NULL, role TEXT NOT NULL, '
+        "text TEXT NOT NULL, created_at TIMESTAMPTZ NOT NULL, payload TEXT NOT NULL, "
+        "UNIQUE (thread_id, seq))",
+        f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq)",
+        f'CREATE TABLE {_F} (thread_id TEXT COLLATE "C" PRIMARY KEY, '
+        'resource_id TEXT COLLATE "C", forgotten_at TIMESTAMPTZ NOT NULL DEFAULT now())',
+    ),
+    2: (  # keyword search; rows written before it are backfilled by _backfill_terms
+        f"ALTER TABLE {_M} ADD COLUMN terms TEXT[] NOT NULL DEFAULT '{{}}', "
+        "ADD COLUMN term_count INTEGER NOT NULL DEFAULT 0, ADD COLUMN tsv TSVECTOR",
+        f"CREATE INDEX {_M}_tsv ON {_M} USING GIN (tsv)",
+        # BM25's scope statistics from the index alone (an index-only scan).
+        f"DROP INDEX IF EXISTS {_M}_resource",
+        f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq) INCLUDE (term_count)",
+    ),
+}
+"""Version -> the statements that bring a database from the previous version to it."""
+
+
+def setup_steps() -> Steps[int]:
+    """Create or migrate the schema (one transaction, under an advisory lock)."""
+    yield Query("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SETUP,))
+    yield Query(
+        f"CREATE TABLE IF NOT EXISTS {VERSIONS} (version INTEGER NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    )
+    version = (yield Query(f"SELECT max(version) FROM {VERSIONS}")).rows[0][0] or 0
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"the PostgreSQL schema is at version {version}, newer than this package "
+            f"understands ({SCHEMA_VERSION}); upgrade langchain-semantic-recall"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[target]:
+            yield Query(statement)
+        if target == 2:
+            yield from _backfill_terms()
+        yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (%s)", (target,))
+        logger.info("PostgreSQL storage: schema migrated to v%d", target)
+    return int(version)
+
+
+def _backfill_terms() -> Steps[None]:
+    """Index the keyword terms of messages written before schema version 2."""
+    after = ""
+    while True:
+        sql = f"SELECT id, role, text, resource_id, thread_id FROM {_M} WHERE id > %s "
+        page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after,))).rows
+        if not page:
+            return
+        ids, terms, counts, words = [], [], [], []
+        for id_, role, text, resource_id, thread_id in page:
+            found = message_terms(role, text)
+            ids.append(id_)
+            terms.append(found)
+            counts.append(len(found))
+            words.append(lexemes(found, resource_id, thread_id))
+        yield Query(
+            f"UPDATE {_M} AS m SET terms = v.terms, term_count = v.n, tsv = v.tsv FROM "
+            "(SELECT i, string_to_array(t, ' ') AS terms, n, "
+            "array_to_tsvector(string_to_array(l, ' ')) AS tsv FROM "
+            "unnest(%s::text[], %s::text[], %s::int[], %s::text[]) AS u(i, t, n, l)) AS v "
+            "WHERE m.id = v.i",
+            (ids, [" ".join(t) for t in terms], counts, [" ".join(x) for x in words]),
+        )
+        after = page[-1][0]
