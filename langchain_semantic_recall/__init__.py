@@ -5,21 +5,33 @@ Importing this package is cheap: chromadb and the local model load on first use.
 
 from typing import TYPE_CHECKING, Any
 
+from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
 from langchain_semantic_recall.embeddings import EmbeddingCache
+from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
+from langchain_semantic_recall.engine.index_ops import BulkResult
+from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
+    IdentityMismatchError,
     InvalidInputError,
     InvalidOptionError,
+    MissingIdentityError,
     OwnershipError,
+    ReadOnlyError,
     SemanticRecallError,
     StorageError,
 )
-from langchain_semantic_recall.maintenance import RecallStats
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.options import MessageRange, Scope
 from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
-from langchain_semantic_recall.records import IndexResult, RecallHit, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import (
+    IndexResult,
+    MessageFate,
+    RecallHit,
+    ScopeFilter,
+    StoredMessage,
+)
 from langchain_semantic_recall.retriever import SemanticRecallRetriever, create_memory_search_tool
 from langchain_semantic_recall.storage import InMemoryStorage, MessageStorage, SQLiteStorage
 from langchain_semantic_recall.vectors import VectorIndex
@@ -51,22 +63,29 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "MEMORY_SOURCE",
+    "BulkResult",
     "EmbeddingCache",
     "EmbeddingMismatchError",
     "ForgottenThreadError",
+    "Identity",
+    "IdentityKeys",
+    "IdentityMismatchError",
     "InMemoryStorage",
     "IndexInfo",
     "IndexNode",
     "IndexResult",
     "InvalidInputError",
     "InvalidOptionError",
+    "MessageFate",
     "MessageRange",
     "MessageStorage",
+    "MissingIdentityError",
     "OwnershipError",
+    "ReadOnlyError",
     "RecallHit",
     "RecallNode",
     "RecallState",
@@ -75,6 +94,7 @@ __all__ = [
     "Scope",
     "ScopeFilter",
     "SemanticRecall",
+    "SemanticRecallChatHistory",
     "SemanticRecallError",
     "SemanticRecallMiddleware",
     "SemanticRecallRetriever",

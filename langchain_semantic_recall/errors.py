@@ -41,3 +41,23 @@ class ForgottenThreadError(SemanticRecallError):
 
 class StorageError(SemanticRecallError):
     """The message storage could not be opened or written."""
+
+
+class MissingIdentityError(InvalidInputError):
+    """A call needs a thread or resource id that no source gave (arguments, config, context).
+
+    Raised instead of guessing an owner: a guessed owner would bind a conversation to the
+    wrong resource for good.
+    """
+
+
+class IdentityMismatchError(OwnershipError, PermissionError):
+    """A resource id differs from the authenticated user of a LangGraph server run.
+
+    On an authenticated server the resource is always the signed-in user; a resource
+    supplied by the client that differs is refused, never obeyed.
+    """
+
+
+class ReadOnlyError(SemanticRecallError):
+    """A write (import, reindex, forget) was asked of an engine built with ``read_only``."""

@@ -20,10 +20,14 @@ The index node asks the storage which of the newest messages it already holds an
 only those after the last stored one, so it stores each message once whether it runs once
 per turn, after every model call, or in two concurrent runs of one thread.
 
-Thread and resource come from ``config["configurable"]["thread_id"]`` and
-``["resource_id"]`` (key names from the engine, or per node). A run without a thread id
-fails with :class:`InvalidInputError`; a thread used under another resource fails with
-:class:`OwnershipError`, on the recall side as on the index side.
+Thread and resource come from the engine's one rule: ``config["configurable"]``
+(``thread_id``, ``resource_id``), then the runtime context (``graph.invoke(...,
+context={"resource_id": ...})``); on an authenticated LangGraph server the resource is
+the signed-in user. A run without a thread id (or, in resource scope, a resource id)
+fails with :class:`MissingIdentityError`; a thread used under another resource with
+:class:`OwnershipError`; a forgotten thread with :class:`ForgottenThreadError`. A graph
+whose state lacks the ``recalled_memory`` channel (plain ``MessagesState``) fails at its
+first run with a message that says what to change.
 
 The common graph, in one call (sync and async)::
 
@@ -59,12 +63,11 @@ from langchain_core.messages import (
     SystemMessage,
 )
 from langchain_core.runnables import Runnable, RunnableConfig
-from langgraph.channels import UntrackedValue
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from langchain_semantic_recall.retriever import config_scope, missing_thread_error
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
+    RecallChannel,
     RecalledMemory,
     aindex_new_messages,
     arecall_turn,
@@ -73,6 +76,7 @@ from langchain_semantic_recall.turns import (
     inject_recalled,
     recall_turn,
     recalled_for_turn,
+    require_recall_channel,
     state_messages,
     with_recall,
 )
@@ -91,53 +95,33 @@ _LOG = logging.getLogger(__name__)
 class RecallState(MessagesState):
     """``MessagesState`` plus the per-run ``recalled_memory`` channel (never checkpointed)."""
 
-    recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue]]
+    recalled_memory: NotRequired[Annotated[RecalledMemory | None, RecallChannel]]
 
 
-class _MemoryNode(Runnable[Any, dict[str, Any]]):
-    def __init__(
-        self,
-        memory: SemanticRecall,
-        *,
-        messages_key: str = "messages",
-        thread_key: str | None = None,
-        resource_key: str | None = None,
-    ) -> None:
-        self.memory = memory
-        self.messages_key = messages_key
-        self.thread_key = thread_key or memory.thread_key
-        self.resource_key = resource_key or memory.resource_key
-
-    def _scope(self, config: RunnableConfig | None) -> tuple[str, str | None]:
-        thread_id, resource_id = config_scope(
-            config, thread_key=self.thread_key, resource_key=self.resource_key
-        )
-        if thread_id is None:
-            raise missing_thread_error(self.thread_key, self.resource_key, type(self).__name__)
-        return thread_id, resource_id
-
-
-class RecallNode(_MemoryNode):
+class RecallNode(Runnable[Any, dict[str, Any]]):
     """Graph node: recall for the newest user message into ``recalled_memory``.
 
     Writes ``{recall_key: RecalledMemory}`` and nothing else; the model node reads it
     with :func:`with_recall`. Put it between ``START`` and the model, not inside a tool
-    loop, so it runs once per user turn. Works under ``invoke`` and ``ainvoke``.
+    loop, so it runs once per user turn. Works under ``invoke`` and ``ainvoke``. Thread
+    and resource come from the run config or the runtime context (the engine's rule).
 
-    Example::
-
+    Example:
+        ```python
         builder = StateGraph(RecallState)
         builder.add_node("recall", RecallNode(memory))
+        ```
 
     Args:
         memory: the engine.
         messages_key: the state channel holding the conversation.
         recall_key: the channel to write (declare it as in :class:`RecallState`).
-        thread_key: config key of the thread id (default: the engine's).
-        resource_key: config key of the resource id (default: the engine's).
 
     Raises:
-        InvalidInputError: no thread id in the config, or no messages in the state.
+        InvalidInputError: the state has no ``recall_key`` channel (a plain
+            ``MessagesState`` graph: memory could never reach the model) or no messages.
+        MissingIdentityError: no thread id (or no resource id in resource scope).
+        ForgottenThreadError: the thread was forgotten.
         OwnershipError: the thread belongs to another resource.
     """
 
@@ -147,73 +131,70 @@ class RecallNode(_MemoryNode):
         *,
         messages_key: str = "messages",
         recall_key: str = RECALL_KEY,
-        thread_key: str | None = None,
-        resource_key: str | None = None,
     ) -> None:
-        super().__init__(
-            memory, messages_key=messages_key, thread_key=thread_key, resource_key=resource_key
-        )
+        self.memory = memory
+        self.messages_key = messages_key
         self.recall_key = recall_key
+
+    def _messages(self, state: Any) -> list[BaseMessage]:
+        messages = state_messages(state, self.messages_key)
+        require_recall_channel(state, self.recall_key, "RecallNode")
+        return messages
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
-        messages = state_messages(input, self.messages_key)
-        thread_id, resource_id = self._scope(config)
-        recalled = recall_turn(self.memory, messages, thread_id=thread_id, resource_id=resource_id)
+        recalled = recall_turn(self.memory, self._messages(input), config=config)
         return {self.recall_key: recalled}
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
-        messages = state_messages(input, self.messages_key)
-        thread_id, resource_id = self._scope(config)
-        recalled = await arecall_turn(
-            self.memory, messages, thread_id=thread_id, resource_id=resource_id
-        )
+        recalled = await arecall_turn(self.memory, self._messages(input), config=config)
         return {self.recall_key: recalled}
 
 
-class IndexNode(_MemoryNode):
+class IndexNode(Runnable[Any, dict[str, Any]]):
     """Graph node: store the turn's new messages and embed their text; writes no state.
 
     Every new message is stored (tool calls and results too, for context windows); only
     user and assistant text is embedded. Messages already stored are skipped, so the node
     may run once per turn or after every model call. Works under ``invoke`` and
-    ``ainvoke``.
+    ``ainvoke``, in any graph over messages (``MessagesState`` too).
 
-    Example::
-
+    Example:
+        ```python
         builder.add_node("index", IndexNode(memory))
         builder.add_edge("model", "index")
+        ```
 
     Args:
         memory: the engine.
         messages_key: the state channel holding the conversation.
-        thread_key: config key of the thread id (default: the engine's).
-        resource_key: config key of the resource id (default: the engine's).
 
     Raises:
-        InvalidInputError: no thread id in the config, or no messages in the state.
+        InvalidInputError: no messages in the state.
+        MissingIdentityError: no thread id (or no resource id in resource scope).
+        ForgottenThreadError: the thread was forgotten (nothing of the turn is stored).
         OwnershipError: the thread belongs to another resource.
     """
+
+    def __init__(self, memory: SemanticRecall, *, messages_key: str = "messages") -> None:
+        self.memory = memory
+        self.messages_key = messages_key
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         messages = state_messages(input, self.messages_key)
-        thread_id, resource_id = self._scope(config)
-        index_new_messages(self.memory, messages, thread_id=thread_id, resource_id=resource_id)
+        index_new_messages(self.memory, messages, config=config)
         return {}
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         messages = state_messages(input, self.messages_key)
-        thread_id, resource_id = self._scope(config)
-        await aindex_new_messages(
-            self.memory, messages, thread_id=thread_id, resource_id=resource_id
-        )
+        await aindex_new_messages(self.memory, messages, config=config)
         return {}
 
 
@@ -274,8 +255,6 @@ def create_recall_graph(
     system_prompt: str | None = None,
     checkpointer: Checkpointer = None,
     name: str | None = None,
-    thread_key: str | None = None,
-    resource_key: str | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The common agent graph: recall -> model -> (tools -> model)* -> index.
 
@@ -298,10 +277,8 @@ def create_recall_graph(
         system_prompt: instructions placed before the recalled messages (not stored).
         checkpointer: a LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``, ...).
         name: name of the compiled graph.
-        thread_key: config key of the thread id (default: the engine's).
-        resource_key: config key of the resource id (default: the engine's).
     """
-    recall = RecallNode(memory, thread_key=thread_key, resource_key=resource_key)
+    recall = RecallNode(memory)
     tool_list = list(tools or [])
     bound: Runnable[LanguageModelInput, BaseMessage] = (
         model.bind_tools(tool_list) if tool_list else model
@@ -309,7 +286,7 @@ def create_recall_graph(
     builder = StateGraph(RecallState, input_schema=MessagesState, output_schema=MessagesState)
     builder.add_node("recall", recall)
     builder.add_node("model", _ModelNode(bound, recall, system_prompt))
-    builder.add_node("index", IndexNode(memory, thread_key=thread_key, resource_key=resource_key))
+    builder.add_node("index", IndexNode(memory))
     builder.add_edge(START, "recall")
     builder.add_edge("recall", "model")
     if tool_list:
@@ -327,6 +304,7 @@ def create_recall_graph(
 __all__ = [
     "RECALL_KEY",
     "IndexNode",
+    "RecallChannel",
     "RecallNode",
     "RecallState",
     "RecalledMemory",

@@ -26,7 +26,7 @@ _BY_ROLE: dict[str, type[BaseMessage]] = {
 
 
 def split_recalled(
-    hits: Sequence[RecallHit], *, thread_id: str, present_ids: set[str]
+    hits: Sequence[RecallHit], *, thread_id: str | None, present_ids: set[str]
 ) -> tuple[list[StoredMessage], list[StoredMessage]]:
     """The windows' messages, deduplicated, minus those already in the input.
 
@@ -110,7 +110,7 @@ def inject(
     messages: Sequence[BaseMessage],
     hits: Sequence[RecallHit],
     *,
-    thread_id: str,
+    thread_id: str | None,
     max_block_chars: int | None = None,
     labels: dict[str, str] | None = None,
 ) -> list[BaseMessage]:

@@ -235,19 +235,75 @@ def serialise(message: BaseMessage) -> str:
     return payload
 
 
+def not_stored_reason(message: BaseMessage) -> str | None:
+    """Why the storage does not keep this message, or None if it does."""
+    if isinstance(message, RemoveMessage):
+        return "a RemoveMessage (a state instruction, not a message)"
+    if is_recalled(message):
+        return "recalled memory (source: memory)"
+    if role_of(message) is None:
+        return f"{type(message).__name__} is not a message type the storage keeps"
+    return None
+
+
+def record_for(
+    message: BaseMessage,
+    *,
+    position: int,
+    thread_id: str,
+    resource_id: str,
+    now: datetime,
+    fresh_id: bool,
+) -> MessageRecord:
+    """The storage record of one message that the storage keeps (see :func:`not_stored_reason`).
+
+    A message may carry its creation time in ``additional_kwargs["created_at"]``;
+    otherwise it is ``now`` plus ``position`` microseconds, so a turn keeps its order. A
+    message without an id gets one: with ``fresh_id`` (one turn of a live conversation)
+    a new random id, so two equal texts ("yes", "thanks") are two messages; otherwise
+    (an import of whole conversations) or when it carries its creation time, an id
+    derived from its thread, position, role, time and text, so importing again adds
+    nothing. Identity never comes from the text alone.
+
+    Raises:
+        InvalidInputError: a bad ``created_at``, or a message that cannot be serialised.
+    """
+    role = role_of(message)
+    if role is None:
+        raise InvalidInputError(f"{type(message).__name__} messages are not stored")
+    carried = message.additional_kwargs.get(CREATED_AT_KEY)
+    created_at = (
+        parse_time(carried) if carried is not None else now + timedelta(microseconds=position)
+    )
+    text = clean_text(text_of(message, "\n"))
+    message_id = message.id
+    if not message_id:
+        if fresh_id and carried is None:
+            message_id = str(uuid.uuid4())
+        else:
+            when = "" if carried is None else created_at.isoformat()
+            message_id = stable_id(thread_id, role, text, when, position)
+    stored = message if message.id == message_id else message.model_copy(update={"id": message_id})
+    return MessageRecord(
+        id=message_id,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        role=role,
+        text=text,
+        created_at=created_at,
+        payload=serialise(stored),
+    )
+
+
 def build_records(
     messages: Sequence[BaseMessage],
     *,
     thread_id: str,
     resource_id: str,
     now: datetime,
+    fresh_ids: bool = False,
 ) -> list[MessageRecord]:
-    """Storage records for the messages of one turn.
-
-    Recalled messages (``source: memory``) and ``RemoveMessage`` are not stored. A message
-    without an id gets :func:`stable_id`; a message may carry its creation time in
-    ``additional_kwargs["created_at"]``, otherwise it is ``now`` plus one microsecond per
-    message, so the turn keeps its order.
+    """Storage records of the messages the storage keeps (see :func:`record_for`).
 
     Raises:
         InvalidInputError: an unusable thread or resource id (:func:`check_id`), a bad
@@ -255,34 +311,18 @@ def build_records(
     """
     check_id("thread_id", thread_id)
     check_id("resource_id", resource_id)
-    records: list[MessageRecord] = []
-    for position, message in enumerate(messages):
-        role = role_of(message)
-        if role is None or isinstance(message, RemoveMessage) or is_recalled(message):
-            continue
-        carried = message.additional_kwargs.get(CREATED_AT_KEY)
-        created_at = (
-            parse_time(carried) if carried is not None else now + timedelta(microseconds=position)
+    return [
+        record_for(
+            message,
+            position=position,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            now=now,
+            fresh_id=fresh_ids,
         )
-        text = clean_text(text_of(message, "\n"))
-        message_id = message.id or stable_id(
-            thread_id, role, text, "" if carried is None else created_at.isoformat(), position
-        )
-        stored = (
-            message if message.id == message_id else message.model_copy(update={"id": message_id})
-        )
-        records.append(
-            MessageRecord(
-                id=message_id,
-                thread_id=thread_id,
-                resource_id=resource_id,
-                role=role,
-                text=text,
-                created_at=created_at,
-                payload=serialise(stored),
-            )
-        )
-    return records
+        for position, message in enumerate(messages)
+        if not_stored_reason(message) is None
+    ]
 
 
 def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> str | None:

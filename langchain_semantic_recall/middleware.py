@@ -9,20 +9,15 @@
 - ``after_agent`` (once, when the agent finishes): store the turn's new messages (tool
   calls and results too) and embed the user and assistant text.
 
-Where the ids come from:
-
-- thread: ``config["configurable"]["thread_id"]`` (LangGraph's own key; the engine's
-  ``thread_key``), required;
-- resource: the agent's runtime context first (``agent.invoke(..., context=...)``: a
-  mapping with a ``"resource_id"`` key or an object with a ``resource_id`` attribute, e.g.
-  a ``context_schema`` dataclass), else ``config["configurable"]["resource_id"]``. The
-  runtime context is LangChain v1's place for per-run values that the application sets and
-  the model cannot change. When both are given they must agree.
+Thread and resource come from the engine's one rule (explicit > ``config["configurable"]``
+> the agent's runtime context, e.g. ``agent.invoke(..., context={"resource_id": "alice"})``
+or a ``context_schema`` object with a ``resource_id`` attribute); on an authenticated
+LangGraph server the resource is the signed-in user and a differing one is refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
@@ -33,19 +28,12 @@ from langchain.agents.middleware.types import (
     PrivateStateAttr,
 )
 from langchain_core.messages import AnyMessage, BaseMessage
-from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.channels import UntrackedValue
-from langgraph.config import get_config
-from langgraph.runtime import Runtime, get_runtime
+from langgraph.runtime import Runtime
+from typing_extensions import override
 
-from langchain_semantic_recall.errors import InvalidInputError
-from langchain_semantic_recall.retriever import (
-    as_id,
-    config_scope,
-    create_memory_search_tool,
-    missing_thread_error,
-)
+from langchain_semantic_recall.retriever import create_memory_search_tool
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
     RecalledMemory,
@@ -72,14 +60,6 @@ def _with_recall(request: ModelRequest[Any], recalled: RecalledMemory) -> ModelR
     return request.override(messages=messages)
 
 
-def context_resource(context: Any, key: str) -> str | None:
-    """The resource id carried by a runtime context (mapping key or attribute), if any."""
-    if context is None:
-        return None
-    value = context.get(key) if isinstance(context, Mapping) else getattr(context, key, None)
-    return as_id(value)
-
-
 class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     """Semantic recall for ``langchain.agents.create_agent``.
 
@@ -88,8 +68,8 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     the turn is stored when the agent finishes (``after_agent``). Sync and async agents
     are supported.
 
-    Example::
-
+    Example:
+        ```python
         from langchain.agents import create_agent
         from langgraph.checkpoint.memory import InMemorySaver
 
@@ -105,82 +85,39 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
             config,
             context={"resource_id": "alice"},
         )
-        await agent.ainvoke({"messages": [("user", "Thanks!")]}, config, context=...)
+        ```
 
     Args:
         memory: the engine.
-        search_tool: also give the agent the memory search tool
-            (:func:`create_memory_search_tool`), scoped like recall (runtime context or
-            config), so the model searches on purpose in the same index.
-        thread_key: config key of the thread id (default: the engine's).
-        resource_key: context and config key of the resource id (default: the engine's).
+        search_tool: also give the agent the memory search tool, scoped like recall, so
+            the model searches on purpose in the same index.
 
     Raises (at run time):
-        InvalidInputError: no thread id, or context and config disagree on the resource.
+        MissingIdentityError: no thread id (or no resource id in resource scope).
+        IdentityMismatchError: a resource other than the authenticated user.
+        ForgottenThreadError: the thread was forgotten.
         OwnershipError: the thread belongs to another resource.
     """
 
     state_schema = RecallAgentState
 
-    def __init__(
-        self,
-        memory: SemanticRecall,
-        *,
-        search_tool: bool = False,
-        thread_key: str | None = None,
-        resource_key: str | None = None,
-    ) -> None:
+    def __init__(self, memory: SemanticRecall, *, search_tool: bool = False) -> None:
+        super().__init__()
         self.memory = memory
-        self.thread_key = thread_key or memory.thread_key
-        self.resource_key = resource_key or memory.resource_key
-        self.tools: list[BaseTool] = (
-            [create_memory_search_tool(memory, scope_of=self._tool_scope)] if search_tool else []
-        )
-
-    # --- scope --------------------------------------------------------------------------
-
-    def _scope(self, runtime: Runtime[Any] | None) -> tuple[str, str | None]:
-        return self._ids(get_config(), runtime)
-
-    def _tool_scope(self, config: RunnableConfig) -> tuple[str, str | None]:
-        """The search tool's scope: the same as recall's, read inside the tool call."""
-        try:
-            runtime: Runtime[Any] | None = get_runtime()
-        except RuntimeError:  # called outside a graph run: the config alone
-            runtime = None
-        return self._ids(config, runtime)
-
-    def _ids(self, config: RunnableConfig, runtime: Runtime[Any] | None) -> tuple[str, str | None]:
-        thread_id, from_config = config_scope(
-            config, thread_key=self.thread_key, resource_key=self.resource_key
-        )
-        if thread_id is None:
-            raise missing_thread_error(self.thread_key, self.resource_key, "the agent's memory")
-        context = runtime.context if runtime is not None else None
-        from_context = context_resource(context, self.resource_key)
-        if from_context is not None and from_config is not None and from_context != from_config:
-            raise InvalidInputError(
-                f"the runtime context says {self.resource_key}={from_context!r} but the config "
-                f"says {from_config!r}: give the resource id in one place"
-            )
-        return thread_id, from_context if from_context is not None else from_config
+        self.tools: list[BaseTool] = [create_memory_search_tool(memory)] if search_tool else []
 
     # --- before the agent: recall once per user turn ------------------------------------
 
+    @override
     def before_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Recall for this turn into the per-run channel."""
-        thread_id, resource_id = self._scope(runtime)
-        recalled = recall_turn(
-            self.memory, state["messages"], thread_id=thread_id, resource_id=resource_id
-        )
+        recalled = recall_turn(self.memory, state["messages"])
         return {RECALL_KEY: recalled}
 
+    @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Async twin of :meth:`before_agent`."""
-        thread_id, resource_id = self._scope(runtime)
-        recalled = await arecall_turn(
-            self.memory, state["messages"], thread_id=thread_id, resource_id=resource_id
-        )
+        recalled = await arecall_turn(self.memory, state["messages"])
         return {RECALL_KEY: recalled}
 
     # --- every model call: inject, write nothing ----------------------------------------
@@ -189,6 +126,7 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         messages: list[BaseMessage] = list(request.state.get("messages") or request.messages)
         return recalled_for_turn(request.state, messages)
 
+    @override
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -197,15 +135,10 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         """Call the model with this turn's recalled messages added to the request."""
         recalled = self._turn_recall(request)
         if recalled is None:  # resumed after an interrupt: the per-run channel is empty
-            thread_id, resource_id = self._scope(request.runtime)
-            recalled = recall_turn(
-                self.memory,
-                list(request.state["messages"]),
-                thread_id=thread_id,
-                resource_id=resource_id,
-            )
+            recalled = recall_turn(self.memory, list(request.state["messages"]))
         return handler(_with_recall(request, recalled))
 
+    @override
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
@@ -214,30 +147,20 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         """Async twin of :meth:`wrap_model_call`."""
         recalled = self._turn_recall(request)
         if recalled is None:
-            thread_id, resource_id = self._scope(request.runtime)
-            recalled = await arecall_turn(
-                self.memory,
-                list(request.state["messages"]),
-                thread_id=thread_id,
-                resource_id=resource_id,
-            )
+            recalled = await arecall_turn(self.memory, list(request.state["messages"]))
         return await handler(_with_recall(request, recalled))
 
     # --- after the agent: index the turn ------------------------------------------------
 
+    @override
     def after_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
         """Store the turn's new messages and embed their text."""
-        thread_id, resource_id = self._scope(runtime)
-        index_new_messages(
-            self.memory, state["messages"], thread_id=thread_id, resource_id=resource_id
-        )
+        index_new_messages(self.memory, state["messages"])
 
+    @override
     async def aafter_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
         """Async twin of :meth:`after_agent`."""
-        thread_id, resource_id = self._scope(runtime)
-        await aindex_new_messages(
-            self.memory, state["messages"], thread_id=thread_id, resource_id=resource_id
-        )
+        await aindex_new_messages(self.memory, state["messages"])
 
 
-__all__ = ["RecallAgentState", "SemanticRecallMiddleware", "context_resource"]
+__all__ = ["RecallAgentState", "SemanticRecallMiddleware"]

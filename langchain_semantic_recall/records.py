@@ -116,15 +116,51 @@ class RecallHit:
         return self.message.thread_id
 
 
+Fate: TypeAlias = Literal["stored", "updated", "unchanged", "skipped"]
+"""What became of one message handed to ``index``:
+
+- ``"stored"``: a new message, written (and embedded if it has user or assistant text);
+- ``"updated"``: its id was stored with other content, now replaced (keeps its place);
+- ``"unchanged"``: the same message (same id and content) was already stored: nothing
+  written or embedded again;
+- ``"skipped"``: not written; ``reason`` says why (recalled memory, not a message type
+  the storage keeps, a read-only engine, a forgotten thread, repeated later in the call).
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFate:
+    """The fate of one input message of an ``index`` call."""
+
+    position: int
+    """Its position in the input."""
+    message_id: str | None
+    """Its id (the one given, or the one assigned to a message that had none)."""
+    fate: Fate
+    reason: str | None = None
+    """Why it was skipped, or why a stored message got no vector (e.g. "system message")."""
+    embedded: bool = False
+    """Whether its vectors were written by this call."""
+
+
 @dataclass(frozen=True, slots=True)
 class IndexResult:
-    """What one ``index`` call did."""
+    """What one ``index`` call did, message by message."""
 
     stored: tuple[str, ...] = ()
     """Ids of the messages written to storage (new or updated)."""
     embedded: tuple[str, ...] = ()
     """Ids of the messages whose vectors were written."""
     skipped: dict[str, str] = field(default_factory=dict)
-    """Message id -> why it was not embedded (system, no text, recalled, tool call only)."""
+    """Message id -> why it got no vector (system, no text, tool call only, unchanged...)."""
     error: str | None = None
     """Set when embedding or the vector upsert failed; the messages are still stored."""
+    fates: tuple[MessageFate, ...] = ()
+    """One entry per input message, in input order."""
+    forgotten: bool = False
+    """The thread was forgotten: its id is retired and nothing of this call was stored."""
+
+    @property
+    def unchanged(self) -> tuple[str, ...]:
+        """Ids of the messages that were already stored as they are."""
+        return tuple(f.message_id for f in self.fates if f.fate == "unchanged" and f.message_id)

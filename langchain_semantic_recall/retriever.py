@@ -1,34 +1,26 @@
 """A LangChain retriever over the memory, and a tool an agent calls to search it.
 
-Both are scoped by the caller, never by the model: the thread and resource come from the
-run config (``config["configurable"]["thread_id"]`` and ``["resource_id"]``, key names
-from the engine), so a model that calls the tool chooses only the query and can never
-reach another resource's memory.
+Both are scoped by the caller, never by the model: thread and resource come from the
+engine's identity rule (explicit ids, ``config["configurable"]``, the runtime context; the
+authenticated user on a LangGraph server), so a model that calls the tool chooses only
+the query and can never reach another resource's memory.
 
-Setup::
+```python
+memory = SemanticRecall.local("./memory")
+config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
 
-    from langchain_semantic_recall import SemanticRecall
+retriever = memory.as_retriever(search_kwargs={"k": 3})
+docs = retriever.invoke("peanut allergy", config)  # or: await retriever.ainvoke(...)
 
-    memory = SemanticRecall.local("./memory")
-    config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
-
-Retriever (sync and async)::
-
-    retriever = memory.as_retriever(k=3)
-    docs = retriever.invoke("peanut allergy", config)
-    docs = await retriever.ainvoke("peanut allergy", config)
-    docs[0].metadata["score"], docs[0].metadata["thread_id"]
-
-Tool, for an agent (LangGraph passes the graph's config to the tool)::
-
-    tool = memory.as_tool()  # or create_memory_search_tool(memory)
-    agent = create_agent(model, tools=[tool])
-    agent.invoke({"messages": [("user", "What am I allergic to?")]}, config)
+tool = memory.as_tool()  # or create_memory_search_tool(memory)
+agent = create_agent(model, tools=[tool])
+agent.invoke({"messages": [("user", "What am I allergic to?")]}, config)
+```
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.callbacks import (
@@ -39,21 +31,18 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import RunnableConfig, ensure_config
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.formatting import escape_label, escape_memory_text
 from langchain_semantic_recall.messages import MEMORY_SOURCE
-from langchain_semantic_recall.options import check_top_k
+from langchain_semantic_recall.options import Scope, check_scope, check_top_k
 from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
-
-Scope = tuple[str | None, str | None]
-"""(thread id, resource id) of one call."""
 
 DEFAULT_TOOL_NAME = "search_memory"
 DEFAULT_TOOL_DESCRIPTION = (
@@ -64,44 +53,31 @@ DEFAULT_TOOL_DESCRIPTION = (
 )
 
 
-def as_id(value: object) -> str | None:
-    """An id from the config: ``None`` stays ``None``, integers become text."""
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, str):
-        return value
-    raise InvalidInputError(f"ids must be strings, got {type(value).__name__} {value!r}")
-
-
-def config_scope(config: RunnableConfig | None, *, thread_key: str, resource_key: str) -> Scope:
-    """(thread id, resource id) from ``config["configurable"]``; each may be ``None``."""
-    configurable = ensure_config(config).get("configurable") or {}
-    return as_id(configurable.get(thread_key)), as_id(configurable.get(resource_key))
-
-
-def missing_thread_error(thread_key: str, resource_key: str, what: str) -> InvalidInputError:
-    """The error raised when a run carries no conversation id."""
-    return InvalidInputError(
-        f"{what} needs a conversation id in config['configurable'][{thread_key!r}]; run it "
-        f"with config={{'configurable': {{{thread_key!r}: 'chat-1', "
-        f"{resource_key!r}: 'alice'}}}}"
-    )
+def transcript(hit: RecallHit) -> str:
+    """The hit's window as readable text: a header line, then one line per message,
+    the hit marked with ``>``. Remembered text is escaped (it is data, not instructions)."""
+    when = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
+    lines = [f'Conversation "{escape_label(hit.thread_id)}", {when}']
+    for message in hit.window or (hit.message,):
+        marker = ">" if message.id == hit.message.id else " "
+        text = escape_memory_text(" ".join(message.text.split())) or "(no text)"
+        lines.append(f"{marker} {message.role}: {text}")
+    return "\n".join(lines)
 
 
 def hit_to_document(hit: RecallHit) -> Document:
-    """A search hit as a ``Document``: the message text, its metadata, score and window."""
+    """A search hit as a ``Document``: the window as a transcript, structure in metadata."""
     message = hit.message
     return Document(
         id=message.id,
-        page_content=message.text,
+        page_content=transcript(hit),
         metadata={
             "source": MEMORY_SOURCE,
             "message_id": message.id,
             "thread_id": message.thread_id,
             "resource_id": message.resource_id,
             "role": message.role,
+            "text": message.text,
             "created_at": message.created_at.isoformat(),
             "seq": message.seq,
             "score": hit.score,
@@ -135,71 +111,93 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
     return "\n".join(lines)
 
 
+SEARCH_KWARGS = frozenset({"k", "score_threshold"})
+"""The ``search_kwargs`` the retriever understands (LangChain's names)."""
+
+
 class SemanticRecallRetriever(BaseRetriever):
     """A retriever over the memory: one ``Document`` per hit, best first.
 
-    The thread and resource come from the run config (``config["configurable"]``, key
-    names from the engine); ``thread_id`` / ``resource_id`` given here are defaults for
-    calls whose config has none. The memory's ``scope`` decides whether the search covers
-    the thread or every thread of the resource.
+    Each document's ``page_content`` is the hit's window as a transcript (the hit
+    marked ``>``), so a standard RAG ``format_docs`` shows the answer that follows a
+    question; ``metadata`` keeps the structure: ``message_id``, ``thread_id``,
+    ``resource_id``, ``role``, ``text`` (the hit alone), ``created_at``, ``seq``,
+    ``score``, ``source`` (``"memory"``) and ``window`` (``message_id``, ``role``,
+    ``text``, ``created_at`` of each message).
 
-    Each document's ``page_content`` is the message text; ``metadata`` holds
-    ``message_id``, ``thread_id``, ``resource_id``, ``role``, ``created_at`` (ISO 8601),
-    ``seq``, ``score`` (the engine's search score in [0, 1]), ``source`` (``"memory"``) and
-    ``window`` (the hit with its neighbours: ``message_id``, ``role``, ``text``,
-    ``created_at``).
+    Who is asking follows the engine's rule: ``thread_id`` / ``resource_id`` given here
+    are explicit ids (they win); otherwise ``config["configurable"]``, then the runtime
+    context. Resource scope needs only a resource id.
 
-    Example::
-
-        retriever = SemanticRecallRetriever(memory=memory, k=2)
-        config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
+    Example:
+        ```python
+        retriever = memory.as_retriever(search_kwargs={"k": 2})
+        config = {"configurable": {"resource_id": "alice"}}
         docs = retriever.invoke("peanuts", config)          # or: await ainvoke(...)
         docs = retriever.invoke("peanuts", config, k=1)     # per-call number of results
+        ```
 
     Args:
         memory: the :class:`SemanticRecall` engine to search.
         k: hits per query (default: the engine's ``top_k``).
-        thread_id: thread used when the config has none.
-        resource_id: resource used when the config has none.
+        scope: ``"thread"`` or ``"resource"`` (default: the engine's).
+        search_kwargs: LangChain's option bundle: ``k``, ``score_threshold``. Unknown
+            keys raise.
+        thread_id: explicit thread id for every call.
+        resource_id: explicit resource id for every call.
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     memory: Any
     k: int | None = None
+    scope: Scope | None = None
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)
     thread_id: str | None = None
     resource_id: str | None = None
 
     def __init__(self, **data: Any) -> None:
-        if data.get("k") is not None:
-            check_top_k(data["k"])  # our InvalidOptionError, not a wrapped pydantic error
+        unknown = set(data) - set(type(self).model_fields)
+        if unknown:
+            raise InvalidOptionError(
+                f"unknown retriever option(s) {sorted(unknown)}: use k, scope, search_kwargs, "
+                "thread_id or resource_id"
+            )
+        extra = set(data.get("search_kwargs") or {}) - SEARCH_KWARGS
+        if extra:
+            raise InvalidOptionError(
+                f"unknown search_kwargs {sorted(extra)}: this retriever understands "
+                f"{sorted(SEARCH_KWARGS)}"
+            )
+        kwargs = data.get("search_kwargs") or {}
+        if data.get("k") is not None or kwargs.get("k") is not None:
+            check_top_k(data["k"] if data.get("k") is not None else kwargs["k"])
+        if data.get("scope") is not None:
+            check_scope(data["scope"])
         super().__init__(**data)
 
-    def _scope(self, config: RunnableConfig | None) -> Scope:
-        memory: SemanticRecall = self.memory
-        thread_id, resource_id = config_scope(
-            config, thread_key=memory.thread_key, resource_key=memory.resource_key
-        )
-        thread_id = thread_id if thread_id is not None else self.thread_id
-        resource_id = resource_id if resource_id is not None else self.resource_id
-        # A view bound with memory.for_thread(...) supplies the last defaults.
-        thread_id, resource_id = memory.resolve_ids(thread_id, resource_id)
-        if thread_id is None:
-            raise missing_thread_error(memory.thread_key, memory.resource_key, "the retriever")
-        return thread_id, resource_id
+    def _options(self, config: RunnableConfig | None, k: int | None) -> dict[str, Any]:
+        return {
+            "config": config,
+            "thread_id": self.thread_id,
+            "resource_id": self.resource_id,
+            "top_k": k or self.k or self.search_kwargs.get("k"),
+            "scope": self.scope,
+            "threshold": self.search_kwargs.get("score_threshold"),
+        }
 
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        """Search the memory; scope from ``config``, ``k`` optional."""
-        kwargs["scope"] = self._scope(config)
+        """Search the memory (``k`` may be given per call)."""
+        kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return super().invoke(input, config, **kwargs)
 
     async def ainvoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
         """Async twin of :meth:`invoke`."""
-        kwargs["scope"] = self._scope(config)
+        kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return await super().ainvoke(input, config, **kwargs)
 
     def _get_relevant_documents(
@@ -207,13 +205,9 @@ class SemanticRecallRetriever(BaseRetriever):
         query: str,
         *,
         run_manager: CallbackManagerForRetrieverRun,
-        scope: Scope | None = None,
-        k: int | None = None,
+        options: dict[str, Any] | None = None,
     ) -> list[Document]:
-        thread_id, resource_id = scope or self._scope(None)
-        hits = self.memory.search(
-            query, thread_id=thread_id, resource_id=resource_id, top_k=k or self.k
-        )
+        hits = self.memory.search(query, **(options or self._options(None, None)))
         return [hit_to_document(hit) for hit in hits]
 
     async def _aget_relevant_documents(
@@ -221,13 +215,9 @@ class SemanticRecallRetriever(BaseRetriever):
         query: str,
         *,
         run_manager: AsyncCallbackManagerForRetrieverRun,
-        scope: Scope | None = None,
-        k: int | None = None,
+        options: dict[str, Any] | None = None,
     ) -> list[Document]:
-        thread_id, resource_id = scope or self._scope(None)
-        hits = await self.memory.asearch(
-            query, thread_id=thread_id, resource_id=resource_id, top_k=k or self.k
-        )
+        hits = await self.memory.asearch(query, **(options or self._options(None, None)))
         return [hit_to_document(hit) for hit in hits]
 
 
@@ -238,11 +228,12 @@ class MemorySearchInput(BaseModel):
 
 
 class MemorySearchTool(BaseTool):
-    """Searches the memory of the conversation's resource; returns text and documents.
+    """Searches the memory of the caller's resource; returns text and documents.
 
-    The model passes only ``query``; thread and resource are read from the run config,
-    so the search stays inside the caller's scope whatever the model writes. The tool
-    answers with text for the model and the hits as ``Document`` artifacts.
+    The model passes only ``query``; thread and resource come from the run (config,
+    then runtime context, by the engine's rule), so the search stays inside the
+    caller's scope whatever the model writes. The tool answers with text for the model
+    and the hits as ``Document`` artifacts.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -252,22 +243,6 @@ class MemorySearchTool(BaseTool):
     args_schema: type[BaseModel] = MemorySearchInput
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     memory: Any
-    scope_of: Callable[[RunnableConfig], Scope] | None = None
-    """Reads (thread, resource) from the run; default: ``config["configurable"]``."""
-
-    def _scope(self, config: RunnableConfig) -> tuple[str, str | None]:
-        memory: SemanticRecall = self.memory
-        if self.scope_of is not None:
-            thread_id, resource_id = self.scope_of(config)
-        else:
-            thread_id, resource_id = config_scope(
-                config, thread_key=memory.thread_key, resource_key=memory.resource_key
-            )
-        if thread_id is None:
-            raise missing_thread_error(
-                memory.thread_key, memory.resource_key, f"the {self.name!r} tool"
-            )
-        return thread_id, resource_id
 
     def _run(
         self,
@@ -275,9 +250,7 @@ class MemorySearchTool(BaseTool):
         config: RunnableConfig,
         run_manager: CallbackManagerForToolRun | None = None,
     ) -> tuple[str, list[Document]]:
-        thread_id, resource_id = self._scope(config)
-        memory: SemanticRecall = self.memory
-        hits = memory.search(query, thread_id=thread_id, resource_id=resource_id)
+        hits = self.memory.search(query, config=config)
         return format_hits(hits), [hit_to_document(hit) for hit in hits]
 
     async def _arun(
@@ -286,9 +259,7 @@ class MemorySearchTool(BaseTool):
         config: RunnableConfig,
         run_manager: AsyncCallbackManagerForToolRun | None = None,
     ) -> tuple[str, list[Document]]:
-        thread_id, resource_id = self._scope(config)
-        memory: SemanticRecall = self.memory
-        hits = await memory.asearch(query, thread_id=thread_id, resource_id=resource_id)
+        hits = await self.memory.asearch(query, config=config)
         return format_hits(hits), [hit_to_document(hit) for hit in hits]
 
 
@@ -297,7 +268,6 @@ def create_memory_search_tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    scope_of: Callable[[RunnableConfig], Scope] | None = None,
 ) -> BaseTool:
     """A tool an agent calls to search its memory on purpose.
 
@@ -314,15 +284,11 @@ def create_memory_search_tool(
         memory: the engine to search.
         name: tool name (default ``"search_memory"``).
         description: what the model is told about the tool.
-        scope_of: reads (thread id, resource id) from the run config, for applications
-            that keep them elsewhere (the middleware passes one that also reads the
-            agent's runtime context). Default: ``config["configurable"]``.
     """
     return MemorySearchTool(
         memory=memory,
         name=name or DEFAULT_TOOL_NAME,
         description=description or DEFAULT_TOOL_DESCRIPTION,
-        scope_of=scope_of,
     )
 
 
@@ -330,8 +296,8 @@ __all__ = [
     "MemorySearchInput",
     "MemorySearchTool",
     "SemanticRecallRetriever",
-    "config_scope",
     "create_memory_search_tool",
     "format_hits",
     "hit_to_document",
+    "transcript",
 ]

@@ -22,7 +22,7 @@ Example::
         storage="postgresql://app@db.internal/memory", vector="http://chroma.internal:8000"
     )
     settings = RecallSettings.from_env()  # SEMANTIC_RECALL_STORAGE_URL / _VECTOR_URL
-    memory = settings.create()
+    memory = SemanticRecall.from_url(**settings.url_options())
 """
 
 from __future__ import annotations
@@ -30,26 +30,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from langchain_core.embeddings import Embeddings
 
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.vectors.base import VectorIndex
 
 if TYPE_CHECKING:
-    from langchain_semantic_recall.recall import SemanticRecall
     from langchain_semantic_recall.storage.base import MessageStorage
-    from langchain_semantic_recall.vectors.base import VectorIndex
 
 __all__ = [
     "STORAGE_URL_ENV",
     "VECTOR_URL_ENV",
     "RecallSettings",
-    "create_from_url",
+    "as_vector_index",
     "create_storage",
     "create_vector_index",
+    "local_backends",
     "redact",
+    "url_backends",
 ]
 
 STORAGE_URL_ENV: Final = "SEMANTIC_RECALL_STORAGE_URL"
@@ -58,8 +61,6 @@ DEFAULT_STORAGE_URL: Final = "sqlite:///semantic-recall-data/messages.sqlite3"
 DEFAULT_VECTOR_URL: Final = "chroma:///semantic-recall-data/chroma"
 _POSTGRES_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 _POOL_PARAMS: Final = {"pool_min_size": "min_size", "pool_max_size": "max_size"}
-
-E = TypeVar("E", bound="SemanticRecall")
 
 
 def redact(url: str) -> str:
@@ -157,42 +158,66 @@ def create_vector_index(url: str, *, timeout: float = 30.0) -> VectorIndex:
     )
 
 
-def create_from_url(
-    cls: type[E],
-    *,
-    storage: str,
-    vector: str,
-    embeddings: Embeddings | None = None,
-    **options: Any,
-) -> E:
-    """Build ``cls`` (:class:`SemanticRecall`) from a storage URL and a vector URL.
+def as_vector_index(value: object) -> VectorIndex:
+    """A ``VectorIndex`` as it is; a LangChain ``VectorStore`` wrapped in the adapter."""
+    if isinstance(value, VectorIndex):
+        return value
+    from langchain_core.vectorstores import VectorStore
 
-    Args:
-        cls: The engine class.
-        storage: The storage URL.
-        vector: The vector URL.
-        embeddings: The embedder; the local default model when None.
-        **options: Other engine options (``top_k``, ``scope``...).
+    if isinstance(value, VectorStore):
+        from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex
+
+        return LangChainVectorIndex(value)
+    raise InvalidOptionError(
+        "vector_store must be a VectorIndex (ChromaVectorIndex.persistent(path), "
+        "ChromaVectorIndex(chromadb_client), ChromaServerVectorIndex(url)...) or a LangChain "
+        f"VectorStore, got {type(value).__name__}"
+    )
+
+
+Backends = dict[str, Any]
+"""``storage``, ``vector_store`` and ``embeddings``: the keyword arguments of the engine."""
+
+
+def local_backends(path: str | PathLike[str], embeddings: Embeddings | None = None) -> Backends:
+    """The embedded default under ``path``: SQLite, embedded Chroma, the local model."""
+    from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    root = Path(path)
+    storage = SQLiteStorage(root / "messages.sqlite3")
+    return {
+        "storage": storage,
+        "vector_store": ChromaVectorIndex.persistent(root / "chroma"),
+        "embeddings": embeddings or _local_model(),
+    }
+
+
+def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None) -> Backends:
+    """The backends two URLs name (see the module docstring); the local model by default.
 
     Raises:
-        InvalidOptionError: a bad URL or option.
+        InvalidOptionError: a bad URL.
         StorageError: a storage or server cannot be reached.
     """
     if not isinstance(storage, str) or not isinstance(vector, str):
         raise InvalidOptionError("storage and vector must be URL strings")
     message_storage = create_storage(storage)
     try:
-        vector_index = create_vector_index(vector)
-        if embeddings is None:
-            from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-            embeddings = LocalEmbeddings()
-        return cls(
-            storage=message_storage, vector_store=vector_index, embeddings=embeddings, **options
-        )
+        return {
+            "storage": message_storage,
+            "vector_store": create_vector_index(vector),
+            "embeddings": embeddings or _local_model(),
+        }
     except BaseException:
         message_storage.close()
         raise
+
+
+def _local_model() -> Embeddings:
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+    return LocalEmbeddings()
 
 
 @dataclass(frozen=True)
@@ -207,7 +232,9 @@ class RecallSettings:
     Example::
 
         settings = RecallSettings.from_env()
-        memory = settings.create(embeddings=OpenAIEmbeddings(model="text-embedding-3-small"))
+        memory = SemanticRecall.from_url(
+            **settings.url_options(), embeddings=OpenAIEmbeddings(model="text-embedding-3-small")
+        )
     """
 
     storage_url: str = DEFAULT_STORAGE_URL
@@ -227,17 +254,9 @@ class RecallSettings:
             options=options,
         )
 
-    def create(self, embeddings: Embeddings | None = None, **options: Any) -> SemanticRecall:
-        """The engine these settings describe (``options`` override the stored ones)."""
-        from langchain_semantic_recall.recall import SemanticRecall
-
-        return create_from_url(
-            SemanticRecall,
-            storage=self.storage_url,
-            vector=self.vector_url,
-            embeddings=embeddings,
-            **{**self.options, **options},
-        )
+    def url_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``SemanticRecall.from_url(**settings.url_options())``."""
+        return {"storage": self.storage_url, "vector": self.vector_url, **self.options}
 
     def __repr__(self) -> str:
         return (

@@ -6,10 +6,9 @@ Shared by the LangGraph nodes (:mod:`.graph`) and the agent middleware
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from langchain_core.messages import (
     BaseMessage,
@@ -18,15 +17,19 @@ from langchain_core.messages import (
     RemoveMessage,
     SystemMessage,
 )
+from langgraph.channels import UntrackedValue
+from langgraph.errors import EmptyChannelError
 
-from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.core import CallIds, EngineCore
+from langchain_semantic_recall.engine.identity import Identity
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
 from langchain_semantic_recall.messages import is_recalled, role_of, stable_id, text_of, to_messages
 from langchain_semantic_recall.records import IndexResult, ScopeFilter
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
-
-_LOG = logging.getLogger(__name__)
 
 RECALL_KEY = "recalled_memory"
 """Default name of the per-run channel holding this turn's :class:`RecalledMemory`."""
@@ -110,6 +113,46 @@ def inject_recalled(
     return [*messages[:lead], *extra, *messages[lead:]]
 
 
+class RecallChannel(UntrackedValue[Any]):
+    """The per-run ``recalled_memory`` channel: never checkpointed, empty on every run.
+
+    Unlike a plain ``UntrackedValue`` it reads as ``None`` while empty, so a node can
+    tell "nothing recalled yet" (key present) from "the graph has no such channel" (key
+    absent) and fail at the first run instead of recalling into the void.
+    """
+
+    def get(self) -> Any:
+        try:
+            return super().get()
+        except EmptyChannelError:
+            return None
+
+    def is_available(self) -> bool:
+        return True  # always read into the state (as None when empty); it triggers no node
+
+
+def _has_channel(state: Any, key: str) -> bool:
+    return key in state if isinstance(state, Mapping) else hasattr(state, key)
+
+
+def require_recall_channel(state: Any, key: str, where: str) -> None:
+    """Raise unless the graph's state carries the per-run recall channel ``key``.
+
+    Raises:
+        InvalidInputError: the state has no such channel (e.g. a plain ``MessagesState``
+            graph), so recalled memory could never reach the model.
+    """
+    if not _has_channel(state, key):
+        raise InvalidInputError(
+            f"{where} needs the per-run {key!r} channel in the graph's state, or recalled "
+            "memory would never reach the model. Build the graph with "
+            "StateGraph(RecallState) (MessagesState plus that channel), or add "
+            f"`{key}: Annotated[RecalledMemory | None, RecallChannel]` to your state; the "
+            "model node then calls model.invoke(with_recall(state)). "
+            "create_recall_graph(model, memory) builds all of it"
+        )
+
+
 def recalled_for_turn(
     state: Any, messages: Sequence[BaseMessage], key: str = RECALL_KEY
 ) -> RecalledMemory | None:
@@ -130,6 +173,7 @@ def with_recall(
     the current turn the conversation is returned unchanged.
     """
     messages = state_messages(state, messages_key)
+    require_recall_channel(state, recall_key, "with_recall")
     recalled = recalled_for_turn(state, messages, recall_key)
     return messages if recalled is None else recalled.apply(messages)
 
@@ -164,56 +208,32 @@ def _after_last_stored(
     return None
 
 
-def _refuse_other_owner(owner: str | None, thread_id: str, resource_id: str | None) -> None:
-    if owner is not None and resource_id is not None and owner != resource_id:
-        raise OwnershipError(
-            f"thread {thread_id!r} belongs to resource {owner!r}, not {resource_id!r}: a "
-            f"conversation keeps one owner. Start a new thread id for {resource_id!r}"
-        )
-
-
 # --- the two halves, for one turn ---------------------------------------------------------
 
 
 def recall_turn(
-    memory: SemanticRecall,
-    messages: Sequence[BaseMessage],
-    *,
-    thread_id: str,
-    resource_id: str | None,
+    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> RecalledMemory:
     """Recall for the current turn of ``messages`` (no state is written).
 
     Raises:
+        MissingIdentityError: no thread id (or no resource id in resource scope).
+        ForgottenThreadError: the thread was forgotten.
         OwnershipError: the thread belongs to another resource.
     """
-    try:
-        owner = memory.storage.get_thread_owner(thread_id)
-    except Exception:  # the storage is down: recall degrades, the turn goes on
-        _LOG.warning("could not read the owner of thread %r", thread_id, exc_info=True)
-        owner = None
-    _refuse_other_owner(owner, thread_id, resource_id)
+    core = memory.core
     items = list(messages)
-    result = memory.recall(items, thread_id=thread_id, resource_id=resource_id)
+    result = core.run(core.recall(items, core.identity(ids), turn=True))
     return RecalledMemory(turn=current_turn(items), messages=_added(items, result))
 
 
 async def arecall_turn(
-    memory: SemanticRecall,
-    messages: Sequence[BaseMessage],
-    *,
-    thread_id: str,
-    resource_id: str | None,
+    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> RecalledMemory:
     """Async twin of :func:`recall_turn`."""
-    try:
-        owner = await memory.storage.aget_thread_owner(thread_id)
-    except Exception:
-        _LOG.warning("could not read the owner of thread %r", thread_id, exc_info=True)
-        owner = None
-    _refuse_other_owner(owner, thread_id, resource_id)
+    core = memory.core
     items = list(messages)
-    result = await memory.arecall(items, thread_id=thread_id, resource_id=resource_id)
+    result = await core.arun(core.recall(items, core.identity(ids), turn=True))
     return RecalledMemory(turn=current_turn(items), messages=_added(items, result))
 
 
@@ -222,59 +242,47 @@ def _probes(count: int) -> list[tuple[int, int]]:
     return [(max(0, end - _PROBE), end) for end in range(count, 0, -_PROBE)]
 
 
-def _ids(candidates: Sequence[BaseMessage], start: int, end: int) -> list[str]:
-    return [m.id for m in candidates[start:end] if m.id]
+def _index_new_op(
+    core: EngineCore, messages: Sequence[BaseMessage], who: Identity
+) -> Op[IndexResult]:
+    """Index the messages after the newest one the storage already holds."""
+    thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
+    candidates = _storable(messages, thread_id)
+    scope = ScopeFilter(thread_id=thread_id)
+    for start, end in _probes(len(candidates)):
+        ids = [m.id for m in candidates[start:end] if m.id]
+        found = yield steps.read_windows(ids, before=0, after=0, scope=scope)
+        if (cut := _after_last_stored(candidates, start, end, found)) is not None:
+            candidates = candidates[cut:]
+            break
+    result: IndexResult = yield from core.index(candidates, who)
+    if result.forgotten:
+        raise ForgottenThreadError(
+            f"thread {thread_id!r} was forgotten, so this turn was not stored: its id is "
+            "retired. Continue the conversation under a new thread id (and delete the old "
+            "checkpoint, which still holds the forgotten messages)"
+        )
+    return result
 
 
 def index_new_messages(
-    memory: SemanticRecall,
-    messages: Sequence[BaseMessage],
-    *,
-    thread_id: str,
-    resource_id: str | None,
+    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> IndexResult:
     """Store (and embed) the messages after the newest one the storage already holds.
 
     Raises:
+        MissingIdentityError: no thread id (or no resource id in resource scope).
+        ForgottenThreadError: the thread was forgotten (nothing is stored).
         OwnershipError: the thread (or a message id) belongs to another owner.
         StorageError: the storage could not be written.
     """
-    if memory.read_only:
-        return IndexResult()
-    candidates = _storable(messages, thread_id)
-    scope = ScopeFilter(thread_id=thread_id)
-    for start, end in _probes(len(candidates)):
-        ids = _ids(candidates, start, end)
-        found = memory.storage.get_windows(ids, before=0, after=0, scope=scope)
-        if (cut := _after_last_stored(candidates, start, end, found)) is not None:
-            candidates = candidates[cut:]
-            break
-    if not candidates:
-        return IndexResult()
-    return memory.index(candidates, thread_id=thread_id, resource_id=resource_id)
+    core = memory.core
+    return core.run(_index_new_op(core, messages, core.identity(ids)))
 
 
 async def aindex_new_messages(
-    memory: SemanticRecall,
-    messages: Sequence[BaseMessage],
-    *,
-    thread_id: str,
-    resource_id: str | None,
+    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> IndexResult:
     """Async twin of :func:`index_new_messages`."""
-    if memory.read_only:
-        return IndexResult()
-    candidates = _storable(messages, thread_id)
-    scope = ScopeFilter(thread_id=thread_id)
-    for start, end in _probes(len(candidates)):
-        ids = _ids(candidates, start, end)
-        found = await memory.storage.aget_windows(ids, before=0, after=0, scope=scope)
-        if (cut := _after_last_stored(candidates, start, end, found)) is not None:
-            candidates = candidates[cut:]
-            break
-    if not candidates:
-        return IndexResult()
-    return await memory.aindex(candidates, thread_id=thread_id, resource_id=resource_id)
-
-
-# --- nodes ------------------------------------------------------------------------------
+    core = memory.core
+    return await core.arun(_index_new_op(core, messages, core.identity(ids)))

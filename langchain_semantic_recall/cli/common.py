@@ -49,10 +49,6 @@ exit codes:
 DEFAULT_PATH = "./.semantic-recall"
 PATH_ENV = "SEMANTIC_RECALL_PATH"
 
-# Thread id handed to the engine for a resource-wide search, which needs some thread:
-# in resource scope the search filters on the resource only and never reads this thread.
-ANY_THREAD = "semantic-recall-cli"
-
 
 class CommandError(SemanticRecallError):
     """A failure the command reports with a message and a documented exit code."""

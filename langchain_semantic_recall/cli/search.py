@@ -6,7 +6,6 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
-    ANY_THREAD,
     EXIT_OK,
     CommandError,
     UsageError,
@@ -171,7 +170,7 @@ def run_search(args: argparse.Namespace) -> int:
         resource = require_thread(memory.storage, args.thread, args.resource)
     else:
         require_resource(memory.storage, resource)
-    hits = memory.search(args.query, thread_id=args.thread or ANY_THREAD, resource_id=resource)
+    hits = memory.search(args.query, thread_id=args.thread, resource_id=resource)
     titles = thread_titles(memory.storage, {m.thread_id for h in hits for m in h.window})
     where = f"conversation {args.thread}" if args.thread else f"every conversation of {resource}"
     if args.json:

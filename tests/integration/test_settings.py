@@ -102,7 +102,7 @@ def test_unreachable_servers_are_storage_errors() -> None:
 def test_settings_from_the_environment(pg_url: str, chroma_url: str) -> None:
     env = {"SEMANTIC_RECALL_STORAGE_URL": pg_url, "SEMANTIC_RECALL_VECTOR_URL": chroma_url}
     settings = RecallSettings.from_env(env, scope="thread")
-    memory = settings.create(embeddings=FakeEmbeddings())
+    memory = SemanticRecall.from_url(**settings.url_options(), embeddings=FakeEmbeddings())
     try:
         assert memory.scope == "thread"
         assert isinstance(memory.storage, PostgresStorage)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +12,7 @@ from langchain_semantic_recall import (
     ForgottenThreadError,
     InvalidInputError,
     InvalidOptionError,
+    MissingIdentityError,
     OwnershipError,
     SemanticRecall,
 )
@@ -163,16 +163,25 @@ def test_recalled_tool_pairs_never_reach_the_model_half_cut(make_engine: EngineF
     assert "checking" in [m.content for m in out]
 
 
-def test_messages_without_ids_get_stable_ids_and_repeats_add_nothing(
+def test_messages_without_ids_are_new_messages_and_messages_with_ids_are_stored_once(
     make_engine: EngineFactory, storage: RecordingStorage
 ) -> None:
     engine = make_engine()
     messages = [HumanMessage("hello"), AIMessage("hi there"), HumanMessage("hello")]
     first = engine.index(messages, thread_id="t", resource_id="r")
     second = engine.index(messages, thread_id="t", resource_id="r")
-    assert first.stored == second.stored
-    assert len(set(first.stored)) == 3  # the same text twice is still two messages
-    assert storage.inner.count() == 3
+    assert len(set(first.stored) | set(second.stored)) == 6  # id-less: each call is new
+    assert [m.id for m in messages] == [None, None, None]  # the caller's messages untouched
+    assert storage.inner.count() == 6
+    with_ids = [HumanMessage("hello", id="h1"), AIMessage("hi there", id="a1")]
+    engine.index(with_ids, thread_id="t", resource_id="r")
+    embedded_before = len(engine.embeddings.calls)  # type: ignore[attr-defined]
+    again = engine.index(with_ids, thread_id="t", resource_id="r")
+    assert [f.fate for f in again.fates] == ["unchanged", "unchanged"]
+    assert again.stored == ()  # not written again...
+    assert again.embedded == ("h1", "a1")  # ...but its vectors are made whole (a repair)
+    assert len(engine.embeddings.calls) == embedded_before  # from the cache: no embedding
+    assert storage.inner.count() == 8
 
 
 def test_non_string_ids_are_refused(make_engine: EngineFactory) -> None:
@@ -209,14 +218,16 @@ def test_unknown_thread_and_resource_recall_nothing(make_engine: EngineFactory) 
     assert make_engine(scope="thread").recall(messages, thread_id="nope") == messages
 
 
-def test_resource_scope_without_resource_falls_back_to_the_thread_and_warns(
-    make_engine: EngineFactory, vectors: RecordingVectors, caplog: pytest.LogCaptureFixture
+def test_resource_scope_without_resource_is_an_error_not_a_guess(
+    make_engine: EngineFactory, vectors: RecordingVectors, storage: RecordingStorage
 ) -> None:
     engine = make_engine()
-    with caplog.at_level(logging.WARNING):
+    with pytest.raises(MissingIdentityError, match="resource_id"):
         engine.recall([HumanMessage("Lisbon")], thread_id="t")
-    assert vectors.of("query")[0]["scope"].as_where() == {"thread_id": "t"}
-    assert "no resource_id" in caplog.text
+    with pytest.raises(MissingIdentityError, match="resource_id"):
+        engine.index([HumanMessage("Lisbon")], thread_id="t")
+    assert vectors.of("query") == []
+    assert storage.inner.get_thread_owner("t") is None  # no owner guessed, nothing locked
 
 
 # --- beyond: chunking, budget --------------------------------------------------------------
@@ -335,7 +346,8 @@ def test_runnable_takes_thread_and_resource_from_the_config(make_engine: EngineF
     config = {"configurable": {"thread_id": "t2", "resource_id": "alice"}}
     out = engine.invoke([HumanMessage("Lisbon")], config)
     assert recalled(out)
-    assert engine.invoke([HumanMessage("Lisbon")]) == [HumanMessage("Lisbon")]
+    with pytest.raises(MissingIdentityError):
+        engine.invoke([HumanMessage("Lisbon")])  # no ids at all: loud, not a silent no-op
     batch = engine.batch([[HumanMessage("Lisbon")], [HumanMessage("Alfama")]], config)
     assert all(recalled(b) for b in batch)
     assert next(iter(engine.stream("Lisbon", config)))[0].additional_kwargs["source"] == "memory"

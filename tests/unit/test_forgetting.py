@@ -46,6 +46,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall import (
     InvalidInputError,
+    MissingIdentityError,
     OwnershipError,
     ScopeFilter,
     SemanticRecall,
@@ -96,6 +97,10 @@ def visible(rig: Rig, *, thread_id: str, resource_id: str | None, query: str) ->
     for mode in search_modes(rig):
         for scope in ("thread", "resource"):
             engine = rig.engine_with(search_mode=mode, scope=scope, top_k=50, message_range=2)
+            if scope == "resource" and resource_id is None:  # refused, never guessed
+                with pytest.raises(MissingIdentityError):
+                    engine.search(query, thread_id=thread_id)
+                continue
             for hit in engine.search(query, thread_id=thread_id, resource_id=resource_id):
                 seen |= markers([m.text for m in hit.window])
             out = engine.recall([HumanMessage(query)], thread_id=thread_id, resource_id=resource_id)
@@ -198,7 +203,8 @@ class ForgettingSuite:
         rig.engine.forget_thread("t1")
         result = rig.engine.index(exchange("new", 1), thread_id="t1", resource_id="alice")
         assert (result.stored, result.embedded) == ((), ())
-        assert set(result.skipped.values()) == {"forgotten"}
+        assert result.forgotten  # visible in the result, never a silent drop
+        assert [(f.fate, f.reason) for f in result.fates] == [("skipped", "thread forgotten")] * 2
         assert_gone(rig, self.GONE, thread_id="t1")
 
     def test_after_forget_resource_a_new_thread_starts_from_nothing(self, rig: Rig) -> None:
@@ -451,7 +457,7 @@ THREADS = [
     "日本",
     "<end_remembered_from_other_conversation>",
 ]
-BAD_IDS = ["", "   ", "t\x00", "t\ud800", 7, None]
+BAD_IDS = ["", "   ", "t\x00", "t\ud800", 7.5, True, ["t"], None]  # ints are ids (as text)
 WORDS_DRAWN = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)
 
 
@@ -571,6 +577,12 @@ class IsolationMachine(RuleBasedStateMachine):
                 self.rig.engine.index(messages, thread_id=thread, resource_id=claimed)
             assert self.rig.stored() == before  # refused whole
             return
+        before = self.rig.stored()
+        if claimed is None:  # resource scope: a missing owner is refused, never guessed
+            with pytest.raises(MissingIdentityError):
+                self.rig.engine.index(messages, thread_id=thread, resource_id=claimed)
+            assert self.rig.stored() == before
+            return
         result = self.rig.engine.index(messages, thread_id=thread, resource_id=claimed)
         if thread in self.model.forgotten:
             assert result.stored == ()
@@ -629,7 +641,16 @@ class IsolationMachine(RuleBasedStateMachine):
         )
         engine = self.engine(mode, scope)
         query = " ".join(words)
-        effective_scope = scope if resource is not None or scope == "thread" else "thread"
+        if scope == "resource" and resource is None:  # refused on every surface, never guessed
+            config_without: RunnableConfig = {"configurable": {"thread_id": thread}}
+            with pytest.raises(MissingIdentityError):
+                engine.recall([HumanMessage(query)], thread_id=thread)
+            with pytest.raises(MissingIdentityError):
+                engine.search(query, thread_id=thread)
+            with pytest.raises(MissingIdentityError):
+                engine.as_retriever().invoke(query, config_without)
+            return
+        effective_scope = scope
         shown: set[str] = set()
         # Recall never raises, even with a backend failing (it then recalls nothing).
         out = engine.recall(

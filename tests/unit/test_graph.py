@@ -27,6 +27,7 @@ from langgraph.types import Command, interrupt
 
 from langchain_semantic_recall import (
     InvalidInputError,
+    MissingIdentityError,
     OwnershipError,
     SemanticRecall,
 )
@@ -144,10 +145,10 @@ def test_twenty_turns_sqlite_checkpoint_holds_only_real_turns(
         assert set(out) == {"messages"}
         check_saw_own_recall(model, before, n)
     state = graph.get_state(config("alice-chat"))
-    assert RECALL_KEY not in state.values
+    assert state.values.get(RECALL_KEY) is None  # read as empty, never checkpointed
     check_history(state.values["messages"], len(TOPICS))
     for snapshot in graph.get_state_history(config("alice-chat")):
-        assert RECALL_KEY not in snapshot.values
+        assert snapshot.values.get(RECALL_KEY) is None
         assert not any(is_recalled(m) for m in snapshot.values.get("messages", []))
     raw = raw_sqlite(path)
     assert b"surfing?" in raw  # the scan reads real turns...
@@ -167,7 +168,7 @@ async def test_twenty_turns_in_memory_checkpoint_async(memory: FactsMemory) -> N
     state = await graph.aget_state(config("alice-chat"))
     check_history(state.values["messages"], len(TOPICS))
     async for snapshot in graph.aget_state_history(config("alice-chat")):
-        assert RECALL_KEY not in snapshot.values
+        assert snapshot.values.get(RECALL_KEY) is None
     raw = repr((saver.storage, saver.writes, saver.blobs)).encode()
     assert b"surfing?" in raw
     assert BLOCK_MARKER.encode() not in raw
@@ -257,7 +258,7 @@ def test_resource_changing_within_a_thread_is_refused(memory: FactsMemory) -> No
     model = FakeChatModel()
     graph = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
     graph.invoke({"messages": [("user", "garden?")]}, config("shared", "alice"))
-    with pytest.raises(OwnershipError, match=r"belongs to resource 'alice', not 'bob'"):
+    with pytest.raises(OwnershipError, match=r"belongs to another resource, not 'bob'"):
         graph.invoke({"messages": [("user", "garden?")]}, config("shared", "bob"))
     assert len(model.calls) == 1  # refused before the model saw anything
 
@@ -272,7 +273,7 @@ async def test_resource_changing_within_a_thread_is_refused_async(memory: FactsM
 
 def test_missing_thread_id_is_a_clear_error(memory: FactsMemory) -> None:
     graph = create_recall_graph(FakeChatModel(), memory.engine)
-    with pytest.raises(InvalidInputError, match=r"config\['configurable'\]\['thread_id'\]"):
+    with pytest.raises(MissingIdentityError, match=r"conversation id: pass thread_id=\.\.\."):
         graph.invoke({"messages": [("user", "garden?")]}, {"configurable": {"resource_id": "a"}})
 
 
@@ -284,7 +285,8 @@ async def test_missing_thread_id_is_a_clear_error_async(memory: FactsMemory) -> 
 
 def test_custom_config_keys(memory: FactsMemory) -> None:
     model = FakeChatModel()
-    graph = create_recall_graph(model, memory.engine, thread_key="chat", resource_key="user")
+    engine = memory.engine.with_options(thread_key="chat", resource_key="user")
+    graph = create_recall_graph(model, engine)
     graph.invoke(
         {"messages": [("user", "garden?")]}, {"configurable": {"chat": "c", "user": "alice"}}
     )
@@ -444,7 +446,9 @@ def test_current_turn_and_with_recall_ignore_a_stale_recall() -> None:
     fresh = {"messages": messages, RECALL_KEY: RecalledMemory(turn="h2", messages=(block,))}
     assert with_recall(stale) == messages
     assert with_recall(fresh) == [block, *messages]
-    assert with_recall({"messages": messages}) == messages
+    assert with_recall({"messages": messages, RECALL_KEY: None}) == messages
+    with pytest.raises(InvalidInputError, match="RecallState"):  # no channel: say so
+        with_recall({"messages": messages})
 
 
 def test_index_assigns_stable_ids_to_messages_without_one(memory: FactsMemory) -> None:

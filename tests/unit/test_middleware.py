@@ -10,10 +10,10 @@ from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langchain_semantic_recall import InvalidInputError, OwnershipError
+from langchain_semantic_recall import MissingIdentityError, OwnershipError
 from langchain_semantic_recall.graph import RECALL_KEY
 from langchain_semantic_recall.messages import is_recalled
-from langchain_semantic_recall.middleware import SemanticRecallMiddleware, context_resource
+from langchain_semantic_recall.middleware import SemanticRecallMiddleware
 from tests.fakes import (
     BLOCK_MARKER,
     BOB_SECRETS,
@@ -142,16 +142,20 @@ def test_resource_from_config_when_the_context_has_none(memory: FactsMemory) -> 
     assert BOB_SECRETS[0] in block.text
 
 
-def test_context_and_config_must_agree(memory: FactsMemory) -> None:
-    agent = agent_for(memory, FakeChatModel())
+def test_config_wins_over_context_by_the_one_documented_precedence(memory: FactsMemory) -> None:
+    model = FakeChatModel()
+    agent = agent_for(memory, model)
     config = {"configurable": {"thread_id": "b", "resource_id": "bob"}}
-    with pytest.raises(InvalidInputError, match="give the resource id in one place"):
-        agent.invoke(ask("garden"), config, context={"resource_id": "alice"})
+    agent.invoke(ask("garden"), config, context={"resource_id": "alice"})
+    (block,) = blocks(model.calls[0])
+    assert BOB_SECRETS[0] in block.text
+    assert SECRETS[0] not in block.text
+    assert memory.engine.storage.get_thread_owner("b") == "bob"
 
 
 def test_missing_thread_id_is_a_clear_error(memory: FactsMemory) -> None:
     agent = create_agent(FakeChatModel(), middleware=[SemanticRecallMiddleware(memory.engine)])
-    with pytest.raises(InvalidInputError, match=r"config\['configurable'\]\['thread_id'\]"):
+    with pytest.raises(MissingIdentityError, match=r"conversation id: pass thread_id=\.\.\."):
         agent.invoke(ask("garden"), context={"resource_id": "alice"})
 
 
@@ -176,11 +180,3 @@ def test_search_tool_is_scoped_to_the_caller(memory: FactsMemory) -> None:
     assert result.name == "search_memory"
     assert BOB_SECRETS[0] in result.text
     assert SECRETS[0] not in result.text
-
-
-def test_context_resource_reads_mappings_and_objects() -> None:
-    assert context_resource(None, "resource_id") is None
-    assert context_resource({"resource_id": "a"}, "resource_id") == "a"
-    assert context_resource(UserContext("b"), "resource_id") == "b"
-    assert context_resource({"user": 7}, "user") == "7"
-    assert context_resource(object(), "resource_id") is None

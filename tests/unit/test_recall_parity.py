@@ -7,7 +7,7 @@ import logging
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from langchain_semantic_recall import EmbeddingMismatchError, ScopeFilter
+from langchain_semantic_recall import EmbeddingMismatchError, MissingIdentityError, ScopeFilter
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings, RecordingStorage, RecordingVectors
@@ -126,12 +126,14 @@ def test_no_human_message_means_no_embed_and_no_query(
     assert vectors.of("query") == []
 
 
-def test_no_thread_id_leaves_input_unchanged(
+def test_no_thread_id_in_thread_scope_is_an_error_that_touches_nothing(
     make_engine: EngineFactory, embeddings: FakeEmbeddings, vectors: RecordingVectors
 ) -> None:
-    engine = make_engine()
-    messages = [HumanMessage("Lisbon")]
-    assert engine.recall(messages, resource_id="r") == messages
+    # The original did nothing without a thread id; SPEC §10 makes a missing id loud.
+    # Resource scope needs only the resource (tests/unit/test_contract.py).
+    engine = make_engine(scope="thread")
+    with pytest.raises(MissingIdentityError, match="thread_id"):
+        engine.recall([HumanMessage("Lisbon")], resource_id="r")
     assert embeddings.calls == []
     assert vectors.calls == []
 
@@ -308,14 +310,15 @@ def test_index_opens_the_index_with_a_custom_name(
     assert vectors.of("upsert")[0]["name"] == "custom.index"
 
 
-def test_index_without_thread_id_is_a_no_op(
+def test_index_without_thread_id_is_an_error_that_touches_nothing(
     make_engine: EngineFactory,
     storage: RecordingStorage,
     vectors: RecordingVectors,
     embeddings: FakeEmbeddings,
 ) -> None:
-    result = make_engine().index(turn("a", TRIP), resource_id="r")
-    assert (result.stored, result.embedded) == ((), ())
+    # The original did nothing without a thread id; SPEC §10 makes a missing id loud.
+    with pytest.raises(MissingIdentityError, match="thread_id"):
+        make_engine().index(turn("a", TRIP), resource_id="r")
     assert storage.calls == []
     assert vectors.calls == []
     assert embeddings.calls == []

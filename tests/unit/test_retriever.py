@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 from langchain_core.documents import Document
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from langchain_semantic_recall import InvalidInputError, InvalidOptionError
+from langchain_semantic_recall import (
+    IdentityMismatchError,
+    InvalidInputError,
+    InvalidOptionError,
+    MissingIdentityError,
+)
 from langchain_semantic_recall.retriever import (
     MemorySearchTool,
     SemanticRecallRetriever,
@@ -55,7 +60,10 @@ def test_documents_carry_message_metadata_and_score(memory: FactsMemory) -> None
     retriever = memory.engine.as_retriever()
     (doc,) = retriever.invoke("garden", ALICE)
     assert isinstance(doc, Document)
-    assert doc.page_content == f"garden {SECRETS[0]}"
+    header, line = doc.page_content.splitlines()
+    assert header.startswith('Conversation "alice-notes", ')
+    assert line == f"> user: garden {SECRETS[0]}"  # the hit, marked
+    assert doc.metadata["text"] == f"garden {SECRETS[0]}"
     assert doc.id == "alice-garden"
     meta = doc.metadata
     assert meta["source"] == "memory"
@@ -82,11 +90,14 @@ async def test_scope_comes_from_the_config(memory: FactsMemory) -> None:
     retriever = memory.engine.as_retriever()
     alice = await retriever.ainvoke("garden", ALICE)
     bob = await retriever.ainvoke("garden", BOB)
-    assert [d.page_content for d in alice] == [f"garden {SECRETS[0]}"]
-    assert [d.page_content for d in bob] == [f"garden {BOB_SECRETS[0]}"]
-    # The config wins over the retriever's defaults.
-    pinned = memory.engine.as_retriever(thread_id="x", resource_id="alice")
-    assert [d.metadata["resource_id"] for d in pinned.invoke("garden", BOB)] == ["bob"]
+    assert [d.metadata["text"] for d in alice] == [f"garden {SECRETS[0]}"]
+    assert [d.metadata["text"] for d in bob] == [f"garden {BOB_SECRETS[0]}"]
+    # Ids given to the retriever are explicit ids: they win over the config (one rule).
+    pinned = memory.engine.as_retriever(resource_id="alice")
+    assert [d.metadata["resource_id"] for d in pinned.invoke("garden", BOB)] == ["alice"]
+    spoofed = {"configurable": {**BOB["configurable"], "langgraph_auth_user_id": "bob"}}
+    with pytest.raises(IdentityMismatchError):  # but never over an authenticated user
+        pinned.invoke("garden", spoofed)
 
 
 def test_k_per_retriever_and_per_call() -> None:
@@ -101,7 +112,7 @@ def test_k_per_retriever_and_per_call() -> None:
 
 def test_a_bound_view_gives_the_default_scope(memory: FactsMemory) -> None:
     retriever = memory.engine.for_thread("bob-chat", "bob").as_retriever()
-    assert [d.page_content for d in retriever.invoke("garden")] == [f"garden {BOB_SECRETS[0]}"]
+    assert [d.metadata["text"] for d in retriever.invoke("garden")] == [f"garden {BOB_SECRETS[0]}"]
 
 
 def test_no_thread_anywhere_is_a_clear_error(memory: FactsMemory) -> None:
@@ -137,9 +148,54 @@ async def test_tool_is_scoped_to_the_caller_whatever_the_model_says(memory: Fact
     assert BOB_SECRETS[0] not in sync.text
 
 
-def test_tool_without_a_thread_is_a_clear_error(memory: FactsMemory) -> None:
-    with pytest.raises(InvalidInputError, match="'search_memory' tool"):
+def test_tool_without_ids_is_a_clear_error(memory: FactsMemory) -> None:
+    with pytest.raises(MissingIdentityError, match="needs a resource id"):
         memory.engine.as_tool().invoke({"query": "garden"})
+    thread_scope = memory.engine.with_options(scope="thread").as_tool()
+    with pytest.raises(MissingIdentityError, match="needs a conversation id"):
+        thread_scope.invoke({"query": "garden"}, {"configurable": {"resource_id": "alice"}})
+
+
+def test_page_content_is_the_window_as_a_transcript_with_the_hit_marked() -> None:
+    memory = FactsMemory(message_range=(1, 2))
+    engine = memory.engine
+    chat = [
+        HumanMessage("Where should we eat tonight?", id="q"),
+        AIMessage("Try the ramen place on Elm Street.", id="a"),
+        HumanMessage("Great, thanks!", id="t"),
+    ]
+    engine.index(chat, thread_id="dinner", resource_id="alice")
+    (doc,) = [d for d in engine.as_retriever().invoke("eat tonight", ALICE) if d.id == "q"]
+    lines = doc.page_content.splitlines()
+    assert lines[1:] == [
+        "> user: Where should we eat tonight?",
+        "  assistant: Try the ramen place on Elm Street.",  # the answer is in page_content
+        "  user: Great, thanks!",
+    ]
+    assert [w["message_id"] for w in doc.metadata["window"]] == ["q", "a", "t"]
+
+
+def test_search_kwargs_are_langchains_and_unknown_options_raise(memory: FactsMemory) -> None:
+    engine = FactsMemory(threshold=None).engine
+    query = " ".join(TOPICS[:6])
+    assert len(engine.as_retriever(search_kwargs={"k": 1}).invoke(query, ALICE)) == 1
+    strict = engine.as_retriever(search_kwargs={"score_threshold": 0.99})
+    assert strict.invoke(query, ALICE) == []
+    with pytest.raises(InvalidOptionError, match="search_kwargs"):
+        engine.as_retriever(search_kwargs={"fetch_k": 20})
+    with pytest.raises(InvalidOptionError, match="unknown retriever option"):
+        engine.as_retriever(search_type="mmr")
+    with pytest.raises(InvalidOptionError):
+        engine.as_retriever(scope="everything")
+
+
+def test_scope_option_is_honoured(memory: FactsMemory) -> None:
+    engine = memory.engine
+    other_thread = {"configurable": {"thread_id": "alice-chat", "resource_id": "alice"}}
+    assert engine.as_retriever().invoke("garden", other_thread) != []
+    assert engine.as_retriever(scope="thread").invoke("garden", other_thread) == []
+    notes = {"configurable": {"thread_id": "alice-notes", "resource_id": "alice"}}
+    assert engine.as_retriever(scope="thread").invoke("garden", notes) != []
 
 
 def test_format_hits(memory: FactsMemory) -> None:

@@ -1,0 +1,298 @@
+"""The engine's state and its operations, behind the :class:`SemanticRecall` facade.
+
+:class:`EngineCore` owns the resolved options (:class:`EnginePlan`), the backends (the
+storage and the :class:`VectorSpace`) and, for a ``for_thread`` view, the bound ids. Its
+methods build operations (generators of steps) that :meth:`EngineCore.run` and
+:meth:`EngineCore.arun` perform; the facade's ``x`` / ``ax`` pairs call one or the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict, TypeVar
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, resolve_identity
+from langchain_semantic_recall.engine.index_ops import (
+    BulkResult,
+    Conversation,
+    bulk_index_op,
+    index_op,
+)
+from langchain_semantic_recall.engine.maintenance_ops import (
+    RecallStats,
+    check_batch,
+    forget_resource_op,
+    forget_thread_op,
+    maintenance_scope,
+    reindex_op,
+    stats_op,
+)
+from langchain_semantic_recall.engine.search_ops import (
+    SearchRequest,
+    recall_op,
+    search_op,
+    turn_recall_op,
+)
+from langchain_semantic_recall.engine.steps import Backends, Op, Progress, adrive, drive
+from langchain_semantic_recall.errors import InvalidOptionError, ReadOnlyError
+from langchain_semantic_recall.formatting import MIN_MAX_CHARS
+from langchain_semantic_recall.messages import to_messages
+from langchain_semantic_recall.options import (
+    Scope,
+    check_positive,
+    check_scope,
+    check_threshold,
+    check_top_k,
+)
+from langchain_semantic_recall.records import IndexResult, RecallHit
+from langchain_semantic_recall.search import SearchPlan, resolve
+
+T = TypeVar("T")
+
+
+class CallIds(TypedDict, total=False):
+    """Who is asking, as a call gives it (see :mod:`.identity` for the precedence)."""
+
+    thread_id: str | int | None
+    """The conversation (explicit: wins over the config and the context)."""
+    resource_id: str | int | None
+    """The owner (explicit: wins, except over an authenticated user)."""
+    config: RunnableConfig | None
+    """A run config to read the ids from (default: the current run's, if any)."""
+
+
+class SearchOptions(CallIds, total=False):
+    """A search's ids and its overrides of the engine's options."""
+
+    top_k: int | None
+    """Hits to retrieve for this call."""
+    scope: Scope | None
+    """``"thread"`` or ``"resource"`` for this call."""
+    threshold: float | None
+    """Minimum cosine similarity in [0, 1] for this call."""
+
+
+class ReindexOptions(TypedDict, total=False):
+    """What ``reindex`` covers and how."""
+
+    resource_id: str | None
+    """Only this resource's messages (default: every message)."""
+    thread_id: str | None
+    """Only this thread's messages."""
+    missing_only: bool
+    """Only messages without a vector (a repair); orphan vectors are removed too."""
+    batch_size: int
+    """Messages per embedding call (default 256)."""
+    progress: Progress | None
+    """Called with the number of messages of each page handled."""
+
+
+class BulkOptions(TypedDict, total=False):
+    """How ``bulk_index`` batches its work."""
+
+    batch_size: int
+    """Messages per storage transaction and embedding call (default 2048)."""
+    progress: Progress | None
+    """Called with the number of messages of each batch once it is stored."""
+
+
+_CALL_IDS = frozenset(CallIds.__annotations__)
+
+
+def checked(options: Mapping[str, Any], kind: type) -> dict[str, Any]:
+    """``options`` if every key is one ``kind`` (a TypedDict) declares, else a TypeError."""
+    unknown = set(options) - set(kind.__annotations__) - set(getattr(kind, "__optional_keys__", ()))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}")
+    return dict(options)
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePlan:
+    """The engine's options, validated and resolved once (read-only)."""
+
+    search: SearchPlan
+    scope: Scope
+    read_only: bool
+    max_block_chars: int | None
+    keys: IdentityKeys
+    memory_key: str
+    input_key: str | None
+    output_key: str | None
+    logger: logging.Logger
+
+
+def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePlan:
+    """Validate the constructor's options and resolve the mode's defaults.
+
+    Raises:
+        InvalidOptionError: an option out of range or of the wrong type.
+    """
+    block = check_positive("max_block_chars", options["max_block_chars"], allow_none=True)
+    if block is not None and block < MIN_MAX_CHARS:
+        raise InvalidOptionError(
+            f"max_block_chars must be at least {MIN_MAX_CHARS} (room for the block's "
+            f"frame and one message), got {block}"
+        )
+    memory_key = options["memory_key"]
+    if not isinstance(memory_key, str) or not memory_key:
+        raise InvalidOptionError(f"memory_key must be a non-empty string, got {memory_key!r}")
+    search = resolve(
+        keyword_search=keyword_search,
+        **{
+            key: options[key]
+            for key in (
+                "search_mode",
+                "top_k",
+                "message_range",
+                "message_budget",
+                "keyword_weight",
+                "threshold",
+                "time_boost",
+            )
+        },
+    )
+    keys = IdentityKeys(
+        thread=options["thread_key"],
+        resource=options["resource_key"],
+        auth_user=options["auth_user_key"],
+    )
+    return EnginePlan(
+        search=search,
+        scope=check_scope(options["scope"]),
+        read_only=bool(options["read_only"]),
+        max_block_chars=block,
+        keys=keys,
+        memory_key=memory_key,
+        input_key=options["input_key"],
+        output_key=options["output_key"],
+        logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCore:
+    """Options, backends and bound ids; builds the operations and runs them."""
+
+    plan: EnginePlan
+    backends: Backends
+    bound: Identity = field(default_factory=Identity)
+
+    def run(self, op: Op[T]) -> T:
+        """Perform an operation with the backends' synchronous methods."""
+        return drive(op, self.backends)
+
+    async def arun(self, op: Op[T]) -> T:
+        """Perform an operation with the backends' async twins."""
+        return await adrive(op, self.backends)
+
+    def identity(self, ids: CallIds | Mapping[str, Any], context: Any = None) -> Identity:
+        """Who is asking: the call's ids, then the bound view's, the config, the context."""
+        ids = {k: v for k, v in ids.items() if k in _CALL_IDS}
+        thread_id = ids.get("thread_id")
+        resource_id = ids.get("resource_id")
+        return resolve_identity(
+            self.plan.keys,
+            thread_id=thread_id if thread_id is not None else self.bound.thread_id,
+            resource_id=resource_id if resource_id is not None else self.bound.resource_id,
+            config=ids.get("config"),
+            context=context,
+        )
+
+    def _writable(self, what: str) -> None:
+        if self.plan.read_only:
+            raise ReadOnlyError(f"{what} writes, and this engine was built with read_only=True")
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def request(
+        self,
+        query: str,
+        who: Identity,
+        *,
+        top_k: int | None = None,
+        scope: Scope | None = None,
+        threshold: float | None = None,
+    ) -> SearchRequest:
+        """A search request with this call's overrides of the engine's options."""
+        plan = self.plan.search
+        if top_k is not None:
+            plan = dataclasses.replace(plan, top_k=check_top_k(top_k))
+        if threshold is not None:
+            plan = dataclasses.replace(plan, threshold=check_threshold(threshold))
+        scope = self.plan.scope if scope is None else check_scope(scope)
+        return SearchRequest(query, who, scope, plan, self.plan.max_block_chars)
+
+    def search(self, query: str, options: SearchOptions) -> Op[list[RecallHit]]:
+        checked(options, SearchOptions)
+        who = self.identity(options)
+        request = self.request(
+            query,
+            who,
+            top_k=options.get("top_k"),
+            scope=options.get("scope"),
+            threshold=options.get("threshold"),
+        )
+        return search_op(self.backends.space, self.plan.keys, request)
+
+    def recall(self, messages: Any, who: Identity, *, turn: bool) -> Op[list[BaseMessage]]:
+        op = turn_recall_op if turn else recall_op
+        items = to_messages(messages)
+        return op(
+            self.backends.space, self.plan.keys, items, self.request("", who), self.plan.logger
+        )
+
+    def index(self, messages: Any, who: Identity) -> Op[IndexResult]:
+        return index_op(
+            self.backends.space,
+            self.plan.keys,
+            messages,
+            who,
+            scope=self.plan.scope,
+            read_only=self.plan.read_only,
+            logger=self.plan.logger,
+        )
+
+    def bulk_index(
+        self, conversations: Iterable[Conversation], options: BulkOptions
+    ) -> Op[BulkResult]:
+        self._writable("bulk_index")
+        checked(options, BulkOptions)
+        progress = options.get("progress")
+        size = check_batch(options.get("batch_size", 2048), progress)
+        return bulk_index_op(
+            self.backends.space,
+            conversations,
+            batch_size=size,
+            progress=progress,
+            logger=self.plan.logger,
+        )
+
+    def forget_thread(self, thread_id: str, resource_id: str | None, *, retire: bool) -> Op[int]:
+        self._writable("forgetting" if retire else "clearing")
+        return forget_thread_op(self.backends.space, thread_id, resource_id, retire=retire)
+
+    def forget_resource(self, resource_id: str) -> Op[int]:
+        self._writable("forgetting")
+        return forget_resource_op(self.backends.space, resource_id)
+
+    def reindex(self, options: ReindexOptions) -> Op[int]:
+        self._writable("reindex")
+        checked(options, ReindexOptions)
+        progress = options.get("progress")
+        return reindex_op(
+            self.backends.space,
+            scope=maintenance_scope(options.get("resource_id"), options.get("thread_id")),
+            missing_only=bool(options.get("missing_only", False)),
+            batch_size=check_batch(options.get("batch_size", 256), progress),
+            progress=progress,
+        )
+
+    def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
+        return stats_op(self.backends.space, maintenance_scope(resource_id, thread_id))

@@ -1,0 +1,223 @@
+"""Who is asking: the thread and resource of a call, decided by one rule for every surface.
+
+Every surface (engine methods, the runnable, graph nodes, middleware, retriever, tool,
+classic memory, chat history, CLI) calls :func:`resolve_identity`. The precedence:
+
+1. explicit arguments (``thread_id=``, ``resource_id=``; a :meth:`for_thread` view's ids);
+2. ``config["configurable"]`` (``thread_id``, then ``session_id`` as
+   ``RunnableWithMessageHistory`` names it; ``resource_id``);
+3. the LangGraph runtime context (``graph.invoke(..., context={"resource_id": ...})``:
+   a mapping key or an attribute of a ``context_schema`` object).
+
+On a LangGraph server with authentication, the run config carries the authenticated
+user (``configurable["langgraph_auth_user_id"]``): that user IS the resource, and a
+resource from any other source that differs is refused with
+:class:`IdentityMismatchError`, never obeyed. Key names live in :class:`IdentityKeys`.
+
+Ids are text; an integer is taken as its decimal text (LangGraph does the same for
+thread ids); anything else is an :class:`InvalidInputError`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig, ensure_config
+
+from langchain_semantic_recall.errors import (
+    IdentityMismatchError,
+    InvalidInputError,
+    InvalidOptionError,
+    MissingIdentityError,
+)
+from langchain_semantic_recall.messages import check_id
+from langchain_semantic_recall.options import Scope
+from langchain_semantic_recall.records import ScopeFilter
+
+AUTH_USER_KEY = "langgraph_auth_user_id"
+"""Where a LangGraph server with custom authentication puts the authenticated user's id."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityKeys:
+    """The key names identity is read under, in the run config and the runtime context.
+
+    Attributes:
+        thread: key of the conversation id (LangGraph's own is ``thread_id``).
+        resource: key of the resource (user) id.
+        thread_fallbacks: keys tried after ``thread`` in the config
+            (``RunnableWithMessageHistory`` passes ``session_id``).
+        auth_user: config key of the authenticated user on a LangGraph server; None
+            turns the binding off (only for servers without authentication).
+    """
+
+    thread: str = "thread_id"
+    resource: str = "resource_id"
+    thread_fallbacks: tuple[str, ...] = ("session_id",)
+    auth_user: str | None = AUTH_USER_KEY
+
+    def __post_init__(self) -> None:
+        for name in ("thread", "resource"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise InvalidOptionError(f"{name}_key must be a non-empty string, got {value!r}")
+        if self.auth_user is not None and not isinstance(self.auth_user, str):
+            raise InvalidOptionError(
+                f"auth_user_key must be a string or None, got {self.auth_user!r}"
+            )
+
+    def config_example(self) -> str:
+        """A config literal that sets both ids, for error messages."""
+        return (
+            f"config={{'configurable': {{{self.thread!r}: 'chat-1', {self.resource!r}: 'alice'}}}}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """The ids of one call, resolved.
+
+    Attributes:
+        thread_id: the conversation, or None if no source gave one.
+        resource_id: the owner, or None if no source gave one.
+        authenticated: the resource is the LangGraph server's authenticated user.
+    """
+
+    thread_id: str | None = None
+    resource_id: str | None = None
+    authenticated: bool = False
+
+    def require_thread(self, keys: IdentityKeys, what: str) -> str:
+        """The thread id, or a :class:`MissingIdentityError` that says how to give one."""
+        if self.thread_id is None:
+            raise MissingIdentityError(
+                f"{what} needs a conversation id: pass thread_id=..., or run with "
+                f"{keys.config_example()}"
+            )
+        return self.thread_id
+
+    def require_resource(self, keys: IdentityKeys, what: str) -> str:
+        """The resource id, or a :class:`MissingIdentityError` that says how to give one."""
+        if self.resource_id is None:
+            raise MissingIdentityError(
+                f"{what} works across every conversation of a resource (scope='resource') "
+                f"and needs a resource id: pass resource_id=..., run with "
+                f"{keys.config_example()}, or give the context a {keys.resource!r}; "
+                "use scope='thread' for memory of one conversation only"
+            )
+        return self.resource_id
+
+
+def as_id(name: str, value: object) -> str | None:
+    """An id from any source: None stays None, an int becomes its text, text is checked."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str):
+        return check_id(name, value)
+    raise InvalidInputError(f"{name} must be text, got {type(value).__name__} {value!r}")
+
+
+def _context_value(context: Any, key: str) -> object:
+    if context is None:
+        return None
+    if isinstance(context, Mapping):
+        return context.get(key)
+    return getattr(context, key, None)
+
+
+def _runtime_context() -> Any:
+    """The context of the LangGraph run this call is part of, if any."""
+    if "langgraph.runtime" not in sys.modules:  # no graph has run in this process
+        return None
+    from langgraph.runtime import get_runtime
+
+    try:
+        return get_runtime().context
+    except (RuntimeError, KeyError, AttributeError):  # not inside a graph run
+        return None
+
+
+def _first(*values: str | None) -> str | None:
+    return next((v for v in values if v is not None), None)
+
+
+def resolve_identity(
+    keys: IdentityKeys,
+    *,
+    thread_id: object = None,
+    resource_id: object = None,
+    config: RunnableConfig | None = None,
+    context: Any = None,
+) -> Identity:
+    """The thread and resource of a call (see the module docstring for the precedence).
+
+    Args:
+        keys: the key names to read.
+        thread_id: explicit thread id (wins over every other source).
+        resource_id: explicit resource id (wins, except over an authenticated user).
+        config: the run config; when None, the config of the run this call is part of
+            (LangChain's context), so an authenticated user is enforced everywhere.
+        context: the runtime context; when None, that of the current LangGraph run.
+
+    Raises:
+        InvalidInputError: an id that is not text.
+        IdentityMismatchError: a resource that differs from the authenticated user.
+    """
+    configurable: Mapping[str, Any] = ensure_config(config).get("configurable") or {}
+    if context is None:
+        context = _runtime_context()
+    thread = _first(
+        as_id("thread_id", thread_id),
+        as_id(keys.thread, configurable.get(keys.thread)),
+        *(as_id(key, configurable.get(key)) for key in keys.thread_fallbacks),
+        as_id(keys.thread, _context_value(context, keys.thread)),
+    )
+    resource = _first(
+        as_id("resource_id", resource_id),
+        as_id(keys.resource, configurable.get(keys.resource)),
+        as_id(keys.resource, _context_value(context, keys.resource)),
+    )
+    user = as_id(keys.auth_user, configurable.get(keys.auth_user)) if keys.auth_user else None
+    if user is None:
+        return Identity(thread, resource)
+    if resource is not None and resource != user:
+        raise IdentityMismatchError(
+            f"the run is authenticated as {user!r} but asked for resource {resource!r}: "
+            "on an authenticated server the resource is always the signed-in user"
+        )
+    return Identity(thread, user, authenticated=True)
+
+
+def search_scope(
+    identity: Identity, scope: Scope, keys: IdentityKeys, what: str
+) -> ScopeFilter | None:
+    """The scope a search reads, or None when thread scope must first look up the owner.
+
+    Resource scope needs a resource (a thread is optional: without one, every recalled
+    message is from "another" conversation). Thread scope needs a thread; its resource,
+    when known, narrows it further.
+
+    Raises:
+        MissingIdentityError: the id the scope needs is missing.
+    """
+    if scope == "resource":
+        return ScopeFilter(resource_id=identity.require_resource(keys, what))
+    thread = identity.require_thread(keys, what)
+    if identity.resource_id is None:
+        return None
+    return ScopeFilter(thread_id=thread, resource_id=identity.resource_id)
+
+
+__all__ = [
+    "AUTH_USER_KEY",
+    "Identity",
+    "IdentityKeys",
+    "as_id",
+    "resolve_identity",
+    "search_scope",
+]

@@ -1,0 +1,340 @@
+"""Index (one turn) and bulk import, each written once as a generator of steps.
+
+Every message is written to storage first (all roles); user and assistant text is then
+chunked, embedded in one batched call through the shared cache and upserted. A failure
+after the storage write is logged and reported, never raised: the messages are kept and
+``reindex(missing_only=True)`` makes the vectors whole again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import BaseMessage
+
+from langchain_semantic_recall.embeddings import split_for_embedding
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.errors import EmbeddingMismatchError, ForgottenThreadError
+from langchain_semantic_recall.messages import (
+    CREATED_AT_KEY,
+    build_records,
+    check_id,
+    not_stored_reason,
+    record_for,
+    skip_reason,
+    to_messages,
+)
+from langchain_semantic_recall.options import Scope
+from langchain_semantic_recall.records import (
+    IndexResult,
+    MessageFate,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+    VectorRecord,
+)
+from langchain_semantic_recall.vectors.base import chunk_id
+
+FORGOTTEN = "thread forgotten"
+READ_ONLY = "read-only engine"
+
+
+def pending_vectors(embeddings: Embeddings, records: Sequence[MessageRecord]) -> list[VectorRecord]:
+    """One vector record per chunk of each record, vector still empty (filled once embedded).
+
+    The first chunk's id is the message id, later ones ``<message_id>#<n>``.
+    """
+    return [
+        VectorRecord(
+            id=chunk_id(record.id, n),
+            vector=[],
+            message_id=record.id,
+            thread_id=record.thread_id,
+            resource_id=record.resource_id,
+            role=record.role,
+            content=piece,
+            created_at=record.created_at,
+        )
+        for record in records
+        for n, piece in enumerate(split_for_embedding(embeddings, record.text))
+    ]
+
+
+def embed_records(
+    info: IndexInfo, space: VectorSpace, records: Sequence[MessageRecord]
+) -> Op[list[VectorRecord]]:
+    """The records' vector rows, embedded in one batched call through the cache."""
+    pending = pending_vectors(space.embeddings, records)
+    vectors = yield steps.embed(info, [p.content for p in pending])
+    return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
+
+
+# --- one turn ------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Turn:
+    """The records of one ``index`` call and the fate of each input message."""
+
+    thread_id: str
+    fates: list[MessageFate]
+    records: dict[int, MessageRecord] = field(default_factory=dict)
+    """Input position -> record, for the messages to write."""
+    carried_time: set[int] = field(default_factory=set)
+    """Positions of the messages that carry their own creation time."""
+
+    unchanged: dict[int, MessageRecord] = field(default_factory=dict)
+    """Input position -> record, for messages stored before exactly as they are."""
+
+    def to_write(self) -> list[MessageRecord]:
+        return list(self.records.values())
+
+    def to_embed(self) -> list[MessageRecord]:
+        """New and changed messages with text, and unchanged ones too: their vectors may
+        have been lost to a failure, and writing a vector again is idempotent (the cache
+        makes embedding it again free), so indexing again is always a repair."""
+        both = [*self.records.values(), *self.unchanged.values()]
+        return [r for r in both if skip_reason(r) is None]
+
+    def result(
+        self, *, embedded: Sequence[str] = (), error: str | None = None, forgotten: bool = False
+    ) -> IndexResult:
+        done = set(embedded)
+        fates = tuple(
+            replace(f, embedded=f.message_id in done) if f.fate != "skipped" else f
+            for f in self.fates
+        )
+        return IndexResult(
+            stored=tuple(r.id for r in self.records.values()) if not forgotten else (),
+            embedded=tuple(embedded),
+            skipped={f.message_id: f.reason for f in fates if f.message_id and f.reason},
+            error=error,
+            fates=fates,
+            forgotten=forgotten,
+        )
+
+    def refuse_all(self, reason: str) -> IndexResult:
+        self.fates = [
+            f if f.fate == "skipped" else MessageFate(f.position, f.message_id, "skipped", reason)
+            for f in self.fates
+        ]
+        self.records, self.unchanged = {}, {}
+        return self.result(forgotten=reason == FORGOTTEN)
+
+
+def plan_turn(
+    messages: Sequence[BaseMessage], thread_id: str, resource_id: str, now: datetime
+) -> _Turn:
+    """Records for the messages the storage keeps and a fate for each message (pure)."""
+    turn = _Turn(thread_id=thread_id, fates=[])
+    last_of: dict[str, int] = {}
+    for position, message in enumerate(messages):
+        reason = not_stored_reason(message)
+        if reason is not None:
+            turn.fates.append(MessageFate(position, message.id, "skipped", reason))
+            continue
+        record = record_for(
+            message,
+            position=position,
+            thread_id=thread_id,
+            resource_id=resource_id,
+            now=now,
+            fresh_id=True,
+        )
+        if (earlier := last_of.get(record.id)) is not None:  # the last of equal ids wins
+            del turn.records[earlier]
+            turn.fates[earlier] = MessageFate(
+                earlier, record.id, "skipped", "the same id appears later in this call"
+            )
+        last_of[record.id] = position
+        turn.records[position] = record
+        if CREATED_AT_KEY in message.additional_kwargs:
+            turn.carried_time.add(position)
+        turn.fates.append(MessageFate(position, record.id, "stored", skip_reason(record, message)))
+    return turn
+
+
+def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> None:
+    """Mark messages stored before: unchanged ones are not written again (pure).
+
+    The fate's ``reason`` keeps saying why a message gets no vector (a system message...).
+    """
+    for position, record in list(turn.records.items()):
+        window = known.get(record.id)
+        if not window:
+            continue
+        before = window[0]
+        if (before.role, before.text, before.payload) == (record.role, record.text, record.payload):
+            turn.unchanged[position] = turn.records.pop(position)
+            turn.fates[position] = replace(turn.fates[position], fate="unchanged")
+        else:  # new content, same message: it keeps its time unless it carries one
+            if position not in turn.carried_time:
+                turn.records[position] = replace(record, created_at=before.created_at)
+            turn.fates[position] = replace(turn.fates[position], fate="updated")
+
+
+def index_op(
+    space: VectorSpace,
+    keys: IdentityKeys,
+    messages: Sequence[BaseMessage],
+    identity: Identity,
+    *,
+    scope: Scope,
+    read_only: bool,
+    logger: logging.Logger,
+) -> Op[IndexResult]:
+    """Store a turn's messages and embed their user and assistant text.
+
+    Raises:
+        MissingIdentityError: no thread id; or no resource id in resource scope.
+        OwnershipError: the thread (or a message id) belongs to another owner.
+        StorageError: the storage could not be written (nothing was stored).
+    """
+    items = to_messages(messages)
+    thread_id = identity.require_thread(keys, "index")
+    resource_id = identity.resource_id
+    if resource_id is None:
+        if scope == "resource":
+            identity.require_resource(keys, "index")
+        # Thread scope without users: the thread's owner, or the thread is its own owner.
+        resource_id = (yield steps.thread_owner(thread_id)) or thread_id
+    check_id("resource_id", resource_id)
+    turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC))
+    if read_only:
+        return turn.refuse_all(READ_ONLY)
+    if not turn.records:
+        return turn.result()
+    ids = [r.id for r in turn.records.values()]
+    try:  # which are stored already: only to skip unchanged ones and report their fate
+        known = yield steps.read_windows(
+            ids, before=0, after=0, scope=ScopeFilter(thread_id=thread_id)
+        )
+    except Exception:
+        logger.warning("could not read which messages are stored; writing all", exc_info=True)
+        known = {}
+    _settle_known(turn, known)
+    try:
+        if turn.records:
+            yield steps.put_messages(turn.to_write())
+    except ForgottenThreadError:
+        logger.warning("thread %r was forgotten; nothing of this call was stored", thread_id)
+        return turn.refuse_all(FORGOTTEN)
+    to_embed = turn.to_embed()
+    if not to_embed:
+        return turn.result()
+    try:
+        info = yield from space.resolve()
+        yield steps.upsert_vectors(info, (yield from embed_records(info, space, to_embed)))
+        if (yield steps.is_forgotten(thread_id)):  # forgotten while we embedded
+            embedded = [r.id for r in to_embed]
+            yield steps.delete_vectors(info, message_ids=embedded, resource_id=resource_id)
+            logger.warning("thread %r was forgotten while it was indexed", thread_id)
+            return turn.refuse_all(FORGOTTEN)
+    except EmbeddingMismatchError:
+        raise
+    except Exception as error:
+        logger.warning(
+            "indexing vectors failed; %d message(s) stored without vectors "
+            "(repair with reindex(missing_only=True))",
+            len(to_embed),
+            exc_info=True,
+        )
+        return turn.result(error=repr(error))
+    return turn.result(embedded=[r.id for r in to_embed])
+
+
+# --- bulk import ---------------------------------------------------------------------------
+
+Conversation = tuple[str, str, Sequence[BaseMessage]]
+"""``(thread_id, resource_id, messages)``: one thread of one resource, in order."""
+
+
+@dataclass(slots=True)
+class BulkResult:
+    """What a bulk import did."""
+
+    stored: int = 0
+    """Messages written to storage."""
+    embedded: int = 0
+    """Messages whose vectors were written."""
+    forgotten_threads: list[str] = field(default_factory=list)
+    """Threads skipped because they were forgotten (their ids are retired)."""
+
+
+_Batch = list[tuple[str, list[MessageRecord]]]
+
+
+def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[_Batch]:
+    """Records of whole conversations, grouped into batches of about ``size`` messages."""
+    batch: _Batch = []
+    count = 0
+    now = datetime.now(UTC)
+    for thread_id, resource_id, messages in conversations:
+        items = to_messages(messages)
+        records = build_records(items, thread_id=thread_id, resource_id=resource_id, now=now)
+        batch.append((thread_id, records))
+        count += len(records)
+        if count >= size:
+            yield batch
+            batch, count = [], 0
+    if batch:
+        yield batch
+
+
+def _store_batch(batch: _Batch, result: BulkResult, logger: logging.Logger) -> Op[_Batch]:
+    """Store a batch in one transaction (thread by thread if one was forgotten)."""
+    try:
+        yield steps.put_messages([r for _, records in batch for r in records])
+        kept = batch
+    except ForgottenThreadError:
+        kept = []
+        for thread_id, records in batch:
+            try:
+                yield steps.put_messages(records)
+            except ForgottenThreadError:
+                logger.warning("thread %r was forgotten; not imported again", thread_id)
+                result.forgotten_threads.append(thread_id)
+                continue
+            kept.append((thread_id, records))
+    result.stored += sum(len(records) for _, records in kept)
+    return kept
+
+
+def _write_and_recheck(info: IndexInfo, rows: Sequence[VectorRecord]) -> Op[None]:
+    """Upsert, then drop the vectors of any thread forgotten meanwhile (as ``index`` does)."""
+    yield steps.upsert_vectors(info, rows)
+    owners = {row.thread_id: row.resource_id for row in rows}
+    for thread_id, resource_id in owners.items():
+        if (yield steps.is_forgotten(thread_id)):
+            yield steps.delete_vectors(info, thread_id=thread_id, resource_id=resource_id)
+
+
+def bulk_index_op(
+    space: VectorSpace,
+    conversations: Iterable[Conversation],
+    *,
+    batch_size: int,
+    progress: steps.Progress | None,
+    logger: logging.Logger,
+) -> Op[BulkResult]:
+    """Store and embed many conversations; batch *n*'s vectors are written in the
+    background while batch *n + 1* is embedded."""
+    info = yield from space.resolve()
+    result = BulkResult()
+    for batch in _batches(conversations, batch_size):
+        kept = yield from _store_batch(batch, result, logger)
+        if progress is not None:
+            progress(sum(len(records) for _, records in batch))
+        to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
+        rows = yield from embed_records(info, space, to_embed)
+        yield steps.Background(steps.Nested(_write_and_recheck(info, rows)))
+        result.embedded += len(to_embed)
+    yield steps.Settle()
+    return result

@@ -1,0 +1,174 @@
+"""Forgetting, emptying, reindexing and stats, each written once as a generator of steps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.index_ops import embed_records
+from langchain_semantic_recall.engine.steps import Op, Progress
+from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.messages import check_id, skip_reason
+from langchain_semantic_recall.records import ScopeFilter, StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class RecallStats:
+    """What is stored, and whether the vectors are whole."""
+
+    index_name: str
+    model: str
+    dimension: int
+    messages: int
+    threads: int
+    resources: int
+    embeddable: int
+    """Messages that should have a vector (user and assistant messages with text)."""
+    vectors: int
+    """Messages that have at least one vector."""
+    missing_vectors: int
+    """Embeddable messages without a vector (repair with ``reindex(missing_only=True)``)."""
+    orphan_vectors: int
+    """Vectors whose message is no longer stored (removed by the repair too)."""
+
+
+def maintenance_scope(resource_id: str | None, thread_id: str | None) -> ScopeFilter | None:
+    """The scope of a maintenance call; None (everything) when neither id is given."""
+    if resource_id is None and thread_id is None:
+        return None
+    if resource_id is not None:
+        check_id("resource_id", resource_id)
+    if thread_id is not None:
+        check_id("thread_id", thread_id)
+    return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
+
+
+def check_batch(batch_size: object, progress: object) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if progress is not None and not callable(progress):
+        raise InvalidInputError(f"progress must be a callable or None, got {progress!r}")
+    return batch_size
+
+
+def _embeddable(page: Sequence[StoredMessage]) -> list[StoredMessage]:
+    return [m for m in page if skip_reason(m) is None]
+
+
+# --- forgetting ------------------------------------------------------------------------------
+
+
+def forget_thread_op(
+    space: VectorSpace, thread_id: str, resource_id: str | None, *, retire: bool
+) -> Op[int]:
+    """Delete a thread's messages and vectors; ``retire`` also refuses later writes to it.
+
+    Raises:
+        OwnershipError: ``resource_id`` is given and the thread belongs to another one.
+    """
+    check_id("thread_id", thread_id)
+    if resource_id is not None:
+        check_id("resource_id", resource_id)
+    owner = yield steps.thread_owner(thread_id)
+    if resource_id is not None and owner is not None and owner != resource_id:
+        raise OwnershipError(f"thread {thread_id!r} does not belong to resource {resource_id!r}")
+    deleted = yield steps.delete_thread(thread_id, retire=retire)
+    yield steps.clear_cache()  # it holds recent texts
+    info = yield from space.resolve()
+    # The owner lets a vector layout partitioned by resource touch one partition.
+    yield steps.delete_vectors(info, thread_id=thread_id, resource_id=owner)
+    return int(deleted)
+
+
+def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
+    """Delete every thread of a resource (messages and vectors), retiring their ids."""
+    check_id("resource_id", resource_id)
+    deleted = yield steps.delete_resource(resource_id)
+    yield steps.clear_cache()
+    info = yield from space.resolve()
+    yield steps.delete_vectors(info, resource_id=resource_id)
+    return int(deleted)
+
+
+# --- reindex and stats -----------------------------------------------------------------------
+
+
+def reindex_op(
+    space: VectorSpace,
+    *,
+    scope: ScopeFilter | None,
+    missing_only: bool,
+    batch_size: int,
+    progress: Progress | None,
+) -> Op[int]:
+    """Embed stored messages again into the index; returns the vectors written.
+
+    With ``missing_only``, only messages without a vector, and vectors whose message is
+    gone are removed. A thread forgotten while this runs keeps no vector.
+    """
+    info = yield from space.resolve()
+    have: set[str] = (yield steps.vector_message_ids(info, scope)) if missing_only else set()
+    stored_ids: set[str] = set()
+    written = 0
+    after: tuple[str, int] | None = None
+    while page := (yield steps.list_messages(scope, after=after, limit=batch_size)):
+        after = (page[-1].thread_id, page[-1].seq)
+        stored_ids.update(m.id for m in page)
+        todo = [m for m in _embeddable(page) if m.id not in have]
+        if todo:
+            yield steps.upsert_vectors(info, (yield from embed_records(info, space, todo)))
+            written += len(todo) - (yield from _drop_forgotten(info, todo))
+        if progress is not None:
+            progress(len(page))
+    orphans = have - stored_ids
+    if orphans:
+        yield steps.delete_vectors(info, message_ids=sorted(orphans))
+    return written
+
+
+def _drop_forgotten(info: IndexInfo, written: Sequence[StoredMessage]) -> Op[int]:
+    """Delete the vectors just written for threads forgotten meanwhile; returns how many.
+
+    The forget may have deleted the thread's vectors before ours landed (as for index).
+    """
+    gone: set[str] = set()
+    for thread_id in {m.thread_id for m in written}:
+        if (yield steps.is_forgotten(thread_id)):
+            gone.add(thread_id)
+    ids = [m.id for m in written if m.thread_id in gone]
+    if ids:
+        yield steps.delete_vectors(info, message_ids=ids)
+    return len(ids)
+
+
+def stats_op(space: VectorSpace, scope: ScopeFilter | None) -> Op[RecallStats]:
+    """Counts of messages, threads and vectors, and how many vectors are missing."""
+    info = yield from space.resolve()
+    have: set[str] = yield steps.vector_message_ids(info, scope)
+    messages = 0
+    threads: set[str] = set()
+    resources: set[str] = set()
+    stored: set[str] = set()
+    embeddable: set[str] = set()
+    after: tuple[str, int] | None = None
+    while page := (yield steps.list_messages(scope, after=after, limit=1000)):
+        after = (page[-1].thread_id, page[-1].seq)
+        messages += len(page)
+        threads.update(m.thread_id for m in page)
+        resources.update(m.resource_id for m in page)
+        stored.update(m.id for m in page)
+        embeddable.update(m.id for m in _embeddable(page))
+    return RecallStats(
+        index_name=info.name,
+        model=info.model,
+        dimension=info.dimension,
+        messages=messages,
+        threads=len(threads),
+        resources=len(resources),
+        embeddable=len(embeddable),
+        vectors=len(have & stored),
+        missing_vectors=len(embeddable - have),
+        orphan_vectors=len(have - stored),
+    )

@@ -1,0 +1,168 @@
+"""Search and recall, each written once as a generator of steps (see :mod:`.steps`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.messages import BaseMessage
+
+from langchain_semantic_recall import injection
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, search_scope
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.engine.vector_space import VectorSpace
+from langchain_semantic_recall.errors import (
+    EmbeddingMismatchError,
+    ForgottenThreadError,
+    InvalidInputError,
+    InvalidOptionError,
+    OwnershipError,
+)
+from langchain_semantic_recall.messages import query_text
+from langchain_semantic_recall.options import Scope
+from langchain_semantic_recall.records import RecallHit, ScopeFilter, VectorHit
+from langchain_semantic_recall.search import SearchPlan
+
+CONFIGURATION_ERRORS = (EmbeddingMismatchError, InvalidOptionError, InvalidInputError)
+"""Errors that are the caller's to fix: raised, never swallowed by the "no recall" rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """One search: what to look for, for whom, and how."""
+
+    query: str
+    identity: Identity
+    scope: Scope
+    plan: SearchPlan
+    max_block_chars: int | None = None
+    """Bound on the memory that recall injects (unused by plain search)."""
+
+
+def search_op(
+    space: VectorSpace, keys: IdentityKeys, request: SearchRequest, what: str = "search"
+) -> Op[list[RecallHit]]:
+    """The hits for ``request.query`` within the caller's scope, with their windows.
+
+    Raises:
+        InvalidInputError: the query is not text.
+        MissingIdentityError: the scope's id is missing.
+    """
+    if not isinstance(request.query, str):
+        raise InvalidInputError(f"query must be text, got {type(request.query).__name__}")
+    scope = search_scope(request.identity, request.scope, keys, what)
+    if not request.query.strip():
+        return []  # documented: an empty query finds nothing
+    if scope is None:  # thread scope, owner unknown to the caller: the storage knows it
+        thread_id = request.identity.require_thread(keys, what)
+        owner = yield steps.thread_owner(thread_id)
+        if owner is None:
+            return []  # a thread nothing was stored for
+        scope = ScopeFilter(thread_id=thread_id, resource_id=owner)
+    return (yield from _search_in(space, request.query, scope, request.plan))
+
+
+def _search_in(
+    space: VectorSpace, query: str, scope: ScopeFilter, plan: SearchPlan
+) -> Op[list[RecallHit]]:
+    dense: list[VectorHit] = []
+    if plan.uses_vectors:
+        info = yield from space.resolve()
+        vector = (yield steps.embed(info, [query]))[0]
+        space.check_query_vector(info, vector)
+        dense = yield steps.query_vectors(info, vector, k=plan.dense_k, scope=scope)
+    keyword: list[tuple[str, float]] = []
+    if plan.uses_keywords:
+        keyword = yield steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
+    ranked = plan.rank(dense, keyword)
+    period = plan.period(query)
+    if period is not None and ranked:  # time-aware: read the candidates' times
+        ids = [message_id for message_id, _ in ranked]
+        times = yield steps.read_windows(ids, before=0, after=0, scope=scope)
+        ranked = plan.boost(ranked, times, period)
+    kept = plan.top(ranked)
+    if not kept:
+        return []
+    window = plan.message_range
+    windows = yield steps.read_windows(
+        [message_id for message_id, _ in kept],
+        before=window.before,
+        after=window.after,
+        scope=scope,
+    )
+    return plan.hits(kept, windows)
+
+
+def recall_op(
+    space: VectorSpace,
+    keys: IdentityKeys,
+    messages: Sequence[BaseMessage],
+    request: SearchRequest,
+    logger: logging.Logger,
+) -> Op[list[BaseMessage]]:
+    """``messages`` with the recalled messages injected (``request.query`` is ignored).
+
+    No human text: the input unchanged (documented no-op). A failure of the embedder,
+    vector index or storage is logged and recalls nothing; configuration errors (missing
+    ids, dimension mismatch) are raised.
+    """
+    items = list(messages)
+    search_scope(request.identity, request.scope, keys, "recall")  # missing ids are loud
+    query = query_text(items)
+    if query is None:
+        return items
+    try:
+        hits = yield from search_op(
+            space, keys, SearchRequest(query, request.identity, request.scope, request.plan)
+        )
+    except CONFIGURATION_ERRORS:
+        raise
+    except Exception:
+        logger.warning("recall failed; continuing without recall", exc_info=True)
+        return items
+    return injection.inject(
+        items,
+        hits,
+        thread_id=request.identity.thread_id,
+        max_block_chars=request.max_block_chars,
+    )
+
+
+def turn_recall_op(
+    space: VectorSpace,
+    keys: IdentityKeys,
+    messages: Sequence[BaseMessage],
+    request: SearchRequest,
+    logger: logging.Logger,
+) -> Op[list[BaseMessage]]:
+    """Recall for one turn of a conversation runtime (graph nodes, middleware).
+
+    Before the model is called, refuses a thread that was forgotten or belongs to
+    another resource: the turn would otherwise run and then fail to be stored.
+
+    Raises:
+        ForgottenThreadError: the thread was forgotten (its id is retired).
+        OwnershipError: the thread belongs to another resource.
+    """
+    thread_id = request.identity.require_thread(keys, "recall")
+    try:
+        owner = yield steps.thread_owner(thread_id)
+        forgotten = yield steps.is_forgotten(thread_id)
+    except Exception:  # the storage is down: recall degrades below, the turn goes on
+        logger.warning("could not read thread %r from the storage", thread_id, exc_info=True)
+        owner, forgotten = None, False
+    if forgotten:
+        raise ForgottenThreadError(
+            f"thread {thread_id!r} was forgotten, so its id is retired and new turns of it "
+            "would not be stored: start the conversation under a new thread id (and delete "
+            "its checkpoint, which still holds the old messages)"
+        )
+    resource_id = request.identity.resource_id
+    if owner is not None and resource_id is not None and owner != resource_id:
+        raise OwnershipError(
+            f"thread {thread_id!r} belongs to another resource, not {resource_id!r}: a "
+            f"conversation keeps one owner. Start a new thread id for {resource_id!r}"
+        )
+    return (yield from recall_op(space, keys, messages, request, logger))

@@ -1,0 +1,317 @@
+"""The I/O an operation asks for, as step records, and the two drivers that perform it.
+
+An operation is a generator: it yields a :class:`Step` (embed these texts, read these
+windows, write these records...), receives the step's result (or, if the step raised,
+the exception, thrown in at the ``yield``), and returns its answer. All decisions live
+in the generator, written once; :func:`drive` performs the steps with the backends'
+synchronous methods and :func:`adrive` with their async twins. The model is the
+PostgreSQL backend's statement generators and LangGraph's ``BaseStore.batch``/``abatch``.
+
+Example (an operation and both ways to run it)::
+
+    def owner_op(thread_id: str) -> Op[str | None]:
+        owner = yield thread_owner(thread_id)
+        return owner
+
+    drive(owner_op("t1"), backends)          # sync
+    await adrive(owner_op("t1"), backends)   # async
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+    from langchain_semantic_recall.storage.base import MessageStorage
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Backends:
+    """What steps run against: the message storage and the vector space."""
+
+    storage: MessageStorage
+    space: VectorSpace
+
+
+class Step(ABC):
+    """One unit of I/O, performed by a driver: ``run`` (sync) or ``arun`` (async)."""
+
+    @abstractmethod
+    def run(self, backends: Backends) -> Any:
+        """Perform the step synchronously."""
+
+    @abstractmethod
+    async def arun(self, backends: Backends) -> Any:
+        """Perform the step on the event loop (or off it, in an executor)."""
+
+
+Op: TypeAlias = Generator[Step, Any, T]
+"""An operation: yields steps, receives their results, returns ``T``."""
+
+Progress: TypeAlias = Callable[[int], None]
+"""Called with the number of messages just handled (for progress bars)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _StorageCall(Step):
+    """``storage.<method>(...)`` or ``await storage.a<method>(...)``."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def run(self, backends: Backends) -> Any:
+        return getattr(backends.storage, self.method)(*self.args, **self.kwargs)
+
+    async def arun(self, backends: Backends) -> Any:
+        return await getattr(backends.storage, f"a{self.method}")(*self.args, **self.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class _VectorCall(Step):
+    """``vectors.<method>(...)`` or ``await vectors.a<method>(...)``."""
+
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def run(self, backends: Backends) -> Any:
+        return getattr(backends.space.vectors, self.method)(*self.args, **self.kwargs)
+
+    async def arun(self, backends: Backends) -> Any:
+        method = getattr(backends.space.vectors, f"a{self.method}")
+        return await method(*self.args, **self.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Embed(Step):
+    """Embed texts through the shared cache, checked against the index's dimension."""
+
+    info: IndexInfo
+    texts: Sequence[str]
+
+    def run(self, backends: Backends) -> list[list[float]]:
+        space = backends.space
+        return embed_with_cache(
+            space.embeddings, space.cache, self.info.name, self.texts, dimension=self.info.dimension
+        )
+
+    async def arun(self, backends: Backends) -> list[list[float]]:
+        space = backends.space
+        return await aembed_with_cache(
+            space.embeddings, space.cache, self.info.name, self.texts, dimension=self.info.dimension
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe(Step):
+    """Embed one text with no cache: the embedder's dimension, learnt once."""
+
+    def run(self, backends: Backends) -> Any:
+        return backends.space.embeddings.embed_documents(["dimension probe"])
+
+    async def arun(self, backends: Backends) -> Any:
+        return await backends.space.embeddings.aembed_documents(["dimension probe"])
+
+
+@dataclass(frozen=True, slots=True)
+class _ClearCache(Step):
+    def run(self, backends: Backends) -> None:
+        backends.space.cache.clear()
+
+    async def arun(self, backends: Backends) -> None:
+        backends.space.cache.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class Background(Step):
+    """Start ``step`` and go on; the driver keeps one in flight and :class:`Settle` waits.
+
+    Lets bulk import write batch *n*'s vectors while batch *n + 1* is embedded.
+    """
+
+    step: Step
+
+    def run(self, backends: Backends) -> Any:  # pragma: no cover - the drivers handle it
+        raise TypeError("Background is performed by the driver")
+
+    async def arun(self, backends: Backends) -> Any:  # pragma: no cover
+        raise TypeError("Background is performed by the driver")
+
+
+@dataclass(frozen=True, slots=True)
+class Nested(Step):
+    """A whole operation as one step (so that it can run in the :class:`Background`)."""
+
+    op: Op[Any]
+
+    def run(self, backends: Backends) -> Any:
+        return drive(self.op, backends)
+
+    async def arun(self, backends: Backends) -> Any:
+        return await adrive(self.op, backends)
+
+
+@dataclass(frozen=True, slots=True)
+class Settle(Step):
+    """Wait for the step in flight (its error, if any, is raised at this ``yield``)."""
+
+    def run(self, backends: Backends) -> Any:  # pragma: no cover - the drivers handle it
+        raise TypeError("Settle is performed by the driver")
+
+    async def arun(self, backends: Backends) -> Any:  # pragma: no cover
+        raise TypeError("Settle is performed by the driver")
+
+
+# --- the steps, by name ------------------------------------------------------------------
+
+
+def embed(info: IndexInfo, texts: Sequence[str]) -> Step:
+    return _Embed(info, tuple(texts))
+
+
+def probe_dimension() -> Step:
+    return _Probe()
+
+
+def clear_cache() -> Step:
+    return _ClearCache()
+
+
+def thread_owner(thread_id: str) -> Step:
+    return _StorageCall("get_thread_owner", (thread_id,))
+
+
+def is_forgotten(thread_id: str) -> Step:
+    return _StorageCall("is_forgotten", (thread_id,))
+
+
+def put_messages(records: Sequence[MessageRecord]) -> Step:
+    return _StorageCall("put", (list(records),))
+
+
+def read_windows(ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter) -> Step:
+    return _StorageCall(
+        "get_windows", (list(ids),), {"before": before, "after": after, "scope": scope}
+    )
+
+
+def keyword_search(query: str, *, scope: ScopeFilter, limit: int) -> Step:
+    return _StorageCall("keyword_search", (query,), {"scope": scope, "limit": limit})
+
+
+def list_messages(scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int) -> Step:
+    return _StorageCall("list_messages", (scope,), {"after": after, "limit": limit})
+
+
+def list_threads(resource_id: str | None) -> Step:
+    return _StorageCall("list_threads", (resource_id,))
+
+
+def delete_thread(thread_id: str, *, retire: bool) -> Step:
+    return _StorageCall("delete_thread", (thread_id,), {"retire": retire})
+
+
+def delete_resource(resource_id: str) -> Step:
+    return _StorageCall("delete_resource", (resource_id,))
+
+
+def open_index(info: IndexInfo) -> Step:
+    return _VectorCall("open", (info.name,), {"dimension": info.dimension, "model": info.model})
+
+
+def query_vectors(info: IndexInfo, vector: Sequence[float], *, k: int, scope: ScopeFilter) -> Step:
+    return _VectorCall("query", (info.name, vector), {"k": k, "scope": scope})
+
+
+def upsert_vectors(info: IndexInfo, records: Sequence[VectorRecord]) -> Step:
+    return _VectorCall("upsert", (info.name, list(records)))
+
+
+def delete_vectors(
+    info: IndexInfo,
+    *,
+    thread_id: str | None = None,
+    resource_id: str | None = None,
+    message_ids: Sequence[str] | None = None,
+) -> Step:
+    ids = None if message_ids is None else list(message_ids)
+    return _VectorCall(
+        "delete",
+        (info.name,),
+        {"thread_id": thread_id, "resource_id": resource_id, "message_ids": ids},
+    )
+
+
+def vector_message_ids(info: IndexInfo, scope: ScopeFilter | None) -> Step:
+    return _VectorCall("message_ids", (info.name, scope))
+
+
+# --- the drivers --------------------------------------------------------------------------
+
+
+def drive(op: Op[T], backends: Backends) -> T:
+    """Run an operation with the backends' synchronous methods."""
+    in_flight: Future[Any] | None = None
+    writer: ThreadPoolExecutor | None = None
+    result: Any = None
+    error: Exception | None = None
+    try:
+        while True:
+            try:
+                step = op.throw(error) if error is not None else op.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            result, error = None, None
+            try:
+                if isinstance(step, Background | Settle) and in_flight is not None:
+                    pending, in_flight = in_flight, None
+                    pending.result()
+                if isinstance(step, Background):
+                    writer = writer or ThreadPoolExecutor(1, thread_name_prefix="semantic-recall")
+                    in_flight = writer.submit(step.step.run, backends)
+                elif not isinstance(step, Settle):
+                    result = step.run(backends)
+            except Exception as failure:
+                error = failure
+    finally:
+        if writer is not None:
+            writer.shutdown(wait=True)
+
+
+async def adrive(op: Op[T], backends: Backends) -> T:
+    """Run an operation with the backends' async twins."""
+    in_flight: asyncio.Task[Any] | None = None
+    result: Any = None
+    error: Exception | None = None
+    try:
+        while True:
+            try:
+                step = op.throw(error) if error is not None else op.send(result)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            result, error = None, None
+            try:
+                if isinstance(step, Background | Settle) and in_flight is not None:
+                    pending, in_flight = in_flight, None
+                    await pending
+                if isinstance(step, Background):
+                    in_flight = asyncio.ensure_future(step.step.arun(backends))
+                elif not isinstance(step, Settle):
+                    result = await step.arun(backends)
+            except Exception as failure:
+                error = failure
+    finally:
+        if in_flight is not None:
+            await asyncio.gather(in_flight, return_exceptions=True)

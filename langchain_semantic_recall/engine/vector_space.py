@@ -1,0 +1,118 @@
+"""The vector space: the embedder, its cache, the vector index, and the index it writes.
+
+One object owns this shared state; the engine holds it (and a :meth:`for_thread` view or
+a :meth:`with_options` copy shares it). The index's name, model and dimension are
+resolved once, on first use: the dimension comes from the embedder's ``dimension``
+attribute when it has one, else from embedding one probe text; the vector index then
+opens (or creates) the index and fails closed if it was built with another model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from langchain_core.embeddings import Embeddings
+
+from langchain_semantic_recall.embeddings import EmbeddingCache, embedding_model_name
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidOptionError
+from langchain_semantic_recall.options import check_index_name, default_index_name
+from langchain_semantic_recall.vectors.base import VectorIndex
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInfo:
+    """The vector index this engine reads and writes, resolved once."""
+
+    name: str
+    model: str
+    dimension: int
+
+
+class VectorSpace:
+    """Embedder + cache + vector index, and the resolved :class:`IndexInfo`.
+
+    Args:
+        embeddings: any LangChain ``Embeddings``.
+        vectors: the vector index host.
+        cache: the embedding cache shared by recall and index.
+        index_name: the index name; derived from the model and dimension when None.
+    """
+
+    def __init__(
+        self,
+        embeddings: Embeddings,
+        vectors: VectorIndex,
+        cache: EmbeddingCache,
+        index_name: str | None = None,
+    ) -> None:
+        if not isinstance(embeddings, Embeddings):
+            raise InvalidOptionError(
+                f"embeddings must be a LangChain Embeddings, got {embeddings!r}"
+            )
+        if not isinstance(vectors, VectorIndex):
+            raise InvalidOptionError(
+                "vector_store must be a VectorIndex (e.g. ChromaVectorIndex.persistent(path), "
+                "ChromaVectorIndex(chromadb_client)) or a LangChain VectorStore, got "
+                f"{type(vectors).__name__}"
+            )
+        if cache is not None and not isinstance(cache, EmbeddingCache):
+            raise InvalidOptionError(f"cache must be an EmbeddingCache, got {cache!r}")
+        self.embeddings = embeddings
+        self.vectors = vectors
+        self.cache = cache
+        self.index_name = None if index_name is None else check_index_name(index_name)
+        self._lock = threading.Lock()
+        self._info: IndexInfo | None = None
+
+    @property
+    def info(self) -> IndexInfo | None:
+        """The resolved index, or None before first use."""
+        return self._info
+
+    def _info_for(self, dimension: int) -> IndexInfo:
+        model = embedding_model_name(self.embeddings)
+        name = self.index_name or default_index_name(model, dimension)
+        return IndexInfo(name=name, model=model, dimension=dimension)
+
+    def resolve(self) -> Op[IndexInfo]:
+        """Resolve and open the index (once; later calls return it at no cost)."""
+        if self._info is not None:
+            return self._info
+        dimension = getattr(self.embeddings, "dimension", None)
+        if isinstance(dimension, int) and not isinstance(dimension, bool) and dimension > 0:
+            info = self._info_for(dimension)
+        else:
+            info = self._info_for(_probed_dimension((yield steps.probe_dimension())))
+        yield steps.open_index(info)  # opening twice (two first calls at once) is harmless
+        with self._lock:
+            if self._info is None:
+                self._info = info
+            return self._info
+
+    def check_query_vector(self, info: IndexInfo, vector: Sequence[float]) -> None:
+        """Fail closed when a query vector does not fit the index."""
+        if len(vector) != info.dimension:
+            raise EmbeddingMismatchError(
+                f"the embedder returned {len(vector)}-d vectors but index {info.name!r} "
+                f"holds {info.dimension}-d vectors of {info.model!r}; use another "
+                "index_name or run reindex with the new embedder"
+            )
+
+
+def _probed_dimension(probe: object) -> int:
+    """The dimension of the embedder's answer to one text, or a clear error."""
+    if (
+        not isinstance(probe, list)
+        or len(probe) != 1
+        or not hasattr(probe[0], "__len__")
+        or len(probe[0]) < 1
+    ):
+        raise EmbeddingMismatchError(
+            "the embedder returned no usable vector for one text while probing its "
+            f"dimension (got {str(probe)[:80]}); check the embedder"
+        )
+    return len(probe[0])
