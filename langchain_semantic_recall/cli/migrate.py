@@ -3,10 +3,12 @@
 Messages are copied page by page in thread order, so every thread keeps its order (and
 its windows); writing them again is harmless, so an interrupted migration is simply run
 again. Vectors are either copied as they are (``--vectors copy``, the default: no
-embedding, when the source index can list its vectors) or embedded again from the copied
-messages (``--vectors reembed``). Either way the target ends with a repair pass
+embedding; read with :meth:`~langchain_semantic_recall.vectors.base.VectorIndex.export`,
+whatever the backend) or embedded again from the copied messages (``--vectors reembed``).
+A source index that cannot list its vectors (``ExportNotSupportedError``) is embedded
+again as if ``reembed`` had been asked. Either way the target ends with a repair pass
 (``reindex(missing_only=True)``), so a vector the copy could not read is embedded rather
-than lost.
+than lost, and a copied vector whose message is gone is deleted.
 
 Example::
 
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable, Iterator
+import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,12 +39,14 @@ from langchain_semantic_recall.cli.common import (
 )
 from langchain_semantic_recall.errors import OwnershipError
 from langchain_semantic_recall.records import VectorRecord
+from langchain_semantic_recall.vectors.base import ExportNotSupportedError
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
     from langchain_semantic_recall.recall import SemanticRecall
-    from langchain_semantic_recall.vectors.base import VectorIndex
+
+logger = logging.getLogger(__name__)
 
 VectorMode = Literal["copy", "reembed"]
 Progress = Callable[[int], None]
@@ -60,63 +65,9 @@ class MigrationReport:
     source_messages: int
     target_messages: int
     index_name: str
-
-
-def _exported(index: VectorIndex, name: str, resources: list[str]) -> Iterator[VectorRecord]:
-    """The vectors of index ``name`` with their metadata, if the backend can list them.
-
-    A backend may offer ``export(name)``; for Chroma the collections of the index are
-    read through its public client. Anything else yields nothing (and gets re-embedded).
-    """
-    export = getattr(index, "export", None)
-    if callable(export):
-        yield from export(name)
-        return
-    from langchain_semantic_recall.vectors import chroma
-
-    if not isinstance(index, chroma.ChromaVectorIndex):
-        return
-    naming = getattr(chroma, "resource_collection_name", None)
-    names = [naming(name, r) for r in resources] if callable(naming) else [name]
-    for collection_name in names:
-        yield from _chroma_collection(index, collection_name)
-
-
-def _chroma_collection(index: Any, collection_name: str) -> Iterator[VectorRecord]:
-    from datetime import datetime
-
-    from chromadb.errors import NotFoundError
-
-    try:
-        collection = index.client.get_collection(collection_name, embedding_function=None)
-    except NotFoundError:
-        return
-    offset, page = 0, 1000
-    while True:
-        got = collection.get(
-            limit=page, offset=offset, include=["embeddings", "metadatas", "documents"]
-        )
-        ids = got["ids"]
-        documents = got["documents"] or [None] * len(ids)
-        metadatas = got["metadatas"] or [None] * len(ids)
-        for vector_id, vector, meta, text in zip(
-            ids, got["embeddings"], metadatas, documents, strict=True
-        ):
-            if not meta or "message_id" not in meta:
-                continue
-            yield VectorRecord(
-                id=vector_id,
-                vector=[float(x) for x in vector],
-                message_id=str(meta["message_id"]),
-                thread_id=str(meta["thread_id"]),
-                resource_id=str(meta["resource_id"]),
-                role=meta.get("role", "user"),
-                content=text or str(meta.get("content", "")),
-                created_at=datetime.fromisoformat(str(meta["created_at"])),
-            )
-        offset += len(ids)
-        if len(ids) < page:
-            return
+    vectors_listable: bool = True
+    """False when ``copy`` found a source index that cannot list its vectors (they were
+    embedded again instead)."""
 
 
 def _copy(
@@ -137,6 +88,34 @@ def _copy(
     copied = len(batch)
     batch.clear()
     return copied
+
+
+def _copy_vectors(
+    source: SemanticRecall,
+    target: SemanticRecall,
+    name: str,
+    *,
+    batch_size: int,
+    on_vectors: Progress | None,
+) -> tuple[int, bool]:
+    """Copy every vector of the source's index into ``name``: (vectors copied, listable).
+
+    A source that cannot list its vectors (``ExportNotSupportedError``) copies nothing,
+    and the repair pass that follows embeds every message instead.
+    """
+    source_name = source.ensure_index().name
+    copied = 0
+    seen: set[str] = set()
+    batch: list[VectorRecord] = []
+    try:
+        for record in source.vector_store.export(source_name, batch_size=batch_size):
+            batch.append(record)
+            if len(batch) >= batch_size:
+                copied += _copy(target, name, batch, seen, on_vectors)
+    except ExportNotSupportedError as exc:
+        logger.warning("cannot copy the vectors (%s): embedding the messages again", exc)
+        return copied + _copy(target, name, batch, seen, on_vectors), False
+    return copied + _copy(target, name, batch, seen, on_vectors), True
 
 
 def migrate(
@@ -164,26 +143,19 @@ def migrate(
         EmbeddingMismatchError: the target index was built with another embedder.
     """
     copied = 0
-    resources: set[str] = set()
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
         after = (page[-1].thread_id, page[-1].seq)
         target.storage.put(page)
         copied += len(page)
-        resources.update(m.resource_id for m in page)
         if on_messages is not None:
             on_messages(len(page))
     info = target.ensure_index()
-    vectors_copied = 0
+    vectors_copied, listable = 0, True
     if vectors == "copy":
-        name = source.ensure_index().name
-        seen: set[str] = set()
-        batch: list[VectorRecord] = []
-        for record in _exported(source.vector_store, name, sorted(resources)):
-            batch.append(record)
-            if len(batch) >= batch_size:
-                vectors_copied += _copy(target, info.name, batch, seen, on_vectors)
-        vectors_copied += _copy(target, info.name, batch, seen, on_vectors)
+        vectors_copied, listable = _copy_vectors(
+            source, target, info.name, batch_size=batch_size, on_vectors=on_vectors
+        )
     # The repair pass embeds whatever the copy did not bring (everything, for reembed).
     embedded = target.reindex(
         missing_only=vectors == "copy",
@@ -197,6 +169,7 @@ def migrate(
         source_messages=source.storage.count(),
         target_messages=target.storage.count(),
         index_name=info.name,
+        vectors_listable=listable,
     )
 
 
@@ -314,5 +287,6 @@ def run(args: argparse.Namespace) -> int:
             f"migrated {report.messages} messages ({report.target_messages} now in the "
             f"target); vectors of index {report.index_name!r}: {report.vectors_copied} "
             f"copied, {report.vectors_embedded} embedded"
+            + ("" if report.vectors_listable else " (the source cannot list its vectors)")
         )
     return EXIT_OK

@@ -156,7 +156,8 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         await memory.arecall(messages, thread_id="t1", resource_id="alice")
 
     Everything else is :class:`ChromaVectorIndex`: cosine collections named after the
-    index, the embedding model and dimension recorded on them, scoped queries.
+    index, the embedding model and dimension recorded on them, scoped queries, and
+    ``export`` / ``count`` (paged ``get`` calls over HTTP, within the server's batch limit).
     """
 
     def __init__(

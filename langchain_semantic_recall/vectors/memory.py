@@ -1,16 +1,20 @@
-"""In-memory vector index: exact cosine search with numpy (tests, notebooks, small data)."""
+"""In-memory vector index: exact cosine search with numpy (tests, notebooks, small data).
+
+The reference backend: each hook is a few lines over a dict; :class:`VectorIndex` checks
+the arguments and provides the async twins.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
-from langchain_semantic_recall.vectors.base import VectorIndex, has_work
+from langchain_semantic_recall.vectors.base import VectorIndex
 
 
 @dataclass
@@ -22,7 +26,22 @@ class _Index:
 
 
 class InMemoryVectorIndex(VectorIndex):
-    """Exact search over every vector in the scope; thread-safe; gone with the process."""
+    """Exact search over every vector in the scope; thread-safe; gone with the process.
+
+    Setup::
+
+        index = InMemoryVectorIndex()
+        memory = SemanticRecall(storage=InMemoryStorage(), vector_store=index, embeddings=e)
+
+    Sync use::
+
+        index.upsert(name, records)
+        hits = index.query(name, vector, k=4, scope=ScopeFilter(resource_id="alice"))
+
+    Async use::
+
+        hits = await index.aquery(name, vector, k=4, scope=ScopeFilter(thread_id="t1"))
+    """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -31,10 +50,13 @@ class InMemoryVectorIndex(VectorIndex):
     def _get(self, name: str) -> _Index:
         index = self._indexes.get(name)
         if index is None:
-            raise KeyError(f"index {name!r} was not opened")
+            raise InvalidInputError(
+                f"vector index {name!r} was never opened: call open(name, dimension=..., "
+                "model=...) first"
+            )
         return index
 
-    def open(self, name: str, *, dimension: int, model: str) -> None:
+    def _open(self, name: str, *, dimension: int, model: str) -> None:
         with self._lock:
             index = self._indexes.get(name)
             if index is None:
@@ -46,7 +68,7 @@ class InMemoryVectorIndex(VectorIndex):
                     "reindex into a new index"
                 )
 
-    def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         with self._lock:
             index = self._get(name)
             for record in records:
@@ -56,14 +78,17 @@ class InMemoryVectorIndex(VectorIndex):
                         f"vector of length {vector.size} for a {index.dimension}-d index {name!r}"
                     )
                 norm = float(np.linalg.norm(vector))
-                index.records[record.id] = record
+                # A copy of the vector: the caller's list may change, an export must not.
+                index.records[record.id] = replace(record, vector=[float(x) for x in record.vector])
                 index.unit[record.id] = vector / norm if norm else vector
 
-    def query(
+    def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         with self._lock:
-            index = self._get(name)
+            index = self._indexes.get(name)
+            if index is None:
+                return []
             ids = [i for i, r in index.records.items() if scope.admits(r.resource_id, r.thread_id)]
             if not ids:
                 return []
@@ -86,16 +111,14 @@ class InMemoryVectorIndex(VectorIndex):
             )
         return hits
 
-    def delete(
+    def _delete(
         self,
         name: str,
         *,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-        message_ids: Sequence[str] | None = None,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
     ) -> None:
-        if not has_work(thread_id, resource_id, message_ids):
-            return
         wanted = None if message_ids is None else set(message_ids)
         with self._lock:
             index = self._indexes.get(name)
@@ -112,13 +135,26 @@ class InMemoryVectorIndex(VectorIndex):
                 del index.records[i]
                 del index.unit[i]
 
-    def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
+    def _in_scope(self, name: str, scope: ScopeFilter | None) -> list[VectorRecord]:
+        """The records of ``name`` inside ``scope`` (all without one; none if no index)."""
         with self._lock:
             index = self._indexes.get(name)
             if index is None:
-                return set()
-            return {
-                r.message_id
+                return []
+            return [
+                r
                 for r in index.records.values()
                 if scope is None or scope.admits(r.resource_id, r.thread_id)
-            }
+            ]
+
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        return {r.message_id for r in self._in_scope(name, scope)}
+
+    def _count(self, name: str, scope: ScopeFilter | None) -> int:
+        return len(self._in_scope(name, scope))
+
+    def _export(
+        self, name: str, scope: ScopeFilter | None, *, batch_size: int
+    ) -> Iterator[VectorRecord]:
+        # A snapshot taken at the call; each record gets its own copy of the vector.
+        return (replace(r, vector=list(r.vector)) for r in self._in_scope(name, scope))

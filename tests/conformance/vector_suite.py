@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
 
@@ -72,6 +72,28 @@ def record(
         content=f"text of {message_id}" if content is None else content,
         created_at=EPOCH + timedelta(minutes=n),
     )
+
+
+def exported(
+    vectors: VectorIndex, name: str, scope: ScopeFilter | None = None, *, batch_size: int = 1000
+) -> dict[str, VectorRecord]:
+    """``export`` as a dict by vector id; fails on an id exported twice."""
+    records = list(vectors.export(name, scope, batch_size=batch_size))
+    by_id = {rec.id: rec for rec in records}
+    assert len(by_id) == len(records), "an id was exported twice"
+    return by_id
+
+
+def assert_same_record(got: VectorRecord, want: VectorRecord) -> None:
+    """Equal records; the embedding up to float32 rounding (Chroma stores float32)."""
+    assert (got.id, got.message_id, got.thread_id, got.resource_id) == (
+        want.id,
+        want.message_id,
+        want.thread_id,
+        want.resource_id,
+    )
+    assert (got.role, got.content, got.created_at) == (want.role, want.content, want.created_at)
+    assert got.vector == pytest.approx(want.vector, abs=1e-6)
 
 
 def all_hits(vectors: VectorIndex, name: str, scope: ScopeFilter) -> list[VectorHit]:
@@ -365,6 +387,147 @@ class VectorIndexConformance:
         assert vectors.message_ids(name, ScopeFilter(thread_id="ta")) == {"a1", "a2"}
         assert vectors.message_ids(name, ScopeFilter(resource_id="bob", thread_id="ta")) == set()
 
+    # -- export and count ------------------------------------------------------------------
+
+    def _seed_export(self, vectors: VectorIndex, name: str) -> list[VectorRecord]:
+        """Two resources, three threads, a message of three chunks; distinct vectors."""
+        records = [
+            record("a1", unit(1, 2, 3), thread_id="ta", resource_id="alice", content="first"),
+            record("a1", unit(-1, 0.5), thread_id="ta", resource_id="alice", n=1),
+            record("a1", unit(0, 0, 0, 4), thread_id="ta", resource_id="alice", n=2),
+            record("a2", axis(5), thread_id="ta", resource_id="alice", content="ünï 🙂"),
+            record("a3", unit(0.25, -0.75), thread_id="tb", resource_id="alice"),
+            record("b1", axis(7), thread_id="tc", resource_id="bob"),
+            record("b1", unit(3, 1, 4, 1, 5), thread_id="tc", resource_id="bob", n=1),
+        ]
+        vectors.upsert(name, records)
+        return records
+
+    def test_export_lists_every_vector_with_its_metadata_and_embedding(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        records = self._seed_export(vectors, name)
+        got = exported(vectors, name)
+        assert sorted(got) == sorted(["a1", "a1#1", "a1#2", "a2", "a3", "b1", "b1#1"])
+        for want in records:
+            assert_same_record(got[want.id], want)
+
+    @pytest.mark.parametrize(
+        ("scope", "expected"),
+        [
+            (ScopeFilter(thread_id="ta"), ["a1", "a1#1", "a1#2", "a2"]),
+            (ScopeFilter(resource_id="alice"), ["a1", "a1#1", "a1#2", "a2", "a3"]),
+            (ScopeFilter(resource_id="bob"), ["b1", "b1#1"]),
+            (ScopeFilter(resource_id="alice", thread_id="tb"), ["a3"]),
+            (ScopeFilter(resource_id="bob", thread_id="ta"), []),
+            (ScopeFilter(thread_id="nope"), []),
+            (ScopeFilter(resource_id="nobody"), []),
+        ],
+    )
+    def test_export_and_count_by_scope(
+        self, vectors: VectorIndex, name: str, scope: ScopeFilter, expected: list[str]
+    ) -> None:
+        by_id = {rec.id: rec for rec in self._seed_export(vectors, name)}
+        got = exported(vectors, name, scope)
+        assert sorted(got) == expected
+        for vector_id, rec in got.items():
+            assert scope.admits(rec.resource_id, rec.thread_id)
+            assert_same_record(rec, by_id[vector_id])
+        assert vectors.count(name, scope) == len(expected)
+
+    def test_export_reads_in_batches_without_losing_or_repeating(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        records = [
+            record(f"m{i}", axis(i % DIMENSION), thread_id=f"t{i % 2}", n=0) for i in range(11)
+        ]
+        records += [record("m0", axis(3), thread_id="t0", n=n) for n in (1, 2, 3)]
+        vectors.upsert(name, records)
+        for batch_size in (1, 2, 5, 14, 15):
+            assert sorted(exported(vectors, name, batch_size=batch_size)) == sorted(
+                rec.id for rec in records
+            )
+        thread = exported(vectors, name, ScopeFilter(thread_id="t0"), batch_size=2)
+        assert sorted(thread) == sorted(rec.id for rec in records if rec.thread_id == "t0")
+
+    def test_count_follows_writes_and_deletes(self, vectors: VectorIndex, name: str) -> None:
+        assert vectors.count(name) == 0
+        self._seed_export(vectors, name)
+        assert vectors.count(name) == 7
+        assert vectors.count(name, ScopeFilter(resource_id="alice")) == 5
+        assert vectors.count(name, ScopeFilter(thread_id="ta")) == 4
+        vectors.upsert(name, [record("a2", axis(0), thread_id="ta", resource_id="alice")])
+        assert vectors.count(name) == 7  # overwritten, not added
+        vectors.delete(name, message_ids=["a1"])
+        assert vectors.count(name, ScopeFilter(thread_id="ta")) == 1
+        vectors.delete(name, resource_id="bob")
+        assert vectors.count(name) == 2
+        assert sorted(exported(vectors, name)) == ["a2", "a3"]
+
+    def test_an_index_that_was_never_opened(self, vectors: VectorIndex) -> None:
+        missing = new_name()
+        assert vectors.query(missing, axis(0), k=3, scope=ScopeFilter(resource_id="r1")) == []
+        assert vectors.message_ids(missing) == set()
+        vectors.delete(missing, thread_id="t1")
+        with pytest.raises(InvalidInputError, match="open"):
+            vectors.upsert(missing, [record("m", axis(0))])
+        assert list(vectors.export(missing)) == []
+        assert list(vectors.export(missing, ScopeFilter(thread_id="t1"))) == []
+        assert vectors.count(missing) == 0
+        assert vectors.count(missing, ScopeFilter(resource_id="r1")) == 0
+
+    def test_export_checks_its_arguments_at_the_call(self, vectors: VectorIndex, name: str) -> None:
+        for bad in (0, -1, True, 2.5):
+            with pytest.raises(InvalidInputError, match="batch_size"):
+                vectors.export(name, batch_size=bad)  # type: ignore[arg-type]  # not iterated
+        with pytest.raises(ValueError, match="index_name"):
+            vectors.export("x")
+        with pytest.raises(InvalidInputError, match="batch_size"):
+            vectors.aexport(name, batch_size=0)  # checked before any await
+
+    def test_an_exported_index_copies_into_another(self, vectors: VectorIndex, name: str) -> None:
+        records = self._seed_export(vectors, name)
+        copy = new_name()
+        vectors.open(copy, dimension=DIMENSION, model=MODEL)
+        vectors.upsert(copy, list(vectors.export(name, batch_size=3)))
+        got = exported(vectors, copy)
+        for want in records:
+            assert_same_record(got[want.id], want)
+        scope = ScopeFilter(resource_id="alice", thread_id="ta")
+        query = unit(1, 2, 3, 4, 5, 6)  # no ties among the thread's top 3
+        original = vectors.query(name, query, k=3, scope=scope)
+        copied = vectors.query(copy, query, k=3, scope=scope)
+        assert [hit.id for hit in copied] == [hit.id for hit in original] == ["a2", "a1#2", "a1"]
+        assert [hit.score for hit in copied] == pytest.approx([h.score for h in original])
+
+    @settings(
+        max_examples=15,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(corpus=corpora())
+    def test_scoped_export_is_exact_and_never_leaks(
+        self, vectors: VectorIndex, corpus: Corpus
+    ) -> None:
+        name = new_name()
+        vectors.open(name, dimension=DIMENSION, model=MODEL)
+        vectors.upsert(name, corpus.records)
+        inside = {
+            rec.id: rec
+            for rec in corpus.records
+            if corpus.scope.admits(rec.resource_id, rec.thread_id)
+        }
+        got = exported(vectors, name, corpus.scope, batch_size=corpus.k)
+        assert sorted(got) == sorted(inside)
+        for vector_id, rec in got.items():
+            assert_same_record(rec, inside[vector_id])
+        assert vectors.count(name, corpus.scope) == len(inside)
+        assert vectors.count(name) == len(corpus.records)
+
     # -- async twins -----------------------------------------------------------------------
 
     async def test_async_twins(self, vectors: VectorIndex) -> None:
@@ -390,3 +553,19 @@ class VectorIndexConformance:
         assert await vectors.amessage_ids(name) == {"c"}
         await vectors.adelete(name, resource_id="r2")
         assert await vectors.amessage_ids(name) == set()
+
+    async def test_async_export_and_count(self, vectors: VectorIndex) -> None:
+        name = new_name()
+        await vectors.aopen(name, dimension=DIMENSION, model=MODEL)
+        records = self._seed_export(vectors, name)
+        streamed = [rec async for rec in vectors.aexport(name, batch_size=2)]
+        assert sorted(rec.id for rec in streamed) == sorted(rec.id for rec in records)
+        by_id = {rec.id: rec for rec in records}
+        for rec in streamed:
+            assert_same_record(rec, by_id[rec.id])
+        scope = ScopeFilter(thread_id="ta")
+        thread = [rec.id async for rec in vectors.aexport(name, scope, batch_size=3)]
+        assert sorted(thread) == ["a1", "a1#1", "a1#2", "a2"]
+        assert await vectors.acount(name) == 7
+        assert await vectors.acount(name, ScopeFilter(resource_id="bob")) == 2
+        assert await vectors.acount(name, scope) == 4

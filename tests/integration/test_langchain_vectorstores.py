@@ -18,10 +18,21 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.records import ScopeFilter
-from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.base import ExportNotSupportedError, VectorIndex
 from langchain_semantic_recall.vectors.chroma_server import ChromaURL
-from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex, chroma_where
-from tests.conformance.vector_suite import VectorIndexConformance
+from langchain_semantic_recall.vectors.langchain import (
+    InMemoryDialect,
+    LangChainVectorIndex,
+    chroma_where,
+)
+from tests.conformance.vector_suite import (
+    DIMENSION,
+    MODEL,
+    VectorIndexConformance,
+    axis,
+    new_name,
+    record,
+)
 from tests.fakes import FakeEmbeddings
 
 if TYPE_CHECKING:
@@ -90,6 +101,23 @@ def test_a_store_without_metadata_filters_is_refused_clearly() -> None:
         LangChainVectorIndex(_NoFilterStore())
     with pytest.raises(InvalidOptionError, match="StoreDialect"):
         LangChainVectorIndex(_FilteringStore())
+
+
+def test_a_dialect_that_cannot_read_vectors_back_refuses_export_clearly() -> None:
+    class WriteOnly(InMemoryDialect):
+        lists_vectors = False
+
+    index = LangChainVectorIndex(
+        InMemoryVectorStore(embedding=FakeEmbeddings(8)), dialect=WriteOnly()
+    )
+    name = new_name()
+    index.open(name, dimension=DIMENSION, model=MODEL)
+    index.upsert(name, [record("a", axis(0)), record("a", axis(1), n=1)])
+    with pytest.raises(ExportNotSupportedError, match=r"WriteOnly.*reembed") as caught:
+        index.export(name)  # at the call, before any iteration
+    assert isinstance(caught.value, NotImplementedError)
+    assert index.count(name) == 2  # counting needs no vectors
+    assert index.count(name, ScopeFilter(thread_id="t1")) == 2
 
 
 def test_a_chroma_store_in_l2_space_is_refused(chroma_url: str) -> None:

@@ -18,9 +18,12 @@ import pytest
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.cli import main
-from tests.fakes import FakeEmbeddings
+from langchain_semantic_recall.cli.migrate import migrate
+from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings, RecordingVectors
 
 pytestmark = pytest.mark.integration
 
@@ -155,3 +158,38 @@ def test_migrate_refuses_a_missing_source(
     argv = ["--path", str(tmp_path / "nothing"), "migrate", "--to-storage", "memory://"]
     assert main([*argv, "--to-vector", "memory://"]) == 3
     assert "no store" in capsys.readouterr().err
+
+
+def in_memory(vectors: VectorIndex) -> SemanticRecall:
+    return SemanticRecall(
+        storage=InMemoryStorage(), vector_store=vectors, embeddings=FakeEmbeddings()
+    )
+
+
+def test_vectors_are_copied_through_export_from_any_backend() -> None:
+    """No server: an in-memory source copies its vectors (chunks included) unchanged."""
+    source, target = in_memory(InMemoryVectorIndex()), in_memory(InMemoryVectorIndex())
+    fill(source)
+    name = source.ensure_index().name
+    report = migrate(source, target, batch_size=7)
+    assert report.vectors_listable
+    assert report.vectors_copied == source.vector_store.count(name) > 0
+    assert report.vectors_embedded == 0
+    assert target.ensure_index().name == name
+    copied = {r.id: r for r in target.vector_store.export(name)}
+    assert copied == {r.id: r for r in source.vector_store.export(name)}
+    assert any("#" in vector_id for vector_id in copied)  # the long message's chunks
+    assert results(target) == results(source)
+
+
+def test_a_source_that_cannot_list_its_vectors_is_embedded_again() -> None:
+    """A backend without ``export`` (here a forwarding wrapper) is re-embedded, not lost."""
+    source = in_memory(RecordingVectors(InMemoryVectorIndex()))
+    target = in_memory(InMemoryVectorIndex())
+    fill(source)
+    report = migrate(source, target, batch_size=7)
+    embeddable = sum(1 for m in messages_of(source) if m[3] in ("user", "assistant"))
+    assert not report.vectors_listable
+    assert (report.vectors_copied, report.vectors_embedded) == (0, embeddable)
+    assert messages_of(target) == messages_of(source)
+    assert results(target) == results(source)

@@ -480,3 +480,30 @@ def test_export_round_trips_tool_calls_and_rich_content() -> None:
     # Written again, the restored messages give the same lines (a fixed point).
     again = _stored(back)
     assert [json.loads(line) for line in export_lines(again)] == rows
+
+
+def test_the_public_names_stay_importable_from_importers() -> None:
+    """One module per format, one place to import from: the split moved nothing."""
+    from langchain_semantic_recall import importers
+    from langchain_semantic_recall.importers import chatgpt, jsonl, report
+
+    assert set(importers.__all__) == {
+        "FORMATS",
+        "TITLE_KEY",
+        "Conversation",
+        "Format",
+        "ImportReport",
+        "Skipped",
+        "demo_conversations",
+        "detect_format",
+        "export_lines",
+        "read_chatgpt_conversations",
+        "read_chatgpt_export",
+        "read_conversations",
+        "read_jsonl",
+        "read_jsonl_lines",
+    }
+    assert all(hasattr(importers, name) for name in importers.__all__)
+    assert importers.read_jsonl_lines is jsonl.read_jsonl_lines
+    assert importers.read_chatgpt_export is chatgpt.read_chatgpt_export
+    assert importers.ImportReport is report.ImportReport

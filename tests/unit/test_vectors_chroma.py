@@ -445,3 +445,46 @@ def test_a_collection_whose_index_is_not_on_disk_yet_is_read_again(
     monkeypatch.setattr(Collection, "query", other)  # any other error: at once
     with pytest.raises(InternalError, match="something else"):
         chroma.query(name, axis(0), k=1, scope=scope)
+
+
+def test_export_skips_vectors_without_our_metadata(chroma: ChromaVectorIndex) -> None:
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    chroma.upsert(name, [record("mine", axis(0)), record("mine", axis(1), n=1)])
+    chroma.client.get_collection(resource_collection_name(name, "r1")).add(
+        ids=["foreign"], embeddings=[axis(2)], metadatas=[{"source": "another tool"}]
+    )
+    assert sorted(r.id for r in chroma.export(name)) == ["mine", "mine#1"]
+    assert sorted(r.id for r in chroma.export(name, ScopeFilter(resource_id="r1"))) == [
+        "mine",
+        "mine#1",
+    ]
+
+
+def test_export_pages_within_the_client_limit_over_every_collection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = ChromaVectorIndex.persistent(tmp_path / "chroma")
+    monkeypatch.setattr(index.client, "get_max_batch_size", lambda: 4)
+    limits: list[int] = []
+    real_get = Collection.get
+
+    def spy(self: Collection, *args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs.get("limit") or 0)
+        return real_get(self, *args, **kwargs)
+
+    monkeypatch.setattr(Collection, "get", spy)
+    name = new_name()
+    index.open(name, dimension=DIMENSION, model=MODEL)
+    records = [
+        record(f"m{i}", axis(i % DIMENSION), resource_id=f"r{i % 3}", thread_id=f"t{i % 3}")
+        for i in range(13)
+    ]
+    index.upsert(name, records)
+    got = {r.id: r for r in index.export(name, batch_size=1000)}
+    assert sorted(got) == sorted(r.id for r in records)
+    assert got["m4"].resource_id == "r1"
+    assert got["m4"].vector == axis(4)
+    assert max(limits, default=0) == 4  # the client's max, not the 1,000 asked
+    assert index.count(name) == 13
+    assert index.count(name, ScopeFilter(thread_id="t2")) == 4

@@ -1,15 +1,188 @@
-"""The in-memory (exact numpy) vector index passes the same conformance suite."""
+"""The in-memory vector index passes the conformance suite; the base class checks once."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 import pytest
 
-from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.errors import (
+    InvalidInputError,
+    InvalidOptionError,
+    SemanticRecallError,
+)
+from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors import ExportNotSupportedError
+from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
-from tests.conformance.vector_suite import VectorIndexConformance
+from tests.conformance.vector_suite import (
+    DIMENSION,
+    EPOCH,
+    MODEL,
+    VectorIndexConformance,
+    axis,
+    new_name,
+    record,
+)
+from tests.fakes import RecordingVectors
 
 
 class TestInMemoryVectorIndex(VectorIndexConformance):
     @pytest.fixture
     def vectors(self) -> VectorIndex:
         return InMemoryVectorIndex()
+
+
+# -- the base class: arguments are checked once, before any hook -------------------------------
+
+
+class HookSpy(InMemoryVectorIndex):
+    """Records every hook call (the storage work) of the in-memory index."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hooks: list[tuple[str, dict[str, Any]]] = []
+
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        self.hooks.append(("_upsert", {"n": len(records)}))
+        super()._upsert(name, records)
+
+    def _query(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[VectorHit]:
+        self.hooks.append(("_query", {"k": k}))
+        return super()._query(name, vector, k=k, scope=scope)
+
+    def _delete(
+        self,
+        name: str,
+        *,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
+    ) -> None:
+        self.hooks.append(("_delete", {"message_ids": message_ids}))
+        super()._delete(name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids)
+
+
+@pytest.fixture
+def spy() -> HookSpy:
+    index = HookSpy()
+    index.open("spied", dimension=DIMENSION, model=MODEL)
+    return index
+
+
+def test_bad_arguments_never_reach_a_hook(spy: HookSpy) -> None:
+    scope = ScopeFilter(thread_id="t1")
+    with pytest.raises(InvalidOptionError, match="index_name"):
+        spy.query("no", axis(0), k=1, scope=scope)
+    for k in (0, -3, True):
+        with pytest.raises(InvalidInputError, match="k must be"):
+            spy.query("spied", axis(0), k=k, scope=scope)
+    with pytest.raises(InvalidInputError, match="ScopeFilter"):
+        spy.query("spied", axis(0), k=1, scope=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="thread_id"):
+        spy.delete("spied")
+    with pytest.raises(InvalidInputError, match="sequence of ids"):
+        spy.delete("spied", message_ids="m1")
+    with pytest.raises(InvalidInputError, match="dimension"):
+        spy.open("other", dimension=0, model=MODEL)
+    with pytest.raises(InvalidInputError, match="model"):
+        spy.open("other", dimension=DIMENSION, model="")
+    spy.upsert("spied", [])
+    spy.delete("spied", message_ids=[])
+    assert spy.hooks == []
+
+
+def test_delete_hands_the_hook_unique_sorted_ids(spy: HookSpy) -> None:
+    spy.upsert("spied", [record("b", axis(0)), record("a", axis(1)), record("c", axis(2))])
+    spy.delete("spied", message_ids=("b", "a", "b"))
+    assert spy.hooks[-1] == ("_delete", {"message_ids": ["a", "b"]})
+    assert spy.message_ids("spied") == {"c"}
+
+
+def test_export_drops_whatever_a_backend_returns_outside_the_scope() -> None:
+    class LeakyExport(InMemoryVectorIndex):
+        def _export(
+            self, name: str, scope: ScopeFilter | None, *, batch_size: int
+        ) -> Iterator[VectorRecord]:
+            return super()._export(name, None, batch_size=batch_size)  # ignores the scope
+
+    index = LeakyExport()
+    name = new_name()
+    index.open(name, dimension=DIMENSION, model=MODEL)
+    index.upsert(name, [record("mine", axis(0)), record("theirs", axis(1), resource_id="r9")])
+    assert [r.id for r in index.export(name, ScopeFilter(resource_id="r1"))] == ["mine"]
+    assert sorted(r.id for r in index.export(name)) == ["mine", "theirs"]
+
+
+def test_count_defaults_to_counting_the_export() -> None:
+    class ExportOnly(VectorIndex):
+        def _export(
+            self, name: str, scope: ScopeFilter | None, *, batch_size: int
+        ) -> Iterator[VectorRecord]:
+            return iter([record("a", axis(0)), record("b", axis(1), thread_id="t2")])
+
+    index = ExportOnly()
+    assert index.count("idx") == 2
+    assert index.count("idx", ScopeFilter(thread_id="t2")) == 1
+
+
+async def test_a_backend_that_cannot_list_raises_a_documented_error_at_the_call() -> None:
+    wrapper = RecordingVectors(InMemoryVectorIndex())  # forwards the public methods only
+    name = new_name()
+    wrapper.open(name, dimension=DIMENSION, model=MODEL)
+    with pytest.raises(ExportNotSupportedError, match="reembed") as caught:
+        wrapper.export(name)
+    assert isinstance(caught.value, NotImplementedError)
+    assert isinstance(caught.value, SemanticRecallError)
+    with pytest.raises(ExportNotSupportedError):
+        wrapper.aexport(name)
+    with pytest.raises(ExportNotSupportedError):
+        await wrapper.acount(name)
+
+
+async def test_aexport_reads_a_batch_at_a_time_and_closes_early() -> None:
+    pulled: list[int] = []
+    closed: list[bool] = []
+
+    class Counting(VectorIndex):
+        def _export(
+            self, name: str, scope: ScopeFilter | None, *, batch_size: int
+        ) -> Iterator[VectorRecord]:
+            def rows() -> Iterator[VectorRecord]:
+                try:
+                    for i in range(10):
+                        pulled.append(i)
+                        yield record(f"m{i}", axis(i % DIMENSION))
+                finally:
+                    closed.append(True)
+
+            return rows()
+
+    stream = Counting().aexport("idx", batch_size=3)
+    assert pulled == []  # nothing read before the iteration starts
+    seen = []
+    async for rec in stream:
+        seen.append(rec.id)
+        if len(seen) == 4:
+            break
+    assert seen == ["m0", "m1", "m2", "m3"]
+    assert len(pulled) == 6  # two batches of 3, not the whole index
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert closed == [True]
+
+
+def test_record_from_metadata() -> None:
+    meta = {
+        "message_id": "m",
+        "thread_id": "t",
+        "resource_id": "r",
+        "role": "assistant",
+        "created_at": "2024-01-15T10:30:00",
+    }
+    got = record_from_metadata("m#1", (1, 2), meta, "hi")
+    assert got == VectorRecord("m#1", [1.0, 2.0], "m", "t", "r", "assistant", "hi", EPOCH)
+    assert record_from_metadata("x", [1.0], {"thread_id": "t"}, "") is None
+    assert record_from_metadata("x", [1.0], {**meta, "created_at": "yesterday"}, "") is None

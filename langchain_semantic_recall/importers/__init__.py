@@ -1,0 +1,99 @@
+"""Reading and writing conversations as files: our JSONL format and ChatGPT exports.
+
+One module per format: :mod:`~langchain_semantic_recall.importers.jsonl` (our JSONL
+format, read and written back by :func:`export_lines`) and
+:mod:`~langchain_semantic_recall.importers.chatgpt` (a ChatGPT ``conversations.json`` or
+its ``.zip``); both fill an :class:`ImportReport`
+(:mod:`~langchain_semantic_recall.importers.report`). Every name is importable from here;
+:func:`read_conversations` reads either format, detected by :func:`detect_format`.
+
+The conversation title travels in ``additional_kwargs["conversation_title"]`` of each
+message (see :data:`TITLE_KEY`).
+"""
+
+from __future__ import annotations
+
+import json
+from os import PathLike
+from pathlib import Path
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.importers.chatgpt import (
+    read_chatgpt_conversations,
+    read_chatgpt_export,
+)
+from langchain_semantic_recall.importers.jsonl import export_lines, read_jsonl, read_jsonl_lines
+from langchain_semantic_recall.importers.report import (
+    FORMATS,
+    Conversation,
+    Format,
+    ImportReport,
+    Skipped,
+)
+from langchain_semantic_recall.messages import TITLE_KEY
+
+__all__ = [
+    "FORMATS",
+    "TITLE_KEY",
+    "Conversation",
+    "Format",
+    "ImportReport",
+    "Skipped",
+    "demo_conversations",
+    "detect_format",
+    "export_lines",
+    "read_chatgpt_conversations",
+    "read_chatgpt_export",
+    "read_conversations",
+    "read_jsonl",
+    "read_jsonl_lines",
+]
+
+
+def detect_format(path: str | PathLike[str]) -> Format:
+    """``chatgpt`` for a ``.zip`` or a JSON list / conversation object, else ``jsonl``."""
+    source = Path(path)
+    if source.suffix.lower() == ".zip":
+        return "chatgpt"
+    with source.open(encoding="utf-8") as handle:
+        head = handle.read(1 << 16)
+    text = head.lstrip()
+    if text.startswith("["):
+        return "chatgpt"
+    if text.startswith("{"):
+        try:
+            first, _ = json.JSONDecoder().raw_decode(text)
+        except json.JSONDecodeError:  # a first object longer than the head, or a bad line
+            return "chatgpt" if '"mapping"' in head else "jsonl"
+        if isinstance(first, dict) and "mapping" in first:
+            return "chatgpt"
+    return "jsonl"
+
+
+def read_conversations(
+    path: str | PathLike[str],
+    *,
+    file_format: Format | None = None,
+    resource_id: str | None = None,
+) -> ImportReport:
+    """Read either format (detected when ``file_format`` is None).
+
+    ``resource_id`` is required for a ChatGPT export, and is the resource of JSONL lines
+    that have none.
+    """
+    chosen = file_format or detect_format(path)
+    if chosen == "chatgpt":
+        if resource_id is None:
+            raise InvalidInputError(
+                "a ChatGPT export does not say whose conversations it holds: give a resource id"
+            )
+        return read_chatgpt_export(path, resource_id=resource_id)
+    return read_jsonl(path, default_resource=resource_id)
+
+
+def demo_conversations() -> ImportReport:
+    """The small multi-thread conversation shipped with the package (used by the demo)."""
+    from importlib.resources import files
+
+    text = files("langchain_semantic_recall").joinpath("data/demo_conversations.jsonl")
+    return read_jsonl_lines(text.read_text(encoding="utf-8").splitlines())

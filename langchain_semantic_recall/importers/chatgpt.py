@@ -1,0 +1,208 @@
+"""ChatGPT exports: ``conversations.json``, or the ``.zip`` that contains it.
+
+An export is a list of conversations, each with a ``title``, a ``create_time``, a
+``mapping`` of nodes (each a ``message`` with ``author.role``, ``content.parts``,
+``create_time``, and a ``parent``) and a ``current_node``. The main branch is the
+``current_node``'s chain of parents (edits and regenerations left on other branches are not
+imported). User and assistant text messages are kept; hidden, tool, code and reasoning
+messages are reported as skipped. The thread id is the conversation's id and message ids
+are ChatGPT's own, so importing a later export of the same account adds only what is new.
+The export names no user: the caller gives the resource id.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.importers.report import (
+    ROLES,
+    Conversation,
+    ImportReport,
+    Skipped,
+)
+from langchain_semantic_recall.messages import CREATED_AT_KEY, TITLE_KEY, parse_time, stable_id
+
+__all__ = ["read_chatgpt_conversations", "read_chatgpt_export"]
+
+
+_SKIPPED_CONTENT = {
+    "code": "code run by a tool",
+    "execution_output": "tool output",
+    "tether_browsing_display": "tool output",
+    "tether_quote": "tool output",
+    "thoughts": "model reasoning",
+    "reasoning_recap": "model reasoning",
+    "user_editable_context": "custom instructions",
+    "system_error": "error shown by ChatGPT",
+}
+
+
+def _main_branch(mapping: Mapping[str, Any], current: object) -> list[Mapping[str, Any]]:
+    """The nodes from the root to ``current`` (or to the newest leaf), in order."""
+    if not isinstance(current, str) or current not in mapping:
+        leaves = [
+            key
+            for key, node in mapping.items()
+            if isinstance(node, Mapping) and not node.get("children")
+        ]
+        if not leaves:
+            return []
+        current = max(leaves, key=lambda key: _node_time(mapping[key]))
+    chain: list[Mapping[str, Any]] = []
+    seen: set[str] = set()
+    key: object = current
+    while isinstance(key, str) and key in mapping and key not in seen:
+        seen.add(key)
+        node = mapping[key]
+        if not isinstance(node, Mapping):
+            break
+        chain.append(node)
+        key = node.get("parent")
+    chain.reverse()
+    return chain
+
+
+def _node_time(node: object) -> float:
+    message = node.get("message") if isinstance(node, Mapping) else None
+    when = message.get("create_time") if isinstance(message, Mapping) else None
+    return float(when) if isinstance(when, int | float) else 0.0
+
+
+def _chatgpt_text(content: Mapping[str, Any]) -> str:
+    parts = content.get("parts")
+    if isinstance(parts, list):
+        texts = [p for p in parts if isinstance(p, str) and p.strip()]
+        return "\n".join(texts)
+    text = content.get("text")
+    return text if isinstance(text, str) else ""
+
+
+def _skip_reason(message: Mapping[str, Any], role: object) -> str | None:
+    metadata = message.get("metadata")
+    if isinstance(metadata, Mapping) and metadata.get("is_visually_hidden_from_conversation"):
+        return "hidden message"
+    if role == "tool":
+        return "tool output"
+    if role not in ("user", "assistant", "system"):
+        return f"message from {role!r}"
+    if role == "assistant" and message.get("recipient", "all") != "all":
+        return "tool call"
+    content = message.get("content")
+    if not isinstance(content, Mapping):
+        return "no content"
+    kind = content.get("content_type", "text")
+    if kind not in ("text", "multimodal_text"):
+        return _SKIPPED_CONTENT.get(str(kind), f"{kind} content")
+    if not _chatgpt_text(content).strip():
+        return "no text (image or file only)" if kind == "multimodal_text" else "no text"
+    return None
+
+
+def _conversation(
+    raw: Mapping[str, Any], index: int, resource_id: str, report: ImportReport
+) -> Conversation | None:
+    title = raw.get("title") if isinstance(raw.get("title"), str) else None
+    where = f'conversation "{title}"' if title else f"conversation #{index + 1}"
+    mapping = raw.get("mapping")
+    if not isinstance(mapping, Mapping):
+        report.skipped.append(Skipped(where, "no 'mapping' of messages"))
+        return None
+    thread = raw.get("conversation_id") or raw.get("id")
+    if not isinstance(thread, str) or not thread.strip():
+        thread = stable_id("chatgpt", title or "", str(raw.get("create_time")), "", index)
+    conversation = Conversation(resource_id, thread, title=title)
+    fallback_time = raw.get("create_time")
+    for position, node in enumerate(_main_branch(mapping, raw.get("current_node"))):
+        message = node.get("message")
+        if not isinstance(message, Mapping):
+            continue  # the root node carries no message
+        author = message.get("author")
+        role = author.get("role") if isinstance(author, Mapping) else None
+        reason = _skip_reason(message, role)
+        if reason is not None:
+            if reason != "hidden message" or role != "system":  # ChatGPT's empty system root
+                report.skipped.append(Skipped(where, reason))
+            continue
+        content = message["content"]
+        kwargs: dict[str, Any] = {}
+        when = message.get("create_time") or fallback_time
+        if isinstance(when, int | float | str) and not isinstance(when, bool):
+            try:
+                kwargs[CREATED_AT_KEY] = parse_time(when).isoformat()
+            except InvalidInputError:
+                report.skipped.append(Skipped(where, f"bad create_time {when!r} ignored"))
+        if title:
+            kwargs[TITLE_KEY] = title
+        text = _chatgpt_text(content)
+        message_id = message.get("id") or node.get("id")
+        if not isinstance(message_id, str) or not message_id:
+            message_id = stable_id(thread, str(role), text, str(when or ""), position)
+        cls = ROLES[str(role)]
+        conversation.messages.append(cls(content=text, id=message_id, additional_kwargs=kwargs))
+    if not conversation.messages:
+        report.skipped.append(Skipped(where, "no user or assistant text"))
+        return None
+    return conversation
+
+
+def read_chatgpt_conversations(data: object, *, resource_id: str) -> ImportReport:
+    """Conversations of a parsed ChatGPT export (a list, or one conversation object).
+
+    Args:
+        data: The parsed ``conversations.json``.
+        resource_id: Whose conversations these are (the export does not say).
+    """
+    if not isinstance(resource_id, str) or not resource_id.strip():
+        raise InvalidInputError("a ChatGPT export needs a resource id: whose conversations?")
+    items: Sequence[Any]
+    if isinstance(data, list):
+        items = data
+    elif isinstance(data, Mapping) and "mapping" in data:
+        items = [data]
+    else:
+        raise InvalidInputError(
+            "not a ChatGPT export: expected a list of conversations with a 'mapping'"
+        )
+    report = ImportReport(format="chatgpt")
+    seen: set[str] = set()
+    for index, raw in enumerate(items):
+        if not isinstance(raw, Mapping):
+            report.skipped.append(Skipped(f"conversation #{index + 1}", "not a JSON object"))
+            continue
+        conversation = _conversation(raw, index, resource_id, report)
+        if conversation is None:
+            continue
+        if conversation.thread_id in seen:
+            report.skipped.append(
+                Skipped(f"conversation #{index + 1}", "repeats an earlier conversation id")
+            )
+            continue
+        seen.add(conversation.thread_id)
+        report.conversations.append(conversation)
+    return report
+
+
+def _read_export_text(path: Path) -> str:
+    if path.suffix.lower() != ".zip":
+        return path.read_text(encoding="utf-8")
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
+        if not names:
+            raise InvalidInputError(f"{path} holds no conversations.json")
+        return archive.read(min(names, key=len)).decode("utf-8")
+
+
+def read_chatgpt_export(path: str | PathLike[str], *, resource_id: str) -> ImportReport:
+    """Read a ChatGPT ``conversations.json`` (or the export ``.zip`` that holds it)."""
+    text = _read_export_text(Path(path))
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"{path} is not JSON: {error}") from error
+    return read_chatgpt_conversations(data, resource_id=resource_id)

@@ -1,0 +1,203 @@
+"""Our JSONL format: one message a line, read into conversations and written back.
+
+Each line is a JSON object::
+
+    {"resource": "alice", "thread": "trip", "role": "user", "content": "Hi!",
+     "id": "optional-stable-id", "created_at": "2024-01-15T10:30:00Z", "title": "Trip"}
+
+``role`` is ``user``, ``assistant`` or ``system`` (``tool`` lines need ``message``);
+``id``, ``created_at`` (ISO 8601 or epoch seconds) and ``title`` (the conversation's label)
+are optional. Without an id, one is derived from the line's content and position, so
+importing the same file twice adds nothing. ``message`` (optional) is the full LangChain
+message as ``langchain_core.messages.message_to_dict`` writes it: :func:`export_lines` adds
+it when role and content do not describe the message completely (tool calls, tool results,
+multimodal content), so an export reads back as exactly the same messages. Lines keep their
+order within a thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.importers.report import (
+    ROLES,
+    Conversation,
+    ImportReport,
+    Skipped,
+)
+from langchain_semantic_recall.messages import (
+    CREATED_AT_KEY,
+    TITLE_KEY,
+    parse_time,
+    role_of,
+    stable_id,
+    text_of,
+)
+from langchain_semantic_recall.records import StoredMessage
+
+__all__ = ["export_lines", "read_jsonl", "read_jsonl_lines"]
+
+
+def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = row.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"'{key}' must be a non-empty string")
+    return value
+
+
+def _message(
+    row: Mapping[str, Any], line_no: int, default_resource: str | None
+) -> tuple[str, str, BaseMessage]:
+    resource = _text_field(row, "resource", default_resource)
+    thread = _text_field(row, "thread")
+    given_role = row.get("role")
+    if not isinstance(given_role, str) or given_role.lower() not in (*ROLES, "tool"):
+        raise ValueError(f"'role' must be one of user, assistant, system, tool; got {given_role!r}")
+    role = given_role.lower()
+    created = row.get("created_at")
+    title = row.get("title")
+    if title is not None and not isinstance(title, str):
+        raise ValueError("'title' must be a string when given")
+    kwargs: dict[str, Any] = {}
+    if created is not None:
+        kwargs[CREATED_AT_KEY] = parse_time(created).isoformat()
+    if title:
+        kwargs[TITLE_KEY] = title
+    full = row.get("message")
+    if full is not None:
+        message = _from_full(full, role, kwargs)
+    else:
+        content = row.get("content")
+        if not isinstance(content, str):
+            raise ValueError("'content' must be a string")
+        if role == "tool":
+            raise ValueError("a 'tool' line needs the 'message' field (its tool call id)")
+        message = ROLES[role](content=content, additional_kwargs=kwargs)
+    message_id = row.get("id", message.id)
+    if message_id is None:
+        text = text_of(message, "\n")
+        message_id = stable_id(thread, given_role, text, str(created or ""), line_no)
+    if not isinstance(message_id, str) or not message_id:
+        raise ValueError("'id' must be a non-empty string when given")
+    return resource, thread, message.model_copy(update={"id": message_id})
+
+
+def _from_full(full: object, role: str, kwargs: dict[str, Any]) -> BaseMessage:
+    if not isinstance(full, dict):
+        raise ValueError("'message' must be a LangChain message as message_to_dict writes it")
+    try:
+        message = messages_from_dict([full])[0]
+    except (KeyError, ValueError, TypeError) as error:
+        raise ValueError(f"'message' is not a LangChain message: {error}") from error
+    if (role_of(message) or "") != _canonical_role(role):
+        raise ValueError(f"'message' is a {message.type} message but 'role' is {role!r}")
+    extra = {**message.additional_kwargs, **kwargs}
+    return message.model_copy(update={"additional_kwargs": extra})
+
+
+def _canonical_role(role: str) -> str:
+    return {"human": "user", "ai": "assistant"}.get(role, role)
+
+
+def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = None) -> ImportReport:
+    """Parse JSONL lines into conversations; bad lines are reported, not fatal.
+
+    Args:
+        lines: The lines of the file.
+        default_resource: Resource of lines that have no ``resource`` field.
+    """
+    report = ImportReport(format="jsonl")
+    by_thread: dict[str, Conversation] = {}
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("a line must be a JSON object")
+            resource, thread, message = _message(row, line_no, default_resource)
+        except (ValueError, TypeError, InvalidInputError) as error:
+            report.skipped.append(Skipped(f"line {line_no}", _short(error)))
+            continue
+        conversation = by_thread.get(thread)
+        if conversation is None:
+            conversation = by_thread[thread] = Conversation(resource, thread)
+            report.conversations.append(conversation)
+        elif conversation.resource_id != resource:
+            report.skipped.append(
+                Skipped(
+                    f"line {line_no}",
+                    f"thread {thread!r} already belongs to {conversation.resource_id!r}",
+                )
+            )
+            continue
+        title = message.additional_kwargs.get(TITLE_KEY)
+        if title and conversation.title is None:
+            conversation.title = title
+        conversation.messages.append(message)
+    return report
+
+
+def _short(error: Exception) -> str:
+    text = str(error)
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON ({error.msg})"
+    return text
+
+
+def read_jsonl(path: str | PathLike[str], *, default_resource: str | None = None) -> ImportReport:
+    """Read a JSONL file of messages (see the module docstring for the format)."""
+    with Path(path).open(encoding="utf-8") as handle:
+        return read_jsonl_lines(handle, default_resource=default_resource)
+
+
+def _needs_full(message: BaseMessage, plain: BaseMessage) -> bool:
+    """Whether role and content lose something of ``message`` (its dict differs)."""
+
+    return _without_time(message_to_dict(message)) != _without_time(message_to_dict(plain))
+
+
+def _without_time(data: dict[str, Any]) -> dict[str, Any]:
+    """A message dict without ``created_at`` (the line carries it in its own field)."""
+    kwargs = dict(data["data"].get("additional_kwargs", {}))
+    kwargs.pop(CREATED_AT_KEY, None)
+    return {**data, "data": {**data["data"], "additional_kwargs": kwargs}}
+
+
+def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
+    """Stored messages as lines of our JSONL format (no newline at the end of each).
+
+    Reading the lines back with :func:`read_jsonl_lines` gives the same messages, with
+    the same ids and times, so an export re-imports into any store.
+    """
+    for stored in messages:
+        message = stored.to_message()
+        row: dict[str, Any] = {
+            "resource": stored.resource_id,
+            "thread": stored.thread_id,
+            "role": stored.role,
+            "content": stored.text,
+            "id": stored.id,
+            "created_at": stored.created_at.isoformat().replace("+00:00", "Z"),
+        }
+        title = message.additional_kwargs.get(TITLE_KEY)
+        if isinstance(title, str) and title:
+            row["title"] = title
+        plain_cls = ROLES.get(stored.role)
+        if plain_cls is None or _needs_full(
+            message,
+            plain_cls(content=stored.text, id=stored.id, additional_kwargs=_plain_kwargs(title)),
+        ):
+            row["message"] = _without_time(message_to_dict(message))
+        yield json.dumps(row, ensure_ascii=False, default=str)
+
+
+def _plain_kwargs(title: object) -> dict[str, Any]:
+    return {TITLE_KEY: title} if isinstance(title, str) and title else {}

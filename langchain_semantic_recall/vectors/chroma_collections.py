@@ -1,0 +1,154 @@
+"""The resource collections of one chromadb client: looked up, created, cached and listed.
+
+:class:`~langchain_semantic_recall.vectors.chroma.ChromaVectorIndex` keeps one collection
+per resource of each index (see its module for the layout and why). This module owns the
+handles to those collections: a bounded cache (a handle is a few hundred bytes), a size
+hint per collection (it picks the thread-search strategy), the listing of every collection
+of an index, and the client's batch limit. chromadb is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.vectors.chroma_layout import (
+    INDEX_KEY,
+    RESOURCE_KEY,
+    check_space,
+    collection_prefix,
+    resource_collection_name,
+)
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from chromadb.api.collection_configuration import CreateCollectionConfiguration
+    from chromadb.api.models.Collection import Collection
+
+__all__ = ["CACHED_COLLECTIONS", "ChromaCollections"]
+
+CACHED_COLLECTIONS: Final = 4096
+"""Resource collection handles kept per instance (a handle is a few hundred bytes)."""
+_LIST_PAGE: Final = 1000
+"""Collections per ``list_collections`` page."""
+
+
+class ChromaCollections:
+    """Handles to the resource collections of every index on one client; thread-safe.
+
+    A handle is looked up once and cached (least recently used out first); a collection
+    dropped by another process is looked up again once its caller :meth:`forget` s it.
+    """
+
+    def __init__(
+        self,
+        client: ClientAPI,
+        configuration: CreateCollectionConfiguration,
+        *,
+        cached: int = CACHED_COLLECTIONS,
+    ) -> None:
+        """Wrap ``client``; new collections get ``configuration`` (cosine HNSW)."""
+        self._client = client
+        self._configuration = configuration
+        self._cached = cached
+        self._lock = threading.Lock()
+        self._handles: OrderedDict[tuple[str, str], Collection] = OrderedDict()
+        self._sizes: dict[tuple[str, str], int] = {}
+        self._max_batch: int | None = None
+
+    def get(self, name: str, resource_id: str, *, create: bool) -> Collection | None:
+        """The collection of ``resource_id`` in ``name`` (created if asked), else None.
+
+        Raises:
+            EmbeddingMismatchError: the collection exists, but not in cosine space.
+        """
+        from chromadb.errors import NotFoundError
+
+        key = (name, resource_id)
+        with self._lock:
+            cached = self._handles.get(key)
+            if cached is not None:
+                self._handles.move_to_end(key)
+                return cached
+        collection_name = resource_collection_name(name, resource_id)
+        try:
+            collection = self._client.get_collection(collection_name, embedding_function=None)
+        except NotFoundError:
+            if not create:
+                return None
+            collection = self._client.get_or_create_collection(
+                collection_name,
+                embedding_function=None,
+                configuration=self._configuration,
+                metadata={INDEX_KEY: name, RESOURCE_KEY: resource_id},
+            )
+        check_space(name, collection)
+        size = int(collection.count())
+        with self._lock:
+            self._handles[key] = collection
+            self._sizes[key] = size
+            while len(self._handles) > self._cached:
+                old, _ = self._handles.popitem(last=False)
+                self._sizes.pop(old, None)
+        return collection
+
+    def writable(self, name: str, resource_id: str) -> Collection:
+        """The collection of ``resource_id`` in ``name``, created if missing."""
+        collection = self.get(name, resource_id, create=True)
+        if collection is None:  # pragma: no cover - create=True always returns one
+            raise InvalidInputError(f"cannot create the collection of {resource_id!r}")
+        return collection
+
+    def forget(self, name: str, resource_id: str) -> None:
+        """Drop the cached handle (the collection was deleted, here or elsewhere)."""
+        with self._lock:
+            self._handles.pop((name, resource_id), None)
+            self._sizes.pop((name, resource_id), None)
+
+    def every(self, name: str) -> Iterator[tuple[str, Collection]]:
+        """Every (resource id, collection) of index ``name`` (pages through the listing)."""
+        prefix = collection_prefix(name)
+        offset = 0
+        while True:
+            listed = self._client.list_collections(limit=_LIST_PAGE, offset=offset)
+            for collection in listed:
+                meta = collection.metadata or {}
+                if collection.name.startswith(prefix) and meta.get(INDEX_KEY) == name:
+                    yield str(meta.get(RESOURCE_KEY)), collection
+            if len(listed) < _LIST_PAGE:
+                return
+            offset += _LIST_PAGE
+
+    def scoped(self, name: str, scope: ScopeFilter | None) -> list[tuple[str, Collection]]:
+        """The collections a scope can reach: one per resource id, or all of the index."""
+        if scope is not None and scope.resource_id is not None:
+            collection = self.get(name, scope.resource_id, create=False)
+            return [] if collection is None else [(scope.resource_id, collection)]
+        return list(self.every(name))
+
+    def size(self, name: str, resource_id: str) -> int:
+        """About how many vectors the collection holds (a hint: an upper bound)."""
+        with self._lock:
+            return self._sizes.get((name, resource_id), 0)
+
+    def grew(self, name: str, resource_id: str, n: int) -> None:
+        """Record ``n`` more vectors written (an upsert may replace: still a hint only)."""
+        with self._lock:
+            key = (name, resource_id)
+            self._sizes[key] = self._sizes.get(key, 0) + n
+
+    def max_batch(self) -> int:
+        """The client's largest batch (asked once)."""
+        if self._max_batch is None:
+            self._max_batch = max(1, int(self._client.get_max_batch_size()))
+        return self._max_batch
+
+    def clear(self) -> None:
+        """Forget every cached handle."""
+        with self._lock:
+            self._handles.clear()
+            self._sizes.clear()
