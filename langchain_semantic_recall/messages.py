@@ -206,7 +206,11 @@ def parse_time(value: object) -> datetime:
 
 
 def stable_id(thread_id: str, role: str, text: str, created_at: str, position: int) -> str:
-    """A deterministic id for a message that has none (repeating a call adds nothing)."""
+    """A deterministic id from a message's place in its conversation (imports, graph state).
+
+    Never from the text alone: ``position`` is the message's place in the whole imported
+    conversation or graph state, so two equal texts are two messages.
+    """
     key = "\x1f".join((thread_id, role, created_at, str(position), text))
     return str(uuid.uuid5(_ID_NAMESPACE, key))
 

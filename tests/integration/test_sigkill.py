@@ -34,6 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_semantic_recall import ScopeFilter, SemanticRecall
 from langchain_semantic_recall.messages import build_records
 from langchain_semantic_recall.records import VectorRecord
+from langchain_semantic_recall.settings import local_backends
 from tests.fakes import FakeEmbeddings, RecordingVectors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,11 +120,10 @@ class PausingVectors(RecordingVectors):
 
 def child_main(path: str, mode: str, pause: int) -> None:
     """Import every turn into ``SemanticRecall.local(path)``, pausing as ``mode`` says."""
-    memory = SemanticRecall.local(
-        path, embeddings=PausingEmbeddings(pause if mode == "embedding" else None)
-    )
+    backends = local_backends(path, PausingEmbeddings(pause if mode == "embedding" else None))
     if mode == "upserted":
-        memory.vector_store = PausingVectors(memory.vector_store, pause)
+        backends["vector_store"] = PausingVectors(backends["vector_store"], pause)
+    memory = SemanticRecall(**backends)
     say("ready")
     for k in range(TURNS):
         thread, resource, messages = conversation(k)
