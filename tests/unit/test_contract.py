@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables.history import RunnableWithMessageHistory
@@ -459,7 +460,8 @@ def test_cli_search_with_a_resource_alone(
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert [hit["message"]["text"] for hit in hits][:1] == [FACT]
     assert main(["--path", str(store), "threads", "--json"]) == 0
-    assert "3" in capsys.readouterr().out  # the two "yes" are two messages
+    (thread,) = json.loads(capsys.readouterr().out)
+    assert (thread["thread"], thread["messages"]) == ("A", 3)  # the two "yes" are two rows
 
 
 # --- review findings: one rule, whichever door ----------------------------------------
@@ -486,6 +488,23 @@ def test_ensure_index_twins_raise_the_same_error() -> None:
         make(32).ensure_index()
     with pytest.raises(EmbeddingMismatchError):
         asyncio.run(make(32).aensure_index())
+
+    class NoVectors(Embeddings):
+        """Answers the dimension probe with no vector at all."""
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return []
+
+        def embed_query(self, text: str) -> list[float]:
+            return []
+
+    broken = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=NoVectors()
+    )
+    with pytest.raises(EmbeddingMismatchError, match="probing"):
+        broken.ensure_index()
+    with pytest.raises(EmbeddingMismatchError, match="probing"):
+        asyncio.run(broken.aensure_index())
 
 
 def test_read_only_is_honoured_by_every_write_path() -> None:
