@@ -1,9 +1,9 @@
-"""The engine's state and its operations, behind the :class:`SemanticRecall` facade.
+"""The engine's state and its operations, behind the `SemanticRecall` facade.
 
-:class:`EngineCore` owns the resolved options (:class:`EnginePlan`), the backends (the
-storage and the :class:`VectorSpace`) and, for a ``for_thread`` view, the bound ids. Its
-methods build operations (generators of steps) that :meth:`EngineCore.run` and
-:meth:`EngineCore.arun` perform; the facade's ``x`` / ``ax`` pairs call one or the other.
+`EngineCore` owns the resolved options (`EnginePlan`), the backends (the
+storage and the `VectorSpace`) and, for a `for_thread` view, the bound ids. Its
+methods build operations (generators of steps) that `EngineCore.run` and
+`EngineCore.arun` perform; the facade's `x` / `ax` pairs call one or the other.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ T = TypeVar("T")
 
 
 class CallIds(TypedDict, total=False):
-    """Who is asking, as a call gives it (see :mod:`.identity` for the precedence)."""
+    """Who is asking, as a call gives it (see `identity` for the precedence)."""
 
     thread_id: str | int | None
     """The conversation (explicit: wins over the config and the context)."""
@@ -73,13 +73,13 @@ class SearchOptions(CallIds, total=False):
     top_k: int | None
     """Hits to retrieve for this call."""
     scope: Scope | None
-    """``"thread"`` or ``"resource"`` for this call."""
+    """`"thread"` or `"resource"` for this call."""
     threshold: float | None
     """Minimum cosine similarity in [0, 1] for this call."""
 
 
 class ReindexOptions(TypedDict, total=False):
-    """What ``reindex`` covers and how."""
+    """What `reindex` covers and how."""
 
     resource_id: str | None
     """Only this resource's messages (default: every message)."""
@@ -94,7 +94,7 @@ class ReindexOptions(TypedDict, total=False):
 
 
 class BulkOptions(TypedDict, total=False):
-    """How ``bulk_index`` batches its work."""
+    """How `bulk_index` batches its work."""
 
     batch_size: int
     """Messages per storage transaction and embedding call (default 2048)."""
@@ -106,7 +106,7 @@ _CALL_IDS = frozenset(CallIds.__annotations__)
 
 
 def checked(options: Mapping[str, Any], kind: type) -> dict[str, Any]:
-    """``options`` if every key is one ``kind`` (a TypedDict) declares, else a TypeError."""
+    """`options` if every key is one `kind` (a TypedDict) declares, else a TypeError."""
     unknown = set(options) - set(kind.__annotations__) - set(getattr(kind, "__optional_keys__", ()))
     if unknown:
         raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}")
@@ -194,7 +194,7 @@ class EngineCore:
 
     def identity(self, ids: CallIds | Mapping[str, Any], context: Any = None) -> Identity:
         """Who is asking: the call's ids, then the bound view's, the config, the context."""
-        ids = {k: v for k, v in ids.items() if k in _CALL_IDS}
+        checked(ids, CallIds)  # a misspelt id (thread="t") is an error, never ignored
         thread_id = ids.get("thread_id")
         resource_id = ids.get("resource_id")
         return resolve_identity(
@@ -230,8 +230,9 @@ class EngineCore:
         return SearchRequest(query, who, scope, plan, self.plan.max_block_chars)
 
     def search(self, query: str, options: SearchOptions) -> Op[list[RecallHit]]:
+        """The search operation: `options` checked, identity resolved, request built."""
         checked(options, SearchOptions)
-        who = self.identity(options)
+        who = self.identity({k: v for k, v in options.items() if k in _CALL_IDS})
         request = self.request(
             query,
             who,
@@ -242,6 +243,7 @@ class EngineCore:
         return search_op(self.backends.space, self.plan.keys, request)
 
     def recall(self, messages: Any, who: Identity, *, turn: bool) -> Op[list[BaseMessage]]:
+        """The recall operation for `messages` (`turn`: once per user turn)."""
         op = turn_recall_op if turn else recall_op
         items = to_messages(messages)
         return op(
@@ -249,6 +251,7 @@ class EngineCore:
         )
 
     def index(self, messages: Any, who: Identity) -> Op[IndexResult]:
+        """The index operation: store the new messages, embed their text."""
         return index_op(
             self.backends.space,
             self.plan.keys,
@@ -262,6 +265,7 @@ class EngineCore:
     def bulk_index(
         self, conversations: Iterable[Conversation], options: BulkOptions
     ) -> Op[BulkResult]:
+        """The bulk import operation (refused on a read-only engine)."""
         self._writable("bulk_index")
         checked(options, BulkOptions)
         progress = options.get("progress")
@@ -275,14 +279,17 @@ class EngineCore:
         )
 
     def forget_thread(self, thread_id: str, resource_id: str | None, *, retire: bool) -> Op[int]:
+        """Delete a thread; `retire` also refuses later writes to it."""
         self._writable("forgetting" if retire else "clearing")
         return forget_thread_op(self.backends.space, thread_id, resource_id, retire=retire)
 
     def forget_resource(self, resource_id: str) -> Op[int]:
+        """Delete every thread of a resource, and retire their ids."""
         self._writable("forgetting")
         return forget_resource_op(self.backends.space, resource_id)
 
     def reindex(self, options: ReindexOptions) -> Op[int]:
+        """Embed the stored messages in scope again (or only missing ones)."""
         self._writable("reindex")
         checked(options, ReindexOptions)
         progress = options.get("progress")
@@ -295,4 +302,5 @@ class EngineCore:
         )
 
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
+        """Counts of messages, threads and vectors in scope."""
         return stats_op(self.backends.space, maintenance_scope(resource_id, thread_id))

@@ -1,20 +1,22 @@
 """The I/O an operation asks for, as step records, and the two drivers that perform it.
 
-An operation is a generator: it yields a :class:`Step` (embed these texts, read these
+An operation is a generator: it yields a `Step` (embed these texts, read these
 windows, write these records...), receives the step's result (or, if the step raised,
-the exception, thrown in at the ``yield``), and returns its answer. All decisions live
-in the generator, written once; :func:`drive` performs the steps with the backends'
-synchronous methods and :func:`adrive` with their async twins. The model is the
-PostgreSQL backend's statement generators and LangGraph's ``BaseStore.batch``/``abatch``.
+the exception, thrown in at the `yield`), and returns its answer. All decisions live
+in the generator, written once; `drive` performs the steps with the backends'
+synchronous methods and `adrive` with their async twins. The model is the
+PostgreSQL backend's statement generators and LangGraph's `BaseStore.batch`/`abatch`.
 
-Example (an operation and both ways to run it)::
+Example (an operation and both ways to run it):
 
-    def owner_op(thread_id: str) -> Op[str | None]:
-        owner = yield thread_owner(thread_id)
-        return owner
+```python
+def owner_op(thread_id: str) -> Op[str | None]:
+    owner = yield thread_owner(thread_id)
+    return owner
 
-    drive(owner_op("t1"), backends)          # sync
-    await adrive(owner_op("t1"), backends)   # async
+drive(owner_op("t1"), backends)          # sync
+await adrive(owner_op("t1"), backends)   # async
+```
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class Backends:
 
 
 class Step(ABC):
-    """One unit of I/O, performed by a driver: ``run`` (sync) or ``arun`` (async)."""
+    """One unit of I/O, performed by a driver: `run` (sync) or `arun` (async)."""
 
     @abstractmethod
     def run(self, backends: Backends) -> Any:
@@ -57,7 +59,7 @@ class Step(ABC):
 
 
 Op: TypeAlias = Generator[Step, Any, T]
-"""An operation: yields steps, receives their results, returns ``T``."""
+"""An operation: yields steps, receives their results, returns `T`."""
 
 Progress: TypeAlias = Callable[[int], None]
 """Called with the number of messages just handled (for progress bars)."""
@@ -65,7 +67,7 @@ Progress: TypeAlias = Callable[[int], None]
 
 @dataclass(frozen=True, slots=True)
 class _StorageCall(Step):
-    """``storage.<method>(...)`` or ``await storage.a<method>(...)``."""
+    """`storage.<method>(...)` or `await storage.a<method>(...)`."""
 
     method: str
     args: tuple[Any, ...] = ()
@@ -80,7 +82,7 @@ class _StorageCall(Step):
 
 @dataclass(frozen=True, slots=True)
 class _VectorCall(Step):
-    """``vectors.<method>(...)`` or ``await vectors.a<method>(...)``."""
+    """`vectors.<method>(...)` or `await vectors.a<method>(...)`."""
 
     method: str
     args: tuple[Any, ...] = ()
@@ -136,7 +138,7 @@ class _ClearCache(Step):
 
 @dataclass(frozen=True, slots=True)
 class Background(Step):
-    """Start ``step`` and go on; the driver keeps one in flight and :class:`Settle` waits.
+    """Start `step` and go on; the driver keeps one in flight and `Settle` waits.
 
     Lets bulk import write batch *n*'s vectors while batch *n + 1* is embedded.
     """
@@ -144,33 +146,39 @@ class Background(Step):
     step: Step
 
     def run(self, backends: Backends) -> Any:  # pragma: no cover - the drivers handle it
+        """Never called: the drivers perform `Background` themselves."""
         raise TypeError("Background is performed by the driver")
 
     async def arun(self, backends: Backends) -> Any:  # pragma: no cover
+        """Never called: the drivers perform `Background` themselves."""
         raise TypeError("Background is performed by the driver")
 
 
 @dataclass(frozen=True, slots=True)
 class Nested(Step):
-    """A whole operation as one step (so that it can run in the :class:`Background`)."""
+    """A whole operation as one step (so that it can run in the `Background`)."""
 
     op: Op[Any]
 
     def run(self, backends: Backends) -> Any:
+        """Run the whole operation with the sync driver."""
         return drive(self.op, backends)
 
     async def arun(self, backends: Backends) -> Any:
+        """Run the whole operation with the async driver."""
         return await adrive(self.op, backends)
 
 
 @dataclass(frozen=True, slots=True)
 class Settle(Step):
-    """Wait for the step in flight (its error, if any, is raised at this ``yield``)."""
+    """Wait for the step in flight (its error, if any, is raised at this `yield`)."""
 
     def run(self, backends: Backends) -> Any:  # pragma: no cover - the drivers handle it
+        """Never called: the drivers perform `Settle` themselves."""
         raise TypeError("Settle is performed by the driver")
 
     async def arun(self, backends: Backends) -> Any:  # pragma: no cover
+        """Never called: the drivers perform `Settle` themselves."""
         raise TypeError("Settle is performed by the driver")
 
 
@@ -178,64 +186,79 @@ class Settle(Step):
 
 
 def embed(info: IndexInfo, texts: Sequence[str]) -> Step:
+    """Step: embed `texts` through the cache for index `info` (vectors, in order)."""
     return _Embed(info, tuple(texts))
 
 
 def probe_dimension() -> Step:
+    """Step: embed one probe text, uncached (the embedder's dimension)."""
     return _Probe()
 
 
 def clear_cache() -> Step:
+    """Step: empty the embedding cache."""
     return _ClearCache()
 
 
 def thread_owner(thread_id: str) -> Step:
+    """Step: the thread's resource id, or None if unknown."""
     return _StorageCall("get_thread_owner", (thread_id,))
 
 
 def is_forgotten(thread_id: str) -> Step:
+    """Step: whether the thread was forgotten (its id retired)."""
     return _StorageCall("is_forgotten", (thread_id,))
 
 
 def put_messages(records: Sequence[MessageRecord]) -> Step:
+    """Step: store `records` (`MessageStorage.put`)."""
     return _StorageCall("put", (list(records),))
 
 
 def read_windows(ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter) -> Step:
+    """Step: the windows of `ids` inside `scope` (`MessageStorage.get_windows`)."""
     return _StorageCall(
         "get_windows", (list(ids),), {"before": before, "after": after, "scope": scope}
     )
 
 
 def keyword_search(query: str, *, scope: ScopeFilter, limit: int) -> Step:
+    """Step: the best keyword matches inside `scope` (message id, score)."""
     return _StorageCall("keyword_search", (query,), {"scope": scope, "limit": limit})
 
 
 def list_messages(scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int) -> Step:
+    """Step: a page of messages after `after` (`MessageStorage.list_messages`)."""
     return _StorageCall("list_messages", (scope,), {"after": after, "limit": limit})
 
 
 def list_threads(resource_id: str | None) -> Step:
+    """Step: the threads of a resource, or every thread (None)."""
     return _StorageCall("list_threads", (resource_id,))
 
 
 def delete_thread(thread_id: str, *, retire: bool) -> Step:
+    """Step: delete a thread's messages; `retire` also retires its id."""
     return _StorageCall("delete_thread", (thread_id,), {"retire": retire})
 
 
 def delete_resource(resource_id: str) -> Step:
+    """Step: delete every thread of a resource."""
     return _StorageCall("delete_resource", (resource_id,))
 
 
 def open_index(info: IndexInfo) -> Step:
+    """Step: open (create if needed) the vector index of `info`."""
     return _VectorCall("open", (info.name,), {"dimension": info.dimension, "model": info.model})
 
 
 def query_vectors(info: IndexInfo, vector: Sequence[float], *, k: int, scope: ScopeFilter) -> Step:
+    """Step: the `k` nearest vectors inside `scope`."""
     return _VectorCall("query", (info.name, vector), {"k": k, "scope": scope})
 
 
 def upsert_vectors(info: IndexInfo, records: Sequence[VectorRecord]) -> Step:
+    """Step: write `records` into the index."""
     return _VectorCall("upsert", (info.name, list(records)))
 
 
@@ -246,6 +269,7 @@ def delete_vectors(
     resource_id: str | None = None,
     message_ids: Sequence[str] | None = None,
 ) -> Step:
+    """Step: delete the vectors matching every selector given."""
     ids = None if message_ids is None else list(message_ids)
     return _VectorCall(
         "delete",
@@ -255,6 +279,7 @@ def delete_vectors(
 
 
 def vector_message_ids(info: IndexInfo, scope: ScopeFilter | None) -> Step:
+    """Step: the message ids that have a vector inside `scope`."""
     return _VectorCall("message_ids", (info.name, scope))
 
 
@@ -272,6 +297,8 @@ def drive(op: Op[T], backends: Backends) -> T:
             try:
                 step = op.throw(error) if error is not None else op.send(result)
             except StopIteration as done:
+                if in_flight is not None:  # an operation must not outlive its writes
+                    in_flight.result()
                 return done.value  # type: ignore[no-any-return]
             result, error = None, None
             try:
@@ -300,6 +327,8 @@ async def adrive(op: Op[T], backends: Backends) -> T:
             try:
                 step = op.throw(error) if error is not None else op.send(result)
             except StopIteration as done:
+                if in_flight is not None:
+                    await in_flight
                 return done.value  # type: ignore[no-any-return]
             result, error = None, None
             try:

@@ -1,0 +1,102 @@
+"""The two drivers run one operation the same way: results in, errors thrown back in."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall.engine.steps import (
+    Backends,
+    Background,
+    Op,
+    Settle,
+    Step,
+    adrive,
+    drive,
+)
+from tests.unit.test_contract import make_memory
+
+
+@dataclass(frozen=True)
+class Echo(Step):
+    """Returns its value, or raises it when it is an exception; records what ran."""
+
+    value: Any
+    log: list[Any] = field(default_factory=list, compare=False)
+
+    def run(self, backends: Backends) -> Any:
+        self.log.append(self.value)
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+    async def arun(self, backends: Backends) -> Any:
+        return self.run(backends)
+
+
+BACKENDS: Any = None  # the test steps never touch the backends
+
+
+def run_both(make_op: Any) -> list[Any]:
+    """The operation's answer (or error) with each driver."""
+    answers: list[Any] = []
+    for runner in (lambda op: drive(op, BACKENDS), lambda op: asyncio.run(adrive(op, BACKENDS))):
+        try:
+            answers.append(runner(make_op()))
+        except Exception as error:
+            answers.append(f"raised {type(error).__name__}: {error}")
+    return answers
+
+
+def test_results_go_in_and_errors_are_thrown_back_into_the_operation() -> None:
+    def op() -> Op[list[Any]]:
+        first = yield Echo(1)
+        try:
+            yield Echo(ValueError("boom"))
+        except ValueError as error:
+            caught = str(error)
+        return [first, caught, (yield Echo(3))]
+
+    assert run_both(op) == [[1, "boom", 3], [1, "boom", 3]]
+
+
+def test_an_error_the_operation_does_not_catch_is_raised_by_both_drivers() -> None:
+    def op() -> Op[None]:
+        yield Echo(KeyError("missing"))
+
+    assert run_both(op) == ["raised KeyError: 'missing'"] * 2
+
+
+def test_a_background_failure_surfaces_at_settle_or_at_the_end() -> None:
+    def settled() -> Op[str]:
+        yield Background(Echo(RuntimeError("write failed")))
+        yield Echo("embedding goes on meanwhile")
+        try:
+            yield Settle()
+        except RuntimeError as error:
+            return f"caught {error}"
+        return "no error"
+
+    def forgotten() -> Op[str]:  # never settles: the driver still reports the failure
+        yield Background(Echo(RuntimeError("write failed")))
+        return "finished"
+
+    assert run_both(settled) == ["caught write failed"] * 2
+    assert run_both(forgotten) == ["raised RuntimeError: write failed"] * 2
+
+
+def test_misspelt_ids_are_errors_not_ignored() -> None:
+    memory = make_memory()
+    question = [HumanMessage("dog?")]
+    with pytest.raises(TypeError, match="thread"):
+        memory.recall(question, thread="A", resource_id="alice")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="resource"):
+        memory.index(question, thread_id="A", resource="alice")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="kk"):
+        memory.search("dog", resource_id="alice", kk=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="batch"):
+        memory.reindex(batch=3)  # type: ignore[call-arg]
