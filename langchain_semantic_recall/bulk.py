@@ -1,12 +1,12 @@
 """Bulk import: many conversations into an engine at the embedder's own speed.
 
-The operation lives in :mod:`langchain_semantic_recall.engine.index_ops` (``bulk_index_op``):
+The operation lives in `langchain_semantic_recall.engine.index_ops` (`bulk_index_op`):
 it stores a whole batch of conversations in one storage transaction, embeds every text of
 the batch in ONE call through the engine's cache, and writes batch *n*'s vectors in the
-background while batch *n + 1* is embedded. It keeps ``index``'s rules (the same records
+background while batch *n + 1* is embedded. It keeps `index`'s rules (the same records
 and ids, so re-importing adds nothing; system, tool and recalled messages stored but not
 embedded; long messages chunked; forgotten threads skipped and reported). These functions
-are the engine's :meth:`~SemanticRecall.bulk_index` twins, for code that imports from here.
+are the engine's `bulk_index` twins, for code that imports from here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def bulk_index(
     conversations: Iterable[Conversation],
     **options: Unpack[BulkOptions],
 ) -> BulkResult:
-    """Store and embed many ``(thread_id, resource_id, messages)`` conversations.
+    """Store and embed many `(thread_id, resource_id, messages)` conversations.
 
     Raises:
         ReadOnlyError: the engine is read-only.
@@ -43,5 +43,5 @@ async def abulk_index(
     conversations: Iterable[Conversation],
     **options: Unpack[BulkOptions],
 ) -> BulkResult:
-    """Async twin of :func:`bulk_index`."""
+    """Async twin of `bulk_index`."""
     return await memory.abulk_index(conversations, **options)

@@ -1,10 +1,10 @@
-"""A ``BaseChatMessageHistory`` backed by the memory's own storage.
+"""A `BaseChatMessageHistory` backed by the memory's own storage.
 
-For chains built with ``RunnableWithMessageHistory``: the history of a session is its
-thread (``session_id`` is the thread id), every message added is stored and embedded
+For chains built with `RunnableWithMessageHistory`: the history of a session is its
+thread (`session_id` is the thread id), every message added is stored and embedded
 (indexing for free), and putting the engine in the chain brings back the relevant older
 messages of the session and, in resource scope, of the user's other sessions (recall for
-free). ``last`` keeps the replayed history short; recall finds what fell out of it.
+free). `last` keeps the replayed history short; recall finds what fell out of it.
 
 ```python
 from langchain_core.runnables.history import RunnableWithMessageHistory
@@ -44,9 +44,12 @@ _PAGE = 1000
 
 
 def _history_op(scope: ScopeFilter, last: int | None) -> Op[list[StoredMessage]]:
-    """Every message of the thread in order (or its ``last`` ones); a forgotten thread
-    is an error here, before the model runs (``RunnableWithMessageHistory`` swallows
-    errors raised when it adds the turn's messages afterwards)."""
+    """Every message of the thread in order (or its `last` ones).
+
+    A forgotten thread is an error here, before the model runs
+    (`RunnableWithMessageHistory` swallows errors raised when it adds the turn's messages
+    afterwards).
+    """
     thread_id = scope.thread_id or ""
     if (yield steps.is_forgotten(thread_id)):
         raise ForgottenThreadError(
@@ -70,7 +73,7 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         memory: the engine (its storage, embedder and vector index).
         session_id: the conversation: its thread id.
         resource_id: its owner (required in resource scope, the default).
-        last: how many of the newest messages :attr:`messages` returns (None: all).
+        last: how many of the newest messages `messages` returns (None: all).
     """
 
     def __init__(
@@ -87,9 +90,12 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         self._who: Identity | None = None
 
     def _identity(self) -> Identity:
-        """The session's ids: the bound ones, then the current run's config and context
-        (a LangGraph server's authenticated user too); remembered for ``add_messages``,
-        which ``RunnableWithMessageHistory`` calls outside the run."""
+        """The session's ids, remembered for `add_messages`.
+
+        The bound ids come first, then the current run's config and context (a LangGraph
+        server's authenticated user too); they are remembered because
+        `RunnableWithMessageHistory` calls `add_messages` outside the run.
+        """
         if self._who is None:
             who = self.memory.core.identity({})
             if self.memory.scope == "resource":
@@ -107,12 +113,12 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The stored messages of the session, in order (the ``last`` ones)."""
+        """The stored messages of the session, in order (the `last` ones)."""
         stored = self.memory.core.run(_history_op(self._scope(), self.last))
         return [m.to_message() for m in stored]
 
     async def aget_messages(self) -> list[BaseMessage]:
-        """Async twin of :attr:`messages`."""
+        """Async twin of `messages`."""
         stored = await self.memory.core.arun(_history_op(self._scope(), self.last))
         return [m.to_message() for m in stored]
 
@@ -121,7 +127,7 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         check_saved(self.memory.index(list(messages), **self._ids()))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async twin of :meth:`add_messages`."""
+        """Async twin of `add_messages`."""
         check_saved(await self.memory.aindex(list(messages), **self._ids()))
 
     def clear(self) -> None:
@@ -129,7 +135,7 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         self.memory.clear_thread(self.session_id, resource_id=self._identity().resource_id)
 
     async def aclear(self) -> None:
-        """Async twin of :meth:`clear`."""
+        """Async twin of `clear`."""
         await self.memory.aclear_thread(self.session_id, resource_id=self._identity().resource_id)
 
 

@@ -1,15 +1,15 @@
 """The embedding cache and the embedder-agnostic helpers around it.
 
-* :class:`EmbeddingCache`: a thread-safe LRU of vectors keyed by ``(namespace, text)``;
+* `EmbeddingCache`: a thread-safe LRU of vectors keyed by `(namespace, text)`;
   the namespace is the index name, so two embedders never share a vector.
-* :func:`embed_with_cache` / :func:`aembed_with_cache`: embed a batch through the cache,
+* `embed_with_cache` / `aembed_with_cache`: embed a batch through the cache,
   one call for every distinct miss, with the embedder's answer validated before any of
   it is cached.
-* :func:`chunk_text` / :func:`split_for_embedding`: cut a long message into pieces the
+* `chunk_text` / `split_for_embedding`: cut a long message into pieces the
   embedder can take whole, so that no part of it is silently left unindexed.
-* :func:`embedding_model_name`: the model name used to derive the default index name.
+* `embedding_model_name`: the model name used to derive the default index name.
 
-The local default embedder lives in :mod:`langchain_semantic_recall.local_embeddings`.
+The local default embedder lives in `langchain_semantic_recall.local_embeddings`.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE_SIZE = 1000
-"""Entries an :class:`EmbeddingCache` keeps by default."""
+"""Entries an `EmbeddingCache` keeps by default."""
 
 DEFAULT_MAX_CHARS = 6000
 """Characters per chunk for embedders that cannot split text themselves.
@@ -60,7 +60,7 @@ _Vector = tuple[float, ...]
 class EmbeddingCache:
     """A thread-safe least-recently-used cache of embedding vectors.
 
-    Keys are ``(namespace, text)``: use the index name as the namespace so that vectors
+    Keys are `(namespace, text)`: use the index name as the namespace so that vectors
     of different models never mix. Vectors are stored as immutable tuples and handed out
     as fresh lists, so a caller mutating its result cannot corrupt the cache.
 
@@ -78,7 +78,7 @@ class EmbeddingCache:
         maxsize: the most entries kept; the least recently used entry is evicted first.
 
     Raises:
-        InvalidOptionError: ``maxsize`` is not an integer >= 1.
+        InvalidOptionError: `maxsize` is not an integer >= 1.
     """
 
     def __init__(self, maxsize: int = DEFAULT_CACHE_SIZE) -> None:
@@ -108,7 +108,7 @@ class EmbeddingCache:
         return self._misses
 
     def get(self, namespace: str, text: str) -> list[float] | None:
-        """The cached vector of ``text`` in ``namespace`` (marked recently used), or None."""
+        """The cached vector of `text` in `namespace` (marked recently used), or None."""
         key = (namespace, text)
         with self._lock:
             vector = self._entries.get(key)
@@ -120,7 +120,7 @@ class EmbeddingCache:
         return list(vector)
 
     def put(self, namespace: str, text: str, vector: Sequence[float]) -> None:
-        """Store ``vector`` for ``text`` in ``namespace``, evicting the oldest if full."""
+        """Store `vector` for `text` in `namespace`, evicting the oldest if full."""
         key = (namespace, text)
         frozen = tuple(float(x) for x in vector)
         with self._lock:
@@ -153,7 +153,7 @@ def _lookup(
 ) -> tuple[dict[str, list[float]], list[str]]:
     """Look every distinct text up once: (vectors found, distinct misses in first-seen order).
 
-    With ``dimension``, a cached vector of another length counts as a miss (it is replaced).
+    With `dimension`, a cached vector of another length counts as a miss (it is replaced).
     """
     found: dict[str, list[float]] = {}
     missing: dict[str, None] = {}
@@ -173,7 +173,7 @@ def _validated(
 ) -> list[list[float]]:
     """Check an embedder's answer: one finite vector per text, all of one non-zero length.
 
-    With ``dimension``, that length must be ``dimension`` (:class:`EmbeddingMismatchError`).
+    With `dimension`, that length must be `dimension` (`EmbeddingMismatchError`).
     """
     name = embedding_model_name(embeddings)
     if isinstance(vectors, str | bytes) or not isinstance(vectors, Iterable):
@@ -241,10 +241,10 @@ def embed_with_cache(
     *,
     dimension: int | None = None,
 ) -> list[list[float]]:
-    """Embed ``texts`` through ``cache``, calling the embedder at most once.
+    """Embed `texts` through `cache`, calling the embedder at most once.
 
     Every distinct text is looked up once; the misses are embedded together in ONE
-    ``embed_documents`` call (identical texts only once), validated, cached, and the
+    `embed_documents` call (identical texts only once), validated, cached, and the
     result is returned in input order. Two threads missing the same text at the same
     moment may both embed it; the result is the same.
 
@@ -262,7 +262,7 @@ def embed_with_cache(
     Raises:
         SemanticRecallError: the embedder returned the wrong number of vectors, vectors
             of different lengths, or non-finite values. Nothing of that call is cached.
-        EmbeddingMismatchError: the vectors are not ``dimension`` long (nothing cached).
+        EmbeddingMismatchError: the vectors are not `dimension` long (nothing cached).
     """
     found, missing = _lookup(cache, namespace, texts, dimension)
     vectors: list[list[float]] = []
@@ -283,7 +283,7 @@ async def aembed_with_cache(
     *,
     dimension: int | None = None,
 ) -> list[list[float]]:
-    """Async twin of :func:`embed_with_cache` (uses ``aembed_documents``)."""
+    """Async twin of `embed_with_cache` (uses `aembed_documents`)."""
     found, missing = _lookup(cache, namespace, texts, dimension)
     vectors: list[list[float]] = []
     if missing:
@@ -303,7 +303,7 @@ _SPACE = re.compile(r"\s+")
 
 
 def _last_cut(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> int | None:
-    """The end of the last match of ``pattern`` within ``text[:hi]`` that ends in [lo, hi]."""
+    """The end of the last match of `pattern` within `text[:hi]` that ends in [lo, hi]."""
     cut: int | None = None
     # Start a little before lo so that a boundary straddling lo is still seen.
     for match in pattern.finditer(text, max(0, lo - 64), hi):
@@ -313,11 +313,11 @@ def _last_cut(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> int | No
 
 
 def chunk_spans(text: str, max_chars: int, overlap: int = 200) -> list[tuple[int, int]]:
-    """The ``(start, end)`` character spans of :func:`chunk_text`, in order.
+    """The `(start, end)` character spans of `chunk_text`, in order.
 
-    Spans start at 0, end at ``len(text)``, each is at most ``max_chars`` long, each
+    Spans start at 0, end at `len(text)`, each is at most `max_chars` long, each
     starts after the previous one starts and no later than it ends (so together they
-    cover the text). See :func:`chunk_text` for how the cuts are chosen.
+    cover the text). See `chunk_text` for how the cuts are chosen.
     """
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
         raise InvalidOptionError(f"max_chars must be an integer >= 1, got {max_chars!r}")
@@ -353,12 +353,12 @@ def chunk_spans(text: str, max_chars: int, overlap: int = 200) -> list[tuple[int
 
 
 def chunk_text(text: str, max_chars: int, overlap: int = 200) -> list[str]:
-    """Split ``text`` into pieces of at most ``max_chars`` characters.
+    """Split `text` into pieces of at most `max_chars` characters.
 
     Each cut is placed in the second half of the window, preferring (in this order) a
     paragraph break, the end of a sentence, any whitespace, and only then the hard limit.
-    Consecutive pieces overlap by up to ``overlap`` characters (at most a quarter of
-    ``max_chars``), starting on a word where possible, so no content is lost and a fact
+    Consecutive pieces overlap by up to `overlap` characters (at most a quarter of
+    `max_chars`), starting on a word where possible, so no content is lost and a fact
     straddling a cut is still whole in one piece. Pure function.
 
     Example:
@@ -374,21 +374,21 @@ def chunk_text(text: str, max_chars: int, overlap: int = 200) -> list[str]:
             next (>= 0).
 
     Returns:
-        ``[text]`` if it fits, else the pieces in order; every character of ``text``
+        `[text]` if it fits, else the pieces in order; every character of `text`
         appears in some piece.
 
     Raises:
-        InvalidOptionError: ``max_chars < 1`` or ``overlap < 0``.
+        InvalidOptionError: `max_chars < 1` or `overlap < 0`.
     """
     return [text[start:end] for start, end in chunk_spans(text, max_chars, overlap)]
 
 
 def split_for_embedding(embeddings: Embeddings, text: str) -> list[str]:
-    """Split ``text`` into pieces that ``embeddings`` can embed whole.
+    """Split `text` into pieces that `embeddings` can embed whole.
 
-    An embedder that knows its own limit exposes a callable ``split_text`` (as
-    :class:`~langchain_semantic_recall.local_embeddings.LocalEmbeddings` does, by tokens);
-    any other gets :func:`chunk_text` with :data:`DEFAULT_MAX_CHARS`.
+    An embedder that knows its own limit exposes a callable `split_text` (as
+    `LocalEmbeddings` does, by tokens); any other gets `chunk_text` with
+    `DEFAULT_MAX_CHARS`.
     """
     splitter = getattr(embeddings, "split_text", None)
     if callable(splitter):
@@ -398,7 +398,7 @@ def split_for_embedding(embeddings: Embeddings, text: str) -> list[str]:
 
 
 def embedding_model_name(embeddings: Embeddings) -> str:
-    """The embedder's model name: its ``model``, ``model_name`` or ``model_id``.
+    """The embedder's model name: its `model`, `model_name` or `model_id`.
 
     The first non-empty string among those attributes, else the class name.
 

@@ -1,7 +1,7 @@
 """The errors of langchain-semantic-recall.
 
-Every error derives from :class:`SemanticRecallError`; option errors also derive from
-:class:`ValueError` so that ``except ValueError`` keeps working for configuration code.
+Every error derives from `SemanticRecallError`; option errors also derive from
+`ValueError` so that `except ValueError` keeps working for configuration code.
 Messages say what went wrong and what to do next.
 """
 
@@ -60,4 +60,4 @@ class IdentityMismatchError(OwnershipError, PermissionError):
 
 
 class ReadOnlyError(SemanticRecallError):
-    """A write (import, reindex, forget) was asked of an engine built with ``read_only``."""
+    """A write (import, reindex, forget) was asked of an engine built with `read_only`."""

@@ -1,37 +1,39 @@
 """Measuring recall on conversations with evidence labels (LoCoMo, or our own JSONL).
 
 The evaluation drives the real path: every conversation is loaded with
-:meth:`SemanticRecall.index` and every question is answered by :meth:`SemanticRecall.search`,
-the very call :meth:`~SemanticRecall.recall` makes before each model call. A question's
+`SemanticRecall.index` and every question is answered by `SemanticRecall.search`,
+the very call `recall` makes before each model call. A question's
 *returned* messages are those of the hits' windows, deduplicated: exactly what recall
 would inject for it. Scores per question:
 
-- ``recall``: the fraction of its evidence messages that were returned;
-- ``hit_all`` / ``hit_any``: all / at least one of them returned;
-- ``messages``: how many messages were returned (what the model has to read);
-- ``latency``: the search's wall time, query embedding included.
+- `recall`: the fraction of its evidence messages that were returned;
+- `hit_all` / `hit_any`: all / at least one of them returned;
+- `messages`: how many messages were returned (what the model has to read);
+- `latency`: the search's wall time, query embedding included.
 
-**LoCoMo** (Maharana et al., ACL 2024; ``locomo10.json`` or a subset): each conversation
-is a resource, each session a thread (``--scope thread``: the whole conversation is one
+**LoCoMo** (Maharana et al., ACL 2024; `locomo10.json` or a subset): each conversation
+is a resource, each session a thread (`--scope thread`: the whole conversation is one
 thread), speaker A the user and speaker B the assistant; a turn's content is
-``"<speaker>: <text>"`` plus ``" [shared image: <caption>]"`` when it has one, created at
+`"<speaker>: <text>"` plus `" [shared image: <caption>]"` when it has one, created at
 the session's time plus one second per turn. Categories: 1 multi-hop, 2 temporal,
 3 open-domain, 4 single-hop, 5 adversarial (left out unless asked for). Malformed
-evidence ids are normalised (``"D:11:26"`` -> ``D11:26``, ``"D30:05"`` -> ``D30:5``,
-``"D8:6; D9:17"`` -> two ids) and ids of turns that do not exist are dropped; both are
+evidence ids are normalised (`"D:11:26"` -> `D11:26`, `"D30:05"` -> `D30:5`,
+`"D8:6; D9:17"` -> two ids) and ids of turns that do not exist are dropped; both are
 counted in the report.
 
-**Our JSONL** (``read_eval_jsonl``): the ``ingest`` format (one message a line, see
-:mod:`langchain_semantic_recall.importers`), with an ``id`` on every message that a
-question cites, plus one line per question::
+**Our JSONL** (`read_eval_jsonl`): the `ingest` format (one message a line, see
+`langchain_semantic_recall.importers`), with an `id` on every message that a
+question cites, plus one line per question:
 
-    {"resource": "alice", "thread": "trip", "role": "user", "id": "m1",
-     "content": "We land in Lisbon on the 3rd", "created_at": "2024-01-15T10:30:00Z"}
-    {"question": "When do we land?", "resource": "alice", "evidence": ["m1"],
-     "category": "temporal"}
+```json
+{"resource": "alice", "thread": "trip", "role": "user", "id": "m1",
+ "content": "We land in Lisbon on the 3rd", "created_at": "2024-01-15T10:30:00Z"}
+{"question": "When do we land?", "resource": "alice", "evidence": ["m1"],
+ "category": "temporal"}
+```
 
-A question line has ``question``, ``resource`` and ``evidence`` (message ids), and
-optionally ``category`` (default ``"all"``) and ``thread`` (the conversation it is asked
+A question line has `question`, `resource` and `evidence` (message ids), and
+optionally `category` (default `"all"`) and `thread` (the conversation it is asked
 in; by default a new one, so every conversation of the resource is searched).
 """
 
@@ -106,7 +108,7 @@ class EvalQuestion:
     question: str
     category: str
     evidence: tuple[str, ...]
-    """Evidence message ids, as the dataset names them (LoCoMo: ``dia_id``)."""
+    """Evidence message ids, as the dataset names them (LoCoMo: `dia_id`)."""
     thread_id: str = QUERY_THREAD
 
 
@@ -115,13 +117,13 @@ class EvidenceReport:
     """What was done to the dataset's evidence ids."""
 
     normalised: int = 0
-    """Ids rewritten to their canonical form (``"D:11:26"`` -> ``D11:26``)."""
+    """Ids rewritten to their canonical form (`"D:11:26"` -> `D11:26`)."""
     split: int = 0
-    """Entries holding several ids (``"D8:6; D9:17"``), split."""
+    """Entries holding several ids (`"D8:6; D9:17"`), split."""
     unknown_dropped: int = 0
     """Ids of messages that do not exist, dropped."""
     unparseable_dropped: int = 0
-    """Entries that are no id at all (``"D"``), dropped."""
+    """Entries that are no id at all (`"D"`), dropped."""
     questions_without_evidence: int = 0
     """Questions left with no evidence (not scored)."""
     examples: list[str] = field(default_factory=list)
@@ -140,6 +142,7 @@ class Dataset:
 
     @property
     def message_count(self) -> int:
+        """Messages in every conversation of the dataset."""
         return sum(len(c.messages) for c in self.conversations)
 
 
@@ -157,10 +160,12 @@ class QuestionResult:
 
     @property
     def found(self) -> int:
+        """How many evidence messages were returned."""
         return len(set(self.evidence) & set(self.returned))
 
     @property
     def recall(self) -> float:
+        """The fraction of the evidence messages that were returned."""
         return self.found / len(self.evidence)
 
 
@@ -170,7 +175,7 @@ class QuestionResult:
 def normalise_evidence(
     entries: Iterable[object], known: set[str], report: EvidenceReport
 ) -> tuple[str, ...]:
-    """Canonical LoCoMo evidence ids of ``entries`` that name existing turns (counted)."""
+    """Canonical LoCoMo evidence ids of `entries` that name existing turns (counted)."""
     kept: list[str] = []
     for entry in entries:
         text = str(entry).strip()
@@ -242,10 +247,10 @@ def read_locomo(
     """Read LoCoMo (a list of samples) into conversations and questions.
 
     Args:
-        path: ``locomo10.json`` or a file of the same shape.
+        path: `locomo10.json` or a file of the same shape.
         include_adversarial: Keep category 5 (unanswerable) questions.
         one_thread: Load each conversation as one thread and ask its questions inside it
-            (for ``scope="thread"``); by default each session is a thread and questions
+            (for `scope="thread"`); by default each session is a thread and questions
             are asked in a new thread of the conversation's resource.
     """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -351,7 +356,7 @@ def _bar(total: int, description: str, enabled: bool) -> Any:
 
 
 def load_dataset(memory: SemanticRecall, dataset: Dataset, *, progress: bool = True) -> None:
-    """Index every conversation with ``memory.index``, one call per thread."""
+    """Index every conversation with `memory.index`, one call per thread."""
     with _bar(dataset.message_count, "loading", progress) as bar:
         for conversation in dataset.conversations:
             result = memory.index(
@@ -375,7 +380,7 @@ def _returned(hits: Sequence[RecallHit], prefix: str) -> tuple[str, ...]:
 def evaluate(
     memory: SemanticRecall, dataset: Dataset, *, progress: bool = True
 ) -> list[QuestionResult]:
-    """Ask every question with ``memory.search`` (the dataset must be loaded)."""
+    """Ask every question with `memory.search` (the dataset must be loaded)."""
     results: list[QuestionResult] = []
     from tqdm import tqdm
 
@@ -392,7 +397,7 @@ def evaluate(
 async def aevaluate(
     memory: SemanticRecall, dataset: Dataset, *, progress: bool = True
 ) -> list[QuestionResult]:
-    """Async twin of :func:`evaluate` (questions asked one after another)."""
+    """Async twin of `evaluate` (questions asked one after another)."""
     results: list[QuestionResult] = []
     from tqdm import tqdm
 
@@ -458,7 +463,7 @@ def summarize(results: Sequence[QuestionResult]) -> dict[str, Any]:
 
 
 def question_rows(results: Sequence[QuestionResult]) -> list[dict[str, Any]]:
-    """The per-question records of ``--json-out`` (enough to re-score independently)."""
+    """The per-question records of `--json-out` (enough to re-score independently)."""
     return [
         {
             "sample_id": r.sample_id,

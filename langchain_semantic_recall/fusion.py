@@ -4,15 +4,15 @@ Hybrid search runs two searches in the same scope and fuses them per query:
 
 1. each list's scores are min-max normalised to [0, 1] (the best hit of a list gets 1,
    its worst 0), so BM25's unbounded scores and cosine similarities become comparable;
-2. a message's fused score is ``keyword_weight * keyword + (1 - keyword_weight) * dense``
+2. a message's fused score is `keyword_weight * keyword + (1 - keyword_weight) * dense`
    (0 for a list it is absent from).
 
 Reciprocal rank fusion was measured too: it throws away how far apart the scores are and
-lost to keyword search alone on long conversations (``docs/quality.md``).
+lost to keyword search alone on long conversations (`docs/quality.md`).
 
 A message budget then chooses which messages of the hits' windows are returned: every
-message in reach of a hit is scored ``hit score x weight of its distance to the hit``
-(a message near several hits keeps its best score), and the best ``budget`` messages
+message in reach of a hit is scored `hit score x weight of its distance to the hit`
+(a message near several hits keeps its best score), and the best `budget` messages
 are kept. Strong hits thus keep wide windows while weak hits shrink to the hit itself,
 and the number of messages handed to the model is bounded.
 """
@@ -77,9 +77,9 @@ def boost_period(
     period: Period,
     boost: float,
 ) -> list[tuple[str, float]]:
-    """Add ``boost`` to the score of every hit written within ``period``; best first again.
+    """Add `boost` to the score of every hit written within `period`; best first again.
 
-    ``messages`` maps a hit's id to a window holding it (``get_windows`` with no
+    `messages` maps a hit's id to a window holding it (`get_windows` with no
     neighbours); a hit absent from it is left as it is.
     """
     created = {m.id: m.created_at for window in messages.values() for m in window}
@@ -93,8 +93,8 @@ def boost_period(
 class NeighbourWeights:
     """How much a neighbour is worth relative to its hit, by distance in its thread.
 
-    ``before[i]`` weighs the message ``i + 1`` places before the hit, ``after[i]`` the
-    message ``i + 1`` places after; their lengths are the window's reach. The hit itself
+    `before[i]` weighs the message `i + 1` places before the hit, `after[i]` the
+    message `i + 1` places after; their lengths are the window's reach. The hit itself
     weighs 1.
     """
 
@@ -110,7 +110,7 @@ class NeighbourWeights:
     def linear(cls, before: int, after: int) -> NeighbourWeights:
         """Weights falling linearly with distance, to 0 just past the reach of each side.
 
-        ``linear(0, 2)`` (the default window) weighs the next message 2/3 and the one
+        `linear(0, 2)` (the default window) weighs the next message 2/3 and the one
         after 1/3.
         """
         return cls(
@@ -119,7 +119,7 @@ class NeighbourWeights:
         )
 
     def weight(self, offset: int) -> float | None:
-        """The weight at ``offset`` (negative: before the hit); None when out of reach."""
+        """The weight at `offset` (negative: before the hit); None when out of reach."""
         if offset == 0:
             return 1.0
         side, distance = (self.after, offset) if offset > 0 else (self.before, -offset)
@@ -133,11 +133,11 @@ def spend_budget(
     weights: NeighbourWeights,
     budget: int | None,
 ) -> list[RecallHit]:
-    """The hits (best first) with windows cut to reach and to the best ``budget`` messages.
+    """The hits (best first) with windows cut to reach and to the best `budget` messages.
 
     Args:
         hits: (message id, score) of the hits, best first.
-        windows: Hit id -> its window in thread order (from ``get_windows``); a hit
+        windows: Hit id -> its window in thread order (from `get_windows`); a hit
             without a window (deleted, out of scope) is dropped.
         weights: Neighbour weights; their lengths bound the reach on each side.
         budget: Most messages in all windows together; None keeps every window whole.

@@ -1,54 +1,58 @@
 """LangGraph nodes for semantic recall, and a one-call agent graph.
 
-Two nodes give any ``StateGraph`` over ``messages`` a long-term memory:
+Two nodes give any `StateGraph` over `messages` a long-term memory:
 
-- :class:`RecallNode`, before the model: searches the memory for the newest user message
-  and writes what it found to ``recalled_memory``;
-- :class:`IndexNode`, after the model: stores the turn's new messages (every role) and
+- `RecallNode`, before the model: searches the memory for the newest user message
+  and writes what it found to `recalled_memory`;
+- `IndexNode`, after the model: stores the turn's new messages (every role) and
   embeds the user and assistant text.
 
-Recalled messages never enter the ``messages`` channel. That channel is checkpointed and
-merged by ``add_messages``: whatever is written there is replayed on every later turn, so
+Recalled messages never enter the `messages` channel. That channel is checkpointed and
+merged by `add_messages`: whatever is written there is replayed on every later turn, so
 recalled context would pile up turn after turn and old memories would read as
-conversation. ``recalled_memory`` is instead an ``UntrackedValue`` channel: it lives for
+conversation. `recalled_memory` is instead an `UntrackedValue` channel: it lives for
 the current run only, is never checkpointed (not even as a pending write), starts empty on
 every run and is replaced by the next turn's recall. The model node combines both at call
-time (:func:`with_recall`) and writes back only the model's answer. Recall runs once per
+time (`with_recall`) and writes back only the model's answer. Recall runs once per
 user turn however many times a tool loop calls the model.
 
 The index node asks the storage which of the newest messages it already holds and stores
 only those after the last stored one, so it stores each message once whether it runs once
 per turn, after every model call, or in two concurrent runs of one thread.
 
-Thread and resource come from the engine's one rule: ``config["configurable"]``
-(``thread_id``, ``resource_id``), then the runtime context (``graph.invoke(...,
-context={"resource_id": ...})``); on an authenticated LangGraph server the resource is
+Thread and resource come from the engine's one rule: `config["configurable"]`
+(`thread_id`, `resource_id`), then the runtime context (`graph.invoke(...,
+context={"resource_id": ...})`); on an authenticated LangGraph server the resource is
 the signed-in user. A run without a thread id (or, in resource scope, a resource id)
-fails with :class:`MissingIdentityError`; a thread used under another resource with
-:class:`OwnershipError`; a forgotten thread with :class:`ForgottenThreadError`. A graph
-whose state lacks the ``recalled_memory`` channel (plain ``MessagesState``) fails at its
+fails with `MissingIdentityError`; a thread used under another resource with
+`OwnershipError`; a forgotten thread with `ForgottenThreadError`. A graph
+whose state lacks the `recalled_memory` channel (plain `MessagesState`) fails at its
 first run with a message that says what to change.
 
-The common graph, in one call (sync and async)::
+The common graph, in one call (sync and async):
 
-    from langgraph.checkpoint.memory import InMemorySaver
+```python
+from langgraph.checkpoint.memory import InMemorySaver
 
-    graph = create_recall_graph(model, memory, tools=[...], checkpointer=InMemorySaver())
-    config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
-    graph.invoke({"messages": [("user", "What am I allergic to?")]}, config)
-    await graph.ainvoke({"messages": [("user", "And my sister?")]}, config)
+graph = create_recall_graph(model, memory, tools=[...], checkpointer=InMemorySaver())
+config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
+graph.invoke({"messages": [("user", "What am I allergic to?")]}, config)
+await graph.ainvoke({"messages": [("user", "And my sister?")]}, config)
+```
 
-The two nodes in a hand-built graph::
+The two nodes in a hand-built graph:
 
-    builder = StateGraph(RecallState)
-    builder.add_node("recall", RecallNode(memory))
-    builder.add_node("model", lambda state: {"messages": [model.invoke(with_recall(state))]})
-    builder.add_node("index", IndexNode(memory))
-    builder.add_edge(START, "recall")
-    builder.add_edge("recall", "model")
-    builder.add_edge("model", "index")
-    builder.add_edge("index", END)
-    graph = builder.compile(checkpointer=InMemorySaver())
+```python
+builder = StateGraph(RecallState)
+builder.add_node("recall", RecallNode(memory))
+builder.add_node("model", lambda state: {"messages": [model.invoke(with_recall(state))]})
+builder.add_node("index", IndexNode(memory))
+builder.add_edge(START, "recall")
+builder.add_edge("recall", "model")
+builder.add_edge("model", "index")
+builder.add_edge("index", END)
+graph = builder.compile(checkpointer=InMemorySaver())
+```
 """
 
 from __future__ import annotations
@@ -93,17 +97,17 @@ _LOG = logging.getLogger(__name__)
 
 
 class RecallState(MessagesState):
-    """``MessagesState`` plus the per-run ``recalled_memory`` channel (never checkpointed)."""
+    """`MessagesState` plus the per-run `recalled_memory` channel (never checkpointed)."""
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, RecallChannel]]
 
 
 class RecallNode(Runnable[Any, dict[str, Any]]):
-    """Graph node: recall for the newest user message into ``recalled_memory``.
+    """Graph node: recall for the newest user message into `recalled_memory`.
 
-    Writes ``{recall_key: RecalledMemory}`` and nothing else; the model node reads it
-    with :func:`with_recall`. Put it between ``START`` and the model, not inside a tool
-    loop, so it runs once per user turn. Works under ``invoke`` and ``ainvoke``. Thread
+    Writes `{recall_key: RecalledMemory}` and nothing else; the model node reads it
+    with `with_recall`. Put it between `START` and the model, not inside a tool
+    loop, so it runs once per user turn. Works under `invoke` and `ainvoke`. Thread
     and resource come from the run config or the runtime context (the engine's rule).
 
     Example:
@@ -115,11 +119,11 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
     Args:
         memory: the engine.
         messages_key: the state channel holding the conversation.
-        recall_key: the channel to write (declare it as in :class:`RecallState`).
+        recall_key: the channel to write (declare it as in `RecallState`).
 
     Raises:
-        InvalidInputError: the state has no ``recall_key`` channel (a plain
-            ``MessagesState`` graph: memory could never reach the model) or no messages.
+        InvalidInputError: the state has no `recall_key` channel (a plain
+            `MessagesState` graph: memory could never reach the model) or no messages.
         MissingIdentityError: no thread id (or no resource id in resource scope).
         ForgottenThreadError: the thread was forgotten.
         OwnershipError: the thread belongs to another resource.
@@ -144,12 +148,14 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
+        """Recall for the newest user message: `{recall_key: RecalledMemory}`."""
         recalled = recall_turn(self.memory, self._messages(input), config=config)
         return {self.recall_key: recalled}
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
+        """Async twin of `invoke`."""
         recalled = await arecall_turn(self.memory, self._messages(input), config=config)
         return {self.recall_key: recalled}
 
@@ -159,8 +165,8 @@ class IndexNode(Runnable[Any, dict[str, Any]]):
 
     Every new message is stored (tool calls and results too, for context windows); only
     user and assistant text is embedded. Messages already stored are skipped, so the node
-    may run once per turn or after every model call. Works under ``invoke`` and
-    ``ainvoke``, in any graph over messages (``MessagesState`` too).
+    may run once per turn or after every model call. Works under `invoke` and
+    `ainvoke`, in any graph over messages (`MessagesState` too).
 
     Example:
         ```python
@@ -186,6 +192,7 @@ class IndexNode(Runnable[Any, dict[str, Any]]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
+        """Store and embed the turn's new messages; returns no state update."""
         messages = state_messages(input, self.messages_key)
         index_new_messages(self.memory, messages, config=config)
         return {}
@@ -193,6 +200,7 @@ class IndexNode(Runnable[Any, dict[str, Any]]):
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
+        """Async twin of `invoke`."""
         messages = state_messages(input, self.messages_key)
         await aindex_new_messages(self.memory, messages, config=config)
         return {}
@@ -258,24 +266,25 @@ def create_recall_graph(
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The common agent graph: recall -> model -> (tools -> model)* -> index.
 
-    State: :class:`RecallState` (its input and output are plain ``{"messages": [...]}``).
+    State: `RecallState` (its input and output are plain `{"messages": [...]}`).
     Recall runs once per user turn; the model sees the system prompt, this turn's
     recalled messages and the conversation; only real turns are checkpointed; the index
     node stores the turn once, tool calls and results included. Stream with
-    ``stream_mode="updates"`` to see what the ``recall`` node found.
+    `stream_mode="updates"` to see what the `recall` node found.
 
-    Example::
-
+    Example:
+        ```python
         graph = create_recall_graph(model, memory, checkpointer=InMemorySaver())
         config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
         graph.invoke({"messages": [("user", "Any snack ideas?")]}, config)
+        ```
 
     Args:
-        model: a chat model (bound to ``tools`` when given).
+        model: a chat model (bound to `tools` when given).
         memory: the engine.
-        tools: tools the model may call (run by a LangGraph ``ToolNode``).
+        tools: tools the model may call (run by a LangGraph `ToolNode`).
         system_prompt: instructions placed before the recalled messages (not stored).
-        checkpointer: a LangGraph checkpointer (``InMemorySaver``, ``SqliteSaver``, ...).
+        checkpointer: a LangGraph checkpointer (`InMemorySaver`, `SqliteSaver`, ...).
         name: name of the compiled graph.
     """
     recall = RecallNode(memory)

@@ -46,7 +46,7 @@ def split_recalled(
 
 
 def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
-    """A same-thread message, as itself, tagged ``source: memory``; None if unusable.
+    """A same-thread message, as itself, tagged `source: memory`; None if unusable.
 
     Providers reject tool calls without their results (and results without their calls),
     and a window may cut such a pair in half, so recalled tool calls are reduced to their

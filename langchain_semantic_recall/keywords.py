@@ -3,22 +3,22 @@
 Every storage that searches by keyword indexes the same terms, so the embedded default
 (SQLite FTS5) and the in-memory backend rank alike:
 
-- text is case-folded and cut into runs of letters and digits; a possessive ``'s`` is
-  dropped (``"John's"`` -> ``john``) and other apostrophes are removed (``don't`` ->
-  ``dont``);
-- common English function words (:data:`STOP_WORDS`) are dropped: they match nearly every
+- text is case-folded and cut into runs of letters and digits; a possessive `'s` is
+  dropped (`"John's"` -> `john`) and other apostrophes are removed (`don't` ->
+  `dont`);
+- common English function words (`STOP_WORDS`) are dropped: they match nearly every
   message, carry no evidence and would only make the candidate lists long;
 - each remaining word is reduced by the Porter stemmer (M.F. Porter, "An algorithm for
   suffix stripping", 1980; the widely used reference implementation's variant), so
-  ``painting``, ``painted`` and ``paints`` all match ``paint``.
+  `painting`, `painted` and `paints` all match `paint`.
 
 The stemmer is implemented here (about 150 lines, no dependency): it is small, stable
 since 1980, and keeping it in the package means an index written today reads the same
 with every later release.
 
-BM25 (Robertson and Zaragoza) ranks the candidates, with the length normalisation ``b``
+BM25 (Robertson and Zaragoza) ranks the candidates, with the length normalisation `b`
 lower than the usual 0.75: in chat, long messages are long because they say more, and
-``b = 0.3`` measured better on long conversations (``docs/quality.md``).
+`b = 0.3` measured better on long conversations (`docs/quality.md`).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ STOP_WORDS: frozenset[str] = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class BM25Params:
-    """BM25's two constants: term-frequency saturation ``k1`` and length normalisation ``b``."""
+    """BM25's two constants: term-frequency saturation `k1` and length normalisation `b`."""
 
     k1: float = 1.2
     b: float = 0.3
@@ -75,7 +75,7 @@ class BM25Params:
 
 
 def tokenize(text: str) -> list[str]:
-    """Case-folded words of ``text`` (possessives dropped, apostrophes removed)."""
+    """Case-folded words of `text` (possessives dropped, apostrophes removed)."""
     words: list[str] = []
     for match in _WORD.finditer(text.casefold()):
         word = _APOSTROPHE.sub("", _POSSESSIVE.sub("", match.group()))
@@ -113,7 +113,7 @@ def bm25_score(
     avg_length: float,
     params: BM25Params,
 ) -> float:
-    """BM25 of one document for the query ``terms``.
+    """BM25 of one document for the query `terms`.
 
     Args:
         terms: Distinct query terms.
@@ -122,7 +122,7 @@ def bm25_score(
         doc_freq: Term -> documents of the collection (the search scope) containing it.
         docs: Documents in the collection.
         avg_length: Mean document length in the collection.
-        params: ``k1`` and ``b``.
+        params: `k1` and `b`.
     """
     k1, b = params.k1, params.b
     norm = k1 * (1.0 - b + b * length / avg_length) if avg_length > 0 else k1
@@ -147,9 +147,9 @@ def rank_bm25(
     params: BM25Params,
     limit: int,
 ) -> list[tuple[str, float]]:
-    """The ``limit`` best candidates (id -> its indexed terms) by BM25, best first.
+    """The `limit` best candidates (id -> its indexed terms) by BM25, best first.
 
-    The same sums as :func:`bm25_score` (query terms in order), with the per-term
+    The same sums as `bm25_score` (query terms in order), with the per-term
     constants computed once. Ties are broken by id so that every backend returns the same
     order. Candidates that share no term with the query are left out.
     """
@@ -194,7 +194,7 @@ def _is_consonant(word: str, i: int) -> bool:
 
 
 def _measure(stem_: str) -> int:
-    """Porter's m: the number of vowel-consonant sequences in ``[C](VC)^m[V]``."""
+    """Porter's m: the number of vowel-consonant sequences in `[C](VC)^m[V]`."""
     m = 0
     previous_vowel = False
     for i in range(len(stem_)):
@@ -214,7 +214,7 @@ def _double_consonant(word: str) -> bool:
 
 
 def _cvc(word: str) -> bool:
-    """Ends consonant-vowel-consonant, the last not w, x or y (``*o``)."""
+    """Ends consonant-vowel-consonant, the last not w, x or y (`*o`)."""
     n = len(word)
     if n < 3 or word[-1] in "wxy":
         return False
@@ -224,7 +224,7 @@ def _cvc(word: str) -> bool:
 
 
 def _replace(word: str, rules: tuple[tuple[str, str], ...], min_m: int) -> str:
-    """The first rule whose suffix ends ``word``; applied if the stem's m exceeds min_m."""
+    """The first rule whose suffix ends `word`; applied if the stem's m exceeds min_m."""
     for suffix, replacement in rules:
         if word.endswith(suffix):
             stem_ = word[: -len(suffix)]

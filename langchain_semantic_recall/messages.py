@@ -28,14 +28,14 @@ from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.records import MessageRecord, Role
 
 MEMORY_SOURCE = "memory"
-"""Value of ``additional_kwargs["source"]`` on every message that recall injects."""
+"""Value of `additional_kwargs["source"]` on every message that recall injects."""
 
 TITLE_KEY = "conversation_title"
-"""``additional_kwargs`` key a message may carry to name its conversation (its label in
-memory blocks; set by ``ingest`` from a ChatGPT export's titles)."""
+"""`additional_kwargs` key a message may carry to name its conversation (its label in
+memory blocks; set by `ingest` from a ChatGPT export's titles)."""
 
 CREATED_AT_KEY = "created_at"
-"""``additional_kwargs`` key a message may carry to give its own creation time (import)."""
+"""`additional_kwargs` key a message may carry to give its own creation time (import)."""
 
 _ID_NAMESPACE = uuid.UUID("0b6f8d1e-5d0c-4c47-9a59-3f1d7e2f4a10")
 _CHAT_ROLES: dict[str, Role] = {
@@ -51,7 +51,7 @@ _CHAT_ROLES: dict[str, Role] = {
 
 
 def check_id(name: str, value: object) -> str:
-    """``value`` if it is a usable id: a non-blank string every backend can store.
+    """`value` if it is a usable id: a non-blank string every backend can store.
 
     Lone surrogates (text no UTF-8 store can hold) and NUL characters (refused by
     PostgreSQL) are rejected here, so an id that works on one backend works on all.
@@ -78,7 +78,7 @@ def _encodable(text: str) -> bool:
 
 
 def clean_text(text: str) -> str:
-    """``text`` with lone surrogates (unencodable halves of a pair) replaced by U+FFFD."""
+    """`text` with lone surrogates (unencodable halves of a pair) replaced by U+FFFD."""
     if _encodable(text):
         return text
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
@@ -127,7 +127,7 @@ def role_of(message: BaseMessage) -> Role | None:
 
 
 def text_of(message: BaseMessage, sep: str = " ") -> str:
-    """Text of a message: a string content, or the text parts of a list joined by ``sep``.
+    """Text of a message: a string content, or the text parts of a list joined by `sep`.
 
     Non-text parts (images, audio, tool calls) are ignored; nesting is not followed.
     """
@@ -149,7 +149,7 @@ def text_of(message: BaseMessage, sep: str = " ") -> str:
 def query_text(messages: Sequence[BaseMessage]) -> str | None:
     """The newest human message's text, or the newest earlier one that has text.
 
-    Lone surrogates are replaced (:func:`clean_text`) so that any embedder can take it.
+    Lone surrogates are replaced (`clean_text`) so that any embedder can take it.
     """
     for message in reversed(messages):
         if isinstance(message, HumanMessage) or (
@@ -162,12 +162,12 @@ def query_text(messages: Sequence[BaseMessage]) -> str | None:
 
 
 def is_recalled(message: BaseMessage) -> bool:
-    """Whether the message was injected by recall (tagged ``source: memory``)."""
+    """Whether the message was injected by recall (tagged `source: memory`)."""
     return message.additional_kwargs.get("source") == MEMORY_SOURCE
 
 
 def tag_as_memory(message: BaseMessage) -> BaseMessage:
-    """A copy of the message tagged ``source: memory`` (the original is untouched)."""
+    """A copy of the message tagged `source: memory` (the original is untouched)."""
     kwargs = {**message.additional_kwargs, "source": MEMORY_SOURCE}
     return message.model_copy(update={"additional_kwargs": kwargs})
 
@@ -208,7 +208,7 @@ def parse_time(value: object) -> datetime:
 def stable_id(thread_id: str, role: str, text: str, created_at: str, position: int) -> str:
     """A deterministic id from a message's place in its conversation (imports, graph state).
 
-    Never from the text alone: ``position`` is the message's place in the whole imported
+    Never from the text alone: `position` is the message's place in the whole imported
     conversation or graph state, so two equal texts are two messages.
     """
     key = "\x1f".join((thread_id, role, created_at, str(position), text))
@@ -259,18 +259,18 @@ def record_for(
     now: datetime,
     fresh_id: bool,
 ) -> MessageRecord:
-    """The storage record of one message that the storage keeps (see :func:`not_stored_reason`).
+    """The storage record of one message that the storage keeps (see `not_stored_reason`).
 
-    A message may carry its creation time in ``additional_kwargs["created_at"]``;
-    otherwise it is ``now`` plus ``position`` microseconds, so a turn keeps its order. A
-    message without an id gets one: with ``fresh_id`` (one turn of a live conversation)
+    A message may carry its creation time in `additional_kwargs["created_at"]`;
+    otherwise it is `now` plus `position` microseconds, so a turn keeps its order. A
+    message without an id gets one: with `fresh_id` (one turn of a live conversation)
     a new random id, so two equal texts ("yes", "thanks") are two messages; otherwise
     (an import of whole conversations) or when it carries its creation time, an id
     derived from its thread, position, role, time and text, so importing again adds
     nothing. Identity never comes from the text alone.
 
     Raises:
-        InvalidInputError: a bad ``created_at``, or a message that cannot be serialised.
+        InvalidInputError: a bad `created_at`, or a message that cannot be serialised.
     """
     role = role_of(message)
     if role is None:
@@ -307,11 +307,11 @@ def build_records(
     now: datetime,
     fresh_ids: bool = False,
 ) -> list[MessageRecord]:
-    """Storage records of the messages the storage keeps (see :func:`record_for`).
+    """Storage records of the messages the storage keeps (see `record_for`).
 
     Raises:
-        InvalidInputError: an unusable thread or resource id (:func:`check_id`), a bad
-            ``created_at``, or a message that cannot be serialised.
+        InvalidInputError: an unusable thread or resource id (`check_id`), a bad
+            `created_at`, or a message that cannot be serialised.
     """
     check_id("thread_id", thread_id)
     check_id("resource_id", resource_id)
@@ -346,7 +346,7 @@ def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> st
 
 
 def conversation_title(record: MessageRecord) -> str | None:
-    """The conversation title a stored message carries (``TITLE_KEY``), if any."""
+    """The conversation title a stored message carries (`TITLE_KEY`), if any."""
     try:
         data = json.loads(record.payload).get("data", {})
         kwargs = data.get("additional_kwargs", {}) if isinstance(data, dict) else {}

@@ -1,17 +1,17 @@
-"""``SemanticRecallMiddleware``: semantic recall for LangChain v1 ``create_agent``.
+"""`SemanticRecallMiddleware`: semantic recall for LangChain v1 `create_agent`.
 
-- ``before_agent`` (once per user turn): recall for the newest user message, into the
-  per-run ``recalled_memory`` channel (an ``UntrackedValue``: never checkpointed, empty at
+- `before_agent` (once per user turn): recall for the newest user message, into the
+  per-run `recalled_memory` channel (an `UntrackedValue`: never checkpointed, empty at
   the start of every run);
-- ``wrap_model_call`` (every model call, tool loop included): the model request gets the
-  recalled messages with ``request.override(messages=...)``; the agent state is not
-  written, so the ``messages`` channel only ever holds real turns;
-- ``after_agent`` (once, when the agent finishes): store the turn's new messages (tool
+- `wrap_model_call` (every model call, tool loop included): the model request gets the
+  recalled messages with `request.override(messages=...)`; the agent state is not
+  written, so the `messages` channel only ever holds real turns;
+- `after_agent` (once, when the agent finishes): store the turn's new messages (tool
   calls and results too) and embed the user and assistant text.
 
-Thread and resource come from the engine's one rule (explicit > ``config["configurable"]``
-> the agent's runtime context, e.g. ``agent.invoke(..., context={"resource_id": "alice"})``
-or a ``context_schema`` object with a ``resource_id`` attribute); on an authenticated
+Thread and resource come from the engine's one rule (explicit > `config["configurable"]`
+> the agent's runtime context, e.g. `agent.invoke(..., context={"resource_id": "alice"})`
+or a `context_schema` object with a `resource_id` attribute); on an authenticated
 LangGraph server the resource is the signed-in user and a differing one is refused.
 """
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 
 class RecallAgentState(AgentState[Any]):
-    """The agent state plus the per-run ``recalled_memory`` channel (private, untracked)."""
+    """The agent state plus the per-run `recalled_memory` channel (private, untracked)."""
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue, PrivateStateAttr]]
 
@@ -61,11 +61,11 @@ def _with_recall(request: ModelRequest[Any], recalled: RecalledMemory) -> ModelR
 
 
 class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
-    """Semantic recall for ``langchain.agents.create_agent``.
+    """Semantic recall for `langchain.agents.create_agent`.
 
-    Recall runs once per user turn (``before_agent``), the recalled messages reach every
-    model call of the turn (``wrap_model_call``) without being written to the state, and
-    the turn is stored when the agent finishes (``after_agent``). Sync and async agents
+    Recall runs once per user turn (`before_agent`), the recalled messages reach every
+    model call of the turn (`wrap_model_call`) without being written to the state, and
+    the turn is stored when the agent finishes (`after_agent`). Sync and async agents
     are supported.
 
     Example:
@@ -116,7 +116,7 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
 
     @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
-        """Async twin of :meth:`before_agent`."""
+        """Async twin of `before_agent`."""
         recalled = await arecall_turn(self.memory, state["messages"])
         return {RECALL_KEY: recalled}
 
@@ -144,7 +144,7 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        """Async twin of :meth:`wrap_model_call`."""
+        """Async twin of `wrap_model_call`."""
         recalled = self._turn_recall(request)
         if recalled is None:
             recalled = await arecall_turn(self.memory, list(request.state["messages"]))
@@ -159,7 +159,7 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
 
     @override
     async def aafter_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
-        """Async twin of :meth:`after_agent`."""
+        """Async twin of `after_agent`."""
         await aindex_new_messages(self.memory, state["messages"])
 
 

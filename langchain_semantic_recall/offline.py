@@ -1,8 +1,8 @@
 """An offline, deterministic chat model, so the demo and notebooks need no network or key.
 
-:class:`OfflineChatModel` quotes the remembered line (memory block, recalled messages or
-tool results) that best matches the question. :func:`default_chat_model` returns
-``ChatOpenAI`` when ``OPENAI_API_KEY`` is set, this model otherwise.
+`OfflineChatModel` quotes the remembered line (memory block, recalled messages or
+tool results) that best matches the question. `default_chat_model` returns
+`ChatOpenAI` when `OPENAI_API_KEY` is set, this model otherwise.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def offline_answer(messages: Sequence[BaseMessage], tool_names: Sequence[str] = 
 
     A statement is acknowledged. A question is answered by quoting the remembered line
     that shares the rarest words with it (and the reply that followed it, when it was a
-    question of the user's). With a ``search_memory`` tool bound, a question that asks
+    question of the user's). With a `search_memory` tool bound, a question that asks
     to search calls the tool first.
     """
     position = next(
@@ -146,10 +146,11 @@ class OfflineChatModel(BaseChatModel):
     by quoting the remembered line (memory block, recalled messages or tool results) that
     shares the most words with it. Enough to watch recall work; not a language model.
 
-    Example::
-
+    Example:
+        ```python
         model = OfflineChatModel()
         model.invoke([HumanMessage("What am I allergic to?")]).text
+        ```
     """
 
     @property
@@ -157,7 +158,7 @@ class OfflineChatModel(BaseChatModel):
         return "semantic-recall-offline"
 
     def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        """Remember the tools' names (only ``search_memory`` is ever called)."""
+        """Remember the tools' names (only `search_memory` is ever called)."""
         return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
@@ -172,7 +173,7 @@ class OfflineChatModel(BaseChatModel):
 
 
 def default_chat_model() -> BaseChatModel:
-    """``ChatOpenAI`` when ``OPENAI_API_KEY`` is set, else :class:`OfflineChatModel`."""
+    """`ChatOpenAI` when `OPENAI_API_KEY` is set, else `OfflineChatModel`."""
     if os.environ.get("OPENAI_API_KEY"):
         from langchain_openai import ChatOpenAI
 

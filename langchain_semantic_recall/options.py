@@ -11,18 +11,18 @@ from typing import Literal, TypeAlias
 from langchain_semantic_recall.errors import InvalidOptionError
 
 Scope: TypeAlias = Literal["thread", "resource"]
-"""``"thread"``: this conversation only; ``"resource"``: every conversation of the resource."""
+"""`"thread"`: this conversation only; `"resource"`: every conversation of the resource."""
 
 SCOPES: tuple[Scope, ...] = ("thread", "resource")
 
 SearchMode: TypeAlias = Literal["auto", "hybrid", "dense", "keyword"]
 """How recall finds its hits.
 
-- ``"hybrid"``: keyword search in the message storage (BM25) fused with vector search;
-- ``"dense"``: vector search only: the original processor's behaviour;
-- ``"keyword"``: keyword search only (no query embedding);
-- ``"auto"``: ``"hybrid"`` when the storage has keyword search (SQLite, in-memory,
-  PostgreSQL), else ``"dense"``.
+- `"hybrid"`: keyword search in the message storage (BM25) fused with vector search;
+- `"dense"`: vector search only: the original processor's behaviour;
+- `"keyword"`: keyword search only (no query embedding);
+- `"auto"`: `"hybrid"` when the storage has keyword search (SQLite, in-memory,
+  PostgreSQL), else `"dense"`.
 """
 
 SEARCH_MODES: tuple[SearchMode, ...] = ("auto", "hybrid", "dense", "keyword")
@@ -46,7 +46,7 @@ DEFAULT_CANDIDATES = 50
 """Matches each search (keyword, vector) contributes to the fusion."""
 
 Budget: TypeAlias = "int | Literal['auto'] | None"
-"""``message_budget``: a count, None (whole windows) or ``"auto"`` (the mode's default)."""
+"""`message_budget`: a count, None (whole windows) or `"auto"` (the mode's default)."""
 
 _INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 
@@ -72,7 +72,7 @@ HYBRID_MESSAGE_RANGE = MessageRange(before=0, after=2)
 
 
 def to_message_range(value: MessageRangeLike) -> MessageRange:
-    """Normalise ``n``, ``(before, after)``, ``{"before":..,"after":..}`` or a MessageRange."""
+    """Normalise `n`, `(before, after)`, `{"before":..,"after":..}` or a MessageRange."""
     if isinstance(value, MessageRange):
         return value
     if isinstance(value, bool):
@@ -95,12 +95,14 @@ def to_message_range(value: MessageRangeLike) -> MessageRange:
 
 
 def check_top_k(value: object) -> int:
+    """`value` if it is an int >= 1, else `InvalidOptionError`."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidOptionError(f"top_k must be an int >= 1, got {value!r}")
     return value
 
 
 def check_scope(value: object) -> Scope:
+    """`value` if it is `"thread"` or `"resource"`, else `InvalidOptionError`."""
     if value == "thread":
         return "thread"
     if value == "resource":
@@ -109,6 +111,7 @@ def check_scope(value: object) -> Scope:
 
 
 def check_threshold(value: object) -> float | None:
+    """`value` as a float in [0, 1] (None stays None), else `InvalidOptionError`."""
     if value is None:
         return None
     if (
@@ -124,6 +127,7 @@ def check_threshold(value: object) -> float | None:
 
 
 def check_positive(name: str, value: object, *, allow_none: bool = False) -> int | None:
+    """`value` if it is an int >= 1 (or None when allowed), else `InvalidOptionError`."""
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -132,6 +136,7 @@ def check_positive(name: str, value: object, *, allow_none: bool = False) -> int
 
 
 def check_search_mode(value: object) -> SearchMode:
+    """`value` if it is one of `SEARCH_MODES`, else `InvalidOptionError`."""
     for mode in SEARCH_MODES:
         if value == mode:
             return mode
@@ -172,8 +177,8 @@ def check_index_name(value: object) -> str:
 def default_index_name(model: str, dimension: int) -> str:
     """Derive an index name from the embedding model's name and dimension.
 
-    ``"sentence-transformers/all-MiniLM-L6-v2"`` and 384 give
-    ``"semantic-recall-sentence-transformers-all-MiniLM-L6-v2-384"``.
+    `"sentence-transformers/all-MiniLM-L6-v2"` and 384 give
+    `"semantic-recall-sentence-transformers-all-MiniLM-L6-v2-384"`.
     """
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("._-")
     cleaned = re.sub(r"\.{2,}", ".", cleaned) or "embeddings"

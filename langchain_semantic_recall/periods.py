@@ -1,20 +1,20 @@
 """The period of time a query names, for time-aware recall (pure, no I/O).
 
-``"What did I do in May 2023?"`` names May 2023; ``"on 7 July, 2023"`` a day; ``"last
-week"`` the seven days before ``now``. Hybrid search favours messages written in the named
-period (``docs/quality.md``: +0.02 recall on locomo-dev, whose questions often name a
+`"What did I do in May 2023?"` names May 2023; `"on 7 July, 2023"` a day; `"last
+week"` the seven days before `now`. Hybrid search favours messages written in the named
+period (`docs/quality.md`: +0.02 recall on locomo-dev, whose questions often name a
 month or a day).
 
 Recognised (English, case-insensitive):
 
-- a day: ``7 July 2023``, ``July 7, 2023``, ``2023-07-07``;
-- a month: ``July 2023``, or ``in July`` (``in``/``during``/``since``/``until``/``by``/
-  ``of``/``early``/``late``/``mid`` and the like before the month name): without a year,
+- a day: `7 July 2023`, `July 7, 2023`, `2023-07-07`;
+- a month: `July 2023`, or `in July` (`in`/`during`/`since`/`until`/`by`/
+  `of`/`early`/`late`/`mid` and the like before the month name): without a year,
   that month of any year (a conversation may span years; the recent one is among them);
-- a year: ``in 2023``, ``during 2023``;
-- relative: ``today``, ``yesterday``, ``this`` / ``last`` ``week`` / ``month`` / ``year``.
+- a year: `in 2023`, `during 2023`;
+- relative: `today`, `yesterday`, `this` / `last` `week` / `month` / `year`.
 
-A bare ``may`` or ``march`` without such context is never read as a month.
+A bare `may` or `march` without such context is never read as a month.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ _DAYS = re.compile(r"\b(?P<which>today|yesterday)\b")
 
 @dataclass(frozen=True, slots=True)
 class Period:
-    """A half-open interval ``[start, end)`` in UTC, or one month of every year."""
+    """A half-open interval `[start, end)` in UTC, or one month of every year."""
 
     start: datetime | None = None
     end: datetime | None = None
@@ -126,7 +126,7 @@ def _relative(text: str, now: datetime) -> Period | None:
 
 
 def named_period(query: str, now: datetime | None = None) -> Period | None:
-    """The first period ``query`` names (see the module docstring), or None.
+    """The first period `query` names (see the module docstring), or None.
 
     Args:
         query: The user's text.

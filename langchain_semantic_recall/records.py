@@ -26,7 +26,7 @@ class MessageRecord:
     created_at: datetime
     """Timezone-aware UTC creation time."""
     payload: str
-    """The full LangChain message, serialised with ``message_to_dict`` as JSON."""
+    """The full LangChain message, serialised with `message_to_dict` as JSON."""
 
     def to_message(self) -> BaseMessage:
         """The LangChain message, of the same type it was stored as."""
@@ -34,6 +34,7 @@ class MessageRecord:
 
     @staticmethod
     def dump(message: BaseMessage) -> str:
+        """`message` serialised as `payload` holds it (`message_to_dict` as JSON)."""
         return json.dumps(message_to_dict(message), ensure_ascii=False, default=str)
 
 
@@ -49,8 +50,8 @@ class StoredMessage(MessageRecord):
 class ScopeFilter:
     """Which messages a search may see. Every backend enforces it on every read.
 
-    ``thread_id`` set: only that thread (thread scope). Otherwise ``resource_id``: every
-    thread of that resource (resource scope). ``resource_id`` may also be set in thread
+    `thread_id` set: only that thread (thread scope). Otherwise `resource_id`: every
+    thread of that resource (resource scope). `resource_id` may also be set in thread
     scope, narrowing further.
     """
 
@@ -79,7 +80,7 @@ class ScopeFilter:
 
 @dataclass(frozen=True, slots=True)
 class VectorRecord:
-    """One vector: a message, or one chunk of a long message (id ``<message_id>#<n>``)."""
+    """One vector: a message, or one chunk of a long message (id `<message_id>#<n>`)."""
 
     id: str
     vector: list[float]
@@ -113,24 +114,25 @@ class RecallHit:
 
     @property
     def thread_id(self) -> str:
+        """The thread of the hit."""
         return self.message.thread_id
 
 
 Fate: TypeAlias = Literal["stored", "updated", "unchanged", "skipped"]
-"""What became of one message handed to ``index``:
+"""What became of one message handed to `index`:
 
-- ``"stored"``: a new message, written (and embedded if it has user or assistant text);
-- ``"updated"``: its id was stored with other content, now replaced (keeps its place);
-- ``"unchanged"``: the same message (same id and content) was already stored: nothing
+- `"stored"`: a new message, written (and embedded if it has user or assistant text);
+- `"updated"`: its id was stored with other content, now replaced (keeps its place);
+- `"unchanged"`: the same message (same id and content) was already stored: nothing
   written or embedded again;
-- ``"skipped"``: not written; ``reason`` says why (recalled memory, not a message type
+- `"skipped"`: not written; `reason` says why (recalled memory, not a message type
   the storage keeps, a read-only engine, a forgotten thread, repeated later in the call).
 """
 
 
 @dataclass(frozen=True, slots=True)
 class MessageFate:
-    """The fate of one input message of an ``index`` call."""
+    """The fate of one input message of an `index` call."""
 
     position: int
     """Its position in the input."""
@@ -145,7 +147,7 @@ class MessageFate:
 
 @dataclass(frozen=True, slots=True)
 class IndexResult:
-    """What one ``index`` call did, message by message."""
+    """What one `index` call did, message by message."""
 
     stored: tuple[str, ...] = ()
     """Ids of the messages written to storage (new or updated)."""

@@ -1,7 +1,7 @@
 """A LangChain retriever over the memory, and a tool an agent calls to search it.
 
 Both are scoped by the caller, never by the model: thread and resource come from the
-engine's identity rule (explicit ids, ``config["configurable"]``, the runtime context; the
+engine's identity rule (explicit ids, `config["configurable"]`, the runtime context; the
 authenticated user on a LangGraph server), so a model that calls the tool chooses only
 the query and can never reach another resource's memory.
 
@@ -54,8 +54,11 @@ DEFAULT_TOOL_DESCRIPTION = (
 
 
 def transcript(hit: RecallHit) -> str:
-    """The hit's window as readable text: a header line, then one line per message,
-    the hit marked with ``>``. Remembered text is escaped (it is data, not instructions)."""
+    """The hit's window as readable text.
+
+    A header line, then one line per message, the hit marked with `>`. Remembered text
+    is escaped (it is data, not instructions).
+    """
     when = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
     lines = [f'Conversation "{escape_label(hit.thread_id)}", {when}']
     for message in hit.window or (hit.message,):
@@ -66,7 +69,7 @@ def transcript(hit: RecallHit) -> str:
 
 
 def hit_to_document(hit: RecallHit) -> Document:
-    """A search hit as a ``Document``: the window as a transcript, structure in metadata."""
+    """A search hit as a `Document`: the window as a transcript, structure in metadata."""
     message = hit.message
     return Document(
         id=message.id,
@@ -112,21 +115,21 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
 
 
 SEARCH_KWARGS = frozenset({"k", "score_threshold"})
-"""The ``search_kwargs`` the retriever understands (LangChain's names)."""
+"""The `search_kwargs` the retriever understands (LangChain's names)."""
 
 
 class SemanticRecallRetriever(BaseRetriever):
-    """A retriever over the memory: one ``Document`` per hit, best first.
+    """A retriever over the memory: one `Document` per hit, best first.
 
-    Each document's ``page_content`` is the hit's window as a transcript (the hit
-    marked ``>``), so a standard RAG ``format_docs`` shows the answer that follows a
-    question; ``metadata`` keeps the structure: ``message_id``, ``thread_id``,
-    ``resource_id``, ``role``, ``text`` (the hit alone), ``created_at``, ``seq``,
-    ``score``, ``source`` (``"memory"``) and ``window`` (``message_id``, ``role``,
-    ``text``, ``created_at`` of each message).
+    Each document's `page_content` is the hit's window as a transcript (the hit
+    marked `>`), so a standard RAG `format_docs` shows the answer that follows a
+    question; `metadata` keeps the structure: `message_id`, `thread_id`,
+    `resource_id`, `role`, `text` (the hit alone), `created_at`, `seq`,
+    `score`, `source` (`"memory"`) and `window` (`message_id`, `role`,
+    `text`, `created_at` of each message).
 
-    Who is asking follows the engine's rule: ``thread_id`` / ``resource_id`` given here
-    are explicit ids (they win); otherwise ``config["configurable"]``, then the runtime
+    Who is asking follows the engine's rule: `thread_id` / `resource_id` given here
+    are explicit ids (they win); otherwise `config["configurable"]`, then the runtime
     context. Resource scope needs only a resource id.
 
     Example:
@@ -138,10 +141,10 @@ class SemanticRecallRetriever(BaseRetriever):
         ```
 
     Args:
-        memory: the :class:`SemanticRecall` engine to search.
-        k: hits per query (default: the engine's ``top_k``).
-        scope: ``"thread"`` or ``"resource"`` (default: the engine's).
-        search_kwargs: LangChain's option bundle: ``k``, ``score_threshold``. Unknown
+        memory: the `SemanticRecall` engine to search.
+        k: hits per query (default: the engine's `top_k`).
+        scope: `"thread"` or `"resource"` (default: the engine's).
+        search_kwargs: LangChain's option bundle: `k`, `score_threshold`. Unknown
             keys raise.
         thread_id: explicit thread id for every call.
         resource_id: explicit resource id for every call.
@@ -189,14 +192,14 @@ class SemanticRecallRetriever(BaseRetriever):
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        """Search the memory (``k`` may be given per call)."""
+        """Search the memory (`k` may be given per call)."""
         kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return super().invoke(input, config, **kwargs)
 
     async def ainvoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        """Async twin of :meth:`invoke`."""
+        """Async twin of `invoke`."""
         kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return await super().ainvoke(input, config, **kwargs)
 
@@ -230,10 +233,10 @@ class MemorySearchInput(BaseModel):
 class MemorySearchTool(BaseTool):
     """Searches the memory of the caller's resource; returns text and documents.
 
-    The model passes only ``query``; thread and resource come from the run (config,
+    The model passes only `query`; thread and resource come from the run (config,
     then runtime context, by the engine's rule), so the search stays inside the
     caller's scope whatever the model writes. The tool answers with text for the model
-    and the hits as ``Document`` artifacts.
+    and the hits as `Document` artifacts.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -274,15 +277,16 @@ def create_memory_search_tool(
     The model gives only a query; the scope is the caller's (thread and resource from the
     run config), so the model can never read another resource's memory.
 
-    Example::
-
+    Example:
+        ```python
         tool = create_memory_search_tool(memory)
         config = {"configurable": {"thread_id": "chat-2", "resource_id": "alice"}}
         print(tool.invoke({"query": "allergy"}, config))  # or: await tool.ainvoke(...)
+        ```
 
     Args:
         memory: the engine to search.
-        name: tool name (default ``"search_memory"``).
+        name: tool name (default `"search_memory"`).
         description: what the model is told about the tool.
     """
     return MemorySearchTool(

@@ -1,9 +1,8 @@
 """The search settings of one engine: mode, defaults per mode, ranking and windows (pure).
 
-``SemanticRecall`` resolves its search options once, into a :class:`SearchPlan`; its
-``search`` / ``asearch`` do the I/O (embed, vector query, keyword query, windows) and
-hand the results to the plan's pure :meth:`~SearchPlan.rank` and :meth:`~SearchPlan.hits`,
-so that sync and async share every decision.
+`SemanticRecall` resolves its search options once, into a `SearchPlan`; its `search` /
+`asearch` do the I/O (embed, vector query, keyword query, windows) and hand the results
+to the plan's pure `rank` and `hits`, so that sync and async share every decision.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ ResolvedMode: TypeAlias = Literal["hybrid", "dense", "keyword"]
 
 @dataclass(frozen=True, slots=True)
 class SearchPlan:
-    """Resolved search settings (see :func:`resolve`)."""
+    """Resolved search settings (see `resolve`)."""
 
     mode: ResolvedMode
     top_k: int
@@ -62,15 +61,17 @@ class SearchPlan:
 
     @property
     def uses_vectors(self) -> bool:
+        """Whether this mode queries the vector index (all but keyword)."""
         return self.mode != "keyword"
 
     @property
     def uses_keywords(self) -> bool:
+        """Whether this mode runs keyword search (all but dense)."""
         return self.mode != "dense"
 
     @property
     def dense_k(self) -> int:
-        """Vectors to ask for: ``top_k`` alone in dense mode, a candidate pool in hybrid."""
+        """Vectors to ask for: `top_k` alone in dense mode, a candidate pool in hybrid."""
         return self.top_k if self.mode == "dense" else max(self.top_k, self.candidates)
 
     @property
@@ -81,7 +82,7 @@ class SearchPlan:
     def rank(
         self, dense: Sequence[VectorHit], keyword: Sequence[tuple[str, float]]
     ) -> list[tuple[str, float]]:
-        """Every candidate as (message id, score), best first (cut with :meth:`top`).
+        """Every candidate as (message id, score), best first (cut with `top`).
 
         Dense mode: cosine similarity, below-threshold hits dropped (the original's).
         Keyword mode: BM25 scores min-max rescaled to [0, 1] over the candidates. Hybrid:
@@ -112,10 +113,11 @@ class SearchPlan:
         messages: Mapping[str, Sequence[StoredMessage]],
         period: Period,
     ) -> list[tuple[str, float]]:
-        """Candidates written within ``period`` gain ``time_boost``; best first again."""
+        """Candidates written within `period` gain `time_boost`; best first again."""
         return boost_period(ranked, messages, period, self.time_boost)
 
     def top(self, ranked: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+        """The first `top_k` of `ranked` (sorted best first)."""
         return list(ranked[: self.top_k])
 
     def hits(
@@ -141,8 +143,8 @@ def resolve(
 ) -> SearchPlan:
     """Validate the search options and fill in the defaults of the chosen mode.
 
-    ``"auto"`` becomes ``"hybrid"`` when the storage has keyword search, else ``"dense"``.
-    Unset options (``top_k`` / ``message_range`` None, ``message_budget="auto"``) take
+    `"auto"` becomes `"hybrid"` when the storage has keyword search, else `"dense"`.
+    Unset options (`top_k` / `message_range` None, `message_budget="auto"`) take
     the mode's defaults: in dense mode the original's (top 4, one message either side,
     no budget), otherwise the measured ones (top 12, the hit and 2 after, 15 messages).
     """

@@ -2,27 +2,28 @@
 
 Storage URLs:
 
-- ``sqlite:///relative/path.sqlite3``, ``sqlite:////absolute/path.sqlite3`` (SQLAlchemy's
-  convention), ``sqlite://`` or ``sqlite:///:memory:`` for an in-memory database;
-- ``postgresql://user:password@host:5432/db`` (also ``postgres://`` and
-  ``postgresql+psycopg://``); ``pool_min_size`` / ``pool_max_size`` query parameters size
-  the connection pools, every other parameter goes to libpq (``sslmode``, ``options``...);
-- ``memory://``: :class:`InMemoryStorage` (tests, notebooks).
+- `sqlite:///relative/path.sqlite3`, `sqlite:////absolute/path.sqlite3` (SQLAlchemy's
+  convention), `sqlite://` or `sqlite:///:memory:` for an in-memory database;
+- `postgresql://user:password@host:5432/db` (also `postgres://` and
+  `postgresql+psycopg://`); `pool_min_size` / `pool_max_size` query parameters size
+  the connection pools, every other parameter goes to libpq (`sslmode`, `options`...);
+- `memory://`: `InMemoryStorage` (tests, notebooks).
 
 Vector URLs:
 
-- ``chroma:///relative/path``, ``chroma:////absolute/path``: embedded, persistent Chroma;
-- ``http://host:port``, ``https://host``: a Chroma server (``chroma run``, or the
+- `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma;
+- `http://host:port`, `https://host`: a Chroma server (`chroma run`, or the
   front end of Chroma's distributed deployment);
-- ``memory://``: :class:`InMemoryVectorIndex` (exact search in memory).
+- `memory://`: `InMemoryVectorIndex` (exact search in memory).
 
-Example::
-
+Example:
+    ```python
     memory = SemanticRecall.from_url(
         storage="postgresql://app@db.internal/memory", vector="http://chroma.internal:8000"
     )
     settings = RecallSettings.from_env()  # SEMANTIC_RECALL_STORAGE_URL / _VECTOR_URL
     memory = SemanticRecall.from_url(**settings.url_options())
+    ```
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ _POOL_PARAMS: Final = {"pool_min_size": "min_size", "pool_max_size": "max_size"}
 
 
 def redact(url: str) -> str:
-    """``url`` without its password (for logs and messages)."""
+    """`url` without its password (for logs and messages)."""
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -73,7 +74,7 @@ def redact(url: str) -> str:
 
 
 def _file_path(url: str, scheme: str) -> str:
-    """The path of ``scheme:///relative`` or ``scheme:////absolute`` (SQLAlchemy style)."""
+    """The path of `scheme:///relative` or `scheme:////absolute` (SQLAlchemy style)."""
     rest = url[len(scheme) + 3 :]  # after "scheme://"
     if rest.startswith("/"):
         rest = rest[1:]
@@ -159,7 +160,7 @@ def create_vector_index(url: str, *, timeout: float = 30.0) -> VectorIndex:
 
 
 def as_vector_index(value: object) -> VectorIndex:
-    """A ``VectorIndex`` as it is; a LangChain ``VectorStore`` wrapped in the adapter."""
+    """A `VectorIndex` as it is; a LangChain `VectorStore` wrapped in the adapter."""
     if isinstance(value, VectorIndex):
         return value
     from langchain_core.vectorstores import VectorStore
@@ -176,11 +177,11 @@ def as_vector_index(value: object) -> VectorIndex:
 
 
 Backends = dict[str, Any]
-"""``storage``, ``vector_store`` and ``embeddings``: the keyword arguments of the engine."""
+"""`storage`, `vector_store` and `embeddings`: the keyword arguments of the engine."""
 
 
 def local_backends(path: str | PathLike[str], embeddings: Embeddings | None = None) -> Backends:
-    """The embedded default under ``path``: SQLite, embedded Chroma, the local model."""
+    """The embedded default under `path`: SQLite, embedded Chroma, the local model."""
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
@@ -227,14 +228,15 @@ class RecallSettings:
     Attributes:
         storage_url: The message storage URL.
         vector_url: The vector index URL.
-        options: Engine options (``top_k``, ``scope``, ``index_name``...).
+        options: Engine options (`top_k`, `scope`, `index_name`...).
 
-    Example::
-
+    Example:
+        ```python
         settings = RecallSettings.from_env()
         memory = SemanticRecall.from_url(
             **settings.url_options(), embeddings=OpenAIEmbeddings(model="text-embedding-3-small")
         )
+        ```
     """
 
     storage_url: str = DEFAULT_STORAGE_URL
@@ -243,9 +245,9 @@ class RecallSettings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> RecallSettings:
-        """Settings from ``SEMANTIC_RECALL_STORAGE_URL`` and ``SEMANTIC_RECALL_VECTOR_URL``.
+        """Settings from `SEMANTIC_RECALL_STORAGE_URL` and `SEMANTIC_RECALL_VECTOR_URL`.
 
-        Unset variables keep the embedded defaults (under ``./semantic-recall-data``).
+        Unset variables keep the embedded defaults (under `./semantic-recall-data`).
         """
         env = os.environ if environ is None else environ
         return cls(
@@ -255,7 +257,7 @@ class RecallSettings:
         )
 
     def url_options(self) -> dict[str, Any]:
-        """Keyword arguments for ``SemanticRecall.from_url(**settings.url_options())``."""
+        """Keyword arguments for `SemanticRecall.from_url(**settings.url_options())`."""
         return {"storage": self.storage_url, "vector": self.vector_url, **self.options}
 
     def __repr__(self) -> str:

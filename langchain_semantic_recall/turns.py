@@ -1,7 +1,7 @@
 """One user turn of memory, for any agent runtime: recall it, then index what it added.
 
-Shared by the LangGraph nodes (:mod:`.graph`) and the agent middleware
-(:mod:`.middleware`), so both recall once per user turn and store each message once.
+Shared by the LangGraph nodes (`graph`) and the agent middleware
+(`middleware`), so both recall once per user turn and store each message once.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
 RECALL_KEY = "recalled_memory"
-"""Default name of the per-run channel holding this turn's :class:`RecalledMemory`."""
+"""Default name of the per-run channel holding this turn's `RecalledMemory`."""
 
 _PROBE = 64
 """Messages checked against the storage at a time, newest first, by the index side."""
@@ -43,8 +43,8 @@ class RecalledMemory:
     """What recall found for one user turn: the messages to show the model.
 
     Attributes:
-        turn: id of the user message this recall answers (``None``: no user message).
-        messages: the recalled messages, each tagged ``source: memory``: the
+        turn: id of the user message this recall answers (`None`: no user message).
+        messages: the recalled messages, each tagged `source: memory`: the
             cross-thread block (a system message) first, then same-thread messages.
     """
 
@@ -57,7 +57,7 @@ class RecalledMemory:
         return next((m for m in self.messages if isinstance(m, SystemMessage)), None)
 
     def apply(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """``messages`` with the recalled ones inserted (see :func:`inject_recalled`)."""
+        """`messages` with the recalled ones inserted (see `inject_recalled`)."""
         return inject_recalled(messages, self.messages)
 
 
@@ -65,7 +65,7 @@ class RecalledMemory:
 
 
 def state_messages(state: Any, key: str = "messages") -> list[BaseMessage]:
-    """The conversation held in ``state[key]`` (a mapping or an object with that field)."""
+    """The conversation held in `state[key]` (a mapping or an object with that field)."""
     if isinstance(state, Mapping) and key in state:
         value = state[key]
     elif not isinstance(state, Mapping) and hasattr(state, key):
@@ -97,11 +97,11 @@ def current_turn(messages: Sequence[BaseMessage]) -> str | None:
 def inject_recalled(
     messages: Sequence[BaseMessage], recalled: Sequence[BaseMessage]
 ) -> list[BaseMessage]:
-    """``messages`` with ``recalled`` after the leading system messages.
+    """`messages` with `recalled` after the leading system messages.
 
     The same order as the engine's recall: instructions first, then the memory block and
     same-thread recalled messages, then the live conversation. Recalled messages whose id
-    is already in ``messages`` are left out.
+    is already in `messages` are left out.
     """
     present = {m.id for m in messages if m.id}
     extra = [m for m in recalled if not (m.id and m.id in present)]
@@ -114,20 +114,22 @@ def inject_recalled(
 
 
 class RecallChannel(UntrackedValue[Any]):
-    """The per-run ``recalled_memory`` channel: never checkpointed, empty on every run.
+    """The per-run `recalled_memory` channel: never checkpointed, empty on every run.
 
-    Unlike a plain ``UntrackedValue`` it reads as ``None`` while empty, so a node can
+    Unlike a plain `UntrackedValue` it reads as `None` while empty, so a node can
     tell "nothing recalled yet" (key present) from "the graph has no such channel" (key
     absent) and fail at the first run instead of recalling into the void.
     """
 
     def get(self) -> Any:
+        """The recalled memory of this run, or None while empty."""
         try:
             return super().get()
         except EmptyChannelError:
             return None
 
     def is_available(self) -> bool:
+        """Always True: the channel is read into the state, as None when empty."""
         return True  # always read into the state (as None when empty); it triggers no node
 
 
@@ -136,10 +138,10 @@ def _has_channel(state: Any, key: str) -> bool:
 
 
 def require_recall_channel(state: Any, key: str, where: str) -> None:
-    """Raise unless the graph's state carries the per-run recall channel ``key``.
+    """Raise unless the graph's state carries the per-run recall channel `key`.
 
     Raises:
-        InvalidInputError: the state has no such channel (e.g. a plain ``MessagesState``
+        InvalidInputError: the state has no such channel (e.g. a plain `MessagesState`
             graph), so recalled memory could never reach the model.
     """
     if not _has_channel(state, key):
@@ -156,7 +158,7 @@ def require_recall_channel(state: Any, key: str, where: str) -> None:
 def recalled_for_turn(
     state: Any, messages: Sequence[BaseMessage], key: str = RECALL_KEY
 ) -> RecalledMemory | None:
-    """The state's recall if it answers the current turn, else ``None``."""
+    """The state's recall if it answers the current turn, else `None`."""
     value = state.get(key) if isinstance(state, Mapping) else getattr(state, key, None)
     if isinstance(value, RecalledMemory) and value.turn == current_turn(messages):
         return value
@@ -168,8 +170,8 @@ def with_recall(
 ) -> list[BaseMessage]:
     """The messages to send to the model: the conversation plus this turn's recall.
 
-    Use it in the model node of a hand-built graph whose state has a ``recalled_memory``
-    channel filled by :class:`RecallNode` (e.g. :class:`RecallState`). Without a recall for
+    Use it in the model node of a hand-built graph whose state has a `recalled_memory`
+    channel filled by `RecallNode` (e.g. `RecallState`). Without a recall for
     the current turn the conversation is returned unchanged.
     """
     messages = state_messages(state, messages_key)
@@ -201,7 +203,7 @@ def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessa
 def _after_last_stored(
     candidates: Sequence[BaseMessage], start: int, end: int, stored: Mapping[str, Any]
 ) -> int | None:
-    """Index just past the newest stored message in ``candidates[start:end]``, if any."""
+    """Index just past the newest stored message in `candidates[start:end]`, if any."""
     for position in range(end - 1, start - 1, -1):
         if candidates[position].id in stored:
             return position + 1
@@ -214,7 +216,7 @@ def _after_last_stored(
 def recall_turn(
     memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> RecalledMemory:
-    """Recall for the current turn of ``messages`` (no state is written).
+    """Recall for the current turn of `messages` (no state is written).
 
     Raises:
         MissingIdentityError: no thread id (or no resource id in resource scope).
@@ -230,7 +232,7 @@ def recall_turn(
 async def arecall_turn(
     memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> RecalledMemory:
-    """Async twin of :func:`recall_turn`."""
+    """Async twin of `recall_turn`."""
     core = memory.core
     items = list(messages)
     result = await core.arun(core.recall(items, core.identity(ids), turn=True))
@@ -238,7 +240,7 @@ async def arecall_turn(
 
 
 def _probes(count: int) -> list[tuple[int, int]]:
-    """(start, end) slices of ``count`` candidates, newest first, ``_PROBE`` at a time."""
+    """(start, end) slices of `count` candidates, newest first, `_PROBE` at a time."""
     return [(max(0, end - _PROBE), end) for end in range(count, 0, -_PROBE)]
 
 
@@ -283,6 +285,6 @@ def index_new_messages(
 async def aindex_new_messages(
     memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> IndexResult:
-    """Async twin of :func:`index_new_messages`."""
+    """Async twin of `index_new_messages`."""
     core = memory.core
     return await core.arun(_index_new_op(core, messages, core.identity(ids)))

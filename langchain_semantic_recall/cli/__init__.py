@@ -1,8 +1,8 @@
-"""The ``semantic-recall`` command line: subcommand modules, registered below.
+"""The `semantic-recall` command line: subcommand modules, registered below.
 
-Each module in ``_SUBCOMMANDS`` exposes ``register(subparsers) -> None``, adds one or more
-subcommands and sets ``func`` (``args -> exit code``) on each. Shared pieces (exit codes,
-``--path``, opening the store) live in :mod:`langchain_semantic_recall.cli.common`.
+Each module in `_SUBCOMMANDS` exposes `register(subparsers) -> None`, adds one or more
+subcommands and sets `func` (`args -> exit code`) on each. Shared pieces (exit codes,
+`--path`, opening the store) live in `langchain_semantic_recall.cli.common`.
 """
 
 from __future__ import annotations
@@ -52,10 +52,11 @@ _SUBCOMMANDS = (
 )
 
 DEFAULT_PATH = os.environ.get(PATH_ENV, "./.semantic-recall")
-"""The store used without ``--path`` (read at import; ``store_path(args)`` reads it per call)."""
+"""The store used without `--path` (read at import; `store_path(args)` reads it per call)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `semantic-recall` parser: global options, then one subparser per command."""
     parser = argparse.ArgumentParser(
         prog="semantic-recall",
         description=(
@@ -101,7 +102,7 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit code (see ``--help``)."""
+    """Entry point of the console script; returns the exit code (see `--help`)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Looking after the store: ``stats``, ``forget`` and ``reindex``."""
+"""Looking after the store: `stats`, `forget` and `reindex`."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from langchain_semantic_recall.cli.render import style
 
 
 def register(subparsers: Any) -> None:
+    """Add the `stats`, `forget` and `reindex` subcommands."""
     _register_stats(subparsers)
     _register_forget(subparsers)
     _register_reindex(subparsers)
@@ -57,6 +58,7 @@ def _register_stats(subparsers: Any) -> None:
 
 
 def run_stats(args: argparse.Namespace) -> int:
+    """`semantic-recall stats`: counts (and, for a local store, sizes) of the store."""
     memory = open_memory(args, read_only=True)
     stats = memory.stats(resource_id=args.resource, thread_id=args.thread)
     local = store_urls(args) is None
@@ -129,6 +131,7 @@ def _register_forget(subparsers: Any) -> None:
 
 
 def run_forget(args: argparse.Namespace) -> int:
+    """`semantic-recall forget`: delete a thread or a resource (asks first, unless `--yes`)."""
     from langchain_semantic_recall.records import ScopeFilter
 
     memory = open_memory(args)
@@ -178,6 +181,7 @@ def _register_reindex(subparsers: Any) -> None:
 
 
 def run_reindex(args: argparse.Namespace) -> int:
+    """`semantic-recall reindex`: embed again the messages in scope (or missing ones)."""
     from langchain_semantic_recall.records import ScopeFilter
 
     memory = open_memory(args)

@@ -51,7 +51,12 @@ PATH_ENV = "SEMANTIC_RECALL_PATH"
 
 
 class CommandError(SemanticRecallError):
-    """A failure the command reports with a message and a documented exit code."""
+    """A failure the command reports with a message and a documented exit code.
+
+    Args:
+        message: what went wrong, and what to do next.
+        code: the exit code (one of the documented `EXIT_*` codes).
+    """
 
     def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
         super().__init__(message)
@@ -59,11 +64,23 @@ class CommandError(SemanticRecallError):
 
 
 class NotFoundError(CommandError):
+    """Something named on the command line does not exist (exit code 3).
+
+    Args:
+        message: what was not found, and where to look instead.
+    """
+
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_NOT_FOUND)
 
 
 class UsageError(CommandError):
+    """Bad arguments or values (exit code 2).
+
+    Args:
+        message: what is wrong, and what to pass instead.
+    """
+
     def __init__(self, message: str) -> None:
         super().__init__(message, EXIT_USAGE)
 
@@ -72,7 +89,7 @@ class UsageError(CommandError):
 
 
 def store_options() -> argparse.ArgumentParser:
-    """A parent parser with ``--path``, so it works before or after the subcommand."""
+    """A parent parser with `--path`, so it works before or after the subcommand."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--path",
@@ -84,13 +101,13 @@ def store_options() -> argparse.ArgumentParser:
 
 
 def store_path(args: argparse.Namespace) -> Path:
-    """The store folder: ``--path``, else ``$SEMANTIC_RECALL_PATH``, else the default."""
+    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default."""
     given = getattr(args, "path", None)
     return Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:
-    """(storage URL, vector URL) when the global ``--storage`` / ``--vector`` are given."""
+    """(storage URL, vector URL) when the global `--storage` / `--vector` are given."""
     storage, vector = getattr(args, "storage_url", None), getattr(args, "vector_url", None)
     if storage is None and vector is None:
         return None
@@ -120,13 +137,13 @@ def create_embeddings() -> Embeddings | None:
 def open_memory(
     args: argparse.Namespace, *, create: bool = False, **options: Any
 ) -> SemanticRecall:
-    """The engine over the store chosen by ``--path`` (or ``--storage`` and ``--vector``).
+    """The engine over the store chosen by `--path` (or `--storage` and `--vector`).
 
     Args:
-        args: Parsed arguments (``path``, ``storage_url``, ``vector_url``).
-        create: Create a local store if it does not exist (``ingest``); otherwise a
+        args: Parsed arguments (`path`, `storage_url`, `vector_url`).
+        create: Create a local store if it does not exist (`ingest`); otherwise a
             missing store is reported as not found rather than silently created empty.
-        options: Engine options (``top_k``, ``scope``, ...).
+        options: Engine options (`top_k`, `scope`, ...).
     """
     from langchain_semantic_recall.recall import SemanticRecall
 
@@ -145,7 +162,7 @@ def open_memory(
 
 
 def disk_usage(path: Path) -> int:
-    """Bytes of every file under ``path``."""
+    """Bytes of every file under `path`."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
@@ -157,6 +174,7 @@ def disk_usage(path: Path) -> int:
 
 
 def human_bytes(size: float) -> str:
+    """A byte count for people: `512 B`, `1.5 KB`, ... up to GB."""
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1024 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
@@ -203,6 +221,7 @@ def require_thread(storage: MessageStorage, thread_id: str, resource_id: str | N
 
 
 def require_resource(storage: MessageStorage, resource_id: str) -> None:
+    """Raise `NotFoundError` unless `resource_id` has a stored conversation."""
     if not storage.list_threads(resource_id):
         raise NotFoundError(
             f"no conversations of resource {resource_id!r} "
@@ -211,7 +230,7 @@ def require_resource(storage: MessageStorage, resource_id: str) -> None:
 
 
 def message_json(message: StoredMessage) -> dict[str, Any]:
-    """A stored message as plain JSON data (the CLI's ``--json`` outputs)."""
+    """A stored message as plain JSON data (the CLI's `--json` outputs)."""
     return {
         "id": message.id,
         "thread": message.thread_id,
@@ -227,6 +246,7 @@ def message_json(message: StoredMessage) -> dict[str, Any]:
 
 
 def print_json(value: object) -> None:
+    """Print `value` as indented JSON (non-ASCII kept, unknown types as text)."""
     print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
 
 

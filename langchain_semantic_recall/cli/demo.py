@@ -1,15 +1,15 @@
-"""``semantic-recall demo``: a LangGraph agent with semantic recall, turn by turn.
+"""`semantic-recall demo`: a LangGraph agent with semantic recall, turn by turn.
 
 The demo loads a small shipped history (two users, four past conversations) into a fresh
-embedded store, builds the agent of notebook ``02_langgraph_agent`` with
-:func:`~langchain_semantic_recall.graph.create_recall_graph`, and plays new turns. For
-each turn it prints what the user said, what recall found (score, conversation, text),
-the memory the model was given (never saved into the conversation) and the answer.
+embedded store, builds the agent of notebook `02_langgraph_agent` with
+`create_recall_graph`, and plays new turns. For each turn it prints what the user said,
+what recall found (score, conversation, text), the memory the model was given (never
+saved into the conversation) and the answer.
 
-The answers come from :class:`OfflineChatModel`, a small deterministic model that quotes
+The answers come from `OfflineChatModel`, a small deterministic model that quotes
 the remembered line best matching the question, so the demo (and the notebooks) run with
-no network and no API key. ``--openai`` uses ``ChatOpenAI`` instead (``OPENAI_API_KEY``;
-model from ``OPENAI_MODEL``, default ``gpt-4o-mini``).
+no network and no API key. `--openai` uses `ChatOpenAI` instead (`OPENAI_API_KEY`;
+model from `OPENAI_MODEL`, default `gpt-4o-mini`).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ SCRIPT: tuple[tuple[str, str, str], ...] = (
 
 
 def register(subparsers: Any) -> None:
+    """Add the `demo` subcommand."""
     parser = subparsers.add_parser(
         "demo",
         help="watch a LangGraph agent with semantic recall, turn by turn",
@@ -88,6 +89,7 @@ def _print_injected(recalled: Sequence[BaseMessage]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`semantic-recall demo`: load the shipped history and play new turns, printed."""
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_semantic_recall.graph import RECALL_KEY, create_recall_graph

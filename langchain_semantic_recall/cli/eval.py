@@ -1,8 +1,8 @@
-"""``semantic-recall eval``: measure recall on conversations with evidence labels.
+"""`semantic-recall eval`: measure recall on conversations with evidence labels.
 
-``eval locomo PATH`` reads LoCoMo; ``eval jsonl PATH`` reads our own JSONL format
-(see :mod:`langchain_semantic_recall.evaluation`). Both load the conversations into a
-fresh embedded store with ``index`` and answer every question with the same ``search``
+`eval locomo PATH` reads LoCoMo; `eval jsonl PATH` reads our own JSONL format
+(see `langchain_semantic_recall.evaluation`). Both load the conversations into a
+fresh embedded store with `index` and answer every question with the same `search`
 that recall uses, with the package defaults unless options say otherwise.
 """
 
@@ -32,6 +32,7 @@ def _budget(value: str) -> int | None:
 
 
 def register(subparsers: Any) -> None:
+    """Add the `eval` subcommand."""
     parser = subparsers.add_parser(
         "eval",
         help="measure recall on a dataset with evidence labels (LoCoMo or our JSONL)",
@@ -188,6 +189,7 @@ def _evidence_line(report: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`semantic-recall eval`: load a labelled dataset, ask its questions, print scores."""
     from langchain_semantic_recall import evaluation
     from langchain_semantic_recall.recall import SemanticRecall
 

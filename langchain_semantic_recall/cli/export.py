@@ -1,4 +1,4 @@
-"""``semantic-recall export``: a resource's conversations as JSONL, ready for ``ingest``."""
+"""`semantic-recall export`: a resource's conversations as JSONL, ready for `ingest`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from langchain_semantic_recall.cli.common import (
 
 
 def register(subparsers: Any) -> None:
+    """Add the `export` subcommand."""
     parser = subparsers.add_parser(
         "export",
         parents=[store_options()],
@@ -57,6 +58,7 @@ def _output(path: str | None) -> Iterator[TextIO]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`semantic-recall export`: write a resource's messages as our JSONL format."""
     from langchain_semantic_recall.importers import export_lines
 
     memory = open_memory(args, read_only=True)

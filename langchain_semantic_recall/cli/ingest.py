@@ -1,4 +1,4 @@
-"""``semantic-recall ingest``: load conversations from our JSONL format or a ChatGPT export."""
+"""`semantic-recall ingest`: load conversations from our JSONL format or a ChatGPT export."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
 BATCH = 64
-"""Messages per ``index`` call: one batched embedding call each, and a progress step."""
+"""Messages per `index` call: one batched embedding call each, and a progress step."""
 
 FORGOTTEN = "thread was forgotten (its id is retired)"
 _FORMAT_NAMES = {"jsonl": "JSONL", "chatgpt": "ChatGPT export"}
@@ -53,6 +53,7 @@ class IngestSummary:
     """Stored without a vector (system messages, no text): reason -> count."""
 
     def as_json(self) -> dict[str, Any]:
+        """The summary as plain JSON data (the `--json` output)."""
         return {
             "file": self.file,
             "format": self.format,
@@ -71,6 +72,7 @@ class IngestSummary:
 
 
 def register(subparsers: Any) -> None:
+    """Add the `ingest` subcommand."""
     parser = subparsers.add_parser(
         "ingest",
         parents=[store_options()],
@@ -211,6 +213,7 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`semantic-recall ingest`: read a JSONL file or ChatGPT export into the store."""
     report = _read(args)
     summary = IngestSummary(file=args.file, format=report.format)
     for item in report.skipped:

@@ -1,21 +1,22 @@
-"""``semantic-recall migrate``: copy a memory from one store to another (e.g. to servers).
+r"""`semantic-recall migrate`: copy a memory from one store to another (e.g. to servers).
 
 Messages are copied page by page in thread order, so every thread keeps its order (and
 its windows); writing them again is harmless, so an interrupted migration is simply run
-again. Vectors are either copied as they are (``--vectors copy``, the default: no
-embedding; read with :meth:`~langchain_semantic_recall.vectors.base.VectorIndex.export`,
-whatever the backend) or embedded again from the copied messages (``--vectors reembed``).
-A source index that cannot list its vectors (``ExportNotSupportedError``) is embedded
-again as if ``reembed`` had been asked. Either way the target ends with a repair pass
-(``reindex(missing_only=True)``), so a vector the copy could not read is embedded rather
-than lost, and a copied vector whose message is gone is deleted.
+again. Vectors are either copied as they are (`--vectors copy`, the default: no
+embedding; read with `export`, whatever the backend) or embedded again from the copied
+messages (`--vectors reembed`). A source index that cannot list its vectors
+(`ExportNotSupportedError`) is embedded again as if `reembed` had been asked. Either way
+the target ends with a repair pass (`reindex(missing_only=True)`), so a vector the copy
+could not read is embedded rather than lost, and a copied vector whose message is gone
+is deleted.
 
-Example::
-
-    semantic-recall --path ./memory migrate \\
+Example:
+    ```bash
+    semantic-recall --path ./memory migrate \
         --to-storage postgresql://app@db.internal/memory --to-vector http://chroma:8000
+    ```
 
-:func:`migrate` is the same operation for Python code, on two engines.
+`migrate` is the same operation for Python code, on two engines.
 """
 
 from __future__ import annotations
@@ -61,12 +62,12 @@ class MigrationReport:
     vectors_copied: int
     """Vectors copied as they were."""
     vectors_embedded: int
-    """Vectors embedded again from the messages (all of them with ``reembed``)."""
+    """Vectors embedded again from the messages (all of them with `reembed`)."""
     source_messages: int
     target_messages: int
     index_name: str
     vectors_listable: bool = True
-    """False when ``copy`` found a source index that cannot list its vectors (they were
+    """False when `copy` found a source index that cannot list its vectors (they were
     embedded again instead)."""
 
 
@@ -98,9 +99,9 @@ def _copy_vectors(
     batch_size: int,
     on_vectors: Progress | None,
 ) -> tuple[int, bool]:
-    """Copy every vector of the source's index into ``name``: (vectors copied, listable).
+    """Copy every vector of the source's index into `name`: (vectors copied, listable).
 
-    A source that cannot list its vectors (``ExportNotSupportedError``) copies nothing,
+    A source that cannot list its vectors (`ExportNotSupportedError`) copies nothing,
     and the repair pass that follows embeds every message instead.
     """
     source_name = source.ensure_index().name
@@ -127,13 +128,13 @@ def migrate(
     on_messages: Progress | None = None,
     on_vectors: Progress | None = None,
 ) -> MigrationReport:
-    """Copy every message of ``source`` into ``target``, then its vectors.
+    """Copy every message of `source` into `target`, then its vectors.
 
     Args:
         source: The engine to read (its storage, vector index and index name).
         target: The engine to fill; its index must use the same embedder as the source's
-            for ``copy`` (the index names then match).
-        vectors: ``copy`` the vectors, or ``reembed`` them with the target's embedder.
+            for `copy` (the index names then match).
+        vectors: `copy` the vectors, or `reembed` them with the target's embedder.
         batch_size: Messages per page (and per write).
         on_messages: Called with the number of messages just copied.
         on_vectors: Called with the number of messages whose vectors were just handled.
@@ -177,6 +178,7 @@ def migrate(
 
 
 def register(subparsers: Any) -> None:
+    """Add the `migrate` subcommand."""
     parser = subparsers.add_parser(
         "migrate",
         parents=[store_options()],
@@ -242,6 +244,7 @@ def _advance(bar: Any, n: int, total: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`semantic-recall migrate`: copy the store to other backends (see `migrate`)."""
     from langchain_semantic_recall.recall import SemanticRecall
 
     if args.batch_size < 1:

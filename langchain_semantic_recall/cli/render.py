@@ -22,13 +22,14 @@ _CODES = {
 
 
 def use_colour(stream: TextIO | None = None) -> bool:
-    """Colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
+    """Colour only on a terminal, and never when `NO_COLOR` is set (https://no-color.org)."""
     stream = sys.stdout if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
 
 
 def style(text: str, *names: str, stream: TextIO | None = None) -> str:
+    """`text` with the ANSI styles `names` (`bold`, `red`, ...), on a terminal only."""
     if not names or not use_colour(stream):
         return text
     codes = ";".join(_CODES[n] for n in names)
@@ -36,20 +37,24 @@ def style(text: str, *names: str, stream: TextIO | None = None) -> str:
 
 
 def width() -> int:
+    """The terminal's width, kept between 60 and 110 columns."""
     return max(60, min(110, shutil.get_terminal_size((100, 24)).columns))
 
 
 def rule(title: str = "") -> str:
+    """A horizontal rule across the terminal, with an optional title."""
     line = f"── {title} " if title else ""
     return line + "─" * max(3, width() - len(line))
 
 
 def shorten(text: str, limit: int) -> str:
+    """`text` on one line, cut to `limit` characters (ending with `…`)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def boxed(text: str, indent: str = "  │ ") -> str:
+    """`text` wrapped to the terminal, each line behind `indent`."""
     lines = []
     for raw in text.splitlines() or [""]:
         lines.extend(textwrap.wrap(raw, width() - len(indent)) or [""])
@@ -57,7 +62,7 @@ def boxed(text: str, indent: str = "  │ ") -> str:
 
 
 def when(moment: datetime | None) -> str:
-    """A time as ``2024-01-15 10:30`` (UTC), or ``-``."""
+    """A time as `2024-01-15 10:30` (UTC), or `-`."""
     if moment is None:
         return "-"
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M")

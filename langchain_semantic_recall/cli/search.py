@@ -1,4 +1,4 @@
-"""Looking for memories: ``search`` (the hits) and ``inspect`` (what the model is given)."""
+"""Looking for memories: `search` (the hits) and `inspect` (what the model is given)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Any) -> None:
+    """Add the `search` and `inspect` subcommands."""
     _register_search(subparsers)
     _register_inspect(subparsers)
 
@@ -36,7 +37,7 @@ def register(subparsers: Any) -> None:
 
 
 def _window(value: str) -> int | tuple[int, int]:
-    """``N`` (N before and after) or ``B,A``."""
+    """`N` (N before and after) or `B,A`."""
     try:
         parts = [int(p) for p in value.split(",")]
     except ValueError:
@@ -49,7 +50,7 @@ def _window(value: str) -> int | tuple[int, int]:
 
 
 def _budget(value: str) -> int | str:
-    """A number of messages, or ``none`` for whole windows."""
+    """A number of messages, or `none` for whole windows."""
     if value.lower() == "none":
         return "none"
     try:
@@ -159,6 +160,7 @@ def _print_hits(hits: list[RecallHit], titles: dict[str, str]) -> None:
 
 
 def run_search(args: argparse.Namespace) -> int:
+    """`semantic-recall search`: the hits for a query, with their windows."""
     if args.resource is None and args.thread is None:
         raise UsageError("pass --resource R (every conversation of R) or --thread T (one)")
     options = _options(args, *_RECALL_OPTIONS)
@@ -262,6 +264,7 @@ def _print_model_view(result: list[BaseMessage], live_ids: set[str | None]) -> N
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    """`semantic-recall inspect`: what recall would give the model for a message."""
     from langchain_core.messages import HumanMessage, message_to_dict
 
     if args.history < 0:

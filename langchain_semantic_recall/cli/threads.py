@@ -1,4 +1,4 @@
-"""Listing what is stored: ``threads`` and ``show``."""
+"""Listing what is stored: `threads` and `show`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from langchain_semantic_recall.messages import conversation_title
 
 
 def register(subparsers: Any) -> None:
+    """Add the `threads` and `show` subcommands."""
     _register_threads(subparsers)
     _register_show(subparsers)
 
@@ -39,6 +40,7 @@ def _register_threads(subparsers: Any) -> None:
 
 
 def run_threads(args: argparse.Namespace) -> int:
+    """`semantic-recall threads`: every stored conversation, one row each."""
     memory = open_memory(args, read_only=True)
     threads = memory.storage.list_threads(args.resource)
     if args.resource is not None and not threads:
@@ -90,6 +92,7 @@ def _register_show(subparsers: Any) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    """`semantic-recall show`: every message of one thread, in order."""
     memory = open_memory(args, read_only=True)
     owner = require_thread(memory.storage, args.thread, None)
     messages = list(thread_messages(memory.storage, args.thread))

@@ -1,21 +1,21 @@
 """Who is asking: the thread and resource of a call, decided by one rule for every surface.
 
 Every surface (engine methods, the runnable, graph nodes, middleware, retriever, tool,
-classic memory, chat history, CLI) calls :func:`resolve_identity`. The precedence:
+classic memory, chat history, CLI) calls `resolve_identity`. The precedence:
 
-1. explicit arguments (``thread_id=``, ``resource_id=``; a :meth:`for_thread` view's ids);
-2. ``config["configurable"]`` (``thread_id``, then ``session_id`` as
-   ``RunnableWithMessageHistory`` names it; ``resource_id``);
-3. the LangGraph runtime context (``graph.invoke(..., context={"resource_id": ...})``:
-   a mapping key or an attribute of a ``context_schema`` object).
+1. explicit arguments (`thread_id=`, `resource_id=`; a `for_thread` view's ids);
+2. `config["configurable"]` (`thread_id`, then `session_id` as
+   `RunnableWithMessageHistory` names it; `resource_id`);
+3. the LangGraph runtime context (`graph.invoke(..., context={"resource_id": ...})`:
+   a mapping key or an attribute of a `context_schema` object).
 
 On a LangGraph server with authentication, the run config carries the authenticated
-user (``configurable["langgraph_auth_user_id"]``): that user IS the resource, and a
+user (`configurable["langgraph_auth_user_id"]`): that user IS the resource, and a
 resource from any other source that differs is refused with
-:class:`IdentityMismatchError`, never obeyed. Key names live in :class:`IdentityKeys`.
+`IdentityMismatchError`, never obeyed. Key names live in `IdentityKeys`.
 
 Ids are text; an integer is taken as its decimal text (LangGraph does the same for
-thread ids); anything else is an :class:`InvalidInputError`.
+thread ids); anything else is an `InvalidInputError`.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ class IdentityKeys:
     """The key names identity is read under, in the run config and the runtime context.
 
     Attributes:
-        thread: key of the conversation id (LangGraph's own is ``thread_id``).
+        thread: key of the conversation id (LangGraph's own is `thread_id`).
         resource: key of the resource (user) id.
-        thread_fallbacks: keys tried after ``thread`` in the config
-            (``RunnableWithMessageHistory`` passes ``session_id``).
+        thread_fallbacks: keys tried after `thread` in the config
+            (`RunnableWithMessageHistory` passes `session_id`).
         auth_user: config key of the authenticated user on a LangGraph server; None
             turns the binding off (only for servers without authentication).
     """
@@ -91,7 +91,7 @@ class Identity:
     authenticated: bool = False
 
     def require_thread(self, keys: IdentityKeys, what: str) -> str:
-        """The thread id, or a :class:`MissingIdentityError` that says how to give one."""
+        """The thread id, or a `MissingIdentityError` that says how to give one."""
         if self.thread_id is None:
             raise MissingIdentityError(
                 f"{what} needs a conversation id: pass thread_id=..., or run with "
@@ -100,7 +100,7 @@ class Identity:
         return self.thread_id
 
     def require_resource(self, keys: IdentityKeys, what: str) -> str:
-        """The resource id, or a :class:`MissingIdentityError` that says how to give one."""
+        """The resource id, or a `MissingIdentityError` that says how to give one."""
         if self.resource_id is None:
             raise MissingIdentityError(
                 f"{what} works across every conversation of a resource (scope='resource') "

@@ -3,7 +3,7 @@
 Every message is written to storage first (all roles); user and assistant text is then
 chunked, embedded in one batched call through the shared cache and upserted. A failure
 after the storage write is logged and reported, never raised: the messages are kept and
-``reindex(missing_only=True)`` makes the vectors whole again.
+`reindex(missing_only=True)` makes the vectors whole again.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ READ_ONLY = "read-only engine"
 def pending_vectors(embeddings: Embeddings, records: Sequence[MessageRecord]) -> list[VectorRecord]:
     """One vector record per chunk of each record, vector still empty (filled once embedded).
 
-    The first chunk's id is the message id, later ones ``<message_id>#<n>``.
+    The first chunk's id is the message id, later ones `<message_id>#<n>`.
     """
     return [
         VectorRecord(
@@ -81,7 +81,7 @@ def embed_records(
 
 @dataclass(slots=True)
 class _Turn:
-    """The records of one ``index`` call and the fate of each input message."""
+    """The records of one `index` call and the fate of each input message."""
 
     thread_id: str
     fates: list[MessageFate]
@@ -97,9 +97,12 @@ class _Turn:
         return list(self.records.values())
 
     def to_embed(self) -> list[MessageRecord]:
-        """New and changed messages with text, and unchanged ones too: their vectors may
-        have been lost to a failure, and writing a vector again is idempotent (the cache
-        makes embedding it again free), so indexing again is always a repair."""
+        """New and changed messages with text, and unchanged ones too.
+
+        An unchanged message's vector may have been lost to a failure, and writing a
+        vector again is idempotent (the cache makes embedding it again free), so indexing
+        again is always a repair.
+        """
         both = [*self.records.values(), *self.unchanged.values()]
         return [r for r in both if skip_reason(r) is None]
 
@@ -164,7 +167,7 @@ def plan_turn(
 def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> None:
     """Mark messages stored before: unchanged ones are not written again (pure).
 
-    The fate's ``reason`` keeps saying why a message gets no vector (a system message...).
+    The fate's `reason` keeps saying why a message gets no vector (a system message...).
     """
     for position, record in list(turn.records.items()):
         window = known.get(record.id)
@@ -253,7 +256,7 @@ def index_op(
 # --- bulk import ---------------------------------------------------------------------------
 
 Conversation = tuple[str, str, Sequence[BaseMessage]]
-"""``(thread_id, resource_id, messages)``: one thread of one resource, in order."""
+"""`(thread_id, resource_id, messages)`: one thread of one resource, in order."""
 
 
 @dataclass(slots=True)
@@ -272,7 +275,7 @@ _Batch = list[tuple[str, list[MessageRecord]]]
 
 
 def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[_Batch]:
-    """Records of whole conversations, grouped into batches of about ``size`` messages."""
+    """Records of whole conversations, grouped into batches of about `size` messages."""
     batch: _Batch = []
     count = 0
     now = datetime.now(UTC)
@@ -308,7 +311,7 @@ def _store_batch(batch: _Batch, result: BulkResult, logger: logging.Logger) -> O
 
 
 def _write_and_recheck(info: IndexInfo, rows: Sequence[VectorRecord]) -> Op[None]:
-    """Upsert, then drop the vectors of any thread forgotten meanwhile (as ``index`` does)."""
+    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
     yield steps.upsert_vectors(info, rows)
     owners = {row.thread_id: row.resource_id for row in rows}
     for thread_id, resource_id in owners.items():
@@ -324,8 +327,10 @@ def bulk_index_op(
     progress: steps.Progress | None,
     logger: logging.Logger,
 ) -> Op[BulkResult]:
-    """Store and embed many conversations; batch *n*'s vectors are written in the
-    background while batch *n + 1* is embedded."""
+    """Store and embed many conversations.
+
+    Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
+    """
     info = yield from space.resolve()
     result = BulkResult()
     for batch in _batches(conversations, batch_size):

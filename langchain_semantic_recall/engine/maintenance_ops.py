@@ -29,7 +29,7 @@ class RecallStats:
     vectors: int
     """Messages that have at least one vector."""
     missing_vectors: int
-    """Embeddable messages without a vector (repair with ``reindex(missing_only=True)``)."""
+    """Embeddable messages without a vector (repair with `reindex(missing_only=True)`)."""
     orphan_vectors: int
     """Vectors whose message is no longer stored (removed by the repair too)."""
 
@@ -46,6 +46,11 @@ def maintenance_scope(resource_id: str | None, thread_id: str | None) -> ScopeFi
 
 
 def check_batch(batch_size: object, progress: object) -> int:
+    """`batch_size` if it is an int >= 1 and `progress` is callable or None.
+
+    Raises:
+        InvalidInputError: either is unusable.
+    """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
     if progress is not None and not callable(progress):
@@ -63,10 +68,10 @@ def _embeddable(page: Sequence[StoredMessage]) -> list[StoredMessage]:
 def forget_thread_op(
     space: VectorSpace, thread_id: str, resource_id: str | None, *, retire: bool
 ) -> Op[int]:
-    """Delete a thread's messages and vectors; ``retire`` also refuses later writes to it.
+    """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
 
     Raises:
-        OwnershipError: ``resource_id`` is given and the thread belongs to another one.
+        OwnershipError: `resource_id` is given and the thread belongs to another one.
     """
     check_id("thread_id", thread_id)
     if resource_id is not None:
@@ -105,7 +110,7 @@ def reindex_op(
 ) -> Op[int]:
     """Embed stored messages again into the index; returns the vectors written.
 
-    With ``missing_only``, only messages without a vector, and vectors whose message is
+    With `missing_only`, only messages without a vector, and vectors whose message is
     gone are removed. A thread forgotten while this runs keeps no vector.
     """
     info = yield from space.resolve()

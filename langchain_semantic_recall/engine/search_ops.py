@@ -1,4 +1,4 @@
-"""Search and recall, each written once as a generator of steps (see :mod:`.steps`)."""
+"""Search and recall, each written once as a generator of steps (see `steps`)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class SearchRequest:
 def search_op(
     space: VectorSpace, keys: IdentityKeys, request: SearchRequest, what: str = "search"
 ) -> Op[list[RecallHit]]:
-    """The hits for ``request.query`` within the caller's scope, with their windows.
+    """The hits for `request.query` within the caller's scope, with their windows.
 
     Raises:
         InvalidInputError: the query is not text.
@@ -102,7 +102,7 @@ def recall_op(
     request: SearchRequest,
     logger: logging.Logger,
 ) -> Op[list[BaseMessage]]:
-    """``messages`` with the recalled messages injected (``request.query`` is ignored).
+    """`messages` with the recalled messages injected (`request.query` is ignored).
 
     No human text: the input unchanged (documented no-op). A failure of the embedder,
     vector index or storage is logged and recalls nothing; configuration errors (missing

@@ -1,8 +1,8 @@
 """The vector space: the embedder, its cache, the vector index, and the index it writes.
 
-One object owns this shared state; the engine holds it (and a :meth:`for_thread` view or
-a :meth:`with_options` copy shares it). The index's name, model and dimension are
-resolved once, on first use: the dimension comes from the embedder's ``dimension``
+One object owns this shared state; the engine holds it (and a `for_thread` view or
+a `with_options` copy shares it). The index's name, model and dimension are
+resolved once, on first use: the dimension comes from the embedder's `dimension`
 attribute when it has one, else from embedding one probe text; the vector index then
 opens (or creates) the index and fails closed if it was built with another model.
 """
@@ -33,10 +33,10 @@ class IndexInfo:
 
 
 class VectorSpace:
-    """Embedder + cache + vector index, and the resolved :class:`IndexInfo`.
+    """Embedder + cache + vector index, and the resolved `IndexInfo`.
 
     Args:
-        embeddings: any LangChain ``Embeddings``.
+        embeddings: any LangChain `Embeddings`.
         vectors: the vector index host.
         cache: the embedding cache shared by recall and index.
         index_name: the index name; derived from the model and dimension when None.

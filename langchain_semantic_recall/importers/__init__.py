@@ -1,14 +1,12 @@
 """Reading and writing conversations as files: our JSONL format and ChatGPT exports.
 
-One module per format: :mod:`~langchain_semantic_recall.importers.jsonl` (our JSONL
-format, read and written back by :func:`export_lines`) and
-:mod:`~langchain_semantic_recall.importers.chatgpt` (a ChatGPT ``conversations.json`` or
-its ``.zip``); both fill an :class:`ImportReport`
-(:mod:`~langchain_semantic_recall.importers.report`). Every name is importable from here;
-:func:`read_conversations` reads either format, detected by :func:`detect_format`.
+One module per format: `jsonl` (our JSONL format, read and written back by
+`export_lines`) and `chatgpt` (a ChatGPT `conversations.json` or its `.zip`); both fill
+an `ImportReport` (`report`). Every name is importable from here; `read_conversations`
+reads either format, detected by `detect_format`.
 
-The conversation title travels in ``additional_kwargs["conversation_title"]`` of each
-message (see :data:`TITLE_KEY`).
+The conversation title travels in `additional_kwargs["conversation_title"]` of each
+message (see `TITLE_KEY`).
 """
 
 from __future__ import annotations
@@ -51,7 +49,7 @@ __all__ = [
 
 
 def detect_format(path: str | PathLike[str]) -> Format:
-    """``chatgpt`` for a ``.zip`` or a JSON list / conversation object, else ``jsonl``."""
+    """`chatgpt` for a `.zip` or a JSON list / conversation object, else `jsonl`."""
     source = Path(path)
     if source.suffix.lower() == ".zip":
         return "chatgpt"
@@ -76,9 +74,9 @@ def read_conversations(
     file_format: Format | None = None,
     resource_id: str | None = None,
 ) -> ImportReport:
-    """Read either format (detected when ``file_format`` is None).
+    """Read either format (detected when `file_format` is None).
 
-    ``resource_id`` is required for a ChatGPT export, and is the resource of JSONL lines
+    `resource_id` is required for a ChatGPT export, and is the resource of JSONL lines
     that have none.
     """
     chosen = file_format or detect_format(path)

@@ -1,9 +1,9 @@
-"""ChatGPT exports: ``conversations.json``, or the ``.zip`` that contains it.
+"""ChatGPT exports: `conversations.json`, or the `.zip` that contains it.
 
-An export is a list of conversations, each with a ``title``, a ``create_time``, a
-``mapping`` of nodes (each a ``message`` with ``author.role``, ``content.parts``,
-``create_time``, and a ``parent``) and a ``current_node``. The main branch is the
-``current_node``'s chain of parents (edits and regenerations left on other branches are not
+An export is a list of conversations, each with a `title`, a `create_time`, a
+`mapping` of nodes (each a `message` with `author.role`, `content.parts`,
+`create_time`, and a `parent`) and a `current_node`. The main branch is the
+`current_node`'s chain of parents (edits and regenerations left on other branches are not
 imported). User and assistant text messages are kept; hidden, tool, code and reasoning
 messages are reported as skipped. The thread id is the conversation's id and message ids
 are ChatGPT's own, so importing a later export of the same account adds only what is new.
@@ -44,7 +44,7 @@ _SKIPPED_CONTENT = {
 
 
 def _main_branch(mapping: Mapping[str, Any], current: object) -> list[Mapping[str, Any]]:
-    """The nodes from the root to ``current`` (or to the newest leaf), in order."""
+    """The nodes from the root to `current` (or to the newest leaf), in order."""
     if not isinstance(current, str) or current not in mapping:
         leaves = [
             key
@@ -155,7 +155,7 @@ def read_chatgpt_conversations(data: object, *, resource_id: str) -> ImportRepor
     """Conversations of a parsed ChatGPT export (a list, or one conversation object).
 
     Args:
-        data: The parsed ``conversations.json``.
+        data: The parsed `conversations.json`.
         resource_id: Whose conversations these are (the export does not say).
     """
     if not isinstance(resource_id, str) or not resource_id.strip():
@@ -199,7 +199,7 @@ def _read_export_text(path: Path) -> str:
 
 
 def read_chatgpt_export(path: str | PathLike[str], *, resource_id: str) -> ImportReport:
-    """Read a ChatGPT ``conversations.json`` (or the export ``.zip`` that holds it)."""
+    """Read a ChatGPT `conversations.json` (or the export `.zip` that holds it)."""
     text = _read_export_text(Path(path))
     try:
         data = json.loads(text)

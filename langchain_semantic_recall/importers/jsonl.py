@@ -1,15 +1,17 @@
 """Our JSONL format: one message a line, read into conversations and written back.
 
-Each line is a JSON object::
+Each line is a JSON object:
 
-    {"resource": "alice", "thread": "trip", "role": "user", "content": "Hi!",
-     "id": "optional-stable-id", "created_at": "2024-01-15T10:30:00Z", "title": "Trip"}
+```json
+{"resource": "alice", "thread": "trip", "role": "user", "content": "Hi!",
+ "id": "optional-stable-id", "created_at": "2024-01-15T10:30:00Z", "title": "Trip"}
+```
 
-``role`` is ``user``, ``assistant`` or ``system`` (``tool`` lines need ``message``);
-``id``, ``created_at`` (ISO 8601 or epoch seconds) and ``title`` (the conversation's label)
+`role` is `user`, `assistant` or `system` (`tool` lines need `message`);
+`id`, `created_at` (ISO 8601 or epoch seconds) and `title` (the conversation's label)
 are optional. Without an id, one is derived from the line's content and position, so
-importing the same file twice adds nothing. ``message`` (optional) is the full LangChain
-message as ``langchain_core.messages.message_to_dict`` writes it: :func:`export_lines` adds
+importing the same file twice adds nothing. `message` (optional) is the full LangChain
+message as `langchain_core.messages.message_to_dict` writes it: `export_lines` adds
 it when role and content do not describe the message completely (tool calls, tool results,
 multimodal content), so an export reads back as exactly the same messages. Lines keep their
 order within a thread.
@@ -111,7 +113,7 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
 
     Args:
         lines: The lines of the file.
-        default_resource: Resource of lines that have no ``resource`` field.
+        default_resource: Resource of lines that have no `resource` field.
     """
     report = ImportReport(format="jsonl")
     by_thread: dict[str, Conversation] = {}
@@ -159,13 +161,12 @@ def read_jsonl(path: str | PathLike[str], *, default_resource: str | None = None
 
 
 def _needs_full(message: BaseMessage, plain: BaseMessage) -> bool:
-    """Whether role and content lose something of ``message`` (its dict differs)."""
-
+    """Whether role and content lose something of `message` (its dict differs)."""
     return _without_time(message_to_dict(message)) != _without_time(message_to_dict(plain))
 
 
 def _without_time(data: dict[str, Any]) -> dict[str, Any]:
-    """A message dict without ``created_at`` (the line carries it in its own field)."""
+    """A message dict without `created_at` (the line carries it in its own field)."""
     kwargs = dict(data["data"].get("additional_kwargs", {}))
     kwargs.pop(CREATED_AT_KEY, None)
     return {**data, "data": {**data["data"], "additional_kwargs": kwargs}}
@@ -174,7 +175,7 @@ def _without_time(data: dict[str, Any]) -> dict[str, Any]:
 def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
     """Stored messages as lines of our JSONL format (no newline at the end of each).
 
-    Reading the lines back with :func:`read_jsonl_lines` gives the same messages, with
+    Reading the lines back with `read_jsonl_lines` gives the same messages, with
     the same ids and times, so an export re-imports into any store.
     """
     for stored in messages:

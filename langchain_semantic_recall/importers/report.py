@@ -1,6 +1,6 @@
 """What a conversation file held: its conversations, and what was skipped and why.
 
-The plain data shared by the readers of :mod:`langchain_semantic_recall.importers`.
+The plain data shared by the readers of `langchain_semantic_recall.importers`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ ROLES: dict[str, type[BaseMessage]] = {
     "ai": AIMessage,
     "system": SystemMessage,
 }
-"""The message class of each plain role a file may name (``tool`` needs a full message)."""
+"""The message class of each plain role a file may name (`tool` needs a full message)."""
 
 
 @dataclass
 class Conversation:
-    """The messages of one thread, in order, ready for ``SemanticRecall.index``."""
+    """The messages of one thread, in order, ready for `SemanticRecall.index`."""
 
     resource_id: str
     thread_id: str
@@ -40,7 +40,7 @@ class Skipped:
     """Something in a file that was not imported, and why."""
 
     where: str
-    """``line 7`` (JSONL) or ``conversation "Title"`` (ChatGPT export)."""
+    """`line 7` (JSONL) or `conversation "Title"` (ChatGPT export)."""
     reason: str
 
 
@@ -54,4 +54,5 @@ class ImportReport:
 
     @property
     def message_count(self) -> int:
+        """Messages in every conversation read."""
         return sum(len(c.messages) for c in self.conversations)

@@ -1,28 +1,28 @@
 """Message storage: the ordered record of every message of every thread.
 
-The public methods of :class:`MessageStorage` (``put``, ``get_windows``, ... and their
-``a``-prefixed async twins) are concrete: they check their input once
-(:mod:`.checks`) and call a small protected method (``_put``, ``_get_windows``, ...)
+The public methods of `MessageStorage` (`put`, `get_windows`, ... and their
+`a`-prefixed async twins) are concrete: they check their input once
+(`checks`) and call a small protected method (`_put`, `_get_windows`, ...)
 that a backend implements with storage work only. The protected async twins default to
 running the sync ones in an executor; a backend with a native async driver overrides
-them. Every backend must pass the shared conformance suite (``tests/conformance``).
+them. Every backend must pass the shared conformance suite (`tests/conformance`).
 
 Rules every backend keeps:
 
 - A thread belongs to exactly one resource, and a message id to exactly one thread:
-  writing either under another owner raises :class:`OwnershipError` and writes nothing.
+  writing either under another owner raises `OwnershipError` and writes nothing.
 - Writing an existing message id again replaces its role, text, time and payload but
   keeps its place (sequence number) in the thread: re-indexing never duplicates. When
   one batch repeats an id, the last record wins. A failed batch uses up no sequence
   numbers.
-- A forgotten thread is retired: later writes to it raise :class:`ForgottenThreadError`.
+- A forgotten thread is retired: later writes to it raise `ForgottenThreadError`.
   Deleting a thread that was never written still retires its id. Emptying a thread
-  (``delete_thread(..., retire=False)``) deletes its messages and its owner but leaves
+  (`delete_thread(..., retire=False)`) deletes its messages and its owner but leaves
   the id free for later writes (by any resource).
-- Reads take a :class:`ScopeFilter` and never return a message outside it.
+- Reads take a `ScopeFilter` and never return a message outside it.
 - Times must be timezone-aware (compared as instants); negative window sizes and a
-  page ``limit`` below 1 raise :class:`InvalidInputError`. Thread ids sort by code
-  point (PostgreSQL: ``COLLATE "C"``).
+  page `limit` below 1 raise `InvalidInputError`. Thread ids sort by code
+  point (PostgreSQL: `COLLATE "C"`).
 """
 
 from __future__ import annotations
@@ -95,20 +95,20 @@ def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> No
 class MessageStorage(ABC):
     """Abstract message storage: public methods check input, backends store.
 
-    Subclass it and implement the protected abstract methods (``_put``,
-    ``_get_windows``, ``_get_thread_owner``, ``_list_messages``, ``_list_threads``,
-    ``_delete_thread``, ``_delete_resource``, ``_is_forgotten``); optionally
-    ``_keyword_search`` (with ``supports_keyword_search = True``), ``_count`` (a faster
-    count) and the ``_a*`` async twins (a native async driver). They receive checked
-    input only: valid ids, ``created_at`` in UTC, window sizes >= 0, ``limit`` >= 1.
+    Subclass it and implement the protected abstract methods (`_put`,
+    `_get_windows`, `_get_thread_owner`, `_list_messages`, `_list_threads`,
+    `_delete_thread`, `_delete_resource`, `_is_forgotten`); optionally
+    `_keyword_search` (with `supports_keyword_search = True`), `_count` (a faster
+    count) and the `_a*` async twins (a native async driver). They receive checked
+    input only: valid ids, `created_at` in UTC, window sizes >= 0, `limit` >= 1.
 
-    Every public method raises :class:`InvalidInputError` on unusable input (an id that
-    is blank, not a string or holds NUL or a lone surrogate; a naive ``created_at``; a
-    negative window; ``limit`` below 1; a scope that is not a :class:`ScopeFilter`).
+    Every public method raises `InvalidInputError` on unusable input (an id that
+    is blank, not a string or holds NUL or a lone surrogate; a naive `created_at`; a
+    negative window; `limit` below 1; a scope that is not a `ScopeFilter`).
     """
 
     supports_keyword_search: ClassVar[bool] = False
-    """Whether :meth:`keyword_search` is implemented (full-text search in the storage)."""
+    """Whether `keyword_search` is implemented (full-text search in the storage)."""
 
     # --- writes -----------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ class MessageStorage(ABC):
         New messages get the next sequence numbers of their thread; known ids keep theirs.
 
         Returns:
-            The stored messages (``created_at`` in UTC), in input order.
+            The stored messages (`created_at` in UTC), in input order.
 
         Raises:
             OwnershipError: A thread of another resource, or a message id of another thread.
@@ -129,7 +129,7 @@ class MessageStorage(ABC):
         return self._put(checked) if checked else []
 
     async def aput(self, records: Sequence[MessageRecord]) -> list[StoredMessage]:
-        """Async twin of :meth:`put`."""
+        """Async twin of `put`."""
         checked = checked_records(records)
         return await self._aput(checked) if checked else []
 
@@ -139,7 +139,7 @@ class MessageStorage(ABC):
         Args:
             thread_id: The thread. Unknown threads delete nothing.
             retire: True (forget): the id is retired, even if never written, and later
-                writes to it raise :class:`ForgottenThreadError`. False (empty): the
+                writes to it raise `ForgottenThreadError`. False (empty): the
                 thread loses its messages and its owner but later writes to it succeed,
                 under any resource; an already retired id stays retired.
         """
@@ -149,7 +149,7 @@ class MessageStorage(ABC):
         return deleted
 
     async def adelete_thread(self, thread_id: str, *, retire: bool = True) -> int:
-        """Async twin of :meth:`delete_thread`."""
+        """Async twin of `delete_thread`."""
         _delete_thread_input(thread_id, retire)
         deleted = await self._adelete_thread(thread_id, retire=retire)
         _log_delete("thread", thread_id, deleted, retire=retire)
@@ -163,7 +163,7 @@ class MessageStorage(ABC):
         return deleted
 
     async def adelete_resource(self, resource_id: str) -> int:
-        """Async twin of :meth:`delete_resource`."""
+        """Async twin of `delete_resource`."""
         check_id("resource_id", resource_id)
         deleted = await self._adelete_resource(resource_id)
         _log_delete("resource", resource_id, deleted)
@@ -174,7 +174,7 @@ class MessageStorage(ABC):
     def get_windows(
         self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """For each id inside ``scope``: it with ``before``/``after`` neighbours of its thread.
+        """For each id inside `scope`: it with `before`/`after` neighbours of its thread.
 
         Args:
             message_ids: Ids of the hits. Unknown ids and ids outside the scope are absent
@@ -192,7 +192,7 @@ class MessageStorage(ABC):
     async def aget_windows(
         self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """Async twin of :meth:`get_windows`."""
+        """Async twin of `get_windows`."""
         ids = _windows_input(message_ids, before, after, scope)
         if not ids:
             return {}
@@ -203,7 +203,7 @@ class MessageStorage(ABC):
         return self._get_thread_owner(check_id("thread_id", thread_id))
 
     async def aget_thread_owner(self, thread_id: str) -> str | None:
-        """Async twin of :meth:`get_thread_owner`."""
+        """Async twin of `get_thread_owner`."""
         return await self._aget_thread_owner(check_id("thread_id", thread_id))
 
     def list_messages(
@@ -213,7 +213,7 @@ class MessageStorage(ABC):
         after: tuple[str, int] | None = None,
         limit: int = 1000,
     ) -> list[StoredMessage]:
-        """A page of messages ordered by (thread_id, seq), starting after ``after``.
+        """A page of messages ordered by (thread_id, seq), starting after `after`.
 
         Args:
             scope: Only messages inside it; None lists every message (maintenance).
@@ -230,7 +230,7 @@ class MessageStorage(ABC):
         after: tuple[str, int] | None = None,
         limit: int = 1000,
     ) -> list[StoredMessage]:
-        """Async twin of :meth:`list_messages`."""
+        """Async twin of `list_messages`."""
         cursor = _page_input(scope, after, limit)
         return await self._alist_messages(scope, after=cursor, limit=limit)
 
@@ -241,7 +241,7 @@ class MessageStorage(ABC):
         return self._list_threads(resource_id)
 
     async def alist_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        """Async twin of :meth:`list_threads`."""
+        """Async twin of `list_threads`."""
         if resource_id is not None:
             check_id("resource_id", resource_id)
         return await self._alist_threads(resource_id)
@@ -252,7 +252,7 @@ class MessageStorage(ABC):
         return self._count(scope)
 
     async def acount(self, scope: ScopeFilter | None = None) -> int:
-        """Async twin of :meth:`count`."""
+        """Async twin of `count`."""
         check_scope(scope, optional=True)
         return await self._acount(scope)
 
@@ -261,7 +261,7 @@ class MessageStorage(ABC):
         return self._is_forgotten(check_id("thread_id", thread_id))
 
     async def ais_forgotten(self, thread_id: str) -> bool:
-        """Async twin of :meth:`is_forgotten`."""
+        """Async twin of `is_forgotten`."""
         return await self._ais_forgotten(check_id("thread_id", thread_id))
 
     def keyword_search(
@@ -271,7 +271,7 @@ class MessageStorage(ABC):
 
         Raises:
             NotImplementedError: The backend has no keyword search
-                (``supports_keyword_search`` is False).
+                (`supports_keyword_search` is False).
         """
         _keyword_input(query, scope, limit)
         return self._keyword_search(query, scope=scope, limit=limit)
@@ -279,7 +279,7 @@ class MessageStorage(ABC):
     async def akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
-        """Async twin of :meth:`keyword_search`."""
+        """Async twin of `keyword_search`."""
         _keyword_input(query, scope, limit)
         return await self._akeyword_search(query, scope=scope, limit=limit)
 
@@ -287,20 +287,20 @@ class MessageStorage(ABC):
         """Release connections."""
 
     async def aclose(self) -> None:
-        """Async twin of :meth:`close`."""
+        """Async twin of `close`."""
         await run_in_executor(None, self.close)
 
     # --- the backend surface: storage work on checked input ---------------------------
 
     @abstractmethod
     def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
-        """Write a non-empty batch of checked records (``created_at`` in UTC) atomically."""
+        """Write a non-empty batch of checked records (`created_at` in UTC) atomically."""
 
     @abstractmethod
     def _get_windows(
         self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """Windows of distinct, non-empty ``message_ids``, in their order (see the public)."""
+        """Windows of distinct, non-empty `message_ids`, in their order (see the public)."""
 
     @abstractmethod
     def _get_thread_owner(self, thread_id: str) -> str | None:
@@ -310,7 +310,7 @@ class MessageStorage(ABC):
     def _list_messages(
         self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
-        """A page of messages (see :meth:`list_messages`)."""
+        """A page of messages (see `list_messages`)."""
 
     @abstractmethod
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
@@ -331,7 +331,7 @@ class MessageStorage(ABC):
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
-        """Keyword matches (override with ``supports_keyword_search = True``)."""
+        """Keyword matches (override with `supports_keyword_search = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no keyword search")
 
     def _count(self, scope: ScopeFilter | None) -> int:

@@ -1,9 +1,9 @@
-"""The input checks of :class:`~.base.MessageStorage`: pure functions, no I/O.
+"""The input checks of `MessageStorage`: pure functions, no I/O.
 
 The public storage methods run them once, before any backend sees the call, so every
-backend refuses the same inputs with the same :class:`InvalidInputError` and backends
-do storage work only. Ids go through :func:`~langchain_semantic_recall.messages.check_id`
-(non-blank strings without NUL or lone surrogates: an id one backend stores, all do).
+backend refuses the same inputs with the same `InvalidInputError` and backends do
+storage work only. Ids go through `check_id` (non-blank strings without NUL or lone
+surrogates: an id one backend stores, all do).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def checked_record(record: object) -> MessageRecord:
-    """``record`` with its ``created_at`` in UTC, if every field is usable.
+    """`record` with its `created_at` in UTC, if every field is usable.
 
     Raises:
-        InvalidInputError: not a :class:`MessageRecord`, an unusable id, an unknown role,
-            non-string text or payload, or a ``created_at`` without a time zone.
+        InvalidInputError: not a `MessageRecord`, an unusable id, an unknown role,
+            non-string text or payload, or a `created_at` without a time zone.
     """
     if not isinstance(record, MessageRecord):
         raise InvalidInputError(
@@ -57,7 +57,7 @@ def checked_record(record: object) -> MessageRecord:
 
 
 def checked_records(records: object) -> list[MessageRecord]:
-    """The batch as a list of checked records (:func:`checked_record`), in order."""
+    """The batch as a list of checked records (`checked_record`), in order."""
     if isinstance(records, str | bytes | MessageRecord) or not isinstance(records, Iterable):
         raise InvalidInputError(
             f"records must be a list of MessageRecord, got {type(records).__name__}"
@@ -89,7 +89,7 @@ def check_limit(limit: object) -> None:
 
 
 def check_scope(scope: object, *, optional: bool = False) -> None:
-    """A :class:`ScopeFilter` with usable ids (or None where ``optional``)."""
+    """A `ScopeFilter` with usable ids (or None where `optional`)."""
     if scope is None and optional:
         return
     if not isinstance(scope, ScopeFilter):

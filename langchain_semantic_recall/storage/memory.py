@@ -1,20 +1,20 @@
 """In-memory message storage: the reference backend for tests and notebooks.
 
-Everything lives in plain dicts guarded by one :class:`threading.RLock`. A write is
+Everything lives in plain dicts guarded by one `threading.RLock`. A write is
 planned against the current state first and applied only when every record passed the
 ownership and forgotten-thread checks, so a failing batch writes nothing.
 
 Example:
-    .. code-block:: python
+    ```python
+    from langchain_semantic_recall.storage import InMemoryStorage
 
-        from langchain_semantic_recall.storage import InMemoryStorage
-
-        storage = InMemoryStorage()
-        storage.put([record])  # record: a MessageRecord
-        windows = storage.get_windows(
-            [record.id], before=1, after=1, scope=ScopeFilter(resource_id="user-1")
-        )
-        # async twins: await storage.aput([...]), await storage.aget_windows(...)
+    storage = InMemoryStorage()
+    storage.put([record])  # record: a MessageRecord
+    windows = storage.get_windows(
+        [record.id], before=1, after=1, scope=ScopeFilter(resource_id="user-1")
+    )
+    # async twins: await storage.aput([...]), await storage.aget_windows(...)
+    ```
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _Thread:
-    """One thread: its owner and its messages, where ``messages[seq]`` has that seq."""
+    """One thread: its owner and its messages, where `messages[seq]` has that seq."""
 
     resource_id: str
     messages: list[StoredMessage] = field(default_factory=list)
@@ -48,14 +48,14 @@ class InMemoryStorage(MessageStorage):
     """Message storage in process memory (lost when the process ends).
 
     Thread-safe: every method holds one re-entrant lock for its whole duration. It keeps
-    every rule of :class:`MessageStorage` and is the reference the conformance suite is
+    every rule of `MessageStorage` and is the reference the conformance suite is
     written against.
 
     Example:
-        .. code-block:: python
-
-            storage = InMemoryStorage()
-            recall = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
+        ```python
+        storage = InMemoryStorage()
+        recall = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
+        ```
     """
 
     supports_keyword_search = True
@@ -64,7 +64,7 @@ class InMemoryStorage(MessageStorage):
         """Create an empty storage.
 
         Args:
-            bm25: BM25's constants for :meth:`keyword_search` (default ``k1=1.2, b=0.3``).
+            bm25: BM25's constants for `keyword_search` (default `k1=1.2, b=0.3`).
         """
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
@@ -240,10 +240,10 @@ class InMemoryStorage(MessageStorage):
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
-        """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
+        """(message id, BM25 score) of the best keyword matches inside `scope`, best first.
 
         User and assistant messages are searchable (like the vector index); terms are
-        those of :mod:`langchain_semantic_recall.keywords`, and BM25's statistics (document
+        those of `langchain_semantic_recall.keywords`, and BM25's statistics (document
         count, frequencies, mean length) are those of the scope itself.
         """
         terms = query_terms(query)

@@ -1,13 +1,13 @@
-"""SQLite message storage: the embedded default (stdlib ``sqlite3``, WAL journal).
+"""SQLite message storage: the embedded default (stdlib `sqlite3`, WAL journal).
 
 One file holds every thread of every resource. The file itself (path checks, pragmas,
-schema version and migrations) is :mod:`.sqlite_schema`'s; keyword search is
-:mod:`.sqlite_fts`'s. SQL lives in module-level constants and pure functions that
+schema version and migrations) is `sqlite_schema`'s; keyword search is
+`sqlite_fts`'s. SQL lives in module-level constants and pure functions that
 build it.
 
-Concurrency: one connection (``check_same_thread=False``) guarded by one lock. SQLite
+Concurrency: one connection (`check_same_thread=False`) guarded by one lock. SQLite
 admits a single writer at a time anyway, every statement here is short (indexed lookups
-of a few rows), and a single connection can be closed deterministically by :meth:`close`;
+of a few rows), and a single connection can be closed deterministically by `close`;
 per-thread connections would leak from executor threads (the async twins run in a pool)
 and would need their own cleanup. Other processes sharing the file are handled by WAL
 and the busy timeout.
@@ -51,7 +51,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _MIGRATIONS: Final = MIGRATIONS
-"""The schema steps, by version (:data:`.sqlite_schema.MIGRATIONS`; tests import it here)."""
+"""The schema steps, by version (`sqlite_schema.MIGRATIONS`; tests import it here)."""
 _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
 
 # --- statements ---------------------------------------------------------------------
@@ -80,7 +80,7 @@ _DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
 
 
 def _scope_sql(scope: ScopeFilter | None) -> tuple[str, list[str]]:
-    """``AND``-clauses (possibly empty) and their parameters restricting rows to ``scope``."""
+    """`AND`-clauses (possibly empty) and their parameters restricting rows to `scope`."""
     if scope is None:
         return "", []
     pairs = [("resource_id", scope.resource_id), ("thread_id", scope.thread_id)]
@@ -91,10 +91,10 @@ def _scope_sql(scope: ScopeFilter | None) -> tuple[str, list[str]]:
 def windows_sql(
     message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
 ) -> tuple[str, list[Any]]:
-    """One query: the hits inside ``scope``, then every neighbour by seq range, in order.
+    """One query: the hits inside `scope`, then every neighbour by seq range, in order.
 
-    Rows are ``(hit_id, *_COLUMNS)`` ordered by hit id then seq. Both lookups use an
-    index (the primary key for the hits, ``UNIQUE(thread_id, seq)`` for the ranges).
+    Rows are `(hit_id, *_COLUMNS)` ordered by hit id then seq. Both lookups use an
+    index (the primary key for the hits, `UNIQUE(thread_id, seq)` for the ranges).
     """
     where, scope_params = _scope_sql(scope)
     marks = ", ".join("?" * len(message_ids))
@@ -111,7 +111,7 @@ def windows_sql(
 def list_messages_sql(
     scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
 ) -> tuple[str, list[Any]]:
-    """A keyset page ordered by (thread_id, seq), strictly after ``after``."""
+    """A keyset page ordered by (thread_id, seq), strictly after `after`."""
     where, params = _scope_sql(scope)
     page: list[Any] = [*params]
     if after is not None:
@@ -133,7 +133,7 @@ def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:
 
 
 def count_sql(scope: ScopeFilter | None) -> tuple[str, list[Any]]:
-    """The number of messages inside ``scope``."""
+    """The number of messages inside `scope`."""
     where, params = _scope_sql(scope)
     return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
 
@@ -142,7 +142,7 @@ def count_sql(scope: ScopeFilter | None) -> tuple[str, list[Any]]:
 
 
 def _to_iso(value: datetime) -> str:
-    """Fixed-width ISO 8601 in UTC (sorts as text); ``value`` is aware (checked by the base)."""
+    """Fixed-width ISO 8601 in UTC (sorts as text); `value` is aware (checked by the base)."""
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
@@ -151,7 +151,7 @@ def _from_iso(value: str) -> datetime:
 
 
 def _to_message(row: Sequence[Any]) -> StoredMessage:
-    """A row of ``_COLUMNS`` as a stored message."""
+    """A row of `_COLUMNS` as a stored message."""
     id_, thread_id, resource_id, role, text, created_at, payload, seq = row
     return StoredMessage(
         id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq
@@ -168,14 +168,14 @@ class SQLiteStorage(MessageStorage):
     """Message storage in one SQLite file (WAL journal), safe across threads.
 
     Example:
-        .. code-block:: python
+        ```python
+        storage = SQLiteStorage("./memory/messages.db")  # folders are created
+        storage.put(records)
+        await storage.aget_windows(ids, before=2, after=1, scope=scope)
+        storage.close()
+        ```
 
-            storage = SQLiteStorage("./memory/messages.db")  # folders are created
-            storage.put(records)
-            await storage.aget_windows(ids, before=2, after=1, scope=scope)
-            storage.close()
-
-    ``SQLiteStorage(":memory:")`` keeps everything in memory (handy in tests).
+    `SQLiteStorage(":memory:")` keeps everything in memory (handy in tests).
     """
 
     supports_keyword_search = True
@@ -184,8 +184,8 @@ class SQLiteStorage(MessageStorage):
         """Open (creating if needed) the database file and bring its schema up to date.
 
         Args:
-            path: A file path, or ``":memory:"``. Missing parent folders are created.
-            bm25: BM25's constants for :meth:`keyword_search` (default ``k1=1.2, b=0.3``).
+            path: A file path, or `":memory:"`. Missing parent folders are created.
+            bm25: BM25's constants for `keyword_search` (default `k1=1.2, b=0.3`).
 
         Raises:
             StorageError: The path cannot be created, read or written, is not a SQLite
@@ -202,7 +202,7 @@ class SQLiteStorage(MessageStorage):
 
     @property
     def path(self) -> str:
-        """The database path (``":memory:"`` for an in-memory database)."""
+        """The database path (`":memory:"` for an in-memory database)."""
         return self._path
 
     @contextmanager
@@ -212,7 +212,7 @@ class SQLiteStorage(MessageStorage):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction: committed on success, else rolled back."""
+        """One `BEGIN IMMEDIATE` transaction: committed on success, else rolled back."""
         with self._lock, self._errors("write"):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -236,7 +236,7 @@ class SQLiteStorage(MessageStorage):
     # --- writes -----------------------------------------------------------------------
 
     def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
-        """One ``BEGIN IMMEDIATE`` transaction (StorageError if it cannot be written)."""
+        """One `BEGIN IMMEDIATE` transaction (StorageError if it cannot be written)."""
         created = [_to_iso(record.created_at) for record in records]
         now = _to_iso(datetime.now(UTC))
         stored: list[StoredMessage] = []
@@ -361,17 +361,17 @@ class SQLiteStorage(MessageStorage):
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
-        """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
+        """(message id, BM25 score) of the best keyword matches inside `scope`, best first.
 
         FTS5 finds the scope's user and assistant messages holding any query term (terms
-        of :mod:`langchain_semantic_recall.keywords`: stemmed, without stop words); they
+        of `langchain_semantic_recall.keywords`: stemmed, without stop words); they
         are scored by BM25 with this storage's constants and the scope's own statistics
-        (FTS5's built-in ``bm25()`` fixes ``b = 0.75``; chat measured better with 0.3).
+        (FTS5's built-in `bm25()` fixes `b = 0.75`; chat measured better with 0.3).
         """
         with self._read() as conn:
             return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
 
     def close(self) -> None:
-        """Close the connection; later calls raise :class:`StorageError`."""
+        """Close the connection; later calls raise `StorageError`."""
         with self._lock:
             self._conn.close()

@@ -2,13 +2,13 @@
 
 Schema (version 2 of the file):
 
-- ``message_fts`` (FTS5): one row per keyword-searchable message (user and assistant
-  messages with terms), with its terms (:func:`keywords.message_terms`, already stemmed:
+- `message_fts` (FTS5): one row per keyword-searchable message (user and assistant
+  messages with terms), with its terms (`keywords.message_terms`, already stemmed:
   FTS5 only looks them up) and two scope tokens, so that a search intersects posting
   lists inside one resource or thread instead of filtering every match in the file;
-- ``message_terms``: links an FTS5 row (``doc``) to its message (VACUUM may renumber the
+- `message_terms`: links an FTS5 row (`doc`) to its message (VACUUM may renumber the
   messages table's own rowids) and keeps the terms for BM25;
-- ``thread_terms``: per-thread totals (searchable messages, terms) for BM25's average
+- `thread_terms`: per-thread totals (searchable messages, terms) for BM25's average
   length.
 
 Every function here runs inside the caller's transaction: a message and its keyword
@@ -68,7 +68,7 @@ def _token(kind: str, value: str) -> str:
 
 
 def scope_tokens(resource_id: str, thread_id: str) -> str:
-    """The ``scope`` column of a message: a token for its resource and one for its thread.
+    """The `scope` column of a message: a token for its resource and one for its thread.
 
     Hashing keeps any id one safe token; a collision could only add candidates, which the
     search drops again by joining the messages table on the exact scope.
@@ -77,7 +77,7 @@ def scope_tokens(resource_id: str, thread_id: str) -> str:
 
 
 def fts_match(scope: ScopeFilter, terms: Sequence[str]) -> str:
-    """An FTS5 query: messages of ``scope`` holding any of ``terms`` (quoted literally)."""
+    """An FTS5 query: messages of `scope` holding any of `terms` (quoted literally)."""
     tokens = []
     if scope.resource_id is not None:
         tokens.append(_token("r", scope.resource_id))
@@ -95,7 +95,7 @@ def _exact_scope(scope: ScopeFilter, table: str) -> tuple[str, list[str]]:
 
 
 def candidates_sql(scope: ScopeFilter, terms: Sequence[str], limit: int) -> tuple[str, list[Any]]:
-    """FTS5's best ``limit`` matches inside ``scope``: rows of (message id, terms)."""
+    """FTS5's best `limit` matches inside `scope`: rows of (message id, terms)."""
     where, params = _exact_scope(scope, "m")
     sql = (
         "WITH hits AS (SELECT rowid AS doc FROM message_fts WHERE message_fts MATCH ? "
@@ -107,7 +107,7 @@ def candidates_sql(scope: ScopeFilter, terms: Sequence[str], limit: int) -> tupl
 
 
 def stats_sql(scope: ScopeFilter) -> tuple[str, list[Any]]:
-    """Searchable messages, and their terms in total, inside ``scope``."""
+    """Searchable messages, and their terms in total, inside `scope`."""
     where, params = _exact_scope(scope, "h")
     sql = (
         "SELECT COALESCE(SUM(s.docs), 0), COALESCE(SUM(s.terms), 0) FROM threads AS h "
@@ -128,7 +128,7 @@ def _add(
     resource_id: str,
     content: tuple[str, str],
 ) -> None:
-    """Index one message; ``content`` is its (role, text)."""
+    """Index one message; `content` is its (role, text)."""
     terms = message_terms(*content)
     if not terms:
         return
@@ -176,9 +176,9 @@ def _frequencies(terms: Sequence[str], docs: Mapping[str, Sequence[str]]) -> dic
 def search(
     conn: sqlite3.Connection, query: str, *, scope: ScopeFilter, limit: int, params: BM25Params
 ) -> list[tuple[str, float]]:
-    """(message id, BM25 score) of the best ``limit`` keyword matches inside ``scope``.
+    """(message id, BM25 score) of the best `limit` keyword matches inside `scope`.
 
-    When the scope has at most ``max(10 * limit, MIN_CANDIDATES)`` matches (nearly
+    When the scope has at most `max(10 * limit, MIN_CANDIDATES)` matches (nearly
     always), every match is scored, so the result is exact BM25 over the scope; beyond,
     FTS5's own ranking chooses which matches are re-scored.
     """

@@ -1,10 +1,10 @@
 """The SQLite storage's file: its path checks, pragmas, schema and migrations.
 
-A file carries its schema version (table ``schema_version``); opening it brings the
-schema up to :data:`SCHEMA_VERSION` in one transaction, step by step, so a file written
+A file carries its schema version (table `schema_version`); opening it brings the
+schema up to `SCHEMA_VERSION` in one transaction, step by step, so a file written
 by any earlier release is migrated in place and one written by a later release is
-refused. The statements live in :data:`MIGRATIONS`; keyword search's tables and their
-backfill come from :mod:`.sqlite_fts`.
+refused. The statements live in `MIGRATIONS`; keyword search's tables and their
+backfill come from `sqlite_fts`.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def connect(path: str) -> sqlite3.Connection:
 
 
 def _configure(conn: sqlite3.Connection, path: str) -> None:
-    """Set the pragmas and bring the schema up to ``SCHEMA_VERSION``, in one transaction."""
+    """Set the pragmas and bring the schema up to `SCHEMA_VERSION`, in one transaction."""
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
     if mode != "wal" and path != MEMORY_PATH:
         logger.warning("SQLite storage %s runs in %s journal mode, not WAL", path, mode)

@@ -1,21 +1,21 @@
 """Vector index: one vector per message (or per chunk of a long message), with metadata.
 
 A backend hosts named indexes (a Chroma collection per index name). As in LangGraph's
-``BaseStore``, every public method is concrete: it checks its arguments once (the index
-name, ``k``, the delete selectors, the batch size) and calls one small hook that does the
+`BaseStore`, every public method is concrete: it checks its arguments once (the index
+name, `k`, the delete selectors, the batch size) and calls one small hook that does the
 storage work only:
 
-| public (sync / async)              | hook             | a backend                       |
-|------------------------------------|------------------|---------------------------------|
-| ``open`` / ``aopen``               | ``_open``        | implements it                   |
-| ``upsert`` / ``aupsert``           | ``_upsert``      | implements it                   |
-| ``query`` / ``aquery``             | ``_query``       | implements it                   |
-| ``delete`` / ``adelete``           | ``_delete``      | implements it                   |
-| ``message_ids`` / ``amessage_ids`` | ``_message_ids`` | implements it                   |
-| ``export`` / ``aexport``           | ``_export``      | implements it if it can list    |
-| ``count`` / ``acount``             | ``_count``       | may (default: count ``export``) |
+| public (sync / async)          | hook           | a backend                     |
+|--------------------------------|----------------|-------------------------------|
+| `open` / `aopen`               | `_open`        | implements it                 |
+| `upsert` / `aupsert`           | `_upsert`      | implements it                 |
+| `query` / `aquery`             | `_query`       | implements it                 |
+| `delete` / `adelete`           | `_delete`      | implements it                 |
+| `message_ids` / `amessage_ids` | `_message_ids` | implements it                 |
+| `export` / `aexport`           | `_export`      | implements it if it can list  |
+| `count` / `acount`             | `_count`       | may (default: count `export`) |
 
-Async twins run the sync method in an executor (``run_in_executor``). Scores are cosine
+Async twins run the sync method in an executor (`run_in_executor`). Scores are cosine
 similarity clipped to [0, 1] on every backend, so a threshold means the same everywhere.
 A wrapper that forwards every call to another index (the tests' recorders) may override
 the public methods instead of the hooks: the wrapped index still checks the arguments.
@@ -48,7 +48,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_EXPORT_BATCH: Final = 1000
-"""Vectors read per round trip by ``export`` unless told otherwise."""
+"""Vectors read per round trip by `export` unless told otherwise."""
 
 _ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
@@ -56,37 +56,43 @@ _ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
     """This vector index cannot list its vectors, so they cannot be exported or copied.
 
-    Raised by ``export`` (at the call) on a backend without an ``_export`` hook, and by
-    ``LangChainVectorIndex`` when its store's dialect cannot read vectors back.
-    ``semantic-recall migrate`` (and :func:`~langchain_semantic_recall.cli.migrate.migrate`)
-    then embeds the messages again instead of copying their vectors.
+    Raised by `export` (at the call) on a backend without an `_export` hook, and by
+    `LangChainVectorIndex` when its store's dialect cannot read vectors back.
+    `semantic-recall migrate` (and `migrate`) then embeds the messages again instead of
+    copying their vectors.
     """
 
 
 class VectorIndex:
     """Host of named vector indexes: concrete checked methods over small storage hooks.
 
-    Setup (any backend; the engine calls ``open`` for you)::
+    Setup (any backend; the engine calls `open` for you):
 
-        index = InMemoryVectorIndex()
-        index.open("minilm-384", dimension=384, model="all-MiniLM-L6-v2")
+    ```python
+    index = InMemoryVectorIndex()
+    index.open("minilm-384", dimension=384, model="all-MiniLM-L6-v2")
+    ```
 
-    Sync use::
+    Sync use:
 
-        index.upsert("minilm-384", records)
-        hits = index.query("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
-        everything = list(index.export("minilm-384"))
+    ```python
+    index.upsert("minilm-384", records)
+    hits = index.query("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
+    everything = list(index.export("minilm-384"))
+    ```
 
-    Async use::
+    Async use:
 
-        hits = await index.aquery("minilm-384", vector, k=4, scope=scope)
-        async for record in index.aexport("minilm-384", scope):
-            ...
+    ```python
+    hits = await index.aquery("minilm-384", vector, k=4, scope=scope)
+    async for record in index.aexport("minilm-384", scope):
+        ...
+    ```
 
-    A new backend subclasses this class and implements the hooks (``_open``, ``_upsert``,
-    ``_query``, ``_delete``, ``_message_ids``, and ``_export`` when it can list vectors);
-    it runs ``tests/conformance/vector_suite.py``. The hooks raise ``NotImplementedError``
-    rather than being abstract (as LangGraph's ``BaseCheckpointSaver`` does) so that a
+    A new backend subclasses this class and implements the hooks (`_open`, `_upsert`,
+    `_query`, `_delete`, `_message_ids`, and `_export` when it can list vectors);
+    it runs `tests/conformance/vector_suite.py`. The hooks raise `NotImplementedError`
+    rather than being abstract (as LangGraph's `BaseCheckpointSaver` does) so that a
     forwarding wrapper, which overrides the public methods, needs none of them.
     """
 
@@ -96,8 +102,8 @@ class VectorIndex:
         """Create the index if missing (cosine space), recording model and dimension.
 
         Raises:
-            InvalidOptionError: ``name`` is not a legal index name.
-            InvalidInputError: ``dimension`` is not an int >= 1, or ``model`` is empty.
+            InvalidOptionError: `name` is not a legal index name.
+            InvalidInputError: `dimension` is not an int >= 1, or `model` is empty.
             EmbeddingMismatchError: the index exists with another model or dimension.
         """
         check_index_name(name)
@@ -113,8 +119,8 @@ class VectorIndex:
         Within one call a repeated id keeps its last record. Nothing to write is a no-op.
 
         Raises:
-            InvalidOptionError: ``name`` is not a legal index name.
-            InvalidInputError: the index was never opened (backends that need ``open``).
+            InvalidOptionError: `name` is not a legal index name.
+            InvalidInputError: the index was never opened (backends that need `open`).
             EmbeddingMismatchError: a vector has another dimension than the index.
         """
         check_index_name(name)
@@ -124,11 +130,11 @@ class VectorIndex:
     def query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
-        """The ``k`` most similar vectors inside ``scope``, best first.
+        """The `k` most similar vectors inside `scope`, best first.
 
         Raises:
-            InvalidOptionError: ``name`` is not a legal index name.
-            InvalidInputError: ``k`` is not an int >= 1, or ``scope`` is not a ScopeFilter.
+            InvalidOptionError: `name` is not a legal index name.
+            InvalidInputError: `k` is not an int >= 1, or `scope` is not a ScopeFilter.
             EmbeddingMismatchError: the vector has another dimension than the index.
         """
         check_index_name(name)
@@ -148,12 +154,12 @@ class VectorIndex:
         """Delete the vectors matching every given selector (all chunks of a message).
 
         Selectors combine with AND, so a delete never reaches wider than each of them. An
-        empty ``message_ids`` deletes nothing.
+        empty `message_ids` deletes nothing.
 
         Raises:
-            InvalidOptionError: ``name`` is not a legal index name.
+            InvalidOptionError: `name` is not a legal index name.
             InvalidInputError: no selector was given (that would delete everything), or
-                ``message_ids`` is a single string instead of a sequence of ids.
+                `message_ids` is a single string instead of a sequence of ids.
         """
         check_index_name(name)
         if isinstance(message_ids, str):
@@ -173,7 +179,7 @@ class VectorIndex:
         return self._message_ids(name, scope)
 
     def count(self, name: str, scope: ScopeFilter | None = None) -> int:
-        """Number of vectors (chunks, not messages) in the index, optionally inside ``scope``.
+        """Number of vectors (chunks, not messages) in the index, optionally inside `scope`.
 
         An index that does not exist holds 0 vectors.
 
@@ -193,21 +199,22 @@ class VectorIndex:
     ) -> Iterator[VectorRecord]:
         """Every vector of the index with its metadata and embedding, chunks included.
 
-        Records come ``batch_size`` at a time from the backend (one round trip each), in
-        no particular order; a chunk has the id ``<message_id>#<n>``. Only vectors inside
-        ``scope`` are yielded (every vector when it is None): the backend filters, and
+        Records come `batch_size` at a time from the backend (one round trip each), in
+        no particular order; a chunk has the id `<message_id>#<n>`. Only vectors inside
+        `scope` are yielded (every vector when it is None): the backend filters, and
         this method drops whatever else it returned (defence in depth). Arguments are
         checked at the call; reading starts with the first record. An index that does not
         exist yields nothing.
 
-        Example::
-
+        Example:
+            ```python
             for record in index.export("minilm-384", ScopeFilter(resource_id="alice")):
                 target.upsert("minilm-384", [record])
+            ```
 
         Raises:
-            InvalidOptionError: ``name`` is not a legal index name.
-            InvalidInputError: ``batch_size`` is not an int >= 1.
+            InvalidOptionError: `name` is not a legal index name.
+            InvalidInputError: `batch_size` is not an int >= 1.
             ExportNotSupportedError: the backend cannot list its vectors.
         """
         check_index_name(name)
@@ -222,17 +229,17 @@ class VectorIndex:
     # -- async twins -----------------------------------------------------------------------
 
     async def aopen(self, name: str, *, dimension: int, model: str) -> None:
-        """Async twin of :meth:`open`."""
+        """Async twin of `open`."""
         await run_in_executor(None, lambda: self.open(name, dimension=dimension, model=model))
 
     async def aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """Async twin of :meth:`upsert`."""
+        """Async twin of `upsert`."""
         await run_in_executor(None, self.upsert, name, records)
 
     async def aquery(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
-        """Async twin of :meth:`query`."""
+        """Async twin of `query`."""
         return await run_in_executor(None, lambda: self.query(name, vector, k=k, scope=scope))
 
     async def adelete(
@@ -243,7 +250,7 @@ class VectorIndex:
         resource_id: str | None = None,
         message_ids: Sequence[str] | None = None,
     ) -> None:
-        """Async twin of :meth:`delete`."""
+        """Async twin of `delete`."""
         await run_in_executor(
             None,
             lambda: self.delete(
@@ -252,11 +259,11 @@ class VectorIndex:
         )
 
     async def amessage_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
-        """Async twin of :meth:`message_ids`."""
+        """Async twin of `message_ids`."""
         return await run_in_executor(None, self.message_ids, name, scope)
 
     async def acount(self, name: str, scope: ScopeFilter | None = None) -> int:
-        """Async twin of :meth:`count`."""
+        """Async twin of `count`."""
         return await run_in_executor(None, self.count, name, scope)
 
     def aexport(
@@ -266,18 +273,20 @@ class VectorIndex:
         *,
         batch_size: int = DEFAULT_EXPORT_BATCH,
     ) -> AsyncIterator[VectorRecord]:
-        """Async twin of :meth:`export`: an async iterator (not a coroutine: no ``await``).
+        """Async twin of `export`: an async iterator (not a coroutine: no `await`).
 
-        Arguments are checked at the call, as by :meth:`export`; then each batch of
-        ``batch_size`` records is read in an executor as the iteration reaches it, so a
-        large index streams without blocking the event loop or filling memory::
+        Arguments are checked at the call, as by `export`; then each batch of
+        `batch_size` records is read in an executor as the iteration reaches it, so a
+        large index streams without blocking the event loop or filling memory:
 
-            async for record in index.aexport("minilm-384", ScopeFilter(thread_id="t1")):
-                ...
+        ```python
+        async for record in index.aexport("minilm-384", ScopeFilter(thread_id="t1")):
+            ...
+        ```
 
         Raises:
-            InvalidOptionError: ``name`` is not a legal index name.
-            InvalidInputError: ``batch_size`` is not an int >= 1.
+            InvalidOptionError: `name` is not a legal index name.
+            InvalidInputError: `batch_size` is not an int >= 1.
             ExportNotSupportedError: the backend cannot list its vectors.
         """
         return _in_executor(self.export(name, scope, batch_size=batch_size), batch_size)
@@ -294,7 +303,7 @@ class VectorIndex:
     def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
-        """The top ``k`` (``k >= 1``) inside ``scope``, best first."""
+        """The top `k` (`k >= 1`) inside `scope`, best first."""
         raise NotImplementedError(f"{type(self).__name__} does not implement _query")
 
     def _delete(
@@ -305,23 +314,25 @@ class VectorIndex:
         resource_id: str | None,
         message_ids: list[str] | None,
     ) -> None:
-        """Delete what matches every selector: at least one is set; ``message_ids`` is
-        sorted, unique and not empty."""
+        """Delete what matches every selector.
+
+        At least one selector is set; `message_ids` is sorted, unique and not empty.
+        """
         raise NotImplementedError(f"{type(self).__name__} does not implement _delete")
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         raise NotImplementedError(f"{type(self).__name__} does not implement _message_ids")
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
-        """Counts what :meth:`export` lists; override with something cheaper."""
+        """Counts what `export` lists; override with something cheaper."""
         return sum(1 for _ in self.export(name, scope))
 
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int
     ) -> Iterator[VectorRecord]:
-        """Records inside ``scope``, read ``batch_size`` at a time.
+        """Records inside `scope`, read `batch_size` at a time.
 
-        Raise :class:`ExportNotSupportedError` at the call (not on the first ``next``)
+        Raise `ExportNotSupportedError` at the call (not on the first `next`)
         when the vectors cannot be listed, as this default does.
         """
         raise ExportNotSupportedError(
@@ -334,9 +345,9 @@ class VectorIndex:
 def has_work(
     thread_id: str | None, resource_id: str | None, message_ids: Sequence[str] | None
 ) -> bool:
-    """The shared guard of every ``delete``: whether there is anything to delete.
+    """The shared guard of every `delete`: whether there is anything to delete.
 
-    :meth:`VectorIndex.delete` applies it before calling a backend's ``_delete``.
+    `VectorIndex.delete` applies it before calling a backend's `_delete`.
 
     Raises:
         InvalidInputError: no selector was given (that would delete everything).
@@ -349,17 +360,17 @@ def has_work(
 
 
 def chunk_id(message_id: str, n: int) -> str:
-    """Vector id of chunk ``n`` of a message: the message id itself for the first chunk."""
+    """Vector id of chunk `n` of a message: the message id itself for the first chunk."""
     return message_id if n == 0 else f"{message_id}#{n}"
 
 
 def record_from_metadata(
     vector_id: str, vector: Iterable[float], metadata: Mapping[str, Any], content: str
 ) -> VectorRecord | None:
-    """A :class:`VectorRecord` from a stored row (pure): its id, embedding and metadata.
+    """A `VectorRecord` from a stored row (pure): its id, embedding and metadata.
 
-    The metadata is the one the backends write (``message_id``, ``thread_id``,
-    ``resource_id``, ``role``, ``created_at`` in ISO 8601). None for a row without it (a
+    The metadata is the one the backends write (`message_id`, `thread_id`,
+    `resource_id`, `role`, `created_at` in ISO 8601). None for a row without it (a
     vector written by something else), which an export skips.
     """
     try:
@@ -393,7 +404,7 @@ def _check_scope(scope: object, *, required: bool = False) -> None:
 def _inside(
     name: str, scope: ScopeFilter | None, records: Iterator[VectorRecord]
 ) -> Iterator[VectorRecord]:
-    """``records`` inside ``scope``; anything else is dropped with a warning."""
+    """`records` inside `scope`; anything else is dropped with a warning."""
     for record in records:
         if scope is None or scope.admits(record.resource_id, record.thread_id):
             yield record
@@ -406,7 +417,7 @@ def _take(records: Iterator[VectorRecord], n: int) -> list[VectorRecord]:
 
 
 async def _in_executor(records: Iterator[VectorRecord], size: int) -> AsyncIterator[VectorRecord]:
-    """Iterate ``records`` in an executor, ``size`` at a time, as an async iterator."""
+    """Iterate `records` in an executor, `size` at a time, as an async iterator."""
     try:
         while batch := await run_in_executor(None, _take, records, size):
             for record in batch:

@@ -1,26 +1,24 @@
 """Chroma vector index: one Chroma collection per resource of each index.
 
-The ``chroma*`` modules of :mod:`langchain_semantic_recall.vectors` are the only ones of
-the package that import :mod:`chromadb`, and they do so inside functions, so importing
+The `chroma*` modules of `langchain_semantic_recall.vectors` are the only ones of
+the package that import `chromadb`, and they do so inside functions, so importing
 them stays cheap. This one works with any chromadb client: the embedded
-``PersistentClient`` (the package's default), ``EphemeralClient`` and ``HttpClient``.
+`PersistentClient` (the package's default), `EphemeralClient` and `HttpClient`.
 
-Layout (measured in ``docs/performance.md``): index ``name`` is a *root* collection
-``name`` holding no vectors (its metadata records the embedding model, the dimension and
-the layout version, so a mismatched embedder fails closed) plus one collection per
-resource, :func:`resource_collection_name`. Resource scope is then one unfiltered HNSW
-query (3.7 ms p50 at 100k vectors, where a metadata filter over a shared collection cost
-55-110 ms); thread scope searches inside the owner's collection
-(:func:`~langchain_semantic_recall.vectors.chroma_layout.search_collection`); forgetting
-a resource drops its collection. Scopes without a resource (maintenance, export) visit
+Layout (measured in `docs/performance.md`): index `name` is a *root* collection `name`
+holding no vectors (its metadata records the embedding model, the dimension and the
+layout version, so a mismatched embedder fails closed) plus one collection per resource,
+`resource_collection_name`. Resource scope is then one unfiltered HNSW query (3.7 ms p50
+at 100k vectors, where a metadata filter over a shared collection cost 55-110 ms);
+thread scope searches inside the owner's collection (`search_collection`); forgetting a
+resource drops its collection. Scopes without a resource (maintenance, export) visit
 every collection of the index: correct, and slower with many resources. The handles to
-the resource collections live in
-:class:`~langchain_semantic_recall.vectors.chroma_collections.ChromaCollections`.
+the resource collections live in `ChromaCollections`.
 
-HNSW (``DEFAULT_HNSW``): on 100k near-tie vectors, top-5 agreement with brute force was
-0.92 / 0.97 / 0.99 at ``ef_search`` 200 / 400 / 800 with 16 neighbours per node, and
-0.985 / 0.999 at 200 / 400 with 32: so 32 neighbours and ``ef_search`` 400.
-``ef_construction`` stays at Chroma's 100 (200 halved the write rate for no agreement).
+HNSW (`DEFAULT_HNSW`): on 100k near-tie vectors, top-5 agreement with brute force was
+0.92 / 0.97 / 0.99 at `ef_search` 200 / 400 / 800 with 16 neighbours per node, and
+0.985 / 0.999 at 200 / 400 with 32: so 32 neighbours and `ef_search` 400.
+`ef_construction` stays at Chroma's 100 (200 halved the write rate for no agreement).
 Chroma fixes these when a collection is created; new values reach new collections only.
 """
 
@@ -74,15 +72,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _PAGE: Final = 5000
-"""Rows per ``get`` page when listing metadata (kept under Chroma's max batch, 5,461)."""
+"""Rows per `get` page when listing metadata (kept under Chroma's max batch, 5,461)."""
 _WIDE: Final = 64
-"""Unfiltered rows a thread-scope search looks at first (see ``search_collection``)."""
+"""Unfiltered rows a thread-scope search looks at first (see `search_collection`)."""
 _FILTER_UP_TO: Final = 5000
 """Collections up to this size search a thread with Chroma's filter alone."""
 _T = TypeVar("_T")
 _RETRY_DELAYS: tuple[float, ...] = (0.02, 0.1, 0.3)
 """Pauses before reading again a collection whose index is not on disk yet (see
-``_retrying``)."""
+`_retrying`)."""
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
 """One stored vector as read: its id, its metadata and (if asked) its embedding."""
@@ -91,28 +89,34 @@ Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
 class ChromaVectorIndex(VectorIndex):
     """A host of named vector indexes: per index, one Chroma collection per resource.
 
-    Setup::
+    Setup:
 
-        index = ChromaVectorIndex.persistent("./memory/chroma")
-        index.open("minilm-384", dimension=384, model="all-MiniLM-L6-v2")
+    ```python
+    index = ChromaVectorIndex.persistent("./memory/chroma")
+    index.open("minilm-384", dimension=384, model="all-MiniLM-L6-v2")
+    ```
 
-    Sync use::
+    Sync use:
 
-        index.upsert("minilm-384", records)
-        hits = index.query("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
-        copied = list(index.export("minilm-384", ScopeFilter(resource_id="u1")))
+    ```python
+    index.upsert("minilm-384", records)
+    hits = index.query("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
+    copied = list(index.export("minilm-384", ScopeFilter(resource_id="u1")))
+    ```
 
-    Async use::
+    Async use:
 
-        scope = ScopeFilter(resource_id="u1", thread_id="t1")
-        hits = await index.aquery("minilm-384", vector, k=4, scope=scope)
+    ```python
+    scope = ScopeFilter(resource_id="u1", thread_id="t1")
+    hits = await index.aquery("minilm-384", vector, k=4, scope=scope)
+    ```
 
-    Vectors are always passed in: collections are created with ``embedding_function=None``
+    Vectors are always passed in: collections are created with `embedding_function=None`
     (Chroma's default embedding function would download a model). Collection handles are
     cached, so reopening is cheap; a collection deleted by another process is looked up
     again on the next call. A message id belongs to one resource (the storage enforces
     it): upserting it under another resource adds a vector there. Safe to share between
-    threads. :class:`VectorIndex` checks the arguments of every call; the methods here do
+    threads. `VectorIndex` checks the arguments of every call; the methods here do
     the Chroma work.
     """
 
@@ -121,11 +125,11 @@ class ChromaVectorIndex(VectorIndex):
 
         Args:
             client: Any chromadb client (persistent, ephemeral or HTTP).
-            hnsw: HNSW settings for new collections, merged over ``DEFAULT_HNSW``. The
+            hnsw: HNSW settings for new collections, merged over `DEFAULT_HNSW`. The
                 space is always cosine.
 
         Raises:
-            InvalidInputError: ``hnsw`` asks for a space other than cosine.
+            InvalidInputError: `hnsw` asks for a space other than cosine.
         """
         settings = {**DEFAULT_HNSW, **(hnsw or {})}
         if settings["space"] != "cosine":
@@ -143,7 +147,7 @@ class ChromaVectorIndex(VectorIndex):
     def persistent(
         cls, path: str | os.PathLike[str], *, hnsw: Mapping[str, Any] | None = None
     ) -> ChromaVectorIndex:
-        """An embedded, persistent Chroma at ``path`` (anonymized telemetry off)."""
+        """An embedded, persistent Chroma at `path` (anonymized telemetry off)."""
         import chromadb
         from chromadb.config import Settings
 
@@ -284,8 +288,11 @@ class ChromaVectorIndex(VectorIndex):
         resource_id: str | None,
         message_ids: list[str] | None,
     ) -> None:
-        """A resource alone drops its collection; without a resource every collection of
-        the index is visited."""
+        """Delete what matches every selector.
+
+        A resource alone drops its collection; without a resource every collection of the
+        index is visited.
+        """
         from chromadb.errors import NotFoundError
 
         if resource_id is not None and thread_id is None and message_ids is None:
@@ -335,8 +342,8 @@ class ChromaVectorIndex(VectorIndex):
     ) -> list[VectorHit]:
         """One query in the resource's own collection (filtered by thread in thread scope).
 
-        Scores come from :func:`similarity_from_cosine_distance`. Hits whose metadata is
-        outside ``scope`` are dropped again after the search (defence in depth). A missing
+        Scores come from `similarity_from_cosine_distance`. Hits whose metadata is
+        outside `scope` are dropped again after the search (defence in depth). A missing
         or empty index gives no hits.
 
         Raises:
@@ -390,7 +397,7 @@ class ChromaVectorIndex(VectorIndex):
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int
     ) -> Iterator[VectorRecord]:
-        """Pages through the collections the scope reaches, ``batch_size`` rows a ``get``.
+        """Pages through the collections the scope reaches, `batch_size` rows a `get`.
 
         Rows without this package's metadata (written by something else) are skipped.
         """
@@ -417,8 +424,10 @@ class ChromaVectorIndex(VectorIndex):
         embeddings: bool = False,
         page: int = _PAGE,
     ) -> Iterator[Row]:
-        """Pages through the rows inside ``scope`` (metadata empty, embedding None unless
-        asked); nothing if the index does not exist."""
+        """Pages through the rows inside `scope`; nothing if the index does not exist.
+
+        Metadata is empty and the embedding None unless asked for.
+        """
         if self._root(name) is None:
             return
         where = thread_where(scope) if scope is not None else None

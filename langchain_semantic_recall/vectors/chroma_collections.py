@@ -1,10 +1,10 @@
 """The resource collections of one chromadb client: looked up, created, cached and listed.
 
-:class:`~langchain_semantic_recall.vectors.chroma.ChromaVectorIndex` keeps one collection
-per resource of each index (see its module for the layout and why). This module owns the
-handles to those collections: a bounded cache (a handle is a few hundred bytes), a size
-hint per collection (it picks the thread-search strategy), the listing of every collection
-of an index, and the client's batch limit. chromadb is imported inside functions only.
+`ChromaVectorIndex` keeps one collection per resource of each index (see its module for
+the layout and why). This module owns the handles to those collections: a bounded cache
+(a handle is a few hundred bytes), a size hint per collection (it picks the
+thread-search strategy), the listing of every collection of an index, and the client's
+batch limit. chromadb is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ __all__ = ["CACHED_COLLECTIONS", "ChromaCollections"]
 CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 _LIST_PAGE: Final = 1000
-"""Collections per ``list_collections`` page."""
+"""Collections per `list_collections` page."""
 
 
 class ChromaCollections:
     """Handles to the resource collections of every index on one client; thread-safe.
 
     A handle is looked up once and cached (least recently used out first); a collection
-    dropped by another process is looked up again once its caller :meth:`forget` s it.
+    dropped by another process is looked up again once its caller `forget` s it.
     """
 
     def __init__(
@@ -51,7 +51,7 @@ class ChromaCollections:
         *,
         cached: int = CACHED_COLLECTIONS,
     ) -> None:
-        """Wrap ``client``; new collections get ``configuration`` (cosine HNSW)."""
+        """Wrap `client`; new collections get `configuration` (cosine HNSW)."""
         self._client = client
         self._configuration = configuration
         self._cached = cached
@@ -61,7 +61,7 @@ class ChromaCollections:
         self._max_batch: int | None = None
 
     def get(self, name: str, resource_id: str, *, create: bool) -> Collection | None:
-        """The collection of ``resource_id`` in ``name`` (created if asked), else None.
+        """The collection of `resource_id` in `name` (created if asked), else None.
 
         Raises:
             EmbeddingMismatchError: the collection exists, but not in cosine space.
@@ -97,7 +97,7 @@ class ChromaCollections:
         return collection
 
     def writable(self, name: str, resource_id: str) -> Collection:
-        """The collection of ``resource_id`` in ``name``, created if missing."""
+        """The collection of `resource_id` in `name`, created if missing."""
         collection = self.get(name, resource_id, create=True)
         if collection is None:  # pragma: no cover - create=True always returns one
             raise InvalidInputError(f"cannot create the collection of {resource_id!r}")
@@ -110,7 +110,7 @@ class ChromaCollections:
             self._sizes.pop((name, resource_id), None)
 
     def every(self, name: str) -> Iterator[tuple[str, Collection]]:
-        """Every (resource id, collection) of index ``name`` (pages through the listing)."""
+        """Every (resource id, collection) of index `name` (pages through the listing)."""
         prefix = collection_prefix(name)
         offset = 0
         while True:
@@ -136,7 +136,7 @@ class ChromaCollections:
             return self._sizes.get((name, resource_id), 0)
 
     def grew(self, name: str, resource_id: str, n: int) -> None:
-        """Record ``n`` more vectors written (an upsert may replace: still a hint only)."""
+        """Record `n` more vectors written (an upsert may replace: still a hint only)."""
         with self._lock:
             key = (name, resource_id)
             self._sizes[key] = self._sizes.get(key, 0) + n

@@ -1,7 +1,7 @@
 """The pure parts of the Chroma layout: names, metadata, scores, checks and messages.
 
-No chromadb import here (``Collection`` is only a type, passed in by :mod:`.chroma`).
-See :mod:`langchain_semantic_recall.vectors.chroma` for the layout and why.
+No chromadb import here (`Collection` is only a type, passed in by `chroma`).
+See `langchain_semantic_recall.vectors.chroma` for the layout and why.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ DEFAULT_HNSW: Mapping[str, Any] = {
 """HNSW configuration of new collections (see the module docstring for the reasons)."""
 
 LAYOUT: Final = "collection-per-resource-1"
-"""Recorded in the root collection's metadata (key ``layout``)."""
+"""Recorded in the root collection's metadata (key `layout`)."""
 
 INDEX_KEY: Final = "semantic_recall_index"
 """Metadata key of a resource collection: the index it belongs to."""
@@ -44,24 +44,24 @@ _SUFFIX: Final = len("--r") + 32
 def similarity_from_cosine_distance(distance: float) -> float:
     """Similarity in [0, 1] from a cosine distance; the one mapping of every backend.
 
-    Chroma's cosine distance is ``1 - cos``. The similarity is the cosine itself, with
+    Chroma's cosine distance is `1 - cos`. The similarity is the cosine itself, with
     negative values (opposite directions) clipped to 0 and float noise clipped to 1. This
-    keeps the familiar meaning of a threshold such as 0.7, unlike ``(1 + cos) / 2``.
+    keeps the familiar meaning of a threshold such as 0.7, unlike `(1 + cos) / 2`.
 
     Args:
-        distance: Cosine distance, ``1 - cos`` (in [0, 2] up to float error).
+        distance: Cosine distance, `1 - cos` (in [0, 2] up to float error).
     """
     return min(1.0, max(0.0, 1.0 - distance))
 
 
 def scope_where(scope: ScopeFilter) -> dict[str, Any]:
-    """The whole scope as one Chroma ``where`` (for a collection shared by resources)."""
+    """The whole scope as one Chroma `where` (for a collection shared by resources)."""
     clauses = [{key: value} for key, value in scope.as_where().items()]
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
 def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
-    """The ``where`` of a search inside one resource's collection: the thread, or nothing.
+    """The `where` of a search inside one resource's collection: the thread, or nothing.
 
     The resource is the collection itself, so resource scope needs no filter at all.
     """
@@ -69,9 +69,9 @@ def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
 
 
 def resource_collection_name(name: str, resource_id: str) -> str:
-    """The Chroma collection holding ``resource_id``'s vectors in index ``name``.
+    """The Chroma collection holding `resource_id`'s vectors in index `name`.
 
-    ``<name>--r<32 hex of sha256(resource_id)>``: any resource id maps to a legal Chroma
+    `<name>--r<32 hex of sha256(resource_id)>`: any resource id maps to a legal Chroma
     name; an index name too long to take the suffix is shortened with a hash of itself.
     The hash never decides scope alone: every hit is checked against its metadata.
     """
@@ -79,7 +79,7 @@ def resource_collection_name(name: str, resource_id: str) -> str:
 
 
 def collection_prefix(name: str) -> str:
-    """What every resource collection name of index ``name`` starts with."""
+    """What every resource collection name of index `name` starts with."""
     if len(name) + _SUFFIX > _MAX_NAME:
         digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
         keep = _MAX_NAME - _SUFFIX - len(digest) - 1
@@ -105,6 +105,7 @@ def collection_space(collection: Collection) -> str:
 
 
 def check_space(name: str, collection: Collection) -> None:
+    """Refuse a collection whose distance is not cosine (`EmbeddingMismatchError`)."""
     space = collection_space(collection)
     if space != "cosine":
         raise EmbeddingMismatchError(
@@ -120,7 +121,7 @@ def scoped_hits(
     *,
     other_threads_expected: bool = False,
 ) -> Iterator[VectorHit]:
-    """The rows of a query result that lie in ``scope``, as hits (best first).
+    """The rows of a query result that lie in `scope`, as hits (best first).
 
     A row of another resource (or, unless expected, another thread) is dropped with a
     warning: defence in depth, whatever the collection or the filter returned.
@@ -144,12 +145,14 @@ def scoped_hits(
 
 
 def scope_of(resource_id: str | None, thread_id: str | None) -> ScopeFilter | None:
+    """The `ScopeFilter` of a thread and/or a resource (None when both are None)."""
     if resource_id is None and thread_id is None:
         return None
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
 def vector_metadata(record: VectorRecord, model: str, dimension: int) -> dict[str, str | int]:
+    """The Chroma metadata stored with a vector (ids, role, text, time, model)."""
     return {
         "message_id": record.message_id,
         "thread_id": record.thread_id,
@@ -163,17 +166,19 @@ def vector_metadata(record: VectorRecord, model: str, dimension: int) -> dict[st
 
 
 def floats(vector: Sequence[float]) -> list[float]:
+    """`vector` as a list of Python floats."""
     return [float(x) for x in vector]
 
 
 def and_where(clauses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A Chroma `where` of every clause (`$and` when several; None when none)."""
     if not clauses:
         return None
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
 def read_root(name: str, root: Collection, model: str = "") -> tuple[str, int] | None:
-    """(model, dimension) recorded on the root collection of index ``name``.
+    """(model, dimension) recorded on the root collection of index `name`.
 
     None for an empty collection without our layout (made elsewhere, or by an earlier
     version): the caller may adopt it.
@@ -194,6 +199,7 @@ def read_root(name: str, root: Collection, model: str = "") -> tuple[str, int] |
 
 
 def foreign_root_message(name: str, stored_model: str, model: str) -> str:
+    """Why a root collection without our layout cannot be adopted, and what to do."""
     if not stored_model:
         return (
             f"vector index {name!r} exists without a recorded embedding model and "
@@ -208,6 +214,7 @@ def foreign_root_message(name: str, stored_model: str, model: str) -> str:
 
 
 def check_model(name: str, stored_model: str, stored_dim: int, model: str, dim: int) -> None:
+    """Refuse an embedder whose model or dimension differs from the index's."""
     if stored_model != model or stored_dim != dim:
         raise EmbeddingMismatchError(
             f"vector index {name!r} was built with embedding model {stored_model!r} "
@@ -217,6 +224,7 @@ def check_model(name: str, stored_model: str, stored_dim: int, model: str, dim: 
 
 
 def check_vector(name: str, dimension: int, length: int) -> None:
+    """Refuse a vector whose length differs from the index's dimension."""
     if dimension and length != dimension:
         raise EmbeddingMismatchError(
             f"vector index {name!r} holds {dimension}-d vectors, got a {length}-d vector: "
@@ -235,14 +243,14 @@ def search_collection(
     wide: int,
     filter_up_to: int,
 ) -> list[VectorHit]:
-    """Top ``k`` of ``scope`` in one resource's collection of about ``size`` vectors.
+    """Top `k` of `scope` in one resource's collection of about `size` vectors.
 
     Resource scope: one unfiltered query. Thread scope in a small collection (up to
-    ``filter_up_to`` vectors): Chroma's thread filter (~3-5 ms). In a bigger one that
+    `filter_up_to` vectors): Chroma's thread filter (~3-5 ms). In a bigger one that
     filter costs 100-200 ms however few rows match, so the search first asks for the
-    resource's best ``wide`` without a filter (~8 ms at 100k) and keeps the thread's: the
-    thread's top ``k`` whenever ``k`` of them are among those. Otherwise it reads the
-    thread's vectors and ranks them exactly (:func:`_exact_in_thread`).
+    resource's best `wide` without a filter (~8 ms at 100k) and keeps the thread's: the
+    thread's top `k` whenever `k` of them are among those. Otherwise it reads the
+    thread's vectors and ranks them exactly (`_exact_in_thread`).
     """
     if scope.thread_id is None:
         return list(scoped_hits(name, scope, _query(collection, embedding, k, None)))
@@ -259,7 +267,7 @@ def search_collection(
 def _exact_in_thread(
     collection: Collection, embedding: list[float], k: int, scope: ScopeFilter
 ) -> Mapping[str, Any]:
-    """Exact top ``k`` of one thread, as a query result: its rows read by the thread filter.
+    """Exact top `k` of one thread, as a query result: its rows read by the thread filter.
 
     Reading a thread's rows costs a few tens of ms in a 100k-vector collection, several
     times less than Chroma's filtered HNSW query there, and the ranking is exact.
@@ -299,10 +307,13 @@ _T = TypeVar("_T")
 
 
 def retrying(read: Callable[[], _T], *, delays: Sequence[float], transient: type[Exception]) -> _T:
-    """``read()``, again after each pause of ``delays`` while Chroma's index of a collection
-    created a moment ago is not on disk yet: a ``transient`` error that says "Error creating
+    """`read()`, tried again while a new collection's index is not on disk yet.
+
+    After each pause of `delays`, `read` runs again while Chroma's index of a collection
+    created a moment ago is not on disk yet: a `transient` error that says "Error creating
     hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212). Any other error,
-    or the last failure, is raised."""
+    or the last failure, is raised.
+    """
     for delay in (*delays, None):
         try:
             return read()

@@ -1,15 +1,15 @@
-"""Chroma as a server: ``chroma run`` (or Chroma's distributed deployment) over HTTP.
+"""Chroma as a server: `chroma run` (or Chroma's distributed deployment) over HTTP.
 
-:class:`ChromaServerVectorIndex` is the package's Chroma index on a ``chromadb.HttpClient``:
+`ChromaServerVectorIndex` is the package's Chroma index on a `chromadb.HttpClient`:
 the same collections, the same metadata and the same behaviour as the embedded client,
 so an index moves between the two unchanged. The client is only built once the server
-answers its heartbeat (``HttpClient`` talks to the server in its constructor).
+answers its heartbeat (`HttpClient` talks to the server in its constructor).
 
 The async twins run the HTTP client in an executor, as for embedded Chroma. Chroma's
-``AsyncHttpClient`` was measured and left out: on a local server, 50 concurrent filtered
-queries took 106 ms through it against 126 ms one after another through ``HttpClient``
+`AsyncHttpClient` was measured and left out: on a local server, 50 concurrent filtered
+queries took 106 ms through it against 126 ms one after another through `HttpClient`
 (the server is the bottleneck, not the client), while a second code path would have to
-mirror every detail of :class:`ChromaVectorIndex` (collection layout, metadata checks) to
+mirror every detail of `ChromaVectorIndex` (collection layout, metadata checks) to
 stay interchangeable with it.
 """
 
@@ -41,7 +41,7 @@ _POLL_S = 0.1
 
 @dataclass(frozen=True, slots=True)
 class ChromaURL:
-    """Where a Chroma server listens, parsed from ``http(s)://host[:port]``."""
+    """Where a Chroma server listens, parsed from `http(s)://host[:port]`."""
 
     host: str
     port: int
@@ -49,7 +49,7 @@ class ChromaURL:
 
     @classmethod
     def parse(cls, url: str) -> ChromaURL:
-        """Parse ``http://host:port`` (port 8000 by default, 443 for https).
+        """Parse `http://host:port` (port 8000 by default, 443 for https).
 
         Raises:
             InvalidOptionError: not an http(s) URL with a host.
@@ -68,6 +68,7 @@ class ChromaURL:
 
     @property
     def url(self) -> str:
+        """The server's URL (`http://host:port`, IPv6 hosts bracketed)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.ssl else 'http'}://{host}:{self.port}"
 
@@ -88,12 +89,12 @@ def wait_for_chroma(
     """Poll the server's heartbeat until it answers.
 
     Args:
-        url: ``http(s)://host:port`` of the server.
+        url: `http(s)://host:port` of the server.
         timeout: Seconds to wait before giving up.
         headers: HTTP headers (e.g. an auth token) sent with the heartbeat.
 
     Raises:
-        StorageError: the server did not answer within ``timeout``.
+        StorageError: the server did not answer within `timeout`.
     """
     target = ChromaURL.parse(url).url
     deadline = time.monotonic() + timeout
@@ -115,9 +116,9 @@ def connect_chroma(
     tenant: str | None = None,
     database: str | None = None,
 ) -> ClientAPI:
-    """A ``chromadb.HttpClient`` for ``url``, built once the heartbeat answers.
+    """A `chromadb.HttpClient` for `url`, built once the heartbeat answers.
 
-    Telemetry is off. ``tenant`` and ``database`` default to Chroma's own defaults.
+    Telemetry is off. `tenant` and `database` default to Chroma's own defaults.
     """
     import chromadb
     from chromadb.config import Settings
@@ -142,22 +143,28 @@ def connect_chroma(
 class ChromaServerVectorIndex(ChromaVectorIndex):
     """The Chroma vector index on a Chroma server.
 
-    Setup (the server: ``chroma run --path ./chroma-data --host 127.0.0.1 --port 8000``)::
+    Setup (the server: `chroma run --path ./chroma-data --host 127.0.0.1 --port 8000`):
 
-        vectors = ChromaServerVectorIndex("http://127.0.0.1:8000")
-        memory = SemanticRecall(storage=storage, vector_store=vectors, embeddings=embedder)
+    ```python
+    vectors = ChromaServerVectorIndex("http://127.0.0.1:8000")
+    memory = SemanticRecall(storage=storage, vector_store=vectors, embeddings=embedder)
+    ```
 
-    Sync use::
+    Sync use:
 
-        memory.index(turn, thread_id="t1", resource_id="alice")
+    ```python
+    memory.index(turn, thread_id="t1", resource_id="alice")
+    ```
 
-    Async use (the HTTP client runs in an executor)::
+    Async use (the HTTP client runs in an executor):
 
-        await memory.arecall(messages, thread_id="t1", resource_id="alice")
+    ```python
+    await memory.arecall(messages, thread_id="t1", resource_id="alice")
+    ```
 
-    Everything else is :class:`ChromaVectorIndex`: cosine collections named after the
+    Everything else is `ChromaVectorIndex`: cosine collections named after the
     index, the embedding model and dimension recorded on them, scoped queries, and
-    ``export`` / ``count`` (paged ``get`` calls over HTTP, within the server's batch limit).
+    `export` / `count` (paged `get` calls over HTTP, within the server's batch limit).
     """
 
     def __init__(
@@ -173,15 +180,15 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         """Wait for the server's heartbeat, then connect.
 
         Args:
-            url: ``http(s)://host:port`` of the server.
+            url: `http(s)://host:port` of the server.
             timeout: Seconds to wait for the heartbeat.
-            headers: HTTP headers for every request (e.g. ``{"x-chroma-token": ...}``).
+            headers: HTTP headers for every request (e.g. `{"x-chroma-token": ...}`).
             tenant: Chroma tenant (Chroma's default when None).
             database: Chroma database (Chroma's default when None).
-            hnsw: HNSW settings for new collections (see :class:`ChromaVectorIndex`).
+            hnsw: HNSW settings for new collections (see `ChromaVectorIndex`).
 
         Raises:
-            StorageError: the server did not answer within ``timeout``.
+            StorageError: the server did not answer within `timeout`.
         """
         self.url = ChromaURL.parse(url).url
         self._headers = dict(headers or {})

@@ -1,28 +1,26 @@
-"""Any LangChain ``VectorStore`` as the vector index, through a small per-store dialect.
+"""Any LangChain `VectorStore` as the vector index, through a small per-store dialect.
 
-LangChain's ``VectorStore`` interface has no common way to write precomputed vectors, to
-filter by metadata or to list what is stored: a
-:class:`~langchain_semantic_recall.vectors.langchain_dialects.StoreDialect` supplies those
-operations for one kind of store (built in: ``InMemoryVectorStore`` and
-``langchain_chroma.Chroma``; for another store, subclass it and pass it). The dialects
-live in :mod:`~langchain_semantic_recall.vectors.langchain_dialects` and are importable
-from here too.
+LangChain's `VectorStore` interface has no common way to write precomputed vectors, to
+filter by metadata or to list what is stored: a `StoreDialect` supplies those operations
+for one kind of store (built in: `InMemoryVectorStore` and `langchain_chroma.Chroma`;
+for another store, subclass it and pass it). The dialects live in `langchain_dialects`
+and are importable from here too.
 
-One store hosts every index name: each document carries ``index_name`` (and the
+One store hosts every index name: each document carries `index_name` (and the
 embedding model and dimension) in its metadata, every search and delete filters on it,
-and document ids are ``<index name>:<vector id>`` so that two indexes never collide.
+and document ids are `<index name>:<vector id>` so that two indexes never collide.
 Scores are cosine similarity clipped to [0, 1], as on every backend; a Chroma store must
 therefore be in cosine space.
 
 Known gaps, by design of the LangChain interface:
 
 - delete by thread or resource lists the matching ids, then deletes them: a vector
-  written concurrently between the two steps survives (``reindex(missing_only=True)``
+  written concurrently between the two steps survives (`reindex(missing_only=True)`
   removes such orphans);
 - the engine's embedder does the embedding: the store's own embedding function is only
-  used by code that calls the store directly (``similarity_search("text")``);
-- ``export`` needs a dialect that reads vectors back (``lists_vectors``); otherwise it
-  raises :class:`~langchain_semantic_recall.vectors.base.ExportNotSupportedError`.
+  used by code that calls the store directly (`similarity_search("text")`);
+- `export` needs a dialect that reads vectors back (`lists_vectors`); otherwise it
+  raises `ExportNotSupportedError`.
 """
 
 from __future__ import annotations
@@ -88,31 +86,37 @@ def _metadata(name: str, record: VectorRecord, model: str, dimension: int) -> Me
 
 
 def _where(name: str, scope: ScopeFilter | None) -> Where:
-    """The metadata filter of index ``name`` inside ``scope``."""
+    """The metadata filter of index `name` inside `scope`."""
     return {"index_name": name, **(scope.as_where() if scope is not None else {})}
 
 
 class LangChainVectorIndex(VectorIndex):
-    """A LangChain ``VectorStore`` you already have, as the engine's vector index.
+    """A LangChain `VectorStore` you already have, as the engine's vector index.
 
-    Setup::
+    Setup:
 
-        store = InMemoryVectorStore(embedding=embeddings)  # or langchain_chroma.Chroma
-        memory = SemanticRecall(
-            storage=storage, vector_store=LangChainVectorIndex(store), embeddings=embeddings
-        )
+    ```python
+    store = InMemoryVectorStore(embedding=embeddings)  # or langchain_chroma.Chroma
+    memory = SemanticRecall(
+        storage=storage, vector_store=LangChainVectorIndex(store), embeddings=embeddings
+    )
+    ```
 
-    Sync use::
+    Sync use:
 
-        memory.index(turn, thread_id="t1", resource_id="alice")
+    ```python
+    memory.index(turn, thread_id="t1", resource_id="alice")
+    ```
 
-    Async use (the store's sync methods run in an executor)::
+    Async use (the store's sync methods run in an executor):
 
-        await memory.arecall(messages, thread_id="t1", resource_id="alice")
+    ```python
+    await memory.arecall(messages, thread_id="t1", resource_id="alice")
+    ```
     """
 
     def __init__(self, store: VectorStore, *, dialect: StoreDialect | None = None) -> None:
-        """Wrap ``store``.
+        """Wrap `store`.
 
         Args:
             store: The LangChain vector store.
@@ -166,7 +170,7 @@ class LangChainVectorIndex(VectorIndex):
         return known
 
     def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """Write vectors (document id ``<name>:<vector id>``); an existing id is overwritten."""
+        """Write vectors (document id `<name>:<vector id>`); an existing id is overwritten."""
         model, dimension = self._model(name)
         unique = list({record.id: record for record in records}.values())
         for record in unique:
@@ -188,7 +192,7 @@ class LangChainVectorIndex(VectorIndex):
     def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
-        """The ``k`` most similar vectors inside ``scope``, best first (scores in [0, 1])."""
+        """The `k` most similar vectors inside `scope`, best first (scores in [0, 1])."""
         with self._lock:
             known = self._opened.get(name)
         if known is not None and len(vector) != known[1]:
@@ -248,7 +252,7 @@ class LangChainVectorIndex(VectorIndex):
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int
     ) -> Iterator[VectorRecord]:
-        """Reads the documents of ``name`` in ``scope`` back through the dialect.
+        """Reads the documents of `name` in `scope` back through the dialect.
 
         Raises:
             ExportNotSupportedError: the dialect cannot read vectors back.
@@ -266,7 +270,7 @@ class LangChainVectorIndex(VectorIndex):
     def _records(
         self, name: str, rows: Iterator[StoredVector], batch_size: int
     ) -> Iterator[VectorRecord]:
-        """Records of ``rows``, read a batch at a time (the store's guard held per batch)."""
+        """Records of `rows`, read a batch at a time (the store's guard held per batch)."""
         while True:
             with self._guard():
                 batch = list(itertools.islice(rows, batch_size))

@@ -1,16 +1,14 @@
-"""How to drive one kind of LangChain ``VectorStore``: the dialects of the adapter.
+"""How to drive one kind of LangChain `VectorStore`: the dialects of the adapter.
 
-LangChain's ``VectorStore`` interface embeds texts itself and has no common way to write
+LangChain's `VectorStore` interface embeds texts itself and has no common way to write
 precomputed vectors, to filter by metadata or to list what is stored, and every store
-spells filters its own way. A :class:`StoreDialect` supplies those few operations for one
-kind of store; built in are ``InMemoryVectorStore`` (langchain-core) and
-``langchain_chroma.Chroma``. :class:`~langchain_semantic_recall.vectors.langchain.
-LangChainVectorIndex` drives a store through its dialect.
+spells filters its own way. A `StoreDialect` supplies those few operations for one kind
+of store; built in are `InMemoryVectorStore` (langchain-core) and
+`langchain_chroma.Chroma`. `LangChainVectorIndex` drives a store through its dialect.
 
-Reading vectors back (for ``export``) is optional: a dialect that can sets
-``lists_vectors`` and implements :meth:`StoreDialect.select_vectors`; without it,
-``export`` raises :class:`~langchain_semantic_recall.vectors.base.ExportNotSupportedError`
-(and ``semantic-recall migrate`` embeds the messages again).
+Reading vectors back (for `export`) is optional: a dialect that can sets `lists_vectors`
+and implements `StoreDialect.select_vectors`; without it, `export` raises
+`ExportNotSupportedError` (and `semantic-recall migrate` embeds the messages again).
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ StoredVector: TypeAlias = tuple[str, Mapping[str, Any], str, Sequence[float]]
 
 
 def matches(metadata: Mapping[str, Any], where: Where) -> bool:
-    """Whether ``metadata`` satisfies every condition of ``where`` (pure)."""
+    """Whether `metadata` satisfies every condition of `where` (pure)."""
     for key, wanted in where.items():
         value = metadata.get(key)
         if isinstance(wanted, str):
@@ -65,7 +63,7 @@ class StoreDialect(ABC):
     thread_safe: bool = True
     """False when the store must not be used from two threads at once."""
     lists_vectors: bool = False
-    """True when :meth:`select_vectors` reads vectors back (``export`` needs it)."""
+    """True when `select_vectors` reads vectors back (`export` needs it)."""
 
     @abstractmethod
     def write(
@@ -82,18 +80,18 @@ class StoreDialect(ABC):
     def search(
         self, store: Any, vector: Sequence[float], k: int, where: Where
     ) -> list[tuple[str, Mapping[str, Any], float]]:
-        """The ``k`` nearest documents satisfying ``where``: (id, metadata, cosine)."""
+        """The `k` nearest documents satisfying `where`: (id, metadata, cosine)."""
 
     @abstractmethod
     def select(
         self, store: Any, where: Where, *, limit: int | None = None
     ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        """Every (id, metadata) satisfying ``where`` (at most ``limit``)."""
+        """Every (id, metadata) satisfying `where` (at most `limit`)."""
 
     def select_vectors(self, store: Any, where: Where, *, page: int) -> Iterator[StoredVector]:
-        """Every document satisfying ``where`` with its text and vector, ``page`` a read.
+        """Every document satisfying `where` with its text and vector, `page` a read.
 
-        Only called when ``lists_vectors`` is True.
+        Only called when `lists_vectors` is True.
         """
         raise ExportNotSupportedError(
             f"{type(self).__name__} cannot read vectors back from the store: set "
@@ -107,10 +105,10 @@ class StoreDialect(ABC):
 
 
 class InMemoryDialect(StoreDialect):
-    """``langchain_core.vectorstores.InMemoryVectorStore``: exact cosine search in memory.
+    """`langchain_core.vectorstores.InMemoryVectorStore`: exact cosine search in memory.
 
-    Vectors are written into the store's ``store`` dict in the layout its own
-    ``add_documents`` uses; filters are Python callables.
+    Vectors are written into the store's `store` dict in the layout its own
+    `add_documents` uses; filters are Python callables.
     """
 
     thread_safe = False
@@ -124,6 +122,7 @@ class InMemoryDialect(StoreDialect):
         texts: Sequence[str],
         metadatas: Sequence[Metadata],
     ) -> None:
+        """Put each vector into the store's dict, as `add_documents` lays it out."""
         for id_, vector, text, metadata in zip(ids, vectors, texts, metadatas, strict=True):
             store.store[id_] = {
                 "id": id_,
@@ -135,6 +134,7 @@ class InMemoryDialect(StoreDialect):
     def search(
         self, store: Any, vector: Sequence[float], k: int, where: Where
     ) -> list[tuple[str, Mapping[str, Any], float]]:
+        """The `k` nearest documents satisfying `where`: (id, metadata, cosine)."""
         found = store.similarity_search_with_score_by_vector(
             [float(x) for x in vector], k=k, filter=lambda doc: matches(doc.metadata, where)
         )
@@ -143,6 +143,7 @@ class InMemoryDialect(StoreDialect):
     def select(
         self, store: Any, where: Where, *, limit: int | None = None
     ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Every (id, metadata) satisfying `where` (at most `limit`)."""
         found = 0
         for item in list(store.store.values()):
             if matches(item["metadata"], where):
@@ -152,13 +153,14 @@ class InMemoryDialect(StoreDialect):
                     return
 
     def select_vectors(self, store: Any, where: Where, *, page: int) -> Iterator[StoredVector]:
+        """Every document satisfying `where` with its text and vector."""
         for item in list(store.store.values()):
             if matches(item["metadata"], where):
                 yield str(item["id"]), item["metadata"], str(item["text"]), item["vector"]
 
 
 def chroma_where(where: Where) -> dict[str, Any]:
-    """``where`` in Chroma's filter language (``$and`` of ``$eq`` / ``$in``)."""
+    """`where` in Chroma's filter language (`$and` of `$eq` / `$in`)."""
     clauses: list[dict[str, Any]] = [
         {key: value if isinstance(value, str) else {"$in": list(value)}}
         for key, value in where.items()
@@ -167,13 +169,21 @@ def chroma_where(where: Where) -> dict[str, Any]:
 
 
 class ChromaDialect(StoreDialect):
-    """``langchain_chroma.Chroma``; its collection must be in cosine space.
+    """`langchain_chroma.Chroma`; its collection must be in cosine space.
 
     Create the store with an explicit embedding function (Chroma's default downloads a
-    model) and cosine space, e.g. ``Chroma(collection_name="memory",
-    embedding_function=embeddings, collection_configuration={"hnsw": {"space":
-    "cosine"}})``. Vectors are upserted through the store's collection (the store's own
-    ``add_texts`` would embed the texts again).
+    model) and cosine space:
+
+    ```python
+    store = Chroma(
+        collection_name="memory",
+        embedding_function=embeddings,
+        collection_configuration={"hnsw": {"space": "cosine"}},
+    )
+    ```
+
+    Vectors are upserted through the store's collection (the store's own `add_texts`
+    would embed the texts again).
     """
 
     _PAGE = 5000
@@ -187,6 +197,7 @@ class ChromaDialect(StoreDialect):
         texts: Sequence[str],
         metadatas: Sequence[Metadata],
     ) -> None:
+        """Upsert precomputed vectors into the store's collection, in batches."""
         collection = store._collection  # the only way to write precomputed vectors
         size = min(self._PAGE, int(store._client.get_max_batch_size()))
         for start in range(0, len(ids), size):
@@ -201,6 +212,7 @@ class ChromaDialect(StoreDialect):
     def search(
         self, store: Any, vector: Sequence[float], k: int, where: Where
     ) -> list[tuple[str, Mapping[str, Any], float]]:
+        """The `k` nearest documents satisfying `where`: (id, metadata, cosine)."""
         found = store.similarity_search_by_vector_with_relevance_scores(
             [float(x) for x in vector], k=k, filter=chroma_where(where)
         )
@@ -209,6 +221,7 @@ class ChromaDialect(StoreDialect):
     def select(
         self, store: Any, where: Where, *, limit: int | None = None
     ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        """Every (id, metadata) satisfying `where` (at most `limit`), page by page."""
         page = self._PAGE if limit is None else min(limit, self._PAGE)
         offset = 0
         while True:
@@ -222,6 +235,7 @@ class ChromaDialect(StoreDialect):
                 return
 
     def select_vectors(self, store: Any, where: Where, *, page: int) -> Iterator[StoredVector]:
+        """Every document satisfying `where` with its text and vector, `page` a read."""
         size = min(page, self._PAGE)
         offset = 0
         while True:
@@ -263,7 +277,7 @@ class ChromaDialect(StoreDialect):
 
 
 def dialect_for(store: VectorStore) -> StoreDialect:
-    """The built-in dialect of ``store``.
+    """The built-in dialect of `store`.
 
     Raises:
         InvalidOptionError: the store cannot filter by metadata (recall must restrict

@@ -1,6 +1,6 @@
 """In-memory vector index: exact cosine search with numpy (tests, notebooks, small data).
 
-The reference backend: each hook is a few lines over a dict; :class:`VectorIndex` checks
+The reference backend: each hook is a few lines over a dict; `VectorIndex` checks
 the arguments and provides the async twins.
 """
 
@@ -28,19 +28,25 @@ class _Index:
 class InMemoryVectorIndex(VectorIndex):
     """Exact search over every vector in the scope; thread-safe; gone with the process.
 
-    Setup::
+    Setup:
 
-        index = InMemoryVectorIndex()
-        memory = SemanticRecall(storage=InMemoryStorage(), vector_store=index, embeddings=e)
+    ```python
+    index = InMemoryVectorIndex()
+    memory = SemanticRecall(storage=InMemoryStorage(), vector_store=index, embeddings=e)
+    ```
 
-    Sync use::
+    Sync use:
 
-        index.upsert(name, records)
-        hits = index.query(name, vector, k=4, scope=ScopeFilter(resource_id="alice"))
+    ```python
+    index.upsert(name, records)
+    hits = index.query(name, vector, k=4, scope=ScopeFilter(resource_id="alice"))
+    ```
 
-    Async use::
+    Async use:
 
-        hits = await index.aquery(name, vector, k=4, scope=ScopeFilter(thread_id="t1"))
+    ```python
+    hits = await index.aquery(name, vector, k=4, scope=ScopeFilter(thread_id="t1"))
+    ```
     """
 
     def __init__(self) -> None:
@@ -136,7 +142,7 @@ class InMemoryVectorIndex(VectorIndex):
                 del index.unit[i]
 
     def _in_scope(self, name: str, scope: ScopeFilter | None) -> list[VectorRecord]:
-        """The records of ``name`` inside ``scope`` (all without one; none if no index)."""
+        """The records of `name` inside `scope` (all without one; none if no index)."""
         with self._lock:
             index = self._indexes.get(name)
             if index is None:

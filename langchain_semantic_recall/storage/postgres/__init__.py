@@ -1,6 +1,6 @@
-"""PostgreSQL message storage: :class:`PostgresStorage` (psycopg 3, sync and async).
+"""PostgreSQL message storage: `PostgresStorage` (psycopg 3, sync and async).
 
-Needs the ``postgres`` extra: ``pip install 'langchain-semantic-recall[postgres]'``.
+Needs the `postgres` extra: `pip install 'langchain-semantic-recall[postgres]'`.
 """
 
 from langchain_semantic_recall.storage.postgres.schema import SCHEMA_VERSION

@@ -1,10 +1,10 @@
 """The PostgreSQL storage's schema: its tables, migrations and set-up, without I/O.
 
-The database carries its schema version (table ``semantic_recall_schema_version``, one
-row per applied version). :func:`setup_steps` creates or migrates the schema in one
+The database carries its schema version (table `semantic_recall_schema_version`, one
+row per applied version). `setup_steps` creates or migrates the schema in one
 transaction under an advisory lock, so many processes may start at once; a database
-migrated by a later release is refused. Like every operation of :mod:`.sql`, it is a
-generator of statements that :mod:`.storage` runs on a sync or an async connection.
+migrated by a later release is refused. Like every operation of `sql`, it is a
+generator of statements that `storage` runs on a sync or an async connection.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """The PostgreSQL storage's SQL: every operation, without I/O.
 
-Each operation is a generator of :class:`Query` objects that receives each statement's
-:class:`Result` back and returns the operation's value; :mod:`.storage` runs it on a sync
-or an async connection. Keeping the logic here, written once, is what makes the two
-twins behave identically. Tables are prefixed ``semantic_recall_`` (a database is often
-shared); ids are ``COLLATE "C"`` so they compare and sort by code point, like every
-other backend. The schema and its migrations are :mod:`.schema`'s. Inputs arrive
-checked by :class:`~langchain_semantic_recall.storage.base.MessageStorage` (ids without
-NUL, aware times, sane windows and limits); only PostgreSQL's own limit is checked here:
-``text`` columns cannot hold NUL, so a message's text and payload must not either.
+Each operation is a generator of `Query` objects that receives each statement's `Result`
+back and returns the operation's value; `storage` runs it on a sync or an async
+connection. Keeping the logic here, written once, is what makes the two twins behave
+identically. Tables are prefixed `semantic_recall_` (a database is often shared); ids
+are `COLLATE "C"` so they compare and sort by code point, like every other backend. The
+schema and its migrations are `schema`'s. Inputs arrive checked by `MessageStorage` (ids
+without NUL, aware times, sane windows and limits); only PostgreSQL's own limit is
+checked here: `text` columns cannot hold NUL, so a message's text and payload must not
+either.
 """
 
 from __future__ import annotations
@@ -41,12 +41,16 @@ _COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, 
 
 @dataclass(frozen=True, slots=True)
 class Query:
+    """One statement to run: SQL with `%s` or `%(name)s` placeholders and its parameters."""
+
     sql: str
     params: Sequence[Any] | Mapping[str, Any] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Result:
+    """What a statement returned: its rows (if any) and its row count."""
+
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     rowcount: int = 0
 
@@ -69,7 +73,7 @@ def _lock_steps(thread_ids: Sequence[str]) -> Steps[None]:
 
 
 def _scope_token(kind: str, value: str) -> str:
-    """A lexeme naming a message's resource (``r``) or thread (``t``).
+    """A lexeme naming a message's resource (`r`) or thread (`t`).
 
     Terms are letters and digits only, so a token with a colon never meets a real term.
     With it in the tsvector, the GIN index intersects a query's terms with one scope
@@ -106,7 +110,7 @@ def _tsquery(terms: Sequence[str], scope: ScopeFilter) -> str:
 
 
 def _check_storable(record: MessageRecord) -> None:
-    """PostgreSQL's ``text`` holds no NUL: refuse a message whose text or payload has one."""
+    """PostgreSQL's `text` holds no NUL: refuse a message whose text or payload has one."""
     for name in ("text", "payload"):
         if "\x00" in getattr(record, name):
             raise InvalidInputError(
@@ -116,7 +120,7 @@ def _check_storable(record: MessageRecord) -> None:
 
 
 def _scope_sql(scope: ScopeFilter | None, alias: str = "") -> tuple[str, dict[str, str]]:
-    """``AND``-clauses restricting rows to ``scope``, with named parameters."""
+    """`AND`-clauses restricting rows to `scope`, with named parameters."""
     if scope is None:
         return "", {}
     prefix = f"{alias}." if alias else ""
@@ -214,6 +218,12 @@ def plan_put(
 
 
 def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
+    """Write a batch atomically under its threads' locks; the stored messages, in order.
+
+    Raises:
+        OwnershipError: a thread or message id belongs to another owner or thread.
+        ForgottenThreadError: a thread of the batch was forgotten.
+    """
     for record in records:
         _check_storable(record)
     thread_ids = list(dict.fromkeys(r.thread_id for r in records))
@@ -279,6 +289,7 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
 def windows_steps(
     message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
 ) -> Steps[dict[str, tuple[StoredMessage, ...]]]:
+    """Each hit inside `scope` with `before`/`after` neighbours, by hit id."""
     where, params = _scope_sql(scope)
     columns = ", ".join(f"m.{c}" for c in _COLUMNS.split(", "))
     rows = (
@@ -299,6 +310,7 @@ def windows_steps(
 def list_steps(
     scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
 ) -> Steps[list[StoredMessage]]:
+    """A page of messages ordered by (thread_id, seq), strictly after `after`."""
     where, params = _scope_sql(scope)
     page: dict[str, Any] = {**params, "limit": limit}
     if after is not None:
@@ -309,6 +321,7 @@ def list_steps(
 
 
 def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
+    """The threads of a resource (every thread when None), with sizes and dates."""
     where = " WHERE t.resource_id = %s" if resource_id is not None else ""
     rows = (
         yield Query(
@@ -327,18 +340,23 @@ def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
 
 
 def one_value_steps(sql: str, value: str, default: Any) -> Steps[Any]:
+    """The first column of the first row of `sql` for `value`, else `default`."""
     rows = (yield Query(sql, (value,))).rows
     return rows[0][0] if rows else default
 
 
 def count_steps(scope: ScopeFilter | None) -> Steps[int]:
+    """The number of messages inside `scope`."""
     where, params = _scope_sql(scope)
     return int((yield Query(f"SELECT count(*) FROM {_M} WHERE TRUE{where}", params)).rows[0][0])
 
 
 def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
-    """Delete the thread's messages (their keyword terms with them) and its row; with
-    ``retire``, also retire its id, under the thread's lock (late writers queue behind)."""
+    """Delete the thread's messages (their keyword terms with them) and its row.
+
+    With `retire`, also retire its id, under the thread's lock (late writers queue
+    behind).
+    """
     yield from _lock_steps([thread_id])
     owner = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
     deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = %s", (thread_id,))).rowcount
@@ -353,6 +371,7 @@ def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
 
 
 def delete_resource_steps(resource_id: str) -> Steps[int]:
+    """Delete every thread of a resource and retire their ids; the messages deleted."""
     rows = yield Query(f"SELECT thread_id FROM {_T} WHERE resource_id = %s", (resource_id,))
     threads = [row[0] for row in rows.rows]
     if not threads:
@@ -372,6 +391,7 @@ def delete_resource_steps(resource_id: str) -> Steps[int]:
 def keyword_steps(
     query: str, scope: ScopeFilter, limit: int, params: BM25Params
 ) -> Steps[list[tuple[str, float]]]:
+    """(message id, BM25 score) of the best `limit` keyword matches inside `scope`."""
     terms = query_terms(query)
     if not terms:
         return []

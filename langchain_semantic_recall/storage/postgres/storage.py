@@ -1,22 +1,22 @@
 """PostgreSQL message storage (psycopg 3): pooled, with native sync and async twins.
 
-Every operation is written once in :mod:`.sql` (the schema in :mod:`.schema`), as a
-generator of statements; the two drivers here run it on a ``psycopg_pool.ConnectionPool``
-or on an ``AsyncConnectionPool`` (a real async connection, not a thread pool): the base
-class's public methods check the input once, then call ``_put`` or ``_aput`` (and so on),
+Every operation is written once in `sql` (the schema in `schema`), as a
+generator of statements; the two drivers here run it on a `psycopg_pool.ConnectionPool`
+or on an `AsyncConnectionPool` (a real async connection, not a thread pool): the base
+class's public methods check the input once, then call `_put` or `_aput` (and so on),
 which differ only in the driver. The schema carries a version (table
-``semantic_recall_schema_version``) and is created or migrated when the storage opens,
+`semantic_recall_schema_version`) and is created or migrated when the storage opens,
 under an advisory lock, so many processes may start at once.
 
 Concurrency: a write takes a transaction-scoped advisory lock per thread id (in a fixed
 order), so writers of one thread queue up for its sequence numbers while other threads
 proceed, and forgetting a thread serialises with late writes to it. Indexes keep the hot
-reads to index lookups at millions of messages: windows use ``UNIQUE (thread_id, seq)``,
-resource-scoped reads ``(resource_id, thread_id, seq)``.
+reads to index lookups at millions of messages: windows use `UNIQUE (thread_id, seq)`,
+resource-scoped reads `(resource_id, thread_id, seq)`.
 
-Keyword search indexes the package's own terms (:mod:`langchain_semantic_recall.keywords`:
-stemmed, no stop words) rather than PostgreSQL's ``english`` configuration, so that it
-ranks exactly like the SQLite and in-memory backends; the terms are a ``tsvector`` with a
+Keyword search indexes the package's own terms (`langchain_semantic_recall.keywords`:
+stemmed, no stop words) rather than PostgreSQL's `english` configuration, so that it
+ranks exactly like the SQLite and in-memory backends; the terms are a `tsvector` with a
 GIN index, and BM25 uses the scope's own statistics.
 """
 
@@ -99,25 +99,31 @@ def _redacted(conninfo: str) -> str:
 class PostgresStorage(MessageStorage):
     """Message storage in PostgreSQL, pooled, with native sync and async access.
 
-    Setup::
+    Setup:
 
-        storage = PostgresStorage("postgresql://app@db.internal/memory", max_size=20)
-        memory = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
+    ```python
+    storage = PostgresStorage("postgresql://app@db.internal/memory", max_size=20)
+    memory = SemanticRecall(storage=storage, vector_store=..., embeddings=...)
+    ```
 
-    Sync use::
+    Sync use:
 
-        storage.put(records)
-        storage.get_windows(ids, before=2, after=1, scope=ScopeFilter(resource_id="u1"))
+    ```python
+    storage.put(records)
+    storage.get_windows(ids, before=2, after=1, scope=ScopeFilter(resource_id="u1"))
+    ```
 
-    Async use (a psycopg ``AsyncConnectionPool`` per event loop, opened on first use)::
+    Async use (a psycopg `AsyncConnectionPool` per event loop, opened on first use):
 
-        await storage.aput(records)
-        await storage.aclose()
+    ```python
+    await storage.aput(records)
+    await storage.aclose()
+    ```
 
-    The schema (tables ``semantic_recall_*``) is created or migrated when the storage is
+    The schema (tables `semantic_recall_*`) is created or migrated when the storage is
     built. To keep it in its own PostgreSQL schema, put it on the search path, e.g.
-    ``postgresql://host/db?options=-csearch_path%3Dmemory``. Behind PgBouncer in
-    transaction mode, pass ``prepare_threshold=None`` in ``connection_kwargs``.
+    `postgresql://host/db?options=-csearch_path%3Dmemory`. Behind PgBouncer in
+    transaction mode, pass `prepare_threshold=None` in `connection_kwargs`.
     """
 
     supports_keyword_search = True
@@ -137,7 +143,7 @@ class PostgresStorage(MessageStorage):
         """Connect, create or migrate the schema, and open the sync pool.
 
         Args:
-            conninfo: A libpq URL or key/value string (``postgresql://user@host/db``).
+            conninfo: A libpq URL or key/value string (`postgresql://user@host/db`).
             min_size: Connections each pool keeps open.
             max_size: Most connections each pool opens (one sync pool, one async pool
                 per event loop).
@@ -145,8 +151,8 @@ class PostgresStorage(MessageStorage):
             pool: A sync pool of your own (autocommit connections); not closed here.
             async_pool: An async pool of your own (autocommit connections, opened);
                 used from every event loop and not closed here.
-            connection_kwargs: Extra ``psycopg.connect`` arguments for the pools made here.
-            bm25: BM25's constants for :meth:`keyword_search` (default ``k1=1.2, b=0.3``).
+            connection_kwargs: Extra `psycopg.connect` arguments for the pools made here.
+            bm25: BM25's constants for `keyword_search` (default `k1=1.2, b=0.3`).
 
         Raises:
             StorageError: The server cannot be reached, or its schema is newer than this
@@ -348,7 +354,7 @@ class PostgresStorage(MessageStorage):
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
-        """(message id, BM25 score) of the best keyword matches inside ``scope``, best first.
+        """(message id, BM25 score) of the best keyword matches inside `scope`, best first.
 
         Same terms, statistics and tie-breaking as the SQLite and in-memory backends: the
         GIN index finds the scope's user and assistant messages holding any query term,
