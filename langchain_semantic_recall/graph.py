@@ -270,7 +270,8 @@ def create_recall_graph(
     Recall runs once per user turn; the model sees the system prompt, this turn's
     recalled messages and the conversation; only real turns are checkpointed; the index
     node stores the turn once, tool calls and results included. Stream with
-    `stream_mode="updates"` to see what the `recall` node found.
+    `stream_mode="updates"` to see what the `recall` node found (on a LangGraph server,
+    which streams only output channels, use `stream_mode="tasks"`).
 
     Example:
         ```python
