@@ -1,27 +1,35 @@
-"""Turning search hits into the messages the model sees (pure, no I/O)."""
+"""Turning search hits into the messages the model sees (pure, no I/O).
+
+Recalled text is data (SPEC §10, "Authority"): a recalled message never comes back with
+more authority than a user or an assistant message. Exactly one system message is
+injected, the memory block this package writes (`memory_block`), which quotes the
+messages of other conversations, stored system and tool messages included (labelled
+`System (quoted)` and `Tool (quoted)`), between nonce-tagged delimiters.
+
+Same-thread recall gives user and assistant messages back as themselves. Stored system
+messages are **left out** of it: replaying one as a `SystemMessage` after the app's
+prompt would let an ingested file or an old prompt give orders, and quoting it as a
+user message would put words in the user's mouth. Tool results are left out too (a
+window may cut a tool call from its result, which providers reject), and tool calls are
+reduced to their text. A payload whose message type does not match a user or assistant
+role (a `SystemMessage` stored under `"role": "user"`) is left out as well.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
 
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_semantic_recall.formatting import format_cross_thread_block
 from langchain_semantic_recall.messages import MEMORY_SOURCE, conversation_title, tag_as_memory
 from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 logger = logging.getLogger(__name__)
-_BY_ROLE: dict[str, type[BaseMessage]] = {
+_BY_ROLE: dict[str, type[HumanMessage | AIMessage]] = {
     "user": HumanMessage,
     "assistant": AIMessage,
-    "system": SystemMessage,
 }
 
 
@@ -46,14 +54,22 @@ def split_recalled(
 
 
 def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
-    """A same-thread message, as itself, tagged `source: memory`; None if unusable.
+    """A same-thread message, as itself, tagged `source: memory`; None if left out.
 
-    Providers reject tool calls without their results (and results without their calls),
-    and a window may cut such a pair in half, so recalled tool calls are reduced to their
-    text and tool results are left out (they still appear in cross-thread blocks).
+    Only user and assistant messages come back (see the module doc): stored system
+    messages never regain their authority, and tool results are left out because
+    providers reject tool calls without their results (and results without their calls)
+    while a window may cut such a pair in half; recalled tool calls are reduced to their
+    text. System and tool messages still appear, quoted, in cross-thread blocks.
     """
+    if stored.role not in _BY_ROLE:
+        return None
     message = _readable(stored)
-    if message is None or isinstance(message, ToolMessage):
+    if not isinstance(message, _BY_ROLE[stored.role]):
+        if message is not None:
+            logger.warning(
+                "stored message %r is not a %s message: left out", stored.id, stored.role
+            )
         return None
     if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
         if not stored.text.strip():
@@ -70,7 +86,7 @@ def _readable(stored: StoredMessage) -> BaseMessage | None:
 
     A payload written by another version of LangChain, or damaged in storage, must not
     break the turn: the message is recalled as plain text of its role instead (a tool
-    result, which needs its call, and a message without text are dropped).
+    result, which needs its call, a system message and a message without text are dropped).
     """
     try:
         return stored.to_message()
@@ -92,7 +108,11 @@ def memory_block(
     labels: dict[str, str] | None = None,
     max_chars: int | None = None,
 ) -> SystemMessage | None:
-    """The single system message that carries every cross-thread recalled message."""
+    """The single system message that carries every cross-thread recalled message.
+
+    It is the only system message recall ever injects; its text is the nonce-tagged block
+    of `format_cross_thread_block`, where stored system and tool messages are quoted.
+    """
     if not other:
         return None
     if labels is None:  # conversations that carry a title are labelled with it
@@ -119,7 +139,8 @@ def inject(
     Order: the input's leading system messages (instructions stay first), the
     cross-thread memory block, the same-thread recalled messages, then the rest of the
     input. Without leading system messages this is the original's order: block,
-    recalled same-thread messages, input.
+    recalled same-thread messages, input. No recalled message other than the block is a
+    system message.
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)

@@ -36,9 +36,9 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.formatting import escape_label, escape_memory_text
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
+from langchain_semantic_recall.quoting import escape_label, escape_memory_text
 from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 if TYPE_CHECKING:
@@ -53,18 +53,25 @@ DEFAULT_TOOL_DESCRIPTION = (
 )
 
 
+def _quoted_line(message: StoredMessage) -> str:
+    """`role: text` on one line; system and tool roles marked as quoted (data, not orders)."""
+    role = message.role if message.role in {"user", "assistant"} else f"{message.role} (quoted)"
+    return f"{role}: {escape_memory_text(' '.join(message.text.split())) or '(no text)'}"
+
+
 def transcript(hit: RecallHit) -> str:
     """The hit's window as readable text.
 
     A header line, then one line per message, the hit marked with `>`. Remembered text
-    is escaped (it is data, not instructions).
+    is data, not instructions: it is escaped (look-alike tags neutralised, the label
+    unable to close its quotes) and system and tool messages read `system (quoted)` and
+    `tool (quoted)`.
     """
     when = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
     lines = [f'Conversation "{escape_label(hit.thread_id)}", {when}']
     for message in hit.window or (hit.message,):
         marker = ">" if message.id == hit.message.id else " "
-        text = escape_memory_text(" ".join(message.text.split())) or "(no text)"
-        lines.append(f"{marker} {message.role}: {text}")
+        lines.append(f"{marker} {_quoted_line(message)}")
     return "\n".join(lines)
 
 
@@ -99,7 +106,10 @@ def _window_entry(message: StoredMessage) -> dict[str, Any]:
 
 
 def format_hits(hits: Sequence[RecallHit]) -> str:
-    """The tool's answer to the model: one numbered entry per hit, with its context."""
+    """The tool's answer to the model: one numbered entry per hit, with its context.
+
+    Escaped like `transcript`: each message on one line after its own prefix.
+    """
     if not hits:
         return "No memories found for this query."
     lines = [f"Found {len(hits)} remembered message(s), best first:"]
@@ -109,8 +119,7 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
         lines.append(f'{number}. score {hit.score:.2f}, conversation "{label}", {when}')
         for message in hit.window:
             marker = ">" if message.id == hit.message.id else " "
-            text = escape_memory_text(" ".join(message.text.split())) or "(no text)"
-            lines.append(f"   {marker} {message.role}: {text}")
+            lines.append(f"   {marker} {_quoted_line(message)}")
     return "\n".join(lines)
 
 

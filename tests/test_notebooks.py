@@ -91,7 +91,7 @@ def test_demo_runs_the_agent_and_shows_each_turn(capsys: pytest.CaptureFixture[s
         assert "User:" in turn
         assert "Recall found" in turn
         assert "Assistant (offline model):" in turn
-    assert "<remembered_from_other_conversation>" in turns[0]
+    assert '<remembered_from_other_conversation id="' in turns[0]
     assert "Príncipe Real" in turns[0]  # the answer quotes the remembered reply
     bob = turns[-1]
     assert "bob-holiday" in bob

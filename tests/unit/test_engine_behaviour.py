@@ -416,5 +416,5 @@ def test_a_conversation_title_labels_the_memory_block(make_engine: EngineFactory
     engine.index(titled, thread_id="trip", resource_id="alice")
     engine.index(turn("b", ["Lisbon flights booked"]), thread_id="flights", resource_id="alice")
     (block,) = recalled(engine.recall([HumanMessage("Lisbon")], thread_id="x", resource_id="alice"))
-    assert '[conversation "Trip \\"planning\\""]' in block.content  # the title, escaped
+    assert "[conversation \"Trip 'planning'\"]" in block.content  # no quote closes the label
     assert '[conversation "flights"]' in block.content  # no title: the thread id

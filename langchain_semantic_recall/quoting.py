@@ -1,0 +1,211 @@
+r"""Quoting remembered text as data: look-alike folding, escaping and per-block nonces.
+
+Pure functions, no I/O. Recalled text is data (SPEC §10, "Authority"): it is shown on
+one line after our own prefix, and text that merely *looks like* our delimiters is
+neutralised visibly. Three layers:
+
+* **A nonce per block** (`new_nonce`): the memory block's tags carry an id keyed on a
+  random per-process secret, so a remembered message cannot write the closing tag,
+  whatever it guesses.
+* **Folding** (`fold`): NFKC, case folding, accents and invisible characters dropped,
+  then a small table of look-alikes (Cyrillic and Greek letters, angle quotes, curly
+  quotes) mapped to the ASCII they imitate. Used to *decide*, never shown.
+* **Escaping** (`escape_memory_text`, `escape_label`):
+    * line breaks (`\r\n`, `\n`, `\r`, `\v`, `\f`, `\x1c`-`\x1e`, U+0085, U+2028,
+      U+2029) become `⏎` (`NEWLINE_MARK`); a literal `⏎` stays as it is, so the
+      mapping is readable rather than strictly reversible;
+    * other C0 controls and DEL become their Unicode Control Pictures (`\x00` -> `␀`,
+      `\t` -> `␉`, `\x7f` -> `␡`); C1 controls and lone surrogates become U+FFFD;
+    * if the folded text mentions "remembered" (spacing, punctuation and `rn` for `m`
+      ignored), every character that folds to an angle bracket (`<`, fullwidth and
+      small forms, single and double angle quotes U+2039/U+203A/U+00AB/U+00BB,
+      mathematical angle brackets, ...) becomes `&lt;` or `&gt;`: the closing tag
+      spelt with a Cyrillic `e` (U+0435) between U+2039 and `>` is shown as
+      `&lt;end_r<U+0435>membered_from_other_conversation&gt;`, its letters unchanged.
+      Other text keeps its brackets (`if a < b`, `<div>`).
+* **Labels** (conversation titles and thread ids, shown between `"`) get the same
+  escaping, then every double-quote look-alike becomes `'`, square brackets become
+  parentheses and `\` becomes `\\`, so a title can neither close its label nor start a
+  forged one; a label is capped at `LABEL_MAX_CHARS` (`…` marks the cut).
+
+Escaping is idempotent, and cuts (`cut`) never split an escape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import unicodedata
+from functools import lru_cache
+
+__all__ = [
+    "LABEL_MAX_CHARS",
+    "NEWLINE_MARK",
+    "cut",
+    "escape_label",
+    "escape_memory_text",
+    "fold",
+    "looks_like_tag",
+    "new_nonce",
+]
+
+NEWLINE_MARK = "\u23ce"
+LABEL_MAX_CHARS = 64
+"""Longest rendered (escaped) label; longer labels end with `…`."""
+
+_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_LESS = "<\u2039\uff1c\ufe64\u2329\u3008\u27e8\u00ab\u276e\u276c\u1438\u02c2\u29fc\u276a"
+_MORE = ">\u203a\uff1e\ufe65\u232a\u3009\u27e9\u00bb\u276f\u276d\u1433\u02c3\u29fd\u276b"
+_QUOTES = '"\u201c\u201d\u201e\u201f\u2033\u02ba\u02dd\u3003\uff02\u05f4\u02ee'
+_LOOKALIKES = {  # ASCII: characters that imitate it (lower case: folding comes first)
+    "<": _LESS,
+    ">": _MORE,
+    '"': _QUOTES,
+    "a": "\u0430\u03b1",
+    "b": "\u044c\u0432\u03b2\u0185",
+    "c": "\u0441\u03f2",
+    "d": "\u0501",
+    "e": "\u0435\u0454\u03b5\u04bd",
+    "h": "\u04bb",
+    "i": "\u0456\u03b9\u0131\u04cf",
+    "j": "\u0458",
+    "k": "\u043a\u03ba",
+    "m": "\u043c",
+    "n": "\u0578\u03b7",
+    "o": "\u043e\u03bf\u0585",
+    "p": "\u0440\u03c1",
+    "r": "\u0433\uab47",
+    "s": "\u0455",
+    "t": "\u0442\u03c4",
+    "u": "\u03c5\u057d",
+    "v": "\u03bd\u0475",
+    "x": "\u0445\u03c7",
+    "y": "\u0443",
+}
+_FOLD = {ord(c): ascii_ for ascii_, chars in _LOOKALIKES.items() for c in chars}
+_INVISIBLE = {"Mn", "Me", "Cf"}
+
+
+def _controls() -> dict[int, str]:
+    table = {code: chr(0x2400 + code) for code in range(0x20)}
+    table[0x7F] = "\u2421"
+    table.update(dict.fromkeys(range(0x80, 0xA0), "\ufffd"))
+    table.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
+    table.update(dict.fromkeys(map(ord, _LINE_BREAKS), NEWLINE_MARK))
+    return table
+
+
+_CONTROLS = _controls()
+_SECRET = secrets.token_bytes(32)
+_NOT_ALNUM = re.compile("[^a-z0-9]")
+_ESCAPES = ("&lt;", "&gt;")
+
+
+def fold(text: str) -> str:
+    """The text as a reader might take it: look-alikes folded to the ASCII they imitate.
+
+    NFKC (fullwidth and compatibility forms), case folding, accents and invisible
+    characters (zero-width, bidi, soft hyphen) dropped, then the look-alike table
+    (Cyrillic and Greek letters, angle quotes, curly quotes). Not length-preserving: use
+    it to decide, never to show.
+
+    Args:
+        text: Any text.
+
+    Returns:
+        The folded text.
+    """
+    if text.isascii():
+        return text.lower()
+    decomposed = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", text).casefold())
+    kept = "".join(c for c in decomposed if unicodedata.category(c) not in _INVISIBLE)
+    return kept.translate(_FOLD)
+
+
+def looks_like_tag(text: str) -> bool:
+    """Whether the text, folded, mentions "remembered" (the word of the block's tags)."""
+    return "remembered" in _NOT_ALNUM.sub("", fold(text)).replace("rn", "m")
+
+
+def escape_memory_text(text: str) -> str:
+    """Make remembered text safe to quote on one line of the block (see the module doc).
+
+    Args:
+        text: Any text, including control characters and lone surrogates.
+
+    Returns:
+        The text on one line, with controls made visible and tag look-alikes neutralised.
+        Idempotent: escaping an escaped text changes nothing.
+    """
+    one_line = text.replace("\r\n", "\n").translate(_CONTROLS)
+    return "".join(map(_defused, one_line)) if looks_like_tag(one_line) else one_line
+
+
+@lru_cache(maxsize=4096)
+def _defused(char: str) -> str:
+    """`&lt;` / `&gt;` for a character that folds to an angle bracket, else itself."""
+    folded = fold(char)
+    return _ESCAPES[0] if "<" in folded else _ESCAPES[1] if ">" in folded else char
+
+
+@lru_cache(maxsize=4096)
+def _label_safe(char: str) -> str:
+    """A label character that can neither close the label nor open a forged one."""
+    if char == "\\":
+        return "\\\\"
+    folded = fold(char) + (char if char in _QUOTES else "")
+    for delimiter, replacement in (('"', "'"), ("[", "("), ("]", ")")):
+        if delimiter in folded:
+            return replacement
+    return char
+
+
+def cut(text: str, end: int) -> int:
+    """The largest cut position `<= end` that splits no `&lt;` / `&gt;` of `text`.
+
+    Args:
+        text: An escaped text (`escape_memory_text`).
+        end: Where the caller would like to cut.
+    """
+    end = max(0, min(end, len(text)))
+    amp = text.rfind("&", max(0, end - 3), end)
+    if amp >= 0 and text.startswith(_ESCAPES, amp) and amp + 4 > end:
+        return amp
+    return end
+
+
+def escape_label(label: str) -> str:
+    """A conversation label, safe between `"` on one line (see the module doc).
+
+    Args:
+        label: A conversation title or thread id.
+
+    Returns:
+        The label with no `"` look-alike, no square bracket and no line break, at most
+        `LABEL_MAX_CHARS` long; backslashes are doubled.
+    """
+    escaped = "".join(map(_label_safe, escape_memory_text(label)))
+    if len(escaped) <= LABEL_MAX_CHARS:
+        return escaped
+    end = cut(escaped, LABEL_MAX_CHARS - 1)
+    if (end - len(escaped[:end].rstrip("\\"))) % 2:
+        end -= 1  # an odd run of trailing backslashes: do not cut an escape in half
+    return escaped[:end] + "\u2026"
+
+
+def new_nonce(body: str) -> str:
+    """The id of one block's tags: 16 hex digits no quoted text can guess.
+
+    A keyed hash (HMAC-SHA256) of the block's own body under a secret drawn at random
+    (`secrets`) when the process starts. A remembered message would have to contain
+    the hash of a text that contains it, under a key it never sees. The same body gives
+    the same id within a process, so recall stays reproducible (sync and async agree,
+    prompt caches keep working); a new process draws a new key.
+
+    Args:
+        body: The block's lines between its tags.
+    """
+    data = body.encode("utf-8", "surrogatepass")
+    return hmac.new(_SECRET, data, hashlib.sha256).hexdigest()[:16]
