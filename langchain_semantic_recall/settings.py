@@ -180,18 +180,35 @@ Backends = dict[str, Any]
 """`storage`, `vector_store` and `embeddings`: the keyword arguments of the engine."""
 
 
-def local_backends(path: str | PathLike[str], embeddings: Embeddings | None = None) -> Backends:
-    """The embedded default under `path`: SQLite, embedded Chroma, the local model."""
+def local_backends(
+    path: str | PathLike[str],
+    embeddings: Embeddings | None = None,
+    *,
+    read_only: bool | None = None,
+) -> Backends:
+    """The embedded default under `path`: SQLite, embedded Chroma, the local model.
+
+    `read_only=None` opens read-only exactly when the store cannot be written (a
+    read-only mount, a backup without write permission): SQLite through a `mode=ro`
+    URI, Chroma on a temporary copy (it writes on open). `True` forces it.
+    """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
     root = Path(path)
-    storage = SQLiteStorage(root / "messages.sqlite3")
-    return {
-        "storage": storage,
-        "vector_store": ChromaVectorIndex.persistent(root / "chroma"),
-        "embeddings": embeddings or _local_model(),
-    }
+    file = root / "messages.sqlite3"
+    if read_only is None:
+        read_only = file.exists() and not SQLiteStorage.is_writable(file)
+    storage = SQLiteStorage(file, read_only=read_only)
+    try:
+        return {
+            "storage": storage,
+            "vector_store": ChromaVectorIndex.persistent(root / "chroma", read_only=read_only),
+            "embeddings": embeddings or _local_model(),
+        }
+    except BaseException:
+        storage.close()
+        raise
 
 
 def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None) -> Backends:

@@ -23,6 +23,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_USAGE,
     PATH_ENV,
     CommandError,
+    failure_message,
     store_path,
 )
 from langchain_semantic_recall.cli.render import error
@@ -134,6 +135,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as failure:
         if args.verbose:
             traceback.print_exc()
-        hint = "" if args.verbose else " (run with -v for the traceback)"
-        error(f"unexpected {type(failure).__name__}: {failure}{hint}")
+        error(failure_message(failure, verbose=args.verbose))
         return EXIT_ERROR

@@ -31,6 +31,8 @@ BATCH = 64
 """Messages per `index` call: one batched embedding call each, and a progress step."""
 
 FORGOTTEN = "thread was forgotten (its id is retired)"
+UNREADABLE = frozenset({"not a JSON object", "no 'mapping' of messages"})
+"""Reasons a ChatGPT export's conversation could not be read (an error, unlike tool output)."""
 _FORMAT_NAMES = {"jsonl": "JSONL", "chatgpt": "ChatGPT export"}
 
 
@@ -47,6 +49,11 @@ class IngestSummary:
     messages_added: int = 0
     vectors: int = 0
     vectors_failed: int = 0
+    vectors_missing: int = 0
+    """Stored messages of the store still without a vector after this run."""
+    vectors_repaired: int = 0
+    unreadable: int = 0
+    """Lines (JSONL) or conversations (ChatGPT) that could not be read."""
     skipped: Counter[str] = field(default_factory=Counter)
     """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
     not_embedded: Counter[str] = field(default_factory=Counter)
@@ -66,6 +73,9 @@ class IngestSummary:
             "messages_added": self.messages_added,
             "vectors_written": self.vectors,
             "vectors_failed": self.vectors_failed,
+            "vectors_repaired": self.vectors_repaired,
+            "vectors_missing": self.vectors_missing,
+            "unreadable": self.unreadable,
             "skipped": dict(self.skipped),
             "stored_without_vector": dict(self.not_embedded),
         }
@@ -104,6 +114,12 @@ def register(subparsers: Any) -> None:
         help="whose conversations (required for a ChatGPT export; for JSONL, the resource "
         "of lines that have none)",
     )
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="then embed the stored messages that have no vector (e.g. after an interrupted "
+        "import): 'reindex --missing-only'",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
 
@@ -120,10 +136,7 @@ def _read(args: argparse.Namespace) -> ImportReport:
             "a ChatGPT export does not say whose conversations it holds: pass --resource "
             "(e.g. --resource alice)"
         )
-    try:
-        return read_conversations(path, file_format=file_format, resource_id=args.resource)
-    except UnicodeDecodeError as error:
-        raise InvalidInputError(f"{path} is not UTF-8 text: {error.reason}") from error
+    return read_conversations(path, file_format=file_format, resource_id=args.resource)
 
 
 def _refusal(memory: SemanticRecall, thread: str, resource: str, owner: str | None) -> str | None:
@@ -200,16 +213,29 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
     print(f"  vectors    {vectors}")
     total = sum(summary.skipped.values())
     print(f"  skipped    {total}" + (f" ({_counts(summary.skipped)})" if total else ""))
-    if report.format == "jsonl":  # bad lines: say where they are
-        for item in report.skipped[:5]:
-            print(style(f"             {item.where}: {item.reason}", "dim"))
-        if len(report.skipped) > 5:
-            print(style(f"             ... and {len(report.skipped) - 5} more", "dim"))
+    bad = [item for item in report.skipped if _unreadable(report, item.reason)]
+    for item in bad[:5]:  # what could not be read: say where it is
+        print(style(f"             {item.where}: {item.reason}", "dim"))
+    if len(bad) > 5:
+        print(style(f"             ... and {len(bad) - 5} more", "dim"))
+    if summary.vectors_repaired:
+        print(f"  repaired   {summary.vectors_repaired} missing vector(s) written")
     if summary.vectors_failed:
         print(
             style(f"  warning    {summary.vectors_failed} message(s) stored without vectors", "red")
-            + " (embedding failed; run 'semantic-recall reindex --missing-only')"
+            + " (embedding failed; run 'semantic-recall ingest --repair' or 'reindex "
+            "--missing-only')"
         )
+    elif summary.vectors_missing:
+        print(
+            style(f"  warning    {summary.vectors_missing} stored message(s) lack a vector", "red")
+            + " (an earlier import was interrupted?); rerun with --repair"
+        )
+
+
+def _unreadable(report: ImportReport, reason: str) -> bool:
+    """Whether a skipped item is a read failure (an error) rather than a choice."""
+    return report.format == "jsonl" or reason in UNREADABLE
 
 
 def run(args: argparse.Namespace) -> int:
@@ -218,17 +244,41 @@ def run(args: argparse.Namespace) -> int:
     summary = IngestSummary(file=args.file, format=report.format)
     for item in report.skipped:
         summary.skipped[item.reason] += 1
+        summary.unreadable += _unreadable(report, item.reason)
     if not report.conversations and not report.skipped:
         raise InvalidInputError(f"{args.file} holds no conversations")
     memory = open_memory(args, create=True)
     with progress_bar(report.message_count, "msg", "ingest") as bar:
         for conversation in report.conversations:
             _ingest_conversation(memory, conversation, summary, bar)
+    summary.vectors_missing = memory.stats().missing_vectors
+    if args.repair and summary.vectors_missing:
+        with progress_bar(summary.vectors_missing, "msg", "repair") as bar:
+            summary.vectors_repaired = memory.reindex(missing_only=True, progress=bar.update)
+        summary.vectors_missing = memory.stats().missing_vectors
     if args.json:
         print_json({**summary.as_json(), "store": store_label(args)})
     else:
         _print_summary(summary, report)
-    unreadable = report.format == "jsonl" and bool(report.skipped)
-    if unreadable:
-        error(f"{len(report.skipped)} line(s) of {args.file} could not be read (listed above)")
-    return EXIT_ERROR if summary.vectors_failed or unreadable else EXIT_OK
+    return _outcome(summary, report)
+
+
+def _outcome(summary: IngestSummary, report: ImportReport) -> int:
+    """The exit code, with one error line for each reason it is not 0."""
+    code = EXIT_OK
+    if not report.conversations:
+        error(f"nothing in {summary.file} could be imported (reasons listed above)")
+        return EXIT_ERROR
+    if summary.unreadable:
+        what = "line(s)" if report.format == "jsonl" else "conversation(s)"
+        error(f"{summary.unreadable} {what} of {summary.file} could not be read (listed above)")
+        code = EXIT_ERROR
+    if summary.vectors_failed or summary.vectors_missing:
+        error(
+            f"{max(summary.vectors_missing, summary.vectors_failed)} stored message(s) have "
+            "no vector, so search cannot find them; "
+            "run 'semantic-recall ingest FILE --repair' or 'semantic-recall reindex "
+            "--missing-only'"
+        )
+        code = EXIT_ERROR
+    return code

@@ -27,6 +27,7 @@ from langchain_semantic_recall.importers.report import (
     Format,
     ImportReport,
     Skipped,
+    decode,
 )
 from langchain_semantic_recall.messages import TITLE_KEY
 
@@ -53,8 +54,9 @@ def detect_format(path: str | PathLike[str]) -> Format:
     source = Path(path)
     if source.suffix.lower() == ".zip":
         return "chatgpt"
-    with source.open(encoding="utf-8") as handle:
-        head = handle.read(1 << 16)
+    with source.open("rb") as handle:
+        raw = handle.read(1 << 16)
+    head = _decode_head(raw, source)
     text = head.lstrip()
     if text.startswith("["):
         return "chatgpt"
@@ -66,6 +68,17 @@ def detect_format(path: str | PathLike[str]) -> Format:
         if isinstance(first, dict) and "mapping" in first:
             return "chatgpt"
     return "jsonl"
+
+
+def _decode_head(raw: bytes, source: Path) -> str:
+    """The head of a file as text: `decode`, tolerating a character cut at the end."""
+    for cut in range(4):  # a multi-byte character may straddle the end of the head
+        try:
+            return decode(raw[: len(raw) - cut] if cut else raw, str(source))
+        except InvalidInputError:
+            if cut == 3:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def read_conversations(

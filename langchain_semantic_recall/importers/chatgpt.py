@@ -25,6 +25,7 @@ from langchain_semantic_recall.importers.report import (
     Conversation,
     ImportReport,
     Skipped,
+    decode,
 )
 from langchain_semantic_recall.messages import CREATED_AT_KEY, TITLE_KEY, parse_time, stable_id
 
@@ -161,6 +162,12 @@ def read_chatgpt_conversations(data: object, *, resource_id: str) -> ImportRepor
     if not isinstance(resource_id, str) or not resource_id.strip():
         raise InvalidInputError("a ChatGPT export needs a resource id: whose conversations?")
     items: Sequence[Any]
+    if isinstance(data, list) and data and not any(isinstance(item, Mapping) for item in data):
+        raise InvalidInputError(
+            "not a ChatGPT export: expected a list of conversations (JSON objects with a "
+            f"'mapping'), got a list of {type(data[0]).__name__}; pass the export's "
+            "conversations.json (or its .zip)"
+        )
     if isinstance(data, list):
         items = data
     elif isinstance(data, Mapping) and "mapping" in data:
@@ -190,19 +197,40 @@ def read_chatgpt_conversations(data: object, *, resource_id: str) -> ImportRepor
 
 def _read_export_text(path: Path) -> str:
     if path.suffix.lower() != ".zip":
-        return path.read_text(encoding="utf-8")
-    with zipfile.ZipFile(path) as archive:
-        names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
-        if not names:
-            raise InvalidInputError(f"{path} holds no conversations.json")
-        return archive.read(min(names, key=len)).decode("utf-8")
+        return decode(path.read_bytes(), str(path))
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == "conversations.json"]
+            if not names:
+                raise InvalidInputError(f"{path} holds no conversations.json")
+            name = min(names, key=len)
+            return decode(archive.read(name), f"{path}:{name}")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, NotImplementedError) as error:
+        raise InvalidInputError(
+            f"{path} is not a readable zip archive ({error}); download the export again, "
+            "or unzip it and pass its conversations.json"
+        ) from error
 
 
 def read_chatgpt_export(path: str | PathLike[str], *, resource_id: str) -> ImportReport:
-    """Read a ChatGPT `conversations.json` (or the export `.zip` that holds it)."""
+    """Read a ChatGPT `conversations.json` (or the export `.zip` that holds it).
+
+    Raises:
+        InvalidInputError: Not UTF-8 / UTF-16 text, not a readable zip, not JSON (or
+            JSON nested too deeply to read), or not a list of conversations.
+    """
     text = _read_export_text(Path(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise InvalidInputError(f"{path} is not JSON: {error}") from error
-    return read_chatgpt_conversations(data, resource_id=resource_id)
+    except RecursionError as error:
+        raise InvalidInputError(
+            f"{path} is JSON nested too deeply to read; it is not a ChatGPT export"
+        ) from error
+    try:
+        return read_chatgpt_conversations(data, resource_id=resource_id)
+    except RecursionError as error:
+        raise InvalidInputError(
+            f"{path} holds a conversation nested too deeply to read; it is not a ChatGPT export"
+        ) from error

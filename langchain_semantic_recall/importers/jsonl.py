@@ -33,10 +33,12 @@ from langchain_semantic_recall.importers.report import (
     Conversation,
     ImportReport,
     Skipped,
+    read_text,
 )
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     TITLE_KEY,
+    check_id,
     parse_time,
     role_of,
     stable_id,
@@ -51,7 +53,7 @@ def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) ->
     value = row.get(key, default)
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"'{key}' must be a non-empty string")
-    return value
+    return check_id(f"'{key}'", value)
 
 
 def _message(
@@ -86,8 +88,9 @@ def _message(
     if message_id is None:
         text = text_of(message, "\n")
         message_id = stable_id(thread, given_role, text, str(created or ""), line_no)
-    if not isinstance(message_id, str) or not message_id:
+    if not isinstance(message_id, str) or not message_id.strip():
         raise ValueError("'id' must be a non-empty string when given")
+    check_id("'id'", message_id)
     return resource, thread, message.model_copy(update={"id": message_id})
 
 
@@ -121,10 +124,13 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.removeprefix("\ufeff") if line_no == 1 else line)
             if not isinstance(row, dict):
                 raise ValueError("a line must be a JSON object")
             resource, thread, message = _message(row, line_no, default_resource)
+        except RecursionError:
+            report.skipped.append(Skipped(f"line {line_no}", "JSON nested too deeply"))
+            continue
         except (ValueError, TypeError, InvalidInputError) as error:
             report.skipped.append(Skipped(f"line {line_no}", _short(error)))
             continue
@@ -155,9 +161,16 @@ def _short(error: Exception) -> str:
 
 
 def read_jsonl(path: str | PathLike[str], *, default_resource: str | None = None) -> ImportReport:
-    """Read a JSONL file of messages (see the module docstring for the format)."""
-    with Path(path).open(encoding="utf-8") as handle:
-        return read_jsonl_lines(handle, default_resource=default_resource)
+    """Read a JSONL file of messages (see the module docstring for the format).
+
+    UTF-8 (a byte order mark is dropped) or UTF-16 with its byte order mark.
+
+    Raises:
+        InvalidInputError: The file is in another encoding.
+    """
+    text = read_text(Path(path))
+    # "\n" only: splitlines() would also cut at U+2028, which JSON strings may hold.
+    return read_jsonl_lines(text.split("\n"), default_resource=default_resource)
 
 
 def _needs_full(message: BaseMessage, plain: BaseMessage) -> bool:

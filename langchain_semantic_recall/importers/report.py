@@ -1,16 +1,30 @@
 """What a conversation file held: its conversations, and what was skipped and why.
 
-The plain data shared by the readers of `langchain_semantic_recall.importers`.
+The plain data shared by the readers of `langchain_semantic_recall.importers`, and
+`decode`, the text encodings they accept.
 """
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-__all__ = ["FORMATS", "ROLES", "Conversation", "Format", "ImportReport", "Skipped"]
+from langchain_semantic_recall.errors import InvalidInputError
+
+__all__ = [
+    "FORMATS",
+    "ROLES",
+    "Conversation",
+    "Format",
+    "ImportReport",
+    "Skipped",
+    "decode",
+    "read_text",
+]
 
 Format = Literal["jsonl", "chatgpt"]
 FORMATS: tuple[Format, ...] = ("jsonl", "chatgpt")
@@ -56,3 +70,32 @@ class ImportReport:
     def message_count(self) -> int:
         """Messages in every conversation read."""
         return sum(len(c.messages) for c in self.conversations)
+
+
+def decode(data: bytes, name: str) -> str:
+    """Text of a file: UTF-8 (a byte order mark dropped) or UTF-16 with its byte order mark.
+
+    Args:
+        data: The file's bytes.
+        name: The file, as named in the error.
+
+    Raises:
+        InvalidInputError: Another encoding; the message says how to convert it.
+    """
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        encoding = "utf-16"
+    else:
+        encoding = "utf-8-sig"
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(
+            f"{name} is not UTF-8 text (byte {error.start} cannot be decoded as "
+            f"{error.encoding}): convert it first, e.g. "
+            f"'iconv -f LATIN1 -t UTF-8 {name} > converted' with its real encoding"
+        ) from error
+
+
+def read_text(path: Path) -> str:
+    """`decode` of a file's bytes."""
+    return decode(path.read_bytes(), str(path))

@@ -35,6 +35,7 @@ from langchain_semantic_recall.storage.sqlite_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     connect,
+    is_writable,
     prepare_path,
 )
 
@@ -180,21 +181,32 @@ class SQLiteStorage(MessageStorage):
 
     supports_keyword_search = True
 
-    def __init__(self, path: str | os.PathLike[str], *, bm25: BM25Params | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        bm25: BM25Params | None = None,
+        read_only: bool = False,
+    ) -> None:
         """Open (creating if needed) the database file and bring its schema up to date.
 
         Args:
             path: A file path, or `":memory:"`. Missing parent folders are created.
             bm25: BM25's constants for `keyword_search` (default `k1=1.2, b=0.3`).
+            read_only: Open an existing file without ever writing it (a `mode=ro` URI: no
+                migration, no pragma); every write then raises `StorageError`. For a
+                backup, or a store on a read-only mount.
 
         Raises:
             StorageError: The path cannot be created, read or written, is not a SQLite
-                database, or was written by a newer version of this package.
+                database, was written by a newer version of this package, or (read-only)
+                needs a migration.
         """
-        self._path = prepare_path(path)
+        self._path = prepare_path(path, read_only=read_only)
         self._bm25 = bm25 or BM25Params()
         self._lock = threading.Lock()
-        self._conn = connect(self._path)  # every use holds self._lock
+        self._read_only = read_only
+        self._conn = connect(self._path, read_only=read_only)  # every use holds self._lock
         logger.debug("opened SQLite storage %s", self._path)
 
     def __repr__(self) -> str:
@@ -205,6 +217,16 @@ class SQLiteStorage(MessageStorage):
         """The database path (`":memory:"` for an in-memory database)."""
         return self._path
 
+    @property
+    def read_only(self) -> bool:
+        """Whether the file was opened read-only (every write raises `StorageError`)."""
+        return self._read_only
+
+    @staticmethod
+    def is_writable(path: str | os.PathLike[str]) -> bool:
+        """Whether a store file at `path` could be written (False on a read-only mount)."""
+        return is_writable(path)
+
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock, self._errors("read"):
@@ -213,6 +235,11 @@ class SQLiteStorage(MessageStorage):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One `BEGIN IMMEDIATE` transaction: committed on success, else rolled back."""
+        if self._read_only:
+            raise StorageError(
+                f"SQLite storage {self._path} was opened read-only; open a writable copy "
+                "to change it"
+            )
         with self._lock, self._errors("write"):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -228,6 +255,11 @@ class SQLiteStorage(MessageStorage):
         try:
             yield
         except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+                raise StorageError(
+                    f"SQLite storage {self._path} is damaged ({exc}); restore it from a "
+                    "backup, or copy out what still reads with 'semantic-recall export'"
+                ) from exc
             raise StorageError(
                 f"SQLite storage {self._path}: {action} failed ({exc}); check that the "
                 "file is writable, has free space and is still open"

@@ -5,6 +5,11 @@ schema up to `SCHEMA_VERSION` in one transaction, step by step, so a file writte
 by any earlier release is migrated in place and one written by a later release is
 refused. The statements live in `MIGRATIONS`; keyword search's tables and their
 backfill come from `sqlite_fts`.
+
+A read-only open (`connect(path, read_only=True)`, e.g. a backup on a read-only mount)
+uses a `mode=ro` URI: it sets no pragma, migrates nothing, and refuses a file whose schema
+is not the current one. A WAL file whose `-shm` cannot be created (a read-only folder) is
+opened `immutable`: nothing can change it while we read.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
+from urllib.parse import quote
 
 from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.storage import sqlite_fts as fts
@@ -51,8 +57,11 @@ _CLEAR_VERSION: Final = "DELETE FROM schema_version"
 _SET_VERSION: Final = "INSERT INTO schema_version (version) VALUES (?)"
 
 
-def prepare_path(path: str | os.PathLike[str]) -> str:
-    """The database path, its folder created; StorageError if it cannot be written."""
+def prepare_path(path: str | os.PathLike[str], *, read_only: bool = False) -> str:
+    """The database path, its folder created; StorageError if it cannot be written.
+
+    With `read_only`, the file must exist and be readable; nothing is created.
+    """
     raw = os.fspath(path)
     if raw == MEMORY_PATH:
         return raw
@@ -62,6 +71,13 @@ def prepare_path(path: str | os.PathLike[str]) -> str:
             f"SQLite storage path {target} is a directory; pass a file path such as "
             f"{target / 'memory.db'}"
         )
+    if read_only:
+        if not target.is_file() or not os.access(target, os.R_OK):
+            raise StorageError(
+                f"SQLite storage {target} does not exist or is not readable, so it cannot "
+                "be opened read-only; check the path and its permissions"
+            )
+        return str(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -82,13 +98,30 @@ def prepare_path(path: str | os.PathLike[str]) -> str:
     return str(target)
 
 
-def connect(path: str) -> sqlite3.Connection:
+def is_writable(path: str | os.PathLike[str]) -> bool:
+    """Whether SQLite can write the file at `path` (and its journal next to it).
+
+    False on a read-only mount, or where file modes forbid it to this user.
+    """
+    target = Path(path)
+    folder_ok = os.access(target.parent, os.W_OK | os.X_OK)
+    return folder_ok and (not target.exists() or os.access(target, os.W_OK))
+
+
+def connect(path: str, *, read_only: bool = False) -> sqlite3.Connection:
     """An autocommit connection to a prepared path, its schema brought up to date.
 
+    Args:
+        path: A path from `prepare_path` (with the same `read_only`).
+        read_only: Open with a `mode=ro` URI: no pragma, no migration, no write.
+
     Raises:
-        StorageError: The file is not a SQLite database, cannot be written, or was
-            written by a newer version of this package.
+        StorageError: The file is not a SQLite database (or is damaged), cannot be
+            written, was written by a newer version of this package, or (read-only)
+            has an older schema that would need a migration.
     """
+    if read_only and path != MEMORY_PATH:
+        return _connect_read_only(path)
     conn: sqlite3.Connection | None = None
     try:
         conn = sqlite3.connect(
@@ -103,11 +136,69 @@ def connect(path: str) -> sqlite3.Connection:
             conn.close()
         if isinstance(exc, StorageError):
             raise
-        raise StorageError(
-            f"cannot use SQLite storage {path} ({exc}); check that it is a SQLite "
-            "database in a folder you can write, or choose another path"
-        ) from exc
+        raise _open_error(path, exc) from exc
     return conn
+
+
+def _open_error(path: str, exc: sqlite3.Error) -> StorageError:
+    """The error for a file SQLite refused: damaged, or not writable."""
+    if getattr(exc, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        return StorageError(
+            f"SQLite storage {path} is damaged or not a SQLite database ({exc}); restore "
+            "it from a backup, or move it aside to start an empty store"
+        )
+    return StorageError(
+        f"cannot use SQLite storage {path} ({exc}); check that it is a SQLite "
+        "database in a folder you can write, or choose another path"
+    )
+
+
+def _connect_read_only(path: str) -> sqlite3.Connection:
+    """A `mode=ro` connection, `immutable` if the WAL index cannot be created."""
+    base = f"file:{quote(path)}?mode=ro"
+    for uri in (base, base + "&immutable=1"):
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        try:
+            version = _read_version(conn, path)
+        except sqlite3.Error as exc:
+            conn.close()
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN" and uri == base:
+                continue  # WAL on a read-only folder: no -shm can be made
+            raise _open_error(path, exc) from exc
+        except StorageError:
+            conn.close()
+            raise
+        if version != SCHEMA_VERSION:
+            conn.close()
+            raise StorageError(
+                f"SQLite storage {path} has schema version {version}, "
+                + (
+                    f"newer than this package understands ({SCHEMA_VERSION}); upgrade "
+                    "langchain-semantic-recall"
+                    if version > SCHEMA_VERSION
+                    else f"older than this package's ({SCHEMA_VERSION}), and a read-only "
+                    "store cannot be migrated; open a writable copy once (any command "
+                    "migrates it) or use the release that wrote it"
+                )
+            )
+        logger.debug("opened SQLite storage %s read-only (%s)", path, uri)
+        return conn
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _read_version(conn: sqlite3.Connection, path: str) -> int:
+    """The schema version of a file opened read-only (StorageError if it has none)."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if found is None:
+        raise StorageError(
+            f"SQLite storage {path} holds no schema version (it is empty or not a store "
+            "of this package); check the path"
+        )
+    return int(conn.execute(_GET_VERSION).fetchone()[0] or 0)
 
 
 def _configure(conn: sqlite3.Connection, path: str) -> None:

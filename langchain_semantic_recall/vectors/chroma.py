@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
-from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
-from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections
+from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, temporary_copy
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
     LAYOUT,
@@ -145,16 +147,48 @@ class ChromaVectorIndex(VectorIndex):
 
     @classmethod
     def persistent(
-        cls, path: str | os.PathLike[str], *, hnsw: Mapping[str, Any] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        hnsw: Mapping[str, Any] | None = None,
+        read_only: bool = False,
     ) -> ChromaVectorIndex:
-        """An embedded, persistent Chroma at `path` (anonymized telemetry off)."""
+        """An embedded, persistent Chroma at `path` (anonymized telemetry off).
+
+        Args:
+            path: The Chroma folder (created if missing, unless `read_only`).
+            hnsw: HNSW settings for new collections (see `__init__`).
+            read_only: Never write `path`. Embedded Chroma writes its `chroma.sqlite3`
+                when it opens (measured with chromadb 1.5 on a read-only mount: "attempt
+                to write a readonly database"), so the index is opened on a private
+                temporary copy of `path`, removed with the index (or at exit).
+
+        Raises:
+            StorageError: The folder holds a damaged index, or cannot be opened.
+        """
         import chromadb
         from chromadb.config import Settings
 
-        client = chromadb.PersistentClient(
-            path=os.fspath(path), settings=Settings(anonymized_telemetry=False)
-        )
-        return cls(client, hnsw=hnsw)
+        folder = os.fspath(path)
+        copy: str | None = None
+        if read_only:
+            copy = temporary_copy(folder)
+        try:
+            client = chromadb.PersistentClient(
+                path=copy or folder, settings=Settings(anonymized_telemetry=False)
+            )
+        except Exception as exc:  # chromadb raises its own InternalError, or ValueError
+            if copy is not None:
+                shutil.rmtree(copy, ignore_errors=True)
+            raise StorageError(
+                f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); if "
+                "it is damaged, restore it from a backup, or move it aside and rebuild it "
+                "from the messages with 'semantic-recall reindex'"
+            ) from exc
+        index = cls(client, hnsw=hnsw)
+        if copy is not None:
+            weakref.finalize(index, shutil.rmtree, copy, True)
+        return index
 
     @classmethod
     def ephemeral(cls, *, hnsw: Mapping[str, Any] | None = None) -> ChromaVectorIndex:

@@ -4,17 +4,21 @@
 the layout and why). This module owns the handles to those collections: a bounded cache
 (a handle is a few hundred bytes), a size hint per collection (it picks the
 thread-search strategy), the listing of every collection of an index, and the client's
-batch limit. chromadb is imported inside functions only.
+batch limit; and the temporary copy a read-only open works on. chromadb is imported inside
+functions only.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
-from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors.chroma_layout import (
     INDEX_KEY,
@@ -29,7 +33,7 @@ if TYPE_CHECKING:
     from chromadb.api.collection_configuration import CreateCollectionConfiguration
     from chromadb.api.models.Collection import Collection
 
-__all__ = ["CACHED_COLLECTIONS", "ChromaCollections"]
+__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "temporary_copy"]
 
 CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
@@ -152,3 +156,21 @@ class ChromaCollections:
         with self._lock:
             self._handles.clear()
             self._sizes.clear()
+
+
+def temporary_copy(folder: str) -> str:
+    """A private copy of a Chroma folder, for a read-only open (`ChromaVectorIndex.persistent`)."""
+    if not os.path.isdir(folder):
+        raise StorageError(f"no Chroma index at {folder} to open read-only; check the path")
+    copy = tempfile.mkdtemp(prefix="semantic-recall-read-only-")
+    try:
+        shutil.copytree(folder, copy, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        for root, _dirs, _files in os.walk(copy):  # copytree kept the folders' read-only modes
+            os.chmod(root, 0o700)
+    except OSError as exc:
+        shutil.rmtree(copy, ignore_errors=True)
+        raise StorageError(
+            f"cannot copy the read-only Chroma index {folder} to {copy} ({exc}); free space "
+            "in the temporary folder (set TMPDIR) or open a writable copy of the store"
+        ) from exc
+    return copy

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -593,8 +594,8 @@ def test_unexpected_errors_and_interrupts_have_exit_codes(
     failed = loaded("stats")
     assert failed.code == 1
     assert failed.err == (
-        "semantic-recall: error: unexpected RuntimeError: disk on fire "
-        "(run with -v for the traceback)\n"
+        "semantic-recall: error: internal error (RuntimeError: disk on fire); run with -v "
+        "for the details, and report it with the command you ran\n"
     )
     verbose = loaded("-v", "stats")
     assert "Traceback" in verbose.err
@@ -674,3 +675,104 @@ def test_the_console_script(tmp_path: Path) -> None:
     assert missing.returncode == 3
     assert missing.stdout == ""
     assert missing.stderr.startswith("semantic-recall: error: no store at")
+
+
+# --- ingest that reports and continues (issue 12) ----------------------------------------
+
+
+def test_ingest_skips_a_bad_id_and_loads_the_rest(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    rows = [
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "one"},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "two", "id": "x\x00y"},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "three", "id": " "},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "four", "created_at": "?"},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "five"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    result = cli("ingest", str(path))
+    assert result.code == 1
+    assert "messages   2 added" in result.out
+    assert "skipped    3" in result.out
+    assert "line 2: " in result.out
+    assert "NUL" in result.out
+    assert "line 3: " in result.out
+    assert "line 4: " in result.out
+    assert "3 line(s) of" in result.err
+    assert cli("stats", "--json").json()["messages"] == 2
+
+
+def test_ingest_decodes_a_bom_and_utf16_and_names_other_encodings(cli: Cli, tmp_path: Path) -> None:
+    line = json.dumps({"resource": "bob", "thread": "b1", "role": "user", "content": "hé"})
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + line.encode())
+    assert cli("ingest", str(bom)).code == 0
+    utf16 = tmp_path / "utf16.jsonl"
+    utf16.write_bytes(line.replace("b1", "b2").encode("utf-16"))
+    assert cli("ingest", str(utf16)).code == 0
+    assert cli("stats", "--json").json()["messages"] == 2
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(line.replace("\\u00e9", "é").encode("latin-1"))
+    result = cli("ingest", str(latin))
+    assert result.code == 1
+    assert result.err.count("\n") == 1
+    assert "is not UTF-8 text" in result.err
+    assert "convert it" in result.err
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("export.zip", b"PK\x03\x04 broken", "not a readable zip"),
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        ("numbers.json", b"[1, 2, 3]", "not a ChatGPT export"),
+        ("empty.json", b'[{"title": "no mapping"}]', "nothing in"),
+    ],
+)
+def test_ingest_of_a_broken_export_is_a_clear_error(
+    cli: Cli, tmp_path: Path, name: str, data: bytes, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    result = cli("ingest", str(path), "--format", "chatgpt", "--resource", "alice")
+    assert result.code == 1
+    assert message in result.err
+    assert "unexpected" not in result.err
+
+
+@pytest.mark.parametrize("file", ["messages.sqlite3", "chroma/chroma.sqlite3"])
+def test_a_damaged_store_is_named_with_a_next_step(loaded: Cli, file: str) -> None:
+    # A copy: this process's open connections and Chroma clients cache the original.
+    copy = loaded.store.parent / "damaged"
+    shutil.copytree(loaded.store, copy)
+    damaged = copy / file
+    for journal in (
+        damaged.with_name(damaged.name + "-wal"),
+        damaged.with_name(damaged.name + "-shm"),
+    ):
+        journal.unlink(missing_ok=True)  # only the damaged file's: the other keeps its data
+    damaged.write_bytes(b"this is not a database at all " * 400)
+    result = loaded("--path", str(copy), "stats")
+    assert result.code == 1
+    assert "unexpected" not in result.err
+    assert "damaged" in result.err or "could not be read" in result.err
+    assert "backup" in result.err
+
+
+def test_the_rerun_after_an_interrupted_import_reports_missing_vectors(
+    loaded: Cli, export_file: Path
+) -> None:
+    # What a SIGKILL between the message write and the vector write leaves behind.
+    engine = loaded.engine()
+    ids = [m.id for m in engine.storage.list_messages(limit=2)]
+    engine.vector_store.delete(engine.ensure_index().name, message_ids=ids)
+    assert engine.stats().missing_vectors == 2
+    engine.storage.close()
+    rerun = loaded("ingest", str(export_file), "--resource", "alice")
+    assert rerun.code == 1
+    assert "2 stored message(s) lack a vector" in rerun.out
+    assert "--repair" in rerun.err
+    repaired = loaded("ingest", str(export_file), "--resource", "alice", "--repair")
+    assert repaired.code == 0, repaired.err
+    assert "repaired   2 missing vector(s) written" in repaired.out
+    assert loaded("stats", "--json").json()["missing_vectors"] == 0

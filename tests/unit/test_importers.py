@@ -507,3 +507,72 @@ def test_the_public_names_stay_importable_from_importers() -> None:
     assert importers.read_jsonl_lines is jsonl.read_jsonl_lines
     assert importers.read_chatgpt_export is chatgpt.read_chatgpt_export
     assert importers.ImportReport is report.ImportReport
+
+
+# --- files that are not what they claim (issue 12) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        ({"resource": "r", "thread": "t", "role": "user", "content": "x", "id": "a\x00b"}, "NUL"),
+        ({"resource": "r", "thread": "t\x00", "role": "user", "content": "x"}, "NUL"),
+        ({"resource": "r", "thread": "t", "role": "user", "content": "x", "id": "  "}, "'id'"),
+        ({"resource": "r", "thread": "t", "role": "user", "content": 3}, "'content'"),
+        (
+            {"resource": "r", "thread": "t", "role": "user", "content": "x", "created_at": "soon"},
+            "",
+        ),
+    ],
+)
+def test_a_bad_line_is_reported_and_the_others_load(row: dict[str, Any], reason: str) -> None:
+    good = {"resource": "r", "thread": "t", "role": "user", "content": "fine"}
+    report = read_jsonl_lines([json.dumps(good), json.dumps(row), json.dumps(good | {"id": "z"})])
+    assert [len(c.messages) for c in report.conversations] == [2]
+    assert [s.where for s in report.skipped] == ["line 2"]
+    assert reason in report.skipped[0].reason
+
+
+def test_a_byte_order_mark_and_utf16_are_read(tmp_path: Path) -> None:
+    line = json.dumps({"resource": "r", "thread": "t", "role": "user", "content": "héllo"})
+    for name, data in [
+        (
+            "bom.jsonl",
+            b"\xef\xbb\xbf" + line.encode() + b"\n" + line.replace('"t"', '"u"').encode(),
+        ),
+        ("utf16.jsonl", line.encode("utf-16")),
+    ]:
+        (tmp_path / name).write_bytes(data)
+        assert detect_format(tmp_path / name) == "jsonl"
+        report = read_conversations(tmp_path / name)
+        assert not report.skipped
+        assert report.conversations[0].messages[0].content == "héllo"
+
+
+def test_other_encodings_are_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.jsonl"
+    line = json.dumps(
+        {"resource": "r", "thread": "t", "role": "user", "content": "é"}, ensure_ascii=False
+    )
+    path.write_bytes(line.encode("latin-1"))
+    with pytest.raises(InvalidInputError, match=r"not UTF-8 text.*convert it"):
+        read_conversations(path, file_format="jsonl")
+
+
+def test_broken_exports_are_input_errors(tmp_path: Path) -> None:
+    broken = tmp_path / "export.zip"
+    broken.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(InvalidInputError, match="not a readable zip"):
+        read_chatgpt_export(broken, resource_id="alice")
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="nested too deeply"):
+        read_chatgpt_export(deep, resource_id="alice")
+    numbers = tmp_path / "numbers.json"
+    numbers.write_text("[1, 2, 3]", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="not a ChatGPT export"):
+        read_chatgpt_export(numbers, resource_id="alice")
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(json.dumps([{"title": "é"}], ensure_ascii=False).encode("latin-1"))
+    with pytest.raises(InvalidInputError, match="not UTF-8"):
+        read_chatgpt_export(latin, resource_id="alice")
