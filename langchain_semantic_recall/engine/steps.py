@@ -26,7 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
@@ -66,34 +66,35 @@ Progress: TypeAlias = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)
-class _StorageCall(Step):
-    """`storage.<method>(...)` or `await storage.a<method>(...)`."""
+class _Call(Step):
+    """`<backend>.<method>(...)` or `await <backend>.a<method>(...)`: the twins by name."""
 
+    backend: Literal["storage", "vectors"]
     method: str
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
-    def run(self, backends: Backends) -> Any:
-        return getattr(backends.storage, self.method)(*self.args, **self.kwargs)
-
-    async def arun(self, backends: Backends) -> Any:
-        return await getattr(backends.storage, f"a{self.method}")(*self.args, **self.kwargs)
-
-
-@dataclass(frozen=True, slots=True)
-class _VectorCall(Step):
-    """`vectors.<method>(...)` or `await vectors.a<method>(...)`."""
-
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    def _on(self, backends: Backends) -> Any:
+        return backends.storage if self.backend == "storage" else backends.space.vectors
 
     def run(self, backends: Backends) -> Any:
-        return getattr(backends.space.vectors, self.method)(*self.args, **self.kwargs)
+        return getattr(self._on(backends), self.method)(*self.args, **self.kwargs)
 
     async def arun(self, backends: Backends) -> Any:
-        method = getattr(backends.space.vectors, f"a{self.method}")
+        method = getattr(self._on(backends), f"a{self.method}")
         return await method(*self.args, **self.kwargs)
+
+
+def _storage(
+    method: str, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
+) -> Step:
+    return _Call("storage", method, args, kwargs or {})
+
+
+def _vectors(
+    method: str, args: tuple[Any, ...] = (), kwargs: Mapping[str, Any] | None = None
+) -> Step:
+    return _Call("vectors", method, args, kwargs or {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,64 +203,62 @@ def clear_cache() -> Step:
 
 def thread_owner(thread_id: str) -> Step:
     """Step: the thread's resource id, or None if unknown."""
-    return _StorageCall("get_thread_owner", (thread_id,))
+    return _storage("get_thread_owner", (thread_id,))
 
 
 def is_forgotten(thread_id: str) -> Step:
     """Step: whether the thread was forgotten (its id retired)."""
-    return _StorageCall("is_forgotten", (thread_id,))
+    return _storage("is_forgotten", (thread_id,))
 
 
 def put_messages(records: Sequence[MessageRecord]) -> Step:
     """Step: store `records` (`MessageStorage.put`)."""
-    return _StorageCall("put", (list(records),))
+    return _storage("put", (list(records),))
 
 
 def read_windows(ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter) -> Step:
     """Step: the windows of `ids` inside `scope` (`MessageStorage.get_windows`)."""
-    return _StorageCall(
-        "get_windows", (list(ids),), {"before": before, "after": after, "scope": scope}
-    )
+    return _storage("get_windows", (list(ids),), {"before": before, "after": after, "scope": scope})
 
 
 def keyword_search(query: str, *, scope: ScopeFilter, limit: int) -> Step:
     """Step: the best keyword matches inside `scope` (message id, score)."""
-    return _StorageCall("keyword_search", (query,), {"scope": scope, "limit": limit})
+    return _storage("keyword_search", (query,), {"scope": scope, "limit": limit})
 
 
 def list_messages(scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int) -> Step:
     """Step: a page of messages after `after` (`MessageStorage.list_messages`)."""
-    return _StorageCall("list_messages", (scope,), {"after": after, "limit": limit})
+    return _storage("list_messages", (scope,), {"after": after, "limit": limit})
 
 
 def list_threads(resource_id: str | None) -> Step:
     """Step: the threads of a resource, or every thread (None)."""
-    return _StorageCall("list_threads", (resource_id,))
+    return _storage("list_threads", (resource_id,))
 
 
 def delete_thread(thread_id: str, *, retire: bool) -> Step:
     """Step: delete a thread's messages; `retire` also retires its id."""
-    return _StorageCall("delete_thread", (thread_id,), {"retire": retire})
+    return _storage("delete_thread", (thread_id,), {"retire": retire})
 
 
 def delete_resource(resource_id: str) -> Step:
     """Step: delete every thread of a resource."""
-    return _StorageCall("delete_resource", (resource_id,))
+    return _storage("delete_resource", (resource_id,))
 
 
 def open_index(info: IndexInfo) -> Step:
     """Step: open (create if needed) the vector index of `info`."""
-    return _VectorCall("open", (info.name,), {"dimension": info.dimension, "model": info.model})
+    return _vectors("open", (info.name,), {"dimension": info.dimension, "model": info.model})
 
 
 def query_vectors(info: IndexInfo, vector: Sequence[float], *, k: int, scope: ScopeFilter) -> Step:
     """Step: the `k` nearest vectors inside `scope`."""
-    return _VectorCall("query", (info.name, vector), {"k": k, "scope": scope})
+    return _vectors("query", (info.name, vector), {"k": k, "scope": scope})
 
 
 def upsert_vectors(info: IndexInfo, records: Sequence[VectorRecord]) -> Step:
     """Step: write `records` into the index."""
-    return _VectorCall("upsert", (info.name, list(records)))
+    return _vectors("upsert", (info.name, list(records)))
 
 
 def delete_vectors(
@@ -271,7 +270,7 @@ def delete_vectors(
 ) -> Step:
     """Step: delete the vectors matching every selector given."""
     ids = None if message_ids is None else list(message_ids)
-    return _VectorCall(
+    return _vectors(
         "delete",
         (info.name,),
         {"thread_id": thread_id, "resource_id": resource_id, "message_ids": ids},
@@ -280,7 +279,7 @@ def delete_vectors(
 
 def vector_message_ids(info: IndexInfo, scope: ScopeFilter | None) -> Step:
     """Step: the message ids that have a vector inside `scope`."""
-    return _VectorCall("message_ids", (info.name, scope))
+    return _vectors("message_ids", (info.name, scope))
 
 
 # --- the drivers --------------------------------------------------------------------------
