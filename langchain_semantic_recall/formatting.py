@@ -56,6 +56,7 @@ __all__ = [
     "data_notice",
     "escape_label",
     "escape_memory_text",
+    "fit_texts",
     "format_cross_thread_block",
     "format_date",
     "format_time",
@@ -239,6 +240,35 @@ def _fit(entries: Sequence[_Entry], max_chars: int) -> list[tuple[_Entry, str]]:
             available -= cost
     extras = _fair_shares(available, [len(e.text) - e.floor for e in kept])
     return [(e, _truncate(e.text, e.floor + extra)) for e, extra in zip(kept, extras, strict=True)]
+
+
+def fit_texts(texts: Sequence[str], max_chars: int) -> list[str | None]:
+    """Bound texts to `max_chars` in total, as the block bounds its messages.
+
+    Each text keeps at least its first `MIN_SHOWN_CHARS` characters and a
+    `… [truncated N chars]` marker (or all of it, if shorter); the rest of `max_chars` is
+    shared fairly (short texts stay whole). Texts that do not fit even so are dropped
+    (None), the last first.
+
+    Args:
+        texts: The texts, the most important first.
+        max_chars: Upper bound on the total length of the returned texts (0 or more).
+
+    Returns:
+        One entry per text: the text, truncated with the marker, or None if dropped.
+    """
+    available = max(0, max_chars)
+    floors: list[int | None] = []
+    for text in texts:
+        floor = min(len(text), MIN_SHOWN_CHARS + len(_marker(len(text))))
+        floors.append(floor if floor <= available else None)
+        available -= floor if floor <= available else 0
+    kept = [i for i, floor in enumerate(floors) if floor is not None]
+    needs = [len(texts[i]) - (floors[i] or 0) for i in kept]
+    fitted: list[str | None] = [None] * len(texts)
+    for i, extra in zip(kept, _fair_shares(available, needs), strict=True):
+        fitted[i] = _truncate(texts[i], (floors[i] or 0) + extra)
+    return fitted
 
 
 def _render(shown: Sequence[tuple[_Entry, str]]) -> str:

@@ -22,7 +22,11 @@ from collections.abc import Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_semantic_recall.formatting import format_cross_thread_block
+from langchain_semantic_recall.formatting import (
+    MIN_MAX_CHARS,
+    fit_texts,
+    format_cross_thread_block,
+)
 from langchain_semantic_recall.messages import MEMORY_SOURCE, conversation_title, tag_as_memory
 from langchain_semantic_recall.records import RecallHit, StoredMessage
 
@@ -126,6 +130,34 @@ def memory_block(
     return SystemMessage(content=text, additional_kwargs={"source": MEMORY_SOURCE})
 
 
+def _text(stored: StoredMessage, message: BaseMessage) -> str:
+    """The text a recalled message shows: its content, or its stored plain text."""
+    return message.content if isinstance(message.content, str) else stored.text
+
+
+def bound_recalled(
+    recalled: Sequence[tuple[StoredMessage, BaseMessage]], max_chars: int
+) -> list[BaseMessage]:
+    """Same-thread recalled messages whose text is at most `max_chars` in total.
+
+    A message longer than its fair share is cut to it and ends with a visible
+    `… [truncated N chars]` marker (its content becomes that plain text); messages for
+    which even a short head does not fit are left out, the latest first (`fit_texts`).
+    """
+    texts = [_text(stored, message) for stored, message in recalled]
+    bounded: list[BaseMessage] = []
+    for (stored, message), text, fitted in zip(
+        recalled, texts, fit_texts(texts, max_chars), strict=True
+    ):
+        if fitted is None:
+            logger.warning("recalled message %r left out: no room in max_block_chars", stored.id)
+        elif fitted == text:
+            bounded.append(message)
+        else:
+            bounded.append(message.model_copy(update={"content": fitted}))
+    return bounded
+
+
 def inject(
     messages: Sequence[BaseMessage],
     hits: Sequence[RecallHit],
@@ -141,14 +173,26 @@ def inject(
     input. Without leading system messages this is the original's order: block,
     recalled same-thread messages, input. No recalled message other than the block is a
     system message.
+
+    With `max_block_chars`, the block's text and the same-thread messages' text together
+    are at most that long (`bound_recalled`).
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
+    own = [(s, m) for s in same if (m := as_recalled_message(s)) is not None]
+    block_cap = None
+    if max_block_chars is not None:  # same-thread text may take up to half the budget
+        need = sum(len(_text(stored, message)) for stored, message in own)
+        block_cap = max(MIN_MAX_CHARS, max_block_chars - min(need, max_block_chars // 2))
     recalled: list[BaseMessage] = []
-    block = memory_block(other, labels=labels, max_chars=max_block_chars)
+    block = memory_block(other, labels=labels, max_chars=block_cap)
     if block is not None:
         recalled.append(block)
-    recalled.extend(m for m in map(as_recalled_message, same) if m is not None)
+    if max_block_chars is None:
+        recalled.extend(message for _, message in own)
+    else:
+        left = max_block_chars - (len(block.text) if block is not None else 0)
+        recalled.extend(bound_recalled(own, left))
     if not recalled:
         return list(messages)
     lead = 0

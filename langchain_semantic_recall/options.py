@@ -45,6 +45,19 @@ DEFAULT_TIME_BOOST = 0.5
 DEFAULT_CANDIDATES = 50
 """Matches each search (keyword, vector) contributes to the fusion."""
 
+DEFAULT_MAX_INDEX_CHARS = 16_000
+"""Characters of one message that are chunked and embedded (the rest is stored only).
+
+About 27 chunks with the local model (about 3 seconds on a laptop CPU), so one huge
+message indexes in seconds, not minutes; no more than `DEFAULT_MAX_BLOCK_CHARS` could be
+shown of it anyway. `max_index_chars=None` embeds every character.
+"""
+DEFAULT_MAX_BLOCK_CHARS = 16_000
+"""Bound on all the text one recall injects (the cross-thread block and the same-thread
+messages together): about 4,000 tokens, so a huge stored message cannot overflow the
+model's context; `max_block_chars=None` injects everything whole.
+"""
+
 Budget: TypeAlias = "int | Literal['auto'] | None"
 """`message_budget`: a count, None (whole windows) or `"auto"` (the mode's default)."""
 

@@ -1,8 +1,7 @@
 """SemanticRecall: the engine's one door, a LangChain runnable with the classic memory contract.
 
-Every public method is a thin shell: it resolves who is asking (`engine.identity`),
-builds one operation (`engine.core`) and performs it with the sync or the async
-driver (`engine.steps`). `x` and `ax` share every rule; only the driver differs.
+Every public method resolves who is asking (`engine.identity`), builds one operation
+(`engine.core`) and performs it with the sync or async driver (`engine.steps`).
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import (
     DEFAULT_CACHE_SIZE,
     DEFAULT_KEYWORD_WEIGHT,
+    DEFAULT_MAX_BLOCK_CHARS,
+    DEFAULT_MAX_INDEX_CHARS,
     DEFAULT_SCOPE,
     DEFAULT_SEARCH_MODE,
     DEFAULT_TIME_BOOST,
@@ -101,11 +102,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     graph = create_recall_graph(model, memory, checkpointer=InMemorySaver())
     ```
 
-    Who is asking is decided by one rule on every surface: explicit arguments, then
-    `config["configurable"]`, then the LangGraph runtime context; on an authenticated
-    LangGraph server the resource is the signed-in user (see
-    `langchain_semantic_recall.engine.identity`). Options are read-only after
-    construction: `with_options` returns an engine with some of them changed.
+    Who is asking, on every surface: explicit arguments, then `config["configurable"]`,
+    then the LangGraph runtime context; on an authenticated LangGraph server the resource
+    is the signed-in user (`engine.identity`). Options are read-only once built:
+    `with_options` returns an engine with some of them changed.
 
     Args:
         storage: message storage (`SQLiteStorage`, `PostgresStorage`, ...).
@@ -125,7 +125,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
             says so); imports, reindex and forgetting raise `ReadOnlyError`.
-        max_block_chars: bound on the cross-thread memory block (None: no bound).
+        max_block_chars: bound on all the text one recall injects (16,000; None: none).
+        max_index_chars: characters of a message embedded, the rest stored only (16,000).
         cache: an `EmbeddingCache` to share (default: a new one of `cache_size`).
         cache_size: entries of the default embedding cache.
         thread_key: config and context key of the thread id (`session_id` is read next).
@@ -157,7 +158,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         index_name: str | None = None,
         logger: logging.Logger | None = None,
         read_only: bool = False,
-        max_block_chars: int | None = None,
+        max_block_chars: int | None = DEFAULT_MAX_BLOCK_CHARS,
+        max_index_chars: int | None = DEFAULT_MAX_INDEX_CHARS,
         cache: EmbeddingCache | None = None,
         cache_size: int = DEFAULT_CACHE_SIZE,
         thread_key: str = "thread_id",
@@ -225,10 +227,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return type(self)(**options)
 
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
-        """A view bound to one conversation: its ids are every call's explicit ids.
-
-        Used by the classic memory contract (`load_memory_variables` has no config).
-        """
+        """A view bound to one conversation, its ids every call's (classic memory contract)."""
         bound = self._core.identity({"thread_id": thread_id, "resource_id": resource_id})
         bound.require_thread(self.keys, "for_thread")
         view = copy.copy(self)
@@ -256,6 +255,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     scope = _Option[Scope](lambda plan: plan.scope)
     read_only = _Option[bool](lambda plan: plan.read_only)
     max_block_chars = _Option["int | None"](lambda plan: plan.max_block_chars)
+    max_index_chars = _Option["int | None"](lambda plan: plan.max_index_chars)
     logger = _Option[logging.Logger](lambda plan: plan.logger)
     keys = _Option[IdentityKeys](lambda plan: plan.keys)
     thread_key = _Option[str](lambda plan: plan.keys.thread)
@@ -306,13 +306,12 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """Persist a turn's messages and embed their user and assistant text.
 
         Every input message gets a fate in `result.fates`: stored, updated, unchanged
-        (the same id and content was stored before: nothing is written again) or
-        skipped with a reason (recalled memory, a read-only engine, a forgotten thread:
-        then `result.forgotten`). A message without an id is a new message, so two
-        "yes" are two rows. To import history with its dates, put them in
-        `additional_kwargs["created_at"]`. Embedding failures are logged and reported
-        in `result.error`; the messages stay stored and `reindex(missing_only=True)`
-        repairs the vectors.
+        (same id and content stored before: nothing written again) or skipped with a
+        reason (recalled memory, a read-only engine, a forgotten thread: then
+        `result.forgotten`); `truncated_chars` counts text past `max_index_chars`. A
+        message without an id is new (two "yes" are two rows). Dates to import go in
+        `additional_kwargs["created_at"]`. Embedding failures are logged and reported in
+        `result.error`; the messages stay stored, `reindex(missing_only=True)` repairs.
 
         Raises:
             MissingIdentityError: no thread id; or no resource id in resource scope.

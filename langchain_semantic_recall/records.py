@@ -143,6 +143,8 @@ class MessageFate:
     """Why it was skipped, or why a stored message got no vector (e.g. "system message")."""
     embedded: bool = False
     """Whether its vectors were written by this call."""
+    truncated_chars: int = 0
+    """Characters past `max_index_chars`: stored, but not embedded (0: all of its text)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,7 +229,10 @@ def _register_inspect(subparsers: Any) -> None:
     )
     parser.add_argument("--scope", choices=("thread", "resource"), help="search scope")
     parser.add_argument(
-        "--max-block-chars", type=int, metavar="N", help="bound on the cross-thread block"
+        "--max-block-chars",
+        type=int,
+        metavar="N",
+        help="bound on everything recall injects (default 16000)",
     )
     parser.add_argument(
         "--history",

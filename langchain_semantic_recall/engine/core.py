@@ -121,6 +121,9 @@ class EnginePlan:
     scope: Scope
     read_only: bool
     max_block_chars: int | None
+    """Bound on all the text one recall injects (None: no bound)."""
+    max_index_chars: int | None
+    """Characters of one message that are embedded (None: all of them)."""
     keys: IdentityKeys
     memory_key: str
     input_key: str | None
@@ -140,6 +143,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
             f"max_block_chars must be at least {MIN_MAX_CHARS} (room for the block's "
             f"frame and one message), got {block}"
         )
+    max_index = check_positive("max_index_chars", options["max_index_chars"], allow_none=True)
     memory_key = options["memory_key"]
     if not isinstance(memory_key, str) or not memory_key:
         raise InvalidOptionError(f"memory_key must be a non-empty string, got {memory_key!r}")
@@ -168,6 +172,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         scope=check_scope(options["scope"]),
         read_only=bool(options["read_only"]),
         max_block_chars=block,
+        max_index_chars=max_index,
         keys=keys,
         memory_key=memory_key,
         input_key=options["input_key"],
@@ -259,6 +264,7 @@ class EngineCore:
             who,
             scope=self.plan.scope,
             read_only=self.plan.read_only,
+            max_chars=self.plan.max_index_chars,
             logger=self.plan.logger,
         )
 
@@ -275,6 +281,7 @@ class EngineCore:
             conversations,
             batch_size=size,
             progress=progress,
+            max_chars=self.plan.max_index_chars,
             logger=self.plan.logger,
         )
 
@@ -299,6 +306,8 @@ class EngineCore:
             missing_only=bool(options.get("missing_only", False)),
             batch_size=check_batch(options.get("batch_size", 256), progress),
             progress=progress,
+            max_chars=self.plan.max_index_chars,
+            logger=self.plan.logger,
         )
 
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:

@@ -46,10 +46,18 @@ FORGOTTEN = "thread forgotten"
 READ_ONLY = "read-only engine"
 
 
-def pending_vectors(embeddings: Embeddings, records: Sequence[MessageRecord]) -> list[VectorRecord]:
+def over_cap(record: MessageRecord, max_chars: int | None) -> int:
+    """Characters of the record's text past `max_chars` (stored, never embedded)."""
+    return 0 if max_chars is None else max(0, len(record.text) - max_chars)
+
+
+def pending_vectors(
+    embeddings: Embeddings, records: Sequence[MessageRecord], max_chars: int | None = None
+) -> list[VectorRecord]:
     """One vector record per chunk of each record, vector still empty (filled once embedded).
 
-    The first chunk's id is the message id, later ones `<message_id>#<n>`.
+    Only the first `max_chars` characters of a text are chunked (None: all of them). The
+    first chunk's id is the message id, later ones `<message_id>#<n>`.
     """
     return [
         VectorRecord(
@@ -63,15 +71,34 @@ def pending_vectors(embeddings: Embeddings, records: Sequence[MessageRecord]) ->
             created_at=record.created_at,
         )
         for record in records
-        for n, piece in enumerate(split_for_embedding(embeddings, record.text))
+        for n, piece in enumerate(split_for_embedding(embeddings, record.text[:max_chars]))
     ]
 
 
 def embed_records(
-    info: IndexInfo, space: VectorSpace, records: Sequence[MessageRecord]
+    info: IndexInfo,
+    space: VectorSpace,
+    records: Sequence[MessageRecord],
+    *,
+    max_chars: int | None,
+    logger: logging.Logger,
 ) -> Op[list[VectorRecord]]:
-    """The records' vector rows, embedded in one batched call through the cache."""
-    pending = pending_vectors(space.embeddings, records)
+    """The records' vector rows, embedded in one batched call through the cache.
+
+    A text longer than `max_chars` is embedded up to it only (logged: the message is
+    stored whole, but words past the cap are found by keyword search alone).
+    """
+    for record in records:
+        if over := over_cap(record, max_chars):
+            logger.warning(
+                "message %r has %d characters; only the first %d are embedded "
+                "(max_index_chars), the other %d are stored but not embedded",
+                record.id,
+                len(record.text),
+                max_chars,
+                over,
+            )
+    pending = pending_vectors(space.embeddings, records, max_chars)
     vectors = yield steps.embed(info, [p.content for p in pending])
     return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
 
@@ -107,11 +134,23 @@ class _Turn:
         return [r for r in both if skip_reason(r) is None]
 
     def result(
-        self, *, embedded: Sequence[str] = (), error: str | None = None, forgotten: bool = False
+        self,
+        *,
+        embedded: Sequence[str] = (),
+        error: str | None = None,
+        forgotten: bool = False,
+        max_chars: int | None = None,
     ) -> IndexResult:
         done = set(embedded)
+        over = {r.id: over_cap(r, max_chars) for r in self.to_embed()} if done else {}
         fates = tuple(
-            replace(f, embedded=f.message_id in done) if f.fate != "skipped" else f
+            replace(
+                f,
+                embedded=f.message_id in done,
+                truncated_chars=over.get(f.message_id, 0) if f.message_id in done else 0,
+            )
+            if f.fate != "skipped"
+            else f
             for f in self.fates
         )
         return IndexResult(
@@ -191,9 +230,13 @@ def index_op(
     *,
     scope: Scope,
     read_only: bool,
+    max_chars: int | None,
     logger: logging.Logger,
 ) -> Op[IndexResult]:
     """Store a turn's messages and embed their user and assistant text.
+
+    Only the first `max_chars` characters of a text are embedded; a message's fate
+    gives the characters left out (`truncated_chars`).
 
     Raises:
         MissingIdentityError: no thread id; or no resource id in resource scope.
@@ -234,7 +277,8 @@ def index_op(
         return turn.result()
     try:
         info = yield from space.resolve()
-        yield steps.upsert_vectors(info, (yield from embed_records(info, space, to_embed)))
+        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
+        yield steps.upsert_vectors(info, rows)
         if (yield steps.is_forgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
             yield steps.delete_vectors(info, message_ids=embedded, resource_id=resource_id)
@@ -250,7 +294,7 @@ def index_op(
             exc_info=True,
         )
         return turn.result(error=repr(error))
-    return turn.result(embedded=[r.id for r in to_embed])
+    return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
 
 
 # --- bulk import ---------------------------------------------------------------------------
@@ -325,6 +369,7 @@ def bulk_index_op(
     *,
     batch_size: int,
     progress: steps.Progress | None,
+    max_chars: int | None,
     logger: logging.Logger,
 ) -> Op[BulkResult]:
     """Store and embed many conversations.
@@ -338,7 +383,7 @@ def bulk_index_op(
         if progress is not None:
             progress(sum(len(records) for _, records in batch))
         to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
-        rows = yield from embed_records(info, space, to_embed)
+        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
         yield steps.Background(steps.Nested(_write_and_recheck(info, rows)))
         result.embedded += len(to_embed)
     yield steps.Settle()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,8 +108,12 @@ def reindex_op(
     missing_only: bool,
     batch_size: int,
     progress: Progress | None,
+    max_chars: int | None,
+    logger: logging.Logger,
 ) -> Op[int]:
     """Embed stored messages again into the index; returns the vectors written.
+
+    As `index` does, only the first `max_chars` characters of a text are embedded.
 
     With `missing_only`, only messages without a vector, and vectors whose message is
     gone are removed. A thread forgotten while this runs keeps no vector.
@@ -123,7 +128,8 @@ def reindex_op(
         stored_ids.update(m.id for m in page)
         todo = [m for m in _embeddable(page) if m.id not in have]
         if todo:
-            yield steps.upsert_vectors(info, (yield from embed_records(info, space, todo)))
+            rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
+            yield steps.upsert_vectors(info, rows)
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))

@@ -246,7 +246,9 @@ def check_hostile_round_trip(rig: Rig, texts: list[str], budget: int | None, que
     elif query.strip() and rig.vector_ids():
         raise AssertionError("every vector is within top_k: something must be recalled")
 
-    same = rig.engine_with(search_mode="dense", scope="thread", top_k=60, message_range=0)
+    same = rig.engine_with(  # unbounded: each message must come back exactly
+        search_mode="dense", scope="thread", top_k=60, message_range=0, max_block_chars=None
+    )
     back = memories(same.recall(question, thread_id="a", resource_id="alice"))
     for message in back:  # same thread: each message as itself, never a system message
         assert not isinstance(message, SystemMessage)
