@@ -61,3 +61,11 @@ class IdentityMismatchError(OwnershipError, PermissionError):
 
 class ReadOnlyError(SemanticRecallError):
     """A write (import, reindex, forget) was asked of an engine built with `read_only`."""
+
+
+class CompactNotSupportedError(SemanticRecallError, NotImplementedError):
+    """A backend cannot erase the bytes of deleted data (`purge` / `compact`).
+
+    Raised before anything is changed, by `SemanticRecall.purge` on an engine whose
+    storage or vector index has no compaction (a LangChain `VectorStore`, a custom backend).
+    """

@@ -48,7 +48,7 @@ from langchain_semantic_recall.options import (
     Scope,
     SearchMode,
 )
-from langchain_semantic_recall.records import IndexResult, RecallHit
+from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan
 from langchain_semantic_recall.settings import as_vector_index, local_backends, url_backends
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -124,7 +124,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         index_name: vector index name (default: from the embedding model and dimension).
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
-            says so); imports, reindex and forgetting raise `ReadOnlyError`.
+            says so); imports, reindex, forgets and purge raise `ReadOnlyError`.
         max_block_chars: bound on all the text one recall injects (16,000; None: none).
         max_index_chars: characters of a message embedded, the rest stored only (16,000).
         cache: an `EmbeddingCache` to share (default: a new one of `cache_size`).
@@ -388,6 +388,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def areindex(self, **options: Unpack[ReindexOptions]) -> int:
         """Async twin of `reindex`."""
         return await self._core.arun(self._core.reindex(options))
+
+    def purge(self) -> PurgeResult:
+        """Erase on disk what forgotten messages left; no other process may use the store."""
+        return self._core.run(self._core.purge())
+
+    async def apurge(self) -> PurgeResult:
+        """Async twin of `purge` (what each backend guarantees: docs/data-handling.md)."""
+        return await self._core.arun(self._core.purge())
 
     def stats(self, *, resource_id: str | None = None, thread_id: str | None = None) -> RecallStats:
         """Counts of messages, threads and vectors, and how many vectors are missing."""

@@ -168,3 +168,27 @@ class IndexResult:
     def unchanged(self) -> tuple[str, ...]:
         """Ids of the messages that were already stored as they are."""
         return tuple(f.message_id for f in self.fates if f.fate == "unchanged" and f.message_id)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactResult:
+    """What one backend's `compact` did to erase the bytes of deleted data."""
+
+    backend: str
+    """The backend (its class name)."""
+    done: tuple[str, ...] = ()
+    """What was done, one short line each (e.g. "VACUUM messages.sqlite3")."""
+    bytes_before: int | None = None
+    """Size on disk before (files under its path, or the server's tables); None: unknown."""
+    bytes_after: int | None = None
+    """Size on disk after; None: unknown."""
+    vectors_rebuilt: int = 0
+    """Vectors copied into rebuilt collections (the vector index only)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """What `SemanticRecall.purge` did: the storage's and the vector index's compaction."""
+
+    storage: CompactResult
+    vectors: CompactResult

@@ -47,6 +47,7 @@ _SUBCOMMANDS = (
     "search",  # search, inspect
     "threads",  # threads, show
     "admin",  # stats, forget, reindex
+    "purge",
     "export",
     "eval",
     "migrate",

@@ -33,6 +33,7 @@ from langchain_semantic_recall.engine.maintenance_ops import (
     reindex_op,
     stats_op,
 )
+from langchain_semantic_recall.engine.purge_ops import purge_op
 from langchain_semantic_recall.engine.search_ops import (
     SearchRequest,
     recall_op,
@@ -50,7 +51,7 @@ from langchain_semantic_recall.options import (
     check_threshold,
     check_top_k,
 )
-from langchain_semantic_recall.records import IndexResult, RecallHit
+from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan, resolve
 
 T = TypeVar("T")
@@ -309,6 +310,11 @@ class EngineCore:
             max_chars=self.plan.max_index_chars,
             logger=self.plan.logger,
         )
+
+    def purge(self) -> Op[PurgeResult]:
+        """Erase what forgotten messages left in the backends' files (refused read-only)."""
+        self._writable("purge")
+        return purge_op(self.backends)
 
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
         """Counts of messages, threads and vectors in scope."""

@@ -201,6 +201,21 @@ def clear_cache() -> Step:
     return _ClearCache()
 
 
+def compact_storage() -> Step:
+    """Step: erase what deleted messages left in the storage's files."""
+    return _storage("compact")
+
+
+def compact_vectors(name: str) -> Step:
+    """Step: erase what deleted vectors left in the files of the index `name`."""
+    return _vectors("compact", (name,))
+
+
+def count_messages(scope: ScopeFilter, up_to: int) -> Step:
+    """Step: the number of messages in `scope`, counting no further than `up_to`."""
+    return _storage("count", (scope,), {"up_to": up_to})
+
+
 def thread_owner(thread_id: str) -> Step:
     """Step: the thread's resource id, or None if unknown."""
     return _storage("get_thread_owner", (thread_id,))

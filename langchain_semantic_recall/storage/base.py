@@ -36,8 +36,14 @@ from typing import ClassVar
 
 from langchain_core.runnables.config import run_in_executor
 
+from langchain_semantic_recall.errors import CompactNotSupportedError
 from langchain_semantic_recall.messages import check_id
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import (
+    CompactResult,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+)
 from langchain_semantic_recall.storage.checks import (
     check_flag,
     check_limit,
@@ -109,6 +115,8 @@ class MessageStorage(ABC):
 
     supports_keyword_search: ClassVar[bool] = False
     """Whether `keyword_search` is implemented (full-text search in the storage)."""
+    supports_compact: ClassVar[bool] = False
+    """Whether `compact` is implemented (erases the bytes of deleted messages)."""
 
     # --- writes -----------------------------------------------------------------------
 
@@ -283,6 +291,30 @@ class MessageStorage(ABC):
         _keyword_input(query, scope, limit)
         return await self._akeyword_search(query, scope=scope, limit=limit)
 
+    def compact(self) -> CompactResult:
+        """Erase what deleted messages left in the backend's files (free pages, indexes, logs).
+
+        Run it after a forget (`SemanticRecall.purge` does). What it guarantees is the
+        backend's: see `docs/data-handling.md`.
+
+        Raises:
+            CompactNotSupportedError: The backend cannot (`supports_compact` is False).
+        """
+        self._check_compact()
+        return self._compact()
+
+    async def acompact(self) -> CompactResult:
+        """Async twin of `compact`."""
+        self._check_compact()
+        return await self._acompact()
+
+    def _check_compact(self) -> None:
+        if not self.supports_compact:
+            raise CompactNotSupportedError(
+                f"{type(self).__name__} cannot erase the bytes of deleted messages; erase "
+                "them with the backend's own tools (see docs/data-handling.md)"
+            )
+
     def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to close
         """Release connections."""
 
@@ -334,6 +366,10 @@ class MessageStorage(ABC):
         """Keyword matches (override with `supports_keyword_search = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no keyword search")
 
+    def _compact(self) -> CompactResult:
+        """Erase deleted data's bytes (override with `supports_compact = True`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no compact")
+
     def _count(self, scope: ScopeFilter | None) -> int:
         """Messages in the scope, from the thread summaries (override with one query)."""
         threads = self._list_threads(scope.resource_id if scope else None)
@@ -384,3 +420,9 @@ class MessageStorage(ABC):
 
     async def _acount(self, scope: ScopeFilter | None) -> int:
         return await run_in_executor(None, self._count, scope)
+
+    async def _acount_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
+        return await run_in_executor(None, self._count_up_to, scope, up_to)
+
+    async def _acompact(self) -> CompactResult:
+        return await run_in_executor(None, self._compact)

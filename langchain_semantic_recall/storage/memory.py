@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import (
+    CompactResult,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+)
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
 
 logger = logging.getLogger(__name__)
@@ -59,6 +64,7 @@ class InMemoryStorage(MessageStorage):
     """
 
     supports_keyword_search = True
+    supports_compact = True
 
     def __init__(self, *, bm25: BM25Params | None = None) -> None:
         """Create an empty storage.
@@ -271,3 +277,7 @@ class InMemoryStorage(MessageStorage):
             params=self._bm25,
             limit=limit,
         )
+
+    def _compact(self) -> CompactResult:
+        """Nothing to do: deleted messages are dropped from the dicts (nothing on disk)."""
+        return CompactResult(backend=type(self).__name__, done=("nothing stored on disk",))

@@ -26,10 +26,16 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError, StorageError
-from langchain_semantic_recall.keywords import BM25Params
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.keywords import BM25Params, query_terms
+from langchain_semantic_recall.records import (
+    CompactResult,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+)
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
     MIGRATIONS,
@@ -147,6 +153,12 @@ def _to_iso(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+def _file_bytes(path: str) -> int:
+    """Bytes of the database file and its write-ahead log (and shared-memory index)."""
+    files = (path, f"{path}-wal", f"{path}-shm")
+    return sum(os.path.getsize(f) for f in files if os.path.exists(f))
+
+
 def _from_iso(value: str) -> datetime:
     return datetime.fromisoformat(value).astimezone(UTC)
 
@@ -180,6 +192,7 @@ class SQLiteStorage(MessageStorage):
     """
 
     supports_keyword_search = True
+    supports_compact = True
 
     def __init__(
         self,
@@ -395,13 +408,50 @@ class SQLiteStorage(MessageStorage):
     ) -> list[tuple[str, float]]:
         """(message id, BM25 score) of the best keyword matches inside `scope`, best first.
 
-        FTS5 finds the scope's user and assistant messages holding any query term (terms
-        of `langchain_semantic_recall.keywords`: stemmed, without stop words); they
-        are scored by BM25 with this storage's constants and the scope's own statistics
-        (FTS5's built-in `bm25()` fixes `b = 0.75`; chat measured better with 0.3).
+        The scope's user and assistant messages holding any query term (terms of
+        `langchain_semantic_recall.keywords`: stemmed, without stop words) are scored
+        by BM25 with this storage's constants and the scope's own statistics (FTS5's
+        built-in `bm25()` fixes `b = 0.75`; chat measured better with 0.3): from the
+        resource's in-memory postings (`keyword_index`) when it is big enough, else found
+        by FTS5 and scored here. Both give the same ids, scores and order.
         """
         with self._read() as conn:
-            return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
+            postings = None
+            if scope.resource_id is not None:
+                postings = self._postings.get(conn, scope.resource_id)
+            if postings is None:
+                return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
+            return postings.search(query_terms(query), scope.thread_id, limit, self._bm25)
+
+    def _compact(self) -> CompactResult:
+        """Overwrite and drop what deleted rows left: FTS5 segments, free pages, the WAL.
+
+        Runs on this storage's own connection, under its lock (writes from this process
+        wait). `secure_delete` zeroes the pages the FTS5 merge frees, `VACUUM` rewrites the
+        file without free pages, and a `TRUNCATE` checkpoint empties the write-ahead log.
+
+        Raises:
+            StorageError: Read-only, or another connection (another process) kept a read
+                open so the log could not be emptied: stop it and run the purge again.
+        """
+        if self._read_only or self._path == MEMORY_PATH:
+            if self._read_only:
+                raise StorageError(f"SQLite storage {self._path} was opened read-only")
+            return CompactResult(backend=type(self).__name__, done=("in-memory database",))
+        before = _file_bytes(self._path)
+        with self._lock, self._errors("compact"):
+            self._conn.execute("PRAGMA secure_delete = ON")
+            self._conn.execute(fts.OPTIMIZE)
+            self._conn.execute("VACUUM")
+            busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        if busy:
+            raise StorageError(
+                f"SQLite storage {self._path}: the write-ahead log could not be emptied "
+                "because another connection is reading it; close the other processes "
+                "using this store and run the purge again"
+            )
+        done = ("PRAGMA secure_delete = ON", "FTS5 optimize", "VACUUM", "wal_checkpoint(TRUNCATE)")
+        return CompactResult(type(self).__name__, done, before, _file_bytes(self._path))
 
     def close(self) -> None:
         """Close the connection; later calls raise `StorageError`."""

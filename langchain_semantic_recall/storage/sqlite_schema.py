@@ -108,6 +108,25 @@ def is_writable(path: str | os.PathLike[str]) -> bool:
     return folder_ok and (not target.exists() or os.access(target, os.W_OK))
 
 
+def in_use(path: str | os.PathLike[str]) -> bool:
+    """Whether another connection (this process or another) has the database open.
+
+    A connection in exclusive locking mode cannot lock a WAL database that any other
+    connection holds open, even idle (measured with Python's sqlite3: "database is
+    locked"). The probe takes the lock, lets go of it at once and writes nothing.
+    """
+    probe = sqlite3.connect(os.fspath(path), timeout=0, isolation_level=None)
+    try:
+        probe.execute("PRAGMA locking_mode = EXCLUSIVE")
+        probe.execute("BEGIN EXCLUSIVE")
+        probe.execute("COMMIT")
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        probe.close()
+    return False
+
+
 def connect(path: str, *, read_only: bool = False) -> sqlite3.Connection:
     """An autocommit connection to a prepared path, its schema brought up to date.
 

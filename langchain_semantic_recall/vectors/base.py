@@ -14,6 +14,7 @@ storage work only:
 | `message_ids` / `amessage_ids` | `_message_ids` | implements it                 |
 | `export` / `aexport`           | `_export`      | implements it if it can list  |
 | `count` / `acount`             | `_count`       | may (default: count `export`) |
+| `compact` / `acompact`         | `_compact`     | implements it if it can erase |
 
 Async twins run the sync method in an executor (`run_in_executor`). Scores are cosine
 similarity clipped to [0, 1] on every backend, so a threshold means the same everywhere.
@@ -28,13 +29,23 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, ClassVar, Final, cast
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.errors import InvalidInputError, SemanticRecallError
+from langchain_semantic_recall.errors import (
+    CompactNotSupportedError,
+    InvalidInputError,
+    SemanticRecallError,
+)
 from langchain_semantic_recall.options import check_index_name
-from langchain_semantic_recall.records import Role, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import (
+    CompactResult,
+    Role,
+    ScopeFilter,
+    VectorHit,
+    VectorRecord,
+)
 
 __all__ = [
     "DEFAULT_EXPORT_BATCH",
@@ -95,6 +106,9 @@ class VectorIndex:
     rather than being abstract (as LangGraph's `BaseCheckpointSaver` does) so that a
     forwarding wrapper, which overrides the public methods, needs none of them.
     """
+
+    supports_compact: ClassVar[bool] = False
+    """Whether `compact` can erase the bytes deleted vectors left behind."""
 
     # -- public, checked methods -----------------------------------------------------------
 
@@ -223,6 +237,25 @@ class VectorIndex:
             raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
         return _inside(name, scope, self._export(name, scope, batch_size=batch_size))
 
+    def compact(self, name: str) -> CompactResult:
+        """Erase what deleted vectors of index `name` left behind (files, logs, graphs).
+
+        Run it after a forget (`SemanticRecall.purge` does), with no other writer. Every
+        surviving vector is kept; what is guaranteed is the backend's (see
+        `docs/data-handling.md`).
+
+        Raises:
+            InvalidOptionError: `name` is not a legal index name.
+            CompactNotSupportedError: The backend cannot (`supports_compact` is False).
+        """
+        check_index_name(name)
+        if not self.supports_compact:
+            raise CompactNotSupportedError(
+                f"{type(self).__name__} cannot erase the bytes of deleted vectors; erase them "
+                "with the vector store's own tools (see docs/data-handling.md)"
+            )
+        return self._compact(name)
+
     def close(self) -> None:
         """Release clients (a no-op unless the backend holds some)."""
 
@@ -265,6 +298,10 @@ class VectorIndex:
     async def acount(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Async twin of `count`."""
         return await run_in_executor(None, self.count, name, scope)
+
+    async def acompact(self, name: str) -> CompactResult:
+        """Async twin of `compact`."""
+        return await run_in_executor(None, self.compact, name)
 
     def aexport(
         self,
@@ -322,6 +359,10 @@ class VectorIndex:
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         raise NotImplementedError(f"{type(self).__name__} does not implement _message_ids")
+
+    def _compact(self, name: str) -> CompactResult:
+        """Erase deleted vectors' bytes (override with `supports_compact = True`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _compact")
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         """Counts what `export` lists; override with something cheaper."""

@@ -1,9 +1,9 @@
 """Chroma vector index: one Chroma collection per resource of each index.
 
-The `chroma*` modules of `langchain_semantic_recall.vectors` are the only ones of
-the package that import `chromadb`, and they do so inside functions, so importing
-them stays cheap. This one works with any chromadb client: the embedded
-`PersistentClient` (the package's default), `EphemeralClient` and `HttpClient`.
+The `chroma*` modules of `langchain_semantic_recall.vectors` are the only ones of the
+package that import `chromadb`, and they do so inside functions, so importing them stays
+cheap. This one works with any chromadb client: the embedded `PersistentClient` (the
+package's default), `EphemeralClient` and `HttpClient`. `compact` is `chroma_purge`'s.
 
 Layout (measured in `docs/performance.md`): index `name` is a *root* collection `name`
 holding no vectors (its metadata records the embedding model, the dimension and the
@@ -30,12 +30,13 @@ import shutil
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.options import check_index_name
-from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
 from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, temporary_copy
 from langchain_semantic_recall.vectors.chroma_layout import (
@@ -55,6 +56,7 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     thread_where,
     vector_metadata,
 )
+from langchain_semantic_recall.vectors.chroma_purge import compact_index
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -81,8 +83,7 @@ _FILTER_UP_TO: Final = 5000
 """Collections up to this size search a thread with Chroma's filter alone."""
 _T = TypeVar("_T")
 _RETRY_DELAYS: tuple[float, ...] = (0.02, 0.1, 0.3)
-"""Pauses before reading again a collection whose index is not on disk yet (see
-`_retrying`)."""
+"""Pauses before reading again a collection whose index is not on disk yet (`_retrying`)."""
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
 """One stored vector as read: its id, its metadata and (if asked) its embedding."""
@@ -116,11 +117,12 @@ class ChromaVectorIndex(VectorIndex):
     Vectors are always passed in: collections are created with `embedding_function=None`
     (Chroma's default embedding function would download a model). Collection handles are
     cached, so reopening is cheap; a collection deleted by another process is looked up
-    again on the next call. A message id belongs to one resource (the storage enforces
-    it): upserting it under another resource adds a vector there. Safe to share between
-    threads. `VectorIndex` checks the arguments of every call; the methods here do
-    the Chroma work.
+    again on the next call. A message id belongs to one resource (the storage enforces it):
+    upserting it under another resource adds a vector there. Safe to share between threads.
+    `VectorIndex` checks the arguments of every call; the methods here do the Chroma work.
     """
+
+    supports_compact = True
 
     def __init__(self, client: ClientAPI, *, hnsw: Mapping[str, Any] | None = None) -> None:
         """Wrap a chromadb client.
@@ -331,10 +333,8 @@ class ChromaVectorIndex(VectorIndex):
 
         if resource_id is not None and thread_id is None and message_ids is None:
             self._collections.forget(name, resource_id)
-            try:
+            with suppress(NotFoundError):
                 self._client.delete_collection(resource_collection_name(name, resource_id))
-            except NotFoundError:
-                return
             return
         thread = [] if thread_id is None else [{"thread_id": thread_id}]
         scope = scope_of(resource_id, thread_id)
@@ -357,10 +357,8 @@ class ChromaVectorIndex(VectorIndex):
         check_index_name(name)
         for resource_id, collection in list(self._collections.every(name)):
             self._collections.forget(name, resource_id)
-            try:
+            with suppress(NotFoundError):
                 self._client.delete_collection(collection.name)
-            except NotFoundError:
-                continue
         with self._lock:
             self._roots.pop(name, None)
         try:
@@ -485,6 +483,9 @@ class ChromaVectorIndex(VectorIndex):
                 if len(ids) < size:
                     break
                 offset += size
+
+    def _compact(self, name: str) -> CompactResult:
+        return compact_index(self._client, self._collections, name)
 
     def close(self) -> None:
         """Forget the cached collections (the client itself is left to its owner)."""

@@ -165,6 +165,9 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
     Everything else is `ChromaVectorIndex`: cosine collections named after the
     index, the embedding model and dimension recorded on them, scoped queries, and
     `export` / `count` (paged `get` calls over HTTP, within the server's batch limit).
+    `compact` (`SemanticRecall.purge`) rebuilds the index's collections over HTTP; the
+    server's own files (folders of dropped collections, its log, free pages) are its
+    operator's to compact (see `docs/data-handling.md`).
     """
 
     def __init__(

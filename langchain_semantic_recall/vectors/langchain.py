@@ -113,6 +113,9 @@ class LangChainVectorIndex(VectorIndex):
     ```python
     await memory.arecall(messages, thread_id="t1", resource_id="alice")
     ```
+
+    `compact` (and so `SemanticRecall.purge`) raises `CompactNotSupportedError`: what a
+    store keeps of deleted vectors is its own; erase it with the store's tools.
     """
 
     def __init__(self, store: VectorStore, *, dialect: StoreDialect | None = None) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
-from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex
 
 
@@ -48,6 +48,8 @@ class InMemoryVectorIndex(VectorIndex):
     hits = await index.aquery(name, vector, k=4, scope=ScopeFilter(thread_id="t1"))
     ```
     """
+
+    supports_compact = True
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -164,3 +166,7 @@ class InMemoryVectorIndex(VectorIndex):
     ) -> Iterator[VectorRecord]:
         # A snapshot taken at the call; each record gets its own copy of the vector.
         return (replace(r, vector=list(r.vector)) for r in self._in_scope(name, scope))
+
+    def _compact(self, name: str) -> CompactResult:
+        """Nothing to do: a deleted vector is dropped from the dict (nothing on disk)."""
+        return CompactResult(backend=type(self).__name__, done=("nothing stored on disk",))

@@ -423,3 +423,25 @@ def keyword_steps(
 
 OWNER_SQL: Final = f"SELECT resource_id FROM {_T} WHERE thread_id = %s"
 FORGOTTEN_SQL: Final = f"SELECT TRUE FROM {_F} WHERE thread_id = %s"
+
+
+COMPACTED: Final = (MESSAGES, THREADS, FORGOTTEN)
+"""The tables `compact_steps` rewrites (the schema-version table holds no user data)."""
+_TABLE_BYTES: Final = (
+    "SELECT sum(pg_total_relation_size(t::regclass))::bigint FROM unnest(%s::text[]) AS t"
+)
+
+
+def compact_steps() -> Steps[tuple[int, int]]:
+    """`VACUUM (FULL, ANALYZE)` of the package's tables; (bytes before, bytes after).
+
+    `VACUUM FULL` writes each table and its indexes anew (GIN keyword index included)
+    and drops the old files, so deleted rows leave the table files. It cannot run in a
+    transaction: run these steps on an autocommit connection, outside `transaction()`.
+    """
+    tables = list(COMPACTED)
+    before = int((yield Query(_TABLE_BYTES, (tables,))).rows[0][0] or 0)
+    for table in tables:
+        yield Query(f"VACUUM (FULL, ANALYZE) {table}")
+    after = int((yield Query(_TABLE_BYTES, (tables,))).rows[0][0] or 0)
+    return before, after

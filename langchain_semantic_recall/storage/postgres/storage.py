@@ -32,14 +32,21 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.keywords import BM25Params
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import (
+    CompactResult,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+)
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
 from langchain_semantic_recall.storage.postgres.schema import setup_steps
 from langchain_semantic_recall.storage.postgres.sql import (
+    COMPACTED,
     FORGOTTEN_SQL,
     OWNER_SQL,
     Result,
     Steps,
+    compact_steps,
     count_steps,
     delete_resource_steps,
     delete_thread_steps,
@@ -127,6 +134,7 @@ class PostgresStorage(MessageStorage):
     """
 
     supports_keyword_search = True
+    supports_compact = True
 
     def __init__(
         self,
@@ -367,6 +375,23 @@ class PostgresStorage(MessageStorage):
     ) -> list[tuple[str, float]]:
         steps = keyword_steps(query, scope, limit, self._bm25)
         return await self._arun(steps, "keyword search")
+
+    # --- compacting (purge) ------------------------------------------------------------
+
+    def _compact(self) -> CompactResult:
+        """`VACUUM (FULL, ANALYZE)` of the package's tables (see `compact_steps`).
+
+        The server's write-ahead log, replicas, base backups and archives are the
+        operator's: they keep deleted rows until they are rotated.
+        """
+        return self._compacted(self._run(compact_steps(), "VACUUM FULL"))
+
+    async def _acompact(self) -> CompactResult:
+        return self._compacted(await self._arun(compact_steps(), "VACUUM FULL"))
+
+    def _compacted(self, sizes: tuple[int, int]) -> CompactResult:
+        done = tuple(f"VACUUM (FULL, ANALYZE) {table}" for table in COMPACTED)
+        return CompactResult(type(self).__name__, done, sizes[0], sizes[1])
 
     # --- closing ----------------------------------------------------------------------
 
