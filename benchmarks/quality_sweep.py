@@ -1,4 +1,9 @@
-"""Tuning sweep for recall quality on locomo-dev: how the defaults were chosen.
+"""Tuning sweep of the previous (min-max fusion) hybrid pipeline on locomo-dev.
+
+Superseded for the defaults by ``benchmarks/quality_cv.py`` (calibrated scores, chosen
+leave-one-conversation-out); kept because it measures the levers under the fused ranking
+(``SearchPlan.rank`` / ``boost`` / ``top`` / ``hits``), which keyword mode still uses and
+which ``docs/quality.md`` quotes as the previous defaults.
 
 Not a test: a script that prints tables (``docs/quality.md`` quotes them). It loads
 locomo-dev once through the real engine (``SemanticRecall.index`` into SQLite storage

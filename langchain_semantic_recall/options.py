@@ -39,9 +39,12 @@ HYBRID_TOP_K = 12
 DEFAULT_MESSAGE_BUDGET = 15
 """Most messages the hits' windows return together (hybrid and keyword modes)."""
 DEFAULT_KEYWORD_WEIGHT = 0.8
-"""Share of the keyword score in hybrid fusion (the vector score gets the rest)."""
+"""Share of the keyword score in min-max fusion. Hybrid search no longer ranks by it: its
+calibrated models weigh keywords and vectors themselves (`calibration`); it only orders
+the candidates before they are scored, which changes no result."""
 DEFAULT_TIME_BOOST = 0.5
-"""Added to the fused score of candidates written in a period the query names."""
+"""Keyword mode: added to the score of candidates written in a period the query names.
+Hybrid mode: any value but 0 turns the calibrated models' period feature on."""
 DEFAULT_CANDIDATES = 50
 """Matches each search (keyword, vector) contributes to the fusion."""
 
@@ -80,8 +83,11 @@ class MessageRange:
 
 MessageRangeLike: TypeAlias = "int | MessageRange | Mapping[str, int] | tuple[int, int]"
 
-HYBRID_MESSAGE_RANGE = MessageRange(before=0, after=2)
-"""The hit and the two messages after it: the answer to a question usually follows it."""
+HYBRID_MESSAGE_RANGE = MessageRange(before=2, after=3)
+"""Positions hybrid search scores around a candidate: each gets its own calibrated
+probability, so only the likely ones are spent (the answer usually follows a question)."""
+KEYWORD_MESSAGE_RANGE = MessageRange(before=0, after=2)
+"""Keyword mode's window: the hit and the two messages after it."""
 
 
 def to_message_range(value: MessageRangeLike) -> MessageRange:
@@ -134,7 +140,7 @@ def check_threshold(value: object) -> float | None:
         or not 0.0 <= value <= 1.0
     ):
         raise InvalidOptionError(
-            f"threshold must be None or a similarity between 0 and 1, got {value!r}"
+            f"threshold must be None or a score between 0 and 1, got {value!r}"
         )
     return float(value)
 

@@ -116,7 +116,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         message_range: neighbours around each hit: `n`, `(before, after)`, a mapping
             or a `MessageRange` (default 0 before, 2 after; 1 and 1 in dense mode).
         scope: `"resource"` (every conversation of the resource) or `"thread"`.
-        threshold: minimum cosine similarity in [0, 1]; hits below are dropped.
+        threshold: minimum score in [0, 1] (hybrid: calibrated probability, 0.008; dense: cosine).
         search_mode: `"hybrid"`, `"dense"` (the original), `"keyword"` or `"auto"`.
         message_budget: most messages recalled per turn (`"auto"`: 15; None in dense mode).
         keyword_weight: share of the keyword score in hybrid fusion (0.8).
@@ -131,8 +131,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         cache_size: entries of the default embedding cache.
         thread_key: config and context key of the thread id (`session_id` is read next).
         resource_key: config and context key of the resource id.
-        auth_user_key: config key of a LangGraph server's authenticated user, bound as
-            the resource (None: no binding).
+        auth_user_key: config key of a LangGraph server's signed-in user, bound as resource.
         memory_key: variable name for the classic memory contract.
         input_key: input variable holding the user's text (classic memory contract).
         output_key: output variable holding the answer (classic memory contract).
@@ -190,10 +189,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     @classmethod
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
-        """The embedded default under `path`: no server, no API key.
-
-        `messages.sqlite3` (SQLite, WAL), `chroma/` (embedded Chroma), the local model.
-        """
+        """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model."""
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
         return cls(**local_backends(path, embeddings, read_only=read_only), **options)
 
@@ -201,10 +197,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def from_url(
         cls, *, storage: str, vector: str, embeddings: Embeddings | None = None, **options: Any
     ) -> SemanticRecall:
-        """Build from URLs, so moving to servers is a configuration change.
-
-        E.g. `sqlite:///...`, `postgresql://...`; `chroma:///...`, `http://host:port`.
-        """
+        """From URLs: `sqlite:///...` or `postgresql://...`; `chroma:///...` or `http://host:port`."""
         backends = url_backends(storage, vector, embeddings)
         try:
             return cls(**backends, **options)
@@ -241,7 +234,6 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     embeddings = _Part[Embeddings](lambda core: core.backends.space.embeddings)
     cache = _Part[EmbeddingCache](lambda core: core.backends.space.cache)
     index_name = _Part["str | None"](lambda core: core.backends.space.index_name)
-
     core = _Part[EngineCore](lambda core: core)
     """The engine's state and operations (for surfaces built on the engine)."""
     search_plan = _Option[SearchPlan](lambda plan: plan.search)

@@ -12,13 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, TypeAlias
 
+from langchain_semantic_recall.calibration import DEFAULT_GATE, OFFSET_MODELS, Model, relevance
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.fusion import (
+    Candidate,
     NeighbourWeights,
     best_per_message,
     boost_period,
     fuse,
     spend_budget,
+    spend_calibrated,
 )
 from langchain_semantic_recall.options import (
     DEFAULT_CANDIDATES,
@@ -28,6 +31,7 @@ from langchain_semantic_recall.options import (
     DEFAULT_TOP_K,
     HYBRID_MESSAGE_RANGE,
     HYBRID_TOP_K,
+    KEYWORD_MESSAGE_RANGE,
     Budget,
     MessageRange,
     MessageRangeLike,
@@ -58,6 +62,8 @@ class SearchPlan:
     time_boost: float
     candidates: int
     weights: NeighbourWeights
+    models: tuple[tuple[int, Model], ...] = tuple(OFFSET_MODELS.items())
+    """Hybrid mode's calibrated models, one per window offset (`calibration`)."""
 
     @property
     def uses_vectors(self) -> bool:
@@ -68,6 +74,11 @@ class SearchPlan:
     def uses_keywords(self) -> bool:
         """Whether this mode runs keyword search (all but dense)."""
         return self.mode != "dense"
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether scores are calibrated probabilities (hybrid mode; see `calibrate`)."""
+        return self.mode == "hybrid"
 
     @property
     def dense_k(self) -> int:
@@ -85,21 +96,57 @@ class SearchPlan:
         """Every candidate as (message id, score), best first (cut with `top`).
 
         Dense mode: cosine similarity, below-threshold hits dropped (the original's).
-        Keyword mode: BM25 scores min-max rescaled to [0, 1] over the candidates. Hybrid:
-        min-max fusion; with a threshold, only messages whose vector passed it can be hits
-        (a keyword-only match has no similarity to test).
+        Keyword mode: BM25 scores min-max rescaled to [0, 1] over the candidates (relative
+        to the query's best). Hybrid: every candidate (min-max fusion order); their
+        absolute scores come from `calibrate`, which needs the candidates' messages.
         """
-        scored_dense = best_per_message(
-            hit for hit in dense if self.threshold is None or hit.score >= self.threshold
-        )
         if self.mode == "dense":
-            return scored_dense
+            return best_per_message(
+                hit for hit in dense if self.threshold is None or hit.score >= self.threshold
+            )
         if self.mode == "keyword":
             return fuse([], keyword, keyword_weight=1.0)
-        if self.threshold is not None:
-            passed = {message_id for message_id, _ in scored_dense}
-            keyword = [item for item in keyword if item[0] in passed]
-        return fuse(scored_dense, keyword, keyword_weight=self.keyword_weight)
+        return fuse(best_per_message(dense), keyword, keyword_weight=self.keyword_weight)
+
+    def calibrate(
+        self,
+        query: str,
+        dense: Sequence[VectorHit],
+        keyword: Sequence[tuple[str, float]],
+        messages: Mapping[str, Sequence[StoredMessage]],
+        scope_size: int | None = None,
+    ) -> list[Candidate]:
+        """The best `top_k` hybrid candidates, calibrated (`calibration.relevance`).
+
+        `messages` maps candidate ids to windows holding them (`get_windows` with no
+        neighbours); a candidate absent from it is dropped. Each candidate carries, for
+        every position of its window, the estimated probability that the message there is
+        evidence for the query: the same message and query get the same probabilities
+        whatever other queries ask. `scope_size`: the messages searched, counted up to
+        `calibration.REFERENCE_SIZE` (in a smaller scope a keyword match is likelier).
+        """
+        found = {m.id: m for window in messages.values() for m in window}
+        window = self.message_range
+        ranked = relevance(
+            query,
+            best_per_message(dense),
+            keyword,
+            found,
+            self.period(query),
+            before=window.before,
+            after=window.after,
+            models=dict(self.models),
+            scope_size=scope_size,
+        )
+        return ranked[: self.top_k]
+
+    def calibrated_hits(
+        self, kept: Sequence[Candidate], windows: Mapping[str, Sequence[StoredMessage]]
+    ) -> list[RecallHit]:
+        """Hits whose windows keep the messages at or above the threshold, within budget."""
+        return spend_calibrated(
+            kept, windows, threshold=self.threshold or 0.0, budget=self.message_budget
+        )
 
     def period(self, query: str, now: datetime | None = None) -> Period | None:
         """The period the query names, when time-aware ranking applies (not in dense mode)."""
@@ -146,7 +193,8 @@ def resolve(
     `"auto"` becomes `"hybrid"` when the storage has keyword search, else `"dense"`.
     Unset options (`top_k` / `message_range` None, `message_budget="auto"`) take
     the mode's defaults: in dense mode the original's (top 4, one message either side,
-    no budget), otherwise the measured ones (top 12, the hit and 2 after, 15 messages).
+    no budget); otherwise the measured ones (top 12, 15 messages; windows of 2 before to
+    3 after in hybrid mode, the hit and 2 after in keyword mode).
     """
     mode = check_search_mode(search_mode)
     if mode == "auto":
@@ -159,14 +207,21 @@ def resolve(
     checked_threshold = check_threshold(threshold)
     if mode == "keyword" and checked_threshold is not None:
         raise InvalidOptionError(
-            "threshold is a cosine similarity and keyword mode computes none; drop the "
-            "threshold or use search_mode='hybrid' or 'dense'"
+            "keyword mode's scores are relative to the query's best match, so a threshold "
+            "means nothing there; drop the threshold or use search_mode='hybrid' (calibrated "
+            "relevance) or 'dense' (cosine similarity)"
         )
+    if mode == "hybrid" and checked_threshold is None:
+        checked_threshold = DEFAULT_GATE
     dense = mode == "dense"
+    default_range = {
+        "dense": to_message_range(DEFAULT_MESSAGE_RANGE),
+        "hybrid": HYBRID_MESSAGE_RANGE,
+    }
     window = to_message_range(
         message_range
         if message_range is not None
-        else (DEFAULT_MESSAGE_RANGE if dense else HYBRID_MESSAGE_RANGE)
+        else default_range.get(mode, KEYWORD_MESSAGE_RANGE)
     )
     if message_budget == "auto":
         budget = None if dense else DEFAULT_MESSAGE_BUDGET

@@ -147,12 +147,13 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
         )
 
     hybrid, dense = engine(), engine(search_mode="dense")
+    keyword = engine(search_mode="keyword")
     assert hybrid.search_mode == "hybrid"
     assert f"{hybrid.top_k} (hybrid, keyword); {dense.top_k} (dense)" in rows["top_k"]
     window, original = hybrid.message_range, dense.message_range
-    assert (
-        f"{window.before} before, {window.after} after (hybrid, keyword)" in rows["message_range"]
-    )
+    assert f"{window.before} before, {window.after} after (hybrid" in rows["message_range"]
+    words = keyword.message_range
+    assert f"{words.before} and {words.after} (keyword)" in rows["message_range"]
     assert f"{original.before} and {original.after} (dense)" in rows["message_range"]
     assert f"{hybrid.message_budget} (hybrid, keyword); `None` (dense)" in rows["message_budget"]
     assert dense.message_budget is None

@@ -82,7 +82,27 @@ def register(subparsers: Any) -> None:
         default="resource",
         help="'thread': each conversation is one thread, asked inside it (default: resource)",
     )
-    engine.add_argument("--threshold", type=float, help="minimum cosine similarity")
+    engine.add_argument(
+        "--threshold",
+        type=float,
+        help="minimum score: calibrated relevance in hybrid mode (default 0.02; 0 is off), "
+        "cosine similarity in dense mode",
+    )
+    probes = parser.add_argument_group("false memories and folds")
+    probes.add_argument(
+        "--foreign",
+        action="store_true",
+        help="also ask each conversation's questions of another resource (nothing there is "
+        "evidence): messages returned per question and share with any",
+    )
+    probes.add_argument(
+        "--small-talk",
+        action="store_true",
+        help="also ask built-in small-talk turns ('hi', 'thanks', 'ok', ...) of every resource",
+    )
+    probes.add_argument(
+        "--folds", action="store_true", help="also report recall per conversation (resource)"
+    )
     parser.add_argument(
         "--include-adversarial", action="store_true", help="LoCoMo: also category 5"
     )
@@ -96,6 +116,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     from langchain_semantic_recall.options import (
         DEFAULT_MESSAGE_RANGE,
         HYBRID_MESSAGE_RANGE,
+        KEYWORD_MESSAGE_RANGE,
         to_message_range,
     )
 
@@ -108,8 +129,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             options[name] = value
     if args.before is not None or args.after is not None:  # the other side: mode default
-        dense = options.get("search_mode") == "dense"  # the local store searches keywords
-        default = to_message_range(DEFAULT_MESSAGE_RANGE) if dense else HYBRID_MESSAGE_RANGE
+        mode = options.get("search_mode", "hybrid")  # the local store searches keywords
+        default = {
+            "dense": to_message_range(DEFAULT_MESSAGE_RANGE),
+            "keyword": KEYWORD_MESSAGE_RANGE,
+        }.get(mode, HYBRID_MESSAGE_RANGE)
         options["message_range"] = (
             default.before if args.before is None else args.before,
             default.after if args.after is None else args.after,
@@ -179,6 +203,55 @@ def render_summary(summary: dict[str, Any]) -> str:
     return table(headers, rows)
 
 
+def _summary(results: Any, probes: dict[str, Any], dataset: Any, args: Any) -> dict[str, Any]:
+    from langchain_semantic_recall import evaluation
+
+    summary = evaluation.summarize(results)
+    summary["evidence"] = evaluation.evidence_summary(dataset.evidence)
+    if args.folds:
+        summary["by_resource"] = {
+            name: evaluation.summarize([r for r in results if r.sample_id == name])["overall"]
+            for name in sorted({r.sample_id for r in results})
+        }
+    if probes:
+        summary["false_memories"] = probes
+    return summary
+
+
+def _probes(memory: Any, dataset: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from langchain_semantic_recall import false_memory
+
+    found: list[false_memory.Probe] = []
+    if args.foreign:
+        found += false_memory.probe(memory, "foreign", false_memory.foreign_questions(dataset))
+    if args.small_talk:
+        questions = false_memory.small_talk_questions(dataset)
+        found += false_memory.probe(memory, "small talk", questions)
+    return false_memory.summarize_probes(found)
+
+
+def _fold_table(by_resource: dict[str, Any]) -> str:
+    rows = [
+        [name, str(s["questions"]), _fmt(s["recall"], "r"), _fmt(s["messages_per_query"], "n")]
+        for name, s in by_resource.items()
+    ]
+    return "per conversation (fold):\n" + table(["resource", "questions", "recall", "msgs/q"], rows)
+
+
+def _probe_table(kind: str, report: dict[str, Any]) -> str:
+    named = [
+        *report["by_category"].items(),
+        *((f"asked of {r}", s) for r, s in report["by_resource"].items()),
+        ("overall", report["overall"]),
+    ]
+    rows = [
+        [name, str(s["questions"]), _fmt(s["messages_per_query"], "n"), _fmt(s["any"], "r")]
+        for name, s in named
+    ]
+    title = f"false memories, {kind} (nothing stored is relevant):\n"
+    return title + table(["category", "questions", "msgs/q", "share with any"], rows)
+
+
 def _evidence_line(report: Any) -> str:
     return (
         f"evidence ids: {report.normalised} normalised, {report.split} split, "
@@ -220,13 +293,13 @@ def run(args: argparse.Namespace) -> int:
             evaluation.load_dataset(memory, dataset, progress=progress)
             loaded = time.perf_counter() - started
             results = evaluation.evaluate(memory, dataset, progress=progress)
+            probes = _probes(memory, dataset, args)
             settings = _settings(memory, args, path)
         finally:
             memory.storage.close()
             memory.vector_store.close()
-    summary = evaluation.summarize(results)
+    summary = _summary(results, probes, dataset, args)
     summary["load_seconds"] = round(loaded, 2)
-    summary["evidence"] = evaluation.evidence_summary(dataset.evidence)
     mode = settings["search_mode"]
     budget = settings["message_budget"]
     print(
@@ -238,6 +311,10 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     print(render_summary(summary))
+    if args.folds:
+        print(_fold_table(summary["by_resource"]))
+    for kind, report in probes.items():
+        print(_probe_table(kind, report))
     print(_evidence_line(dataset.evidence))
     print(f"loaded in {loaded:.1f} s; latency = one search, query embedding included")
     if args.json_out:

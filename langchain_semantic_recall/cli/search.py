@@ -82,7 +82,7 @@ def _recall_options() -> argparse.ArgumentParser:
         help="most messages all windows together return; none: whole windows",
     )
     group.add_argument(
-        "--threshold", type=float, metavar="S", help="drop hits below this similarity (0-1)"
+        "--threshold", type=float, metavar="S", help="drop hits scoring below S (0-1)"
     )
     return parent
 

@@ -76,7 +76,7 @@ class SearchOptions(CallIds, total=False):
     scope: Scope | None
     """`"thread"` or `"resource"` for this call."""
     threshold: float | None
-    """Minimum cosine similarity in [0, 1] for this call."""
+    """Minimum score in [0, 1] for this call (hybrid: calibrated probability; dense: cosine)."""
 
 
 class ReindexOptions(TypedDict, total=False):

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from langchain_core.messages import BaseMessage
 
 from langchain_semantic_recall import injection
+from langchain_semantic_recall.calibration import REFERENCE_SIZE
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, search_scope
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.engine.vector_space import VectorSpace
+from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -68,15 +69,32 @@ def _search_in(
     space: VectorSpace, query: str, scope: ScopeFilter, plan: SearchPlan
 ) -> Op[list[RecallHit]]:
     dense: list[VectorHit] = []
+    keyword: list[tuple[str, float]] = []
+    words = steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
     if plan.uses_vectors:
         info = yield from space.resolve()
-        vector = (yield steps.embed(info, [query]))[0]
-        space.check_query_vector(info, vector)
-        dense = yield steps.query_vectors(info, vector, k=plan.dense_k, scope=scope)
-    keyword: list[tuple[str, float]] = []
-    if plan.uses_keywords:
-        keyword = yield steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
+        near = steps.Nested(_dense(space, info, query, scope, plan.dense_k))
+        if plan.uses_keywords:  # both halves at once (each releases the GIL)
+            dense, keyword = yield steps.Both(near, words)
+        else:
+            dense = yield near
+    elif plan.uses_keywords:
+        keyword = yield words
     ranked = plan.rank(dense, keyword)
+    window = plan.message_range
+    if plan.calibrated:  # absolute scores from the text and time of every candidate
+        if not ranked:
+            return []
+        ids = [message_id for message_id, _ in ranked]
+        found = yield steps.read_windows(ids, before=0, after=0, scope=scope)
+        size = yield steps.count_messages(scope, up_to=REFERENCE_SIZE)
+        best = plan.calibrate(query, dense, keyword, found, scope_size=size)
+        if not best:
+            return []
+        context = yield steps.read_windows(
+            [c.id for c in best], before=window.before, after=window.after, scope=scope
+        )
+        return plan.calibrated_hits(best, context)
     period = plan.period(query)
     if period is not None and ranked:  # time-aware: read the candidates' times
         ids = [message_id for message_id, _ in ranked]

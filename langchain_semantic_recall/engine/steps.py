@@ -22,12 +22,16 @@ await adrive(owner_op("t1"), backends)   # async
 from __future__ import annotations
 
 import asyncio
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
+from langchain_core.runnables.config import run_in_executor
+
+from langchain_semantic_recall.calibration import clear_term_cache
 from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
 
@@ -132,9 +136,10 @@ class _Probe(Step):
 class _ClearCache(Step):
     def run(self, backends: Backends) -> None:
         backends.space.cache.clear()
+        clear_term_cache()
 
     async def arun(self, backends: Backends) -> None:
-        backends.space.cache.clear()
+        self.run(backends)
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,19 +336,42 @@ def drive(op: Op[T], backends: Backends) -> T:
             writer.shutdown(wait=True)
 
 
+_HEAVY_AFTER: Final = frozenset({"get_windows", "put"})
+"""Storage calls after which the operation does real CPU work with the answer (ranking,
+calibration, formatting the recalled block; chunking and vector records after a put)."""
+
+
+def _advance(op: Op[Any], result: Any, error: Exception | None) -> tuple[bool, Any]:
+    """Resume `op`: (True, its return value) or (False, its next step)."""
+    try:
+        return False, op.throw(error) if error is not None else op.send(result)
+    except StopIteration as done:
+        return True, done.value
+
+
 async def adrive(op: Op[T], backends: Backends) -> T:
-    """Run an operation with the backends' async twins."""
+    """Run an operation with the backends' async twins.
+
+    The operation's own Python work after a windows read or a put (ranking, formatting,
+    chunking: milliseconds per call, times the calls in flight) runs in the default
+    executor, so many concurrent calls do not stall the event loop one after another.
+    """
     in_flight: asyncio.Task[Any] | None = None
     result: Any = None
     error: Exception | None = None
+    heavy = False
     try:
         while True:
-            try:
-                step = op.throw(error) if error is not None else op.send(result)
-            except StopIteration as done:
+            if heavy:
+                finished, value = await run_in_executor(None, _advance, op, result, error)
+            else:
+                finished, value = _advance(op, result, error)
+            if finished:
                 if in_flight is not None:
                     await in_flight
-                return done.value  # type: ignore[no-any-return]
+                return value  # type: ignore[no-any-return]
+            step = value
+            heavy = isinstance(step, _Call) and step.method in _HEAVY_AFTER
             result, error = None, None
             try:
                 if isinstance(step, Background | Settle) and in_flight is not None:

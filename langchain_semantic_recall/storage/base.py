@@ -254,15 +254,24 @@ class MessageStorage(ABC):
             check_id("resource_id", resource_id)
         return await self._alist_threads(resource_id)
 
-    def count(self, scope: ScopeFilter | None = None) -> int:
-        """Number of stored messages in the scope (or in total)."""
-        check_scope(scope, optional=True)
-        return self._count(scope)
+    def count(self, scope: ScopeFilter | None = None, *, up_to: int | None = None) -> int:
+        """Number of stored messages in the scope (or in total), at most `up_to`.
 
-    async def acount(self, scope: ScopeFilter | None = None) -> int:
+        `up_to` bounds the work too: search asks how small a scope is, on every call.
+        """
+        check_scope(scope, optional=True)
+        if up_to is None:
+            return self._count(scope)
+        check_limit(up_to)
+        return self._count_up_to(scope, up_to)
+
+    async def acount(self, scope: ScopeFilter | None = None, *, up_to: int | None = None) -> int:
         """Async twin of `count`."""
         check_scope(scope, optional=True)
-        return await self._acount(scope)
+        if up_to is None:
+            return await self._acount(scope)
+        check_limit(up_to)
+        return await self._acount_up_to(scope, up_to)
 
     def is_forgotten(self, thread_id: str) -> bool:
         """Whether the thread was forgotten (its id is retired)."""
@@ -376,6 +385,10 @@ class MessageStorage(ABC):
         if scope is not None and scope.thread_id is not None:
             threads = [t for t in threads if t.thread_id == scope.thread_id]
         return sum(t.message_count for t in threads)
+
+    def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
+        """`min(count, up_to)` (override with a query that stops at `up_to`)."""
+        return min(self._count(scope), up_to)
 
     # --- protected async twins (override with a native driver where there is one) -----
 

@@ -139,10 +139,13 @@ def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:
     return sql, [] if resource_id is None else [resource_id]
 
 
-def count_sql(scope: ScopeFilter | None) -> tuple[str, list[Any]]:
-    """The number of messages inside `scope`."""
+def count_sql(scope: ScopeFilter | None, up_to: int | None = None) -> tuple[str, list[Any]]:
+    """The number of messages inside `scope` (at most `up_to`, reading no further)."""
     where, params = _scope_sql(scope)
-    return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
+    if up_to is None:
+        return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
+    inner = f"SELECT 1 FROM messages WHERE 1 = 1{where} LIMIT ?"
+    return f"SELECT COUNT(*) FROM ({inner})", [*params, up_to]
 
 
 # --- conversions --------------------------------------------------------------------
@@ -398,6 +401,10 @@ class SQLiteStorage(MessageStorage):
         """One query."""
         with self._read() as conn:
             return int(conn.execute(*count_sql(scope)).fetchone()[0])
+
+    def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
+        with self._read() as conn:
+            return int(conn.execute(*count_sql(scope, up_to)).fetchone()[0])
 
     def _is_forgotten(self, thread_id: str) -> bool:
         with self._read() as conn:

@@ -456,6 +456,18 @@ class StorageConformance:
         assert {m.thread_id for m in storage.list_messages(ScopeFilter("r1"))} == {"t1", "t2"}
         assert ids(storage.list_messages(ScopeFilter("r2", "t3"))) == ids(make_thread(4, "t3"))
 
+    def test_count_up_to_stops_at_the_bound_within_the_scope(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1", "r1") + make_thread(3, "t2", "r1"))
+        storage.put(make_thread(4, "t3", "r2"))
+        assert storage.count(ScopeFilter("r1"), up_to=3) == 3
+        assert storage.count(ScopeFilter("r1"), up_to=50) == 5
+        assert storage.count(ScopeFilter(thread_id="t3"), up_to=4) == 4
+        assert storage.count(ScopeFilter("r1", "t3"), up_to=10) == 0
+        assert storage.count(up_to=100) == 9
+        for bad in (0, -1, 2.5, True):
+            with pytest.raises(InvalidInputError):
+                storage.count(ScopeFilter("r1"), up_to=bad)  # type: ignore[arg-type]
+
     # --- ownership and atomicity ------------------------------------------------------
 
     def test_thread_of_another_resource_writes_nothing(self, storage: MessageStorage) -> None:
@@ -684,6 +696,7 @@ class StorageConformance:
         )
         assert await storage.alist_threads() == storage.list_threads()
         assert await storage.acount(scope) == storage.count(scope) == 4
+        assert await storage.acount(scope, up_to=3) == storage.count(scope, up_to=3) == 3
         assert await storage.aget_thread_owner("t2") == "r2"
         assert await storage.adelete_thread("t2") == 2
         assert await storage.ais_forgotten("t2")

@@ -97,4 +97,4 @@ def test_restart_mid_run_loses_nothing(memory: SemanticRecall, chroma_server: Ch
     assert memory.vector_store.message_ids(name) == every
     lost = BEFORE + 1  # a turn indexed while the server was down
     hits = memory.search(f"subject{lost}", thread_id="th9", resource_id="u")
-    assert f"t{lost}-u" in {hit.message.id for hit in hits}
+    assert f"t{lost}-u" in {m.id for hit in hits for m in hit.window}

@@ -152,7 +152,7 @@ def test_recall_through_a_langchain_store(kind: str, chroma_url: str) -> None:
     )
     memory.index([HumanMessage("bob has a cat too", id="u2")], thread_id="t2", resource_id="bob")
     hits = memory.search("what is my cat called", thread_id="t3", resource_id="alice")
-    assert {hit.message.id for hit in hits} == {"u1", "a1"}
+    assert {m.id for hit in hits for m in hit.window} == {"u1", "a1"}
     assert memory.forget_thread("t1") == 2
     assert memory.vector_store.message_ids(memory.ensure_index().name) == {"u2"}
     assert memory.search("cat", thread_id="t3", resource_id="alice") == []

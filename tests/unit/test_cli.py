@@ -385,7 +385,7 @@ def test_search_modes_and_budget(loaded: Cli) -> None:
 
 
 def test_search_one_thread_and_not_found(loaded: Cli) -> None:
-    inside = loaded("search", "tomato", "--thread", "conv-trip", "--json").json()
+    inside = loaded("search", "Lisbon", "--thread", "conv-trip", "--json").json()
     assert {h["thread"] for h in inside["hits"]} == {"conv-trip"}
     assert inside["resource"] == "alice"
     assert loaded("search", "tomato", "--resource", "bob").code == 3
@@ -653,7 +653,9 @@ def test_the_default_embedder_end_to_end(
     stats = run("stats", "--json").json()
     assert stats["model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert (stats["dimension"], stats["vectors"]) == (384, 6)
-    hits = run("search", "food allergy", "--resource", "alice", "--json").json()["hits"]
+    # "peanut", not "food allergy": a match with no shared term in a 6-message store scores
+    # below hybrid's calibrated gate (docs/quality.md, caveats)
+    hits = run("search", "peanut allergy", "--resource", "alice", "--json").json()["hits"]
     assert hits[0]["message"]["text"] == "My sister is vegetarian and I'm allergic to peanuts."
     shown = run("inspect", "--resource", "alice", "--thread", "next", "peanut-free snack?").out
     assert "I'm allergic to peanuts." in shown

@@ -524,7 +524,7 @@ def test_read_only_is_honoured_by_every_write_path() -> None:
 
 
 def test_integer_ids_mean_the_same_on_every_surface() -> None:
-    memory = make_memory()
+    memory = make_memory(threshold=0.0)  # fake vectors: no calibrated gate (hybrid's default)
     memory.index([HumanMessage(FACT)], thread_id=42, resource_id=7)  # type: ignore[arg-type]
     config = {"configurable": {"thread_id": 42, "resource_id": 7}}
     assert "Biscuit" in seen_text(memory.invoke([HumanMessage("dog?")], config))

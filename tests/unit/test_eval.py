@@ -28,6 +28,11 @@ from langchain_semantic_recall.evaluation import (
     read_locomo,
     summarize,
 )
+from langchain_semantic_recall.false_memory import (
+    SMALL_TALK,
+    foreign_questions,
+    small_talk_questions,
+)
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -242,7 +247,10 @@ def test_summary_scores_per_category_and_overall() -> None:
 def test_evaluate_drives_search_and_reports_dataset_ids(locomo_file: Path) -> None:
     dataset = read_locomo(locomo_file)
     memory = SemanticRecall(
-        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        threshold=0.0,  # fake vectors: the calibrated gate is for a real embedder
     )
     load_dataset(memory, dataset, progress=False)
     results = evaluate(memory, dataset, progress=False)
@@ -304,6 +312,39 @@ def test_eval_locomo_smoke_run_writes_a_rescorable_report(
     assert rescored / len(rows) == pytest.approx(report["summary"]["overall"]["recall"])
 
 
+def test_eval_reports_false_memories_and_folds(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "false.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--json-out", str(out)]
+    assert main([*argv, "--foreign", "--small-talk", "--folds"]) == 0
+    printed = capsys.readouterr().out
+    assert "false memories, foreign" in printed
+    assert "false memories, small talk" in printed
+    assert "per conversation (fold)" in printed
+    summary = json.loads(out.read_text(encoding="utf-8"))["summary"]
+    questions = summary["overall"]["questions"]
+    foreign = summary["false_memories"]["foreign"]
+    assert foreign["overall"]["questions"] == questions  # every question, asked elsewhere
+    assert set(foreign["by_resource"]) == {"conv-1", "conv-2"}
+    assert 0 <= foreign["overall"]["messages_per_query"] <= 15
+    talk = summary["false_memories"]["small talk"]
+    assert talk["overall"]["questions"] == 2 * len(SMALL_TALK)
+    assert talk["overall"]["messages_per_query"] < 1  # all but one have no content term
+    assert set(summary["by_resource"]) == {"conv-1", "conv-2"}
+
+
+def test_foreign_questions_are_asked_of_another_resource(locomo_file: Path) -> None:
+    dataset = read_locomo(locomo_file)
+    asked = foreign_questions(dataset)
+    assert [q.question for q in asked] == [q.question for q in dataset.questions]
+    assert all(a.sample_id != q.sample_id for a, q in zip(asked, dataset.questions, strict=True))
+    assert {q.sample_id for q in small_talk_questions(dataset)} == {"conv-1", "conv-2"}
+
+
 def test_eval_options_reach_the_engine(
     locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -342,6 +383,7 @@ def test_eval_in_thread_scope_asks_inside_each_conversation(
 ) -> None:
     out = tmp_path / "thread.json"
     argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--scope", "thread"]
+    argv += ["--threshold", "0"]  # fake vectors: the calibrated gate is for a real embedder
     assert main([*argv, "--json-out", str(out)]) == 0
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["settings"]["scope"] == "thread"
@@ -376,13 +418,23 @@ def test_eval_refuses_missing_files_and_bad_values(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("script", ["quality_locomo.py", "quality_sweep.py"])
-def test_quality_benchmarks_smoke(script: str, locomo_file: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("script", "marker"),
+    [
+        ("quality_locomo.py", "trade-off curve"),
+        ("quality_sweep.py", "trade-off curve"),
+        ("quality_cv.py", "leave-one-conversation-out"),
+    ],
+)
+def test_quality_benchmarks_smoke(
+    script: str, marker: str, locomo_file: Path, tmp_path: Path
+) -> None:
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    extra = ["--cache", str(tmp_path / "sweep.pkl")] if script == "quality_sweep.py" else []
+    cached = {"quality_sweep.py", "quality_cv.py"}
+    extra = ["--cache", str(tmp_path / "cache.pkl")] if script in cached else []
     done = subprocess.run(
         [sys.executable, str(root / "benchmarks" / script), str(locomo_file), *extra],
         cwd=tmp_path,
@@ -392,4 +444,4 @@ def test_quality_benchmarks_smoke(script: str, locomo_file: Path, tmp_path: Path
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "trade-off curve" in done.stdout
+    assert marker in done.stdout

@@ -21,6 +21,7 @@ from langchain_semantic_recall import (
     SemanticRecall,
     SQLiteStorage,
 )
+from langchain_semantic_recall.calibration import DEFAULT_GATE
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import MessageRecord
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -46,6 +47,10 @@ class CountingStorage(InMemoryStorage):
 
 
 def engine(storage: MessageStorage | None = None, **options: Any) -> SemanticRecall:
+    if options.get("search_mode", "auto") in {"auto", "hybrid"}:
+        # Fake vectors: hybrid's calibrated gate is fit for a real embedder, so these
+        # tests of ranking, scope and windows turn it off (tests of the gate set it).
+        options.setdefault("threshold", 0.0)
     return SemanticRecall(
         storage=storage if storage is not None else InMemoryStorage(),
         vector_store=options.pop("vector_store", None) or InMemoryVectorIndex(),
@@ -78,12 +83,19 @@ def returned(hits: Sequence[RecallHit]) -> list[str]:
 
 
 def test_auto_is_hybrid_with_the_measured_defaults_when_the_storage_searches_keywords() -> None:
-    memory = engine()
+    memory = engine(threshold=None)
     assert memory.search_mode == "hybrid"
     assert memory.top_k == 12
-    assert memory.message_range == MessageRange(0, 2)
+    assert memory.message_range == MessageRange(2, 3)
     assert memory.message_budget == 15
+    assert memory.threshold == DEFAULT_GATE  # a calibrated probability in hybrid mode
     assert (memory.keyword_weight, memory.time_boost) == (0.8, 0.5)
+    keyword = engine(search_mode="keyword")
+    assert (keyword.top_k, keyword.message_range, keyword.threshold) == (
+        12,
+        MessageRange(0, 2),
+        None,
+    )
 
 
 def test_auto_is_dense_with_the_originals_defaults_otherwise() -> None:
@@ -179,21 +191,23 @@ def test_hybrid_asks_each_search_for_a_candidate_pool() -> None:
     assert storage.keyword_calls == 1
 
 
-def test_a_threshold_in_hybrid_mode_keeps_only_vector_matches_above_it() -> None:
-    memory = engine(threshold=0.5, message_range=0)
+def test_a_threshold_in_hybrid_mode_is_a_calibrated_score() -> None:
+    memory = engine(message_range=0)
     memory.index(
         conversation("a", ["painted sunrise", "the lake is calm", "painting"]),
         thread_id="t",
         resource_id="r",
     )
-    # "painted sunrise" matches by keywords only (stems); "painting" also by vector.
-    hits = memory.search("painting", thread_id="t", resource_id="r")
-    assert [h.message.id for h in hits] == ["a-2"]
-    assert "a-0" in returned(
-        engine(memory.storage, vector_store=memory.vector_store, message_range=0).search(
-            "painting", thread_id="t", resource_id="r"
-        )
-    )
+    every = memory.search("painting", thread_id="t", resource_id="r")
+    assert {"a-0", "a-2"} <= set(returned(every))  # keyword-only matches count too
+    assert all(0.0 < h.score < 1.0 for h in every)  # probabilities, not min-max (top != 1)
+    cut = sorted(h.score for h in every)[len(every) // 2]
+    gated = memory.search("painting", thread_id="t", resource_id="r", threshold=cut)
+    assert gated
+    assert all(h.score >= cut for h in gated)
+    assert {h.message.id: h.score for h in gated}.items() <= {
+        h.message.id: h.score for h in every
+    }.items()  # the same scores: the gate only drops hits
 
 
 # --- scope ---------------------------------------------------------------------------------

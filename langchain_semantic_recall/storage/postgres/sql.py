@@ -345,10 +345,12 @@ def one_value_steps(sql: str, value: str, default: Any) -> Steps[Any]:
     return rows[0][0] if rows else default
 
 
-def count_steps(scope: ScopeFilter | None) -> Steps[int]:
-    """The number of messages inside `scope`."""
-    where, params = _scope_sql(scope)
-    return int((yield Query(f"SELECT count(*) FROM {_M} WHERE TRUE{where}", params)).rows[0][0])
+def count_steps(scope: ScopeFilter | None, up_to: int | None = None) -> Steps[int]:
+    """The number of messages inside `scope` (at most `up_to`, reading no further)."""
+    where, scope_params = _scope_sql(scope)
+    params: dict[str, Any] = {**scope_params, "up_to": up_to}
+    sql = f"SELECT 1 FROM {_M} WHERE TRUE{where}" + (" LIMIT %(up_to)s" if up_to else "")
+    return int((yield Query(f"SELECT count(*) FROM ({sql}) AS scope", params)).rows[0][0])
 
 
 def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:

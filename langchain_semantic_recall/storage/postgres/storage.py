@@ -340,6 +340,12 @@ class PostgresStorage(MessageStorage):
     async def _acount(self, scope: ScopeFilter | None) -> int:
         return await self._arun(count_steps(scope), "read")
 
+    def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
+        return self._run(count_steps(scope, up_to), "read")
+
+    async def _acount_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
+        return await self._arun(count_steps(scope, up_to), "read")
+
     def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         return self._run(delete_thread_steps(thread_id, retire=retire), "delete", write=True)
 

@@ -1,0 +1,150 @@
+"""Probes for false memories: turns where nothing in memory is relevant (pure, no I/O).
+
+Recall should stay silent when the newest message has nothing to do with what is stored
+(`SPEC.md` section 11). `semantic-recall eval` measures it two ways:
+
+- **foreign questions**: each conversation's questions asked of *another* conversation's
+  resource (`foreign_pairs`): nothing there is evidence for them;
+- **small talk**: the turns of `SMALL_TALK` (greetings, thanks, acknowledgements, requests
+  for help that name no topic) asked of every resource.
+
+For both, what counts is how many messages recall returns per question (ideally none) and
+the share of questions that return any (`probe`, `summarize_probes`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.evaluation import Dataset, EvalQuestion
+    from langchain_semantic_recall.recall import SemanticRecall
+
+__all__ = [
+    "SMALL_TALK",
+    "Probe",
+    "foreign_pairs",
+    "foreign_questions",
+    "probe",
+    "small_talk_questions",
+    "summarize_probes",
+]
+
+Probe = tuple[str, str, str, int]
+"""One probe's outcome: (kind, category, resource asked, messages returned)."""
+
+SMALL_TALK: tuple[str, ...] = (
+    "hi",
+    "hello",
+    "hey there!",
+    "good morning",
+    "good evening",
+    "how are you?",
+    "how's it going?",
+    "thanks",
+    "thank you so much!",
+    "ok",
+    "okay, sounds good",
+    "yes",
+    "no",
+    "sure",
+    "cool",
+    "great!",
+    "lol",
+    "bye",
+    "see you later",
+    "can you help me?",
+    "I have a question",
+    "what do you think?",
+    "tell me more",
+    "please continue",
+    "never mind",
+    "got it, thanks",
+    "hmm",
+    "sorry, what?",
+)
+"""Small-talk turns: none of them asks about anything a memory could hold."""
+
+
+def foreign_pairs(resources: Sequence[str]) -> dict[str, str]:
+    """Each resource -> the resource its questions are asked of: the next one, cyclically.
+
+    With one resource there is no other to ask: the mapping is empty.
+    """
+    if len(resources) < 2:
+        return {}
+    ordered = list(dict.fromkeys(resources))
+    return {name: ordered[(i + 1) % len(ordered)] for i, name in enumerate(ordered)}
+
+
+def foreign_questions(dataset: Dataset) -> list[EvalQuestion]:
+    """Each question asked of the next resource (`foreign_pairs`) instead of its own.
+
+    A question asked inside its conversation's thread (`--scope thread`) is asked inside
+    the other resource's thread of the same name.
+    """
+    pairs = foreign_pairs([q.sample_id for q in dataset.questions])
+    out = []
+    for question in dataset.questions:
+        other = pairs.get(question.sample_id)
+        if other is None:
+            continue
+        thread = other if question.thread_id == question.sample_id else question.thread_id
+        out.append(replace(question, sample_id=other, thread_id=thread, evidence=()))
+    return out
+
+
+def small_talk_questions(dataset: Dataset) -> list[EvalQuestion]:
+    """Every `SMALL_TALK` turn asked of every resource that has questions."""
+    from langchain_semantic_recall.evaluation import EvalQuestion
+
+    resources = dict.fromkeys(q.sample_id for q in dataset.questions)
+    threads = {q.sample_id: q.thread_id for q in dataset.questions}
+    return [
+        EvalQuestion(resource, text, "small talk", (), threads[resource])
+        for resource in resources
+        for text in SMALL_TALK
+    ]
+
+
+def probe(memory: SemanticRecall, kind: str, questions: Sequence[EvalQuestion]) -> list[Probe]:
+    """Ask each question with `memory.search`; count the messages its windows return."""
+    out: list[Probe] = []
+    for question in questions:
+        hits = memory.search(
+            question.question, thread_id=question.thread_id, resource_id=question.sample_id
+        )
+        returned = {m.id for hit in hits for m in hit.window}
+        out.append((kind, question.category, question.sample_id, len(returned)))
+    return out
+
+
+def _counts(sizes: Sequence[int]) -> dict[str, float | int]:
+    return {
+        "questions": len(sizes),
+        "messages_per_query": statistics.fmean(sizes) if sizes else 0.0,
+        "any": statistics.fmean(size > 0 for size in sizes) if sizes else 0.0,
+    }
+
+
+def summarize_probes(probes: Sequence[Probe]) -> dict[str, Any]:
+    """Per kind: messages per question and the share with any.
+
+    Overall, per category and per resource asked (the folds).
+    """
+    out: dict[str, Any] = {}
+    for kind in dict.fromkeys(p[0] for p in probes):
+        mine = [p for p in probes if p[0] == kind]
+        out[kind] = {
+            "overall": _counts([p[3] for p in mine]),
+            "by_category": {
+                c: _counts([p[3] for p in mine if p[1] == c]) for c in sorted({p[1] for p in mine})
+            },
+            "by_resource": {
+                r: _counts([p[3] for p in mine if p[2] == r]) for r in sorted({p[2] for p in mine})
+            },
+        }
+    return out
