@@ -76,9 +76,12 @@ class BM25Params:
 
 def tokenize(text: str) -> list[str]:
     """Case-folded words of `text` (possessives dropped, apostrophes removed)."""
+    found: list[str] = _WORD.findall(text.casefold())
+    if "'" not in text and "’" not in text:
+        return found  # the common case: nothing to strip
     words: list[str] = []
-    for match in _WORD.finditer(text.casefold()):
-        word = _APOSTROPHE.sub("", _POSSESSIVE.sub("", match.group()))
+    for raw in found:
+        word = _APOSTROPHE.sub("", _POSSESSIVE.sub("", raw)) if "'" in raw or "’" in raw else raw
         if word:
             words.append(word)
     return words

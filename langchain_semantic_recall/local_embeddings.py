@@ -107,6 +107,16 @@ def _read_tokenizer() -> bytes:
     )
 
 
+def _load_splitter() -> Any:
+    """The tokenizer with neither padding nor truncation: for counting and splitting."""
+    from tokenizers import Tokenizer
+
+    splitter = Tokenizer.from_str(_read_tokenizer().decode("utf-8"))
+    splitter.no_padding()
+    splitter.no_truncation()
+    return splitter
+
+
 @dataclass(frozen=True)
 class _Runtime:
     """The loaded model: an inference session and two tokenizers (immutable once built)."""
@@ -240,6 +250,7 @@ class LocalEmbeddings(Embeddings):
         self.num_threads = num_threads or min(_usable_cores(), _MAX_THREADS)
         self._lock = threading.Lock()
         self._loaded: _Runtime | None = None
+        self._split_only: Any = None  # the splitter alone, before the model is needed
 
     def __repr__(self) -> str:
         return (
@@ -257,6 +268,23 @@ class LocalEmbeddings(Embeddings):
                     runtime = _Runtime.load(self.max_tokens, self.num_threads)
                     self._loaded = runtime
         return runtime
+
+    def _splitter(self) -> Any:
+        """The untruncated tokenizer, loaded without the model.
+
+        Splitting runs on the caller's thread, often an event loop: loading the tokenizer
+        alone costs ~25 ms once, the model ~0.3 s.
+        """
+        runtime = self._loaded
+        if runtime is not None:
+            return runtime.splitter
+        splitter = self._split_only
+        if splitter is None:
+            with self._lock:
+                splitter = self._split_only
+                if splitter is None:
+                    splitter = self._split_only = _load_splitter()
+        return splitter
 
     # --- embedding ---------------------------------------------------------------------
 
@@ -299,7 +327,7 @@ class LocalEmbeddings(Embeddings):
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for this model, [CLS] and [SEP] included, untruncated."""
-        return len(self._runtime().splitter.encode(text).ids)
+        return len(self._splitter().encode(text).ids)
 
     def split_text(self, text: str) -> list[str]:
         """Split `text` into pieces that each fit the model whole (256 tokens with specials).
@@ -314,7 +342,7 @@ class LocalEmbeddings(Embeddings):
         Returns:
             `[text]` if it fits, else the pieces in order.
         """
-        encoding = self._runtime().splitter.encode(text, add_special_tokens=False)
+        encoding = self._splitter().encode(text, add_special_tokens=False)
         offsets: list[tuple[int, int]] = encoding.offsets
         budget = self.max_tokens - _SPECIAL_TOKENS
         if len(offsets) <= budget:

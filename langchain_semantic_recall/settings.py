@@ -11,7 +11,9 @@ Storage URLs:
 
 Vector URLs:
 
-- `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma;
+- `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma,
+  keeping at most `DEFAULT_MAX_LOADED` resources' indexes loaded (least recently searched
+  out first; `?max_loaded=N` sets N, `0` keeps Chroma's own, unbounded, cache);
 - `http://host:port`, `https://host`: a Chroma server (`chroma run`, or the
   front end of Chroma's distributed deployment);
 - `memory://`: `InMemoryVectorIndex` (exact search in memory).
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.storage.base import MessageStorage
 
 __all__ = [
+    "DEFAULT_MAX_LOADED",
     "STORAGE_URL_ENV",
     "VECTOR_URL_ENV",
     "RecallSettings",
@@ -57,6 +60,8 @@ __all__ = [
 ]
 
 STORAGE_URL_ENV: Final = "SEMANTIC_RECALL_STORAGE_URL"
+DEFAULT_MAX_LOADED: Final = 128
+"""Resources whose vector index embedded Chroma keeps loaded (~3 MB + ~2 KB per message each)."""
 VECTOR_URL_ENV: Final = "SEMANTIC_RECALL_VECTOR_URL"
 DEFAULT_STORAGE_URL: Final = "sqlite:///semantic-recall-data/messages.sqlite3"
 DEFAULT_VECTOR_URL: Final = "chroma:///semantic-recall-data/chroma"
@@ -81,6 +86,31 @@ def _file_path(url: str, scheme: str) -> str:
     if not rest:
         raise InvalidOptionError(f"{url!r} has no path: write {scheme}:///relative/path")
     return rest
+
+
+def _chroma(url: str) -> VectorIndex:
+    """Embedded Chroma at a `chroma://` URL's path (`?max_loaded=N` bounds it)."""
+    base, _, query = url.partition("?")
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    raw = options.pop("max_loaded", str(DEFAULT_MAX_LOADED))
+    if options or not raw.isdigit():
+        raise InvalidOptionError(
+            f"{redact(url)!r}: the only chroma:// parameter is max_loaded=N (N >= 0)"
+        )
+    return _embedded_chroma(_file_path(base, "chroma"), max_loaded=int(raw))
+
+
+def _embedded_chroma(
+    path: str | PathLike[str], *, max_loaded: int = DEFAULT_MAX_LOADED, read_only: bool = False
+) -> VectorIndex:
+    """Embedded Chroma keeping at most `max_loaded` resources loaded (0: Chroma's cache)."""
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+    from langchain_semantic_recall.vectors.chroma_bounded import bound_loaded_collections
+
+    index = ChromaVectorIndex.persistent(path, read_only=read_only)
+    if max_loaded > 0:
+        bound_loaded_collections(getattr(index.client, "_server", None), max_loaded)
+    return index
 
 
 def _postgres(url: str) -> MessageStorage:
@@ -147,9 +177,7 @@ def create_vector_index(url: str, *, timeout: float = 30.0) -> VectorIndex:
 
         return InMemoryVectorIndex()
     if scheme == "chroma":
-        from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
-
-        return ChromaVectorIndex.persistent(_file_path(url, "chroma"))
+        return _chroma(url)
     if scheme in ("http", "https"):
         from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 
@@ -193,7 +221,6 @@ def local_backends(
     URI, Chroma on a temporary copy (it writes on open). `True` forces it.
     """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
-    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
     root = Path(path)
     file = root / "messages.sqlite3"
@@ -203,7 +230,7 @@ def local_backends(
     try:
         return {
             "storage": storage,
-            "vector_store": ChromaVectorIndex.persistent(root / "chroma", read_only=read_only),
+            "vector_store": _embedded_chroma(root / "chroma", read_only=read_only),
             "embeddings": embeddings or _local_model(),
         }
     except BaseException:

@@ -65,3 +65,36 @@ def test_perf_index_smoke(tmp_path: Path) -> None:
         "index per turn",
     }
     assert all(cell["median"] > 0 for cell in results["per_s"].values())
+
+
+def test_perf_hybrid_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "perf_hybrid.py",
+        *("--sizes", "tiny", "--queries", "8", "--out", str(tmp_path)),
+        *("--work", str(tmp_path / "work")),
+    )
+    assert "hybrid/brute" in out
+    tiny = json.loads((tmp_path / "perf_hybrid.json").read_text())["sizes"]["tiny"]
+    assert set(tiny["lat"]) == {"brute", "dense", "hybrid", "keyword", "keyword_sql"}
+    assert tiny["keyword_same_as_sql"] == 1.0  # the postings answer exactly as SQL
+    assert len(tiny["cold_ms"]) == 3  # one cold first search per resource
+
+
+def test_perf_loop_smoke(tmp_path: Path) -> None:
+    out = _run("perf_loop.py", *("--rounds", "1", "--concurrency", "3", "--out", str(tmp_path)))
+    assert "max stall ms" in out
+    results = json.loads((tmp_path / "perf_loop.json").read_text())
+    for scenario in ("idle (ticker alone)", "engine", "graph", "middleware"):
+        assert results[scenario]["ticks"] > 0
+        assert results[scenario]["max_ms"] >= 0
+
+
+def test_perf_memory_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "perf_memory.py",
+        *("--resources", "6", "--messages", "30", "--chroma-cache", "2", "--out", str(tmp_path)),
+    )
+    assert "MB per resource" in out
+    results = json.loads((tmp_path / "perf_memory.json").read_text())
+    assert results["samples"][-1][0] == 6
+    assert results["search_ms"]["n"] == 6

@@ -103,7 +103,6 @@ def _search_in(
     kept = plan.top(ranked)
     if not kept:
         return []
-    window = plan.message_range
     windows = yield steps.read_windows(
         [message_id for message_id, _ in kept],
         before=window.before,
@@ -111,6 +110,16 @@ def _search_in(
         scope=scope,
     )
     return plan.hits(kept, windows)
+
+
+def _dense(
+    space: VectorSpace, info: IndexInfo, query: str, scope: ScopeFilter, k: int
+) -> Op[list[VectorHit]]:
+    """The vector half of a search: embed the query, then the `k` nearest in `scope`."""
+    vector = (yield steps.embed(info, [query]))[0]
+    space.check_query_vector(info, vector)
+    hits: list[VectorHit] = yield steps.query_vectors(info, vector, k=k, scope=scope)
+    return hits
 
 
 def recall_op(

@@ -175,6 +175,75 @@ class Nested(Step):
         return await adrive(self.op, backends)
 
 
+class _SidePool:
+    """Threads for the second half of a `Both` in the sync driver, never queued behind.
+
+    When every worker is busy (many caller threads searching at once), the half runs on
+    the caller's thread instead, after the first: no worse than running them in turn.
+    """
+
+    def __init__(self, workers: int = 8) -> None:
+        self._workers = workers
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[[], Any]) -> Future[Any] | None:
+        """`fn` started on a worker, or None if all are busy."""
+        with self._lock:
+            if self._busy >= self._workers:
+                return None
+            self._busy += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, "semantic-recall-both")
+            future = self._pool.submit(fn)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _: Future[Any]) -> None:
+        with self._lock:
+            self._busy -= 1
+
+
+_SIDE = _SidePool()
+
+
+@dataclass(frozen=True, slots=True)
+class Both(Step):
+    """Two independent steps at once; the result is the pair of their results.
+
+    Lets a hybrid search run its keyword search while the query is embedded and the
+    vector index queried (SQLite, numpy, the ONNX model and Chroma's core release the
+    GIL). If either fails, the first step's error wins, else the second's.
+    """
+
+    first: Step
+    second: Step
+
+    def run(self, backends: Backends) -> tuple[Any, Any]:
+        """Run `second` on a worker thread while `first` runs here."""
+        pending = _SIDE.submit(lambda: self.second.run(backends))
+        if pending is None:  # every worker busy: one after the other
+            return self.first.run(backends), self.second.run(backends)
+        try:
+            first = self.first.run(backends)
+        finally:
+            error = pending.exception()
+        if error is not None:
+            raise error
+        return first, pending.result()
+
+    async def arun(self, backends: Backends) -> tuple[Any, Any]:
+        """Await both twins concurrently."""
+        outcomes: tuple[Any, Any] = await asyncio.gather(
+            self.first.arun(backends), self.second.arun(backends), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes[0], outcomes[1]
+
+
 @dataclass(frozen=True, slots=True)
 class Settle(Step):
     """Wait for the step in flight (its error, if any, is raised at this `yield`)."""

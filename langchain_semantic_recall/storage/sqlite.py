@@ -101,9 +101,13 @@ def windows_sql(
     """One query: the hits inside `scope`, then every neighbour by seq range, in order.
 
     Rows are `(hit_id, *_COLUMNS)` ordered by hit id then seq. Both lookups use an
-    index (the primary key for the hits, `UNIQUE(thread_id, seq)` for the ranges).
+    index (the primary key for the hits, `UNIQUE(thread_id, seq)` for the ranges). The
+    scope columns carry a unary `+` so that SQLite never reads the hits through the
+    resource index instead: with 30+ ids it otherwise scans the whole resource (measured:
+    72-106 ms instead of 1.6 ms for 100 ids in a resource of 100k messages).
     """
     where, scope_params = _scope_sql(scope)
+    where = where.replace(" AND ", " AND +")
     marks = ", ".join("?" * len(message_ids))
     m_columns = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
     sql = (
@@ -203,6 +207,8 @@ class SQLiteStorage(MessageStorage):
         *,
         bm25: BM25Params | None = None,
         read_only: bool = False,
+        keyword_cache_docs: int = 2_000_000,
+        keyword_cache_min_docs: int = 2_000,
     ) -> None:
         """Open (creating if needed) the database file and bring its schema up to date.
 
@@ -212,6 +218,11 @@ class SQLiteStorage(MessageStorage):
             read_only: Open an existing file without ever writing it (a `mode=ro` URI: no
                 migration, no pragma); every write then raises `StorageError`. For a
                 backup, or a store on a read-only mount.
+            keyword_cache_docs: Most messages whose keyword postings are kept in memory
+                (resources of 2,000+ searchable messages, least recently searched out
+                first; ~0.25 KB per message); 0 searches in SQL only. Same results.
+            keyword_cache_min_docs: Resources with fewer searchable messages are searched
+                in SQL (fast there), never held in memory.
 
         Raises:
             StorageError: The path cannot be created, read or written, is not a SQLite
@@ -223,6 +234,9 @@ class SQLiteStorage(MessageStorage):
         self._lock = threading.Lock()
         self._read_only = read_only
         self._conn = connect(self._path, read_only=read_only)  # every use holds self._lock
+        self._postings = PostingsCache(
+            min_docs=keyword_cache_min_docs, max_docs=keyword_cache_docs
+        )  # under self._lock too
         logger.debug("opened SQLite storage %s", self._path)
 
     def __repr__(self) -> str:
@@ -249,8 +263,12 @@ class SQLiteStorage(MessageStorage):
             yield self._conn
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One `BEGIN IMMEDIATE` transaction: committed on success, else rolled back."""
+    def _write(self, *, keywords_hooked: bool = False) -> Iterator[sqlite3.Connection]:
+        """One `BEGIN IMMEDIATE` transaction: committed on success, else rolled back.
+
+        A write that does not report its keyword changes to `self._postings`
+        (`keywords_hooked`) empties the in-memory postings when it commits.
+        """
         if self._read_only:
             raise StorageError(
                 f"SQLite storage {self._path} was opened read-only; open a writable copy "
@@ -258,13 +276,23 @@ class SQLiteStorage(MessageStorage):
             )
         with self._lock, self._errors("write"):
             self._conn.execute("BEGIN IMMEDIATE")
+            self._postings.begin(self._conn)
             try:
                 yield self._conn
             except BaseException:
+                self._postings.abort()
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._postings.abort()
+                raise
+            if keywords_hooked:
+                self._postings.commit(self._conn)
+            else:
+                self._postings.clear()
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -288,7 +316,7 @@ class SQLiteStorage(MessageStorage):
         created = [_to_iso(record.created_at) for record in records]
         now = _to_iso(datetime.now(UTC))
         stored: list[StoredMessage] = []
-        with self._write() as conn:
+        with self._write(keywords_hooked=True) as conn:
             threads: dict[str, _ThreadState] = {}
             for record, created_at in zip(records, created, strict=True):
                 state = threads.get(record.thread_id)
@@ -320,7 +348,9 @@ class SQLiteStorage(MessageStorage):
                     update = (record.role, record.text, created_at, record.payload, record.id)
                     conn.execute(_UPDATE_MESSAGE, update)
                     fts.drop_terms(conn, record.id, record.thread_id)
-                fts.add_terms(conn, record)
+                    self._postings.rewritten(record.resource_id, record.id)
+                terms = fts.add_terms(conn, record)
+                self._postings.added(record.resource_id, record.thread_id, record.id, terms)
                 stored.append(_to_message(values))
             for thread_id, state in threads.items():
                 conn.execute(_SET_NEXT_SEQ, (state.next_seq, thread_id))
@@ -343,8 +373,9 @@ class SQLiteStorage(MessageStorage):
 
     def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         now = _to_iso(datetime.now(UTC))
-        with self._write() as conn:
+        with self._write(keywords_hooked=True) as conn:
             owner = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
+            self._postings.deleted(owner[0] if owner else None, thread_id)
             fts.forget(conn, "thread_id", thread_id)  # before the rows it joins on
             deleted = conn.execute(_DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
             conn.execute(_DELETE_THREAD, (thread_id,))
@@ -354,7 +385,8 @@ class SQLiteStorage(MessageStorage):
 
     def _delete_resource(self, resource_id: str) -> int:
         now = _to_iso(datetime.now(UTC))
-        with self._write() as conn:
+        with self._write(keywords_hooked=True) as conn:
+            self._postings.deleted(resource_id)
             conn.execute(_FORGET_RESOURCE, (now, resource_id))
             fts.forget(conn, "resource_id", resource_id)
             deleted = conn.execute(_DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount

@@ -49,6 +49,8 @@ _ADD_THREAD_TERMS: Final = (
     "terms = terms + excluded.terms"
 )
 _COUNT_MATCHES: Final = "SELECT COUNT(*) FROM message_fts WHERE message_fts MATCH ?"
+OPTIMIZE: Final = "INSERT INTO message_fts(message_fts) VALUES('optimize')"
+"""Merge the FTS5 index into one b-tree: the terms of deleted rows leave the index."""
 
 
 def forget_sql(column: Literal["thread_id", "resource_id"]) -> tuple[str, ...]:
@@ -116,9 +118,9 @@ def stats_sql(scope: ScopeFilter) -> tuple[str, list[Any]]:
     return sql, params
 
 
-def add_terms(conn: sqlite3.Connection, record: MessageRecord) -> None:
-    """Make a stored message keyword-searchable (nothing to do when it has no terms)."""
-    _add(conn, record.id, record.thread_id, record.resource_id, (record.role, record.text))
+def add_terms(conn: sqlite3.Connection, record: MessageRecord) -> list[str]:
+    """Make a stored message keyword-searchable; its terms (none: nothing indexed)."""
+    return _add(conn, record.id, record.thread_id, record.resource_id, (record.role, record.text))
 
 
 def _add(
@@ -127,15 +129,16 @@ def _add(
     thread_id: str,
     resource_id: str,
     content: tuple[str, str],
-) -> None:
-    """Index one message; `content` is its (role, text)."""
+) -> list[str]:
+    """Index one message; `content` is its (role, text). Returns its terms."""
     terms = message_terms(*content)
     if not terms:
-        return
+        return terms
     joined = " ".join(terms)
     doc = conn.execute(_INSERT_TERMS, (message_id, joined)).lastrowid
     conn.execute(_INSERT_FTS, (doc, joined, scope_tokens(resource_id, thread_id)))
     conn.execute(_ADD_THREAD_TERMS, (thread_id, 1, len(terms)))
+    return terms
 
 
 def drop_terms(conn: sqlite3.Connection, message_id: str, thread_id: str) -> None:

@@ -1,0 +1,244 @@
+"""Event-loop stalls while the async API works: the longest the loop waited, measured.
+
+A ticker coroutine sleeps 1 ms in a loop and records how late it wakes up: any sync work
+done on the event loop (embedding, SQLite, Chroma, BM25...) shows up as a stall. Three
+scenarios, each on the embedded default (SQLite + embedded Chroma + the real local
+model, fresh store in a temporary folder), each `--rounds` times:
+
+* ``engine``: 20 ``aindex`` (one turn each: a user and an assistant message) and 20
+  ``arecall`` at once;
+* ``graph``: 20 ``create_recall_graph(...).ainvoke`` turns at once (recall node, a fake
+  chat model, index node);
+* ``middleware``: 20 ``create_agent(..., middleware=[SemanticRecallMiddleware])``
+  ``ainvoke`` turns at once.
+
+Prints max and p99 stall (ms) per scenario; the target is no stall over 25 ms.
+
+    python benchmarks/perf_loop.py                 # ~1-2 min
+    python benchmarks/perf_loop.py --rounds 1 --concurrency 4 --out /tmp/x   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import perf_common as pc
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langchain_semantic_recall import SemanticRecall, SQLiteStorage
+from langchain_semantic_recall.graph import create_recall_graph
+from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+TICK_S = 0.001
+_TOPICS = ("garden", "piano", "tennis", "paris trip", "allergy", "new job", "the dog", "bread")
+
+
+def _turn(n: int) -> tuple[str, str]:
+    topic = _TOPICS[n % len(_TOPICS)]
+    return (
+        f"Message {n}: let me tell you more about {topic}, it has been on my mind all week "
+        f"and I keep coming back to it when I think about what to do next.",
+        f"Thanks for sharing about {topic} (turn {n}). What part of it matters most to you?",
+    )
+
+
+class _Replies:
+    """A fresh answer per call (a stored message keeps its id), safe across threads."""
+
+    def __init__(self) -> None:
+        self._count = itertools.count()
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[AIMessage]:
+        return self
+
+    def __next__(self) -> AIMessage:
+        with self._lock:
+            return AIMessage(f"noted ({next(self._count)})")
+
+
+class _GcPauses:
+    """The garbage collector's pauses (they stop every thread, the loop included)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append((time.perf_counter() - self._start) * 1000)
+
+
+async def _measure(work: Callable[[], Awaitable[Any]]) -> list[float]:
+    """Run `work` while a ticker records how late each 1 ms sleep wakes up (ms)."""
+    stalls: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(TICK_S)
+            now = time.perf_counter()
+            stalls.append(max(0.0, (now - last - TICK_S) * 1000))
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    try:
+        await work()
+    finally:
+        done.set()
+        await tick
+    return stalls
+
+
+def _summary(stalls: list[float], seconds: float) -> dict[str, float]:
+    data = np.asarray(stalls or [0.0])
+    return {
+        "max_ms": float(data.max()),
+        "p99_ms": float(np.percentile(data, 99)),
+        "over_25ms": int((data > 25).sum()),
+        "ticks": len(stalls),
+        "seconds": seconds,
+    }
+
+
+async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """Every scenario on one store; returns the stall summaries."""
+    if args.default_executor:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(args.default_executor))
+    storage = SQLiteStorage(root / "messages.sqlite3")
+    memory = SemanticRecall(
+        storage=storage,
+        vector_store=ChromaVectorIndex.persistent(root / "chroma"),
+        embeddings=LocalEmbeddings(),
+    )
+    n = args.concurrency
+    users = [f"user-{i % 4}" for i in range(n)]
+    counter = itertools.count()
+    for i in range(n):  # warm: the model, the collections, some history to recall
+        user, assistant = _turn(next(counter))
+        messages = [HumanMessage(user), AIMessage(assistant)]
+        await memory.aindex(messages, thread_id=f"warm-{i}", resource_id=users[i])
+
+    async def engine_round() -> None:
+        jobs = []
+        for i in range(n):
+            user, assistant = _turn(next(counter))
+            ids = {"thread_id": f"t-{i}", "resource_id": users[i]}
+            turn = [HumanMessage(user), AIMessage(assistant)]
+            jobs.append(memory.aindex(turn, **ids))
+            jobs.append(memory.arecall([HumanMessage(f"what did I say about {user[-40:]}")], **ids))
+        await asyncio.gather(*jobs)
+
+    model = GenericFakeChatModel(messages=_Replies())
+    graph = create_recall_graph(model, memory, checkpointer=InMemorySaver())
+    agent = create_agent(
+        GenericFakeChatModel(messages=_Replies()),
+        middleware=[SemanticRecallMiddleware(memory)],
+        checkpointer=InMemorySaver(),
+    )
+
+    async def graph_round() -> None:
+        await asyncio.gather(
+            *(
+                graph.ainvoke(
+                    {"messages": [("user", _turn(next(counter))[0])]},
+                    {"configurable": {"thread_id": f"g-{i}", "resource_id": users[i]}},
+                )
+                for i in range(n)
+            )
+        )
+
+    async def agent_round() -> None:
+        await asyncio.gather(
+            *(
+                agent.ainvoke(
+                    {"messages": [HumanMessage(_turn(next(counter))[0])]},
+                    {"configurable": {"thread_id": f"a-{i}"}},
+                    context={"resource_id": users[i]},
+                )
+                for i in range(n)
+            )
+        )
+
+    async def idle_round() -> None:  # the machine's own noise: the ticker alone
+        await asyncio.sleep(0.5)
+
+    results: dict[str, Any] = {}
+    for name, work in (
+        ("idle (ticker alone)", idle_round),
+        ("engine", engine_round),
+        ("graph", graph_round),
+        ("middleware", agent_round),
+    ):
+        stalls: list[float] = []
+        start = time.perf_counter()
+        pauses = _GcPauses()
+        gc.callbacks.append(pauses)
+        try:
+            for _ in range(args.rounds):
+                stalls += await _measure(work)
+        finally:
+            gc.callbacks.remove(pauses)
+        results[name] = _summary(stalls, time.perf_counter() - start)
+        results[name]["gc_max_ms"] = max(pauses.pauses, default=0.0)
+    await storage.aclose()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per scenario")
+    parser.add_argument("--concurrency", type=int, default=20, help="calls of each kind at once")
+    parser.add_argument(
+        "--default-executor", type=int, default=0, help="threads of the loop's default executor"
+    )
+    parser.add_argument("--out", type=Path, default=pc.RESULTS, help="results folder")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="perf-loop-"))
+    try:
+        results = asyncio.run(run(args, root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"\nEvent-loop stalls, {args.concurrency} concurrent calls, {args.rounds} rounds "
+        f"(machine load average {load}):\n"
+    )
+    print(
+        "| scenario | max stall ms | p99 stall ms | stalls > 25 ms | ticks | seconds | longest GC |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for name, r in results.items():
+        print(
+            f"| {name} | {pc.fmt(r['max_ms'])} | {pc.fmt(r['p99_ms'])} | {r['over_25ms']} "
+            f"| {r['ticks']} | {pc.fmt(r['seconds'], 1)} | {pc.fmt(r['gc_max_ms'])} |"
+        )
+    pc.write_json(
+        args.out / "perf_loop.json", {"args": vars(args) | {"out": str(args.out)}, **results}
+    )
+
+
+if __name__ == "__main__":
+    main()

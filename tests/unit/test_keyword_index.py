@@ -1,0 +1,206 @@
+"""The in-memory keyword postings: the same answers as SQL, in step with every writer."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+
+WORDS = [
+    *("apple", "banana", "cherry", "dog", "garden", "house", "kite", "lemon", "paint"),
+    *("painting", "painted", "run", "running"),
+]
+QUERIES = ["apple", "paint dog", "running kite lemon", "zebra", "house garden painted cherry"]
+
+
+def record(n: int, thread: str, resource: str, text: str, role: str = "user") -> MessageRecord:
+    return MessageRecord(
+        id=f"m{n}",
+        thread_id=thread,
+        resource_id=resource,
+        role=role,
+        text=text,
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        payload=MessageRecord.dump(HumanMessage(text)),
+    )
+
+
+def random_records(rng: random.Random, ids: range, resources: int = 2) -> list[MessageRecord]:
+    out = []
+    for n in ids:
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
+        role = rng.choice(["user", "assistant", "assistant", "system"])
+        out.append(record(n, f"t{n % 7}", f"r{n % 7 % resources}", text, role))
+    return out
+
+
+def scopes() -> list[ScopeFilter]:
+    return [
+        ScopeFilter(resource_id="r0"),
+        ScopeFilter(resource_id="r1"),
+        ScopeFilter(resource_id="r1", thread_id="t1"),
+        ScopeFilter(resource_id="r0", thread_id="t2"),
+        ScopeFilter(resource_id="r0", thread_id="t1"),  # a thread of another resource
+    ]
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[SQLiteStorage, SQLiteStorage]:
+    """Two engines on one file: SQL only, and in-memory postings for every resource."""
+    path = tmp_path / "m.db"
+    sql = SQLiteStorage(path, keyword_cache_docs=0)
+    memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    yield sql, memory
+    sql.close()
+    memory.close()
+
+
+def assert_same(sql: SQLiteStorage, memory: SQLiteStorage, limit: int = 10) -> None:
+    for query in QUERIES:
+        for scope in scopes():
+            expected = sql.keyword_search(query, scope=scope, limit=limit)
+            assert memory.keyword_search(query, scope=scope, limit=limit) == expected
+
+
+def test_same_ids_scores_and_order_as_sql(pair: tuple[SQLiteStorage, SQLiteStorage]) -> None:
+    sql, memory = pair
+    sql.put(random_records(random.Random(1), range(400)))
+    assert_same(sql, memory)
+    assert_same(sql, memory, limit=1)
+    assert_same(sql, memory, limit=500)
+    found = memory.keyword_search("paint", scope=ScopeFilter(resource_id="r0"), limit=3)
+    assert len(found) == 3
+    assert [score for _, score in found] == sorted((s for _, s in found), reverse=True)
+
+
+def test_sees_writes_through_itself(pair: tuple[SQLiteStorage, SQLiteStorage]) -> None:
+    sql, memory = pair
+    rng = random.Random(2)
+    memory.put(random_records(rng, range(300)))
+    assert_same(sql, memory)  # loads r0 and r1
+    memory.put(random_records(rng, range(280, 340)))  # rewrites and new messages
+    assert_same(sql, memory)
+    memory.put([record(5, "t5", "r1", "")])  # a rewrite that leaves no terms
+    memory.put([record(9000, "t9", "r0", "apple apple kite"), record(9000, "t9", "r0", "dog")])
+    assert_same(sql, memory)
+    memory.delete_thread("t2")
+    assert_same(sql, memory)
+    memory.delete_resource("r1")
+    assert_same(sql, memory)
+    memory.put([record(9001, "t10", "r1", "apple paint")])
+    assert_same(sql, memory)
+
+
+def test_sees_writes_of_another_engine_on_the_same_file(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    sql, memory = pair
+    rng = random.Random(3)
+    sql.put(random_records(rng, range(300)))
+    assert_same(sql, memory)
+    sql.put(random_records(rng, range(250, 320)))  # the other engine writes
+    assert_same(sql, memory)
+    sql.delete_thread("t4", retire=False)
+    assert_same(sql, memory)
+    memory.put(random_records(rng, range(320, 330)))  # then this one, on top
+    assert_same(sql, memory)
+    sql.delete_resource("r0")
+    assert_same(sql, memory)
+    assert memory.keyword_search("apple", scope=ScopeFilter(resource_id="r0"), limit=5) == []
+
+
+def test_a_failed_write_leaves_the_postings_right(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    sql, memory = pair
+    memory.put(random_records(random.Random(4), range(200)))
+    assert_same(sql, memory)
+    bad = [record(1000, "t0", "r0", "apple kite"), record(1001, "t0", "someone-else", "apple")]
+    with pytest.raises(Exception, match="belongs to another resource"):
+        memory.put(bad)  # rolled back: m1000 must not be found
+    assert_same(sql, memory)
+    found = memory.keyword_search("kite", scope=ScopeFilter(resource_id="r0"), limit=500)
+    assert "m1000" not in {message_id for message_id, _ in found}
+
+
+def test_memory_bound_evicts_least_recently_searched(tmp_path: Path) -> None:
+    sql = SQLiteStorage(tmp_path / "m.db", keyword_cache_docs=0)
+    memory = SQLiteStorage(tmp_path / "m.db", keyword_cache_min_docs=1, keyword_cache_docs=150)
+    sql.put(random_records(random.Random(5), range(420), resources=3))
+    for _ in range(2):  # each resource holds ~100-150 documents: at most one stays loaded
+        assert_same(sql, memory)
+        assert memory._postings.docs_held <= 150  # the documented bound
+    small = SQLiteStorage(tmp_path / "m.db")  # default: resources of 2,000+ messages only
+    small.keyword_search("apple", scope=ScopeFilter(resource_id="r0"), limit=5)
+    assert len(small._postings) == 0
+    for storage in (sql, memory, small):
+        storage.close()
+
+
+WORD = st.sampled_from(WORDS[:6])
+EVENTS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("put"),
+            st.integers(0, 40),  # message number (repeats are rewrites)
+            st.sampled_from(["a", "A", "a ", "b"]),  # resource
+            st.integers(0, 2),  # thread within the resource
+            st.lists(WORD, max_size=5).map(" ".join),
+            st.booleans(),  # through the engine under test, or the other one
+        ),
+        st.tuples(st.just("forget"), st.sampled_from(["a", "A", "a ", "b"]), st.integers(0, 2)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(events=EVENTS)
+def test_isolation_and_agreement_property(
+    tmp_path_factory: pytest.TempPathFactory, events: list
+) -> None:
+    """Whatever the writes, the postings answer as SQL does, and only from the scope."""
+    path = tmp_path_factory.mktemp("kw") / "m.db"
+    sql = SQLiteStorage(path, keyword_cache_docs=0)
+    memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    owner: dict[str, str] = {}
+    try:
+        for event in events:
+            if event[0] == "put":
+                _, n, resource, thread, text, through_memory = event
+                thread_id = f"{resource}/t{thread}"
+                if owner.setdefault(f"m{n}", thread_id) != thread_id:
+                    continue  # message ids stay in one thread
+                writer = memory if through_memory else sql
+                try:
+                    writer.put([record(n, thread_id, resource, text or "-")])
+                except Exception:  # a forgotten thread: its id is retired
+                    continue
+            else:
+                _, resource, thread = event
+                memory.delete_thread(f"{resource}/t{thread}")
+            for resource in ("a", "A", "a ", "b"):
+                for thread_id in (None, f"{resource}/t0", f"{resource}/t1"):
+                    scope = ScopeFilter(resource_id=resource, thread_id=thread_id)
+                    for query in ("apple banana", "cherry dog garden", "house"):
+                        found = memory.keyword_search(query, scope=scope, limit=8)
+                        assert found == sql.keyword_search(query, scope=scope, limit=8)
+                        for message_id, _ in found:
+                            stored = owner[message_id]
+                            assert stored.startswith(f"{resource}/t")
+                            assert stored.rsplit("/", 1)[0] == resource
+                            assert thread_id is None or stored == thread_id
+    finally:
+        sql.close()
+        memory.close()
