@@ -38,18 +38,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from quality_common import DEFAULT_DATA, locomo_engine
 
-from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.calibration import FEATURES, Model, candidates, features
-from langchain_semantic_recall.evaluation import load_dataset, read_locomo
 from langchain_semantic_recall.false_memory import SMALL_TALK, foreign_pairs
 from langchain_semantic_recall.fusion import Candidate, best_per_message, fuse
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage, VectorHit
 from langchain_semantic_recall.search import SearchPlan, resolve
-from langchain_semantic_recall.storage.sqlite import SQLiteStorage
-from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo-dev/locomo_dev.json"
 POOL = 50
 GATES = (0.0, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03)
 OFFSETS = range(-2, 5)
@@ -91,17 +87,7 @@ class Corpus:
 
 def build(data: Path) -> Corpus:
     """Load locomo-dev through the engine and fetch every case's candidates."""
-    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-    dataset = read_locomo(data)
-    storage = SQLiteStorage(":memory:")
-    memory = SemanticRecall(
-        storage=storage,
-        vector_store=InMemoryVectorIndex(),
-        embeddings=LocalEmbeddings(),
-        cache_size=20_000,
-    )
-    load_dataset(memory, dataset)
+    memory, storage, dataset = locomo_engine(data)
     info = memory.ensure_index()
     resources = list(dict.fromkeys(q.sample_id for q in dataset.questions))
     pairs = foreign_pairs(resources)

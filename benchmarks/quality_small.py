@@ -28,13 +28,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from langchain_semantic_recall import SemanticRecall, calibration
-from langchain_semantic_recall.evaluation import load_dataset, read_locomo
-from langchain_semantic_recall.false_memory import SMALL_TALK
-from langchain_semantic_recall.storage.sqlite import SQLiteStorage
-from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from quality_common import DEFAULT_DATA, locomo_engine
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo-dev/locomo_dev.json"
+from langchain_semantic_recall import calibration
+from langchain_semantic_recall.false_memory import SMALL_TALK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,16 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
     parser.add_argument("--betas", default="0,0.25,0.5,0.75,1")  # shipped: SMALL_SCOPE_STRENGTH
     args = parser.parse_args(argv)
-    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-    dataset = read_locomo(Path(args.data))
-    memory = SemanticRecall(
-        storage=SQLiteStorage(":memory:"),
-        vector_store=InMemoryVectorIndex(),
-        embeddings=LocalEmbeddings(),
-        cache_size=20_000,
-    )
-    load_dataset(memory, dataset)
+    memory, _, dataset = locomo_engine(Path(args.data))
     sessions = {c.thread_id: c.resource_id for c in dataset.conversations}
     by_resource: dict[str, list[str]] = {}
     for thread_id, resource in sessions.items():
@@ -82,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     shipped = calibration.prior_shift
     print(f"{len(own)} own questions, {len(foreign)} foreign, {len(talk)} small-talk turns")
+    if not own:
+        print("no question has its evidence in one session: nothing to measure")
+        return 0
     print("beta   own recall  own msgs/q  foreign msgs/q  foreign any  small talk msgs/q")
     for beta in (float(b) for b in args.betas.split(",")):
 

@@ -40,8 +40,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from quality_common import DEFAULT_DATA, locomo_engine
+
 from langchain_semantic_recall import SemanticRecall, keywords
-from langchain_semantic_recall.evaluation import Dataset, load_dataset, read_locomo
+from langchain_semantic_recall.evaluation import Dataset, load_dataset
 from langchain_semantic_recall.fusion import NeighbourWeights
 from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage, VectorHit
@@ -49,7 +51,6 @@ from langchain_semantic_recall.search import SearchPlan, resolve
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo-dev/locomo_dev.json"
 POOL = 100
 BM25_VARIANTS = {
     "b.75": BM25Params(1.2, 0.75),
@@ -107,17 +108,7 @@ def _keyword_lists(
 
 def build(data: Path) -> Corpus:
     """Load locomo-dev through the engine and fetch every question's candidates."""
-    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-    dataset = read_locomo(data)
-    storage = SQLiteStorage(":memory:")
-    memory = SemanticRecall(
-        storage=storage,
-        vector_store=InMemoryVectorIndex(),
-        embeddings=LocalEmbeddings(),
-        cache_size=20_000,
-    )
-    load_dataset(memory, dataset)
+    memory, storage, dataset = locomo_engine(data)
     keyword = _keyword_lists(storage, dataset, BM25_VARIANTS)
     with unstemmed():
         plain = SQLiteStorage(":memory:")

@@ -424,6 +424,7 @@ def test_eval_refuses_missing_files_and_bad_values(
         ("quality_locomo.py", "trade-off curve"),
         ("quality_sweep.py", "trade-off curve"),
         ("quality_cv.py", "leave-one-conversation-out"),
+        ("quality_small.py", "small-talk turns"),
     ],
 )
 def test_quality_benchmarks_smoke(
