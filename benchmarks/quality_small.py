@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("no question has its evidence in one session: nothing to measure")
         return 0
     print("beta   own recall  own msgs/q  foreign msgs/q  foreign any  small talk msgs/q")
+    folds: dict[float, dict[str, tuple[float, float]]] = {}
     for beta in (float(b) for b in args.betas.split(",")):
 
         def shift(size: int, beta: float = beta) -> float:
@@ -97,6 +98,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{statistics.fmean(chat):.2f}",
             flush=True,
         )
+        folds[beta] = {
+            origin: (
+                statistics.fmean(
+                    r for r, (_, o, _, _) in zip(recall, own, strict=True) if o == origin
+                ),
+                statistics.fmean(
+                    n for n, (_, o, _, _) in zip(far, own, strict=True) if o == origin
+                ),
+            )
+            for origin in resources
+            if any(o == origin for _, o, _, _ in own)
+        }
+    print("per conversation (recall of its questions / messages when they are asked elsewhere):")
+    for beta, rows in folds.items():
+        cells = "  ".join(f"{o} {r:.3f}/{n:.2f}" for o, (r, n) in rows.items())
+        print(f"{beta:<6} {cells}")
     return 0
 
 
