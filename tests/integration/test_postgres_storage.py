@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
@@ -19,10 +19,12 @@ pytestmark = pytest.mark.integration
 
 class TestPostgresStorage(StorageConformance):
     @pytest.fixture
-    def storage(self, pg_url: str) -> Iterator[MessageStorage]:
+    async def storage(self, pg_url: str) -> AsyncIterator[MessageStorage]:
         storage = PostgresStorage(pg_url, max_size=10)
         yield storage
-        storage.close()
+        # Closed in the test's own loop: an async pool left open until that loop closes
+        # could hang its teardown (pool workers cancelled with the loop).
+        await storage.aclose()
 
 
 @pytest.fixture
