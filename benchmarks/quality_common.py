@@ -7,12 +7,17 @@ local MiniLM model, with an embedding cache big enough for every message and que
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.evaluation import Dataset, load_dataset, read_locomo
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+
+T = TypeVar("T")
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared/data/locomo-dev/locomo_dev.json"
 
@@ -31,3 +36,13 @@ def locomo_engine(data: Path) -> tuple[SemanticRecall, SQLiteStorage, Dataset]:
     )
     load_dataset(memory, dataset)
     return memory, storage, dataset
+
+
+def cached(build: Callable[[Path], T], data: Path, cache: Path) -> T:
+    """`build(data)`, pickled to `cache` the first time and read back from it after."""
+    if cache.is_file():
+        loaded: T = pickle.loads(cache.read_bytes())  # our own cache file, written below
+        return loaded
+    built = build(data)
+    cache.write_bytes(pickle.dumps(built))
+    return built

@@ -28,7 +28,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import pickle
 import statistics
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from quality_common import DEFAULT_DATA, locomo_engine
+from quality_common import DEFAULT_DATA, cached, locomo_engine
 
 from langchain_semantic_recall.calibration import FEATURES, Model, candidates, features
 from langchain_semantic_recall.false_memory import SMALL_TALK, foreign_pairs
@@ -360,13 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-cv.pkl"))
     args = parser.parse_args(argv)
-    cache = Path(args.cache)
-    corpus: Any
-    if cache.is_file():
-        corpus = pickle.loads(cache.read_bytes())  # our own cache file, written below
-    else:
-        corpus = build(Path(args.data))
-        cache.write_bytes(pickle.dumps(corpus))
+    corpus = cached(build, Path(args.data), Path(args.cache))
     base = resolve(
         search_mode="hybrid",
         keyword_search=True,

@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import pickle
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from quality_common import DEFAULT_DATA, locomo_engine
+from quality_common import DEFAULT_DATA, cached, locomo_engine
 
 from langchain_semantic_recall import SemanticRecall, keywords
 from langchain_semantic_recall.evaluation import Dataset, load_dataset
@@ -288,13 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("data", nargs="?", default=str(DEFAULT_DATA))
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "locomo-sweep.pkl"))
     args = parser.parse_args(argv)
-    cache = Path(args.cache)
-    corpus: Any
-    if cache.is_file():
-        corpus = pickle.loads(cache.read_bytes())  # our own cache file, written below
-    else:
-        corpus = build(Path(args.data))
-        cache.write_bytes(pickle.dumps(corpus))
+    corpus = cached(build, Path(args.data), Path(args.cache))
     sweeps(corpus)
     return 0
 
