@@ -356,3 +356,84 @@ def test_a_rebuild_cut_short_is_finished_by_the_next_purge(
 
 def _crash(*args: object, **kwargs: object) -> None:
     raise RuntimeError("killed")
+
+
+# --- the unused slots hnswlib writes from uninitialized memory ---------------------------------
+
+
+def _hnsw_folders(store: Path) -> list[Path]:
+    return sorted(header.parent for header in store.rglob("header.bin"))
+
+
+def _plant(folder: Path, vector: list[float]) -> tuple[bytes, bytes]:
+    """Write `vector` into the last slot of a segment's files, as freed memory would be."""
+    raw = np.asarray(vector, dtype="<f4").tobytes()
+    data, length = folder / "data_level0.bin", folder / "length.bin"
+    size = data.stat().st_size
+    with data.open("r+b") as file:
+        file.seek(size - len(raw) - 8)
+        file.write(raw)
+    with length.open("r+b") as file:
+        file.seek(length.stat().st_size - 4)
+        file.write(raw[:4])
+    return data.read_bytes(), length.read_bytes()
+
+
+def test_purge_zeroes_the_slots_hnswlib_wrote_from_freed_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forgotten vector left in freed memory lands in a new index's unused slots: zeroed."""
+    store = tmp_path / "memory"
+    memory = small_store(store)
+    forgotten = SignEmbeddings.vector(str(conversations()[0][2][0].content))  # alice-0
+    remove = chroma_purge.remove_orphan_segments
+
+    def remove_then_plant(folder: str) -> int:  # what a new index's first write can hold
+        removed = remove(folder)
+        for segment in _hnsw_folders(Path(folder)):
+            _plant(segment, forgotten)
+        return removed
+
+    monkeypatch.setattr(chroma_purge, "remove_orphan_segments", remove_then_plant)
+    result = memory.purge()
+
+    assert leftovers(store, set(), {sign_key(forgotten)}) == {}
+    assert any(step.startswith("zeroed ") for step in result.vectors.done), result.vectors.done
+    assert [h.message.id for h in memory.search("note", resource_id="dave", top_k=2)]
+    memory.storage.close()
+
+
+def test_scrubbing_keeps_every_used_slot_and_the_index_reads_back(tmp_path: Path) -> None:
+    store = tmp_path / "memory"
+    memory = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
+    memory.bulk_index([c for c in conversations() if c[1] == "alice"])  # 1,200: 1,000 persisted
+    folder = next(f for f in _hnsw_folders(store) if (f / "link_lists.bin").stat().st_size)
+    header = (folder / "header.bin").read_bytes()
+    count, per_element = (int.from_bytes(header[at : at + 8], "little") for at in (20, 28))
+    assert count >= 1000
+    used = count * per_element
+    data_before = (folder / "data_level0.bin").read_bytes()
+    with (folder / "data_level0.bin").open("ab") as file:  # an unused slot past the count
+        file.write(np.full(DIM, EIGHTH, dtype="<f4").tobytes() + bytes(8))
+    files, zeroed = chroma_purge.scrub_unused_slots(str(store / "chroma"))
+
+    data_after = (folder / "data_level0.bin").read_bytes()
+    assert data_after[:used] == data_before[:used]  # the persisted elements, intact
+    assert not data_after[used:].strip(b"\0")
+    assert files >= 1
+    assert zeroed >= DIM * 4
+    memory.storage.close()
+    reopened = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
+    first = conversations()[0][2][7]
+    hits = reopened.search(str(first.content), resource_id="alice", top_k=1)
+    assert [h.message.id for h in hits] == [first.id]
+    reopened.storage.close()
+
+
+def test_an_unknown_hnsw_header_is_reported_not_guessed(tmp_path: Path) -> None:
+    store = tmp_path / "memory"
+    small_store(store, forget=False).storage.close()
+    header = _hnsw_folders(store)[0] / "header.bin"
+    header.write_bytes((2).to_bytes(4, "little") + header.read_bytes()[4:])
+    with pytest.raises(StorageError, match="not an HNSW header this package knows"):
+        chroma_purge.scrub_unused_slots(str(store / "chroma"))
