@@ -42,7 +42,7 @@ from quality_common import DEFAULT_DATA, cached, locomo_engine
 
 from langchain_semantic_recall import SemanticRecall, keywords
 from langchain_semantic_recall.evaluation import Dataset, load_dataset
-from langchain_semantic_recall.fusion import NeighbourWeights
+from langchain_semantic_recall.fusion import NeighbourWeights, best_per_message
 from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage, VectorHit
 from langchain_semantic_recall.search import SearchPlan, resolve
@@ -181,7 +181,7 @@ class Setting:
 
 def returned(corpus: Corpus, case: Case, setting: Setting, plan: SearchPlan) -> set[str]:
     """What ``SemanticRecall.search`` returns for this case under ``plan``."""
-    dense = case.dense[: plan.dense_k] if plan.uses_vectors else []
+    dense = best_per_message(case.dense[: plan.dense_k]) if plan.uses_vectors else []
     keyword = case.keyword[setting.bm25][: plan.keyword_k] if plan.uses_keywords else []
     ranked = plan.rank(dense, keyword)
     period = plan.period(case.question)

@@ -17,7 +17,6 @@ from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.fusion import (
     Candidate,
     NeighbourWeights,
-    best_per_message,
     boost_period,
     fuse,
     spend_budget,
@@ -44,7 +43,7 @@ from langchain_semantic_recall.options import (
     to_message_range,
 )
 from langchain_semantic_recall.periods import Period, named_period
-from langchain_semantic_recall.records import RecallHit, StoredMessage, VectorHit
+from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 ResolvedMode: TypeAlias = Literal["hybrid", "dense", "keyword"]
 
@@ -91,7 +90,7 @@ class SearchPlan:
         return max(self.top_k, self.candidates)
 
     def rank(
-        self, dense: Sequence[VectorHit], keyword: Sequence[tuple[str, float]]
+        self, dense: Sequence[tuple[str, float]], keyword: Sequence[tuple[str, float]]
     ) -> list[tuple[str, float]]:
         """Every candidate as (message id, score), best first (cut with `top`).
 
@@ -101,17 +100,15 @@ class SearchPlan:
         absolute scores come from `calibrate`, which needs the candidates' messages.
         """
         if self.mode == "dense":
-            return best_per_message(
-                hit for hit in dense if self.threshold is None or hit.score >= self.threshold
-            )
+            return [hit for hit in dense if self.threshold is None or hit[1] >= self.threshold]
         if self.mode == "keyword":
             return fuse([], keyword, keyword_weight=1.0)
-        return fuse(best_per_message(dense), keyword, keyword_weight=self.keyword_weight)
+        return fuse(list(dense), keyword, keyword_weight=self.keyword_weight)
 
     def calibrate(
         self,
         query: str,
-        dense: Sequence[VectorHit],
+        dense: Sequence[tuple[str, float]],
         keyword: Sequence[tuple[str, float]],
         messages: Mapping[str, Sequence[StoredMessage]],
         scope_size: int | None = None,
@@ -129,7 +126,7 @@ class SearchPlan:
         window = self.message_range
         ranked = relevance(
             query,
-            best_per_message(dense),
+            list(dense),
             keyword,
             found,
             self.period(query),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
@@ -23,7 +23,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.messages import query_text
 from langchain_semantic_recall.options import Scope
-from langchain_semantic_recall.records import RecallHit, ScopeFilter, VectorHit
+from langchain_semantic_recall.records import RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.search import SearchPlan
 
 CONFIGURATION_ERRORS = (EmbeddingMismatchError, InvalidOptionError, InvalidInputError)
@@ -68,7 +68,9 @@ def search_op(
 def _search_in(
     space: VectorSpace, query: str, scope: ScopeFilter, plan: SearchPlan
 ) -> Op[list[RecallHit]]:
-    dense: list[VectorHit] = []
+    if plan.calibrated:
+        return (yield from _calibrated_search(space, query, scope, plan))
+    dense: list[tuple[str, float]] = []
     keyword: list[tuple[str, float]] = []
     words = steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
     if plan.uses_vectors:
@@ -82,19 +84,6 @@ def _search_in(
         keyword = yield words
     ranked = plan.rank(dense, keyword)
     window = plan.message_range
-    if plan.calibrated:  # absolute scores from the text and time of every candidate
-        if not ranked:
-            return []
-        ids = [message_id for message_id, _ in ranked]
-        found = yield steps.read_windows(ids, before=0, after=0, scope=scope)
-        size = yield steps.count_messages(scope, up_to=REFERENCE_SIZE)
-        best = plan.calibrate(query, dense, keyword, found, scope_size=size)
-        if not best:
-            return []
-        context = yield steps.read_windows(
-            [c.id for c in best], before=window.before, after=window.after, scope=scope
-        )
-        return plan.calibrated_hits(best, context)
     period = plan.period(query)
     if period is not None and ranked:  # time-aware: read the candidates' times
         ids = [message_id for message_id, _ in ranked]
@@ -112,14 +101,56 @@ def _search_in(
     return plan.hits(kept, windows)
 
 
+def _calibrated_search(
+    space: VectorSpace, query: str, scope: ScopeFilter, plan: SearchPlan
+) -> Op[list[RecallHit]]:
+    """Hybrid search: absolute scores from the text and time of every candidate.
+
+    While the vector index is queried, the keyword half also reads its candidates'
+    messages and the size of the scope; the vector matches it did not read come after.
+    That read is always made (even of nothing): the calibration that follows is the
+    operation's CPU work, which the async driver runs off the loop after a read.
+    """
+    info = yield from space.resolve()
+    near = steps.Nested(_dense(space, info, query, scope, plan.dense_k))
+    words = steps.Nested(_keyword_half(query, scope, plan.keyword_k))
+    dense, (keyword, found, size) = yield steps.Both(near, words)
+    if not dense and not keyword:
+        return []
+    unread = [message_id for message_id, _ in dense if message_id not in found]
+    found = {**found, **(yield steps.read_windows(unread, before=0, after=0, scope=scope))}
+    best = plan.calibrate(query, dense, keyword, found, scope_size=size)
+    if not best:
+        return []
+    window = plan.message_range
+    context = yield steps.read_windows(
+        [c.id for c in best], before=window.before, after=window.after, scope=scope
+    )
+    return plan.calibrated_hits(best, context)
+
+
+def _keyword_half(
+    query: str, scope: ScopeFilter, k: int
+) -> Op[tuple[list[tuple[str, float]], Mapping[str, Sequence[StoredMessage]], int]]:
+    """The keyword matches, their messages, and the scope's size (up to the reference)."""
+    keyword: list[tuple[str, float]] = yield steps.keyword_search(query, scope=scope, limit=k)
+    ids = [message_id for message_id, _ in keyword]
+    found = (yield steps.read_windows(ids, before=0, after=0, scope=scope)) if ids else {}
+    size: int = yield steps.count_messages(scope, up_to=REFERENCE_SIZE)
+    return keyword, found, size
+
+
 def _dense(
     space: VectorSpace, info: IndexInfo, query: str, scope: ScopeFilter, k: int
-) -> Op[list[VectorHit]]:
-    """The vector half of a search: embed the query, then the `k` nearest in `scope`."""
+) -> Op[list[tuple[str, float]]]:
+    """The vector half of a search: embed the query, then the messages nearest in `scope`.
+
+    Message ids only: every one is read back through the storage, in `scope`.
+    """
     vector = (yield steps.embed(info, [query]))[0]
     space.check_query_vector(info, vector)
-    hits: list[VectorHit] = yield steps.query_vectors(info, vector, k=k, scope=scope)
-    return hits
+    nearest: list[tuple[str, float]] = yield steps.nearest_messages(info, vector, k=k, scope=scope)
+    return nearest
 
 
 def recall_op(

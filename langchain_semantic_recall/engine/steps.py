@@ -340,9 +340,11 @@ def open_index(info: IndexInfo) -> Step:
     return _vectors("open", (info.name,), {"dimension": info.dimension, "model": info.model})
 
 
-def query_vectors(info: IndexInfo, vector: Sequence[float], *, k: int, scope: ScopeFilter) -> Step:
-    """Step: the `k` nearest vectors inside `scope`."""
-    return _vectors("query", (info.name, vector), {"k": k, "scope": scope})
+def nearest_messages(
+    info: IndexInfo, vector: Sequence[float], *, k: int, scope: ScopeFilter
+) -> Step:
+    """Step: (message id, similarity) of the `k` nearest vectors inside `scope`."""
+    return _vectors("nearest", (info.name, vector), {"k": k, "scope": scope})
 
 
 def upsert_vectors(info: IndexInfo, records: Sequence[VectorRecord]) -> Step:

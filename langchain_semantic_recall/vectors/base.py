@@ -10,6 +10,7 @@ storage work only:
 | `open` / `aopen`               | `_open`        | implements it                 |
 | `upsert` / `aupsert`           | `_upsert`      | implements it                 |
 | `query` / `aquery`             | `_query`       | implements it                 |
+| `nearest` / `anearest`         | `_nearest`     | may (default: `query`)        |
 | `delete` / `adelete`           | `_delete`      | implements it                 |
 | `message_ids` / `amessage_ids` | `_message_ids` | implements it                 |
 | `export` / `aexport`           | `_export`      | implements it if it can list  |
@@ -27,9 +28,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, cast
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import ClassVar, Final
 
 from langchain_core.runnables.config import run_in_executor
 
@@ -38,14 +38,10 @@ from langchain_semantic_recall.errors import (
     InvalidInputError,
     SemanticRecallError,
 )
+from langchain_semantic_recall.fusion import best_per_message
 from langchain_semantic_recall.options import check_index_name
-from langchain_semantic_recall.records import (
-    CompactResult,
-    Role,
-    ScopeFilter,
-    VectorHit,
-    VectorRecord,
-)
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors.rows import chunk_id, record_from_metadata
 
 __all__ = [
     "DEFAULT_EXPORT_BATCH",
@@ -60,8 +56,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_EXPORT_BATCH: Final = 1000
 """Vectors read per round trip by `export` unless told otherwise."""
-
-_ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
 
 class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
@@ -156,6 +150,24 @@ class VectorIndex:
             raise InvalidInputError(f"k must be at least 1, got {k!r}")
         _check_scope(scope, required=True)
         return self._query(name, vector, k=k, scope=scope)
+
+    def nearest(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[tuple[str, float]]:
+        """(message id, similarity) for the `k` most similar vectors in `scope`, best first.
+
+        One entry per message (its best chunk): what a search ranks. Unlike `query` it
+        gives no thread ids, so a backend may skip reading metadata (Chroma does, in
+        resource scope); the engine reads the messages through the storage, in `scope`.
+
+        Raises:
+            the errors of `query`.
+        """
+        check_index_name(name)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidInputError(f"k must be at least 1, got {k!r}")
+        _check_scope(scope, required=True)
+        return self._nearest(name, vector, k=k, scope=scope)
 
     def delete(
         self,
@@ -275,6 +287,12 @@ class VectorIndex:
         """Async twin of `query`."""
         return await run_in_executor(None, lambda: self.query(name, vector, k=k, scope=scope))
 
+    async def anearest(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[tuple[str, float]]:
+        """Async twin of `nearest`."""
+        return await run_in_executor(None, lambda: self.nearest(name, vector, k=k, scope=scope))
+
     async def adelete(
         self,
         name: str,
@@ -343,6 +361,12 @@ class VectorIndex:
         """The top `k` (`k >= 1`) inside `scope`, best first."""
         raise NotImplementedError(f"{type(self).__name__} does not implement _query")
 
+    def _nearest(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[tuple[str, float]]:
+        """`query`'s hits, best per message (through `query`, which wrappers forward)."""
+        return best_per_message(self.query(name, vector, k=k, scope=scope))
+
     def _delete(
         self,
         name: str,
@@ -398,39 +422,6 @@ def has_work(
             "delete needs thread_id, resource_id or message_ids; it never empties an index"
         )
     return message_ids is None or len(message_ids) > 0
-
-
-def chunk_id(message_id: str, n: int) -> str:
-    """Vector id of chunk `n` of a message: the message id itself for the first chunk."""
-    return message_id if n == 0 else f"{message_id}#{n}"
-
-
-def record_from_metadata(
-    vector_id: str, vector: Iterable[float], metadata: Mapping[str, Any], content: str
-) -> VectorRecord | None:
-    """A `VectorRecord` from a stored row (pure): its id, embedding and metadata.
-
-    The metadata is the one the backends write (`message_id`, `thread_id`,
-    `resource_id`, `role`, `created_at` in ISO 8601). None for a row without it (a
-    vector written by something else), which an export skips.
-    """
-    try:
-        created = datetime.fromisoformat(str(metadata["created_at"]))
-        message_id = str(metadata["message_id"])
-        thread_id, resource_id = str(metadata["thread_id"]), str(metadata["resource_id"])
-    except (KeyError, ValueError):
-        return None
-    role = str(metadata.get("role", "user"))
-    return VectorRecord(
-        id=vector_id,
-        vector=[float(x) for x in vector],
-        message_id=message_id,
-        thread_id=thread_id,
-        resource_id=resource_id,
-        role=cast("Role", role if role in _ROLES else "user"),
-        content=content,
-        created_at=created.replace(tzinfo=UTC) if created.tzinfo is None else created,
-    )
 
 
 def _check_scope(scope: object, *, required: bool = False) -> None:

@@ -29,16 +29,23 @@ import os
 import shutil
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+
+from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
-from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, temporary_copy
+from langchain_semantic_recall.vectors.chroma_collections import (
+    ChromaCollections,
+    Row,
+    read_retrying,
+    temporary_copy,
+)
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
     LAYOUT,
@@ -46,22 +53,27 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     check_model,
     check_vector,
     floats,
+    nearest_in_collection,
     read_root,
     resource_collection_name,
-    retrying,
     scope_of,
     scope_where,
     search_collection,
     similarity_from_cosine_distance,
     thread_where,
-    vector_metadata,
 )
-from langchain_semantic_recall.vectors.chroma_purge import compact_index
+from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_http
+from langchain_semantic_recall.vectors.chroma_writes import (
+    ASYNC_PIECE,
+    AsyncWriteGate,
+    Write,
+    planned_writes,
+)
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.collection_configuration import CreateCollectionConfiguration
-    from chromadb.api.types import Include
+    from chromadb.api.models.Collection import Collection
 
 __all__ = [
     "DEFAULT_HNSW",
@@ -82,11 +94,6 @@ _WIDE: Final = 64
 _FILTER_UP_TO: Final = 5000
 """Collections up to this size search a thread with Chroma's filter alone."""
 _T = TypeVar("_T")
-_RETRY_DELAYS: tuple[float, ...] = (0.02, 0.1, 0.3)
-"""Pauses before reading again a collection whose index is not on disk yet (`_retrying`)."""
-
-Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
-"""One stored vector as read: its id, its metadata and (if asked) its embedding."""
 
 
 class ChromaVectorIndex(VectorIndex):
@@ -146,6 +153,7 @@ class ChromaVectorIndex(VectorIndex):
         self._lock = threading.Lock()
         self._roots: dict[str, tuple[str, int]] = {}
         self._collections = ChromaCollections(client, self._configuration())
+        self._gate = None if is_http(client) else AsyncWriteGate()
 
     @classmethod
     def persistent(
@@ -277,44 +285,28 @@ class ChromaVectorIndex(VectorIndex):
             InvalidInputError: the index was never opened.
             EmbeddingMismatchError: a vector has another dimension than the index.
         """
+        for write in self._writes(name, records, self._collections.max_batch()):
+            write()
+        logger.debug("upserted %d vectors into %r", len(records), name)
+
+    async def aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        """Async twin of `upsert`; on an embedded client, in pieces (`chroma_writes`)."""
+        if self._gate is None:  # over HTTP the writes leave the process
+            await super().aupsert(name, records)
+            return
+        check_index_name(name)
+        if records:
+            writes = await run_in_executor(None, self._writes, name, records, ASYNC_PIECE)
+            await self._gate.run(writes)
+
+    def _writes(self, name: str, records: Sequence[VectorRecord], size: int) -> list[Write]:
         root = self._root(name)
         if root is None:
             raise InvalidInputError(
                 f"vector index {name!r} was never opened: call open(name, dimension=..., "
                 "model=...) before upsert"
             )
-        model, dimension = root
-        by_resource: dict[str, dict[str, VectorRecord]] = {}
-        for record in records:
-            check_vector(name, dimension, len(record.vector))
-            by_resource.setdefault(record.resource_id, {})[record.id] = record
-        size = self._collections.max_batch()
-        for resource_id, unique in by_resource.items():
-            rows = list(unique.values())
-            for start in range(0, len(rows), size):
-                self._write(name, resource_id, rows[start : start + size], model, dimension)
-        logger.debug("upserted %d vectors into %r", len(records), name)
-
-    def _write(
-        self, name: str, resource_id: str, batch: list[VectorRecord], model: str, dim: int
-    ) -> None:
-        from chromadb.errors import NotFoundError
-
-        rows: dict[str, Any] = {
-            "ids": [record.id for record in batch],
-            "embeddings": [floats(record.vector) for record in batch],
-            "metadatas": [vector_metadata(record, model, dim) for record in batch],
-        }
-        for attempt in (1, 2):
-            collection = self._collections.writable(name, resource_id)
-            try:
-                collection.upsert(**rows)
-                self._collections.grew(name, resource_id, len(batch))
-                return
-            except NotFoundError:  # dropped since we cached it (a forget elsewhere)
-                self._collections.forget(name, resource_id)
-                if attempt == 2:
-                    raise
+        return planned_writes(self._collections, name, root, records, size)
 
     def _delete(
         self,
@@ -381,6 +373,43 @@ class ChromaVectorIndex(VectorIndex):
         Raises:
             EmbeddingMismatchError: the vector has another dimension than the index.
         """
+        search = partial(
+            search_collection, name, k=k, scope=scope, wide=_WIDE, filter_up_to=_FILTER_UP_TO
+        )
+        hits = self._each_collection(name, vector, scope, lambda c, v, n: search(c, v, size=n))
+        hits.sort(key=lambda hit: (-hit.score, hit.id))
+        return hits[:k]
+
+    def _nearest(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[tuple[str, float]]:
+        """Resource scope: ids and distances only (`nearest_in_collection`), no metadata.
+
+        The resource's own collection holds only its vectors, and the engine reads the
+        messages through the storage in `scope`. Thread scope: `query`'s checked hits.
+        """
+        if scope.thread_id is not None:
+            return super()._nearest(name, vector, k=k, scope=scope)
+        found = self._each_collection(
+            name, vector, scope, lambda c, v, _: nearest_in_collection(c, v, k=k)
+        )
+        best: dict[str, float] = {}
+        for message_id, score in found:
+            best[message_id] = max(score, best.get(message_id, -1.0))
+        return sorted(best.items(), key=lambda item: (-item[1], item[0]))[:k]
+
+    def _each_collection(
+        self,
+        name: str,
+        vector: Sequence[float],
+        scope: ScopeFilter,
+        search: Callable[[Collection, list[float], int], list[_T]],
+    ) -> list[_T]:
+        """`search(collection, vector, size)` over the collections `scope` reaches.
+
+        Raises:
+            EmbeddingMismatchError: the vector has another dimension than the index.
+        """
         from chromadb.errors import NotFoundError
 
         root = self._root(name)
@@ -388,27 +417,14 @@ class ChromaVectorIndex(VectorIndex):
             return []
         check_vector(name, root[1], len(vector))
         embedding = floats(vector)
-        hits: list[VectorHit] = []
+        found: list[_T] = []
         for resource_id, collection in self._collections.scoped(name, scope):
+            size = self._collections.size(name, resource_id)
             try:
-                found = _retrying(
-                    partial(
-                        search_collection,
-                        name,
-                        collection,
-                        embedding,
-                        k=k,
-                        scope=scope,
-                        size=self._collections.size(name, resource_id),
-                        wide=_WIDE,
-                        filter_up_to=_FILTER_UP_TO,
-                    )
-                )
-                hits.extend(found)
+                found.extend(read_retrying(partial(search, collection, embedding, size)))
             except NotFoundError:  # forgotten by another process since we cached it
                 self._collections.forget(name, resource_id)
-        hits.sort(key=lambda hit: (-hit.score, hit.id))
-        return hits[:k]
+        return found
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         return {
@@ -456,33 +472,12 @@ class ChromaVectorIndex(VectorIndex):
         embeddings: bool = False,
         page: int = _PAGE,
     ) -> Iterator[Row]:
-        """Pages through the rows inside `scope`; nothing if the index does not exist.
-
-        Metadata is empty and the embedding None unless asked for.
-        """
+        """The rows inside `scope` (`ChromaCollections.rows`); none if no such index."""
         if self._root(name) is None:
-            return
-        where = thread_where(scope) if scope is not None else None
-        include: Include = []
-        if metadata:
-            include.append("metadatas")
-        if embeddings:
-            include.append("embeddings")
-        size = min(page, _PAGE, self._collections.max_batch())
-        for _, collection in self._collections.scoped(name, scope):
-            offset = 0
-            while True:
-                result = _retrying(
-                    partial(collection.get, where=where, limit=size, offset=offset, include=include)
-                )
-                ids = result["ids"]
-                metadatas = result["metadatas"] or [{} for _ in ids]
-                vectors = result["embeddings"] if embeddings else None
-                for i, vector_id in enumerate(ids):
-                    yield vector_id, metadatas[i], None if vectors is None else vectors[i]
-                if len(ids) < size:
-                    break
-                offset += size
+            return iter(())
+        return self._collections.rows(
+            name, scope, metadata=metadata, embeddings=embeddings, page=min(page, _PAGE)
+        )
 
     def _compact(self, name: str) -> CompactResult:
         return compact_index(self._client, self._collections, name)
@@ -492,9 +487,3 @@ class ChromaVectorIndex(VectorIndex):
         with self._lock:
             self._roots.clear()
         self._collections.clear()
-
-
-def _retrying(read: Callable[[], _T]) -> _T:
-    from chromadb.errors import InternalError
-
-    return retrying(read, delays=_RETRY_DELAYS, transient=InternalError)

@@ -15,8 +15,9 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.records import ScopeFilter
@@ -26,19 +27,35 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     check_space,
     collection_prefix,
     resource_collection_name,
+    retrying,
+    thread_where,
 )
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.collection_configuration import CreateCollectionConfiguration
     from chromadb.api.models.Collection import Collection
+    from chromadb.api.types import Include
 
-__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "temporary_copy"]
+__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "Row", "read_retrying", "temporary_copy"]
 
 CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 _LIST_PAGE: Final = 1000
 """Collections per `list_collections` page."""
+_RETRY_DELAYS: Final = (0.02, 0.1, 0.3, 1.0)
+"""Pauses before reading again a collection whose index is not on disk yet."""
+_T = TypeVar("_T")
+
+Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
+"""One stored vector as read: its id, its metadata and (if asked) its embedding."""
+
+
+def read_retrying(read: Callable[[], _T]) -> _T:
+    """`read()`, tried again while a new collection's index is not on disk (`retrying`)."""
+    from chromadb.errors import InternalError
+
+    return retrying(read, delays=_RETRY_DELAYS, transient=InternalError)
 
 
 class ChromaCollections:
@@ -150,6 +167,34 @@ class ChromaCollections:
         if self._max_batch is None:
             self._max_batch = max(1, int(self._client.get_max_batch_size()))
         return self._max_batch
+
+    def rows(
+        self, name: str, scope: ScopeFilter | None, *, metadata: bool, embeddings: bool, page: int
+    ) -> Iterator[Row]:
+        """Pages through the rows inside `scope`, `page` at most per `get`.
+
+        Metadata is empty and the embedding None unless asked for.
+        """
+        where = thread_where(scope) if scope is not None else None
+        include: Include = []
+        if metadata:
+            include.append("metadatas")
+        if embeddings:
+            include.append("embeddings")
+        size = min(page, self.max_batch())
+        for _, collection in self.scoped(name, scope):
+            offset = 0
+            while True:
+                get = partial(collection.get, where=where, limit=size, offset=offset)
+                result = read_retrying(partial(get, include=include))
+                ids = result["ids"]
+                metadatas = result["metadatas"] or [{} for _ in ids]
+                vectors = result["embeddings"] if embeddings else None
+                for i, vector_id in enumerate(ids):
+                    yield vector_id, metadatas[i], None if vectors is None else vectors[i]
+                if len(ids) < size:
+                    break
+                offset += size
 
     def clear(self) -> None:
         """Forget every cached handle."""

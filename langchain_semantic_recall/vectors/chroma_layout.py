@@ -289,8 +289,38 @@ def _exact_in_thread(
     }
 
 
+def nearest_in_collection(
+    collection: Collection, embedding: list[float], *, k: int
+) -> list[tuple[str, float]]:
+    """(message id, similarity) of the `k` nearest vectors of one resource's collection.
+
+    Asks Chroma for ids and distances only: reading the hits' metadata (which holds the
+    message text) was most of a query's time (3.7 ms of 4.9 at k=50 in 1,000 vectors).
+    A vector id is its message's id unless it names a later chunk (`chunk_id`: `id#n`);
+    since a message id may hold `#` itself, an id with `#` is resolved by its metadata.
+    """
+    result = _query(collection, embedding, k, None, metadata=False)
+    ids: list[str] = result["ids"][0]
+    distances = (result["distances"] or [[]])[0]
+    owners: dict[str, str] = {}
+    if chunks := [vector_id for vector_id in ids if "#" in vector_id]:
+        got = collection.get(ids=chunks, include=["metadatas"])
+        metadatas = got["metadatas"] or [{} for _ in got["ids"]]
+        for vector_id, meta in zip(got["ids"], metadatas, strict=True):
+            owners[vector_id] = str((meta or {}).get("message_id", vector_id))
+    return [
+        (owners.get(vector_id, vector_id), similarity_from_cosine_distance(float(distance)))
+        for vector_id, distance in zip(ids, distances, strict=True)
+    ]
+
+
 def _query(
-    collection: Collection, embedding: list[float], k: int, where: dict[str, Any] | None
+    collection: Collection,
+    embedding: list[float],
+    k: int,
+    where: dict[str, Any] | None,
+    *,
+    metadata: bool = True,
 ) -> Mapping[str, Any]:
     # Chroma >= 1.5 returns fewer rows when k exceeds the (filtered) count, and none from
     # an empty collection; older versions raised (the conformance suite checks both).
@@ -298,7 +328,7 @@ def _query(
         query_embeddings=np.asarray([embedding], dtype=np.float32),
         n_results=k,
         where=where,
-        include=["metadatas", "distances"],
+        include=["metadatas", "distances"] if metadata else ["distances"],
     )
     return result
 

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "compact_index",
     "folder_bytes",
+    "is_http",
     "persist_folder",
     "remove_orphan_segments",
     "scrub_unused_slots",
@@ -116,11 +117,16 @@ def compact_index(client: ClientAPI, collections: ChromaCollections, name: str) 
     return CompactResult("ChromaVectorIndex", tuple(done), before, folder_bytes(folder), rebuilt)
 
 
+def is_http(client: ClientAPI) -> bool:
+    """Whether `client` talks to a Chroma server (else it is embedded in this process)."""
+    return "fastapi" in str(client.get_settings().chroma_api_impl)
+
+
 def persist_folder(client: ClientAPI) -> str | None:
     """The folder of an embedded persistent client; None over HTTP or in memory."""
     settings = client.get_settings()
     folder = settings.persist_directory
-    if not settings.is_persistent or not folder or "fastapi" in str(settings.chroma_api_impl):
+    if not settings.is_persistent or not folder or is_http(client):
         return None
     return folder if os.path.isfile(os.path.join(folder, _SQLITE_FILE)) else None
 

@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
+from langchain_semantic_recall.fusion import best_per_message
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
 
@@ -336,6 +337,53 @@ class VectorIndexConformance:
             [exact[hit.id] for hit in hits], abs=1e-4
         )
         assert scores == sorted(scores, reverse=True)
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(
+        corpus=corpora(), chunked=st.sets(st.integers(0, 29)), hashed=st.sets(st.integers(0, 29))
+    )
+    def test_nearest_is_the_best_chunk_of_each_message_in_scope(
+        self, vectors: VectorIndex, corpus: Corpus, chunked: set[int], hashed: set[int]
+    ) -> None:
+        """`nearest` ranks messages (best chunk), in scope, whatever their ids hold."""
+        name = new_name()
+        vectors.open(name, dimension=DIMENSION, model=MODEL)
+        records: list[VectorRecord] = []
+        for i, rec in enumerate(corpus.records):  # some ids hold "#", some messages 2 chunks
+            message_id = f"{rec.message_id}#{i}" if i in hashed else rec.message_id
+            where = {"thread_id": rec.thread_id, "resource_id": rec.resource_id}
+            records.append(record(message_id, rec.vector, **where))
+            if i in chunked:
+                records.append(record(message_id, corpus.query, n=1 + i % 2, **where))
+        vectors.upsert(name, records)
+        k = corpus.k
+        got = vectors.nearest(name, corpus.query, k=k, scope=corpus.scope)
+        owner = {rec.message_id: (rec.resource_id, rec.thread_id) for rec in records}
+        assert all(corpus.scope.admits(*owner[message_id]) for message_id, _ in got)
+        assert len({message_id for message_id, _ in got}) == len(got)
+        expected = best_per_message(vectors.query(name, corpus.query, k=k, scope=corpus.scope))
+        assert [score for _, score in got] == pytest.approx([s for _, s in expected], abs=1e-4)
+        if expected:  # the same messages, but for ties with the last one
+            floor = expected[-1][1] + 1e-4
+            assert {m for m, s in expected if s > floor} <= {m for m, _ in got}
+
+    async def test_anearest_is_the_async_twin(self, vectors: VectorIndex, name: str) -> None:
+        vectors.upsert(
+            name, [record("a", axis(0)), record("a", axis(1), n=1), record("b", axis(2))]
+        )
+        got = await vectors.anearest(name, axis(1), k=5, scope=ScopeFilter(resource_id="r1"))
+        assert [message_id for message_id, _ in got] == ["a", "b"]
+        assert got[0][1] == pytest.approx(1.0, abs=1e-4)
+        with pytest.raises(InvalidInputError, match="k must be at least 1"):
+            await vectors.anearest(name, axis(1), k=0, scope=ScopeFilter(resource_id="r1"))
 
     # -- delete and listing ----------------------------------------------------------------
 

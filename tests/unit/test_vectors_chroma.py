@@ -15,11 +15,15 @@ import chromadb
 import numpy as np
 import pytest
 from chromadb.api.models.Collection import Collection
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import HumanMessage
 
+from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.storage.memory import InMemoryStorage
 from langchain_semantic_recall.vectors import chroma as chroma_module
-from langchain_semantic_recall.vectors import chroma_layout
+from langchain_semantic_recall.vectors import chroma_collections, chroma_layout
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma import (
     DEFAULT_HNSW,
@@ -341,6 +345,7 @@ def test_hits_outside_the_scope_are_dropped_even_if_the_filter_fails(
     assert sorted(hit.id for hit in hits) == ["mine", "sibling"]
     # Simulate a thread filter that lets everything through.
     monkeypatch.setattr(chroma_layout, "thread_where", lambda scope: None)
+    monkeypatch.setattr(chroma_collections, "thread_where", lambda scope: None)
     thread = ScopeFilter(resource_id="r1", thread_id="t1")
     assert [hit.id for hit in chroma.query(name, axis(0), k=5, scope=thread)] == ["mine"]
     assert chroma.message_ids(name, ScopeFilter(thread_id="t1")) == {"mine"}
@@ -423,7 +428,7 @@ def test_a_collection_whose_index_is_not_on_disk_yet_is_read_again(
     name = new_name()
     chroma.open(name, dimension=DIMENSION, model=MODEL)
     chroma.upsert(name, [record("a", axis(0))])
-    monkeypatch.setattr(chroma_module, "_RETRY_DELAYS", (0.0, 0.0))
+    monkeypatch.setattr(chroma_collections, "_RETRY_DELAYS", (0.0, 0.0))
     real_query = Collection.query
     failures = iter([True, True, False])
 
@@ -488,3 +493,35 @@ def test_export_pages_within_the_client_limit_over_every_collection(
     assert max(limits, default=0) == 4  # the client's max, not the 1,000 asked
     assert index.count(name) == 13
     assert index.count(name, ScopeFilter(thread_id="t2")) == 4
+
+
+def test_a_vector_planted_in_another_resource_never_reaches_a_search(
+    chroma: ChromaVectorIndex,
+) -> None:
+    """`nearest` reads no metadata in resource scope: the storage read is what scopes it."""
+
+    class AlongX(Embeddings):
+        model, dimension = MODEL, DIMENSION
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [axis(0) for _ in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return axis(0)
+
+    memory = SemanticRecall(storage=InMemoryStorage(), vector_store=chroma, embeddings=AlongX())
+    memory.index([HumanMessage("mine about lisbon", id="mine")], thread_id="t1", resource_id="r1")
+    memory.index([HumanMessage("theirs about lisbon", id="x")], thread_id="t9", resource_id="r9")
+    name = memory.ensure_index().name
+    chroma.client.get_collection(resource_collection_name(name, "r1")).add(
+        ids=["x"],  # r9's message id, in r1's collection (a bug, a hand-edited store)
+        embeddings=[axis(0)],
+        metadatas=[{"message_id": "x", "thread_id": "t9", "resource_id": "r9"}],
+    )
+    scope = ScopeFilter(resource_id="r1")
+    assert {m for m, _ in chroma.nearest(name, axis(0), k=5, scope=scope)} == {"mine", "x"}
+    for mode in ("hybrid", "dense"):
+        engine = memory.with_options(search_mode=mode, threshold=0.0)
+        hits = engine.search("lisbon", resource_id="r1")
+        assert [hit.message.id for hit in hits] == ["mine"], mode
+        assert [m.id for hit in hits for m in hit.window] == ["mine"], mode
