@@ -156,8 +156,9 @@ def content_terms(query: str) -> list[str]:
     return [term for term in query_terms(query) if term not in CONVERSATIONAL]
 
 
+@lru_cache(maxsize=8192)
 def is_question(text: str) -> bool:
-    """Whether `text` ends with a question mark (a trailing `[...]` note ignored)."""
+    """Whether `text` ends with a question mark (a trailing `[...]` note ignored; cached)."""
     return _TRAILING_NOTE.sub("", text).rstrip().endswith("?")
 
 
@@ -309,8 +310,9 @@ def _terms(text: str) -> frozenset[str]:
 
 
 def clear_term_cache() -> None:
-    """Forget the cached terms of recent messages (a forget calls it: they hold text)."""
+    """Forget what is cached of recent messages (a forget calls it: the keys are text)."""
     _terms.cache_clear()
+    is_question.cache_clear()
 
 
 def _nearest(offset: int, models: Mapping[int, Model]) -> int:

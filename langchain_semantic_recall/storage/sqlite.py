@@ -208,7 +208,7 @@ class SQLiteStorage(MessageStorage):
         bm25: BM25Params | None = None,
         read_only: bool = False,
         keyword_cache_docs: int = 2_000_000,
-        keyword_cache_min_docs: int = 2_000,
+        keyword_cache_min_docs: int = 500,
     ) -> None:
         """Open (creating if needed) the database file and bring its schema up to date.
 
@@ -219,7 +219,7 @@ class SQLiteStorage(MessageStorage):
                 migration, no pragma); every write then raises `StorageError`. For a
                 backup, or a store on a read-only mount.
             keyword_cache_docs: Most messages whose keyword postings are kept in memory
-                (resources of 2,000+ searchable messages, least recently searched out
+                (resources of 500+ searchable messages, least recently searched out
                 first; ~0.25 KB per message); 0 searches in SQL only. Same results.
             keyword_cache_min_docs: Resources with fewer searchable messages are searched
                 in SQL (fast there), never held in memory.
