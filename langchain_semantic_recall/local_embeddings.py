@@ -59,6 +59,9 @@ _MAX_THREADS = 4
 #   latency and batch time; beyond 4 the small matrices of a 6-layer model gain little.
 #   (When other processes saturate the cores, 1 thread degrades more gracefully; pass
 #   ``num_threads=1`` for such deployments.)
+# * runs at once: as many as the usable cores hold at `num_threads` each (one on this
+#   machine). Twenty concurrent async turns otherwise ran ~6 sessions of 2 threads on 2
+#   cores: no faster in total, and the event loop waited for a core (perf_loop.py).
 # * inter_op_num_threads = 1 with the sequential executor: the graph is one chain of
 #   layers, so parallel execution only adds scheduling overhead.
 # * spinning off: idle pool threads would otherwise busy-wait after each run and steal
@@ -249,6 +252,7 @@ class LocalEmbeddings(Embeddings):
         self.chunk_overlap_tokens = chunk_overlap_tokens
         self.num_threads = num_threads or min(_usable_cores(), _MAX_THREADS)
         self._lock = threading.Lock()
+        self._runs = threading.BoundedSemaphore(max(1, _usable_cores() // self.num_threads))
         self._loaded: _Runtime | None = None
         self._split_only: Any = None  # the splitter alone, before the model is needed
 
@@ -306,7 +310,8 @@ class LocalEmbeddings(Embeddings):
         result: list[list[float]] = [[] for _ in ids]
         for start in range(0, len(order), self.batch_size):
             positions = order[start : start + self.batch_size]
-            vectors = runtime.embed([ids[i] for i in positions])
+            with self._runs:
+                vectors = runtime.embed([ids[i] for i in positions])
             for position, vector in zip(positions, vectors, strict=True):
                 result[position] = vector
         return result

@@ -87,6 +87,7 @@ def test_perf_loop_smoke(tmp_path: Path) -> None:
     for scenario in ("idle (ticker alone)", "engine", "graph", "middleware"):
         assert results[scenario]["ticks"] > 0
         assert results[scenario]["max_ms"] >= 0
+        assert 0 <= results[scenario]["max_outside_gc_ms"] <= results[scenario]["max_ms"]
 
 
 def test_perf_memory_smoke(tmp_path: Path) -> None:
