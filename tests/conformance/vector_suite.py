@@ -157,6 +157,20 @@ def exact_scores(corpus: Corpus) -> dict[str, float]:
     return scores
 
 
+PROPERTY = settings(
+    max_examples=25,
+    deadline=None,
+    # The fixture is fresh per test and every example opens its own index, so sharing it
+    # across examples is safe; each backend's subclass runs these methods (executors).
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.differing_executors,
+    ],
+)
+"""The settings of the suite's property tests."""
+
+
 class VectorIndexConformance:
     """Behaviour every vector index backend must show. Subclasses provide ``vectors``."""
 
@@ -302,17 +316,7 @@ class VectorIndexConformance:
         assert all_hits(vectors, name, ScopeFilter(resource_id="bob", thread_id="ta")) == []
         assert all_hits(vectors, name, ScopeFilter(resource_id="nobody")) == []
 
-    @settings(
-        max_examples=25,
-        deadline=None,
-        # The fixture is fresh per test and every example opens its own index, so sharing
-        # it across examples is safe; each backend's subclass runs this method (executors).
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.too_slow,
-            HealthCheck.differing_executors,
-        ],
-    )
+    @PROPERTY
     @given(corpus=corpora())
     def test_scoped_search_is_exact_and_never_leaks(
         self, vectors: VectorIndex, corpus: Corpus
@@ -338,15 +342,7 @@ class VectorIndexConformance:
         )
         assert scores == sorted(scores, reverse=True)
 
-    @settings(
-        max_examples=25,
-        deadline=None,
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.too_slow,
-            HealthCheck.differing_executors,
-        ],
-    )
+    @PROPERTY
     @given(
         corpus=corpora(), chunked=st.sets(st.integers(0, 29)), hashed=st.sets(st.integers(0, 29))
     )
@@ -548,15 +544,7 @@ class VectorIndexConformance:
         assert [hit.id for hit in copied] == [hit.id for hit in original] == ["a2", "a1#2", "a1"]
         assert [hit.score for hit in copied] == pytest.approx([h.score for h in original])
 
-    @settings(
-        max_examples=15,
-        deadline=None,
-        suppress_health_check=[
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.too_slow,
-            HealthCheck.differing_executors,
-        ],
-    )
+    @settings(PROPERTY, max_examples=15)
     @given(corpus=corpora())
     def test_scoped_export_is_exact_and_never_leaks(
         self, vectors: VectorIndex, corpus: Corpus
