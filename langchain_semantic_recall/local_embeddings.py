@@ -225,6 +225,8 @@ class LocalEmbeddings(Embeddings):
         chunk_overlap_tokens: tokens repeated between consecutive pieces of
             `split_text`.
         num_threads: onnxruntime intra-op threads; default: the usable cores, at most 4.
+            Concurrent callers get at most `usable cores // num_threads` model runs at
+            once (one on two cores at the default); the others wait their turn.
 
     Raises:
         InvalidOptionError: an option is out of range.
