@@ -250,7 +250,7 @@ class PostingsCache:
         max_docs: Most document slots kept in memory across resources (~0.25 KB each).
     """
 
-    def __init__(self, *, min_docs: int = 500, max_docs: int = 2_000_000) -> None:
+    def __init__(self, *, min_docs: int = 500, max_docs: int = 500_000) -> None:
         """Create an empty cache."""
         self.min_docs = min_docs
         self.max_docs = max_docs

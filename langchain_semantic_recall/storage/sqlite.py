@@ -207,7 +207,7 @@ class SQLiteStorage(MessageStorage):
         *,
         bm25: BM25Params | None = None,
         read_only: bool = False,
-        keyword_cache_docs: int = 2_000_000,
+        keyword_cache_docs: int = 500_000,
         keyword_cache_min_docs: int = 500,
     ) -> None:
         """Open (creating if needed) the database file and bring its schema up to date.
