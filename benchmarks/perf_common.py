@@ -267,10 +267,16 @@ def message_records(corpus: Corpus, rows: range) -> list[MessageRecord]:
 
 
 def vector_records(corpus: Corpus, records: Sequence[MessageRecord], rows: range) -> list[Any]:
+    """The vector records of `records`, whose vectors are `corpus`'s `rows`."""
+    return records_with_vectors(records, corpus.vectors[rows.start : rows.stop : rows.step])
+
+
+def records_with_vectors(records: Sequence[MessageRecord], vectors: np.ndarray) -> list[Any]:
+    """One vector record per message record, the vectors being the rows of `vectors`."""
     return [
         VectorRecord(
             id=rec.id,
-            vector=corpus.vectors[row].tolist(),
+            vector=row.tolist(),
             message_id=rec.id,
             thread_id=rec.thread_id,
             resource_id=rec.resource_id,
@@ -278,7 +284,7 @@ def vector_records(corpus: Corpus, records: Sequence[MessageRecord], rows: range
             content=rec.text,
             created_at=rec.created_at,
         )
-        for rec, row in zip(records, rows, strict=True)
+        for rec, row in zip(records, vectors, strict=True)
     ]
 
 

@@ -32,7 +32,7 @@ import perf_common as pc
 from langchain_core.messages import HumanMessage
 
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
-from langchain_semantic_recall.records import MessageRecord, VectorRecord
+from langchain_semantic_recall.records import MessageRecord
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
 
@@ -112,22 +112,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         storage.put(records)
         matrix = rng.standard_normal((len(records), pc.DIMENSION)).astype(np.float32)
         matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
-        vectors.upsert(
-            pc.INDEX,
-            [
-                VectorRecord(
-                    id=r.id,
-                    vector=row.tolist(),
-                    message_id=r.id,
-                    thread_id=r.thread_id,
-                    resource_id=r.resource_id,
-                    role=r.role,
-                    content=r.text,
-                    created_at=r.created_at,
-                )
-                for r, row in zip(records, matrix, strict=True)
-            ],
-        )
+        vectors.upsert(pc.INDEX, pc.records_with_vectors(records, matrix))
     storage.close()
     return {"seconds": time.perf_counter() - start, "bytes": pc.dir_bytes(args.work)}
 

@@ -35,6 +35,7 @@ __all__ = [
     "Candidate",
     "NeighbourWeights",
     "best_per_message",
+    "best_scores",
     "boost_period",
     "fuse",
     "min_max",
@@ -45,10 +46,15 @@ __all__ = [
 
 def best_per_message(hits: Iterable[VectorHit]) -> list[tuple[str, float]]:
     """(message id, best chunk score), best first; ties by message id."""
+    return best_scores((hit.message_id, hit.score) for hit in hits)
+
+
+def best_scores(scored: Iterable[tuple[str, float]]) -> list[tuple[str, float]]:
+    """(message id, its best score) once per id, best first; ties by message id."""
     best: dict[str, float] = {}
-    for hit in hits:
-        if hit.score > best.get(hit.message_id, -1.0):
-            best[hit.message_id] = hit.score
+    for message_id, score in scored:
+        if score > best.get(message_id, -1.0):
+            best[message_id] = score
     return sorted(best.items(), key=lambda item: (-item[1], item[0]))
 
 

@@ -72,16 +72,11 @@ def _search_in(
         return (yield from _calibrated_search(space, query, scope, plan))
     dense: list[tuple[str, float]] = []
     keyword: list[tuple[str, float]] = []
-    words = steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
-    if plan.uses_vectors:
+    if plan.uses_vectors:  # dense mode: one half only
         info = yield from space.resolve()
-        near = steps.Nested(_dense(space, info, query, scope, plan.dense_k))
-        if plan.uses_keywords:  # both halves at once (each releases the GIL)
-            dense, keyword = yield steps.Both(near, words)
-        else:
-            dense = yield near
-    elif plan.uses_keywords:
-        keyword = yield words
+        dense = yield from _dense(space, info, query, scope, plan.dense_k)
+    else:  # keyword mode
+        keyword = yield steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
     ranked = plan.rank(dense, keyword)
     window = plan.message_range
     period = plan.period(query)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.fusion import best_scores
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
@@ -393,10 +394,7 @@ class ChromaVectorIndex(VectorIndex):
         found = self._each_collection(
             name, vector, scope, lambda c, v, _: nearest_in_collection(c, v, k=k)
         )
-        best: dict[str, float] = {}
-        for message_id, score in found:
-            best[message_id] = max(score, best.get(message_id, -1.0))
-        return sorted(best.items(), key=lambda item: (-item[1], item[0]))[:k]
+        return best_scores(found)[:k]
 
     def _each_collection(
         self,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -204,7 +203,6 @@ def test_async_writes_of_embedded_chroma_go_in_pieces_one_at_a_time(
             log.append("write")
             sizes.append(len(args[3]))
         try:
-            time.sleep(0.005)
             write(*args, **kwargs)
         finally:
             with lock:
@@ -253,29 +251,58 @@ def test_an_async_batch_with_one_bad_vector_writes_nothing(tmp_path: Path) -> No
 def test_model_runs_at_once_are_bounded_by_the_cores(
     share: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Concurrent callers get no more runs at once than the cores hold at their threads."""
+    """Concurrent callers get no more runs at once than the cores hold at their threads.
+
+    Every run waits until all eight callers are either running or waiting for their
+    turn, so as many runs overlap as the bound lets in (and all eight without it).
+    """
     cores = local_embeddings._usable_cores()
     threads = cores if share == "all cores" else 1
-    active, most = 0, 0
-    lock = threading.Lock()
+    callers_n = 8
+    state = {"inside": 0, "waiting": 0, "most": 0, "arrived": 0}
+    changed = threading.Condition()
 
-    def slow(self: Any, batch: Sequence[Sequence[int]]) -> list[list[float]]:
-        nonlocal active, most
-        with lock:
-            active += 1
-            most = max(most, active)
-        time.sleep(0.02)
-        with lock:
-            active -= 1
+    def count(key: str, step: int) -> None:
+        with changed:
+            state[key] += step
+            state["most"] = max(state["most"], state["inside"])
+            changed.notify_all()
+
+    class Turns(threading.BoundedSemaphore):  # counts the callers waiting for a run
+        def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+            count("waiting", 1)
+            try:
+                return super().acquire(blocking, timeout)
+            finally:
+                count("waiting", -1)
+
+        def __enter__(self) -> bool:
+            return self.acquire()
+
+    def all_arrived() -> bool:  # every caller is in a run or queued for one (once true, stays)
+        if state["inside"] + state["waiting"] == callers_n:
+            state["arrived"] = 1
+        return state["arrived"] == 1
+
+    def run(self: Any, batch: Sequence[Sequence[int]]) -> list[list[float]]:
+        count("inside", 1)
+        try:
+            with changed:
+                assert changed.wait_for(all_arrived, timeout=WAIT_S), state
+        finally:
+            count("inside", -1)
         return [[0.0] * 384 for _ in batch]
 
-    monkeypatch.setattr(local_embeddings._Runtime, "embed", slow)
-    embeddings = LocalEmbeddings(num_threads=threads)
+    monkeypatch.setattr(local_embeddings._Runtime, "embed", run)
+    with monkeypatch.context() as patch:
+        patch.setattr(threading, "BoundedSemaphore", Turns)
+        embeddings = LocalEmbeddings(num_threads=threads)
     callers = [
-        threading.Thread(target=embeddings.embed_documents, args=([f"text {n}"],)) for n in range(8)
+        threading.Thread(target=embeddings.embed_documents, args=([f"text {n}"],))
+        for n in range(callers_n)
     ]
     for caller in callers:
         caller.start()
     for caller in callers:
         caller.join()
-    assert most == max(1, cores // threads)
+    assert state["most"] == max(1, cores // threads)
