@@ -16,7 +16,7 @@ import perf_common as pc
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 from langchain_semantic_recall.records import ScopeFilter
-from langchain_semantic_recall.storage.sqlite import windows_sql
+from langchain_semantic_recall.storage.sqlite_sql import windows_sql
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex, resource_collection_name
 
 

@@ -2,8 +2,8 @@
 
 One file holds every thread of every resource. The file itself (path checks, pragmas,
 schema version and migrations) is `sqlite_schema`'s; keyword search is
-`sqlite_fts`'s. SQL lives in module-level constants and pure functions that
-build it.
+`sqlite_fts`'s; the other statements are `sqlite_sql`'s (constants, and pure functions
+that build the rest).
 
 Concurrency: one connection (`check_same_thread=False`) guarded by one lock. SQLite
 admits a single writer at a time anyway, every statement here is short (indexed lookups
@@ -34,6 +34,7 @@ from langchain_semantic_recall.records import (
     StoredMessage,
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
+from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
@@ -49,10 +50,6 @@ __all__ = [
     "MEMORY_PATH",
     "SCHEMA_VERSION",
     "SQLiteStorage",
-    "count_sql",
-    "list_messages_sql",
-    "list_threads_sql",
-    "windows_sql",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,97 +57,6 @@ logger = logging.getLogger(__name__)
 _MIGRATIONS: Final = MIGRATIONS
 """The schema steps, by version (`sqlite_schema.MIGRATIONS`; tests import it here)."""
 _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
-
-# --- statements ---------------------------------------------------------------------
-
-_COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
-_GET_FORGOTTEN: Final = "SELECT 1 FROM forgotten_threads WHERE thread_id = ?"
-_GET_THREAD: Final = "SELECT resource_id, next_seq FROM threads WHERE thread_id = ?"
-_INSERT_THREAD: Final = (
-    "INSERT INTO threads (thread_id, resource_id, next_seq, created_at) VALUES (?, ?, 0, ?)"
-)
-_SET_NEXT_SEQ: Final = "UPDATE threads SET next_seq = ? WHERE thread_id = ?"
-_GET_MESSAGE_PLACE: Final = "SELECT thread_id, seq FROM messages WHERE id = ?"
-_INSERT_MESSAGE: Final = f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_UPDATE_MESSAGE: Final = (
-    "UPDATE messages SET role = ?, text = ?, created_at = ?, payload = ? WHERE id = ?"
-)
-_DELETE_THREAD_MESSAGES: Final = "DELETE FROM messages WHERE thread_id = ?"
-_DELETE_THREAD: Final = "DELETE FROM threads WHERE thread_id = ?"
-_FORGET_THREAD: Final = "INSERT OR IGNORE INTO forgotten_threads VALUES (?, ?, ?)"
-_FORGET_RESOURCE: Final = (
-    "INSERT OR IGNORE INTO forgotten_threads "
-    "SELECT thread_id, resource_id, ? FROM threads WHERE resource_id = ?"
-)
-_DELETE_RESOURCE_MESSAGES: Final = "DELETE FROM messages WHERE resource_id = ?"
-_DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
-
-
-def _scope_sql(scope: ScopeFilter | None) -> tuple[str, list[str]]:
-    """`AND`-clauses (possibly empty) and their parameters restricting rows to `scope`."""
-    if scope is None:
-        return "", []
-    pairs = [("resource_id", scope.resource_id), ("thread_id", scope.thread_id)]
-    kept = [(column, value) for column, value in pairs if value is not None]
-    return "".join(f" AND {column} = ?" for column, _ in kept), [value for _, value in kept]
-
-
-def windows_sql(
-    message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
-) -> tuple[str, list[Any]]:
-    """One query: the hits inside `scope`, then every neighbour by seq range, in order.
-
-    Rows are `(hit_id, *_COLUMNS)` ordered by hit id then seq. Both lookups use an
-    index (the primary key for the hits, `UNIQUE(thread_id, seq)` for the ranges). The
-    scope columns carry a unary `+` so that SQLite never reads the hits through the
-    resource index instead: with 30+ ids it otherwise scans the whole resource (measured:
-    72-106 ms instead of 1.6 ms for 100 ids in a resource of 100k messages).
-    """
-    where, scope_params = _scope_sql(scope)
-    where = where.replace(" AND ", " AND +")
-    marks = ", ".join("?" * len(message_ids))
-    m_columns = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
-    sql = (
-        f"WITH hits AS (SELECT id, thread_id, seq FROM messages WHERE id IN ({marks}){where}) "
-        f"SELECT hits.id, {m_columns} FROM hits JOIN messages AS m "
-        "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - ? AND hits.seq + ? "
-        "ORDER BY hits.id, m.seq"
-    )
-    return sql, [*message_ids, *scope_params, before, after]
-
-
-def list_messages_sql(
-    scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
-) -> tuple[str, list[Any]]:
-    """A keyset page ordered by (thread_id, seq), strictly after `after`."""
-    where, params = _scope_sql(scope)
-    page: list[Any] = [*params]
-    if after is not None:
-        where += " AND (thread_id, seq) > (?, ?)"
-        page += [after[0], after[1]]
-    sql = f"SELECT {_COLUMNS} FROM messages WHERE 1 = 1{where} ORDER BY thread_id, seq LIMIT ?"
-    return sql, [*page, limit]
-
-
-def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:
-    """Thread summaries (count, first and last message time), ordered by thread id."""
-    where = " WHERE t.resource_id = ?" if resource_id is not None else ""
-    sql = (
-        "SELECT t.thread_id, t.resource_id, COUNT(m.id), MIN(m.created_at), MAX(m.created_at) "
-        f"FROM threads AS t LEFT JOIN messages AS m ON m.thread_id = t.thread_id{where} "
-        "GROUP BY t.thread_id ORDER BY t.thread_id"
-    )
-    return sql, [] if resource_id is None else [resource_id]
-
-
-def count_sql(scope: ScopeFilter | None, up_to: int | None = None) -> tuple[str, list[Any]]:
-    """The number of messages inside `scope` (at most `up_to`, reading no further)."""
-    where, params = _scope_sql(scope)
-    if up_to is None:
-        return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
-    inner = f"SELECT 1 FROM messages WHERE 1 = 1{where} LIMIT ?"
-    return f"SELECT COUNT(*) FROM ({inner})", [*params, up_to]
-
 
 # --- conversions --------------------------------------------------------------------
 
@@ -167,11 +73,12 @@ def _file_bytes(path: str) -> int:
 
 
 def _from_iso(value: str) -> datetime:
-    return datetime.fromisoformat(value).astimezone(UTC)
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)  # `_to_iso` wrote UTC
 
 
 def _to_message(row: Sequence[Any]) -> StoredMessage:
-    """A row of `_COLUMNS` as a stored message."""
+    """A row of `sql.COLUMNS` as a stored message."""
     id_, thread_id, resource_id, role, text, created_at, payload, seq = row
     return StoredMessage(
         id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq
@@ -327,7 +234,7 @@ class SQLiteStorage(MessageStorage):
                         f"thread {record.thread_id!r} belongs to another resource than "
                         f"{record.resource_id!r}; use a thread id of that resource"
                     )
-                place = conn.execute(_GET_MESSAGE_PLACE, (record.id,)).fetchone()
+                place = conn.execute(sql.GET_MESSAGE_PLACE, (record.id,)).fetchone()
                 if place is not None and place[0] != record.thread_id:
                     raise OwnershipError(
                         f"message id {record.id!r} already belongs to another thread than "
@@ -343,54 +250,54 @@ class SQLiteStorage(MessageStorage):
                     *(created_at, record.payload, seq),
                 )
                 if place is None:
-                    conn.execute(_INSERT_MESSAGE, values)
+                    conn.execute(sql.INSERT_MESSAGE, values)
                 else:
                     update = (record.role, record.text, created_at, record.payload, record.id)
-                    conn.execute(_UPDATE_MESSAGE, update)
+                    conn.execute(sql.UPDATE_MESSAGE, update)
                     fts.drop_terms(conn, record.id, record.thread_id)
                     self._postings.rewritten(record.resource_id, record.id)
                 terms = fts.add_terms(conn, record)
                 self._postings.added(record.resource_id, record.thread_id, record.id, terms)
                 stored.append(_to_message(values))
             for thread_id, state in threads.items():
-                conn.execute(_SET_NEXT_SEQ, (state.next_seq, thread_id))
+                conn.execute(sql.SET_NEXT_SEQ, (state.next_seq, thread_id))
         logger.debug("stored %d messages in %s", len(stored), self._path)
         return stored
 
     @staticmethod
     def _thread_state(conn: sqlite3.Connection, record: MessageRecord, now: str) -> _ThreadState:
         """The owner and next seq of the record's thread, creating the thread if new."""
-        if conn.execute(_GET_FORGOTTEN, (record.thread_id,)).fetchone() is not None:
+        if conn.execute(sql.GET_FORGOTTEN, (record.thread_id,)).fetchone() is not None:
             raise ForgottenThreadError(
                 f"thread {record.thread_id!r} was forgotten and its id is retired; "
                 "start a new thread id"
             )
-        row = conn.execute(_GET_THREAD, (record.thread_id,)).fetchone()
+        row = conn.execute(sql.GET_THREAD, (record.thread_id,)).fetchone()
         if row is not None:
             return _ThreadState(owner=row[0], next_seq=row[1])
-        conn.execute(_INSERT_THREAD, (record.thread_id, record.resource_id, now))
+        conn.execute(sql.INSERT_THREAD, (record.thread_id, record.resource_id, now))
         return _ThreadState(owner=record.resource_id, next_seq=0)
 
     def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
         now = _to_iso(datetime.now(UTC))
         with self._write(keywords_hooked=True) as conn:
-            owner = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
+            owner = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
             self._postings.deleted(owner[0] if owner else None, thread_id)
             fts.forget(conn, "thread_id", thread_id)  # before the rows it joins on
-            deleted = conn.execute(_DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
-            conn.execute(_DELETE_THREAD, (thread_id,))
+            deleted = conn.execute(sql.DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
+            conn.execute(sql.DELETE_THREAD, (thread_id,))
             if retire:
-                conn.execute(_FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
+                conn.execute(sql.FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
         return int(deleted)
 
     def _delete_resource(self, resource_id: str) -> int:
         now = _to_iso(datetime.now(UTC))
         with self._write(keywords_hooked=True) as conn:
             self._postings.deleted(resource_id)
-            conn.execute(_FORGET_RESOURCE, (now, resource_id))
+            conn.execute(sql.FORGET_RESOURCE, (now, resource_id))
             fts.forget(conn, "resource_id", resource_id)
-            deleted = conn.execute(_DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount
-            conn.execute(_DELETE_RESOURCE_THREADS, (resource_id,))
+            deleted = conn.execute(sql.DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount
+            conn.execute(sql.DELETE_RESOURCE_THREADS, (resource_id,))
         return int(deleted)
 
     # --- reads ------------------------------------------------------------------------
@@ -403,25 +310,25 @@ class SQLiteStorage(MessageStorage):
         with self._read() as conn:
             for start in range(0, len(message_ids), _MAX_IDS_PER_QUERY):
                 chunk = message_ids[start : start + _MAX_IDS_PER_QUERY]
-                for row in conn.execute(*windows_sql(chunk, before, after, scope)):
+                for row in conn.execute(*sql.windows_sql(chunk, before, after, scope)):
                     windows.setdefault(row[0], []).append(_to_message(row[1:]))
         return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
     def _get_thread_owner(self, thread_id: str) -> str | None:
         with self._read() as conn:
-            row = conn.execute(_GET_THREAD, (thread_id,)).fetchone()
+            row = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
         return None if row is None else str(row[0])
 
     def _list_messages(
         self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
         with self._read() as conn:
-            rows = conn.execute(*list_messages_sql(scope, after, limit)).fetchall()
+            rows = conn.execute(*sql.list_messages_sql(scope, after, limit)).fetchall()
         return [_to_message(row) for row in rows]
 
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._read() as conn:
-            rows = conn.execute(*list_threads_sql(resource_id)).fetchall()
+            rows = conn.execute(*sql.list_threads_sql(resource_id)).fetchall()
         return [
             ThreadInfo(thread_id, owner, count, _from_iso(first), _from_iso(last))
             if count
@@ -432,15 +339,15 @@ class SQLiteStorage(MessageStorage):
     def _count(self, scope: ScopeFilter | None) -> int:
         """One query."""
         with self._read() as conn:
-            return int(conn.execute(*count_sql(scope)).fetchone()[0])
+            return int(conn.execute(*sql.count_sql(scope)).fetchone()[0])
 
     def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
         with self._read() as conn:
-            return int(conn.execute(*count_sql(scope, up_to)).fetchone()[0])
+            return int(conn.execute(*sql.count_sql(scope, up_to)).fetchone()[0])
 
     def _is_forgotten(self, thread_id: str) -> bool:
         with self._read() as conn:
-            return conn.execute(_GET_FORGOTTEN, (thread_id,)).fetchone() is not None
+            return conn.execute(sql.GET_FORGOTTEN, (thread_id,)).fetchone() is not None
 
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int

@@ -12,12 +12,8 @@ import pytest
 from langchain_semantic_recall.errors import ForgottenThreadError, StorageError
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.storage import MessageStorage, SQLiteStorage
-from langchain_semantic_recall.storage.sqlite import (
-    SCHEMA_VERSION,
-    count_sql,
-    list_messages_sql,
-    windows_sql,
-)
+from langchain_semantic_recall.storage.sqlite import SCHEMA_VERSION
+from langchain_semantic_recall.storage.sqlite_sql import count_sql, list_messages_sql, windows_sql
 from tests.conformance.storage_suite import StorageConformance, make_record, make_thread
 
 

@@ -1,0 +1,109 @@
+"""The SQLite storage's statements: constants, and pure functions that build the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from langchain_semantic_recall.records import ScopeFilter
+
+__all__ = [
+    "COLUMNS",
+    "count_sql",
+    "list_messages_sql",
+    "list_threads_sql",
+    "scope_sql",
+    "windows_sql",
+]
+
+COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
+GET_FORGOTTEN: Final = "SELECT 1 FROM forgotten_threads WHERE thread_id = ?"
+GET_THREAD: Final = "SELECT resource_id, next_seq FROM threads WHERE thread_id = ?"
+INSERT_THREAD: Final = (
+    "INSERT INTO threads (thread_id, resource_id, next_seq, created_at) VALUES (?, ?, 0, ?)"
+)
+SET_NEXT_SEQ: Final = "UPDATE threads SET next_seq = ? WHERE thread_id = ?"
+GET_MESSAGE_PLACE: Final = "SELECT thread_id, seq FROM messages WHERE id = ?"
+INSERT_MESSAGE: Final = f"INSERT INTO messages ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+UPDATE_MESSAGE: Final = (
+    "UPDATE messages SET role = ?, text = ?, created_at = ?, payload = ? WHERE id = ?"
+)
+DELETE_THREAD_MESSAGES: Final = "DELETE FROM messages WHERE thread_id = ?"
+DELETE_THREAD: Final = "DELETE FROM threads WHERE thread_id = ?"
+FORGET_THREAD: Final = "INSERT OR IGNORE INTO forgotten_threads VALUES (?, ?, ?)"
+FORGET_RESOURCE: Final = (
+    "INSERT OR IGNORE INTO forgotten_threads "
+    "SELECT thread_id, resource_id, ? FROM threads WHERE resource_id = ?"
+)
+DELETE_RESOURCE_MESSAGES: Final = "DELETE FROM messages WHERE resource_id = ?"
+DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
+
+
+def scope_sql(scope: ScopeFilter | None) -> tuple[str, list[str]]:
+    """`AND`-clauses (possibly empty) and their parameters restricting rows to `scope`."""
+    if scope is None:
+        return "", []
+    pairs = [("resource_id", scope.resource_id), ("thread_id", scope.thread_id)]
+    kept = [(column, value) for column, value in pairs if value is not None]
+    return "".join(f" AND {column} = ?" for column, _ in kept), [value for _, value in kept]
+
+
+def windows_sql(
+    message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
+) -> tuple[str, list[Any]]:
+    """One query: the hits inside `scope`, then every neighbour by seq range, in order.
+
+    Rows are `(hit_id, *COLUMNS)`, ordered by hit id then seq (with no neighbours: the
+    hits alone, one row each, by the primary key). Both lookups use an
+    index (the primary key for the hits, `UNIQUE(thread_id, seq)` for the ranges). The
+    scope columns carry a unary `+` so that SQLite never reads the hits through the
+    resource index instead: with 30+ ids it otherwise scans the whole resource (measured:
+    72-106 ms instead of 1.6 ms for 100 ids in a resource of 100k messages).
+    """
+    where, scope_params = scope_sql(scope)
+    where = where.replace(" AND ", " AND +")
+    marks = ", ".join("?" * len(message_ids))
+    if before == after == 0:  # the hits alone (hybrid search reads its candidates so)
+        sql = f"SELECT id, {COLUMNS} FROM messages WHERE id IN ({marks}){where}"
+        return sql, [*message_ids, *scope_params]
+    m_columns = ", ".join(f"m.{c.strip()}" for c in COLUMNS.split(","))
+    sql = (
+        f"WITH hits AS (SELECT id, thread_id, seq FROM messages WHERE id IN ({marks}){where}) "
+        f"SELECT hits.id, {m_columns} FROM hits JOIN messages AS m "
+        "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - ? AND hits.seq + ? "
+        "ORDER BY hits.id, m.seq"
+    )
+    return sql, [*message_ids, *scope_params, before, after]
+
+
+def list_messages_sql(
+    scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
+) -> tuple[str, list[Any]]:
+    """A keyset page ordered by (thread_id, seq), strictly after `after`."""
+    where, params = scope_sql(scope)
+    page: list[Any] = [*params]
+    if after is not None:
+        where += " AND (thread_id, seq) > (?, ?)"
+        page += [after[0], after[1]]
+    sql = f"SELECT {COLUMNS} FROM messages WHERE 1 = 1{where} ORDER BY thread_id, seq LIMIT ?"
+    return sql, [*page, limit]
+
+
+def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:
+    """Thread summaries (count, first and last message time), ordered by thread id."""
+    where = " WHERE t.resource_id = ?" if resource_id is not None else ""
+    sql = (
+        "SELECT t.thread_id, t.resource_id, COUNT(m.id), MIN(m.created_at), MAX(m.created_at) "
+        f"FROM threads AS t LEFT JOIN messages AS m ON m.thread_id = t.thread_id{where} "
+        "GROUP BY t.thread_id ORDER BY t.thread_id"
+    )
+    return sql, [] if resource_id is None else [resource_id]
+
+
+def count_sql(scope: ScopeFilter | None, up_to: int | None = None) -> tuple[str, list[Any]]:
+    """The number of messages inside `scope` (at most `up_to`, reading no further)."""
+    where, params = scope_sql(scope)
+    if up_to is None:
+        return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
+    inner = f"SELECT 1 FROM messages WHERE 1 = 1{where} LIMIT ?"
+    return f"SELECT COUNT(*) FROM ({inner})", [*params, up_to]
