@@ -40,7 +40,7 @@ from functools import lru_cache
 import numpy as np
 
 from langchain_semantic_recall.fusion import Candidate
-from langchain_semantic_recall.keywords import index_terms, query_terms
+from langchain_semantic_recall.keywords import index_terms, query_terms, term_set
 from langchain_semantic_recall.periods import Period
 from langchain_semantic_recall.records import StoredMessage
 
@@ -57,6 +57,7 @@ __all__ = [
     "candidates",
     "clear_term_cache",
     "content_terms",
+    "feature_matrix",
     "features",
     "is_question",
     "prior_shift",
@@ -156,10 +157,12 @@ def content_terms(query: str) -> list[str]:
     return [term for term in query_terms(query) if term not in CONVERSATIONAL]
 
 
-@lru_cache(maxsize=8192)
 def is_question(text: str) -> bool:
-    """Whether `text` ends with a question mark (a trailing `[...]` note ignored; cached)."""
-    return _TRAILING_NOTE.sub("", text).rstrip().endswith("?")
+    """Whether `text` ends with a question mark (a trailing `[...]` note ignored)."""
+    text = text.rstrip()
+    if text.endswith("]"):
+        text = _TRAILING_NOTE.sub("", text).rstrip()
+    return text.endswith("?")
 
 
 def features(
@@ -182,46 +185,55 @@ def features(
     Returns:
         (message id, row) sorted by id; empty when the query has no content term.
     """
+    ids, x = feature_matrix(query, dense, keyword, messages, period)
+    return list(zip(ids, x.tolist(), strict=True))
+
+
+def feature_matrix(
+    query: str,
+    dense: Sequence[tuple[str, float]],
+    keyword: Sequence[tuple[str, float]],
+    messages: Mapping[str, StoredMessage],
+    period: Period | None,
+) -> tuple[list[str], np.ndarray]:
+    """`features` as the candidate ids (sorted) and one matrix row each (what search uses)."""
     terms = content_terms(query)
-    if not terms:
-        return []
     cosines, bm25 = dict(dense), dict(keyword)
-    ids = sorted(key for key in {*cosines, *bm25} if key in messages)
+    ids = sorted(key for key in {*cosines, *bm25} if key in messages) if terms else []
+    if not ids:
+        return [], np.empty((0, len(FEATURES)))
+    texts = [messages[key].text for key in ids]
+    bags = [_terms(text) for text in texts]
+    anywhere = frozenset().union(*bags)
+    names = [term for word in _NAME.findall(query) for term in index_terms(word)]
     floor = min(cosines.values(), default=0.0)
     top_cosine = max(cosines.values(), default=0.0)
     top_bm25 = max(bm25.values(), default=0.0)
-    bags = {key: _terms(messages[key].text) for key in ids}
-    anywhere = set().union(*bags.values()) if bags else set()
-    query_found = sum(term in anywhere for term in terms) / len(terms)
-    names = [term for word in _NAME.findall(query) for term in index_terms(word)]
-    name_missing = float(any(name not in anywhere for name in names))
-    rows: list[tuple[str, list[float]]] = []
-    for key in ids:
-        score = bm25.get(key, 0.0)
-        cosine = cosines.get(key, floor)
-        message = messages[key]
-        rows.append(
-            (
-                key,
-                [
-                    math.log1p(score),
-                    score / top_bm25 if top_bm25 > 0 else 0.0,
-                    float(key in bm25),
-                    cosine,
-                    float(key in cosines),
-                    cosine - top_cosine,
-                    math.log1p(len(terms)),
-                    float(is_question(message.text)),
-                    float(period is not None and message.created_at in period),
-                    sum(term in bags[key] for term in terms) / len(terms),
-                    query_found,
-                    math.log1p(top_bm25),
-                    math.log1p(len(bags[key])),
-                    name_missing,
-                ],
-            )
-        )
-    return rows
+    score = np.array([bm25.get(key, 0.0) for key in ids])
+    cosine = np.array([cosines.get(key, floor) for key in ids])
+    columns = {
+        "log1p_bm25": np.log1p(score),
+        "bm25_relative": score / top_bm25 if top_bm25 > 0 else np.zeros(len(ids)),
+        "in_keyword": np.array([key in bm25 for key in ids], dtype=np.float64),
+        "cosine": cosine,
+        "in_dense": np.array([key in cosines for key in ids], dtype=np.float64),
+        "cosine_relative": cosine - top_cosine,
+        "log1p_terms": math.log1p(len(terms)),
+        "question": np.array([is_question(text) for text in texts], dtype=np.float64),
+        "in_period": np.array(
+            [period is not None and messages[key].created_at in period for key in ids],
+            dtype=np.float64,
+        ),
+        "coverage": np.array([len(bag.intersection(terms)) for bag in bags]) / len(terms),
+        "query_found": sum(term in anywhere for term in terms) / len(terms),
+        "log1p_top_bm25": math.log1p(top_bm25),
+        "log1p_length": np.log1p([len(bag) for bag in bags]),
+        "name_missing": float(any(name not in anywhere for name in names)),
+    }
+    x = np.empty((len(ids), len(FEATURES)))
+    for column, name in enumerate(FEATURES):
+        x[:, column] = columns[name]
+    return ids, x
 
 
 def relevance(
@@ -235,16 +247,18 @@ def relevance(
     after: int,
     models: Mapping[int, Model] = OFFSET_MODELS,
     scope_size: int | None = None,
+    limit: int | None = None,
 ) -> list[Candidate]:
-    """Every candidate with its calibrated probabilities, best first (ties by id).
+    """The best `limit` candidates (all by default) with their calibrated probabilities.
 
-    Offsets from `-before` to `after` are scored; one beyond the models' reach uses the
-    farthest model on its side. `scope_size` (messages searched) corrects the models'
-    prior for scopes smaller than those they were fit on (`prior_shift`).
+    Best first, ties by id. Offsets from `-before` to `after` are scored; one beyond the
+    models' reach uses the farthest model on its side. `scope_size` (messages searched)
+    corrects the models' prior for scopes smaller than those they were fit on
+    (`prior_shift`).
     """
-    rows = features(query, dense, keyword, messages, period)
+    ids, x = feature_matrix(query, dense, keyword, messages, period)
     shift = 0.0 if scope_size is None else prior_shift(scope_size)
-    return candidates(rows, models, before=before, after=after, shift=shift)
+    return _ranked(ids, x, models, before=before, after=after, shift=shift, limit=limit)
 
 
 def prior_shift(scope_size: int) -> float:
@@ -282,37 +296,49 @@ def candidates(
     A vector match of cosine `STRONG_MEANING` or more scores at least
     `STRONG_MEANING_FLOOR` itself (see there).
     """
-    if not rows:
+    ordered = sorted(rows, key=lambda row: row[0])
+    x = np.asarray([row for _, row in ordered], dtype=np.float64)
+    ids = [key for key, _ in ordered]
+    return _ranked(ids, x, models, before=before, after=after, shift=shift, limit=None)
+
+
+def _ranked(
+    ids: Sequence[str],
+    x: np.ndarray,
+    models: Mapping[int, Model],
+    *,
+    before: int,
+    after: int,
+    shift: float,
+    limit: int | None,
+) -> list[Candidate]:
+    """`candidates` of feature matrix `x` (rows in the order of `ids`, which is sorted)."""
+    if not ids:
         return []
     offsets = list(range(-before, after + 1))
     chosen = [models[_nearest(k, models)] for k in offsets]
     weights = np.array([m.weights for m in chosen], dtype=np.float64).T  # features x offsets
     intercepts = np.array([m.intercept for m in chosen], dtype=np.float64)
-    x = np.asarray([row for _, row in rows], dtype=np.float64)
     z = x @ weights + intercepts + shift * x[:, [_IN_KEYWORD]]
     p = 1.0 / (1.0 + np.exp(-np.clip(z, -60.0, 60.0)))
     strong = (x[:, _IN_DENSE] > 0) & (x[:, _COSINE] >= STRONG_MEANING)
-    p[:, offsets.index(0)] = np.where(
-        strong, np.maximum(p[:, before], STRONG_MEANING_FLOOR), p[:, before]
-    )
-    probabilities = p.tolist()
-    found = [
-        Candidate(key, dict(zip(offsets, values, strict=True)))
-        for (key, _), values in zip(rows, probabilities, strict=True)
+    p[:, before] = np.where(strong, np.maximum(p[:, before], STRONG_MEANING_FLOOR), p[:, before])
+    order = np.argsort(-p.max(axis=1), kind="stable")[:limit]  # stable: ties keep id order
+    return [
+        Candidate(ids[row], dict(zip(offsets, values, strict=True)))
+        for row, values in zip(order.tolist(), p[order].tolist(), strict=True)
     ]
-    return sorted(found, key=lambda c: (-c.score, c.id))
 
 
 @lru_cache(maxsize=8192)
 def _terms(text: str) -> frozenset[str]:
     """A message's distinct index terms (cached: the same messages come back often)."""
-    return frozenset(index_terms(text))
+    return term_set(text)
 
 
 def clear_term_cache() -> None:
     """Forget what is cached of recent messages (a forget calls it: the keys are text)."""
     _terms.cache_clear()
-    is_question.cache_clear()
 
 
 def _nearest(offset: int, models: Mapping[int, Model]) -> int:

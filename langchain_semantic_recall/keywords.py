@@ -39,6 +39,7 @@ __all__ = [
     "query_terms",
     "rank_bm25",
     "stem",
+    "term_set",
     "tokenize",
 ]
 
@@ -90,6 +91,11 @@ def tokenize(text: str) -> list[str]:
 def index_terms(text: str) -> list[str]:
     """The terms a message is indexed under, in order (repeats kept: they are its tf)."""
     return [stem(word) for word in tokenize(text) if word not in STOP_WORDS]
+
+
+def term_set(text: str) -> frozenset[str]:
+    """The distinct terms of `text`: `index_terms` as a set (each word stemmed once)."""
+    return frozenset(map(stem, set(tokenize(text)).difference(STOP_WORDS)))
 
 
 KEYWORD_ROLES: frozenset[str] = frozenset({"user", "assistant"})

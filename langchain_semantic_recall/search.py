@@ -124,7 +124,7 @@ class SearchPlan:
         """
         found = {m.id: m for window in messages.values() for m in window}
         window = self.message_range
-        ranked = relevance(
+        return relevance(
             query,
             list(dense),
             keyword,
@@ -134,8 +134,8 @@ class SearchPlan:
             after=window.after,
             models=dict(self.models),
             scope_size=scope_size,
+            limit=self.top_k,
         )
-        return ranked[: self.top_k]
 
     def calibrated_hits(
         self, kept: Sequence[Candidate], windows: Mapping[str, Sequence[StoredMessage]]

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import random
+import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
@@ -20,8 +25,11 @@ from langchain_semantic_recall.calibration import (
     Model,
     candidates,
     content_terms,
+    feature_matrix,
+    features,
     is_question,
     prior_shift,
+    relevance,
 )
 from langchain_semantic_recall.fusion import Candidate, spend_calibrated
 from langchain_semantic_recall.messages import MEMORY_SOURCE
@@ -163,7 +171,21 @@ def test_a_statement_beats_a_question_that_merely_repeats_the_query() -> None:
 def test_a_question_is_a_message_ending_with_a_question_mark() -> None:
     assert is_question("What's my dog's name?")
     assert is_question("Alice: where to? [shared image: a map]")
+    assert is_question("where to?  [a note]  \n")
     assert not is_question("My dog is called Biscuit")
+    assert not is_question("a list [1, 2]")
+    assert not is_question("why? then no [note] after all")
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab ?[]\n"), max_size=12),
+    st.sampled_from(["", " ", "\n", "[x]", " [a b] \n", "?", "? [x]"]),
+)
+def test_is_question_ignores_exactly_one_trailing_note(text: str, tail: str) -> None:
+    """The same answer as stripping a trailing `[...]` note by regex, then the spaces."""
+    written = text + tail
+    expected = re.sub(r"\s*\[[^\]]*\]\s*$", "", written).rstrip().endswith("?")
+    assert is_question(written) == expected
 
 
 # --- the pure parts --------------------------------------------------------------------------
@@ -206,6 +228,47 @@ def test_candidates_score_each_offset_with_its_model() -> None:
     assert found.offsets[1] == found.offsets[3] > 0.99  # beyond reach: the farthest model
     assert found.offsets[-2] == found.offsets[-1] < 0.01
     assert found.score == found.offsets[1]
+
+
+def test_the_best_candidates_come_first_ties_by_id_and_a_limit_only_cuts() -> None:
+    rows = [
+        (f"m{n:02}", [float(n % 3), 0.0, 1.0, 0.1 * (n % 4), 1.0] + [0.0] * 9) for n in range(30)
+    ]
+    shuffled = random.Random(5).sample(rows, len(rows))
+    found = candidates(shuffled, OFFSET_MODELS, before=2, after=3)
+    assert [c.id for c in found] == [c.id for c in sorted(found, key=lambda c: (-c.score, c.id))]
+    assert len({c.score for c in found}) < len(found)  # there were ties to order
+    texts = {
+        f"m{n:02}": f"the dog Biscuit number {n}{'?' if n % 5 == 0 else ''}" for n in range(30)
+    }
+    stored = {
+        key: replace(message(n), id=key, text=text) for n, (key, text) in enumerate(texts.items())
+    }
+    dense = [(key, 0.3 + 0.01 * (n % 7)) for n, key in enumerate(texts) if n % 2]
+    keyword = [(key, 1.0 + (n % 5)) for n, key in enumerate(texts) if n % 3 == 0]
+    whole = relevance("where is my dog Biscuit?", dense, keyword, stored, None, before=2, after=3)
+    first = relevance(
+        "where is my dog Biscuit?", dense, keyword, stored, None, before=2, after=3, limit=4
+    )
+    assert first == whole[:4]
+    assert len(whole) == len({*dict(dense), *dict(keyword)})
+
+
+def test_the_feature_rows_are_the_feature_matrix() -> None:
+    stored = {f"m{n}": message(n) for n in range(6)}
+    dense, keyword = [("m1", 0.4), ("m2", 0.6), ("m5", 0.2)], [("m2", 3.0), ("m4", 1.5)]
+    ids, x = feature_matrix("text 2 or 4?", dense, keyword, stored, None)
+    rows = features("text 2 or 4?", dense, keyword, stored, None)
+    assert ids == ["m1", "m2", "m4", "m5"] == [key for key, _ in rows]
+    assert x.tolist() == [row for _, row in rows]
+    assert x.shape == (4, len(FEATURES))
+    column = dict(zip(FEATURES, x[1].tolist(), strict=True))  # m2: a match of both halves
+    assert column["in_keyword"] == column["in_dense"] == 1.0
+    assert column["bm25_relative"] == 1.0
+    assert column["cosine_relative"] == 0.0
+    assert column["coverage"] == pytest.approx(2 / 3)  # "text 2" holds "text" and "2", not "4"
+    assert dict(zip(FEATURES, x[3].tolist(), strict=True))["in_keyword"] == 0.0
+    assert feature_matrix("thanks!", dense, keyword, stored, None)[0] == []
 
 
 def test_the_shipped_models_cover_the_default_window() -> None:

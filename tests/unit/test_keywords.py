@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langchain_semantic_recall.keywords import (
     STOP_WORDS,
@@ -15,6 +17,7 @@ from langchain_semantic_recall.keywords import (
     query_terms,
     rank_bm25,
     stem,
+    term_set,
     tokenize,
 )
 
@@ -201,3 +204,8 @@ def test_rank_bm25_equals_bm25_score_and_breaks_ties_by_id() -> None:
         )
         == 1
     )
+
+
+@given(st.text(alphabet=st.sampled_from("abcdeiostyz'’ ,.?!-_ÉéÅ1"), max_size=60))
+def test_term_set_is_the_set_of_index_terms(text: str) -> None:
+    assert term_set(text) == frozenset(index_terms(text))
