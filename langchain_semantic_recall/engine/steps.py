@@ -214,7 +214,9 @@ class Both(Step):
 
     Lets a hybrid search run its keyword search while the query is embedded and the
     vector index queried (SQLite, numpy, the ONNX model and Chroma's core release the
-    GIL). If either fails, the first step's error wins, else the second's.
+    GIL). The sync driver runs `second` on a worker thread: make it the step that waits
+    outside the GIL, and `first` the one that runs Python. If either fails, the first
+    step's error wins, else the second's.
     """
 
     first: Step
