@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -60,6 +60,7 @@ __all__ = [
     "feature_matrix",
     "features",
     "is_question",
+    "prepare",
     "prior_shift",
     "relevance",
 ]
@@ -328,6 +329,16 @@ def _ranked(
         Candidate(ids[row], dict(zip(offsets, values, strict=True)))
         for row, values in zip(order.tolist(), p[order].tolist(), strict=True)
     ]
+
+
+def prepare(texts: Iterable[str]) -> None:
+    """Work out (and cache) what `relevance` will need of these candidates' texts.
+
+    Hybrid search calls it on its keyword candidates while the vector index is queried,
+    which takes that work off the search's critical path.
+    """
+    for text in texts:
+        _terms(text)
 
 
 @lru_cache(maxsize=8192)

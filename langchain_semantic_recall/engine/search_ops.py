@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
-from langchain_semantic_recall import injection
+from langchain_semantic_recall import calibration, injection
 from langchain_semantic_recall.calibration import REFERENCE_SIZE
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, search_scope
@@ -134,6 +134,7 @@ def _keyword_half(
     keyword: list[tuple[str, float]] = yield steps.keyword_search(query, scope=scope, limit=k)
     ids = [message_id for message_id, _ in keyword]
     found = (yield steps.read_windows(ids, before=0, after=0, scope=scope)) if ids else {}
+    calibration.prepare(m.text for window in found.values() for m in window)
     size: int = yield steps.count_messages(scope, up_to=REFERENCE_SIZE)
     return keyword, found, size
 

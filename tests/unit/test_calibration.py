@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall, calibration
 from langchain_semantic_recall.calibration import (
     DEFAULT_GATE,
     FEATURES,
@@ -24,10 +24,12 @@ from langchain_semantic_recall.calibration import (
     STRONG_MEANING_FLOOR,
     Model,
     candidates,
+    clear_term_cache,
     content_terms,
     feature_matrix,
     features,
     is_question,
+    prepare,
     prior_shift,
     relevance,
 )
@@ -252,6 +254,23 @@ def test_the_best_candidates_come_first_ties_by_id_and_a_limit_only_cuts() -> No
     )
     assert first == whole[:4]
     assert len(whole) == len({*dict(dense), *dict(keyword)})
+
+
+def test_preparing_candidates_changes_no_score_and_spares_the_search_their_terms() -> None:
+    stored = {f"m{n}": replace(message(n), text=f"unique words {n} zq{n}x") for n in range(6)}
+    dense, keyword = [("m1", 0.4), ("m2", 0.6)], [("m2", 3.0), ("m4", 1.5)]
+    clear_term_cache()
+    plain = relevance("words zq2x?", dense, keyword, stored, None, before=2, after=3)
+    clear_term_cache()
+    prepare(m.text for m in stored.values())
+    before = term_cache_hits()
+    prepared = relevance("words zq2x?", dense, keyword, stored, None, before=2, after=3)
+    assert prepared == plain
+    assert term_cache_hits() - before == 3  # m1, m2, m4: none tokenised again
+
+
+def term_cache_hits() -> int:
+    return calibration._terms.cache_info().hits
 
 
 def test_the_feature_rows_are_the_feature_matrix() -> None:
