@@ -214,26 +214,26 @@ class Both(Step):
 
     Lets a hybrid search run its keyword search while the query is embedded and the
     vector index queried (SQLite, numpy, the ONNX model and Chroma's core release the
-    GIL). The sync driver runs `second` on a worker thread: make it the step that waits
-    outside the GIL, and `first` the one that runs Python. If either fails, the first
-    step's error wins, else the second's.
+    GIL). The sync driver runs `first` on a worker thread: make it the step that mostly
+    waits outside the GIL, and `second` the one that runs Python (the other way round,
+    the caller's answer waits for the worker's Python to let go of the GIL). If either
+    fails, the first step's error wins, else the second's.
     """
 
     first: Step
     second: Step
 
     def run(self, backends: Backends) -> tuple[Any, Any]:
-        """Run `second` on a worker thread while `first` runs here."""
-        pending = _SIDE.submit(lambda: self.second.run(backends))
+        """Run `first` on a worker thread while `second` runs here."""
+        pending = _SIDE.submit(lambda: self.first.run(backends))
         if pending is None:  # every worker busy: one after the other
             return self.first.run(backends), self.second.run(backends)
         try:
-            first = self.first.run(backends)
-        finally:
-            error = pending.exception()
-        if error is not None:
-            raise error
-        return first, pending.result()
+            second = self.second.run(backends)
+        except BaseException:
+            pending.result()  # the first step's error wins (raised here), else this one
+            raise
+        return pending.result(), second
 
     async def arun(self, backends: Backends) -> tuple[Any, Any]:
         """Await both twins concurrently."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +13,7 @@ from langchain_core.messages import HumanMessage
 from langchain_semantic_recall.engine.steps import (
     Backends,
     Background,
+    Both,
     Op,
     Settle,
     Step,
@@ -87,6 +89,49 @@ def test_a_background_failure_surfaces_at_settle_or_at_the_end() -> None:
 
     assert run_both(settled) == ["caught write failed"] * 2
     assert run_both(forgotten) == ["raised RuntimeError: write failed"] * 2
+
+
+@dataclass(frozen=True)
+class Where(Step):
+    """Records the thread it ran on, then answers like `Echo`."""
+
+    value: Any
+    threads: list[int] = field(default_factory=list, compare=False)
+
+    def run(self, backends: Backends) -> Any:
+        self.threads.append(threading.get_ident())
+        return Echo(self.value).run(backends)
+
+    async def arun(self, backends: Backends) -> Any:
+        return self.run(backends)
+
+
+def test_both_runs_the_first_step_on_a_worker_and_the_second_here() -> None:
+    first, second = Where("vectors"), Where("keywords")
+
+    def op() -> Op[Any]:
+        return (yield Both(first, second))
+
+    assert drive(op(), BACKENDS) == ("vectors", "keywords")
+    assert second.threads == [threading.get_ident()]
+    assert first.threads != second.threads
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "raised"),
+    [
+        (ValueError("vectors"), KeyError("keywords"), "ValueError: vectors"),
+        (ValueError("vectors"), "ok", "ValueError: vectors"),
+        ("ok", KeyError("keywords"), "KeyError: 'keywords'"),
+    ],
+)
+def test_both_raises_the_first_steps_error_before_the_second_s(
+    first: Any, second: Any, raised: str
+) -> None:
+    def op() -> Op[Any]:
+        return (yield Both(Echo(first), Echo(second)))
+
+    assert run_both(op) == [f"raised {raised}"] * 2
 
 
 def test_misspelt_ids_are_errors_not_ignored() -> None:
