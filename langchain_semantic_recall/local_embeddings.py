@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
 
+from langchain_semantic_recall.cpu_gate import CPU_GATE
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ _MAX_THREADS = 4
 # * runs at once: as many as the usable cores hold at `num_threads` each (one on this
 #   machine). Twenty concurrent async turns otherwise ran ~6 sessions of 2 threads on 2
 #   cores: no faster in total, and the event loop waited for a core (perf_loop.py).
+#   Runs also share `cpu_gate.CPU_GATE`: an async embedded Chroma write never overlaps one.
 # * inter_op_num_threads = 1 with the sequential executor: the graph is one chain of
 #   layers, so parallel execution only adds scheduling overhead.
 # * spinning off: idle pool threads would otherwise busy-wait after each run and steal
@@ -312,7 +314,7 @@ class LocalEmbeddings(Embeddings):
         result: list[list[float]] = [[] for _ in ids]
         for start in range(0, len(order), self.batch_size):
             positions = order[start : start + self.batch_size]
-            with self._runs:
+            with self._runs, CPU_GATE.model_run():
                 vectors = runtime.embed([ids[i] for i in positions])
             for position, vector in zip(positions, vectors, strict=True):
                 result[position] = vector

@@ -10,7 +10,8 @@ measured here: ~5 ms for 2 vectors, ~30 ms for 40, ~90 ms for 200), and an event
 waiting for the GIL is a stalled loop. So async writes go `ASYNC_PIECE` vectors at a
 time, one write of the gate at a time per event loop: the loop runs between two pieces,
 and concurrent turns' writes take turns instead of queueing on the GIL back to back.
-chromadb is imported inside functions only.
+Each piece also waits for the local model's runs in progress and holds them back while
+it writes (`cpu_gate`). chromadb is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.runnables.config import run_in_executor
 
+from langchain_semantic_recall.cpu_gate import CPU_GATE
 from langchain_semantic_recall.records import VectorRecord
 from langchain_semantic_recall.vectors.chroma_layout import check_vector, floats, vector_metadata
 
@@ -64,6 +66,11 @@ def planned_writes(
             batch = rows[start : start + size]
             writes.append(partial(_write, collections, name, resource_id, batch, root=root))
     return writes
+
+
+def _alone(write: Write) -> None:
+    with CPU_GATE.alone():
+        write()
 
 
 def _write(
@@ -111,4 +118,4 @@ class AsyncWriteGate:
             lock = self._locks.setdefault(loop, asyncio.Lock())
         for write in writes:
             async with lock:
-                await run_in_executor(None, write)
+                await run_in_executor(None, _alone, write)

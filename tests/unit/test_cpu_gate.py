@@ -1,0 +1,123 @@
+"""Model runs and async embedded Chroma writes never overlap (`cpu_gate`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from langchain_semantic_recall.cpu_gate import CPU_GATE, CpuGate
+from langchain_semantic_recall.records import ScopeFilter, VectorRecord
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+WAIT_S = 10.0  # only reached when the awaited state never comes (then the test fails)
+
+
+def until(condition: Callable[[], bool]) -> bool:
+    """Poll `condition` until it holds (True) or `WAIT_S` passes (False)."""
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def in_thread(fn: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=fn, daemon=True)
+    thread.start()
+    return thread
+
+
+def holding(gate: CpuGate, enter: str, log: list[str], release: threading.Event) -> None:
+    hold = gate.model_run() if enter == "run" else gate.alone()
+    with hold:
+        log.append(f"{enter} in")
+        release.wait(WAIT_S)
+        log.append(f"{enter} out")
+
+
+def test_model_runs_share_the_gate() -> None:
+    gate, log, release = CpuGate(), [], threading.Event()
+    threads = [in_thread(lambda: holding(gate, "run", log, release)) for _ in range(2)]
+    assert until(lambda: log.count("run in") == 2)  # both inside at once
+    release.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert log == ["run in", "run in", "run out", "run out"]
+
+
+def test_a_write_waits_for_the_run_in_progress_and_holds_back_the_runs_after_it() -> None:
+    gate, log = CpuGate(), []
+    first_run, write, late_run = threading.Event(), threading.Event(), threading.Event()
+    threads = [in_thread(lambda: holding(gate, "run", log, first_run))]
+    assert until(lambda: log == ["run in"])
+    threads.append(in_thread(lambda: holding(gate, "write", log, write)))
+    assert until(lambda: gate._waiting == 1)  # the write waits for the run
+    threads.append(in_thread(lambda: holding(gate, "late run", log, late_run)))
+    first_run.set()
+    assert until(lambda: log[-1] == "write in")
+    late_run.set()  # it may go as soon as it is in: it must not be before the write ends
+    write.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert log == ["run in", "run out", "write in", "write out", "late run in", "late run out"]
+
+
+def test_an_async_embedded_chroma_write_waits_for_a_model_run(tmp_path: Path) -> None:
+    index = ChromaVectorIndex.persistent(tmp_path / "chroma")
+    index.open("gate-test", dimension=3, model="m")
+    records = [
+        VectorRecord(
+            id=f"m{n}",
+            vector=[1.0, float(n), 0.5],
+            message_id=f"m{n}",
+            thread_id="t",
+            resource_id="alice",
+            role="user",
+            content=f"text {n}",
+            created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        )
+        for n in range(3)
+    ]
+    scope = ScopeFilter(resource_id="alice")
+    log: list[str] = []
+    release = threading.Event()
+    run = in_thread(lambda: holding(CPU_GATE, "run", log, release))
+    assert until(lambda: log == ["run in"])
+
+    async def write_while_the_model_runs() -> int:
+        upsert = asyncio.ensure_future(index.aupsert("gate-test", records))
+        waited = await asyncio.to_thread(until, lambda: CPU_GATE._waiting == 1)
+        assert waited, "the write never came to the gate"
+        written_meanwhile = index.count("gate-test", scope)
+        release.set()
+        await upsert
+        return written_meanwhile
+
+    assert asyncio.run(write_while_the_model_runs()) == 0
+    run.join(WAIT_S)
+    assert index.count("gate-test", scope) == 3
+    index.close()
+
+
+def test_the_local_model_does_not_run_while_a_write_holds_the_gate() -> None:
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+    model = LocalEmbeddings()
+    model.embed_query("load the model first")
+    done = threading.Event()
+
+    def embed() -> None:
+        model.embed_query("held back")
+        done.set()
+
+    with CPU_GATE.alone():
+        embedding = in_thread(embed)
+        # Unblocked, one short text takes ~10 ms: it must still be waiting after 300.
+        assert not done.wait(0.3)
+    assert done.wait(WAIT_S)
+    embedding.join(WAIT_S)
