@@ -6,9 +6,9 @@ once, the writing thread waits for a core while it holds the GIL, and every othe
 thread waits with it, an event loop included. `CPU_GATE` keeps them apart: model runs
 share the gate with each other, a write waits for the runs in progress, then runs alone,
 and runs that arrive while a write waits go after it. `benchmarks/perf_loop.py`, 20
-`aindex` + 20 `arecall` at once with the real model on two cores, two runs each: longest
-loop stall 15.3 / 27.2 ms with the gate against 30.0 / 57.5 ms without, p99 8.3 / 7.8
-against 12.2 / 16.4 ms.
+`aindex` + 20 `arecall` at once with the real model on two cores, three paired runs:
+longest loop stall 20.1 / 23.6 / 14.1 ms with the gate against 39.3 / 31.6 / 23.0 ms
+without, p99 7.6-8.1 against 14.0-14.6 ms.
 
 Only the async twins' writes take the gate: the sync bulk import overlaps writing batch
 *n* with embedding batch *n + 1* on purpose, and blocks no event loop.
