@@ -3,14 +3,16 @@
 A ticker coroutine sleeps 1 ms in a loop and records how late it wakes up: any sync work
 done on the event loop (embedding, SQLite, Chroma, BM25...) shows up as a stall. Three
 scenarios, each on the embedded default (SQLite + embedded Chroma + the real local
-model, fresh store in a temporary folder), each `--rounds` times:
+model, fresh store in a temporary folder), each `--rounds` times, plus a baseline:
 
 * ``engine``: 20 ``aindex`` (one turn each: a user and an assistant message) and 20
   ``arecall`` at once;
 * ``graph``: 20 ``create_recall_graph(...).ainvoke`` turns at once (recall node, a fake
   chat model, index node);
 * ``middleware``: 20 ``create_agent(..., middleware=[SemanticRecallMiddleware])``
-  ``ainvoke`` turns at once.
+  ``ainvoke`` turns at once;
+* ``agent alone``: the same agent turns without the middleware: what LangGraph and the
+  agent loop stall on their own, the baseline of the two scenarios above.
 
 Prints max and p99 stall (ms) per scenario; the target is no stall over 25 ms. Garbage
 collection pauses every thread: the longest pause is printed, and the max stall once the
@@ -181,6 +183,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         middleware=[SemanticRecallMiddleware(memory)],
         checkpointer=InMemorySaver(),
     )
+    bare = create_agent(GenericFakeChatModel(messages=_Replies()), checkpointer=InMemorySaver())
 
     async def graph_round() -> None:
         await asyncio.gather(
@@ -205,6 +208,17 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             )
         )
 
+    async def bare_round() -> None:  # the agent without memory: the framework's own share
+        await asyncio.gather(
+            *(
+                bare.ainvoke(
+                    {"messages": [HumanMessage(_turn(next(counter))[0])]},
+                    {"configurable": {"thread_id": f"b-{i}"}},
+                )
+                for i in range(n)
+            )
+        )
+
     async def idle_round() -> None:  # the machine's own noise: the ticker alone
         await asyncio.sleep(0.5)
 
@@ -217,6 +231,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ("engine", engine_round),
         ("graph", graph_round),
         ("middleware", agent_round),
+        ("agent alone (no memory)", bare_round),
     ):
         stalls: list[Tick] = []
         start = time.perf_counter()

@@ -84,7 +84,8 @@ def test_perf_loop_smoke(tmp_path: Path) -> None:
     out = _run("perf_loop.py", *("--rounds", "1", "--concurrency", "3", "--out", str(tmp_path)))
     assert "max stall ms" in out
     results = json.loads((tmp_path / "perf_loop.json").read_text())
-    for scenario in ("idle (ticker alone)", "engine", "graph", "middleware"):
+    scenarios = ("idle (ticker alone)", "engine", "graph", "middleware", "agent alone (no memory)")
+    for scenario in scenarios:
         assert results[scenario]["ticks"] > 0
         assert results[scenario]["max_ms"] >= 0
         assert 0 <= results[scenario]["max_outside_gc_ms"] <= results[scenario]["max_ms"]
