@@ -212,8 +212,8 @@ def feature_matrix(
     top_bm25 = max(bm25.values(), default=0.0)
     score = np.array([bm25.get(key, 0.0) for key in ids])
     cosine = np.array([cosines.get(key, floor) for key in ids])
-    columns = {
-        "log1p_bm25": np.log1p(score),
+    columns: dict[str, float | list[float] | np.ndarray] = {
+        "log1p_bm25": [math.log1p(value) for value in score.tolist()],
         "bm25_relative": score / top_bm25 if top_bm25 > 0 else np.zeros(len(ids)),
         "in_keyword": np.array([key in bm25 for key in ids], dtype=np.float64),
         "cosine": cosine,
@@ -228,10 +228,10 @@ def feature_matrix(
         "coverage": np.array([len(bag.intersection(terms)) for bag in bags]) / len(terms),
         "query_found": sum(term in anywhere for term in terms) / len(terms),
         "log1p_top_bm25": math.log1p(top_bm25),
-        "log1p_length": np.log1p([len(bag) for bag in bags]),
+        "log1p_length": [math.log1p(len(bag)) for bag in bags],
         "name_missing": float(any(name not in anywhere for name in names)),
     }
-    x = np.empty((len(ids), len(FEATURES)))
+    x = np.empty((len(ids), len(FEATURES)))  # math.log1p above: bit for bit as fit
     for column, name in enumerate(FEATURES):
         x[:, column] = columns[name]
     return ids, x

@@ -8,7 +8,9 @@ share the gate with each other, a write waits for the runs in progress, then run
 and runs that arrive while a write waits go after it. `benchmarks/perf_loop.py`, 20
 `aindex` + 20 `arecall` at once with the real model on two cores, three paired runs:
 longest loop stall 20.1 / 23.6 / 14.1 ms with the gate against 39.3 / 31.6 / 23.0 ms
-without, p99 7.6-8.1 against 14.0-14.6 ms.
+without, p99 7.6-8.1 against 14.0-14.6 ms; over eight runs with the gate, 14-60 ms and
+p99 7.1-9.2 ms (`docs/performance.md`). Writers go first, so a steady stream of async
+writes holds the model back for as long as it lasts.
 
 Only the async twins' writes take the gate: the sync bulk import overlaps writing batch
 *n* with embedding batch *n + 1* on purpose, and blocks no event loop.

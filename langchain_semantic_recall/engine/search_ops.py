@@ -130,7 +130,11 @@ def _calibrated_search(
 def _keyword_half(
     query: str, scope: ScopeFilter, k: int
 ) -> Op[tuple[list[tuple[str, float]], Mapping[str, Sequence[StoredMessage]], int]]:
-    """The keyword matches, their messages, and the scope's size (up to the reference)."""
+    """The keyword matches, their messages, and the scope's size (up to the reference).
+
+    The matches' terms are worked out here too (`calibration.prepare`): this half ends
+    while the vector index is still being queried, which takes them off the search's path.
+    """
     keyword: list[tuple[str, float]] = yield steps.keyword_search(query, scope=scope, limit=k)
     ids = [message_id for message_id, _ in keyword]
     found = (yield steps.read_windows(ids, before=0, after=0, scope=scope)) if ids else {}

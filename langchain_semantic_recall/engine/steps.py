@@ -176,10 +176,10 @@ class Nested(Step):
 
 
 class _SidePool:
-    """Threads for the second half of a `Both` in the sync driver, never queued behind.
+    """Threads for the first step of a `Both` in the sync driver, never queued behind.
 
-    When every worker is busy (many caller threads searching at once), the half runs on
-    the caller's thread instead, after the first: no worse than running them in turn.
+    When every worker is busy (many caller threads searching at once), both steps run on
+    the caller's thread, one after the other: no worse than running them in turn.
     """
 
     def __init__(self, workers: int = 8) -> None:
@@ -230,7 +230,7 @@ class Both(Step):
             return self.first.run(backends), self.second.run(backends)
         try:
             second = self.second.run(backends)
-        except BaseException:
+        except Exception:
             pending.result()  # the first step's error wins (raised here), else this one
             raise
         return pending.result(), second

@@ -69,6 +69,7 @@ def planned_writes(
 
 
 def _alone(write: Write) -> None:
+    # The piece's collection is looked up (or created: a Chroma write too) inside the gate.
     with CPU_GATE.alone():
         write()
 

@@ -18,7 +18,12 @@ WAIT_S = 10.0  # only reached when the awaited state never comes (then the test 
 
 def until(condition: Callable[[], bool]) -> bool:
     """Poll `condition` until it holds (True) or `WAIT_S` passes (False)."""
-    deadline = time.monotonic() + WAIT_S
+    return until_within(WAIT_S, condition)
+
+
+def until_within(seconds: float, condition: Callable[[], bool]) -> bool:
+    """Poll `condition` until it holds (True) or `seconds` pass (False)."""
+    deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
             return False
@@ -32,17 +37,17 @@ def in_thread(fn: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def holding(gate: CpuGate, enter: str, log: list[str], release: threading.Event) -> None:
-    hold = gate.model_run() if enter == "run" else gate.alone()
-    with hold:
-        log.append(f"{enter} in")
+def holding(gate: CpuGate, kind: str, label: str, log: list[str], release: threading.Event) -> None:
+    """Hold the gate as a model run (`kind` "run") or alone ("write") until `release`."""
+    with gate.model_run() if kind == "run" else gate.alone():
+        log.append(f"{label} in")
         release.wait(WAIT_S)
-        log.append(f"{enter} out")
+        log.append(f"{label} out")
 
 
 def test_model_runs_share_the_gate() -> None:
     gate, log, release = CpuGate(), [], threading.Event()
-    threads = [in_thread(lambda: holding(gate, "run", log, release)) for _ in range(2)]
+    threads = [in_thread(lambda: holding(gate, "run", "run", log, release)) for _ in range(2)]
     assert until(lambda: log.count("run in") == 2)  # both inside at once
     release.set()
     for thread in threads:
@@ -53,14 +58,16 @@ def test_model_runs_share_the_gate() -> None:
 def test_a_write_waits_for_the_run_in_progress_and_holds_back_the_runs_after_it() -> None:
     gate, log = CpuGate(), []
     first_run, write, late_run = threading.Event(), threading.Event(), threading.Event()
-    threads = [in_thread(lambda: holding(gate, "run", log, first_run))]
+    threads = [in_thread(lambda: holding(gate, "run", "run", log, first_run))]
     assert until(lambda: log == ["run in"])
-    threads.append(in_thread(lambda: holding(gate, "write", log, write)))
+    threads.append(in_thread(lambda: holding(gate, "write", "write", log, write)))
     assert until(lambda: gate._waiting == 1)  # the write waits for the run
-    threads.append(in_thread(lambda: holding(gate, "late run", log, late_run)))
+    late_run.set()  # the late run would leave at once: it must not even get in
+    threads.append(in_thread(lambda: holding(gate, "run", "late run", log, late_run)))
+    # Not held back, it gets in within a millisecond or so, beside the first run.
+    assert not until_within(0.3, lambda: "late run in" in log)
     first_run.set()
-    assert until(lambda: log[-1] == "write in")
-    late_run.set()  # it may go as soon as it is in: it must not be before the write ends
+    assert until(lambda: "write in" in log)
     write.set()
     for thread in threads:
         thread.join(WAIT_S)
@@ -86,8 +93,7 @@ def test_an_async_embedded_chroma_write_waits_for_a_model_run(tmp_path: Path) ->
     scope = ScopeFilter(resource_id="alice")
     log: list[str] = []
     release = threading.Event()
-    run = in_thread(lambda: holding(CPU_GATE, "run", log, release))
-    assert until(lambda: log == ["run in"])
+    run = in_thread(lambda: holding(CPU_GATE, "run", "run", log, release))
 
     async def write_while_the_model_runs() -> int:
         upsert = asyncio.ensure_future(index.aupsert("gate-test", records))
@@ -98,8 +104,12 @@ def test_an_async_embedded_chroma_write_waits_for_a_model_run(tmp_path: Path) ->
         await upsert
         return written_meanwhile
 
-    assert asyncio.run(write_while_the_model_runs()) == 0
-    run.join(WAIT_S)
+    try:
+        assert until(lambda: log == ["run in"])
+        assert asyncio.run(write_while_the_model_runs()) == 0
+    finally:
+        release.set()  # the gate is the process's: never leave it held for later tests
+        run.join(WAIT_S)
     assert index.count("gate-test", scope) == 3
     index.close()
 
