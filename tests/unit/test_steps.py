@@ -134,6 +134,25 @@ def test_both_raises_the_first_steps_error_before_the_second_s(
     assert run_both(op) == [f"raised {raised}"] * 2
 
 
+@dataclass(frozen=True)
+class Interrupt(Step):
+    """Raises KeyboardInterrupt, as a Ctrl-C in the middle of a step does."""
+
+    def run(self, backends: Backends) -> Any:
+        raise KeyboardInterrupt
+
+    async def arun(self, backends: Backends) -> Any:
+        raise KeyboardInterrupt
+
+
+def test_both_lets_an_interrupt_on_the_caller_through_whatever_the_worker_raised() -> None:
+    def op() -> Op[Any]:
+        return (yield Both(Echo(ValueError("vectors")), Interrupt()))
+
+    with pytest.raises(KeyboardInterrupt):
+        drive(op(), BACKENDS)
+
+
 def test_misspelt_ids_are_errors_not_ignored() -> None:
     memory = make_memory()
     question = [HumanMessage("dog?")]
