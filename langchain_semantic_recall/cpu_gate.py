@@ -62,6 +62,7 @@ class CpuGate:
         """Hold the gate alone: no model run and no other write until this one ends."""
         with self._changed:
             self._waiting += 1
+            self._changed.notify_all()  # every change of state is announced
             try:
                 self._changed.wait_for(lambda: not self._writing and not self._runs)
             except BaseException:  # interrupted: let the runs held back by it go

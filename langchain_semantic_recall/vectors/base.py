@@ -145,10 +145,7 @@ class VectorIndex:
             InvalidInputError: `k` is not an int >= 1, or `scope` is not a ScopeFilter.
             EmbeddingMismatchError: the vector has another dimension than the index.
         """
-        check_index_name(name)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidInputError(f"k must be at least 1, got {k!r}")
-        _check_scope(scope, required=True)
+        _check_search(name, k, scope)
         return self._query(name, vector, k=k, scope=scope)
 
     def nearest(
@@ -163,10 +160,7 @@ class VectorIndex:
         Raises:
             the errors of `query`.
         """
-        check_index_name(name)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidInputError(f"k must be at least 1, got {k!r}")
-        _check_scope(scope, required=True)
+        _check_search(name, k, scope)
         return self._nearest(name, vector, k=k, scope=scope)
 
     def delete(
@@ -422,6 +416,14 @@ def has_work(
             "delete needs thread_id, resource_id or message_ids; it never empties an index"
         )
     return message_ids is None or len(message_ids) > 0
+
+
+def _check_search(name: str, k: object, scope: object) -> None:
+    """The arguments of `query` and `nearest`: a legal name, `k` >= 1, a scope."""
+    check_index_name(name)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InvalidInputError(f"k must be at least 1, got {k!r}")
+    _check_scope(scope, required=True)
 
 
 def _check_scope(scope: object, *, required: bool = False) -> None:

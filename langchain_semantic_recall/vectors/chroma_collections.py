@@ -185,8 +185,10 @@ class ChromaCollections:
         for _, collection in self.scoped(name, scope):
             offset = 0
             while True:
-                get = partial(collection.get, where=where, limit=size, offset=offset)
-                result = read_retrying(partial(get, include=include))
+                get = partial(
+                    collection.get, where=where, limit=size, offset=offset, include=include
+                )
+                result = read_retrying(get)
                 ids = result["ids"]
                 metadatas = result["metadatas"] or [{} for _ in ids]
                 vectors = result["embeddings"] if embeddings else None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,19 +15,28 @@ from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 WAIT_S = 10.0  # only reached when the awaited state never comes (then the test fails)
 
 
-def until(condition: Callable[[], bool]) -> bool:
-    """Poll `condition` until it holds (True) or `WAIT_S` passes (False)."""
-    return until_within(WAIT_S, condition)
+class Log(list[str]):
+    """What the gate's holders did, in order; `wait_for` wakes at each entry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def append(self, entry: str) -> None:
+        with self._changed:
+            super().append(entry)
+            self._changed.notify_all()
+
+    def wait_for(self, condition: Callable[[], bool], timeout: float = WAIT_S) -> bool:
+        """Whether `condition` came to hold within `timeout` seconds."""
+        with self._changed:
+            return self._changed.wait_for(condition, timeout)
 
 
-def until_within(seconds: float, condition: Callable[[], bool]) -> bool:
-    """Poll `condition` until it holds (True) or `seconds` pass (False)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
+def writes_waiting(gate: CpuGate, count: int) -> bool:
+    """Whether `count` writes come to wait at `gate` within `WAIT_S` (it announces each)."""
+    with gate._changed:
+        return gate._changed.wait_for(lambda: gate._waiting == count, WAIT_S)
 
 
 def in_thread(fn: Callable[[], None]) -> threading.Thread:
@@ -37,7 +45,7 @@ def in_thread(fn: Callable[[], None]) -> threading.Thread:
     return thread
 
 
-def holding(gate: CpuGate, kind: str, label: str, log: list[str], release: threading.Event) -> None:
+def holding(gate: CpuGate, kind: str, label: str, log: Log, release: threading.Event) -> None:
     """Hold the gate as a model run (`kind` "run") or alone ("write") until `release`."""
     with gate.model_run() if kind == "run" else gate.alone():
         log.append(f"{label} in")
@@ -46,9 +54,9 @@ def holding(gate: CpuGate, kind: str, label: str, log: list[str], release: threa
 
 
 def test_model_runs_share_the_gate() -> None:
-    gate, log, release = CpuGate(), [], threading.Event()
+    gate, log, release = CpuGate(), Log(), threading.Event()
     threads = [in_thread(lambda: holding(gate, "run", "run", log, release)) for _ in range(2)]
-    assert until(lambda: log.count("run in") == 2)  # both inside at once
+    assert log.wait_for(lambda: log.count("run in") == 2)  # both inside at once
     release.set()
     for thread in threads:
         thread.join(WAIT_S)
@@ -56,18 +64,18 @@ def test_model_runs_share_the_gate() -> None:
 
 
 def test_a_write_waits_for_the_run_in_progress_and_holds_back_the_runs_after_it() -> None:
-    gate, log = CpuGate(), []
+    gate, log = CpuGate(), Log()
     first_run, write, late_run = threading.Event(), threading.Event(), threading.Event()
     threads = [in_thread(lambda: holding(gate, "run", "run", log, first_run))]
-    assert until(lambda: log == ["run in"])
+    assert log.wait_for(lambda: log == ["run in"])
     threads.append(in_thread(lambda: holding(gate, "write", "write", log, write)))
-    assert until(lambda: gate._waiting == 1)  # the write waits for the run
+    assert writes_waiting(gate, 1)  # the write waits for the run
     late_run.set()  # the late run would leave at once: it must not even get in
     threads.append(in_thread(lambda: holding(gate, "run", "late run", log, late_run)))
     # Not held back, it gets in within a millisecond or so, beside the first run.
-    assert not until_within(0.3, lambda: "late run in" in log)
+    assert not log.wait_for(lambda: "late run in" in log, timeout=0.3)
     first_run.set()
-    assert until(lambda: "write in" in log)
+    assert log.wait_for(lambda: "write in" in log)
     write.set()
     for thread in threads:
         thread.join(WAIT_S)
@@ -91,13 +99,13 @@ def test_an_async_embedded_chroma_write_waits_for_a_model_run(tmp_path: Path) ->
         for n in range(3)
     ]
     scope = ScopeFilter(resource_id="alice")
-    log: list[str] = []
+    log = Log()
     release = threading.Event()
     run = in_thread(lambda: holding(CPU_GATE, "run", "run", log, release))
 
     async def write_while_the_model_runs() -> int:
         upsert = asyncio.ensure_future(index.aupsert("gate-test", records))
-        waited = await asyncio.to_thread(until, lambda: CPU_GATE._waiting == 1)
+        waited = await asyncio.to_thread(writes_waiting, CPU_GATE, 1)
         assert waited, "the write never came to the gate"
         written_meanwhile = index.count("gate-test", scope)
         release.set()
@@ -105,7 +113,7 @@ def test_an_async_embedded_chroma_write_waits_for_a_model_run(tmp_path: Path) ->
         return written_meanwhile
 
     try:
-        assert until(lambda: log == ["run in"])
+        assert log.wait_for(lambda: log == ["run in"])
         assert asyncio.run(write_while_the_model_runs()) == 0
     finally:
         release.set()  # the gate is the process's: never leave it held for later tests
