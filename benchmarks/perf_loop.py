@@ -1,10 +1,12 @@
 """Event-loop stalls while the async API works: the longest the loop waited, measured.
 
 A ticker coroutine sleeps 1 ms in a loop and records how late it wakes up: any sync work
-done on the event loop (embedding, SQLite, Chroma, BM25...) shows up as a stall. Three
-scenarios, each on the embedded default (SQLite + embedded Chroma + the real local
-model, fresh store in a temporary folder), each `--rounds` times, plus a baseline:
+done on the event loop (embedding, SQLite, Chroma, BM25...) shows up as a stall, and so
+does a thread that holds the GIL. Three scenarios of the package, each on the embedded
+default (SQLite + embedded Chroma + the real local model, fresh store in a temporary
+folder), and two baselines with no package code, each `--rounds` times:
 
+* ``idle``: the ticker alone (the machine's own noise);
 * ``engine``: 20 ``aindex`` (one turn each: a user and an assistant message) and 20
   ``arecall`` at once;
 * ``graph``: 20 ``create_recall_graph(...).ainvoke`` turns at once (recall node, a fake
@@ -12,15 +14,21 @@ model, fresh store in a temporary folder), each `--rounds` times, plus a baselin
 * ``middleware``: 20 ``create_agent(..., middleware=[SemanticRecallMiddleware])``
   ``ainvoke`` turns at once;
 * ``agent alone``: the same agent turns without the middleware: what LangGraph and the
-  agent loop stall on their own, the baseline of the two scenarios above.
+  agent loop stall on their own, the baseline of the two scenarios above;
+* ``Chroma writes alone``: the vector writes of an ``engine`` round (20 upserts of 2
+  vectors into one collection per user, in the same Chroma store) made with chromadb
+  directly, one at a time in the default executor, as our write gate makes them: no
+  package code runs, so this is the floor of ``engine`` (chromadb's embedded bindings
+  hold the GIL through a write, chroma-core/chroma#3873).
 
-Prints max and p99 stall (ms) per scenario; the target is no stall over 25 ms. Garbage
+Prints max and p99 stall (ms) per scenario; the target is no stall over 25 ms. ``--only``
+runs the scenarios whose names start with the given prefixes. Garbage
 collection pauses every thread: the longest pause is printed, and the max stall once the
 pauses are taken out of each tick. ``--gc-freeze`` calls ``gc.freeze()`` after the warm-up
 (what a server may do at start-up; the package never touches the collector);
 ``--chroma-url`` runs on a Chroma server (``chroma run``) instead of embedded Chroma.
 
-    python benchmarks/perf_loop.py                 # ~1-2 min
+    python benchmarks/perf_loop.py                 # ~30 s
     python benchmarks/perf_loop.py --rounds 1 --concurrency 4 --out /tmp/x   # smoke
 """
 
@@ -39,9 +47,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import chromadb
 import numpy as np
 import perf_common as pc
+from chromadb.config import Settings
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
@@ -52,9 +63,18 @@ from langchain_semantic_recall.graph import create_recall_graph
 from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+from langchain_semantic_recall.vectors.chroma_layout import DEFAULT_HNSW
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 
 TICK_S = 0.001
+SCENARIOS = (
+    "idle (ticker alone)",
+    "engine",
+    "graph",
+    "middleware",
+    "agent alone (no memory)",
+    "Chroma writes alone (no package code)",
+)
 _TOPICS = ("garden", "piano", "tennis", "paris trip", "allergy", "new job", "the dog", "bread")
 
 
@@ -144,6 +164,42 @@ def _summary(ticks: list[Tick], pauses: _GcPauses, seconds: float) -> dict[str, 
     }
 
 
+def _chosen(name: str, only: list[str] | None) -> bool:
+    return only is None or any(name.startswith(prefix) for prefix in only)
+
+
+def _raw_chroma_writes(
+    args: argparse.Namespace, root: Path, users: list[str]
+) -> Callable[[str, int], None]:
+    """`write(user, n)`: upsert one turn's 2 random vectors with chromadb, no package code."""
+    settings = Settings(anonymized_telemetry=False)
+    if args.chroma_url:
+        url = urlsplit(args.chroma_url)
+        client = chromadb.HttpClient(host=url.hostname or "", port=url.port or 8000)
+    else:
+        client = chromadb.PersistentClient(str(root / "chroma"), settings=settings)  # same store
+    collections = {
+        user: client.get_or_create_collection(
+            f"alone-{os.getpid()}-{user}", configuration={"hnsw": dict(DEFAULT_HNSW)}
+        )
+        for user in users
+    }
+    rng = np.random.default_rng(0)
+    lock = threading.Lock()
+
+    def write(user: str, n: int) -> None:
+        with lock:  # numpy's Generator is not thread-safe
+            vectors = rng.standard_normal((2, 384)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        collections[user].upsert(
+            ids=[f"{n}-user", f"{n}-assistant"],
+            embeddings=vectors,
+            metadatas=[{"thread_id": f"t-{n % 20}", "role": role} for role in ("user", "ai")],
+        )
+
+    return write
+
+
 async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Every scenario on one store; returns the stall summaries."""
     if args.default_executor:
@@ -219,6 +275,13 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             )
         )
 
+    chroma_writes = _raw_chroma_writes(args, root, sorted(set(users)))
+
+    async def chroma_round() -> None:  # chromadb alone, one write at a time: engine's floor
+        loop = asyncio.get_running_loop()
+        for i in range(n):
+            await loop.run_in_executor(None, chroma_writes, users[i], next(counter))
+
     async def idle_round() -> None:  # the machine's own noise: the ticker alone
         await asyncio.sleep(0.5)
 
@@ -226,13 +289,10 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         gc.collect()
         gc.freeze()
     results: dict[str, Any] = {}
-    for name, work in (
-        ("idle (ticker alone)", idle_round),
-        ("engine", engine_round),
-        ("graph", graph_round),
-        ("middleware", agent_round),
-        ("agent alone (no memory)", bare_round),
-    ):
+    rounds = (idle_round, engine_round, graph_round, agent_round, bare_round, chroma_round)
+    for name, work in zip(SCENARIOS, rounds, strict=True):
+        if not _chosen(name, args.only):
+            continue
         stalls: list[Tick] = []
         start = time.perf_counter()
         pauses = _GcPauses()
@@ -260,8 +320,14 @@ def main() -> None:
     parser.add_argument(
         "--chroma-url", default=None, help="a Chroma server (chroma run) instead of embedded"
     )
+    parser.add_argument(
+        "--only", nargs="+", default=None, metavar="SCENARIO", help="run only these (by prefix)"
+    )
     parser.add_argument("--out", type=Path, default=pc.RESULTS, help="results folder")
     args = parser.parse_args()
+    for prefix in args.only or ():
+        if not any(_chosen(name, [prefix]) for name in SCENARIOS):
+            parser.error(f"--only {prefix!r}: no scenario starts with it; scenarios: {SCENARIOS}")
     root = Path(tempfile.mkdtemp(prefix="perf-loop-"))
     try:
         results = asyncio.run(run(args, root))

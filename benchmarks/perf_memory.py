@@ -7,12 +7,13 @@ the way a server meets its users, and prints the resident memory (RSS) as resour
 are touched: growth per touched resource, and whether it levels off.
 
 ``--chroma-cache N`` bounds embedded Chroma's cache of loaded HNSW indexes to N
-collections (``vectors.chroma_bounded.persistent_bounded``); 0 keeps
-Chroma's default (RLIMIT_NOFILE / 5 collections: 200,000 on a typical Linux box, i.e.
+collections (``vectors.chroma_bounded.persistent_bounded``); the default is the package
+default (``settings.DEFAULT_MAX_LOADED``, what ``SemanticRecall.local`` opens); 0 keeps
+Chroma's own default (RLIMIT_NOFILE / 5 collections: 200,000 on a typical Linux box, i.e.
 never evicts).
 
     python benchmarks/perf_memory.py --resources 300 --messages 1000          # ~4 min
-    python benchmarks/perf_memory.py --resources 300 --chroma-cache 50 --work DIR
+    python benchmarks/perf_memory.py --resources 300 --chroma-cache 0 --work DIR  # unbounded
     python benchmarks/perf_memory.py --resources 6 --messages 50 --out /tmp/x  # smoke
 """
 
@@ -33,6 +34,7 @@ from langchain_core.messages import HumanMessage
 
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.records import MessageRecord
+from langchain_semantic_recall.settings import DEFAULT_MAX_LOADED
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
 
@@ -45,7 +47,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--resources", type=int, default=300)
     parser.add_argument("--messages", type=int, default=1000, help="messages per resource")
-    parser.add_argument("--chroma-cache", type=int, default=0, help="HNSW indexes kept loaded")
+    parser.add_argument(
+        "--chroma-cache",
+        type=int,
+        default=DEFAULT_MAX_LOADED,
+        help="HNSW indexes kept loaded (0: Chroma's own cache, which never evicts)",
+    )
     parser.add_argument("--out", type=Path, default=pc.RESULTS, help="results folder")
     parser.add_argument("--work", type=Path, default=None, help="store folder (reused if built)")
     parser.add_argument("--phase", default=None, help=argparse.SUPPRESS)

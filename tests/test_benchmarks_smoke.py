@@ -84,11 +84,26 @@ def test_perf_loop_smoke(tmp_path: Path) -> None:
     out = _run("perf_loop.py", *("--rounds", "1", "--concurrency", "3", "--out", str(tmp_path)))
     assert "max stall ms" in out
     results = json.loads((tmp_path / "perf_loop.json").read_text())
-    scenarios = ("idle (ticker alone)", "engine", "graph", "middleware", "agent alone (no memory)")
+    scenarios = (
+        "idle (ticker alone)",
+        "engine",
+        "graph",
+        "middleware",
+        "agent alone (no memory)",
+        "Chroma writes alone (no package code)",
+    )
+    assert set(results) - {"args"} == set(scenarios)
     for scenario in scenarios:
         assert results[scenario]["ticks"] > 0
         assert results[scenario]["max_ms"] >= 0
         assert 0 <= results[scenario]["max_outside_gc_ms"] <= results[scenario]["max_ms"]
+
+
+def test_perf_loop_runs_only_the_scenarios_asked(tmp_path: Path) -> None:
+    args = ("--rounds", "1", "--concurrency", "2", "--only", "engine", "Chroma")
+    _run("perf_loop.py", *args, "--out", str(tmp_path))
+    results = json.loads((tmp_path / "perf_loop.json").read_text())
+    assert set(results) - {"args"} == {"engine", "Chroma writes alone (no package code)"}
 
 
 def test_perf_memory_smoke(tmp_path: Path) -> None:
