@@ -51,6 +51,10 @@ __all__ = ["export_lines", "read_jsonl", "read_jsonl_lines"]
 
 def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) -> str:
     value = row.get(key, default)
+    if key not in row and f"{key}_id" in row:  # the Python API's name for the same field
+        raise ValueError(
+            f"'{key}' is missing: this line has '{key}_id', which the JSONL calls '{key}'"
+        )
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"'{key}' must be a non-empty string")
     return check_id(f"'{key}'", value)

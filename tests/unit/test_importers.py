@@ -406,6 +406,20 @@ def test_read_conversations_dispatches_and_needs_a_resource_for_chatgpt(tmp_path
     assert read_jsonl(lines).skipped[0].reason == "'resource' must be a non-empty string"
 
 
+def test_jsonl_names_the_python_api_field_it_got_instead(tmp_path: Path) -> None:
+    lines = tmp_path / "history.jsonl"
+    row = {"resource_id": "alice", "thread_id": "t", "role": "user", "content": "x"}
+    lines.write_text(json.dumps(row), encoding="utf-8")
+    report = read_jsonl(lines)
+    assert report.conversations == []
+    assert report.skipped[0].reason == (
+        "'resource' is missing: this line has 'resource_id', which the JSONL calls 'resource'"
+    )
+    row = {"resource": "alice", "thread_id": "t", "role": "user", "content": "x"}
+    lines.write_text(json.dumps(row), encoding="utf-8")
+    assert "which the JSONL calls 'thread'" in read_jsonl(lines).skipped[0].reason
+
+
 # --- export ------------------------------------------------------------------------------
 
 
