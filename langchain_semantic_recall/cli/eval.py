@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -108,7 +109,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--json-out", metavar="FILE", help="write settings, summary, questions")
     parser.add_argument("--store", metavar="DIR", help="load into DIR and keep it")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (none unless on a terminal)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -280,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     if not dataset.questions:
         raise UsageError(f"{path} has no question with evidence to ask")
     options = _options(args)
-    progress = not args.no_progress
+    progress = not args.no_progress and sys.stderr.isatty()  # a log file gets no bar redraws
     with tempfile.TemporaryDirectory(prefix="semantic-recall-eval-") as scratch:
         store = Path(args.store) if args.store else Path(scratch)
         memory = SemanticRecall.local(store, embeddings=common.create_embeddings(), **options)

@@ -282,6 +282,13 @@ def fake_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")
 
 
+def test_eval_draws_no_progress_bars_into_a_file(
+    locomo_file: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", "locomo", str(locomo_file)]) == 0  # stderr is captured: no terminal
+    assert "querying" not in capsys.readouterr().err
+
+
 def test_eval_locomo_smoke_run_writes_a_rescorable_report(
     locomo_file: Path,
     tmp_path: Path,
