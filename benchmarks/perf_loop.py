@@ -168,36 +168,41 @@ def _chosen(name: str, only: list[str] | None) -> bool:
     return only is None or any(name.startswith(prefix) for prefix in only)
 
 
-def _raw_chroma_writes(
-    args: argparse.Namespace, root: Path, users: list[str]
-) -> Callable[[str, int], None]:
-    """`write(user, n)`: upsert one turn's 2 random vectors with chromadb, no package code."""
-    settings = Settings(anonymized_telemetry=False)
-    if args.chroma_url:
-        url = urlsplit(args.chroma_url)
-        client = chromadb.HttpClient(host=url.hostname or "", port=url.port or 8000)
-    else:
-        client = chromadb.PersistentClient(str(root / "chroma"), settings=settings)  # same store
-    collections = {
-        user: client.get_or_create_collection(
-            f"alone-{os.getpid()}-{user}", configuration={"hnsw": dict(DEFAULT_HNSW)}
-        )
-        for user in users
-    }
-    rng = np.random.default_rng(0)
-    lock = threading.Lock()
+class _RawChromaWrites:
+    """One turn's 2 random vectors upserted with chromadb alone (no package code)."""
 
-    def write(user: str, n: int) -> None:
-        with lock:  # numpy's Generator is not thread-safe
-            vectors = rng.standard_normal((2, 384)).astype(np.float32)
+    def __init__(self, args: argparse.Namespace, root: Path, users: list[str]) -> None:
+        """One collection per user: in the run's embedded store, or on `--chroma-url`."""
+        if args.chroma_url:
+            url = urlsplit(args.chroma_url)
+            self._client = chromadb.HttpClient(host=url.hostname or "", port=url.port or 8000)
+        else:  # the engine's own store (the same embedded client)
+            settings = Settings(anonymized_telemetry=False)
+            self._client = chromadb.PersistentClient(str(root / "chroma"), settings=settings)
+        self._collections = {
+            user: self._client.get_or_create_collection(
+                f"alone-{os.getpid()}-{user}", configuration={"hnsw": dict(DEFAULT_HNSW)}
+            )
+            for user in users
+        }
+        self._rng = np.random.default_rng(0)
+        self._lock = threading.Lock()  # numpy's Generator is not thread-safe
+
+    def write(self, user: str, n: int) -> None:
+        """Upsert turn `n` of `user` (two unit vectors)."""
+        with self._lock:
+            vectors = self._rng.standard_normal((2, 384)).astype(np.float32)
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-        collections[user].upsert(
+        self._collections[user].upsert(
             ids=[f"{n}-user", f"{n}-assistant"],
             embeddings=vectors,
             metadatas=[{"thread_id": f"t-{n % 20}", "role": role} for role in ("user", "ai")],
         )
 
-    return write
+    def close(self) -> None:
+        """Drop the collections (a Chroma server keeps them otherwise)."""
+        for collection in self._collections.values():
+            self._client.delete_collection(collection.name)
 
 
 async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -275,12 +280,17 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             )
         )
 
-    chroma_writes = _raw_chroma_writes(args, root, sorted(set(users)))
+    raw = (
+        _RawChromaWrites(args, root, sorted(set(users)))
+        if _chosen(SCENARIOS[-1], args.only)
+        else None
+    )
 
     async def chroma_round() -> None:  # chromadb alone, one write at a time: engine's floor
+        assert raw is not None
         loop = asyncio.get_running_loop()
         for i in range(n):
-            await loop.run_in_executor(None, chroma_writes, users[i], next(counter))
+            await loop.run_in_executor(None, raw.write, users[i], next(counter))
 
     async def idle_round() -> None:  # the machine's own noise: the ticker alone
         await asyncio.sleep(0.5)
@@ -290,21 +300,29 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         gc.freeze()
     results: dict[str, Any] = {}
     rounds = (idle_round, engine_round, graph_round, agent_round, bare_round, chroma_round)
-    for name, work in zip(SCENARIOS, rounds, strict=True):
-        if not _chosen(name, args.only):
-            continue
-        stalls: list[Tick] = []
-        start = time.perf_counter()
-        pauses = _GcPauses()
-        gc.callbacks.append(pauses)
-        try:
-            for _ in range(args.rounds):
-                stalls += await _measure(work)
-        finally:
-            gc.callbacks.remove(pauses)
-        results[name] = _summary(stalls, pauses, time.perf_counter() - start)
-    await storage.aclose()
+    try:
+        for name, work in zip(SCENARIOS, rounds, strict=True):
+            if _chosen(name, args.only):
+                results[name] = await _scenario(work, args.rounds)
+    finally:
+        if raw is not None:
+            raw.close()
+        await storage.aclose()
     return results
+
+
+async def _scenario(work: Callable[[], Awaitable[Any]], rounds: int) -> dict[str, float]:
+    """`rounds` rounds of `work` under the ticker, summarised."""
+    stalls: list[Tick] = []
+    start = time.perf_counter()
+    pauses = _GcPauses()
+    gc.callbacks.append(pauses)
+    try:
+        for _ in range(rounds):
+            stalls += await _measure(work)
+    finally:
+        gc.callbacks.remove(pauses)
+    return _summary(stalls, pauses, time.perf_counter() - start)
 
 
 def main() -> None:
