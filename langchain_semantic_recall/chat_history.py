@@ -31,6 +31,7 @@ from langchain_core.messages import BaseMessage
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.core import CallIds
 from langchain_semantic_recall.engine.identity import Identity
+from langchain_semantic_recall.engine.maintenance_ops import owned_thread
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError
 from langchain_semantic_recall.memory_contract import check_saved
@@ -46,11 +47,12 @@ _PAGE = 1000
 def _history_op(scope: ScopeFilter, last: int | None) -> Op[list[StoredMessage]]:
     """Every message of the thread in order (or its `last` ones).
 
-    A forgotten thread is an error here, before the model runs
-    (`RunnableWithMessageHistory` swallows errors raised when it adds the turn's messages
-    afterwards).
+    A forgotten thread, or one of another resource, is an error here, before the model
+    runs (`RunnableWithMessageHistory` swallows errors raised when it adds the turn's
+    messages afterwards).
     """
     thread_id = scope.thread_id or ""
+    yield from owned_thread(thread_id, scope.resource_id)
     if (yield steps.is_forgotten(thread_id)):
         raise ForgottenThreadError(
             f"session {thread_id!r} was forgotten, so its id is retired and new messages "
@@ -113,7 +115,12 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The stored messages of the session, in order (the `last` ones)."""
+        """The stored messages of the session, in order (the `last` ones).
+
+        Raises:
+            OwnershipError: the session is a thread of another resource.
+            ForgottenThreadError: the session was forgotten.
+        """
         stored = self.memory.core.run(_history_op(self._scope(), self.last))
         return [m.to_message() for m in stored]
 

@@ -206,7 +206,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
             raise
 
     def with_options(self, **changes: Any) -> SemanticRecall:
-        """An engine on the same storage, vectors, embedder and cache, some options changed.
+        """An engine on the same backends and cache, some options changed (a view keeps its ids).
 
         ```python
         precise = memory.with_options(top_k=1, scope="thread")
@@ -217,7 +217,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
             raise InvalidOptionError(f"{sorted(fixed)} cannot change: build a new engine")
         options = {**self._options, **changes, "cache": self.cache}
         options["vector_store"] = self.vector_store
-        return type(self)(**options)
+        changed = type(self)(**options)
+        object.__setattr__(changed, "_core", changed._core.bound_to(self._core.bound))
+        return changed
 
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
         """A view bound to one conversation, its ids every call's (classic memory contract)."""
@@ -340,10 +342,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def forget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Delete a thread's messages and vectors for good; returns messages deleted.
 
-        Its id is retired: a later `index` of it stores nothing and says so
-        (`result.forgotten`); graph nodes and the middleware raise
-        `ForgottenThreadError`. Pass `resource_id` to refuse deleting a thread of
-        another resource. Idempotent: call it again if it raised.
+        Its id is retired: a later `index` of it stores nothing and says so (`result.forgotten`);
+        graph nodes and the middleware raise `ForgottenThreadError`. Idempotent: call it again
+        if it raised. A thread of another resource than the call's raises `OwnershipError`.
         """
         return self._core.run(self._core.forget_thread(thread_id, resource_id, retire=True))
 
@@ -390,7 +391,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return await self._core.arun(self._core.purge())
 
     def stats(self, *, resource_id: str | None = None, thread_id: str | None = None) -> RecallStats:
-        """Counts of messages, threads and vectors, and how many vectors are missing."""
+        """Counts (messages, threads, vectors, missing) of the call's resource, or of all."""
         return self._core.run(self._core.stats(resource_id, thread_id))
 
     async def astats(

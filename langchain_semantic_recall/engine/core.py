@@ -41,7 +41,11 @@ from langchain_semantic_recall.engine.search_ops import (
     turn_recall_op,
 )
 from langchain_semantic_recall.engine.steps import Backends, Op, Progress, adrive, drive
-from langchain_semantic_recall.errors import InvalidOptionError, ReadOnlyError
+from langchain_semantic_recall.errors import (
+    IdentityMismatchError,
+    InvalidOptionError,
+    ReadOnlyError,
+)
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
 from langchain_semantic_recall.messages import to_messages
 from langchain_semantic_recall.options import (
@@ -211,6 +215,24 @@ class EngineCore:
             context=context,
         )
 
+    def bound_to(self, bound: Identity) -> EngineCore:
+        """This core with a view's bound ids (`for_thread`; kept by `with_options`)."""
+        return dataclasses.replace(self, bound=bound)
+
+    def owner(self, resource_id: object = None) -> str | None:
+        """The resource a maintenance call acts for (None: no source gave one).
+
+        The one identity rule, for the resource only: the call's `resource_id`, then a
+        `for_thread` view's, then the run's config and context; on an authenticated
+        LangGraph server the signed-in user, and a different `resource_id` is refused.
+        A call's thread never comes from the run: maintenance names it explicitly.
+
+        Raises:
+            IdentityMismatchError: `resource_id` differs from the authenticated user.
+        """
+        resolved = resource_id if resource_id is not None else self.bound.resource_id
+        return resolve_identity(self.plan.keys, resource_id=resolved).resource_id
+
     def _writable(self, what: str) -> None:
         if self.plan.read_only:
             raise ReadOnlyError(f"{what} writes, and this engine was built with read_only=True")
@@ -277,6 +299,9 @@ class EngineCore:
         checked(options, BulkOptions)
         progress = options.get("progress")
         size = check_batch(options.get("batch_size", 2048), progress)
+        who = resolve_identity(self.plan.keys)
+        if who.authenticated:  # a signed-in user imports only into their own memory
+            conversations = _held_to(conversations, who)
         return bulk_index_op(
             self.backends.space,
             conversations,
@@ -287,13 +312,15 @@ class EngineCore:
         )
 
     def forget_thread(self, thread_id: str, resource_id: str | None, *, retire: bool) -> Op[int]:
-        """Delete a thread; `retire` also refuses later writes to it."""
+        """Delete a thread of the call's owner (`owner`); `retire` also refuses later writes."""
         self._writable("forgetting" if retire else "clearing")
-        return forget_thread_op(self.backends.space, thread_id, resource_id, retire=retire)
+        owner = self.owner(resource_id)
+        return forget_thread_op(self.backends.space, thread_id, owner, retire=retire)
 
     def forget_resource(self, resource_id: str) -> Op[int]:
-        """Delete every thread of a resource, and retire their ids."""
+        """Delete every thread of a resource, and retire their ids (refused for another user)."""
         self._writable("forgetting")
+        self.owner(resource_id)  # an authenticated user forgets only themselves
         return forget_resource_op(self.backends.space, resource_id)
 
     def reindex(self, options: ReindexOptions) -> Op[int]:
@@ -301,9 +328,10 @@ class EngineCore:
         self._writable("reindex")
         checked(options, ReindexOptions)
         progress = options.get("progress")
+        scope = maintenance_scope(self.owner(options.get("resource_id")), options.get("thread_id"))
         return reindex_op(
             self.backends.space,
-            scope=maintenance_scope(options.get("resource_id"), options.get("thread_id")),
+            scope=scope,
             missing_only=bool(options.get("missing_only", False)),
             batch_size=check_batch(options.get("batch_size", 256), progress),
             progress=progress,
@@ -317,5 +345,18 @@ class EngineCore:
         return purge_op(self.backends)
 
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
-        """Counts of messages, threads and vectors in scope."""
-        return stats_op(self.backends.space, maintenance_scope(resource_id, thread_id))
+        """Counts of messages, threads and vectors of the call's owner (`owner`) in scope."""
+        scope = maintenance_scope(self.owner(resource_id), thread_id)
+        return stats_op(self.backends.space, scope)
+
+
+def _held_to(conversations: Iterable[Conversation], who: Identity) -> Iterable[Conversation]:
+    """The conversations, refusing one of another resource than the signed-in user's."""
+    for thread_id, resource_id, messages in conversations:
+        if resource_id != who.resource_id:
+            raise IdentityMismatchError(
+                f"the run is authenticated as {who.resource_id!r} but a conversation to "
+                f"import belongs to {resource_id!r}: a signed-in user imports only into "
+                "their own memory"
+            )
+        yield thread_id, resource_id, messages

@@ -1,4 +1,11 @@
-"""Forgetting, emptying, reindexing and stats, each written once as a generator of steps."""
+"""Forgetting, emptying, reindexing and stats, each written once as a generator of steps.
+
+Each operation acts for an owner: the resource the engine resolved for the call (its
+argument, a `for_thread` view's, the run's config or context, and on an authenticated
+LangGraph server always the signed-in user; see `engine.identity`). With an owner, a
+thread of another resource is refused (`OwnershipError`) before anything is read,
+counted or deleted; without one (no source gave a resource) the call covers everything.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +53,21 @@ def maintenance_scope(resource_id: str | None, thread_id: str | None) -> ScopeFi
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
+def owned_thread(thread_id: str, resource_id: str | None) -> Op[str | None]:
+    """The thread's owner (None: nothing stored), refusing a thread of another resource.
+
+    Raises:
+        OwnershipError: `resource_id` is given and another resource owns the thread.
+    """
+    owner: str | None = yield steps.thread_owner(thread_id)
+    if resource_id is not None and owner is not None and owner != resource_id:
+        raise OwnershipError(
+            f"thread {thread_id!r} does not belong to resource {resource_id!r}: a call "
+            "made for a resource reads, counts and deletes only that resource's threads"
+        )
+    return owner
+
+
 def check_batch(batch_size: object, progress: object) -> int:
     """`batch_size` if it is an int >= 1 and `progress` is callable or None.
 
@@ -72,14 +94,13 @@ def forget_thread_op(
     """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
 
     Raises:
-        OwnershipError: `resource_id` is given and the thread belongs to another one.
+        OwnershipError: `resource_id` (the call's owner) is given and the thread
+            belongs to another one; nothing is deleted.
     """
     check_id("thread_id", thread_id)
     if resource_id is not None:
         check_id("resource_id", resource_id)
-    owner = yield steps.thread_owner(thread_id)
-    if resource_id is not None and owner is not None and owner != resource_id:
-        raise OwnershipError(f"thread {thread_id!r} does not belong to resource {resource_id!r}")
+    owner = yield from owned_thread(thread_id, resource_id)
     deleted = yield steps.delete_thread(thread_id, retire=retire)
     yield steps.clear_cache()  # it holds recent texts
     info = yield from space.resolve()
@@ -117,7 +138,11 @@ def reindex_op(
 
     With `missing_only`, only messages without a vector, and vectors whose message is
     gone are removed. A thread forgotten while this runs keeps no vector.
+
+    Raises:
+        OwnershipError: the scope names a thread of another resource than its own.
     """
+    yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = (yield steps.vector_message_ids(info, scope)) if missing_only else set()
     stored_ids: set[str] = set()
@@ -139,6 +164,12 @@ def reindex_op(
     return written
 
 
+def _check_scope(scope: ScopeFilter | None) -> Op[None]:
+    """Refuse a scope whose thread belongs to another resource than the scope's."""
+    if scope is not None and scope.thread_id is not None and scope.resource_id is not None:
+        yield from owned_thread(scope.thread_id, scope.resource_id)
+
+
 def _drop_forgotten(info: IndexInfo, written: Sequence[StoredMessage]) -> Op[int]:
     """Delete the vectors just written for threads forgotten meanwhile; returns how many.
 
@@ -155,7 +186,12 @@ def _drop_forgotten(info: IndexInfo, written: Sequence[StoredMessage]) -> Op[int
 
 
 def stats_op(space: VectorSpace, scope: ScopeFilter | None) -> Op[RecallStats]:
-    """Counts of messages, threads and vectors, and how many vectors are missing."""
+    """Counts of messages, threads and vectors, and how many vectors are missing.
+
+    Raises:
+        OwnershipError: the scope names a thread of another resource than its own.
+    """
+    yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = yield steps.vector_message_ids(info, scope)
     messages = 0

@@ -1,0 +1,231 @@
+"""A signed-in user touches only their own memory (issue 23, item 1).
+
+Inside a run whose config carries `langgraph_auth_user_id` (what a node, tool or endpoint
+on an authenticated LangGraph server sees), every destructive, counting and writing call
+that names another resource or another resource's thread is refused with
+`OwnershipError`, on every surface (engine, `for_thread` views, chat history, classic
+memory), sync and async, and nothing is deleted, retired or written. The histories,
+the victims' ids (look-alikes of the signed-in user's included) and the order of the
+calls are generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.errors import OwnershipError
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+T = TypeVar("T")
+USER = "alice"
+OWN_THREAD = "alice-own"
+# Other resources, some looking like the signed-in user on purpose.
+VICTIMS = st.sampled_from(["bob", "Alice", "alice ", "ａlice", "alice\u200b", "carol", "7"])
+WORDS = st.sampled_from(["lisbon", "peanut", "garden", "deploy", "sister", "tomato"])
+
+
+def signed_in(user: str, call: Callable[[], T]) -> T:
+    """`call()` inside a run of `user`, as a node or tool of an authenticated server sees it."""
+    config: RunnableConfig = {"configurable": {"langgraph_auth_user_id": user}}
+
+    # Wrapped in a list: a runnable returned by a RunnableLambda would be invoked.
+    def run(_: object) -> list[T]:
+        return [call()]
+
+    wrapped: list[T] = RunnableLambda(run).invoke(None, config)
+    return wrapped[0]
+
+
+def asigned_in(user: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Async twin of `signed_in`: the call awaited inside the run."""
+    config: RunnableConfig = {"configurable": {"langgraph_auth_user_id": user}}
+
+    async def run(_: object) -> list[T]:
+        return [await call()]
+
+    return asyncio.run(RunnableLambda(run).ainvoke(None, config))[0]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a call names: another resource and one of its threads."""
+
+    resource: str
+    thread: str
+
+
+def turn(text: str) -> list[Any]:
+    return [HumanMessage(text), AIMessage(f"noted: {text}")]
+
+
+# Every call that deletes, counts, lists or writes, by surface; each names the target.
+SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
+    "clear_thread": lambda m, t: m.clear_thread(t.thread),
+    "clear_thread(resource=user)": lambda m, t: m.clear_thread(t.thread, resource_id=USER),
+    "clear_thread(resource=other)": lambda m, t: m.clear_thread(t.thread, resource_id=t.resource),
+    "forget_thread": lambda m, t: m.forget_thread(t.thread),
+    "forget_thread(resource=other)": lambda m, t: m.forget_thread(t.thread, resource_id=t.resource),
+    "forget_resource": lambda m, t: m.forget_resource(t.resource),
+    "stats(resource)": lambda m, t: m.stats(resource_id=t.resource),
+    "stats(thread)": lambda m, t: m.stats(thread_id=t.thread),
+    "stats(resource, thread)": lambda m, t: m.stats(resource_id=t.resource, thread_id=t.thread),
+    "reindex(resource)": lambda m, t: m.reindex(resource_id=t.resource),
+    "reindex(thread)": lambda m, t: m.reindex(thread_id=t.thread, missing_only=True),
+    "bulk_index": lambda m, t: m.bulk_index([("planted", t.resource, turn("planted"))]),
+    "index": lambda m, t: m.index(turn("planted"), thread_id=t.thread),
+    "view.clear": lambda m, t: m.for_thread(t.thread).clear(),
+    "view(other).clear": lambda m, t: m.for_thread(t.thread, t.resource).clear(),
+    "view.with_options.clear": lambda m, t: m.for_thread(t.thread).with_options(top_k=1).clear(),
+    "view.forget_thread": lambda m, t: m.for_thread(t.thread).forget_thread(t.thread),
+    "own view.forget_thread": lambda m, t: m.for_thread(OWN_THREAD).forget_thread(t.thread),
+    "view.stats": lambda m, t: m.for_thread(t.thread).stats(thread_id=t.thread),
+    "save_context": lambda m, t: m.for_thread(t.thread).save_context(
+        {"input": "planted"}, {"output": "ok"}
+    ),
+    "chat_history.clear": lambda m, t: m.chat_history(t.thread).clear(),
+    "chat_history(other).clear": lambda m, t: m.chat_history(
+        t.thread, resource_id=t.resource
+    ).clear(),
+    "chat_history.messages": lambda m, t: m.chat_history(t.thread).messages,
+    "chat_history.add_messages": lambda m, t: m.chat_history(t.thread).add_messages(
+        turn("planted")
+    ),
+}
+
+ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = {
+    "aclear_thread": lambda m, t: m.aclear_thread(t.thread),
+    "aclear_thread(resource=other)": lambda m, t: m.aclear_thread(t.thread, resource_id=t.resource),
+    "aforget_thread": lambda m, t: m.aforget_thread(t.thread),
+    "aforget_thread(resource=other)": lambda m, t: m.aforget_thread(
+        t.thread, resource_id=t.resource
+    ),
+    "aforget_resource": lambda m, t: m.aforget_resource(t.resource),
+    "astats(resource)": lambda m, t: m.astats(resource_id=t.resource),
+    "astats(thread)": lambda m, t: m.astats(thread_id=t.thread),
+    "areindex(resource)": lambda m, t: m.areindex(resource_id=t.resource),
+    "areindex(thread)": lambda m, t: m.areindex(thread_id=t.thread, missing_only=True),
+    "abulk_index": lambda m, t: m.abulk_index([("planted", t.resource, turn("planted"))]),
+    "aindex": lambda m, t: m.aindex(turn("planted"), thread_id=t.thread),
+    "view.aclear": lambda m, t: m.for_thread(t.thread).aclear(),
+    "view.with_options.aclear": lambda m, t: m.for_thread(t.thread).with_options(top_k=1).aclear(),
+    "own view.aforget_thread": lambda m, t: m.for_thread(OWN_THREAD).aforget_thread(t.thread),
+    "asave_context": lambda m, t: m.for_thread(t.thread).asave_context(
+        {"input": "planted"}, {"output": "ok"}
+    ),
+    "chat_history.aclear": lambda m, t: m.chat_history(t.thread).aclear(),
+    "chat_history.aget_messages": lambda m, t: m.chat_history(t.thread).aget_messages(),
+    "chat_history.aadd_messages": lambda m, t: m.chat_history(t.thread).aadd_messages(
+        turn("planted")
+    ),
+}
+
+CALLS = [(name, False) for name in SYNC_CALLS] + [(name, True) for name in ASYNC_CALLS]
+
+
+def engine(scope: str) -> SemanticRecall:
+    return SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        scope=scope,  # type: ignore[arg-type]
+    )
+
+
+def snapshot(memory: SemanticRecall) -> tuple[object, ...]:
+    """Everything a call could change: messages, owners, vectors, retired thread ids."""
+    messages = sorted((m.id, m.thread_id, m.resource_id, m.text) for m in _all(memory))
+    threads = sorted((t.thread_id, t.resource_id) for t in memory.storage.list_threads())
+    vectors = memory.vector_store.message_ids(memory.ensure_index().name)
+    retired = sorted(t for t, _ in threads if memory.storage.is_forgotten(t))
+    return messages, threads, sorted(vectors), retired
+
+
+def _all(memory: SemanticRecall) -> list[Any]:
+    found: list[Any] = []
+    after: tuple[str, int] | None = None
+    while page := memory.storage.list_messages(None, after=after, limit=100):
+        found.extend(page)
+        after = (page[-1].thread_id, page[-1].seq)
+    return found
+
+
+def attempt(memory: SemanticRecall, name: str, is_async: bool, target: Target) -> None:
+    if is_async:
+        acall = ASYNC_CALLS[name]
+        asigned_in(USER, lambda: acall(memory, target))
+    else:
+        call = SYNC_CALLS[name]
+        signed_in(USER, lambda: call(memory, target))
+
+
+histories = st.lists(
+    st.tuples(VICTIMS, st.integers(0, 2), st.lists(WORDS, min_size=1, max_size=3).map(" ".join)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=histories,
+    own=st.lists(WORDS, min_size=1, max_size=3).map(" ".join),
+    order=st.permutations(CALLS),
+    pick=st.integers(0, 100),
+    scope=st.sampled_from(["resource", "thread"]),
+)
+def test_a_signed_in_user_cannot_delete_count_or_write_another_resources_memory(
+    rows: list[tuple[str, int, str]],
+    own: str,
+    order: list[tuple[str, bool]],
+    pick: int,
+    scope: str,
+) -> None:
+    memory = engine(scope)
+    memory.index(turn(own), thread_id=OWN_THREAD, resource_id=USER)
+    for resource, n, text in rows:
+        memory.index(turn(text), thread_id=f"{resource}/t{n}", resource_id=resource)
+    resource, n, _ = rows[pick % len(rows)]
+    target = Target(resource=resource, thread=f"{resource}/t{n}")
+    before = snapshot(memory)
+    for name, is_async in order:
+        with pytest.raises(OwnershipError):
+            attempt(memory, name, is_async, target)
+        assert snapshot(memory) == before, name
+
+
+def test_the_signed_in_user_still_manages_their_own_memory() -> None:
+    """The refusals are about the target: the same calls on the user's own thread work."""
+    memory = engine("resource")
+    memory.index(turn("peanut"), thread_id=OWN_THREAD, resource_id=USER)
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    assert signed_in(USER, memory.stats).messages == 2  # only alice's, not bob's
+    history = signed_in(USER, lambda: memory.chat_history(OWN_THREAD).messages)
+    assert [m.text for m in history] == ["peanut", "noted: peanut"]
+    assert signed_in(USER, lambda: memory.for_thread(OWN_THREAD).clear_thread(OWN_THREAD)) == 2
+    assert asigned_in(USER, lambda: memory.aforget_resource(USER)) == 0
+    assert memory.stats(resource_id="bob").messages == 2  # bob's untouched
+
+
+def test_without_a_signed_in_user_an_explicit_resource_holds_the_call_to_it() -> None:
+    """The same rule outside a server: a call made for a resource stays in it."""
+    memory = engine("resource")
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    with pytest.raises(OwnershipError):
+        memory.stats(resource_id="alice", thread_id="bob/t0")
+    with pytest.raises(OwnershipError):
+        memory.for_thread("alice/t0", "alice").forget_thread("bob/t0")
+    with pytest.raises(OwnershipError):
+        memory.chat_history("bob/t0", resource_id="alice").messages  # noqa: B018
+    assert memory.stats(thread_id="bob/t0").messages == 2  # an admin call: no resource
+    assert memory.forget_thread("bob/t0") == 2
