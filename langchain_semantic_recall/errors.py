@@ -69,3 +69,16 @@ class CompactNotSupportedError(SemanticRecallError, NotImplementedError):
     Raised before anything is changed, by `SemanticRecall.purge` on an engine whose
     storage or vector index has no compaction (a LangChain `VectorStore`, a custom backend).
     """
+
+
+PROGRAMMING_ERRORS: tuple[type[Exception], ...] = (
+    TypeError,
+    AttributeError,
+    NameError,
+    AssertionError,
+)
+"""Errors of code (ours, a backend's, a caller's), never of a backend being unavailable.
+
+Recall degrades to "no recall" when the embedder, vector index or storage fails; these
+are raised instead, so that a bug is seen rather than read as "nothing to remember".
+"""

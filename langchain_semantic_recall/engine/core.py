@@ -47,7 +47,7 @@ from langchain_semantic_recall.errors import (
     ReadOnlyError,
 )
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
-from langchain_semantic_recall.messages import to_messages
+from langchain_semantic_recall.messages import check_id, to_messages
 from langchain_semantic_recall.options import (
     Scope,
     check_positive,
@@ -230,6 +230,8 @@ class EngineCore:
         Raises:
             IdentityMismatchError: `resource_id` differs from the authenticated user.
         """
+        if resource_id is not None:
+            check_id("resource_id", resource_id)  # text only, as maintenance always took
         resolved = resource_id if resource_id is not None else self.bound.resource_id
         return resolve_identity(self.plan.keys, resource_id=resolved).resource_id
 

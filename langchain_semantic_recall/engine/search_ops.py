@@ -167,8 +167,11 @@ def recall_op(
 
     No human text: the input unchanged (documented no-op). A failure of the embedder,
     vector index or storage is logged and recalls nothing; configuration errors (missing
-    ids, dimension mismatch) are raised.
+    ids, dimension mismatch) and programming errors (`errors.PROGRAMMING_ERRORS`:
+    `TypeError`, `AttributeError`, ...) are raised.
     """
+    from langchain_semantic_recall.errors import PROGRAMMING_ERRORS
+
     items = list(messages)
     search_scope(request.identity, request.scope, keys, "recall")  # missing ids are loud
     query = query_text(items)
@@ -179,6 +182,8 @@ def recall_op(
             space, keys, SearchRequest(query, request.identity, request.scope, request.plan)
         )
     except CONFIGURATION_ERRORS:
+        raise
+    except PROGRAMMING_ERRORS:  # a bug is never read as "nothing to remember"
         raise
     except Exception:
         logger.warning("recall failed; continuing without recall", exc_info=True)
@@ -201,19 +206,30 @@ def turn_recall_op(
     """Recall for one turn of a conversation runtime (graph nodes, middleware).
 
     Before the model is called, refuses a thread that was forgotten or belongs to
-    another resource: the turn would otherwise run and then fail to be stored.
+    another resource: the turn would otherwise run and then fail to be stored. These
+    checks fail closed: when the storage cannot answer them, the turn is refused too
+    (it is never run unchecked).
 
     Raises:
         ForgottenThreadError: the thread was forgotten (its id is retired).
         OwnershipError: the thread belongs to another resource.
+        StorageError: the storage could not say who owns the thread or whether it was
+            forgotten.
     """
+    from langchain_semantic_recall.errors import PROGRAMMING_ERRORS, StorageError
+
     thread_id = request.identity.require_thread(keys, "recall")
     try:
         owner = yield steps.thread_owner(thread_id)
         forgotten = yield steps.is_forgotten(thread_id)
-    except Exception:  # the storage is down: recall degrades below, the turn goes on
-        logger.warning("could not read thread %r from the storage", thread_id, exc_info=True)
-        owner, forgotten = None, False
+    except PROGRAMMING_ERRORS:
+        raise
+    except Exception as error:
+        raise StorageError(
+            f"could not check thread {thread_id!r} in the storage (its owner and whether it "
+            f"was forgotten): {error!r}. The turn is refused rather than run unchecked; "
+            "retry when the storage is reachable"
+        ) from error
     if forgotten:
         raise ForgottenThreadError(
             f"thread {thread_id!r} was forgotten, so its id is retired and new turns of it "
