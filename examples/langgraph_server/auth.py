@@ -59,6 +59,23 @@ async def create_own_thread(
     return {"owner": ctx.user.identity}
 
 
+@auth.on.threads.update
+async def keep_the_owner(
+    ctx: Auth.types.AuthContext, value: Auth.types.ThreadsUpdate
+) -> Auth.types.FilterType:
+    """An update touches the caller's threads only and never changes a thread's owner.
+
+    Without this, ``threads.update(thread, metadata={"owner": "bob"})`` would hand a
+    thread (and what the checkpoint holds) to another user, or hide it from its owner.
+    """
+    metadata = value.get("metadata") or {}
+    if "owner" in metadata and metadata["owner"] != ctx.user.identity:
+        raise Auth.exceptions.HTTPException(
+            status_code=403, detail="a thread's owner cannot be changed"
+        )
+    return {"owner": ctx.user.identity}
+
+
 @auth.on.threads
 async def own_threads(ctx: Auth.types.AuthContext, value: dict[str, Any]) -> Auth.types.FilterType:
     """Every other thread operation (read, search, runs, ...) sees the caller's threads only."""

@@ -430,6 +430,24 @@ async def test_threads_and_tokens_are_checked_by_the_auth_handler(server: DevSer
             await nobody.threads.create()
 
 
+async def test_a_user_cannot_hand_a_thread_to_another_owner(server: DevServer) -> None:
+    """``threads.update`` may change metadata, never the owner the auth handler stamped."""
+    from langgraph_sdk.errors import NotFoundError, PermissionDeniedError
+
+    async with client_of(server, "alice") as alice, client_of(server, "bob") as bob:
+        thread = await new_thread(alice)
+        with pytest.raises(PermissionDeniedError):
+            await alice.threads.update(thread, metadata={"owner": "bob"})
+        with pytest.raises(NotFoundError):  # bob never owned it
+            await bob.threads.update(thread, metadata={"owner": "bob"})
+        await alice.threads.update(thread, metadata={"topic": "trips", "owner": "alice"})
+        kept = await alice.threads.get(thread)
+        assert kept["metadata"]["owner"] == "alice"
+        assert kept["metadata"]["topic"] == "trips"
+        with pytest.raises(NotFoundError):
+            await bob.threads.get(thread)
+
+
 async def test_memory_survives_a_server_restart(server: DevServer) -> None:
     facts = {graph: unique_fact() for graph in GRAPHS}
     async with client_of(server, "alice") as alice:
