@@ -12,6 +12,13 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 ROLE_ORDER: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
 
+NO_RESOURCE = "(no resource)"
+"""The owner recorded for a thread first written without a resource (thread scope).
+
+Reserved: never accepted as a caller's resource id. The first write that names a
+resource gives such a thread that owner (`MessageStorage.adopt_thread`).
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class MessageRecord:

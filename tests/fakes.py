@@ -138,6 +138,10 @@ class RecordingStorage(MessageStorage):
         self._record("is_forgotten", thread_id=thread_id)
         return self.inner.is_forgotten(thread_id)
 
+    def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
+        self._record("adopt_thread", thread_id=thread_id, resource_id=resource_id)
+        return self.inner.adopt_thread(thread_id, resource_id)
+
 
 class RecordingVectors(VectorIndex):
     """Wraps a vector index and records every call; can be made to fail."""

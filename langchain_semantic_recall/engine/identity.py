@@ -35,7 +35,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.options import Scope
-from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
 
 AUTH_USER_KEY = "langgraph_auth_user_id"
 """Where a LangGraph server with custom authentication puts the authenticated user's id."""
@@ -204,9 +204,16 @@ def search_scope(
 
     Raises:
         MissingIdentityError: the id the scope needs is missing.
+        InvalidInputError: resource scope for `NO_RESOURCE`.
     """
     if scope == "resource":
-        return ScopeFilter(resource_id=identity.require_resource(keys, what))
+        resource = identity.require_resource(keys, what)
+        if resource == NO_RESOURCE:  # every thread stored without a resource: nobody's
+            raise InvalidInputError(
+                f"{NO_RESOURCE!r} is the mark of threads stored without a resource, not a "
+                "resource to search: search one of them with scope='thread'"
+            )
+        return ScopeFilter(resource_id=resource)
     thread = identity.require_thread(keys, what)
     if identity.resource_id is None:
         return None

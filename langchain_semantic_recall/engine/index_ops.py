@@ -21,7 +21,11 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.errors import EmbeddingMismatchError, ForgottenThreadError
+from langchain_semantic_recall.errors import (
+    EmbeddingMismatchError,
+    ForgottenThreadError,
+    OwnershipError,
+)
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     build_records,
@@ -33,6 +37,7 @@ from langchain_semantic_recall.messages import (
 )
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import (
+    NO_RESOURCE,
     IndexResult,
     MessageFate,
     MessageRecord,
@@ -249,8 +254,9 @@ def index_op(
     if resource_id is None:
         if scope == "resource":
             identity.require_resource(keys, "index")
-        # Thread scope without users: the thread's owner, or the thread is its own owner.
-        resource_id = (yield steps.thread_owner(thread_id)) or thread_id
+        # Thread scope without users: the thread's owner, or none yet (`NO_RESOURCE`,
+        # until a write that names a resource adopts the thread).
+        resource_id = (yield steps.thread_owner(thread_id)) or NO_RESOURCE
     check_id("resource_id", resource_id)
     turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC))
     if read_only:
@@ -266,17 +272,22 @@ def index_op(
         logger.warning("could not read which messages are stored; writing all", exc_info=True)
         known = {}
     _settle_known(turn, known)
+    adopted = False
     try:
         if turn.records:
-            yield steps.put_messages(turn.to_write())
+            adopted = yield from _put_adopting(turn.to_write(), thread_id, resource_id)
     except ForgottenThreadError:
         logger.warning("thread %r was forgotten; nothing of this call was stored", thread_id)
         return turn.refuse_all(FORGOTTEN)
     to_embed = turn.to_embed()
-    if not to_embed:
+    if not to_embed and not adopted:
         return turn.result()
     try:
         info = yield from space.resolve()
+        if adopted:  # its earlier vectors were written under no resource
+            yield from _move_vectors(
+                info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
+            )
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
         yield steps.upsert_vectors(info, rows)
         if (yield steps.is_forgotten(thread_id)):  # forgotten while we embedded
@@ -295,6 +306,47 @@ def index_op(
         )
         return turn.result(error=repr(error))
     return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
+
+
+def _put_adopting(records: Sequence[MessageRecord], thread_id: str, resource_id: str) -> Op[bool]:
+    """Store the records; a thread stored without a resource is first adopted by this one.
+
+    Returns whether the thread was adopted.
+
+    Raises:
+        OwnershipError: the thread (or a message id) belongs to another owner.
+    """
+    try:
+        yield steps.put_messages(records)
+        return False
+    except OwnershipError:
+        if resource_id == NO_RESOURCE or (yield steps.thread_owner(thread_id)) != NO_RESOURCE:
+            raise
+    yield steps.adopt_thread(thread_id, resource_id)
+    yield steps.put_messages(records)
+    return True
+
+
+def _move_vectors(
+    info: IndexInfo,
+    space: VectorSpace,
+    thread_id: str,
+    written: Sequence[MessageRecord],
+    *,
+    max_chars: int | None,
+    logger: logging.Logger,
+) -> Op[None]:
+    """Write an adopted thread's earlier vectors again under its owner, drop the old ones."""
+    yield steps.delete_vectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
+    skip = {r.id for r in written}
+    after: tuple[str, int] | None = None
+    scope = ScopeFilter(thread_id=thread_id)
+    while page := (yield steps.list_messages(scope, after=after, limit=256)):
+        after = (page[-1].thread_id, page[-1].seq)
+        todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
+        if todo:
+            rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
+            yield steps.upsert_vectors(info, rows)
 
 
 # --- bulk import ---------------------------------------------------------------------------

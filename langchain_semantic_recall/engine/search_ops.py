@@ -217,6 +217,7 @@ def turn_recall_op(
             forgotten.
     """
     from langchain_semantic_recall.errors import PROGRAMMING_ERRORS, StorageError
+    from langchain_semantic_recall.records import NO_RESOURCE
 
     thread_id = request.identity.require_thread(keys, "recall")
     try:
@@ -237,7 +238,8 @@ def turn_recall_op(
             "its checkpoint, which still holds the old messages)"
         )
     resource_id = request.identity.resource_id
-    if owner is not None and resource_id is not None and owner != resource_id:
+    # A thread stored without a resource is adopted by the turn's write (`index`).
+    if owner not in (None, NO_RESOURCE) and resource_id is not None and owner != resource_id:
         raise OwnershipError(
             f"thread {thread_id!r} belongs to another resource, not {resource_id!r}: a "
             f"conversation keeps one owner. Start a new thread id for {resource_id!r}"

@@ -327,6 +327,11 @@ def list_threads(resource_id: str | None) -> Step:
     return _storage("list_threads", (resource_id,))
 
 
+def adopt_thread(thread_id: str, resource_id: str) -> Step:
+    """Step: give a thread stored without an owner its owner (`MessageStorage.adopt_thread`)."""
+    return _storage("adopt_thread", (thread_id, resource_id))
+
+
 def delete_thread(thread_id: str, *, retire: bool) -> Step:
     """Step: delete a thread's messages; `retire` also retires its id."""
     return _storage("delete_thread", (thread_id,), {"retire": retire})

@@ -15,6 +15,8 @@ Rules every backend keeps:
   keeps its place (sequence number) in the thread: re-indexing never duplicates. When
   one batch repeats an id, the last record wins. A failed batch uses up no sequence
   numbers.
+- A thread written without a resource is owned by `NO_RESOURCE` until
+  `adopt_thread` gives it its owner (once: a compare-and-set).
 - A forgotten thread is retired: later writes to it raise `ForgottenThreadError`.
   Deleting a thread that was never written still retires its id. Emptying a thread
   (`delete_thread(..., retire=False)`) deletes its messages and its owner but leaves
@@ -140,6 +142,25 @@ class MessageStorage(ABC):
         """Async twin of `put`."""
         checked = checked_records(records)
         return await self._aput(checked) if checked else []
+
+    def adopt_thread(self, thread_id: str, resource_id: str) -> int:
+        """Give a thread stored without an owner (`NO_RESOURCE`) the owner `resource_id`.
+
+        Atomic; every message of the thread moves to `resource_id`. Returns the messages
+        moved: 0 when the thread is unknown or already owned by `resource_id`.
+
+        Raises:
+            OwnershipError: the thread is owned by another resource.
+        """
+        check_id("thread_id", thread_id)
+        check_id("resource_id", resource_id)
+        return self._adopt_thread(thread_id, resource_id)
+
+    async def aadopt_thread(self, thread_id: str, resource_id: str) -> int:
+        """Async twin of `adopt_thread`."""
+        check_id("thread_id", thread_id)
+        check_id("resource_id", resource_id)
+        return await self._aadopt_thread(thread_id, resource_id)
 
     def delete_thread(self, thread_id: str, *, retire: bool = True) -> int:
         """Delete a thread's messages; returns the number deleted.
@@ -369,6 +390,13 @@ class MessageStorage(ABC):
     def _is_forgotten(self, thread_id: str) -> bool:
         """Whether the thread id is retired."""
 
+    def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
+        """Move an unowned thread to `resource_id` (see `adopt_thread`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot give an unowned thread an owner: implement "
+            "_adopt_thread, or always pass a resource id"
+        )
+
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
@@ -423,6 +451,9 @@ class MessageStorage(ABC):
 
     async def _ais_forgotten(self, thread_id: str) -> bool:
         return await run_in_executor(None, self._is_forgotten, thread_id)
+
+    async def _aadopt_thread(self, thread_id: str, resource_id: str) -> int:
+        return await run_in_executor(None, self._adopt_thread, thread_id, resource_id)
 
     async def _akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int

@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
 from langchain_semantic_recall.records import (
+    NO_RESOURCE,
     CompactResult,
     MessageRecord,
     ScopeFilter,
@@ -178,6 +179,19 @@ class InMemoryStorage(MessageStorage):
             for message in thread.messages:
                 del self._index[message.id]
                 self._unindex_terms(message.id, thread)
+            return len(thread.messages)
+
+    def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None or thread.resource_id == resource_id:
+                return 0
+            if thread.resource_id != NO_RESOURCE:
+                raise OwnershipError(
+                    f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
+                )
+            thread.resource_id = resource_id
+            thread.messages = [replace(m, resource_id=resource_id) for m in thread.messages]
             return len(thread.messages)
 
     def _delete_resource(self, resource_id: str) -> int:

@@ -28,6 +28,7 @@ from typing import Any, Final
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError, StorageError
 from langchain_semantic_recall.keywords import BM25Params, query_terms
 from langchain_semantic_recall.records import (
+    NO_RESOURCE,
     CompactResult,
     MessageRecord,
     ScopeFilter,
@@ -289,6 +290,19 @@ class SQLiteStorage(MessageStorage):
             if retire:
                 conn.execute(sql.FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
         return int(deleted)
+
+    def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
+        with self._write() as conn:  # rare: the keyword postings are simply reloaded
+            row = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
+            if row is None or row[0] == resource_id:
+                return 0
+            if row[0] != NO_RESOURCE:
+                raise OwnershipError(
+                    f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
+                )
+            fts.move_thread(conn, thread_id, resource_id)
+            conn.execute(sql.ADOPT_THREAD, (resource_id, thread_id))
+            return int(conn.execute(sql.ADOPT_THREAD_MESSAGES, (resource_id, thread_id)).rowcount)
 
     def _delete_resource(self, resource_id: str) -> int:
         now = _to_iso(datetime.now(UTC))

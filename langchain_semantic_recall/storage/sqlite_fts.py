@@ -160,6 +160,15 @@ def forget(
         conn.execute(statement, (value,))
 
 
+def move_thread(conn: sqlite3.Connection, thread_id: str, resource_id: str) -> None:
+    """Give the keyword index of a thread's messages a new resource (`adopt_thread`)."""
+    conn.execute(
+        "UPDATE message_fts SET scope = ? WHERE rowid IN (SELECT t.doc FROM message_terms "
+        "AS t JOIN messages AS m ON m.id = t.message_id WHERE m.thread_id = ?)",
+        (scope_tokens(resource_id, thread_id), thread_id),
+    )
+
+
 def backfill(conn: sqlite3.Connection) -> None:
     """Index the messages a version-1 file already holds (the migration to version 2)."""
     rows = conn.execute("SELECT id, thread_id, resource_id, role, text FROM messages")

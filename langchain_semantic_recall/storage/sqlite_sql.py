@@ -48,6 +48,8 @@ FORGET_RESOURCE: Final = (
     "INSERT OR IGNORE INTO forgotten_threads "
     "SELECT thread_id, resource_id, ? FROM threads WHERE resource_id = ?"
 )
+ADOPT_THREAD: Final = "UPDATE threads SET resource_id = ? WHERE thread_id = ?"
+ADOPT_THREAD_MESSAGES: Final = "UPDATE messages SET resource_id = ? WHERE thread_id = ?"
 DELETE_RESOURCE_MESSAGES: Final = "DELETE FROM messages WHERE resource_id = ?"
 DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
 

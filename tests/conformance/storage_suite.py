@@ -30,7 +30,7 @@ from langchain_semantic_recall.errors import (
     InvalidInputError,
     OwnershipError,
 )
-from langchain_semantic_recall.records import MessageRecord, Role, ScopeFilter
+from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord, Role, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 
 BASE_TIME = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
@@ -507,6 +507,36 @@ class StorageConformance:
         assert storage.get_thread_owner("t1") == "r1"
         assert storage.get_thread_owner("t2") == "r2"
         assert storage.get_thread_owner("t3") is None
+
+    async def test_an_unowned_thread_is_adopted_once_whole(self, storage: MessageStorage) -> None:
+        """`adopt_thread` moves a thread stored without a resource to its first owner."""
+        storage.put(make_thread(3, "t1", NO_RESOURCE) + make_thread(2, "t2", "r2"))
+        assert storage.adopt_thread("t1", "alice") == 3
+        assert storage.get_thread_owner("t1") == "alice"
+        moved = storage.list_messages(ScopeFilter(thread_id="t1", resource_id="alice"))
+        assert ids(moved) == ["t1-m0", "t1-m1", "t1-m2"]
+        assert [m.seq for m in moved] == [m.seq for m in storage.list_messages()[:3]]
+        assert storage.count(ScopeFilter(resource_id=NO_RESOURCE)) == 0
+        if storage.supports_keyword_search:  # the keyword index follows the owner
+            alice = ScopeFilter(resource_id="alice")
+            assert [h for h, _ in storage.keyword_search("text t1-m1", scope=alice, limit=1)]
+            gone = storage.keyword_search(
+                "text", scope=ScopeFilter(resource_id=NO_RESOURCE), limit=5
+            )
+            assert gone == []
+        storage.put([make_record("t1-m3", "t1", "alice")])  # the owner writes on
+        with pytest.raises(OwnershipError):
+            storage.put([make_record("x", "t1", NO_RESOURCE)])
+        assert storage.adopt_thread("t1", "alice") == 0  # done already: nothing to move
+        with pytest.raises(OwnershipError):
+            storage.adopt_thread("t1", "bob")  # once owned, never taken
+        with pytest.raises(OwnershipError):
+            await storage.aadopt_thread("t2", "bob")  # an owned thread is never adopted
+        assert storage.get_thread_owner("t2") == "r2"
+        assert await storage.aadopt_thread("unknown", "bob") == 0
+        storage.put(make_thread(1, "t3", NO_RESOURCE))
+        assert await storage.aadopt_thread("t3", "bob") == 1
+        assert storage.get_thread_owner("t3") == "bob"
 
     # --- forgetting -------------------------------------------------------------------
 

@@ -26,7 +26,12 @@ from langchain_semantic_recall.errors import (
     OwnershipError,
 )
 from langchain_semantic_recall.keywords import BM25Params, bm25_score, message_terms, query_terms
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import (
+    NO_RESOURCE,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+)
 from langchain_semantic_recall.storage.base import ThreadInfo
 
 T = TypeVar("T")
@@ -370,6 +375,35 @@ def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
         (thread_id, owner.rows[0][0] if owner.rows else None),
     )
     return deleted
+
+
+def adopt_steps(thread_id: str, resource_id: str) -> Steps[int]:
+    """Give an unowned thread (`NO_RESOURCE`) its owner, under the thread's lock.
+
+    Raises:
+        OwnershipError: the thread is owned by another resource.
+    """
+    yield from _lock_steps([thread_id])
+    owner = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
+    if not owner or owner[0][0] == resource_id:
+        return 0
+    if owner[0][0] != NO_RESOURCE:
+        raise OwnershipError(
+            f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
+        )
+    yield Query(f"UPDATE {_T} SET resource_id = %s WHERE thread_id = %s", (resource_id, thread_id))
+    moved = yield Query(
+        f"UPDATE {_M} SET resource_id = %(new)s, tsv = CASE WHEN tsv IS NULL OR length(tsv) = 0 "
+        "THEN tsv ELSE ts_delete(tsv, %(old_token)s) || array_to_tsvector(ARRAY[%(new_token)s]) "
+        "END WHERE thread_id = %(thread)s",
+        {
+            "new": resource_id,
+            "old_token": _scope_token("r", NO_RESOURCE),
+            "new_token": _scope_token("r", resource_id),
+            "thread": thread_id,
+        },
+    )
+    return moved.rowcount
 
 
 def delete_resource_steps(resource_id: str) -> Steps[int]:

@@ -46,6 +46,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
     OWNER_SQL,
     Result,
     Steps,
+    adopt_steps,
     compact_steps,
     count_steps,
     delete_resource_steps,
@@ -352,6 +353,12 @@ class PostgresStorage(MessageStorage):
     async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
         steps = delete_thread_steps(thread_id, retire=retire)
         return await self._arun(steps, "delete", write=True)
+
+    def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
+        return self._run(adopt_steps(thread_id, resource_id), "write", write=True)
+
+    async def _aadopt_thread(self, thread_id: str, resource_id: str) -> int:
+        return await self._arun(adopt_steps(thread_id, resource_id), "write", write=True)
 
     def _delete_resource(self, resource_id: str) -> int:
         return self._run(delete_resource_steps(resource_id), "delete", write=True)

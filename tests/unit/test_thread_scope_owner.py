@@ -1,0 +1,119 @@
+"""Thread scope without a resource locks nobody out (issue 23, item 6).
+
+A thread first written without a resource (thread scope) is recorded with no owner
+(`NO_RESOURCE`, never the thread's own id); the first write that names a resource
+adopts it: its messages and vectors move to that resource, and from then on it is that
+resource's alone. Run on the in-memory backends and on what `SemanticRecall.local`
+builds (a SQLite file and a persistent Chroma, whose vectors are partitioned by resource).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
+from langchain_semantic_recall.turns import recall_turn
+from tests.fakes import FakeEmbeddings
+from tests.faults import LOCAL, MEMORY, Backend
+
+OLD = [
+    HumanMessage("my sister lives in Lisbon", id="old-0"),
+    AIMessage("Lisbon is lovely in spring", id="old-1"),
+]
+NEW = [HumanMessage("book a garden table", id="new-0"), AIMessage("booked", id="new-1")]
+
+
+def engine(backend: Backend, root: Path, **options: object) -> SemanticRecall:
+    return SemanticRecall(
+        storage=backend.make_storage(root),
+        vector_store=backend.make_vectors(root),
+        embeddings=FakeEmbeddings(),
+        scope="thread",
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def vector_ids(memory: SemanticRecall, scope: ScopeFilter) -> set[str]:
+    return memory.vector_store.message_ids(memory.ensure_index().name, scope)
+
+
+@pytest.fixture(params=[MEMORY, LOCAL], ids=str)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    backend: Backend = request.param
+    return backend
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_first_write_naming_a_resource_adopts_an_unowned_thread(
+    backend: Backend, tmp_path: Path, asynchronous: bool
+) -> None:
+    memory = engine(backend, tmp_path, search_mode="dense", threshold=0.0)
+    memory.index(OLD, thread_id="t1")
+    assert memory.storage.get_thread_owner("t1") == NO_RESOURCE  # no owner invented
+
+    if asynchronous:
+        result = asyncio.run(memory.aindex(NEW, thread_id="t1", resource_id="alice"))
+    else:
+        result = memory.index(NEW, thread_id="t1", resource_id="alice")
+    assert [f.fate for f in result.fates] == ["stored", "stored"]
+    assert result.error is None
+    assert memory.storage.get_thread_owner("t1") == "alice"
+    stored = memory.storage.list_messages(ScopeFilter(thread_id="t1"))
+    assert [(m.id, m.resource_id) for m in stored] == [
+        ("old-0", "alice"),
+        ("old-1", "alice"),
+        ("new-0", "alice"),
+        ("new-1", "alice"),
+    ]
+    alice = ScopeFilter(thread_id="t1", resource_id="alice")
+    assert vector_ids(memory, alice) == {"old-0", "old-1", "new-0", "new-1"}
+    assert vector_ids(memory, ScopeFilter(resource_id=NO_RESOURCE)) == set()
+    hits = memory.search("where does my sister live", thread_id="t1", resource_id="alice")
+    assert "old-0" in {m.id for hit in hits for m in hit.window}  # found through its vector
+
+    with pytest.raises(OwnershipError):
+        memory.index([HumanMessage("mine now?", id="b-0")], thread_id="t1", resource_id="bob")
+    memory.index([HumanMessage("still mine", id="new-2")], thread_id="t1")  # its owner's
+    assert memory.storage.get_thread_owner("t1") == "alice"
+    assert memory.stats(resource_id="alice").messages == 5
+
+
+def test_a_turn_with_a_resource_on_an_unowned_thread_is_not_refused(
+    backend: Backend, tmp_path: Path
+) -> None:
+    memory = engine(backend, tmp_path)
+    memory.index(OLD, thread_id="t1")
+    turn: list[BaseMessage] = [*OLD, HumanMessage("and my sister?", id="q")]
+    recall_turn(memory, turn, thread_id="t1", resource_id="alice")  # no OwnershipError
+    memory.index(turn, thread_id="t1", resource_id="alice")
+    assert memory.storage.get_thread_owner("t1") == "alice"
+
+
+def test_the_no_owner_mark_is_never_searched_as_one_resource(tmp_path: Path) -> None:
+    """Unowned threads are read one by one (thread scope), never all at once."""
+    memory = engine(MEMORY, tmp_path)
+    memory.index(OLD, thread_id="t1")
+    memory.index(NEW, thread_id="t2")
+    with pytest.raises(InvalidInputError, match="not a resource to search"):
+        memory.search("lisbon garden", resource_id=NO_RESOURCE, scope="resource")
+    with pytest.raises(InvalidInputError, match="not a resource to search"):
+        memory.with_options(scope="resource").recall(
+            [HumanMessage("lisbon garden")], resource_id=NO_RESOURCE
+        )
+    hits = memory.search("lisbon", thread_id="t1")  # one thread, by its id
+    assert {m.thread_id for hit in hits for m in hit.window} == {"t1"}
+
+
+def test_an_export_of_an_unowned_thread_restores_unowned(tmp_path: Path) -> None:
+    """What an export says (resource "(no resource)") writes an unowned thread again."""
+    memory = engine(MEMORY, tmp_path).with_options(scope="resource")
+    memory.index(OLD, thread_id="t1", resource_id=NO_RESOURCE)
+    assert memory.storage.get_thread_owner("t1") == NO_RESOURCE
+    memory.index(NEW, thread_id="t1", resource_id="alice")
+    assert memory.storage.get_thread_owner("t1") == "alice"
