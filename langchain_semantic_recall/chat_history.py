@@ -36,7 +36,7 @@ from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError
 from langchain_semantic_recall.memory_contract import check_saved
 from langchain_semantic_recall.options import check_positive
-from langchain_semantic_recall.records import ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
@@ -52,7 +52,8 @@ def _history_op(scope: ScopeFilter, last: int | None) -> Op[list[StoredMessage]]
     messages afterwards).
     """
     thread_id = scope.thread_id or ""
-    yield from owned_thread(thread_id, scope.resource_id)
+    if (yield from owned_thread(thread_id, scope.resource_id, unowned=True)) == NO_RESOURCE:
+        scope = ScopeFilter(thread_id=thread_id)  # stored without a resource: adopted next
     if (yield steps.is_forgotten(thread_id)):
         raise ForgottenThreadError(
             f"session {thread_id!r} was forgotten, so its id is retired and new messages "

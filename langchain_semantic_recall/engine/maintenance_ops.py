@@ -19,7 +19,7 @@ from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import check_id, skip_reason
-from langchain_semantic_recall.records import ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +53,20 @@ def maintenance_scope(resource_id: str | None, thread_id: str | None) -> ScopeFi
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
-def owned_thread(thread_id: str, resource_id: str | None) -> Op[str | None]:
+def owned_thread(
+    thread_id: str, resource_id: str | None, *, unowned: bool = False
+) -> Op[str | None]:
     """The thread's owner (None: nothing stored), refusing a thread of another resource.
+
+    With `unowned`, a thread stored without a resource (`NO_RESOURCE`, which the
+    caller's next write adopts) is accepted too.
 
     Raises:
         OwnershipError: `resource_id` is given and another resource owns the thread.
     """
     owner: str | None = yield steps.thread_owner(thread_id)
+    if unowned and owner == NO_RESOURCE:
+        return owner
     if resource_id is not None and owner is not None and owner != resource_id:
         raise OwnershipError(
             f"thread {thread_id!r} does not belong to resource {resource_id!r}: a call "

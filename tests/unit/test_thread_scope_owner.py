@@ -95,6 +95,20 @@ def test_a_turn_with_a_resource_on_an_unowned_thread_is_not_refused(
     assert memory.storage.get_thread_owner("t1") == "alice"
 
 
+def test_a_chat_history_with_a_resource_reads_and_adopts_an_unowned_session(
+    tmp_path: Path,
+) -> None:
+    memory = engine(MEMORY, tmp_path)
+    memory.index(OLD, thread_id="s1")
+    history = memory.chat_history("s1", resource_id="alice")
+    assert [m.id for m in history.messages] == ["old-0", "old-1"]
+    history.add_messages(NEW)
+    assert memory.storage.get_thread_owner("s1") == "alice"
+    assert [m.id for m in history.messages] == ["old-0", "old-1", "new-0", "new-1"]
+    with pytest.raises(OwnershipError):
+        memory.chat_history("s1", resource_id="bob").messages  # noqa: B018
+
+
 def test_the_no_owner_mark_is_never_searched_as_one_resource(tmp_path: Path) -> None:
     """Unowned threads are read one by one (thread scope), never all at once."""
     memory = engine(MEMORY, tmp_path)
