@@ -229,3 +229,16 @@ def test_without_a_signed_in_user_an_explicit_resource_holds_the_call_to_it() ->
         memory.chat_history("bob/t0", resource_id="alice").messages  # noqa: B018
     assert memory.stats(thread_id="bob/t0").messages == 2  # an admin call: no resource
     assert memory.forget_thread("bob/t0") == 2
+
+
+def test_with_options_keeps_a_views_ids() -> None:
+    """A `for_thread` view changed with `with_options` stays bound to its conversation."""
+    memory = engine("resource")
+    view = memory.for_thread("alice/t0", "alice").with_options(top_k=1, scope="thread")
+    assert (view.top_k, view.scope) == (1, "thread")
+    view.save_context({"input": "my sister lives in Lisbon"}, {"output": "noted"})
+    assert memory.stats(resource_id="alice", thread_id="alice/t0").messages == 2
+    recalled = view.load_memory_variables({"input": "where does my sister live?"})["history"]
+    assert [m.text for m in recalled] == ["my sister lives in Lisbon", "noted"]
+    view.clear()
+    assert memory.stats(thread_id="alice/t0").messages == 0
