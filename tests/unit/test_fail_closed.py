@@ -29,12 +29,17 @@ from tests.faults import (
 QUESTION = [HumanMessage("where did we go in Lisbon?", id="live")]
 
 
-def rig() -> tuple[SemanticRecall, FaultyStorage, FaultyVectors, FaultyEmbeddings]:
+def rig(
+    search_mode: str = "dense",
+) -> tuple[SemanticRecall, FaultyStorage, FaultyVectors, FaultyEmbeddings]:
     storage = FaultyStorage(InMemoryStorage())
     vectors = FaultyVectors(InMemoryVectorIndex())
     embeddings = FaultyEmbeddings()
     memory = SemanticRecall(
-        storage=storage, vector_store=vectors, embeddings=embeddings, search_mode="dense"
+        storage=storage,
+        vector_store=vectors,
+        embeddings=embeddings,
+        search_mode=search_mode,  # type: ignore[arg-type]
     )
     history: list[BaseMessage] = [
         HumanMessage("we went to Lisbon in March", id="m1"),
@@ -60,10 +65,11 @@ def test_a_turn_whose_checks_cannot_be_read_is_refused(op: str, error: Exception
 
 @pytest.mark.parametrize("bug", PROGRAMMING_ERRORS)
 @pytest.mark.parametrize("where", ["embeddings", "vectors", "storage"])
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
 def test_a_programming_error_under_recall_is_raised_not_read_as_no_memory(
-    bug: type[Exception], where: str
+    bug: type[Exception], where: str, mode: str
 ) -> None:
-    memory, storage, vectors, embeddings = rig()
+    memory, storage, vectors, embeddings = rig(mode)
     error = bug("a bug, not an outage")
     injectors: dict[str, Injector] = {
         "embeddings": embeddings.faults,
