@@ -13,7 +13,7 @@ Vector URLs:
 
 - `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma,
   keeping at most `DEFAULT_MAX_LOADED` resources' indexes loaded (all unloaded when one
-  more is needed, losing nothing: `vectors.chroma_bounded`; `?max_loaded=N` sets N, `0`
+  more is needed, losing nothing: `vectors.chroma_unload`; `?max_loaded=N` sets N, `0`
   keeps Chroma's own capacity, the open-file limit / 5);
 - `http://host:port`, `https://host`: a Chroma server (`chroma run`, or the
   front end of Chroma's distributed deployment);

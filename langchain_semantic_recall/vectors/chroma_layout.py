@@ -342,7 +342,7 @@ def retrying(read: Callable[[], _T], *, delays: Sequence[float], transient: type
     After each pause of `delays`, `read` runs again on a `transient` error that says
     "Error creating hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212):
     a write meanwhile loads the index again. In this process the cause, Chroma's own
-    eviction, is replaced (`chroma_bounded`); a Chroma server still evicts by itself.
+    eviction, is replaced (`chroma_unload`); a Chroma server still evicts by itself.
     Any other error, or the last failure, is raised.
     """
     for delay in (*delays, None):

@@ -27,7 +27,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.records import ScopeFilter, VectorRecord
-from langchain_semantic_recall.vectors.chroma_bounded import RestartingBindings, persistent_bounded
+from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
+from langchain_semantic_recall.vectors.chroma_unload import RestartingBindings
 from tests.fakes import FakeEmbeddings
 
 pytestmark = pytest.mark.slow

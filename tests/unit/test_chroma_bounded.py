@@ -12,10 +12,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_semantic_recall import InvalidOptionError, SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.settings import DEFAULT_MAX_LOADED, create_vector_index
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
-from langchain_semantic_recall.vectors.chroma_bounded import (
-    RestartingBindings,
-    persistent_bounded,
-)
+from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
+from langchain_semantic_recall.vectors.chroma_unload import RestartingBindings
 from tests.fakes import FakeEmbeddings
 
 
