@@ -33,7 +33,8 @@ from langchain_semantic_recall.formatting import (
 )
 from langchain_semantic_recall.messages import TITLE_KEY
 from langchain_semantic_recall.quoting import printable
-from langchain_semantic_recall.records import MessageRecord, StoredMessage
+from langchain_semantic_recall.records import MessageRecord, RecallHit, StoredMessage
+from langchain_semantic_recall.retriever import format_hits, transcript
 from tests.fakes import FakeEmbeddings
 
 TOKENS = [
@@ -144,6 +145,21 @@ def test_generated_hostile_text_never_reaches_the_block(
         messages, labels={"t0": title}, max_chars=700 if bounded else None
     )
     assert_clean(block)
+
+
+@FUZZ
+@given(st.lists(hostile_texts(), min_size=1, max_size=3), hostile_texts())
+def test_the_memory_tool_and_retriever_text_carry_none_either(
+    texts: list[str], thread: str
+) -> None:
+    window = tuple(stored(t, id_=str(n), thread=thread) for n, t in enumerate(texts))
+    hit = RecallHit(message=window[0], score=0.5, window=window)
+    for text in (format_hits([hit]), transcript(hit)):
+        for token in TOKENS:
+            assert token.lower() not in text.lower(), token
+        assert "<|" not in text
+        assert "|>" not in text
+        assert not HIDDEN & set(text)
 
 
 @FUZZ
