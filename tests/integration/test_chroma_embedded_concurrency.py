@@ -6,10 +6,11 @@ Each round, every user indexes a turn naming a new code word and recalls it at o
 all users together; later rounds recall the first round's word too (a read of a
 collection that may have been unloaded and loaded again meanwhile). Runs with the
 package's default bound on loaded indexes (128) and with a bound far below the number of
-users (8), so that unloading happens all through the run. Before the fix, Chroma's
-loaded-index pool evicted indexes it had never written to disk, and a later search of
-such a resource raised "Error creating hnsw segment reader: Nothing found on disk": the
-turn silently recalled nothing. Nothing here is mocked but the embedder
+users (8), so that unloading happens all through the run. Before the fix, with the
+default bound, Chroma's loaded-index pool evicted indexes it had never written to disk,
+and a later search of such a resource raised "Error creating hnsw segment reader:
+Nothing found on disk": the turn silently recalled nothing (1-2 of 60 users in round 0,
+every run). Nothing here is mocked but the embedder
 (`FakeEmbeddings`: fast, similarity-preserving).
 """
 
