@@ -17,7 +17,9 @@ Recalled text is data (SPEC §10, "Authority"). A remembered message cannot gues
 nonce, so it cannot close the block; as defence in depth every message stays on one line
 after our own prefix, and text that looks like a tag once look-alikes are folded (a
 Cyrillic `e`, an angle quote, a fullwidth bracket, a zero-width split) is neutralised
-visibly (`&lt;`, `&gt;`): see `langchain_semantic_recall.quoting`. Labels (titles,
+visibly (`&lt;`, `&gt;`), and so are chat-template control tokens (`<|im_end|>`,
+`[INST]`, ...); bidi controls show as U+FFFD and invisible characters are removed: see
+`langchain_semantic_recall.quoting`. Labels (titles,
 thread ids) cannot close their quotes or open a forged label. Stored system and tool
 messages are labelled `System (quoted)` and `Tool (quoted)`: shown, never obeyed.
 """
@@ -32,6 +34,9 @@ from datetime import UTC, datetime, timedelta
 
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.quoting import (
+    BIDI_CONTROLS,
+    CONTROL_TOKEN,
+    INVISIBLE,
     LABEL_MAX_CHARS,
     NEWLINE_MARK,
     cut,
@@ -348,7 +353,8 @@ def check_cross_thread_block(block: str) -> list[str]:
     Checks the preamble and the nonce's notice, that each nonce-tagged tag appears exactly
     once and in its place, that each line between them is a date header or starts with our
     own message prefix and holds neither the nonce nor tag-like text (look-alikes folded),
-    and that the block holds no control character other than line feeds.
+    and that the block holds no control character other than line feeds, no bidi control
+    or invisible character and no chat-template control token (`quoting.CONTROL_TOKEN`).
 
     Args:
         block: A text returned by `format_cross_thread_block`.
@@ -366,6 +372,10 @@ def check_cross_thread_block(block: str) -> list[str]:
             problems.append(f"{tag} appears {block.count(tag)} times")
     if bad := {c for c in block if c != "\n" and unicodedata.category(c) in {"Cc", "Cs"}}:
         problems.append(f"control characters or surrogates: {sorted(bad)!r}")
+    if hidden := {c for c in block if c in BIDI_CONTROLS or c in INVISIBLE}:
+        problems.append(f"bidi controls or invisible characters: {sorted(hidden)!r}")
+    if token := CONTROL_TOKEN.search(block):
+        problems.append(f"a chat-template control token: {token.group()!r}")
     if block.splitlines() != lines:
         problems.append("a character other than a line feed breaks a line")
     body = lines[3:-1]

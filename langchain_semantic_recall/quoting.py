@@ -16,6 +16,16 @@ neutralised visibly. Three layers:
       mapping is readable rather than strictly reversible;
     * other C0 controls and DEL become their Unicode Control Pictures (`\x00` -> `␀`,
       `\t` -> `␉`, `\x7f` -> `␡`); C1 controls and lone surrogates become U+FFFD;
+    * bidi overrides and isolates (U+202A-U+202E, U+2066-U+2069) become U+FFFD too, so
+      `<` + RLO + a reversed closing tag shows as what it is; zero-width and other
+      invisible characters (U+200B-U+200F, U+061C, U+2060-U+2064, U+FEFF, U+180E, the
+      tag characters U+E0000-U+E007F) are removed (`INVISIBLE`);
+    * chat-template control tokens (`CONTROL_TOKEN`) lose their delimiters: `<|` and
+      `|>` (also with the fullwidth bar U+FF5C of DeepSeek's tokens) become `&lt;|` and
+      `|&gt;`, so `<|im_end|>` shows as `&lt;|im_end|&gt;` and no tokenizer reads it as
+      its special token; `<s>`, `</s>`, `<<SYS>>`, `<start_of_turn>`, `<eos>`, ... get
+      `&lt;` / `&gt;`, and the bracketed `[INST]`, `[/INST]`, `[SYSTEM_PROMPT]`,
+      `[TOOL_CALLS]`, ... get parentheses: `(INST)`;
     * if the folded text mentions "remembered" (spacing, punctuation and `rn` for `m`
       ignored), every character that folds to an angle bracket (`<`, fullwidth and
       small forms, single and double angle quotes U+2039/U+203A/U+00AB/U+00BB,
@@ -41,6 +51,9 @@ import unicodedata
 from functools import lru_cache
 
 __all__ = [
+    "BIDI_CONTROLS",
+    "CONTROL_TOKEN",
+    "INVISIBLE",
     "LABEL_MAX_CHARS",
     "NEWLINE_MARK",
     "cut",
@@ -49,6 +62,7 @@ __all__ = [
     "fold",
     "looks_like_tag",
     "new_nonce",
+    "printable",
 ]
 
 NEWLINE_MARK = "\u23ce"
@@ -86,6 +100,35 @@ _LOOKALIKES = {  # ASCII: characters that imitate it (lower case: folding comes 
 }
 _FOLD = {ord(c): ascii_ for ascii_, chars in _LOOKALIKES.items() for c in chars}
 _INVISIBLE = {"Mn", "Me", "Cf"}
+BIDI_CONTROLS = frozenset(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]))
+"""Bidi embeddings, overrides and isolates: they reorder how the text around them shows."""
+INVISIBLE = frozenset(
+    map(
+        chr,
+        [
+            *range(0x200B, 0x2010),  # zero-width space, non-joiner, joiner; LRM, RLM
+            0x061C,  # Arabic letter mark
+            *range(0x2060, 0x2065),  # word joiner, invisible operators
+            0xFEFF,  # zero-width no-break space (byte order mark)
+            0x180E,  # Mongolian vowel separator
+            *range(0xE0000, 0xE0080),  # tag characters: invisible ASCII
+        ],
+    )
+)
+"""Characters that show nothing: removed from remembered text."""
+_BAR = "|\uff5c"
+CONTROL_TOKEN = re.compile(
+    rf"<(?=[{_BAR}])|(?<=[{_BAR}])>"
+    r"|</?s>|<</?SYS>>|<(?:start|end)_of_turn>|<(?:bos|eos|pad|unk|mask)>"
+    r"|\[/?(?:INST|SYSTEM_PROMPT|TOOL_CALLS|TOOL_RESULTS|AVAILABLE_TOOLS|TOOL_CONTENT|THINK)\]",
+    re.IGNORECASE,
+)
+"""The delimiters of chat-template control tokens (see the module doc).
+
+The `<|...|>` family (ChatML's `<|im_start|>` and `<|im_end|>`, `<|endoftext|>`, Llama 3's
+`<|eot_id|>` and `<|start_header_id|>`, Phi's `<|end|>`, DeepSeek's with U+FF5C, ...) is
+matched by its two delimiters, whatever the name; the others by name.
+"""
 
 
 def _controls() -> dict[int, str]:
@@ -94,6 +137,8 @@ def _controls() -> dict[int, str]:
     table.update(dict.fromkeys(range(0x80, 0xA0), "\ufffd"))
     table.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
     table.update(dict.fromkeys(map(ord, _LINE_BREAKS), NEWLINE_MARK))
+    table.update(dict.fromkeys(map(ord, BIDI_CONTROLS), "\ufffd"))
+    table.update(dict.fromkeys(map(ord, INVISIBLE), ""))
     return table
 
 
@@ -139,8 +184,42 @@ def escape_memory_text(text: str) -> str:
         The text on one line, with controls made visible and tag look-alikes neutralised.
         Idempotent: escaping an escaped text changes nothing.
     """
-    one_line = text.replace("\r\n", "\n").translate(_CONTROLS)
+    one_line = CONTROL_TOKEN.sub(_token_defused, text.replace("\r\n", "\n").translate(_CONTROLS))
     return "".join(map(_defused, one_line)) if looks_like_tag(one_line) else one_line
+
+
+def _token_defused(found: re.Match[str]) -> str:
+    """A control token's delimiters, neutralised: `&lt;` / `&gt;`, brackets to parentheses."""
+    token = found.group()
+    if token.startswith("["):
+        return f"({token[1:-1]})"
+    return token.replace("<", _ESCAPES[0]).replace(">", _ESCAPES[1])
+
+
+def printable(text: str) -> str:
+    r"""Stored text made safe to print on a terminal (the CLI's tables and `inspect`).
+
+    Line breaks and tabs stay; other controls become their Control Pictures (`\x1b` ->
+    `␛`: no terminal escape sequence runs), C1 controls and lone surrogates U+FFFD, and
+    every bidi control and invisible character (`BIDI_CONTROLS`, `INVISIBLE`) shows as
+    its code point, `<U+202E>`: what a reader sees is what is stored.
+
+    Args:
+        text: Any text.
+    """
+    return text.translate(_PRINTABLE)
+
+
+def _printable() -> dict[int, str]:
+    table = {code: chr(0x2400 + code) for code in range(0x20) if chr(code) not in "\n\t"}
+    table[0x7F] = "\u2421"
+    table.update(dict.fromkeys(range(0x80, 0xA0), "\ufffd"))
+    table.update(dict.fromkeys(range(0xD800, 0xE000), "\ufffd"))
+    table.update({ord(c): f"<U+{ord(c):04X}>" for c in BIDI_CONTROLS | INVISIBLE})
+    return table
+
+
+_PRINTABLE = _printable()
 
 
 @lru_cache(maxsize=4096)

@@ -12,8 +12,9 @@ Storage URLs:
 Vector URLs:
 
 - `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma,
-  keeping at most `DEFAULT_MAX_LOADED` resources' indexes loaded (least recently searched
-  out first; `?max_loaded=N` sets N, `0` keeps Chroma's own, unbounded, cache);
+  keeping at most `DEFAULT_MAX_LOADED` resources' indexes loaded (all unloaded when one
+  more is needed, losing nothing: `vectors.chroma_unload`; `?max_loaded=N` sets N, `0`
+  keeps Chroma's own capacity, the open-file limit / 5);
 - `http://host:port`, `https://host`: a Chroma server (`chroma run`, or the
   front end of Chroma's distributed deployment);
 - `memory://`: `InMemoryVectorIndex` (exact search in memory).
@@ -103,7 +104,7 @@ def _chroma(url: str) -> VectorIndex:
 def _embedded_chroma(
     path: str | PathLike[str], *, max_loaded: int = DEFAULT_MAX_LOADED, read_only: bool = False
 ) -> VectorIndex:
-    """Embedded Chroma keeping at most `max_loaded` resources loaded (0: Chroma's cache)."""
+    """Embedded Chroma keeping at most `max_loaded` resources loaded (0: Chroma's capacity)."""
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
     from langchain_semantic_recall.vectors.chroma_bounded import bound_loaded_collections
 

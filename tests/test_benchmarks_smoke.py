@@ -115,3 +115,12 @@ def test_perf_memory_smoke(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "perf_memory.json").read_text())
     assert results["samples"][-1][0] == 6
     assert results["search_ms"]["n"] == 6
+
+
+def test_perf_chroma_unload_smoke(tmp_path: Path) -> None:
+    args = ("--resources", "10", "--vectors", "20", "--rounds", "2", "--repeats", "2")
+    out = _run("perf_chroma_unload.py", *args, "--bound", "4", "--out", str(tmp_path))
+    assert "ours (RestartingBindings):    0 (" in out
+    results = json.loads((tmp_path / "perf_chroma_unload.json").read_text())
+    assert results["lost"] == 0
+    assert results["restarts"] > 0

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TextIO
 
+from langchain_semantic_recall.quoting import printable
+
 _CODES = {
     "bold": "1",
     "dim": "2",
@@ -48,15 +50,15 @@ def rule(title: str = "") -> str:
 
 
 def shorten(text: str, limit: int) -> str:
-    """`text` on one line, cut to `limit` characters (ending with `…`)."""
-    text = " ".join(text.split())
+    """`text` on one line, cut to `limit` characters (ending with `…`); `printable`."""
+    text = " ".join(printable(text).split())
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
 def boxed(text: str, indent: str = "  │ ") -> str:
-    """`text` wrapped to the terminal, each line behind `indent`."""
+    """`text` wrapped to the terminal, each line behind `indent`; `printable`."""
     lines = []
-    for raw in text.splitlines() or [""]:
+    for raw in printable(text).splitlines() or [""]:
         lines.extend(textwrap.wrap(raw, width() - len(indent)) or [""])
     return "\n".join(indent + line for line in lines)
 
@@ -69,10 +71,10 @@ def when(moment: datetime | None) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, indent: str = "") -> str:
-    """Left-aligned columns; the last column is shortened to fit the terminal."""
+    """Left-aligned columns; the last column is shortened to fit the terminal; `printable`."""
     if not rows:
         return ""
-    cells = [list(headers), *[list(r) for r in rows]]
+    cells = [list(headers), *[[" ".join(printable(c).split()) for c in r] for r in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers) - 1)]
     used = len(indent) + sum(w + 2 for w in widths)
     last = max(20, width() - used)

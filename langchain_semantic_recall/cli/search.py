@@ -19,6 +19,7 @@ from langchain_semantic_recall.cli.common import (
     thread_titles,
 )
 from langchain_semantic_recall.cli.render import rule, shorten, style, table, when, width
+from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -263,7 +264,7 @@ def _print_model_view(result: list[BaseMessage], live_ids: set[str | None]) -> N
             origin = "this turn"
         print()
         print(style(rule(f"{n} · {message.type} · {origin}"), "dim"))
-        print(message.text or "(no text)")
+        print(printable(message.text) or "(no text)")
 
 
 def run_inspect(args: argparse.Namespace) -> int:

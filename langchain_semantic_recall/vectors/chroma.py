@@ -127,6 +127,8 @@ class ChromaVectorIndex(VectorIndex):
     cached, so reopening is cheap; a collection deleted by another process is looked up
     again on the next call. A message id belongs to one resource (the storage enforces it):
     upserting it under another resource adds a vector there. Safe to share between threads.
+    On a persistent embedded client, Chroma's unloading of indexes is replaced by one that
+    loses nothing (`chroma_unload.protect`).
     `VectorIndex` checks the arguments of every call; the methods here do the Chroma work.
     """
 
@@ -155,6 +157,10 @@ class ChromaVectorIndex(VectorIndex):
         self._roots: dict[str, tuple[str, int]] = {}
         self._collections = ChromaCollections(client, self._configuration())
         self._gate = None if is_http(client) else AsyncWriteGate()
+        if not is_http(client):  # embedded: Chroma's own eviction loses vectors
+            from langchain_semantic_recall.vectors.chroma_unload import protect
+
+            protect(getattr(client, "_server", None))
 
     @classmethod
     def persistent(

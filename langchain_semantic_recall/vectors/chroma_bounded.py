@@ -1,50 +1,33 @@
-"""Embedded Chroma with a bound on the HNSW indexes it keeps loaded.
+"""Embedded Chroma with a bound on the HNSW indexes it keeps loaded (see `chroma_unload`).
 
-Embedded Chroma (the Rust bindings of chromadb 1.x) keeps every collection it has
-searched loaded, in an LRU cache whose capacity is the process's open-file limit / 5
-(`RustBindingsAPI.hnsw_cache_size`: 200,000 collections with `ulimit -n` at
-1,048,576), so in practice nothing is ever evicted and a process that
-serves many users grows by ~3 MB + ~2 KB per message for every resource it has searched.
-The Python settings `chroma_segment_cache_policy` / `chroma_memory_limit_bytes` are not
-read by the Rust bindings.
-
-`bound_loaded_collections` lowers that capacity on an ordinary `PersistentClient` (the
-least recently used index is closed and its memory released; measured in
-`benchmarks/perf_memory.py`). Chroma accepts no custom API class for an embedded client
-(its shared-system registry knows only its own), so the client's bindings are started
-again with the smaller capacity right after the client is created.
+Embedded Chroma keeps the HNSW index of every collection it has touched loaded (~3 MB +
+~2 KB per message each), up to the open-file limit / 5 collections: a process that
+serves many users grows with every resource it has searched. `bound_loaded_collections`
+lowers that bound on a persistent embedded client, and `persistent_bounded` opens one
+with it. When one more collection would be loaded, every index is unloaded at once and
+rebuilt from disk and log on its next use (`chroma_unload.RestartingBindings`): Chroma's
+own eviction, which lost vectors, never runs.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from typing import TYPE_CHECKING, Any
 
-from chromadb.api.rust import RustBindingsAPI
+from langchain_semantic_recall.vectors.chroma_unload import protect
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 __all__ = ["bound_loaded_collections", "persistent_bounded"]
 
-_LOCK = threading.Lock()
-
 
 def bound_loaded_collections(server: Any, limit: int) -> bool:
-    """Lower an embedded client's cache of loaded HNSW indexes to `limit` collections.
+    """Keep at most `limit` collections of an embedded client loaded (see module).
 
-    `server` is the client's `RustBindingsAPI`; its bindings are started again with the
-    smaller capacity (loaded indexes are dropped and reload on their next search). False
-    (nothing done) for any other client, e.g. an HTTP client of a Chroma server.
+    False (nothing done) for any other client, e.g. an HTTP client of a Chroma server.
     """
-    if not isinstance(server, RustBindingsAPI):
-        return False
-    with _LOCK:
-        if server.hnsw_cache_size != limit:
-            server.hnsw_cache_size = limit
-            server.start()  # new bindings read hnsw_cache_size; the old ones are dropped
-    return True
+    return protect(server, limit) is not None
 
 
 def persistent_bounded(
@@ -56,9 +39,10 @@ def persistent_bounded(
     """An embedded, persistent Chroma at `path` that keeps at most N resources loaded.
 
     Each resource is one collection (`ChromaVectorIndex`), so this bounds the memory of
-    a long-running process to about N x (3 MB + 2 KB per message of a resource). A
-    search in an evicted resource loads it again (the cold first search: ~10-15 ms for
-    1,000 vectors, ~0.25 s for 100,000).
+    a long-running process to about N x (3 MB + 2 KB per message of a resource). When
+    one more would be loaded, all are unloaded (see the module); a search in an unloaded
+    resource loads it again (the cold first search: ~10-15 ms for 1,000 vectors, ~0.25 s
+    for 100,000).
 
     Example:
         ```python

@@ -337,12 +337,13 @@ _T = TypeVar("_T")
 
 
 def retrying(read: Callable[[], _T], *, delays: Sequence[float], transient: type[Exception]) -> _T:
-    """`read()`, tried again while a new collection's index is not on disk yet.
+    """`read()`, tried again while a collection's index is neither loaded nor on disk.
 
-    After each pause of `delays`, `read` runs again while Chroma's index of a collection
-    created a moment ago is not on disk yet: a `transient` error that says "Error creating
-    hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212). Any other error,
-    or the last failure, is raised.
+    After each pause of `delays`, `read` runs again on a `transient` error that says
+    "Error creating hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212):
+    a write meanwhile loads the index again. In this process the cause, Chroma's own
+    eviction, is replaced (`chroma_unload`); a Chroma server still evicts by itself.
+    Any other error, or the last failure, is raised.
     """
     for delay in (*delays, None):
         try:

@@ -1,27 +1,43 @@
-"""Embedded Chroma with a bounded cache of loaded resource indexes."""
+"""Embedded Chroma with a bounded cache of loaded resource indexes, unloaded safely."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import chromadb
 import pytest
+from chromadb.config import Settings
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InvalidOptionError, SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.settings import DEFAULT_MAX_LOADED, create_vector_index
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
+from langchain_semantic_recall.vectors.chroma_unload import RestartingBindings
 from tests.fakes import FakeEmbeddings
 
 
-def cache_size(index: object) -> int:
-    return int(index.client._server.hnsw_cache_size)  # type: ignore[attr-defined]
+def bindings(index: ChromaVectorIndex) -> RestartingBindings:
+    found = index.client._server.bindings  # type: ignore[attr-defined]
+    assert isinstance(found, RestartingBindings)
+    return found
+
+
+def cache_size(index: ChromaVectorIndex) -> int:
+    return bindings(index).limit
 
 
 def test_chroma_urls_bound_the_loaded_indexes(tmp_path: Path) -> None:
-    assert cache_size(create_vector_index(f"chroma:///{tmp_path}/a")) == DEFAULT_MAX_LOADED
-    assert cache_size(create_vector_index(f"chroma:///{tmp_path}/b?max_loaded=5")) == 5
-    unbounded = cache_size(create_vector_index(f"chroma:///{tmp_path}/c?max_loaded=0"))
-    assert unbounded > DEFAULT_MAX_LOADED  # Chroma's own: the open-file limit / 5
+    default, five = (
+        create_vector_index(f"chroma:///{tmp_path}/{p}") for p in ("a", "b?max_loaded=5")
+    )
+    assert isinstance(default, ChromaVectorIndex)
+    assert isinstance(five, ChromaVectorIndex)
+    assert cache_size(default) == DEFAULT_MAX_LOADED
+    assert cache_size(five) == 5
+    unbounded = create_vector_index(f"chroma:///{tmp_path}/c?max_loaded=0")
+    assert isinstance(unbounded, ChromaVectorIndex)
+    assert cache_size(unbounded) > DEFAULT_MAX_LOADED  # Chroma's own: the open-file limit / 5
     with pytest.raises(InvalidOptionError, match="max_loaded"):
         create_vector_index(f"chroma:///{tmp_path}/d?max_loaded=-1")
     with pytest.raises(InvalidOptionError, match="max_loaded"):
@@ -50,3 +66,14 @@ def test_evicted_resources_are_searched_again_correctly(tmp_path: Path) -> None:
             assert topic in hits[0].message.text
     with pytest.raises(ValueError, match=">= 1"):
         persistent_bounded(tmp_path / "other", max_loaded_collections=0)
+
+
+def test_only_persistent_embedded_clients_are_wrapped(tmp_path: Path) -> None:
+    """An in-memory client would lose everything on a restart: Chroma's pool is kept."""
+    ephemeral = ChromaVectorIndex.ephemeral()
+    assert not isinstance(ephemeral.client._server.bindings, RestartingBindings)  # type: ignore[attr-defined]
+    client = chromadb.PersistentClient(
+        path=str(tmp_path / "own"), settings=Settings(anonymized_telemetry=False)
+    )
+    assert isinstance(ChromaVectorIndex(client).client, type(client))
+    assert bindings(ChromaVectorIndex(client)).limit >= 1  # a client of the user's own too
