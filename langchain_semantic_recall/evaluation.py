@@ -1,4 +1,4 @@
-"""Measuring recall on conversations with evidence labels (LoCoMo, or our own JSONL).
+"""Measuring recall on conversations with evidence labels (LoCoMo, our JSONL, paraphrases).
 
 The evaluation drives the real path: every conversation is loaded with
 `SemanticRecall.index` and every question is answered by `SemanticRecall.search`,
@@ -19,7 +19,9 @@ the session's time plus one second per turn. Categories: 1 multi-hop, 2 temporal
 3 open-domain, 4 single-hop, 5 adversarial (left out unless asked for). Malformed
 evidence ids are normalised (`"D:11:26"` -> `D11:26`, `"D30:05"` -> `D30:5`,
 `"D8:6; D9:17"` -> two ids) and ids of turns that do not exist are dropped; both are
-counted in the report.
+counted in the report. The reader is in `eval_locomo`, the paraphrase set's (`eval
+paraphrase`) in `eval_paraphrase`, the records in `eval_records`; this module re-exports
+them.
 
 **Our JSONL** (`read_eval_jsonl`): the `ingest` format (one message a line, see
 `langchain_semantic_recall.importers`), with an `id` on every message that a

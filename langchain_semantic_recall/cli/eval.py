@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
     """Add the `eval` subcommand."""
     from langchain_semantic_recall.eval_paraphrase import BUSY_MESSAGES
     from langchain_semantic_recall.evaluation import default_threshold, engine_defaults
-    from langchain_semantic_recall.options import DEFAULT_SEARCH_MODE
+    from langchain_semantic_recall.options import DEFAULT_SCOPE, DEFAULT_SEARCH_MODE
 
     hybrid, dense_threshold = engine_defaults("hybrid"), engine_defaults("dense").threshold
     parser = subparsers.add_parser(
@@ -136,8 +136,9 @@ def register(subparsers: Any) -> None:
     engine.add_argument(
         "--scope",
         choices=("resource", "thread"),
-        default="resource",
-        help="'thread': each conversation is one thread, asked inside it (default: resource)",
+        default=DEFAULT_SCOPE,
+        help="'thread': each conversation is one thread, asked inside it "
+        f"(default: {DEFAULT_SCOPE})",
     )
     engine.add_argument(
         "--threshold",
