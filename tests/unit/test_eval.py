@@ -744,6 +744,19 @@ def test_eval_store_refuses_another_dataset_or_an_unknown_folder(
     assert "did not finish" in capsys.readouterr().err
 
 
+def test_eval_refuses_options_its_format_does_not_use(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = two_resource_jsonl(tmp_path / "mine.jsonl", [])
+    folder = paraphrase_set(tmp_path / "para")
+    assert main(["eval", "jsonl", str(mine), "--include-adversarial"]) == 2
+    assert "--include-adversarial is for LoCoMo" in capsys.readouterr().err
+    assert main(["eval", "paraphrase", str(folder), "--scope", "thread"]) == 2
+    assert main(["eval", "paraphrase", str(tmp_path / "missing")]) == 3
+    assert main(["eval", "paraphrase", str(folder), "--busy", str(tmp_path / "no.json")]) == 3
+    assert "Loading" not in capsys.readouterr().out
+
+
 def _help_default(text: str, option: str) -> str:
     """What `option`'s help (not the usage line) says in `(default: ...)`, on one line."""
     entry = " ".join(text.split(f"\n  {option}", 1)[1].split())
