@@ -1,4 +1,4 @@
-"""Measuring recall on conversations with evidence labels (LoCoMo, or our own JSONL).
+"""Measuring recall on conversations with evidence labels (LoCoMo, our JSONL, paraphrases).
 
 The evaluation drives the real path: every conversation is loaded with
 `SemanticRecall.index` and every question is answered by `SemanticRecall.search`,
@@ -19,7 +19,9 @@ the session's time plus one second per turn. Categories: 1 multi-hop, 2 temporal
 3 open-domain, 4 single-hop, 5 adversarial (left out unless asked for). Malformed
 evidence ids are normalised (`"D:11:26"` -> `D11:26`, `"D30:05"` -> `D30:5`,
 `"D8:6; D9:17"` -> two ids) and ids of turns that do not exist are dropped; both are
-counted in the report.
+counted in the report. The reader is in `eval_locomo`, the paraphrase set's (`eval
+paraphrase`) in `eval_paraphrase`, the records in `eval_records`; this module re-exports
+them.
 
 **Our JSONL** (`read_eval_jsonl`): the `ingest` format (one message a line, see
 `langchain_semantic_recall.importers`), with an `id` on every message that a
@@ -35,6 +37,19 @@ question cites, plus one line per question:
 A question line has `question`, `resource` and `evidence` (message ids), and
 optionally `category` (default `"all"`) and `thread` (the conversation it is asked
 in; by default a new one, so every conversation of the resource is searched).
+
+A **probe line** is a turn nothing stored answers, such as small talk or an off-topic
+question; recall should return nothing for it:
+
+```json
+{"probe": "thanks!", "kind": "small talk"}
+{"probe": "How do black holes form?", "kind": "off-topic"}
+```
+
+It has `probe` (the text) and `kind` (any label: the report has one table per kind), and
+optionally `resource` (default: asked of every resource that holds messages) and `thread`
+(default: a new conversation). It is scored like `--small-talk`: messages returned per
+line and the share of lines that return any (`false_memory`).
 """
 
 from __future__ import annotations
@@ -42,30 +57,47 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from dataclasses import asdict
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-
 from langchain_semantic_recall.errors import InvalidInputError
-from langchain_semantic_recall.messages import CREATED_AT_KEY
+from langchain_semantic_recall.eval_locomo import (
+    ADVERSARIAL,
+    LOCOMO_CATEGORIES,
+    normalise_evidence,
+    read_locomo,
+)
+from langchain_semantic_recall.eval_records import (
+    QUERY_THREAD,
+    Dataset,
+    EvalConversation,
+    EvalProbe,
+    EvalQuestion,
+    EvidenceReport,
+    QuestionResult,
+)
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
     from langchain_semantic_recall.records import RecallHit
+    from langchain_semantic_recall.search import SearchPlan
 
 __all__ = [
+    "ADVERSARIAL",
     "LOCOMO_CATEGORIES",
+    "QUERY_THREAD",
     "Dataset",
     "EvalConversation",
+    "EvalProbe",
     "EvalQuestion",
     "EvidenceReport",
     "QuestionResult",
     "aevaluate",
+    "default_threshold",
+    "engine_defaults",
     "evaluate",
     "load_dataset",
     "normalise_evidence",
@@ -74,237 +106,12 @@ __all__ = [
     "summarize",
 ]
 
-LOCOMO_CATEGORIES: dict[int, str] = {
-    1: "multi-hop",
-    2: "temporal",
-    3: "open-domain",
-    4: "single-hop",
-    5: "adversarial",
-}
-ADVERSARIAL = 5
-QUERY_THREAD = "semantic-recall-eval"
-"""Thread a question is asked in when it names none (a new conversation of its resource)."""
-
-_LOCOMO_TIME = "%I:%M %p on %d %B, %Y"
-_EVIDENCE_ID = re.compile(r"^D\s*:?\s*0*(\d+)\s*:\s*0*(\d+)$")
-_EVIDENCE_SPLIT = re.compile(r"[;,\s]+(?=D)")
-
-
-@dataclass
-class EvalConversation:
-    """One thread to load: its resource, id and messages (with ids and times)."""
-
-    resource_id: str
-    thread_id: str
-    messages: list[BaseMessage]
-
-
-@dataclass(frozen=True)
-class EvalQuestion:
-    """A question, the messages that hold its answer, and where it is asked."""
-
-    sample_id: str
-    """The resource it is asked for."""
-    question: str
-    category: str
-    evidence: tuple[str, ...]
-    """Evidence message ids, as the dataset names them (LoCoMo: `dia_id`)."""
-    thread_id: str = QUERY_THREAD
-
-
-@dataclass
-class EvidenceReport:
-    """What was done to the dataset's evidence ids."""
-
-    normalised: int = 0
-    """Ids rewritten to their canonical form (`"D:11:26"` -> `D11:26`)."""
-    split: int = 0
-    """Entries holding several ids (`"D8:6; D9:17"`), split."""
-    unknown_dropped: int = 0
-    """Ids of messages that do not exist, dropped."""
-    unparseable_dropped: int = 0
-    """Entries that are no id at all (`"D"`), dropped."""
-    questions_without_evidence: int = 0
-    """Questions left with no evidence (not scored)."""
-    examples: list[str] = field(default_factory=list)
-    """A few of the entries changed or dropped, for the report."""
-
-
-@dataclass
-class Dataset:
-    """Conversations to load and questions to ask."""
-
-    conversations: list[EvalConversation]
-    questions: list[EvalQuestion]
-    evidence: EvidenceReport = field(default_factory=EvidenceReport)
-    id_prefixes: dict[str, str] = field(default_factory=dict)
-    """Resource -> prefix of its message ids in the store (stripped in the results)."""
-
-    @property
-    def message_count(self) -> int:
-        """Messages in every conversation of the dataset."""
-        return sum(len(c.messages) for c in self.conversations)
-
-
-@dataclass(frozen=True)
-class QuestionResult:
-    """The outcome of one question."""
-
-    sample_id: str
-    question: str
-    category: str
-    evidence: tuple[str, ...]
-    returned: tuple[str, ...]
-    """Ids of the returned messages, in hit order (dataset ids)."""
-    latency_ms: float
-
-    @property
-    def found(self) -> int:
-        """How many evidence messages were returned."""
-        return len(set(self.evidence) & set(self.returned))
-
-    @property
-    def recall(self) -> float:
-        """The fraction of the evidence messages that were returned."""
-        return self.found / len(self.evidence)
-
-
-# --- evidence ids ------------------------------------------------------------------------
-
-
-def normalise_evidence(
-    entries: Iterable[object], known: set[str], report: EvidenceReport
-) -> tuple[str, ...]:
-    """Canonical LoCoMo evidence ids of `entries` that name existing turns (counted)."""
-    kept: list[str] = []
-    for entry in entries:
-        text = str(entry).strip()
-        pieces = [p.strip() for p in _EVIDENCE_SPLIT.split(text) if p.strip()]
-        if len(pieces) > 1:
-            report.split += 1
-            _example(report, f"{text!r} split")
-        for piece in pieces or [text]:
-            match = _EVIDENCE_ID.match(piece)
-            if match is None:
-                report.unparseable_dropped += 1
-                _example(report, f"{piece!r} dropped (not an id)")
-                continue
-            canonical = f"D{int(match.group(1))}:{int(match.group(2))}"
-            if canonical != piece:
-                report.normalised += 1
-                _example(report, f"{piece!r} -> {canonical!r}")
-            if canonical not in known:
-                report.unknown_dropped += 1
-                _example(report, f"{canonical!r} dropped (no such turn)")
-                continue
-            if canonical not in kept:
-                kept.append(canonical)
-    return tuple(kept)
-
-
-def _example(report: EvidenceReport, text: str) -> None:
-    if len(report.examples) < 20:
-        report.examples.append(text)
-
-
-# --- readers -----------------------------------------------------------------------------
-
-
-def _locomo_sessions(conversation: dict[str, Any]) -> Iterator[tuple[int, list[Any], datetime]]:
-    numbers = sorted(
-        int(key.split("_")[1])
-        for key, value in conversation.items()
-        if re.fullmatch(r"session_\d+", key) and isinstance(value, list)
-    )
-    for number in numbers:
-        when = conversation.get(f"session_{number}_date_time")
-        try:
-            start = datetime.strptime(str(when), _LOCOMO_TIME).replace(tzinfo=UTC)
-        except ValueError as error:
-            raise InvalidInputError(
-                f"session_{number}_date_time {when!r} is not like '1:56 pm on 8 May, 2023'"
-            ) from error
-        yield number, conversation[f"session_{number}"], start
-
-
-def _turn_message(turn: dict[str, Any], user: str, created: datetime, prefix: str) -> BaseMessage:
-    speaker, text = str(turn.get("speaker", "")), str(turn.get("text", ""))
-    content = f"{speaker}: {text}"
-    caption = turn.get("blip_caption")
-    if caption:
-        content += f" [shared image: {caption}]"
-    cls = HumanMessage if speaker == user else AIMessage
-    return cls(
-        content,
-        id=prefix + str(turn["dia_id"]),
-        additional_kwargs={CREATED_AT_KEY: created.isoformat()},
-    )
-
-
-def read_locomo(
-    path: str | PathLike[str], *, include_adversarial: bool = False, one_thread: bool = False
-) -> Dataset:
-    """Read LoCoMo (a list of samples) into conversations and questions.
-
-    Args:
-        path: `locomo10.json` or a file of the same shape.
-        include_adversarial: Keep category 5 (unanswerable) questions.
-        one_thread: Load each conversation as one thread and ask its questions inside it
-            (for `scope="thread"`); by default each session is a thread and questions
-            are asked in a new thread of the conversation's resource.
-    """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, list):
-        raise InvalidInputError(f"{path}: expected a JSON list of LoCoMo samples")
-    dataset = Dataset(conversations=[], questions=[])
-    for sample in data:
-        sample_id = str(sample["sample_id"])
-        conversation = sample["conversation"]
-        prefix = f"{sample_id}:"
-        dataset.id_prefixes[sample_id] = prefix
-        user = str(conversation.get("speaker_a"))
-        known: set[str] = set()
-        threads: list[EvalConversation] = []
-        for number, turns, start in _locomo_sessions(conversation):
-            thread_id = sample_id if one_thread else f"{sample_id}/session_{number}"
-            if not threads or threads[-1].thread_id != thread_id:
-                threads.append(EvalConversation(sample_id, thread_id, []))
-            for position, turn in enumerate(turns):
-                created = start + timedelta(seconds=position)
-                threads[-1].messages.append(_turn_message(turn, user, created, prefix))
-                known.add(str(turn["dia_id"]))
-        dataset.conversations.extend(threads)
-        for qa in sample.get("qa", []):
-            category = int(qa.get("category", 0))
-            if category == ADVERSARIAL and not include_adversarial:
-                continue
-            evidence = normalise_evidence(qa.get("evidence", []), known, dataset.evidence)
-            if not evidence:
-                dataset.evidence.questions_without_evidence += 1
-                continue
-            label = f"{category} {LOCOMO_CATEGORIES.get(category, 'other')}"
-            thread = sample_id if one_thread else QUERY_THREAD
-            dataset.questions.append(
-                EvalQuestion(sample_id, str(qa["question"]), label, evidence, thread)
-            )
-    return dataset
-
 
 def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
     """Read our JSONL evaluation format (see the module docstring)."""
     from langchain_semantic_recall.importers import read_jsonl_lines
 
-    message_lines: list[str] = []
-    rows: list[tuple[int, dict[str, Any]]] = []
-    with Path(path).open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            stripped = line.strip()
-            if stripped.startswith("{") and '"question"' in stripped:
-                row = json.loads(stripped)
-                if isinstance(row, dict) and "question" in row:
-                    rows.append((line_no, row))
-                    continue
-            message_lines.append(line if stripped else "\n")
+    message_lines, rows, probes = _split_lines(path)
     report = read_jsonl_lines(message_lines)
     if report.skipped:
         first = report.skipped[0]
@@ -315,35 +122,80 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
             for c in report.conversations
         ],
         questions=[],
+        probes=probes,
     )
+    unknown = {p.resource for p in probes if p.resource is not None} - set(dataset.resources)
+    if unknown:
+        raise InvalidInputError(
+            f"{path}: probe lines name resource(s) with no message: {sorted(unknown)}; "
+            "leave 'resource' out to ask every resource"
+        )
     owners = {m.id: c.resource_id for c in dataset.conversations for m in c.messages if m.id}
     for line_no, row in rows:
-        question, resource = row.get("question"), row.get("resource")
-        if not isinstance(question, str) or not isinstance(resource, str):
-            raise InvalidInputError(f"{path}, line {line_no}: needs 'question' and 'resource'")
-        entries = row.get("evidence")
-        if not isinstance(entries, list):
-            raise InvalidInputError(f"{path}, line {line_no}: 'evidence' must be a list of ids")
-        evidence: list[str] = []
-        for entry in map(str, entries):
-            if owners.get(entry) != resource:
-                dataset.evidence.unknown_dropped += 1
-                _example(dataset.evidence, f"line {line_no}: {entry!r} dropped (no such message)")
-            elif entry not in evidence:
-                evidence.append(entry)
-        if not evidence:
-            dataset.evidence.questions_without_evidence += 1
-            continue
-        dataset.questions.append(
-            EvalQuestion(
-                resource,
-                question,
-                str(row.get("category", "all")),
-                tuple(evidence),
-                str(row.get("thread") or QUERY_THREAD),
-            )
-        )
+        question = _question_line(row, f"{path}, line {line_no}", owners, dataset.evidence)
+        if question is not None:
+            dataset.questions.append(question)
     return dataset
+
+
+def _split_lines(
+    path: str | PathLike[str],
+) -> tuple[list[str], list[tuple[int, dict[str, Any]]], list[EvalProbe]]:
+    """The message lines (for the importer), the question lines and the probes."""
+    message_lines: list[str] = []
+    rows: list[tuple[int, dict[str, Any]]] = []
+    probes: list[EvalProbe] = []
+    with Path(path).open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            stripped = line.strip()
+            if stripped.startswith("{") and ('"question"' in stripped or '"probe"' in stripped):
+                row = json.loads(stripped)
+                if isinstance(row, dict) and "question" in row:
+                    rows.append((line_no, row))
+                    continue
+                if isinstance(row, dict) and "probe" in row:
+                    probes.append(_probe_line(row, f"{path}, line {line_no}"))
+                    continue
+            message_lines.append(line if stripped else "\n")
+    return message_lines, rows, probes
+
+
+def _question_line(
+    row: dict[str, Any], where: str, owners: dict[str, str], report: EvidenceReport
+) -> EvalQuestion | None:
+    """The question of a line, or None (counted) when none of its evidence exists."""
+    question, resource = row.get("question"), row.get("resource")
+    if not isinstance(question, str) or not isinstance(resource, str):
+        raise InvalidInputError(f"{where}: needs 'question' and 'resource'")
+    entries = row.get("evidence")
+    if not isinstance(entries, list):
+        raise InvalidInputError(f"{where}: 'evidence' must be a list of ids")
+    evidence: list[str] = []
+    for entry in map(str, entries):
+        if owners.get(entry) != resource:
+            report.unknown_dropped += 1
+            report.note(f"{where}: {entry!r} dropped (no such message)")
+        elif entry not in evidence:
+            evidence.append(entry)
+    if not evidence:
+        report.questions_without_evidence += 1
+        return None
+    category, thread = str(row.get("category", "all")), str(row.get("thread") or QUERY_THREAD)
+    return EvalQuestion(resource, question, category, tuple(evidence), thread)
+
+
+def _probe_line(row: dict[str, Any], where: str) -> EvalProbe:
+    text, kind = row.get("probe"), row.get("kind")
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError(f"{where}: 'probe' must be the text to ask")
+    if not isinstance(kind, str) or not kind.strip():
+        raise InvalidInputError(
+            f'{where}: a probe line needs a \'kind\', such as "small talk" or "off-topic"'
+        )
+    resource = row.get("resource")
+    if resource is not None and not isinstance(resource, str):
+        raise InvalidInputError(f"{where}: 'resource' must be a string")
+    return EvalProbe(kind.strip(), text, resource, str(row.get("thread") or QUERY_THREAD))
 
 
 # --- running ------------------------------------------------------------------------------
@@ -422,7 +274,15 @@ def _result(
         evidence=question.evidence,
         returned=_returned(hits, prefix),
         latency_ms=elapsed,
+        answered=_answered(question.answer_terms, hits) if question.answer_terms else None,
     )
+
+
+def _answered(terms: Sequence[str], hits: Sequence[RecallHit]) -> bool:
+    """Whether a term is a word of the returned messages' text (case-insensitive)."""
+    texts = {m.id: m.text for hit in hits for m in hit.window}
+    pattern = re.compile("|".join(rf"\b{re.escape(t)}\b" for t in terms), re.IGNORECASE)
+    return any(pattern.search(text) for text in texts.values())
 
 
 # --- scoring ------------------------------------------------------------------------------
@@ -442,7 +302,10 @@ def _scores(results: Sequence[QuestionResult]) -> dict[str, float | int]:
     if not count:
         return {"questions": 0}
     latencies = [r.latency_ms for r in results]
+    answered = [r.answered for r in results if r.answered is not None]
+    found = {"found": sum(answered) / len(answered)} if answered else {}
     return {
+        **found,
         "questions": count,
         "recall": sum(r.recall for r in results) / count,
         "hit_all": sum(r.found == len(r.evidence) for r in results) / count,
@@ -472,6 +335,7 @@ def question_rows(results: Sequence[QuestionResult]) -> list[dict[str, Any]]:
             "evidence": list(r.evidence),
             "returned": list(r.returned),
             "latency_ms": round(r.latency_ms, 3),
+            **({} if r.answered is None else {"found": r.answered}),
         }
         for r in results
     ]
@@ -479,3 +343,31 @@ def question_rows(results: Sequence[QuestionResult]) -> list[dict[str, Any]]:
 
 def evidence_summary(report: EvidenceReport) -> dict[str, Any]:
     return asdict(report)
+
+
+# --- the engine's defaults ----------------------------------------------------------------
+
+
+def engine_defaults(mode: str) -> SearchPlan:
+    """The settings an engine takes in `mode` when no option is given (`eval --help`).
+
+    Read from the engine's own resolution (`search.resolve`), so the help cannot drift
+    from the code.
+    """
+    from langchain_semantic_recall.options import DEFAULT_KEYWORD_WEIGHT
+    from langchain_semantic_recall.search import resolve
+
+    return resolve(
+        search_mode=mode,
+        keyword_search=True,
+        top_k=None,
+        message_range=None,
+        message_budget="auto",
+        keyword_weight=DEFAULT_KEYWORD_WEIGHT,
+        threshold=None,
+    )
+
+
+def default_threshold() -> float | None:
+    """The hybrid mode's default threshold (the calibrated gate), as `eval --help` prints it."""
+    return engine_defaults("hybrid").threshold

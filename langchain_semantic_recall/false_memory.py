@@ -6,7 +6,11 @@ Recall should stay silent when the newest message has nothing to do with what is
 - **foreign questions**: each conversation's questions asked of *another* conversation's
   resource (`foreign_pairs`): nothing there is evidence for them;
 - **small talk**: the turns of `SMALL_TALK` (greetings, thanks, acknowledgements, requests
-  for help that name no topic) asked of every resource.
+  for help that name no topic) asked of every resource (category `"built-in"`);
+- **the dataset's own probes** (`dataset_probes`): its probe lines (`{"probe": ...,
+  "kind": ...}` in `eval jsonl`; the paraphrase set's small talk and off-topic questions),
+  each asked of every resource that holds messages, or of the one it names (category
+  `"dataset"`), reported under its kind.
 
 For both, what counts is how many messages recall returns per question (ideally none) and
 the share of questions that return any (`probe`, `summarize_probes`).
@@ -19,13 +23,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from langchain_semantic_recall.eval_records import EvalQuestion
+
 if TYPE_CHECKING:
-    from langchain_semantic_recall.evaluation import Dataset, EvalQuestion
+    from langchain_semantic_recall.eval_records import Dataset
     from langchain_semantic_recall.recall import SemanticRecall
 
 __all__ = [
+    "BUILT_IN",
+    "FROM_DATASET",
     "SMALL_TALK",
     "Probe",
+    "dataset_probes",
     "foreign_pairs",
     "foreign_questions",
     "probe",
@@ -67,6 +76,10 @@ SMALL_TALK: tuple[str, ...] = (
     "sorry, what?",
 )
 """Small-talk turns: none of them asks about anything a memory could hold."""
+BUILT_IN = "built-in"
+"""Category of the `SMALL_TALK` probes."""
+FROM_DATASET = "dataset"
+"""Category of the dataset's own probe lines (`dataset_probes`)."""
 
 
 def foreign_pairs(resources: Sequence[str]) -> dict[str, str]:
@@ -99,15 +112,28 @@ def foreign_questions(dataset: Dataset) -> list[EvalQuestion]:
 
 def small_talk_questions(dataset: Dataset) -> list[EvalQuestion]:
     """Every `SMALL_TALK` turn asked of every resource that has questions."""
-    from langchain_semantic_recall.evaluation import EvalQuestion
-
     resources = dict.fromkeys(q.sample_id for q in dataset.questions)
     threads = {q.sample_id: q.thread_id for q in dataset.questions}
     return [
-        EvalQuestion(resource, text, "small talk", (), threads[resource])
+        EvalQuestion(resource, text, BUILT_IN, (), threads[resource])
         for resource in resources
         for text in SMALL_TALK
     ]
+
+
+def dataset_probes(dataset: Dataset) -> dict[str, list[EvalQuestion]]:
+    """The dataset's probe lines by kind, each asked of its resource or of every one.
+
+    A probe that names no resource is asked of every resource that holds messages.
+    """
+    out: dict[str, list[EvalQuestion]] = {}
+    for line in dataset.probes:
+        resources = [line.resource] if line.resource is not None else dataset.resources
+        out.setdefault(line.kind, []).extend(
+            EvalQuestion(resource, line.text, FROM_DATASET, (), line.thread_id)
+            for resource in resources
+        )
+    return out
 
 
 def probe(memory: SemanticRecall, kind: str, questions: Sequence[EvalQuestion]) -> list[Probe]:

@@ -1,9 +1,12 @@
 """`semantic-recall eval`: measure recall on conversations with evidence labels.
 
 `eval locomo PATH` reads LoCoMo; `eval jsonl PATH` reads our own JSONL format
-(see `langchain_semantic_recall.evaluation`). Both load the conversations into a
-fresh embedded store with `index` and answer every question with the same `search`
-that recall uses, with the package defaults unless options say otherwise.
+(see `langchain_semantic_recall.evaluation`); `eval paraphrase DIR` reads the paraphrase
+set (`langchain_semantic_recall.eval_paraphrase`). All load the conversations into a
+fresh embedded store with `index` (or reuse `--store DIR`, `cli.eval_store`) and answer
+every question with the same `search` that recall uses, with the package defaults unless
+options say otherwise. The defaults `--help` prints are read from the engine
+(`evaluation.engine_defaults`).
 """
 
 from __future__ import annotations
@@ -12,15 +15,19 @@ import argparse
 import json
 import sys
 import tempfile
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli import common
 from langchain_semantic_recall.cli.common import NotFoundError, UsageError
 from langchain_semantic_recall.cli.render import style, table
 
-FORMATS = ("locomo", "jsonl")
+if TYPE_CHECKING:
+    from langchain_semantic_recall.search import SearchPlan
+
+FORMATS = ("locomo", "jsonl", "paraphrase")
+_MODES = ("hybrid", "keyword", "dense")
 
 
 def _budget(value: str) -> int | None:
@@ -32,11 +39,27 @@ def _budget(value: str) -> int | None:
         raise argparse.ArgumentTypeError(f"expected a number or 'none', got {value!r}") from error
 
 
+def _by_mode(read: Callable[[SearchPlan], object]) -> str:
+    """`read` of each mode's defaults, as `--help` prints them: "hybrid 12, ..., dense 4"."""
+    from langchain_semantic_recall.evaluation import engine_defaults
+
+    shown = []
+    for mode in _MODES:
+        value = read(engine_defaults(mode))
+        shown.append(f"{mode} {'none' if value is None else value}")
+    return ", ".join(shown)
+
+
 def register(subparsers: Any) -> None:
     """Add the `eval` subcommand."""
+    from langchain_semantic_recall.eval_paraphrase import BUSY_MESSAGES
+    from langchain_semantic_recall.evaluation import default_threshold, engine_defaults
+    from langchain_semantic_recall.options import DEFAULT_SCOPE, DEFAULT_SEARCH_MODE
+
+    hybrid, dense_threshold = engine_defaults("hybrid"), engine_defaults("dense").threshold
     parser = subparsers.add_parser(
         "eval",
-        help="measure recall on a dataset with evidence labels (LoCoMo or our JSONL)",
+        help="measure recall on a dataset with evidence labels (LoCoMo, our JSONL, paraphrase)",
         description=(
             "Loads the conversations into a fresh embedded store (SQLite + embedded Chroma +\n"
             "the local model) with the engine's own index, asks every question with the same\n"
@@ -50,51 +73,87 @@ def register(subparsers: Any) -> None:
             "message a question cites) plus one line per question, such as\n"
             '  {"question": "When do we land?", "resource": "alice", "evidence": ["m1"],\n'
             '   "category": "temporal"}\n'
+            "and any number of probe lines, turns nothing stored answers, each asked of\n"
+            "every resource (or of its 'resource') and reported per 'kind' like --small-talk:\n"
+            '  {"probe": "thanks!", "kind": "small talk"}\n'
+            '  {"probe": "How do black holes form?", "kind": "off-topic"}\n'
             "LoCoMo: conversation = resource, session = thread, speaker A = user, speaker B =\n"
-            "assistant; categories 1-4 (5 with --include-adversarial). See docs/quality.md."
+            "assistant; categories 1-4 (5 with --include-adversarial).\n"
+            "paraphrase DIR: paraphrase_dev.jsonl (each persona a resource, each fact + reply\n"
+            "a conversation, each question asked in a new one; found = an answer term in the\n"
+            "returned text), smalltalk_dev.jsonl and offtopic_dev.jsonl (probes of every\n"
+            "persona); --busy LOCOMO_JSON adds unrelated LoCoMo sessions to each persona.\n"
+            "--store DIR keeps the store and a manifest; a later run with the same dataset\n"
+            "and embedder reuses it without embedding again. See docs/quality.md."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("format", choices=FORMATS, help="dataset format")
-    parser.add_argument("dataset", metavar="PATH", help="the dataset file")
+    parser.add_argument(
+        "dataset", metavar="PATH", help="the dataset file (paraphrase: the set's folder)"
+    )
     engine = parser.add_argument_group("engine options (default: the package defaults)")
     engine.add_argument(
         "--search-mode",
         choices=("auto", "hybrid", "dense", "keyword"),
-        help="'dense' is the original processor (vectors only, with its defaults)",
+        help="'dense' is the original processor: vectors only, with its defaults "
+        f"(default: {DEFAULT_SEARCH_MODE}, which is hybrid on this store)",
     )
-    engine.add_argument("--top-k", type=int, help="hits per question")
-    engine.add_argument("--before", type=int, help="messages fetched before each hit")
-    engine.add_argument("--after", type=int, help="messages fetched after each hit")
+    engine.add_argument(
+        "--top-k", type=int, help=f"hits per question (default: {_by_mode(lambda p: p.top_k)})"
+    )
+    engine.add_argument(
+        "--before",
+        type=int,
+        help="messages fetched before each hit "
+        f"(default: {_by_mode(lambda p: p.message_range.before)})",
+    )
+    engine.add_argument(
+        "--after",
+        type=int,
+        help="messages fetched after each hit "
+        f"(default: {_by_mode(lambda p: p.message_range.after)})",
+    )
     engine.add_argument(
         "--message-budget",
         type=_budget,
         default=argparse.SUPPRESS,
         metavar="N|none",
-        help="most messages returned per question ('none': whole windows)",
+        help="most messages returned per question ('none': whole windows) "
+        f"(default: {_by_mode(lambda p: p.message_budget)})",
     )
-    engine.add_argument("--keyword-weight", type=float, help="keyword share in hybrid fusion")
     engine.add_argument(
-        "--time-boost", type=float, help="boost of messages in a period the question names"
+        "--keyword-weight",
+        type=float,
+        help=f"keyword share in hybrid fusion (default: {hybrid.keyword_weight})",
+    )
+    engine.add_argument(
+        "--time-boost",
+        type=float,
+        help="boost of messages in a period the question names "
+        f"(default: {hybrid.time_boost}; 0 is off)",
     )
     engine.add_argument(
         "--scope",
         choices=("resource", "thread"),
-        default="resource",
-        help="'thread': each conversation is one thread, asked inside it (default: resource)",
+        default=DEFAULT_SCOPE,
+        help="'thread': each conversation is one thread, asked inside it "
+        f"(default: {DEFAULT_SCOPE})",
     )
     engine.add_argument(
         "--threshold",
         type=float,
-        help="minimum score: calibrated relevance in hybrid mode (default 0.02; 0 is off), "
-        "cosine similarity in dense mode",
+        help=f"minimum score: calibrated relevance in hybrid mode (default: {default_threshold()}"
+        f"), cosine similarity in dense mode (default: {dense_threshold or 'none'}); 0 is off; "
+        "keyword mode takes none",
     )
     probes = parser.add_argument_group("false memories and folds")
     probes.add_argument(
         "--foreign",
         action="store_true",
         help="also ask each conversation's questions of another resource (nothing there is "
-        "evidence): messages returned per question and share with any",
+        "evidence): messages returned per question and share with any; needs questions "
+        "of two resources or more",
     )
     probes.add_argument(
         "--small-talk",
@@ -107,8 +166,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--include-adversarial", action="store_true", help="LoCoMo: also category 5"
     )
+    parser.add_argument(
+        "--busy",
+        metavar="LOCOMO_JSON",
+        help=f"paraphrase: add at least {BUSY_MESSAGES} messages of LoCoMo sessions to each "
+        "persona's resource (persona i takes LoCoMo conversation i's sessions in order)",
+    )
     parser.add_argument("--json-out", metavar="FILE", help="write settings, summary, questions")
-    parser.add_argument("--store", metavar="DIR", help="load into DIR and keep it")
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        help="load into DIR and keep it; a later run with the same dataset and embedder "
+        "reuses it (no loading, no embedding), another dataset is refused",
+    )
     parser.add_argument(
         "--no-progress", action="store_true", help="no progress bars (none unless on a terminal)"
     )
@@ -151,6 +221,7 @@ def _settings(memory: Any, args: argparse.Namespace, dataset_path: Path) -> dict
     return {
         "format": args.format,
         "dataset": str(dataset_path),
+        "busy": args.busy,
         "include_adversarial": bool(args.include_adversarial),
         "search_mode": memory.search_mode,
         "top_k": memory.top_k,
@@ -176,9 +247,11 @@ def _fmt(value: float | int, kind: str) -> str:
 
 def render_summary(summary: dict[str, Any]) -> str:
     """The summary as a table: one row per category, then overall."""
+    found = "found" in summary["overall"]  # questions with answer terms (paraphrase)
     headers = [
         "category",
         "questions",
+        *(["found"] if found else []),
         "recall",
         "hit_all",
         "hit_any",
@@ -195,6 +268,7 @@ def render_summary(summary: dict[str, Any]) -> str:
             [
                 name,
                 str(scores["questions"]),
+                *([_fmt(scores.get("found", 0.0), "r")] if found else []),
                 _fmt(scores["recall"], "r"),
                 _fmt(scores["hit_all"], "r"),
                 _fmt(scores["hit_any"], "r"),
@@ -230,6 +304,8 @@ def _probes(memory: Any, dataset: Any, args: argparse.Namespace) -> dict[str, An
     if args.small_talk:
         questions = false_memory.small_talk_questions(dataset)
         found += false_memory.probe(memory, "small talk", questions)
+    for kind, asked in false_memory.dataset_probes(dataset).items():
+        found += false_memory.probe(memory, kind, asked)
     return false_memory.summarize_probes(found)
 
 
@@ -264,37 +340,81 @@ def _evidence_line(report: Any) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    """`semantic-recall eval`: load a labelled dataset, ask its questions, print scores."""
-    from langchain_semantic_recall import evaluation
-    from langchain_semantic_recall.recall import SemanticRecall
+def _read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
+    """The dataset (checked against the options) and a line saying what `--busy` added."""
+    from langchain_semantic_recall import eval_paraphrase, evaluation
 
-    path = Path(args.dataset)
+    if args.include_adversarial and args.format != "locomo":
+        raise UsageError("--include-adversarial is for LoCoMo (category 5); drop it")
+    if args.busy and args.format != "paraphrase":
+        raise UsageError("--busy is for 'eval paraphrase'; drop it")
+    if args.scope == "thread" and args.format != "locomo":
+        raise UsageError(
+            f"eval {args.format} asks in the question's own or a new thread; use --scope resource"
+        )
+    if args.format == "paraphrase":
+        if not path.is_dir():
+            raise NotFoundError(f"no paraphrase set folder {path}")
+        dataset = eval_paraphrase.read_paraphrase(path)
+        if not args.busy:
+            return dataset, None
+        if not Path(args.busy).is_file():
+            raise NotFoundError(f"no LoCoMo file {args.busy} (--busy)")
+        chosen = eval_paraphrase.add_busy(dataset, args.busy)
+        added = "; ".join(
+            f"{r}: {len(threads)} sessions, {threads[0]} to {threads[-1]}"
+            for r, threads in chosen.items()
+        )
+        return dataset, f"busy store: each persona also holds LoCoMo sessions ({added})"
     if not path.is_file():
         raise NotFoundError(f"no dataset file {path}")
     if args.format == "locomo":
-        dataset = evaluation.read_locomo(
+        return evaluation.read_locomo(
             path, include_adversarial=args.include_adversarial, one_thread=args.scope == "thread"
+        ), None
+    return evaluation.read_eval_jsonl(path), None
+
+
+def _check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
+    """Refuse, before anything is loaded, what the dataset cannot answer."""
+    if not dataset.questions and not dataset.probes:
+        raise UsageError(f"{path} has no question with evidence and no probe line to ask")
+    asked = sorted({q.sample_id for q in dataset.questions})
+    if args.foreign and len(asked) < 2:
+        raise UsageError(
+            f"--foreign asks each resource's questions of another resource, but {path} has "
+            f"questions of {len(asked)} resource(s) ({', '.join(asked) or 'none'}): they "
+            "would be asked of their own memory and correct answers counted as false "
+            "memories; drop --foreign or add questions of a second resource"
         )
-    else:
-        if args.scope == "thread":
-            raise UsageError("eval jsonl asks in the question's 'thread'; use --scope resource")
-        dataset = evaluation.read_eval_jsonl(path)
-    if not dataset.questions:
-        raise UsageError(f"{path} has no question with evidence to ask")
+
+
+def run(args: argparse.Namespace) -> int:
+    """`semantic-recall eval`: load a labelled dataset, ask its questions, print scores."""
+    from langchain_semantic_recall import evaluation
+    from langchain_semantic_recall.cli import eval_store
+    from langchain_semantic_recall.recall import SemanticRecall
+
+    path = Path(args.dataset)
+    dataset, busy = _read(args, path)
+    _check(args, dataset, path)
     options = _options(args)
     progress = not args.no_progress and sys.stderr.isatty()  # a log file gets no bar redraws
+    manifest = eval_store.read_manifest(Path(args.store)) if args.store else None
     with tempfile.TemporaryDirectory(prefix="semantic-recall-eval-") as scratch:
         store = Path(args.store) if args.store else Path(scratch)
         memory = SemanticRecall.local(store, embeddings=common.create_embeddings(), **options)
         try:
-            print(
-                f"Loading {dataset.message_count} messages in {len(dataset.conversations)} "
-                f"threads into {store} ..."
+            if busy:
+                print(busy)
+            loaded = eval_store.load_or_reuse(
+                memory,
+                dataset,
+                Path(args.store) if args.store else None,
+                manifest,
+                source={"dataset": str(path), "format": args.format, "busy": args.busy},
+                progress=progress,
             )
-            started = time.perf_counter()
-            evaluation.load_dataset(memory, dataset, progress=progress)
-            loaded = time.perf_counter() - started
             results = evaluation.evaluate(memory, dataset, progress=progress)
             probes = _probes(memory, dataset, args)
             settings = _settings(memory, args, path)
@@ -302,7 +422,7 @@ def run(args: argparse.Namespace) -> int:
             memory.storage.close()
             memory.vector_store.close()
     summary = _summary(results, probes, dataset, args)
-    summary["load_seconds"] = round(loaded, 2)
+    summary["load_seconds"] = None if loaded is None else round(loaded, 2)
     mode = settings["search_mode"]
     budget = settings["message_budget"]
     print(
@@ -319,7 +439,8 @@ def run(args: argparse.Namespace) -> int:
     for kind, report in probes.items():
         print(_probe_table(kind, report))
     print(_evidence_line(dataset.evidence))
-    print(f"loaded in {loaded:.1f} s; latency = one search, query embedding included")
+    when = "reused the stored messages" if loaded is None else f"loaded in {loaded:.1f} s"
+    print(f"{when}; latency = one search, query embedding included")
     if args.json_out:
         out = {
             "settings": settings,

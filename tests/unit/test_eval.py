@@ -16,11 +16,17 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
 from langchain_semantic_recall.cli import common, main
+from langchain_semantic_recall.cli.eval_store import MANIFEST
+from langchain_semantic_recall.eval_paraphrase import add_busy, read_paraphrase
 from langchain_semantic_recall.evaluation import (
     QUERY_THREAD,
+    Dataset,
+    EvalConversation,
+    EvalQuestion,
     EvidenceReport,
     QuestionResult,
     aevaluate,
+    default_threshold,
     evaluate,
     load_dataset,
     normalise_evidence,
@@ -30,9 +36,11 @@ from langchain_semantic_recall.evaluation import (
 )
 from langchain_semantic_recall.false_memory import (
     SMALL_TALK,
+    dataset_probes,
     foreign_questions,
     small_talk_questions,
 )
+from langchain_semantic_recall.options import DEFAULT_SEARCH_MODE
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -419,6 +427,373 @@ def test_eval_refuses_missing_files_and_bad_values(
     assert main(["eval", "locomo", str(tmp_path / "missing.json"), "--no-progress"]) == 3
     assert main(["eval", "locomo", str(locomo_file), "--message-budget", "lots"]) == 2
     assert main(["eval", "locomo", str(locomo_file), "--no-progress", "--keyword-weight", "2"]) == 2
+
+
+# --- probe lines, the paraphrase set, --foreign, --store, --help -------------------------------
+
+
+def two_resource_jsonl(path: Path, extra: list[dict[str, Any]]) -> Path:
+    """Two resources, one question each, plus `extra` lines."""
+    rows: list[dict[str, Any]] = [
+        {"resource": "alice", "thread": "a", "role": "user", "id": "a1", "content": "red kite"},
+        {"resource": "alice", "thread": "a", "role": "assistant", "id": "a2", "content": "nice"},
+        {"resource": "bob", "thread": "b", "role": "user", "id": "b1", "content": "blue boat"},
+        {"question": "the red kite?", "resource": "alice", "evidence": ["a1"]},
+        {"question": "the blue boat?", "resource": "bob", "evidence": ["b1"]},
+    ]
+    return jsonl(path, rows + extra)
+
+
+def test_probe_lines_are_read_and_asked_of_every_resource(tmp_path: Path) -> None:
+    path = two_resource_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"probe": "thanks!", "kind": "small talk"},
+            {"probe": "How do black holes form?", "kind": "off-topic"},
+            {"probe": "what is a quasar?", "kind": "off-topic", "resource": "bob"},
+        ],
+    )
+    dataset = read_eval_jsonl(path)
+    assert dataset.message_count == 3  # probe lines are not messages
+    assert [(p.kind, p.text, p.resource) for p in dataset.probes] == [
+        ("small talk", "thanks!", None),
+        ("off-topic", "How do black holes form?", None),
+        ("off-topic", "what is a quasar?", "bob"),
+    ]
+    asked = dataset_probes(dataset)
+    assert [(q.sample_id, q.question) for q in asked["small talk"]] == [
+        ("alice", "thanks!"),
+        ("bob", "thanks!"),
+    ]
+    assert [q.sample_id for q in asked["off-topic"]] == ["alice", "bob", "bob"]
+    assert all(q.evidence == () and q.thread_id == QUERY_THREAD for q in asked["off-topic"])
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({"probe": "thanks!"}, "needs a 'kind'"),
+        ({"probe": "", "kind": "small talk"}, "'probe' must be the text"),
+        ({"probe": "hi", "kind": "small talk", "resource": "carol"}, "no message"),
+    ],
+)
+def test_a_bad_probe_line_is_an_error(tmp_path: Path, line: dict[str, Any], message: str) -> None:
+    path = two_resource_jsonl(tmp_path / "bad.jsonl", [line])
+    with pytest.raises(InvalidInputError, match=message):
+        read_eval_jsonl(path)
+
+
+def test_eval_jsonl_reports_probe_lines_per_kind(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = two_resource_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"probe": "thanks!", "kind": "small talk"},
+            {"probe": "good morning", "kind": "small talk"},
+            {"probe": "the red kite?", "kind": "off-topic"},  # alice holds it: a false memory
+        ],
+    )
+    out = tmp_path / "probes.json"
+    argv = ["eval", "jsonl", str(path), "--no-progress", "--threshold", "0"]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "false memories, small talk" in printed
+    assert "false memories, off-topic" in printed
+    probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
+    talk, off = probes["small talk"], probes["off-topic"]
+    assert talk["overall"]["questions"] == 4  # 2 lines x 2 resources
+    assert set(talk["by_category"]) == {"dataset"}
+    assert set(talk["by_resource"]) == {"alice", "bob"}
+    assert off["overall"]["questions"] == 2
+    assert off["by_resource"]["alice"]["any"] == 1.0
+
+
+def paraphrase_set(folder: Path) -> Path:
+    """A tiny set in the paraphrase set's format: 2 personas, direct and indirect."""
+    folder.mkdir()
+    facts = [
+        ("x-p1-01", "p1", "I am allergic to peanuts", "Noted.", "peanuts allergic?", ["peanuts"]),
+        (
+            "x-p1-02",
+            "p1",
+            "My sister Ada lives in Oslo",
+            "Lovely.",
+            "where does Ada live?",
+            ["oslo"],
+        ),
+        ("x-p2-01", "p2", "I drive a green Volvo", "Classic.", "what car, green one?", ["volvo"]),
+        ("x-p2-02", "p2", "I play the cello", "Fun.", "suggest a hobby gift", ["cello"]),
+    ]
+    kinds = ["direct", "direct", "direct", "indirect"]
+    jsonl(
+        folder / "paraphrase_dev.jsonl",
+        [
+            {
+                "id": i,
+                "persona": persona,
+                "fact": fact,
+                "reply": reply,
+                "question": question,
+                "answer_terms": terms,
+                "kind": kind,
+            }
+            for (i, persona, fact, reply, question, terms), kind in zip(facts, kinds, strict=True)
+        ],
+    )
+    jsonl(folder / "smalltalk_dev.jsonl", [{"text": "thanks!"}, {"text": "good morning"}])
+    jsonl(folder / "offtopic_dev.jsonl", [{"text": "How do black holes form?"}])
+    return folder
+
+
+def test_the_paraphrase_set_maps_personas_facts_and_probes(tmp_path: Path) -> None:
+    dataset = read_paraphrase(paraphrase_set(tmp_path / "para"))
+    assert dataset.resources == ["p1", "p2"]
+    first = dataset.conversations[0]
+    assert (first.resource_id, first.thread_id) == ("p1", "x-p1-01")
+    assert [type(m) for m in first.messages] == [HumanMessage, AIMessage]
+    assert [m.id for m in first.messages] == ["x-p1-01/fact", "x-p1-01/reply"]
+    question = dataset.questions[0]
+    assert (question.sample_id, question.category, question.thread_id) == (
+        "p1",
+        "direct",
+        QUERY_THREAD,
+    )
+    assert (question.evidence, question.answer_terms) == (("x-p1-01/fact",), ("peanuts",))
+    assert [(p.kind, p.text) for p in dataset.probes] == [
+        ("small talk", "thanks!"),
+        ("small talk", "good morning"),
+        ("off-topic", "How do black holes form?"),
+    ]
+
+
+def test_a_paraphrase_set_without_its_files_is_reported(tmp_path: Path) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    (folder / "offtopic_dev.jsonl").unlink()
+    with pytest.raises(InvalidInputError, match=r"offtopic_dev\.jsonl"):
+        read_paraphrase(folder)
+
+
+def test_found_is_an_answer_term_as_a_word_of_the_returned_text() -> None:
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        threshold=0.0,
+    )
+    messages: list[Any] = [HumanMessage("My friend ADA moved to Oslo", id="f1")]
+    messages.append(HumanMessage("Adam likes canada", id="f2"))
+    dataset = Dataset(
+        conversations=[EvalConversation("p", "t", messages)],
+        questions=[
+            EvalQuestion("p", "friend moved", "direct", ("f1",), answer_terms=("ada",)),
+            EvalQuestion("p", "Adam likes", "direct", ("f2",), answer_terms=("ada", "nad")),
+        ],
+    )
+    load_dataset(memory, dataset, progress=False)
+    memory = memory.with_options(top_k=1, message_range=0)
+    first, second = evaluate(memory, dataset, progress=False)
+    assert (first.returned, first.answered) == (("f1",), True)  # any case, a whole word
+    assert (second.returned, second.answered) == (("f2",), False)  # "Adam", "canada": no
+    assert summarize([first, second])["overall"]["found"] == 0.5
+
+
+def test_eval_paraphrase_reports_found_per_kind_and_probes(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    out = tmp_path / "para.json"
+    argv = ["eval", "paraphrase", str(folder), "--no-progress", "--threshold", "0"]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "found" in printed
+    assert "false memories, small talk" in printed
+    assert "false memories, off-topic" in printed
+    report = json.loads(out.read_text(encoding="utf-8"))
+    by_kind = report["summary"]["by_category"]
+    assert by_kind["direct"]["found"] == 1.0  # the three direct questions share a word
+    assert by_kind["indirect"]["questions"] == 1
+    assert {r["question"]: r["found"] for r in report["questions"]}["where does Ada live?"]
+    probes = report["summary"]["false_memories"]
+    assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 personas
+    assert probes["off-topic"]["overall"]["questions"] == 2
+
+
+def big_locomo(path: Path, samples: int, turns: int) -> Path:
+    """LoCoMo-shaped conversations of 3 sessions of `turns` turns each, no questions."""
+    data = []
+    for n in range(samples):
+        conversation: dict[str, Any] = {"speaker_a": "Ann", "speaker_b": "Ben"}
+        for s in (1, 2, 3):
+            conversation[f"session_{s}_date_time"] = f"1:56 pm on {s} May, 2023"
+            conversation[f"session_{s}"] = [
+                {"speaker": "Ann" if t % 2 else "Ben", "dia_id": f"D{s}:{t}", "text": f"chat {t}"}
+                for t in range(1, turns + 1)
+            ]
+        data.append({"sample_id": f"conv-{n}", "conversation": conversation, "qa": []})
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_busy_adds_locomo_sessions_to_each_persona_deterministically(tmp_path: Path) -> None:
+    locomo = big_locomo(tmp_path / "busy.json", samples=3, turns=4)
+    dataset = read_paraphrase(paraphrase_set(tmp_path / "para"))
+    chosen = add_busy(dataset, locomo, messages=10)
+    assert chosen == {  # persona i: conversation i's sessions, in order, until >= 10 messages
+        "p1": ["conv-0/session_1", "conv-0/session_2", "conv-0/session_3"],
+        "p2": ["conv-1/session_1", "conv-1/session_2", "conv-1/session_3"],
+    }
+    busy = [c for c in dataset.conversations if c.thread_id.startswith("busy/")]
+    assert [c.resource_id for c in busy] == ["p1"] * 3 + ["p2"] * 3
+    assert busy[0].thread_id == "busy/p1/conv-0/session_1"
+    assert busy[0].messages[0].id == "busy/p1/conv-0:D1:1"
+    assert add_busy(read_paraphrase(tmp_path / "para"), locomo, messages=10) == chosen
+    with pytest.raises(InvalidInputError, match="fewer than"):
+        add_busy(dataset, locomo, messages=1000)
+
+
+def test_eval_paraphrase_busy_puts_at_least_300_messages_in_each_persona(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locomo = big_locomo(tmp_path / "busy.json", samples=2, turns=110)
+    folder = paraphrase_set(tmp_path / "para")
+    argv = ["eval", "paraphrase", str(folder), "--no-progress", "--busy", str(locomo)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Loading 668 messages" in printed  # 8 of the set + 2 x 330 of LoCoMo
+    assert "p1: 3 sessions, conv-0/session_1 to conv-0/session_3" in printed
+    assert main(["eval", "jsonl", str(locomo), "--busy", str(locomo)]) == 2
+
+
+def test_eval_foreign_refuses_data_with_one_resource(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(
+        tmp_path / "one.jsonl",
+        [
+            {"resource": "alice", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+            {"question": "the red kite?", "resource": "alice", "evidence": ["m1"]},
+        ],
+    )
+    assert main(["eval", "jsonl", str(path), "--no-progress", "--foreign"]) == 2
+    error = capsys.readouterr().err
+    assert "--foreign" in error
+    assert "alice" in error
+    assert "Loading" not in capsys.readouterr().out  # refused before loading anything
+
+
+def recording_embedder(monkeypatch: pytest.MonkeyPatch) -> FakeEmbeddings:
+    embedder = FakeEmbeddings()
+    monkeypatch.setattr(common, "create_embeddings", lambda: embedder)
+    return embedder
+
+
+def test_eval_store_is_reused_without_embedding_the_messages_again(
+    locomo_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    embedder = recording_embedder(monkeypatch)
+    store = tmp_path / "store"
+    out = tmp_path / "first.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    first = json.loads(out.read_text(encoding="utf-8"))
+    stored = {m.content for c in read_locomo(locomo_file).conversations for m in c.messages}
+    assert stored <= {text for call in embedder.calls for text in call}
+    embedder.calls.clear()
+    capsys.readouterr()
+    assert main([*argv, "--json-out", str(out)]) == 0
+    assert "Reusing" in capsys.readouterr().out
+    embedded = {text for call in embedder.calls for text in call}
+    assert embedded <= {q.question for q in read_locomo(locomo_file).questions}  # queries only
+    again = json.loads(out.read_text(encoding="utf-8"))
+    assert [r["returned"] for r in again["questions"]] == [
+        r["returned"] for r in first["questions"]
+    ]
+    assert again["summary"]["load_seconds"] is None
+
+
+def test_eval_store_refuses_another_dataset_or_an_unknown_folder(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main(argv) == 0
+    before = sorted(p.name for p in store.iterdir())
+    capsys.readouterr()
+    assert main([*argv, "--scope", "thread"]) == 2  # the same file, other threads
+    assert "holds 10 messages of locomo" in capsys.readouterr().err
+    other = two_resource_jsonl(tmp_path / "other.jsonl", [])
+    assert main(["eval", "jsonl", str(other), "--no-progress", "--store", str(store)]) == 2
+    assert sorted(p.name for p in store.iterdir()) == before
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main([*argv[:-1], str(unknown)]) == 2
+    assert "no eval manifest" in capsys.readouterr().err
+    manifest = store / MANIFEST
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace('"complete"', '"loading"'), encoding="utf-8"
+    )
+    assert main(argv) == 2
+    assert "did not finish" in capsys.readouterr().err
+
+
+def test_eval_refuses_options_its_format_does_not_use(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = two_resource_jsonl(tmp_path / "mine.jsonl", [])
+    folder = paraphrase_set(tmp_path / "para")
+    assert main(["eval", "jsonl", str(mine), "--include-adversarial"]) == 2
+    assert "--include-adversarial is for LoCoMo" in capsys.readouterr().err
+    assert main(["eval", "paraphrase", str(folder), "--scope", "thread"]) == 2
+    assert main(["eval", "paraphrase", str(tmp_path / "missing")]) == 3
+    assert main(["eval", "paraphrase", str(folder), "--busy", str(tmp_path / "no.json")]) == 3
+    assert "Loading" not in capsys.readouterr().out
+
+
+def _help_default(text: str, option: str) -> str:
+    """What `option`'s help (not the usage line) says in `(default: ...)`, on one line."""
+    entry = " ".join(text.split(f"\n  {option}", 1)[1].split())
+    return entry.split("(default: ", 1)[1].split(")", 1)[0]
+
+
+def test_eval_help_prints_the_engines_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", "--help"]) == 0
+    text = capsys.readouterr().out
+    engines = {
+        mode: SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=FakeEmbeddings(),
+            search_mode=mode,
+        )
+        for mode in ("hybrid", "keyword", "dense")
+    }
+
+    def by_mode(read: Any) -> str:
+        shown = [(mode, read(engine)) for mode, engine in engines.items()]
+        return ", ".join(f"{m} {'none' if v is None else v}" for m, v in shown)
+
+    hybrid = engines["hybrid"]
+    assert _help_default(text, "--top-k TOP_K") == by_mode(lambda e: e.top_k)
+    assert _help_default(text, "--before BEFORE") == by_mode(lambda e: e.message_range.before)
+    assert _help_default(text, "--after AFTER") == by_mode(lambda e: e.message_range.after)
+    assert _help_default(text, "--message-budget N|none") == by_mode(lambda e: e.message_budget)
+    assert _help_default(text, "--keyword-weight") == str(hybrid.keyword_weight)
+    assert _help_default(text, "--time-boost") == f"{hybrid.time_boost}; 0 is off"
+    assert _help_default(text, "--threshold THRESHOLD") == str(hybrid.threshold)
+    assert hybrid.threshold == default_threshold()
+    dense = " ".join(text.split()).split("cosine similarity in dense mode (default: ")[1]
+    assert dense.startswith(f"{engines['dense'].threshold or 'none'})")
+    assert f"(default: {DEFAULT_SEARCH_MODE}, which is hybrid" in " ".join(text.split())
+    assert engines["hybrid"].with_options(search_mode=DEFAULT_SEARCH_MODE).search_mode == "hybrid"
+    assert _help_default(text, "--scope") == SemanticRecall.__init__.__kwdefaults__["scope"]
 
 
 # --- the quality benchmarks run (tiny synthetic data, the real local model) -------------------

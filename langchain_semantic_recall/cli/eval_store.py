@@ -1,0 +1,154 @@
+"""`eval --store DIR`: load a dataset once, reuse its stored vectors and messages after.
+
+Loading embeds every message (LongMemEval's 3,712 take about half an hour on two cores),
+so `eval --store DIR` writes a manifest beside the store, `semantic-recall-eval.json`:
+a fingerprint of the messages loaded (sha256 of every conversation's resource, thread and
+messages, ids and times included), their count and the embedder. The next run with the
+same DIR:
+
+- same messages and embedder, load finished: nothing is loaded or embedded again;
+- anything else (another dataset, the same one loaded differently such as `--scope
+  thread` or `--busy`, another embedder, a load that never finished, a folder that holds
+  files but no manifest): a `UsageError` saying what differs, never a mixed store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import message_to_dict
+
+from langchain_semantic_recall.cli.common import UsageError
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.eval_records import Dataset
+    from langchain_semantic_recall.recall import SemanticRecall
+
+__all__ = ["MANIFEST", "fingerprint", "load_or_reuse", "read_manifest", "reusable"]
+
+MANIFEST = "semantic-recall-eval.json"
+"""The manifest's file name in the store folder."""
+_KIND = "semantic-recall eval store"
+_COMPARED = ("messages_sha256", "messages", "embeddings")
+
+
+def fingerprint(dataset: Dataset) -> str:
+    """sha256 of the messages `dataset` loads: resources, threads, ids, text and times."""
+    digest = hashlib.sha256()
+    for conversation in dataset.conversations:
+        row: list[object] = [conversation.resource_id, conversation.thread_id]
+        row += [message_to_dict(m) for m in conversation.messages]
+        digest.update(json.dumps(row, sort_keys=True, default=str).encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
+
+
+def read_manifest(store: Path) -> dict[str, Any] | None:
+    """The manifest in `store`; None when the folder is missing or empty.
+
+    Raises `UsageError` when the folder holds files but no readable manifest: it is not
+    a store `eval` made, and loading into it would mix datasets.
+    """
+    if not store.exists() or (store.is_dir() and not any(store.iterdir())):
+        return None
+    if not store.is_dir():
+        raise UsageError(f"--store {store} is a file; give a folder")
+    path = store / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("kind") != _KIND:
+        raise UsageError(
+            f"--store {store} holds files but no eval manifest ({MANIFEST}), so what it "
+            "holds is unknown; give an empty or new folder"
+        )
+    return manifest
+
+
+def reusable(store: Path, manifest: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether `store` already holds `wanted` (skip loading), or False for an empty one.
+
+    Raises `UsageError` when it holds something else or an unfinished load.
+    """
+    if manifest is None:
+        return False
+    if manifest.get("status") != "complete":
+        raise UsageError(
+            f"an earlier load into --store {store} did not finish; delete the folder (or "
+            "give another) and run again"
+        )
+    if any(manifest.get(key) != wanted.get(key) for key in _COMPARED):
+        raise UsageError(
+            f"--store {store} holds {_describe(manifest)}, but this run loads "
+            f"{_describe(wanted)}; give another folder, or delete this one to load it again"
+        )
+    return True
+
+
+def _describe(facts: dict[str, Any]) -> str:
+    busy = f" with --busy {facts['busy']}" if facts.get("busy") else ""
+    return (
+        f"{facts.get('messages')} messages of {facts.get('format')} {facts.get('dataset')}"
+        f"{busy} (sha256 {str(facts.get('messages_sha256'))[:12]}), embedded with "
+        f"{facts.get('embeddings')}"
+    )
+
+
+def write_manifest(store: Path, facts: dict[str, Any], *, complete: bool) -> None:
+    """Write the manifest: `facts` (see `_COMPARED`) and whether the load finished."""
+    manifest = {"kind": _KIND, "status": "complete" if complete else "loading", **facts}
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    (store / MANIFEST).write_text(text, encoding="utf-8")
+
+
+def load_or_reuse(
+    memory: SemanticRecall,
+    dataset: Dataset,
+    store: Path | None,
+    manifest: dict[str, Any] | None,
+    *,
+    source: dict[str, Any],
+    progress: bool,
+) -> float | None:
+    """Load `dataset` into `memory` (the seconds it took), or None when `store` holds it.
+
+    Args:
+        memory: The engine over `store` (or over a temporary folder when `store` is None).
+        dataset: What to load.
+        store: `--store DIR`, or None for a temporary store (always loaded).
+        manifest: `read_manifest(store)`, read before the engine created its files there.
+        source: Where the dataset came from, kept in the manifest for the reader.
+        progress: Draw a progress bar.
+    """
+    from langchain_semantic_recall import __version__, evaluation
+    from langchain_semantic_recall.embeddings import embedding_model_name
+
+    facts = {
+        "messages_sha256": fingerprint(dataset),
+        "messages": dataset.message_count,
+        "embeddings": embedding_model_name(memory.embeddings),
+        "version": __version__,
+        **source,
+    }
+    if store is not None and reusable(store, manifest, facts):
+        print(
+            f"Reusing {store}: it holds these {dataset.message_count} messages, embedded with "
+            f"{facts['embeddings']} ({MANIFEST}); nothing is loaded or embedded again"
+        )
+        return None
+    print(
+        f"Loading {dataset.message_count} messages in {len(dataset.conversations)} "
+        f"threads into {store or 'a temporary store'} ..."
+    )
+    if store is not None:
+        write_manifest(store, facts, complete=False)
+    started = time.perf_counter()
+    evaluation.load_dataset(memory, dataset, progress=progress)
+    if store is not None:
+        write_manifest(store, facts, complete=True)
+    return time.perf_counter() - started

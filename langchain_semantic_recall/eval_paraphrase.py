@@ -1,0 +1,170 @@
+"""Reading the paraphrase set (`eval paraphrase DIR`), and making its store busy.
+
+The set is a folder of three files:
+
+- `paraphrase_dev.jsonl`: `{id, persona, fact, reply, question, answer_terms, kind}` lines.
+  Each persona is a resource; each `fact` (user) and `reply` (assistant) is its own
+  conversation (thread `id`, message ids `<id>/fact` and `<id>/reply`, written an hour
+  apart from 2024-01-01 in file order, the reply a second after the fact); each
+  `question` is asked in a new conversation of the resource, category `kind` (`direct`
+  or `indirect`). A question is *found* when one of its `answer_terms` is a word of the
+  returned messages' text (case-insensitive); its evidence is the fact's message, so
+  `recall` says whether the fact itself was returned.
+- `smalltalk_dev.jsonl`, `offtopic_dev.jsonl`: `{text}` lines that nothing stored
+  answers, asked of every persona as probes of kind `"small talk"` and `"off-topic"`.
+
+`add_busy` adds unrelated LoCoMo sessions to each persona's resource, so the facts sit
+among a few hundred messages of other chat, as they do in a real memory.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.eval_locomo import read_locomo
+from langchain_semantic_recall.eval_records import (
+    Dataset,
+    EvalConversation,
+    EvalProbe,
+    EvalQuestion,
+)
+from langchain_semantic_recall.messages import CREATED_AT_KEY
+
+__all__ = [
+    "BUSY_MESSAGES",
+    "PARAPHRASE_FILE",
+    "PROBE_FILES",
+    "add_busy",
+    "read_paraphrase",
+]
+
+PARAPHRASE_FILE = "paraphrase_dev.jsonl"
+"""The facts and their questions, in the set's folder."""
+PROBE_FILES: dict[str, str] = {
+    "small talk": "smalltalk_dev.jsonl",
+    "off-topic": "offtopic_dev.jsonl",
+}
+"""Probe kind -> the file of the set's folder that holds its `{text}` lines."""
+BUSY_MESSAGES = 300
+"""Fewest unrelated messages `add_busy` adds to each persona's resource."""
+
+_FIRST_FACT = datetime(2024, 1, 1, tzinfo=UTC)
+_FIELDS = ("id", "persona", "fact", "reply", "question", "kind")
+
+
+def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    if not path.is_file():
+        raise InvalidInputError(f"the paraphrase set has no {path.name} in {path.parent}")
+    rows = []
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as error:
+            raise InvalidInputError(f"{path}, line {line_no}: not JSON ({error})") from error
+        if not isinstance(row, dict):
+            raise InvalidInputError(f"{path}, line {line_no}: expected a JSON object")
+        rows.append((line_no, row))
+    return rows
+
+
+def _fact(row: dict[str, Any], where: str) -> tuple[list[str], tuple[str, ...]]:
+    """The row's text fields (in `_FIELDS` order) and answer terms, checked."""
+    values = [row.get(name) for name in _FIELDS]
+    missing = [name for name, value in zip(_FIELDS, values, strict=True) if not value]
+    terms = row.get("answer_terms")
+    words = (
+        tuple(t for t in terms if isinstance(t, str) and t.strip())
+        if isinstance(terms, list)
+        else ()
+    )
+    if not words:
+        missing.append("answer_terms (a list of words)")
+    if missing or not all(isinstance(v, str) for v in values):
+        raise InvalidInputError(f"{where}: needs text in {missing or list(_FIELDS)}")
+    return [str(v) for v in values], words
+
+
+def read_paraphrase(directory: str | PathLike[str]) -> Dataset:
+    """Read the paraphrase set in `directory` (see the module docstring)."""
+    folder = Path(directory)
+    dataset = Dataset(conversations=[], questions=[])
+    seen: set[str] = set()
+    for position, (line_no, row) in enumerate(_rows(folder / PARAPHRASE_FILE)):
+        where = f"{folder / PARAPHRASE_FILE}, line {line_no}"
+        (fact_id, persona, fact, reply, question, kind), terms = _fact(row, where)
+        if fact_id in seen:
+            raise InvalidInputError(f"{where}: id {fact_id!r} is used twice")
+        seen.add(fact_id)
+        written = _FIRST_FACT + timedelta(hours=position)
+        messages = [
+            HumanMessage(
+                fact,
+                id=f"{fact_id}/fact",
+                additional_kwargs={CREATED_AT_KEY: written.isoformat()},
+            ),
+            AIMessage(
+                reply,
+                id=f"{fact_id}/reply",
+                additional_kwargs={CREATED_AT_KEY: (written + timedelta(seconds=1)).isoformat()},
+            ),
+        ]
+        dataset.conversations.append(EvalConversation(persona, fact_id, messages))
+        dataset.questions.append(
+            EvalQuestion(persona, question, kind, (f"{fact_id}/fact",), answer_terms=terms)
+        )
+    for kind, name in PROBE_FILES.items():
+        for line_no, row in _rows(folder / name):
+            text = row.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise InvalidInputError(f"{folder / name}, line {line_no}: needs 'text'")
+            dataset.probes.append(EvalProbe(kind, text))
+    return dataset
+
+
+def add_busy(
+    dataset: Dataset, locomo: str | PathLike[str], *, messages: int = BUSY_MESSAGES
+) -> dict[str, list[str]]:
+    """Add unrelated LoCoMo sessions to every resource of `dataset`; say which.
+
+    The choice is fixed: the i-th resource (in the order they first appear) takes the
+    sessions of the i-th LoCoMo conversation of the file (cyclically), in order, until
+    it has at least `messages` new ones, going on to the next conversation if one runs
+    out. Their threads and message ids are prefixed with `busy/<resource>/`, so they
+    never collide with the set's own. Returns resource -> the LoCoMo threads it got.
+    """
+    sessions = read_locomo(locomo).conversations
+    samples = list(dict.fromkeys(c.resource_id for c in sessions))
+    if not samples:
+        raise InvalidInputError(f"{locomo} has no LoCoMo conversation to make the store busy")
+    total = sum(len(c.messages) for c in sessions)
+    if total < messages:
+        raise InvalidInputError(
+            f"{locomo} has {total} messages, fewer than the {messages} each resource needs"
+        )
+    starts: dict[str, int] = {}  # read_locomo keeps each conversation's sessions together
+    for position, session in enumerate(sessions):
+        starts.setdefault(session.resource_id, position)
+    chosen: dict[str, list[str]] = {}
+    for index, resource in enumerate(dataset.resources):
+        at, added, names = starts[samples[index % len(samples)]], 0, []
+        while added < messages:
+            session = sessions[at % len(sessions)]
+            prefix = f"busy/{resource}/"
+            copies = [m.model_copy(update={"id": prefix + str(m.id)}) for m in session.messages]
+            dataset.conversations.append(
+                EvalConversation(resource, prefix + session.thread_id, copies)
+            )
+            names.append(session.thread_id)
+            added += len(copies)
+            at += 1
+        chosen[resource] = names
+    return chosen
