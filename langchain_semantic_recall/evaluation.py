@@ -354,7 +354,6 @@ def engine_defaults(mode: str) -> SearchPlan:
     Read from the engine's own resolution (`search.resolve`), so the help cannot drift
     from the code.
     """
-    from langchain_semantic_recall.options import DEFAULT_KEYWORD_WEIGHT
     from langchain_semantic_recall.search import resolve
 
     return resolve(
@@ -363,11 +362,10 @@ def engine_defaults(mode: str) -> SearchPlan:
         top_k=None,
         message_range=None,
         message_budget="auto",
-        keyword_weight=DEFAULT_KEYWORD_WEIGHT,
         threshold=None,
     )
 
 
 def default_threshold() -> float | None:
-    """The hybrid mode's default threshold (the calibrated gate), as `eval --help` prints it."""
+    """The hybrid mode's default threshold (None: the evidence decides), for `eval --help`."""
     return engine_defaults("hybrid").threshold

@@ -10,17 +10,13 @@ Hybrid search runs two searches in the same scope and fuses them per query:
 Reciprocal rank fusion was measured too: it throws away how far apart the scores are and
 lost to keyword search alone on long conversations (`docs/quality.md`).
 
-Hybrid search does not fuse: it scores every candidate with a calibrated model
-(`calibration`), which estimates for each position of the window (2 before the candidate
-to 3 after it) the probability that the message there is evidence. `spend_calibrated`
-then returns the likeliest messages that pass the threshold, within the budget. Keyword
-mode still uses `fuse` (scores relative to the query's best match).
-
-Without calibration a message budget chooses which messages of the hits' windows are returned: every
-message in reach of a hit is scored `hit score x weight of its distance to the hit`
-(a message near several hits keeps its best score), and the best `budget` messages
-are kept. Strong hits thus keep wide windows while weak hits shrink to the hit itself,
-and the number of messages handed to the model is bounded.
+Hybrid search does not fuse: it scores candidates and their neighbours with the relevance
+model (`relevance`). Keyword mode ranks by `fuse` over its one list (scores relative to the
+query's best match), and a message budget chooses which messages of the hits' windows
+are returned: every message in reach of a hit is scored `hit score x weight of its
+distance to the hit` (a message near several hits keeps its best score), and the best
+`budget` messages are kept. Strong hits thus keep wide windows while weak hits shrink to
+the hit itself, and the number of messages handed to the model is bounded.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from langchain_semantic_recall.periods import Period
 from langchain_semantic_recall.records import RecallHit, StoredMessage, VectorHit
 
 __all__ = [
-    "Candidate",
     "NeighbourWeights",
     "best_per_message",
     "best_scores",
@@ -40,7 +35,6 @@ __all__ = [
     "fuse",
     "min_max",
     "spend_budget",
-    "spend_calibrated",
 ]
 
 
@@ -187,77 +181,3 @@ def spend_budget(
         for hit_id, score, match, near in reached
         if hit_id in kept
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A calibrated candidate: for each offset in its thread, the chance evidence is there.
-
-    `offsets[k]` estimates the probability that the message `k` places after the
-    candidate (before it when negative; 0 is the candidate itself) is evidence for the
-    query; `score` is the best of them.
-    """
-
-    id: str
-    offsets: Mapping[int, float]
-
-    @property
-    def score(self) -> float:
-        """The best probability of any position of its window."""
-        return max(self.offsets.values(), default=0.0)
-
-
-def spend_calibrated(
-    hits: Sequence[Candidate],
-    windows: Mapping[str, Sequence[StoredMessage]],
-    *,
-    threshold: float,
-    budget: int | None,
-) -> list[RecallHit]:
-    """The messages likeliest to be evidence, at least `threshold`, at most `budget`.
-
-    Every message within reach of a hit (an offset the hit has a probability for) scores
-    that probability; a message near several hits keeps its best. Messages below
-    `threshold` are dropped, then the best `budget` are kept (ties: first seen).
-
-    Returns:
-        One hit per likeliest message, best first: its `message` is the best-scoring kept
-        message of a candidate's window (the candidate itself, or the reply after a
-        question), its `score` that message's probability, its `window` the kept
-        messages of the candidate's window in thread order (windows of candidates
-        whose best message is the same are merged).
-    """
-    reached: list[list[tuple[StoredMessage, float]]] = []
-    best: dict[str, tuple[float, int]] = {}  # message id -> (score, first seen)
-    for hit in hits:
-        window = windows.get(hit.id) or ()
-        match = next((m for m in window if m.id == hit.id), None)
-        if match is None:
-            continue
-        near = [
-            (m, hit.offsets[m.seq - match.seq]) for m in window if m.seq - match.seq in hit.offsets
-        ]
-        reached.append(near)
-        for message, value in near:
-            known = best.get(message.id)
-            if value >= threshold and (known is None or value > known[0]):
-                best[message.id] = (value, known[1] if known else len(best))
-    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))
-    kept = {message_id: value for message_id, (value, _) in ranked[:budget]}
-    merged: dict[str, tuple[StoredMessage, dict[str, StoredMessage]]] = {}
-    for near in reached:
-        window = [m for m, _ in near if m.id in kept]
-        if not window:
-            continue
-        top = min(window, key=lambda m: (-kept[m.id], best[m.id][1]))
-        _, members = merged.setdefault(top.id, (top, {}))
-        members.update((m.id, m) for m in window)
-    out = [
-        RecallHit(
-            message=top,
-            score=kept[top.id],
-            window=tuple(sorted(members.values(), key=lambda m: m.seq)),
-        )
-        for top, members in merged.values()
-    ]
-    return sorted(out, key=lambda hit: (-hit.score, best[hit.message.id][1]))

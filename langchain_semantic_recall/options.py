@@ -33,20 +33,19 @@ DEFAULT_SCOPE: Scope = "resource"
 DEFAULT_CACHE_SIZE = 1000
 DEFAULT_SEARCH_MODE: SearchMode = "auto"
 
-# Defaults of the hybrid and keyword modes, measured on locomo-dev (docs/quality.md);
+# Defaults of keyword mode (hybrid mode's come with its relevance model, `relevance`);
 # dense mode keeps the original's DEFAULT_TOP_K and DEFAULT_MESSAGE_RANGE, and no budget.
 HYBRID_TOP_K = 12
 DEFAULT_MESSAGE_BUDGET = 15
 """Most messages the hits' windows return together (hybrid and keyword modes)."""
-DEFAULT_KEYWORD_WEIGHT = 0.8
-"""Share of the keyword score in min-max fusion. Hybrid search no longer ranks by it: its
-calibrated models weigh keywords and vectors themselves (`calibration`); it only orders
-the candidates before they are scored, which changes no result."""
 DEFAULT_TIME_BOOST = 0.5
-"""Keyword mode: added to the score of candidates written in a period the query names.
-Hybrid mode: any value but 0 turns the calibrated models' period feature on."""
+"""Time-aware ranking for queries that name a period ("in May 2023", "last week").
+
+Keyword mode: added to the (0-1) score of candidates written in that period. Hybrid mode:
+any value but 0 turns the relevance model's `in_period` feature on (its weight is fitted,
+so the value itself does not matter there); 0 turns it off. Dense mode: unused."""
 DEFAULT_CANDIDATES = 50
-"""Matches each search (keyword, vector) contributes to the fusion."""
+"""Matches each search (keyword, vector) contributes as candidates."""
 
 DEFAULT_MAX_INDEX_CHARS = 16_000
 """Characters of one message that are chunked and embedded (the rest is stored only).

@@ -27,6 +27,7 @@ from langchain_semantic_recall.engine.core import (
     ReindexOptions,
     SearchOptions,
     build_plan,
+    warn_if_unfitted,
 )
 from langchain_semantic_recall.engine.identity import IdentityKeys
 from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
@@ -36,7 +37,6 @@ from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import (
     DEFAULT_CACHE_SIZE,
-    DEFAULT_KEYWORD_WEIGHT,
     DEFAULT_MAX_BLOCK_CHARS,
     DEFAULT_MAX_INDEX_CHARS,
     DEFAULT_SCOPE,
@@ -112,15 +112,16 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         vector_store: a `VectorIndex` (`ChromaVectorIndex.persistent(path)`) or a
             LangChain `VectorStore` with metadata filters.
         embeddings: any LangChain `Embeddings`.
-        top_k: hits to retrieve (default 12; 4 in dense mode).
+        top_k: candidates scored with their windows (hybrid: 20), or hits (keyword 12, dense 4).
         message_range: neighbours around each hit: `n`, `(before, after)`, a mapping
-            or a `MessageRange` (default 0 before, 2 after; 1 and 1 in dense mode).
+            or a `MessageRange` (hybrid: 2 before, 3 after; keyword: 0 and 2; dense: 1 and 1).
         scope: `"resource"` (every conversation of the resource) or `"thread"`.
-        threshold: minimum score in [0, 1] (hybrid: calibrated probability, 0.008; dense: cosine).
+        threshold: minimum score in [0, 1] (hybrid: probability of relevance, none by
+            default; dense: cosine; keyword: refused).
         search_mode: `"hybrid"`, `"dense"` (the original), `"keyword"` or `"auto"`.
         message_budget: most messages recalled per turn (`"auto"`: 15; None in dense mode).
-        keyword_weight: share of the keyword score in hybrid fusion (0.8).
-        time_boost: boost of candidates in a period the query names (0.5; 0 is off).
+        time_boost: time-aware ranking for queries naming a period (0.5; 0 is off;
+            hybrid mode only turns it on or off, see `options.DEFAULT_TIME_BOOST`).
         index_name: vector index name (default: from the embedding model and dimension).
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
@@ -152,7 +153,6 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         threshold: float | None = None,
         search_mode: SearchMode = DEFAULT_SEARCH_MODE,
         message_budget: Budget = "auto",
-        keyword_weight: float = DEFAULT_KEYWORD_WEIGHT,
         time_boost: float = DEFAULT_TIME_BOOST,
         index_name: str | None = None,
         logger: logging.Logger | None = None,
@@ -174,6 +174,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
                 f"storage must be a MessageStorage (e.g. SQLiteStorage), got {storage!r}"
             )
         plan = build_plan(options, keyword_search=storage.supports_keyword_search)
+        warn_if_unfitted(plan, embeddings)
         cache = cache if cache is not None else EmbeddingCache(cache_size)
         space = VectorSpace(embeddings, as_vector_index(vector_store), cache, index_name)
         object.__setattr__(self, "_options", options)
@@ -242,7 +243,6 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     top_k = _Option[int](lambda plan: plan.search.top_k)
     message_range = _Option[MessageRange](lambda plan: plan.search.message_range)
     message_budget = _Option["int | None"](lambda plan: plan.search.message_budget)
-    keyword_weight = _Option[float](lambda plan: plan.search.keyword_weight)
     time_boost = _Option[float](lambda plan: plan.search.time_boost)
     threshold = _Option["float | None"](lambda plan: plan.search.threshold)
     search_mode = _Option[str](lambda plan: plan.search.mode)

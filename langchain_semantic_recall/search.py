@@ -8,20 +8,12 @@ to the plan's pure `rank` and `hits`, so that sync and async share every decisio
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, TypeAlias
 
-from langchain_semantic_recall.calibration import DEFAULT_GATE, OFFSET_MODELS, Model, relevance
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.fusion import (
-    Candidate,
-    NeighbourWeights,
-    boost_period,
-    fuse,
-    spend_budget,
-    spend_calibrated,
-)
+from langchain_semantic_recall.fusion import NeighbourWeights, boost_period, fuse, spend_budget
 from langchain_semantic_recall.options import (
     DEFAULT_CANDIDATES,
     DEFAULT_MESSAGE_BUDGET,
@@ -44,6 +36,7 @@ from langchain_semantic_recall.options import (
 )
 from langchain_semantic_recall.periods import Period, named_period
 from langchain_semantic_recall.records import RecallHit, StoredMessage
+from langchain_semantic_recall.relevance import Query, QueryBaseline, RelevanceModel, default_model
 
 ResolvedMode: TypeAlias = Literal["hybrid", "dense", "keyword"]
 
@@ -56,13 +49,12 @@ class SearchPlan:
     top_k: int
     message_range: MessageRange
     message_budget: int | None
-    keyword_weight: float
     threshold: float | None
     time_boost: float
     candidates: int
     weights: NeighbourWeights
-    models: tuple[tuple[int, Model], ...] = tuple(OFFSET_MODELS.items())
-    """Hybrid mode's calibrated models, one per window offset (`calibration`)."""
+    relevance: RelevanceModel
+    """Hybrid mode's relevance model (`relevance.model`), with this plan's window."""
 
     @property
     def uses_vectors(self) -> bool:
@@ -76,7 +68,7 @@ class SearchPlan:
 
     @property
     def calibrated(self) -> bool:
-        """Whether scores are calibrated probabilities (hybrid mode; see `calibrate`)."""
+        """Whether scores are probabilities of relevance (hybrid mode; `relevance`)."""
         return self.mode == "hybrid"
 
     @property
@@ -96,53 +88,43 @@ class SearchPlan:
 
         Dense mode: cosine similarity, below-threshold hits dropped (the original's).
         Keyword mode: BM25 scores min-max rescaled to [0, 1] over the candidates (relative
-        to the query's best). Hybrid: every candidate (min-max fusion order); their
-        absolute scores come from `calibrate`, which needs the candidates' messages.
+        to the query's best). Hybrid mode does not rank here (`relevance`).
         """
         if self.mode == "dense":
             return [hit for hit in dense if self.threshold is None or hit[1] >= self.threshold]
-        if self.mode == "keyword":
-            return fuse([], keyword, keyword_weight=1.0)
-        return fuse(list(dense), keyword, keyword_weight=self.keyword_weight)
+        return fuse([], keyword, keyword_weight=1.0)
 
-    def calibrate(
+    def query(
         self,
         query: str,
         dense: Sequence[tuple[str, float]],
         keyword: Sequence[tuple[str, float]],
         messages: Mapping[str, Sequence[StoredMessage]],
-        scope_size: int | None = None,
-    ) -> list[Candidate]:
-        """The best `top_k` hybrid candidates, calibrated (`calibration.relevance`).
+        baseline: QueryBaseline | None,
+    ) -> Query:
+        """What hybrid search knows of `query` and its candidates before scoring them.
 
         `messages` maps candidate ids to windows holding them (`get_windows` with no
-        neighbours); a candidate absent from it is dropped. Each candidate carries, for
-        every position of its window, the estimated probability that the message there is
-        evidence for the query: the same message and query get the same probabilities
-        whatever other queries ask. `scope_size`: the messages searched, counted up to
-        `calibration.REFERENCE_SIZE` (in a smaller scope a keyword match is likelier).
+        neighbours); a candidate absent from it is dropped (deleted, or out of scope).
         """
         found = {m.id: m for window in messages.values() for m in window}
-        window = self.message_range
-        return relevance(
-            query,
-            list(dense),
-            keyword,
-            found,
-            self.period(query),
-            before=window.before,
-            after=window.after,
-            models=dict(self.models),
-            scope_size=scope_size,
-            limit=self.top_k,
-        )
+        return Query.build(query, dense, keyword, found, baseline, self.period(query))
 
-    def calibrated_hits(
-        self, kept: Sequence[Candidate], windows: Mapping[str, Sequence[StoredMessage]]
+    def relevant(
+        self,
+        query: Query,
+        kept: Sequence[str],
+        windows: Mapping[str, Sequence[StoredMessage]],
+        scope_size: int,
     ) -> list[RecallHit]:
-        """Hits whose windows keep the messages at or above the threshold, within budget."""
-        return spend_calibrated(
-            kept, windows, threshold=self.threshold or 0.0, budget=self.message_budget
+        """The hybrid hits: as many of the likeliest messages as the evidence earns."""
+        return self.relevance.select(
+            query,
+            kept,
+            windows,
+            scope_size,
+            budget=self.message_budget,
+            threshold=self.threshold,
         )
 
     def period(self, query: str, now: datetime | None = None) -> Period | None:
@@ -180,7 +162,6 @@ def resolve(
     top_k: int | None,
     message_range: MessageRangeLike | None,
     message_budget: Budget,
-    keyword_weight: float,
     threshold: float | None,
     time_boost: float = DEFAULT_TIME_BOOST,
     candidates: int = DEFAULT_CANDIDATES,
@@ -190,8 +171,9 @@ def resolve(
     `"auto"` becomes `"hybrid"` when the storage has keyword search, else `"dense"`.
     Unset options (`top_k` / `message_range` None, `message_budget="auto"`) take
     the mode's defaults: in dense mode the original's (top 4, one message either side,
-    no budget); otherwise the measured ones (top 12, 15 messages; windows of 2 before to
-    3 after in hybrid mode, the hit and 2 after in keyword mode).
+    no budget); in hybrid mode the relevance model's (20 candidates, windows of 2 before
+    to 3 after, 15 messages at full evidence); in keyword mode 12 hits, the hit and 2
+    after, 15 messages.
     """
     mode = check_search_mode(search_mode)
     if mode == "auto":
@@ -208,8 +190,6 @@ def resolve(
             "means nothing there; drop the threshold or use search_mode='hybrid' (calibrated "
             "relevance) or 'dense' (cosine similarity)"
         )
-    if mode == "hybrid" and checked_threshold is None:
-        checked_threshold = DEFAULT_GATE
     dense = mode == "dense"
     default_range = {
         "dense": to_message_range(DEFAULT_MESSAGE_RANGE),
@@ -226,14 +206,32 @@ def resolve(
         budget = None if message_budget is None else check_count("message_budget", message_budget)
     return SearchPlan(
         mode=mode,
-        top_k=check_top_k(
-            top_k if top_k is not None else (DEFAULT_TOP_K if dense else HYBRID_TOP_K)
-        ),
+        top_k=check_top_k(top_k if top_k is not None else _default_top_k(mode)),
         message_range=window,
         message_budget=budget,
-        keyword_weight=check_weight("keyword_weight", keyword_weight),
         threshold=checked_threshold,
         time_boost=check_weight("time_boost", time_boost),
         candidates=check_count("candidates", candidates),
         weights=NeighbourWeights.linear(window.before, window.after),
+        relevance=_relevance(mode, window, top_k),
+    )
+
+
+def _default_top_k(mode: str) -> int:
+    """Dense: the original's 4; hybrid: the relevance model's candidates; keyword: 12."""
+    if mode == "hybrid":
+        return default_model().candidates
+    return DEFAULT_TOP_K if mode == "dense" else HYBRID_TOP_K
+
+
+def _relevance(mode: str, window: MessageRange, top_k: int | None) -> RelevanceModel:
+    """The shipped relevance model, with the window and candidate count the caller set."""
+    model = default_model()
+    if mode != "hybrid":
+        return model
+    return replace(
+        model,
+        before=window.before,
+        after=window.after,
+        candidates=model.candidates if top_k is None else top_k,
     )

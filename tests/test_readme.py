@@ -149,7 +149,8 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
     hybrid, dense = engine(), engine(search_mode="dense")
     keyword = engine(search_mode="keyword")
     assert hybrid.search_mode == "hybrid"
-    assert f"{hybrid.top_k} (hybrid, keyword); {dense.top_k} (dense)" in rows["top_k"]
+    top_k = f"{hybrid.top_k} (hybrid); {keyword.top_k} (keyword); {dense.top_k} (dense)"
+    assert top_k in rows["top_k"]
     window, original = hybrid.message_range, dense.message_range
     assert f"{window.before} before, {window.after} after (hybrid" in rows["message_range"]
     words = keyword.message_range
@@ -157,12 +158,12 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
     assert f"{original.before} and {original.after} (dense)" in rows["message_range"]
     assert f"{hybrid.message_budget} (hybrid, keyword); `None` (dense)" in rows["message_budget"]
     assert dense.message_budget is None
-    assert f"| {hybrid.keyword_weight} |" in rows["keyword_weight"]
     assert f"| {hybrid.time_boost} |" in rows["time_boost"]
     assert f'| `"{hybrid.scope}"` |' in rows["scope"]
     assert f"LRU of {hybrid.cache.maxsize}" in rows["cache"]
     text = README.read_text(encoding="utf-8")
     assert f"the default is hybrid search with\n{hybrid.top_k} hits" in text
+    assert hybrid.threshold is None and "| `threshold` | `None` |" in text
     assert f"a budget of {hybrid.message_budget} messages" in text
 
 

@@ -123,15 +123,10 @@ def register(subparsers: Any) -> None:
         f"(default: {_by_mode(lambda p: p.message_budget)})",
     )
     engine.add_argument(
-        "--keyword-weight",
-        type=float,
-        help=f"keyword share in hybrid fusion (default: {hybrid.keyword_weight})",
-    )
-    engine.add_argument(
         "--time-boost",
         type=float,
-        help="boost of messages in a period the question names "
-        f"(default: {hybrid.time_boost}; 0 is off)",
+        help="time-aware ranking for questions naming a period: added to keyword mode's "
+        f"scores; in hybrid mode any value but 0 turns it on (default: {hybrid.time_boost})",
     )
     engine.add_argument(
         "--scope",
@@ -197,7 +192,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "scope": args.scope,
         "message_budget": getattr(args, "message_budget", "auto"),
     }
-    for name in ("search_mode", "top_k", "keyword_weight", "time_boost", "threshold"):
+    for name in ("search_mode", "top_k", "time_boost", "threshold"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
@@ -228,7 +223,6 @@ def _settings(memory: Any, args: argparse.Namespace, dataset_path: Path) -> dict
         "before": memory.message_range.before,
         "after": memory.message_range.after,
         "message_budget": memory.message_budget,
-        "keyword_weight": memory.keyword_weight if memory.search_mode == "hybrid" else None,
         "time_boost": memory.time_boost if memory.search_mode != "dense" else None,
         "scope": memory.scope,
         "threshold": memory.threshold,

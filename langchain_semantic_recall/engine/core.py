@@ -17,6 +17,7 @@ from typing import Any, TypedDict, TypeVar
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
+from langchain_semantic_recall.embeddings import embedding_model_name
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, resolve_identity
 from langchain_semantic_recall.engine.index_ops import (
     BulkResult,
@@ -161,7 +162,6 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
                 "top_k",
                 "message_range",
                 "message_budget",
-                "keyword_weight",
                 "threshold",
                 "time_boost",
             )
@@ -183,6 +183,30 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         input_key=options["input_key"],
         output_key=options["output_key"],
         logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
+    )
+
+
+_NAMED: set[int] = set()
+"""Embedders already warned about (by id: a `with_options` copy shares its embedder)."""
+
+
+def warn_if_unfitted(plan: EnginePlan, embeddings: Any) -> None:
+    """Say once per embedder when hybrid search's numbers were not fitted for it."""
+    if not plan.search.calibrated or id(embeddings) in _NAMED:
+        return
+    fitted = plan.search.relevance.fitted_for
+    dimension = getattr(embeddings, "dimension", None)
+    known = dimension if isinstance(dimension, int) else fitted.dimension
+    name = embedding_model_name(embeddings)
+    if fitted.matches(name, known):
+        return
+    _NAMED.add(id(embeddings))
+    plan.logger.warning(
+        "hybrid search's relevance model was %s, not for %s: it reads similarities as "
+        "z-scores against unrelated text, so this embedder's scale does not matter, but its "
+        "ranking was not measured (docs/quality.md, 'Other embedders'). stats() says so too.",
+        plan.search.relevance.describe(),
+        name,
     )
 
 
@@ -349,7 +373,8 @@ class EngineCore:
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
         """Counts of messages, threads and vectors of the call's owner (`owner`) in scope."""
         scope = maintenance_scope(self.owner(resource_id), thread_id)
-        return stats_op(self.backends.space, scope)
+        search = self.plan.search
+        return stats_op(self.backends.space, scope, search.relevance if search.calibrated else None)
 
 
 def _held_to(conversations: Iterable[Conversation], who: Identity) -> Iterable[Conversation]:

@@ -20,6 +20,7 @@ from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import check_id, skip_reason
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
+from langchain_semantic_recall.relevance.model import RelevanceModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class RecallStats:
     """Embeddable messages without a vector (repair with `reindex(missing_only=True)`)."""
     orphan_vectors: int
     """Vectors whose message is no longer stored (removed by the repair too)."""
+    relevance: str = ""
+    """Whether hybrid search's relevance model was fitted for this embedder (`relevance`)."""
 
 
 def maintenance_scope(resource_id: str | None, thread_id: str | None) -> ScopeFilter | None:
@@ -192,7 +195,9 @@ def _drop_forgotten(info: IndexInfo, written: Sequence[StoredMessage]) -> Op[int
     return len(ids)
 
 
-def stats_op(space: VectorSpace, scope: ScopeFilter | None) -> Op[RecallStats]:
+def stats_op(
+    space: VectorSpace, scope: ScopeFilter | None, relevance: RelevanceModel | None = None
+) -> Op[RecallStats]:
     """Counts of messages, threads and vectors, and how many vectors are missing.
 
     Raises:
@@ -225,4 +230,19 @@ def stats_op(space: VectorSpace, scope: ScopeFilter | None) -> Op[RecallStats]:
         vectors=len(have & stored),
         missing_vectors=len(embeddable - have),
         orphan_vectors=len(have - stored),
+        relevance=relevance_note(relevance, info.model, info.dimension),
+    )
+
+
+def relevance_note(model: RelevanceModel | None, embedder: str, dimension: int | None) -> str:
+    """One line on whether `model`'s numbers were fitted for this embedder."""
+    if model is None:
+        return "not used (dense or keyword mode)"
+    fitted = model.fitted_for
+    if fitted.matches(embedder, dimension if dimension is not None else fitted.dimension):
+        return model.describe()
+    return (
+        f"not fitted for {embedder}: its numbers were {model.describe()}; similarities are "
+        "read as z-scores against unrelated text, so the embedder's scale does not matter, "
+        "but its ranking was not measured"
     )

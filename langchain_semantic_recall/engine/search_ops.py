@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import BaseMessage
 
-from langchain_semantic_recall import calibration, injection
-from langchain_semantic_recall.calibration import REFERENCE_SIZE
+from langchain_semantic_recall import injection
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, search_scope
 from langchain_semantic_recall.engine.steps import Op
@@ -24,6 +23,7 @@ from langchain_semantic_recall.errors import (
 from langchain_semantic_recall.messages import query_text
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import RecallHit, ScopeFilter, StoredMessage
+from langchain_semantic_recall.relevance.features import terms_of
 from langchain_semantic_recall.search import SearchPlan
 
 CONFIGURATION_ERRORS = (EmbeddingMismatchError, InvalidOptionError, InvalidInputError)
@@ -99,47 +99,52 @@ def _search_in(
 def _calibrated_search(
     space: VectorSpace, query: str, scope: ScopeFilter, plan: SearchPlan
 ) -> Op[list[RecallHit]]:
-    """Hybrid search: absolute scores from the text and time of every candidate.
+    """Hybrid search: probabilities of relevance, and as many messages as the evidence earns.
 
     While the vector index is queried, the keyword half also reads its candidates'
     messages and the size of the scope; the vector matches it did not read come after.
-    That read is always made (even of nothing): the calibration that follows is the
+    That read is always made (even of nothing): the scoring that follows is the
     operation's CPU work, which the async driver runs off the loop after a read.
     """
     info = yield from space.resolve()
-    near = steps.Nested(_dense(space, info, query, scope, plan.dense_k))
-    words = steps.Nested(_keyword_half(query, scope, plan.keyword_k))
+    reference = yield from space.reference(info)
+    near = steps.Nested(_dense_with_vector(space, info, query, scope, plan.dense_k))
+    words = steps.Nested(_keyword_half(query, scope, plan.keyword_k, plan.relevance.size_cap))
     # The vector half mostly waits on the index, the keyword half is mostly Python: the
     # sync driver runs the first on a worker (measured at 10k: 4.1 ms p50 this way round,
     # 5.4 the other, 4.8 one after the other).
-    dense, (keyword, found, size) = yield steps.Both(near, words)
+    (vector, dense), (keyword, found, size) = yield steps.Both(near, words)
     if not dense and not keyword:
         return []
     unread = [message_id for message_id, _ in dense if message_id not in found]
     found = {**found, **(yield steps.read_windows(unread, before=0, after=0, scope=scope))}
-    best = plan.calibrate(query, dense, keyword, found, scope_size=size)
-    if not best:
-        return []
-    window = plan.message_range
+    facts = plan.query(query, dense, keyword, found, reference.baseline(vector))
+    model = plan.relevance
+    if model.share(facts, plan.threshold) <= 0.0:
+        return []  # small talk, or nothing closer than unrelated text: silence
+    messages = {m.id: m for window in found.values() for m in window}
+    kept = model.best_candidates(facts, messages)
     context = yield steps.read_windows(
-        [c.id for c in best], before=window.before, after=window.after, scope=scope
+        kept, before=model.reads_before, after=model.reads_after, scope=scope
     )
-    return plan.calibrated_hits(best, context)
+    return plan.relevant(facts, kept, context, size)
 
 
 def _keyword_half(
-    query: str, scope: ScopeFilter, k: int
+    query: str, scope: ScopeFilter, k: int, size_cap: int
 ) -> Op[tuple[list[tuple[str, float]], Mapping[str, Sequence[StoredMessage]], int]]:
-    """The keyword matches, their messages, and the scope's size (up to the reference).
+    """The keyword matches, their messages, and the scope's size (up to `size_cap`).
 
-    The matches' terms are worked out here too (`calibration.prepare`): this half ends
-    while the vector index is still being queried, which takes them off the search's path.
+    The matches' terms are worked out here too (`features.terms_of`, cached): this half
+    ends while the vector index is still being queried, which takes them off the path.
     """
     keyword: list[tuple[str, float]] = yield steps.keyword_search(query, scope=scope, limit=k)
     ids = [message_id for message_id, _ in keyword]
     found = (yield steps.read_windows(ids, before=0, after=0, scope=scope)) if ids else {}
-    calibration.prepare(m.text for window in found.values() for m in window)
-    size: int = yield steps.count_messages(scope, up_to=REFERENCE_SIZE)
+    for window in found.values():
+        for message in window:
+            terms_of(message.text)
+    size: int = yield steps.count_messages(scope, up_to=size_cap)
     return keyword, found, size
 
 
@@ -150,10 +155,18 @@ def _dense(
 
     Message ids only: every one is read back through the storage, in `scope`.
     """
+    _, nearest = yield from _dense_with_vector(space, info, query, scope, k)
+    return nearest
+
+
+def _dense_with_vector(
+    space: VectorSpace, info: IndexInfo, query: str, scope: ScopeFilter, k: int
+) -> Op[tuple[Sequence[float], list[tuple[str, float]]]]:
+    """`_dense`, with the query's vector (hybrid search measures it against `reference`)."""
     vector = (yield steps.embed(info, [query]))[0]
     space.check_query_vector(info, vector)
     nearest: list[tuple[str, float]] = yield steps.nearest_messages(info, vector, k=k, scope=scope)
-    return nearest
+    return vector, nearest
 
 
 def recall_op(

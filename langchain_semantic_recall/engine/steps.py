@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.calibration import clear_term_cache
 from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
+from langchain_semantic_recall.relevance.features import terms_of
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
@@ -136,7 +136,7 @@ class _Probe(Step):
 class _ClearCache(Step):
     def run(self, backends: Backends) -> None:
         backends.space.cache.clear()
-        clear_term_cache()
+        terms_of.cache_clear()  # its keys are message text: a forget drops them
 
     async def arun(self, backends: Backends) -> None:
         self.run(backends)
@@ -416,7 +416,7 @@ def drive(op: Op[T], backends: Backends) -> T:
 
 _HEAVY_AFTER: Final = frozenset({"get_windows", "put"})
 """Storage calls after which the operation does real CPU work with the answer (ranking,
-calibration, formatting the recalled block; chunking and vector records after a put)."""
+relevance scoring, formatting the recalled block; chunking and vector records after a put)."""
 
 
 def _advance(op: Op[Any], result: Any, error: Exception | None) -> tuple[bool, Any]:

@@ -20,6 +20,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidOptionError
 from langchain_semantic_recall.options import check_index_name, default_index_name
+from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, Reference
 from langchain_semantic_recall.vectors.base import VectorIndex
 
 
@@ -67,6 +68,7 @@ class VectorSpace:
         self.index_name = None if index_name is None else check_index_name(index_name)
         self._lock = threading.Lock()
         self._info: IndexInfo | None = None
+        self._reference: Reference | None = None
 
     @property
     def info(self) -> IndexInfo | None:
@@ -92,6 +94,20 @@ class VectorSpace:
             if self._info is None:
                 self._info = info
             return self._info
+
+    def reference(self, info: IndexInfo) -> Op[Reference]:
+        """This embedder's view of unrelated text and small talk (embedded once, cached).
+
+        Hybrid search measures every similarity against it (`relevance.reference`).
+        """
+        if self._reference is not None:
+            return self._reference
+        vectors = yield steps.embed(info, [*UNRELATED, *SMALL_TALK])
+        reference = Reference.from_vectors(vectors)
+        with self._lock:
+            if self._reference is None:
+                self._reference = reference
+            return self._reference
 
     def check_query_vector(self, info: IndexInfo, vector: Sequence[float]) -> None:
         """Fail closed when a query vector does not fit the index."""

@@ -357,7 +357,6 @@ OPTIONS = [
     "threshold",
     "search_mode",
     "message_budget",
-    "keyword_weight",
     "index_name",
     "max_block_chars",
     "cache_size",

@@ -21,7 +21,6 @@ from langchain_semantic_recall import (
     SemanticRecall,
     SQLiteStorage,
 )
-from langchain_semantic_recall.calibration import DEFAULT_GATE
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import MessageRecord
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -48,8 +47,8 @@ class CountingStorage(InMemoryStorage):
 
 def engine(storage: MessageStorage | None = None, **options: Any) -> SemanticRecall:
     if options.get("search_mode", "auto") in {"auto", "hybrid"}:
-        # Fake vectors: hybrid's calibrated gate is fit for a real embedder, so these
-        # tests of ranking, scope and windows turn it off (tests of the gate set it).
+        # Fake vectors: hybrid's evidence rule is fit for a real embedder, so these tests
+        # of ranking, scope and windows turn silence off (threshold 0: the whole budget).
         options.setdefault("threshold", 0.0)
     return SemanticRecall(
         storage=storage if storage is not None else InMemoryStorage(),
@@ -85,11 +84,11 @@ def returned(hits: Sequence[RecallHit]) -> list[str]:
 def test_auto_is_hybrid_with_the_measured_defaults_when_the_storage_searches_keywords() -> None:
     memory = engine(threshold=None)
     assert memory.search_mode == "hybrid"
-    assert memory.top_k == 12
+    assert memory.top_k == 20  # the relevance model's candidates
     assert memory.message_range == MessageRange(2, 3)
     assert memory.message_budget == 15
-    assert memory.threshold == DEFAULT_GATE  # a calibrated probability in hybrid mode
-    assert (memory.keyword_weight, memory.time_boost) == (0.8, 0.5)
+    assert memory.threshold is None  # the evidence decides how many; a threshold is a floor
+    assert memory.time_boost == 0.5
     keyword = engine(search_mode="keyword")
     assert (keyword.top_k, keyword.message_range, keyword.threshold) == (
         12,
@@ -125,8 +124,6 @@ def test_dense_mode_is_the_original_one_option_away() -> None:
     ("options", "match"),
     [
         ({"search_mode": "fuzzy"}, "search_mode"),
-        ({"keyword_weight": 1.5}, "keyword_weight"),
-        ({"keyword_weight": True}, "keyword_weight"),
         ({"message_budget": 0}, "message_budget"),
         ({"message_budget": "lots"}, "message_budget"),
         ({"time_boost": -0.1}, "time_boost"),

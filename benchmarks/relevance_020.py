@@ -1,4 +1,7 @@
-"""Calibrated relevance for hybrid search: absolute scores, the same for every query.
+"""0.2.0's hybrid scoring, kept only as the baseline `quality_relevance.py` prints beside the
+shipped model (the package no longer uses it). What follows is its original description.
+
+Calibrated relevance for hybrid search: absolute scores, the same for every query.
 
 Hybrid search scores each candidate (a keyword or vector match) with logistic models over
 features known at search time (`FEATURES`: raw BM25 and BM25 relative to the query's best,
@@ -33,16 +36,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from langchain_semantic_recall.fusion import Candidate
 from langchain_semantic_recall.keywords import index_terms, query_terms, term_set
 from langchain_semantic_recall.periods import Period
-from langchain_semantic_recall.records import StoredMessage
+from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 __all__ = [
     "CONVERSATIONAL",
@@ -126,6 +128,80 @@ _IN_KEYWORD, _IN_DENSE = FEATURES.index("in_keyword"), FEATURES.index("in_dense"
 _COSINE = FEATURES.index("cosine")
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
 _TRAILING_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A calibrated candidate: for each offset in its thread, the chance evidence is there.
+
+    `offsets[k]` estimates the probability that the message `k` places after the
+    candidate (before it when negative; 0 is the candidate itself) is evidence for the
+    query; `score` is the best of them.
+    """
+
+    id: str
+    offsets: Mapping[int, float]
+
+    @property
+    def score(self) -> float:
+        """The best probability of any position of its window."""
+        return max(self.offsets.values(), default=0.0)
+
+
+def spend_calibrated(
+    hits: Sequence[Candidate],
+    windows: Mapping[str, Sequence[StoredMessage]],
+    *,
+    threshold: float,
+    budget: int | None,
+) -> list[RecallHit]:
+    """The messages likeliest to be evidence, at least `threshold`, at most `budget`.
+
+    Every message within reach of a hit (an offset the hit has a probability for) scores
+    that probability; a message near several hits keeps its best. Messages below
+    `threshold` are dropped, then the best `budget` are kept (ties: first seen).
+
+    Returns:
+        One hit per likeliest message, best first: its `message` is the best-scoring kept
+        message of a candidate's window (the candidate itself, or the reply after a
+        question), its `score` that message's probability, its `window` the kept
+        messages of the candidate's window in thread order (windows of candidates
+        whose best message is the same are merged).
+    """
+    reached: list[list[tuple[StoredMessage, float]]] = []
+    best: dict[str, tuple[float, int]] = {}  # message id -> (score, first seen)
+    for hit in hits:
+        window = windows.get(hit.id) or ()
+        match = next((m for m in window if m.id == hit.id), None)
+        if match is None:
+            continue
+        near = [
+            (m, hit.offsets[m.seq - match.seq]) for m in window if m.seq - match.seq in hit.offsets
+        ]
+        reached.append(near)
+        for message, value in near:
+            known = best.get(message.id)
+            if value >= threshold and (known is None or value > known[0]):
+                best[message.id] = (value, known[1] if known else len(best))
+    ranked = sorted(best.items(), key=lambda item: (-item[1][0], item[1][1]))
+    kept = {message_id: value for message_id, (value, _) in ranked[:budget]}
+    merged: dict[str, tuple[StoredMessage, dict[str, StoredMessage]]] = {}
+    for near in reached:
+        window = [m for m, _ in near if m.id in kept]
+        if not window:
+            continue
+        top = min(window, key=lambda m: (-kept[m.id], best[m.id][1]))
+        _, members = merged.setdefault(top.id, (top, {}))
+        members.update((m.id, m) for m in window)
+    out = [
+        RecallHit(
+            message=top,
+            score=kept[top.id],
+            window=tuple(sorted(members.values(), key=lambda m: m.seq)),
+        )
+        for top, members in merged.values()
+    ]
+    return sorted(out, key=lambda hit: (-hit.score, best[hit.message.id][1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,3 +431,29 @@ def clear_term_cache() -> None:
 def _nearest(offset: int, models: Mapping[int, Model]) -> int:
     side = [k for k in models if (k < 0) == (offset < 0)] or list(models)
     return min(side, key=lambda k: (abs(k - offset), k))
+
+
+def select_020(  # noqa: PLR0917 - mirrors the old call's arguments
+    query: str,
+    dense: Sequence[tuple[str, float]],
+    keyword: Sequence[tuple[str, float]],
+    messages: Mapping[str, StoredMessage],
+    period: Period | None,
+    scope_size: int,
+    window: Callable[[str, int, int], Sequence[StoredMessage]],
+) -> list[str]:
+    """The message ids 0.2.0's defaults returned (top 12, 2 before / 3 after, gate, 15)."""
+    best = relevance(
+        query,
+        dense,
+        keyword,
+        messages,
+        period,
+        before=2,
+        after=3,
+        scope_size=min(scope_size, REFERENCE_SIZE),
+        limit=12,
+    )
+    context = {c.id: window(c.id, 2, 3) for c in best}
+    hits = spend_calibrated(best, context, threshold=DEFAULT_GATE, budget=15)
+    return list(dict.fromkeys(m.id for hit in hits for m in hit.window))

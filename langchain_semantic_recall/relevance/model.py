@@ -1,0 +1,326 @@
+"""The relevance model: which past messages recall returns for a query, and how many.
+
+Three steps, each with few numbers (fitted by `benchmarks/quality_relevance.py` on three
+kinds of conversation, leave-one-dataset-out; stored in `data/relevance/<embedder>.json`):
+
+1. **Candidates** (`direct`): every keyword and vector match gets a logistic score from its
+   `features.DIRECT` row: how well it matches, measured against the query's similarity to
+   unrelated text. The best `candidates` are kept.
+2. **Messages** (`context`): every message within `before`/`after` of a kept candidate gets
+   `P(it is evidence for the query)` from its own row and its neighbours' match
+   (`features.CONTEXT`): a reply to a matching question scores high; a long assistant reply
+   that merely sits next to a hit does not. The prior is `1 / scope size` (a question has
+   about as many evidence messages in a small memory as in a big one).
+3. **How many** (`evidence`): recall spends its budget in proportion to the evidence that
+   something in this memory is relevant: nothing when the best vector match is no more than
+   `silent_below` spreads above what unrelated text scores (or the turn is small talk), the
+   whole budget from `full_from` up, in proportion between. A name the query asks about
+   that no candidate mentions counts `name_penalty` spreads against; one stored message
+   holding every content word of the query (two or more) is full evidence.
+
+The fitted numbers hold for the embedder and keyword settings named in the file
+(`fitted_for`). With another embedder the engine warns once and uses the same model: every
+input it takes from the embedder is a z-score against the embedder's own similarity to
+unrelated text, so no raw similarity (and no rescaling of one) changes what it does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from langchain_semantic_recall.records import RecallHit, StoredMessage
+from langchain_semantic_recall.relevance.features import (
+    CONTEXT,
+    DIRECT,
+    MATCH,
+    Query,
+    context_rows,
+    direct_rows,
+)
+
+__all__ = ["DEFAULT_MODEL_FILE", "Evidence", "FittedFor", "RelevanceModel", "default_model"]
+
+DEFAULT_MODEL_FILE = "all-MiniLM-L6-v2.json"
+"""The shipped model: fitted for the local default embedder."""
+
+
+@dataclass(frozen=True, slots=True)
+class FittedFor:
+    """What the numbers were fitted with: another embedder or keyword setting is untested."""
+
+    embedder: str
+    """The embedding model's name (as `embeddings.embedding_model_name` reports it)."""
+    dimension: int
+    keywords: Mapping[str, Any]
+    """The keyword search the BM25 features came from (k1, b, stemming)."""
+
+    def matches(self, model_name: str, dimension: int) -> bool:
+        """Whether an embedder of this name and dimension is the one fitted for."""
+        short = model_name.rsplit("/", 1)[-1].lower()
+        return dimension == self.dimension and short.startswith(self.embedder.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """How many messages to spend, from the evidence that anything is relevant."""
+
+    silent_below: float
+    full_from: float
+    name_penalty: float
+    small_talk_margin: float
+    """A turn of at most `small_talk_terms` content terms whose nearest small-talk example
+    is this much closer than its nearest unrelated sentence is small talk."""
+    small_talk_terms: int = 3
+    whole_query_terms: int = 2
+    """A keyword match holding every content term of a query of at least this many terms
+    is full evidence, whatever the embedder says (a ticket number, a rare name)."""
+
+    def share(self, query: Query) -> float:
+        """The share of the budget to spend on `query`, in [0, 1]."""
+        if self.is_small_talk(query) or query.baseline is None or not query.cosines:
+            return 0.0
+        if len(query.terms) >= self.whole_query_terms and query.keyword_coverage >= 1.0:
+            return 1.0
+        strength = query.top_z - self.name_penalty * query.name_missing
+        span = self.full_from - self.silent_below
+        return min(1.0, max(0.0, (strength - self.silent_below) / span))
+
+    def is_small_talk(self, query: Query) -> bool:
+        """Whether `query` is small talk (no content term, or close to small-talk turns)."""
+        if not query.terms:
+            return True
+        return (
+            query.baseline is not None
+            and len(query.terms) <= self.small_talk_terms
+            and query.baseline.small_talk_margin >= self.small_talk_margin
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RelevanceModel:
+    """The fitted numbers: candidate and message weights (intercept first), the budget rule.
+
+    Load with `default_model()` or `from_json`.
+    """
+
+    fitted_for: FittedFor
+    direct: tuple[float, ...]
+    context: tuple[float, ...]
+    evidence: Evidence
+    candidates: int = 20
+    before: int = 2
+    after: int = 3
+    size_cap: int = 5000
+    """Scopes are counted up to this many messages (the prior's `1 / size` stops there)."""
+
+    def __post_init__(self) -> None:
+        if len(self.direct) != len(DIRECT) + 1 or len(self.context) != len(CONTEXT) + 1:
+            raise ValueError(
+                f"a relevance model needs {len(DIRECT) + 1} direct and {len(CONTEXT) + 1} "
+                f"context weights, got {len(self.direct)} and {len(self.context)}"
+            )
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RelevanceModel:
+        """Read the data file's content (see `to_json`)."""
+        fitted = data["fitted_for"]
+        return cls(
+            fitted_for=FittedFor(
+                embedder=str(fitted["embedder"]),
+                dimension=int(fitted["dimension"]),
+                keywords=dict(fitted["keywords"]),
+            ),
+            direct=tuple(_weights(data["direct"], DIRECT)),
+            context=tuple(_weights(data["context"], CONTEXT)),
+            evidence=Evidence(**data["evidence"]),
+            **{k: int(data[k]) for k in ("candidates", "before", "after", "size_cap") if k in data},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The data file's content: weights by feature name, so a reader can check them."""
+        return {
+            "fitted_for": {
+                "embedder": self.fitted_for.embedder,
+                "dimension": self.fitted_for.dimension,
+                "keywords": dict(self.fitted_for.keywords),
+            },
+            "direct": dict(zip(("intercept", *DIRECT), self.direct, strict=True)),
+            "context": dict(zip(("intercept", *CONTEXT), self.context, strict=True)),
+            "evidence": {
+                "silent_below": self.evidence.silent_below,
+                "full_from": self.evidence.full_from,
+                "name_penalty": self.evidence.name_penalty,
+                "small_talk_margin": self.evidence.small_talk_margin,
+                "small_talk_terms": self.evidence.small_talk_terms,
+                "whole_query_terms": self.evidence.whole_query_terms,
+            },
+            "candidates": self.candidates,
+            "before": self.before,
+            "after": self.after,
+            "size_cap": self.size_cap,
+        }
+
+    @property
+    def reads_before(self) -> int:
+        """Messages to read before a kept candidate: its window plus two for context."""
+        return self.before + 2
+
+    @property
+    def reads_after(self) -> int:
+        """Messages to read after a kept candidate: its window plus one for context."""
+        return self.after + 1
+
+    def best_candidates(self, query: Query, messages: Mapping[str, StoredMessage]) -> list[str]:
+        """The `candidates` best matches by the candidate model, best first (ties by id)."""
+        ids = [k for k in query.candidates if k in messages]
+        if not ids or not query.terms:
+            return []
+        x = direct_rows(query, [messages[k] for k in ids])
+        logits = _linear(x, self.direct)
+        order = np.argsort(-logits, kind="stable")[: self.candidates]
+        return [ids[i] for i in order.tolist()]
+
+    def probabilities(
+        self,
+        query: Query,
+        kept: Sequence[str],
+        windows: Mapping[str, Sequence[StoredMessage]],
+        scope_size: int,
+    ) -> dict[str, float]:
+        """P(evidence) of every message within reach of a kept candidate.
+
+        Args:
+            query: The query.
+            kept: The kept candidates (`best_candidates`).
+            windows: Candidate id -> the messages read around it (`reads_before` before,
+                `reads_after` after), in thread order.
+            scope_size: Messages in the scope searched (counted up to `size_cap`).
+        """
+        threads: dict[str, list[StoredMessage]] = {}
+        targets: dict[str, StoredMessage] = {}
+        for candidate in kept:
+            window = windows.get(candidate) or ()
+            hit = next((m for m in window if m.id == candidate), None)
+            if hit is None:
+                continue
+            for message in window:
+                threads.setdefault(message.thread_id, []).append(message)
+                if -self.before <= message.seq - hit.seq <= self.after:
+                    targets.setdefault(message.id, message)
+        if not targets:
+            return {}
+        weights = np.asarray(self.direct[1:], dtype=np.float64)[list(MATCH)]
+        order = list(targets.values())
+        x = context_rows(query, order, threads, weights)
+        logits = _linear(x, self.context) - math.log(max(1, min(scope_size, self.size_cap)))
+        p = 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
+        return {m.id: float(v) for m, v in zip(order, p.tolist(), strict=True)}
+
+    def select(
+        self,
+        query: Query,
+        kept: Sequence[str],
+        windows: Mapping[str, Sequence[StoredMessage]],
+        scope_size: int,
+        *,
+        budget: int | None,
+        threshold: float | None,
+    ) -> list[RecallHit]:
+        """The likeliest messages, as many as the evidence earns, grouped into hits.
+
+        Args:
+            query: The query.
+            kept: The kept candidates, best first.
+            windows: As for `probabilities`.
+            scope_size: As for `probabilities`.
+            budget: Most messages at full evidence (None: every message in reach).
+            threshold: Least probability of a returned message. None (the default): the
+                evidence decides how many (`Evidence.share`); a number replaces that rule
+                (0 turns silence off: the whole budget, best first).
+
+        Returns:
+            One hit per kept candidate that keeps a message, best first: its `message` is
+            the likeliest kept message of its window, its `score` that message's
+            probability, its `window` the kept messages in reach of it, in thread order.
+        """
+        share = self.share(query, threshold)
+        if share <= 0.0:
+            return []
+        p = self.probabilities(query, kept, windows, scope_size)
+        ranked = sorted(p.items(), key=lambda item: (-item[1], item[0]))
+        if threshold is not None:
+            ranked = [item for item in ranked if item[1] >= threshold]
+        if budget is not None:
+            ranked = ranked[: round(budget * share)]
+        chosen = dict(ranked)
+        return _group(kept, windows, chosen, self.before, self.after)
+
+    def share(self, query: Query, threshold: float | None) -> float:
+        """The share of the budget to spend: the evidence's, or all of it under a threshold."""
+        if not query.terms:
+            return 0.0
+        return self.evidence.share(query) if threshold is None else 1.0
+
+    def describe(self) -> str:
+        """One line naming what the numbers were fitted for."""
+        fitted = self.fitted_for
+        return f"fitted for {fitted.embedder} ({fitted.dimension}-d)"
+
+
+def _group(
+    kept: Sequence[str],
+    windows: Mapping[str, Sequence[StoredMessage]],
+    chosen: Mapping[str, float],
+    before: int,
+    after: int,
+) -> list[RecallHit]:
+    """Chosen messages as hits: each message joins the first kept candidate in reach."""
+    placed: set[str] = set()
+    hits: list[RecallHit] = []
+    for candidate in kept:
+        window = windows.get(candidate) or ()
+        hit = next((m for m in window if m.id == candidate), None)
+        if hit is None:
+            continue
+        mine = [
+            m
+            for m in window
+            if m.id in chosen and m.id not in placed and -before <= m.seq - hit.seq <= after
+        ]
+        if not mine:
+            continue
+        placed.update(m.id for m in mine)
+        top = min(mine, key=lambda m: (-chosen[m.id], m.id))
+        hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
+    return sorted(hits, key=lambda h: (-h.score, h.message.id))
+
+
+def _weights(values: Mapping[str, float], names: Sequence[str]) -> list[float]:
+    missing = [n for n in ("intercept", *names) if n not in values]
+    if missing:
+        raise ValueError(f"the relevance model file lacks weights for {missing}")
+    return [float(values[n]) for n in ("intercept", *names)]
+
+
+def _linear(x: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    return np.asarray(x @ w[1:] + w[0], dtype=np.float64)
+
+
+@cache
+def default_model() -> RelevanceModel:
+    """The shipped model (`DEFAULT_MODEL_FILE`), read once."""
+    text = (
+        resources.files("langchain_semantic_recall")
+        .joinpath("data", "relevance", DEFAULT_MODEL_FILE)
+        .read_text(encoding="utf-8")
+    )
+    return RelevanceModel.from_json(json.loads(text))

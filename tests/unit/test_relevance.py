@@ -1,0 +1,376 @@
+"""Hybrid search's relevance model: probabilities, silence from evidence, any embedder."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.records import StoredMessage
+from langchain_semantic_recall.relevance import (
+    SMALL_TALK,
+    UNRELATED,
+    Evidence,
+    Query,
+    QueryBaseline,
+    Reference,
+    RelevanceModel,
+    content_terms,
+    default_model,
+    is_question,
+)
+from langchain_semantic_recall.relevance.features import CONTEXT, DIRECT, context_rows
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+START = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+
+HISTORY = [
+    "Hi Sam! How are you doing today?",
+    "Hey! Good, thanks. How about you?",
+    "I adopted a dog last week",
+    "That's wonderful news! What kind of dog?",
+    "A beagle puppy. My dog is called Biscuit",
+    "Biscuit is a lovely name for a beagle",
+    "Thanks! I also started painting watercolours on weekends",
+    "Painting is a great hobby, what do you paint?",
+    "Mostly lakes and mountains near Denver",
+    "Sounds peaceful. Bye for now!",
+]
+
+
+def engine(**options: Any) -> SemanticRecall:
+    return SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=1024),
+        **options,
+    )
+
+
+def conversation(prefix: str, texts: Sequence[str]) -> list[BaseMessage]:
+    return [
+        (HumanMessage if n % 2 == 0 else AIMessage)(
+            text,
+            id=f"{prefix}-{n}",
+            additional_kwargs={"created_at": (START + timedelta(minutes=n)).isoformat()},
+        )
+        for n, text in enumerate(texts)
+    ]
+
+
+def scores(memory: SemanticRecall, query: str, **options: Any) -> dict[str, float]:
+    hits = memory.search(query, resource_id="r", **options)
+    return {m.id: hit.score for hit in hits for m in (hit.message,)}
+
+
+def returned(memory: SemanticRecall, query: str) -> set[str]:
+    return {m.id for hit in memory.search(query, resource_id="r") for m in hit.window}
+
+
+@pytest.fixture
+def memory() -> SemanticRecall:
+    memory = engine()
+    memory.index(conversation("h", HISTORY), thread_id="t1", resource_id="r")
+    return memory
+
+
+# --- scores ----------------------------------------------------------------------------------
+
+
+def test_scores_are_probabilities_that_other_resources_and_queries_never_move(
+    memory: SemanticRecall,
+) -> None:
+    first = scores(memory, "what is the dog called?")
+    assert first
+    assert all(0.0 < value < 1.0 for value in first.values())
+    memory.search("painting lakes near Denver", resource_id="r")  # other queries in between
+    memory.index(
+        conversation("o", ["my dog Rex is called Rex", "dogs everywhere"]),
+        thread_id="other",
+        resource_id="someone-else",
+    )  # another resource's messages never move a score
+    assert scores(memory, "what is the dog called?") == first
+
+
+def test_the_hybrid_default_has_no_threshold_and_a_threshold_only_removes(
+    memory: SemanticRecall,
+) -> None:
+    assert memory.threshold is None
+    every = scores(memory, "what is the dog called?")
+    cut = sorted(every.values())[len(every) // 2]
+    kept = scores(memory, "what is the dog called?", threshold=cut)
+    assert kept
+    assert all(value >= cut for value in kept.values())
+    assert all(every[key] == value for key, value in kept.items())
+
+
+@pytest.mark.parametrize("turn", ["hi", "Hello!", "thanks", "ok", "yes", "can you help me?"])
+def test_small_talk_recalls_nothing(memory: SemanticRecall, turn: str) -> None:
+    assert memory.search(turn, resource_id="r") == []
+    messages = [HumanMessage(turn, id="live")]
+    out = memory.recall(messages, thread_id="t2", resource_id="r")
+    assert not [m for m in out if m.additional_kwargs.get("source") == MEMORY_SOURCE]
+    assert [m.id for m in out] == ["live"]
+
+
+def test_a_query_no_closer_than_unrelated_text_recalls_nothing(memory: SemanticRecall) -> None:
+    fake = FakeEmbeddings(dimension=1024)
+    query = "zebra xylophone quantum"
+    vector = np.array(fake.embed_query(query))
+    # the precondition: the fake embedder puts no word of it in a bucket of the memory's
+    assert all(float(vector @ np.array(fake.embed_query(text))) == 0.0 for text in HISTORY)
+    assert returned(memory, "what is the dog called?")
+    assert returned(memory, query) == set()
+
+
+def test_the_fact_is_recalled_beside_a_question_that_repeats_the_query() -> None:
+    memory = engine()
+    texts = ["What's my dog's name?", "You haven't told me yet.", *HISTORY[6:]]
+    memory.index(
+        conversation("f", [*texts, "My dog is called Biscuit", "Lovely!"]),
+        thread_id="t1",
+        resource_id="r",
+    )
+    hits = memory.search("dog name", resource_id="r")
+    assert "f-6" in {m.id for hit in hits for m in hit.window}
+
+
+def test_content_terms_and_questions() -> None:
+    assert content_terms("Hey there, thanks!") == []
+    assert content_terms("can you help me with my dog?") == ["dog"]
+    assert is_question("Alice: where to? [shared image: a map]")
+    assert not is_question("a list [1, 2]")
+
+
+@given(
+    st.text(alphabet=st.sampled_from("ab ?[]\n"), max_size=12),
+    st.sampled_from(["", " ", "\n", "[x]", " [a b] \n", "?", "? [x]"]),
+)
+def test_is_question_ignores_exactly_one_trailing_note(text: str, tail: str) -> None:
+    written = text + tail
+    expected = re.sub(r"\s*\[[^\]]*\]\s*$", "", written).rstrip().endswith("?")
+    assert is_question(written) == expected
+
+
+# --- the budget rule -------------------------------------------------------------------------
+
+
+def query_with(top_z: float, *, terms: int = 4, name_missing: float = 0.0) -> Query:
+    baseline = QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=-0.5)
+    return Query(
+        terms=tuple(f"t{n}" for n in range(terms)),
+        baseline=baseline,
+        cosines={"m": top_z * 0.1},
+        bm25={},
+        period=None,
+        query_found=0.0,
+        name_missing=name_missing,
+    )
+
+
+EVIDENCE = Evidence(silent_below=2.0, full_from=6.0, name_penalty=2.0, small_talk_margin=0.1)
+
+
+@pytest.mark.parametrize(
+    ("top_z", "share"), [(0.0, 0.0), (2.0, 0.0), (3.0, 0.25), (4.0, 0.5), (6.0, 1.0), (9.0, 1.0)]
+)
+def test_the_budget_grows_with_the_evidence(top_z: float, share: float) -> None:
+    assert EVIDENCE.share(query_with(top_z)) == pytest.approx(share)
+
+
+def test_a_name_nothing_mentions_counts_against_and_small_talk_is_silent() -> None:
+    assert EVIDENCE.share(query_with(5.0, name_missing=1.0)) == pytest.approx(
+        EVIDENCE.share(query_with(3.0))
+    )
+    chatty = replace(
+        query_with(9.0, terms=2),
+        baseline=QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3),
+    )
+    assert EVIDENCE.is_small_talk(chatty)
+    assert EVIDENCE.share(chatty) == 0.0
+    assert EVIDENCE.share(replace(query_with(9.0), terms=())) == 0.0
+    whole = replace(query_with(0.0), keyword_coverage=1.0)
+    assert EVIDENCE.share(whole) == 1.0  # every content word in one message
+    assert EVIDENCE.share(replace(whole, terms=("one",))) == 0.0
+
+
+@given(
+    st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=20),
+    st.floats(0.05, 10.0),
+    st.floats(-5.0, 5.0),
+)
+def test_rescaling_an_embedders_scores_changes_no_z(
+    cosines: list[float], scale: float, shift: float
+) -> None:
+    """Relevance reads similarities only as z-scores, which no affine rescaling moves."""
+    base = QueryBaseline(mean=0.1, spread=0.07, small_talk_margin=0.0)
+    moved = QueryBaseline(mean=scale * 0.1 + shift, spread=scale * 0.07, small_talk_margin=0.0)
+    values = np.array(cosines)
+    assert np.allclose(base.z(values), moved.z(scale * values + shift))
+
+
+def test_the_reference_measures_a_query_against_unrelated_text() -> None:
+    fake = FakeEmbeddings(dimension=256)
+    reference = Reference.from_vectors(fake.embed_documents([*UNRELATED, *SMALL_TALK]))
+    chat = reference.baseline(fake.embed_query("thanks a lot, that helps"))
+    topic = reference.baseline(fake.embed_query("beagle puppy biscuit"))
+    assert chat.small_talk_margin > topic.small_talk_margin
+    assert topic.spread > 0
+    with pytest.raises(ValueError, match="reference vectors"):
+        Reference.from_vectors(fake.embed_documents(["one"]))
+
+
+# --- windows by evidence ---------------------------------------------------------------------
+
+
+def stored(n: int, text: str, role: str) -> StoredMessage:
+    return StoredMessage(
+        id=f"m{n}",
+        thread_id="t",
+        resource_id="r",
+        role=role,
+        text=text,
+        created_at=START,
+        payload="{}",
+        seq=n,
+    )
+
+
+def test_a_message_carries_how_well_its_neighbours_match() -> None:
+    thread = [
+        stored(0, "what is your dog called?", "assistant"),
+        stored(1, "Biscuit, a beagle", "user"),
+        stored(2, "lovely", "assistant"),
+    ]
+    query = Query.build(
+        "dog called",
+        [("m0", 0.8)],
+        [("m0", 3.0)],
+        {m.id: m for m in thread},
+        QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=-1.0),
+        None,
+    )
+    weights = np.ones(6)
+    rows = context_rows(query, thread, {"t": thread}, weights)
+    prev, prev_question = CONTEXT.index("match_prev"), CONTEXT.index("match_prev_question")
+    nxt = CONTEXT.index("match_next")
+    assert rows[1, prev] > 0  # the answer follows the matching question
+    assert rows[1, prev_question] == rows[1, prev]
+    assert rows[0, nxt] == 0.0  # "Biscuit" matches nothing of the query
+    assert rows[0, prev] == 0.0  # nothing before the first message
+    assert rows[1, DIRECT.index("user")] == 1.0
+
+
+# --- the data file and other embedders -------------------------------------------------------
+
+
+def test_the_shipped_numbers_name_what_they_were_fitted_for() -> None:
+    model = default_model()
+    assert model.fitted_for.embedder == "all-MiniLM-L6-v2"
+    assert model.fitted_for.dimension == 384
+    assert model.fitted_for.keywords["b"] == 0.3
+    assert model.fitted_for.matches("sentence-transformers/all-MiniLM-L6-v2", 384)
+    assert not model.fitted_for.matches("text-embedding-3-small", 1536)
+    assert RelevanceModel.from_json(model.to_json()) == model
+
+
+def test_a_data_file_missing_a_weight_is_refused() -> None:
+    data = default_model().to_json()
+    del data["direct"]["z"]
+    with pytest.raises(ValueError, match="lacks weights"):
+        RelevanceModel.from_json(data)
+
+
+def test_another_embedder_is_named_once_at_construction_and_in_stats(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        memory = engine()
+        memory.with_options(top_k=3)
+    warned = [r for r in caplog.records if "relevance model" in r.getMessage()]
+    assert len(warned) == 1
+    assert "fake-bow" in warned[0].getMessage()
+    memory.index(conversation("h", HISTORY), thread_id="t1", resource_id="r")
+    assert memory.stats(resource_id="r").relevance.startswith("not fitted for fake-bow")
+
+
+def test_dense_and_keyword_modes_never_warn(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        engine(search_mode="dense")
+        engine(search_mode="keyword")
+    assert not [r for r in caplog.records if "relevance model" in r.getMessage()]
+
+
+# --- the real local model: a new user's memory (the issue's scenario) -----------------------
+
+FACTS = [
+    "I'm allergic to peanuts.",
+    "My daughter Lena turns 7 on June 14.",
+    "We booked flights to Lisbon for the first week of October.",
+    "I switched to night shifts at the hospital.",
+    "The car needs new brakes before winter.",
+    "I started yoga because of my bad knee.",
+    "Our kitchen remodel budget is twenty thousand dollars.",
+    "I've been learning to play the cello.",
+]
+QUESTIONS = {
+    "What food should I avoid?": 0,
+    "When is my kid's birthday?": 1,
+    "Where am I travelling this autumn?": 2,
+    "What hours do I work these days?": 3,
+    "What repairs does my vehicle need?": 4,
+    "Why did I take up stretching classes?": 5,
+    "How much can we spend on the renovation?": 6,
+    "Which instrument am I practising?": 7,
+}
+
+
+@pytest.fixture(scope="module")
+def new_user() -> SemanticRecall:
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
+    )
+    for n, fact in enumerate(FACTS):
+        memory.index(
+            [HumanMessage(fact, id=f"u{n}"), AIMessage("Noted!", id=f"a{n}")],
+            thread_id=f"t{n}",
+            resource_id="r",
+        )
+    return memory
+
+
+@pytest.mark.slow
+def test_questions_that_share_no_word_find_their_fact(new_user: SemanticRecall) -> None:
+    """0.2.0 found 2 of 10 such questions; a question found has its fact as the first hit."""
+    found = 0
+    for question, fact in QUESTIONS.items():
+        hits = new_user.search(question, resource_id="r")
+        if hits:
+            assert hits[0].message.id == f"u{fact}", question
+            found += 1
+    assert found >= 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "turn",
+    ["thanks, that was really helpful", "haha nice", "How do volcanoes erupt?", "hmm"],
+)
+def test_small_talk_and_off_topic_questions_stay_silent(
+    new_user: SemanticRecall, turn: str
+) -> None:
+    assert new_user.search(turn, resource_id="r") == []
