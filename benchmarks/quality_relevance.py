@@ -94,9 +94,9 @@ POOL = 50
 BUDGET = 15
 SETS = {"locomo": ("locomo",), "lme": ("lme",), "para": ("para-small", "para-busy")}
 LIMITS = {"foreign": 2.0, "off-topic": 2.0, "small talk": 0.5}
-"""Most messages per question the budget rule may return on the training sets (foreign
-questions bind on LoCoMo only: LongMemEval's are reported, paraphrase personas share
-topics by design)."""
+"""Most messages per question the budget rule may return on the training sets (LongMemEval:
+3 but for small talk; foreign questions bind on LoCoMo only: LongMemEval's are reported,
+and the paraphrase personas share topics by design)."""
 GRID = {
     "silent_below": [x / 2 for x in range(2, 12)],
     "full_from": [x / 2 for x in range(5, 20)],
@@ -557,8 +557,9 @@ def measure(
 
 
 def acceptable(results: dict[str, dict[str, float]]) -> bool:
+    """Within the issue's targets: <= 2 messages (LongMemEval: 3), small talk <= 0.5."""
     return all(
-        r.get(kind, 0.0) <= limit
+        r.get(kind, 0.0) <= (3.0 if name == "lme" and kind != "small talk" else limit)
         for name, r in results.items()
         for kind, limit in LIMITS.items()
         if not (kind == "foreign" and name != "locomo")
