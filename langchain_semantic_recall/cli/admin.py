@@ -81,6 +81,7 @@ def run_stats(args: argparse.Namespace) -> int:
                 "index_name": stats.index_name,
                 "model": stats.model,
                 "dimension": stats.dimension,
+                "relevance": stats.relevance,
                 "disk_bytes": size,
             }
         )
@@ -95,6 +96,8 @@ def run_stats(args: argparse.Namespace) -> int:
     print(vectors + f", missing {stats.missing_vectors}, orphaned {stats.orphan_vectors}")
     print(f"  index      {stats.index_name}")
     print(f"  model      {stats.model} ({stats.dimension} dimensions)")
+    line = f"  relevance  {stats.relevance}"
+    print(style(line, "yellow") if stats.relevance.startswith("not fitted") else line)
     if size is not None:
         print(f"  disk       {human_bytes(size)} (the whole store)")
     if stats.missing_vectors or stats.orphan_vectors:

@@ -295,6 +295,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         style(f"Recall in thread {args.thread} of {resource}", "bold"),
         f"({memory.scope} scope, {_describe(memory)})",
     )
+    _note_unfitted(memory)
     titles = thread_titles(memory.storage, {h.thread_id for h in hits})
     print(style("\nHits (why these messages are recalled):", "bold"))
     rows = [
@@ -312,3 +313,14 @@ def run_inspect(args: argparse.Namespace) -> int:
     print()
     _print_model_view(result, {m.id for m in live})
     return EXIT_OK
+
+
+def _note_unfitted(memory: Any) -> None:
+    """Say when hybrid search's numbers were not fitted for this store's embedder."""
+    from langchain_semantic_recall.engine.maintenance_ops import relevance_note
+
+    plan = memory.search_plan
+    info = memory.ensure_index()
+    note = relevance_note(plan.relevance if plan.calibrated else None, info.model, info.dimension)
+    if note.startswith("not fitted"):
+        print(style(f"note: hybrid search's relevance model is {note}", "yellow"))

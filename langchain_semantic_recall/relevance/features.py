@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -128,6 +128,8 @@ class Query:
     name_missing: float
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
+    rows: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    """Direct rows already worked out for this query (candidates, then their neighbours)."""
 
     @classmethod
     def build(  # noqa: PLR0917 - one argument per source of facts
@@ -178,7 +180,16 @@ class Query:
 
 
 def direct_rows(query: Query, messages: Sequence[StoredMessage]) -> np.ndarray:
-    """One `DIRECT` row per message (a candidate or a neighbour of one)."""
+    """One `DIRECT` row per message (a candidate or a neighbour of one), worked out once."""
+    missing = [m for m in messages if m.id not in query.rows]
+    if missing:
+        query.rows.update(zip((m.id for m in missing), _rows(query, missing), strict=True))
+    if not messages:
+        return np.empty((0, len(DIRECT)))
+    return np.stack([query.rows[m.id] for m in messages])
+
+
+def _rows(query: Query, messages: Sequence[StoredMessage]) -> np.ndarray:
     terms = query.terms
     top_bm25 = max(query.bm25.values(), default=0.0)
     top_z, floor_z = query.top_z, query.floor_z
