@@ -35,16 +35,21 @@ leave-one-conversation-out numbers are in `docs/quality.md`. Pure, no I/O; numpy
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from langchain_semantic_recall.keywords import index_terms, query_terms, term_set
+from langchain_semantic_recall.keywords import index_terms, term_set
 from langchain_semantic_recall.periods import Period
 from langchain_semantic_recall.records import RecallHit, StoredMessage
+from langchain_semantic_recall.relevance.features import (  # the same rules as 0.2.0's
+    _NAME,
+    CONVERSATIONAL,
+    content_terms,
+    is_question,
+)
 
 __all__ = [
     "CONVERSATIONAL",
@@ -111,23 +116,9 @@ of another conversation met 0.011 such candidates each: the floor is that measur
 above the default gate, so strong meaning matches pass it and weak ones do not.
 """
 
-CONVERSATIONAL: frozenset[str] = frozenset(
-    index_terms(
-        "hi hello hey hiya howdy yo greetings morning afternoon evening night good goodbye "
-        "bye see later soon cheers thanks thank thx ty appreciate welcome please sorry "
-        "pardon excuse ok okay alright right sure yes yeah yep yup no nope nah maybe fine "
-        "great cool nice awesome perfect wow lol haha hmm um uh oh ah well so anyway got it "
-        "sounds understood agreed indeed exactly true really how going doing what up you me "
-        "i can could would will help question continue go on tell more think mind never "
-        "again there here that this something anything"
-    )
-)
-"""Stems of greetings, thanks, acknowledgements and the like: not content terms."""
 
 _IN_KEYWORD, _IN_DENSE = FEATURES.index("in_keyword"), FEATURES.index("in_dense")
 _COSINE = FEATURES.index("cosine")
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
-_TRAILING_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,19 +218,6 @@ OFFSET_MODELS: Mapping[int, Model] = {
     2: Model(-10.399, (0.841, 0.332, -0.597, 3.299, 0.879, 0.622, -0.310, -0.194, 2.316, 0.939, 0.904, 0.046, 0.818, -1.647)),  # noqa: E501
     3: Model(-7.814, (0.964, 1.399, -0.731, 3.381, 0.196, -1.661, -0.407, 0.915, 2.097, -1.910, 1.716, -0.315, -0.232, -1.585)),  # noqa: E501
 }  # fmt: skip
-
-
-def content_terms(query: str) -> list[str]:
-    """The query's distinct terms that are not `CONVERSATIONAL`."""
-    return [term for term in query_terms(query) if term not in CONVERSATIONAL]
-
-
-def is_question(text: str) -> bool:
-    """Whether `text` ends with a question mark (a trailing `[...]` note ignored)."""
-    text = text.rstrip()
-    if text.endswith("]"):
-        text = _TRAILING_NOTE.sub("", text).rstrip()
-    return text.endswith("?")
 
 
 def features(

@@ -163,7 +163,8 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
     assert f"LRU of {hybrid.cache.maxsize}" in rows["cache"]
     text = README.read_text(encoding="utf-8")
     assert f"the default is hybrid search with\n{hybrid.top_k} hits" in text
-    assert hybrid.threshold is None and "| `threshold` | `None` |" in text
+    assert hybrid.threshold is None
+    assert "| `threshold` | `None` |" in text
     assert f"a budget of {hybrid.message_budget} messages" in text
 
 

@@ -837,7 +837,7 @@ def _tiny_sets(folder: Path, locomo_file: Path) -> None:
                     "role": "user",
                     "id": f"m{r}-{t}u",
                     "content": fact,
-                    "created_at": "2024-01-0{}T10:00:00Z".format(t + 1),
+                    "created_at": f"2024-01-0{t + 1}T10:00:00Z",
                 }
             )
             lines.append(
@@ -847,7 +847,7 @@ def _tiny_sets(folder: Path, locomo_file: Path) -> None:
                     "role": "assistant",
                     "id": f"m{r}-{t}a",
                     "content": f"Nice, tell me about the {topic}!",
-                    "created_at": "2024-01-0{}T10:00:01Z".format(t + 1),
+                    "created_at": f"2024-01-0{t + 1}T10:00:01Z",
                 }
             )
         lines.append(
@@ -893,4 +893,5 @@ def test_quality_relevance_benchmark_smoke(locomo_file: Path, tmp_path: Path) ->
     for name in ("### locomo", "### lme", "### para-small", "### para-busy", "0.2.0 defaults"):
         assert name in out
     assert "plain BM25 top 15" in out
-    assert "rescaled" in out and "DIFFERENT" not in out
+    assert "rescaled" in out
+    assert "DIFFERENT" not in out
