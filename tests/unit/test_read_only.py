@@ -41,7 +41,10 @@ _LIBRARY = """
 import sys
 from langchain_semantic_recall import SemanticRecall
 from tests.fakes import FakeEmbeddings
-memory = SemanticRecall.local(sys.argv[1], read_only=True, embeddings=FakeEmbeddings())
+# threshold 0: silence off (the fake embedder's buckets make short queries look like small talk)
+memory = SemanticRecall.local(
+    sys.argv[1], read_only=True, embeddings=FakeEmbeddings(), threshold=0.0
+)
 hits = memory.search("lighthouse keeper", resource_id="alice")
 print(hits[0].message.text)
 print(memory.stats().messages)
@@ -112,8 +115,15 @@ def mounted(tmp_path: Path) -> None:
     ("argv", "expected"),
     [
         (["stats", "--json"], '"messages": 3'),
-        (["search", "lighthouse keeper", "--resource", "alice"], "the lighthouse keeper"),
-        (["inspect", "lighthouse keeper", "--thread", "cake"], "the lighthouse keeper"),
+        # --threshold 0: silence off (the fake embedder makes short queries look like chat)
+        (
+            ["search", "lighthouse keeper", "--resource", "alice", "--threshold", "0"],
+            "the lighthouse keeper",
+        ),
+        (
+            ["inspect", "lighthouse keeper", "--thread", "cake", "--threshold", "0"],
+            "the lighthouse keeper",
+        ),
         (["threads"], "cake"),
         (["show", "sea"], "keeps the lamp"),
         (["export", "--resource", "alice"], '"content": "a lemon cake recipe"'),
