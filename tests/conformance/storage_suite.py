@@ -938,6 +938,28 @@ class StorageConformance:
         with pytest.raises(InvalidInputError):
             storage.keyword_search("apple", scope=scope, limit=0)
 
+    def test_words_longer_than_a_postgres_lexeme_are_found_exactly(
+        self, storage: MessageStorage
+    ) -> None:
+        # PostgreSQL keeps at most 2,047 bytes per lexeme; a pasted key or URL may be longer.
+        key, other, wide = "k" * 3000, "k" * 2999 + "j", "é" * 1100  # `wide`: 2,200 bytes
+        storage.put(
+            [
+                make_record("key", text=f"my key is {key} remember it"),
+                make_record("other", text=f"another key {other}"),
+                make_record("wide", text=f"accents {wide}"),
+                make_record("plain", text="nothing long here"),
+            ]
+        )
+        scope = ScopeFilter("r1")
+        assert [i for i, _ in storage.keyword_search(key, scope=scope, limit=5)] == ["key"]
+        assert [i for i, _ in storage.keyword_search(wide, scope=scope, limit=5)] == ["wide"]
+        both = storage.keyword_search(f"{key} remember", scope=scope, limit=5)
+        assert [i for i, _ in both] == ["key"]
+        assert storage.keyword_search("q" * 5000, scope=scope, limit=5) == []
+        found = {i for i, _ in storage.keyword_search(f"{key} nothing", scope=scope, limit=5)}
+        assert found == {"key", "plain"}
+
     async def test_keyword_search_async_twin_matches_sync(self, storage: MessageStorage) -> None:
         storage.put([*make_thread(3), make_record("x", text="unique zebra text")])
         scope = ScopeFilter("r1")

@@ -34,7 +34,7 @@ MESSAGES: Final = "semantic_recall_messages"
 THREADS: Final = "semantic_recall_threads"
 FORGOTTEN: Final = "semantic_recall_forgotten_threads"
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
-_MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
+MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
 _MAX_TSV_BYTES: Final = 500_000  # well under the 1 MB limit of one tsvector
 _COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
 
@@ -82,8 +82,21 @@ def _scope_token(kind: str, value: str) -> str:
     return f"{kind}:{hashlib.blake2b(value.encode(), digest_size=12).hexdigest()}"
 
 
+def lexeme(term: str) -> str:
+    """The tsvector lexeme of a term: itself, or a digest when PostgreSQL cannot hold it.
+
+    A lexeme (and a tsquery word) holds at most 2,047 bytes; a pasted key or a long URL
+    makes a longer term. It is indexed and looked up as `h:<digest>` (same rule at write
+    and at query time), so it still matches exactly, as on SQLite; BM25 scores the full
+    terms, kept in the `terms` column.
+    """
+    if len(term.encode()) <= MAX_LEXEME_BYTES:
+        return term
+    return "h:" + hashlib.blake2b(term.encode(), digest_size=16).hexdigest()
+
+
 def lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]:
-    """The tsvector of a message: its distinct terms that fit, and its scope tokens.
+    """The tsvector of a message: its distinct terms' lexemes that fit, and its scope tokens.
 
     A message without terms gets none (it is not keyword-searchable).
     """
@@ -91,18 +104,19 @@ def lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]
         return []
     kept = [_scope_token("r", resource_id), _scope_token("t", thread_id)]
     size = 0
-    for term in sorted(set(terms)):
-        length = len(term.encode())
-        if length > _MAX_LEXEME_BYTES or size + length > _MAX_TSV_BYTES:
+    for word in sorted({lexeme(term) for term in terms}):
+        length = len(word.encode())
+        if size + length > _MAX_TSV_BYTES:
             continue
-        kept.append(term)
+        kept.append(word)
         size += length
     return kept
 
 
 def _tsquery(terms: Sequence[str], scope: ScopeFilter) -> str:
     """Any of the terms, inside the scope (terms are letters and digits: quoting suffices)."""
-    query = "(" + " | ".join(f"'{t}'" for t in terms if "'" not in t and "\\" not in t) + ")"
+    words = (lexeme(t) for t in terms if "'" not in t and "\\" not in t)
+    query = "(" + " | ".join(f"'{w}'" for w in words) + ")"
     for kind, value in (("r", scope.resource_id), ("t", scope.thread_id)):
         if value is not None:
             query = f"'{_scope_token(kind, value)}' & {query}"
