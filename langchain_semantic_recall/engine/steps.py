@@ -322,6 +322,11 @@ def list_messages(scope: ScopeFilter | None, *, after: tuple[str, int] | None, l
     return _storage("list_messages", (scope,), {"after": after, "limit": limit})
 
 
+def last_messages(scope: ScopeFilter, *, limit: int) -> Step:
+    """Step: the newest `limit` messages of a thread (`MessageStorage.last_messages`)."""
+    return _storage("last_messages", (scope,), {"limit": limit})
+
+
 def list_threads(resource_id: str | None) -> Step:
     """Step: the threads of a resource, or every thread (None)."""
     return _storage("list_threads", (resource_id,))

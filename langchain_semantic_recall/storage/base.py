@@ -36,7 +36,7 @@ from typing import ClassVar
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.errors import CompactNotSupportedError
+from langchain_semantic_recall.errors import CompactNotSupportedError, InvalidInputError
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
@@ -80,6 +80,17 @@ def _page_input(scope: object, after: object, limit: object) -> tuple[str, int] 
     check_scope(scope, optional=True)
     check_limit(limit)
     return checked_after(after)
+
+
+def _last_input(scope: object, limit: object) -> ScopeFilter:
+    check_scope(scope)
+    check_limit(limit)
+    if not isinstance(scope, ScopeFilter) or scope.thread_id is None:
+        raise InvalidInputError(
+            "last_messages reads one thread: give the scope a thread_id, e.g. "
+            "ScopeFilter(resource_id='user-1', thread_id='chat-1')"
+        )
+    return scope
 
 
 def _keyword_input(query: object, scope: object, limit: object) -> None:
@@ -242,6 +253,21 @@ class MessageStorage(ABC):
         cursor = _page_input(scope, after, limit)
         return await self._alist_messages(scope, after=cursor, limit=limit)
 
+    def last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """The newest `limit` messages of the scope's thread, in thread order (oldest first).
+
+        Reads those messages only, however long the thread (the backends of this
+        package; a backend without its own `_last_messages` pages through the thread).
+
+        Raises:
+            InvalidInputError: `scope` has no `thread_id`, or `limit` is below 1.
+        """
+        return self._last_messages(_last_input(scope, limit), limit=limit)
+
+    async def alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """Async twin of `last_messages`."""
+        return await self._alast_messages(_last_input(scope, limit), limit=limit)
+
     def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
         """Threads of a resource (or all), ordered by thread id."""
         if resource_id is not None:
@@ -379,6 +405,15 @@ class MessageStorage(ABC):
         """Erase deleted data's bytes (override with `supports_compact = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no compact")
 
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """The newest `limit` messages of the thread (override with one query)."""
+        kept: list[StoredMessage] = []
+        after: tuple[str, int] | None = None
+        while page := self._list_messages(scope, after=after, limit=1000):
+            after = (page[-1].thread_id, page[-1].seq)
+            kept = [*kept, *page][-limit:]
+        return kept
+
     def _count(self, scope: ScopeFilter | None) -> int:
         """Messages in the scope, from the thread summaries (override with one query)."""
         threads = self._list_threads(scope.resource_id if scope else None)
@@ -411,6 +446,9 @@ class MessageStorage(ABC):
         return await run_in_executor(
             None, lambda: self._list_messages(scope, after=after, limit=limit)
         )
+
+    async def _alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        return await run_in_executor(None, lambda: self._last_messages(scope, limit=limit))
 
     async def _alist_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return await run_in_executor(None, self._list_threads, resource_id)

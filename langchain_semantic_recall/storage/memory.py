@@ -225,6 +225,13 @@ class InMemoryStorage(MessageStorage):
                     break
             return page
 
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        with self._lock:
+            thread = self._threads.get(scope.thread_id or "")
+            if thread is None or not scope.admits(thread.resource_id, scope.thread_id or ""):
+                return []
+            return thread.messages[-limit:]
+
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._lock:
             return [

@@ -326,6 +326,12 @@ class SQLiteStorage(MessageStorage):
             rows = conn.execute(*sql.list_messages_sql(scope, after, limit)).fetchall()
         return [_to_message(row) for row in rows]
 
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """One query on the `(thread_id, seq)` key, read backwards."""
+        with self._read() as conn:
+            rows = conn.execute(*sql.last_messages_sql(scope, limit)).fetchall()
+        return [_to_message(row) for row in reversed(rows)]
+
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._read() as conn:
             rows = conn.execute(*sql.list_threads_sql(resource_id)).fetchall()

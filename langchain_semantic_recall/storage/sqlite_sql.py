@@ -102,6 +102,13 @@ def list_messages_sql(
     return sql, [*page, limit]
 
 
+def last_messages_sql(scope: ScopeFilter, limit: int) -> tuple[str, list[Any]]:
+    """The newest `limit` messages of the scope's thread, newest first (by `(thread_id, seq)`)."""
+    where, params = scope_sql(scope)
+    sql = f"SELECT {COLUMNS} FROM messages WHERE 1 = 1{where} ORDER BY seq DESC LIMIT ?"
+    return sql, [*params, limit]
+
+
 def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:
     """Thread summaries (count, first and last message time), ordered by thread id."""
     where = " WHERE t.resource_id = ?" if resource_id is not None else ""

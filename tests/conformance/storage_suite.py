@@ -659,6 +659,22 @@ class StorageConformance:
         with pytest.raises(InvalidInputError):
             storage.list_messages(limit=0)
 
+    async def test_last_messages_are_the_newest_of_the_thread_in_order(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put([*make_thread(30, "t1", "r1"), *make_thread(5, "t2", "r1")])
+        storage.put([make_record("t1-m3", "t1", "r1", text="rewritten, keeps its place")])
+        newest = storage.last_messages(ScopeFilter("r1", "t1"), limit=4)
+        assert ids(newest) == ["t1-m26", "t1-m27", "t1-m28", "t1-m29"]
+        assert ids(await storage.alast_messages(ScopeFilter("r1", "t1"), limit=4)) == ids(newest)
+        assert len(storage.last_messages(ScopeFilter(thread_id="t2"), limit=50)) == 5
+        assert storage.last_messages(ScopeFilter("someone-else", "t1"), limit=4) == []
+        assert storage.last_messages(ScopeFilter("r1", "unknown"), limit=4) == []
+        with pytest.raises(InvalidInputError, match="thread_id"):
+            storage.last_messages(ScopeFilter("r1"), limit=4)
+        with pytest.raises(InvalidInputError):
+            await storage.alast_messages(ScopeFilter("r1", "t1"), limit=0)
+
     def test_list_threads(self, storage: MessageStorage) -> None:
         storage.put([make_record(f"b{i}", "tb", "r1", minute=10 + i) for i in range(3)])
         storage.put([make_record("a0", "ta", "r2", minute=5)])

@@ -334,6 +334,14 @@ def list_steps(
     return [_message(row) for row in (yield Query(sql, page)).rows]
 
 
+def last_steps(scope: ScopeFilter, limit: int) -> Steps[list[StoredMessage]]:
+    """The newest `limit` messages of the scope's thread, oldest first (its seq key)."""
+    where, params = _scope_sql(scope)
+    sql = f"SELECT {_COLUMNS} FROM {_M} WHERE TRUE{where} ORDER BY seq DESC LIMIT %(limit)s"
+    rows = (yield Query(sql, {**params, "limit": limit})).rows
+    return [_message(row) for row in reversed(rows)]
+
+
 def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
     """The threads of a resource (every thread when None), with sizes and dates."""
     where = " WHERE t.resource_id = %s" if resource_id is not None else ""

@@ -51,6 +51,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
     delete_resource_steps,
     delete_thread_steps,
     keyword_steps,
+    last_steps,
     list_steps,
     one_value_steps,
     put_steps,
@@ -326,6 +327,12 @@ class PostgresStorage(MessageStorage):
         self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
     ) -> list[StoredMessage]:
         return await self._arun(list_steps(scope, after, limit), "read")
+
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        return self._run(last_steps(scope, limit), "read")
+
+    async def _alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        return await self._arun(last_steps(scope, limit), "read")
 
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return self._run(threads_steps(resource_id), "read")
