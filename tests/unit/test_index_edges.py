@@ -1,0 +1,94 @@
+"""Edge cases of embedding and indexing: what the embedder, the caller or a race hands us.
+
+Each case is refused clearly, reported, or round-trips faithfully; none is stored or
+recalled changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall import (
+    EmbeddingMismatchError,
+    InMemoryStorage,
+    SemanticRecall,
+    SemanticRecallError,
+)
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+IDS = {"thread_id": "t1", "resource_id": "alice"}
+
+
+class AnswersWith(Embeddings):
+    """An embedder whose first answer is `first` (then FakeEmbeddings' vectors)."""
+
+    def __init__(self, first: Any) -> None:
+        self.first = first
+        self.inner = FakeEmbeddings(8)
+        self.inner.dimension = None  # no declared dimension: the engine probes
+        self.answered = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.answered += 1
+        if self.answered == 1:
+            return self.first  # type: ignore[no-any-return]
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+@pytest.mark.parametrize("first", [[[]], [None], [], None])
+async def test_no_vector_on_the_first_embed_is_an_embedder_failure(first: Any) -> None:
+    for asynchronous in (False, True):
+        memory = SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=AnswersWith(first),
+        )
+        turn = [HumanMessage("what did I say about the garden?")]
+        # Recall degrades to no memory, as when the embedder raises: not a mismatch.
+        if asynchronous:
+            assert await memory.arecall(turn, **IDS) == turn
+        else:
+            assert memory.recall(turn, **IDS) == turn
+        memory = SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=AnswersWith(first),
+        )
+        with pytest.raises(SemanticRecallError, match="no usable vector") as raised:
+            memory.search("garden", **IDS)
+        assert not isinstance(raised.value, EmbeddingMismatchError)
+
+
+class ZeroFor(FakeEmbeddings):
+    """Fake vectors, but all zeros for texts holding `word`."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__(8)
+        self.word = word
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors = super().embed_documents(texts)
+        return [[0.0] * 8 if self.word in t else v for t, v in zip(texts, vectors, strict=True)]
+
+
+def test_an_all_zero_vector_is_refused_with_a_reason() -> None:
+    vectors = InMemoryVectorIndex()
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=vectors, embeddings=ZeroFor("blank")
+    )
+    result = memory.index([HumanMessage("blank answer", id="z1")], **IDS)
+    assert result.embedded == ()
+    assert result.error is not None
+    assert "all-zero vector" in result.error
+    assert vectors.message_ids(memory.stats().index_name) == set()
+    assert memory.index([HumanMessage("a garden", id="g1")], **IDS).embedded == ("g1",)
+    with pytest.raises(SemanticRecallError, match="all-zero"):
+        memory.search("blank", **IDS)
