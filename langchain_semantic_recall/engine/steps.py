@@ -327,6 +327,16 @@ def last_messages(scope: ScopeFilter, *, limit: int) -> Step:
     return _storage("last_messages", (scope,), {"limit": limit})
 
 
+def move_thread(thread_id: str, to_resource: str) -> Step:
+    """Step: give a thread to another resource (`MessageStorage.move_thread`)."""
+    return _storage("move_thread", (thread_id,), {"to_resource": to_resource})
+
+
+def unretire_thread(thread_id: str) -> Step:
+    """Step: lift a forget's retirement of a thread id; whether it was retired."""
+    return _storage("unretire_thread", (thread_id,))
+
+
 def list_threads(resource_id: str | None) -> Step:
     """Step: the threads of a resource, or every thread (None)."""
     return _storage("list_threads", (resource_id,))

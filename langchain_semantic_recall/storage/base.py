@@ -36,7 +36,7 @@ from typing import ClassVar
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.errors import CompactNotSupportedError, InvalidInputError
+from langchain_semantic_recall.errors import CompactNotSupportedError
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
@@ -45,14 +45,15 @@ from langchain_semantic_recall.records import (
     StoredMessage,
 )
 from langchain_semantic_recall.storage.checks import (
-    check_flag,
     check_limit,
-    check_query,
     check_scope,
-    check_window,
-    checked_after,
-    checked_message_ids,
     checked_records,
+    delete_thread_input,
+    keyword_input,
+    last_input,
+    move_thread_input,
+    page_input,
+    windows_input,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,41 +68,6 @@ class ThreadInfo:
     message_count: int
     first_at: datetime | None
     last_at: datetime | None
-
-
-def _windows_input(message_ids: object, before: object, after: object, scope: object) -> list[str]:
-    ids = checked_message_ids(message_ids)
-    check_window(before, after)
-    check_scope(scope)
-    return ids
-
-
-def _page_input(scope: object, after: object, limit: object) -> tuple[str, int] | None:
-    check_scope(scope, optional=True)
-    check_limit(limit)
-    return checked_after(after)
-
-
-def _last_input(scope: object, limit: object) -> ScopeFilter:
-    check_scope(scope)
-    check_limit(limit)
-    if not isinstance(scope, ScopeFilter) or scope.thread_id is None:
-        raise InvalidInputError(
-            "last_messages reads one thread: give the scope a thread_id, e.g. "
-            "ScopeFilter(resource_id='user-1', thread_id='chat-1')"
-        )
-    return scope
-
-
-def _keyword_input(query: object, scope: object, limit: object) -> None:
-    check_query(query)
-    check_scope(scope)
-    check_limit(limit)
-
-
-def _delete_thread_input(thread_id: object, retire: object) -> None:
-    check_id("thread_id", thread_id)
-    check_flag("retire", retire)
 
 
 def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> None:
@@ -128,6 +94,8 @@ class MessageStorage(ABC):
     """Whether `keyword_search` is implemented (full-text search in the storage)."""
     supports_compact: ClassVar[bool] = False
     """Whether `compact` is implemented (erases the bytes of deleted messages)."""
+    supports_move: ClassVar[bool] = False
+    """Whether `move_thread` and `unretire_thread` are implemented."""
 
     # --- writes -----------------------------------------------------------------------
 
@@ -162,14 +130,14 @@ class MessageStorage(ABC):
                 thread loses its messages and its owner but later writes to it succeed,
                 under any resource; an already retired id stays retired.
         """
-        _delete_thread_input(thread_id, retire)
+        delete_thread_input(thread_id, retire)
         deleted = self._delete_thread(thread_id, retire=retire)
         _log_delete("thread", thread_id, deleted, retire=retire)
         return deleted
 
     async def adelete_thread(self, thread_id: str, *, retire: bool = True) -> int:
         """Async twin of `delete_thread`."""
-        _delete_thread_input(thread_id, retire)
+        delete_thread_input(thread_id, retire)
         deleted = await self._adelete_thread(thread_id, retire=retire)
         _log_delete("thread", thread_id, deleted, retire=retire)
         return deleted
@@ -188,6 +156,33 @@ class MessageStorage(ABC):
         _log_delete("resource", resource_id, deleted)
         return deleted
 
+    def move_thread(self, thread_id: str, *, to_resource: str) -> int:
+        """Give a thread and its messages to another resource, atomically; returns moved.
+
+        Its messages keep their ids, order and content; the keyword index follows. An
+        unknown (or forgotten) thread moves nothing. The caller checks who may do it.
+
+        Raises:
+            NotImplementedError: The backend cannot (`supports_move` is False).
+        """
+        move_thread_input(thread_id, to_resource)
+        moved = self._move_thread(thread_id, to_resource)
+        logger.info("moved thread %r to resource %r (%d messages)", thread_id, to_resource, moved)
+        return moved
+
+    async def amove_thread(self, thread_id: str, *, to_resource: str) -> int:
+        """Async twin of `move_thread`."""
+        move_thread_input(thread_id, to_resource)
+        return await run_in_executor(None, self._move_thread, thread_id, to_resource)
+
+    def unretire_thread(self, thread_id: str) -> bool:
+        """Lift a forget's retirement of a thread id (it may be written again); was it retired?"""
+        return self._unretire_thread(check_id("thread_id", thread_id))
+
+    async def aunretire_thread(self, thread_id: str) -> bool:
+        """Async twin of `unretire_thread`."""
+        return await run_in_executor(None, self._unretire_thread, check_id("thread_id", thread_id))
+
     # --- reads ------------------------------------------------------------------------
 
     def get_windows(
@@ -205,14 +200,14 @@ class MessageStorage(ABC):
         Returns:
             Hit id -> the window of its own thread, ordered by seq, including the hit.
         """
-        ids = _windows_input(message_ids, before, after, scope)
+        ids = windows_input(message_ids, before, after, scope)
         return self._get_windows(ids, before=before, after=after, scope=scope) if ids else {}
 
     async def aget_windows(
         self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         """Async twin of `get_windows`."""
-        ids = _windows_input(message_ids, before, after, scope)
+        ids = windows_input(message_ids, before, after, scope)
         if not ids:
             return {}
         return await self._aget_windows(ids, before=before, after=after, scope=scope)
@@ -239,7 +234,7 @@ class MessageStorage(ABC):
             after: The (thread_id, seq) of the last message of the previous page.
             limit: Page size (>= 1).
         """
-        cursor = _page_input(scope, after, limit)
+        cursor = page_input(scope, after, limit)
         return self._list_messages(scope, after=cursor, limit=limit)
 
     async def alist_messages(
@@ -250,7 +245,7 @@ class MessageStorage(ABC):
         limit: int = 1000,
     ) -> list[StoredMessage]:
         """Async twin of `list_messages`."""
-        cursor = _page_input(scope, after, limit)
+        cursor = page_input(scope, after, limit)
         return await self._alist_messages(scope, after=cursor, limit=limit)
 
     def last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
@@ -262,11 +257,11 @@ class MessageStorage(ABC):
         Raises:
             InvalidInputError: `scope` has no `thread_id`, or `limit` is below 1.
         """
-        return self._last_messages(_last_input(scope, limit), limit=limit)
+        return self._last_messages(last_input(scope, limit), limit=limit)
 
     async def alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
         """Async twin of `last_messages`."""
-        return await self._alast_messages(_last_input(scope, limit), limit=limit)
+        return await self._alast_messages(last_input(scope, limit), limit=limit)
 
     def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
         """Threads of a resource (or all), ordered by thread id."""
@@ -316,14 +311,14 @@ class MessageStorage(ABC):
             NotImplementedError: The backend has no keyword search
                 (`supports_keyword_search` is False).
         """
-        _keyword_input(query, scope, limit)
+        keyword_input(query, scope, limit)
         return self._keyword_search(query, scope=scope, limit=limit)
 
     async def akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         """Async twin of `keyword_search`."""
-        _keyword_input(query, scope, limit)
+        keyword_input(query, scope, limit)
         return await self._akeyword_search(query, scope=scope, limit=limit)
 
     def compact(self) -> CompactResult:
@@ -400,6 +395,14 @@ class MessageStorage(ABC):
     ) -> list[tuple[str, float]]:
         """Keyword matches (override with `supports_keyword_search = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no keyword search")
+
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        """Reassign the thread (override with `supports_move = True`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot move threads")
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        """Un-retire the thread id (override with `supports_move = True`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore forgotten threads")
 
     def _compact(self) -> CompactResult:
         """Erase deleted data's bytes (override with `supports_compact = True`)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from bisect import bisect_left
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
@@ -64,6 +64,7 @@ class InMemoryStorage(MessageStorage):
     """
 
     supports_keyword_search = True
+    supports_move = True
     supports_compact = True
 
     def __init__(self, *, bm25: BM25Params | None = None) -> None:
@@ -179,6 +180,19 @@ class InMemoryStorage(MessageStorage):
                 del self._index[message.id]
                 self._unindex_terms(message.id, thread)
             return len(thread.messages)
+
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                return 0
+            thread.resource_id = to_resource
+            thread.messages = [replace(m, resource_id=to_resource) for m in thread.messages]
+            return len(thread.messages)
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        with self._lock:
+            return self._forgotten.pop(thread_id, False) is not False
 
     def _delete_resource(self, resource_id: str) -> int:
         with self._lock:

@@ -15,6 +15,7 @@ and the busy timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -107,6 +108,7 @@ class SQLiteStorage(MessageStorage):
 
     supports_keyword_search = True
     supports_compact = True
+    supports_move = True
 
     def __init__(
         self,
@@ -289,6 +291,23 @@ class SQLiteStorage(MessageStorage):
             if retire:
                 conn.execute(sql.FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
         return int(deleted)
+
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        """One transaction: the owner, every message's resource and their keyword index."""
+        with self._write() as conn:  # the in-memory postings are rebuilt at the next search
+            if conn.execute(sql.GET_THREAD, (thread_id,)).fetchone() is None:
+                return 0
+            rows = conn.execute(sql.THREAD_MESSAGES, (thread_id,)).fetchall()
+            fts.forget(conn, "thread_id", thread_id)  # indexed under the old resource
+            conn.execute(sql.MOVE_THREAD, (to_resource, thread_id))
+            conn.execute(sql.MOVE_THREAD_MESSAGES, (to_resource, thread_id))
+            for row in rows:
+                fts.add_terms(conn, dataclasses.replace(_to_message(row), resource_id=to_resource))
+        return len(rows)
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        with self._write() as conn:
+            return bool(conn.execute(sql.UNRETIRE_THREAD, (thread_id,)).rowcount)
 
     def _delete_resource(self, resource_id: str) -> int:
         now = _to_iso(datetime.now(UTC))

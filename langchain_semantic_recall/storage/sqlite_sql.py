@@ -20,7 +20,11 @@ __all__ = [
     "GET_THREAD",
     "INSERT_MESSAGE",
     "INSERT_THREAD",
+    "MOVE_THREAD",
+    "MOVE_THREAD_MESSAGES",
     "SET_NEXT_SEQ",
+    "THREAD_MESSAGES",
+    "UNRETIRE_THREAD",
     "UPDATE_MESSAGE",
     "count_sql",
     "list_messages_sql",
@@ -48,6 +52,10 @@ FORGET_RESOURCE: Final = (
     "INSERT OR IGNORE INTO forgotten_threads "
     "SELECT thread_id, resource_id, ? FROM threads WHERE resource_id = ?"
 )
+THREAD_MESSAGES: Final = f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? ORDER BY seq"
+MOVE_THREAD: Final = "UPDATE threads SET resource_id = ? WHERE thread_id = ?"
+MOVE_THREAD_MESSAGES: Final = "UPDATE messages SET resource_id = ? WHERE thread_id = ?"
+UNRETIRE_THREAD: Final = "DELETE FROM forgotten_threads WHERE thread_id = ?"
 DELETE_RESOURCE_MESSAGES: Final = "DELETE FROM messages WHERE resource_id = ?"
 DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
 

@@ -675,6 +675,50 @@ class StorageConformance:
         with pytest.raises(InvalidInputError):
             await storage.alast_messages(ScopeFilter("r1", "t1"), limit=0)
 
+    async def test_move_thread_gives_messages_and_keyword_index_to_the_new_owner(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put([*make_thread(3, "t1", "old"), make_record("o1", "t2", "old", text="kept")])
+        storage.put([make_record("t1-k", "t1", "old", text="the violin lesson")])
+        if not storage.supports_move:
+            with pytest.raises(NotImplementedError):
+                storage.move_thread("t1", to_resource="new")
+            return
+        assert storage.move_thread("t1", to_resource="new") == 4
+        assert storage.get_thread_owner("t1") == "new"
+        moved = storage.list_messages(ScopeFilter("new"))
+        assert ids(moved) == ["t1-m0", "t1-m1", "t1-m2", "t1-k"]
+        assert {m.resource_id for m in moved} == {"new"}
+        assert [m.seq for m in moved] == [0, 1, 2, 3]
+        assert ids(storage.list_messages(ScopeFilter("old"))) == ["o1"]
+        hits = storage.keyword_search("violin", scope=ScopeFilter("new"), limit=5)
+        assert [i for i, _ in hits] == ["t1-k"]
+        assert storage.keyword_search("violin", scope=ScopeFilter("old"), limit=5) == []
+        storage.put([make_record("t1-m9", "t1", "new")])  # the new owner writes on
+        with pytest.raises(OwnershipError):
+            storage.put([make_record("t1-m10", "t1", "old")])
+        assert await storage.amove_thread("t1", to_resource="old") == 5
+        assert storage.move_thread("unknown", to_resource="new") == 0
+        with pytest.raises(InvalidInputError):
+            storage.move_thread("t1", to_resource="")
+
+    async def test_unretire_lets_a_forgotten_thread_id_be_written_again(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put(make_thread(2, "t1", "r1"))
+        storage.delete_thread("t1")
+        if not storage.supports_move:
+            with pytest.raises(NotImplementedError):
+                storage.unretire_thread("t1")
+            return
+        assert storage.unretire_thread("t1") is True
+        assert not storage.is_forgotten("t1")
+        assert storage.unretire_thread("t1") is False  # not retired (any more)
+        storage.put(make_thread(2, "t1", "someone"))
+        assert storage.get_thread_owner("t1") == "someone"
+        storage.delete_thread("t1")
+        assert await storage.aunretire_thread("t1") is True
+
     def test_list_threads(self, storage: MessageStorage) -> None:
         storage.put([make_record(f"b{i}", "tb", "r1", minute=10 + i) for i in range(3)])
         storage.put([make_record("a0", "ta", "r2", minute=5)])

@@ -394,6 +394,25 @@ def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
     return deleted
 
 
+def move_thread_steps(thread_id: str, to_resource: str) -> Steps[int]:
+    """Give the thread to `to_resource`: its row, its messages and their scope lexeme."""
+    yield from _lock_steps([thread_id])
+    owner = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
+    if not owner:
+        return 0
+    yield Query(f"UPDATE {_T} SET resource_id = %s WHERE thread_id = %s", (to_resource, thread_id))
+    tokens = (_scope_token("r", owner[0][0]), _scope_token("r", to_resource))
+    moved = yield Query(
+        f"UPDATE {_M} SET resource_id = %s, tsv = array_to_tsvector(array_replace("
+        "tsvector_to_array(tsv), %s, %s)) WHERE thread_id = %s",
+        (to_resource, *tokens, thread_id),
+    )
+    return moved.rowcount
+
+
+UNRETIRE_SQL: Final = f"DELETE FROM {_F} WHERE thread_id = %s"
+
+
 def delete_resource_steps(resource_id: str) -> Steps[int]:
     """Delete every thread of a resource and retire their ids; the messages deleted."""
     rows = yield Query(f"SELECT thread_id FROM {_T} WHERE resource_id = %s", (resource_id,))
