@@ -6,6 +6,8 @@ recalled changed.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from langchain_core.messages import HumanMessage
 from langchain_semantic_recall import (
     EmbeddingMismatchError,
     InMemoryStorage,
+    InvalidInputError,
     SemanticRecall,
     SemanticRecallError,
 )
@@ -92,3 +95,33 @@ def test_an_all_zero_vector_is_refused_with_a_reason() -> None:
     assert memory.index([HumanMessage("a garden", id="g1")], **IDS).embedded == ("g1",)
     with pytest.raises(SemanticRecallError, match="all-zero"):
         memory.search("blank", **IDS)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [(object(), "object"), ({"a", "b"}, "set"), (b"raw", "bytes"), (Decimal("1.5"), "Decimal")],
+)
+def test_additional_kwargs_that_are_not_json_are_refused_not_changed(
+    value: object, kind: str
+) -> None:
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(8)
+    )
+    message = HumanMessage("hello", id="h1", additional_kwargs={"ok": 1, "extra": value})
+    with pytest.raises(InvalidInputError, match=rf"additional_kwargs\['extra'\].*{kind}"):
+        memory.index([message], **IDS)
+    assert memory.storage.count() == 0
+
+
+def test_json_additional_kwargs_and_a_datetime_created_at_round_trip() -> None:
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(8)
+    )
+    extra = {"nested": {"list": [1, 2.5, None, True, "é"]}, "n": -3}
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+    sent = HumanMessage("hello", id="h1", additional_kwargs={**extra, "created_at": when})
+    memory.index([sent], **IDS)
+    (stored,) = memory.storage.list_messages()
+    back = stored.to_message()
+    assert back.additional_kwargs == {**extra, "created_at": when.isoformat()}
+    assert stored.created_at == when
