@@ -230,7 +230,7 @@ def _unstorable_key(message: BaseMessage) -> str:
         try:
             json.dumps(value, default=_not_json)
         except (RecursionError, ValueError, TypeError):
-            return key
+            return str(key)
     return ""
 
 
