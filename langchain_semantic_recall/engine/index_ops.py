@@ -222,6 +222,18 @@ def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> N
             turn.fates[position] = replace(turn.fates[position], fate="updated")
 
 
+def _settle_written(turn: _Turn, written: Sequence[StoredMessage]) -> None:
+    """A "stored" message the storage did not insert was stored meanwhile (pure).
+
+    Another process (or call) wrote the same id between our read and our write: the
+    storage's insert result, not the earlier read, says which call stored it first.
+    """
+    for position, stored in zip(list(turn.records), written, strict=True):
+        if turn.fates[position].fate == "stored" and not stored.created:
+            turn.unchanged[position] = turn.records.pop(position)
+            turn.fates[position] = replace(turn.fates[position], fate="unchanged")
+
+
 def index_op(
     space: VectorSpace,
     keys: IdentityKeys,
@@ -268,7 +280,7 @@ def index_op(
     _settle_known(turn, known)
     try:
         if turn.records:
-            yield steps.put_messages(turn.to_write())
+            _settle_written(turn, (yield steps.put_messages(turn.to_write())))
     except ForgottenThreadError:
         logger.warning("thread %r was forgotten; nothing of this call was stored", thread_id)
         return turn.refuse_all(FORGOTTEN)

@@ -136,10 +136,11 @@ class InMemoryStorage(MessageStorage):
                         seq=seq,
                     )
                 )
+            created = {r.id for r in records if r.id not in self._index}
             for message in stored:
                 self._apply(message)
             logger.debug("stored %d messages", len(stored))
-            return stored
+            return [replace(m, created=m.id in created) for m in stored]
 
     def _apply(self, message: StoredMessage) -> None:
         thread = self._threads.setdefault(message.thread_id, _Thread(message.resource_id))

@@ -260,7 +260,7 @@ class SQLiteStorage(MessageStorage):
                     self._postings.rewritten(record.resource_id, record.id)
                 terms = fts.add_terms(conn, record)
                 self._postings.added(record.resource_id, record.thread_id, record.id, terms)
-                stored.append(_to_message(values))
+                stored.append(dataclasses.replace(_to_message(values), created=place is None))
             for thread_id, state in threads.items():
                 conn.execute(sql.SET_NEXT_SEQ, (state.next_seq, thread_id))
         logger.debug("stored %d messages in %s", len(stored), self._path)

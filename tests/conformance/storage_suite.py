@@ -719,6 +719,15 @@ class StorageConformance:
         storage.delete_thread("t1")
         assert await storage.aunretire_thread("t1") is True
 
+    async def test_put_says_which_ids_it_inserted(self, storage: MessageStorage) -> None:
+        first = storage.put([make_record("a"), make_record("b")])
+        assert [m.created for m in first] == [True, True]
+        again = storage.put([make_record("a", text="new text"), make_record("c")])
+        assert [m.created for m in again] == [False, True]
+        assert [m.created for m in await storage.aput([make_record("c")])] == [False]
+        assert not any(m.created for m in storage.list_messages())  # reads: never
+        assert again[0] == storage.list_messages()[0]  # not part of equality
+
     def test_list_threads(self, storage: MessageStorage) -> None:
         storage.put([make_record(f"b{i}", "tb", "r1", minute=10 + i) for i in range(3)])
         storage.put([make_record("a0", "ta", "r2", minute=5)])

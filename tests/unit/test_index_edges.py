@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import (
     EmbeddingMismatchError,
@@ -20,6 +21,7 @@ from langchain_semantic_recall import (
     InvalidInputError,
     SemanticRecall,
     SemanticRecallError,
+    SQLiteStorage,
 )
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -125,3 +127,41 @@ def test_json_additional_kwargs_and_a_datetime_created_at_round_trip() -> None:
     back = stored.to_message()
     assert back.additional_kwargs == {**extra, "created_at": when.isoformat()}
     assert stored.created_at == when
+
+
+class RacedStorage(SQLiteStorage):
+    """Another engine on the same file stores the same turn right after our read."""
+
+    other: SemanticRecall | None = None
+
+    def _get_windows(self, *args: Any, **kwargs: Any) -> Any:
+        found = super()._get_windows(*args, **kwargs)
+        other, self.other = self.other, None
+        if other is not None:  # between this engine's read and its write
+            assert other.index(turn_of_two(), **IDS).stored == ("u1", "a1")
+        return found
+
+
+def turn_of_two() -> list[HumanMessage | AIMessage]:
+    return [HumanMessage("the same turn", id="u1"), AIMessage("twice", id="a1")]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_two_writers_of_the_same_ids_do_not_both_report_stored(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    path = tmp_path / "m.db"
+    raced = RacedStorage(path)
+    vectors = InMemoryVectorIndex()
+    first = SemanticRecall(storage=raced, vector_store=vectors, embeddings=FakeEmbeddings(8))
+    raced.other = SemanticRecall(
+        storage=SQLiteStorage(path), vector_store=vectors, embeddings=FakeEmbeddings(8)
+    )
+    if asynchronous:
+        result = await first.aindex(turn_of_two(), **IDS)
+    else:
+        result = first.index(turn_of_two(), **IDS)
+    assert raced.other is None  # the other engine did write in between
+    assert result.stored == ()
+    assert [f.fate for f in result.fates] == ["unchanged", "unchanged"]
+    assert first.storage.count() == 2

@@ -223,6 +223,7 @@ def plan_put(
                 record.created_at,
                 record.payload,
                 place[1],
+                record.id not in places,
             )
         )
     return _PutPlan(stored=stored, rows={m.id: m for m in stored}, threads=states)
