@@ -393,6 +393,13 @@ def vector_message_ids(info: IndexInfo, scope: ScopeFilter | None) -> Step:
 # --- the drivers --------------------------------------------------------------------------
 
 
+def _attach(failure: BaseException, background: BaseException | None) -> None:
+    """Keep a failed background write visible on the error the operation raised."""
+    if background is not None and background is not failure:
+        failure.add_note(f"a background vector write of this operation failed too: {background!r}")
+        failure.__context__ = failure.__context__ or background
+
+
 def drive(op: Op[T], backends: Backends) -> T:
     """Run an operation with the backends' synchronous methods."""
     in_flight: Future[Any] | None = None
@@ -407,6 +414,10 @@ def drive(op: Op[T], backends: Backends) -> T:
                 if in_flight is not None:  # an operation must not outlive its writes
                     in_flight.result()
                 return done.value  # type: ignore[no-any-return]
+            except BaseException as failure:  # the operation raised: wait for its write
+                pending, in_flight = in_flight, None
+                _attach(failure, pending.exception() if pending is not None else None)
+                raise
             result, error = None, None
             try:
                 if isinstance(step, Background | Settle) and in_flight is not None:
@@ -437,6 +448,14 @@ def _advance(op: Op[Any], result: Any, error: Exception | None) -> tuple[bool, A
         return True, done.value
 
 
+async def _failure_of(task: asyncio.Task[Any] | None) -> BaseException | None:
+    """What a background write raised, once it is done (None: no write, or it worked)."""
+    if task is None:
+        return None
+    done: object = (await asyncio.gather(task, return_exceptions=True))[0]
+    return done if isinstance(done, BaseException) else None
+
+
 async def adrive(op: Op[T], backends: Backends) -> T:
     """Run an operation with the backends' async twins.
 
@@ -450,10 +469,15 @@ async def adrive(op: Op[T], backends: Backends) -> T:
     heavy = False
     try:
         while True:
-            if heavy:
-                finished, value = await run_in_executor(None, _advance, op, result, error)
-            else:
-                finished, value = _advance(op, result, error)
+            try:
+                if heavy:
+                    finished, value = await run_in_executor(None, _advance, op, result, error)
+                else:
+                    finished, value = _advance(op, result, error)
+            except BaseException as failure:  # the operation raised: wait for its write
+                pending, in_flight = in_flight, None
+                _attach(failure, await _failure_of(pending))
+                raise
             if finished:
                 if in_flight is not None:
                     await in_flight
