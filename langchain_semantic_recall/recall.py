@@ -316,7 +316,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, conversations: Iterable[Conversation], **options: Unpack[BulkOptions]
     ) -> BulkResult:
         """Async twin of `bulk_index`."""
-        return await self._core.arun(self._core.bulk_index(list(conversations), options))
+        return await self._core.arun(self._core.bulk_index(conversations, options))
 
     # --- forgetting and maintenance ---------------------------------------------------------
 
