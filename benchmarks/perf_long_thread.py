@@ -10,7 +10,8 @@ a seeded hash: the embedder is not what is measured). In the same run it times:
   listing paged by ``offset`` under a ``where`` filter (how 0.2.0 did it: Chroma
   evaluates the filter again for every page);
 * ``forget_thread``: the thread's rows and vectors deleted; beside it, Chroma's own
-  ``delete(where=...)`` of a copy of the thread's vectors (the floor this call pays).
+  ``delete(where=...)`` of a copy of the thread's vectors, in a collection configured
+  like the package's (the floor this call pays for the vectors).
 
     python benchmarks/perf_long_thread.py                       # 100k messages: ~10 min
     python benchmarks/perf_long_thread.py --messages 300 --out /tmp/x   # smoke
@@ -113,7 +114,8 @@ def offset_paged_ids(memory: SemanticRecall) -> int:
 def chroma_delete_floor(memory: SemanticRecall, count: int) -> float:
     """Seconds of Chroma's own delete(where) of `count` vectors in a collection of that size."""
     client = memory.vector_store._client  # type: ignore[attr-defined]
-    copy = client.create_collection("bench-delete-floor", metadata={"hnsw:space": "cosine"})
+    configuration = memory.vector_store._collections._configuration  # type: ignore[attr-defined]
+    copy = client.create_collection("bench-delete-floor", configuration=configuration)
     source = collection(memory)
     size = client.get_max_batch_size()
     try:
@@ -174,7 +176,7 @@ def report(result: dict[str, Any]) -> str:
         (ours_name, ours), (base_name, base) = result[key].items()
         ours_m, base_m = statistics.median(ours), statistics.median(base)
         lines.append(
-            f"  {label:<26} {ours_name} {ours_m:9.3f}   {base_name} {base_m:9.3f}"
+            f"  {label:<26} {ours_name} {ours_m:9.4f}   {base_name} {base_m:9.4f}"
             f"   ratio {base_m / max(ours_m, 1e-9):7.1f}x"
         )
     return "\n".join(lines)
