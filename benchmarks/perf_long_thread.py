@@ -6,9 +6,9 @@ a seeded hash: the embedder is not what is measured). In the same run it times:
 
 * ``chat_history(last=20)``: the 20 newest messages, one backwards read of the thread's
   key; baseline: reading the whole thread and keeping its tail (how 0.2.0 did it);
-* ``stats(thread_id=...)``: the thread's vectors listed once by id; baseline: the same
-  listing paged by ``offset`` under a ``where`` filter (how 0.2.0 did it: Chroma
-  evaluates the filter again for every page);
+* ``stats(thread_id=...)``: the thread's vectors listed once by filter, then read by
+  id; baseline: the same call with 0.2.0's paging patched back in (``offset`` pages
+  under a ``where`` filter: Chroma evaluates the filter again for every page);
 * ``forget_thread``: the thread's rows and vectors deleted; beside it, Chroma's own
   ``delete(where=...)`` of a copy of the thread's vectors, in a collection configured
   like the package's (the floor this call pays for the vectors).
@@ -96,19 +96,27 @@ def collection(memory: SemanticRecall) -> Any:
     return client.get_collection(resource_collection_name(name, RESOURCE))
 
 
-def offset_paged_ids(memory: SemanticRecall) -> int:
-    """Baseline: the thread's vector ids paged by offset under a where filter (0.2.0)."""
-    found, offset = 0, 0
-    target = collection(memory)
-    size = memory.vector_store._client.get_max_batch_size()  # type: ignore[attr-defined]
+def offset_pages(collection: Any, where: Any, include: Any, size: int) -> Iterator[Any]:
+    """0.2.0's paging of a filtered listing: by `offset`, the filter evaluated per page."""
+    offset = 0
     while True:
-        got = target.get(
-            where={"thread_id": THREAD}, limit=size, offset=offset, include=["metadatas"]
-        )
-        found += len(got["ids"])
+        got = collection.get(where=where, limit=size, offset=offset, include=include)
+        yield got
         if len(got["ids"]) < size:
-            return found
+            return
         offset += size
+
+
+def stats_with_offset_paging(memory: SemanticRecall) -> Any:
+    """Baseline: the same `stats` call with 0.2.0's offset paging patched back in."""
+    from langchain_semantic_recall.vectors import chroma_collections
+
+    ours = chroma_collections._pages  # type: ignore[attr-defined]
+    chroma_collections._pages = offset_pages  # type: ignore[attr-defined]
+    try:
+        return memory.stats(thread_id=THREAD, resource_id=RESOURCE)
+    finally:
+        chroma_collections._pages = ours  # type: ignore[attr-defined]
 
 
 def chroma_delete_floor(memory: SemanticRecall, count: int) -> float:
@@ -147,8 +155,9 @@ def run(count: int, runs: int, work: Path) -> dict[str, Any]:
     base_history, tail = timed(lambda: whole_thread_tail(memory), runs)
     assert [m.id for m in newest] == [m.id for m in tail], "the two reads disagree"
     ours_stats, stats = timed(lambda: memory.stats(thread_id=THREAD, resource_id=RESOURCE), runs)
-    base_stats, listed = timed(lambda: offset_paged_ids(memory), runs)
-    assert stats.vectors == listed == count, (stats, listed)
+    base_stats, listed = timed(lambda: stats_with_offset_paging(memory), runs)
+    assert stats == listed, (stats, listed)
+    assert stats.vectors == count, stats
     floor = chroma_delete_floor(memory, count)
     start = time.perf_counter()
     forgotten = memory.forget_thread(THREAD, resource_id=RESOURCE)
