@@ -204,7 +204,7 @@ def _pages(
 
     With a filter, the matching ids are listed once (ids only), then read by id: Chroma
     evaluates `where` again for every `offset` page and skips what came before, so
-    paging a 100k-message thread by offset cost ~O(n^2 / size).
+    paging a long thread by offset grows with n^2 / size.
     """
     if where is None:
         offset = 0

@@ -71,7 +71,7 @@ def test_a_threads_vectors_are_listed_without_offset_paging(
     """`stats(thread_id=...)` lists the thread's vectors once by filter, then reads by id.
 
     Chroma evaluates a `where` filter again for every `offset` page and skips what came
-    before, so paging a long thread that way costs about n^2 / page (37 s at 100k).
+    before, so paging a long thread that way grows with n^2 / page.
     """
     from chromadb.api.models.Collection import Collection
 
