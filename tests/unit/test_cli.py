@@ -216,7 +216,13 @@ def test_ingest_a_chatgpt_export_then_again_adds_nothing(cli: Cli, export_file: 
     second = cli("ingest", str(export_file), "--resource", "alice", "--json")
     assert second.code == 0
     summary = second.json()
-    assert summary["threads"] == {"new": 0, "updated": 0, "unchanged": 2, "refused": 0, "restored": 0}
+    assert summary["threads"] == {
+        "new": 0,
+        "updated": 0,
+        "unchanged": 2,
+        "refused": 0,
+        "restored": 0,
+    }
     assert summary["messages_added"] == 0
     assert summary["vectors_written"] == 0
     assert summary["skipped"] == {"already stored": 6, "tool call": 1, "tool output": 1}
