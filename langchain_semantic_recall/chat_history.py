@@ -59,13 +59,13 @@ def _history_op(scope: ScopeFilter, last: int | None) -> Op[list[StoredMessage]]
             f"session {thread_id!r} was forgotten, so its id is retired and new messages "
             "would not be stored: start a new session id"
         )
+    if last is not None:  # the newest `last` only, however long the thread
+        return list((yield steps.last_messages(scope, limit=last)))
     kept: list[StoredMessage] = []
     after: tuple[str, int] | None = None
     while page := (yield steps.list_messages(scope, after=after, limit=_PAGE)):
         after = (page[-1].thread_id, page[-1].seq)
         kept.extend(page)
-        if last is not None:
-            kept = kept[-last:]
     return kept
 
 

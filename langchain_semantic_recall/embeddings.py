@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 from langchain_core.embeddings import Embeddings
 
 from langchain_semantic_recall.errors import (
@@ -168,6 +169,26 @@ def _lookup(
     return found, list(missing)
 
 
+def _check_comparable(name: str, position: int, values: list[float]) -> None:
+    """A vector the indexes can compare: finite in float32 (what they store), not zero.
+
+    1e308 is a finite Python float but inf in float32, and so is the norm of a vector
+    whose squares overflow; an all-zero vector has no direction (its cosine is undefined).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        norm = float(np.linalg.norm(np.asarray(values, dtype=np.float64).astype(np.float32)))
+    if not all(math.isfinite(x) for x in values) or not math.isfinite(norm):
+        raise SemanticRecallError(
+            f"embedder {name!r} returned a vector with NaN or infinite values at position "
+            f"{position} (as float32, what the vector indexes store); nothing was cached"
+        )
+    if norm == 0.0:
+        raise SemanticRecallError(
+            f"embedder {name!r} returned an all-zero vector at position {position} (it has "
+            "no direction to compare); nothing was cached or indexed. Check the embedder"
+        )
+
+
 def _validated(
     vectors: object, expected: int, embeddings: Embeddings, dimension: int | None = None
 ) -> list[list[float]]:
@@ -201,17 +222,13 @@ def _validated(
                 f"embedder {name!r} returned vectors of different lengths "
                 f"({len(result[0])} and {len(values)}) in one batch; nothing was cached"
             )
-        if not all(math.isfinite(x) for x in values):
-            raise SemanticRecallError(
-                f"embedder {name!r} returned a vector with NaN or infinite values at "
-                f"position {position}; nothing was cached"
-            )
         if dimension is not None and len(values) != dimension:
             raise EmbeddingMismatchError(
                 f"embedder {name!r} returned {len(values)}-d vectors for an index of "
                 f"{dimension}-d vectors; nothing was cached. Use the index's model, a new "
                 "index_name, or reindex with the new embedder"
             )
+        _check_comparable(name, position, values)
         result.append(values)
     return result
 

@@ -215,26 +215,55 @@ def stable_id(thread_id: str, role: str, text: str, created_at: str, position: i
     return str(uuid.uuid5(_ID_NAMESPACE, key))
 
 
+def _not_json(value: object) -> object:
+    """`json.dumps`' hook for values JSON cannot hold: refuse them (never `str()` them)."""
+    raise TypeError(f"a {type(value).__name__} value is not JSON data")
+
+
+def _dumps(message: BaseMessage, *, ascii_only: bool) -> str:
+    return str(json.dumps(message_to_dict(message), ensure_ascii=ascii_only, default=_not_json))
+
+
+def _unstorable_key(message: BaseMessage) -> str:
+    """The first `additional_kwargs` key whose value JSON cannot hold ('' if none)."""
+    for key, value in message.additional_kwargs.items():
+        try:
+            json.dumps(value, default=_not_json)
+        except (RecursionError, ValueError, TypeError):
+            return str(key)
+    return ""
+
+
 def serialise(message: BaseMessage) -> str:
     """The storage payload of a message: its full LangChain form as JSON text.
 
-    Text that UTF-8 cannot hold (lone surrogates) is written as JSON escapes, so the
-    message still comes back as it was (a pair of surrogate code points comes back as
-    the one character it encodes, as JSON reads it).
+    It reads back as the same message: a value JSON cannot hold (an object, a set,
+    bytes, a datetime other than `created_at`) is refused rather than stored as its
+    `str()`, which would come back changed. A `datetime` `created_at` is stored as ISO
+    8601 text (the record keeps the instant). Text that UTF-8 cannot hold (lone
+    surrogates) is written as JSON escapes, so the message still comes back as it was
+    (a pair of surrogate code points comes back as the one character it encodes, as
+    JSON reads it).
 
     Raises:
-        InvalidInputError: the message cannot be written as JSON (content nested too
-            deeply, or containing itself).
+        InvalidInputError: the message cannot be written as JSON (a value JSON cannot
+            hold, content nested too deeply, or containing itself).
     """
+    carried = message.additional_kwargs.get(CREATED_AT_KEY)
+    if isinstance(carried, datetime):
+        kwargs = {**message.additional_kwargs, CREATED_AT_KEY: carried.isoformat()}
+        message = message.model_copy(update={"additional_kwargs": kwargs})
     try:
-        payload = MessageRecord.dump(message)
+        payload = _dumps(message, ascii_only=False)
         if not _encodable(payload):
-            payload = json.dumps(message_to_dict(message), ensure_ascii=True, default=str)
+            payload = _dumps(message, ascii_only=True)
     except (RecursionError, ValueError, TypeError) as error:
+        key = _unstorable_key(message)
+        where = f"additional_kwargs[{key!r}]" if key else "its content or additional_kwargs"
         raise InvalidInputError(
-            f"message {message.id!r} cannot be stored: its content or additional_kwargs "
-            f"cannot be written as JSON ({type(error).__name__}: {error}); pass plain, "
-            "reasonably nested data"
+            f"message {message.id!r} cannot be stored: {where} cannot be written as JSON "
+            f"({type(error).__name__}: {error}), so it would not come back as it was; pass "
+            "plain JSON data (str, numbers, bools, None, lists, dicts), e.g. convert it first"
         ) from error
     return payload
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from os import PathLike
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
@@ -24,6 +24,8 @@ from langchain_semantic_recall.engine.core import (
     CallIds,
     EngineCore,
     EnginePlan,
+    Option,
+    Part,
     ReindexOptions,
     SearchOptions,
     build_plan,
@@ -60,25 +62,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
-
-T = TypeVar("T")
-
-
-class _Part(Generic[T]):
-    """A read-only engine attribute: a part of the engine's core (backends, options)."""
-
-    def __init__(self, read: Callable[[EngineCore], T]) -> None:
-        self._read = read
-
-    def __get__(self, engine: SemanticRecall, owner: type | None = None) -> T:
-        return self._read(engine._core)
-
-
-class _Option(_Part[T]):
-    """A read-only engine attribute read from the resolved options."""
-
-    def __init__(self, read: Callable[[EnginePlan], T]) -> None:
-        super().__init__(lambda core: read(core.plan))
 
 
 class SemanticRecall(Runnable[Any, list[BaseMessage]]):
@@ -232,31 +215,31 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     # --- read-only views of the options -----------------------------------------------------
 
-    storage = _Part[MessageStorage](lambda core: core.backends.storage)
-    vector_store = _Part[VectorIndex](lambda core: core.backends.space.vectors)
-    embeddings = _Part[Embeddings](lambda core: core.backends.space.embeddings)
-    cache = _Part[EmbeddingCache](lambda core: core.backends.space.cache)
-    index_name = _Part["str | None"](lambda core: core.backends.space.index_name)
-    core = _Part[EngineCore](lambda core: core)
+    storage = Part[MessageStorage](lambda core: core.backends.storage)
+    vector_store = Part[VectorIndex](lambda core: core.backends.space.vectors)
+    embeddings = Part[Embeddings](lambda core: core.backends.space.embeddings)
+    cache = Part[EmbeddingCache](lambda core: core.backends.space.cache)
+    index_name = Part["str | None"](lambda core: core.backends.space.index_name)
+    core = Part[EngineCore](lambda core: core)
     """The engine's state and operations (for surfaces built on the engine)."""
-    search_plan = _Option[SearchPlan](lambda plan: plan.search)
-    top_k = _Option[int](lambda plan: plan.search.top_k)
-    message_range = _Option[MessageRange](lambda plan: plan.search.message_range)
-    message_budget = _Option["int | None"](lambda plan: plan.search.message_budget)
-    time_boost = _Option[float](lambda plan: plan.search.time_boost)
-    threshold = _Option["float | None"](lambda plan: plan.search.threshold)
-    search_mode = _Option[str](lambda plan: plan.search.mode)
-    scope = _Option[Scope](lambda plan: plan.scope)
-    read_only = _Option[bool](lambda plan: plan.read_only)
-    max_block_chars = _Option["int | None"](lambda plan: plan.max_block_chars)
-    max_index_chars = _Option["int | None"](lambda plan: plan.max_index_chars)
-    logger = _Option[logging.Logger](lambda plan: plan.logger)
-    keys = _Option[IdentityKeys](lambda plan: plan.keys)
-    thread_key = _Option[str](lambda plan: plan.keys.thread)
-    resource_key = _Option[str](lambda plan: plan.keys.resource)
-    memory_key = _Option[str](lambda plan: plan.memory_key)
-    input_key = _Option["str | None"](lambda plan: plan.input_key)
-    output_key = _Option["str | None"](lambda plan: plan.output_key)
+    search_plan = Option[SearchPlan](lambda plan: plan.search)
+    top_k = Option[int](lambda plan: plan.search.top_k)
+    message_range = Option[MessageRange](lambda plan: plan.search.message_range)
+    message_budget = Option["int | None"](lambda plan: plan.search.message_budget)
+    time_boost = Option[float](lambda plan: plan.search.time_boost)
+    threshold = Option["float | None"](lambda plan: plan.search.threshold)
+    search_mode = Option[str](lambda plan: plan.search.mode)
+    scope = Option[Scope](lambda plan: plan.scope)
+    read_only = Option[bool](lambda plan: plan.read_only)
+    max_block_chars = Option["int | None"](lambda plan: plan.max_block_chars)
+    max_index_chars = Option["int | None"](lambda plan: plan.max_index_chars)
+    logger = Option[logging.Logger](lambda plan: plan.logger)
+    keys = Option[IdentityKeys](lambda plan: plan.keys)
+    thread_key = Option[str](lambda plan: plan.keys.thread)
+    resource_key = Option[str](lambda plan: plan.keys.resource)
+    memory_key = Option[str](lambda plan: plan.memory_key)
+    input_key = Option["str | None"](lambda plan: plan.input_key)
+    output_key = Option["str | None"](lambda plan: plan.output_key)
 
     # --- search and recall ----------------------------------------------------------------
 
@@ -335,7 +318,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, conversations: Iterable[Conversation], **options: Unpack[BulkOptions]
     ) -> BulkResult:
         """Async twin of `bulk_index`."""
-        return await self._core.arun(self._core.bulk_index(list(conversations), options))
+        return await self._core.arun(self._core.bulk_index(conversations, options))
 
     # --- forgetting and maintenance ---------------------------------------------------------
 
@@ -368,6 +351,22 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def aforget_resource(self, resource_id: str) -> int:
         """Async twin of `forget_resource`."""
         return await self._core.arun(self._core.forget_resource(resource_id))
+
+    def move_thread(self, thread_id: str, *, to: str, resource_id: str | None = None) -> int:
+        """Give a thread (messages, vectors) to resource `to`; `resource_id` checks the owner."""
+        return self._core.run(self._core.move_thread(thread_id, resource_id, to))
+
+    async def amove_thread(self, thread_id: str, *, to: str, resource_id: str | None = None) -> int:
+        """Async twin of `move_thread`."""
+        return await self._core.arun(self._core.move_thread(thread_id, resource_id, to))
+
+    def restore_thread(self, thread_id: str) -> bool:
+        """Let a forgotten thread id be written again (to ingest its export); was it retired?"""
+        return self._core.run(self._core.restore_thread(thread_id))
+
+    async def arestore_thread(self, thread_id: str) -> bool:
+        """Async twin of `restore_thread`."""
+        return await self._core.arun(self._core.restore_thread(thread_id))
 
     def reindex(self, **options: Unpack[ReindexOptions]) -> int:
         """Embed stored messages again into this engine's index; returns vectors written.

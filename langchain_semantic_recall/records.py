@@ -51,6 +51,9 @@ class StoredMessage(MessageRecord):
 
     seq: int = 0
     """Position in its thread (stable order; assigned on first write, never changed)."""
+    created: bool = field(default=False, compare=False)
+    """In what `put` returns: whether that put inserted the id (False: it was stored
+    already, perhaps by another process a moment before). False on reads."""
 
 
 @dataclass(frozen=True, slots=True)

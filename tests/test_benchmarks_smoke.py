@@ -124,3 +124,13 @@ def test_perf_chroma_unload_smoke(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "perf_chroma_unload.json").read_text())
     assert results["lost"] == 0
     assert results["restarts"] > 0
+
+
+def test_perf_long_thread_smoke(tmp_path: Path) -> None:
+    out = _run("perf_long_thread.py", "--messages", "300", "--runs", "1", "--out", str(tmp_path))
+    assert "chat_history(last=20)" in out
+    assert "offset_paging" in out
+    result = json.loads((tmp_path / "perf_long_thread.json").read_text())
+    assert result["messages"] == 300
+    assert set(result["forget_thread_s"]) == {"ours", "chroma_delete_where"}
+    assert all(s > 0 for s in result["history_last_s"]["whole_thread"])

@@ -24,6 +24,8 @@ from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 
 if TYPE_CHECKING:
+    from langchain_core.messages import BaseMessage
+
     from langchain_semantic_recall.importers import Conversation, ImportReport
     from langchain_semantic_recall.recall import SemanticRecall
 
@@ -46,7 +48,10 @@ class IngestSummary:
     threads_updated: int = 0
     threads_unchanged: int = 0
     threads_refused: int = 0
+    threads_restored: int = 0
     messages_added: int = 0
+    messages_refused: int = 0
+    """Messages that could not be written (another owner, a reused id, a forgotten thread)."""
     vectors: int = 0
     vectors_failed: int = 0
     vectors_missing: int = 0
@@ -58,6 +63,14 @@ class IngestSummary:
     """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
     not_embedded: Counter[str] = field(default_factory=Counter)
     """Stored without a vector (system messages, no text): reason -> count."""
+    refusals: list[tuple[str, str]] = field(default_factory=list)
+    """(where in the file, why) of each refusal: a whole thread, or one message."""
+
+    def refuse(self, where: str, reason: str, messages: int) -> None:
+        """Record `messages` refused for `reason`, found at `where` in the file."""
+        self.messages_refused += messages
+        self.skipped[reason] += messages
+        self.refusals.append((where, reason))
 
     def as_json(self) -> dict[str, Any]:
         """The summary as plain JSON data (the `--json` output)."""
@@ -69,8 +82,11 @@ class IngestSummary:
                 "updated": self.threads_updated,
                 "unchanged": self.threads_unchanged,
                 "refused": self.threads_refused,
+                "restored": self.threads_restored,
             },
             "messages_added": self.messages_added,
+            "messages_refused": self.messages_refused,
+            "refused": [{"where": w, "reason": r} for w, r in self.refusals],
             "vectors_written": self.vectors,
             "vectors_failed": self.vectors_failed,
             "vectors_repaired": self.vectors_repaired,
@@ -120,6 +136,12 @@ def register(subparsers: Any) -> None:
         help="then embed the stored messages that have no vector (e.g. after an interrupted "
         "import): 'reindex --missing-only'",
     )
+    parser.add_argument(
+        "--restore",
+        action="store_true",
+        help="write threads that were forgotten too (their ids are retired: by default they "
+        "are refused), e.g. to restore an export after 'forget'",
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
 
@@ -139,57 +161,93 @@ def _read(args: argparse.Namespace) -> ImportReport:
     return read_conversations(path, file_format=file_format, resource_id=args.resource)
 
 
-def _refusal(memory: SemanticRecall, thread: str, resource: str, owner: str | None) -> str | None:
+def _span(conversation: Conversation) -> str:
+    """Where a conversation is in the file: its lines, or its ChatGPT title."""
+    first, last = conversation.place(0), conversation.place(len(conversation.messages) - 1)
+    if first == last or not (first.startswith("line ") and last.startswith("line ")):
+        return first
+    return f"lines {first.removeprefix('line ')}-{last.removeprefix('line ')}"
+
+
+def _refusal(
+    memory: SemanticRecall, conversation: Conversation, owner: str | None, *, restore: bool
+) -> str | None:
     """Why a conversation cannot be written to its thread, if it cannot."""
+    thread, resource = conversation.thread_id, conversation.resource_id
     if owner is not None and owner != resource:
         return f"thread belongs to another resource ({owner!r})"
     if memory.storage.is_forgotten(thread):
-        return FORGOTTEN
+        if not restore:
+            return FORGOTTEN + "; pass --restore to write it again"
+        memory.restore_thread(thread)
     return None
 
 
 def _ingest_conversation(
-    memory: SemanticRecall, conversation: Conversation, summary: IngestSummary, bar: Any
+    memory: SemanticRecall,
+    conversation: Conversation,
+    summary: IngestSummary,
+    bar: Any,
+    *,
+    restore: bool,
 ) -> None:
     storage = memory.storage
-    thread, resource = conversation.thread_id, conversation.resource_id
+    thread = conversation.thread_id
     owner = storage.get_thread_owner(thread)
-    refusal = _refusal(memory, thread, resource, owner)
+    forgotten = restore and owner is None and storage.is_forgotten(thread)
+    refusal = _refusal(memory, conversation, owner, restore=restore)
     if refusal is not None:
         summary.threads_refused += 1
-        summary.skipped[refusal] += len(conversation.messages)
-        bar.update(len(conversation.messages))
+        summary.refuse(f"{_span(conversation)} (thread {thread!r})", refusal, len(conversation))
+        bar.update(len(conversation))
         return
     have = {m.id for m in thread_messages(storage, thread)} if owner is not None else set()
-    new = [m for m in conversation.messages if m.id not in have]
-    if len(new) < len(conversation.messages):
-        summary.skipped["already stored"] += len(conversation.messages) - len(new)
-        bar.update(len(conversation.messages) - len(new))
+    new = [(n, m) for n, m in enumerate(conversation.messages) if m.id not in have]
+    if len(new) < len(conversation):
+        summary.skipped["already stored"] += len(conversation) - len(new)
+        bar.update(len(conversation) - len(new))
     if not new:
         summary.threads_unchanged += 1
         return
-    if owner is None:
+    added = summary.messages_added
+    for start in range(0, len(new), BATCH):
+        _write(memory, conversation, new[start : start + BATCH], summary)
+        bar.update(len(new[start : start + BATCH]))
+    if summary.messages_added == added:
+        summary.threads_refused += 1
+    elif owner is None:
         summary.threads_new += 1
+        summary.threads_restored += forgotten
     else:
         summary.threads_updated += 1
-    for start in range(0, len(new), BATCH):
-        batch = new[start : start + BATCH]
-        try:
-            result = memory.index(batch, thread_id=thread, resource_id=resource)
-        except OwnershipError as error:
-            summary.skipped[f"refused: {error}"] += len(batch)
-            bar.update(len(batch))
-            continue
-        summary.messages_added += len(result.stored)
-        summary.vectors += len(result.embedded)
-        for reason in result.skipped.values():
-            if reason == "forgotten":
-                summary.skipped[FORGOTTEN] += 1
-            else:
-                summary.not_embedded[reason] += 1
-        if result.error is not None:
-            summary.vectors_failed += len(result.stored) - len(result.skipped)
-        bar.update(len(batch))
+
+
+def _write(
+    memory: SemanticRecall,
+    conversation: Conversation,
+    batch: list[tuple[int, BaseMessage]],
+    summary: IngestSummary,
+) -> None:
+    """Index one batch; when it is refused, find the refused messages one by one."""
+    thread, resource = conversation.thread_id, conversation.resource_id
+    try:
+        result = memory.index([m for _, m in batch], thread_id=thread, resource_id=resource)
+    except OwnershipError as refused:
+        if len(batch) == 1:
+            summary.refuse(conversation.place(batch[0][0]), str(refused), 1)
+            return
+        for item in batch:  # e.g. one message id already used by another thread
+            _write(memory, conversation, [item], summary)
+        return
+    if result.forgotten:  # forgotten by someone else while we imported
+        summary.refuse(conversation.place(batch[0][0]), FORGOTTEN, len(batch))
+        return
+    summary.messages_added += len(result.stored)
+    summary.vectors += len(result.embedded)
+    for reason in result.skipped.values():
+        summary.not_embedded[reason] += 1
+    if result.error is not None:
+        summary.vectors_failed += len(result.stored) - len(result.skipped)
 
 
 def _counts(counter: Counter[str]) -> str:
@@ -205,8 +263,11 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
     )
     if summary.threads_refused:
         threads += f", {summary.threads_refused} refused"
+    if summary.threads_restored:
+        threads += f" ({summary.threads_restored} restored after a forget)"
     print(f"  threads    {threads}")
-    print(f"  messages   {summary.messages_added} added")
+    refused = f", {summary.messages_refused} refused" if summary.messages_refused else ""
+    print(f"  messages   {summary.messages_added} added{refused}")
     vectors = f"{summary.vectors} written"
     if summary.not_embedded:
         vectors += f" (stored without a vector: {_counts(summary.not_embedded)})"
@@ -218,6 +279,10 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
         print(style(f"             {item.where}: {item.reason}", "dim"))
     if len(bad) > 5:
         print(style(f"             ... and {len(bad) - 5} more", "dim"))
+    for where, reason in summary.refusals[:10]:  # what was refused: say where it is
+        print(style(f"             refused {where}: {reason}", "dim"))
+    if len(summary.refusals) > 10:
+        print(style(f"             ... and {len(summary.refusals) - 10} more refusals", "dim"))
     if summary.vectors_repaired:
         print(f"  repaired   {summary.vectors_repaired} missing vector(s) written")
     if summary.vectors_failed:
@@ -250,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
     memory = open_memory(args, create=True)
     with progress_bar(report.message_count, "msg", "ingest") as bar:
         for conversation in report.conversations:
-            _ingest_conversation(memory, conversation, summary, bar)
+            _ingest_conversation(memory, conversation, summary, bar, restore=args.restore)
     summary.vectors_missing = memory.stats().missing_vectors
     if args.repair and summary.vectors_missing:
         with progress_bar(summary.vectors_missing, "msg", "repair") as bar:
@@ -269,6 +334,15 @@ def _outcome(summary: IngestSummary, report: ImportReport) -> int:
     if not report.conversations:
         error(f"nothing in {summary.file} could be imported (reasons listed above)")
         return EXIT_ERROR
+    if summary.messages_refused:
+        if not summary.messages_added and not summary.skipped["already stored"]:
+            error(f"nothing in {summary.file} was imported: every message was refused (above)")
+            return EXIT_ERROR
+        error(
+            f"{summary.messages_refused} message(s) of {summary.file} were refused (listed "
+            "above with where they are)"
+        )
+        code = EXIT_ERROR
     if summary.unreadable:
         what = "line(s)" if report.format == "jsonl" else "conversation(s)"
         error(f"{summary.unreadable} {what} of {summary.file} could not be read (listed above)")

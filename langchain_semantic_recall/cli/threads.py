@@ -1,4 +1,4 @@
-"""Listing what is stored: `threads` and `show`."""
+"""Listing what is stored, and re-owning it: `threads`, `show` and `move`."""
 
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from langchain_semantic_recall.messages import conversation_title
 
 
 def register(subparsers: Any) -> None:
-    """Add the `threads` and `show` subcommands."""
+    """Add the `threads`, `show` and `move` subcommands."""
     _register_threads(subparsers)
     _register_show(subparsers)
+    _register_move(subparsers)
 
 
 def _register_threads(subparsers: Any) -> None:
@@ -107,4 +108,39 @@ def run_show(args: argparse.Namespace) -> int:
         print(style(f"{when(message.created_at)}  {message.role}", "cyan"))
         for paragraph in (message.text or "(no text)").splitlines() or [""]:
             print(textwrap.fill(paragraph, width(), initial_indent="  ", subsequent_indent="  "))
+    return EXIT_OK
+
+
+# --- move ------------------------------------------------------------------------------
+
+
+def _register_move(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "move",
+        parents=[store_options()],
+        help="give a conversation to another resource (messages and vectors)",
+        description=(
+            "Give thread T to resource R: same thread id, message ids and order; its "
+            "messages, keyword index and vectors move, and only R sees it afterwards. "
+            "--from refuses a thread that belongs to someone else. If it fails halfway, run "
+            "it again (it writes the vectors still missing)."
+        ),
+        epilog="example:\n  semantic-recall move --thread trip --to alice --from legacy-user",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--thread", metavar="T", required=True, help="the conversation")
+    parser.add_argument("--to", metavar="R", required=True, help="its new owner")
+    parser.add_argument("--from", dest="owner", metavar="O", help="its current owner (checked)")
+    parser.set_defaults(func=run_move)
+
+
+def run_move(args: argparse.Namespace) -> int:
+    """`semantic-recall move`: give a conversation to another resource."""
+    memory = open_memory(args)
+    owner = require_thread(memory.storage, args.thread, args.owner)
+    moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
+    if owner == args.to:
+        print(f"Thread {args.thread} already belongs to {args.to}: nothing moved.")
+    else:
+        print(f"Moved thread {args.thread} from {owner} to {args.to}: {moved} message(s).")
     return EXIT_OK

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -31,7 +31,9 @@ from langchain_semantic_recall.engine.maintenance_ops import (
     forget_resource_op,
     forget_thread_op,
     maintenance_scope,
+    move_thread_op,
     reindex_op,
+    restore_thread_op,
     stats_op,
 )
 from langchain_semantic_recall.engine.purge_ops import purge_op
@@ -349,6 +351,24 @@ class EngineCore:
         self.owner(resource_id)  # an authenticated user forgets only themselves
         return forget_resource_op(self.backends.space, resource_id)
 
+    def move_thread(self, thread_id: str, resource_id: str | None, to_resource: str) -> Op[int]:
+        """Give a thread to another resource (refused on a read-only engine)."""
+        self._writable("moving a thread")
+        plan = self.plan
+        return move_thread_op(
+            self.backends.space,
+            thread_id,
+            resource_id,
+            to_resource,
+            max_chars=plan.max_index_chars,
+            logger=plan.logger,
+        )
+
+    def restore_thread(self, thread_id: str) -> Op[bool]:
+        """Let a forgotten thread id be written again (refused on a read-only engine)."""
+        self._writable("restoring a thread")
+        return restore_thread_op(thread_id)
+
     def reindex(self, options: ReindexOptions) -> Op[int]:
         """Embed the stored messages in scope again (or only missing ones)."""
         self._writable("reindex")
@@ -387,3 +407,24 @@ def _held_to(conversations: Iterable[Conversation], who: Identity) -> Iterable[C
                 "their own memory"
             )
         yield thread_id, resource_id, messages
+
+
+class _Engine(Protocol):
+    _core: EngineCore
+
+
+class Part(Generic[T]):
+    """A read-only engine attribute: a part of the engine's core (backends, options)."""
+
+    def __init__(self, read: Callable[[EngineCore], T]) -> None:
+        self._read = read
+
+    def __get__(self, engine: _Engine, owner: type | None = None) -> T:
+        return self._read(engine._core)
+
+
+class Option(Part[T]):
+    """A read-only engine attribute read from the resolved options."""
+
+    def __init__(self, read: Callable[[EnginePlan], T]) -> None:
+        super().__init__(lambda core: read(core.plan))

@@ -227,6 +227,18 @@ def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> N
             turn.fates[position] = replace(turn.fates[position], fate="updated")
 
 
+def _settle_written(turn: _Turn, written: Sequence[StoredMessage]) -> None:
+    """A "stored" message the storage did not insert was stored meanwhile (pure).
+
+    Another process (or call) wrote the same id between our read and our write: the
+    storage's insert result, not the earlier read, says which call stored it first.
+    """
+    for position, stored in zip(list(turn.records), written, strict=True):
+        if turn.fates[position].fate == "stored" and not stored.created:
+            turn.unchanged[position] = turn.records.pop(position)
+            turn.fates[position] = replace(turn.fates[position], fate="unchanged")
+
+
 def index_op(
     space: VectorSpace,
     keys: IdentityKeys,
@@ -275,7 +287,8 @@ def index_op(
     adopted = False
     try:
         if turn.records:
-            adopted = yield from _put_adopting(turn.to_write(), thread_id, resource_id)
+            adopted, written = yield from _put_adopting(turn.to_write(), thread_id, resource_id)
+            _settle_written(turn, written)
     except ForgottenThreadError:
         logger.warning("thread %r was forgotten; nothing of this call was stored", thread_id)
         return turn.refuse_all(FORGOTTEN)
@@ -308,23 +321,24 @@ def index_op(
     return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
 
 
-def _put_adopting(records: Sequence[MessageRecord], thread_id: str, resource_id: str) -> Op[bool]:
+def _put_adopting(
+    records: Sequence[MessageRecord], thread_id: str, resource_id: str
+) -> Op[tuple[bool, list[StoredMessage]]]:
     """Store the records; a thread stored without a resource is first adopted by this one.
 
-    Returns whether the thread was adopted.
+    Returns whether the thread was adopted, and the stored rows (each says whether this
+    write inserted it).
 
     Raises:
         OwnershipError: the thread (or a message id) belongs to another owner.
     """
     try:
-        yield steps.put_messages(records)
-        return False
+        return False, (yield steps.put_messages(records))
     except OwnershipError:
         if resource_id == NO_RESOURCE or (yield steps.thread_owner(thread_id)) != NO_RESOURCE:
             raise
     yield steps.adopt_thread(thread_id, resource_id)
-    yield steps.put_messages(records)
-    return True
+    return True, (yield steps.put_messages(records))
 
 
 def _move_vectors(

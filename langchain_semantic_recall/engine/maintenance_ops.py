@@ -129,6 +129,61 @@ def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
     return int(deleted)
 
 
+def move_thread_op(
+    space: VectorSpace,
+    thread_id: str,
+    resource_id: str | None,
+    to_resource: str,
+    *,
+    max_chars: int | None,
+    logger: logging.Logger,
+) -> Op[int]:
+    """Give a thread (messages, keyword index, vectors) to `to_resource`; returns moved.
+
+    The storage moves it in one transaction; its vectors are then deleted under the old
+    owner and embedded again under the new one (from the cache where it can). Moving a
+    thread to its owner moves nothing and writes the vectors it lacks: run it again if
+    it raised.
+
+    Raises:
+        InvalidInputError: the thread is not stored.
+        OwnershipError: `resource_id` is given and the thread belongs to another one.
+        NotImplementedError: the storage cannot move threads.
+    """
+    check_id("thread_id", thread_id)
+    check_id("to_resource", to_resource)
+    if resource_id is not None:
+        check_id("resource_id", resource_id)
+    owner = yield steps.thread_owner(thread_id)
+    if owner is None:
+        raise InvalidInputError(f"thread {thread_id!r} is not stored: nothing to move")
+    if resource_id is not None and owner != resource_id:
+        raise OwnershipError(f"thread {thread_id!r} does not belong to resource {resource_id!r}")
+    info = yield from space.resolve()
+    moved = 0
+    if owner != to_resource:
+        yield steps.delete_vectors(info, thread_id=thread_id, resource_id=owner)
+        moved = int((yield steps.move_thread(thread_id, to_resource)))
+        yield steps.clear_cache()  # it holds recent texts under the old owner
+    scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
+    yield from reindex_op(
+        space,
+        scope=scope,
+        missing_only=not moved,
+        batch_size=256,
+        progress=None,
+        max_chars=max_chars,
+        logger=logger,
+    )
+    return moved
+
+
+def restore_thread_op(thread_id: str) -> Op[bool]:
+    """Lift a forget's retirement of `thread_id`; whether it was retired."""
+    check_id("thread_id", thread_id)
+    return bool((yield steps.unretire_thread(thread_id)))
+
+
 # --- reindex and stats -----------------------------------------------------------------------
 
 

@@ -4,18 +4,13 @@ An operation is a generator: it yields a `Step` (embed these texts, read these
 windows, write these records...), receives the step's result (or, if the step raised,
 the exception, thrown in at the `yield`), and returns its answer. All decisions live
 in the generator, written once; `drive` performs the steps with the backends'
-synchronous methods and `adrive` with their async twins. The model is the
-PostgreSQL backend's statement generators and LangGraph's `BaseStore.batch`/`abatch`.
-
-Example (an operation and both ways to run it):
+synchronous methods and `adrive` with their async twins (LangGraph's `BaseStore.batch`
+/ `abatch` is the model). For example, `drive(owner_op("t1"), backends)` or
+`await adrive(owner_op("t1"), backends)` with:
 
 ```python
 def owner_op(thread_id: str) -> Op[str | None]:
-    owner = yield thread_owner(thread_id)
-    return owner
-
-drive(owner_op("t1"), backends)          # sync
-await adrive(owner_op("t1"), backends)   # async
+    return (yield thread_owner(thread_id))
 ```
 """
 
@@ -322,6 +317,21 @@ def list_messages(scope: ScopeFilter | None, *, after: tuple[str, int] | None, l
     return _storage("list_messages", (scope,), {"after": after, "limit": limit})
 
 
+def last_messages(scope: ScopeFilter, *, limit: int) -> Step:
+    """Step: the newest `limit` messages of a thread (`MessageStorage.last_messages`)."""
+    return _storage("last_messages", (scope,), {"limit": limit})
+
+
+def move_thread(thread_id: str, to_resource: str) -> Step:
+    """Step: give a thread to another resource (`MessageStorage.move_thread`)."""
+    return _storage("move_thread", (thread_id,), {"to_resource": to_resource})
+
+
+def unretire_thread(thread_id: str) -> Step:
+    """Step: lift a forget's retirement of a thread id; whether it was retired."""
+    return _storage("unretire_thread", (thread_id,))
+
+
 def list_threads(resource_id: str | None) -> Step:
     """Step: the threads of a resource, or every thread (None)."""
     return _storage("list_threads", (resource_id,))
@@ -383,6 +393,13 @@ def vector_message_ids(info: IndexInfo, scope: ScopeFilter | None) -> Step:
 # --- the drivers --------------------------------------------------------------------------
 
 
+def _attach(failure: BaseException, background: BaseException | None) -> None:
+    """Keep a failed background write visible on the error the operation raised."""
+    if background is not None and background is not failure:
+        failure.add_note(f"a background vector write of this operation failed too: {background!r}")
+        failure.__context__ = failure.__context__ or background
+
+
 def drive(op: Op[T], backends: Backends) -> T:
     """Run an operation with the backends' synchronous methods."""
     in_flight: Future[Any] | None = None
@@ -397,6 +414,10 @@ def drive(op: Op[T], backends: Backends) -> T:
                 if in_flight is not None:  # an operation must not outlive its writes
                     in_flight.result()
                 return done.value  # type: ignore[no-any-return]
+            except BaseException as failure:  # the operation raised: wait for its write
+                pending, in_flight = in_flight, None
+                _attach(failure, pending.exception() if pending is not None else None)
+                raise
             result, error = None, None
             try:
                 if isinstance(step, Background | Settle) and in_flight is not None:
@@ -427,6 +448,14 @@ def _advance(op: Op[Any], result: Any, error: Exception | None) -> tuple[bool, A
         return True, done.value
 
 
+async def _failure_of(task: asyncio.Task[Any] | None) -> BaseException | None:
+    """What a background write raised, once it is done (None: no write, or it worked)."""
+    if task is None:
+        return None
+    done: object = (await asyncio.gather(task, return_exceptions=True))[0]
+    return done if isinstance(done, BaseException) else None
+
+
 async def adrive(op: Op[T], backends: Backends) -> T:
     """Run an operation with the backends' async twins.
 
@@ -440,10 +469,15 @@ async def adrive(op: Op[T], backends: Backends) -> T:
     heavy = False
     try:
         while True:
-            if heavy:
-                finished, value = await run_in_executor(None, _advance, op, result, error)
-            else:
-                finished, value = _advance(op, result, error)
+            try:
+                if heavy:
+                    finished, value = await run_in_executor(None, _advance, op, result, error)
+                else:
+                    finished, value = _advance(op, result, error)
+            except BaseException as failure:  # the operation raised: wait for its write
+                pending, in_flight = in_flight, None
+                _attach(failure, await _failure_of(pending))
+                raise
             if finished:
                 if in_flight is not None:
                     await in_flight

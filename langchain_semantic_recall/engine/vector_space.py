@@ -18,7 +18,11 @@ from langchain_core.embeddings import Embeddings
 from langchain_semantic_recall.embeddings import EmbeddingCache, embedding_model_name
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidOptionError
+from langchain_semantic_recall.errors import (
+    EmbeddingMismatchError,
+    InvalidOptionError,
+    SemanticRecallError,
+)
 from langchain_semantic_recall.options import check_index_name, default_index_name
 from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, Reference
 from langchain_semantic_recall.vectors.base import VectorIndex
@@ -120,14 +124,19 @@ class VectorSpace:
 
 
 def _probed_dimension(probe: object) -> int:
-    """The dimension of the embedder's answer to one text, or a clear error."""
+    """The dimension of the embedder's answer to one text, or a clear error.
+
+    No usable vector is the embedder failing (as if it had raised: recall goes on
+    without memory, index reports it), not a mismatch with the index: there is no
+    index yet to mismatch.
+    """
     if (
         not isinstance(probe, list)
         or len(probe) != 1
         or not hasattr(probe[0], "__len__")
         or len(probe[0]) < 1
     ):
-        raise EmbeddingMismatchError(
+        raise SemanticRecallError(
             "the embedder returned no usable vector for one text while probing its "
             f"dimension (got {str(probe)[:80]}); check the embedder"
         )

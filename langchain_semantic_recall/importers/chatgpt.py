@@ -146,6 +146,7 @@ def _conversation(
             message_id = stable_id(thread, str(role), text, str(when or ""), position)
         cls = ROLES[str(role)]
         conversation.messages.append(cls(content=text, id=message_id, additional_kwargs=kwargs))
+        conversation.where.append(where)
     if not conversation.messages:
         report.skipped.append(Skipped(where, "no user or assistant text"))
         return None

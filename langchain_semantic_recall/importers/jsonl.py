@@ -154,6 +154,7 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
         if title and conversation.title is None:
             conversation.title = title
         conversation.messages.append(message)
+        conversation.where.append(f"line {line_no}")
     return report
 
 

@@ -47,6 +47,17 @@ class Conversation:
     thread_id: str
     messages: list[BaseMessage] = field(default_factory=list)
     title: str | None = None
+    where: list[str] = field(default_factory=list)
+    """Where each message is in the file (`line 7`, `conversation "Title"`), in order."""
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def place(self, position: int) -> str:
+        """Where the message at `position` is in the file (the thread, if not recorded)."""
+        if position < len(self.where):
+            return self.where[position]
+        return f"thread {self.thread_id!r}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,14 +47,15 @@ from langchain_semantic_recall.records import (
     StoredMessage,
 )
 from langchain_semantic_recall.storage.checks import (
-    check_flag,
     check_limit,
-    check_query,
     check_scope,
-    check_window,
-    checked_after,
-    checked_message_ids,
     checked_records,
+    delete_thread_input,
+    keyword_input,
+    last_input,
+    move_thread_input,
+    page_input,
+    windows_input,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,30 +70,6 @@ class ThreadInfo:
     message_count: int
     first_at: datetime | None
     last_at: datetime | None
-
-
-def _windows_input(message_ids: object, before: object, after: object, scope: object) -> list[str]:
-    ids = checked_message_ids(message_ids)
-    check_window(before, after)
-    check_scope(scope)
-    return ids
-
-
-def _page_input(scope: object, after: object, limit: object) -> tuple[str, int] | None:
-    check_scope(scope, optional=True)
-    check_limit(limit)
-    return checked_after(after)
-
-
-def _keyword_input(query: object, scope: object, limit: object) -> None:
-    check_query(query)
-    check_scope(scope)
-    check_limit(limit)
-
-
-def _delete_thread_input(thread_id: object, retire: object) -> None:
-    check_id("thread_id", thread_id)
-    check_flag("retire", retire)
 
 
 def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> None:
@@ -119,6 +96,8 @@ class MessageStorage(ABC):
     """Whether `keyword_search` is implemented (full-text search in the storage)."""
     supports_compact: ClassVar[bool] = False
     """Whether `compact` is implemented (erases the bytes of deleted messages)."""
+    supports_move: ClassVar[bool] = False
+    """Whether `move_thread` and `unretire_thread` are implemented."""
 
     # --- writes -----------------------------------------------------------------------
 
@@ -144,22 +123,19 @@ class MessageStorage(ABC):
         return await self._aput(checked) if checked else []
 
     def adopt_thread(self, thread_id: str, resource_id: str) -> int:
-        """Give a thread stored without an owner (`NO_RESOURCE`) the owner `resource_id`.
+        """`move_thread` for a thread stored without an owner (`NO_RESOURCE`) only, atomic.
 
-        Atomic; every message of the thread moves to `resource_id`. Returns the messages
-        moved: 0 when the thread is unknown or already owned by `resource_id`.
+        Returns the messages moved (0: unknown, or owned by `resource_id` already).
 
         Raises:
             OwnershipError: the thread is owned by another resource.
         """
-        check_id("thread_id", thread_id)
-        check_id("resource_id", resource_id)
+        move_thread_input(thread_id, resource_id)
         return self._adopt_thread(thread_id, resource_id)
 
     async def aadopt_thread(self, thread_id: str, resource_id: str) -> int:
         """Async twin of `adopt_thread`."""
-        check_id("thread_id", thread_id)
-        check_id("resource_id", resource_id)
+        move_thread_input(thread_id, resource_id)
         return await self._aadopt_thread(thread_id, resource_id)
 
     def delete_thread(self, thread_id: str, *, retire: bool = True) -> int:
@@ -167,19 +143,18 @@ class MessageStorage(ABC):
 
         Args:
             thread_id: The thread. Unknown threads delete nothing.
-            retire: True (forget): the id is retired, even if never written, and later
-                writes to it raise `ForgottenThreadError`. False (empty): the
-                thread loses its messages and its owner but later writes to it succeed,
-                under any resource; an already retired id stays retired.
+            retire: True (forget): the id is retired, even if never written; later writes
+                raise `ForgottenThreadError`. False (empty): messages and owner go, later
+                writes succeed under any resource (a retired id stays retired).
         """
-        _delete_thread_input(thread_id, retire)
+        delete_thread_input(thread_id, retire)
         deleted = self._delete_thread(thread_id, retire=retire)
         _log_delete("thread", thread_id, deleted, retire=retire)
         return deleted
 
     async def adelete_thread(self, thread_id: str, *, retire: bool = True) -> int:
         """Async twin of `delete_thread`."""
-        _delete_thread_input(thread_id, retire)
+        delete_thread_input(thread_id, retire)
         deleted = await self._adelete_thread(thread_id, retire=retire)
         _log_delete("thread", thread_id, deleted, retire=retire)
         return deleted
@@ -198,6 +173,31 @@ class MessageStorage(ABC):
         _log_delete("resource", resource_id, deleted)
         return deleted
 
+    def move_thread(self, thread_id: str, *, to_resource: str) -> int:
+        """Give a thread and its messages to another resource, atomically; returns moved.
+
+        Ids, order, content and the keyword index follow; an unknown (or forgotten) thread
+        moves nothing. The caller checks who may; a backend without `supports_move` raises
+        `NotImplementedError`.
+        """
+        move_thread_input(thread_id, to_resource)
+        moved = self._move_thread(thread_id, to_resource)
+        logger.info("moved thread %r to resource %r (%d messages)", thread_id, to_resource, moved)
+        return moved
+
+    async def amove_thread(self, thread_id: str, *, to_resource: str) -> int:
+        """Async twin of `move_thread`."""
+        move_thread_input(thread_id, to_resource)
+        return await run_in_executor(None, self._move_thread, thread_id, to_resource)
+
+    def unretire_thread(self, thread_id: str) -> bool:
+        """Lift a forget's retirement of a thread id (it may be written again); was it retired?"""
+        return self._unretire_thread(check_id("thread_id", thread_id))
+
+    async def aunretire_thread(self, thread_id: str) -> bool:
+        """Async twin of `unretire_thread`."""
+        return await run_in_executor(None, self._unretire_thread, check_id("thread_id", thread_id))
+
     # --- reads ------------------------------------------------------------------------
 
     def get_windows(
@@ -215,14 +215,14 @@ class MessageStorage(ABC):
         Returns:
             Hit id -> the window of its own thread, ordered by seq, including the hit.
         """
-        ids = _windows_input(message_ids, before, after, scope)
+        ids = windows_input(message_ids, before, after, scope)
         return self._get_windows(ids, before=before, after=after, scope=scope) if ids else {}
 
     async def aget_windows(
         self, message_ids: Sequence[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         """Async twin of `get_windows`."""
-        ids = _windows_input(message_ids, before, after, scope)
+        ids = windows_input(message_ids, before, after, scope)
         if not ids:
             return {}
         return await self._aget_windows(ids, before=before, after=after, scope=scope)
@@ -249,7 +249,7 @@ class MessageStorage(ABC):
             after: The (thread_id, seq) of the last message of the previous page.
             limit: Page size (>= 1).
         """
-        cursor = _page_input(scope, after, limit)
+        cursor = page_input(scope, after, limit)
         return self._list_messages(scope, after=cursor, limit=limit)
 
     async def alist_messages(
@@ -260,8 +260,21 @@ class MessageStorage(ABC):
         limit: int = 1000,
     ) -> list[StoredMessage]:
         """Async twin of `list_messages`."""
-        cursor = _page_input(scope, after, limit)
+        cursor = page_input(scope, after, limit)
         return await self._alist_messages(scope, after=cursor, limit=limit)
+
+    def last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """The newest `limit` messages of the scope's thread, oldest first; reads only those
+        (a backend without its own `_last_messages` pages through the thread).
+
+        Raises:
+            InvalidInputError: `scope` has no `thread_id`, or `limit` is below 1.
+        """
+        return self._last_messages(last_input(scope, limit), limit=limit)
+
+    async def alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """Async twin of `last_messages`."""
+        return await self._alast_messages(last_input(scope, limit), limit=limit)
 
     def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
         """Threads of a resource (or all), ordered by thread id."""
@@ -311,14 +324,14 @@ class MessageStorage(ABC):
             NotImplementedError: The backend has no keyword search
                 (`supports_keyword_search` is False).
         """
-        _keyword_input(query, scope, limit)
+        keyword_input(query, scope, limit)
         return self._keyword_search(query, scope=scope, limit=limit)
 
     async def akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         """Async twin of `keyword_search`."""
-        _keyword_input(query, scope, limit)
+        keyword_input(query, scope, limit)
         return await self._akeyword_search(query, scope=scope, limit=limit)
 
     def compact(self) -> CompactResult:
@@ -392,10 +405,7 @@ class MessageStorage(ABC):
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         """Move an unowned thread to `resource_id` (see `adopt_thread`)."""
-        raise NotImplementedError(
-            f"{type(self).__name__} cannot give an unowned thread an owner: implement "
-            "_adopt_thread, or always pass a resource id"
-        )
+        raise NotImplementedError(f"{type(self).__name__} cannot adopt: pass a resource id")
 
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
@@ -403,9 +413,25 @@ class MessageStorage(ABC):
         """Keyword matches (override with `supports_keyword_search = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no keyword search")
 
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        """Reassign the thread (override, with `supports_move = True`, with the next)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot move threads")
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} cannot restore forgotten threads")
+
     def _compact(self) -> CompactResult:
         """Erase deleted data's bytes (override with `supports_compact = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no compact")
+
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """The newest `limit` messages of the thread (override with one query)."""
+        kept: list[StoredMessage] = []
+        after: tuple[str, int] | None = None
+        while page := self._list_messages(scope, after=after, limit=1000):
+            after = (page[-1].thread_id, page[-1].seq)
+            kept = [*kept, *page][-limit:]
+        return kept
 
     def _count(self, scope: ScopeFilter | None) -> int:
         """Messages in the scope, from the thread summaries (override with one query)."""
@@ -439,6 +465,9 @@ class MessageStorage(ABC):
         return await run_in_executor(
             None, lambda: self._list_messages(scope, after=after, limit=limit)
         )
+
+    async def _alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        return await run_in_executor(None, lambda: self._last_messages(scope, limit=limit))
 
     async def _alist_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return await run_in_executor(None, self._list_threads, resource_id)

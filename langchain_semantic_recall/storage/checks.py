@@ -129,3 +129,52 @@ def check_query(query: object) -> None:
     """A keyword query: a string (any text; an empty one finds nothing)."""
     if not isinstance(query, str):
         raise InvalidInputError(f"query must be a string, got {type(query).__name__}")
+
+
+# --- the inputs of each public storage method -------------------------------------------
+
+
+def windows_input(message_ids: object, before: object, after: object, scope: object) -> list[str]:
+    """`get_windows`'s input: the ids, checked."""
+    ids = checked_message_ids(message_ids)
+    check_window(before, after)
+    check_scope(scope)
+    return ids
+
+
+def page_input(scope: object, after: object, limit: object) -> tuple[str, int] | None:
+    """`list_messages`'s input: the cursor, checked."""
+    check_scope(scope, optional=True)
+    check_limit(limit)
+    return checked_after(after)
+
+
+def last_input(scope: object, limit: object) -> ScopeFilter:
+    """`last_messages`'s input: a scope naming one thread, and a limit >= 1."""
+    check_scope(scope)
+    check_limit(limit)
+    if not isinstance(scope, ScopeFilter) or scope.thread_id is None:
+        raise InvalidInputError(
+            "last_messages reads one thread: give the scope a thread_id, e.g. "
+            "ScopeFilter(resource_id='user-1', thread_id='chat-1')"
+        )
+    return scope
+
+
+def keyword_input(query: object, scope: object, limit: object) -> None:
+    """`keyword_search`'s input."""
+    check_query(query)
+    check_scope(scope)
+    check_limit(limit)
+
+
+def delete_thread_input(thread_id: object, retire: object) -> None:
+    """`delete_thread`'s input."""
+    check_id("thread_id", thread_id)
+    check_flag("retire", retire)
+
+
+def move_thread_input(thread_id: object, to_resource: object) -> None:
+    """`move_thread`'s input."""
+    check_id("thread_id", thread_id)
+    check_id("to_resource", to_resource)

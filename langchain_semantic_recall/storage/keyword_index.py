@@ -258,6 +258,7 @@ class PostingsCache:
         self._seen: tuple[int, int] | None = None
         self._pending = _Pending()
         self._before: int | None = None
+        self._version: int | None = None
 
     def __len__(self) -> int:
         return len(self._loaded)
@@ -273,8 +274,13 @@ class PostingsCache:
         self._seen = None
 
     @staticmethod
-    def _fingerprint(conn: sqlite3.Connection) -> tuple[int, int]:
-        return int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes
+    def _data_version(conn: sqlite3.Connection) -> int:
+        """Changes committed by *other* connections (this one's own commits leave it)."""
+        return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+    @classmethod
+    def _fingerprint(cls, conn: sqlite3.Connection) -> tuple[int, int]:
+        return cls._data_version(conn), conn.total_changes
 
     def get(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
         """The resource's postings (built if big enough), or None to search in SQL."""
@@ -301,10 +307,18 @@ class PostingsCache:
     # --- hooks: the storage's writes, inside their transaction -------------------------
 
     def begin(self, conn: sqlite3.Connection) -> None:
-        """A write transaction starts (call right after `BEGIN IMMEDIATE`)."""
+        """A write transaction starts (call right after `BEGIN IMMEDIATE`).
+
+        The other connections' change marker is read here, inside the transaction that
+        holds the write lock: nobody else can commit until ours does, so it is exactly
+        the state our changes are applied to. Read after `COMMIT`, it could already count
+        another connection's commit, which would then never be seen.
+        """
         self._pending = _Pending()
-        if self._fingerprint(conn) != self._seen:
+        fingerprint = self._fingerprint(conn)
+        if fingerprint != self._seen:
             self.clear()  # someone else wrote since the last look: rebuild lazily
+        self._version = fingerprint[0]
         self._before = conn.total_changes
 
     def rewritten(self, resource_id: str, message_id: str) -> None:
@@ -329,9 +343,9 @@ class PostingsCache:
             postings.remove_thread(thread_id)
 
     def commit(self, conn: sqlite3.Connection) -> None:
-        """Apply the write's changes (call just before `COMMIT`)."""
+        """Apply the write's changes (call right after `COMMIT`, still under the lock)."""
         pending, self._pending = self._pending, _Pending()
-        if self._seen is None or self._before is None:
+        if self._seen is None or self._before is None or self._version is None:
             self._loaded.clear()
         for resource_id, message_id in pending.removed:
             if resource_id in self._loaded:
@@ -345,12 +359,16 @@ class PostingsCache:
                 postings.add(documents)
         for resource_id in _stale(self._loaded.items()):
             del self._loaded[resource_id]
-        self._seen = self._fingerprint(conn)
-        self._before = None
+        # The marker read inside the transaction, and this connection's own changes
+        # (only it moves `total_changes`): a commit by another connection after ours
+        # still differs from what is recorded here, so the next look rebuilds.
+        self._seen = None if self._version is None else (self._version, conn.total_changes)
+        self._before = self._version = None
 
     def abort(self) -> None:
         """The write failed (before or at `COMMIT`): trust nothing loaded."""
         self._pending = _Pending()
+        self._version = None
         self.clear()
 
 

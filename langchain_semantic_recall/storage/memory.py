@@ -65,6 +65,7 @@ class InMemoryStorage(MessageStorage):
     """
 
     supports_keyword_search = True
+    supports_move = True
     supports_compact = True
 
     def __init__(self, *, bm25: BM25Params | None = None) -> None:
@@ -136,10 +137,11 @@ class InMemoryStorage(MessageStorage):
                         seq=seq,
                     )
                 )
+            created = {r.id for r in records if r.id not in self._index}
             for message in stored:
                 self._apply(message)
             logger.debug("stored %d messages", len(stored))
-            return stored
+            return [replace(m, created=m.id in created) for m in stored]
 
     def _apply(self, message: StoredMessage) -> None:
         thread = self._threads.setdefault(message.thread_id, _Thread(message.resource_id))
@@ -194,6 +196,19 @@ class InMemoryStorage(MessageStorage):
             thread.messages = [replace(m, resource_id=resource_id) for m in thread.messages]
             return len(thread.messages)
 
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                return 0
+            thread.resource_id = to_resource
+            thread.messages = [replace(m, resource_id=to_resource) for m in thread.messages]
+            return len(thread.messages)
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        with self._lock:
+            return self._forgotten.pop(thread_id, False) is not False
+
     def _delete_resource(self, resource_id: str) -> int:
         with self._lock:
             owned = [tid for tid, t in self._threads.items() if t.resource_id == resource_id]
@@ -238,6 +253,13 @@ class InMemoryStorage(MessageStorage):
                 if len(page) >= limit:
                     break
             return page
+
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        with self._lock:
+            thread = self._threads.get(scope.thread_id or "")
+            if thread is None or not scope.admits(thread.resource_id, scope.thread_id or ""):
+                return []
+            return thread.messages[-limit:]
 
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._lock:

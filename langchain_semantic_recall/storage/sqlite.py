@@ -15,6 +15,7 @@ and the busy timeout.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sqlite3
@@ -108,6 +109,7 @@ class SQLiteStorage(MessageStorage):
 
     supports_keyword_search = True
     supports_compact = True
+    supports_move = True
 
     def __init__(
         self,
@@ -259,7 +261,7 @@ class SQLiteStorage(MessageStorage):
                     self._postings.rewritten(record.resource_id, record.id)
                 terms = fts.add_terms(conn, record)
                 self._postings.added(record.resource_id, record.thread_id, record.id, terms)
-                stored.append(_to_message(values))
+                stored.append(dataclasses.replace(_to_message(values), created=place is None))
             for thread_id, state in threads.items():
                 conn.execute(sql.SET_NEXT_SEQ, (state.next_seq, thread_id))
         logger.debug("stored %d messages in %s", len(stored), self._path)
@@ -301,8 +303,25 @@ class SQLiteStorage(MessageStorage):
                     f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
                 )
             fts.move_thread(conn, thread_id, resource_id)
-            conn.execute(sql.ADOPT_THREAD, (resource_id, thread_id))
-            return int(conn.execute(sql.ADOPT_THREAD_MESSAGES, (resource_id, thread_id)).rowcount)
+            conn.execute(sql.SET_THREAD_OWNER, (resource_id, thread_id))
+            return int(conn.execute(sql.SET_MESSAGES_OWNER, (resource_id, thread_id)).rowcount)
+
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        """One transaction: the owner, every message's resource and their keyword index."""
+        with self._write() as conn:  # the in-memory postings are rebuilt at the next search
+            if conn.execute(sql.GET_THREAD, (thread_id,)).fetchone() is None:
+                return 0
+            rows = conn.execute(sql.THREAD_MESSAGES, (thread_id,)).fetchall()
+            fts.forget(conn, "thread_id", thread_id)  # indexed under the old resource
+            conn.execute(sql.SET_THREAD_OWNER, (to_resource, thread_id))
+            conn.execute(sql.SET_MESSAGES_OWNER, (to_resource, thread_id))
+            for row in rows:
+                fts.add_terms(conn, dataclasses.replace(_to_message(row), resource_id=to_resource))
+        return len(rows)
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        with self._write() as conn:
+            return bool(conn.execute(sql.UNRETIRE_THREAD, (thread_id,)).rowcount)
 
     def _delete_resource(self, resource_id: str) -> int:
         now = _to_iso(datetime.now(UTC))
@@ -339,6 +358,12 @@ class SQLiteStorage(MessageStorage):
         with self._read() as conn:
             rows = conn.execute(*sql.list_messages_sql(scope, after, limit)).fetchall()
         return [_to_message(row) for row in rows]
+
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        """One query on the `(thread_id, seq)` key, read backwards."""
+        with self._read() as conn:
+            rows = conn.execute(*sql.last_messages_sql(scope, limit)).fetchall()
+        return [_to_message(row) for row in reversed(rows)]
 
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._read() as conn:

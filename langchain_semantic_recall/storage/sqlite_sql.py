@@ -20,7 +20,11 @@ __all__ = [
     "GET_THREAD",
     "INSERT_MESSAGE",
     "INSERT_THREAD",
+    "SET_MESSAGES_OWNER",
     "SET_NEXT_SEQ",
+    "SET_THREAD_OWNER",
+    "THREAD_MESSAGES",
+    "UNRETIRE_THREAD",
     "UPDATE_MESSAGE",
     "count_sql",
     "list_messages_sql",
@@ -48,8 +52,10 @@ FORGET_RESOURCE: Final = (
     "INSERT OR IGNORE INTO forgotten_threads "
     "SELECT thread_id, resource_id, ? FROM threads WHERE resource_id = ?"
 )
-ADOPT_THREAD: Final = "UPDATE threads SET resource_id = ? WHERE thread_id = ?"
-ADOPT_THREAD_MESSAGES: Final = "UPDATE messages SET resource_id = ? WHERE thread_id = ?"
+SET_THREAD_OWNER: Final = "UPDATE threads SET resource_id = ? WHERE thread_id = ?"
+SET_MESSAGES_OWNER: Final = "UPDATE messages SET resource_id = ? WHERE thread_id = ?"
+THREAD_MESSAGES: Final = f"SELECT {COLUMNS} FROM messages WHERE thread_id = ? ORDER BY seq"
+UNRETIRE_THREAD: Final = "DELETE FROM forgotten_threads WHERE thread_id = ?"
 DELETE_RESOURCE_MESSAGES: Final = "DELETE FROM messages WHERE resource_id = ?"
 DELETE_RESOURCE_THREADS: Final = "DELETE FROM threads WHERE resource_id = ?"
 
@@ -102,6 +108,13 @@ def list_messages_sql(
         page += [after[0], after[1]]
     sql = f"SELECT {COLUMNS} FROM messages WHERE 1 = 1{where} ORDER BY thread_id, seq LIMIT ?"
     return sql, [*page, limit]
+
+
+def last_messages_sql(scope: ScopeFilter, limit: int) -> tuple[str, list[Any]]:
+    """The newest `limit` messages of the scope's thread, newest first (by `(thread_id, seq)`)."""
+    where, params = scope_sql(scope)
+    sql = f"SELECT {COLUMNS} FROM messages WHERE 1 = 1{where} ORDER BY seq DESC LIMIT ?"
+    return sql, [*params, limit]
 
 
 def list_threads_sql(resource_id: str | None) -> tuple[str, list[Any]]:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.collection_configuration import CreateCollectionConfiguration
     from chromadb.api.models.Collection import Collection
-    from chromadb.api.types import Include
+    from chromadb.api.types import GetResult, Include, Where
 
 __all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "Row", "read_retrying", "temporary_copy"]
 
@@ -183,26 +183,42 @@ class ChromaCollections:
             include.append("embeddings")
         size = min(page, self.max_batch())
         for _, collection in self.scoped(name, scope):
-            offset = 0
-            while True:
-                get = partial(
-                    collection.get, where=where, limit=size, offset=offset, include=include
-                )
-                result = read_retrying(get)
+            for result in _pages(collection, where, include, size):
                 ids = result["ids"]
                 metadatas = result["metadatas"] or [{} for _ in ids]
                 vectors = result["embeddings"] if embeddings else None
                 for i, vector_id in enumerate(ids):
                     yield vector_id, metadatas[i], None if vectors is None else vectors[i]
-                if len(ids) < size:
-                    break
-                offset += size
 
     def clear(self) -> None:
         """Forget every cached handle."""
         with self._lock:
             self._handles.clear()
             self._sizes.clear()
+
+
+def _pages(
+    collection: Collection, where: Where | None, include: Include, size: int
+) -> Iterator[GetResult]:
+    """`collection.get` results of at most `size` rows: every row matching `where`.
+
+    With a filter, the matching ids are listed once (ids only), then read by id: Chroma
+    evaluates `where` again for every `offset` page and skips what came before, so
+    paging a long thread by offset grows with n^2 / size.
+    """
+    if where is None:
+        offset = 0
+        while True:
+            result = read_retrying(
+                partial(collection.get, limit=size, offset=offset, include=include)
+            )
+            yield result
+            if len(result["ids"]) < size:
+                return
+            offset += size
+    ids = read_retrying(partial(collection.get, where=where, include=[]))["ids"]
+    for start in range(0, len(ids), size):
+        yield read_retrying(partial(collection.get, ids=ids[start : start + size], include=include))
 
 
 def temporary_copy(folder: str) -> str:

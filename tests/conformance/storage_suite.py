@@ -689,6 +689,75 @@ class StorageConformance:
         with pytest.raises(InvalidInputError):
             storage.list_messages(limit=0)
 
+    async def test_last_messages_are_the_newest_of_the_thread_in_order(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put([*make_thread(30, "t1", "r1"), *make_thread(5, "t2", "r1")])
+        storage.put([make_record("t1-m3", "t1", "r1", text="rewritten, keeps its place")])
+        newest = storage.last_messages(ScopeFilter("r1", "t1"), limit=4)
+        assert ids(newest) == ["t1-m26", "t1-m27", "t1-m28", "t1-m29"]
+        assert ids(await storage.alast_messages(ScopeFilter("r1", "t1"), limit=4)) == ids(newest)
+        assert len(storage.last_messages(ScopeFilter(thread_id="t2"), limit=50)) == 5
+        assert storage.last_messages(ScopeFilter("someone-else", "t1"), limit=4) == []
+        assert storage.last_messages(ScopeFilter("r1", "unknown"), limit=4) == []
+        with pytest.raises(InvalidInputError, match="thread_id"):
+            storage.last_messages(ScopeFilter("r1"), limit=4)
+        with pytest.raises(InvalidInputError):
+            await storage.alast_messages(ScopeFilter("r1", "t1"), limit=0)
+
+    async def test_move_thread_gives_messages_and_keyword_index_to_the_new_owner(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put([*make_thread(3, "t1", "old"), make_record("o1", "t2", "old", text="kept")])
+        storage.put([make_record("t1-k", "t1", "old", text="the violin lesson")])
+        if not storage.supports_move:
+            with pytest.raises(NotImplementedError):
+                storage.move_thread("t1", to_resource="new")
+            return
+        assert storage.move_thread("t1", to_resource="new") == 4
+        assert storage.get_thread_owner("t1") == "new"
+        moved = storage.list_messages(ScopeFilter("new"))
+        assert ids(moved) == ["t1-m0", "t1-m1", "t1-m2", "t1-k"]
+        assert {m.resource_id for m in moved} == {"new"}
+        assert [m.seq for m in moved] == [0, 1, 2, 3]
+        assert ids(storage.list_messages(ScopeFilter("old"))) == ["o1"]
+        hits = storage.keyword_search("violin", scope=ScopeFilter("new"), limit=5)
+        assert [i for i, _ in hits] == ["t1-k"]
+        assert storage.keyword_search("violin", scope=ScopeFilter("old"), limit=5) == []
+        storage.put([make_record("t1-m9", "t1", "new")])  # the new owner writes on
+        with pytest.raises(OwnershipError):
+            storage.put([make_record("t1-m10", "t1", "old")])
+        assert await storage.amove_thread("t1", to_resource="old") == 5
+        assert storage.move_thread("unknown", to_resource="new") == 0
+        with pytest.raises(InvalidInputError):
+            storage.move_thread("t1", to_resource="")
+
+    async def test_unretire_lets_a_forgotten_thread_id_be_written_again(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put(make_thread(2, "t1", "r1"))
+        storage.delete_thread("t1")
+        if not storage.supports_move:
+            with pytest.raises(NotImplementedError):
+                storage.unretire_thread("t1")
+            return
+        assert storage.unretire_thread("t1") is True
+        assert not storage.is_forgotten("t1")
+        assert storage.unretire_thread("t1") is False  # not retired (any more)
+        storage.put(make_thread(2, "t1", "someone"))
+        assert storage.get_thread_owner("t1") == "someone"
+        storage.delete_thread("t1")
+        assert await storage.aunretire_thread("t1") is True
+
+    async def test_put_says_which_ids_it_inserted(self, storage: MessageStorage) -> None:
+        first = storage.put([make_record("a"), make_record("b")])
+        assert [m.created for m in first] == [True, True]
+        again = storage.put([make_record("a", text="new text"), make_record("c")])
+        assert [m.created for m in again] == [False, True]
+        assert [m.created for m in await storage.aput([make_record("c")])] == [False]
+        assert not any(m.created for m in storage.list_messages())  # reads: never
+        assert again[0] == storage.list_messages()[0]  # not part of equality
+
     def test_list_threads(self, storage: MessageStorage) -> None:
         storage.put([make_record(f"b{i}", "tb", "r1", minute=10 + i) for i in range(3)])
         storage.put([make_record("a0", "ta", "r2", minute=5)])
@@ -967,6 +1036,28 @@ class StorageConformance:
             assert len(storage.keyword_search(hostile, scope=scope, limit=10)) <= 8
         with pytest.raises(InvalidInputError):
             storage.keyword_search("apple", scope=scope, limit=0)
+
+    def test_words_longer_than_a_postgres_lexeme_are_found_exactly(
+        self, storage: MessageStorage
+    ) -> None:
+        # PostgreSQL keeps at most 2,047 bytes per lexeme; a pasted key or URL may be longer.
+        key, other, wide = "k" * 3000, "k" * 2999 + "j", "é" * 1100  # `wide`: 2,200 bytes
+        storage.put(
+            [
+                make_record("key", text=f"my key is {key} remember it"),
+                make_record("other", text=f"another key {other}"),
+                make_record("wide", text=f"accents {wide}"),
+                make_record("plain", text="nothing long here"),
+            ]
+        )
+        scope = ScopeFilter("r1")
+        assert [i for i, _ in storage.keyword_search(key, scope=scope, limit=5)] == ["key"]
+        assert [i for i, _ in storage.keyword_search(wide, scope=scope, limit=5)] == ["wide"]
+        both = storage.keyword_search(f"{key} remember", scope=scope, limit=5)
+        assert [i for i, _ in both] == ["key"]
+        assert storage.keyword_search("q" * 5000, scope=scope, limit=5) == []
+        found = {i for i, _ in storage.keyword_search(f"{key} nothing", scope=scope, limit=5)}
+        assert found == {"key", "plain"}
 
     async def test_keyword_search_async_twin_matches_sync(self, storage: MessageStorage) -> None:
         storage.put([*make_thread(3), make_record("x", text="unique zebra text")])

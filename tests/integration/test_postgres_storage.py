@@ -7,12 +7,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import psycopg
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
 
+from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres import SCHEMA_VERSION, PostgresStorage
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.conformance.storage_suite import StorageConformance, make_record, make_thread
+from tests.fakes import FakeEmbeddings
 
 pytestmark = pytest.mark.integration
 
@@ -226,3 +230,57 @@ async def test_every_async_twin_runs_on_the_async_pool_alone(pg_url: str) -> Non
         await storage.aclose()
     finally:
         await apool.close()
+
+
+LONG_KEY = "k" * 3000  # one word over PostgreSQL's 2,047 bytes per lexeme / tsquery word
+
+
+def test_long_word_of_an_older_schema_is_indexed_by_the_migration(pg_url: str) -> None:
+    storage = PostgresStorage(pg_url)
+    storage.put([make_record("m1", text=f"the key {LONG_KEY}")])
+    storage.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to version 2: no digest
+        conn.execute(
+            "UPDATE semantic_recall_messages SET tsv = (SELECT tsvector_agg FROM (SELECT "
+            "array_to_tsvector(array_agg(x)) AS tsvector_agg FROM unnest(tsvector_to_array(tsv)) "
+            "AS x WHERE x NOT LIKE 'h:%%') AS s)"
+        )
+        conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 2")
+    with psycopg.connect(pg_url) as conn:
+        (lexemes,) = conn.execute(
+            "SELECT tsvector_to_array(tsv) FROM semantic_recall_messages"
+        ).fetchone()
+    assert not [x for x in lexemes if x.startswith("h:")]
+    migrated = PostgresStorage(pg_url)
+    try:
+        hits = migrated.keyword_search(LONG_KEY, scope=ScopeFilter("r1"), limit=5)
+        assert [message_id for message_id, _ in hits] == ["m1"]
+    finally:
+        migrated.close()
+
+
+async def test_a_long_query_word_works_on_every_search_surface(pg_url: str) -> None:
+    memory = SemanticRecall(
+        storage=PostgresStorage(pg_url),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(32),
+        search_mode="hybrid",
+    )
+    ids = {"thread_id": "t1", "resource_id": "alice"}
+    config = {"configurable": ids}
+    try:
+        memory.index(
+            [HumanMessage(f"my api key is {LONG_KEY}", id="u1"), AIMessage("noted", id="a1")],
+            **ids,
+        )
+        assert LONG_KEY in memory.search(LONG_KEY, **ids)[0].message.text
+        assert LONG_KEY in (await memory.asearch(LONG_KEY, **ids))[0].message.text
+        recalled = memory.recall([HumanMessage(f"what about {LONG_KEY}?")], **ids)
+        assert any(LONG_KEY in str(m.content) for m in recalled[:-1])
+        tool_output = memory.as_tool().invoke({"query": LONG_KEY}, config)
+        assert LONG_KEY in str(tool_output)
+        documents = memory.as_retriever().invoke(LONG_KEY, config)
+        assert documents
+        assert LONG_KEY in documents[0].page_content
+    finally:
+        await memory.storage.aclose()

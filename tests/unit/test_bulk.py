@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -102,3 +104,37 @@ async def test_the_async_twin_imports_the_same() -> None:
     hits = await engine.asearch("message number about topic1", thread_id="x", resource_id="bob")
     assert hits[0].message.id == "b-1"
     assert {h.message.resource_id for h in hits} == {"bob"}
+
+
+class _SeenAtFirstEmbed(FakeEmbeddings):
+    """Records how many conversations the input had yielded when the first batch embeds."""
+
+    def __init__(self, consumed: list[int]) -> None:
+        super().__init__()
+        self.consumed = consumed
+        self.at_first_embed: int | None = None
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.at_first_embed is None:
+            self.at_first_embed = len(self.consumed)
+        return super().embed_documents(texts)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_bulk_index_streams_its_input_sync_and_async(asynchronous: bool) -> None:
+    consumed: list[int] = []
+
+    def conversations() -> Iterator[tuple[str, str, list[BaseMessage]]]:
+        for n in range(50):
+            consumed.append(n)
+            yield f"t{n}", "alice", _conversation(f"c{n}", 4)
+
+    embeddings = _SeenAtFirstEmbed(consumed)
+    engine = _engine(embeddings)
+    if asynchronous:
+        result = await engine.abulk_index(conversations(), batch_size=8)
+    else:
+        result = engine.bulk_index(conversations(), batch_size=8)
+    assert result.stored == 250
+    assert embeddings.at_first_embed is not None
+    assert embeddings.at_first_embed <= 2  # the first batch, not the whole input

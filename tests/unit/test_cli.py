@@ -216,7 +216,13 @@ def test_ingest_a_chatgpt_export_then_again_adds_nothing(cli: Cli, export_file: 
     second = cli("ingest", str(export_file), "--resource", "alice", "--json")
     assert second.code == 0
     summary = second.json()
-    assert summary["threads"] == {"new": 0, "updated": 0, "unchanged": 2, "refused": 0}
+    assert summary["threads"] == {
+        "new": 0,
+        "updated": 0,
+        "unchanged": 2,
+        "refused": 0,
+        "restored": 0,
+    }
     assert summary["messages_added"] == 0
     assert summary["vectors_written"] == 0
     assert summary["skipped"] == {"already stored": 6, "tool call": 1, "tool output": 1}
@@ -283,14 +289,91 @@ def test_ingest_format_and_resource_options(cli: Cli, tmp_path: Path, export_fil
 
 def test_ingest_refuses_other_owners_and_forgotten_threads(loaded: Cli, export_file: Path) -> None:
     other = loaded("ingest", str(export_file), "--resource", "mallory", "--json")
-    assert other.code == 0
+    assert other.code == 1  # nothing was imported
+    assert "nothing in" in other.err
     summary = other.json()
     assert summary["threads"]["refused"] == 2
+    assert summary["threads"]["new"] == 0
+    assert summary["messages_refused"] == 6
     assert summary["skipped"]["thread belongs to another resource ('alice')"] == 6
+    assert [r["where"] for r in summary["refused"]] == [
+        "conversation \"Lisbon trip\" (thread 'conv-trip')",
+        "conversation \"Tomatoes\" (thread 'conv-garden')",
+    ]
     assert loaded("forget", "--thread", "conv-trip", "--yes").code == 0
-    again = loaded("ingest", str(export_file), "--resource", "alice", "--json").json()
-    assert again["skipped"]["thread was forgotten (its id is retired)"] == 4
-    assert again["skipped"]["already stored"] == 2
+    again = loaded("ingest", str(export_file), "--resource", "alice", "--json")
+    assert again.code == 1  # not everything was imported: say so
+    refused = "thread was forgotten (its id is retired); pass --restore to write it again"
+    assert again.json()["skipped"][refused] == 4
+    assert again.json()["skipped"]["already stored"] == 2
+
+
+def test_ingest_restore_writes_a_forgotten_thread_again(loaded: Cli, export_file: Path) -> None:
+    assert loaded("forget", "--thread", "conv-trip", "--yes").code == 0
+    result = loaded("ingest", str(export_file), "--resource", "alice", "--restore", "--json")
+    assert result.code == 0, result.err
+    summary = result.json()
+    assert summary["threads"] == {
+        "new": 1,
+        "updated": 0,
+        "unchanged": 1,
+        "refused": 0,
+        "restored": 1,
+    }
+    assert summary["messages_added"] == 4
+    text = loaded("ingest", str(export_file), "--resource", "alice")
+    assert text.code == 0
+    assert "threads    0 new, 0 updated, 2 unchanged" in text.out
+
+
+def test_ingest_counts_threads_it_created_and_names_refused_lines(cli: Cli, tmp_path: Path) -> None:
+    first = tmp_path / "first.jsonl"
+    first.write_text(
+        "\n".join(
+            json.dumps({"resource": "alice", "thread": t, "role": "user", "content": c, "id": i})
+            for t, c, i in [("a", "hello", "m1"), ("a", "more", "m2"), ("b", "other", "m3")]
+        ),
+        encoding="utf-8",
+    )
+    assert cli("ingest", str(first)).code == 0
+    # Under a new thread id, the same message ids: refused one by one, with their lines.
+    second = tmp_path / "second.jsonl"
+    rows = [("new", "hello", "m1"), ("new", "fresh", "m9"), ("new", "more", "m2")]
+    second.write_text(
+        "\n".join(
+            json.dumps({"resource": "bob", "thread": t, "role": "user", "content": c, "id": i})
+            for t, c, i in rows
+        ),
+        encoding="utf-8",
+    )
+    result = cli("ingest", str(second), "--json")
+    assert result.code == 1
+    summary = result.json()
+    assert summary["threads"]["new"] == 1
+    assert summary["messages_added"] == 1
+    assert summary["messages_refused"] == 2
+    assert [r["where"] for r in summary["refused"]] == ["line 1", "line 3"]
+    assert all("unique across threads" in r["reason"] for r in summary["refused"])
+    text = cli("ingest", str(second))
+    assert "refused line 1: message id 'm1'" in text.out
+    assert "2 message(s) of" in text.err
+
+
+def test_move_gives_a_conversation_to_another_owner(loaded: Cli) -> None:
+    moved = loaded("move", "--thread", "conv-trip", "--to", "bob", "--from", "alice")
+    assert moved.code == 0, moved.err
+    assert moved.out == "Moved thread conv-trip from alice to bob: 4 message(s).\n"
+    threads = loaded("threads", "--json").json()
+    assert {t["thread"]: t["resource"] for t in threads} == {
+        "conv-garden": "alice",
+        "conv-trip": "bob",
+    }
+    assert loaded("search", "Lisbon", "--resource", "bob").code == 0
+    refused = loaded("move", "--thread", "conv-trip", "--to", "carol", "--from", "alice")
+    assert refused.code == 3
+    assert loaded("move", "--thread", "nope", "--to", "bob").code == 3
+    again = loaded("move", "--thread", "conv-trip", "--to", "bob")
+    assert again.out == "Thread conv-trip already belongs to bob: nothing moved.\n"
 
 
 def test_ingest_when_embedding_fails_stores_messages_and_exits_1(

@@ -170,6 +170,22 @@ def _empty(vectors: list[list[float]]) -> list[list[float]]:
     return [[] for _ in vectors]
 
 
+def _zero_second(vectors: list[list[float]]) -> list[list[float]]:
+    return [vectors[0], [0.0] * len(vectors[1]), *vectors[2:]]
+
+
+def _underflow_first(vectors: list[list[float]]) -> list[list[float]]:
+    return [[1e-50] * len(vectors[0]), *vectors[1:]]  # all zero once in float32
+
+
+def _huge_first(vectors: list[list[float]]) -> list[list[float]]:
+    return [[1e308, *vectors[0][1:]], *vectors[1:]]  # finite in Python, inf in float32
+
+
+def _norm_overflow_first(vectors: list[list[float]]) -> list[list[float]]:
+    return [[3e38] * len(vectors[0]), *vectors[1:]]  # each fits float32, the norm does not
+
+
 @pytest.mark.parametrize(
     ("corrupt", "message"),
     [
@@ -178,6 +194,10 @@ def _empty(vectors: list[list[float]]) -> list[list[float]]:
         (_drop_last, "returned 1 vectors for 2 texts"),
         (_ragged, "different lengths"),
         (_empty, "empty vector"),
+        (_zero_second, "all-zero vector at position 1"),
+        (_underflow_first, "all-zero vector at position 0"),
+        (_huge_first, "NaN or infinite .*float32"),
+        (_norm_overflow_first, "NaN or infinite .*float32"),
     ],
 )
 def test_bad_vectors_are_rejected_and_not_cached(

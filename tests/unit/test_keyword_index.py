@@ -131,6 +131,32 @@ def test_a_failed_write_leaves_the_postings_right(
     assert "m1000" not in {message_id for message_id, _ in found}
 
 
+def test_a_commit_by_another_connection_right_after_ours_is_seen(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    """Another connection commits between this engine's COMMIT and its bookkeeping.
+
+    The change marker must be the one read inside this engine's own transaction, so the
+    other commit (made in that gap, here deterministically from the commit hook) still
+    counts as an outside change and the postings are rebuilt.
+    """
+    sql, memory = pair
+    memory.put(random_records(random.Random(5), range(200)))
+    assert_same(sql, memory)  # r0 and r1 are loaded in memory
+    commit = memory._postings.commit
+
+    def commit_after_an_outside_write(conn: object) -> None:
+        sql.put([record(5000, "t0", "r0", "zebra")])  # the other connection, in the gap
+        commit(conn)  # type: ignore[arg-type]
+
+    memory._postings.commit = commit_after_an_outside_write  # type: ignore[method-assign]
+    memory.put([record(5001, "t0", "r0", "apple")])
+    memory._postings.commit = commit  # type: ignore[method-assign]
+    found = memory.keyword_search("zebra", scope=ScopeFilter(resource_id="r0"), limit=5)
+    assert [message_id for message_id, _ in found] == ["m5000"]
+    assert_same(sql, memory)
+
+
 def test_memory_bound_evicts_least_recently_searched(tmp_path: Path) -> None:
     sql = SQLiteStorage(tmp_path / "m.db", keyword_cache_docs=0)
     memory = SQLiteStorage(tmp_path / "m.db", keyword_cache_min_docs=1, keyword_cache_docs=150)

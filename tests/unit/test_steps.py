@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
+from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import (
     Backends,
     Background,
@@ -164,3 +165,28 @@ def test_misspelt_ids_are_errors_not_ignored() -> None:
         memory.search("dog", resource_id="alice", kk=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="batch"):
         memory.reindex(batch=3)  # type: ignore[call-arg]
+
+
+class _WriteFails(steps.Step):
+    """A background write that fails."""
+
+    def run(self, backends: Any) -> Any:
+        raise ConnectionError("vector store down")
+
+    async def arun(self, backends: Any) -> Any:
+        raise ConnectionError("vector store down")
+
+
+def _raises_after_a_background_write() -> steps.Op[None]:
+    yield steps.Background(_WriteFails())
+    raise ValueError("the operation failed")
+
+
+async def test_a_failed_background_write_is_attached_to_the_operations_error() -> None:
+    with pytest.raises(ValueError, match="the operation failed") as raised:
+        steps.drive(_raises_after_a_background_write(), None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="the operation failed") as araised:
+        await steps.adrive(_raises_after_a_background_write(), None)  # type: ignore[arg-type]
+    for error in (raised.value, araised.value):
+        assert isinstance(error.__context__, ConnectionError)
+        assert any("vector store down" in note for note in error.__notes__)

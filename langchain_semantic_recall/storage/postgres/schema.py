@@ -16,6 +16,7 @@ from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.keywords import message_terms
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
+    MAX_LEXEME_BYTES,
     MESSAGES,
     THREADS,
     Query,
@@ -25,7 +26,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 VERSIONS: Final = "semantic_recall_schema_version"
 _LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
@@ -53,6 +54,9 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
         f"DROP INDEX IF EXISTS {_M}_resource",
         f"CREATE INDEX {_M}_resource ON {_M} (resource_id, thread_id, seq) INCLUDE (term_count)",
     ),
+    # Terms over 2,046 bytes, left out of `tsv` before, get their digest lexeme
+    # (`sql.lexeme`): done by _index_long_terms, no statement of its own.
+    3: (),
 }
 """Version -> the statements that bring a database from the previous version to it."""
 
@@ -75,6 +79,8 @@ def setup_steps() -> Steps[int]:
             yield Query(statement)
         if target == 2:
             yield from _backfill_terms()
+        if target == 3:
+            yield from _index_long_terms()
         yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (%s)", (target,))
         logger.info("PostgreSQL storage: schema migrated to v%d", target)
     return int(version)
@@ -104,3 +110,24 @@ def _backfill_terms() -> Steps[None]:
             (ids, [" ".join(t) for t in terms], counts, [" ".join(x) for x in words]),
         )
         after = page[-1][0]
+
+
+def _index_long_terms() -> Steps[None]:
+    """Rebuild the tsvector of messages holding a term too long for one lexeme."""
+    sql = (
+        f"SELECT id, terms, resource_id, thread_id FROM {_M} WHERE EXISTS "
+        "(SELECT 1 FROM unnest(terms) AS x WHERE octet_length(x) > %s)"
+    )
+    rows = (yield Query(sql, (MAX_LEXEME_BYTES,))).rows
+    for start in range(0, len(rows), 1000):
+        page = rows[start : start + 1000]
+        yield Query(
+            f"UPDATE {_M} AS m SET tsv = array_to_tsvector(string_to_array(u.l, ' ')) "
+            "FROM unnest(%s::text[], %s::text[]) AS u(i, l) WHERE m.id = u.i",
+            (
+                [id_ for id_, *_ in page],
+                [" ".join(lexemes(terms, r, t)) for _, terms, r, t in page],
+            ),
+        )
+    if rows:
+        logger.info("PostgreSQL storage: %d messages with long terms re-indexed", len(rows))

@@ -39,7 +39,7 @@ MESSAGES: Final = "semantic_recall_messages"
 THREADS: Final = "semantic_recall_threads"
 FORGOTTEN: Final = "semantic_recall_forgotten_threads"
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
-_MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
+MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
 _MAX_TSV_BYTES: Final = 500_000  # well under the 1 MB limit of one tsvector
 _COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
 
@@ -87,8 +87,21 @@ def _scope_token(kind: str, value: str) -> str:
     return f"{kind}:{hashlib.blake2b(value.encode(), digest_size=12).hexdigest()}"
 
 
+def lexeme(term: str) -> str:
+    """The tsvector lexeme of a term: itself, or a digest when PostgreSQL cannot hold it.
+
+    A lexeme (and a tsquery word) holds at most 2,047 bytes; a pasted key or a long URL
+    makes a longer term. It is indexed and looked up as `h:<digest>` (same rule at write
+    and at query time), so it still matches exactly, as on SQLite; BM25 scores the full
+    terms, kept in the `terms` column.
+    """
+    if len(term.encode()) <= MAX_LEXEME_BYTES:
+        return term
+    return "h:" + hashlib.blake2b(term.encode(), digest_size=16).hexdigest()
+
+
 def lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]:
-    """The tsvector of a message: its distinct terms that fit, and its scope tokens.
+    """The tsvector of a message: its distinct terms' lexemes that fit, and its scope tokens.
 
     A message without terms gets none (it is not keyword-searchable).
     """
@@ -96,18 +109,19 @@ def lexemes(terms: Sequence[str], resource_id: str, thread_id: str) -> list[str]
         return []
     kept = [_scope_token("r", resource_id), _scope_token("t", thread_id)]
     size = 0
-    for term in sorted(set(terms)):
-        length = len(term.encode())
-        if length > _MAX_LEXEME_BYTES or size + length > _MAX_TSV_BYTES:
+    for word in sorted({lexeme(term) for term in terms}):
+        length = len(word.encode())
+        if size + length > _MAX_TSV_BYTES:
             continue
-        kept.append(term)
+        kept.append(word)
         size += length
     return kept
 
 
 def _tsquery(terms: Sequence[str], scope: ScopeFilter) -> str:
     """Any of the terms, inside the scope (terms are letters and digits: quoting suffices)."""
-    query = "(" + " | ".join(f"'{t}'" for t in terms if "'" not in t and "\\" not in t) + ")"
+    words = (lexeme(t) for t in terms if "'" not in t and "\\" not in t)
+    query = "(" + " | ".join(f"'{w}'" for w in words) + ")"
     for kind, value in (("r", scope.resource_id), ("t", scope.thread_id)):
         if value is not None:
             query = f"'{_scope_token(kind, value)}' & {query}"
@@ -214,6 +228,7 @@ def plan_put(
                 record.created_at,
                 record.payload,
                 place[1],
+                record.id not in places,
             )
         )
     return _PutPlan(stored=stored, rows={m.id: m for m in stored}, threads=states)
@@ -325,6 +340,14 @@ def list_steps(
     return [_message(row) for row in (yield Query(sql, page)).rows]
 
 
+def last_steps(scope: ScopeFilter, limit: int) -> Steps[list[StoredMessage]]:
+    """The newest `limit` messages of the scope's thread, oldest first (its seq key)."""
+    where, params = _scope_sql(scope)
+    sql = f"SELECT {_COLUMNS} FROM {_M} WHERE TRUE{where} ORDER BY seq DESC LIMIT %(limit)s"
+    rows = (yield Query(sql, {**params, "limit": limit})).rows
+    return [_message(row) for row in reversed(rows)]
+
+
 def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
     """The threads of a resource (every thread when None), with sizes and dates."""
     where = " WHERE t.resource_id = %s" if resource_id is not None else ""
@@ -391,19 +414,31 @@ def adopt_steps(thread_id: str, resource_id: str) -> Steps[int]:
         raise OwnershipError(
             f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
         )
-    yield Query(f"UPDATE {_T} SET resource_id = %s WHERE thread_id = %s", (resource_id, thread_id))
+    return (yield from _reassign_steps(thread_id, owner[0][0], resource_id))
+
+
+def move_thread_steps(thread_id: str, to_resource: str) -> Steps[int]:
+    """Give the thread to `to_resource`: its row, its messages and their scope lexeme."""
+    yield from _lock_steps([thread_id])
+    owner = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
+    if not owner:
+        return 0
+    return (yield from _reassign_steps(thread_id, owner[0][0], to_resource))
+
+
+def _reassign_steps(thread_id: str, old: str, new: str) -> Steps[int]:
+    """The thread's row and messages to `new`, their scope lexeme with them (locked)."""
+    yield Query(f"UPDATE {_T} SET resource_id = %s WHERE thread_id = %s", (new, thread_id))
+    tokens = (_scope_token("r", old), _scope_token("r", new))
     moved = yield Query(
-        f"UPDATE {_M} SET resource_id = %(new)s, tsv = CASE WHEN tsv IS NULL OR length(tsv) = 0 "
-        "THEN tsv ELSE ts_delete(tsv, %(old_token)s) || array_to_tsvector(ARRAY[%(new_token)s]) "
-        "END WHERE thread_id = %(thread)s",
-        {
-            "new": resource_id,
-            "old_token": _scope_token("r", NO_RESOURCE),
-            "new_token": _scope_token("r", resource_id),
-            "thread": thread_id,
-        },
+        f"UPDATE {_M} SET resource_id = %s, tsv = array_to_tsvector(array_replace("
+        "tsvector_to_array(tsv), %s, %s)) WHERE thread_id = %s",
+        (new, *tokens, thread_id),
     )
     return moved.rowcount
+
+
+UNRETIRE_SQL: Final = f"DELETE FROM {_F} WHERE thread_id = %s"
 
 
 def delete_resource_steps(resource_id: str) -> Steps[int]:

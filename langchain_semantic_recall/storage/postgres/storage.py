@@ -44,6 +44,8 @@ from langchain_semantic_recall.storage.postgres.sql import (
     COMPACTED,
     FORGOTTEN_SQL,
     OWNER_SQL,
+    UNRETIRE_SQL,
+    Query,
     Result,
     Steps,
     adopt_steps,
@@ -52,7 +54,9 @@ from langchain_semantic_recall.storage.postgres.sql import (
     delete_resource_steps,
     delete_thread_steps,
     keyword_steps,
+    last_steps,
     list_steps,
+    move_thread_steps,
     one_value_steps,
     put_steps,
     threads_steps,
@@ -91,6 +95,10 @@ async def _adrive(cursor: AsyncCursor[Any], steps: Steps[T]) -> T:
             query = steps.send(Result(rows, cursor.rowcount))
     except StopIteration as done:
         return cast("T", done.value)
+
+
+def _rowcount_steps(sql: str, value: str) -> Steps[int]:
+    return (yield Query(sql, (value,))).rowcount
 
 
 def _redacted(conninfo: str) -> str:
@@ -136,6 +144,7 @@ class PostgresStorage(MessageStorage):
 
     supports_keyword_search = True
     supports_compact = True
+    supports_move = True
 
     def __init__(
         self,
@@ -328,6 +337,12 @@ class PostgresStorage(MessageStorage):
     ) -> list[StoredMessage]:
         return await self._arun(list_steps(scope, after, limit), "read")
 
+    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        return self._run(last_steps(scope, limit), "read")
+
+    async def _alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
+        return await self._arun(last_steps(scope, limit), "read")
+
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return self._run(threads_steps(resource_id), "read")
 
@@ -365,6 +380,13 @@ class PostgresStorage(MessageStorage):
 
     async def _adelete_resource(self, resource_id: str) -> int:
         return await self._arun(delete_resource_steps(resource_id), "delete", write=True)
+
+    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+        return self._run(move_thread_steps(thread_id, to_resource), "move", write=True)
+
+    def _unretire_thread(self, thread_id: str) -> bool:
+        steps = _rowcount_steps(UNRETIRE_SQL, thread_id)
+        return bool(self._run(steps, "unretire", write=True))
 
     def _is_forgotten(self, thread_id: str) -> bool:
         return bool(self._run(one_value_steps(FORGOTTEN_SQL, thread_id, False), "read"))

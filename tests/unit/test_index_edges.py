@@ -1,0 +1,167 @@
+"""Edge cases of embedding and indexing: what the embedder, the caller or a race hands us.
+
+Each case is refused clearly, reported, or round-trips faithfully; none is stored or
+recalled changed.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall import (
+    EmbeddingMismatchError,
+    InMemoryStorage,
+    InvalidInputError,
+    SemanticRecall,
+    SemanticRecallError,
+    SQLiteStorage,
+)
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+IDS = {"thread_id": "t1", "resource_id": "alice"}
+
+
+class AnswersWith(Embeddings):
+    """An embedder whose first answer is `first` (then FakeEmbeddings' vectors)."""
+
+    def __init__(self, first: Any) -> None:
+        self.first = first
+        self.inner = FakeEmbeddings(8)
+        self.inner.dimension = None  # no declared dimension: the engine probes
+        self.answered = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.answered += 1
+        if self.answered == 1:
+            return self.first  # type: ignore[no-any-return]
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+@pytest.mark.parametrize("first", [[[]], [None], [], None])
+async def test_no_vector_on_the_first_embed_is_an_embedder_failure(first: Any) -> None:
+    for asynchronous in (False, True):
+        memory = SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=AnswersWith(first),
+        )
+        turn = [HumanMessage("what did I say about the garden?")]
+        # Recall degrades to no memory, as when the embedder raises: not a mismatch.
+        if asynchronous:
+            assert await memory.arecall(turn, **IDS) == turn
+        else:
+            assert memory.recall(turn, **IDS) == turn
+        memory = SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=AnswersWith(first),
+        )
+        with pytest.raises(SemanticRecallError, match="no usable vector") as raised:
+            memory.search("garden", **IDS)
+        assert not isinstance(raised.value, EmbeddingMismatchError)
+
+
+class ZeroFor(FakeEmbeddings):
+    """Fake vectors, but all zeros for texts holding `word`."""
+
+    def __init__(self, word: str) -> None:
+        super().__init__(8)
+        self.word = word
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors = super().embed_documents(texts)
+        return [[0.0] * 8 if self.word in t else v for t, v in zip(texts, vectors, strict=True)]
+
+
+def test_an_all_zero_vector_is_refused_with_a_reason() -> None:
+    vectors = InMemoryVectorIndex()
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=vectors, embeddings=ZeroFor("blank")
+    )
+    result = memory.index([HumanMessage("blank answer", id="z1")], **IDS)
+    assert result.embedded == ()
+    assert result.error is not None
+    assert "all-zero vector" in result.error
+    assert vectors.message_ids(memory.stats().index_name) == set()
+    assert memory.index([HumanMessage("a garden", id="g1")], **IDS).embedded == ("g1",)
+    with pytest.raises(SemanticRecallError, match="all-zero"):
+        memory.search("blank", **IDS)
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [(object(), "object"), ({"a", "b"}, "set"), (b"raw", "bytes"), (Decimal("1.5"), "Decimal")],
+)
+def test_additional_kwargs_that_are_not_json_are_refused_not_changed(
+    value: object, kind: str
+) -> None:
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(8)
+    )
+    message = HumanMessage("hello", id="h1", additional_kwargs={"ok": 1, "extra": value})
+    with pytest.raises(InvalidInputError, match=rf"additional_kwargs\['extra'\].*{kind}"):
+        memory.index([message], **IDS)
+    assert memory.storage.count() == 0
+
+
+def test_json_additional_kwargs_and_a_datetime_created_at_round_trip() -> None:
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(8)
+    )
+    extra = {"nested": {"list": [1, 2.5, None, True, "é"]}, "n": -3}
+    when = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+    sent = HumanMessage("hello", id="h1", additional_kwargs={**extra, "created_at": when})
+    memory.index([sent], **IDS)
+    (stored,) = memory.storage.list_messages()
+    back = stored.to_message()
+    assert back.additional_kwargs == {**extra, "created_at": when.isoformat()}
+    assert stored.created_at == when
+
+
+class RacedStorage(SQLiteStorage):
+    """Another engine on the same file stores the same turn right after our read."""
+
+    other: SemanticRecall | None = None
+
+    def _get_windows(self, *args: Any, **kwargs: Any) -> Any:
+        found = super()._get_windows(*args, **kwargs)
+        other, self.other = self.other, None
+        if other is not None:  # between this engine's read and its write
+            assert other.index(turn_of_two(), **IDS).stored == ("u1", "a1")
+        return found
+
+
+def turn_of_two() -> list[HumanMessage | AIMessage]:
+    return [HumanMessage("the same turn", id="u1"), AIMessage("twice", id="a1")]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_two_writers_of_the_same_ids_do_not_both_report_stored(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    path = tmp_path / "m.db"
+    raced = RacedStorage(path)
+    vectors = InMemoryVectorIndex()
+    first = SemanticRecall(storage=raced, vector_store=vectors, embeddings=FakeEmbeddings(8))
+    raced.other = SemanticRecall(
+        storage=SQLiteStorage(path), vector_store=vectors, embeddings=FakeEmbeddings(8)
+    )
+    if asynchronous:
+        result = await first.aindex(turn_of_two(), **IDS)
+    else:
+        result = first.index(turn_of_two(), **IDS)
+    assert raced.other is None  # the other engine did write in between
+    assert result.stored == ()
+    assert [f.fate for f in result.fates] == ["unchanged", "unchanged"]
+    assert first.storage.count() == 2

@@ -1,0 +1,124 @@
+"""Moving a conversation to another owner, and restoring a forgotten one from its export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall import (
+    InvalidInputError,
+    OwnershipError,
+    ReadOnlyError,
+    ScopeFilter,
+    SemanticRecall,
+    SQLiteStorage,
+)
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+
+def engine(tmp_path: Path, **options: object) -> SemanticRecall:
+    return SemanticRecall(
+        storage=SQLiteStorage(tmp_path / "m.db"),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(32),
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def chat(prefix: str) -> list[HumanMessage | AIMessage]:
+    return [
+        HumanMessage(f"{prefix} my violin lesson is on friday", id=f"{prefix}-u"),
+        AIMessage(f"{prefix} noted, the violin lesson", id=f"{prefix}-a"),
+    ]
+
+
+def found(memory: SemanticRecall, resource: str) -> set[str]:
+    hits = memory.search("violin lesson", resource_id=resource)
+    return {m.id for hit in hits for m in hit.window}
+
+
+async def test_move_thread_gives_messages_and_vectors_to_the_new_owner(tmp_path: Path) -> None:
+    memory = engine(tmp_path)
+    memory.index(chat("t1"), thread_id="t1", resource_id="alice")
+    memory.index(chat("t2"), thread_id="t2", resource_id="alice")
+    assert memory.move_thread("t1", to="bob", resource_id="alice") == 2
+    assert memory.storage.get_thread_owner("t1") == "bob"
+    assert found(memory, "bob") == {"t1-u", "t1-a"}
+    assert found(memory, "alice") == {"t2-u", "t2-a"}
+    stats = memory.stats(resource_id="bob")
+    assert (stats.messages, stats.vectors, stats.missing_vectors, stats.orphan_vectors) == (
+        2,
+        2,
+        0,
+        0,
+    )
+    assert memory.stats(resource_id="alice").vectors == 2
+    memory.index([HumanMessage("bob goes on", id="t1-b")], thread_id="t1", resource_id="bob")
+    with pytest.raises(OwnershipError):  # the old owner no longer writes to it
+        memory.index([HumanMessage("mine", id="t1-c")], thread_id="t1", resource_id="alice")
+    assert await memory.amove_thread("t1", to="alice") == 3
+    assert found(memory, "bob") == set()
+    assert memory.move_thread("t1", to="alice") == 0  # already there: a repair, no move
+
+
+def test_move_thread_refusals_move_nothing(tmp_path: Path) -> None:
+    memory = engine(tmp_path)
+    memory.index(chat("t1"), thread_id="t1", resource_id="alice")
+    with pytest.raises(OwnershipError):
+        memory.move_thread("t1", to="mallory", resource_id="mallory")
+    with pytest.raises(InvalidInputError, match="not stored"):
+        memory.move_thread("nope", to="bob")
+    with pytest.raises(InvalidInputError):
+        memory.move_thread("t1", to="")
+    with pytest.raises(ReadOnlyError):
+        memory.with_options(read_only=True).move_thread("t1", to="bob")
+    assert memory.storage.get_thread_owner("t1") == "alice"
+    assert found(memory, "alice") == {"t1-u", "t1-a"}
+    assert found(memory, "mallory") == found(memory, "bob") == set()
+
+
+async def test_restore_thread_lets_a_forgotten_export_be_written_again(tmp_path: Path) -> None:
+    memory = engine(tmp_path)
+    memory.index(chat("t1"), thread_id="t1", resource_id="alice")
+    memory.forget_thread("t1")
+    assert memory.index(chat("t1"), thread_id="t1", resource_id="alice").forgotten
+    assert memory.restore_thread("t1") is True
+    result = memory.index(chat("t1"), thread_id="t1", resource_id="alice")
+    assert result.stored == ("t1-u", "t1-a")
+    assert found(memory, "alice") == {"t1-u", "t1-a"}
+    assert memory.restore_thread("t1") is False  # not retired
+    memory.forget_thread("t1")
+    assert await memory.arestore_thread("t1") is True
+    with pytest.raises(ReadOnlyError):
+        memory.with_options(read_only=True).restore_thread("t1")
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    owners=st.lists(st.sampled_from(["ann", "ben", "cat"]), min_size=1, max_size=4),
+    target=st.sampled_from(["ann", "ben", "cat", "dan"]),
+)
+def test_after_a_move_only_the_new_owner_sees_the_thread(
+    tmp_path_factory: pytest.TempPathFactory, owners: list[str], target: str
+) -> None:
+    memory = engine(tmp_path_factory.mktemp("move"))
+    for n, owner in enumerate(owners):
+        memory.index(chat(f"t{n}"), thread_id=f"t{n}", resource_id=owner)
+    memory.move_thread("t0", to=target, resource_id=owners[0])
+    for resource in ("ann", "ben", "cat", "dan"):
+        ids = {m.id for m in memory.storage.list_messages(ScopeFilter(resource))}
+        expected = {
+            f"t{n}-{r}"
+            for n, owner in enumerate(owners)
+            for r in "ua"
+            if (target if n == 0 else owner) == resource
+        }
+        assert ids == expected
+        assert found(memory, resource) == expected
