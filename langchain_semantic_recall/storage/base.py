@@ -264,8 +264,7 @@ class MessageStorage(ABC):
         return await self._alist_messages(scope, after=cursor, limit=limit)
 
     def last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
-        """The newest `limit` messages of the scope's thread, oldest first; reads only those
-        (a backend without its own `_last_messages` pages through the thread).
+        """The newest `limit` messages of the scope's thread, oldest first, read alone.
 
         Raises:
             InvalidInputError: `scope` has no `thread_id`, or `limit` is below 1.
