@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["SMALL_TALK", "UNRELATED", "QueryBaseline", "Reference"]
+__all__ = ["SMALL_TALK", "UNRELATED", "Z_LIMIT", "QueryBaseline", "Reference"]
+
+Z_LIMIT = 20.0
+"""Most spreads a similarity may stand above (or below) unrelated text."""
 
 UNRELATED: tuple[str, ...] = (
     "The bus to the airport leaves every twenty minutes from the main square.",
@@ -142,8 +145,13 @@ class QueryBaseline:
     """Cosine to the nearest `SMALL_TALK` turn minus cosine to the nearest unrelated one."""
 
     def z(self, cosine: float | np.ndarray) -> float | np.ndarray:
-        """`cosine` in units of this query's spread above unrelated text."""
-        return (cosine - self.mean) / self.spread
+        """`cosine` in units of this query's spread above unrelated text, within +-`Z_LIMIT`.
+
+        The limit only matters when a query is nearly orthogonal to every reference
+        sentence (spread near 0, as with a bag-of-words embedder), where the ratio would
+        explode; the best matches of all development questions (MiniLM) stay under 16.
+        """
+        return np.clip((cosine - self.mean) / self.spread, -Z_LIMIT, Z_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)

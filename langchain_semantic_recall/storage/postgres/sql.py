@@ -27,7 +27,6 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.keywords import BM25Params, bm25_score, message_terms, query_terms
 from langchain_semantic_recall.records import (
-    NO_RESOURCE,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
@@ -379,84 +378,6 @@ def count_steps(scope: ScopeFilter | None, up_to: int | None = None) -> Steps[in
     params: dict[str, Any] = {**scope_params, "up_to": up_to}
     sql = f"SELECT 1 FROM {_M} WHERE TRUE{where}" + (" LIMIT %(up_to)s" if up_to else "")
     return int((yield Query(f"SELECT count(*) FROM ({sql}) AS scope", params)).rows[0][0])
-
-
-def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
-    """Delete the thread's messages (their keyword terms with them) and its row.
-
-    With `retire`, also retire its id, under the thread's lock (late writers queue
-    behind).
-    """
-    yield from _lock_steps([thread_id])
-    owner = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
-    deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = %s", (thread_id,))).rowcount
-    yield Query(f"DELETE FROM {_T} WHERE thread_id = %s", (thread_id,))
-    if not retire:
-        return deleted
-    yield Query(
-        f"INSERT INTO {_F} (thread_id, resource_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-        (thread_id, owner.rows[0][0] if owner.rows else None),
-    )
-    return deleted
-
-
-def adopt_steps(thread_id: str, resource_id: str) -> Steps[int]:
-    """Give an unowned thread (`NO_RESOURCE`) its owner, under the thread's lock.
-
-    Raises:
-        OwnershipError: the thread is owned by another resource.
-    """
-    yield from _lock_steps([thread_id])
-    owner = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
-    if not owner or owner[0][0] == resource_id:
-        return 0
-    if owner[0][0] != NO_RESOURCE:
-        raise OwnershipError(
-            f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
-        )
-    return (yield from _reassign_steps(thread_id, owner[0][0], resource_id))
-
-
-def move_thread_steps(thread_id: str, to_resource: str) -> Steps[int]:
-    """Give the thread to `to_resource`: its row, its messages and their scope lexeme."""
-    yield from _lock_steps([thread_id])
-    owner = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
-    if not owner:
-        return 0
-    return (yield from _reassign_steps(thread_id, owner[0][0], to_resource))
-
-
-def _reassign_steps(thread_id: str, old: str, new: str) -> Steps[int]:
-    """The thread's row and messages to `new`, their scope lexeme with them (locked)."""
-    yield Query(f"UPDATE {_T} SET resource_id = %s WHERE thread_id = %s", (new, thread_id))
-    tokens = (_scope_token("r", old), _scope_token("r", new))
-    moved = yield Query(
-        f"UPDATE {_M} SET resource_id = %s, tsv = array_to_tsvector(array_replace("
-        "tsvector_to_array(tsv), %s, %s)) WHERE thread_id = %s",
-        (new, *tokens, thread_id),
-    )
-    return moved.rowcount
-
-
-UNRETIRE_SQL: Final = f"DELETE FROM {_F} WHERE thread_id = %s"
-
-
-def delete_resource_steps(resource_id: str) -> Steps[int]:
-    """Delete every thread of a resource and retire their ids; the messages deleted."""
-    rows = yield Query(f"SELECT thread_id FROM {_T} WHERE resource_id = %s", (resource_id,))
-    threads = [row[0] for row in rows.rows]
-    if not threads:
-        return 0
-    yield from _lock_steps(threads)
-    # Only the threads locked above: a thread created meanwhile is a new one, and stays.
-    yield Query(
-        f"INSERT INTO {_F} (thread_id, resource_id) SELECT t, %s FROM unnest(%s::text[]) "
-        "AS t ON CONFLICT DO NOTHING",
-        (resource_id, threads),
-    )
-    deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = ANY(%s)", (threads,))).rowcount
-    yield Query(f"DELETE FROM {_T} WHERE thread_id = ANY(%s)", (threads,))
-    return deleted
 
 
 def keyword_steps(

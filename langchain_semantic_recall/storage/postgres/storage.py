@@ -39,24 +39,26 @@ from langchain_semantic_recall.records import (
     StoredMessage,
 )
 from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.postgres.lifecycle import (
+    UNRETIRE_SQL,
+    adopt_steps,
+    delete_resource_steps,
+    delete_thread_steps,
+    move_thread_steps,
+)
 from langchain_semantic_recall.storage.postgres.schema import setup_steps
 from langchain_semantic_recall.storage.postgres.sql import (
     COMPACTED,
     FORGOTTEN_SQL,
     OWNER_SQL,
-    UNRETIRE_SQL,
     Query,
     Result,
     Steps,
-    adopt_steps,
     compact_steps,
     count_steps,
-    delete_resource_steps,
-    delete_thread_steps,
     keyword_steps,
     last_steps,
     list_steps,
-    move_thread_steps,
     one_value_steps,
     put_steps,
     threads_steps,
