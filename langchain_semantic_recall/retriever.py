@@ -152,7 +152,7 @@ class SemanticRecallRetriever(BaseRetriever):
 
     Args:
         memory: the `SemanticRecall` engine to search.
-        k: hits per query (default: the engine's `top_k`).
+        k: documents per query, best first (default: every hit the search returns).
         scope: `"thread"` or `"resource"` (default: the engine's).
         search_kwargs: LangChain's option bundle: `k`, `score_threshold`. Unknown
             keys raise.
@@ -194,7 +194,7 @@ class SemanticRecallRetriever(BaseRetriever):
             "config": config,
             "thread_id": self.thread_id,
             "resource_id": self.resource_id,
-            "top_k": k or self.k or self.search_kwargs.get("k"),
+            "k": k or self.k or self.search_kwargs.get("k"),
             "scope": self.scope,
             "threshold": self.search_kwargs.get("score_threshold"),
         }
@@ -220,8 +220,10 @@ class SemanticRecallRetriever(BaseRetriever):
         run_manager: CallbackManagerForRetrieverRun,
         options: dict[str, Any] | None = None,
     ) -> list[Document]:
-        hits = self.memory.search(query, **(options or self._options(None, None)))
-        return [hit_to_document(hit) for hit in hits]
+        options = dict(options or self._options(None, None))
+        k = _wider(options, self.memory.top_k)
+        hits = self.memory.search(query, **options)
+        return [hit_to_document(hit) for hit in hits[:k]]
 
     async def _aget_relevant_documents(
         self,
@@ -230,8 +232,21 @@ class SemanticRecallRetriever(BaseRetriever):
         run_manager: AsyncCallbackManagerForRetrieverRun,
         options: dict[str, Any] | None = None,
     ) -> list[Document]:
-        hits = await self.memory.asearch(query, **(options or self._options(None, None)))
-        return [hit_to_document(hit) for hit in hits]
+        options = dict(options or self._options(None, None))
+        k = _wider(options, self.memory.top_k)
+        hits = await self.memory.asearch(query, **options)
+        return [hit_to_document(hit) for hit in hits[:k]]
+
+
+def _wider(options: dict[str, Any], top_k: int) -> int | None:
+    """Turn the retriever's `k` (documents) into a search at least as wide; returns `k`.
+
+    A hybrid hit is a message with its window, and the engine's `top_k` is its candidate
+    pool: asking the search for `k` candidates could return fewer than `k` documents.
+    """
+    k: int | None = options.pop("k", None)
+    options["top_k"] = None if k is None else max(k, top_k)
+    return k
 
 
 class MemorySearchInput(BaseModel):

@@ -54,7 +54,15 @@ class SearchPlan:
     candidates: int
     weights: NeighbourWeights
     relevance: RelevanceModel
-    """Hybrid mode's relevance model (`relevance.model`), with this plan's window."""
+    """Hybrid mode's fitted relevance model (`relevance.model`); see `scorer`."""
+
+    @property
+    def scorer(self) -> RelevanceModel:
+        """The relevance model with this plan's candidates (`top_k`) and window."""
+        window = self.message_range
+        return replace(
+            self.relevance, candidates=self.top_k, before=window.before, after=window.after
+        )
 
     @property
     def uses_vectors(self) -> bool:
@@ -118,7 +126,7 @@ class SearchPlan:
         scope_size: int,
     ) -> list[RecallHit]:
         """The hybrid hits: as many of the likeliest messages as the evidence earns."""
-        return self.relevance.select(
+        return self.scorer.select(
             query,
             kept,
             windows,
@@ -213,7 +221,7 @@ def resolve(
         time_boost=check_weight("time_boost", time_boost),
         candidates=check_count("candidates", candidates),
         weights=NeighbourWeights.linear(window.before, window.after),
-        relevance=_relevance(mode, window, top_k),
+        relevance=default_model(),
     )
 
 
@@ -222,16 +230,3 @@ def _default_top_k(mode: str) -> int:
     if mode == "hybrid":
         return default_model().candidates
     return DEFAULT_TOP_K if mode == "dense" else HYBRID_TOP_K
-
-
-def _relevance(mode: str, window: MessageRange, top_k: int | None) -> RelevanceModel:
-    """The shipped relevance model, with the window and candidate count the caller set."""
-    model = default_model()
-    if mode != "hybrid":
-        return model
-    return replace(
-        model,
-        before=window.before,
-        after=window.after,
-        candidates=model.candidates if top_k is None else top_k,
-    )

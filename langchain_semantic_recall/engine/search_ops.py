@@ -119,7 +119,7 @@ def _calibrated_search(
     unread = [message_id for message_id, _ in dense if message_id not in found]
     found = {**found, **(yield steps.read_windows(unread, before=0, after=0, scope=scope))}
     facts = plan.query(query, dense, keyword, found, reference.baseline(vector))
-    model = plan.relevance
+    model = plan.scorer
     if model.share(facts, plan.threshold) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}

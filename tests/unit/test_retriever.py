@@ -12,9 +12,11 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from langchain_semantic_recall import (
     IdentityMismatchError,
+    InMemoryStorage,
     InvalidInputError,
     InvalidOptionError,
     MissingIdentityError,
+    SemanticRecall,
 )
 from langchain_semantic_recall.retriever import (
     MemorySearchTool,
@@ -224,3 +226,49 @@ async def test_the_tools_own_output_is_never_stored_or_recalled(memory: FactsMem
     assert "source: memory" in (fates["tool-out"].reason or "")
     stored = {m.id for m in engine.storage.list_messages()}
     assert "tool-out" not in stored
+
+
+# --- k and score_threshold (LangChain's meanings) -----------------------------------------
+
+
+def _two_facts() -> SemanticRecall:
+    from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+    from tests.fakes import FakeEmbeddings
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=4096),
+    )
+    filler = [f"note {n} about the weather and groceries" for n in range(30)]
+    for n, text in enumerate([*filler[:15], "the kayak trip to Lake Bled", *filler[15:]]):
+        memory.index([HumanMessage(text, id=f"a{n}")], thread_id="a", resource_id="r")
+    memory.index([HumanMessage("a kayak trip again", id="b0")], thread_id="b", resource_id="r")
+    return memory
+
+
+@pytest.mark.parametrize("k", [1, 2])
+async def test_k_is_the_number_of_documents_when_that_many_are_relevant(k: int) -> None:
+    """k=2 once returned 1 document: k was the candidate pool, not the documents."""
+    memory = _two_facts()
+    retriever = memory.as_retriever(resource_id="r", search_kwargs={"k": k})
+    for docs in (retriever.invoke("kayak trip"), await retriever.ainvoke("kayak trip")):
+        assert len(docs) == k
+    both = memory.as_retriever(resource_id="r", k=2).invoke("kayak trip")
+    assert {d.metadata["thread_id"] for d in both} == {"a", "b"}
+
+
+def test_score_threshold_zero_turns_the_cut_off_off() -> None:
+    memory = _two_facts()
+    quiet = memory.as_retriever(resource_id="r").invoke("zebra xylophone quantum")
+    assert quiet == []  # nothing closer than unrelated text: the evidence says silence
+    every = memory.as_retriever(resource_id="r", search_kwargs={"score_threshold": 0.0})
+    assert every.invoke("zebra xylophone quantum")  # the floor is 0: the budget is spent
+
+
+def test_a_per_call_top_k_narrows_hybrid_candidates() -> None:
+    memory = _two_facts()
+    wide = memory.search("kayak trip", resource_id="r")
+    narrow = memory.search("kayak trip", resource_id="r", top_k=1)
+    assert len(narrow) == 1
+    assert len(wide) >= 2
