@@ -30,14 +30,13 @@ from langchain_core.callbacks import (
     CallbackManagerForToolRun,
 )
 from langchain_core.documents import Document
-from langchain_core.messages import ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.messages import MEMORY_SOURCE, tag_as_memory
+from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
 from langchain_semantic_recall.quoting import escape_label, escape_memory_text
 from langchain_semantic_recall.records import RecallHit, StoredMessage
@@ -261,9 +260,7 @@ class MemorySearchTool(BaseTool):
     The model passes only `query`; thread and resource come from the run (config,
     then runtime context, by the engine's rule), so the search stays inside the
     caller's scope whatever the model writes. The tool answers with text for the model
-    and the hits as `Document` artifacts. Its `ToolMessage` is tagged `source: memory`
-    like recalled messages, so indexing the agent's state never stores it: what memory
-    said is not recalled later as if it had been said again.
+    and the hits as `Document` artifacts.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -273,14 +270,6 @@ class MemorySearchTool(BaseTool):
     args_schema: type[BaseModel] = MemorySearchInput
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     memory: Any
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        """`BaseTool.run`, its `ToolMessage` tagged `source: memory`."""
-        return _as_memory(super().run(*args, **kwargs))
-
-    async def arun(self, *args: Any, **kwargs: Any) -> Any:
-        """Async twin of `run`."""
-        return _as_memory(await super().arun(*args, **kwargs))
 
     def _run(
         self,
@@ -299,11 +288,6 @@ class MemorySearchTool(BaseTool):
     ) -> tuple[str, list[Document]]:
         hits = await self.memory.asearch(query, config=config)
         return format_hits(hits), [hit_to_document(hit) for hit in hits]
-
-
-def _as_memory(output: Any) -> Any:
-    """A tool call's `ToolMessage` tagged `source: memory` (other outputs unchanged)."""
-    return tag_as_memory(output) if isinstance(output, ToolMessage) else output
 
 
 def create_memory_search_tool(

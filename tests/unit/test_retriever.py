@@ -208,25 +208,6 @@ def test_format_hits(memory: FactsMemory) -> None:
     assert f"> user: garden {SECRETS[0]}" in text
 
 
-async def test_the_tools_own_output_is_never_stored_or_recalled(memory: FactsMemory) -> None:
-    engine = memory.engine
-    call = {"name": "search_memory", "args": {"query": "garden"}, "id": "c9", "type": "tool_call"}
-    for answer in (
-        engine.as_tool().invoke(call, ALICE),
-        await engine.as_tool().ainvoke(call, ALICE),
-    ):
-        assert isinstance(answer, ToolMessage)
-        assert answer.additional_kwargs["source"] == "memory"
-        assert SECRETS[0] in answer.text
-    asked = AIMessage("", id="ask", tool_calls=[{"name": "search_memory", "args": {}, "id": "c9"}])
-    answer.id = "tool-out"
-    result = engine.index([asked, answer], **ALICE["configurable"])
-    fates = {f.message_id: f for f in result.fates}
-    assert fates["tool-out"].fate == "skipped"
-    assert "source: memory" in (fates["tool-out"].reason or "")
-    stored = {m.id for m in engine.storage.list_messages()}
-    assert "tool-out" not in stored
-
 
 # --- k and score_threshold (LangChain's meanings) -----------------------------------------
 
