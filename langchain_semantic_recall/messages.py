@@ -25,10 +25,14 @@ from langchain_core.messages import (
 )
 
 from langchain_semantic_recall.errors import InvalidInputError
-from langchain_semantic_recall.records import MessageRecord, Role
+from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
 
 MEMORY_SOURCE = "memory"
 """Value of `additional_kwargs["source"]` on every message that recall injects."""
+
+MEMORY_TOOL_SOURCE = "memory_search"
+"""Value of `additional_kwargs["source"]` on the memory search tool's answers: stored with
+the conversation (its tool call keeps its result), never handed back by recall."""
 
 TITLE_KEY = "conversation_title"
 """`additional_kwargs` key a message may carry to name its conversation (its label in
@@ -164,6 +168,14 @@ def query_text(messages: Sequence[BaseMessage]) -> str | None:
 def is_recalled(message: BaseMessage) -> bool:
     """Whether the message was injected by recall (tagged `source: memory`)."""
     return message.additional_kwargs.get("source") == MEMORY_SOURCE
+
+
+def echoes_memory(stored: StoredMessage) -> bool:
+    """Whether a stored message is the memory search tool's answer (recalled text)."""
+    if stored.role != "tool":
+        return False
+    data = json.loads(stored.payload).get("data", {})
+    return bool(data.get("additional_kwargs", {}).get("source") == MEMORY_TOOL_SOURCE)
 
 
 def tag_as_memory(message: BaseMessage) -> BaseMessage:

@@ -30,13 +30,14 @@ from langchain_core.callbacks import (
     CallbackManagerForToolRun,
 )
 from langchain_core.documents import Document
+from langchain_core.messages import ToolMessage
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
 from langchain_semantic_recall.quoting import escape_label, escape_memory_text
 from langchain_semantic_recall.records import RecallHit, StoredMessage
@@ -237,6 +238,18 @@ class SemanticRecallRetriever(BaseRetriever):
         return [hit_to_document(hit) for hit in hits[:k]]
 
 
+def _tagged(output: Any) -> Any:
+    """A tool call's `ToolMessage` tagged `source: memory_search` (other outputs unchanged).
+
+    Indexing stores it with the conversation (the tool call keeps its result); recall and
+    search never hand it back, so what memory said is not recalled as if it were said.
+    """
+    if not isinstance(output, ToolMessage):
+        return output
+    kwargs = {**output.additional_kwargs, "source": MEMORY_TOOL_SOURCE}
+    return output.model_copy(update={"additional_kwargs": kwargs})
+
+
 def _wider(options: dict[str, Any], top_k: int) -> int | None:
     """Turn the retriever's `k` (documents) into a search at least as wide; returns `k`.
 
@@ -260,7 +273,9 @@ class MemorySearchTool(BaseTool):
     The model passes only `query`; thread and resource come from the run (config,
     then runtime context, by the engine's rule), so the search stays inside the
     caller's scope whatever the model writes. The tool answers with text for the model
-    and the hits as `Document` artifacts.
+    and the hits as `Document` artifacts. Its `ToolMessage` is tagged
+    `source: memory_search`: indexing stores it with the conversation, and recall never
+    hands it back, so what memory said is not recalled later as if it had been said.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -270,6 +285,14 @@ class MemorySearchTool(BaseTool):
     args_schema: type[BaseModel] = MemorySearchInput
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     memory: Any
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """`BaseTool.run`; its `ToolMessage` is tagged as the memory tool's answer."""
+        return _tagged(super().run(*args, **kwargs))
+
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        """Async twin of `run`."""
+        return _tagged(await super().arun(*args, **kwargs))
 
     def _run(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from langchain_core.messages import BaseMessage
 
@@ -20,7 +20,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     OwnershipError,
 )
-from langchain_semantic_recall.messages import query_text
+from langchain_semantic_recall.messages import echoes_memory, query_text
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.relevance.features import terms_of
@@ -62,7 +62,17 @@ def search_op(
         if owner is None:
             return []  # a thread nothing was stored for
         scope = ScopeFilter(thread_id=thread_id, resource_id=owner)
-    return (yield from _search_in(space, request.query, scope, request.plan))
+    return _without_echoes((yield from _search_in(space, request.query, scope, request.plan)))
+
+
+def _without_echoes(hits: Sequence[RecallHit]) -> list[RecallHit]:
+    """The hits less the memory search tool's stored answers: recalled once, not again."""
+    kept = []
+    for hit in hits:
+        window = tuple(m for m in hit.window if not echoes_memory(m))
+        if window and not echoes_memory(hit.message):
+            kept.append(replace(hit, window=window))
+    return kept
 
 
 def _search_in(

@@ -208,7 +208,6 @@ def test_format_hits(memory: FactsMemory) -> None:
     assert f"> user: garden {SECRETS[0]}" in text
 
 
-
 # --- k and score_threshold (LangChain's meanings) -----------------------------------------
 
 
@@ -253,3 +252,29 @@ def test_a_per_call_top_k_narrows_hybrid_candidates() -> None:
     narrow = memory.search("kayak trip", resource_id="r", top_k=1)
     assert len(narrow) == 1
     assert len(wide) >= 2
+
+
+async def test_the_tools_answer_is_stored_but_never_recalled(memory: FactsMemory) -> None:
+    """Issue 23: the tool's own output came back in later recall windows as if said."""
+    engine = memory.engine
+    call = {"name": "search_memory", "args": {"query": "garden"}, "id": "c9", "type": "tool_call"}
+    answers = [engine.as_tool().invoke(call, ALICE), await engine.as_tool().ainvoke(call, ALICE)]
+    for n, answer in enumerate(answers):
+        assert isinstance(answer, ToolMessage)
+        assert answer.additional_kwargs["source"] == "memory_search"
+        assert SECRETS[0] in answer.text
+        question = HumanMessage(f"what did I plant in my garden, take {n}?", id=f"q{n}")
+        asked = AIMessage("", id=f"ask{n}", tool_calls=[{**call, "id": f"c{n}"}])
+        answer.id, answer.tool_call_id = f"tool-out{n}", f"c{n}"
+        turn = [question, asked, answer]
+        fates = {f.message_id: f.fate for f in engine.index(turn, **ALICE["configurable"]).fates}
+        assert fates[f"tool-out{n}"] == "stored"  # the tool call keeps its result
+    history = engine.chat_history(ALICE["configurable"]["thread_id"], resource_id="alice")
+    assert {"tool-out0", "tool-out1"} <= {m.id for m in history.messages}
+    whole = engine.with_options(search_mode="dense", message_range=(0, 2), top_k=20)
+    for hits in (  # whole windows: each question's holds the tool's answer two places on
+        whole.search("what did I plant in my garden", resource_id="alice"),
+        await whole.asearch("what did I plant in my garden", resource_id="alice"),
+    ):
+        assert {"q0", "q1"} <= {m.id for hit in hits for m in hit.window}
+        assert not {"tool-out0", "tool-out1"} & {m.id for hit in hits for m in hit.window}
