@@ -255,7 +255,7 @@ class RelevanceModel:
         if share <= 0.0:
             return []
         p = self.probabilities(query, kept, windows, scope_size)
-        ranked = sorted(p.items(), key=lambda item: (-item[1], item[0]))
+        ranked = sorted(p.items(), key=lambda item: (-_tie(item[1]), item[0]))
         if threshold is not None:
             ranked = [item for item in ranked if item[1] >= threshold]
         if budget is not None:
@@ -300,7 +300,12 @@ def _group(
         placed.update(m.id for m in mine)
         top = min(mine, key=lambda m: (-chosen[m.id], m.id))
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
-    return sorted(hits, key=lambda h: (-h.score, h.message.id))
+    return sorted(hits, key=lambda h: (-_tie(h.score), h.message.id))
+
+
+def _tie(probability: float) -> float:
+    """The probability as ranking compares it (float noise never decides a tie, ids do)."""
+    return round(probability, 9)
 
 
 def _weights(values: Mapping[str, float], names: Sequence[str]) -> list[float]:
