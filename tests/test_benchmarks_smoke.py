@@ -92,7 +92,15 @@ def test_perf_loop_smoke(tmp_path: Path) -> None:
         "agent alone (no memory)",
         "Chroma writes alone (no package code)",
     )
-    assert set(results) - {"args"} == set(scenarios)
+    assert set(results) - {"args", "targets"} == set(scenarios)
+    # issue 24: the worst stalls of both baselines and of ours, side by side, judged
+    assert "| engine |" in out.split("Target: ours")[1]
+    verdict = results["targets"]
+    assert set(verdict["baselines_max_ms"]) == set(scenarios[-2:])
+    assert verdict["bound_ms"] == max(verdict["baselines_max_ms"].values()) + 10
+    assert set(verdict["ours"]) == {"engine", "graph", "middleware"}
+    for name, cell in verdict["ours"].items():
+        assert cell["met"] == (results[name]["max_ms"] <= verdict["bound_ms"])
     for scenario in scenarios:
         assert results[scenario]["ticks"] > 0
         assert results[scenario]["max_ms"] >= 0
@@ -103,7 +111,26 @@ def test_perf_loop_runs_only_the_scenarios_asked(tmp_path: Path) -> None:
     args = ("--rounds", "1", "--concurrency", "2", "--only", "engine", "Chroma")
     _run("perf_loop.py", *args, "--out", str(tmp_path))
     results = json.loads((tmp_path / "perf_loop.json").read_text())
-    assert set(results) - {"args"} == {"engine", "Chroma writes alone (no package code)"}
+    assert set(results) - {"args", "targets"} == {
+        "engine",
+        "Chroma writes alone (no package code)",
+    }
+    assert results["targets"]["bound_ms"] is None  # one baseline only: no verdict
+    assert results["targets"]["ours"]["engine"]["met"] is None
+
+
+def test_perf_cli_smoke(tmp_path: Path) -> None:
+    out = _run("perf_cli.py", *("--runs", "1", "--out", str(tmp_path)))
+    assert "| `--help` |" in out
+    results = json.loads((tmp_path / "perf_cli.json").read_text())
+    commands = ("--help", "threads", "show", "stats")
+    assert set(results["targets"]) == set(commands)
+    expected = {f"{c} (ours)" for c in commands} | {
+        "python -c pass (interpreter)",
+        "import chromadb",
+    }
+    assert set(results["seconds"]) == expected
+    assert all(cell["median"] > 0 for cell in results["seconds"].values())
 
 
 def test_perf_memory_smoke(tmp_path: Path) -> None:
