@@ -9,26 +9,34 @@ itself, the same floating-point operations in the same order, so the same scores
 last bit), over *every* match of the scope.
 
 `PostingsCache` keeps the postings of recently searched resources, least recently used
-out first, bounded by the number of documents held. It never answers from stale data:
+out first, bounded by the number of documents held. A resource's postings are built on
+its first search, in the background when the file can be opened a second time (~0.5 s
+at 100k messages; meanwhile its searches run in SQL, same answers): the build reads a
+snapshot on its own connection, taken under the storage's lock, and the writes made
+through the storage after it are journaled and replayed on the postings before they
+are used. It never answers from stale data:
 
 - writes made through the owning storage are applied to the loaded postings inside
   their own transaction (new documents go to a small delta, rewritten and deleted ones
   are tombstoned); a large delta drops the postings, rebuilt at the next search;
 - any other change to the file (another process or connection: `PRAGMA data_version`;
   a write on this connection that did not come through those hooks:
-  `Connection.total_changes`) empties the cache.
+  `Connection.total_changes`) empties the cache and discards the builds in flight.
 
-Every method runs under the storage's lock, on its connection.
+Every method runs under the storage's lock, on its connection (a background build takes
+that lock to install its postings).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import sqlite3
+import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +44,8 @@ import numpy.typing as npt
 from langchain_semantic_recall.keywords import BM25Params
 
 __all__ = ["PostingsCache", "ResourcePostings"]
+
+logger = logging.getLogger(__name__)
 
 _LOAD: Final = (
     "SELECT t.message_id, m.thread_id, t.terms FROM messages AS m "
@@ -231,6 +241,31 @@ class ResourcePostings:
         return [(message_id, score) for score, message_id in ranked[:limit]]
 
 
+Change: TypeAlias = (
+    tuple[Literal["remove"], str]
+    | tuple[Literal["add"], tuple[str, str, Sequence[str]]]
+    | tuple[Literal["thread"], str]
+)
+"""A committed write to a resource whose postings are being built, replayed on them."""
+
+
+def _replay(postings: ResourcePostings, journal: Sequence[Change]) -> None:
+    added: list[tuple[str, str, Sequence[str]]] = []
+    for change in journal:
+        if change[0] == "add":
+            added.append(change[1])
+            continue
+        if added:  # keep the order: a later removal may hit a document added before it
+            postings.add(added)
+            added = []
+        if change[0] == "remove":
+            postings.remove(change[1])
+        else:
+            postings.remove_thread(change[1])
+    if added:
+        postings.add(added)
+
+
 @dataclass(slots=True)
 class _Pending:
     """A write's changes to the keyword index, applied to the loaded postings."""
@@ -248,9 +283,20 @@ class PostingsCache:
         min_docs: Resources with fewer searchable messages are searched in SQL (fast
             enough there, and nothing to keep in memory).
         max_docs: Most document slots kept in memory across resources (~0.25 KB each).
+        opener: Opens a read-only connection to the same file, for background builds
+            (None: build on the caller's thread, e.g. for an in-memory database).
+        lock: The storage's lock, which guards this cache (taken by background builds
+            to install their postings).
     """
 
-    def __init__(self, *, min_docs: int = 500, max_docs: int = 500_000) -> None:
+    def __init__(
+        self,
+        *,
+        min_docs: int = 500,
+        max_docs: int = 500_000,
+        opener: Callable[[], sqlite3.Connection] | None = None,
+        lock: threading.Lock | None = None,
+    ) -> None:
         """Create an empty cache."""
         self.min_docs = min_docs
         self.max_docs = max_docs
@@ -258,6 +304,11 @@ class PostingsCache:
         self._seen: tuple[int, int] | None = None
         self._pending = _Pending()
         self._before: int | None = None
+        self._opener = opener
+        self._lock = lock or threading.Lock()
+        self._building: dict[str, list[Change]] = {}
+        """Resource -> the journal of the writes committed since its build's snapshot."""
+        self._workers: list[threading.Thread] = []
 
     def __len__(self) -> int:
         return len(self._loaded)
@@ -268,9 +319,21 @@ class PostingsCache:
         return sum(postings.size for postings in self._loaded.values())
 
     def clear(self) -> None:
-        """Forget every loaded resource."""
+        """Forget every loaded resource, and discard the builds in flight."""
         self._loaded.clear()
+        self._building.clear()
         self._seen = None
+
+    def building(self, resource_id: str) -> bool:
+        """Whether the resource's postings are being built in the background."""
+        return resource_id in self._building
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the background builds started so far; False if some still run."""
+        for worker in list(self._workers):
+            worker.join(timeout)
+        self._workers = [w for w in self._workers if w.is_alive()]
+        return not self._workers
 
     @staticmethod
     def _fingerprint(conn: sqlite3.Connection) -> tuple[int, int]:
@@ -280,23 +343,85 @@ class PostingsCache:
         """The resource's postings (built if big enough), or None to search in SQL."""
         fingerprint = self._fingerprint(conn)
         if fingerprint != self._seen:  # a change that did not come through the hooks
-            self._loaded.clear()
+            self.clear()
             self._seen = fingerprint
         postings = self._loaded.get(resource_id)
         if postings is not None:
             self._loaded.move_to_end(resource_id)
             return postings
+        if resource_id in self._building:
+            return None
         if self.max_docs <= 0 or int(conn.execute(_COUNT, (resource_id,)).fetchone()[0]) < max(
             self.min_docs, 1
         ):
             return None
-        postings = ResourcePostings.build(conn.execute(_LOAD, (resource_id,)).fetchall())
+        if self._opener is None:
+            postings = ResourcePostings.build(conn.execute(_LOAD, (resource_id,)).fetchall())
+            self._install(resource_id, postings)
+            return postings
+        self._start_build(resource_id)
+        return None
+
+    def _install(self, resource_id: str, postings: ResourcePostings) -> None:
         self._loaded[resource_id] = postings
         held = self.docs_held
         while held > self.max_docs and len(self._loaded) > 1:
             _, dropped = self._loaded.popitem(last=False)
             held -= dropped.size
-        return postings
+
+    def _start_build(self, resource_id: str) -> None:
+        """Read the resource's snapshot now (under the lock), build it on a thread."""
+        assert self._opener is not None
+        reader = self._opener()
+        try:
+            reader.execute("BEGIN")  # the snapshot: no write of this storage can come first
+            cursor = reader.execute(_LOAD, (resource_id,))
+            first = cursor.fetchmany(256)
+        except BaseException:
+            reader.close()
+            raise
+        journal: list[Change] = []
+        self._building[resource_id] = journal
+        worker = threading.Thread(
+            target=self._build,
+            args=(reader, cursor, first, resource_id, journal),
+            name=f"keyword-postings-{resource_id[:40]}",
+            daemon=True,
+        )
+        self._workers = [w for w in self._workers if w.is_alive()] + [worker]
+        worker.start()
+
+    def _build(
+        self,
+        reader: sqlite3.Connection,
+        cursor: sqlite3.Cursor,
+        first: list[tuple[str, str, str]],
+        resource_id: str,
+        journal: list[Change],
+    ) -> None:
+        """The background build: read the snapshot, build, replay the journal, install."""
+        try:
+            rows = first + cursor.fetchall()
+            reader.execute("COMMIT")
+            postings = ResourcePostings.build(rows)
+        except Exception:  # searches keep running in SQL, with the same answers
+            logger.warning(
+                "building the keyword postings of resource %r failed; its searches run "
+                "in SQL (same results, slower) and the next one tries again",
+                resource_id,
+                exc_info=True,
+            )
+            postings = None
+        finally:
+            reader.close()
+        with self._lock:
+            if self._building.get(resource_id) is not journal:
+                return  # the cache was emptied, or the resource deleted, meanwhile
+            del self._building[resource_id]
+            if postings is not None:
+                _replay(postings, journal)
+                if not _stale([(resource_id, postings)]):
+                    self._install(resource_id, postings)
 
     # --- hooks: the storage's writes, inside their transaction -------------------------
 
@@ -307,24 +432,34 @@ class PostingsCache:
             self.clear()  # someone else wrote since the last look: rebuild lazily
         self._before = conn.total_changes
 
+    def _tracked(self, resource_id: str) -> bool:
+        return resource_id in self._loaded or resource_id in self._building
+
     def rewritten(self, resource_id: str, message_id: str) -> None:
         """A stored message is about to be rewritten."""
-        if resource_id in self._loaded:
+        if self._tracked(resource_id):
             self._pending.removed.append((resource_id, message_id))
             self._pending.added.pop(message_id, None)
 
     def added(self, resource_id: str, thread_id: str, message_id: str, terms: list[str]) -> None:
         """A message was made keyword-searchable under `terms`."""
-        if resource_id in self._loaded and terms:
+        if self._tracked(resource_id) and terms:
             self._pending.added[message_id] = (resource_id, thread_id, terms)
 
     def deleted(self, resource_id: str | None, thread_id: str | None = None) -> None:
         """A thread (or, without `thread_id`, the whole resource) was deleted."""
-        postings = self._loaded.get(resource_id) if resource_id is not None else None
+        if resource_id is None:
+            return
+        if resource_id in self._building:  # (an aborted write then discards the build)
+            if thread_id is None:
+                del self._building[resource_id]
+            else:
+                self._building[resource_id].append(("thread", thread_id))
+        postings = self._loaded.get(resource_id)
         if postings is None:
             return
         if thread_id is None:
-            del self._loaded[str(resource_id)]
+            del self._loaded[resource_id]
         else:
             postings.remove_thread(thread_id)
 
@@ -333,9 +468,12 @@ class PostingsCache:
         pending, self._pending = self._pending, _Pending()
         if self._seen is None or self._before is None:
             self._loaded.clear()
+            self._building.clear()
         for resource_id, message_id in pending.removed:
             if resource_id in self._loaded:
                 self._loaded[resource_id].remove(message_id)
+            elif resource_id in self._building:
+                self._building[resource_id].append(("remove", message_id))
         by_resource: dict[str, list[tuple[str, str, Sequence[str]]]] = {}
         for message_id, (resource_id, thread_id, terms) in pending.added.items():
             by_resource.setdefault(resource_id, []).append((message_id, thread_id, terms))
@@ -343,6 +481,8 @@ class PostingsCache:
             postings = self._loaded.get(resource_id)
             if postings is not None:
                 postings.add(documents)
+            elif resource_id in self._building:
+                self._building[resource_id].extend(("add", document) for document in documents)
         for resource_id in _stale(self._loaded.items()):
             del self._loaded[resource_id]
         self._seen = self._fingerprint(conn)
