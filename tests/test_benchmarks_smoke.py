@@ -70,7 +70,7 @@ def test_perf_index_smoke(tmp_path: Path) -> None:
 def test_perf_hybrid_smoke(tmp_path: Path) -> None:
     out = _run(
         "perf_hybrid.py",
-        *("--sizes", "tiny", "--queries", "8", "--out", str(tmp_path)),
+        *("--sizes", "tiny", "--queries", "8", "--turns", "4", "--out", str(tmp_path)),
         *("--work", str(tmp_path / "work")),
     )
     assert "hybrid/brute" in out
@@ -78,6 +78,9 @@ def test_perf_hybrid_smoke(tmp_path: Path) -> None:
     assert set(tiny["lat"]) == {"brute", "dense", "hybrid", "keyword", "keyword_sql"}
     assert tiny["keyword_same_as_sql"] == 1.0  # the postings answer exactly as SQL
     assert len(tiny["cold_ms"]) == 3  # one cold first search per resource
+    assert len(tiny["chroma_cold_ms"]) == 3  # and Chroma's own, in another process
+    assert tiny["turn"]["lat"]["ours"]["n"] == tiny["turn"]["lat"]["chroma"]["n"] == 4
+    assert "index one turn" in out
 
 
 def test_perf_loop_smoke(tmp_path: Path) -> None:
