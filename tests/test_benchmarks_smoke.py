@@ -145,3 +145,5 @@ def test_perf_memory_smoke(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "perf_memory.json").read_text())
     assert results["samples"][-1][0] == 6
     assert results["search_ms"]["n"] == 6
+    assert results["chroma_cold_ms"]["n"] == 6  # Chroma's own cold queries, the floor
+    assert "Chroma's own cold first query" in out
