@@ -10,8 +10,10 @@ last bit), over *every* match of the scope.
 
 `PostingsCache` keeps the postings of recently searched resources, least recently used
 out first, bounded by the number of documents held. A resource's postings are built on
-its first search, in the background when the file can be opened a second time (~0.5 s
-at 100k messages; meanwhile its searches run in SQL, same answers): the build reads a
+its first search; from `BACKGROUND_DOCS` messages on (~0.5 s at 100k), in the background
+when the file can be opened a second time (meanwhile its searches run in SQL, same
+answers; a smaller build, a few ms, costs less than a thread and a connection): the build
+reads a
 snapshot on its own connection, taken under the storage's lock, and the writes made
 through the storage after it are journaled and replayed on the postings before they
 are used. It never answers from stale data:
@@ -46,6 +48,9 @@ from langchain_semantic_recall.keywords import BM25Params
 __all__ = ["PostingsCache", "ResourcePostings"]
 
 logger = logging.getLogger(__name__)
+
+BACKGROUND_DOCS: Final = 20_000
+"""Resources of this many searchable messages (a ~0.1 s build) are built in the background."""
 
 _LOAD: Final = (
     "SELECT t.message_id, m.thread_id, t.terms FROM messages AS m "
@@ -210,7 +215,7 @@ class ResourcePostings:
         k1, b = params.k1, params.b
         docs, avg_length = stats.docs, stats.terms / stats.docs
         scores = np.zeros(len(self.ids), dtype=np.float64)
-        touched: list[Ints] = []
+        matched = False
         for term in terms:
             slots, tf = self._postings(term)
             keep = self.alive[slots]
@@ -223,13 +228,11 @@ class ResourcePostings:
             idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
             norm = k1 * ((1.0 - b) + (b * self.length[slots]) / avg_length)
             scores[slots] += ((idf * tf) * (k1 + 1.0)) / (tf + norm)
-            touched.append(slots)
-        if not touched:
+            matched = True
+        if not matched:
             return []
-        hits = np.unique(np.concatenate(touched))
+        hits = np.flatnonzero(scores > 0)  # the matched slots, sorted (no sort of postings)
         values = scores[hits]
-        keep = values > 0
-        hits, values = hits[keep], values[keep]
         if len(hits) > limit:  # keep the top `limit` and everything tied with the last
             floor = np.partition(values, len(values) - limit)[len(values) - limit]
             keep = values >= floor
@@ -305,12 +308,12 @@ class PostingsCache:
         self._pending = _Pending()
         self._before: int | None = None
         self._opener = opener
+        self.background_docs = BACKGROUND_DOCS
         self._lock = lock or threading.Lock()
-        self._building: dict[str, list[Change]] = {}
-        """Resource -> the journal of the writes committed since its build's snapshot."""
+        self._building: dict[str, list[Change]] = {}  # the writes since each build's snapshot
         self._workers: list[threading.Thread] = []
 
-    def __len__(self) -> int:
+    def __len__(self) -> int:  # resources loaded
         return len(self._loaded)
 
     @property
@@ -351,11 +354,10 @@ class PostingsCache:
             return postings
         if resource_id in self._building:
             return None
-        if self.max_docs <= 0 or int(conn.execute(_COUNT, (resource_id,)).fetchone()[0]) < max(
-            self.min_docs, 1
-        ):
+        docs = int(conn.execute(_COUNT, (resource_id,)).fetchone()[0]) if self.max_docs > 0 else 0
+        if docs < max(self.min_docs, 1):
             return None
-        if self._opener is None:
+        if self._opener is None or docs < self.background_docs:
             postings = ResourcePostings.build(conn.execute(_LOAD, (resource_id,)).fetchall())
             self._install(resource_id, postings)
             return postings
@@ -432,18 +434,15 @@ class PostingsCache:
             self.clear()  # someone else wrote since the last look: rebuild lazily
         self._before = conn.total_changes
 
-    def _tracked(self, resource_id: str) -> bool:
-        return resource_id in self._loaded or resource_id in self._building
-
     def rewritten(self, resource_id: str, message_id: str) -> None:
         """A stored message is about to be rewritten."""
-        if self._tracked(resource_id):
+        if resource_id in self._loaded or resource_id in self._building:
             self._pending.removed.append((resource_id, message_id))
             self._pending.added.pop(message_id, None)
 
     def added(self, resource_id: str, thread_id: str, message_id: str, terms: list[str]) -> None:
         """A message was made keyword-searchable under `terms`."""
-        if self._tracked(resource_id) and terms:
+        if (resource_id in self._loaded or resource_id in self._building) and terms:
             self._pending.added[message_id] = (resource_id, thread_id, terms)
 
     def deleted(self, resource_id: str | None, thread_id: str | None = None) -> None:

@@ -66,6 +66,7 @@ def pair(tmp_path: Path) -> tuple[SQLiteStorage, SQLiteStorage]:
     path = tmp_path / "m.db"
     sql = SQLiteStorage(path, keyword_cache_docs=0)
     memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    memory._postings.background_docs = 1  # every build in the background (default: 20,000+)
     yield sql, memory
     sql.close()
     memory.close()
@@ -186,6 +187,7 @@ def test_isolation_and_agreement_property(
     path = tmp_path_factory.mktemp("kw") / "m.db"
     sql = SQLiteStorage(path, keyword_cache_docs=0)
     memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    memory._postings.background_docs = 1  # builds race with the writes
     owner: dict[str, str] = {}
     try:
         for event in events:
@@ -226,11 +228,13 @@ class GatedBuild:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.release = threading.Event()
+        self.entered = threading.Event()
         self.threads: list[threading.Thread] = []
         real = ResourcePostings.build
 
         def build(rows: Sequence[tuple[str, str, str]]) -> ResourcePostings:
             self.threads.append(threading.current_thread())
+            self.entered.set()
             self.release.wait(timeout=5)  # the old code ran it on the caller: it waited here
             return real(rows)
 
@@ -249,7 +253,7 @@ def test_the_first_search_answers_in_sql_while_the_postings_build_elsewhere(
     first = memory.keyword_search("apple paint", scope=R0, limit=10)
     assert first == sql.keyword_search("apple paint", scope=R0, limit=10)
     assert not gate.release.is_set()
-    assert gate.threads
+    assert gate.entered.wait(timeout=30)  # the build reads its rows first
     assert gate.threads[0] is not threading.current_thread()
     assert memory._postings.building("r0")
     assert memory.keyword_search("dog", scope=R0, limit=5) == sql.keyword_search(
@@ -305,8 +309,21 @@ def test_a_change_the_journal_cannot_replay_discards_the_build(
         assert memory.keyword_search(query, scope=R0, limit=50) == sql.keyword_search(
             query, scope=R0, limit=50
         )
-    assert not memory._postings.building("r0")
-    assert_same(sql, memory)
+    assert_same(sql, memory)  # and once rebuilt from a fresh snapshot
+
+
+def test_a_small_resource_builds_on_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few ms of build cost less than a thread and a second connection."""
+    memory = SQLiteStorage(tmp_path / "m.db", keyword_cache_min_docs=1)
+    memory.put(random_records(random.Random(10), range(100)))
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()
+    memory.keyword_search("apple", scope=R0, limit=5)
+    assert gate.threads == [threading.current_thread()]
+    assert len(memory._postings) == 1
+    memory.close()
 
 
 def test_an_in_memory_database_builds_on_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
