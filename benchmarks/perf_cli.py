@@ -70,8 +70,13 @@ def run(source: Path, argv: list[str], *, code: str = RUN_CLI) -> float:
     """Seconds of wall time of one fresh interpreter running `code` with `argv`."""
     env = dict(os.environ, PYTHONPATH=str(source), NO_COLOR="1")
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, check=False
+    done = subprocess.run(  # cwd: `-c` puts it first on sys.path, before PYTHONPATH
+        [sys.executable, "-c", code, *argv],
+        env=env,
+        cwd=tempfile.gettempdir(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     took = time.perf_counter() - start
     if done.returncode != 0:
