@@ -7,7 +7,7 @@ the real model), in turn with the baselines so a busy machine slows all alike:
 
 * ``python -c pass``: the interpreter alone;
 * ``import chromadb``: what ``stats`` cannot avoid (it counts the vectors);
-* with ``--baseline-src DIR`` (e.g. ``git archive v0.2.0 langchain_semantic_recall | tar
+* with ``--baseline-src DIR`` (e.g. ``git archive f8ddf1b langchain_semantic_recall | tar
   -x -C DIR``): every command again from that source tree, the "before" column.
 
 Targets (issue 24): ``--help`` <= 0.5 s; ``threads``, ``stats``, ``show`` <= 1 s (median).
