@@ -10,13 +10,11 @@ last bit), over *every* match of the scope.
 
 `PostingsCache` keeps the postings of recently searched resources, least recently used
 out first, bounded by the number of documents held. A resource's postings are built on
-its first search; from `BACKGROUND_DOCS` messages on (~0.5 s at 100k), in the background
-when the file can be opened a second time (meanwhile its searches run in SQL, same
-answers; a smaller build, a few ms, costs less than a thread and a connection): the build
-reads a
-snapshot on its own connection, taken under the storage's lock, and the writes made
-through the storage after it are journaled and replayed on the postings before they
-are used. It never answers from stale data:
+its first search; from `BACKGROUND_DOCS` messages on (~0.5 s at 100k) in the background
+(its searches run in SQL meanwhile, same answers; a smaller build costs less than a
+thread and a connection), from a snapshot read on a second connection, taken under the
+storage's lock; the writes made through the storage after it are journaled and replayed
+on the postings before they are used. It never answers from stale data:
 
 - writes made through the owning storage are applied to the loaded postings inside
   their own transaction (new documents go to a small delta, rewritten and deleted ones
@@ -43,6 +41,7 @@ from typing import Final, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from langchain_semantic_recall.errors import SemanticRecallError
 from langchain_semantic_recall.keywords import BM25Params
 
 __all__ = ["PostingsCache", "ResourcePostings"]
@@ -357,12 +356,15 @@ class PostingsCache:
         docs = int(conn.execute(_COUNT, (resource_id,)).fetchone()[0]) if self.max_docs > 0 else 0
         if docs < max(self.min_docs, 1):
             return None
-        if self._opener is None or docs < self.background_docs:
-            postings = ResourcePostings.build(conn.execute(_LOAD, (resource_id,)).fetchall())
-            self._install(resource_id, postings)
-            return postings
-        self._start_build(resource_id)
-        return None
+        if self._opener is not None and docs >= self.background_docs:
+            try:
+                self._start_build(resource_id)
+                return None
+            except (sqlite3.Error, SemanticRecallError):  # no second connection: build here
+                logger.warning("cannot open %s again; building here", resource_id, exc_info=True)
+        postings = ResourcePostings.build(conn.execute(_LOAD, (resource_id,)).fetchall())
+        self._install(resource_id, postings)
+        return postings
 
     def _install(self, resource_id: str, postings: ResourcePostings) -> None:
         self._loaded[resource_id] = postings

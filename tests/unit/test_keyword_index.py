@@ -8,6 +8,7 @@ made during the build are replayed on them, and any other change discards them.
 from __future__ import annotations
 
 import random
+import sqlite3
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.keyword_index import ResourcePostings
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
@@ -324,6 +326,24 @@ def test_a_small_resource_builds_on_the_caller(
     assert gate.threads == [threading.current_thread()]
     assert len(memory._postings) == 1
     memory.close()
+
+
+def test_a_file_that_cannot_be_opened_again_builds_on_the_caller(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sql, memory = pair
+    sql.put(random_records(random.Random(11), range(200)))
+
+    def refused() -> sqlite3.Connection:
+        raise StorageError("too many open files")
+
+    monkeypatch.setattr(memory._postings, "_opener", refused)
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()
+    found = memory.keyword_search("apple", scope=R0, limit=5)  # answered, not failed
+    assert found == sql.keyword_search("apple", scope=R0, limit=5)
+    assert gate.threads == [threading.current_thread()]
+    assert len(memory._postings) == 1
 
 
 def test_an_in_memory_database_builds_on_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
