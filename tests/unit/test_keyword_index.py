@@ -69,6 +69,7 @@ def pair(tmp_path: Path) -> tuple[SQLiteStorage, SQLiteStorage]:
     sql = SQLiteStorage(path, keyword_cache_docs=0)
     memory = SQLiteStorage(path, keyword_cache_min_docs=1)
     memory._postings.background_docs = 1  # every build in the background (default: 20,000+)
+    memory._postings.first_search_in_sql = False  # and started by the first search
     yield sql, memory
     sql.close()
     memory.close()
@@ -190,6 +191,7 @@ def test_isolation_and_agreement_property(
     sql = SQLiteStorage(path, keyword_cache_docs=0)
     memory = SQLiteStorage(path, keyword_cache_min_docs=1)
     memory._postings.background_docs = 1  # builds race with the writes
+    memory._postings.first_search_in_sql = False
     owner: dict[str, str] = {}
     try:
         for event in events:
@@ -266,6 +268,29 @@ def test_the_first_search_answers_in_sql_while_the_postings_build_elsewhere(
     assert memory._postings.join(timeout=30)
     assert len(memory._postings) == 1
     assert not memory._postings.building("r0")
+    assert_same(sql, memory)
+
+
+def test_a_big_resource_is_built_from_its_second_search(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first search waits for Chroma to load the resource's index: no build beside it."""
+    sql, memory = pair
+    sql.put(random_records(random.Random(12), range(200)))
+    memory._postings.first_search_in_sql = True  # the default
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()
+    first = memory.keyword_search("apple", scope=R0, limit=5)
+    assert first == sql.keyword_search("apple", scope=R0, limit=5)
+    assert not memory._postings.building("r0")
+    assert memory._postings.join(timeout=30)
+    assert gate.threads == []
+    assert len(memory._postings) == 0
+    memory.keyword_search("apple", scope=R0, limit=5)  # the second: the build starts
+    assert memory._postings.join(timeout=30)
+    assert len(gate.threads) == 1
+    assert gate.threads[0] is not threading.current_thread()
+    assert len(memory._postings) == 1
     assert_same(sql, memory)
 
 
