@@ -1,15 +1,12 @@
 """Semantic recall over conversation history for LangChain and LangGraph agents.
 
-Importing this package is cheap: chromadb and the local model load on first use.
+Importing this package is cheap: every public name but the errors is imported on first
+use (LangChain's tracers, numpy, chromadb and the local model load only when needed), so
+`semantic-recall --help` and the storage-only commands start fast.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
-from langchain_semantic_recall.embeddings import EmbeddingCache
-from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
-from langchain_semantic_recall.engine.index_ops import BulkResult
-from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -22,45 +19,82 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
     StorageError,
 )
-from langchain_semantic_recall.messages import MEMORY_SOURCE
-from langchain_semantic_recall.options import MessageRange, Scope
-from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
-from langchain_semantic_recall.records import (
-    IndexResult,
-    MessageFate,
-    RecallHit,
-    ScopeFilter,
-    StoredMessage,
-)
-from langchain_semantic_recall.retriever import SemanticRecallRetriever, create_memory_search_tool
-from langchain_semantic_recall.storage import InMemoryStorage, MessageStorage, SQLiteStorage
-from langchain_semantic_recall.vectors import VectorIndex
 
-if TYPE_CHECKING:  # imported on first use (LangGraph and LangChain agents load slowly)
+if TYPE_CHECKING:  # imported on first use, see `_LAZY`
+    from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
+    from langchain_semantic_recall.embeddings import EmbeddingCache
+    from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
+    from langchain_semantic_recall.engine.index_ops import BulkResult
+    from langchain_semantic_recall.engine.maintenance_ops import RecallStats
     from langchain_semantic_recall.graph import (
         IndexNode,
         RecallNode,
         RecallState,
         create_recall_graph,
     )
+    from langchain_semantic_recall.messages import MEMORY_SOURCE
     from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+    from langchain_semantic_recall.options import MessageRange, Scope
+    from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
+    from langchain_semantic_recall.records import (
+        IndexResult,
+        MessageFate,
+        RecallHit,
+        ScopeFilter,
+        StoredMessage,
+    )
+    from langchain_semantic_recall.retriever import (
+        SemanticRecallRetriever,
+        create_memory_search_tool,
+    )
+    from langchain_semantic_recall.storage import InMemoryStorage, MessageStorage, SQLiteStorage
+    from langchain_semantic_recall.vectors import VectorIndex
 
 _LAZY = {
+    "SemanticRecallChatHistory": "chat_history",
+    "EmbeddingCache": "embeddings",
+    "Identity": "engine.identity",
+    "IdentityKeys": "engine.identity",
+    "BulkResult": "engine.index_ops",
+    "RecallStats": "engine.maintenance_ops",
     "IndexNode": "graph",
     "RecallNode": "graph",
     "RecallState": "graph",
     "create_recall_graph": "graph",
+    "MEMORY_SOURCE": "messages",
     "SemanticRecallMiddleware": "middleware",
+    "MessageRange": "options",
+    "Scope": "options",
+    "IndexInfo": "recall",
+    "SemanticRecall": "recall",
+    "IndexResult": "records",
+    "MessageFate": "records",
+    "RecallHit": "records",
+    "ScopeFilter": "records",
+    "StoredMessage": "records",
+    "SemanticRecallRetriever": "retriever",
+    "create_memory_search_tool": "retriever",
+    "InMemoryStorage": "storage",
+    "MessageStorage": "storage",
+    "SQLiteStorage": "storage",
+    "VectorIndex": "vectors",
 }
+"""Public name -> the submodule (under this package) that defines it."""
 
 
 def __getattr__(name: str) -> Any:
-    """The LangGraph and agent surfaces, imported when first used."""
+    """A public name, imported from its submodule when first used (then cached here)."""
     if name in _LAZY:
         from importlib import import_module
 
-        return getattr(import_module(f"langchain_semantic_recall.{_LAZY[name]}"), name)
+        value = getattr(import_module(f"langchain_semantic_recall.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __version__ = "0.2.0"

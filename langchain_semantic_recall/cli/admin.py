@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_ERROR,
@@ -11,6 +11,7 @@ from langchain_semantic_recall.cli.common import (
     confirm,
     disk_usage,
     human_bytes,
+    open_backends,
     open_memory,
     print_json,
     progress_bar,
@@ -22,6 +23,9 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
 )
 from langchain_semantic_recall.cli.render import style
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 
 
 def register(subparsers: Any) -> None:
@@ -59,8 +63,7 @@ def _register_stats(subparsers: Any) -> None:
 
 def run_stats(args: argparse.Namespace) -> int:
     """`semantic-recall stats`: counts (and, for a local store, sizes) of the store."""
-    memory = open_memory(args, read_only=True)
-    stats = memory.stats(resource_id=args.resource, thread_id=args.thread)
+    stats = _stats(args)
     local = store_urls(args) is None
     size = disk_usage(store_path(args)) if local else None
     label = store_label(args)
@@ -103,6 +106,30 @@ def run_stats(args: argparse.Namespace) -> int:
     if stats.missing_vectors or stats.orphan_vectors:
         print(style("  repair     semantic-recall reindex --missing-only", "yellow"))
     return EXIT_OK
+
+
+def _stats(args: argparse.Namespace) -> RecallStats:
+    """`SemanticRecall.stats` on the store's backends, without the engine class.
+
+    The engine class is a LangChain `Runnable`: its import alone took a third of the
+    command's time.
+    """
+    from langchain_semantic_recall.embeddings import EmbeddingCache
+    from langchain_semantic_recall.engine.maintenance_ops import maintenance_scope, stats_op
+    from langchain_semantic_recall.engine.steps import Backends, drive
+    from langchain_semantic_recall.engine.vector_space import VectorSpace
+    from langchain_semantic_recall.settings import as_vector_index
+
+    backends = open_backends(args, read_only=True)
+    storage = backends["storage"]
+    try:
+        space = VectorSpace(
+            backends["embeddings"], as_vector_index(backends["vector_store"]), EmbeddingCache(1)
+        )
+        scope = maintenance_scope(args.resource, args.thread)
+        return drive(stats_op(space, scope), Backends(storage, space))
+    finally:
+        storage.close()
 
 
 # --- forget ------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ import json
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.errors import SemanticRecallError
-from langchain_semantic_recall.messages import conversation_title
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -170,18 +170,65 @@ def open_memory(
     """
     from langchain_semantic_recall.recall import SemanticRecall
 
+    backends = open_backends(args, create=create, read_only=options.get("read_only"))
+    try:
+        return SemanticRecall(**backends, **options)
+    except BaseException:
+        backends["storage"].close()
+        raise
+
+
+def open_backends(
+    args: argparse.Namespace, *, create: bool = False, read_only: bool | None = None
+) -> dict[str, Any]:
+    """The storage, vector index and embedder of the store (`SemanticRecall`'s arguments).
+
+    For a command that needs the backends but not the engine (`stats`): the engine class
+    is a LangChain `Runnable`, whose import loads LangChain's tracers (~0.3 s).
+    """
+    from langchain_semantic_recall.settings import local_backends, url_backends
+
     urls = store_urls(args)
     if urls is not None:
-        return SemanticRecall.from_url(
-            storage=urls[0], vector=urls[1], embeddings=create_embeddings(), **options
-        )
+        return url_backends(urls[0], urls[1], create_embeddings())
     path = store_path(args)
-    if not create and not (path / "messages.sqlite3").exists():
+    if not create:
+        _require_store(path)
+    return local_backends(path, create_embeddings(), read_only=read_only)
+
+
+@contextmanager
+def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
+    """The message storage alone, read-only, closed on exit (`threads`, `show`).
+
+    For the commands that read messages only. Neither the engine (LangChain's runnables),
+    the vector index (chromadb) nor the model is imported or opened, so such a command
+    answers in a fraction of a second.
+    """
+    urls = store_urls(args)
+    storage: MessageStorage
+    if urls is not None:
+        from langchain_semantic_recall.settings import create_storage
+
+        storage = create_storage(urls[0])
+    else:
+        from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+
+        path = store_path(args)
+        _require_store(path)
+        storage = SQLiteStorage(path / "messages.sqlite3", read_only=True)
+    try:
+        yield storage
+    finally:
+        storage.close()
+
+
+def _require_store(path: Path) -> None:
+    if not (path / "messages.sqlite3").exists():
         raise NotFoundError(
             f"no store at {path} (load conversations with 'semantic-recall ingest', "
             f"or choose the store with --path or ${PATH_ENV})"
         )
-    return SemanticRecall.local(path, embeddings=create_embeddings(), **options)
 
 
 def disk_usage(path: Path) -> int:
@@ -221,6 +268,7 @@ def thread_messages(storage: MessageStorage, thread_id: str) -> Iterator[StoredM
 
 def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:
     """Conversation titles by thread id, for the threads that have one."""
+    from langchain_semantic_recall.messages import conversation_title
     from langchain_semantic_recall.records import ScopeFilter
 
     titles: dict[str, str] = {}

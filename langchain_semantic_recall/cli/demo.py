@@ -19,17 +19,13 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from langchain_core.messages import (
-    BaseMessage,
-    HumanMessage,
-)
-from langchain_core.runnables import RunnableConfig
+from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.render import boxed, rule, shorten, style
-from langchain_semantic_recall.messages import is_recalled
-from langchain_semantic_recall.offline import OfflineChatModel, default_chat_model
+
+if TYPE_CHECKING:  # LangChain loads slowly: imported by `run`, not by `--help`
+    from langchain_core.messages import BaseMessage
+    from langchain_core.runnables import RunnableConfig
 
 SYSTEM_PROMPT = "You are a helpful assistant. Use what you remember about the user."
 
@@ -90,10 +86,13 @@ def _print_injected(recalled: Sequence[BaseMessage]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall demo`: load the shipped history and play new turns, printed."""
+    from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
     from langchain_semantic_recall.graph import RECALL_KEY, create_recall_graph
     from langchain_semantic_recall.importers import demo_conversations
+    from langchain_semantic_recall.messages import is_recalled
+    from langchain_semantic_recall.offline import OfflineChatModel, default_chat_model
     from langchain_semantic_recall.recall import SemanticRecall
 
     with tempfile.TemporaryDirectory(prefix="semantic-recall-demo-") as scratch:

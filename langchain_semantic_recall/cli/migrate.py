@@ -39,13 +39,12 @@ from langchain_semantic_recall.cli.common import (
     store_path,
 )
 from langchain_semantic_recall.errors import OwnershipError
-from langchain_semantic_recall.records import VectorRecord
-from langchain_semantic_recall.vectors.base import ExportNotSupportedError
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
 
     from langchain_semantic_recall.recall import SemanticRecall
+    from langchain_semantic_recall.records import VectorRecord
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +103,8 @@ def _copy_vectors(
     A source that cannot list its vectors (`ExportNotSupportedError`) copies nothing,
     and the repair pass that follows embeds every message instead.
     """
+    from langchain_semantic_recall.vectors.base import ExportNotSupportedError
+
     source_name = source.ensure_index().name
     copied = 0
     seen: set[str] = set()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
@@ -17,7 +17,9 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
 )
 from langchain_semantic_recall.cli.render import style
-from langchain_semantic_recall.records import CompactResult
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.records import CompactResult
 
 
 def register(subparsers: Any) -> None:

@@ -10,6 +10,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     message_json,
     open_memory,
+    open_storage,
     print_json,
     require_resource,
     require_thread,
@@ -18,7 +19,6 @@ from langchain_semantic_recall.cli.common import (
     thread_titles,
 )
 from langchain_semantic_recall.cli.render import style, table, when, width
-from langchain_semantic_recall.messages import conversation_title
 
 
 def register(subparsers: Any) -> None:
@@ -42,11 +42,11 @@ def _register_threads(subparsers: Any) -> None:
 
 def run_threads(args: argparse.Namespace) -> int:
     """`semantic-recall threads`: every stored conversation, one row each."""
-    memory = open_memory(args, read_only=True)
-    threads = memory.storage.list_threads(args.resource)
-    if args.resource is not None and not threads:
-        require_resource(memory.storage, args.resource)
-    titles = thread_titles(memory.storage, {t.thread_id for t in threads})
+    with open_storage(args) as storage:
+        threads = storage.list_threads(args.resource)
+        if args.resource is not None and not threads:
+            require_resource(storage, args.resource)
+        titles = thread_titles(storage, {t.thread_id for t in threads})
     if args.json:
         print_json(
             [
@@ -94,9 +94,11 @@ def _register_show(subparsers: Any) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """`semantic-recall show`: every message of one thread, in order."""
-    memory = open_memory(args, read_only=True)
-    owner = require_thread(memory.storage, args.thread, None)
-    messages = list(thread_messages(memory.storage, args.thread))
+    from langchain_semantic_recall.messages import conversation_title
+
+    with open_storage(args) as storage:
+        owner = require_thread(storage, args.thread, None)
+        messages = list(thread_messages(storage, args.thread))
     if args.json:
         print_json([message_json(m) for m in messages])
         return EXIT_OK

@@ -130,7 +130,9 @@ class SQLiteStorage(MessageStorage):
                 backup, or a store on a read-only mount.
             keyword_cache_docs: Most messages whose keyword postings are kept in memory
                 (resources of 500+ searchable messages, least recently searched out
-                first; ~0.25 KB per message); 0 searches in SQL only. Same results.
+                first; ~0.25 KB per message); 0 searches in SQL only. Same results. A
+                resource's postings are built in the background on its first search
+                (which, like those until the build is done, runs in SQL).
             keyword_cache_min_docs: Resources with fewer searchable messages are searched
                 in SQL (fast there), never held in memory.
 
@@ -144,10 +146,17 @@ class SQLiteStorage(MessageStorage):
         self._lock = threading.Lock()
         self._read_only = read_only
         self._conn = connect(self._path, read_only=read_only)  # every use holds self._lock
-        self._postings = PostingsCache(
-            min_docs=keyword_cache_min_docs, max_docs=keyword_cache_docs
-        )  # under self._lock too
+        self._postings = PostingsCache(  # under self._lock too
+            min_docs=keyword_cache_min_docs,
+            max_docs=keyword_cache_docs,
+            opener=None if self._path == MEMORY_PATH else self._open_reader,
+            lock=self._lock,
+        )
         logger.debug("opened SQLite storage %s", self._path)
+
+    def _open_reader(self) -> sqlite3.Connection:
+        """A second, read-only connection to the file (a background postings build)."""
+        return connect(self._path, read_only=True)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._path!r})"

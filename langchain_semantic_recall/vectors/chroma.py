@@ -423,7 +423,8 @@ class ChromaVectorIndex(VectorIndex):
         embedding = floats(vector)
         found: list[_T] = []
         for resource_id, collection in self._collections.scoped(name, scope):
-            size = self._collections.size(name, resource_id)
+            # the size picks the thread-search strategy; a resource search needs none
+            size = 0 if scope.thread_id is None else self._collections.size(name, resource_id)
             try:
                 found.extend(read_retrying(partial(search, collection, embedding, size)))
             except NotFoundError:  # forgotten by another process since we cached it

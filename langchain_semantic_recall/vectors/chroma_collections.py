@@ -108,10 +108,8 @@ class ChromaCollections:
                 metadata={INDEX_KEY: name, RESOURCE_KEY: resource_id},
             )
         check_space(name, collection)
-        size = int(collection.count())
         with self._lock:
             self._handles[key] = collection
-            self._sizes[key] = size
             while len(self._handles) > self._cached:
                 old, _ = self._handles.popitem(last=False)
                 self._sizes.pop(old, None)
@@ -152,15 +150,28 @@ class ChromaCollections:
         return list(self.every(name))
 
     def size(self, name: str, resource_id: str) -> int:
-        """About how many vectors the collection holds (a hint: an upper bound)."""
+        """About how many vectors the collection holds (a hint: an upper bound).
+
+        Counted on first ask only (a thread-scoped search): embedded Chroma's first
+        `count()` of a collection loads it and took 0.7 s at 100k vectors, more than the
+        first query itself; resource-scoped searches and writes never need it.
+        """
+        key = (name, resource_id)
         with self._lock:
-            return self._sizes.get((name, resource_id), 0)
+            known = self._sizes.get(key)
+        if known is not None:
+            return known
+        collection = self.get(name, resource_id, create=False)
+        counted = 0 if collection is None else int(collection.count())
+        with self._lock:
+            return self._sizes.setdefault(key, counted)
 
     def grew(self, name: str, resource_id: str, n: int) -> None:
         """Record `n` more vectors written (an upsert may replace: still a hint only)."""
         with self._lock:
             key = (name, resource_id)
-            self._sizes[key] = self._sizes.get(key, 0) + n
+            if key in self._sizes:  # else counted when first asked, writes included
+                self._sizes[key] += n
 
     def max_batch(self) -> int:
         """The client's largest batch (asked once)."""

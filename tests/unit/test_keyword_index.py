@@ -1,8 +1,16 @@
-"""The in-memory keyword postings: the same answers as SQL, in step with every writer."""
+"""The in-memory keyword postings: the same answers as SQL, in step with every writer.
+
+A resource's postings are built in the background on its first search (issue 24: the
+first search after reopening a 100k-message resource waited ~1 s for them); the writes
+made during the build are replayed on them, and any other change discards them.
+"""
 
 from __future__ import annotations
 
 import random
+import sqlite3
+import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.keyword_index import ResourcePostings
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
 WORDS = [
@@ -58,12 +68,18 @@ def pair(tmp_path: Path) -> tuple[SQLiteStorage, SQLiteStorage]:
     path = tmp_path / "m.db"
     sql = SQLiteStorage(path, keyword_cache_docs=0)
     memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    memory._postings.background_docs = 1  # every build in the background (default: 20,000+)
+    memory._postings.first_search_in_sql = False  # and started by the first search
     yield sql, memory
     sql.close()
     memory.close()
 
 
 def assert_same(sql: SQLiteStorage, memory: SQLiteStorage, limit: int = 10) -> None:
+    """Same answers; first with the postings being built (SQL), then with them built."""
+    for scope in scopes():
+        memory.keyword_search("apple", scope=scope, limit=limit)  # starts the builds
+    assert memory._postings.join(timeout=30)
     for query in QUERIES:
         for scope in scopes():
             expected = sql.keyword_search(query, scope=scope, limit=limit)
@@ -200,6 +216,8 @@ def test_isolation_and_agreement_property(
     path = tmp_path_factory.mktemp("kw") / "m.db"
     sql = SQLiteStorage(path, keyword_cache_docs=0)
     memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    memory._postings.background_docs = 1  # builds race with the writes
+    memory._postings.first_search_in_sql = False
     owner: dict[str, str] = {}
     try:
         for event in events:
@@ -230,3 +248,161 @@ def test_isolation_and_agreement_property(
     finally:
         sql.close()
         memory.close()
+
+
+# --- background builds ---------------------------------------------------------------------
+
+
+class GatedBuild:
+    """`ResourcePostings.build` held until `release` is set; records the thread it ran on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.threads: list[threading.Thread] = []
+        real = ResourcePostings.build
+
+        def build(rows: Sequence[tuple[str, str, str]]) -> ResourcePostings:
+            self.threads.append(threading.current_thread())
+            self.entered.set()
+            self.release.wait(timeout=5)  # the old code ran it on the caller: it waited here
+            return real(rows)
+
+        monkeypatch.setattr(ResourcePostings, "build", staticmethod(build))
+
+
+R0 = ScopeFilter(resource_id="r0")
+
+
+def test_the_first_search_answers_in_sql_while_the_postings_build_elsewhere(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sql, memory = pair
+    sql.put(random_records(random.Random(6), range(300)))
+    gate = GatedBuild(monkeypatch)
+    first = memory.keyword_search("apple paint", scope=R0, limit=10)
+    assert first == sql.keyword_search("apple paint", scope=R0, limit=10)
+    assert not gate.release.is_set()
+    assert gate.entered.wait(timeout=30)  # the build reads its rows first
+    assert gate.threads[0] is not threading.current_thread()
+    assert memory._postings.building("r0")
+    assert memory.keyword_search("dog", scope=R0, limit=5) == sql.keyword_search(
+        "dog", scope=R0, limit=5
+    )  # still building: SQL again, no second build
+    assert len(gate.threads) == 1
+    gate.release.set()
+    assert memory._postings.join(timeout=30)
+    assert len(memory._postings) == 1
+    assert not memory._postings.building("r0")
+    assert_same(sql, memory)
+
+
+def test_a_big_resource_is_built_from_its_second_search(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first search waits for Chroma to load the resource's index: no build beside it."""
+    sql, memory = pair
+    sql.put(random_records(random.Random(12), range(200)))
+    memory._postings.first_search_in_sql = True  # the default
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()
+    first = memory.keyword_search("apple", scope=R0, limit=5)
+    assert first == sql.keyword_search("apple", scope=R0, limit=5)
+    assert not memory._postings.building("r0")
+    assert memory._postings.join(timeout=30)
+    assert gate.threads == []
+    assert len(memory._postings) == 0
+    memory.keyword_search("apple", scope=R0, limit=5)  # the second: the build starts
+    assert memory._postings.join(timeout=30)
+    assert len(gate.threads) == 1
+    assert gate.threads[0] is not threading.current_thread()
+    assert len(memory._postings) == 1
+    assert_same(sql, memory)
+
+
+def test_writes_during_the_build_are_replayed_on_the_postings(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sql, memory = pair
+    rng = random.Random(7)
+    memory.put(random_records(rng, range(300)))
+    gate = GatedBuild(monkeypatch)
+    memory.keyword_search("apple", scope=R0, limit=10)  # the build reads its snapshot now
+    memory.put(random_records(rng, range(280, 360)))  # rewrites and new messages
+    memory.put([record(2, "t2", "r0", ""), record(9000, "t9", "r0", "apple apple kite")])
+    memory.delete_thread("t4")
+    memory.put([record(9001, "t9", "r0", "dog")])
+    gate.release.set()
+    assert memory._postings.join(timeout=30)
+    assert len(memory._postings) == 1  # installed, with the writes replayed
+    for query in QUERIES:
+        for scope in (R0, ScopeFilter(resource_id="r0", thread_id="t9")):
+            assert memory.keyword_search(query, scope=scope, limit=50) == sql.keyword_search(
+                query, scope=scope, limit=50
+            )
+    assert_same(sql, memory)
+
+
+@pytest.mark.parametrize("change", ["another engine writes", "the resource is deleted"])
+def test_a_change_the_journal_cannot_replay_discards_the_build(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    sql, memory = pair
+    rng = random.Random(8)
+    memory.put(random_records(rng, range(300)))
+    gate = GatedBuild(monkeypatch)
+    memory.keyword_search("apple", scope=R0, limit=10)
+    if change == "another engine writes":
+        sql.put(random_records(rng, range(250, 330)))
+    else:
+        memory.delete_resource("r0")
+    gate.release.set()
+    assert memory._postings.join(timeout=30)
+    for query in QUERIES:  # never the snapshot's stale answers
+        assert memory.keyword_search(query, scope=R0, limit=50) == sql.keyword_search(
+            query, scope=R0, limit=50
+        )
+    assert_same(sql, memory)  # and once rebuilt from a fresh snapshot
+
+
+def test_a_small_resource_builds_on_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few ms of build cost less than a thread and a second connection."""
+    memory = SQLiteStorage(tmp_path / "m.db", keyword_cache_min_docs=1)
+    memory.put(random_records(random.Random(10), range(100)))
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()
+    memory.keyword_search("apple", scope=R0, limit=5)
+    assert gate.threads == [threading.current_thread()]
+    assert len(memory._postings) == 1
+    memory.close()
+
+
+def test_a_file_that_cannot_be_opened_again_builds_on_the_caller(
+    pair: tuple[SQLiteStorage, SQLiteStorage], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sql, memory = pair
+    sql.put(random_records(random.Random(11), range(200)))
+
+    def refused() -> sqlite3.Connection:
+        raise StorageError("too many open files")
+
+    monkeypatch.setattr(memory._postings, "_opener", refused)
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()
+    found = memory.keyword_search("apple", scope=R0, limit=5)  # answered, not failed
+    assert found == sql.keyword_search("apple", scope=R0, limit=5)
+    assert gate.threads == [threading.current_thread()]
+    assert len(memory._postings) == 1
+
+
+def test_an_in_memory_database_builds_on_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = SQLiteStorage(":memory:", keyword_cache_min_docs=1)
+    memory.put(random_records(random.Random(9), range(100)))
+    gate = GatedBuild(monkeypatch)
+    gate.release.set()  # no second connection to an in-memory database: no background
+    memory.keyword_search("apple", scope=R0, limit=5)
+    assert gate.threads == [threading.current_thread()]
+    assert len(memory._postings) == 1
+    memory.close()

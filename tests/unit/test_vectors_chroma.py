@@ -525,3 +525,31 @@ def test_a_vector_planted_in_another_resource_never_reaches_a_search(
         hits = engine.search("lisbon", resource_id="r1")
         assert [hit.message.id for hit in hits] == ["mine"], mode
         assert [m.id for hit in hits for m in hit.window] == ["mine"], mode
+
+
+def test_a_resource_search_or_write_never_counts_the_collection(
+    chroma: ChromaVectorIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Embedded Chroma's first `count()` of a collection loads it (0.7 s at 100k vectors,
+    more than the first query): only a thread-scoped search needs the size hint."""
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    chroma.upsert(name, [record(f"m{i}", axis(i % 3), thread_id=f"t{i % 2}") for i in range(6)])
+    counted: list[str] = []
+    real = Collection.count
+
+    def count(self: Collection) -> int:
+        counted.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(Collection, "count", count)
+    fresh = ChromaVectorIndex(chroma.client)  # no cached handle: the first lookup
+    resource = ScopeFilter(resource_id="r1")
+    assert [i for i, _ in fresh.nearest(name, axis(0), k=2, scope=resource)] == ["m0", "m3"]
+    assert [hit.id for hit in fresh.query(name, axis(1), k=2, scope=resource)] == ["m1", "m4"]
+    fresh.upsert(name, [record("m6", axis(2))])
+    assert counted == []
+    thread = ScopeFilter(resource_id="r1", thread_id="t0")
+    assert [hit.id for hit in fresh.query(name, axis(0), k=1, scope=thread)] == ["m0"]
+    fresh.query(name, axis(2), k=1, scope=thread)
+    assert counted == [resource_collection_name(name, "r1")]  # once, then the hint

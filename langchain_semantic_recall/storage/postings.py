@@ -1,0 +1,203 @@
+"""One resource's keyword index as numpy arrays: BM25 over every match in a few sums.
+
+A `ResourcePostings` holds CSR postings (term -> documents and term frequencies), each
+document's length and thread, so a search is a few vectorised sums: the same BM25 as
+`keywords.rank_bm25` (same constants, the statistics of the search scope itself, the same
+floating-point operations in the same order, so the same scores to the last bit), over
+*every* match of the scope. `keyword_index.PostingsCache` keeps them in step with SQLite.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from langchain_semantic_recall.keywords import BM25Params
+
+__all__ = ["ResourcePostings"]
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+@dataclass(slots=True)
+class _Stats:
+    docs: int = 0
+    terms: int = 0
+
+
+@dataclass(slots=True)
+class ResourcePostings:
+    """One resource's keyword index: CSR postings plus a delta of later documents."""
+
+    ids: list[str]
+    """Message id of each document slot."""
+    thread: Ints
+    """Thread number of each slot (see `threads`)."""
+    length: Floats
+    """Number of terms of each slot."""
+    alive: npt.NDArray[np.bool_]
+    """False for a rewritten or deleted document."""
+    vocab: dict[str, int]
+    indptr: Ints
+    post_doc: npt.NDArray[np.int32]
+    post_tf: npt.NDArray[np.int32]
+    threads: dict[str, int]
+    thread_stats: list[_Stats]
+    total: _Stats
+    slot_of: dict[str, int]
+    delta: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Term -> (slot, tf) of the documents added since the build."""
+    delta_docs: int = 0
+
+    @classmethod
+    def build(cls, rows: Sequence[tuple[str, str, str]]) -> ResourcePostings:
+        """Postings of `rows` = (message id, thread id, space-joined terms)."""
+        n = len(rows)
+        ids = [row[0] for row in rows]
+        threads: dict[str, int] = {}
+        thread = np.fromiter(
+            (threads.setdefault(row[1], len(threads)) for row in rows), np.int64, n
+        )
+        lengths = np.fromiter((row[2].count(" ") + 1 for row in rows), np.int64, n)
+        tokens = " ".join([row[2] for row in rows]).split(" ") if n else []
+        vocab = {term: number for number, term in enumerate(dict.fromkeys(tokens))}
+        flat = np.fromiter(map(vocab.__getitem__, tokens), np.int64, len(tokens))
+        keys, tf = np.unique(
+            flat * max(n, 1) + np.repeat(np.arange(n), lengths), return_counts=True
+        )
+        post_term = keys // max(n, 1)
+        stats = [_Stats() for _ in threads]
+        for t, size in zip(thread.tolist(), lengths.tolist(), strict=True):
+            stats[t].docs += 1
+            stats[t].terms += size
+        return cls(
+            ids=ids,
+            thread=thread,
+            length=lengths.astype(np.float64),
+            alive=np.ones(n, dtype=np.bool_),
+            vocab=vocab,
+            indptr=np.searchsorted(post_term, np.arange(len(vocab) + 1)).astype(np.int64),
+            post_doc=(keys % max(n, 1)).astype(np.int32),
+            post_tf=tf.astype(np.int32),
+            threads=threads,
+            thread_stats=stats,
+            total=_Stats(n, int(lengths.sum())),
+            slot_of={message_id: slot for slot, message_id in enumerate(ids)},
+        )
+
+    @property
+    def size(self) -> int:
+        """Document slots held (alive or not): what the cache bound counts."""
+        return len(self.ids)
+
+    def remove(self, message_id: str) -> None:
+        """Tombstone a document (it was rewritten or deleted)."""
+        slot = self.slot_of.pop(message_id, None)
+        if slot is None or not self.alive[slot]:
+            return
+        self.alive[slot] = False
+        size = int(self.length[slot])
+        for stats in (self.total, self.thread_stats[int(self.thread[slot])]):
+            stats.docs -= 1
+            stats.terms -= size
+
+    def remove_thread(self, thread_id: str) -> None:
+        """Tombstone every document of a thread."""
+        number = self.threads.get(thread_id)
+        if number is None:
+            return
+        for message_id in [m for m, s in self.slot_of.items() if self.thread[s] == number]:
+            self.remove(message_id)
+
+    def add(self, documents: Sequence[tuple[str, str, Sequence[str]]]) -> None:
+        """Add documents = (message id, thread id, terms), after `remove` of old versions."""
+        numbers: list[int] = []
+        for message_id, thread_id, terms in documents:
+            slot = len(self.ids)
+            number = self.threads.setdefault(thread_id, len(self.threads))
+            if number == len(self.thread_stats):
+                self.thread_stats.append(_Stats())
+            numbers.append(number)
+            self.ids.append(message_id)
+            self.slot_of[message_id] = slot
+            counts: dict[str, int] = {}
+            for term in terms:
+                counts[term] = counts.get(term, 0) + 1
+            for term, tf in counts.items():
+                self.delta.setdefault(term, []).append((slot, tf))
+            for stats in (self.total, self.thread_stats[number]):
+                stats.docs += 1
+                stats.terms += len(terms)
+        lengths = [float(len(terms)) for _, _, terms in documents]
+        self.thread = np.concatenate([self.thread, np.asarray(numbers, dtype=np.int64)])
+        self.length = np.concatenate([self.length, np.asarray(lengths, dtype=np.float64)])
+        self.alive = np.concatenate([self.alive, np.ones(len(documents), dtype=np.bool_)])
+        self.delta_docs += len(documents)
+
+    def _postings(self, term: str) -> tuple[Ints, Floats]:
+        number = self.vocab.get(term)
+        docs: Ints = np.empty(0, np.int64)
+        tf: Floats = np.empty(0, np.float64)
+        if number is not None:
+            lo, hi = int(self.indptr[number]), int(self.indptr[number + 1])
+            docs = self.post_doc[lo:hi].astype(np.int64)
+            tf = self.post_tf[lo:hi].astype(np.float64)  # small integers: exact
+        extra = self.delta.get(term)
+        if extra:
+            more = np.asarray(extra, dtype=np.int64)
+            docs = np.concatenate([docs, more[:, 0]])
+            tf = np.concatenate([tf, more[:, 1].astype(np.float64)])
+        return docs, tf
+
+    def search(
+        self, terms: Sequence[str], thread_id: str | None, limit: int, params: BM25Params
+    ) -> list[tuple[str, float]]:
+        """The `limit` best documents by BM25 over the resource, or one of its threads.
+
+        The arithmetic mirrors `keywords.rank_bm25` operation by operation (float64), so
+        scores are bit-identical; ties are broken by message id as there.
+        """
+        if thread_id is None:
+            stats, number = self.total, -1
+        else:
+            found = self.threads.get(thread_id)
+            if found is None:
+                return []
+            stats, number = self.thread_stats[found], found
+        if not terms or stats.docs <= 0:
+            return []
+        k1, b = params.k1, params.b
+        docs, avg_length = stats.docs, stats.terms / stats.docs
+        scores = np.zeros(len(self.ids), dtype=np.float64)
+        matched = False
+        for term in terms:
+            slots, tf = self._postings(term)
+            keep = self.alive[slots]
+            if number >= 0:
+                keep &= self.thread[slots] == number
+            slots, tf = slots[keep], tf[keep]
+            df = len(slots)
+            if not df:
+                continue
+            idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+            norm = k1 * ((1.0 - b) + (b * self.length[slots]) / avg_length)
+            scores[slots] += ((idf * tf) * (k1 + 1.0)) / (tf + norm)
+            matched = True
+        if not matched:
+            return []
+        hits = np.flatnonzero(scores > 0)  # the matched slots, sorted (no sort of postings)
+        values = scores[hits]
+        if len(hits) > limit:  # keep the top `limit` and everything tied with the last
+            floor = np.partition(values, len(values) - limit)[len(values) - limit]
+            keep = values >= floor
+            hits, values = hits[keep], values[keep]
+        ranked = sorted(
+            zip(values.tolist(), (self.ids[slot] for slot in hits.tolist()), strict=True),
+            key=lambda item: (-item[0], item[1]),
+        )
+        return [(message_id, score) for score, message_id in ranked[:limit]]
