@@ -57,8 +57,13 @@ DEFAULT_PATH = os.environ.get(PATH_ENV, "./.semantic-recall")
 """The store used without `--path` (read at import; `store_path(args)` reads it per call)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `semantic-recall` parser: global options, then one subparser per command."""
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The `semantic-recall` parser: global options, then one subparser per command.
+
+    `eval`'s options read their defaults from the engine (numpy, LangChain): they are
+    added only when `argv` runs `eval` (all of them when `argv` is None), so that
+    `--help` and the other commands start fast.
+    """
     parser = argparse.ArgumentParser(
         prog="semantic-recall",
         description=(
@@ -90,7 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     from importlib import import_module
 
     for name in _SUBCOMMANDS:
-        import_module(f"langchain_semantic_recall.cli.{name}").register(subparsers)
+        module = import_module(f"langchain_semantic_recall.cli.{name}")
+        if name == "eval":
+            module.register(subparsers, detailed=argv is None or "eval" in argv)
+        else:
+            module.register(subparsers)
     return parser
 
 
@@ -105,7 +114,7 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (see `--help`)."""
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help / --version (0) or a usage error (2)

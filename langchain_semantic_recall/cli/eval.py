@@ -50,8 +50,14 @@ def _by_mode(read: Callable[[SearchPlan], object]) -> str:
     return ", ".join(shown)
 
 
-def register(subparsers: Any) -> None:
-    """Add the `eval` subcommand."""
+HELP = "measure recall on a dataset with evidence labels (LoCoMo, our JSONL, paraphrase)"
+
+
+def register(subparsers: Any, *, detailed: bool = True) -> None:
+    """Add the `eval` subcommand (only its name and help line unless `detailed`)."""
+    if not detailed:
+        subparsers.add_parser("eval", help=HELP)
+        return
     from langchain_semantic_recall.eval_paraphrase import BUSY_MESSAGES
     from langchain_semantic_recall.evaluation import default_threshold, engine_defaults
     from langchain_semantic_recall.options import DEFAULT_SCOPE, DEFAULT_SEARCH_MODE
@@ -59,7 +65,7 @@ def register(subparsers: Any) -> None:
     hybrid, dense_threshold = engine_defaults("hybrid"), engine_defaults("dense").threshold
     parser = subparsers.add_parser(
         "eval",
-        help="measure recall on a dataset with evidence labels (LoCoMo, our JSONL, paraphrase)",
+        help=HELP,
         description=(
             "Loads the conversations into a fresh embedded store (SQLite + embedded Chroma +\n"
             "the local model) with the engine's own index, asks every question with the same\n"
