@@ -73,8 +73,11 @@ class Evidence:
     """How many messages to spend, from the evidence that anything is relevant."""
 
     silent_below: float
+    """The best vector match's z at or below which recall is silent."""
     full_from: float
+    """The z from which the whole budget is spent (a share in proportion between)."""
     name_penalty: float
+    """Spreads counted against a query that names someone no candidate mentions."""
     small_talk_margin: float
     """A turn of at most `small_talk_terms` content terms whose nearest small-talk example
     is this much closer than its nearest unrelated sentence is small talk."""
@@ -85,10 +88,12 @@ class Evidence:
 
     def share(self, query: Query) -> float:
         """The share of the budget to spend on `query`, in [0, 1]."""
-        if self.is_small_talk(query) or query.baseline is None or not query.cosines:
+        if self.is_small_talk(query):
             return 0.0
         if len(query.terms) >= self.whole_query_terms and query.keyword_coverage >= 1.0:
-            return 1.0
+            return 1.0  # whatever the vector half found, or if it found nothing
+        if query.baseline is None or not query.cosines:
+            return 0.0
         strength = query.top_z - self.name_penalty * query.name_missing
         span = self.full_from - self.silent_below
         return min(1.0, max(0.0, (strength - self.silent_below) / span))

@@ -203,6 +203,8 @@ def test_a_name_nothing_mentions_counts_against_and_small_talk_is_silent() -> No
     assert EVIDENCE.share(replace(query_with(9.0), terms=())) == 0.0
     whole = replace(query_with(0.0), keyword_coverage=1.0)
     assert EVIDENCE.share(whole) == 1.0  # every content word in one message
+    assert EVIDENCE.share(replace(whole, cosines={})) == 1.0  # even with no vector match
+    assert EVIDENCE.share(replace(query_with(9.0), cosines={})) == 0.0
     assert EVIDENCE.share(replace(whole, terms=("one",))) == 0.0
 
 
