@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, ParamSpec, TypeVar
+from typing import ClassVar
 
 from langchain_semantic_recall.errors import CompactNotSupportedError
+from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
@@ -58,22 +58,6 @@ from langchain_semantic_recall.storage.checks import (
 )
 
 logger = logging.getLogger(__name__)
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
-
-
-async def run_in_executor(
-    executor: Executor | None, func: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
-) -> _T:
-    """LangChain's `run_in_executor` (context variables carried over), imported on first use.
-
-    Its module loads LangChain's callbacks (~0.15 s), which the storage-only command-line
-    commands never need.
-    """
-    from langchain_core.runnables.config import run_in_executor as run
-
-    return await run(executor, func, *args, **kwargs)
 
 
 @dataclass(frozen=True, slots=True)
