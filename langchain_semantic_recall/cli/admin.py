@@ -118,7 +118,8 @@ def _stats(args: argparse.Namespace) -> RecallStats:
     from langchain_semantic_recall.engine.maintenance_ops import maintenance_scope, stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
     from langchain_semantic_recall.engine.vector_space import VectorSpace
-    from langchain_semantic_recall.relevance import default_model
+    from langchain_semantic_recall.options import DEFAULT_SEARCH_MODE
+    from langchain_semantic_recall.search import resolve
     from langchain_semantic_recall.settings import as_vector_index
 
     backends = open_backends(args, read_only=True)
@@ -128,8 +129,15 @@ def _stats(args: argparse.Namespace) -> RecallStats:
             backends["embeddings"], as_vector_index(backends["vector_store"]), EmbeddingCache(1)
         )
         scope = maintenance_scope(args.resource, args.thread)
-        # the command line's engines search in hybrid mode wherever the storage can
-        relevance = default_model() if storage.supports_keyword_search else None
+        plan = resolve(  # the command line's engines: the package's default options
+            search_mode=DEFAULT_SEARCH_MODE,
+            keyword_search=storage.supports_keyword_search,
+            top_k=None,
+            message_range=None,
+            message_budget="auto",
+            threshold=None,
+        )
+        relevance = plan.relevance if plan.calibrated else None
         return drive(stats_op(space, scope, relevance), Backends(storage, space))
     finally:
         storage.close()

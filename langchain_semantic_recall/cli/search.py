@@ -317,10 +317,10 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def _note_unfitted(memory: Any) -> None:
     """Say when hybrid search's numbers were not fitted for this store's embedder."""
-    from langchain_semantic_recall.engine.maintenance_ops import relevance_note
-
     plan = memory.search_plan
+    if not plan.calibrated:
+        return
     info = memory.ensure_index()
-    note = relevance_note(plan.relevance if plan.calibrated else None, info.model, info.dimension)
-    if note.startswith("not fitted"):
+    note = plan.relevance.unfitted_note(info.model, info.dimension)
+    if note is not None:
         print(style(f"note: hybrid search's relevance model is {note}", "yellow"))

@@ -196,19 +196,17 @@ def warn_if_unfitted(plan: EnginePlan, embeddings: Any) -> None:
     """Say once per embedder when hybrid search's numbers were not fitted for it."""
     if not plan.search.calibrated or id(embeddings) in _NAMED:
         return
-    fitted = plan.search.relevance.fitted_for
     dimension = getattr(embeddings, "dimension", None)
-    known = dimension if isinstance(dimension, int) else fitted.dimension
-    name = embedding_model_name(embeddings)
-    if fitted.matches(name, known):
+    note = plan.search.relevance.unfitted_note(
+        embedding_model_name(embeddings), dimension if isinstance(dimension, int) else None
+    )
+    if note is None:
         return
     _NAMED.add(id(embeddings))
     plan.logger.warning(
-        "hybrid search's relevance model was %s, not for %s: it reads similarities as "
-        "z-scores against unrelated text, so this embedder's scale does not matter, but its "
-        "ranking was not measured (docs/quality.md, 'Other embedders'). stats() says so too.",
-        plan.search.relevance.describe(),
-        name,
+        "hybrid search's relevance model is %s (docs/quality.md, 'Other embedders'); "
+        "stats() says so too",
+        note,
     )
 
 

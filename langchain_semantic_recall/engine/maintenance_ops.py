@@ -293,11 +293,4 @@ def relevance_note(model: RelevanceModel | None, embedder: str, dimension: int |
     """One line on whether `model`'s numbers were fitted for this embedder."""
     if model is None:
         return "not used (dense or keyword mode)"
-    fitted = model.fitted_for
-    if fitted.matches(embedder, dimension if dimension is not None else fitted.dimension):
-        return model.describe()
-    return (
-        f"not fitted for {embedder}: its numbers were {model.describe()}; similarities are "
-        "read as z-scores against unrelated text, so the embedder's scale does not matter, "
-        "but its ranking was not measured"
-    )
+    return model.unfitted_note(embedder, dimension) or model.describe()

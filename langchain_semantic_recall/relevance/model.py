@@ -279,6 +279,20 @@ class RelevanceModel:
         fitted = self.fitted_for
         return f"fitted for {fitted.embedder} ({fitted.dimension}-d)"
 
+    def unfitted_note(self, embedder: str, dimension: int | None) -> str | None:
+        """What to tell a user of another embedder than the fitted one (None: the same).
+
+        `dimension` None (not known yet) compares the name alone.
+        """
+        fitted = self.fitted_for
+        if fitted.matches(embedder, fitted.dimension if dimension is None else dimension):
+            return None
+        return (
+            f"not fitted for {embedder}: its numbers were {self.describe()}; similarities are "
+            "read as z-scores against unrelated text, so the embedder's scale does not "
+            "matter, but its ranking was not measured"
+        )
+
 
 def _group(
     kept: Sequence[str],
