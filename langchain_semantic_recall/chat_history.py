@@ -54,16 +54,16 @@ def _history_op(scope: ScopeFilter, last: int | None) -> Op[list[StoredMessage]]
     thread_id = scope.thread_id or ""
     if (yield from owned_thread(thread_id, scope.resource_id, unowned=True)) == NO_RESOURCE:
         scope = ScopeFilter(thread_id=thread_id)  # stored without a resource: adopted next
-    if (yield steps.is_forgotten(thread_id)):
+    if (yield steps.IsForgotten(thread_id)):
         raise ForgottenThreadError(
             f"session {thread_id!r} was forgotten, so its id is retired and new messages "
             "would not be stored: start a new session id"
         )
     if last is not None:  # the newest `last` only, however long the thread
-        return list((yield steps.last_messages(scope, limit=last)))
+        return list((yield steps.LastMessages(scope, limit=last)))
     kept: list[StoredMessage] = []
     after: tuple[str, int] | None = None
-    while page := (yield steps.list_messages(scope, after=after, limit=_PAGE)):
+    while page := (yield steps.ListMessages(scope, after=after, limit=_PAGE)):
         after = (page[-1].thread_id, page[-1].seq)
         kept.extend(page)
     return kept

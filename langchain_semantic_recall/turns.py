@@ -253,7 +253,7 @@ def _index_new_op(
     scope = ScopeFilter(thread_id=thread_id)
     for start, end in _probes(len(candidates)):
         ids = [m.id for m in candidates[start:end] if m.id]
-        found = yield steps.read_windows(ids, before=0, after=0, scope=scope)
+        found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
         if (cut := _after_last_stored(candidates, start, end, found)) is not None:
             candidates = candidates[cut:]
             break

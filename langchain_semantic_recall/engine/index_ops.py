@@ -104,7 +104,7 @@ def embed_records(
                 over,
             )
     pending = pending_vectors(space.embeddings, records, max_chars)
-    vectors = yield steps.embed(info, [p.content for p in pending])
+    vectors = yield steps.Embed(info, [p.content for p in pending])
     return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
 
 
@@ -268,7 +268,7 @@ def index_op(
             identity.require_resource(keys, "index")
         # Thread scope without users: the thread's owner, or none yet (`NO_RESOURCE`,
         # until a write that names a resource adopts the thread).
-        resource_id = (yield steps.thread_owner(thread_id)) or NO_RESOURCE
+        resource_id = (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
     check_id("resource_id", resource_id)
     turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC))
     if read_only:
@@ -277,7 +277,7 @@ def index_op(
         return turn.result()
     ids = [r.id for r in turn.records.values()]
     try:  # which are stored already: only to skip unchanged ones and report their fate
-        known = yield steps.read_windows(
+        known = yield steps.ReadWindows(
             ids, before=0, after=0, scope=ScopeFilter(thread_id=thread_id)
         )
     except Exception:
@@ -302,10 +302,10 @@ def index_op(
                 info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
             )
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.upsert_vectors(info, rows)
-        if (yield steps.is_forgotten(thread_id)):  # forgotten while we embedded
+        yield steps.UpsertVectors(info, rows)
+        if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
-            yield steps.delete_vectors(info, message_ids=embedded, resource_id=resource_id)
+            yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)
             logger.warning("thread %r was forgotten while it was indexed", thread_id)
             return turn.refuse_all(FORGOTTEN)
     except EmbeddingMismatchError:
@@ -333,12 +333,12 @@ def _put_adopting(
         OwnershipError: the thread (or a message id) belongs to another owner.
     """
     try:
-        return False, (yield steps.put_messages(records))
+        return False, (yield steps.PutMessages(records))
     except OwnershipError:
-        if resource_id == NO_RESOURCE or (yield steps.thread_owner(thread_id)) != NO_RESOURCE:
+        if resource_id == NO_RESOURCE or (yield steps.ThreadOwner(thread_id)) != NO_RESOURCE:
             raise
-    yield steps.adopt_thread(thread_id, resource_id)
-    return True, (yield steps.put_messages(records))
+    yield steps.AdoptThread(thread_id, resource_id)
+    return True, (yield steps.PutMessages(records))
 
 
 def _move_vectors(
@@ -351,16 +351,16 @@ def _move_vectors(
     logger: logging.Logger,
 ) -> Op[None]:
     """Write an adopted thread's earlier vectors again under its owner, drop the old ones."""
-    yield steps.delete_vectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
+    yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
     skip = {r.id for r in written}
     after: tuple[str, int] | None = None
     scope = ScopeFilter(thread_id=thread_id)
-    while page := (yield steps.list_messages(scope, after=after, limit=256)):
+    while page := (yield steps.ListMessages(scope, after=after, limit=256)):
         after = (page[-1].thread_id, page[-1].seq)
         todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield steps.upsert_vectors(info, rows)
+            yield steps.UpsertVectors(info, rows)
 
 
 # --- bulk import ---------------------------------------------------------------------------
@@ -404,13 +404,13 @@ def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[_Batc
 def _store_batch(batch: _Batch, result: BulkResult, logger: logging.Logger) -> Op[_Batch]:
     """Store a batch in one transaction (thread by thread if one was forgotten)."""
     try:
-        yield steps.put_messages([r for _, records in batch for r in records])
+        yield steps.PutMessages([r for _, records in batch for r in records])
         kept = batch
     except ForgottenThreadError:
         kept = []
         for thread_id, records in batch:
             try:
-                yield steps.put_messages(records)
+                yield steps.PutMessages(records)
             except ForgottenThreadError:
                 logger.warning("thread %r was forgotten; not imported again", thread_id)
                 result.forgotten_threads.append(thread_id)
@@ -422,11 +422,11 @@ def _store_batch(batch: _Batch, result: BulkResult, logger: logging.Logger) -> O
 
 def _write_and_recheck(info: IndexInfo, rows: Sequence[VectorRecord]) -> Op[None]:
     """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
-    yield steps.upsert_vectors(info, rows)
+    yield steps.UpsertVectors(info, rows)
     owners = {row.thread_id: row.resource_id for row in rows}
     for thread_id, resource_id in owners.items():
-        if (yield steps.is_forgotten(thread_id)):
-            yield steps.delete_vectors(info, thread_id=thread_id, resource_id=resource_id)
+        if (yield steps.IsForgotten(thread_id)):
+            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=resource_id)
 
 
 def bulk_index_op(

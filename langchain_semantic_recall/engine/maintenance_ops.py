@@ -67,7 +67,7 @@ def owned_thread(
     Raises:
         OwnershipError: `resource_id` is given and another resource owns the thread.
     """
-    owner: str | None = yield steps.thread_owner(thread_id)
+    owner: str | None = yield steps.ThreadOwner(thread_id)
     if unowned and owner == NO_RESOURCE:
         return owner
     if resource_id is not None and owner is not None and owner != resource_id:
@@ -111,21 +111,21 @@ def forget_thread_op(
     if resource_id is not None:
         check_id("resource_id", resource_id)
     owner = yield from owned_thread(thread_id, resource_id)
-    deleted = yield steps.delete_thread(thread_id, retire=retire)
-    yield steps.clear_cache()  # it holds recent texts
+    deleted = yield steps.DeleteThread(thread_id, retire=retire)
+    yield steps.ClearCaches()  # it holds recent texts
     info = yield from space.resolve()
     # The owner lets a vector layout partitioned by resource touch one partition.
-    yield steps.delete_vectors(info, thread_id=thread_id, resource_id=owner)
+    yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
     return int(deleted)
 
 
 def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
     """Delete every thread of a resource (messages and vectors), retiring their ids."""
     check_id("resource_id", resource_id)
-    deleted = yield steps.delete_resource(resource_id)
-    yield steps.clear_cache()
+    deleted = yield steps.DeleteResource(resource_id)
+    yield steps.ClearCaches()
     info = yield from space.resolve()
-    yield steps.delete_vectors(info, resource_id=resource_id)
+    yield steps.DeleteVectors(info, resource_id=resource_id)
     return int(deleted)
 
 
@@ -154,7 +154,7 @@ def move_thread_op(
     check_id("to_resource", to_resource)
     if resource_id is not None:
         check_id("resource_id", resource_id)
-    owner = yield steps.thread_owner(thread_id)
+    owner = yield steps.ThreadOwner(thread_id)
     if owner is None:
         raise InvalidInputError(f"thread {thread_id!r} is not stored: nothing to move")
     if resource_id is not None and owner != resource_id:
@@ -162,9 +162,9 @@ def move_thread_op(
     info = yield from space.resolve()
     moved = 0
     if owner != to_resource:
-        yield steps.delete_vectors(info, thread_id=thread_id, resource_id=owner)
-        moved = int((yield steps.move_thread(thread_id, to_resource)))
-        yield steps.clear_cache()  # it holds recent texts under the old owner
+        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+        moved = yield steps.MoveThread(thread_id, to_resource=to_resource)
+        yield steps.ClearCaches()  # it holds recent texts under the old owner
     scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
     yield from reindex_op(
         space,
@@ -181,7 +181,7 @@ def move_thread_op(
 def restore_thread_op(thread_id: str) -> Op[bool]:
     """Lift a forget's retirement of `thread_id`; whether it was retired."""
     check_id("thread_id", thread_id)
-    return bool((yield steps.unretire_thread(thread_id)))
+    return bool((yield steps.UnretireThread(thread_id)))
 
 
 # --- reindex and stats -----------------------------------------------------------------------
@@ -209,23 +209,23 @@ def reindex_op(
     """
     yield from _check_scope(scope)
     info = yield from space.resolve()
-    have: set[str] = (yield steps.vector_message_ids(info, scope)) if missing_only else set()
+    have: set[str] = (yield steps.VectorMessageIds(info, scope)) if missing_only else set()
     stored_ids: set[str] = set()
     written = 0
     after: tuple[str, int] | None = None
-    while page := (yield steps.list_messages(scope, after=after, limit=batch_size)):
+    while page := (yield steps.ListMessages(scope, after=after, limit=batch_size)):
         after = (page[-1].thread_id, page[-1].seq)
         stored_ids.update(m.id for m in page)
         todo = [m for m in _embeddable(page) if m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield steps.upsert_vectors(info, rows)
+            yield steps.UpsertVectors(info, rows)
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
     orphans = have - stored_ids
     if orphans:
-        yield steps.delete_vectors(info, message_ids=sorted(orphans))
+        yield steps.DeleteVectors(info, message_ids=sorted(orphans))
     return written
 
 
@@ -242,11 +242,11 @@ def _drop_forgotten(info: IndexInfo, written: Sequence[StoredMessage]) -> Op[int
     """
     gone: set[str] = set()
     for thread_id in {m.thread_id for m in written}:
-        if (yield steps.is_forgotten(thread_id)):
+        if (yield steps.IsForgotten(thread_id)):
             gone.add(thread_id)
     ids = [m.id for m in written if m.thread_id in gone]
     if ids:
-        yield steps.delete_vectors(info, message_ids=ids)
+        yield steps.DeleteVectors(info, message_ids=ids)
     return len(ids)
 
 
@@ -260,14 +260,14 @@ def stats_op(
     """
     yield from _check_scope(scope)
     info = yield from space.resolve()
-    have: set[str] = yield steps.vector_message_ids(info, scope)
+    have: set[str] = yield steps.VectorMessageIds(info, scope)
     messages = 0
     threads: set[str] = set()
     resources: set[str] = set()
     stored: set[str] = set()
     embeddable: set[str] = set()
     after: tuple[str, int] | None = None
-    while page := (yield steps.list_messages(scope, after=after, limit=1000)):
+    while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
         after = (page[-1].thread_id, page[-1].seq)
         messages += len(page)
         threads.update(m.thread_id for m in page)

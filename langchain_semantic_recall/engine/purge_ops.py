@@ -29,7 +29,7 @@ def purge_op(backends: Backends) -> Op[PurgeResult]:
             "cannot: erase with the backend's own tools (see docs/data-handling.md)"
         )
     info = yield from backends.space.resolve()
-    yield steps.clear_cache()  # it holds recent texts
-    storage = yield steps.compact_storage()
-    vectors = yield steps.compact_vectors(info.name)
+    yield steps.ClearCaches()  # it holds recent texts
+    storage = yield steps.CompactStorage()
+    vectors = yield steps.CompactVectors(info.name)
     return PurgeResult(storage=storage, vectors=vectors)

@@ -58,7 +58,7 @@ def search_op(
         return []  # documented: an empty query finds nothing
     if scope is None:  # thread scope, owner unknown to the caller: the storage knows it
         thread_id = request.identity.require_thread(keys, what)
-        owner = yield steps.thread_owner(thread_id)
+        owner = yield steps.ThreadOwner(thread_id)
         if owner is None:
             return []  # a thread nothing was stored for
         scope = ScopeFilter(thread_id=thread_id, resource_id=owner)
@@ -86,18 +86,18 @@ def _search_in(
         info = yield from space.resolve()
         dense = yield from _dense(space, info, query, scope, plan.dense_k)
     else:  # keyword mode
-        keyword = yield steps.keyword_search(query, scope=scope, limit=plan.keyword_k)
+        keyword = yield steps.KeywordSearch(query, scope=scope, limit=plan.keyword_k)
     ranked = plan.rank(dense, keyword)
     window = plan.message_range
     period = plan.period(query)
     if period is not None and ranked:  # time-aware: read the candidates' times
         ids = [message_id for message_id, _ in ranked]
-        times = yield steps.read_windows(ids, before=0, after=0, scope=scope)
+        times = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
         ranked = plan.boost(ranked, times, period)
     kept = plan.top(ranked)
     if not kept:
         return []
-    windows = yield steps.read_windows(
+    windows = yield steps.ReadWindows(
         [message_id for message_id, _ in kept],
         before=window.before,
         after=window.after,
@@ -127,14 +127,14 @@ def _calibrated_search(
     if not dense and not keyword:
         return []
     unread = [message_id for message_id, _ in dense if message_id not in found]
-    found = {**found, **(yield steps.read_windows(unread, before=0, after=0, scope=scope))}
+    found = {**found, **(yield steps.ReadWindows(unread, before=0, after=0, scope=scope))}
     facts = plan.query(query, dense, keyword, found, reference.baseline(vector))
     model = plan.scorer
     if model.share(facts, plan.threshold) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
     kept = model.best_candidates(facts, messages)
-    context = yield steps.read_windows(
+    context = yield steps.ReadWindows(
         kept, before=model.reads_before, after=model.reads_after, scope=scope
     )
     return plan.relevant(facts, kept, context, size)
@@ -148,13 +148,13 @@ def _keyword_half(
     The matches' terms are worked out here too (`features.terms_of`, cached): this half
     ends while the vector index is still being queried, which takes them off the path.
     """
-    keyword: list[tuple[str, float]] = yield steps.keyword_search(query, scope=scope, limit=k)
+    keyword: list[tuple[str, float]] = yield steps.KeywordSearch(query, scope=scope, limit=k)
     ids = [message_id for message_id, _ in keyword]
-    found = (yield steps.read_windows(ids, before=0, after=0, scope=scope)) if ids else {}
+    found = (yield steps.ReadWindows(ids, before=0, after=0, scope=scope)) if ids else {}
     for window in found.values():
         for message in window:
             terms_of(message.text)
-    size: int = yield steps.count_messages(scope, up_to=size_cap)
+    size: int = yield steps.CountMessages(scope, up_to=size_cap)
     return keyword, found, size
 
 
@@ -173,9 +173,9 @@ def _dense_with_vector(
     space: VectorSpace, info: IndexInfo, query: str, scope: ScopeFilter, k: int
 ) -> Op[tuple[Sequence[float], list[tuple[str, float]]]]:
     """`_dense`, with the query's vector (hybrid search measures it against `reference`)."""
-    vector = (yield steps.embed(info, [query]))[0]
+    vector = (yield steps.Embed(info, [query]))[0]
     space.check_query_vector(info, vector)
-    nearest: list[tuple[str, float]] = yield steps.nearest_messages(info, vector, k=k, scope=scope)
+    nearest: list[tuple[str, float]] = yield steps.NearestMessages(info, vector, k=k, scope=scope)
     return vector, nearest
 
 
@@ -244,8 +244,8 @@ def turn_recall_op(
 
     thread_id = request.identity.require_thread(keys, "recall")
     try:
-        owner = yield steps.thread_owner(thread_id)
-        forgotten = yield steps.is_forgotten(thread_id)
+        owner = yield steps.ThreadOwner(thread_id)
+        forgotten = yield steps.IsForgotten(thread_id)
     except PROGRAMMING_ERRORS:
         raise
     except Exception as error:

@@ -24,6 +24,7 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
 )
 from langchain_semantic_recall.options import check_index_name, default_index_name
+from langchain_semantic_recall.relevance.features import terms_of
 from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, Reference
 from langchain_semantic_recall.vectors.base import VectorIndex
 
@@ -74,6 +75,11 @@ class VectorSpace:
         self._info: IndexInfo | None = None
         self._reference: Reference | None = None
 
+    def clear_caches(self) -> None:
+        """Empty what is keyed by message text: the embeddings and the scoring's terms."""
+        self.cache.clear()
+        terms_of.cache_clear()
+
     @property
     def info(self) -> IndexInfo | None:
         """The resolved index, or None before first use."""
@@ -92,8 +98,8 @@ class VectorSpace:
         if isinstance(dimension, int) and not isinstance(dimension, bool) and dimension > 0:
             info = self._info_for(dimension)
         else:
-            info = self._info_for(_probed_dimension((yield steps.probe_dimension())))
-        yield steps.open_index(info)  # opening twice (two first calls at once) is harmless
+            info = self._info_for(_probed_dimension((yield steps.ProbeDimension())))
+        yield steps.OpenIndex(info)  # opening twice (two first calls at once) is harmless
         with self._lock:
             if self._info is None:
                 self._info = info
@@ -106,7 +112,7 @@ class VectorSpace:
         """
         if self._reference is not None:
             return self._reference
-        vectors = yield steps.embed(info, [*UNRELATED, *SMALL_TALK])
+        vectors = yield steps.Embed(info, [*UNRELATED, *SMALL_TALK])
         reference = Reference.from_vectors(vectors)
         with self._lock:
             if self._reference is None:

@@ -13,7 +13,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage, local_embeddings
-from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.steps import drivers
 from langchain_semantic_recall.errors import EmbeddingMismatchError
 from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage, VectorHit
@@ -175,8 +175,8 @@ def test_busy_side_threads_fall_back_to_one_after_the_other(
     )
     memory.index(turn(1), thread_id="t", resource_id="alice")
     expected = memory.search("tomatoes garden", resource_id="alice")
-    monkeypatch.setattr(steps, "_SIDE", steps._SidePool(workers=0))
-    assert steps._SIDE.submit(lambda: None) is None
+    monkeypatch.setattr(drivers, "_SIDE", drivers._SidePool(workers=0))
+    assert drivers._SIDE.submit(lambda: None) is None
     assert memory.search("tomatoes garden", resource_id="alice") == expected
 
 

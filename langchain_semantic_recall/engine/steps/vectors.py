@@ -1,0 +1,183 @@
+"""Steps that call the vector space: the embedder (through its cache) and the index."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING
+
+from typing_extensions import override
+
+from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
+from langchain_semantic_recall.engine.steps.base import Backends, Step
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorRecord
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.engine.vector_space import IndexInfo
+
+Vectors = list[list[float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Embed(Step[Vectors]):
+    """Embed `texts` through the cache for index `info` (vectors, in order).
+
+    Checked against the index's dimension.
+    """
+
+    info: IndexInfo
+    texts: Sequence[str]
+
+    @override
+    def run(self, backends: Backends) -> Vectors:
+        space = backends.space
+        return embed_with_cache(
+            space.embeddings, space.cache, self.info.name, self.texts, dimension=self.info.dimension
+        )
+
+    @override
+    async def arun(self, backends: Backends) -> Vectors:
+        space = backends.space
+        return await aembed_with_cache(
+            space.embeddings, space.cache, self.info.name, self.texts, dimension=self.info.dimension
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeDimension(Step[Vectors]):
+    """Embed one probe text with no cache: the embedder's dimension, learnt once."""
+
+    @override
+    def run(self, backends: Backends) -> Vectors:
+        return backends.space.embeddings.embed_documents(["dimension probe"])
+
+    @override
+    async def arun(self, backends: Backends) -> Vectors:
+        return await backends.space.embeddings.aembed_documents(["dimension probe"])
+
+
+@dataclass(frozen=True, slots=True)
+class ClearCaches(Step[None]):
+    """Empty the caches keyed by message text (after a forget, they hold its words)."""
+
+    @override
+    def run(self, backends: Backends) -> None:
+        backends.space.clear_caches()
+
+    @override
+    async def arun(self, backends: Backends) -> None:
+        backends.space.clear_caches()
+
+
+@dataclass(frozen=True, slots=True)
+class OpenIndex(Step[None]):
+    """Open (create if needed) the vector index of `info`."""
+
+    info: IndexInfo
+
+    @override
+    def run(self, backends: Backends) -> None:
+        info = self.info
+        backends.space.vectors.open(info.name, dimension=info.dimension, model=info.model)
+
+    @override
+    async def arun(self, backends: Backends) -> None:
+        info = self.info
+        await backends.space.vectors.aopen(info.name, dimension=info.dimension, model=info.model)
+
+
+@dataclass(frozen=True, slots=True)
+class NearestMessages(Step[list[tuple[str, float]]]):
+    """(message id, similarity) of the `k` nearest vectors inside `scope`."""
+
+    info: IndexInfo
+    vector: Sequence[float]
+    _: KW_ONLY
+    k: int
+    scope: ScopeFilter
+
+    @override
+    def run(self, backends: Backends) -> list[tuple[str, float]]:
+        vectors = backends.space.vectors
+        return vectors.nearest(self.info.name, self.vector, k=self.k, scope=self.scope)
+
+    @override
+    async def arun(self, backends: Backends) -> list[tuple[str, float]]:
+        vectors = backends.space.vectors
+        return await vectors.anearest(self.info.name, self.vector, k=self.k, scope=self.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertVectors(Step[None]):
+    """Write `records` into the index."""
+
+    info: IndexInfo
+    records: Sequence[VectorRecord]
+
+    @override
+    def run(self, backends: Backends) -> None:
+        backends.space.vectors.upsert(self.info.name, self.records)
+
+    @override
+    async def arun(self, backends: Backends) -> None:
+        await backends.space.vectors.aupsert(self.info.name, self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteVectors(Step[None]):
+    """Delete the vectors matching every selector given."""
+
+    info: IndexInfo
+    _: KW_ONLY
+    thread_id: str | None = None
+    resource_id: str | None = None
+    message_ids: Sequence[str] | None = None
+
+    @override
+    def run(self, backends: Backends) -> None:
+        backends.space.vectors.delete(
+            self.info.name,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            message_ids=self.message_ids,
+        )
+
+    @override
+    async def arun(self, backends: Backends) -> None:
+        await backends.space.vectors.adelete(
+            self.info.name,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            message_ids=self.message_ids,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VectorMessageIds(Step[set[str]]):
+    """The message ids that have a vector inside `scope`."""
+
+    info: IndexInfo
+    scope: ScopeFilter | None
+
+    @override
+    def run(self, backends: Backends) -> set[str]:
+        return backends.space.vectors.message_ids(self.info.name, self.scope)
+
+    @override
+    async def arun(self, backends: Backends) -> set[str]:
+        return await backends.space.vectors.amessage_ids(self.info.name, self.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class CompactVectors(Step[CompactResult]):
+    """Erase what deleted vectors left in the files of the index `name`."""
+
+    name: str
+
+    @override
+    def run(self, backends: Backends) -> CompactResult:
+        return backends.space.vectors.compact(self.name)
+
+    @override
+    async def arun(self, backends: Backends) -> CompactResult:
+        return await backends.space.vectors.acompact(self.name)
