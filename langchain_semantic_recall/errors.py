@@ -82,3 +82,13 @@ PROGRAMMING_ERRORS: tuple[type[Exception], ...] = (
 Recall degrades to "no recall" when the embedder, vector index or storage fails; these
 are raised instead, so that a bug is seen rather than read as "nothing to remember".
 """
+
+
+class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
+    """This vector index cannot list its vectors, so they cannot be exported or copied.
+
+    Raised by `export` (at the call) on a backend without an `_export` hook, and by
+    `LangChainVectorIndex` when its store's dialect cannot read vectors back.
+    `semantic-recall migrate` (and `migrate`) then embeds the messages again instead of
+    copying their vectors.
+    """

@@ -162,27 +162,27 @@ class RecordingVectors(VectorIndex):
     def of(self, name: str) -> list[dict[str, Any]]:
         return [kwargs for n, kwargs in self.calls if n == name]
 
-    def open(self, name: str, *, dimension: int, model: str) -> None:
+    def _open(self, name: str, *, dimension: int, model: str) -> None:
         self._record("open", name=name, dimension=dimension, model=model)
         self.inner.open(name, dimension=dimension, model=model)
 
-    def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         self._record("upsert", name=name, records=list(records))
         self.inner.upsert(name, records)
 
-    def query(
+    def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         self._record("query", name=name, vector=list(vector), k=k, scope=scope)
         return self.inner.query(name, vector, k=k, scope=scope)
 
-    def delete(
+    def _delete(
         self,
         name: str,
         *,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-        message_ids: Sequence[str] | None = None,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
     ) -> None:
         self._record(
             "delete",
@@ -195,7 +195,7 @@ class RecordingVectors(VectorIndex):
             name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids
         )
 
-    def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         self._record("message_ids", name=name, scope=scope)
         return self.inner.message_ids(name, scope)
 

@@ -400,7 +400,7 @@ class FaultyVectors(RecordingVectors):
         if op not in _VECTORS_WRAPPED:
             self.faults.call(op, kwargs, lambda: None)
 
-    def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         batch = list(records)
         self._record("upsert", name=name, records=batch)
         self.faults.call(
@@ -410,7 +410,7 @@ class FaultyVectors(RecordingVectors):
             run_part=lambda n: self.inner.upsert(name, batch[:n]),
         )
 
-    def query(
+    def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         self._record("query", name=name, vector=list(vector), k=k, scope=scope)
@@ -420,13 +420,13 @@ class FaultyVectors(RecordingVectors):
             lambda: self.inner.query(name, vector, k=k, scope=scope),
         )
 
-    def delete(
+    def _delete(
         self,
         name: str,
         *,
-        thread_id: str | None = None,
-        resource_id: str | None = None,
-        message_ids: Sequence[str] | None = None,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
     ) -> None:
         ids = None if message_ids is None else list(message_ids)
         arguments = {

@@ -2,7 +2,7 @@
 
 The public methods of `MessageStorage` (`put`, `get_windows`, ... and their
 `a`-prefixed async twins) are concrete: they check their input once
-(`checks`) and call a small protected method (`_put`, `_get_windows`, ...)
+(`checks`) and call a small protected hook (`_put`, `_get_windows`, ...: `hooks`)
 that a backend implements with storage work only. The protected async twins default to
 running the sync ones in an executor; a backend with a native async driver overrides
 them. Every backend must pass the shared conformance suite (`tests/conformance`).
@@ -30,14 +30,12 @@ Rules every backend keeps:
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
 from langchain_semantic_recall.errors import CompactNotSupportedError
-from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
@@ -56,6 +54,7 @@ from langchain_semantic_recall.storage.checks import (
     page_input,
     windows_input,
 )
+from langchain_semantic_recall.storage.hooks import StorageHooks
 
 logger = logging.getLogger(__name__)
 
@@ -76,15 +75,16 @@ def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> No
     logger.info("%s %s %r (%d messages)", verb, what, key, deleted)
 
 
-class MessageStorage(ABC):
+class MessageStorage(StorageHooks):
     """Abstract message storage: public methods check input, backends store.
 
-    Subclass it and implement the protected abstract methods (`_put`,
+    Subclass it and implement the abstract hooks of `StorageHooks` (`_put`,
     `_get_windows`, `_get_thread_owner`, `_list_messages`, `_list_threads`,
-    `_delete_thread`, `_delete_resource`, `_is_forgotten`); optionally
-    `_keyword_search` (with `supports_keyword_search = True`), `_count` (a faster
-    count) and the `_a*` async twins (a native async driver). They receive checked
+    `_delete_thread`, `_delete_resource`, `_is_forgotten`); optionally the capabilities
+    (`_keyword_search` with `supports_keyword_search = True`...), cheaper defaults
+    (`_count`) and the `_a*` async twins (a native async driver). They receive checked
     input only: valid ids, `created_at` in UTC, window sizes >= 0, `limit` >= 1.
+    `docs/writing-a-backend.md` has the whole contract.
 
     Every public method raises `InvalidInputError` on unusable input (an id that
     is blank, not a string or holds NUL or a lone surrogate; a naive `created_at`; a
@@ -187,7 +187,9 @@ class MessageStorage(ABC):
     async def amove_thread(self, thread_id: str, *, to_resource: str) -> int:
         """Async twin of `move_thread`."""
         move_thread_input(thread_id, to_resource)
-        return await run_in_executor(None, self._move_thread, thread_id, to_resource)
+        moved = await self._amove_thread(thread_id, to_resource)
+        logger.info("moved thread %r to resource %r (%d messages)", thread_id, to_resource, moved)
+        return moved
 
     def unretire_thread(self, thread_id: str) -> bool:
         """Lift a forget's retirement of a thread id (it may be written again); was it retired?"""
@@ -195,7 +197,7 @@ class MessageStorage(ABC):
 
     async def aunretire_thread(self, thread_id: str) -> bool:
         """Async twin of `unretire_thread`."""
-        return await run_in_executor(None, self._unretire_thread, check_id("thread_id", thread_id))
+        return await self._aunretire_thread(check_id("thread_id", thread_id))
 
     # --- reads ------------------------------------------------------------------------
 
@@ -356,144 +358,10 @@ class MessageStorage(ABC):
                 "them with the backend's own tools (see docs/data-handling.md)"
             )
 
-    def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to close
-        """Release connections."""
+    def close(self) -> None:
+        """Release connections (what `_close` holds); safe to call twice."""
+        self._close()
 
     async def aclose(self) -> None:
         """Async twin of `close`."""
-        await run_in_executor(None, self.close)
-
-    # --- the backend surface: storage work on checked input ---------------------------
-
-    @abstractmethod
-    def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
-        """Write a non-empty batch of checked records (`created_at` in UTC) atomically."""
-
-    @abstractmethod
-    def _get_windows(
-        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
-    ) -> dict[str, tuple[StoredMessage, ...]]:
-        """Windows of distinct, non-empty `message_ids`, in their order (see the public)."""
-
-    @abstractmethod
-    def _get_thread_owner(self, thread_id: str) -> str | None:
-        """The owner of the thread, or None."""
-
-    @abstractmethod
-    def _list_messages(
-        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
-    ) -> list[StoredMessage]:
-        """A page of messages (see `list_messages`)."""
-
-    @abstractmethod
-    def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
-        """Thread summaries, ordered by thread id."""
-
-    @abstractmethod
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
-        """Delete the thread's messages, keyword index and owner; retire the id if asked."""
-
-    @abstractmethod
-    def _delete_resource(self, resource_id: str) -> int:
-        """Delete and retire every thread of the resource."""
-
-    @abstractmethod
-    def _is_forgotten(self, thread_id: str) -> bool:
-        """Whether the thread id is retired."""
-
-    def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
-        """Move an unowned thread to `resource_id` (see `adopt_thread`)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot adopt: pass a resource id")
-
-    def _keyword_search(
-        self, query: str, *, scope: ScopeFilter, limit: int
-    ) -> list[tuple[str, float]]:
-        """Keyword matches (override with `supports_keyword_search = True`)."""
-        raise NotImplementedError(f"{type(self).__name__} has no keyword search")
-
-    def _move_thread(self, thread_id: str, to_resource: str) -> int:
-        """Reassign the thread (override, with `supports_move = True`, with the next)."""
-        raise NotImplementedError(f"{type(self).__name__} cannot move threads")
-
-    def _unretire_thread(self, thread_id: str) -> bool:
-        raise NotImplementedError(f"{type(self).__name__} cannot restore forgotten threads")
-
-    def _compact(self) -> CompactResult:
-        """Erase deleted data's bytes (override with `supports_compact = True`)."""
-        raise NotImplementedError(f"{type(self).__name__} has no compact")
-
-    def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
-        """The newest `limit` messages of the thread (override with one query)."""
-        kept: list[StoredMessage] = []
-        after: tuple[str, int] | None = None
-        while page := self._list_messages(scope, after=after, limit=1000):
-            after = (page[-1].thread_id, page[-1].seq)
-            kept = [*kept, *page][-limit:]
-        return kept
-
-    def _count(self, scope: ScopeFilter | None) -> int:
-        """Messages in the scope, from the thread summaries (override with one query)."""
-        threads = self._list_threads(scope.resource_id if scope else None)
-        if scope is not None and scope.thread_id is not None:
-            threads = [t for t in threads if t.thread_id == scope.thread_id]
-        return sum(t.message_count for t in threads)
-
-    def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
-        """`min(count, up_to)` (override with a query that stops at `up_to`)."""
-        return min(self._count(scope), up_to)
-
-    # --- protected async twins (override with a native driver where there is one) -----
-
-    async def _aput(self, records: list[MessageRecord]) -> list[StoredMessage]:
-        return await run_in_executor(None, self._put, records)
-
-    async def _aget_windows(
-        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
-    ) -> dict[str, tuple[StoredMessage, ...]]:
-        return await run_in_executor(
-            None, lambda: self._get_windows(message_ids, before=before, after=after, scope=scope)
-        )
-
-    async def _aget_thread_owner(self, thread_id: str) -> str | None:
-        return await run_in_executor(None, self._get_thread_owner, thread_id)
-
-    async def _alist_messages(
-        self, scope: ScopeFilter | None, *, after: tuple[str, int] | None, limit: int
-    ) -> list[StoredMessage]:
-        return await run_in_executor(
-            None, lambda: self._list_messages(scope, after=after, limit=limit)
-        )
-
-    async def _alast_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
-        return await run_in_executor(None, lambda: self._last_messages(scope, limit=limit))
-
-    async def _alist_threads(self, resource_id: str | None) -> list[ThreadInfo]:
-        return await run_in_executor(None, self._list_threads, resource_id)
-
-    async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
-        return await run_in_executor(None, lambda: self._delete_thread(thread_id, retire=retire))
-
-    async def _adelete_resource(self, resource_id: str) -> int:
-        return await run_in_executor(None, self._delete_resource, resource_id)
-
-    async def _ais_forgotten(self, thread_id: str) -> bool:
-        return await run_in_executor(None, self._is_forgotten, thread_id)
-
-    async def _aadopt_thread(self, thread_id: str, resource_id: str) -> int:
-        return await run_in_executor(None, self._adopt_thread, thread_id, resource_id)
-
-    async def _akeyword_search(
-        self, query: str, *, scope: ScopeFilter, limit: int
-    ) -> list[tuple[str, float]]:
-        return await run_in_executor(
-            None, lambda: self._keyword_search(query, scope=scope, limit=limit)
-        )
-
-    async def _acount(self, scope: ScopeFilter | None) -> int:
-        return await run_in_executor(None, self._count, scope)
-
-    async def _acount_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
-        return await run_in_executor(None, self._count_up_to, scope, up_to)
-
-    async def _acompact(self) -> CompactResult:
-        return await run_in_executor(None, self._compact)
+        await self._aclose()

@@ -447,7 +447,7 @@ class SQLiteStorage(MessageStorage):
         done = ("PRAGMA secure_delete = ON", "FTS5 optimize", "VACUUM", "wal_checkpoint(TRUNCATE)")
         return CompactResult(type(self).__name__, done, before, _file_bytes(self._path))
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Close the connection; later calls raise `StorageError`."""
         with self._lock:
             self._conn.close()

@@ -17,30 +17,26 @@ storage work only:
 | `count` / `acount`             | `_count`       | may (default: count `export`) |
 | `compact` / `acompact`         | `_compact`     | implements it if it can erase |
 
-Async twins run the sync method in an executor (`run_in_executor`). Scores are cosine
-similarity clipped to [0, 1] on every backend, so a threshold means the same everywhere.
-A wrapper that forwards every call to another index (the tests' recorders) may override
-the public methods instead of the hooks: the wrapped index still checks the arguments.
+Async twins check the same way and await the hook's async twin (`_aopen`...), which runs
+the sync hook in the default executor unless a backend overrides it (`vectors.hooks`).
+Scores are cosine similarity clipped to [0, 1] on every backend, so a threshold means the
+same everywhere.
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import ClassVar, Final
 
-from langchain_core.runnables.config import run_in_executor
-
 from langchain_semantic_recall.errors import (
     CompactNotSupportedError,
+    ExportNotSupportedError,
     InvalidInputError,
-    SemanticRecallError,
 )
-from langchain_semantic_recall.fusion import best_per_message
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors.hooks import DEFAULT_EXPORT_BATCH, VectorHooks
 from langchain_semantic_recall.vectors.rows import chunk_id, record_from_metadata
 
 __all__ = [
@@ -54,21 +50,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_EXPORT_BATCH: Final = 1000
-"""Vectors read per round trip by `export` unless told otherwise."""
 
-
-class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
-    """This vector index cannot list its vectors, so they cannot be exported or copied.
-
-    Raised by `export` (at the call) on a backend without an `_export` hook, and by
-    `LangChainVectorIndex` when its store's dialect cannot read vectors back.
-    `semantic-recall migrate` (and `migrate`) then embeds the messages again instead of
-    copying their vectors.
-    """
-
-
-class VectorIndex:
+class VectorIndex(VectorHooks):
     """Host of named vector indexes: concrete checked methods over small storage hooks.
 
     Setup (any backend; the engine calls `open` for you):
@@ -94,11 +77,10 @@ class VectorIndex:
         ...
     ```
 
-    A new backend subclasses this class and implements the hooks (`_open`, `_upsert`,
-    `_query`, `_delete`, `_message_ids`, and `_export` when it can list vectors);
-    it runs `tests/conformance/vector_suite.py`. The hooks raise `NotImplementedError`
-    rather than being abstract (as LangGraph's `BaseCheckpointSaver` does) so that a
-    forwarding wrapper, which overrides the public methods, needs none of them.
+    A new backend subclasses this class and implements the abstract hooks of
+    `VectorHooks` (`_open`, `_upsert`, `_query`, `_delete`, `_message_ids`, and `_export`
+    when it can list vectors); it runs `tests/conformance/vector_suite.py`
+    (`docs/writing-a-backend.md`).
     """
 
     supports_compact: ClassVar[bool] = False
@@ -114,11 +96,7 @@ class VectorIndex:
             InvalidInputError: `dimension` is not an int >= 1, or `model` is empty.
             EmbeddingMismatchError: the index exists with another model or dimension.
         """
-        check_index_name(name)
-        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-            raise InvalidInputError(f"dimension must be an int >= 1, got {dimension!r}")
-        if not isinstance(model, str) or not model:
-            raise InvalidInputError(f"model must be a non-empty string, got {model!r}")
+        _check_open(name, dimension, model)
         self._open(name, dimension=dimension, model=model)
 
     def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
@@ -181,16 +159,9 @@ class VectorIndex:
             InvalidInputError: no selector was given (that would delete everything), or
                 `message_ids` is a single string instead of a sequence of ids.
         """
-        check_index_name(name)
-        if isinstance(message_ids, str):
-            raise InvalidInputError(
-                f"message_ids must be a sequence of ids, got the string {message_ids!r}: "
-                "wrap a single id in a list"
-            )
-        if not has_work(thread_id, resource_id, message_ids):
-            return
-        ids = None if message_ids is None else sorted(set(message_ids))
-        self._delete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
+        ids = _check_delete(name, thread_id, resource_id, message_ids)
+        if ids is not _NOTHING:
+            self._delete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         """Ids of the messages that have at least one vector (for stats and repair)."""
@@ -237,10 +208,7 @@ class VectorIndex:
             InvalidInputError: `batch_size` is not an int >= 1.
             ExportNotSupportedError: the backend cannot list its vectors.
         """
-        check_index_name(name)
-        _check_scope(scope)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        _check_export(name, scope, batch_size)
         return _inside(name, scope, self._export(name, scope, batch_size=batch_size))
 
     def compact(self, name: str) -> CompactResult:
@@ -254,38 +222,47 @@ class VectorIndex:
             InvalidOptionError: `name` is not a legal index name.
             CompactNotSupportedError: The backend cannot (`supports_compact` is False).
         """
+        self._check_compact(name)
+        return self._compact(name)
+
+    def _check_compact(self, name: str) -> None:
         check_index_name(name)
         if not self.supports_compact:
             raise CompactNotSupportedError(
                 f"{type(self).__name__} cannot erase the bytes of deleted vectors; erase them "
                 "with the vector store's own tools (see docs/data-handling.md)"
             )
-        return self._compact(name)
 
     def close(self) -> None:
-        """Release clients (a no-op unless the backend holds some)."""
+        """Release clients (a no-op unless the backend holds some); safe to call twice."""
+        self._close()
 
-    # -- async twins -----------------------------------------------------------------------
+    # -- async twins: the same checks, then the hook's async twin --------------------------
 
     async def aopen(self, name: str, *, dimension: int, model: str) -> None:
         """Async twin of `open`."""
-        await run_in_executor(None, lambda: self.open(name, dimension=dimension, model=model))
+        _check_open(name, dimension, model)
+        await self._aopen(name, dimension=dimension, model=model)
 
     async def aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         """Async twin of `upsert`."""
-        await run_in_executor(None, self.upsert, name, records)
+        check_index_name(name)
+        if records:
+            await self._aupsert(name, records)
 
     async def aquery(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         """Async twin of `query`."""
-        return await run_in_executor(None, lambda: self.query(name, vector, k=k, scope=scope))
+        _check_search(name, k, scope)
+        return await self._aquery(name, vector, k=k, scope=scope)
 
     async def anearest(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[tuple[str, float]]:
         """Async twin of `nearest`."""
-        return await run_in_executor(None, lambda: self.nearest(name, vector, k=k, scope=scope))
+        _check_search(name, k, scope)
+        return await self._anearest(name, vector, k=k, scope=scope)
 
     async def adelete(
         self,
@@ -296,24 +273,30 @@ class VectorIndex:
         message_ids: Sequence[str] | None = None,
     ) -> None:
         """Async twin of `delete`."""
-        await run_in_executor(
-            None,
-            lambda: self.delete(
-                name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids
-            ),
-        )
+        ids = _check_delete(name, thread_id, resource_id, message_ids)
+        if ids is not _NOTHING:
+            await self._adelete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
     async def amessage_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         """Async twin of `message_ids`."""
-        return await run_in_executor(None, self.message_ids, name, scope)
+        check_index_name(name)
+        _check_scope(scope)
+        return await self._amessage_ids(name, scope)
 
     async def acount(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Async twin of `count`."""
-        return await run_in_executor(None, self.count, name, scope)
+        check_index_name(name)
+        _check_scope(scope)
+        return await self._acount(name, scope)
 
     async def acompact(self, name: str) -> CompactResult:
         """Async twin of `compact`."""
-        return await run_in_executor(None, self.compact, name)
+        self._check_compact(name)
+        return await self._acompact(name)
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        await self._aclose()
 
     def aexport(
         self,
@@ -338,67 +321,8 @@ class VectorIndex:
             InvalidInputError: `batch_size` is not an int >= 1.
             ExportNotSupportedError: the backend cannot list its vectors.
         """
-        return _in_executor(self.export(name, scope, batch_size=batch_size), batch_size)
-
-    # -- storage hooks: a backend implements these (arguments already checked) -------------
-
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _open")
-
-    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """Write a non-empty batch of records."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement _upsert")
-
-    def _query(
-        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
-    ) -> list[VectorHit]:
-        """The top `k` (`k >= 1`) inside `scope`, best first."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement _query")
-
-    def _nearest(
-        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
-    ) -> list[tuple[str, float]]:
-        """`query`'s hits, best per message (through `query`, which wrappers forward)."""
-        return best_per_message(self.query(name, vector, k=k, scope=scope))
-
-    def _delete(
-        self,
-        name: str,
-        *,
-        thread_id: str | None,
-        resource_id: str | None,
-        message_ids: list[str] | None,
-    ) -> None:
-        """Delete what matches every selector.
-
-        At least one selector is set; `message_ids` is sorted, unique and not empty.
-        """
-        raise NotImplementedError(f"{type(self).__name__} does not implement _delete")
-
-    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement _message_ids")
-
-    def _compact(self, name: str) -> CompactResult:
-        """Erase deleted vectors' bytes (override with `supports_compact = True`)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement _compact")
-
-    def _count(self, name: str, scope: ScopeFilter | None) -> int:
-        """Counts what `export` lists; override with something cheaper."""
-        return sum(1 for _ in self.export(name, scope))
-
-    def _export(
-        self, name: str, scope: ScopeFilter | None, *, batch_size: int
-    ) -> Iterator[VectorRecord]:
-        """Records inside `scope`, read `batch_size` at a time.
-
-        Raise `ExportNotSupportedError` at the call (not on the first `next`)
-        when the vectors cannot be listed, as this default does.
-        """
-        raise ExportNotSupportedError(
-            f"{type(self).__name__} cannot list its vectors, so index {name!r} cannot be "
-            "exported: embed the messages again instead (semantic-recall migrate --vectors "
-            "reembed, or SemanticRecall.reindex)"
-        )
+        _check_export(name, scope, batch_size)
+        return _inside_async(name, scope, self._aexport(name, scope, batch_size=batch_size))
 
 
 def has_work(
@@ -416,6 +340,40 @@ def has_work(
             "delete needs thread_id, resource_id or message_ids; it never empties an index"
         )
     return message_ids is None or len(message_ids) > 0
+
+
+_NOTHING: Final[list[str]] = []
+"""`_check_delete`'s answer when there is nothing to delete (an empty `message_ids`)."""
+
+
+def _check_delete(
+    name: str, thread_id: str | None, resource_id: str | None, message_ids: Sequence[str] | None
+) -> list[str] | None:
+    """The checked `message_ids` of a delete (sorted, unique), or `_NOTHING` to do."""
+    check_index_name(name)
+    if isinstance(message_ids, str):
+        raise InvalidInputError(
+            f"message_ids must be a sequence of ids, got the string {message_ids!r}: "
+            "wrap a single id in a list"
+        )
+    if not has_work(thread_id, resource_id, message_ids):
+        return _NOTHING
+    return None if message_ids is None else sorted(set(message_ids))
+
+
+def _check_open(name: str, dimension: object, model: object) -> None:
+    check_index_name(name)
+    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
+        raise InvalidInputError(f"dimension must be an int >= 1, got {dimension!r}")
+    if not isinstance(model, str) or not model:
+        raise InvalidInputError(f"model must be a non-empty string, got {model!r}")
+
+
+def _check_export(name: str, scope: object, batch_size: object) -> None:
+    check_index_name(name)
+    _check_scope(scope)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
 
 
 def _check_search(name: str, k: object, scope: object) -> None:
@@ -446,20 +404,19 @@ def _inside(
             logger.warning("dropped exported vector %r of %r outside the scope", record.id, name)
 
 
-def _take(records: Iterator[VectorRecord], n: int) -> list[VectorRecord]:
-    return list(itertools.islice(records, n))
-
-
-async def _in_executor(records: Iterator[VectorRecord], size: int) -> AsyncIterator[VectorRecord]:
-    """Iterate `records` in an executor, `size` at a time, as an async iterator."""
+async def _inside_async(
+    name: str, scope: ScopeFilter | None, records: AsyncIterator[VectorRecord]
+) -> AsyncIterator[VectorRecord]:
+    """`_inside` for an async iterator; closing it closes `records` (the backend's reads)."""
     try:
-        while batch := await run_in_executor(None, _take, records, size):
-            for record in batch:
+        async for record in records:
+            if scope is None or scope.admits(record.resource_id, record.thread_id):
                 yield record
-            if len(batch) < size:
-                return
+            else:
+                logger.warning(
+                    "dropped exported vector %r of %r outside the scope", record.id, name
+                )
     finally:
-        close = getattr(records, "close", None)
-        if callable(close):
-            with contextlib.suppress(ValueError):  # still running in a cancelled executor
-                close()
+        close = getattr(records, "aclose", None)
+        if close is not None:
+            await close()

@@ -296,15 +296,13 @@ class ChromaVectorIndex(VectorIndex):
             write()
         logger.debug("upserted %d vectors into %r", len(records), name)
 
-    async def aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """Async twin of `upsert`; on an embedded client, in pieces (`chroma_writes`)."""
+    async def _aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        """On an embedded client, in pieces (`chroma_writes`); over HTTP, in the executor."""
         if self._gate is None:  # over HTTP the writes leave the process
-            await super().aupsert(name, records)
+            await super()._aupsert(name, records)
             return
-        check_index_name(name)
-        if records:
-            writes = await run_in_executor(None, self._writes, name, records, ASYNC_PIECE)
-            await self._gate.run(writes)
+        writes = await run_in_executor(None, self._writes, name, records, ASYNC_PIECE)
+        await self._gate.run(writes)
 
     def _writes(self, name: str, records: Sequence[VectorRecord], size: int) -> list[Write]:
         root = self._root(name)
@@ -487,7 +485,7 @@ class ChromaVectorIndex(VectorIndex):
     def _compact(self, name: str) -> CompactResult:
         return compact_index(self._client, self._collections, name)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Forget the cached collections (the client itself is left to its owner)."""
         with self._lock:
             self._roots.clear()

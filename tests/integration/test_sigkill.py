@@ -111,8 +111,8 @@ class PausingVectors(RecordingVectors):
         super().__init__(inner)
         self.pause = pause
 
-    def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        super().upsert(name, records)
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        super()._upsert(name, records)
         if any(r.content.startswith(f"turn{self.pause} ") for r in records):
             say(f"upserted {self.pause}")
             wait_for_the_kill()

@@ -70,15 +70,15 @@ class ThreadVectors(InMemoryVectorIndex):
         super().__init__()
         self.threads: dict[str, set[int]] = {}
 
-    def query(
+    def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         self.threads.setdefault("query", set()).add(threading.get_ident())
-        return super().query(name, vector, k=k, scope=scope)
+        return super()._query(name, vector, k=k, scope=scope)
 
-    def upsert(self, name: str, records: Sequence[Any]) -> None:
+    def _upsert(self, name: str, records: Sequence[Any]) -> None:
         self.threads.setdefault("upsert", set()).add(threading.get_ident())
-        super().upsert(name, records)
+        super()._upsert(name, records)
 
 
 def turn(n: int) -> list[Any]:
@@ -132,11 +132,11 @@ def rendezvous_engine() -> tuple[SemanticRecall, Rendezvous]:
             return super()._keyword_search(query, scope=scope, limit=limit)
 
     class VectorsMeet(InMemoryVectorIndex):
-        def query(
+        def _query(
             self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
         ) -> list[VectorHit]:
             meeting.meet()
-            return super().query(name, vector, k=k, scope=scope)
+            return super()._query(name, vector, k=k, scope=scope)
 
     memory = SemanticRecall(
         storage=KeywordMeets(":memory:"), vector_store=VectorsMeet(), embeddings=FakeEmbeddings()

@@ -29,14 +29,14 @@ IDS = st.sampled_from(
 class IgnoresScope(InMemoryVectorIndex):
     """Returns the nearest vectors of every resource, whatever the scope says."""
 
-    def query(
+    def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         with self._lock:
             everyone = {r.resource_id for r in self._get(name).records.values()}
         hits: list[VectorHit] = []
         for resource in everyone:
-            hits.extend(super().query(name, vector, k=k, scope=ScopeFilter(resource_id=resource)))
+            hits.extend(super()._query(name, vector, k=k, scope=ScopeFilter(resource_id=resource)))
         return sorted(hits, key=lambda h: h.score, reverse=True)[:k]
 
 

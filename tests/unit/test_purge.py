@@ -38,7 +38,6 @@ from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.storage.memory import InMemoryStorage
 from langchain_semantic_recall.storage.sqlite_schema import in_use
 from langchain_semantic_recall.vectors import chroma_purge
-from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
 DIM = 64
@@ -284,7 +283,7 @@ def test_a_backend_that_cannot_compact_is_refused_before_anything_changes() -> N
     with pytest.raises(CompactNotSupportedError, match="Plain cannot"):
         memory.purge()
     with pytest.raises(CompactNotSupportedError):
-        VectorIndex().compact("any-index")
+        Plain().compact("any-index")
 
 
 def test_the_cli_purges_and_prints_the_sizes(

@@ -245,8 +245,8 @@ def test_thread_scope_drops_a_foreign_threads_hit_even_if_the_vector_store_retur
     embeddings: FakeEmbeddings, storage: RecordingStorage
 ) -> None:
     class IgnoresScope(InMemoryVectorIndex):
-        def query(self, name, vector, *, k, scope):  # type: ignore[no-untyped-def]
-            return super().query(name, vector, k=k, scope=ScopeFilter(resource_id="r"))
+        def _query(self, name, vector, *, k, scope):  # type: ignore[no-untyped-def]
+            return super()._query(name, vector, k=k, scope=ScopeFilter(resource_id="r"))
 
     engine = SemanticRecall_(storage, IgnoresScope(), embeddings, scope="thread")
     engine.index(turn("a", TRIP), thread_id="t1", resource_id="r")

@@ -117,8 +117,45 @@ def test_export_drops_whatever_a_backend_returns_outside_the_scope() -> None:
     assert sorted(r.id for r in index.export(name)) == ["mine", "theirs"]
 
 
+class _OnlyExports(VectorIndex):
+    """A backend whose required hooks are never called by these tests."""
+
+    def _open(self, name: str, *, dimension: int, model: str) -> None:
+        raise AssertionError("not called")
+
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        raise AssertionError("not called")
+
+    def _query(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[VectorHit]:
+        raise AssertionError("not called")
+
+    def _delete(
+        self,
+        name: str,
+        *,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
+    ) -> None:
+        raise AssertionError("not called")
+
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        raise AssertionError("not called")
+
+
+def test_a_backend_must_write_the_abstract_hooks() -> None:
+    class Forgetful(VectorIndex):
+        def _open(self, name: str, *, dimension: int, model: str) -> None:
+            pass
+
+    with pytest.raises(TypeError, match="_upsert"):
+        Forgetful()  # type: ignore[abstract]
+
+
 def test_count_defaults_to_counting_the_export() -> None:
-    class ExportOnly(VectorIndex):
+    class ExportOnly(_OnlyExports):
         def _export(
             self, name: str, scope: ScopeFilter | None, *, batch_size: int
         ) -> Iterator[VectorRecord]:
@@ -130,7 +167,7 @@ def test_count_defaults_to_counting_the_export() -> None:
 
 
 async def test_a_backend_that_cannot_list_raises_a_documented_error_at_the_call() -> None:
-    wrapper = RecordingVectors(InMemoryVectorIndex())  # forwards the public methods only
+    wrapper = RecordingVectors(InMemoryVectorIndex())  # no _export hook of its own
     name = new_name()
     wrapper.open(name, dimension=DIMENSION, model=MODEL)
     with pytest.raises(ExportNotSupportedError, match="reembed") as caught:
@@ -147,7 +184,7 @@ async def test_aexport_reads_a_batch_at_a_time_and_closes_early() -> None:
     pulled: list[int] = []
     closed: list[bool] = []
 
-    class Counting(VectorIndex):
+    class Counting(_OnlyExports):
         def _export(
             self, name: str, scope: ScopeFilter | None, *, batch_size: int
         ) -> Iterator[VectorRecord]:

@@ -432,7 +432,7 @@ class PostgresStorage(MessageStorage):
 
     # --- closing ----------------------------------------------------------------------
 
-    def close(self) -> None:
+    def _close(self) -> None:
         """Close the pools made here (a caller's pools are left open)."""
         if self._owns_pool and self._pool is not None:
             self._pool.close()
@@ -445,13 +445,13 @@ class PostgresStorage(MessageStorage):
             else:
                 loop.run_until_complete(pool.close())
 
-    async def aclose(self) -> None:
+    async def _aclose(self) -> None:
         """Close the pools made here; awaits the running loop's async pool."""
         loop = asyncio.get_running_loop()
         pool = self._apools.pop(loop, None)
         if pool is not None:
             await pool.close()
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
+        await loop.run_in_executor(None, self._close)
 
 
 __all__ = ["PostgresStorage"]
