@@ -28,7 +28,6 @@ from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
-from langchain_semantic_recall.relevance.features import terms_of
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
@@ -131,7 +130,7 @@ class _Probe(Step):
 class _ClearCache(Step):
     def run(self, backends: Backends) -> None:
         backends.space.cache.clear()
-        terms_of.cache_clear()  # its keys are message text: a forget drops them
+        backends.space.texts.clear()  # its keys are message text: a forget drops them
 
     async def arun(self, backends: Backends) -> None:
         self.run(backends)

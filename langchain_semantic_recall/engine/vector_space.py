@@ -24,6 +24,7 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
 )
 from langchain_semantic_recall.options import check_index_name, default_index_name
+from langchain_semantic_recall.relevance.features import TermCache
 from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, Reference
 from langchain_semantic_recall.vectors.base import VectorIndex
 
@@ -73,6 +74,8 @@ class VectorSpace:
         self._lock = threading.Lock()
         self._info: IndexInfo | None = None
         self._reference: Reference | None = None
+        self.texts = TermCache()
+        """The terms of messages hybrid search has scored (keys are their text)."""
 
     @property
     def info(self) -> IndexInfo | None:
