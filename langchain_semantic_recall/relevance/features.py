@@ -208,10 +208,13 @@ class Query:
         bm25 = {k: v for k, v in keyword if k in messages}
         names = [term for word in _NAME.findall(query) for term in index_terms(word)]
         wanted = frozenset((*terms, *names))
-        anywhere: set[str] = set()
+        anywhere: set[str] = set()  # the query's terms and names some candidate holds
+        covered = 0  # the most of the query's terms one keyword match holds
         for k in {*cosines, *bm25}:
-            anywhere.update(texts.of(messages[k].text).terms.intersection(wanted))
-        covered = (len(texts.of(messages[k].text).terms.intersection(terms)) for k in bm25)
+            bag = texts.of(messages[k].text).terms
+            anywhere.update(bag.intersection(wanted))
+            if k in bm25:
+                covered = max(covered, len(bag.intersection(terms)))
         return cls(
             terms=terms,
             baseline=baseline,
@@ -220,7 +223,7 @@ class Query:
             period=period,
             query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
             name_missing=float(any(name not in anywhere for name in names)),
-            keyword_coverage=max(covered, default=0) / len(terms) if terms else 0.0,
+            keyword_coverage=covered / len(terms) if terms else 0.0,
             texts=texts,
         )
 
@@ -242,35 +245,43 @@ def direct_rows(query: Query, messages: Sequence[StoredMessage]) -> np.ndarray:
     rows = np.empty((len(messages), len(DIRECT)))
     if not messages:
         return rows
-    terms = query.terms
-    facts = [query.texts.of(m.text) for m in messages]
-    top_bm25 = max(query.bm25.values(), default=0.0)
-    found = query.query_found
-    zs, bm25s = query.zs, query.bm25
-    z = np.fromiter((zs.get(m.id, query.floor_z) for m in messages), np.float64, len(messages))
-    bm25 = np.fromiter((bm25s.get(m.id, 0.0) for m in messages), np.float64, len(messages))
-    log_bm25 = np.fromiter((math.log1p(v) for v in bm25.tolist()), np.float64, len(messages))
+    terms, of, zs, bm25s, floor = query.terms, query.texts.of, query.zs, query.bm25, query.floor_z
+    each: list[float] = []  # what each message's row needs, in one pass
+    for message in messages:
+        facts, key = of(message.text), message.id
+        score = bm25s.get(key, 0.0)
+        each += (
+            zs.get(key, floor),
+            score,
+            math.log1p(score),
+            len(facts.terms.intersection(terms)),
+            facts.question,
+            message.role == "user",
+            facts.log1p_length,
+            key in bm25s,
+            key in zs,
+        )
+    table = np.fromiter(each, np.float64, len(each)).reshape(len(messages), -1)
+    z, bm25, log_bm25, shared, question, user, length, keyword, dense = table.T
+    top_bm25 = max(bm25s.values(), default=0.0)
     relative = bm25 / top_bm25 if top_bm25 > 0 else np.zeros(len(messages))
+    found = query.query_found
+    period = query.period
     c = _COLUMN
     rows[:, c["z"]] = z
     rows[:, c["log1p_bm25"]] = log_bm25
-    if terms:
-        rows[:, c["coverage"]] = [len(f.terms.intersection(terms)) for f in facts]
-        rows[:, c["coverage"]] /= len(terms)
-    else:
-        rows[:, c["coverage"]] = 0.0
-    rows[:, c["question"]] = [f.question for f in facts]
-    rows[:, c["user"]] = [m.role == "user" for m in messages]
-    rows[:, c["log1p_length"]] = [f.log1p_length for f in facts]
+    rows[:, c["coverage"]] = shared / len(terms) if terms else 0.0
+    rows[:, c["question"]] = question
+    rows[:, c["user"]] = user
+    rows[:, c["log1p_length"]] = length
     rows[:, c["z_relative"]] = z - query.top_z
     rows[:, c["bm25_relative"]] = relative
-    period = query.period
     rows[:, c["in_period"]] = 0.0 if period is None else [m.created_at in period for m in messages]
     rows[:, c["query_found"]] = found
     rows[:, c["name_missing"]] = query.name_missing
     rows[:, c["log1p_terms"]] = math.log1p(len(terms))
-    rows[:, c["in_keyword"]] = [m.id in bm25s for m in messages]
-    rows[:, c["in_dense"]] = [m.id in zs for m in messages]
+    rows[:, c["in_keyword"]] = keyword
+    rows[:, c["in_dense"]] = dense
     rows[:, c["log1p_top_bm25"]] = math.log1p(top_bm25)
     rows[:, c["bm25_found"]] = log_bm25 * found
     rows[:, c["bm25_relative_found"]] = relative * found
