@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -129,15 +129,13 @@ class TermCache:
     """`TextFacts` by message text, the last `size` texts kept: the same messages come back.
 
     Owned by one engine (its searches share it); `clear` it when messages are forgotten,
-    since its keys are their text.
+    since its keys are their text. `of(text)` gives the facts of `text`, worked out once
+    while it stays in the cache.
     """
 
     def __init__(self, size: int = 8192) -> None:
         self._facts = lru_cache(maxsize=size)(text_facts)
-
-    def of(self, text: str) -> TextFacts:
-        """The facts of `text` (worked out once while it stays in the cache)."""
-        return self._facts(text)
+        self.of: Callable[[str], TextFacts] = self._facts  # the cache itself: no extra call
 
     def clear(self) -> None:
         """Forget every text."""
@@ -177,9 +175,9 @@ class Query:
         ids = list(self.cosines)
         if ids and self.baseline is not None:
             cosines = np.fromiter(self.cosines.values(), dtype=np.float64, count=len(ids))
-            z = self.baseline.z(cosines)
-            zs = dict(zip(ids, np.asarray(z).tolist(), strict=True))
-            floor, top = float(self.z(cosines.min())), float(self.z(cosines.max()))
+            z = np.asarray(self.baseline.z(cosines))
+            zs = dict(zip(ids, z.tolist(), strict=True))
+            floor, top = float(z.min()), float(z.max())  # z rises with the cosine
         else:
             zs, floor = dict.fromkeys(ids, 0.0), 0.0
             top = floor
@@ -207,14 +205,10 @@ class Query:
         cosines = {k: v for k, v in dense if k in messages}
         bm25 = {k: v for k, v in keyword if k in messages}
         names = [term for word in _NAME.findall(query) for term in index_terms(word)]
-        wanted = frozenset((*terms, *names))
-        anywhere: set[str] = set()  # the query's terms and names some candidate holds
-        covered = 0  # the most of the query's terms one keyword match holds
-        for k in {*cosines, *bm25}:
-            bag = texts.of(messages[k].text).terms
-            anywhere.update(bag.intersection(wanted))
-            if k in bm25:
-                covered = max(covered, len(bag.intersection(terms)))
+        of = texts.of
+        bags = {k: of(messages[k].text).terms for k in {*cosines, *bm25}}
+        anywhere = frozenset().union(*bags.values())
+        covered = max((len(bags[k].intersection(terms)) for k in bm25), default=0)
         return cls(
             terms=terms,
             baseline=baseline,
