@@ -77,6 +77,7 @@ from langchain_semantic_recall.relevance import (
     Query,
     Reference,
     RelevanceModel,
+    TermCache,
     default_model,
 )
 from langchain_semantic_recall.relevance.features import (
@@ -333,6 +334,7 @@ def load_all(cache: Path | None, embedder: str) -> dict[str, Corpus]:
 
 def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -> None:
     """Each case's `Query` (what search knows before scoring), as the engine builds it."""
+    texts = TermCache()  # one cache for the corpus, as an engine has one for its searches
     for case in corpus.cases:
         dense = [(k, rescale * v + (1 - rescale) * 0.5) for k, v in case.dense]
         baseline = reference.baseline(case.vector)
@@ -344,7 +346,13 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
             )
         found = {k: corpus.by_id[k] for k, _ in (*dense, *case.keyword) if k in corpus.by_id}
         case.query = Query.build(
-            case.question, dense, case.keyword, found, baseline, named_period(case.question)
+            case.question,
+            dense,
+            case.keyword,
+            found,
+            baseline,
+            named_period(case.question),
+            texts,
         )
 
 

@@ -190,7 +190,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
             raise
 
     def with_options(self, **changes: Any) -> SemanticRecall:
-        """An engine on the same backends and cache, some options changed (a view keeps its ids).
+        """An engine on the same backends and caches, some options changed (a view keeps its ids).
 
         ```python
         precise = memory.with_options(top_k=1, scope="thread")
@@ -203,6 +203,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         options["vector_store"] = self.vector_store
         changed = type(self)(**options)
         object.__setattr__(changed, "_core", changed._core.bound_to(self._core.bound))
+        changed._core.backends.space.texts = self._core.backends.space.texts
         return changed
 
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:

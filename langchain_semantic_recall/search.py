@@ -36,7 +36,13 @@ from langchain_semantic_recall.options import (
 )
 from langchain_semantic_recall.periods import Period, named_period
 from langchain_semantic_recall.records import RecallHit, StoredMessage
-from langchain_semantic_recall.relevance import Query, QueryBaseline, RelevanceModel, default_model
+from langchain_semantic_recall.relevance import (
+    Query,
+    QueryBaseline,
+    RelevanceModel,
+    TermCache,
+    default_model,
+)
 
 ResolvedMode: TypeAlias = Literal["hybrid", "dense", "keyword"]
 
@@ -109,14 +115,18 @@ class SearchPlan:
         keyword: Sequence[tuple[str, float]],
         messages: Mapping[str, Sequence[StoredMessage]],
         baseline: QueryBaseline | None,
+        *,
+        texts: TermCache | None = None,
     ) -> Query:
         """What hybrid search knows of `query` and its candidates before scoring them.
 
         `messages` maps candidate ids to windows holding them (`get_windows` with no
         neighbours); a candidate absent from it is dropped (deleted, or out of scope).
+        `texts` is the engine's cache of the messages' terms (None: this query's own).
         """
         found = {m.id: m for window in messages.values() for m in window}
-        return Query.build(query, dense, keyword, found, baseline, self.period(query))
+        period = self.period(query)
+        return Query.build(query, dense, keyword, found, baseline, period, texts)
 
     def relevant(
         self,

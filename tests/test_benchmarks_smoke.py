@@ -83,6 +83,13 @@ def test_perf_hybrid_smoke(tmp_path: Path) -> None:
     assert "index one turn" in out
 
 
+def test_perf_hybrid_phases_smoke(tmp_path: Path) -> None:
+    out = _run("perf_hybrid_phases.py", "--size", "tiny", "--queries", "6", "--work", str(tmp_path))
+    for phase in ("nearest [worker]", "Query.build", "best_candidates", "select"):
+        assert f"| {phase} | 1.0 |" in out  # each once per hybrid search, none from dense mode
+    assert "| hybrid less scoring / dense |" in out
+
+
 def test_perf_loop_smoke(tmp_path: Path) -> None:
     out = _run("perf_loop.py", *("--rounds", "1", "--concurrency", "3", "--out", str(tmp_path)))
     assert "max stall ms" in out

@@ -24,7 +24,7 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
 )
 from langchain_semantic_recall.options import check_index_name, default_index_name
-from langchain_semantic_recall.relevance.features import terms_of
+from langchain_semantic_recall.relevance.features import TermCache
 from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, Reference
 from langchain_semantic_recall.vectors.base import VectorIndex
 
@@ -74,11 +74,13 @@ class VectorSpace:
         self._lock = threading.Lock()
         self._info: IndexInfo | None = None
         self._reference: Reference | None = None
+        self.texts = TermCache()
+        """The terms of messages hybrid search has scored (keys are their text)."""
 
     def clear_caches(self) -> None:
         """Empty what is keyed by message text: the embeddings and the scoring's terms."""
         self.cache.clear()
-        terms_of.cache_clear()
+        self.texts.clear()
 
     @property
     def info(self) -> IndexInfo | None:

@@ -1,6 +1,11 @@
 """How recall scores past messages and when it stays silent (see `model`)."""
 
-from langchain_semantic_recall.relevance.features import Query, content_terms, is_question
+from langchain_semantic_recall.relevance.features import (
+    Query,
+    TermCache,
+    content_terms,
+    is_question,
+)
 from langchain_semantic_recall.relevance.model import (
     Evidence,
     FittedFor,
@@ -23,6 +28,7 @@ __all__ = [
     "QueryBaseline",
     "Reference",
     "RelevanceModel",
+    "TermCache",
     "content_terms",
     "default_model",
     "is_question",

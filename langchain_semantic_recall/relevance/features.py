@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -32,11 +32,13 @@ __all__ = [
     "DIRECT",
     "MATCH",
     "Query",
+    "TermCache",
+    "TextFacts",
     "content_terms",
     "context_rows",
     "direct_rows",
     "is_question",
-    "terms_of",
+    "text_facts",
 ]
 
 DIRECT: tuple[str, ...] = (
@@ -105,10 +107,42 @@ def is_question(text: str) -> bool:
     return text.endswith("?")
 
 
-@lru_cache(maxsize=8192)
-def terms_of(text: str) -> frozenset[str]:
-    """A message's distinct index terms (cached: the same messages come back often)."""
-    return term_set(text)
+@dataclass(frozen=True, slots=True)
+class TextFacts:
+    """What relevance reads of one message's text, whatever the query."""
+
+    terms: frozenset[str]
+    """Its distinct index terms (`keywords.term_set`)."""
+    log1p_length: float
+    """`log1p` of how many there are."""
+    question: float
+    """1.0 when the text is a question (`is_question`), else 0.0."""
+
+
+def text_facts(text: str) -> TextFacts:
+    """`TextFacts` of `text`, worked out afresh (`TermCache` keeps them)."""
+    terms = term_set(text)
+    return TextFacts(terms, math.log1p(len(terms)), float(is_question(text)))
+
+
+class TermCache:
+    """`TextFacts` by message text, the last `size` texts kept: the same messages come back.
+
+    Owned by one engine (its searches share it); `clear` it when messages are forgotten,
+    since its keys are their text. `of(text)` gives the facts of `text`, worked out once
+    while it stays in the cache.
+    """
+
+    def __init__(self, size: int = 8192) -> None:
+        self._facts = lru_cache(maxsize=size)(text_facts)
+        self.of: Callable[[str], TextFacts] = self._facts  # the cache itself: no extra call
+
+    def clear(self) -> None:
+        """Forget every text."""
+        self._facts.cache_clear()
+
+    def __len__(self) -> int:
+        return self._facts.cache_info().currsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +162,28 @@ class Query:
     name_missing: float
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
-    rows: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
-    """Direct rows already worked out for this query (candidates, then their neighbours)."""
+    texts: TermCache = field(default_factory=TermCache, compare=False, repr=False)
+    """Where the messages' `TextFacts` are kept (the engine's, shared by its searches)."""
+    zs: Mapping[str, float] = field(init=False, compare=False, repr=False)
+    """Vector matches: message id -> `z` of its cosine (worked out once)."""
+    floor_z: float = field(init=False, compare=False, repr=False)
+    """The z of a message outside the vector matches: at most the pool's lowest."""
+    top_z: float = field(init=False, compare=False, repr=False)
+    """The best vector match's z (the floor when there is none)."""
+
+    def __post_init__(self) -> None:
+        ids = list(self.cosines)
+        if ids and self.baseline is not None:
+            cosines = np.fromiter(self.cosines.values(), dtype=np.float64, count=len(ids))
+            z = np.asarray(self.baseline.z(cosines))
+            zs = dict(zip(ids, z.tolist(), strict=True))
+            floor, top = float(z.min()), float(z.max())  # z rises with the cosine
+        else:
+            zs, floor = dict.fromkeys(ids, 0.0), 0.0
+            top = floor
+        object.__setattr__(self, "zs", zs)
+        object.__setattr__(self, "floor_z", floor)
+        object.__setattr__(self, "top_z", top)
 
     @classmethod
     def build(  # noqa: PLR0917 - one argument per source of facts
@@ -140,14 +194,21 @@ class Query:
         messages: Mapping[str, StoredMessage],
         baseline: QueryBaseline | None,
         period: Period | None,
+        texts: TermCache | None = None,
     ) -> Query:
-        """Gather the query-level facts over the candidates that `messages` holds."""
+        """Gather the query-level facts over the candidates that `messages` holds.
+
+        `texts` keeps the messages' terms between searches (None: a cache for this query).
+        """
+        texts = TermCache() if texts is None else texts
         terms = tuple(content_terms(query))
         cosines = {k: v for k, v in dense if k in messages}
         bm25 = {k: v for k, v in keyword if k in messages}
-        anywhere = frozenset().union(*(terms_of(messages[k].text) for k in {*cosines, *bm25}))
         names = [term for word in _NAME.findall(query) for term in index_terms(word)]
-        covered = (len(terms_of(messages[k].text).intersection(terms)) for k in bm25)
+        of = texts.of
+        bags = {k: of(messages[k].text).terms for k in {*cosines, *bm25}}
+        anywhere = frozenset().union(*bags.values())
+        covered = max((len(bags[k].intersection(terms)) for k in bm25), default=0)
         return cls(
             terms=terms,
             baseline=baseline,
@@ -156,7 +217,8 @@ class Query:
             period=period,
             query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
             name_missing=float(any(name not in anywhere for name in names)),
-            keyword_coverage=max(covered, default=0) / len(terms) if terms else 0.0,
+            keyword_coverage=covered / len(terms) if terms else 0.0,
+            texts=texts,
         )
 
     @property
@@ -168,60 +230,56 @@ class Query:
         """`cosine` in this query's spreads above unrelated text (0 without a baseline)."""
         return float(self.baseline.z(cosine)) if self.baseline is not None else 0.0
 
-    @property
-    def floor_z(self) -> float:
-        """The z of a message outside the vector matches: at most the pool's lowest."""
-        return self.z(min(self.cosines.values())) if self.cosines else 0.0
 
-    @property
-    def top_z(self) -> float:
-        """The best vector match's z (the floor when there is none)."""
-        return self.z(max(self.cosines.values())) if self.cosines else self.floor_z
+_COLUMN = {name: i for i, name in enumerate(DIRECT)}
 
 
 def direct_rows(query: Query, messages: Sequence[StoredMessage]) -> np.ndarray:
-    """One `DIRECT` row per message (a candidate or a neighbour of one), worked out once."""
-    missing = [m for m in messages if m.id not in query.rows]
-    if missing:
-        query.rows.update(zip((m.id for m in missing), _rows(query, missing), strict=True))
-    if not messages:
-        return np.empty((0, len(DIRECT)))
-    return np.stack([query.rows[m.id] for m in messages])
-
-
-def _rows(query: Query, messages: Sequence[StoredMessage]) -> np.ndarray:
-    terms = query.terms
-    top_bm25 = max(query.bm25.values(), default=0.0)
-    top_z, floor_z = query.top_z, query.floor_z
+    """One `DIRECT` row per message (a candidate or a neighbour of one), all at once."""
     rows = np.empty((len(messages), len(DIRECT)))
-    for i, message in enumerate(messages):
-        bag = terms_of(message.text)
-        cosine = query.cosines.get(message.id)
-        z = query.z(cosine) if cosine is not None else floor_z
-        bm25 = query.bm25.get(message.id, 0.0)
-        log_bm25 = math.log1p(bm25)
-        relative = bm25 / top_bm25 if top_bm25 > 0 else 0.0
-        found = query.query_found
-        rows[i] = (
-            z,
-            log_bm25,
-            len(bag.intersection(terms)) / len(terms) if terms else 0.0,
-            float(is_question(message.text)),
-            float(message.role == "user"),
-            math.log1p(len(bag)),
-            z - top_z,
-            relative,
-            float(query.period is not None and message.created_at in query.period),
-            found,
-            query.name_missing,
-            math.log1p(len(terms)),
-            float(message.id in query.bm25),
-            float(cosine is not None),
-            math.log1p(top_bm25),
-            log_bm25 * found,
-            relative * found,
-            z * found,
+    if not messages:
+        return rows
+    terms, of, zs, bm25s, floor = query.terms, query.texts.of, query.zs, query.bm25, query.floor_z
+    each: list[float] = []  # what each message's row needs, in one pass
+    for message in messages:
+        facts, key = of(message.text), message.id
+        score = bm25s.get(key, 0.0)
+        each += (
+            zs.get(key, floor),
+            score,
+            math.log1p(score),
+            len(facts.terms.intersection(terms)),
+            facts.question,
+            message.role == "user",
+            facts.log1p_length,
+            key in bm25s,
+            key in zs,
         )
+    table = np.fromiter(each, np.float64, len(each)).reshape(len(messages), -1)
+    z, bm25, log_bm25, shared, question, user, length, keyword, dense = table.T
+    top_bm25 = max(bm25s.values(), default=0.0)
+    relative = bm25 / top_bm25 if top_bm25 > 0 else np.zeros(len(messages))
+    found = query.query_found
+    period = query.period
+    c = _COLUMN
+    rows[:, c["z"]] = z
+    rows[:, c["log1p_bm25"]] = log_bm25
+    rows[:, c["coverage"]] = shared / len(terms) if terms else 0.0
+    rows[:, c["question"]] = question
+    rows[:, c["user"]] = user
+    rows[:, c["log1p_length"]] = length
+    rows[:, c["z_relative"]] = z - query.top_z
+    rows[:, c["bm25_relative"]] = relative
+    rows[:, c["in_period"]] = 0.0 if period is None else [m.created_at in period for m in messages]
+    rows[:, c["query_found"]] = found
+    rows[:, c["name_missing"]] = query.name_missing
+    rows[:, c["log1p_terms"]] = math.log1p(len(terms))
+    rows[:, c["in_keyword"]] = keyword
+    rows[:, c["in_dense"]] = dense
+    rows[:, c["log1p_top_bm25"]] = math.log1p(top_bm25)
+    rows[:, c["bm25_found"]] = log_bm25 * found
+    rows[:, c["bm25_relative_found"]] = relative * found
+    rows[:, c["z_found"]] = z * found
     return rows
 
 
@@ -235,33 +293,45 @@ def context_rows(
 
     Args:
         query: The query.
-        targets: The messages to score.
+        targets: The messages to score (each among `threads`' messages).
         threads: Thread id -> the messages read around the targets (at least two before
             and one after each target, where the thread has them).
         match_weights: Weights of the `MATCH` columns: a neighbour's match is its
             weighted sum, relative to a message that matches nothing.
     """
     known = {m.id: m for messages in threads.values() for m in messages}
-    at = {(m.thread_id, m.seq): m for m in known.values()}
-    direct = dict(zip(known, direct_rows(query, list(known.values())), strict=True))
+    order = list(known.values())
+    row_of = {message_id: i for i, message_id in enumerate(known)}
+    at = {(m.thread_id, m.seq): i for i, m in enumerate(order)}
+    direct = direct_rows(query, order)
     nothing = np.zeros(len(DIRECT))
-    nothing[DIRECT.index("z")] = query.floor_z
-    nothing[DIRECT.index("z_relative")] = query.floor_z - query.top_z
+    nothing[_COLUMN["z"]] = query.floor_z
+    nothing[_COLUMN["z_relative"]] = query.floor_z - query.top_z
     columns = list(MATCH)
     baseline = float(nothing[columns] @ match_weights)
-
-    def neighbour(message: StoredMessage, offset: int) -> tuple[float, float]:
-        other = at.get((message.thread_id, message.seq + offset))
-        if other is None:  # the thread has no message there (or it was not read)
-            return 0.0, 0.0
-        match = float(direct[other.id][columns] @ match_weights) - baseline
-        return match, match * float(is_question(other.text))
-
+    # Each known message's match, and its match when it is a question; a last row of
+    # zeros stands for a neighbour the thread does not have (or that was not read).
+    match = np.zeros(len(order) + 1)
+    match[:-1] = direct[:, columns] @ match_weights - baseline
+    asks = match * np.append(direct[:, _COLUMN["question"]], 0.0)
+    missing = len(order)
+    own = [row_of[m.id] for m in targets]
+    near = np.array(
+        [
+            [at.get((m.thread_id, m.seq + offset), missing) for offset in (-1, -2, 1)]
+            for m in targets
+        ],
+        dtype=np.intp,
+    ).reshape(len(targets), 3)
     rows = np.empty((len(targets), len(CONTEXT)))
-    for i, message in enumerate(targets):
-        prev, prev_question = neighbour(message, -1)
-        prev2, prev2_question = neighbour(message, -2)
-        after, _ = neighbour(message, 1)
-        rows[i, : len(DIRECT)] = direct[message.id]
-        rows[i, len(DIRECT) :] = (prev, prev_question, prev2, prev2_question, after)
+    rows[:, : len(DIRECT)] = direct[own]
+    rows[:, len(DIRECT) :] = np.column_stack(
+        (
+            match[near[:, 0]],
+            asks[near[:, 0]],
+            match[near[:, 1]],
+            asks[near[:, 1]],
+            match[near[:, 2]],
+        )
+    )
     return rows

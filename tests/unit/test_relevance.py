@@ -26,6 +26,7 @@ from langchain_semantic_recall.relevance import (
     QueryBaseline,
     Reference,
     RelevanceModel,
+    TermCache,
     content_terms,
     default_model,
     is_question,
@@ -376,3 +377,18 @@ def test_small_talk_and_off_topic_questions_stay_silent(
     new_user: SemanticRecall, turn: str
 ) -> None:
     assert new_user.search(turn, resource_id="r") == []
+
+
+def texts_of(memory: SemanticRecall) -> TermCache:
+    return memory._core.backends.space.texts
+
+
+def test_each_engine_owns_its_term_cache_and_a_forget_empties_it(memory: SemanticRecall) -> None:
+    other = engine()
+    other.index(conversation("o", HISTORY), thread_id="t9", resource_id="r")
+    assert memory.search("What is my dog called?", resource_id="r")
+    assert len(texts_of(memory)) > 0
+    assert len(texts_of(other)) == 0  # another engine's searches never fill it
+    assert texts_of(memory.with_options(top_k=3)) is texts_of(memory)  # copies share it
+    memory.forget_thread("t1", resource_id="r")
+    assert len(texts_of(memory)) == 0  # its keys are the forgotten messages' text

@@ -1,0 +1,168 @@
+"""Where a default (hybrid) search spends its time, beside dense mode in the same process.
+
+Not a test: the profile behind ``docs/performance.md`` (*Where the time goes*). On
+``perf_hybrid.py``'s store (built here when ``--work`` does not hold one; synthetic text,
+MiniLM-like vectors, SQLite + embedded Chroma, query embedding a table lookup), one fresh
+process runs every query in dense mode and in hybrid mode, alternating, and times each
+phase of hybrid search (``engine/search_ops.py`` ``_calibrated_search``) by wrapping the
+engine's steps and the relevance model's methods with ``time.perf_counter``:
+
+* the storage and vector-index steps (``nearest`` runs on a worker thread beside the
+  keyword half, so the phases overlap and do not add up to the total);
+* the relevance scoring: ``Query.build`` (with ``SearchPlan.period``), ``best_candidates``
+  and ``select`` (``probabilities`` inside it), on the caller's thread after the reads.
+
+Printed: p50 and mean per search of each phase, the scoring's share, and hybrid / dense
+p50 with and without the scoring (what the ratio would be if scoring cost nothing).
+
+    python benchmarks/perf_hybrid_phases.py --work DIR        # 10k, 300 queries
+    python benchmarks/perf_hybrid_phases.py --size tiny --queries 8 --work /tmp/x   # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import perf_common as pc
+
+from langchain_semantic_recall import SemanticRecall, SQLiteStorage
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.relevance.model import RelevanceModel
+from langchain_semantic_recall.search import SearchPlan
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+SCRIPT = Path(__file__).resolve()
+HYBRID_SCRIPT = SCRIPT.parent / "perf_hybrid.py"
+SCORING = ("Query.build", "best_candidates", "select")
+
+Timings = dict[str, list[float]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="10k", help="a perf_common size: tiny, 1k, 10k, 100k")
+    parser.add_argument("--queries", type=int, default=300, help="queries (each in both modes)")
+    parser.add_argument("--work", type=Path, required=True, help="store folder (reused if built)")
+    args = parser.parse_args()
+    work = args.work / args.size
+    if not (work / "built").exists():
+        print(f"[{args.size}] building ...", flush=True)
+        base = ["--size", args.size, "--work", str(work), "--queries", str(args.queries)]
+        build = pc.run_child(HYBRID_SCRIPT, ["--phase", "build", *base, "--turns", "0"])
+        (work / "built").write_text(str(build["messages"]))
+    print_table(measure(args.size, work, args.queries), args.size, args.queries)
+
+
+def measure(size: str, work: Path, count: int) -> tuple[Timings, Timings]:
+    """(phases of hybrid search, whole searches by mode), ms per call."""
+    corpus = pc.load_corpus(size, work / "corpus.pickle")
+    queries = pc.make_queries(corpus, count, seed=23)
+    table = pc.TableEmbeddings({q.text: q.vector for q in queries})
+    storage = SQLiteStorage(work / "store" / "messages.sqlite3")
+    vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
+    common: dict[str, Any] = {"embeddings": table, "index_name": pc.INDEX}
+    hybrid = SemanticRecall(storage=storage, vector_store=vectors, **common)
+    dense = SemanticRecall(
+        storage=storage, vector_store=vectors, search_mode="dense", top_k=5, message_range=1,
+        **common,
+    )  # fmt: skip
+    for q in queries[:20]:  # warm: the resources' indexes, the keyword postings
+        hybrid.search(q.text, resource_id=q.resource_id)
+    storage._postings.join()
+    phases: Timings = defaultdict(list)
+    restore = _instrument(phases)
+    whole: Timings = {"dense": [], "hybrid": []}
+    try:
+        for n, q in enumerate(queries):
+            modes = [("dense", dense), ("hybrid", hybrid)]
+            for mode, engine in modes if n % 2 else modes[::-1]:
+                ms, _ = pc.timed(lambda e=engine, q=q: e.search(q.text, resource_id=q.resource_id))
+                whole[mode].append(ms)
+    finally:
+        restore()
+        storage.close()
+    return dict(phases), whole
+
+
+def _instrument(phases: Timings) -> Callable[[], None]:
+    """Time the steps and scoring methods into `phases` (hybrid searches only); undo."""
+    caller = threading.current_thread()
+    active = {"hybrid": False}  # one search at a time: the worker thread's steps count too
+    originals: list[tuple[type, str, Any]] = []
+
+    def wrap(owner: type, name: str, label: Callable[[tuple[Any, ...]], str | None]) -> None:
+        original = getattr(owner, name)
+        originals.append((owner, name, original))
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                key = label(args)
+                if key is not None and active["hybrid"]:
+                    phases[key].append((time.perf_counter() - start) * 1e3)
+
+        setattr(owner, name, timed)
+
+    def step_label(args: tuple[Any, ...]) -> str | None:
+        step = args[0]
+        name = step.method
+        if name == "get_windows":
+            name += " (hits only)" if step.kwargs.get("before") == 0 else " (context)"
+        return name + ("" if threading.current_thread() is caller else " [worker]")
+
+    wrap(steps._Call, "run", step_label)  # a profile of the engine's own steps
+    wrap(steps.Both, "run", lambda _: "vector half beside keyword half (wall)")
+    wrap(SearchPlan, "query", lambda _: "Query.build")
+    wrap(RelevanceModel, "best_candidates", lambda _: "best_candidates")
+    wrap(RelevanceModel, "select", lambda _: "select")
+    wrap(RelevanceModel, "probabilities", lambda _: "  probabilities (in select)")
+
+    search = SemanticRecall.search
+
+    def flagged(self: SemanticRecall, *args: Any, **kwargs: Any) -> Any:
+        active["hybrid"] = self.search_mode == "hybrid"
+        try:
+            return search(self, *args, **kwargs)
+        finally:
+            active["hybrid"] = False
+
+    setattr(SemanticRecall, "search", flagged)  # noqa: B010 - undone below
+    originals.append((SemanticRecall, "search", search))
+
+    def restore() -> None:
+        for owner, name, original in reversed(originals):
+            setattr(owner, name, original)
+
+    return restore
+
+
+def print_table(result: tuple[Timings, Timings], size: str, count: int) -> None:
+    phases, whole = result
+    hybrid, dense = np.median(whole["hybrid"]), np.median(whole["dense"])
+    print(f"\nHybrid search at {size}, {count} queries, ms (query embedding excluded):\n")
+    print("| phase | calls / search | p50 | mean per search |")
+    print("|---|---|---|---|")
+    for key, values in sorted(phases.items(), key=lambda kv: -sum(kv[1])):
+        print(
+            f"| {key} | {pc.fmt(len(values) / count, 1)} | {pc.fmt(float(np.median(values)))} "
+            f"| {pc.fmt(sum(values) / count)} |"
+        )
+    scoring = sum(sum(phases.get(key, [])) for key in SCORING) / count
+    print(f"\n| what | p50 ms |\n|---|---|\n| dense mode (baseline) | {pc.fmt(float(dense))} |")
+    print(f"| **hybrid (defaults)** | **{pc.fmt(float(hybrid))}** |")
+    print(f"| relevance scoring (mean per search) | {pc.fmt(scoring)} |")
+    print(f"| hybrid / dense | {pc.fmt(float(hybrid / dense))}x |")
+    print(f"| hybrid less scoring / dense | {pc.fmt(float((hybrid - scoring) / dense))}x |")
+
+
+if __name__ == "__main__":
+    main()
