@@ -33,10 +33,10 @@ from typing import ClassVar, Final
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.errors import (
+from langchain_semantic_recall.errors import (  # ExportNotSupportedError: named here too
     CompactNotSupportedError,
+    ExportNotSupportedError,
     InvalidInputError,
-    SemanticRecallError,
 )
 from langchain_semantic_recall.fusion import best_per_message
 from langchain_semantic_recall.options import check_index_name
@@ -56,16 +56,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_EXPORT_BATCH: Final = 1000
 """Vectors read per round trip by `export` unless told otherwise."""
-
-
-class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
-    """This vector index cannot list its vectors, so they cannot be exported or copied.
-
-    Raised by `export` (at the call) on a backend without an `_export` hook, and by
-    `LangChainVectorIndex` when its store's dialect cannot read vectors back.
-    `semantic-recall migrate` (and `migrate`) then embeds the messages again instead of
-    copying their vectors.
-    """
 
 
 class VectorIndex:
