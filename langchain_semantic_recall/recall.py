@@ -33,6 +33,7 @@ from langchain_semantic_recall.engine.core import (
 )
 from langchain_semantic_recall.engine.identity import IdentityKeys
 from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
+from langchain_semantic_recall.engine.lifecycle import Closing, owning
 from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.engine.steps import Backends
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
 
 
-class SemanticRecall(Runnable[Any, list[BaseMessage]]):
+class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
     """Semantic recall over a conversation history.
 
     Setup (the embedded default: SQLite, embedded Chroma, a local model):
@@ -84,6 +85,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     messages = memory.invoke(messages, config)
     graph = create_recall_graph(model, memory, checkpointer=InMemorySaver())
     ```
+
+    `close()` (or `with` / `async with`) closes what `local()` / `from_url()` built.
 
     Who is asking, on every surface: explicit arguments, then `config["configurable"]`,
     then the LangGraph runtime context; on an authenticated LangGraph server the resource
@@ -175,7 +178,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
         """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model."""
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
-        return cls(**local_backends(path, embeddings, read_only=read_only), **options)
+        backends = local_backends(path, embeddings, read_only=read_only)
+        return owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     @classmethod
     def from_url(
@@ -183,11 +187,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     ) -> SemanticRecall:
         """From URLs: `sqlite:///...` or `postgresql://...`; `chroma:///...` or `http://host:port`."""
         backends = url_backends(storage, vector, embeddings)
-        try:
-            return cls(**backends, **options)
-        except BaseException:
-            backends["storage"].close()
-            raise
+        return owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     def with_options(self, **changes: Any) -> SemanticRecall:
         """An engine on the same backends and cache, some options changed (a view keeps its ids).
@@ -202,7 +202,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         options = {**self._options, **changes, "cache": self.cache}
         options["vector_store"] = self.vector_store
         changed = type(self)(**options)
-        object.__setattr__(changed, "_core", changed._core.bound_to(self._core.bound))
+        object.__setattr__(changed, "_core", changed._core.view_of(self._core))
         return changed
 
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:

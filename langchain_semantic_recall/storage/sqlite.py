@@ -448,6 +448,12 @@ class SQLiteStorage(MessageStorage):
         return CompactResult(type(self).__name__, done, before, _file_bytes(self._path))
 
     def close(self) -> None:
-        """Close the connection; later calls raise `StorageError`."""
+        """Close the connection, after the background postings builds; later calls raise.
+
+        Later calls raise `StorageError`. Builds in flight are discarded, and waited for
+        (each holds a read connection to the file). Idempotent.
+        """
         with self._lock:
+            self._postings.clear()  # a build that finishes now installs nothing
             self._conn.close()
+        self._postings.join()

@@ -152,6 +152,7 @@ class ChromaVectorIndex(VectorIndex):
                 "similarity on every backend; remove 'space' from the hnsw options"
             )
         self._client = client
+        self._owned_client: ClientAPI | None = None  # built here (`persistent`): closed here
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
         self._roots: dict[str, tuple[str, int]] = {}
@@ -203,6 +204,7 @@ class ChromaVectorIndex(VectorIndex):
                 "from the messages with 'semantic-recall reindex'"
             ) from exc
         index = cls(client, hnsw=hnsw)
+        index._owned_client = client
         if copy is not None:
             weakref.finalize(index, shutil.rmtree, copy, True)
         return index
@@ -488,7 +490,10 @@ class ChromaVectorIndex(VectorIndex):
         return compact_index(self._client, self._collections, name)
 
     def close(self) -> None:
-        """Forget the cached collections (the client itself is left to its owner)."""
+        """Forget the cached collections; close the client if built here (not a caller's)."""
         with self._lock:
             self._roots.clear()
+            client, self._owned_client = self._owned_client, None
         self._collections.clear()
+        if client is not None and hasattr(client, "close"):  # chromadb >= 1.1
+            client.close()

@@ -199,6 +199,7 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             self.url, timeout=timeout, headers=self._headers, tenant=tenant, database=database
         )
         super().__init__(client, hnsw=hnsw)
+        self._owned_client = client  # built here: `close` closes it
         logger.debug("connected to the Chroma server at %s", self.url)
 
     def __repr__(self) -> str:
