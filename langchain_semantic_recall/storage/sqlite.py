@@ -173,7 +173,11 @@ class SQLiteStorage(MessageStorage):
 
     @staticmethod
     def is_writable(path: str | os.PathLike[str]) -> bool:
-        """Whether a store file at `path` could be written (False on a read-only mount)."""
+        """Whether a store file at `path` could be written (False on a read-only mount).
+
+        Args:
+            path: The SQLite file (it may not exist yet).
+        """
         return is_writable(path)
 
     @contextmanager

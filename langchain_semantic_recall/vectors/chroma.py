@@ -211,7 +211,11 @@ class ChromaVectorIndex(VectorIndex):
 
     @classmethod
     def ephemeral(cls, *, hnsw: Mapping[str, Any] | None = None) -> ChromaVectorIndex:
-        """An in-memory Chroma (shared by every ephemeral client of the process)."""
+        """An in-memory Chroma (shared by every ephemeral client of the process).
+
+        Args:
+            hnsw: HNSW settings for new collections (see `__init__`).
+        """
         import chromadb
         from chromadb.config import Settings
 
@@ -352,7 +356,11 @@ class ChromaVectorIndex(VectorIndex):
                 self._collections.forget(name, found_resource)
 
     def drop(self, name: str) -> None:
-        """Delete a whole index (every collection of it); no error if it does not exist."""
+        """Delete a whole index (every collection of it); no error if it does not exist.
+
+        Args:
+            name: The index name.
+        """
         from chromadb.errors import NotFoundError
 
         check_index_name(name)

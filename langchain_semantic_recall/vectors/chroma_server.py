@@ -206,5 +206,9 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         return f"{type(self).__name__}({self.url!r})"
 
     def heartbeat(self, timeout: float = 2.0) -> bool:
-        """Whether the server answers right now."""
+        """Whether the server answers right now.
+
+        Args:
+            timeout: Seconds to wait for the answer.
+        """
         return _heartbeat(self.url, self._headers, timeout=timeout)
