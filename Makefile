@@ -16,12 +16,12 @@ $(BIN)/python:
 # The demo needs the package and its runtime dependencies only (no test extras).
 $(BIN)/.installed: pyproject.toml | $(BIN)/python
 	@echo "==> installing langchain-semantic-recall (runtime dependencies only; pip shows each package)"
-	$(BIN)/python -m pip install --progress-bar on -e .
+	$(BIN)/python -m pip install --progress-bar on --no-compile -e .
 	touch $@
 
 $(BIN)/.installed-test: pyproject.toml $(BIN)/.installed
 	@echo "==> installing the test tools (pytest, ruff, mypy, PostgreSQL drivers, LangGraph server, notebooks)"
-	$(BIN)/python -m pip install --progress-bar on -e '.[test]'
+	$(BIN)/python -m pip install --progress-bar on --no-compile -e '.[test]'
 	touch $@
 
 install: $(BIN)/.installed
