@@ -19,6 +19,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_semantic_recall import memory_contract
 from langchain_semantic_recall.embeddings import EmbeddingCache
+from langchain_semantic_recall.engine import lifecycle
 from langchain_semantic_recall.engine.core import (
     BulkOptions,
     CallIds,
@@ -33,7 +34,6 @@ from langchain_semantic_recall.engine.core import (
 )
 from langchain_semantic_recall.engine.identity import IdentityKeys
 from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
-from langchain_semantic_recall.engine.lifecycle import Closing, owning
 from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.engine.steps import Backends
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
@@ -65,15 +65,13 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
 
 
-class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
+class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     """Semantic recall over a conversation history.
 
     Setup (the embedded default: SQLite, embedded Chroma, a local model):
 
     ```python
-    from langchain_semantic_recall import SemanticRecall
-
-    memory = SemanticRecall.local("./memory")
+    memory = SemanticRecall.local("./memory")  # close(), or `with`, releases what it built
     ```
 
     Sync, async (every method has an `a` twin), as a runnable and in LangGraph:
@@ -85,8 +83,6 @@ class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
     messages = memory.invoke(messages, config)
     graph = create_recall_graph(model, memory, checkpointer=InMemorySaver())
     ```
-
-    `close()` (or `with` / `async with`) closes what `local()` / `from_url()` built.
 
     Who is asking, on every surface: explicit arguments, then `config["configurable"]`,
     then the LangGraph runtime context; on an authenticated LangGraph server the resource
@@ -179,7 +175,7 @@ class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
         """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model."""
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
         backends = local_backends(path, embeddings, read_only=read_only)
-        return owning(cls, backends, options, embeddings_given=embeddings is not None)
+        return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     @classmethod
     def from_url(
@@ -187,7 +183,11 @@ class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
     ) -> SemanticRecall:
         """From URLs: `sqlite:///...` or `postgresql://...`; `chroma:///...` or `http://host:port`."""
         backends = url_backends(storage, vector, embeddings)
-        return owning(cls, backends, options, embeddings_given=embeddings is not None)
+        return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
+
+    close, aclose = lifecycle.close, lifecycle.aclose  # what local() / from_url() built
+    __enter__, __exit__ = lifecycle.enter, lifecycle.exit_
+    __aenter__, __aexit__ = lifecycle.aenter, lifecycle.aexit
 
     def with_options(self, **changes: Any) -> SemanticRecall:
         """An engine on the same backends and cache, some options changed (a view keeps its ids).
@@ -220,6 +220,7 @@ class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
     embeddings = Part[Embeddings](lambda core: core.backends.space.embeddings)
     cache = Part[EmbeddingCache](lambda core: core.backends.space.cache)
     index_name = Part["str | None"](lambda core: core.backends.space.index_name)
+    closed = Part[bool](lambda core: core.life.closed)  # by close(), aclose() or `with`
     core = Part[EngineCore](lambda core: core)
     """The engine's state and operations (for surfaces built on the engine)."""
     search_plan = Option[SearchPlan](lambda plan: plan.search)
@@ -341,8 +342,7 @@ class SemanticRecall(Closing, Runnable[Any, list[BaseMessage]]):
 
     async def aclear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Async twin of `clear_thread`."""
-        op = self._core.forget_thread(thread_id, resource_id, retire=False)
-        return await self._core.arun(op)
+        return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=False))
 
     def forget_resource(self, resource_id: str) -> int:
         """Delete every thread of a resource (messages and vectors), retiring their ids."""

@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from langchain_semantic_recall.errors import EngineClosedError
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.engine.core import EngineCore
 
 logger = logging.getLogger(__name__)
-
-E = TypeVar("E", bound="Closing")
 
 
 class Lifecycle:
@@ -108,50 +106,60 @@ def _raise_first(failures: list[Exception]) -> None:
         raise failures[0]
 
 
-class Closing:
-    """`close` / `aclose` and the context managers, for the engine's facade."""
-
+class _Engine(Protocol):
     _core: EngineCore
 
-    @property
-    def closed(self) -> bool:
-        """Whether this engine (or a view of it) was closed."""
-        return self._core.life.closed
 
-    def close(self) -> None:
-        """Close what the engine owns (built by `local` / `from_url`); later calls raise.
+E = TypeVar("E", bound=_Engine)
 
-        What was passed to the constructor is left open. Idempotent.
-        """
-        self._core.life.close()
+# The facade's lifecycle methods, written once here and named in `SemanticRecall`'s body
+# (`close = lifecycle.close`): composition, the engine's state stays in its core.
 
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        await self._core.life.aclose()
 
-    def __enter__(self) -> Self:
-        self._core.life.check()
-        return self
+def close(engine: _Engine) -> None:
+    """Close what the engine owns (built by `local` / `from_url`); later calls raise.
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
+    Backends passed to the constructor are left open. Closing twice is a no-op. An
+    engine and its views (`with_options`, `for_thread`) close together.
+    """
+    engine._core.life.close()
 
-    async def __aenter__(self) -> Self:
-        self._core.life.check()
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+async def aclose(engine: _Engine) -> None:
+    """Async twin of `close`."""
+    await engine._core.life.aclose()
+
+
+def enter(engine: E) -> E:
+    """`with SemanticRecall.local(path) as memory:` (refused once the engine is closed)."""
+    engine._core.life.check()
+    return engine
+
+
+def exit_(
+    engine: _Engine,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    traceback: TracebackType | None,
+) -> None:
+    """The end of a `with` block: `close`."""
+    engine._core.life.close()
+
+
+async def aenter(engine: E) -> E:
+    """`async with SemanticRecall.local(path) as memory:` (refused once closed)."""
+    engine._core.life.check()
+    return engine
+
+
+async def aexit(
+    engine: _Engine,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    traceback: TracebackType | None,
+) -> None:
+    """The end of an `async with` block: `aclose`."""
+    await engine._core.life.aclose()
 
 
 def owning(
@@ -184,4 +192,4 @@ def owning(
     return engine
 
 
-__all__ = ["Closing", "Lifecycle", "owning"]
+__all__ = ["Lifecycle", "aclose", "aenter", "aexit", "close", "enter", "exit_", "owning"]

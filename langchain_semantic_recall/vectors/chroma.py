@@ -8,18 +8,15 @@ package's default), `EphemeralClient` and `HttpClient`. `compact` is `chroma_pur
 Layout (measured in `docs/performance.md`): index `name` is a *root* collection `name`
 holding no vectors (its metadata records the embedding model, the dimension and the
 layout version, so a mismatched embedder fails closed) plus one collection per resource,
-`resource_collection_name`. Resource scope is then one unfiltered HNSW query (3.7 ms p50
-at 100k vectors, where a metadata filter over a shared collection cost 55-110 ms);
-thread scope searches inside the owner's collection (`search_collection`); forgetting a
+`resource_collection_name`. Resource scope is then one unfiltered HNSW query; thread
+scope searches inside the owner's collection (`search_collection`); forgetting a
 resource drops its collection. Scopes without a resource (maintenance, export) visit
 every collection of the index: correct, and slower with many resources. The handles to
 the resource collections live in `ChromaCollections`.
 
-HNSW (`DEFAULT_HNSW`): on 100k near-tie vectors, top-5 agreement with brute force was
-0.92 / 0.97 / 0.99 at `ef_search` 200 / 400 / 800 with 16 neighbours per node, and
-0.985 / 0.999 at 200 / 400 with 32: so 32 neighbours and `ef_search` 400.
-`ef_construction` stays at Chroma's 100 (200 halved the write rate for no agreement).
-Chroma fixes these when a collection is created; new values reach new collections only.
+HNSW (`DEFAULT_HNSW`: 32 neighbours, `ef_search` 400, chosen by agreement with exact
+search in `docs/performance.md`): Chroma fixes these when a collection is created; new
+values reach new collections only.
 """
 
 from __future__ import annotations
@@ -460,19 +457,12 @@ class ChromaVectorIndex(VectorIndex):
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int
     ) -> Iterator[VectorRecord]:
-        """Pages through the collections the scope reaches, `batch_size` rows a `get`.
-
-        Rows without this package's metadata (written by something else) are skipped.
-        """
+        """The scope's collections, `batch_size` rows a `get`; rows not written here skipped."""
         for vector_id, meta, embedding in self._rows(
             name, scope, metadata=True, embeddings=True, page=batch_size
         ):
-            record = record_from_metadata(
-                vector_id,
-                () if embedding is None else embedding,
-                meta,
-                str(meta.get("content", "")),
-            )
+            vector = () if embedding is None else embedding
+            record = record_from_metadata(vector_id, vector, meta, str(meta.get("content", "")))
             if record is None:
                 logger.warning("skipped vector %r of %r without its metadata", vector_id, name)
                 continue

@@ -154,12 +154,15 @@ def _ours(obj: object) -> str | None:
     return str(Path(source).resolve().relative_to(PACKAGE))
 
 
-def _parameters(function: Any) -> list[str]:
+def _parameters(function: Any, *, method: bool = False) -> list[str]:
+    """The parameters a caller passes (a method's first one, whatever its name, is bound)."""
     try:
-        signature = inspect.signature(function)
+        names = list(inspect.signature(function).parameters)
     except (TypeError, ValueError):
         return []
-    return [name for name in signature.parameters if name not in ("self", "cls")]
+    if method:
+        names = names[1:]
+    return [name for name in names if name not in ("self", "cls")]
 
 
 def _documented(function: Any, owner: type | None, name: str) -> bool:
@@ -175,10 +178,12 @@ def missing_args() -> list[str]:
     """Public callables that take parameters and say nothing of them, as `file: name`."""
     found: set[str] = set()
 
-    def check(function: Any, owner: type | None, name: str) -> None:
+    def check(function: Any, owner: type | None, name: str, *, method: bool = False) -> None:
         function = inspect.unwrap(function)
         where = _ours(function) if inspect.isfunction(function) else None
-        if where is None or where.startswith(PENDING) or not _parameters(function):
+        if where is None or where.startswith(PENDING):
+            return
+        if not _parameters(function, method=method):
             return
         if not _documented(function, owner, name):
             found.add(f"{where}: {function.__qualname__}")
@@ -200,20 +205,19 @@ def missing_args() -> list[str]:
                     and not where.startswith(PENDING)
                     and init is not None
                     and _ours(init) is not None
-                    and _parameters(init)
+                    and _parameters(init, method=True)
                 )
                 if constructor and not (
                     _has_args(inspect.getdoc(obj)) or _has_args(inspect.getdoc(init))
                 ):
                     found.add(f"{where}: {obj.__qualname__}.__init__")
                 for name, member in vars(obj).items():
-                    if not name.startswith("_"):
-                        plain = (
-                            member.__func__
-                            if isinstance(member, classmethod | staticmethod)
-                            else member
-                        )
-                        check(plain, obj, name)
+                    if name.startswith("_"):
+                        continue
+                    if isinstance(member, classmethod | staticmethod):
+                        check(member.__func__, obj, name, method=isinstance(member, classmethod))
+                    else:
+                        check(member, obj, name, method=True)
     return sorted(found)
 
 
