@@ -179,16 +179,17 @@ def owning(
         options: The engine's other options.
         embeddings_given: The caller passed the embedder: it stays the caller's.
     """
-    life = Lifecycle()
-    life.own(backends["storage"], backends["vector_store"])
+    owned = [backends["storage"], backends["vector_store"]]
     if not embeddings_given:
-        life.own(backends["embeddings"])
+        owned.append(backends["embeddings"])
     try:
         engine = build(**backends, **options)
     except BaseException:
-        life.close()
+        unbuilt = Lifecycle()
+        unbuilt.own(*owned)
+        unbuilt.close()
         raise
-    engine._core.life.own(*life._take()[::-1])
+    engine._core.life.own(*owned)
     return engine
 
 
