@@ -1,25 +1,38 @@
 # Two commands do all set-up on a fresh clone:
-#   make demo   install into .venv, then watch recall work on the embedded default
-#   make test   install into .venv (with test tools) and PostgreSQL's binaries if missing,
-#               then lint, type-check and run every test
+#   make demo   install the package alone into .venv, then watch recall work on the
+#               embedded default (SQLite, embedded Chroma, the local model)
+#   make test   add the test tools (and PostgreSQL's binaries if missing), then lint,
+#               type-check and run every test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint unit install clean
+.PHONY: demo test lint unit install install-test clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/python:
+	@echo "==> creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+
+# The demo needs the package and its runtime dependencies only (no test extras).
+$(BIN)/.installed: pyproject.toml | $(BIN)/python
+	@echo "==> installing langchain-semantic-recall (runtime dependencies only; pip shows each package)"
+	$(BIN)/python -m pip install --progress-bar on --no-compile -e .
+	touch $@
+
+$(BIN)/.installed-test: pyproject.toml $(BIN)/.installed
+	@echo "==> installing the test tools (pytest, ruff, mypy, PostgreSQL drivers, LangGraph server, notebooks)"
+	$(BIN)/python -m pip install --progress-bar on --no-compile -e '.[test]'
 	touch $@
 
 install: $(BIN)/.installed
 
+install-test: $(BIN)/.installed-test
+
 demo: $(BIN)/.installed
+	@echo "==> running the demo (the first run loads the local model)"
 	$(BIN)/semantic-recall demo
 
-lint: $(BIN)/.installed
+lint: $(BIN)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -28,7 +41,7 @@ test: lint
 	bash scripts/ensure-postgres
 	$(BIN)/pytest
 
-unit: $(BIN)/.installed
+unit: $(BIN)/.installed-test
 	$(BIN)/pytest tests/unit -q
 
 clean:

@@ -35,7 +35,8 @@ import numpy as np
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_semantic_recall import ScopeFilter, SemanticRecall
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.chroma_layout import resource_collection_name
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -3,12 +3,20 @@
 Importing this package is cheap: every public name but the errors is imported on first
 use (LangChain's tracers, numpy, chromadb and the local model load only when needed), so
 `semantic-recall --help` and the storage-only commands start fast.
+
+`__all__` holds what applications import. What backend authors need lives beside the
+base classes: `langchain_semantic_recall.storage` (`StoredMessage`, `MessageRecord`,
+`ScopeFilter`...) and `langchain_semantic_recall.vectors` (`VectorRecord`, `VectorHit`...).
 """
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.errors import (
+    CompactNotSupportedError,
     EmbeddingMismatchError,
+    EngineClosedError,
+    ExportNotSupportedError,
     ForgottenThreadError,
     IdentityMismatchError,
     InvalidInputError,
@@ -23,7 +31,6 @@ from langchain_semantic_recall.errors import (
 if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
     from langchain_semantic_recall.embeddings import EmbeddingCache
-    from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
     from langchain_semantic_recall.engine.index_ops import BulkResult
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
     from langchain_semantic_recall.graph import (
@@ -36,13 +43,7 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.middleware import SemanticRecallMiddleware
     from langchain_semantic_recall.options import MessageRange, Scope
     from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
-    from langchain_semantic_recall.records import (
-        IndexResult,
-        MessageFate,
-        RecallHit,
-        ScopeFilter,
-        StoredMessage,
-    )
+    from langchain_semantic_recall.records import IndexResult, MessageFate, RecallHit
     from langchain_semantic_recall.retriever import (
         SemanticRecallRetriever,
         create_memory_search_tool,
@@ -53,8 +54,6 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
 _LAZY = {
     "SemanticRecallChatHistory": "chat_history",
     "EmbeddingCache": "embeddings",
-    "Identity": "engine.identity",
-    "IdentityKeys": "engine.identity",
     "BulkResult": "engine.index_ops",
     "RecallStats": "engine.maintenance_ops",
     "IndexNode": "graph",
@@ -70,8 +69,6 @@ _LAZY = {
     "IndexResult": "records",
     "MessageFate": "records",
     "RecallHit": "records",
-    "ScopeFilter": "records",
-    "StoredMessage": "records",
     "SemanticRecallRetriever": "retriever",
     "create_memory_search_tool": "retriever",
     "InMemoryStorage": "storage",
@@ -82,31 +79,57 @@ _LAZY = {
 """Public name -> the submodule (under this package) that defines it."""
 
 
+_MOVED = {
+    "Identity": "engine.identity",
+    "IdentityKeys": "engine.identity",
+    "ScopeFilter": "storage",
+    "StoredMessage": "storage",
+}
+"""Names once at the top level, for backend and surface authors: where they live now."""
+
+
 def __getattr__(name: str) -> Any:
     """A public name, imported from its submodule when first used (then cached here)."""
-    if name in _LAZY:
-        from importlib import import_module
+    from importlib import import_module
 
+    if name in _LAZY:
         value = getattr(import_module(f"langchain_semantic_recall.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    if name in _MOVED:  # not cached: every use from here is told where the name lives now
+        home = f"langchain_semantic_recall.{_MOVED[name]}"
+        warnings.warn(
+            f"langchain_semantic_recall.{name} moved: import it from {home} "
+            "(docs/migration-0.3.md); the top-level name goes away in a later release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(import_module(home), name)
+    if name == "__version__":  # read once, from the installed package's metadata
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("langchain-semantic-recall")
+        except PackageNotFoundError:  # a source tree on sys.path, never installed
+            value = "unknown"
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "__version__"})
 
-
-__version__ = "0.2.0"
 
 __all__ = [
     "MEMORY_SOURCE",
     "BulkResult",
+    "CompactNotSupportedError",
     "EmbeddingCache",
     "EmbeddingMismatchError",
+    "EngineClosedError",
+    "ExportNotSupportedError",
     "ForgottenThreadError",
-    "Identity",
-    "IdentityKeys",
     "IdentityMismatchError",
     "InMemoryStorage",
     "IndexInfo",
@@ -126,14 +149,12 @@ __all__ = [
     "RecallStats",
     "SQLiteStorage",
     "Scope",
-    "ScopeFilter",
     "SemanticRecall",
     "SemanticRecallChatHistory",
     "SemanticRecallError",
     "SemanticRecallMiddleware",
     "SemanticRecallRetriever",
     "StorageError",
-    "StoredMessage",
     "VectorIndex",
     "__version__",
     "create_memory_search_tool",

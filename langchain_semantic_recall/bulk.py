@@ -30,6 +30,11 @@ def bulk_index(
 ) -> BulkResult:
     """Store and embed many `(thread_id, resource_id, messages)` conversations.
 
+    Args:
+        memory: The engine to import into.
+        conversations: `(thread_id, resource_id, messages)` triples, read once, in order.
+        **options: `batch_size` and `progress` (see `BulkOptions`).
+
     Raises:
         ReadOnlyError: the engine is read-only.
         OwnershipError: a thread or message id belongs to another resource or thread.

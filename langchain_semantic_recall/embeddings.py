@@ -109,7 +109,12 @@ class EmbeddingCache:
         return self._misses
 
     def get(self, namespace: str, text: str) -> list[float] | None:
-        """The cached vector of `text` in `namespace` (marked recently used), or None."""
+        """The cached vector of `text` in `namespace` (marked recently used), or None.
+
+        Args:
+            namespace: The index name (two embedders never share a vector).
+            text: The text that was embedded.
+        """
         key = (namespace, text)
         with self._lock:
             vector = self._entries.get(key)
@@ -121,7 +126,13 @@ class EmbeddingCache:
         return list(vector)
 
     def put(self, namespace: str, text: str, vector: Sequence[float]) -> None:
-        """Store `vector` for `text` in `namespace`, evicting the oldest if full."""
+        """Store `vector` for `text` in `namespace`, evicting the oldest if full.
+
+        Args:
+            namespace: The index name (two embedders never share a vector).
+            text: The text that was embedded.
+            vector: Its embedding (copied).
+        """
         key = (namespace, text)
         frozen = tuple(float(x) for x in vector)
         with self._lock:
@@ -335,6 +346,12 @@ def chunk_spans(text: str, max_chars: int, overlap: int = 200) -> list[tuple[int
     Spans start at 0, end at `len(text)`, each is at most `max_chars` long, each
     starts after the previous one starts and no later than it ends (so together they
     cover the text). See `chunk_text` for how the cuts are chosen.
+
+    Args:
+        text: The text to cut.
+        max_chars: Most characters of one span.
+        overlap: Characters a span repeats from the end of the one before (at most a
+            quarter of `max_chars`).
     """
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
         raise InvalidOptionError(f"max_chars must be an integer >= 1, got {max_chars!r}")
@@ -406,6 +423,10 @@ def split_for_embedding(embeddings: Embeddings, text: str) -> list[str]:
     An embedder that knows its own limit exposes a callable `split_text` (as
     `LocalEmbeddings` does, by tokens); any other gets `chunk_text` with
     `DEFAULT_MAX_CHARS`.
+
+    Args:
+        embeddings: The embedder that will embed the pieces.
+        text: The text of one message.
     """
     splitter = getattr(embeddings, "split_text", None)
     if callable(splitter):
@@ -418,6 +439,9 @@ def embedding_model_name(embeddings: Embeddings) -> str:
     """The embedder's model name: its `model`, `model_name` or `model_id`.
 
     The first non-empty string among those attributes, else the class name.
+
+    Args:
+        embeddings: Any LangChain `Embeddings`.
 
     Example:
         >>> from langchain_core.embeddings import DeterministicFakeEmbedding

@@ -2,7 +2,9 @@
 
 Every error derives from `SemanticRecallError`; option errors also derive from
 `ValueError` so that `except ValueError` keeps working for configuration code.
-Messages say what went wrong and what to do next.
+Messages say what went wrong and what to do next. Every error class of the package is
+defined here (older import paths, such as `vectors.base.ExportNotSupportedError` or
+`cli.common.CommandError`, still work: they name these same classes).
 """
 
 from __future__ import annotations
@@ -71,6 +73,59 @@ class CompactNotSupportedError(SemanticRecallError, NotImplementedError):
     """
 
 
+class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
+    """This vector index cannot list its vectors, so they cannot be exported or copied.
+
+    Raised by `export` (at the call) on a backend without an `_export` hook, and by
+    `LangChainVectorIndex` when its store's dialect cannot read vectors back.
+    `semantic-recall migrate` (and `migrate`) then embeds the messages again instead of
+    copying their vectors.
+    """
+
+
+class EngineClosedError(SemanticRecallError):
+    """A `SemanticRecall` was used after `close()` / `aclose()` (or its `with` block ended).
+
+    Closing released what the engine owned (its SQLite connection, its Chroma client):
+    build a new engine (`SemanticRecall.local(path)`) to go on.
+    """
+
+
+class CommandError(SemanticRecallError):
+    """A failure the `semantic-recall` command reports with a message and an exit code.
+
+    Args:
+        message: What went wrong, and what to do next.
+        code: The exit code (one of the documented `cli.common.EXIT_*` codes; 1: error).
+    """
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NotFoundError(CommandError):
+    """Something named on the command line does not exist (exit code 3).
+
+    Args:
+        message: What was not found, and where to look instead.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 3)
+
+
+class UsageError(CommandError):
+    """Bad arguments or values on the command line (exit code 2).
+
+    Args:
+        message: What is wrong, and what to pass instead.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 2)
+
+
 PROGRAMMING_ERRORS: tuple[type[Exception], ...] = (
     TypeError,
     AttributeError,
@@ -83,12 +138,22 @@ Recall degrades to "no recall" when the embedder, vector index or storage fails;
 are raised instead, so that a bug is seen rather than read as "nothing to remember".
 """
 
-
-class ExportNotSupportedError(SemanticRecallError, NotImplementedError):
-    """This vector index cannot list its vectors, so they cannot be exported or copied.
-
-    Raised by `export` (at the call) on a backend without an `_export` hook, and by
-    `LangChainVectorIndex` when its store's dialect cannot read vectors back.
-    `semantic-recall migrate` (and `migrate`) then embeds the messages again instead of
-    copying their vectors.
-    """
+__all__ = [
+    "PROGRAMMING_ERRORS",
+    "CommandError",
+    "CompactNotSupportedError",
+    "EmbeddingMismatchError",
+    "EngineClosedError",
+    "ExportNotSupportedError",
+    "ForgottenThreadError",
+    "IdentityMismatchError",
+    "InvalidInputError",
+    "InvalidOptionError",
+    "MissingIdentityError",
+    "NotFoundError",
+    "OwnershipError",
+    "ReadOnlyError",
+    "SemanticRecallError",
+    "StorageError",
+    "UsageError",
+]

@@ -49,7 +49,13 @@ _EVIDENCE_SPLIT = re.compile(r"[;,\s]+(?=D)")
 def normalise_evidence(
     entries: Iterable[object], known: set[str], report: EvidenceReport
 ) -> tuple[str, ...]:
-    """Canonical LoCoMo evidence ids of `entries` that name existing turns (counted)."""
+    """Canonical LoCoMo evidence ids of `entries` that name existing turns (counted).
+
+    Args:
+        entries: Evidence entries as the file gives them (strings, possibly malformed).
+        known: The ids of the turns the conversation holds.
+        report: Where malformed or unknown entries are counted.
+    """
     kept: list[str] = []
     for entry in entries:
         text = str(entry).strip()

@@ -78,7 +78,11 @@ class EvidenceReport:
     """A few of the entries changed or dropped, for the report."""
 
     def note(self, text: str) -> None:
-        """Keep `text` as an example, up to 20 of them."""
+        """Keep `text` as an example, up to 20 of them.
+
+        Args:
+            text: One example of a malformed or unknown entry.
+        """
         if len(self.examples) < 20:
             self.examples.append(text)
 

@@ -108,7 +108,11 @@ __all__ = [
 
 
 def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
-    """Read our JSONL evaluation format (see the module docstring)."""
+    """Read our JSONL evaluation format (see the module docstring).
+
+    Args:
+        path: The JSONL file.
+    """
     from langchain_semantic_recall.importers import read_jsonl_lines
 
     message_lines, rows, probes = _split_lines(path)
@@ -208,7 +212,13 @@ def _bar(total: int, description: str, enabled: bool) -> Any:
 
 
 def load_dataset(memory: SemanticRecall, dataset: Dataset, *, progress: bool = True) -> None:
-    """Index every conversation with `memory.index`, one call per thread."""
+    """Index every conversation with `memory.index`, one call per thread.
+
+    Args:
+        memory: The engine to index into.
+        dataset: The conversations to index.
+        progress: Show a progress bar.
+    """
     with _bar(dataset.message_count, "loading", progress) as bar:
         for conversation in dataset.conversations:
             result = memory.index(
@@ -232,7 +242,13 @@ def _returned(hits: Sequence[RecallHit], prefix: str) -> tuple[str, ...]:
 def evaluate(
     memory: SemanticRecall, dataset: Dataset, *, progress: bool = True
 ) -> list[QuestionResult]:
-    """Ask every question with `memory.search` (the dataset must be loaded)."""
+    """Ask every question with `memory.search` (the dataset must be loaded).
+
+    Args:
+        memory: The engine holding the loaded dataset.
+        dataset: The questions to ask, with their evidence.
+        progress: Show a progress bar.
+    """
     results: list[QuestionResult] = []
     from tqdm import tqdm
 
@@ -317,7 +333,11 @@ def _scores(results: Sequence[QuestionResult]) -> dict[str, float | int]:
 
 
 def summarize(results: Sequence[QuestionResult]) -> dict[str, Any]:
-    """Scores per category (sorted) and overall."""
+    """Scores per category (sorted) and overall.
+
+    Args:
+        results: One result per question, from `evaluate`.
+    """
     categories = sorted({r.category for r in results})
     return {
         "by_category": {c: _scores([r for r in results if r.category == c]) for c in categories},
@@ -353,6 +373,9 @@ def engine_defaults(mode: str) -> SearchPlan:
 
     Read from the engine's own resolution (`search.resolve`), so the help cannot drift
     from the code.
+
+    Args:
+        mode: `"hybrid"`, `"dense"`, `"keyword"` or `"auto"`.
     """
     from langchain_semantic_recall.search import resolve
 

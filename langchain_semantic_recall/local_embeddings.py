@@ -335,7 +335,11 @@ class LocalEmbeddings(Embeddings):
     # --- length and splitting ------------------------------------------------------------
 
     def count_tokens(self, text: str) -> int:
-        """Tokens of `text` for this model, [CLS] and [SEP] included, untruncated."""
+        """Tokens of `text` for this model, [CLS] and [SEP] included, untruncated.
+
+        Args:
+            text: Any text.
+        """
         return len(self._splitter().encode(text).ids)
 
     def split_text(self, text: str) -> list[str]:

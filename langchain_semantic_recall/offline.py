@@ -27,6 +27,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
+from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.messages import is_recalled
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -175,7 +176,14 @@ class OfflineChatModel(BaseChatModel):
 def default_chat_model() -> BaseChatModel:
     """`ChatOpenAI` when `OPENAI_API_KEY` is set, else `OfflineChatModel`."""
     if os.environ.get("OPENAI_API_KEY"):
-        from langchain_openai import ChatOpenAI
+        try:
+            from langchain_openai import ChatOpenAI
+        except ImportError as exc:
+            raise InvalidOptionError(
+                "OPENAI_API_KEY is set but langchain-openai is not installed: "
+                "pip install 'langchain-semantic-recall[openai]' (or unset OPENAI_API_KEY "
+                "to use the offline model)"
+            ) from exc
 
         return ChatOpenAI(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"), temperature=0)
     return OfflineChatModel()

@@ -19,6 +19,7 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from langchain_semantic_recall import memory_contract
 from langchain_semantic_recall.embeddings import EmbeddingCache
+from langchain_semantic_recall.engine import lifecycle
 from langchain_semantic_recall.engine.core import (
     BulkOptions,
     CallIds,
@@ -70,9 +71,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     Setup (the embedded default: SQLite, embedded Chroma, a local model):
 
     ```python
-    from langchain_semantic_recall import SemanticRecall
-
-    memory = SemanticRecall.local("./memory")
+    memory = SemanticRecall.local("./memory")  # close(), or `with`, releases what it built
     ```
 
     Sync, async (every method has an `a` twin), as a runnable and in LangGraph:
@@ -175,7 +174,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
         """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model."""
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
-        return cls(**local_backends(path, embeddings, read_only=read_only), **options)
+        backends = local_backends(path, embeddings, read_only=read_only)
+        return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     @classmethod
     def from_url(
@@ -183,11 +183,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     ) -> SemanticRecall:
         """From URLs: `sqlite:///...` or `postgresql://...`; `chroma:///...` or `http://host:port`."""
         backends = url_backends(storage, vector, embeddings)
-        try:
-            return cls(**backends, **options)
-        except BaseException:
-            backends["storage"].close()
-            raise
+        return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
+
+    close, aclose = lifecycle.close, lifecycle.aclose  # what local() / from_url() built
+    __enter__, __exit__ = lifecycle.enter, lifecycle.exit_
+    __aenter__, __aexit__ = lifecycle.aenter, lifecycle.aexit
 
     def with_options(self, **changes: Any) -> SemanticRecall:
         """An engine on the same backends and caches, some options changed (a view keeps its ids).
@@ -202,8 +202,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         options = {**self._options, **changes, "cache": self.cache}
         options["vector_store"] = self.vector_store
         changed = type(self)(**options)
-        object.__setattr__(changed, "_core", changed._core.bound_to(self._core.bound))
-        changed._core.backends.space.texts = self._core.backends.space.texts
+        object.__setattr__(changed, "_core", changed._core.view_of(self._core))
         return changed
 
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
@@ -221,6 +220,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     embeddings = Part[Embeddings](lambda core: core.backends.space.embeddings)
     cache = Part[EmbeddingCache](lambda core: core.backends.space.cache)
     index_name = Part["str | None"](lambda core: core.backends.space.index_name)
+    closed = Part[bool](lambda core: core.life.closed)  # by close(), aclose() or `with`
     core = Part[EngineCore](lambda core: core)
     """The engine's state and operations (for surfaces built on the engine)."""
     search_plan = Option[SearchPlan](lambda plan: plan.search)
@@ -342,8 +342,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     async def aclear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Async twin of `clear_thread`."""
-        op = self._core.forget_thread(thread_id, resource_id, retire=False)
-        return await self._core.arun(op)
+        return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=False))
 
     def forget_resource(self, resource_id: str) -> int:
         """Delete every thread of a resource (messages and vectors), retiring their ids."""

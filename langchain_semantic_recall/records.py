@@ -41,7 +41,11 @@ class MessageRecord:
 
     @staticmethod
     def dump(message: BaseMessage) -> str:
-        """`message` serialised as `payload` holds it (`message_to_dict` as JSON)."""
+        """`message` serialised as `payload` holds it (`message_to_dict` as JSON).
+
+        Args:
+            message: The LangChain message to store.
+        """
         return json.dumps(message_to_dict(message), ensure_ascii=False, default=str)
 
 
@@ -73,7 +77,12 @@ class ScopeFilter:
             raise ValueError("a scope needs a thread_id or a resource_id")
 
     def admits(self, resource_id: str, thread_id: str) -> bool:
-        """Whether a message of this resource and thread is inside the scope."""
+        """Whether a message of this resource and thread is inside the scope.
+
+        Args:
+            resource_id: The message's resource.
+            thread_id: The message's thread.
+        """
         if self.thread_id is not None and thread_id != self.thread_id:
             return False
         return self.resource_id is None or resource_id == self.resource_id

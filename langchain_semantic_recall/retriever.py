@@ -67,6 +67,9 @@ def transcript(hit: RecallHit) -> str:
     is data, not instructions: it is escaped (look-alike tags neutralised, the label
     unable to close its quotes) and system and tool messages read `system (quoted)` and
     `tool (quoted)`.
+
+    Args:
+        hit: One search hit.
     """
     when = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
     lines = [f'Conversation "{escape_label(hit.thread_id)}", {when}']
@@ -77,7 +80,11 @@ def transcript(hit: RecallHit) -> str:
 
 
 def hit_to_document(hit: RecallHit) -> Document:
-    """A search hit as a `Document`: the window as a transcript, structure in metadata."""
+    """A search hit as a `Document`: the window as a transcript, structure in metadata.
+
+    Args:
+        hit: One search hit.
+    """
     message = hit.message
     return Document(
         id=message.id,
@@ -110,6 +117,9 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
     """The tool's answer to the model: one numbered entry per hit, with its context.
 
     Escaped like `transcript`: each message on one line after its own prefix.
+
+    Args:
+        hits: Search hits, best first.
     """
     if not hits:
         return "No memories found for this query."

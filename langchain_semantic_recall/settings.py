@@ -71,7 +71,11 @@ _POOL_PARAMS: Final = {"pool_min_size": "min_size", "pool_max_size": "max_size"}
 
 
 def redact(url: str) -> str:
-    """`url` without its password (for logs and messages)."""
+    """`url` without its password (for logs and messages).
+
+    Args:
+        url: Any URL.
+    """
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -138,6 +142,9 @@ def _postgres(url: str) -> MessageStorage:
 def create_storage(url: str) -> MessageStorage:
     """The message storage a URL names (see the module docstring).
 
+    Args:
+        url: The storage URL.
+
     Raises:
         InvalidOptionError: an unknown scheme or a malformed URL.
         StorageError: the storage cannot be opened.
@@ -189,7 +196,11 @@ def create_vector_index(url: str, *, timeout: float = 30.0) -> VectorIndex:
 
 
 def as_vector_index(value: object) -> VectorIndex:
-    """A `VectorIndex` as it is; a LangChain `VectorStore` wrapped in the adapter."""
+    """A `VectorIndex` as it is; a LangChain `VectorStore` wrapped in the adapter.
+
+    Args:
+        value: A `VectorIndex` or a LangChain `VectorStore`.
+    """
     if isinstance(value, VectorIndex):
         return value
     from langchain_core.vectorstores import VectorStore
@@ -220,6 +231,11 @@ def local_backends(
     `read_only=None` opens read-only exactly when the store cannot be written (a
     read-only mount, a backup without write permission): SQLite through a `mode=ro`
     URI, Chroma on a temporary copy (it writes on open). `True` forces it.
+
+    Args:
+        path: The store's folder (`messages.sqlite3` and `chroma/` inside).
+        embeddings: The embedder (default: the local model).
+        read_only: Open read-only: True forces it, None decides as above.
     """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
@@ -241,6 +257,11 @@ def local_backends(
 
 def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None) -> Backends:
     """The backends two URLs name (see the module docstring); the local model by default.
+
+    Args:
+        storage: The storage URL.
+        vector: The vector index URL.
+        embeddings: The embedder (default: the local model).
 
     Raises:
         InvalidOptionError: a bad URL.
@@ -293,6 +314,10 @@ class RecallSettings:
         """Settings from `SEMANTIC_RECALL_STORAGE_URL` and `SEMANTIC_RECALL_VECTOR_URL`.
 
         Unset variables keep the embedded defaults (under `./semantic-recall-data`).
+
+        Args:
+            environ: The variables to read (default: `os.environ`).
+            **options: Engine options kept in `options` (`top_k`, `scope`...).
         """
         env = os.environ if environ is None else environ
         return cls(

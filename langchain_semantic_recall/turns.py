@@ -57,7 +57,11 @@ class RecalledMemory:
         return next((m for m in self.messages if isinstance(m, SystemMessage)), None)
 
     def apply(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        """`messages` with the recalled ones inserted (see `inject_recalled`)."""
+        """`messages` with the recalled ones inserted (see `inject_recalled`).
+
+        Args:
+            messages: The conversation to send to the model.
+        """
         return inject_recalled(messages, self.messages)
 
 
@@ -86,7 +90,11 @@ def _is_user(message: BaseMessage) -> bool:
 
 
 def current_turn(messages: Sequence[BaseMessage]) -> str | None:
-    """Identity of the current user turn: the newest user message's id (or position)."""
+    """Identity of the current user turn: the newest user message's id (or position).
+
+    Args:
+        messages: The conversation so far.
+    """
     for position in range(len(messages) - 1, -1, -1):
         message = messages[position]
         if _is_user(message):
@@ -102,6 +110,10 @@ def inject_recalled(
     The same order as the engine's recall: instructions first, then the memory block and
     same-thread recalled messages, then the live conversation. Recalled messages whose id
     is already in `messages` are left out.
+
+    Args:
+        messages: The conversation to send to the model.
+        recalled: The messages recall returned for this turn.
     """
     present = {m.id for m in messages if m.id}
     extra = [m for m in recalled if not (m.id and m.id in present)]
@@ -173,6 +185,11 @@ def with_recall(
     Use it in the model node of a hand-built graph whose state has a `recalled_memory`
     channel filled by `RecallNode` (e.g. `RecallState`). Without a recall for
     the current turn the conversation is returned unchanged.
+
+    Args:
+        state: The graph's state (a mapping or an object with the two keys).
+        messages_key: The state key of the conversation.
+        recall_key: The state key `RecallNode` writes this turn's recall to.
     """
     messages = state_messages(state, messages_key)
     require_recall_channel(state, recall_key, "with_recall")
@@ -217,6 +234,11 @@ def recall_turn(
     memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> RecalledMemory:
     """Recall for the current turn of `messages` (no state is written).
+
+    Args:
+        memory: The engine.
+        messages: The conversation so far; its newest user message is the query.
+        **ids: Who is asking: `thread_id`, `resource_id`, `config` (see `CallIds`).
 
     Raises:
         MissingIdentityError: no thread id (or no resource id in resource scope).
@@ -271,6 +293,11 @@ def index_new_messages(
     memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
 ) -> IndexResult:
     """Store (and embed) the messages after the newest one the storage already holds.
+
+    Args:
+        memory: The engine.
+        messages: The whole conversation (a graph's or an agent's `messages`).
+        **ids: Who is asking: `thread_id`, `resource_id`, `config` (see `CallIds`).
 
     Raises:
         MissingIdentityError: no thread id (or no resource id in resource scope).

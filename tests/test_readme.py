@@ -1,4 +1,8 @@
-"""The README runs: every code block, in order, in a temporary folder, offline.
+"""The README and the docs pages it leads to run: every code block, in order, offline.
+
+Each page of `PAGES` runs in its own temporary folder and Python namespace (a page sets
+up what it uses, as a reader arriving from a link would). A page of `docs/` with Python
+blocks is either in `PAGES` or in `SNIPPET_PAGES` with the reason it cannot run here.
 
 - ``python`` blocks are executed in one namespace, as a reader pasting them would;
 - ``console`` blocks are transcripts: each ``$ semantic-recall ...`` line runs (in-process,
@@ -29,7 +33,23 @@ from langchain_semantic_recall.importers import read_jsonl_lines
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = (
+    "README.md",
+    "docs/guide.md",
+    "docs/surfaces.md",
+    "docs/cli.md",
+    "docs/writing-a-backend.md",
+)
+"""Pages whose blocks run, each on its own, in order (README.md first)."""
+SNIPPET_PAGES = {
+    "docs/data-handling.md": "fragments on an existing `memory` (forget, move, purge)",
+    "docs/deploy.md": "connects to PostgreSQL and a Chroma server",
+    "docs/scale.md": "connects to PostgreSQL and a Chroma server",
+}
+"""Pages whose Python blocks are fragments, shown but not run, and why."""
+OPTIONS_PAGE = ROOT / "docs" / "guide.md"
 SETUP_COMMANDS = ("make demo", "make test")
 _FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _SCORE = re.compile(r"\b[01]\.\d\d\b")
@@ -42,7 +62,8 @@ class Block:
     language: str
     body: str
     line: int
-    """Line number of the block's first line of code in README.md."""
+    """Line number of the block's first line of code in its page."""
+    page: str = "README.md"
 
 
 @dataclass(frozen=True)
@@ -52,12 +73,16 @@ class Step:
     line: int
 
 
-def blocks() -> list[Block]:
-    text = README.read_text(encoding="utf-8")
+def blocks(page: str = "README.md") -> list[Block]:
+    text = (ROOT / page).read_text(encoding="utf-8")
     return [
-        Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1)
+        Block(m.group(1), m.group(2), text.count("\n", 0, m.start(2)) + 1, page)
         for m in _FENCE.finditer(text)
     ]
+
+
+def all_blocks() -> list[Block]:
+    return [block for page in PAGES for block in blocks(page)]
 
 
 def transcript(block: Block) -> list[Step]:
@@ -72,7 +97,7 @@ def transcript(block: Block) -> list[Step]:
                 steps.append(Step(command, "\n".join(expected), start))
             command, expected, start = line[2:], [], block.line + offset
         else:
-            assert command is not None, f"README.md:{block.line}: output before any command"
+            assert command is not None, f"{block.page}:{block.line}: output before any command"
             expected.append(line)
     if command is not None:
         steps.append(Step(command, "\n".join(expected), start))
@@ -104,26 +129,65 @@ def test_the_two_setup_commands_come_first() -> None:
 
 
 def test_every_block_is_of_a_kind_this_suite_runs() -> None:
-    found = blocks()
+    found = all_blocks()
     assert {b.language for b in found} <= {"python", "console", "bash", "json", ""}
-    assert sum(b.language == "python" for b in found) >= 5
+    assert sum(b.language == "python" for b in blocks()) >= 4  # the quickstart
     for block in found:
         if block.language == "bash":
             for line in bash_lines(block):
                 assert line in SETUP_COMMANDS or line.startswith("semantic-recall "), (
-                    f"README.md:{block.line}: {line!r} would not be run by tests/test_readme.py"
+                    f"{block.page}:{block.line}: {line!r} would not be run by tests/test_readme.py"
                 )
         if block.language == "console":
             for step in transcript(block):
                 assert step.command.startswith("semantic-recall ") or step.command == "echo $?", (
-                    f"README.md:{step.line}: {step.command!r} would not be run"
+                    f"{block.page}:{step.line}: {step.command!r} would not be run"
                 )
 
 
-def options_table() -> dict[str, str]:
-    """The rows of the README's options table, by option name (a row may name several)."""
+def test_every_docs_page_with_python_runs_or_says_why_not() -> None:
+    pages = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+    with_python = [p for p in pages if any(b.language == "python" for b in blocks(p))]
+    unaccounted = [p for p in with_python if p not in PAGES and p not in SNIPPET_PAGES]
+    assert unaccounted == [], "add them to PAGES (run) or SNIPPET_PAGES (with the reason)"
+    assert [p for p in PAGES if not (ROOT / p).is_file()] == []
+
+
+def test_the_readme_stays_short_and_links_every_run_page() -> None:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Options") : text.index("## Recipes")]
+    assert text.count("\n") <= 250
+    for page in PAGES[1:]:
+        assert f"]({page})" in text, f"the README does not link {page}"
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings."""
+    headings = re.findall(r"(?m)^#+ (.*)$", page.read_text(encoding="utf-8"))
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
+    broken = []
+    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for link in _LINK.findall(page.read_text(encoding="utf-8")):
+            if link.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = link.partition("#")
+            target = (page.parent / path).resolve() if path else page
+            if not target.exists():
+                broken.append(f"{page.name}: {link}")
+            elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
+                broken.append(f"{page.name}: {link} (no such heading)")
+    assert broken == []
+
+
+def options_table() -> dict[str, str]:
+    """The rows of the options table (docs/guide.md), by option name (a row may name several)."""
+    text = OPTIONS_PAGE.read_text(encoding="utf-8")
+    section = text[text.index("## Options") : text.index("## Moving to servers")]
     rows: dict[str, str] = {}
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -135,8 +199,8 @@ def options_table() -> dict[str, str]:
 def test_the_options_table_lists_every_option_with_its_current_default() -> None:
     rows = options_table()
     names = [n for n in inspect.signature(SemanticRecall.__init__).parameters if n != "self"]
-    assert [n for n in names if n not in rows] == [], "options missing from the README table"
-    assert [n for n in rows if n not in names] == [], "the README table names unknown options"
+    assert [n for n in names if n not in rows] == [], "options missing from the options table"
+    assert [n for n in rows if n not in names] == [], "the options table names unknown options"
 
     def engine(**options: Any) -> SemanticRecall:
         return SemanticRecall(
@@ -161,7 +225,7 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
     assert f"| {hybrid.time_boost} |" in rows["time_boost"]
     assert f'| `"{hybrid.scope}"` |' in rows["scope"]
     assert f"LRU of {hybrid.cache.maxsize}" in rows["cache"]
-    text = README.read_text(encoding="utf-8")
+    text = OPTIONS_PAGE.read_text(encoding="utf-8")
     assert f"the default is hybrid search with\n{hybrid.top_k} hits" in text
     assert hybrid.threshold is None
     assert "| `threshold` | `None` |" in text
@@ -169,10 +233,10 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
 
 
 def test_json_examples_are_our_import_format() -> None:
-    for block in blocks():
+    for block in all_blocks():
         if block.language == "json":
             report = read_jsonl_lines(block.body.splitlines())
-            assert report.skipped == [], f"README.md:{block.line}: {report.skipped}"
+            assert report.skipped == [], f"{block.page}:{block.line}: {report.skipped}"
             assert report.message_count == len(block.body.strip().splitlines())
 
 
@@ -185,7 +249,7 @@ def test_the_transcript_checker_allows_scores_and_ellipses() -> None:
 
 
 class Runner:
-    """Runs README blocks in order, with one Python namespace and one exit status."""
+    """Runs a page's blocks in order, with one Python namespace and one exit status."""
 
     def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
         self.capsys = capsys
@@ -193,8 +257,8 @@ class Runner:
         self.status = 0
 
     def python(self, block: Block) -> None:
-        code = compile("\n" * (block.line - 1) + block.body, str(README), "exec")
-        exec(code, self.namespace)  # the README's own code, as a reader would run it
+        code = compile("\n" * (block.line - 1) + block.body, str(ROOT / block.page), "exec")
+        exec(code, self.namespace)  # the page's own code, as a reader would run it
         self.capsys.readouterr()
 
     def command(self, command: str, line: int) -> str:
@@ -203,7 +267,7 @@ class Runner:
             shown, self.status = self.status, 0
             return f"{shown}\n"
         argv = shlex.split(command)
-        assert argv[0] == "semantic-recall", f"README.md:{line}: {command!r}"
+        assert argv[0] == "semantic-recall", f"line {line}: {command!r}"
         self.status = main(argv[1:])
         captured = self.capsys.readouterr()
         return captured.out + captured.err
@@ -214,11 +278,11 @@ class Runner:
             got = self.command(step.command, step.line)
             checked_next = n + 1 < len(steps) and steps[n + 1].command == "echo $?"
             assert self.status == 0 or checked_next, (
-                f"README.md:{step.line}: {step.command!r} exited {self.status}:\n{got}"
+                f"{block.page}:{step.line}: {step.command!r} exited {self.status}:\n{got}"
             )
             assert matches(step.expected, got), (
-                f"README.md:{step.line}: the output of {step.command!r} is not what the "
-                f"README shows.\n--- README\n{step.expected}\n--- actual\n{got}"
+                f"{block.page}:{step.line}: the output of {step.command!r} is not what the "
+                f"page shows.\n--- page\n{step.expected}\n--- actual\n{got}"
             )
 
     def bash(self, block: Block) -> None:
@@ -227,13 +291,17 @@ class Runner:
                 continue  # `make test` runs this suite; `make demo` is `semantic-recall demo`
             got = self.command(line, block.line)
             assert self.status == 0, (
-                f"README.md:{block.line}: {line!r} exited {self.status}:\n{got}"
+                f"{block.page}:{block.line}: {line!r} exited {self.status}:\n{got}"
             )
 
 
 @pytest.mark.slow
-def test_every_readme_block_runs_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_of_the_page_runs_in_order(
+    page: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
     for name in (
@@ -245,7 +313,7 @@ def test_every_readme_block_runs_in_order(
     monkeypatch.setenv("COLUMNS", "100")
     runner = Runner(capsys)
     ran = 0
-    for block in blocks():
+    for block in blocks(page):
         if block.language == "python":
             runner.python(block)
         elif block.language == "console":
@@ -255,4 +323,4 @@ def test_every_readme_block_runs_in_order(
         else:
             continue
         ran += 1
-    assert ran == sum(b.language in {"python", "console", "bash"} for b in blocks())
+    assert ran == sum(b.language in {"python", "console", "bash"} for b in blocks(page))

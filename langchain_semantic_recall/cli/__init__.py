@@ -104,12 +104,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    import langchain_semantic_recall
 
-    try:
-        return version("langchain-semantic-recall")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree
-        return "unknown"
+    return str(langchain_semantic_recall.__version__)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,7 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_semantic_recall.errors import SemanticRecallError
+# Defined in errors.py with every error class; re-exported: the subcommands import them here.
+from langchain_semantic_recall.errors import CommandError as CommandError  # noqa: PLC0414
+from langchain_semantic_recall.errors import NotFoundError as NotFoundError  # noqa: PLC0414
+from langchain_semantic_recall.errors import UsageError as UsageError  # noqa: PLC0414
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -48,41 +51,6 @@ exit codes:
 
 DEFAULT_PATH = "./.semantic-recall"
 PATH_ENV = "SEMANTIC_RECALL_PATH"
-
-
-class CommandError(SemanticRecallError):
-    """A failure the command reports with a message and a documented exit code.
-
-    Args:
-        message: what went wrong, and what to do next.
-        code: the exit code (one of the documented `EXIT_*` codes).
-    """
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class NotFoundError(CommandError):
-    """Something named on the command line does not exist (exit code 3).
-
-    Args:
-        message: what was not found, and where to look instead.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_NOT_FOUND)
-
-
-class UsageError(CommandError):
-    """Bad arguments or values (exit code 2).
-
-    Args:
-        message: what is wrong, and what to pass instead.
-    """
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_USAGE)
 
 
 def failure_message(failure: Exception, *, verbose: bool = False) -> str:

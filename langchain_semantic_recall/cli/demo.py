@@ -15,6 +15,7 @@ model from `OPENAI_MODEL`, default `gpt-4o-mini`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from collections.abc import Sequence
@@ -95,13 +96,16 @@ def run(args: argparse.Namespace) -> int:
     from langchain_semantic_recall.offline import OfflineChatModel, default_chat_model
     from langchain_semantic_recall.recall import SemanticRecall
 
-    with tempfile.TemporaryDirectory(prefix="semantic-recall-demo-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="semantic-recall-demo-") as scratch,
+        contextlib.ExitStack() as owned,  # closed first: the engine, then the folder
+    ):
         path = Path(getattr(args, "path", None) or scratch)
         print(
             style("semantic-recall demo", "bold"),
             f"- embedded default in {path} (SQLite + embedded Chroma + local MiniLM model)",
         )
-        memory = SemanticRecall.local(path, top_k=args.top_k)
+        memory = owned.enter_context(SemanticRecall.local(path, top_k=args.top_k))
         history = demo_conversations()
         started = time.perf_counter()
         for conversation in history.conversations:

@@ -25,6 +25,7 @@ from langchain_semantic_recall.engine.index_ops import (
     bulk_index_op,
     index_op,
 )
+from langchain_semantic_recall.engine.lifecycle import Lifecycle
 from langchain_semantic_recall.engine.maintenance_ops import (
     RecallStats,
     check_batch,
@@ -217,13 +218,25 @@ class EngineCore:
     plan: EnginePlan
     backends: Backends
     bound: Identity = field(default_factory=Identity)
+    life: Lifecycle = field(default_factory=Lifecycle)
+    """What the engine owns, and whether it was closed (shared with its views)."""
 
     def run(self, op: Op[T]) -> T:
-        """Perform an operation with the backends' synchronous methods."""
+        """Perform an operation with the backends' synchronous methods.
+
+        Raises:
+            EngineClosedError: the engine was closed.
+        """
+        self.life.check()
         return drive(op, self.backends)
 
     async def arun(self, op: Op[T]) -> T:
-        """Perform an operation with the backends' async twins."""
+        """Perform an operation with the backends' async twins.
+
+        Raises:
+            EngineClosedError: the engine was closed.
+        """
+        self.life.check()
         return await adrive(op, self.backends)
 
     def identity(self, ids: CallIds | Mapping[str, Any], context: Any = None) -> Identity:
@@ -239,9 +252,10 @@ class EngineCore:
             context=context,
         )
 
-    def bound_to(self, bound: Identity) -> EngineCore:
-        """This core with a view's bound ids (`for_thread`; kept by `with_options`)."""
-        return dataclasses.replace(self, bound=bound)
+    def view_of(self, other: EngineCore) -> EngineCore:
+        """This core with `other`'s bound ids, lifecycle and term cache (`with_options`)."""
+        self.backends.space.texts = other.backends.space.texts  # a forget empties both
+        return dataclasses.replace(self, bound=other.bound, life=other.life)
 
     def owner(self, resource_id: object = None) -> str | None:
         """The resource a maintenance call acts for (None: no source gave one).

@@ -50,7 +50,11 @@ __all__ = [
 
 
 def detect_format(path: str | PathLike[str]) -> Format:
-    """`chatgpt` for a `.zip` or a JSON list / conversation object, else `jsonl`."""
+    """`chatgpt` for a `.zip` or a JSON list / conversation object, else `jsonl`.
+
+    Args:
+        path: The file to read.
+    """
     source = Path(path)
     if source.suffix.lower() == ".zip":
         return "chatgpt"
@@ -91,6 +95,11 @@ def read_conversations(
 
     `resource_id` is required for a ChatGPT export, and is the resource of JSONL lines
     that have none.
+
+    Args:
+        path: Our JSONL file, a ChatGPT `conversations.json` or the export `.zip`.
+        file_format: `"jsonl"` or `"chatgpt"`; None detects it (`detect_format`).
+        resource_id: The owner of the conversations (required for a ChatGPT export).
     """
     chosen = file_format or detect_format(path)
     if chosen == "chatgpt":

@@ -216,6 +216,10 @@ def _read_export_text(path: Path) -> str:
 def read_chatgpt_export(path: str | PathLike[str], *, resource_id: str) -> ImportReport:
     """Read a ChatGPT `conversations.json` (or the export `.zip` that holds it).
 
+    Args:
+        path: `conversations.json`, or the export `.zip` holding it.
+        resource_id: The owner of every conversation (an export does not say).
+
     Raises:
         InvalidInputError: Not UTF-8 / UTF-16 text, not a readable zip, not JSON (or
             JSON nested too deeply to read), or not a list of conversations.

@@ -170,6 +170,10 @@ def read_jsonl(path: str | PathLike[str], *, default_resource: str | None = None
 
     UTF-8 (a byte order mark is dropped) or UTF-16 with its byte order mark.
 
+    Args:
+        path: The JSONL file.
+        default_resource: The resource of lines that have none.
+
     Raises:
         InvalidInputError: The file is in another encoding.
     """
@@ -195,6 +199,9 @@ def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
 
     Reading the lines back with `read_jsonl_lines` gives the same messages, with
     the same ids and times, so an export re-imports into any store.
+
+    Args:
+        messages: Stored messages, in thread order.
     """
     for stored in messages:
         message = stored.to_message()

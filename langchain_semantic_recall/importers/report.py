@@ -54,7 +54,11 @@ class Conversation:
         return len(self.messages)
 
     def place(self, position: int) -> str:
-        """Where the message at `position` is in the file (the thread, if not recorded)."""
+        """Where the message at `position` is in the file (the thread, if not recorded).
+
+        Args:
+            position: The message's position in the conversation.
+        """
         if position < len(self.where):
             return self.where[position]
         return f"thread {self.thread_id!r}"

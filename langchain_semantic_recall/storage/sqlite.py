@@ -173,7 +173,11 @@ class SQLiteStorage(MessageStorage):
 
     @staticmethod
     def is_writable(path: str | os.PathLike[str]) -> bool:
-        """Whether a store file at `path` could be written (False on a read-only mount)."""
+        """Whether a store file at `path` could be written (False on a read-only mount).
+
+        Args:
+            path: The SQLite file (it may not exist yet).
+        """
         return is_writable(path)
 
     @contextmanager
@@ -448,6 +452,12 @@ class SQLiteStorage(MessageStorage):
         return CompactResult(type(self).__name__, done, before, _file_bytes(self._path))
 
     def _close(self) -> None:
-        """Close the connection; later calls raise `StorageError`."""
+        """Close the connection, after the background postings builds; later calls raise.
+
+        Later calls raise `StorageError`. Builds in flight are discarded, and waited for
+        (each holds a read connection to the file). Idempotent.
+        """
         with self._lock:
+            self._postings.clear()  # a build that finishes now installs nothing
             self._conn.close()
+        self._postings.join()

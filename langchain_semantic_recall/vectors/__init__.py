@@ -1,6 +1,46 @@
-"""Vector index backends. `chroma` is imported lazily: importing this package is cheap."""
+"""Vector index backends, and the records a vector backend reads and writes.
 
-from langchain_semantic_recall.vectors.base import ExportNotSupportedError, VectorIndex
+`ChromaVectorIndex` and `ChromaServerVectorIndex` are imported on first use: importing
+this package stays cheap (no chromadb until a Chroma index is asked for).
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from langchain_semantic_recall.errors import ExportNotSupportedError
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
-__all__ = ["ExportNotSupportedError", "InMemoryVectorIndex", "VectorIndex"]
+if TYPE_CHECKING:
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+    from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
+
+_LAZY = {"ChromaVectorIndex": "chroma", "ChromaServerVectorIndex": "chroma_server"}
+
+
+def __getattr__(name: str) -> Any:
+    """`ChromaVectorIndex` / `ChromaServerVectorIndex`, imported when first used."""
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+__all__ = [
+    "ChromaServerVectorIndex",
+    "ChromaVectorIndex",
+    "CompactResult",
+    "ExportNotSupportedError",
+    "InMemoryVectorIndex",
+    "ScopeFilter",
+    "VectorHit",
+    "VectorIndex",
+    "VectorRecord",
+]

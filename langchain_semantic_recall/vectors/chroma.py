@@ -8,18 +8,15 @@ package's default), `EphemeralClient` and `HttpClient`. `compact` is `chroma_pur
 Layout (measured in `docs/performance.md`): index `name` is a *root* collection `name`
 holding no vectors (its metadata records the embedding model, the dimension and the
 layout version, so a mismatched embedder fails closed) plus one collection per resource,
-`resource_collection_name`. Resource scope is then one unfiltered HNSW query (3.7 ms p50
-at 100k vectors, where a metadata filter over a shared collection cost 55-110 ms);
-thread scope searches inside the owner's collection (`search_collection`); forgetting a
+`resource_collection_name`. Resource scope is then one unfiltered HNSW query; thread
+scope searches inside the owner's collection (`search_collection`); forgetting a
 resource drops its collection. Scopes without a resource (maintenance, export) visit
 every collection of the index: correct, and slower with many resources. The handles to
 the resource collections live in `ChromaCollections`.
 
-HNSW (`DEFAULT_HNSW`): on 100k near-tie vectors, top-5 agreement with brute force was
-0.92 / 0.97 / 0.99 at `ef_search` 200 / 400 / 800 with 16 neighbours per node, and
-0.985 / 0.999 at 200 / 400 with 32: so 32 neighbours and `ef_search` 400.
-`ef_construction` stays at Chroma's 100 (200 halved the write rate for no agreement).
-Chroma fixes these when a collection is created; new values reach new collections only.
+HNSW (`DEFAULT_HNSW`: 32 neighbours, `ef_search` 400, chosen by agreement with exact
+search in `docs/performance.md`): Chroma fixes these when a collection is created; new
+values reach new collections only.
 """
 
 from __future__ import annotations
@@ -152,6 +149,7 @@ class ChromaVectorIndex(VectorIndex):
                 "similarity on every backend; remove 'space' from the hnsw options"
             )
         self._client = client
+        self._owned_client: ClientAPI | None = None  # built here (`persistent`): closed here
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
         self._roots: dict[str, tuple[str, int]] = {}
@@ -203,13 +201,18 @@ class ChromaVectorIndex(VectorIndex):
                 "from the messages with 'semantic-recall reindex'"
             ) from exc
         index = cls(client, hnsw=hnsw)
+        index._owned_client = client
         if copy is not None:
             weakref.finalize(index, shutil.rmtree, copy, True)
         return index
 
     @classmethod
     def ephemeral(cls, *, hnsw: Mapping[str, Any] | None = None) -> ChromaVectorIndex:
-        """An in-memory Chroma (shared by every ephemeral client of the process)."""
+        """An in-memory Chroma (shared by every ephemeral client of the process).
+
+        Args:
+            hnsw: HNSW settings for new collections (see `__init__`).
+        """
         import chromadb
         from chromadb.config import Settings
 
@@ -348,7 +351,11 @@ class ChromaVectorIndex(VectorIndex):
                 self._collections.forget(name, found_resource)
 
     def drop(self, name: str) -> None:
-        """Delete a whole index (every collection of it); no error if it does not exist."""
+        """Delete a whole index (every collection of it); no error if it does not exist.
+
+        Args:
+            name: The index name.
+        """
         from chromadb.errors import NotFoundError
 
         check_index_name(name)
@@ -448,19 +455,12 @@ class ChromaVectorIndex(VectorIndex):
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int
     ) -> Iterator[VectorRecord]:
-        """Pages through the collections the scope reaches, `batch_size` rows a `get`.
-
-        Rows without this package's metadata (written by something else) are skipped.
-        """
+        """The scope's collections, `batch_size` rows a `get`; rows not written here skipped."""
         for vector_id, meta, embedding in self._rows(
             name, scope, metadata=True, embeddings=True, page=batch_size
         ):
-            record = record_from_metadata(
-                vector_id,
-                () if embedding is None else embedding,
-                meta,
-                str(meta.get("content", "")),
-            )
+            vector = () if embedding is None else embedding
+            record = record_from_metadata(vector_id, vector, meta, str(meta.get("content", "")))
             if record is None:
                 logger.warning("skipped vector %r of %r without its metadata", vector_id, name)
                 continue
@@ -486,7 +486,10 @@ class ChromaVectorIndex(VectorIndex):
         return compact_index(self._client, self._collections, name)
 
     def _close(self) -> None:
-        """Forget the cached collections (the client itself is left to its owner)."""
+        """Forget the cached collections; close the client if built here (not a caller's)."""
         with self._lock:
             self._roots.clear()
+            client, self._owned_client = self._owned_client, None
         self._collections.clear()
+        if client is not None and hasattr(client, "close"):  # chromadb >= 1.1
+            client.close()

@@ -199,11 +199,16 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             self.url, timeout=timeout, headers=self._headers, tenant=tenant, database=database
         )
         super().__init__(client, hnsw=hnsw)
+        self._owned_client = client  # built here: `close` closes it
         logger.debug("connected to the Chroma server at %s", self.url)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
 
     def heartbeat(self, timeout: float = 2.0) -> bool:
-        """Whether the server answers right now."""
+        """Whether the server answers right now.
+
+        Args:
+            timeout: Seconds to wait for the answer.
+        """
         return _heartbeat(self.url, self._headers, timeout=timeout)

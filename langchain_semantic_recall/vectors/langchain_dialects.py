@@ -46,7 +46,12 @@ StoredVector: TypeAlias = tuple[str, Mapping[str, Any], str, Sequence[float]]
 
 
 def matches(metadata: Mapping[str, Any], where: Where) -> bool:
-    """Whether `metadata` satisfies every condition of `where` (pure)."""
+    """Whether `metadata` satisfies every condition of `where` (pure).
+
+    Args:
+        metadata: A document's metadata.
+        where: Metadata conditions: a key's one value, or a sequence of allowed values.
+    """
     for key, wanted in where.items():
         value = metadata.get(key)
         if isinstance(wanted, str):
@@ -74,24 +79,50 @@ class StoreDialect(ABC):
         texts: Sequence[str],
         metadatas: Sequence[Metadata],
     ) -> None:
-        """Insert or overwrite documents with precomputed vectors."""
+        """Insert or overwrite documents with precomputed vectors.
+
+        Args:
+            store: The LangChain vector store.
+            ids: One id per document.
+            vectors: One precomputed vector per document.
+            texts: One text per document.
+            metadatas: One metadata mapping per document.
+        """
 
     @abstractmethod
     def search(
         self, store: Any, vector: Sequence[float], k: int, where: Where
     ) -> list[tuple[str, Mapping[str, Any], float]]:
-        """The `k` nearest documents satisfying `where`: (id, metadata, cosine)."""
+        """The `k` nearest documents satisfying `where`: (id, metadata, cosine).
+
+        Args:
+            store: The LangChain vector store.
+            vector: The query vector.
+            k: Most documents to return.
+            where: Metadata conditions every document must meet (`matches`).
+        """
 
     @abstractmethod
     def select(
         self, store: Any, where: Where, *, limit: int | None = None
     ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        """Every (id, metadata) satisfying `where` (at most `limit`)."""
+        """Every (id, metadata) satisfying `where` (at most `limit`).
+
+        Args:
+            store: The LangChain vector store.
+            where: Metadata conditions every document must meet (`matches`).
+            limit: Most documents to return (None: all).
+        """
 
     def select_vectors(self, store: Any, where: Where, *, page: int) -> Iterator[StoredVector]:
         """Every document satisfying `where` with its text and vector, `page` a read.
 
         Only called when `lists_vectors` is True.
+
+        Args:
+            store: The LangChain vector store.
+            where: Metadata conditions every document must meet (`matches`).
+            page: Documents read per round trip.
         """
         raise ExportNotSupportedError(
             f"{type(self).__name__} cannot read vectors back from the store: set "
@@ -99,7 +130,12 @@ class StoreDialect(ABC):
         )
 
     def remove(self, store: Any, ids: Sequence[str]) -> None:
-        """Delete documents by id."""
+        """Delete documents by id.
+
+        Args:
+            store: The LangChain vector store.
+            ids: The documents' ids.
+        """
         if ids:
             store.delete(ids=list(ids))
 
@@ -160,7 +196,11 @@ class InMemoryDialect(StoreDialect):
 
 
 def chroma_where(where: Where) -> dict[str, Any]:
-    """`where` in Chroma's filter language (`$and` of `$eq` / `$in`)."""
+    """`where` in Chroma's filter language (`$and` of `$eq` / `$in`).
+
+    Args:
+        where: Metadata conditions: a key's one value, or a sequence of allowed values.
+    """
     clauses: list[dict[str, Any]] = [
         {key: value if isinstance(value, str) else {"$in": list(value)}}
         for key, value in where.items()
@@ -257,7 +297,11 @@ class ChromaDialect(StoreDialect):
 
     @staticmethod
     def check_space(store: Any) -> None:
-        """Refuse a collection whose distance is not cosine (scores would mean otherwise)."""
+        """Refuse a collection whose distance is not cosine (scores would mean otherwise).
+
+        Args:
+            store: A `langchain_chroma.Chroma` store.
+        """
         collection = store._collection
         config: Mapping[str, Any] = collection.configuration_json or {}
         spaces = [
@@ -278,6 +322,9 @@ class ChromaDialect(StoreDialect):
 
 def dialect_for(store: VectorStore) -> StoreDialect:
     """The built-in dialect of `store`.
+
+    Args:
+        store: A LangChain vector store.
 
     Raises:
         InvalidOptionError: the store cannot filter by metadata (recall must restrict

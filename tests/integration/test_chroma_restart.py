@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_semantic_recall import IndexResult, ScopeFilter, SemanticRecall
+from langchain_semantic_recall import IndexResult, SemanticRecall
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 from tests.fakes import FakeEmbeddings

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_semantic_recall import ScopeFilter, SemanticRecall
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 from tests.fakes import FakeEmbeddings

@@ -31,10 +31,11 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_semantic_recall import ScopeFilter, SemanticRecall
+from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.messages import build_records
 from langchain_semantic_recall.records import VectorRecord
 from langchain_semantic_recall.settings import local_backends
+from langchain_semantic_recall.storage import ScopeFilter
 from tests.fakes import FakeEmbeddings, RecordingVectors
 
 ROOT = Path(__file__).resolve().parents[2]

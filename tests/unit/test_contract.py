@@ -32,11 +32,11 @@ from langchain_semantic_recall import (
     InMemoryStorage,
     MissingIdentityError,
     ReadOnlyError,
-    ScopeFilter,
     SemanticRecall,
     SemanticRecallMiddleware,
 )
 from langchain_semantic_recall.graph import IndexNode, RecallNode, create_recall_graph
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeChatModel, FakeEmbeddings
 

@@ -45,10 +45,10 @@ from langchain_semantic_recall import (
     InvalidInputError,
     MissingIdentityError,
     OwnershipError,
-    ScopeFilter,
     SemanticRecall,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.storage import ScopeFilter
 from tests.faults import (
     FAST_BACKENDS,
     LOCAL,

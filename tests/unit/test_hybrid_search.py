@@ -17,12 +17,12 @@ from langchain_semantic_recall import (
     MessageRange,
     OwnershipError,
     RecallHit,
-    ScopeFilter,
     SemanticRecall,
     SQLiteStorage,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import MessageRecord
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.sqlite import _MIGRATIONS
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex

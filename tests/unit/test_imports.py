@@ -6,11 +6,16 @@ be added here: the public surface changes on purpose only.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import subprocess
 import sys
 import textwrap
+from importlib import metadata
 from pathlib import Path
+
+import pytest
 
 import langchain_semantic_recall
 
@@ -19,11 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_ALL = [
     "MEMORY_SOURCE",
     "BulkResult",
+    "CompactNotSupportedError",
     "EmbeddingCache",
     "EmbeddingMismatchError",
+    "EngineClosedError",
+    "ExportNotSupportedError",
     "ForgottenThreadError",
-    "Identity",
-    "IdentityKeys",
     "IdentityMismatchError",
     "InMemoryStorage",
     "IndexInfo",
@@ -43,14 +49,12 @@ EXPECTED_ALL = [
     "RecallStats",
     "SQLiteStorage",
     "Scope",
-    "ScopeFilter",
     "SemanticRecall",
     "SemanticRecallChatHistory",
     "SemanticRecallError",
     "SemanticRecallMiddleware",
     "SemanticRecallRetriever",
     "StorageError",
-    "StoredMessage",
     "VectorIndex",
     "__version__",
     "create_memory_search_tool",
@@ -96,3 +100,83 @@ def test_resolving_every_public_name_does_not_import_chromadb() -> None:
     """The lazy LangGraph and agent surfaces stay free of chromadb too."""
     code = "import langchain_semantic_recall as p; [getattr(p, name) for name in p.__all__]"
     assert _loaded_after(code) == []
+
+
+def test_importing_vectors_does_not_import_chromadb() -> None:
+    assert _loaded_after("import langchain_semantic_recall.vectors") == []
+
+
+def test_chroma_indexes_are_in_vectors_all() -> None:
+    from langchain_semantic_recall import vectors
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+    from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
+
+    assert {"ChromaVectorIndex", "ChromaServerVectorIndex"} <= set(vectors.__all__)
+    assert vectors.ChromaVectorIndex is ChromaVectorIndex
+    assert vectors.ChromaServerVectorIndex is ChromaServerVectorIndex
+    assert all(hasattr(vectors, name) for name in vectors.__all__)
+
+
+def test_backend_author_types_live_in_storage_and_vectors() -> None:
+    from langchain_semantic_recall import records, storage, vectors
+
+    for name in ("MessageRecord", "StoredMessage", "ScopeFilter", "CompactResult"):
+        assert getattr(storage, name) is getattr(records, name), name
+        assert name in storage.__all__
+    for name in ("VectorRecord", "VectorHit", "ScopeFilter", "CompactResult"):
+        assert getattr(vectors, name) is getattr(records, name), name
+        assert name in vectors.__all__
+
+
+@pytest.mark.parametrize(
+    ("name", "home"),
+    [
+        ("Identity", "langchain_semantic_recall.engine.identity"),
+        ("IdentityKeys", "langchain_semantic_recall.engine.identity"),
+        ("ScopeFilter", "langchain_semantic_recall.storage"),
+        ("StoredMessage", "langchain_semantic_recall.storage"),
+    ],
+)
+def test_moved_names_still_resolve_at_the_top_level_with_a_deprecation_warning(
+    name: str, home: str
+) -> None:
+    with pytest.warns(DeprecationWarning, match=home.replace(".", r"\.")):
+        value = getattr(langchain_semantic_recall, name)
+    assert value is getattr(importlib.import_module(home), name)
+    assert name not in langchain_semantic_recall.__all__
+
+
+def test_version_comes_from_the_package_metadata() -> None:
+    assert langchain_semantic_recall.__version__ == metadata.version("langchain-semantic-recall")
+    source = (ROOT / "langchain_semantic_recall" / "__init__.py").read_text()
+    assert "__version__ =" not in source  # pyproject.toml is the one place it is written
+
+
+def test_every_error_class_is_defined_in_errors_and_exported() -> None:
+    """No error class is defined outside errors.py; old import paths name the same class."""
+    from langchain_semantic_recall import errors
+    from langchain_semantic_recall.cli import common
+    from langchain_semantic_recall.vectors import base
+
+    package = ROOT / "langchain_semantic_recall"
+    for path in package.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Error"):
+                assert path.name == "errors.py", f"{node.name} is defined in {path}"
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type)
+        and issubclass(value, Exception)
+        and value.__module__ == errors.__name__
+    }
+    assert defined <= set(errors.__all__)
+    user_facing = {
+        name for name in defined if name not in {"CommandError", "NotFoundError", "UsageError"}
+    }
+    assert user_facing <= set(langchain_semantic_recall.__all__)
+    assert base.ExportNotSupportedError is errors.ExportNotSupportedError
+    assert common.CommandError is errors.CommandError
+    assert common.UsageError is errors.UsageError
+    assert common.NotFoundError is errors.NotFoundError

@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from langchain_semantic_recall import InMemoryStorage, ScopeFilter, SemanticRecall
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import VectorHit
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 

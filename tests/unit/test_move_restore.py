@@ -13,10 +13,10 @@ from langchain_semantic_recall import (
     InvalidInputError,
     OwnershipError,
     ReadOnlyError,
-    ScopeFilter,
     SemanticRecall,
     SQLiteStorage,
 )
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 

@@ -7,8 +7,9 @@ import logging
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from langchain_semantic_recall import EmbeddingMismatchError, MissingIdentityError, ScopeFilter
+from langchain_semantic_recall import EmbeddingMismatchError, MissingIdentityError
 from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings, RecordingStorage, RecordingVectors
 from tests.unit.conftest import EngineFactory, reset, turn

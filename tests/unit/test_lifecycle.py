@@ -1,0 +1,231 @@
+"""Closing an engine: what `local()` / `from_url()` built is closed, what was passed stays open.
+
+`close()` / `aclose()` and `with` / `async with` release the engine's own SQLite
+connection (after its background postings builds), its Chroma client; an engine and its
+views share one lifecycle; every call after the close raises `EngineClosedError`.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall import (
+    EngineClosedError,
+    InvalidOptionError,
+    SemanticRecall,
+    SQLiteStorage,
+    StorageError,
+)
+from langchain_semantic_recall.engine.lifecycle import Lifecycle
+from langchain_semantic_recall.storage import ScopeFilter
+from langchain_semantic_recall.storage.postings import ResourcePostings
+from langchain_semantic_recall.vectors import ChromaVectorIndex, InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+TURN = [HumanMessage("I am allergic to peanuts"), AIMessage("Noted: no peanuts.")]
+
+
+def _from_url(tmp_path: Path, **options: Any) -> SemanticRecall:
+    return SemanticRecall.from_url(
+        storage=f"sqlite:///{tmp_path / 'm.sqlite3'}",
+        vector="memory://",
+        embeddings=FakeEmbeddings(),
+        **options,
+    )
+
+
+def _calls(memory: SemanticRecall) -> dict[str, Any]:
+    """One call of each kind, to run on a closed engine."""
+    return {
+        "search": lambda: memory.search("peanuts", resource_id="alice"),
+        "index": lambda: memory.index(TURN, thread_id="t1", resource_id="alice"),
+        "recall": lambda: memory.recall(TURN, thread_id="t1", resource_id="alice"),
+        "stats": lambda: memory.stats(resource_id="alice"),
+        "forget": lambda: memory.forget_thread("t1", resource_id="alice"),
+        "invoke": lambda: memory.invoke(TURN, {"configurable": {"thread_id": "t1"}}),
+        "retriever": lambda: memory.as_retriever().invoke(
+            "peanuts", {"configurable": {"resource_id": "alice"}}
+        ),
+    }
+
+
+def test_with_block_closes_the_storage_it_built(tmp_path: Path) -> None:
+    with _from_url(tmp_path) as memory:
+        memory.index(TURN, thread_id="t1", resource_id="alice")
+        assert memory.search("peanuts", resource_id="alice")
+        storage = memory.storage
+    assert memory.closed
+    with pytest.raises(StorageError):  # the connection itself is closed, not only refused
+        storage.count(ScopeFilter(resource_id="alice"))
+
+
+@pytest.mark.parametrize(
+    "call", ["search", "index", "recall", "stats", "forget", "invoke", "retriever"]
+)
+def test_every_call_after_close_raises_a_clear_error(tmp_path: Path, call: str) -> None:
+    memory = _from_url(tmp_path)
+    memory.close()
+    with pytest.raises(EngineClosedError, match=r"build a new one"):
+        _calls(memory)[call]()
+
+
+async def test_async_calls_after_aclose_raise(tmp_path: Path) -> None:
+    async with _from_url(tmp_path) as memory:
+        await memory.aindex(TURN, thread_id="t1", resource_id="alice")
+    with pytest.raises(EngineClosedError):
+        await memory.asearch("peanuts", resource_id="alice")
+    with pytest.raises(EngineClosedError):
+        await memory.arecall(TURN, thread_id="t1", resource_id="alice")
+
+
+async def test_aclose_closes_the_storage_it_built(tmp_path: Path) -> None:
+    memory = _from_url(tmp_path)
+    storage = memory.storage
+    await memory.aclose()
+    with pytest.raises(StorageError):
+        storage.count(ScopeFilter(resource_id="alice"))
+
+
+def test_close_is_idempotent(tmp_path: Path) -> None:
+    memory = _from_url(tmp_path)
+    memory.close()
+    memory.close()
+    assert memory.closed
+
+
+async def test_aclose_after_close_is_a_no_op(tmp_path: Path) -> None:
+    memory = _from_url(tmp_path)
+    memory.close()
+    await memory.aclose()
+    assert memory.closed
+    with pytest.raises(EngineClosedError):
+        async with memory:
+            pass
+
+
+def test_a_closed_engine_cannot_be_entered_again(tmp_path: Path) -> None:
+    memory = _from_url(tmp_path)
+    memory.close()
+    with pytest.raises(EngineClosedError), memory:
+        pass
+
+
+def test_backends_passed_in_stay_open(tmp_path: Path) -> None:
+    storage = SQLiteStorage(tmp_path / "m.sqlite3")
+    vectors = InMemoryVectorIndex()
+    with SemanticRecall(storage=storage, vector_store=vectors, embeddings=FakeEmbeddings()) as m:
+        m.index(TURN, thread_id="t1", resource_id="alice")
+    with pytest.raises(EngineClosedError):
+        m.search("peanuts", resource_id="alice")
+    assert storage.count(ScopeFilter(resource_id="alice")) == 2  # still the caller's, open
+    again = SemanticRecall(storage=storage, vector_store=vectors, embeddings=FakeEmbeddings())
+    assert again.search("peanuts", resource_id="alice")
+    storage.close()
+
+
+def test_views_share_the_lifecycle(tmp_path: Path) -> None:
+    memory = _from_url(tmp_path)
+    precise = memory.with_options(top_k=1)
+    bound = memory.for_thread("t1", "alice")
+    precise.close()  # closing a view closes the engine it shares its backends with
+    for engine in (memory, bound):
+        assert engine.closed
+        with pytest.raises(EngineClosedError):
+            engine.search("peanuts", resource_id="alice")
+
+
+def test_a_failed_build_closes_what_was_built_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed: list[str] = []
+    monkeypatch.setattr(SQLiteStorage, "close", lambda self: closed.append("sqlite"))
+    monkeypatch.setattr(InMemoryVectorIndex, "close", lambda self: closed.append("vectors"))
+    with pytest.raises(InvalidOptionError):
+        _from_url(tmp_path, top_k=0)
+    assert closed == ["vectors", "sqlite"]
+
+
+def test_local_closes_its_chroma_client_and_sqlite(tmp_path: Path) -> None:
+    memory = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings())
+    memory.index(TURN, thread_id="t1", resource_id="alice")
+    client = memory.vector_store.client
+    with memory:
+        assert memory.search("peanuts", resource_id="alice")
+    assert client._closed  # chromadb's own flag: its system is released
+    with pytest.raises(StorageError):
+        memory.storage.count(ScopeFilter(resource_id="alice"))
+    with SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings()) as reopened:
+        assert reopened.search("peanuts", resource_id="alice")  # nothing was lost
+
+
+def test_a_chroma_client_passed_in_stays_open(tmp_path: Path) -> None:
+    import chromadb
+
+    client = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
+    index = ChromaVectorIndex(client)
+    index.close()
+    assert not client._closed
+    client.close()
+
+
+def test_closing_waits_for_the_background_postings_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build in flight holds a read connection to the file: close waits for it."""
+    storage = SQLiteStorage(tmp_path / "m.sqlite3", keyword_cache_min_docs=1)
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    memory.index(TURN, thread_id="t1", resource_id="alice")
+    entered, release = threading.Event(), threading.Event()
+    build = ResourcePostings.build
+
+    def held_build(rows: Any) -> ResourcePostings:
+        entered.set()
+        assert release.wait(30)
+        return build(rows)
+
+    monkeypatch.setattr(ResourcePostings, "build", staticmethod(held_build))
+    clear = storage._postings.clear
+
+    def clear_and_release() -> None:  # close has begun: let the build finish
+        clear()
+        release.set()
+
+    monkeypatch.setattr(storage._postings, "clear", clear_and_release)
+    storage._postings.background_docs = 1
+    storage._postings.first_search_in_sql = False
+    storage.keyword_search("peanuts", scope=ScopeFilter(resource_id="alice"), limit=5)
+    assert entered.wait(30)
+    try:
+        storage.close()
+        assert not any(worker.is_alive() for worker in storage._postings._workers)
+    finally:
+        release.set()
+        storage._postings.join(timeout=30)
+
+
+def test_a_failing_part_does_not_keep_the_others_open() -> None:
+    closed: list[str] = []
+
+    class Part:
+        def __init__(self, name: str, fail: bool = False) -> None:
+            self.name, self.fail = name, fail
+
+        def close(self) -> None:
+            closed.append(self.name)
+            if self.fail:
+                raise OSError(f"{self.name} failed")
+
+    life = Lifecycle()
+    life.own(Part("storage"), Part("vectors", fail=True), Part("embeddings"))
+    with pytest.raises(OSError, match="vectors failed"):
+        life.close()
+    assert closed == ["embeddings", "vectors", "storage"]
+    life.close()  # closed once: nothing is closed twice
+    assert closed == ["embeddings", "vectors", "storage"]
