@@ -105,6 +105,9 @@ class MessageStorage(StorageHooks):
 
         New messages get the next sequence numbers of their thread; known ids keep theirs.
 
+        Args:
+            records: The messages to write, each with its thread, resource and UTC time.
+
         Returns:
             The stored messages (`created_at` in UTC), in input order.
 
@@ -125,6 +128,10 @@ class MessageStorage(StorageHooks):
         """`move_thread` for a thread stored without an owner (`NO_RESOURCE`) only, atomic.
 
         Returns the messages moved (0: unknown, or owned by `resource_id` already).
+
+        Args:
+            thread_id: The thread stored without an owner.
+            resource_id: Its owner from now on.
 
         Raises:
             OwnershipError: the thread is owned by another resource.
@@ -159,7 +166,11 @@ class MessageStorage(StorageHooks):
         return deleted
 
     def delete_resource(self, resource_id: str) -> int:
-        """Delete every thread of a resource and retire their ids; count the messages."""
+        """Delete every thread of a resource and retire their ids; count the messages.
+
+        Args:
+            resource_id: The resource whose threads go.
+        """
         check_id("resource_id", resource_id)
         deleted = self._delete_resource(resource_id)
         _log_delete("resource", resource_id, deleted)
@@ -178,6 +189,10 @@ class MessageStorage(StorageHooks):
         Ids, order, content and the keyword index follow; an unknown (or forgotten) thread
         moves nothing. The caller checks who may; a backend without `supports_move` raises
         `NotImplementedError`.
+
+        Args:
+            thread_id: The thread to move.
+            to_resource: The resource that owns it afterwards.
         """
         move_thread_input(thread_id, to_resource)
         moved = self._move_thread(thread_id, to_resource)
@@ -192,7 +207,11 @@ class MessageStorage(StorageHooks):
         return moved
 
     def unretire_thread(self, thread_id: str) -> bool:
-        """Lift a forget's retirement of a thread id (it may be written again); was it retired?"""
+        """Lift a forget's retirement of a thread id (it may be written again); was it retired?
+
+        Args:
+            thread_id: The forgotten thread's id.
+        """
         return self._unretire_thread(check_id("thread_id", thread_id))
 
     async def aunretire_thread(self, thread_id: str) -> bool:
@@ -229,7 +248,11 @@ class MessageStorage(StorageHooks):
         return await self._aget_windows(ids, before=before, after=after, scope=scope)
 
     def get_thread_owner(self, thread_id: str) -> str | None:
-        """The resource that owns the thread, or None if it is unknown or deleted."""
+        """The resource that owns the thread, or None if it is unknown or deleted.
+
+        Args:
+            thread_id: The thread.
+        """
         return self._get_thread_owner(check_id("thread_id", thread_id))
 
     async def aget_thread_owner(self, thread_id: str) -> str | None:
@@ -267,6 +290,10 @@ class MessageStorage(StorageHooks):
     def last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
         """The newest `limit` messages of the scope's thread, oldest first, read alone.
 
+        Args:
+            scope: The thread to read (a `ScopeFilter` with a `thread_id`).
+            limit: How many of its newest messages (>= 1).
+
         Raises:
             InvalidInputError: `scope` has no `thread_id`, or `limit` is below 1.
         """
@@ -277,7 +304,11 @@ class MessageStorage(StorageHooks):
         return await self._alast_messages(last_input(scope, limit), limit=limit)
 
     def list_threads(self, resource_id: str | None = None) -> list[ThreadInfo]:
-        """Threads of a resource (or all), ordered by thread id."""
+        """Threads of a resource (or all), ordered by thread id.
+
+        Args:
+            resource_id: Only this resource's threads; None lists every thread.
+        """
         if resource_id is not None:
             check_id("resource_id", resource_id)
         return self._list_threads(resource_id)
@@ -292,6 +323,10 @@ class MessageStorage(StorageHooks):
         """Number of stored messages in the scope (or in total), at most `up_to`.
 
         `up_to` bounds the work too: search asks how small a scope is, on every call.
+
+        Args:
+            scope: Only messages inside it; None counts every message.
+            up_to: Stop counting here (None: count all).
         """
         check_scope(scope, optional=True)
         if up_to is None:
@@ -308,7 +343,11 @@ class MessageStorage(StorageHooks):
         return await self._acount_up_to(scope, up_to)
 
     def is_forgotten(self, thread_id: str) -> bool:
-        """Whether the thread was forgotten (its id is retired)."""
+        """Whether the thread was forgotten (its id is retired).
+
+        Args:
+            thread_id: The thread.
+        """
         return self._is_forgotten(check_id("thread_id", thread_id))
 
     async def ais_forgotten(self, thread_id: str) -> bool:
@@ -319,6 +358,11 @@ class MessageStorage(StorageHooks):
         self, query: str, *, scope: ScopeFilter, limit: int
     ) -> list[tuple[str, float]]:
         """(message id, score) of the best keyword matches within the scope, best first.
+
+        Args:
+            query: The text to match.
+            scope: Which messages may match.
+            limit: Most matches returned (>= 1).
 
         Raises:
             NotImplementedError: The backend has no keyword search

@@ -91,6 +91,11 @@ class VectorIndex(VectorHooks):
     def open(self, name: str, *, dimension: int, model: str) -> None:
         """Create the index if missing (cosine space), recording model and dimension.
 
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            dimension: The vectors' length (>= 1).
+            model: The embedding model's name, recorded with the index.
+
         Raises:
             InvalidOptionError: `name` is not a legal index name.
             InvalidInputError: `dimension` is not an int >= 1, or `model` is empty.
@@ -103,6 +108,10 @@ class VectorIndex(VectorHooks):
         """Write vectors; an existing id is overwritten, never duplicated.
 
         Within one call a repeated id keeps its last record. Nothing to write is a no-op.
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            records: The vectors with their metadata (a chunk has the id `<message_id>#<n>`).
 
         Raises:
             InvalidOptionError: `name` is not a legal index name.
@@ -117,6 +126,12 @@ class VectorIndex(VectorHooks):
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         """The `k` most similar vectors inside `scope`, best first.
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            vector: The query vector.
+            k: How many hits (>= 1).
+            scope: Which vectors may be returned.
 
         Raises:
             InvalidOptionError: `name` is not a legal index name.
@@ -134,6 +149,12 @@ class VectorIndex(VectorHooks):
         One entry per message (its best chunk): what a search ranks. Unlike `query` it
         gives no thread ids, so a backend may skip reading metadata (Chroma does, in
         resource scope); the engine reads the messages through the storage, in `scope`.
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            vector: The query vector.
+            k: How many vectors to read (>= 1).
+            scope: Which vectors may be returned.
 
         Raises:
             the errors of `query`.
@@ -154,6 +175,12 @@ class VectorIndex(VectorHooks):
         Selectors combine with AND, so a delete never reaches wider than each of them. An
         empty `message_ids` deletes nothing.
 
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            thread_id: Only this thread's vectors.
+            resource_id: Only this resource's vectors.
+            message_ids: Only these messages' vectors (every chunk).
+
         Raises:
             InvalidOptionError: `name` is not a legal index name.
             InvalidInputError: no selector was given (that would delete everything), or
@@ -164,7 +191,12 @@ class VectorIndex(VectorHooks):
             self._delete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
-        """Ids of the messages that have at least one vector (for stats and repair)."""
+        """Ids of the messages that have at least one vector (for stats and repair).
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            scope: Only vectors inside it; None means every vector.
+        """
         check_index_name(name)
         _check_scope(scope)
         return self._message_ids(name, scope)
@@ -173,6 +205,10 @@ class VectorIndex(VectorHooks):
         """Number of vectors (chunks, not messages) in the index, optionally inside `scope`.
 
         An index that does not exist holds 0 vectors.
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            scope: Only vectors inside it; None means every vector.
 
         Raises:
             ExportNotSupportedError: the backend can neither count nor list its vectors.
@@ -197,6 +233,11 @@ class VectorIndex(VectorHooks):
         checked at the call; reading starts with the first record. An index that does not
         exist yields nothing.
 
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            scope: Only vectors inside it; None means every vector.
+            batch_size: Vectors read per round trip (>= 1).
+
         Example:
             ```python
             for record in index.export("minilm-384", ScopeFilter(resource_id="alice")):
@@ -217,6 +258,9 @@ class VectorIndex(VectorHooks):
         Run it after a forget (`SemanticRecall.purge` does), with no other writer. Every
         surviving vector is kept; what is guaranteed is the backend's (see
         `docs/data-handling.md`).
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
 
         Raises:
             InvalidOptionError: `name` is not a legal index name.
