@@ -21,6 +21,7 @@ Rules every backend keeps:
   Deleting a thread that was never written still retires its id. Emptying a thread
   (`delete_thread(..., retire=False)`) deletes its messages and its owner but leaves
   the id free for later writes (by any resource).
+- `delete_before` (retention) keeps threads, owners and sequence numbers.
 - Reads take a `ScopeFilter` and never return a message outside it.
 - Times must be timezone-aware (compared as instants); negative window sizes and a
   page `limit` below 1 raise `InvalidInputError`. Thread ids sort by code
@@ -32,7 +33,6 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
@@ -41,14 +41,17 @@ from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
+    Deleted,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
 from langchain_semantic_recall.storage.checks import (
-    check_limit,
-    check_scope,
+    before_input,
     checked_records,
+    compact_refusal,
+    count_input,
     delete_thread_input,
     keyword_input,
     last_input,
@@ -60,20 +63,8 @@ from langchain_semantic_recall.storage.checks import (
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadInfo:
-    """A summary of one thread."""
-
-    thread_id: str
-    resource_id: str
-    message_count: int
-    first_at: datetime | None
-    last_at: datetime | None
-
-
 def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> None:
-    verb = "forgot" if retire else "emptied"
-    logger.info("%s %s %r (%d messages)", verb, what, key, deleted)
+    logger.info("%s %s %r (%d messages)", "forgot" if retire else "emptied", what, key, deleted)
 
 
 class MessageStorage(ABC):
@@ -171,6 +162,14 @@ class MessageStorage(ABC):
         deleted = await self._adelete_resource(resource_id)
         _log_delete("resource", resource_id, deleted)
         return deleted
+
+    def delete_before(self, cutoff: datetime, scope: ScopeFilter | None = None) -> Deleted:
+        """Delete the messages created before `cutoff` (in `scope`, or all); which went."""
+        return self._delete_before(before_input(cutoff, scope), scope)
+
+    async def adelete_before(self, cutoff: datetime, scope: ScopeFilter | None = None) -> Deleted:
+        """Async twin of `delete_before`."""
+        return await self._adelete_before(before_input(cutoff, scope), scope)
 
     def move_thread(self, thread_id: str, *, to_resource: str) -> int:
         """Give a thread and its messages to another resource, atomically; returns moved.
@@ -291,19 +290,13 @@ class MessageStorage(ABC):
 
         `up_to` bounds the work too: search asks how small a scope is, on every call.
         """
-        check_scope(scope, optional=True)
-        if up_to is None:
-            return self._count(scope)
-        check_limit(up_to)
-        return self._count_up_to(scope, up_to)
+        count_input(scope, up_to)
+        return self._count(scope) if up_to is None else self._count_up_to(scope, up_to)
 
     async def acount(self, scope: ScopeFilter | None = None, *, up_to: int | None = None) -> int:
         """Async twin of `count`."""
-        check_scope(scope, optional=True)
-        if up_to is None:
-            return await self._acount(scope)
-        check_limit(up_to)
-        return await self._acount_up_to(scope, up_to)
+        count_input(scope, up_to)
+        return await (self._acount(scope) if up_to is None else self._acount_up_to(scope, up_to))
 
     def is_forgotten(self, thread_id: str) -> bool:
         """Whether the thread was forgotten (its id is retired)."""
@@ -351,10 +344,7 @@ class MessageStorage(ABC):
 
     def _check_compact(self) -> None:
         if not self.supports_compact:
-            raise CompactNotSupportedError(
-                f"{type(self).__name__} cannot erase the bytes of deleted messages; erase "
-                "them with the backend's own tools (see docs/data-handling.md)"
-            )
+            raise CompactNotSupportedError(compact_refusal(self))
 
     def close(self) -> None:  # noqa: B027 - optional hook, most backends have nothing to close
         """Release connections."""
@@ -410,6 +400,10 @@ class MessageStorage(ABC):
     ) -> list[tuple[str, float]]:
         """Keyword matches (override with `supports_keyword_search = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no keyword search")
+
+    def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        """Delete older messages; threads keep owner and seqs (an emptied one stays, empty)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete messages by date")
 
     def _move_thread(self, thread_id: str, to_resource: str) -> int:
         """Reassign the thread (override, with `supports_move = True`, with the next)."""
@@ -475,6 +469,9 @@ class MessageStorage(ABC):
 
     async def _adelete_resource(self, resource_id: str) -> int:
         return await run_in_executor(None, self._delete_resource, resource_id)
+
+    async def _adelete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        return await run_in_executor(None, self._delete_before, cutoff, scope)
 
     async def _ais_forgotten(self, thread_id: str) -> bool:
         return await run_in_executor(None, self._is_forgotten, thread_id)
