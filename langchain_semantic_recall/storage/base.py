@@ -494,3 +494,6 @@ class MessageStorage(ABC):
 
     async def _acompact(self) -> CompactResult:
         return await run_in_executor(None, self._compact)
+
+
+__all__ = ["MessageStorage", "ThreadInfo"]
