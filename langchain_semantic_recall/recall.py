@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
 from os import PathLike
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
@@ -17,7 +18,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langchain_semantic_recall import memory_contract
+from langchain_semantic_recall import memory_contract, visible
+from langchain_semantic_recall import options as defaults
 from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.engine.core import (
     BulkOptions,
@@ -34,22 +36,11 @@ from langchain_semantic_recall.engine.core import (
 from langchain_semantic_recall.engine.identity import IdentityKeys
 from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
 from langchain_semantic_recall.engine.maintenance_ops import RecallStats
+from langchain_semantic_recall.engine.retention_ops import RetentionResult
 from langchain_semantic_recall.engine.steps import Backends
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.options import (
-    DEFAULT_CACHE_SIZE,
-    DEFAULT_MAX_BLOCK_CHARS,
-    DEFAULT_MAX_INDEX_CHARS,
-    DEFAULT_SCOPE,
-    DEFAULT_SEARCH_MODE,
-    DEFAULT_TIME_BOOST,
-    Budget,
-    MessageRange,
-    MessageRangeLike,
-    Scope,
-    SearchMode,
-)
+from langchain_semantic_recall.options import Budget, MessageRangeLike, Scope, SearchMode
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan
 from langchain_semantic_recall.settings import as_vector_index, local_backends, url_backends
@@ -109,6 +100,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
             says so); imports, reindex, forgets and purge raise `ReadOnlyError`.
+        retention: age past which `apply_retention()` forgets messages (docs/retention.md).
         max_block_chars: bound on all the text one recall injects (16,000; None: none).
         max_index_chars: characters of a message embedded, the rest stored only (16,000).
         cache: an `EmbeddingCache` to share (default: a new one of `cache_size`).
@@ -132,18 +124,19 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         embeddings: Embeddings,
         top_k: int | None = None,
         message_range: MessageRangeLike | None = None,
-        scope: Scope = DEFAULT_SCOPE,
+        scope: Scope = defaults.DEFAULT_SCOPE,
         threshold: float | None = None,
-        search_mode: SearchMode = DEFAULT_SEARCH_MODE,
+        search_mode: SearchMode = defaults.DEFAULT_SEARCH_MODE,
         message_budget: Budget = "auto",
-        time_boost: float = DEFAULT_TIME_BOOST,
+        time_boost: float = defaults.DEFAULT_TIME_BOOST,
         index_name: str | None = None,
         logger: logging.Logger | None = None,
         read_only: bool = False,
-        max_block_chars: int | None = DEFAULT_MAX_BLOCK_CHARS,
-        max_index_chars: int | None = DEFAULT_MAX_INDEX_CHARS,
+        retention: timedelta | None = None,
+        max_block_chars: int | None = defaults.DEFAULT_MAX_BLOCK_CHARS,
+        max_index_chars: int | None = defaults.DEFAULT_MAX_INDEX_CHARS,
         cache: EmbeddingCache | None = None,
-        cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_size: int = defaults.DEFAULT_CACHE_SIZE,
         thread_key: str = "thread_id",
         resource_key: str = "resource_id",
         auth_user_key: str | None = "langgraph_auth_user_id",
@@ -224,13 +217,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     """The engine's state and operations (for surfaces built on the engine)."""
     search_plan = Option[SearchPlan](lambda plan: plan.search)
     top_k = Option[int](lambda plan: plan.search.top_k)
-    message_range = Option[MessageRange](lambda plan: plan.search.message_range)
+    message_range = Option[defaults.MessageRange](lambda plan: plan.search.message_range)
     message_budget = Option["int | None"](lambda plan: plan.search.message_budget)
     time_boost = Option[float](lambda plan: plan.search.time_boost)
     threshold = Option["float | None"](lambda plan: plan.search.threshold)
     search_mode = Option[str](lambda plan: plan.search.mode)
     scope = Option[Scope](lambda plan: plan.scope)
     read_only = Option[bool](lambda plan: plan.read_only)
+    retention = Option["timedelta | None"](lambda plan: plan.retention)
     max_block_chars = Option["int | None"](lambda plan: plan.max_block_chars)
     max_index_chars = Option["int | None"](lambda plan: plan.max_index_chars)
     logger = Option[logging.Logger](lambda plan: plan.logger)
@@ -264,18 +258,18 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     ) -> list[BaseMessage]:
         """The input with recalled messages injected, each tagged `source: memory`.
 
-        No human text or no hit: the input unchanged. A failure of the embedder, vector
-        index or storage is logged and recalls nothing; configuration errors (missing
-        ids, dimension mismatch) are raised.
+        Traced as the `semantic_recall` child run (outputs: what was injected). No human
+        text or no hit: the input unchanged. A failure of the embedder, vector index or
+        storage is logged and recalls nothing; configuration errors (missing ids,
+        dimension mismatch) are raised.
         """
-        return self._core.run(self._core.recall(messages, self._core.identity(ids), turn=False))
+        return visible.recall_messages(self._core, messages, ids)
 
     async def arecall(
         self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
     ) -> list[BaseMessage]:
         """Async twin of `recall`."""
-        core = self._core
-        return await core.arun(core.recall(messages, core.identity(ids), turn=False))
+        return await visible.arecall_messages(self._core, messages, ids)
 
     # --- index ------------------------------------------------------------------------------
 
@@ -341,8 +335,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     async def aclear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Async twin of `clear_thread`."""
-        op = self._core.forget_thread(thread_id, resource_id, retire=False)
-        return await self._core.arun(op)
+        return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=False))
 
     def forget_resource(self, resource_id: str) -> int:
         """Delete every thread of a resource (messages and vectors), retiring their ids."""
@@ -351,6 +344,24 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     async def aforget_resource(self, resource_id: str) -> int:
         """Async twin of `forget_resource`."""
         return await self._core.arun(self._core.forget_resource(resource_id))
+
+    def forget_before(self, cutoff: datetime, *, resource_id: str | None = None) -> RetentionResult:
+        """Delete for good what was created before `cutoff`, messages and vectors (retention)."""
+        return self._core.run(self._core.forget_before(cutoff, resource_id))
+
+    async def aforget_before(
+        self, cutoff: datetime, *, resource_id: str | None = None
+    ) -> RetentionResult:
+        """Async twin of `forget_before`."""
+        return await self._core.arun(self._core.forget_before(cutoff, resource_id))
+
+    def apply_retention(self, *, resource_id: str | None = None) -> RetentionResult:
+        """`forget_before(now - retention)`: the policy applied, on a call you schedule."""
+        return self._core.run(self._core.apply_retention(resource_id, None))
+
+    async def aapply_retention(self, *, resource_id: str | None = None) -> RetentionResult:
+        """Async twin of `apply_retention`."""
+        return await self._core.arun(self._core.apply_retention(resource_id, None))
 
     def move_thread(self, thread_id: str, *, to: str, resource_id: str | None = None) -> int:
         """Give a thread (messages, vectors) to resource `to`; `resource_id` checks the owner."""
@@ -429,8 +440,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Async twin of `save_context`."""
-        result = await self.aindex(memory_contract.turn(self, inputs, outputs))
-        memory_contract.check_saved(result)
+        memory_contract.check_saved(await self.aindex(memory_contract.turn(self, inputs, outputs)))
 
     def clear(self) -> None:
         """Empty the bound conversation (messages and vectors); memory keeps working."""
@@ -457,11 +467,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         arg_types: dict[str, type] | None = None,
     ) -> BaseTool:
         """A tool an agent calls to search its memory on purpose, scoped to its caller."""
-        if args_schema is not None or arg_types is not None:
-            raise InvalidOptionError("the memory tool's arguments are fixed: pass name/description")
         from langchain_semantic_recall.retriever import create_memory_search_tool
 
-        return create_memory_search_tool(self, name=name, description=description)
+        fixed = {"args_schema": args_schema, "arg_types": arg_types}
+        return create_memory_search_tool(self, name=name, description=description, **fixed)
 
     def chat_history(
         self, session_id: str, *, resource_id: str | None = None, last: int | None = None
@@ -477,22 +486,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Recall on `input`; ids from `config` (or the runtime context)."""
-        who = self._core.identity({"config": config})
-
-        def run(messages: Any) -> list[BaseMessage]:
-            return self._core.run(self._core.recall(messages, who, turn=False))
-
+        run = visible.runner(self._core, config)
         return self._call_with_config(run, input, config, run_type="retriever")
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Async twin of `invoke`."""
-        who = self._core.identity({"config": config})
-
-        async def run(messages: Any) -> list[BaseMessage]:
-            return await self._core.arun(self._core.recall(messages, who, turn=False))
-
+        run = visible.arunner(self._core, config)
         return await self._acall_with_config(run, input, config, run_type="retriever")
 
 
