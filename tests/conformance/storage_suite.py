@@ -32,6 +32,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord, Role, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.memory import InMemoryStorage
 
 BASE_TIME = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 
@@ -735,6 +736,23 @@ class StorageConformance:
         storage.delete_before(BASE_TIME + timedelta(minutes=1))
         assert [h for h, _ in storage.keyword_search("violin", scope=scope, limit=5)] == ["new"]
         assert storage.keyword_search("tuesday lessons", scope=scope, limit=5) == []
+
+    def test_keyword_scores_after_delete_before_are_those_of_the_kept_messages(
+        self, storage: MessageStorage
+    ) -> None:
+        words = ["violin", "cello", "harbour", "garden", "lisbon", "tomato"]
+        records = [
+            make_record(f"m{i}", f"t{i % 3}", text=" ".join(words[i % 6 : i % 6 + 3]), minute=i)
+            for i in range(18)
+        ]
+        storage.put(records)
+        storage.delete_before(BASE_TIME + timedelta(minutes=7))
+        reference = InMemoryStorage()  # the reference backend, holding only what was kept
+        reference.put([r for r in records if r.created_at >= BASE_TIME + timedelta(minutes=7)])
+        for query in ("violin cello", "garden lisbon tomato", "harbour"):
+            for scope in (ScopeFilter("r1"), ScopeFilter("r1", "t1")):
+                got = storage.keyword_search(query, scope=scope, limit=20)
+                assert got == reference.keyword_search(query, scope=scope, limit=20), query
 
     async def test_adelete_before_matches_sync(self, storage: MessageStorage) -> None:
         await storage.aput(make_thread(3, "t1", "r1"))
