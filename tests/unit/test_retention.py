@@ -256,7 +256,8 @@ def test_retention_never_deletes_another_resources_messages(
 def test_purge_after_retention_leaves_no_byte_of_the_old_messages(tmp_path: Path) -> None:
     store = tmp_path / "memory"
     memory = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
-    old, new = [], []
+    old: list[BaseMessage] = []
+    new: list[BaseMessage] = []
     markers = iter(_markers(random.Random(26), 120))
     for t in range(4):
         for n in range(30):
