@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
     from langchain_semantic_recall.engine.index_ops import BulkResult
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
+    from langchain_semantic_recall.engine.retention_ops import RetentionResult
     from langchain_semantic_recall.graph import (
         IndexNode,
         RecallNode,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.middleware import SemanticRecallMiddleware
     from langchain_semantic_recall.options import MessageRange, Scope
     from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
+    from langchain_semantic_recall.recall_report import RecallReport
     from langchain_semantic_recall.records import (
         IndexResult,
         MessageFate,
@@ -57,6 +59,7 @@ _LAZY = {
     "IdentityKeys": "engine.identity",
     "BulkResult": "engine.index_ops",
     "RecallStats": "engine.maintenance_ops",
+    "RetentionResult": "engine.retention_ops",
     "IndexNode": "graph",
     "RecallNode": "graph",
     "RecallState": "graph",
@@ -67,6 +70,7 @@ _LAZY = {
     "Scope": "options",
     "IndexInfo": "recall",
     "SemanticRecall": "recall",
+    "RecallReport": "recall_report",
     "IndexResult": "records",
     "MessageFate": "records",
     "RecallHit": "records",
@@ -123,7 +127,9 @@ __all__ = [
     "RecallHit",
     "RecallNode",
     "RecallState",
+    "RecallReport",
     "RecallStats",
+    "RetentionResult",
     "SQLiteStorage",
     "Scope",
     "ScopeFilter",
