@@ -8,8 +8,15 @@ run's config, shows it; with no handler, nothing is sent anywhere.
 
 ```python
 class Shown(BaseCallbackHandler):
-    def on_chain_end(self, outputs, **kwargs):
-        if kwargs.get("name") == "semantic_recall":  # set by on_chain_start too
+    def __init__(self):
+        self.recalls = set()
+
+    def on_chain_start(self, serialized, inputs, *, run_id, **kwargs):
+        if kwargs.get("name") == "semantic_recall":
+            self.recalls.add(run_id)
+
+    def on_chain_end(self, outputs, *, run_id, **kwargs):
+        if run_id in self.recalls:  # outputs: RecallReport.as_dict()
             print(outputs["message_ids"], outputs["injected_chars"])
 
 
