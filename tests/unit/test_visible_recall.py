@@ -139,7 +139,9 @@ def test_the_graph_channel_and_the_callback_tree_show_the_report() -> None:
         inputs = {"messages": question(TOPICS[0], f"q-{is_async}")}
         if is_async:
 
-            async def collect(config: Any = config, inputs: Any = inputs) -> list[Any]:
+            async def collect(
+                config: Any = config, inputs: Any = inputs, graph: Any = graph
+            ) -> list[Any]:
                 return [u async for u in graph.astream(inputs, config, stream_mode="updates")]
 
             updates = asyncio.run(collect())
@@ -171,7 +173,9 @@ def test_the_middleware_state_update_and_the_callback_tree_show_the_report() -> 
         inputs = {"messages": question(TOPICS[0], f"q-{is_async}")}
         if is_async:
 
-            async def collect(config: Any = config, inputs: Any = inputs) -> list[Any]:
+            async def collect(
+                config: Any = config, inputs: Any = inputs, agent: Any = agent
+            ) -> list[Any]:
                 return [u async for u in agent.astream(inputs, config, stream_mode="updates")]
 
             updates = asyncio.run(collect())
