@@ -357,11 +357,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     def apply_retention(self, *, resource_id: str | None = None) -> RetentionResult:
         """`forget_before(now - retention)`: the policy applied, on a call you schedule."""
-        return self._core.run(self._core.apply_retention(resource_id, None))
+        return self._core.run(self._core.apply_retention(resource_id))
 
     async def aapply_retention(self, *, resource_id: str | None = None) -> RetentionResult:
         """Async twin of `apply_retention`."""
-        return await self._core.arun(self._core.apply_retention(resource_id, None))
+        return await self._core.arun(self._core.apply_retention(resource_id))
 
     def move_thread(self, thread_id: str, *, to: str, resource_id: str | None = None) -> int:
         """Give a thread (messages, vectors) to resource `to`; `resource_id` checks the owner."""

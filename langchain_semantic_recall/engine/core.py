@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -408,10 +408,10 @@ class EngineCore:
         owner = self.owner(resource_id)  # an authenticated user forgets only their own
         return forget_before_op(self.backends.space, check_cutoff(cutoff), owner)
 
-    def apply_retention(self, resource_id: str | None, now: datetime | None) -> Op[RetentionResult]:
+    def apply_retention(self, resource_id: str | None) -> Op[RetentionResult]:
         """`forget_before(now - retention)`; refused without a retention policy."""
         self._writable("applying retention")
-        return self.forget_before(retention_cutoff(self.plan.retention, now), resource_id)
+        return self.forget_before(retention_cutoff(self.plan.retention), resource_id)
 
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
         """Counts of messages, threads and vectors of the call's owner (`owner`) in scope."""

@@ -85,20 +85,18 @@ def check_cutoff(cutoff: object) -> datetime:
     return cutoff.astimezone(UTC)
 
 
-def retention_cutoff(retention: timedelta | None, now: datetime | None) -> datetime:
-    """`now - retention` (now: the current time, or the aware datetime given).
+def retention_cutoff(retention: timedelta | None) -> datetime:
+    """`now - retention`, now being the current time (UTC).
 
     Raises:
         InvalidOptionError: the engine has no retention policy.
-        InvalidInputError: `now` is not an aware datetime.
     """
     if retention is None:
         raise InvalidOptionError(
             "this engine has no retention policy: build it with retention=timedelta(days=90) "
             "(SemanticRecall.local(path, retention=...)), or call forget_before(cutoff)"
         )
-    moment = datetime.now(UTC) if now is None else check_cutoff(now)
-    return moment - retention
+    return datetime.now(UTC) - retention
 
 
 @dataclass(frozen=True, slots=True)
