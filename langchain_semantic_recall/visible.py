@@ -70,6 +70,8 @@ def recall(
     items = to_messages(messages)  # bad input raises before any run starts
     op = core.recall(items, who, turn=turn)
     manager = get_callback_manager_for_config(ensure_config(config))
+    if not manager.handlers:  # nobody listens: no run to start (no cost on the hot path)
+        return core.run(op)
     run = manager.on_chain_start(None, _inputs(who, items, turn), name=RUN_NAME)
     try:
         injected, report = core.run(op)
@@ -92,6 +94,8 @@ async def arecall(
     items = to_messages(messages)
     op = core.recall(items, who, turn=turn)
     manager = get_async_callback_manager_for_config(ensure_config(config))
+    if not manager.handlers:
+        return await core.arun(op)
     run = await manager.on_chain_start(None, _inputs(who, items, turn), name=RUN_NAME)
     try:
         injected, report = await core.arun(op)
