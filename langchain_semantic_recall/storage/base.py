@@ -73,9 +73,10 @@ class MessageStorage(ABC):
     Subclass it and implement the protected abstract methods (`_put`,
     `_get_windows`, `_get_thread_owner`, `_list_messages`, `_list_threads`,
     `_delete_thread`, `_delete_resource`, `_is_forgotten`); optionally
-    `_keyword_search` (with `supports_keyword_search = True`), `_count` (a faster
-    count) and the `_a*` async twins (a native async driver). They receive checked
-    input only: valid ids, `created_at` in UTC, window sizes >= 0, `limit` >= 1.
+    `_keyword_search` (with `supports_keyword_search = True`), `_delete_before`
+    (retention), `_count` (a faster count) and the `_a*` async twins (a native async
+    driver). They receive checked input only: valid ids, `created_at` and cutoffs in
+    UTC, window sizes >= 0, `limit` >= 1.
 
     Every public method raises `InvalidInputError` on unusable input (an id that
     is blank, not a string or holds NUL or a lone surrogate; a naive `created_at`; a
