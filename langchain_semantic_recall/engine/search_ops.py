@@ -191,9 +191,9 @@ def recall_op(
 
     `request.query` is ignored. No human text: the input unchanged (documented no-op).
     A failure of the embedder, vector index or storage is logged and recalls nothing (the
-    report says `"failed"`); configuration errors (missing
-    ids, dimension mismatch) and programming errors (`errors.PROGRAMMING_ERRORS`:
-    `TypeError`, `AttributeError`, ...) are raised.
+    report says `"failed"`); configuration errors (missing ids, dimension mismatch) and
+    programming errors (`errors.PROGRAMMING_ERRORS`: `TypeError`, `AttributeError`, ...)
+    are raised.
     """
     from langchain_semantic_recall.errors import PROGRAMMING_ERRORS
 
