@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.embeddings import EmbeddingCache
     from langchain_semantic_recall.engine.index_ops import BulkResult
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
+    from langchain_semantic_recall.engine.retention_ops import RetentionResult
     from langchain_semantic_recall.graph import (
         IndexNode,
         RecallNode,
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.middleware import SemanticRecallMiddleware
     from langchain_semantic_recall.options import MessageRange, Scope
     from langchain_semantic_recall.recall import IndexInfo, SemanticRecall
+    from langchain_semantic_recall.recall_report import RecallReport
     from langchain_semantic_recall.records import IndexResult, MessageFate, RecallHit
     from langchain_semantic_recall.retriever import (
         SemanticRecallRetriever,
@@ -56,6 +58,7 @@ _LAZY = {
     "EmbeddingCache": "embeddings",
     "BulkResult": "engine.index_ops",
     "RecallStats": "engine.maintenance_ops",
+    "RetentionResult": "engine.retention_ops",
     "IndexNode": "graph",
     "RecallNode": "graph",
     "RecallState": "graph",
@@ -66,6 +69,7 @@ _LAZY = {
     "Scope": "options",
     "IndexInfo": "recall",
     "SemanticRecall": "recall",
+    "RecallReport": "recall_report",
     "IndexResult": "records",
     "MessageFate": "records",
     "RecallHit": "records",
@@ -145,8 +149,10 @@ __all__ = [
     "ReadOnlyError",
     "RecallHit",
     "RecallNode",
+    "RecallReport",
     "RecallState",
     "RecallStats",
+    "RetentionResult",
     "SQLiteStorage",
     "Scope",
     "SemanticRecall",

@@ -28,6 +28,7 @@ from langchain_semantic_recall.formatting import (
     format_cross_thread_block,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE, conversation_title, tag_as_memory
+from langchain_semantic_recall.recall_report import RecallReport, build_report
 from langchain_semantic_recall.records import RecallHit, StoredMessage
 
 logger = logging.getLogger(__name__)
@@ -137,24 +138,25 @@ def _text(stored: StoredMessage, message: BaseMessage) -> str:
 
 def bound_recalled(
     recalled: Sequence[tuple[StoredMessage, BaseMessage]], max_chars: int
-) -> list[BaseMessage]:
+) -> list[tuple[StoredMessage, BaseMessage]]:
     """Same-thread recalled messages whose text is at most `max_chars` in total.
 
     A message longer than its fair share is cut to it and ends with a visible
     `… [truncated N chars]` marker (its content becomes that plain text); messages for
     which even a short head does not fit are left out, the latest first (`fit_texts`).
+    Returns the (stored, message to inject) pairs kept.
     """
     texts = [_text(stored, message) for stored, message in recalled]
-    bounded: list[BaseMessage] = []
+    bounded: list[tuple[StoredMessage, BaseMessage]] = []
     for (stored, message), text, fitted in zip(
         recalled, texts, fit_texts(texts, max_chars), strict=True
     ):
         if fitted is None:
             logger.warning("recalled message %r left out: no room in max_block_chars", stored.id)
         elif fitted == text:
-            bounded.append(message)
+            bounded.append((stored, message))
         else:
-            bounded.append(message.model_copy(update={"content": fitted}))
+            bounded.append((stored, message.model_copy(update={"content": fitted})))
     return bounded
 
 
@@ -177,6 +179,23 @@ def inject(
     With `max_block_chars`, the block's text and the same-thread messages' text together
     are at most that long (`bound_recalled`).
     """
+    injected, _ = inject_reported(
+        messages, hits, thread_id=thread_id, max_block_chars=max_block_chars, labels=labels
+    )
+    return injected
+
+
+def inject_reported(
+    messages: Sequence[BaseMessage],
+    hits: Sequence[RecallHit],
+    *,
+    thread_id: str | None,
+    resource_id: str | None = None,
+    query: str = "",
+    max_block_chars: int | None = None,
+    labels: dict[str, str] | None = None,
+) -> tuple[list[BaseMessage], RecallReport]:
+    """`inject`, and the report of what it injected (`recall_report.RecallReport`)."""
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
     own = [(s, m) for s in same if (m := as_recalled_message(s)) is not None]
@@ -184,18 +203,22 @@ def inject(
     if max_block_chars is not None:  # same-thread text may take up to half the budget
         need = sum(len(_text(stored, message)) for stored, message in own)
         block_cap = max(MIN_MAX_CHARS, max_block_chars - min(need, max_block_chars // 2))
-    recalled: list[BaseMessage] = []
     block = memory_block(other, labels=labels, max_chars=block_cap)
-    if block is not None:
-        recalled.append(block)
-    if max_block_chars is None:
-        recalled.extend(message for _, message in own)
-    else:
-        left = max_block_chars - (len(block.text) if block is not None else 0)
-        recalled.extend(bound_recalled(own, left))
+    if max_block_chars is not None:
+        own = bound_recalled(own, max_block_chars - (len(block.text) if block else 0))
+    report = build_report(
+        query,
+        hits,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        same=own,
+        block=None if block is None else (other, block),
+    )
+    recalled: list[BaseMessage] = [] if block is None else [block]
+    recalled.extend(message for _, message in own)
     if not recalled:
-        return list(messages)
+        return list(messages), report
     lead = 0
     while lead < len(messages) and isinstance(messages[lead], SystemMessage):
         lead += 1
-    return [*messages[:lead], *recalled, *messages[lead:]]
+    return [*messages[:lead], *recalled, *messages[lead:]], report

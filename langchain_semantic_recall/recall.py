@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from os import PathLike
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
@@ -17,7 +18,8 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from langchain_semantic_recall import memory_contract
+from langchain_semantic_recall import maintenance, memory_contract, visible
+from langchain_semantic_recall import options as defaults
 from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.engine import lifecycle
 from langchain_semantic_recall.engine.core import (
@@ -27,7 +29,6 @@ from langchain_semantic_recall.engine.core import (
     EnginePlan,
     Option,
     Part,
-    ReindexOptions,
     SearchOptions,
     build_plan,
     warn_if_unfitted,
@@ -38,20 +39,8 @@ from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.engine.steps import Backends
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.options import (
-    DEFAULT_CACHE_SIZE,
-    DEFAULT_MAX_BLOCK_CHARS,
-    DEFAULT_MAX_INDEX_CHARS,
-    DEFAULT_SCOPE,
-    DEFAULT_SEARCH_MODE,
-    DEFAULT_TIME_BOOST,
-    Budget,
-    MessageRange,
-    MessageRangeLike,
-    Scope,
-    SearchMode,
-)
-from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
+from langchain_semantic_recall.options import Budget, MessageRangeLike, Scope, SearchMode
+from langchain_semantic_recall.records import IndexResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan
 from langchain_semantic_recall.settings import as_vector_index, local_backends, url_backends
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -108,6 +97,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
             says so); imports, reindex, forgets and purge raise `ReadOnlyError`.
+        retention: age past which `apply_retention()` forgets messages (docs/retention.md).
         max_block_chars: bound on all the text one recall injects (16,000; None: none).
         max_index_chars: characters of a message embedded, the rest stored only (16,000).
         cache: an `EmbeddingCache` to share (default: a new one of `cache_size`).
@@ -131,18 +121,19 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         embeddings: Embeddings,
         top_k: int | None = None,
         message_range: MessageRangeLike | None = None,
-        scope: Scope = DEFAULT_SCOPE,
+        scope: Scope = defaults.DEFAULT_SCOPE,
         threshold: float | None = None,
-        search_mode: SearchMode = DEFAULT_SEARCH_MODE,
+        search_mode: SearchMode = defaults.DEFAULT_SEARCH_MODE,
         message_budget: Budget = "auto",
-        time_boost: float = DEFAULT_TIME_BOOST,
+        time_boost: float = defaults.DEFAULT_TIME_BOOST,
         index_name: str | None = None,
         logger: logging.Logger | None = None,
         read_only: bool = False,
-        max_block_chars: int | None = DEFAULT_MAX_BLOCK_CHARS,
-        max_index_chars: int | None = DEFAULT_MAX_INDEX_CHARS,
+        retention: timedelta | None = None,
+        max_block_chars: int | None = defaults.DEFAULT_MAX_BLOCK_CHARS,
+        max_index_chars: int | None = defaults.DEFAULT_MAX_INDEX_CHARS,
         cache: EmbeddingCache | None = None,
-        cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_size: int = defaults.DEFAULT_CACHE_SIZE,
         thread_key: str = "thread_id",
         resource_key: str = "resource_id",
         auth_user_key: str | None = "langgraph_auth_user_id",
@@ -225,13 +216,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     """The engine's state and operations (for surfaces built on the engine)."""
     search_plan = Option[SearchPlan](lambda plan: plan.search)
     top_k = Option[int](lambda plan: plan.search.top_k)
-    message_range = Option[MessageRange](lambda plan: plan.search.message_range)
+    message_range = Option[defaults.MessageRange](lambda plan: plan.search.message_range)
     message_budget = Option["int | None"](lambda plan: plan.search.message_budget)
     time_boost = Option[float](lambda plan: plan.search.time_boost)
     threshold = Option["float | None"](lambda plan: plan.search.threshold)
     search_mode = Option[str](lambda plan: plan.search.mode)
     scope = Option[Scope](lambda plan: plan.scope)
     read_only = Option[bool](lambda plan: plan.read_only)
+    retention = Option["timedelta | None"](lambda plan: plan.retention)
     max_block_chars = Option["int | None"](lambda plan: plan.max_block_chars)
     max_index_chars = Option["int | None"](lambda plan: plan.max_index_chars)
     logger = Option[logging.Logger](lambda plan: plan.logger)
@@ -265,18 +257,18 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     ) -> list[BaseMessage]:
         """The input with recalled messages injected, each tagged `source: memory`.
 
-        No human text or no hit: the input unchanged. A failure of the embedder, vector
-        index or storage is logged and recalls nothing; configuration errors (missing
-        ids, dimension mismatch) are raised.
+        Traced as the `semantic_recall` child run (outputs: what was injected). No human
+        text or no hit: the input unchanged. A failure of the embedder, vector index or
+        storage is logged and recalls nothing; configuration errors (missing ids,
+        dimension mismatch) are raised.
         """
-        return self._core.run(self._core.recall(messages, self._core.identity(ids), turn=False))
+        return visible.recall_messages(self._core, messages, ids)
 
     async def arecall(
         self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
     ) -> list[BaseMessage]:
         """Async twin of `recall`."""
-        core = self._core
-        return await core.arun(core.recall(messages, core.identity(ids), turn=False))
+        return await visible.arecall_messages(self._core, messages, ids)
 
     # --- index ------------------------------------------------------------------------------
 
@@ -321,91 +313,19 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """Async twin of `bulk_index`."""
         return await self._core.arun(self._core.bulk_index(conversations, options))
 
-    # --- forgetting and maintenance ---------------------------------------------------------
+    # --- forgetting and maintenance (written in `maintenance`, bound here) ------------------
 
-    def forget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
-        """Delete a thread's messages and vectors for good; returns messages deleted.
-
-        Its id is retired: a later `index` of it stores nothing and says so (`result.forgotten`);
-        graph nodes and the middleware raise `ForgottenThreadError`. Idempotent: call it again
-        if it raised. A thread of another resource than the call's raises `OwnershipError`.
-        """
-        return self._core.run(self._core.forget_thread(thread_id, resource_id, retire=True))
-
-    async def aforget_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
-        """Async twin of `forget_thread`."""
-        return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=True))
-
-    def clear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
-        """Empty a thread (messages and vectors) but keep its id usable; returns deleted."""
-        return self._core.run(self._core.forget_thread(thread_id, resource_id, retire=False))
-
-    async def aclear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
-        """Async twin of `clear_thread`."""
-        return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=False))
-
-    def forget_resource(self, resource_id: str) -> int:
-        """Delete every thread of a resource (messages and vectors), retiring their ids."""
-        return self._core.run(self._core.forget_resource(resource_id))
-
-    async def aforget_resource(self, resource_id: str) -> int:
-        """Async twin of `forget_resource`."""
-        return await self._core.arun(self._core.forget_resource(resource_id))
-
-    def move_thread(self, thread_id: str, *, to: str, resource_id: str | None = None) -> int:
-        """Give a thread (messages, vectors) to resource `to`; `resource_id` checks the owner."""
-        return self._core.run(self._core.move_thread(thread_id, resource_id, to))
-
-    async def amove_thread(self, thread_id: str, *, to: str, resource_id: str | None = None) -> int:
-        """Async twin of `move_thread`."""
-        return await self._core.arun(self._core.move_thread(thread_id, resource_id, to))
-
-    def restore_thread(self, thread_id: str) -> bool:
-        """Let a forgotten thread id be written again (to ingest its export); was it retired?"""
-        return self._core.run(self._core.restore_thread(thread_id))
-
-    async def arestore_thread(self, thread_id: str) -> bool:
-        """Async twin of `restore_thread`."""
-        return await self._core.arun(self._core.restore_thread(thread_id))
-
-    def reindex(self, **options: Unpack[ReindexOptions]) -> int:
-        """Embed stored messages again into this engine's index; returns vectors written.
-
-        After switching embedder (a new index fills from storage), or with
-        `missing_only=True` to repair vectors lost to a failure (orphan vectors are
-        removed too). Idempotent. Raises `ReadOnlyError` on a read-only engine.
-        """
-        return self._core.run(self._core.reindex(options))
-
-    async def areindex(self, **options: Unpack[ReindexOptions]) -> int:
-        """Async twin of `reindex`."""
-        return await self._core.arun(self._core.reindex(options))
-
-    def purge(self) -> PurgeResult:
-        """Erase on disk what forgotten messages left; no other process may use the store."""
-        return self._core.run(self._core.purge())
-
-    async def apurge(self) -> PurgeResult:
-        """Async twin of `purge` (what each backend guarantees: docs/data-handling.md)."""
-        return await self._core.arun(self._core.purge())
-
-    def stats(self, *, resource_id: str | None = None, thread_id: str | None = None) -> RecallStats:
-        """Counts (messages, threads, vectors, missing) of the call's resource, or of all."""
-        return self._core.run(self._core.stats(resource_id, thread_id))
-
-    async def astats(
-        self, *, resource_id: str | None = None, thread_id: str | None = None
-    ) -> RecallStats:
-        """Async twin of `stats`."""
-        return await self._core.arun(self._core.stats(resource_id, thread_id))
-
-    def ensure_index(self) -> IndexInfo:
-        """Resolve the index (probing the embedder's dimension once) and open it."""
-        return self._core.run(self._core.backends.space.resolve())
-
-    async def aensure_index(self) -> IndexInfo:
-        """Async twin of `ensure_index`."""
-        return await self._core.arun(self._core.backends.space.resolve())
+    forget_thread, aforget_thread = maintenance.forget_thread, maintenance.aforget_thread
+    clear_thread, aclear_thread = maintenance.clear_thread, maintenance.aclear_thread
+    forget_resource, aforget_resource = maintenance.forget_resource, maintenance.aforget_resource
+    forget_before, aforget_before = maintenance.forget_before, maintenance.aforget_before
+    apply_retention, aapply_retention = maintenance.apply_retention, maintenance.aapply_retention
+    move_thread, amove_thread = maintenance.move_thread, maintenance.amove_thread
+    restore_thread, arestore_thread = maintenance.restore_thread, maintenance.arestore_thread
+    reindex, areindex = maintenance.reindex, maintenance.areindex
+    purge, apurge = maintenance.purge, maintenance.apurge
+    stats, astats = maintenance.stats, maintenance.astats
+    ensure_index, aensure_index = maintenance.ensure_index, maintenance.aensure_index
 
     # --- the classic memory contract (on a for_thread view) ----------------------------------
 
@@ -429,8 +349,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Async twin of `save_context`."""
-        result = await self.aindex(memory_contract.turn(self, inputs, outputs))
-        memory_contract.check_saved(result)
+        memory_contract.check_saved(await self.aindex(memory_contract.turn(self, inputs, outputs)))
 
     def clear(self) -> None:
         """Empty the bound conversation (messages and vectors); memory keeps working."""
@@ -457,11 +376,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         arg_types: dict[str, type] | None = None,
     ) -> BaseTool:
         """A tool an agent calls to search its memory on purpose, scoped to its caller."""
-        if args_schema is not None or arg_types is not None:
-            raise InvalidOptionError("the memory tool's arguments are fixed: pass name/description")
         from langchain_semantic_recall.retriever import create_memory_search_tool
 
-        return create_memory_search_tool(self, name=name, description=description)
+        fixed = {"args_schema": args_schema, "arg_types": arg_types}
+        return create_memory_search_tool(self, name=name, description=description, **fixed)
 
     def chat_history(
         self, session_id: str, *, resource_id: str | None = None, last: int | None = None
@@ -477,22 +395,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Recall on `input`; ids from `config` (or the runtime context)."""
-        who = self._core.identity({"config": config})
-
-        def run(messages: Any) -> list[BaseMessage]:
-            return self._core.run(self._core.recall(messages, who, turn=False))
-
+        run = visible.runner(self._core, config)
         return self._call_with_config(run, input, config, run_type="retriever")
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Async twin of `invoke`."""
-        who = self._core.identity({"config": config})
-
-        async def run(messages: Any) -> list[BaseMessage]:
-            return await self._core.arun(self._core.recall(messages, who, turn=False))
-
+        run = visible.arunner(self._core, config)
         return await self._acall_with_config(run, input, config, run_type="retriever")
 
 

@@ -98,6 +98,30 @@ class ScopeFilter:
 
 
 @dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    """A summary of one thread."""
+
+    thread_id: str
+    resource_id: str
+    message_count: int
+    first_at: datetime | None
+    last_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedMessage:
+    """A message `MessageStorage.delete_before` deleted: where it was, for the vector index."""
+
+    id: str
+    thread_id: str
+    resource_id: str
+
+
+Deleted: TypeAlias = list[DeletedMessage]
+"""What `MessageStorage.delete_before` returns."""
+
+
+@dataclass(frozen=True, slots=True)
 class VectorRecord:
     """One vector: a message, or one chunk of a long message (id `<message_id>#<n>`)."""
 

@@ -328,6 +328,8 @@ def create_memory_search_tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    args_schema: object = None,
+    arg_types: object = None,
 ) -> BaseTool:
     """A tool an agent calls to search its memory on purpose.
 
@@ -345,7 +347,14 @@ def create_memory_search_tool(
         memory: the engine to search.
         name: tool name (default `"search_memory"`).
         description: what the model is told about the tool.
+        args_schema: must be None (`Runnable.as_tool`'s; the tool's arguments are fixed).
+        arg_types: must be None, likewise.
+
+    Raises:
+        InvalidOptionError: `args_schema` or `arg_types` was given.
     """
+    if args_schema is not None or arg_types is not None:
+        raise InvalidOptionError("the memory tool's arguments are fixed: pass name/description")
     return MemorySearchTool(
         memory=memory,
         name=name or DEFAULT_TOOL_NAME,

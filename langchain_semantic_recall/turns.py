@@ -20,12 +20,14 @@ from langchain_core.messages import (
 from langgraph.channels import UntrackedValue
 from langgraph.errors import EmptyChannelError
 
+from langchain_semantic_recall import visible
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.core import CallIds, EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
 from langchain_semantic_recall.messages import is_recalled, role_of, stable_id, text_of, to_messages
+from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, ScopeFilter
 
 if TYPE_CHECKING:
@@ -46,10 +48,14 @@ class RecalledMemory:
         turn: id of the user message this recall answers (`None`: no user message).
         messages: the recalled messages, each tagged `source: memory`: the
             cross-thread block (a system message) first, then same-thread messages.
+        report: what was injected (`recall_report.RecallReport`), as the
+            `semantic_recall` child run of the callback tree shows it too.
     """
 
     turn: str | None = None
     messages: tuple[BaseMessage, ...] = ()
+    report: RecallReport | None = None
+    """What was injected (message ids, threads, scores, dates, characters)."""
 
     @property
     def block(self) -> SystemMessage | None:
@@ -247,8 +253,9 @@ def recall_turn(
     """
     core = memory.core
     items = list(messages)
-    result = core.run(core.recall(items, core.identity(ids), turn=True))
-    return RecalledMemory(turn=current_turn(items), messages=_added(items, result))
+    who = core.identity(ids)
+    result, report = visible.recall(core, items, who, turn=True, config=ids.get("config"))
+    return RecalledMemory(current_turn(items), _added(items, result), report)
 
 
 async def arecall_turn(
@@ -257,8 +264,9 @@ async def arecall_turn(
     """Async twin of `recall_turn`."""
     core = memory.core
     items = list(messages)
-    result = await core.arun(core.recall(items, core.identity(ids), turn=True))
-    return RecalledMemory(turn=current_turn(items), messages=_added(items, result))
+    who = core.identity(ids)
+    result, report = await visible.arecall(core, items, who, turn=True, config=ids.get("config"))
+    return RecalledMemory(current_turn(items), _added(items, result), report)
 
 
 def _probes(count: int) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,6 +31,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 from langchain_semantic_recall.records import (
+    Deleted,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
@@ -133,6 +135,10 @@ class RecordingStorage(MessageStorage):
     def _delete_resource(self, resource_id: str) -> int:
         self._record("delete_resource", resource_id=resource_id)
         return self.inner.delete_resource(resource_id)
+
+    def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        self._record("delete_before", cutoff=cutoff, scope=scope)
+        return self.inner.delete_before(cutoff, scope)
 
     def _is_forgotten(self, thread_id: str) -> bool:
         self._record("is_forgotten", thread_id=thread_id)

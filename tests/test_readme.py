@@ -47,6 +47,8 @@ SNIPPET_PAGES = {
     "docs/data-handling.md": "fragments on an existing `memory` (forget, move, purge)",
     "docs/deploy.md": "connects to PostgreSQL and a Chroma server",
     "docs/scale.md": "connects to PostgreSQL and a Chroma server",
+    "docs/retention.md": "fragments on an existing `memory`, with top-level `await` (notebooks)",
+    "docs/visible-recall.md": "fragments per surface; tests/unit/test_visible_recall.py runs each",
 }
 """Pages whose Python blocks are fragments, shown but not run, and why."""
 OPTIONS_PAGE = ROOT / "docs" / "guide.md"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import re
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
@@ -23,6 +25,7 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
 )
 from langchain_semantic_recall.cli.render import style
+from langchain_semantic_recall.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
@@ -150,31 +153,54 @@ def _register_forget(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "forget",
         parents=[store_options()],
-        help="delete a conversation or everything of a resource (asks first)",
+        help="delete a conversation, a resource, or everything older than a date (asks first)",
         description=(
             "Delete a thread, or every thread of a resource: messages and vectors, before "
             "the command returns. Forgotten thread ids are retired (a late write cannot bring "
-            "them back); a forgotten resource may start new threads later. Asks for "
-            "confirmation unless --yes; without a terminal to ask on, refuses (exit 2)."
+            "them back); a forgotten resource may start new threads later. With --before or "
+            "--older-than (retention), delete every message created before that time, of "
+            "--resource only or of every resource; threads stay (their newer messages "
+            "too). Asks for confirmation unless --yes; without a terminal to ask on, refuses "
+            "(exit 2). Run 'purge' afterwards to erase the bytes left on disk."
         ),
         epilog=(
             "examples:\n"
             "  semantic-recall forget --thread trip-planning\n"
-            "  semantic-recall forget --resource alice --yes"
+            "  semantic-recall forget --resource alice --yes\n"
+            "  semantic-recall forget --older-than 90d --yes   # a retention job (cron)\n"
+            "  semantic-recall forget --before 2025-01-01 --resource alice"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    target = parser.add_mutually_exclusive_group(required=True)
+    target = parser.add_mutually_exclusive_group()
     target.add_argument("--thread", metavar="T", help="delete conversation T")
-    target.add_argument("--resource", metavar="R", help="delete every conversation of R")
+    target.add_argument(
+        "--before", metavar="DATE", help="delete messages created before DATE (ISO, UTC)"
+    )
+    target.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="delete messages older than AGE: a number and d, w or h (90d, 12w, 36h)",
+    )
+    parser.add_argument(
+        "--resource", metavar="R", help="delete every conversation of R (or, by date, only R's)"
+    )
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     parser.set_defaults(func=run_forget)
 
 
 def run_forget(args: argparse.Namespace) -> int:
-    """`semantic-recall forget`: delete a thread or a resource (asks first, unless `--yes`)."""
+    """`semantic-recall forget`: delete a thread, a resource, or by date (asks first)."""
     from langchain_semantic_recall.records import ScopeFilter
 
+    if args.before is not None or args.older_than is not None:
+        return _forget_by_date(args)
+    if args.thread is not None and args.resource is not None:
+        raise InvalidOptionError("forget takes --thread or --resource, not both")
+    if args.thread is None and args.resource is None:
+        raise InvalidOptionError(
+            "forget needs --thread, --resource, --before or --older-than (see --help)"
+        )
     memory = open_memory(args)
     storage = memory.storage
     if args.thread is not None:
@@ -197,6 +223,69 @@ def run_forget(args: argparse.Namespace) -> int:
         deleted = memory.forget_resource(args.resource)
     print(f"Forgot {target}: {deleted} message(s) and their vectors deleted.")
     return EXIT_OK
+
+
+def _forget_by_date(args: argparse.Namespace) -> int:
+    """`forget --before DATE` / `--older-than AGE`: retention, of one resource or all."""
+    age = parse_age(args.older_than) if args.older_than is not None else None
+    cutoff = parse_date(args.before) if age is None else datetime.now(UTC) - age
+    memory = open_memory(args)
+    if args.resource is not None:
+        require_resource(memory.storage, args.resource)
+    whose = f"of resource {args.resource}" if args.resource else "of every resource"
+    question = (
+        f"Delete every message created before {cutoff:%Y-%m-%d %H:%M} UTC {whose}, with its "
+        "vectors? This cannot be undone."
+    )
+    if not args.yes and not confirm(question):
+        print("Nothing deleted.")
+        return EXIT_ERROR
+    if age is not None:
+        result = memory.with_options(retention=age).apply_retention(resource_id=args.resource)
+    else:
+        result = memory.forget_before(cutoff, resource_id=args.resource)
+    per = ", ".join(f"{resource} {count}" for resource, count in result.deleted.items())
+    print(
+        f"Forgot {result.messages} message(s) created before "
+        f"{result.cutoff:%Y-%m-%d %H:%M} UTC {whose}, and their vectors"
+        + (f" ({per})." if per else ".")
+    )
+    if result.threads_emptied:
+        print(f"Threads left empty: {', '.join(result.threads_emptied)}.")
+    return EXIT_OK
+
+
+_AGE_UNITS = {"d": "days", "w": "weeks", "h": "hours"}
+
+
+def parse_age(text: str) -> timedelta:
+    """`90d`, `12w`, `36h` as a timedelta.
+
+    Raises:
+        InvalidOptionError: another form (months and years are refused: their length varies).
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*([dwh])\s*", text.lower())
+    if match is None or int(match.group(1)) == 0:
+        raise InvalidOptionError(
+            f"--older-than takes a positive number and d, w or h (90d, 12w, 36h), got {text!r}"
+        )
+    return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
+
+
+def parse_date(text: str) -> datetime:
+    """An ISO date or date-time; a time without zone (or a bare date) is read as UTC.
+
+    Raises:
+        InvalidOptionError: not an ISO 8601 date.
+    """
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidOptionError(
+            f"--before takes an ISO 8601 date such as 2025-01-01 or 2025-01-01T12:00+02:00, "
+            f"got {text!r}"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 # --- reindex -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -38,6 +39,13 @@ from langchain_semantic_recall.engine.maintenance_ops import (
     stats_op,
 )
 from langchain_semantic_recall.engine.purge_ops import purge_op
+from langchain_semantic_recall.engine.retention_ops import (
+    RetentionResult,
+    check_cutoff,
+    check_retention,
+    forget_before_op,
+    retention_cutoff,
+)
 from langchain_semantic_recall.engine.search_ops import (
     SearchRequest,
     recall_op,
@@ -59,6 +67,7 @@ from langchain_semantic_recall.options import (
     check_threshold,
     check_top_k,
 )
+from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan, resolve
 
@@ -138,6 +147,8 @@ class EnginePlan:
     input_key: str | None
     output_key: str | None
     logger: logging.Logger
+    retention: timedelta | None = None
+    """Age past which `apply_retention` forgets a message (None: no policy)."""
 
 
 def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePlan:
@@ -186,6 +197,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         input_key=options["input_key"],
         output_key=options["output_key"],
         logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
+        retention=check_retention(options.get("retention")),
     )
 
 
@@ -310,8 +322,10 @@ class EngineCore:
         )
         return search_op(self.backends.space, self.plan.keys, request)
 
-    def recall(self, messages: Any, who: Identity, *, turn: bool) -> Op[list[BaseMessage]]:
-        """The recall operation for `messages` (`turn`: once per user turn)."""
+    def recall(
+        self, messages: Any, who: Identity, *, turn: bool
+    ) -> Op[tuple[list[BaseMessage], RecallReport]]:
+        """The recall operation for `messages` (`turn`: once per user turn), and its report."""
         op = turn_recall_op if turn else recall_op
         items = to_messages(messages)
         return op(
@@ -401,6 +415,17 @@ class EngineCore:
         """Erase what forgotten messages left in the backends' files (refused read-only)."""
         self._writable("purge")
         return purge_op(self.backends)
+
+    def forget_before(self, cutoff: object, resource_id: str | None) -> Op[RetentionResult]:
+        """Forget the call's owner's (or everyone's) messages created before `cutoff`."""
+        self._writable("forgetting old messages")
+        owner = self.owner(resource_id)  # an authenticated user forgets only their own
+        return forget_before_op(self.backends.space, check_cutoff(cutoff), owner)
+
+    def apply_retention(self, resource_id: str | None) -> Op[RetentionResult]:
+        """`forget_before(now - retention)`; refused without a retention policy."""
+        self._writable("applying retention")
+        return self.forget_before(retention_cutoff(self.plan.retention), resource_id)
 
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
         """Counts of messages, threads and vectors of the call's owner (`owner`) in scope."""

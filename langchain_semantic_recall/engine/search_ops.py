@@ -22,6 +22,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.messages import echoes_memory, query_text
 from langchain_semantic_recall.options import Scope
+from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.search import SearchPlan
 
@@ -185,21 +186,23 @@ def recall_op(
     messages: Sequence[BaseMessage],
     request: SearchRequest,
     logger: logging.Logger,
-) -> Op[list[BaseMessage]]:
-    """`messages` with the recalled messages injected (`request.query` is ignored).
+) -> Op[tuple[list[BaseMessage], RecallReport]]:
+    """`messages` with the recalled messages injected, and the report of what was.
 
-    No human text: the input unchanged (documented no-op). A failure of the embedder,
-    vector index or storage is logged and recalls nothing; configuration errors (missing
-    ids, dimension mismatch) and programming errors (`errors.PROGRAMMING_ERRORS`:
-    `TypeError`, `AttributeError`, ...) are raised.
+    `request.query` is ignored. No human text: the input unchanged (documented no-op).
+    A failure of the embedder, vector index or storage is logged and recalls nothing (the
+    report says `"failed"`); configuration errors (missing ids, dimension mismatch) and
+    programming errors (`errors.PROGRAMMING_ERRORS`: `TypeError`, `AttributeError`, ...)
+    are raised.
     """
     from langchain_semantic_recall.errors import PROGRAMMING_ERRORS
 
     items = list(messages)
     search_scope(request.identity, request.scope, keys, "recall")  # missing ids are loud
+    who = request.identity
     query = query_text(items)
     if query is None:
-        return items
+        return items, RecallReport("no query", None, who.thread_id, who.resource_id)
     try:
         hits = yield from search_op(
             space, keys, SearchRequest(query, request.identity, request.scope, request.plan)
@@ -208,13 +211,16 @@ def recall_op(
         raise
     except PROGRAMMING_ERRORS:  # a bug is never read as "nothing to remember"
         raise
-    except Exception:
+    except Exception as error:
         logger.warning("recall failed; continuing without recall", exc_info=True)
-        return items
-    return injection.inject(
+        failed = RecallReport("failed", query, who.thread_id, who.resource_id, error=repr(error))
+        return items, failed
+    return injection.inject_reported(
         items,
         hits,
-        thread_id=request.identity.thread_id,
+        thread_id=who.thread_id,
+        resource_id=who.resource_id,
+        query=query,
         max_block_chars=request.max_block_chars,
     )
 
@@ -225,7 +231,7 @@ def turn_recall_op(
     messages: Sequence[BaseMessage],
     request: SearchRequest,
     logger: logging.Logger,
-) -> Op[list[BaseMessage]]:
+) -> Op[tuple[list[BaseMessage], RecallReport]]:
     """Recall for one turn of a conversation runtime (graph nodes, middleware).
 
     Before the model is called, refuses a thread that was forgotten or belongs to

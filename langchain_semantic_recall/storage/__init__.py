@@ -9,8 +9,9 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.memory import InMemoryStorage
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 

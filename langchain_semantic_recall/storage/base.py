@@ -21,6 +21,7 @@ Rules every backend keeps:
   Deleting a thread that was never written still retires its id. Emptying a thread
   (`delete_thread(..., retire=False)`) deletes its messages and its owner but leaves
   the id free for later writes (by any resource).
+- `delete_before` (retention) keeps threads, owners and sequence numbers.
 - Reads take a `ScopeFilter` and never return a message outside it.
 - Times must be timezone-aware (compared as instants); negative window sizes and a
   page `limit` below 1 raise `InvalidInputError`. Thread ids sort by code
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
 
@@ -39,14 +39,17 @@ from langchain_semantic_recall.errors import CompactNotSupportedError
 from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
+    Deleted,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
 from langchain_semantic_recall.storage.checks import (
-    check_limit,
-    check_scope,
+    before_input,
     checked_records,
+    compact_refusal,
+    count_input,
     delete_thread_input,
     keyword_input,
     last_input,
@@ -59,20 +62,8 @@ from langchain_semantic_recall.storage.hooks import StorageHooks
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ThreadInfo:
-    """A summary of one thread."""
-
-    thread_id: str
-    resource_id: str
-    message_count: int
-    first_at: datetime | None
-    last_at: datetime | None
-
-
 def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> None:
-    verb = "forgot" if retire else "emptied"
-    logger.info("%s %s %r (%d messages)", verb, what, key, deleted)
+    logger.info("%s %s %r (%d messages)", "forgot" if retire else "emptied", what, key, deleted)
 
 
 class MessageStorage(StorageHooks):
@@ -81,9 +72,10 @@ class MessageStorage(StorageHooks):
     Subclass it and implement the abstract hooks of `StorageHooks` (`_put`,
     `_get_windows`, `_get_thread_owner`, `_list_messages`, `_list_threads`,
     `_delete_thread`, `_delete_resource`, `_is_forgotten`); optionally the capabilities
-    (`_keyword_search` with `supports_keyword_search = True`...), cheaper defaults
+    (`_keyword_search` with `supports_keyword_search = True`, `_delete_before` for
+    retention...), cheaper defaults
     (`_count`) and the `_a*` async twins (a native async driver). They receive checked
-    input only: valid ids, `created_at` in UTC, window sizes >= 0, `limit` >= 1.
+    input only: valid ids, `created_at` and cutoffs in UTC, window sizes >= 0, `limit` >= 1.
     `docs/writing-a-backend.md` has the whole contract.
 
     Every public method raises `InvalidInputError` on unusable input (an id that
@@ -182,6 +174,19 @@ class MessageStorage(StorageHooks):
         deleted = await self._adelete_resource(resource_id)
         _log_delete("resource", resource_id, deleted)
         return deleted
+
+    def delete_before(self, cutoff: datetime, scope: ScopeFilter | None = None) -> Deleted:
+        """Delete the messages created before `cutoff` (in `scope`, or all); which went.
+
+        Args:
+            cutoff: A timezone-aware instant: messages created before it go (one at it stays).
+            scope: Only messages inside it; None deletes in every resource.
+        """
+        return self._delete_before(before_input(cutoff, scope), scope)
+
+    async def adelete_before(self, cutoff: datetime, scope: ScopeFilter | None = None) -> Deleted:
+        """Async twin of `delete_before`."""
+        return await self._adelete_before(before_input(cutoff, scope), scope)
 
     def move_thread(self, thread_id: str, *, to_resource: str) -> int:
         """Give a thread and its messages to another resource, atomically; returns moved.
@@ -328,19 +333,13 @@ class MessageStorage(StorageHooks):
             scope: Only messages inside it; None counts every message.
             up_to: Stop counting here (None: count all).
         """
-        check_scope(scope, optional=True)
-        if up_to is None:
-            return self._count(scope)
-        check_limit(up_to)
-        return self._count_up_to(scope, up_to)
+        count_input(scope, up_to)
+        return self._count(scope) if up_to is None else self._count_up_to(scope, up_to)
 
     async def acount(self, scope: ScopeFilter | None = None, *, up_to: int | None = None) -> int:
         """Async twin of `count`."""
-        check_scope(scope, optional=True)
-        if up_to is None:
-            return await self._acount(scope)
-        check_limit(up_to)
-        return await self._acount_up_to(scope, up_to)
+        count_input(scope, up_to)
+        return await (self._acount(scope) if up_to is None else self._acount_up_to(scope, up_to))
 
     def is_forgotten(self, thread_id: str) -> bool:
         """Whether the thread was forgotten (its id is retired).
@@ -397,10 +396,7 @@ class MessageStorage(StorageHooks):
 
     def _check_compact(self) -> None:
         if not self.supports_compact:
-            raise CompactNotSupportedError(
-                f"{type(self).__name__} cannot erase the bytes of deleted messages; erase "
-                "them with the backend's own tools (see docs/data-handling.md)"
-            )
+            raise CompactNotSupportedError(compact_refusal(self))
 
     def close(self) -> None:
         """Release connections (what `_close` holds); safe to call twice."""

@@ -178,3 +178,33 @@ def move_thread_input(thread_id: object, to_resource: object) -> None:
     """`move_thread`'s input."""
     check_id("thread_id", thread_id)
     check_id("to_resource", to_resource)
+
+
+def before_input(cutoff: object, scope: object) -> datetime:
+    """The cutoff of `delete_before` in UTC, if it is an aware datetime and `scope` usable.
+
+    Raises:
+        InvalidInputError: a cutoff that is not a datetime or has no time zone.
+    """
+    check_scope(scope, optional=True)
+    if not isinstance(cutoff, datetime) or cutoff.utcoffset() is None:
+        raise InvalidInputError(
+            f"cutoff must be an aware datetime (e.g. datetime.now(UTC) - timedelta(days=90)), "
+            f"got {cutoff!r}"
+        )
+    return cutoff.astimezone(UTC)
+
+
+def compact_refusal(storage: object) -> str:
+    """Why `compact` is refused by a backend without `supports_compact`."""
+    return (
+        f"{type(storage).__name__} cannot erase the bytes of deleted messages; erase "
+        "them with the backend's own tools (see docs/data-handling.md)"
+    )
+
+
+def count_input(scope: object, up_to: object) -> None:
+    """Check `count`'s input: an optional scope, and `up_to` None or an int >= 1."""
+    check_scope(scope, optional=True)
+    if up_to is not None:
+        check_limit(up_to)

@@ -6,7 +6,8 @@ The contract, the same as `vectors.hooks.VectorHooks`:
 - Every public method checks its input once, then calls one hook (`put` -> `_put`).
 - Abstract hooks are what every backend must write. The others are optional: a
   capability behind a `supports_*` flag (`_keyword_search`, `_move_thread`,
-  `_unretire_thread`, `_compact`), or a default a backend may replace with one query
+  `_unretire_thread`, `_compact`) or whose default raises an error naming the backend
+  (`_adopt_thread`, `_delete_before`), or a default a backend may replace with one query
   (`_count`, `_count_up_to`, `_last_messages`).
 - One async rule: `_a<hook>` runs `_<hook>` in the default executor unless a backend with
   a native async driver overrides it (PostgreSQL does).
@@ -17,18 +18,17 @@ The contract, the same as `vectors.hooks.VectorHooks`:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from datetime import datetime
 
 from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.records import (
     CompactResult,
+    Deleted,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
-
-if TYPE_CHECKING:
-    from langchain_semantic_recall.storage.base import ThreadInfo
 
 
 class StorageHooks(ABC):
@@ -79,6 +79,10 @@ class StorageHooks(ABC):
     ) -> list[tuple[str, float]]:
         """Keyword matches (override with `supports_keyword_search = True`)."""
         raise NotImplementedError(f"{type(self).__name__} has no keyword search")
+
+    def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        """Delete older messages; threads keep owner and seqs (an emptied one stays, empty)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete messages by date")
 
     def _move_thread(self, thread_id: str, to_resource: str) -> int:
         """Reassign the thread (override, with `supports_move = True`, with the next)."""
@@ -169,6 +173,9 @@ class StorageHooks(ABC):
 
     async def _acompact(self) -> CompactResult:
         return await run_in_executor(None, self._compact)
+
+    async def _adelete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        return await run_in_executor(None, self._delete_before, cutoff, scope)
 
     async def _amove_thread(self, thread_id: str, to_resource: str) -> int:
         return await run_in_executor(None, self._move_thread, thread_id, to_resource)

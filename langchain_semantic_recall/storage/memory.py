@@ -21,33 +21,48 @@ from __future__ import annotations
 
 import logging
 import threading
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
     CompactResult,
+    Deleted,
+    DeletedMessage,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.base import MessageStorage
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class _Thread:
-    """One thread: its owner and its messages, where `messages[seq]` has that seq."""
+    """One thread: its owner and its messages, ordered by seq (a retention leaves gaps)."""
 
     resource_id: str
     messages: list[StoredMessage] = field(default_factory=list)
+    next_seq: int = 0
+    """The seq of the thread's next new message (seqs are never reused)."""
     searchable: int = 0
     """Keyword-searchable messages (user and assistant messages with terms)."""
     term_count: int = 0
     """Their terms, in total (BM25's average length)."""
+
+
+def _position(thread: _Thread, seq: int) -> int:
+    """Where the first message of seq `seq` or later is in `thread.messages`."""
+    return bisect_left(thread.messages, seq, key=_seq)
+
+
+def _seq(message: StoredMessage) -> int:
+    return message.seq
 
 
 class InMemoryStorage(MessageStorage):
@@ -120,7 +135,7 @@ class InMemoryStorage(MessageStorage):
                         f"{thread_id!r}; message ids must be unique across threads"
                     )
                 if known is None:
-                    seq = next_seq.setdefault(thread_id, len(thread.messages) if thread else 0)
+                    seq = next_seq.setdefault(thread_id, thread.next_seq if thread else 0)
                     next_seq[thread_id] = seq + 1
                     planned[record.id] = (thread_id, seq)
                 else:
@@ -145,10 +160,11 @@ class InMemoryStorage(MessageStorage):
 
     def _apply(self, message: StoredMessage) -> None:
         thread = self._threads.setdefault(message.thread_id, _Thread(message.resource_id))
-        if message.seq < len(thread.messages):
-            thread.messages[message.seq] = message
+        if message.seq < thread.next_seq:  # a known id: it keeps its place
+            thread.messages[_position(thread, message.seq)] = message
         else:
             thread.messages.append(message)
+            thread.next_seq = message.seq + 1
         self._index[message.id] = (message.thread_id, message.seq)
         self._unindex_terms(message.id, thread)
         terms = message_terms(message.role, message.text)
@@ -182,6 +198,23 @@ class InMemoryStorage(MessageStorage):
                 del self._index[message.id]
                 self._unindex_terms(message.id, thread)
             return len(thread.messages)
+
+    def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        with self._lock:
+            deleted: Deleted = []
+            for thread_id, thread in sorted(self._threads.items()):
+                if scope is not None and not scope.admits(thread.resource_id, thread_id):
+                    continue
+                kept = []
+                for message in thread.messages:
+                    if message.created_at >= cutoff:
+                        kept.append(message)
+                        continue
+                    del self._index[message.id]
+                    self._unindex_terms(message.id, thread)
+                    deleted.append(DeletedMessage(message.id, thread_id, thread.resource_id))
+                thread.messages = kept
+            return deleted
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         with self._lock:
@@ -229,7 +262,9 @@ class InMemoryStorage(MessageStorage):
                 thread = self._threads[thread_id]
                 if not scope.admits(thread.resource_id, thread_id):
                     continue
-                windows[message_id] = tuple(thread.messages[max(0, seq - before) : seq + after + 1])
+                low = _position(thread, seq - before)
+                high = bisect_right(thread.messages, seq + after, key=_seq)
+                windows[message_id] = tuple(thread.messages[low:high])
             return windows
 
     def _get_thread_owner(self, thread_id: str) -> str | None:
@@ -248,7 +283,7 @@ class InMemoryStorage(MessageStorage):
                 thread = self._threads[thread_id]
                 if scope is not None and not scope.admits(thread.resource_id, thread_id):
                     continue
-                first = max(after[1] + 1, 0) if after and thread_id == after[0] else 0
+                first = _position(thread, after[1] + 1) if after and thread_id == after[0] else 0
                 page.extend(thread.messages[first : first + limit - len(page)])
                 if len(page) >= limit:
                     break

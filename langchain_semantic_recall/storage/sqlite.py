@@ -31,13 +31,16 @@ from langchain_semantic_recall.keywords import BM25Params, query_terms
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
     CompactResult,
+    Deleted,
+    DeletedMessage,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage import sqlite_sql as sql
-from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
@@ -305,6 +308,15 @@ class SQLiteStorage(MessageStorage):
             if retire:
                 conn.execute(sql.FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
         return int(deleted)
+
+    def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        """One transaction: the messages and their keyword index (threads stay)."""
+        with self._write() as conn:  # rare and in bulk: the in-memory postings are reloaded
+            rows = conn.execute(*sql.expired_sql(scope, _to_iso(cutoff))).fetchall()
+            for message_id, thread_id, _ in rows:
+                fts.drop_terms(conn, message_id, thread_id)
+            conn.executemany(sql.DELETE_MESSAGE, [(row[0],) for row in rows])
+        return [DeletedMessage(*row) for row in rows]
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         with self._write() as conn:  # rare: the keyword postings are simply reloaded

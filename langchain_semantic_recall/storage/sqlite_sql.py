@@ -9,6 +9,7 @@ from langchain_semantic_recall.records import ScopeFilter
 
 __all__ = [
     "COLUMNS",
+    "DELETE_MESSAGE",
     "DELETE_RESOURCE_MESSAGES",
     "DELETE_RESOURCE_THREADS",
     "DELETE_THREAD",
@@ -27,6 +28,7 @@ __all__ = [
     "UNRETIRE_THREAD",
     "UPDATE_MESSAGE",
     "count_sql",
+    "expired_sql",
     "list_messages_sql",
     "list_threads_sql",
     "scope_sql",
@@ -45,6 +47,7 @@ INSERT_MESSAGE: Final = f"INSERT INTO messages ({COLUMNS}) VALUES (?, ?, ?, ?, ?
 UPDATE_MESSAGE: Final = (
     "UPDATE messages SET role = ?, text = ?, created_at = ?, payload = ? WHERE id = ?"
 )
+DELETE_MESSAGE: Final = "DELETE FROM messages WHERE id = ?"
 DELETE_THREAD_MESSAGES: Final = "DELETE FROM messages WHERE thread_id = ?"
 DELETE_THREAD: Final = "DELETE FROM threads WHERE thread_id = ?"
 FORGET_THREAD: Final = "INSERT OR IGNORE INTO forgotten_threads VALUES (?, ?, ?)"
@@ -135,3 +138,13 @@ def count_sql(scope: ScopeFilter | None, up_to: int | None = None) -> tuple[str,
         return f"SELECT COUNT(*) FROM messages WHERE 1 = 1{where}", list(params)
     inner = f"SELECT 1 FROM messages WHERE 1 = 1{where} LIMIT ?"
     return f"SELECT COUNT(*) FROM ({inner})", [*params, up_to]
+
+
+def expired_sql(scope: ScopeFilter | None, cutoff: str) -> tuple[str, list[Any]]:
+    """(id, thread_id, resource_id) of the messages created before `cutoff` (ISO, UTC)."""
+    where, params = scope_sql(scope)
+    sql = (
+        f"SELECT id, thread_id, resource_id FROM messages WHERE created_at < ?{where} "
+        "ORDER BY thread_id, seq"
+    )
+    return sql, [cutoff, *params]

@@ -32,6 +32,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord, Role, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.memory import InMemoryStorage
 
 BASE_TIME = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 
@@ -652,6 +653,122 @@ class StorageConformance:
             with pytest.raises(ForgottenThreadError, match="t1"):
                 storage.put([make_record("late", "t1", resource_id)])
         assert storage.count() == 0
+
+    # --- retention: delete_before ------------------------------------------------------
+    #
+    # Messages created before the cutoff go (with their keyword index); threads keep their
+    # owner and their sequence numbers: none is renumbered or reused, and a window never
+    # reaches a deleted message (it is shorter). An emptied thread stays, empty, owned.
+
+    def test_delete_before_deletes_only_older_messages(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(5, "t1", "r1") + make_thread(3, "t2", "r2"))
+        cutoff = BASE_TIME + timedelta(minutes=2)
+        deleted = storage.delete_before(cutoff)
+        assert [(d.id, d.thread_id, d.resource_id) for d in deleted] == [
+            ("t1-m0", "t1", "r1"),
+            ("t1-m1", "t1", "r1"),
+            ("t2-m0", "t2", "r2"),
+            ("t2-m1", "t2", "r2"),
+        ]
+        assert ids(storage.list_messages()) == ["t1-m2", "t1-m3", "t1-m4", "t2-m2"]
+        assert [m.seq for m in storage.list_messages()] == [2, 3, 4, 2]
+        assert storage.delete_before(cutoff) == []  # idempotent
+        assert storage.count() == 4
+
+    def test_delete_before_stays_in_its_scope(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(3, "t1", "r1") + make_thread(3, "t2", "r1"))
+        storage.put(make_thread(3, "t3", "r2"))
+        later = BASE_TIME + timedelta(days=1)
+        gone = storage.delete_before(later, scope=ScopeFilter("r1", "t2"))
+        assert {d.id for d in gone} == {"t2-m0", "t2-m1", "t2-m2"}
+        gone = storage.delete_before(later, scope=ScopeFilter("r2"))
+        assert {d.resource_id for d in gone} == {"r2"}
+        assert ids(storage.list_messages()) == ["t1-m0", "t1-m1", "t1-m2"]
+
+    def test_delete_before_keeps_seqs_windows_and_owner(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(4, "t1", "r1"))
+        late = make_record("late-import", "t1", created_at=BASE_TIME - timedelta(days=9))
+        storage.put([late])  # seq 4, but older than everything: a gap in the middle
+        storage.put([make_record("t1-m5", "t1", minute=5)])
+        storage.delete_before(BASE_TIME + timedelta(minutes=1))
+        assert [(m.id, m.seq) for m in storage.list_messages()] == [
+            ("t1-m1", 1),
+            ("t1-m2", 2),
+            ("t1-m3", 3),
+            ("t1-m5", 5),
+        ]
+        scope = ScopeFilter("r1")
+        windows = storage.get_windows(["t1-m1", "t1-m5"], before=2, after=1, scope=scope)
+        assert ids(windows["t1-m1"]) == ["t1-m1", "t1-m2"]  # clipped at the new start
+        assert ids(windows["t1-m5"]) == ["t1-m3", "t1-m5"]  # never across the gap
+        stored = storage.put([make_record("next", "t1", minute=9)])
+        assert stored[0].seq == 6  # no seq is reused
+        assert ids(storage.last_messages(ScopeFilter(thread_id="t1"), limit=2)) == [
+            "t1-m5",
+            "next",
+        ]
+        page = storage.list_messages(after=("t1", 1), limit=2)
+        assert ids(page) == ["t1-m2", "t1-m3"]
+
+    def test_an_emptied_thread_stays_owned(self, storage: MessageStorage) -> None:
+        storage.put(make_thread(2, "t1", "r1"))
+        assert len(storage.delete_before(BASE_TIME + timedelta(days=1))) == 2
+        assert storage.count(ScopeFilter(thread_id="t1")) == 0
+        assert storage.get_thread_owner("t1") == "r1"
+        assert not storage.is_forgotten("t1")
+        assert [(t.thread_id, t.message_count) for t in storage.list_threads()] == [("t1", 0)]
+        with pytest.raises(OwnershipError):
+            storage.put([make_record("intruder", "t1", "r2")])
+        assert storage.put([make_record("back", "t1", "r1")])[0].seq == 2
+
+    def test_delete_before_drops_the_keyword_index(self, storage: MessageStorage) -> None:
+        storage.put(
+            [
+                make_record("old", text="violin lessons on tuesday", minute=0),
+                make_record("new", text="violin concert on friday", minute=5),
+            ]
+        )
+        scope = ScopeFilter("r1")
+        assert {h for h, _ in storage.keyword_search("violin", scope=scope, limit=5)} == {
+            "old",
+            "new",
+        }
+        storage.delete_before(BASE_TIME + timedelta(minutes=1))
+        assert [h for h, _ in storage.keyword_search("violin", scope=scope, limit=5)] == ["new"]
+        assert storage.keyword_search("tuesday lessons", scope=scope, limit=5) == []
+
+    def test_keyword_scores_after_delete_before_are_those_of_the_kept_messages(
+        self, storage: MessageStorage
+    ) -> None:
+        words = ["violin", "cello", "harbour", "garden", "lisbon", "tomato"]
+        records = [
+            make_record(f"m{i}", f"t{i % 3}", text=" ".join(words[i % 6 : i % 6 + 3]), minute=i)
+            for i in range(18)
+        ]
+        storage.put(records)
+        storage.delete_before(BASE_TIME + timedelta(minutes=7))
+        reference = InMemoryStorage()  # the reference backend, holding only what was kept
+        reference.put([r for r in records if r.created_at >= BASE_TIME + timedelta(minutes=7)])
+        for query in ("violin cello", "garden lisbon tomato", "harbour"):
+            for scope in (ScopeFilter("r1"), ScopeFilter("r1", "t1")):
+                got = storage.keyword_search(query, scope=scope, limit=20)
+                assert got == reference.keyword_search(query, scope=scope, limit=20), query
+
+    async def test_adelete_before_matches_sync(self, storage: MessageStorage) -> None:
+        await storage.aput(make_thread(3, "t1", "r1"))
+        cutoff = (BASE_TIME + timedelta(minutes=1)).astimezone(timezone(timedelta(hours=5)))
+        deleted = await storage.adelete_before(cutoff, scope=ScopeFilter("r1"))
+        assert [d.id for d in deleted] == ["t1-m0"]
+        assert ids(await storage.alist_messages()) == ["t1-m1", "t1-m2"]
+
+    @pytest.mark.parametrize("cutoff", [datetime(2024, 1, 1), "2024-01-01", None])
+    def test_delete_before_refuses_a_naive_or_missing_cutoff(
+        self, storage: MessageStorage, cutoff: object
+    ) -> None:
+        storage.put(make_thread(1))
+        with pytest.raises(InvalidInputError, match="aware datetime"):
+            storage.delete_before(cutoff)  # type: ignore[arg-type]
+        assert storage.count() == 1
 
     async def test_emptying_and_forgetting_async_twins(self, storage: MessageStorage) -> None:
         await storage.aput(make_thread(3, "t1") + make_thread(1, "t2"))

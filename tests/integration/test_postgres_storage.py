@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 
 import psycopg
 import pytest
@@ -11,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
-from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres import SCHEMA_VERSION, PostgresStorage
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
@@ -285,3 +286,73 @@ async def test_a_long_query_word_works_on_every_search_surface(pg_url: str) -> N
         assert LONG_KEY in documents[0].page_content
     finally:
         await memory.storage.aclose()
+
+
+# --- retention through the engine ---------------------------------------------------------
+
+
+def _old_and_new(memory: SemanticRecall) -> None:
+    old, new = "2023-01-01T00:00:00+00:00", "2024-06-01T00:00:00+00:00"
+    for resource in ("alice", "bob"):
+        for when, tag in ((old, "old"), (new, "new")):
+            turn = [
+                HumanMessage(f"{resource} {tag} lisbon", id=f"{resource}-{tag}-0"),
+                AIMessage(f"{resource} {tag} noted", id=f"{resource}-{tag}-1"),
+            ]
+            for message in turn:
+                message.additional_kwargs["created_at"] = when
+            memory.index(turn, thread_id=f"{resource}-t", resource_id=resource)
+
+
+def test_retention_through_the_engine_sync_and_async(storage: PostgresStorage) -> None:
+    from datetime import UTC, datetime
+
+    from tests.unit.test_signed_in_user import asigned_in, signed_in
+
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    _old_and_new(memory)
+    cutoff = datetime(2024, 1, 1, tzinfo=UTC)
+    result = signed_in("alice", lambda: memory.forget_before(cutoff))
+    assert result.deleted == {"alice": 2}
+    assert result.threads_emptied == ()
+    assert storage.count(ScopeFilter("bob")) == 4  # the signed-in user's call stays theirs
+    result = asigned_in("bob", lambda: memory.aforget_before(cutoff))
+    assert result.deleted == {"bob": 2}
+    kept = {m.id for m in storage.list_messages()}
+    assert kept == {"alice-new-0", "alice-new-1", "bob-new-0", "bob-new-1"}
+    assert memory.vector_store.message_ids(memory.ensure_index().name) == kept
+    assert [m.seq for m in storage.list_messages(ScopeFilter("alice"))] == [2, 3]
+    later = storage.put([make_record("next", "alice-t", "alice")])
+    assert later[0].seq == 4
+
+
+def test_retention_beside_rewrites_of_the_same_threads_finishes_whole(
+    storage: PostgresStorage,
+) -> None:
+    """Concurrent rewrites and retentions of the same threads all finish, nothing left."""
+    from datetime import UTC, datetime
+
+    threads = [f"t{i}" for i in range(6)]
+    seeded = [make_record(f"{t}-m{n}", t, minute=n) for t in threads for n in range(40)]
+
+    async def rewrite(rows: list[MessageRecord]) -> None:
+        await storage.aput([replace(r, text=r.text + " again") for r in reversed(rows)])
+
+    async def run() -> tuple[int, list[int]]:
+        for _ in range(4):
+            await storage.aput(seeded)
+            await asyncio.gather(
+                *(rewrite(seeded) for _ in range(3)),
+                *(storage.adelete_before(datetime(2030, 1, 1, tzinfo=UTC)) for _ in range(2)),
+            )
+        await storage.adelete_before(datetime(2030, 1, 1, tzinfo=UTC))
+        counts = [t.message_count for t in await storage.alist_threads()]
+        left = await storage.acount()
+        await storage.aclose()  # the loop's async pool, in its own loop
+        return left, counts
+
+    left, counts = asyncio.run(run())
+    assert left == 0
+    assert counts == [0] * 6

@@ -11,8 +11,10 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -618,6 +620,61 @@ def test_forget_a_resource_leaves_nothing_of_it(loaded: Cli, export_file: Path) 
     assert bob.json()["hits"]
     assert loaded("forget", "--resource", "alice", "--yes").code == 3
     assert loaded("forget", "--thread", "conv-trip", "--yes").code == 3
+
+
+def test_forget_older_than_deletes_old_messages_of_every_resource(
+    loaded: Cli, export_file: Path
+) -> None:
+    bob = export_file.parent / "bob.json"
+    recent = chatgpt_conversation("bob-1", "Bob", [("user", "tomato sauce")], start=time.time())
+    bob.write_text(json.dumps([recent]), encoding="utf-8")
+    assert loaded("ingest", str(bob), "--resource", "bob").code == 0
+    done = loaded("forget", "--older-than", "90d", "--yes")
+    assert done.code == 0, done.err
+    assert "Forgot 6 message(s) created before" in done.out
+    assert "UTC of every resource, and their vectors (alice 6)." in done.out
+    assert "Threads left empty: conv-garden, conv-trip." in done.out
+    alice = loaded("stats", "--resource", "alice", "--json").json()
+    assert (alice["messages"], alice["vectors"], alice["orphan_vectors"]) == (0, 0, 0)
+    assert loaded("stats", "--resource", "bob", "--json").json()["messages"] == 1
+    again = loaded("forget", "--older-than", "90d", "--yes")
+    assert "Forgot 0 message(s)" in again.out
+
+
+def test_forget_before_a_date_of_one_resource_asks_first(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # a pipe, not a terminal
+    assert loaded("forget", "--before", "2024-01-15T10:33", "--resource", "alice").code == 2
+    monkeypatch.setattr(sys, "stdin", Tty("y\n"))
+    done = loaded("forget", "--before", "2024-01-15T10:33", "--resource", "alice")
+    assert done.code == 0, done.err
+    assert "Delete every message created before 2024-01-15 10:33 UTC of resource alice" in done.err
+    assert "Forgot 2 message(s) created before" in done.out  # the trip's first exchange
+    kept = [m.id for m in loaded.engine().storage.list_messages()]
+    assert kept == ["conv-garden-0", "conv-garden-3", "conv-trip-3", "conv-trip-4"]
+
+
+def test_forget_by_date_refuses_what_it_cannot_read(loaded: Cli) -> None:
+    for argv in (
+        ["--older-than", "3m"],
+        ["--older-than", "0d"],
+        ["--before", "last week"],
+        ["--thread", "conv-trip", "--before", "2024-01-01"],
+        [],
+    ):
+        result = loaded("forget", *argv, "--yes")
+        assert result.code == 2, argv
+    assert loaded("forget", "--older-than", "1d", "--resource", "nobody", "--yes").code == 3
+    assert loaded("stats", "--json").json()["messages"] == 6
+
+
+def test_parse_age_and_date() -> None:
+    assert admin.parse_age("90d") == timedelta(days=90)
+    assert admin.parse_age(" 12W ") == timedelta(weeks=12)
+    assert admin.parse_age("36h") == timedelta(hours=36)
+    assert admin.parse_date("2025-01-01") == datetime(2025, 1, 1, tzinfo=UTC)
+    assert admin.parse_date("2025-01-01T12:00+02:00") == datetime(2025, 1, 1, 10, tzinfo=UTC)
 
 
 def test_reindex_everything_or_one_scope(loaded: Cli) -> None:

@@ -7,6 +7,7 @@ made during the build are replayed on them, and any other change discards them.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sqlite3
 import threading
@@ -406,3 +407,22 @@ def test_an_in_memory_database_builds_on_the_caller(monkeypatch: pytest.MonkeyPa
     assert gate.threads == [threading.current_thread()]
     assert len(memory._postings) == 1
     memory.close()
+
+
+def test_sees_a_retention_through_itself(pair: tuple[SQLiteStorage, SQLiteStorage]) -> None:
+    """`delete_before` on the storage holding postings: they never answer from before it."""
+    sql, memory = pair
+    rng = random.Random(26)
+    old = random_records(rng, range(300))
+    new = [
+        dataclasses.replace(r, created_at=datetime(2025, 1, 1, tzinfo=UTC))
+        for r in random_records(rng, range(300, 420))
+    ]
+    memory.put(old + new)
+    assert_same(sql, memory)  # postings loaded for r0 and r1
+    assert len(memory.delete_before(datetime(2024, 6, 1, tzinfo=UTC))) == 300
+    assert_same(sql, memory)
+    kept = {r.id for r in new}
+    for scope in scopes():
+        found = memory.keyword_search("apple paint dog", scope=scope, limit=500)
+        assert {i for i, _ in found} <= kept

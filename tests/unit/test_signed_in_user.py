@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
@@ -28,6 +29,7 @@ from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
 T = TypeVar("T")
+FUTURE = datetime(2100, 1, 1, tzinfo=UTC)  # a retention cutoff after every message
 USER = "alice"
 OWN_THREAD = "alice-own"
 # Other resources, some looking like the signed-in user on purpose.
@@ -77,6 +79,10 @@ SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
     "forget_thread": lambda m, t: m.forget_thread(t.thread),
     "forget_thread(resource=other)": lambda m, t: m.forget_thread(t.thread, resource_id=t.resource),
     "forget_resource": lambda m, t: m.forget_resource(t.resource),
+    "forget_before(resource=other)": lambda m, t: m.forget_before(FUTURE, resource_id=t.resource),
+    "apply_retention(resource=other)": lambda m, t: m.with_options(
+        retention=timedelta(days=1)
+    ).apply_retention(resource_id=t.resource),
     "stats(resource)": lambda m, t: m.stats(resource_id=t.resource),
     "stats(thread)": lambda m, t: m.stats(thread_id=t.thread),
     "stats(resource, thread)": lambda m, t: m.stats(resource_id=t.resource, thread_id=t.thread),
@@ -111,6 +117,10 @@ ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = 
         t.thread, resource_id=t.resource
     ),
     "aforget_resource": lambda m, t: m.aforget_resource(t.resource),
+    "aforget_before(resource=other)": lambda m, t: m.aforget_before(FUTURE, resource_id=t.resource),
+    "aapply_retention(resource=other)": lambda m, t: m.with_options(
+        retention=timedelta(days=1)
+    ).aapply_retention(resource_id=t.resource),
     "astats(resource)": lambda m, t: m.astats(resource_id=t.resource),
     "astats(thread)": lambda m, t: m.astats(thread_id=t.thread),
     "areindex(resource)": lambda m, t: m.areindex(resource_id=t.resource),

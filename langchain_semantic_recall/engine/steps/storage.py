@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
+from datetime import datetime
 from typing import ClassVar
 
 from typing_extensions import override
@@ -11,11 +12,12 @@ from typing_extensions import override
 from langchain_semantic_recall.engine.steps.base import Backends, Step
 from langchain_semantic_recall.records import (
     CompactResult,
+    Deleted,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import ThreadInfo
 
 Windows = dict[str, tuple[StoredMessage, ...]]
 
@@ -267,3 +269,19 @@ class CompactStorage(Step[CompactResult]):
     @override
     async def arun(self, backends: Backends) -> CompactResult:
         return await backends.storage.acompact()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteBefore(Step[Deleted]):
+    """Delete the messages created before `cutoff`, inside `scope` (or all); which went."""
+
+    cutoff: datetime
+    scope: ScopeFilter | None
+
+    @override
+    def run(self, backends: Backends) -> Deleted:
+        return backends.storage.delete_before(self.cutoff, self.scope)
+
+    @override
+    async def arun(self, backends: Backends) -> Deleted:
+        return await backends.storage.adelete_before(self.cutoff, self.scope)

@@ -6,10 +6,16 @@ Statement generators like those of `sql` (no I/O), each under the thread's advis
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final
 
 from langchain_semantic_recall.errors import OwnershipError
-from langchain_semantic_recall.records import NO_RESOURCE
+from langchain_semantic_recall.records import (
+    NO_RESOURCE,
+    Deleted,
+    DeletedMessage,
+    ScopeFilter,
+)
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MESSAGES,
@@ -17,12 +23,14 @@ from langchain_semantic_recall.storage.postgres.sql import (
     Query,
     Steps,
     _lock_steps,
+    _scope_sql,
     _scope_token,
 )
 
 __all__ = [
     "UNRETIRE_SQL",
     "adopt_steps",
+    "delete_before_steps",
     "delete_resource_steps",
     "delete_thread_steps",
     "move_thread_steps",
@@ -107,3 +115,24 @@ def delete_resource_steps(resource_id: str) -> Steps[int]:
     deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = ANY(%s)", (threads,))).rowcount
     yield Query(f"DELETE FROM {_T} WHERE thread_id = ANY(%s)", (threads,))
     return deleted
+
+
+def delete_before_steps(cutoff: datetime, scope: ScopeFilter | None) -> Steps[Deleted]:
+    """Delete the messages created before `cutoff` in `scope`, keyword terms with them.
+
+    Threads keep their row, owner and next seq. Under the threads' locks, taken in key
+    order before any row lock (as a writer takes them), so no deadlock with a write.
+    """
+    where, params = _scope_sql(scope)
+    sql = f"SELECT DISTINCT thread_id FROM {_M} WHERE created_at < %(cutoff)s{where}"
+    threads = (yield Query(sql, {"cutoff": cutoff, **params})).rows
+    if not threads:
+        return []
+    yield from _lock_steps([row[0] for row in threads])
+    deleted = yield Query(
+        f"DELETE FROM {_M} WHERE created_at < %(cutoff)s{where} "
+        "RETURNING id, thread_id, resource_id, seq",
+        {"cutoff": cutoff, **params},
+    )
+    rows = sorted(deleted.rows, key=lambda row: (row[1], row[3]))
+    return [DeletedMessage(id_, thread_id, resource_id) for id_, thread_id, resource_id, _ in rows]

@@ -30,8 +30,8 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import ThreadInfo
 
 T = TypeVar("T")
 MESSAGES: Final = "semantic_recall_messages"

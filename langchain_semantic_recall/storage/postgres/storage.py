@@ -28,20 +28,24 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
 from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import (
     CompactResult,
+    Deleted,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres.lifecycle import (
     UNRETIRE_SQL,
     adopt_steps,
+    delete_before_steps,
     delete_resource_steps,
     delete_thread_steps,
     move_thread_steps,
@@ -370,6 +374,12 @@ class PostgresStorage(MessageStorage):
     async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
         steps = delete_thread_steps(thread_id, retire=retire)
         return await self._arun(steps, "delete", write=True)
+
+    def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        return self._run(delete_before_steps(cutoff, scope), "delete", write=True)
+
+    async def _adelete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
+        return await self._arun(delete_before_steps(cutoff, scope), "delete", write=True)
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         return self._run(adopt_steps(thread_id, resource_id), "write", write=True)
