@@ -64,6 +64,7 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     thread_where,
 )
 from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_http
+from langchain_semantic_recall.vectors.chroma_rebuild import recover_swap
 from langchain_semantic_recall.vectors.chroma_writes import (
     ASYNC_PIECE,
     AsyncWriteGate,
@@ -190,6 +191,8 @@ class ChromaVectorIndex(VectorIndex):
         copy: str | None = None
         if read_only:
             copy = temporary_copy(folder)
+        elif recovered := recover_swap(folder):
+            logger.warning("Chroma folder %s: finished an interrupted purge: %s", folder, recovered)
         try:
             client = chromadb.PersistentClient(
                 path=copy or folder, settings=Settings(anonymized_telemetry=False)
