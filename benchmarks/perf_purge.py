@@ -111,12 +111,9 @@ def main() -> None:
     purge_s, index_s = statistics.median(purges), statistics.median(indexes)
     print(f"{args.messages} messages ({args.dimension}-d) over {args.resources} resources;")
     print(f"  after forgetting one resource and one thread, {rebuilt} vectors kept:")
-    print(
-        f"  purge():                          median {purge_s:.2f} s  {[round(x, 2) for x in purges]}"
-    )
-    print(
-        f"  bulk_index of the kept (baseline): median {index_s:.2f} s  {[round(x, 2) for x in indexes]}"
-    )
+    runs = [round(x, 2) for x in purges], [round(x, 2) for x in indexes]
+    print(f"  purge():                           median {purge_s:.2f} s  {runs[0]}")
+    print(f"  bulk_index of the kept (baseline): median {index_s:.2f} s  {runs[1]}")
     pc.write_json(
         args.out / "perf_purge.json",
         {"args": {k: str(v) for k, v in vars(args).items()}, "purge_s": purges, "index_s": indexes},

@@ -85,7 +85,7 @@ def compact_index(client: ClientAPI, collections: ChromaCollections, name: str) 
 
 def _rebuild_folder(client: ClientAPI, folder: str, name: str, size: int) -> tuple[list[str], int]:
     """Copy every collection into a new folder (a child writes it), then swap (see module)."""
-    from langchain_semantic_recall.vectors.chroma_unload import restart_around
+    from langchain_semantic_recall.vectors.chroma_workarounds.unload import restart_around
 
     done: list[str] = []
     recovered = recover_swap(folder)

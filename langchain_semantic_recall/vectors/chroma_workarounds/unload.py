@@ -31,9 +31,12 @@ calls in flight to end and starts the bindings again (`RustBindingsAPI.start`, a
 process would): every index is unloaded and its memory released, and the next read of
 each collection replays its log, as after a restart. Chroma's pool is given room enough
 (`_POOL_ROOM` x `limit`) that it never evicts by itself. Every `ChromaVectorIndex` on a
-persistent embedded client gets one (`protect`), at Chroma's own capacity unless
-`chroma_bounded.bound_loaded_collections` sets the bound (`chroma:///path?max_loaded=N`,
-128 by default). This module imports nothing of the package, so `chroma` can use it.
+persistent embedded client gets one (`protect`) unless its `ChromaWorkarounds` are off,
+at Chroma's own capacity unless `ChromaWorkarounds.max_loaded` sets the bound
+(`chroma:///path?max_loaded=N`, 128 by default). `restart_around` also lets the purge
+swap the folder under the bindings. Upstream: chroma-core/chroma#4212 (the error a
+search after an eviction gets), #7765 (open: eviction closes a live index's files).
+This module imports nothing of the package.
 """
 
 from __future__ import annotations
