@@ -118,7 +118,8 @@ def write_copy(client: ClientAPI, target: str, size: int) -> tuple[dict[str, int
         pipe = cast("IO[bytes]", child.stdin)
         try:
             for collection in every_collection(client):
-                spec = (collection.name, collection.metadata, configuration_of(collection))
+                metadata = dict(collection.metadata or {}) or None  # Chroma refuses {}
+                spec = (collection.name, metadata, configuration_of(collection))
                 pickle.dump(("collection", *spec), pipe)
                 read[collection.name] = 0
                 for page in copy_pages(collection, size):
