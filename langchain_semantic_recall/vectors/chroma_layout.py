@@ -246,7 +246,8 @@ def search_collection(
 
     Resource scope: one unfiltered query. Thread scope in a small collection (up to
     `filter_up_to` vectors): Chroma's thread filter (~3-5 ms). In a bigger one that
-    filter costs 100-200 ms however few rows match, so the search first asks for the
+    filter costs 100-200 ms however few rows match (embedded Chroma has no metadata index:
+    chroma-core/chroma#4089, #7092), so the search first asks for the
     resource's best `wide` without a filter (~8 ms at 100k) and keeps the thread's: the
     thread's top `k` whenever `k` of them are among those. Otherwise it reads the
     thread's vectors and ranks them exactly (`_exact_in_thread`).
