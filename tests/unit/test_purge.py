@@ -334,11 +334,13 @@ def test_an_incomplete_copy_raises_and_keeps_the_collection(
     memory.storage.close()
 
 
-@pytest.mark.parametrize("replaced", [0, 1, 2, 3])
+@pytest.mark.parametrize("replaced", [2, 3])  # 0 and 1: see the next test
 def test_a_purge_killed_during_the_swap_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replaced: int
 ) -> None:
-    """An error at each step of the swap (renames, then the old folder's deletion)."""
+    """An error in the swap: the second rename (the old folder is put back), or the old
+    folder's deletion (deleted on the next open). Errors before those leave the folder
+    where it was, and a copy the next open deletes (the next test)."""
     store = tmp_path / "memory"
     memory = small_store(store)
     before = memory.stats()
