@@ -33,8 +33,8 @@ import perf_common as pc
 
 from langchain_semantic_recall.records import ScopeFilter, VectorRecord
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
-from langchain_semantic_recall.vectors.chroma_bounded import bound_loaded_collections
-from langchain_semantic_recall.vectors.chroma_unload import RestartingBindings
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+from langchain_semantic_recall.vectors.chroma_workarounds.unload import RestartingBindings
 
 DIMENSION = 64
 NAME = "unload"
@@ -97,9 +97,10 @@ def baseline(folder: Path, args: argparse.Namespace, late: dict[str, np.ndarray]
 
 def ours(folder: Path, args: argparse.Namespace, late: dict[str, np.ndarray]) -> dict[str, Any]:
     """Lost searches and costs with `RestartingBindings` at the same bound."""
-    index = ChromaVectorIndex.persistent(folder)
+    index = ChromaVectorIndex.persistent(
+        folder, workarounds=ChromaWorkarounds(max_loaded=args.bound)
+    )
     server: Any = index.client._server  # type: ignore[attr-defined]
-    bound_loaded_collections(server, args.bound)
     wrapper: RestartingBindings = server.bindings
     index.open(NAME, dimension=DIMENSION, model="random")
     rng = np.random.default_rng(7)

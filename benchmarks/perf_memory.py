@@ -7,7 +7,7 @@ the way a server meets its users, and prints the resident memory (RSS) as resour
 are touched: growth per touched resource, and whether it levels off.
 
 ``--chroma-cache N`` bounds embedded Chroma's cache of loaded HNSW indexes to N
-collections (``vectors.chroma_bounded.persistent_bounded``); the default is the package
+collections (``ChromaWorkarounds(max_loaded=N)``); the default is the package
 default (``settings.DEFAULT_MAX_LOADED``, what ``SemanticRecall.local`` opens); 0 keeps
 Chroma's own default (RLIMIT_NOFILE / 5 collections: 200,000 on a typical Linux box, i.e.
 never evicts).
@@ -43,8 +43,8 @@ from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.records import MessageRecord
 from langchain_semantic_recall.settings import DEFAULT_MAX_LOADED
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
-from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
 from langchain_semantic_recall.vectors.chroma_layout import resource_collection_name
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
 SCRIPT = Path(__file__).resolve()
 _WORDS = [f"{a}{b}" for a in ("ka", "lo", "mi", "ren", "tu", "sa") for b in ("vel", "dor", "pin")]
@@ -140,10 +140,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 def touch(args: argparse.Namespace) -> dict[str, Any]:
     """One hybrid search per resource, in turn; RSS sampled along the way."""
     storage = SQLiteStorage(args.work / "messages.sqlite3")
-    vectors = (
-        persistent_bounded(args.work / "chroma", max_loaded_collections=args.chroma_cache)
-        if args.chroma_cache
-        else ChromaVectorIndex.persistent(args.work / "chroma")
+    vectors = ChromaVectorIndex.persistent(
+        args.work / "chroma",
+        workarounds=ChromaWorkarounds(max_loaded=args.chroma_cache or None),
     )
     memory = SemanticRecall(
         storage=storage,

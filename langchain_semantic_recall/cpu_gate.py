@@ -3,7 +3,7 @@
 A run of the local model keeps every core busy (`local_embeddings`), and an embedded
 Chroma write holds the GIL from start to end (`vectors.chroma_writes`). When both run at
 once, the writing thread waits for a core while it holds the GIL, and every other Python
-thread waits with it, an event loop included. `CPU_GATE` keeps them apart: model runs
+thread waits with it, an event loop included. A `CpuGate` keeps them apart: model runs
 share the gate with each other, a write waits for the runs in progress, then runs alone,
 and runs that arrive while a write waits go after it. `benchmarks/perf_loop.py`, 20
 `aindex` + 20 `arecall` at once with the real model on two cores, three paired runs:
@@ -14,6 +14,11 @@ writes holds the model back for as long as it lasts.
 
 Only the async twins' writes take the gate: the sync bulk import overlaps writing batch
 *n* with embedding batch *n + 1* on purpose, and blocks no event loop.
+
+The gate belongs to whoever builds the model and the index: `SemanticRecall.local` and
+`from_url` make one and pass it to both (`LocalEmbeddings(cpu_gate=...)`,
+`ChromaWorkarounds(cpu_gate=...)`). A model and an index built apart share none, unless
+given the same gate.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["CPU_GATE", "CpuGate"]
+__all__ = ["CpuGate"]
 
 
 class CpuGate:
@@ -30,9 +35,10 @@ class CpuGate:
 
     Example:
         ```python
-        with CPU_GATE.model_run():
+        gate = CpuGate()
+        with gate.model_run():
             vectors = session.run(...)
-        with CPU_GATE.alone():
+        with gate.alone():
             collection.upsert(...)
         ```
     """
@@ -77,7 +83,3 @@ class CpuGate:
             with self._changed:
                 self._writing = False
                 self._changed.notify_all()
-
-
-CPU_GATE = CpuGate()
-"""The process's gate (module-level: every model instance and index shares it)."""

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.cpu_gate import CPU_GATE
+from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
 
 if TYPE_CHECKING:
@@ -63,7 +64,8 @@ _MAX_THREADS = 4
 # * runs at once: as many as the usable cores hold at `num_threads` each (one on this
 #   machine). Twenty concurrent async turns otherwise ran ~6 sessions of 2 threads on 2
 #   cores: no faster in total, and the event loop waited for a core (perf_loop.py).
-#   Runs also share `cpu_gate.CPU_GATE`: an async embedded Chroma write never overlaps one.
+#   Runs also share the `cpu_gate` given: an async embedded Chroma write holding it never
+#   overlaps one (`SemanticRecall.local` passes one gate to the model and the index).
 # * inter_op_num_threads = 1 with the sequential executor: the graph is one chain of
 #   layers, so parallel execution only adds scheduling overhead.
 # * spinning off: idle pool threads would otherwise busy-wait after each run and steal
@@ -229,6 +231,9 @@ class LocalEmbeddings(Embeddings):
         num_threads: onnxruntime intra-op threads; default: the usable cores, at most 4.
             Concurrent callers get at most `usable cores // num_threads` model runs at
             once (one on two cores at the default); the others wait their turn.
+        cpu_gate: A `CpuGate` shared with an embedded Chroma index
+            (`ChromaWorkarounds(cpu_gate=...)`): model runs and its async writes never
+            overlap. None: runs wait for no write.
 
     Raises:
         InvalidOptionError: an option is out of range.
@@ -247,6 +252,7 @@ class LocalEmbeddings(Embeddings):
         batch_size: int = 64,
         chunk_overlap_tokens: int = 32,
         num_threads: int | None = None,
+        cpu_gate: CpuGate | None = None,
     ) -> None:
         _check_int("batch_size", batch_size, 1, None)
         _check_int("chunk_overlap_tokens", chunk_overlap_tokens, 0, self.max_tokens // 4)
@@ -259,6 +265,8 @@ class LocalEmbeddings(Embeddings):
         self._runs = threading.BoundedSemaphore(max(1, _usable_cores() // self.num_threads))
         self._loaded: _Runtime | None = None
         self._split_only: Any = None  # the splitter alone, before the model is needed
+        self.cpu_gate = cpu_gate
+        """The gate model runs share with an embedded Chroma index's writes, if any."""
 
     def __repr__(self) -> str:
         return (
@@ -314,11 +322,14 @@ class LocalEmbeddings(Embeddings):
         result: list[list[float]] = [[] for _ in ids]
         for start in range(0, len(order), self.batch_size):
             positions = order[start : start + self.batch_size]
-            with self._runs, CPU_GATE.model_run():
+            with self._runs, self._gated():
                 vectors = runtime.embed([ids[i] for i in positions])
             for position, vector in zip(positions, vectors, strict=True):
                 result[position] = vector
         return result
+
+    def _gated(self) -> AbstractContextManager[None]:
+        return nullcontext() if self.cpu_gate is None else self.cpu_gate.model_run()
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one text, exactly as `embed_documents` would."""

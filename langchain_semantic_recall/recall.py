@@ -163,9 +163,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     @classmethod
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
-        """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model."""
+        """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model.
+
+        `chroma_workarounds` (True by default, False, or a `ChromaWorkarounds`): which of
+        Chroma's known problems the index works around (`settings.local_backends`).
+        """
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
-        backends = local_backends(path, embeddings, read_only=read_only)
+        fixes = options.pop("chroma_workarounds", True)
+        backends = local_backends(path, embeddings, read_only=read_only, chroma_workarounds=fixes)
         return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     @classmethod

@@ -13,8 +13,8 @@ Vector URLs:
 
 - `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma,
   keeping at most `DEFAULT_MAX_LOADED` resources' indexes loaded (all unloaded when one
-  more is needed, losing nothing: `vectors.chroma_unload`; `?max_loaded=N` sets N, `0`
-  keeps Chroma's own capacity, the open-file limit / 5);
+  more is needed, losing nothing: `vectors.chroma_workarounds.unload`; `?max_loaded=N`
+  sets N, `0` keeps Chroma's own capacity, the open-file limit / 5);
 - `http://host:port`, `https://host`: a Chroma server (`chroma run`, or the
   front end of Chroma's distributed deployment);
 - `memory://`: `InMemoryVectorIndex` (exact search in memory).
@@ -41,8 +41,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from langchain_core.embeddings import Embeddings
 
+from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.storage.base import MessageStorage
@@ -93,7 +95,7 @@ def _file_path(url: str, scheme: str) -> str:
     return rest
 
 
-def _chroma(url: str) -> VectorIndex:
+def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:
     """Embedded Chroma at a `chroma://` URL's path (`?max_loaded=N` bounds it)."""
     base, _, query = url.partition("?")
     options = dict(parse_qsl(query, keep_blank_values=True))
@@ -102,20 +104,24 @@ def _chroma(url: str) -> VectorIndex:
         raise InvalidOptionError(
             f"{redact(url)!r}: the only chroma:// parameter is max_loaded=N (N >= 0)"
         )
-    return _embedded_chroma(_file_path(base, "chroma"), max_loaded=int(raw))
+    fixes = ChromaWorkarounds(max_loaded=int(raw) or None, cpu_gate=cpu_gate)
+    return _embedded_chroma(_file_path(base, "chroma"), fixes)
 
 
 def _embedded_chroma(
-    path: str | PathLike[str], *, max_loaded: int = DEFAULT_MAX_LOADED, read_only: bool = False
+    path: str | PathLike[str], workarounds: ChromaWorkarounds, *, read_only: bool = False
 ) -> VectorIndex:
-    """Embedded Chroma keeping at most `max_loaded` resources loaded (0: Chroma's capacity)."""
+    """Embedded Chroma at `path` with these workarounds."""
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
-    from langchain_semantic_recall.vectors.chroma_bounded import bound_loaded_collections
 
-    index = ChromaVectorIndex.persistent(path, read_only=read_only)
-    if max_loaded > 0:
-        bound_loaded_collections(getattr(index.client, "_server", None), max_loaded)
-    return index
+    return ChromaVectorIndex.persistent(path, read_only=read_only, workarounds=workarounds)
+
+
+def _workarounds(value: ChromaWorkarounds | bool, cpu_gate: CpuGate | None) -> ChromaWorkarounds:
+    """`True`: the defaults of the embedded store (`DEFAULT_MAX_LOADED`, the shared gate)."""
+    if value is True:
+        return ChromaWorkarounds(max_loaded=DEFAULT_MAX_LOADED, cpu_gate=cpu_gate)
+    return ChromaWorkarounds.of(value)
 
 
 def _postgres(url: str) -> MessageStorage:
@@ -168,12 +174,16 @@ def create_storage(url: str) -> MessageStorage:
     )
 
 
-def create_vector_index(url: str, *, timeout: float = 30.0) -> VectorIndex:
+def create_vector_index(
+    url: str, *, timeout: float = 30.0, cpu_gate: CpuGate | None = None
+) -> VectorIndex:
     """The vector index a URL names (see the module docstring).
 
     Args:
         url: The vector URL.
         timeout: Seconds to wait for a Chroma server's heartbeat.
+        cpu_gate: For embedded Chroma: the gate its async writes share with the local
+            model (`ChromaWorkarounds.cpu_gate`).
 
     Raises:
         InvalidOptionError: an unknown scheme or a malformed URL.
@@ -185,7 +195,7 @@ def create_vector_index(url: str, *, timeout: float = 30.0) -> VectorIndex:
 
         return InMemoryVectorIndex()
     if scheme == "chroma":
-        return _chroma(url)
+        return _chroma(url, cpu_gate)
     if scheme in ("http", "https"):
         from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 
@@ -225,6 +235,7 @@ def local_backends(
     embeddings: Embeddings | None = None,
     *,
     read_only: bool | None = None,
+    chroma_workarounds: ChromaWorkarounds | bool = True,
 ) -> Backends:
     """The embedded default under `path`: SQLite, embedded Chroma, the local model.
 
@@ -236,6 +247,9 @@ def local_backends(
         path: The store's folder (`messages.sqlite3` and `chroma/` inside).
         embeddings: The embedder (default: the local model).
         read_only: Open read-only: True forces it, None decides as above.
+        chroma_workarounds: True keeps at most `DEFAULT_MAX_LOADED` resources loaded and
+            shares one `CpuGate` between the local model and Chroma's async writes; False
+            turns every Chroma workaround off; a `ChromaWorkarounds` is used as it is.
     """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
@@ -245,10 +259,12 @@ def local_backends(
         read_only = file.exists() and not SQLiteStorage.is_writable(file)
     storage = SQLiteStorage(file, read_only=read_only)
     try:
+        gate, model = _model(embeddings)
+        fixes = _workarounds(chroma_workarounds, gate)
         return {
             "storage": storage,
-            "vector_store": _embedded_chroma(root / "chroma", read_only=read_only),
-            "embeddings": embeddings or _local_model(),
+            "vector_store": _embedded_chroma(root / "chroma", fixes, read_only=read_only),
+            "embeddings": model,
         }
     except BaseException:
         storage.close()
@@ -271,20 +287,29 @@ def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None
         raise InvalidOptionError("storage and vector must be URL strings")
     message_storage = create_storage(storage)
     try:
+        gate, model = _model(embeddings)
         return {
             "storage": message_storage,
-            "vector_store": create_vector_index(vector),
-            "embeddings": embeddings or _local_model(),
+            "vector_store": create_vector_index(vector, cpu_gate=gate),
+            "embeddings": model,
         }
     except BaseException:
         message_storage.close()
         raise
 
 
-def _local_model() -> Embeddings:
+def _model(embeddings: Embeddings | None) -> tuple[CpuGate | None, Embeddings]:
+    """The embedder (the local model by default) and the `CpuGate` its runs share, if any.
+
+    The engine owns the gate: a new local model gets a new one, passed to embedded Chroma
+    too; a given embedder brings its own (`LocalEmbeddings(cpu_gate=...)`) or none.
+    """
+    if embeddings is not None:
+        return getattr(embeddings, "cpu_gate", None), embeddings
     from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 
-    return LocalEmbeddings()
+    gate = CpuGate()
+    return gate, LocalEmbeddings(cpu_gate=gate)
 
 
 @dataclass(frozen=True)

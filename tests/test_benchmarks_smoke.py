@@ -173,3 +173,12 @@ def test_perf_long_thread_smoke(tmp_path: Path) -> None:
     assert result["messages"] == 300
     assert set(result["forget_thread_s"]) == {"ours", "chroma_delete_where"}
     assert all(s > 0 for s in result["history_last_s"]["whole_thread"])
+
+
+def test_perf_purge_smoke(tmp_path: Path) -> None:
+    args = ("--messages", "400", "--resources", "4", "--dimension", "16", "--repeats", "1")
+    out = _run("perf_purge.py", *args, "--out", str(tmp_path))
+    assert "purge():" in out
+    assert "bulk_index of the kept (baseline)" in out
+    results = json.loads((tmp_path / "perf_purge.json").read_text())
+    assert len(results["purge_s"]) == len(results["index_s"]) == 1

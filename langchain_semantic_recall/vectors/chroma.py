@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from langchain_core.runnables.config import run_in_executor
 
-from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.fusion import best_scores
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
@@ -41,8 +41,7 @@ from langchain_semantic_recall.vectors.base import VectorIndex, record_from_meta
 from langchain_semantic_recall.vectors.chroma_collections import (
     ChromaCollections,
     Row,
-    read_retrying,
-    temporary_copy,
+    open_persistent,
 )
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
@@ -61,12 +60,9 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     thread_where,
 )
 from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_http
-from langchain_semantic_recall.vectors.chroma_writes import (
-    ASYNC_PIECE,
-    AsyncWriteGate,
-    Write,
-    planned_writes,
-)
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
+from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -124,23 +120,32 @@ class ChromaVectorIndex(VectorIndex):
     cached, so reopening is cheap; a collection deleted by another process is looked up
     again on the next call. A message id belongs to one resource (the storage enforces it):
     upserting it under another resource adds a vector there. Safe to share between threads.
-    On a persistent embedded client, Chroma's unloading of indexes is replaced by one that
-    loses nothing (`chroma_unload.protect`).
+    Chroma's known problems are worked around as `workarounds` says (all on by default:
+    see `chroma_workarounds`).
     `VectorIndex` checks the arguments of every call; the methods here do the Chroma work.
     """
 
     supports_compact = True
 
-    def __init__(self, client: ClientAPI, *, hnsw: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        client: ClientAPI,
+        *,
+        hnsw: Mapping[str, Any] | None = None,
+        workarounds: ChromaWorkarounds | bool = True,
+    ) -> None:
         """Wrap a chromadb client.
 
         Args:
             client: Any chromadb client (persistent, ephemeral or HTTP).
             hnsw: HNSW settings for new collections, merged over `DEFAULT_HNSW`. The
                 space is always cosine.
+            workarounds: The Chroma workarounds to use (`ChromaWorkarounds`); True: the
+                defaults, False: none.
 
         Raises:
             InvalidInputError: `hnsw` asks for a space other than cosine.
+            InvalidOptionError: `workarounds` is not one of those.
         """
         settings = {**DEFAULT_HNSW, **(hnsw or {})}
         if settings["space"] != "cosine":
@@ -148,17 +153,22 @@ class ChromaVectorIndex(VectorIndex):
                 f"hnsw space must be 'cosine' (got {settings['space']!r}): scores are cosine "
                 "similarity on every backend; remove 'space' from the hnsw options"
             )
+        fixes = ChromaWorkarounds.of(workarounds)
         self._client = client
         self._owned_client: ClientAPI | None = None  # built here (`persistent`): closed here
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
         self._roots: dict[str, tuple[str, int]] = {}
-        self._collections = ChromaCollections(client, self._configuration())
-        self._gate = None if is_http(client) else AsyncWriteGate()
-        if not is_http(client):  # embedded: Chroma's own eviction loses vectors
-            from langchain_semantic_recall.vectors.chroma_unload import protect
+        self._workarounds = fixes
+        self._collections = ChromaCollections(
+            client, self._configuration(), retry_delays=fixes.delays
+        )
+        embedded = not is_http(client)
+        self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
+        if embedded and fixes.enabled:  # Chroma's own eviction loses vectors
+            from langchain_semantic_recall.vectors.chroma_workarounds.unload import protect
 
-            protect(getattr(client, "_server", None))
+            protect(getattr(client, "_server", None), fixes.max_loaded)
 
     @classmethod
     def persistent(
@@ -167,12 +177,14 @@ class ChromaVectorIndex(VectorIndex):
         *,
         hnsw: Mapping[str, Any] | None = None,
         read_only: bool = False,
+        workarounds: ChromaWorkarounds | bool = True,
     ) -> ChromaVectorIndex:
         """An embedded, persistent Chroma at `path` (anonymized telemetry off).
 
         Args:
             path: The Chroma folder (created if missing, unless `read_only`).
             hnsw: HNSW settings for new collections (see `__init__`).
+            workarounds: The Chroma workarounds to use (see `__init__`).
             read_only: Never write `path`. Embedded Chroma writes its `chroma.sqlite3`
                 when it opens (measured with chromadb 1.5 on a read-only mount: "attempt
                 to write a readonly database"), so the index is opened on a private
@@ -181,49 +193,41 @@ class ChromaVectorIndex(VectorIndex):
         Raises:
             StorageError: The folder holds a damaged index, or cannot be opened.
         """
-        import chromadb
-        from chromadb.config import Settings
-
-        folder = os.fspath(path)
-        copy: str | None = None
-        if read_only:
-            copy = temporary_copy(folder)
-        try:
-            client = chromadb.PersistentClient(
-                path=copy or folder, settings=Settings(anonymized_telemetry=False)
-            )
-        except Exception as exc:  # chromadb raises its own InternalError, or ValueError
-            if copy is not None:
-                shutil.rmtree(copy, ignore_errors=True)
-            raise StorageError(
-                f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); if "
-                "it is damaged, restore it from a backup, or move it aside and rebuild it "
-                "from the messages with 'semantic-recall reindex'"
-            ) from exc
-        index = cls(client, hnsw=hnsw)
+        client, copy = open_persistent(os.fspath(path), read_only=read_only)
+        index = cls(client, hnsw=hnsw, workarounds=workarounds)
         index._owned_client = client
         if copy is not None:
             weakref.finalize(index, shutil.rmtree, copy, True)
         return index
 
     @classmethod
-    def ephemeral(cls, *, hnsw: Mapping[str, Any] | None = None) -> ChromaVectorIndex:
+    def ephemeral(
+        cls,
+        *,
+        hnsw: Mapping[str, Any] | None = None,
+        workarounds: ChromaWorkarounds | bool = True,
+    ) -> ChromaVectorIndex:
         """An in-memory Chroma (shared by every ephemeral client of the process).
 
         Args:
             hnsw: HNSW settings for new collections (see `__init__`).
+            workarounds: Chroma's workarounds (`ChromaWorkarounds`; True: the defaults).
         """
         import chromadb
         from chromadb.config import Settings
 
-        return cls(
-            chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False)), hnsw=hnsw
-        )
+        client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+        return cls(client, hnsw=hnsw, workarounds=workarounds)
 
     @property
     def client(self) -> ClientAPI:
         """The wrapped chromadb client."""
         return self._client
+
+    @property
+    def workarounds(self) -> ChromaWorkarounds:
+        """The Chroma workarounds this index uses."""
+        return self._workarounds
 
     def _configuration(self) -> CreateCollectionConfiguration:
         return cast("CreateCollectionConfiguration", {"hnsw": dict(self._hnsw)})
@@ -300,11 +304,12 @@ class ChromaVectorIndex(VectorIndex):
         logger.debug("upserted %d vectors into %r", len(records), name)
 
     async def _aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """On an embedded client, in pieces (`chroma_writes`); over HTTP, in the executor."""
-        if self._gate is None:  # over HTTP the writes leave the process
+        """On an embedded client, in pieces (`async_writes`); over HTTP, in the executor."""
+        piece = self._workarounds.piece
+        if self._gate is None or piece is None:  # over HTTP the writes leave the process
             await super()._aupsert(name, records)
             return
-        writes = await run_in_executor(None, self._writes, name, records, ASYNC_PIECE)
+        writes = await run_in_executor(None, self._writes, name, records, piece)
         await self._gate.run(writes)
 
     def _writes(self, name: str, records: Sequence[VectorRecord], size: int) -> list[Write]:
@@ -431,7 +436,7 @@ class ChromaVectorIndex(VectorIndex):
             # the size picks the thread-search strategy; a resource search needs none
             size = 0 if scope.thread_id is None else self._collections.size(name, resource_id)
             try:
-                found.extend(read_retrying(partial(search, collection, embedding, size)))
+                found.extend(self._collections.read(partial(search, collection, embedding, size)))
             except NotFoundError:  # forgotten by another process since we cached it
                 self._collections.forget(name, resource_id)
         return found

@@ -10,6 +10,7 @@ functions only.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -27,9 +28,10 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     check_space,
     collection_prefix,
     resource_collection_name,
-    retrying,
     thread_where,
 )
+from langchain_semantic_recall.vectors.chroma_workarounds import READ_RETRY_DELAYS
+from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -37,25 +39,18 @@ if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
     from chromadb.api.types import GetResult, Include, Where
 
-__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "Row", "read_retrying", "temporary_copy"]
+__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "Row", "open_persistent", "temporary_copy"]
+
+logger = logging.getLogger(__name__)
 
 CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 _LIST_PAGE: Final = 1000
 """Collections per `list_collections` page."""
-_RETRY_DELAYS: Final = (0.02, 0.1, 0.3, 1.0)
-"""Pauses before reading again a collection whose index is not on disk yet."""
 _T = TypeVar("_T")
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
 """One stored vector as read: its id, its metadata and (if asked) its embedding."""
-
-
-def read_retrying(read: Callable[[], _T]) -> _T:
-    """`read()`, tried again while a new collection's index is not on disk (`retrying`)."""
-    from chromadb.errors import InternalError
-
-    return retrying(read, delays=_RETRY_DELAYS, transient=InternalError)
 
 
 class ChromaCollections:
@@ -71,9 +66,15 @@ class ChromaCollections:
         configuration: CreateCollectionConfiguration,
         *,
         cached: int = CACHED_COLLECTIONS,
+        retry_delays: tuple[float, ...] = READ_RETRY_DELAYS,
     ) -> None:
-        """Wrap `client`; new collections get `configuration` (cosine HNSW)."""
+        """Wrap `client`; new collections get `configuration` (cosine HNSW).
+
+        `retry_delays`: pauses between reads of a collection whose index is not ready
+        (`chroma_workarounds.reads`); empty, a read is tried once.
+        """
         self._client = client
+        self._delays = retry_delays
         self._configuration = configuration
         self._cached = cached
         self._lock = threading.Lock()
@@ -114,6 +115,10 @@ class ChromaCollections:
                 old, _ = self._handles.popitem(last=False)
                 self._sizes.pop(old, None)
         return collection
+
+    def read(self, read: Callable[[], _T]) -> _T:
+        """`read()`, tried again while a collection's index is not ready (see `__init__`)."""
+        return read_retrying(read, self._delays)
 
     def writable(self, name: str, resource_id: str) -> Collection:
         """The collection of `resource_id` in `name`, created if missing."""
@@ -194,7 +199,7 @@ class ChromaCollections:
             include.append("embeddings")
         size = min(page, self.max_batch())
         for _, collection in self.scoped(name, scope):
-            for result in _pages(collection, where, include, size):
+            for result in _pages(collection, where, include, size, self._delays):
                 ids = result["ids"]
                 metadatas = result["metadatas"] or [{} for _ in ids]
                 vectors = result["embeddings"] if embeddings else None
@@ -209,7 +214,11 @@ class ChromaCollections:
 
 
 def _pages(
-    collection: Collection, where: Where | None, include: Include, size: int
+    collection: Collection,
+    where: Where | None,
+    include: Include,
+    size: int,
+    delays: tuple[float, ...],
 ) -> Iterator[GetResult]:
     """`collection.get` results of at most `size` rows: every row matching `where`.
 
@@ -221,15 +230,50 @@ def _pages(
         offset = 0
         while True:
             result = read_retrying(
-                partial(collection.get, limit=size, offset=offset, include=include)
+                partial(collection.get, limit=size, offset=offset, include=include), delays
             )
             yield result
             if len(result["ids"]) < size:
                 return
             offset += size
-    ids = read_retrying(partial(collection.get, where=where, include=[]))["ids"]
+    ids = read_retrying(partial(collection.get, where=where, include=[]), delays)["ids"]
     for start in range(0, len(ids), size):
-        yield read_retrying(partial(collection.get, ids=ids[start : start + size], include=include))
+        page = ids[start : start + size]
+        yield read_retrying(partial(collection.get, ids=page, include=include), delays)
+
+
+def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | None]:
+    """A `PersistentClient` on `folder` (telemetry off), and its temporary copy if any.
+
+    `read_only` opens a private temporary copy (`temporary_copy`); otherwise a purge a
+    crash cut short is finished first (`chroma_rebuild.recover_swap`).
+
+    Raises:
+        StorageError: The folder holds a damaged index, or cannot be opened.
+    """
+    import chromadb
+    from chromadb.config import Settings
+
+    from langchain_semantic_recall.vectors.chroma_rebuild import recover_swap
+
+    copy: str | None = None
+    if read_only:
+        copy = temporary_copy(folder)
+    elif recovered := recover_swap(folder):
+        logger.warning("Chroma folder %s: finished an interrupted purge: %s", folder, recovered)
+    try:
+        client = chromadb.PersistentClient(
+            path=copy or folder, settings=Settings(anonymized_telemetry=False)
+        )
+    except Exception as exc:  # chromadb raises its own InternalError, or ValueError
+        if copy is not None:
+            shutil.rmtree(copy, ignore_errors=True)
+        raise StorageError(
+            f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); if "
+            "it is damaged, restore it from a backup, or move it aside and rebuild it "
+            "from the messages with 'semantic-recall reindex'"
+        ) from exc
+    return client, copy
 
 
 def temporary_copy(folder: str) -> str:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -247,7 +246,8 @@ def search_collection(
 
     Resource scope: one unfiltered query. Thread scope in a small collection (up to
     `filter_up_to` vectors): Chroma's thread filter (~3-5 ms). In a bigger one that
-    filter costs 100-200 ms however few rows match, so the search first asks for the
+    filter costs 100-200 ms however few rows match (embedded Chroma has no metadata index:
+    chroma-core/chroma#4089, #7092), so the search first asks for the
     resource's best `wide` without a filter (~8 ms at 100k) and keeps the thread's: the
     thread's top `k` whenever `k` of them are among those. Otherwise it reads the
     thread's vectors and ranks them exactly (`_exact_in_thread`).
@@ -331,26 +331,3 @@ def _query(
         include=["metadatas", "distances"] if metadata else ["distances"],
     )
     return result
-
-
-_T = TypeVar("_T")
-
-
-def retrying(read: Callable[[], _T], *, delays: Sequence[float], transient: type[Exception]) -> _T:
-    """`read()`, tried again while a collection's index is neither loaded nor on disk.
-
-    After each pause of `delays`, `read` runs again on a `transient` error that says
-    "Error creating hnsw segment reader: Nothing found on disk" (chroma-core/chroma#4212):
-    a write meanwhile loads the index again. In this process the cause, Chroma's own
-    eviction, is replaced (`chroma_unload`); a Chroma server still evicts by itself.
-    Any other error, or the last failure, is raised.
-    """
-    for delay in (*delays, None):
-        try:
-            return read()
-        except transient as error:
-            if delay is None or "segment reader" not in str(error):
-                raise
-            logger.debug("Chroma index not ready (%s); reading again in %.2f s", error, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")  # pragma: no cover

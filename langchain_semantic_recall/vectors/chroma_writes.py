@@ -1,40 +1,24 @@
-"""Writing vectors into Chroma: checked and grouped first, then written in pieces.
+"""Writing vectors into Chroma: checked and grouped first, then written in batches.
 
 `planned_writes` checks a whole batch (every vector's dimension) before anything is
 written, then groups it by resource collection into writes of at most `size` vectors.
-The sync `upsert` runs them in turn.
-
-The async twin of an embedded client runs them through an `AsyncWriteGate`. Chroma's
-embedded bindings hold the GIL for the whole of a write (chroma-core/chroma#3873;
-measured here: ~5 ms for 2 vectors, ~30 ms for 40, ~90 ms for 200), and an event loop
-waiting for the GIL is a stalled loop. So async writes go `ASYNC_PIECE` vectors at a
-time, one write of the gate at a time per event loop: the loop runs between two pieces,
-and concurrent turns' writes take turns instead of queueing on the GIL back to back.
-Each piece also waits for the local model's runs in progress and holds them back while
-it writes (`cpu_gate`). chromadb is imported inside functions only.
+The sync `upsert` runs them in turn; the async twin of an embedded client runs them
+through `chroma_workarounds.async_writes`. chromadb is imported inside functions only.
 """
 
 from __future__ import annotations
 
-import asyncio
-import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from langchain_core.runnables.config import run_in_executor
-
-from langchain_semantic_recall.cpu_gate import CPU_GATE
 from langchain_semantic_recall.records import VectorRecord
 from langchain_semantic_recall.vectors.chroma_layout import check_vector, floats, vector_metadata
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections
 
-__all__ = ["ASYNC_PIECE", "AsyncWriteGate", "planned_writes"]
-
-ASYNC_PIECE: Final = 16
-"""Vectors per write of an async upsert on an embedded client (~10 ms holding the GIL)."""
+__all__ = ["Write", "planned_writes"]
 
 Write = Callable[[], None]
 
@@ -68,12 +52,6 @@ def planned_writes(
     return writes
 
 
-def _alone(write: Write) -> None:
-    # The piece's collection is looked up (or created: a Chroma write too) inside the gate.
-    with CPU_GATE.alone():
-        write()
-
-
 def _write(
     collections: ChromaCollections,
     name: str,
@@ -100,23 +78,3 @@ def _write(
             collections.forget(name, resource_id)
             if attempt == 2:
                 raise
-
-
-class AsyncWriteGate:
-    """One write at a time per event loop, each in the default executor (see module)."""
-
-    def __init__(self) -> None:
-        """An open gate (its lock for each loop is made on first use)."""
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    async def run(self, writes: Sequence[Write]) -> None:
-        """Perform `writes` in order, each alone and off the loop; the first error stops."""
-        loop = asyncio.get_running_loop()
-        lock = self._locks.get(loop)
-        if lock is None:
-            lock = self._locks.setdefault(loop, asyncio.Lock())
-        for write in writes:
-            async with lock:
-                await run_in_executor(None, _alone, write)

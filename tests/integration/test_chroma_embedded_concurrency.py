@@ -28,8 +28,9 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.records import ScopeFilter, VectorRecord
-from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
-from langchain_semantic_recall.vectors.chroma_unload import RestartingBindings
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+from langchain_semantic_recall.vectors.chroma_workarounds.unload import RestartingBindings
 from tests.fakes import FakeEmbeddings
 
 pytestmark = pytest.mark.slow
@@ -119,7 +120,9 @@ def test_unloading_loses_no_vector_written_since_the_index_was_last_on_disk(
     "big-386"); "late", never on disk, raised "Nothing found on disk".
     """
     rng = random.Random(7)
-    vectors = persistent_bounded(tmp_path / "chroma", max_loaded_collections=bound)
+    vectors = ChromaVectorIndex.persistent(
+        tmp_path / "chroma", workarounds=ChromaWorkarounds(max_loaded=bound)
+    )
     vectors.open("idx", dimension=8, model="m")
 
     def vector() -> list[float]:

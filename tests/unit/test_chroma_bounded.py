@@ -12,8 +12,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_semantic_recall import InvalidOptionError, SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.settings import DEFAULT_MAX_LOADED, create_vector_index
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
-from langchain_semantic_recall.vectors.chroma_bounded import persistent_bounded
-from langchain_semantic_recall.vectors.chroma_unload import RestartingBindings
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+from langchain_semantic_recall.vectors.chroma_workarounds.unload import RestartingBindings
 from tests.fakes import FakeEmbeddings
 
 
@@ -46,7 +46,9 @@ def test_chroma_urls_bound_the_loaded_indexes(tmp_path: Path) -> None:
 
 def test_evicted_resources_are_searched_again_correctly(tmp_path: Path) -> None:
     """With room for 2 loaded indexes, 5 resources in turn: each still finds its own."""
-    vectors = persistent_bounded(tmp_path / "chroma", max_loaded_collections=2)
+    vectors = ChromaVectorIndex.persistent(
+        tmp_path / "chroma", workarounds=ChromaWorkarounds(max_loaded=2)
+    )
     assert cache_size(vectors) == 2
     memory = SemanticRecall(
         storage=SQLiteStorage(tmp_path / "m.db"),
@@ -64,8 +66,8 @@ def test_evicted_resources_are_searched_again_correctly(tmp_path: Path) -> None:
             assert hits
             assert all(hit.message.resource_id == f"user-{n}" for hit in hits)
             assert topic in hits[0].message.text
-    with pytest.raises(ValueError, match=">= 1"):
-        persistent_bounded(tmp_path / "other", max_loaded_collections=0)
+    with pytest.raises(InvalidOptionError, match=">= 1"):
+        ChromaWorkarounds(max_loaded=0)
 
 
 def test_only_persistent_embedded_clients_are_wrapped(tmp_path: Path) -> None:
@@ -77,3 +79,20 @@ def test_only_persistent_embedded_clients_are_wrapped(tmp_path: Path) -> None:
     )
     assert isinstance(ChromaVectorIndex(client).client, type(client))
     assert bindings(ChromaVectorIndex(client)).limit >= 1  # a client of the user's own too
+
+
+def test_with_the_workarounds_off_chroma_is_left_as_it_is(tmp_path: Path) -> None:
+    """`ChromaWorkarounds.off()`: Chroma's own bindings (and eviction), one async write."""
+    plain = ChromaVectorIndex.persistent(tmp_path / "plain", workarounds=ChromaWorkarounds.off())
+    assert not isinstance(plain.client._server.bindings, RestartingBindings)  # type: ignore[attr-defined]
+    assert plain.workarounds.piece is None
+    assert plain.workarounds.delays == ()
+    local = SemanticRecall.local(
+        tmp_path / "local", embeddings=FakeEmbeddings(), chroma_workarounds=False
+    )
+    vectors = local.vector_store
+    assert isinstance(vectors, ChromaVectorIndex)
+    assert not vectors.workarounds.enabled
+    local.storage.close()
+    with pytest.raises(InvalidOptionError, match="ChromaWorkarounds"):
+        ChromaVectorIndex.ephemeral(workarounds="yes")  # type: ignore[arg-type]

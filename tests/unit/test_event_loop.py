@@ -19,6 +19,7 @@ from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage, VectorHit
 from langchain_semantic_recall.vectors import chroma_writes
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+from langchain_semantic_recall.vectors.chroma_workarounds import ASYNC_PIECE
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.conformance.vector_suite import DIMENSION, MODEL, axis, record
 from tests.fakes import FakeEmbeddings
@@ -231,7 +232,7 @@ def test_async_writes_of_embedded_chroma_go_in_pieces_one_at_a_time(
     asyncio.run(main())
     assert most == 1  # never two writes at once
     assert sum(sizes) == 120
-    assert max(sizes) == chroma_writes.ASYNC_PIECE
+    assert max(sizes) == ASYNC_PIECE
     writes = [n for n, kind in enumerate(log) if kind == "write"]
     assert all("tick" in log[a + 1 : b] for a, b in itertools.pairwise(writes))
     assert index.count("idx-writes") == 120

@@ -19,6 +19,7 @@ import hashlib
 import os
 import random
 import re
+import shutil
 import string
 import subprocess
 import sys
@@ -37,7 +38,7 @@ from langchain_semantic_recall.errors import CompactNotSupportedError, StorageEr
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.storage.memory import InMemoryStorage
 from langchain_semantic_recall.storage.sqlite_schema import in_use
-from langchain_semantic_recall.vectors import chroma_purge
+from langchain_semantic_recall.vectors import chroma_rebuild
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
 DIM = 64
@@ -296,7 +297,7 @@ def test_the_cli_purges_and_prints_the_sizes(
     monkeypatch.setattr(common, "create_embeddings", SignEmbeddings)
     assert main(["purge", "--path", str(store)]) == 0
     out = capsys.readouterr().out
-    assert "VACUUM" in out
+    assert "replaced the Chroma folder by its rebuilt copy" in out
     assert "rebuilt 2 collection(s)" in out
     assert " -> " in out
     engine = SemanticRecall.local(store, embeddings=SignEmbeddings())
@@ -318,121 +319,142 @@ def test_an_incomplete_copy_raises_and_keeps_the_collection(
 ) -> None:
     memory = small_store(tmp_path / "memory")
     before = memory.stats()
-    pages = chroma_purge._pages
+    pages = chroma_rebuild.copy_pages
 
     def short(old: Any, size: int) -> Iterator[dict[str, Any]]:
         for page in pages(old, size):
             yield {key: value[:-1] for key, value in page.items()}  # one row lost per page
 
-    monkeypatch.setattr(chroma_purge, "_pages", short)
-    with pytest.raises(StorageError, match="the collection is kept as it was"):
+    monkeypatch.setattr(chroma_rebuild, "copy_pages", short)
+    with pytest.raises(StorageError, match="the folder is kept as it was"):
         memory.purge()
     assert memory.stats() == before
-    client = memory.vector_store.client  # type: ignore[attr-defined]
-    assert not [c.name for c in client.list_collections() if "purge" in c.name]
+    assert not [p.name for p in (tmp_path / "memory").iterdir() if "purge" in p.name]
     memory.storage.close()
 
 
-def test_a_rebuild_cut_short_is_finished_by_the_next_purge(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("replaced", [2, 3])  # 0 and 1: see the next test
+def test_a_purge_killed_during_the_swap_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replaced: int
 ) -> None:
-    from chromadb.api.models.Collection import Collection
-
-    memory = small_store(tmp_path / "memory")
+    """An error in the swap: the second rename (the old folder is put back), or the old
+    folder's deletion (deleted on the next open). Errors before those leave the folder
+    where it was, and a copy the next open deletes (the next test)."""
+    store = tmp_path / "memory"
+    memory = small_store(store)
     before = memory.stats()
-    with monkeypatch.context() as patch:  # dies after dropping the old, before the rename
-        patch.setattr(Collection, "modify", _crash)
+    steps = 0
+    move, remove = os.replace, shutil.rmtree
+
+    def step(do: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> None:
+            nonlocal steps
+            steps += 1
+            if steps == replaced + 1:
+                raise RuntimeError("killed")
+            do(*args, **kwargs)
+
+        return counted
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "replace", step(move))
+        patch.setattr(shutil, "rmtree", step(remove))
         with pytest.raises(RuntimeError, match="killed"):
             memory.purge()
-    assert memory.stats().vectors < before.vectors  # one resource's vectors are in the copy
-    result = memory.purge()
-    assert "finished 1 interrupted rebuild(s)" in result.vectors.done
-    assert memory.stats() == before
-    hits = memory.search("note", resource_id="alice", top_k=2)
-    assert len(hits) == 2
     memory.storage.close()
+    reopened = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
+    try:
+        assert reopened.stats() == before
+        assert not [p.name for p in store.iterdir() if "purge" in p.name]
+        result = reopened.purge()
+        assert result.vectors.vectors_rebuilt == before.vectors
+        hits = reopened.search("note", resource_id="alice", top_k=2)
+        assert len(hits) == 2
+    finally:
+        reopened.storage.close()
 
 
-def _crash(*args: object, **kwargs: object) -> None:
-    raise RuntimeError("killed")
+# --- the purge edits no file of Chroma's ----------------------------------------------------
 
 
-# --- the unused slots hnswlib writes from uninitialized memory ---------------------------------
+@pytest.mark.parametrize(
+    ("left", "kept"),
+    [
+        ({"chroma", "chroma.purge-tmp"}, "chroma"),
+        ({"chroma", "chroma.purge-ready"}, "chroma"),
+        ({"chroma.purge-old", "chroma.purge-ready"}, "chroma.purge-ready"),
+        ({"chroma", "chroma.purge-old", "chroma.purge-ready"}, "chroma.purge-ready"),
+        ({"chroma", "chroma.purge-old"}, "chroma"),
+        ({"chroma.purge-old"}, "chroma.purge-old"),
+    ],
+)
+def test_a_crash_at_any_point_of_the_swap_is_recovered(
+    tmp_path: Path, left: set[str], kept: str
+) -> None:
+    """What a kill leaves at each point: the right copy ends up as the folder, alone."""
+    for name in left:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "which").write_text(name)
+    assert chroma_rebuild.recover_swap(str(tmp_path / "chroma"))
+    assert [p.name for p in tmp_path.iterdir()] == ["chroma"]
+    assert (tmp_path / "chroma" / "which").read_text() == kept
 
 
 def _hnsw_folders(store: Path) -> list[Path]:
     return sorted(header.parent for header in store.rglob("header.bin"))
 
 
-def _plant(folder: Path, vector: list[float]) -> tuple[bytes, bytes]:
-    """Write `vector` into the last slot of a segment's files, as freed memory would be."""
-    raw = np.asarray(vector, dtype="<f4").tobytes()
-    data, length = folder / "data_level0.bin", folder / "length.bin"
-    size = data.stat().st_size
-    with data.open("r+b") as file:
-        file.seek(size - len(raw) - 8)
-        file.write(raw)
-    with length.open("r+b") as file:
-        file.seek(length.stat().st_size - 4)
-        file.write(raw[:4])
-    return data.read_bytes(), length.read_bytes()
-
-
-def test_purge_zeroes_the_slots_hnswlib_wrote_from_freed_memory(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_forgotten_vector_in_an_unused_hnsw_slot_is_gone_after_the_purge(
+    tmp_path: Path,
 ) -> None:
-    """A forgotten vector left in freed memory lands in a new index's unused slots: zeroed."""
+    """hnswlib writes new indexes from uninitialized memory: a forgotten vector can land in
+    their unused slots. The purge writes the new folder in a fresh process and deletes the
+    old one, so a vector planted in the old files' slack is gone with them."""
     store = tmp_path / "memory"
     memory = small_store(store)
     forgotten = SignEmbeddings.vector(str(conversations()[0][2][0].content))  # alice-0
-    remove = chroma_purge.remove_orphan_segments
+    for segment in _hnsw_folders(store):
+        with (segment / "data_level0.bin").open("ab") as file:
+            file.write(np.asarray(forgotten, dtype="<f4").tobytes() + bytes(8))
+    assert leftovers(store, set(), {sign_key(forgotten)})
 
-    def remove_then_plant(folder: str) -> int:  # what a new index's first write can hold
-        removed = remove(folder)
-        for segment in _hnsw_folders(Path(folder)):
-            _plant(segment, forgotten)
-        return removed
-
-    monkeypatch.setattr(chroma_purge, "remove_orphan_segments", remove_then_plant)
-    result = memory.purge()
+    memory.purge()
 
     assert leftovers(store, set(), {sign_key(forgotten)}) == {}
-    assert any(step.startswith("zeroed ") for step in result.vectors.done), result.vectors.done
     assert [h.message.id for h in memory.search("note", resource_id="dave", top_k=2)]
     memory.storage.close()
 
 
-def test_scrubbing_keeps_every_used_slot_and_the_index_reads_back(tmp_path: Path) -> None:
-    store = tmp_path / "memory"
-    memory = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
-    memory.bulk_index([c for c in conversations() if c[1] == "alice"])  # 1,200: 1,000 persisted
-    folder = next(f for f in _hnsw_folders(store) if (f / "link_lists.bin").stat().st_size)
-    header = (folder / "header.bin").read_bytes()
-    count, per_element = (int.from_bytes(header[at : at + 8], "little") for at in (20, 28))
-    assert count >= 1000
-    used = count * per_element
-    data_before = (folder / "data_level0.bin").read_bytes()
-    with (folder / "data_level0.bin").open("ab") as file:  # an unused slot past the count
-        file.write(np.full(DIM, EIGHTH, dtype="<f4").tobytes() + bytes(8))
-    files, zeroed = chroma_purge.scrub_unused_slots(str(store / "chroma"))
+def test_the_purge_opens_no_file_of_chromas_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chroma's files are read and written by Chroma alone: the purge goes through its API
+    (and moves or deletes whole folders), so it does not depend on their layout."""
+    import builtins
+    import sqlite3
 
-    data_after = (folder / "data_level0.bin").read_bytes()
-    assert data_after[:used] == data_before[:used]  # the persisted elements, intact
-    assert not data_after[used:].strip(b"\0")
-    assert files >= 1
-    assert zeroed >= DIM * 4
+    store = tmp_path / "memory"
+    memory = small_store(store)
+    before = memory.stats()
+    chroma = str(store / "chroma")
+    opened: list[str] = []
+    connect, open_file = sqlite3.connect, builtins.open
+
+    def watched(do: Any) -> Any:
+        def call(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if str(path).startswith(chroma):
+                opened.append(str(path))
+            return do(path, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(sqlite3, "connect", watched(connect))
+    monkeypatch.setattr(builtins, "open", watched(open_file))
+    result = memory.purge()
+    monkeypatch.undo()
+
+    assert opened == []
+    assert result.vectors.vectors_rebuilt == before.vectors
+    assert memory.stats() == before
+    assert [h.message.id for h in memory.search("note", resource_id="alice", top_k=2)]
     memory.storage.close()
-    reopened = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
-    first = conversations()[0][2][7]
-    hits = reopened.search(str(first.content), resource_id="alice", top_k=1)
-    assert [h.message.id for h in hits] == [first.id]
-    reopened.storage.close()
-
-
-def test_an_unknown_hnsw_header_is_reported_not_guessed(tmp_path: Path) -> None:
-    store = tmp_path / "memory"
-    small_store(store, forget=False).storage.close()
-    header = _hnsw_folders(store)[0] / "header.bin"
-    header.write_bytes((2).to_bytes(4, "little") + header.read_bytes()[4:])
-    with pytest.raises(StorageError, match="not an HNSW header this package knows"):
-        chroma_purge.scrub_unused_slots(str(store / "chroma"))

@@ -34,6 +34,7 @@ from langchain_semantic_recall.vectors.chroma import (
     similarity_from_cosine_distance,
     thread_where,
 )
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from tests.conformance.vector_suite import (
     DIMENSION,
     MODEL,
@@ -426,9 +427,11 @@ def test_a_collection_whose_index_is_not_on_disk_yet_is_read_again(
     from chromadb.errors import InternalError
 
     name = new_name()
+    fixes = ChromaWorkarounds(read_retry_delays=(0.0, 0.0))
+    chroma = ChromaVectorIndex(chroma.client, workarounds=fixes)
+    plain = ChromaVectorIndex(chroma.client, workarounds=ChromaWorkarounds.off())
     chroma.open(name, dimension=DIMENSION, model=MODEL)
     chroma.upsert(name, [record("a", axis(0))])
-    monkeypatch.setattr(chroma_collections, "_RETRY_DELAYS", (0.0, 0.0))
     real_query = Collection.query
     failures = iter([True, True, False])
 
@@ -443,6 +446,9 @@ def test_a_collection_whose_index_is_not_on_disk_yet_is_read_again(
     failures = iter([True, True, True])  # still failing after every pause: raised
     with pytest.raises(InternalError, match="segment reader"):
         chroma.query(name, axis(0), k=1, scope=scope)
+    failures = iter([True, False])  # the workaround turned off: the first failure is raised
+    with pytest.raises(InternalError, match="segment reader"):
+        plain.query(name, axis(0), k=1, scope=scope)
 
     def other(self: Collection, *args: Any, **kwargs: Any) -> Any:
         raise InternalError("something else")

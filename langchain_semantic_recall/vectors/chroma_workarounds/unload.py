@@ -31,9 +31,12 @@ calls in flight to end and starts the bindings again (`RustBindingsAPI.start`, a
 process would): every index is unloaded and its memory released, and the next read of
 each collection replays its log, as after a restart. Chroma's pool is given room enough
 (`_POOL_ROOM` x `limit`) that it never evicts by itself. Every `ChromaVectorIndex` on a
-persistent embedded client gets one (`protect`), at Chroma's own capacity unless
-`chroma_bounded.bound_loaded_collections` sets the bound (`chroma:///path?max_loaded=N`,
-128 by default). This module imports nothing of the package, so `chroma` can use it.
+persistent embedded client gets one (`protect`) unless its `ChromaWorkarounds` are off,
+at Chroma's own capacity unless `ChromaWorkarounds.max_loaded` sets the bound
+(`chroma:///path?max_loaded=N`, 128 by default). `restart_around` also lets the purge
+swap the folder under the bindings. Upstream: chroma-core/chroma#4212 (the error a
+search after an eviction gets), #7765 (open: eviction closes a live index's files).
+This module imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from typing import Any, Final
 
 from chromadb.api.rust import RustBindingsAPI
 
-__all__ = ["RestartingBindings", "chroma_capacity", "protect"]
+__all__ = ["RestartingBindings", "chroma_capacity", "protect", "restart_around"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,17 +107,38 @@ class RestartingBindings:
         finally:
             self._leave()
 
-    def _enter(self, collection: str | None, *, resize: bool = False) -> None:
+    def restart_around(self, between: Callable[[], None]) -> None:
+        """Wait for the calls in flight, drop the bindings, run `between`, start again.
+
+        New calls wait meanwhile. The bindings start again even if `between` raises.
+        """
+        self._enter(None, between=between)
+        self._leave()
+
+    def _enter(
+        self,
+        collection: str | None,
+        *,
+        resize: bool = False,
+        between: Callable[[], None] | None = None,
+    ) -> None:
         with self._changed:
             while self._restarting:
                 self._changed.wait()
             full = collection is not None and collection not in self._touched
-            if resize or (full and len(self._touched) >= self._limit):
+            if resize or between is not None or (full and len(self._touched) >= self._limit):
                 self._restarting = True
                 try:
                     while self._calls:
                         self._changed.wait()
-                    self._restart()
+                    if between is not None:
+                        self._inner = None  # the last reference: Chroma closes its files
+                        try:
+                            between()
+                        finally:
+                            self._restart()
+                    else:
+                        self._restart()
                 finally:
                     self._restarting = False
                     self._changed.notify_all()
@@ -164,6 +188,23 @@ def protect(server: Any, limit: int | None = None) -> RestartingBindings | None:
                 bindings.limit = limit
             return bindings
         return RestartingBindings(server, max(1, chroma_capacity() if limit is None else limit))
+
+
+def restart_around(server: Any, between: Callable[[], None]) -> None:
+    """Run `between` while an embedded client's bindings are down, then start them again.
+
+    With `RestartingBindings` on `server`, the calls in flight end first and new ones
+    wait; on bare bindings, the caller makes sure no call runs meanwhile.
+    """
+    bindings = server.bindings
+    if isinstance(bindings, RestartingBindings):
+        bindings.restart_around(between)
+        return
+    server.stop()  # drops the bindings: Chroma closes its files
+    try:
+        between()
+    finally:
+        server.start()
 
 
 def chroma_capacity() -> int:
