@@ -1,7 +1,9 @@
-"""The ``semantic-recall`` command line, run in-process on temporary stores.
+"""The ``semantic-recall`` command line on real stores (SQLite and embedded Chroma).
 
-Most tests use the fake embedder (the commands, not the model, are under test); the
-``slow`` ones run the real local model through the default path and the console script.
+The commands run in this process on temporary stores; most tests use the fake embedder
+(the commands, not the model, are under test); the ``slow`` ones run the real local model
+through the default path and the console script. tests/unit/test_cli.py has the parser,
+help and output checks that need no store.
 """
 
 from __future__ import annotations
@@ -12,75 +14,21 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, message_to_dict
 
-from langchain_semantic_recall import SemanticRecall
-from langchain_semantic_recall.cli import _SUBCOMMANDS, admin, build_parser, common, main, render
-from tests.fakes import FakeEmbeddings
+from langchain_semantic_recall.cli import admin, main
+from tests.unit import test_cli as unit
+from tests.unit.test_cli import Cli, Embedder, Result, Tty
 from tests.unit.test_importers import chatgpt_conversation, sample_export
 
-
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-class Cli:
-    """Runs ``semantic-recall --path STORE ...`` in-process and captures its output."""
-
-    def __init__(self, capsys: pytest.CaptureFixture[str], store: Path) -> None:
-        self.capsys = capsys
-        self.store = store
-
-    def __call__(self, *argv: str) -> Result:
-        code = main(["--path", str(self.store), *argv])
-        captured = self.capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    def engine(self) -> SemanticRecall:
-        return SemanticRecall.local(self.store, embeddings=FakeEmbeddings())
-
-
-class Embedder:
-    """The fake embedders the CLI creates; set ``fail`` to make the next ones fail."""
-
-    def __init__(self) -> None:
-        self.fail: Exception | None = None
-
-    def create(self) -> FakeEmbeddings:
-        fake = FakeEmbeddings()
-        fake.fail = self.fail
-        return fake
-
-
-@pytest.fixture
-def embedder(monkeypatch: pytest.MonkeyPatch) -> Embedder:
-    """The CLI's embedder becomes the fast fake (the hidden hook, no public flag)."""
-    switch = Embedder()
-    monkeypatch.setattr(common, "create_embeddings", switch.create)
-    return switch
-
-
-@pytest.fixture(autouse=True)
-def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SEMANTIC_RECALL_PATH", raising=False)
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.setenv("COLUMNS", "100")
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], tmp_path: Path, embedder: Embedder) -> Cli:
-    return Cli(capsys, tmp_path / "store")
+# The fixtures of tests/unit/test_cli.py, the same here.
+cli = unit.cli
+embedder = unit.embedder
+plain_terminal = unit.plain_terminal
 
 
 @pytest.fixture
@@ -96,73 +44,7 @@ def loaded(cli: Cli, export_file: Path) -> Cli:
     return cli
 
 
-class Tty(io.StringIO):
-    """A stdin that says it is a terminal and answers with its text."""
-
-    def isatty(self) -> bool:
-        return True
-
-
-def subcommands() -> list[str]:
-    parser = build_parser()
-    choices = next(a.choices for a in parser._actions if isinstance(a.choices, dict))
-    return sorted(choices)
-
-
 # --- the parser --------------------------------------------------------------------------
-
-
-def test_every_subcommand_module_registers() -> None:
-    names = set(subcommands())
-    assert {"ingest", "search", "inspect", "threads", "show", "stats", "forget"} <= names
-    assert {"reindex", "export", "demo"} <= names
-    assert len(_SUBCOMMANDS) == len(set(_SUBCOMMANDS))
-
-
-@pytest.mark.parametrize("command", [[], *[[name] for name in subcommands()]])
-def test_help_on_everything(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*command, "--help"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("usage: semantic-recall")
-    if not command:
-        assert "exit codes:" in out
-        assert "3  not found" in out
-
-
-def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([]) == 2
-    assert main(["search"]) == 2
-    assert main(["forget", "--thread", "a", "--resource", "b"]) == 2  # one or the other
-    assert main(["search", "q", "--range", "1,2,3"]) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert "expected N or BEFORE,AFTER" in captured.err
-
-
-def test_version(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--version"]) == 0
-    assert capsys.readouterr().out.startswith("semantic-recall ")
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["search", "q", "--resource", "alice"],
-        ["inspect", "--thread", "t", "--resource", "r", "hello"],
-        ["threads"],
-        ["show", "t"],
-        ["stats"],
-        ["forget", "--resource", "alice", "--yes"],
-        ["reindex"],
-        ["export", "--resource", "alice"],
-    ],
-)
-def test_a_missing_store_is_not_found_and_not_created(cli: Cli, argv: list[str]) -> None:
-    result = cli(*argv)
-    assert result.code == 3
-    assert result.out == ""
-    assert f"no store at {cli.store}" in result.err
-    assert not cli.store.exists()
 
 
 def test_the_store_comes_from_the_environment_or_after_the_subcommand(
@@ -703,32 +585,6 @@ def test_unexpected_errors_and_interrupts_have_exit_codes(
     denied = loaded("stats")
     assert denied.code == 1
     assert denied.err == "semantic-recall: error: Permission denied: /store\n"
-
-
-def test_colour_only_on_a_terminal_and_never_with_no_color(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    plain = io.StringIO()
-    assert render.style("x", "bold", stream=plain) == "x"
-    terminal = Tty()
-    assert render.style("x", "bold", "green", stream=terminal) == "\033[1;32mx\033[0m"
-    monkeypatch.setenv("NO_COLOR", "1")
-    assert render.style("x", "bold", stream=terminal) == "x"
-    monkeypatch.setenv("NO_COLOR", "")  # set but empty: colour stays on (no-color.org)
-    assert render.use_colour(terminal)
-    monkeypatch.setattr(sys, "stdout", terminal)
-    assert render.use_colour()
-
-
-def test_tables_fit_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "60")
-    text = render.table(["a", "text"], [["1", "word " * 40]])
-    assert all(len(line) <= 60 for line in text.splitlines())
-    assert text.splitlines()[1].endswith("…")
-    assert render.table(["a"], []) == ""
-    assert render.when(None) == "-"
-    assert common.human_bytes(512) == "512 B"
-    assert common.human_bytes(3 * 1024 * 1024) == "3.0 MB"
 
 
 # --- the real model, the default path ----------------------------------------------------

@@ -15,7 +15,6 @@ float32 or float64, at any byte offset.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import random
 import re
@@ -28,43 +27,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import ReadOnlyError, SemanticRecall
 from langchain_semantic_recall.cli import main
-from langchain_semantic_recall.errors import CompactNotSupportedError, StorageError
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import ScopeFilter
-from langchain_semantic_recall.storage.memory import InMemoryStorage
 from langchain_semantic_recall.storage.sqlite_schema import in_use
 from langchain_semantic_recall.vectors import chroma_purge
-from langchain_semantic_recall.vectors.base import VectorIndex
-from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.unit.test_purge import DIM, EIGHTH, SignEmbeddings
 
-DIM = 64
-EIGHTH = 0.125
 SIZES = {"alice": 1200, "bob": 1200, "carol": 300, "dave": 100}
 """Messages per resource (2,800): alice's and bob's collections reach Chroma's 1,000."""
 PER_THREAD = 50
 _TAIL = re.compile(rb"[a-z]{5}7")
-
-
-class SignEmbeddings(Embeddings):
-    """Each text -> 64 signs of 1/8 from its sha256: distinct, and of length 1 exactly."""
-
-    dimension = DIM
-    model = "sign-64"
-
-    @staticmethod
-    def vector(text: str) -> list[float]:
-        bits = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-        return [EIGHTH if bits >> i & 1 else -EIGHTH for i in range(DIM)]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self.vector(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.vector(text)
 
 
 def sign_key(vector: object) -> bytes:
@@ -263,28 +239,6 @@ def test_a_read_only_engine_refuses_to_purge(tmp_path: Path) -> None:
     with pytest.raises(ReadOnlyError):
         asyncio.run(memory.apurge())
     memory.storage.close()
-
-
-def test_in_memory_backends_purge_as_a_no_op() -> None:
-    memory = SemanticRecall(
-        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=SignEmbeddings()
-    )
-    memory.index([HumanMessage("note zqabcdefgh7")], thread_id="t", resource_id="r")
-    result = memory.purge()
-    assert result.storage.done == result.vectors.done == ("nothing stored on disk",)
-    assert memory.stats().vectors == 1
-
-
-def test_a_backend_that_cannot_compact_is_refused_before_anything_changes() -> None:
-    class Plain(InMemoryVectorIndex):
-        supports_compact = False
-
-    storage = InMemoryStorage()
-    memory = SemanticRecall(storage=storage, vector_store=Plain(), embeddings=SignEmbeddings())
-    with pytest.raises(CompactNotSupportedError, match="Plain cannot"):
-        memory.purge()
-    with pytest.raises(CompactNotSupportedError):
-        VectorIndex().compact("any-index")
 
 
 def test_the_cli_purges_and_prints_the_sizes(

@@ -14,20 +14,13 @@ import hashlib
 import json
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from langchain_semantic_recall.errors import StorageError
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter
-from langchain_semantic_recall.storage.sqlite import _MIGRATIONS, SQLiteStorage
-
 ROOT = Path(__file__).resolve().parents[2]
-WHEN = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 
 _CLI = """
 import sys
@@ -156,51 +149,3 @@ def test_writing_to_a_read_only_store_says_so(read_only_store: Path, tmp_path: P
     assert "read-only" in done.stderr
     assert "chmod" not in done.stderr
     assert "unexpected" not in done.stderr
-
-
-# --- SQLite's read-only open, in process -------------------------------------------------
-
-
-def _record(message_id: str, seq: int) -> MessageRecord:
-    return MessageRecord(message_id, "t1", "r1", "user", f"text {seq}", WHEN, "{}")
-
-
-def test_a_read_only_sqlite_open_never_writes(tmp_path: Path) -> None:
-    path = tmp_path / "messages.sqlite3"
-    writer = SQLiteStorage(path)
-    writer.put([_record("m0", 0), _record("m1", 1)])
-    writer.close()
-    before = path.read_bytes()
-    storage = SQLiteStorage(path, read_only=True)
-    try:
-        assert storage.read_only
-        assert [m.id for m in storage.list_messages(ScopeFilter("r1"))] == ["m0", "m1"]
-        assert storage.keyword_search("text", scope=ScopeFilter("r1"), limit=5)
-        with pytest.raises(StorageError, match="opened read-only"):
-            storage.put([_record("m2", 2)])
-        with pytest.raises(StorageError, match="opened read-only"):
-            storage.delete_thread("t1")
-        with pytest.raises(sqlite3.OperationalError, match="readonly"):  # the connection itself
-            storage._conn.execute("CREATE TABLE probe (x)")
-    finally:
-        storage.close()
-    assert path.read_bytes() == before
-
-
-def test_a_read_only_open_refuses_to_migrate_an_old_schema(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    raw = sqlite3.connect(path)
-    for statement in _MIGRATIONS[1]:
-        assert isinstance(statement, str)
-        raw.execute(statement)
-    raw.execute("CREATE TABLE schema_version (version INTEGER)")
-    raw.execute("INSERT INTO schema_version VALUES (1)")
-    raw.commit()
-    raw.close()
-    before = path.read_bytes()
-    with pytest.raises(StorageError, match=r"schema version 1, older .* cannot be migrated"):
-        SQLiteStorage(path, read_only=True)
-    assert path.read_bytes() == before
-    with pytest.raises(StorageError, match="does not exist"):
-        SQLiteStorage(tmp_path / "missing.db", read_only=True)
-    assert not (tmp_path / "missing.db").exists()

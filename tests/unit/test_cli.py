@@ -1,0 +1,166 @@
+"""The CLI in this process without a store: help, usage errors, version, colour and tables."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.cli import _SUBCOMMANDS, build_parser, common, main, render
+from tests.fakes import FakeEmbeddings
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+class Cli:
+    """Runs ``semantic-recall --path STORE ...`` in-process and captures its output."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str], store: Path) -> None:
+        self.capsys = capsys
+        self.store = store
+
+    def __call__(self, *argv: str) -> Result:
+        code = main(["--path", str(self.store), *argv])
+        captured = self.capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    def engine(self) -> SemanticRecall:
+        return SemanticRecall.local(self.store, embeddings=FakeEmbeddings())
+
+
+class Embedder:
+    """The fake embedders the CLI creates; set ``fail`` to make the next ones fail."""
+
+    def __init__(self) -> None:
+        self.fail: Exception | None = None
+
+    def create(self) -> FakeEmbeddings:
+        fake = FakeEmbeddings()
+        fake.fail = self.fail
+        return fake
+
+
+@pytest.fixture
+def embedder(monkeypatch: pytest.MonkeyPatch) -> Embedder:
+    """The CLI's embedder becomes the fast fake (the hidden hook, no public flag)."""
+    switch = Embedder()
+    monkeypatch.setattr(common, "create_embeddings", switch.create)
+    return switch
+
+
+@pytest.fixture(autouse=True)
+def plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SEMANTIC_RECALL_PATH", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("COLUMNS", "100")
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], tmp_path: Path, embedder: Embedder) -> Cli:
+    return Cli(capsys, tmp_path / "store")
+
+
+class Tty(io.StringIO):
+    """A stdin that says it is a terminal and answers with its text."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def subcommands() -> list[str]:
+    parser = build_parser()
+    choices = next(a.choices for a in parser._actions if isinstance(a.choices, dict))
+    return sorted(choices)
+
+
+def test_every_subcommand_module_registers() -> None:
+    names = set(subcommands())
+    assert {"ingest", "search", "inspect", "threads", "show", "stats", "forget"} <= names
+    assert {"reindex", "export", "demo"} <= names
+    assert len(_SUBCOMMANDS) == len(set(_SUBCOMMANDS))
+
+
+@pytest.mark.parametrize("command", [[], *[[name] for name in subcommands()]])
+def test_help_on_everything(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: semantic-recall")
+    if not command:
+        assert "exit codes:" in out
+        assert "3  not found" in out
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert main(["search"]) == 2
+    assert main(["forget", "--thread", "a", "--resource", "b"]) == 2  # one or the other
+    assert main(["search", "q", "--range", "1,2,3"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "expected N or BEFORE,AFTER" in captured.err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("semantic-recall ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "q", "--resource", "alice"],
+        ["inspect", "--thread", "t", "--resource", "r", "hello"],
+        ["threads"],
+        ["show", "t"],
+        ["stats"],
+        ["forget", "--resource", "alice", "--yes"],
+        ["reindex"],
+        ["export", "--resource", "alice"],
+    ],
+)
+def test_a_missing_store_is_not_found_and_not_created(cli: Cli, argv: list[str]) -> None:
+    result = cli(*argv)
+    assert result.code == 3
+    assert result.out == ""
+    assert f"no store at {cli.store}" in result.err
+    assert not cli.store.exists()
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plain = io.StringIO()
+    assert render.style("x", "bold", stream=plain) == "x"
+    terminal = Tty()
+    assert render.style("x", "bold", "green", stream=terminal) == "\033[1;32mx\033[0m"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert render.style("x", "bold", stream=terminal) == "x"
+    monkeypatch.setenv("NO_COLOR", "")  # set but empty: colour stays on (no-color.org)
+    assert render.use_colour(terminal)
+    monkeypatch.setattr(sys, "stdout", terminal)
+    assert render.use_colour()
+
+
+def test_tables_fit_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    text = render.table(["a", "text"], [["1", "word " * 40]])
+    assert all(len(line) <= 60 for line in text.splitlines())
+    assert text.splitlines()[1].endswith("…")
+    assert render.table(["a"], []) == ""
+    assert render.when(None) == "-"
+    assert common.human_bytes(512) == "512 B"
+    assert common.human_bytes(3 * 1024 * 1024) == "3.0 MB"

@@ -1,0 +1,60 @@
+"""A read-only SQLite open never writes, and refuses to migrate an old schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from langchain_semantic_recall.errors import StorageError
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.sqlite import _MIGRATIONS, SQLiteStorage
+
+WHEN = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
+
+
+def _record(message_id: str, seq: int) -> MessageRecord:
+    return MessageRecord(message_id, "t1", "r1", "user", f"text {seq}", WHEN, "{}")
+
+
+def test_a_read_only_sqlite_open_never_writes(tmp_path: Path) -> None:
+    path = tmp_path / "messages.sqlite3"
+    writer = SQLiteStorage(path)
+    writer.put([_record("m0", 0), _record("m1", 1)])
+    writer.close()
+    before = path.read_bytes()
+    storage = SQLiteStorage(path, read_only=True)
+    try:
+        assert storage.read_only
+        assert [m.id for m in storage.list_messages(ScopeFilter("r1"))] == ["m0", "m1"]
+        assert storage.keyword_search("text", scope=ScopeFilter("r1"), limit=5)
+        with pytest.raises(StorageError, match="opened read-only"):
+            storage.put([_record("m2", 2)])
+        with pytest.raises(StorageError, match="opened read-only"):
+            storage.delete_thread("t1")
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):  # the connection itself
+            storage._conn.execute("CREATE TABLE probe (x)")
+    finally:
+        storage.close()
+    assert path.read_bytes() == before
+
+
+def test_a_read_only_open_refuses_to_migrate_an_old_schema(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path)
+    for statement in _MIGRATIONS[1]:
+        assert isinstance(statement, str)
+        raw.execute(statement)
+    raw.execute("CREATE TABLE schema_version (version INTEGER)")
+    raw.execute("INSERT INTO schema_version VALUES (1)")
+    raw.commit()
+    raw.close()
+    before = path.read_bytes()
+    with pytest.raises(StorageError, match=r"schema version 1, older .* cannot be migrated"):
+        SQLiteStorage(path, read_only=True)
+    assert path.read_bytes() == before
+    with pytest.raises(StorageError, match="does not exist"):
+        SQLiteStorage(tmp_path / "missing.db", read_only=True)
+    assert not (tmp_path / "missing.db").exists()
