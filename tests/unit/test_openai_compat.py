@@ -57,7 +57,9 @@ def check_chat_messages(messages: Sequence[dict[str, Any]]) -> None:
 
 
 def payload(messages: list[BaseMessage], **options: Any) -> dict[str, Any]:
-    return ChatOpenAI(model="gpt-4o-mini", api_key="test", **options)._get_request_payload(messages)
+    # No socket options: ChatOpenAI would otherwise probe them on a new socket (offline tier).
+    model = ChatOpenAI(model="gpt-4o-mini", api_key="test", http_socket_options=(), **options)
+    return model._get_request_payload(messages)
 
 
 def history() -> list[BaseMessage]:
