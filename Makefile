@@ -1,7 +1,9 @@
 # Two commands do all set-up on a fresh clone:
 #   make demo   install into .venv, then watch recall work on the embedded default
 #   make test   install into .venv (with test tools) and PostgreSQL's binaries if missing,
-#               then lint, type-check and run every test
+#               then lint, type-check and run every test tier (scripts/test-tiers prints
+#               each tier's time)
+#   make unit   the fast offline tier alone (tests/unit, within 2 minutes on 2 cores)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -26,10 +28,10 @@ lint: $(BIN)/.installed
 
 test: lint
 	bash scripts/ensure-postgres
-	$(BIN)/pytest
+	PYTEST=$(BIN)/pytest bash scripts/test-tiers
 
 unit: $(BIN)/.installed
-	$(BIN)/pytest tests/unit -q
+	PYTEST=$(BIN)/pytest bash scripts/test-tiers unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
