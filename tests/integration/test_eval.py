@@ -20,12 +20,12 @@ from langchain_semantic_recall.false_memory import (
 )
 from langchain_semantic_recall.relevance import reference
 from tests.fakes import FakeEmbeddings
-from tests.unit.test_eval import (
-    big_locomo,
-    jsonl,
-    paraphrase_set,
-    two_resource_jsonl,
-)
+from tests.unit import test_eval as unit
+from tests.unit.test_eval import big_locomo, jsonl, paraphrase_set, two_resource_jsonl
+
+# The fixtures of tests/unit/test_eval.py, the same here.
+locomo_file = unit.locomo_file
+fake_embedder = unit.fake_embedder
 
 
 def test_eval_draws_no_progress_bars_into_a_file(

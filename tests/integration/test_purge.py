@@ -183,7 +183,7 @@ def test_nothing_comes_back_when_the_purging_process_exits(tmp_path: Path) -> No
     """Forget and purge in a child process; once it has exited, nothing is left either."""
     store = tmp_path / "memory"
     script = (
-        "from tests.unit.test_purge import SemanticRecall, SignEmbeddings, conversations\n"
+        "from tests.integration.test_purge import SemanticRecall, SignEmbeddings, conversations\n"
         f"m = SemanticRecall.local({str(store)!r}, embeddings=SignEmbeddings())\n"
         "m.bulk_index(conversations())\n"
         "m.forget_resource('alice')\n"
