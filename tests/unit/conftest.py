@@ -75,7 +75,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         yield
     finally:
         subprocess.Popen.__init__ = _POPEN_INIT  # type: ignore[method-assign]
-    loaded = sorted(_heavy_loaded() - item.stash.get(_HEAVY_BEFORE, frozenset()))
+    before: frozenset[str] = item.stash[_HEAVY_BEFORE]
+    loaded = sorted(_heavy_loaded() - before)
     if loaded:
         pytest.fail(f"{item.nodeid} loaded {', '.join(loaded)}: {WHERE}", pytrace=False)
 
