@@ -3,6 +3,8 @@
 #               embedded default (SQLite, embedded Chroma, the local model)
 #   make test   add the test tools (and PostgreSQL's binaries if missing), then lint,
 #               type-check and run every test
+#               (scripts/test-tiers prints each tier's time)
+#   make unit   the fast offline tier alone (tests/unit, within 2 minutes on 2 cores)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -39,10 +41,10 @@ lint: $(BIN)/.installed-test
 
 test: lint
 	bash scripts/ensure-postgres
-	$(BIN)/pytest
+	PYTEST=$(BIN)/pytest bash scripts/test-tiers
 
 unit: $(BIN)/.installed-test
-	$(BIN)/pytest tests/unit -q
+	PYTEST=$(BIN)/pytest bash scripts/test-tiers unit
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

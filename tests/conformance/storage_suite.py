@@ -358,7 +358,10 @@ class StorageConformance:
         first = storage.put([make_record("a0", "ta"), make_record("b0", "tb")])
         second = storage.put([make_record("a1", "ta"), make_record("a2", "ta")])
         third = storage.put([make_record("b1", "tb")])
-        assert [m.seq for m in first] == [first[0].seq, first[1].seq]
+        # One batch over two new threads: each starts its own numbering (not one counter),
+        # and the stored records come back in the order given.
+        assert [(m.id, m.thread_id) for m in first] == [("a0", "ta"), ("b0", "tb")]
+        assert first[0].seq == first[1].seq
         a_seqs = [first[0].seq, second[0].seq, second[1].seq]
         b_seqs = [first[1].seq, third[0].seq]
         assert a_seqs == list(range(a_seqs[0], a_seqs[0] + 3))

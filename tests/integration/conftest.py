@@ -1,5 +1,8 @@
 """Real services for the integration tests, started here when not already running.
 
+The tier also holds the tests that use embedded Chroma, the local model, a subprocess or
+a loopback server without these fixtures (docs/testing.md says which tests go where).
+
 - PostgreSQL: a throwaway cluster (``initdb`` + ``pg_ctl``) in a temporary folder on a
   free loopback port, run as the ``postgres`` OS user when the tests run as root (initdb
   refuses root). Each test gets its own database, dropped afterwards.

@@ -18,7 +18,7 @@ import pytest
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
-from tests.unit.test_purge import SignEmbeddings, conversations, marker_of
+from tests.integration.test_purge import SignEmbeddings, conversations, marker_of
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,8 @@ the first release broke on at least one surface.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -442,26 +440,6 @@ def test_search_with_a_resource_alone(search: Callable[..., list[str]]) -> None:
     with pytest.raises(MissingIdentityError, match="resource"):
         search(memory, "dog", thread_id="A")
     assert "my dog is called Rex" not in search(memory, "dog Rex", resource_id="alice")
-
-
-def test_cli_search_with_a_resource_alone(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from langchain_semantic_recall.cli import common, main
-
-    monkeypatch.setattr(common, "create_embeddings", lambda: FakeEmbeddings(dimension=4096))
-    store = tmp_path / "store"
-    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings(dimension=4096))
-    memory.index([HumanMessage(FACT)], thread_id="A", resource_id="alice")
-    memory.index([HumanMessage("yes")], thread_id="A", resource_id="alice")
-    memory.index([HumanMessage("yes")], thread_id="A", resource_id="alice")
-    memory.storage.close()
-    assert main(["--path", str(store), "search", "Biscuit", "--resource", "alice", "--json"]) == 0
-    hits = json.loads(capsys.readouterr().out)["hits"]
-    assert [hit["message"]["text"] for hit in hits][:1] == [FACT]
-    assert main(["--path", str(store), "threads", "--json"]) == 0
-    (thread,) = json.loads(capsys.readouterr().out)
-    assert (thread["thread"], thread["messages"]) == ("A", 3)  # the two "yes" are two rows
 
 
 # --- review findings: one rule, whichever door ----------------------------------------

@@ -39,7 +39,6 @@ from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import ScopeFilter
 from tests.faults import (
     MEMORY,
-    SQLITE_CHROMA,
     Backend,
     FaultyEmbeddings,
     InjectedError,
@@ -568,8 +567,3 @@ def check_fault_schedule(rig: Rig, schedule: list[tuple[int, str | None, int]]) 
 class TestFaultsInMemory(FaultSuite):
     backend = MEMORY
     examples = 60
-
-
-class TestFaultsSQLiteChroma(FaultSuite):
-    backend = SQLITE_CHROMA
-    examples = 12

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypedDict
@@ -474,16 +472,3 @@ def test_tool_messages_are_stored_for_windows(memory: FactsMemory) -> None:
     node.invoke(state, config("tools"))
     assert [m.role for m in memory.stored("tools")] == ["user", "assistant", "tool", "assistant"]
     assert memory.vector_ids("tools") == {"h", "a"}
-
-
-def test_importing_the_package_loads_neither_chromadb_nor_langgraph() -> None:
-    code = (
-        "import sys, langchain_semantic_recall as p\n"
-        "heavy = [m for m in sys.modules if m.split('.')[0] in ('chromadb', 'langgraph')"
-        " or m.startswith('langchain.agents')]\n"
-        "assert not heavy, heavy\n"
-        "assert p.create_recall_graph.__module__ == 'langchain_semantic_recall.graph'\n"
-        "assert p.SemanticRecallMiddleware.__module__ == 'langchain_semantic_recall.middleware'\n"
-        "assert all(hasattr(p, name) for name in p.__all__)\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -34,8 +34,6 @@ from langchain_semantic_recall.formatting import (
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from tests.faults import (
     MEMORY,
-    MEMORY_EPHEMERAL_CHROMA,
-    SQLITE_CHROMA,
     SQLITE_MEMORY,
     Backend,
     Rig,
@@ -323,13 +321,3 @@ class TestHostileTextInMemory(HostileTextSuite):
 class TestHostileTextSQLite(HostileTextSuite):
     backend = SQLITE_MEMORY
     examples = 40
-
-
-class TestHostileTextChroma(HostileTextSuite):
-    backend = MEMORY_EPHEMERAL_CHROMA
-    examples = 25
-
-
-class TestHostileTextSQLiteChroma(HostileTextSuite):
-    backend = SQLITE_CHROMA
-    examples = 15

@@ -24,7 +24,7 @@ from langchain_semantic_recall import (
 from langchain_semantic_recall.engine.lifecycle import Lifecycle
 from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postings import ResourcePostings
-from langchain_semantic_recall.vectors import ChromaVectorIndex, InMemoryVectorIndex
+from langchain_semantic_recall.vectors import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
 TURN = [HumanMessage("I am allergic to peanuts"), AIMessage("Noted: no peanuts.")]
@@ -148,29 +148,6 @@ def test_a_failed_build_closes_what_was_built_for_it(
     with pytest.raises(InvalidOptionError):
         _from_url(tmp_path, top_k=0)
     assert closed == ["vectors", "sqlite"]
-
-
-def test_local_closes_its_chroma_client_and_sqlite(tmp_path: Path) -> None:
-    memory = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings())
-    memory.index(TURN, thread_id="t1", resource_id="alice")
-    client = memory.vector_store.client
-    with memory:
-        assert memory.search("peanuts", resource_id="alice")
-    assert client._closed  # chromadb's own flag: its system is released
-    with pytest.raises(StorageError):
-        memory.storage.count(ScopeFilter(resource_id="alice"))
-    with SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings()) as reopened:
-        assert reopened.search("peanuts", resource_id="alice")  # nothing was lost
-
-
-def test_a_chroma_client_passed_in_stays_open(tmp_path: Path) -> None:
-    import chromadb
-
-    client = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
-    index = ChromaVectorIndex(client)
-    index.close()
-    assert not client._closed
-    client.close()
 
 
 def test_closing_waits_for_the_background_postings_build(

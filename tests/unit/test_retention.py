@@ -8,9 +8,7 @@ conformance suite (`delete_before`); purge after retention is checked on the emb
 from __future__ import annotations
 
 import asyncio
-import random
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +28,6 @@ from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings, RecordingVectors
 from tests.unit.conftest import START, EngineFactory, turn
-from tests.unit.test_purge import SignEmbeddings, _markers, leftovers, sign_key
 from tests.unit.test_signed_in_user import asigned_in, signed_in
 
 OLD = START - timedelta(days=200)
@@ -127,24 +124,6 @@ def test_the_policy_is_checked_and_needed(make_engine: EngineFactory) -> None:
         memory.forget_before(datetime(2024, 1, 1))
     with pytest.raises(InvalidInputError, match="timezone-aware"):
         memory.forget_before("2024-01-01")  # type: ignore[arg-type]
-
-
-def test_the_local_and_url_constructors_take_the_policy(tmp_path: Path) -> None:
-    local = SemanticRecall.local(
-        tmp_path / "m", embeddings=FakeEmbeddings(), retention=timedelta(days=7)
-    )
-    url = SemanticRecall.from_url(
-        storage=f"sqlite:///{tmp_path / 'u.sqlite3'}",
-        vector=f"chroma:///{tmp_path / 'chroma'}",
-        embeddings=FakeEmbeddings(),
-        retention=timedelta(days=8),
-    )
-    try:
-        assert (local.retention, url.retention) == (timedelta(days=7), timedelta(days=8))
-        assert local.with_options(top_k=3).retention == timedelta(days=7)
-    finally:
-        local.storage.close()
-        url.storage.close()
 
 
 def test_a_read_only_engine_refuses_and_deletes_nothing(make_engine: EngineFactory) -> None:
@@ -251,44 +230,3 @@ def test_retention_never_deletes_another_resources_messages(
 
 
 # --- purge after retention: nothing of the old messages is left in the files --------------------
-
-
-def test_purge_after_retention_leaves_no_byte_of_the_old_messages(tmp_path: Path) -> None:
-    store = tmp_path / "memory"
-    memory = SemanticRecall.local(store, embeddings=SignEmbeddings(), search_mode="dense")
-    old: list[BaseMessage] = []
-    new: list[BaseMessage] = []
-    markers = iter(_markers(random.Random(26), 120))
-    for t in range(4):
-        for n in range(30):
-            is_old = n < 20
-            when = (OLD if is_old else START) + timedelta(minutes=n)
-            kind = HumanMessage if n % 2 == 0 else AIMessage
-            message = kind(
-                f"note {next(markers)} of the trip",
-                id=f"t{t}-m{n}",
-                additional_kwargs={"created_at": when.isoformat()},
-            )
-            (old if is_old else new).append(message)
-    for t in range(4):
-        thread = [m for m in old + new if str(m.id).startswith(f"t{t}-")]
-        thread.sort(key=lambda m: int(str(m.id).split("-m")[1]))
-        memory.index(thread, thread_id=f"t{t}", resource_id="alice")
-    index = memory.ensure_index().name
-    exported = memory.vector_store.export(index, ScopeFilter(resource_id="alice"))
-    gone_ids = {str(m.id) for m in old}
-    vectors = {sign_key(r.vector) for r in exported if r.message_id in gone_ids}
-    tails = {str(m.content).split()[1][-6:].encode() for m in old}
-    assert len(vectors) == len(old) == 80
-
-    result = memory.forget_before(CUTOFF)
-    assert result.deleted == {"alice": 80}
-    found = leftovers(store, tails, vectors)
-    assert sum(texts for texts, _ in found.values()) > 0  # the bytes stay until the purge...
-    assert sum(vecs for _, vecs in found.values()) > 0  # ...of texts and of vectors
-    memory.purge()
-
-    assert leftovers(store, tails, vectors) == {}
-    stats = memory.stats()
-    assert (stats.messages, stats.vectors, stats.orphan_vectors) == (40, 40, 0)
-    memory.storage.close()

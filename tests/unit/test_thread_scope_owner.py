@@ -3,8 +3,9 @@
 A thread first written without a resource (thread scope) is recorded with no owner
 (`NO_RESOURCE`, never the thread's own id); the first write that names a resource
 adopts it: its messages and vectors move to that resource, and from then on it is that
-resource's alone. Run on the in-memory backends and on what `SemanticRecall.local`
-builds (a SQLite file and a persistent Chroma, whose vectors are partitioned by resource).
+resource's alone. Run here on the in-memory backends and a SQLite file;
+tests/integration/test_thread_scope_owner.py runs the same tests on what
+`SemanticRecall.local` builds (a persistent Chroma, whose vectors are partitioned by resource).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
 from langchain_semantic_recall.turns import recall_turn
 from tests.fakes import FakeEmbeddings
-from tests.faults import LOCAL, MEMORY, Backend
+from tests.faults import MEMORY, SQLITE_MEMORY, Backend
 
 OLD = [
     HumanMessage("my sister lives in Lisbon", id="old-0"),
@@ -43,7 +44,7 @@ def vector_ids(memory: SemanticRecall, scope: ScopeFilter) -> set[str]:
     return memory.vector_store.message_ids(memory.ensure_index().name, scope)
 
 
-@pytest.fixture(params=[MEMORY, LOCAL], ids=str)
+@pytest.fixture(params=[MEMORY, SQLITE_MEMORY], ids=str)
 def backend(request: pytest.FixtureRequest) -> Backend:
     backend: Backend = request.param
     return backend

@@ -1,0 +1,774 @@
+"""The ``semantic-recall`` command line on real stores (SQLite and embedded Chroma).
+
+The commands run in this process on temporary stores; most tests use the fake embedder
+(the commands, not the model, are under test); the ``slow`` ones run the real local model
+through the default path and the console script. tests/unit/test_cli.py has the parser,
+help and output checks that need no store.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, message_to_dict
+
+from langchain_semantic_recall.cli import admin, main
+from tests.unit import test_cli as unit
+from tests.unit.test_cli import Cli, Embedder, Result, Tty
+from tests.unit.test_importers import chatgpt_conversation, sample_export
+
+# The fixtures of tests/unit/test_cli.py, the same here.
+cli = unit.cli
+embedder = unit.embedder
+plain_terminal = unit.plain_terminal
+
+
+@pytest.fixture
+def export_file(tmp_path: Path) -> Path:
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(sample_export()), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def loaded(cli: Cli, export_file: Path) -> Cli:
+    assert cli("ingest", str(export_file), "--resource", "alice").code == 0
+    return cli
+
+
+# --- the parser --------------------------------------------------------------------------
+
+
+def test_the_store_comes_from_the_environment_or_after_the_subcommand(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("SEMANTIC_RECALL_PATH", str(loaded.store))
+    assert main(["threads"]) == 0
+    assert "conv-trip" in capsys.readouterr().out
+    monkeypatch.delenv("SEMANTIC_RECALL_PATH")
+    assert main(["threads", "--path", str(loaded.store)]) == 0
+    assert "conv-trip" in capsys.readouterr().out
+
+
+def test_servers_by_url_instead_of_a_path(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, export_file: Path, embedder: Embedder
+) -> None:
+    urls = [
+        "--storage",
+        f"sqlite:///{tmp_path}/urls/messages.sqlite3",
+        "--vector",
+        f"chroma:///{tmp_path}/urls/chroma",
+    ]
+
+    def run(*argv: str) -> Result:
+        code = main([*urls, *argv])
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    assert run("ingest", str(export_file), "--resource", "alice").code == 0
+    stats = run("stats")
+    assert f"Store sqlite:///{tmp_path}/urls/messages.sqlite3 + chroma:///" in stats.out
+    assert "messages   6 in 2 thread(s)" in stats.out
+    assert "disk" not in stats.out  # a server store's size is the server's business
+    assert run("stats", "--json").json()["disk_bytes"] is None
+    half = main(["--storage", "memory://", "stats"])
+    assert half == 2
+    assert "--storage and --vector go together" in capsys.readouterr().err
+
+
+# --- ingest ------------------------------------------------------------------------------
+
+
+def test_ingest_a_chatgpt_export_then_again_adds_nothing(cli: Cli, export_file: Path) -> None:
+    first = cli("ingest", str(export_file), "--resource", "alice")
+    assert first.code == 0, first.err
+    assert "(ChatGPT export)" in first.out
+    assert "threads    2 new, 0 updated, 0 unchanged" in first.out
+    assert "messages   6 added" in first.out
+    assert "vectors    6 written" in first.out
+    assert "skipped    2 (tool call: 1; tool output: 1)" in first.out
+    second = cli("ingest", str(export_file), "--resource", "alice", "--json")
+    assert second.code == 0
+    summary = second.json()
+    assert summary["threads"] == {
+        "new": 0,
+        "updated": 0,
+        "unchanged": 2,
+        "refused": 0,
+        "restored": 0,
+    }
+    assert summary["messages_added"] == 0
+    assert summary["vectors_written"] == 0
+    assert summary["skipped"] == {"already stored": 6, "tool call": 1, "tool output": 1}
+    stats = cli("stats", "--json").json()
+    assert (stats["messages"], stats["vectors"], stats["threads"]) == (6, 6, 2)
+
+
+def test_ingest_a_newer_export_adds_only_what_is_new(cli: Cli, tmp_path: Path) -> None:
+    turns: list[Any] = [("user", "first"), ("assistant", "reply")]
+    older = tmp_path / "old.json"
+    older.write_text(json.dumps([chatgpt_conversation("c", "Chat", turns)]), encoding="utf-8")
+    newer = tmp_path / "new.zip"
+    grown = chatgpt_conversation("c", "Chat", [*turns, ("user", "later question")])
+    with zipfile.ZipFile(newer, "w") as archive:
+        archive.writestr("conversations.json", json.dumps([grown]))
+    assert cli("ingest", str(older), "--resource", "u").code == 0
+    result = cli("ingest", str(newer), "--resource", "u", "--json")
+    assert result.code == 0
+    summary = result.json()
+    assert summary["threads"]["updated"] == 1
+    assert summary["messages_added"] == 1
+    assert summary["skipped"] == {"already stored": 2}
+    shown = cli("show", "c", "--json").json()
+    assert [m["text"] for m in shown] == ["first", "reply", "later question"]
+
+
+def test_ingest_jsonl_reports_bad_lines_and_exits_1(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    rows = [
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "hello"},
+        {"resource": "bob", "thread": "b1", "role": "system", "content": "be nice"},
+        {"resource": "bob", "thread": "b1", "role": "robot", "content": "beep"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\nnot json\n", encoding="utf-8")
+    result = cli("ingest", str(path))
+    assert result.code == 1
+    assert "messages   2 added" in result.out
+    assert "vectors    1 written (stored without a vector: system message: 1)" in result.out
+    assert "line 3: 'role' must be one of user, assistant, system, tool" in result.out
+    assert "line 4: not JSON" in result.out
+    assert "2 line(s) of" in result.err
+    assert cli("stats", "--json").json()["messages"] == 2
+
+
+def test_ingest_format_and_resource_options(cli: Cli, tmp_path: Path, export_file: Path) -> None:
+    no_resource = cli("ingest", str(export_file))
+    assert no_resource.code == 2
+    assert "pass --resource" in no_resource.err
+    assert not cli.store.exists()
+    assert cli("ingest", str(tmp_path / "nope.json"), "--resource", "a").code == 3
+    as_jsonl = cli("ingest", str(export_file), "--format", "jsonl")
+    assert as_jsonl.code == 1  # one JSON array is one bad "line"
+    assert "line 1: a line must be a JSON object" in as_jsonl.out
+    lines = tmp_path / "default.jsonl"
+    lines.write_text(json.dumps({"thread": "t", "role": "user", "content": "x"}), "utf-8")
+    assert cli("ingest", str(lines), "--resource", "dana").code == 0
+    assert cli("threads", "--json").json()[0]["resource"] == "dana"
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"thread": "caf\xe9"}')
+    broken = cli("ingest", str(latin), "--format", "jsonl")
+    assert broken.code == 1
+    assert "not UTF-8" in broken.err
+
+
+def test_ingest_refuses_other_owners_and_forgotten_threads(loaded: Cli, export_file: Path) -> None:
+    other = loaded("ingest", str(export_file), "--resource", "mallory", "--json")
+    assert other.code == 1  # nothing was imported
+    assert "nothing in" in other.err
+    summary = other.json()
+    assert summary["threads"]["refused"] == 2
+    assert summary["threads"]["new"] == 0
+    assert summary["messages_refused"] == 6
+    assert summary["skipped"]["thread belongs to another resource ('alice')"] == 6
+    assert [r["where"] for r in summary["refused"]] == [
+        "conversation \"Lisbon trip\" (thread 'conv-trip')",
+        "conversation \"Tomatoes\" (thread 'conv-garden')",
+    ]
+    assert loaded("forget", "--thread", "conv-trip", "--yes").code == 0
+    again = loaded("ingest", str(export_file), "--resource", "alice", "--json")
+    assert again.code == 1  # not everything was imported: say so
+    refused = "thread was forgotten (its id is retired); pass --restore to write it again"
+    assert again.json()["skipped"][refused] == 4
+    assert again.json()["skipped"]["already stored"] == 2
+
+
+def test_ingest_restore_writes_a_forgotten_thread_again(loaded: Cli, export_file: Path) -> None:
+    assert loaded("forget", "--thread", "conv-trip", "--yes").code == 0
+    result = loaded("ingest", str(export_file), "--resource", "alice", "--restore", "--json")
+    assert result.code == 0, result.err
+    summary = result.json()
+    assert summary["threads"] == {
+        "new": 1,
+        "updated": 0,
+        "unchanged": 1,
+        "refused": 0,
+        "restored": 1,
+    }
+    assert summary["messages_added"] == 4
+    text = loaded("ingest", str(export_file), "--resource", "alice")
+    assert text.code == 0
+    assert "threads    0 new, 0 updated, 2 unchanged" in text.out
+
+
+def test_ingest_counts_threads_it_created_and_names_refused_lines(cli: Cli, tmp_path: Path) -> None:
+    first = tmp_path / "first.jsonl"
+    first.write_text(
+        "\n".join(
+            json.dumps({"resource": "alice", "thread": t, "role": "user", "content": c, "id": i})
+            for t, c, i in [("a", "hello", "m1"), ("a", "more", "m2"), ("b", "other", "m3")]
+        ),
+        encoding="utf-8",
+    )
+    assert cli("ingest", str(first)).code == 0
+    # Under a new thread id, the same message ids: refused one by one, with their lines.
+    second = tmp_path / "second.jsonl"
+    rows = [("new", "hello", "m1"), ("new", "fresh", "m9"), ("new", "more", "m2")]
+    second.write_text(
+        "\n".join(
+            json.dumps({"resource": "bob", "thread": t, "role": "user", "content": c, "id": i})
+            for t, c, i in rows
+        ),
+        encoding="utf-8",
+    )
+    result = cli("ingest", str(second), "--json")
+    assert result.code == 1
+    summary = result.json()
+    assert summary["threads"]["new"] == 1
+    assert summary["messages_added"] == 1
+    assert summary["messages_refused"] == 2
+    assert [r["where"] for r in summary["refused"]] == ["line 1", "line 3"]
+    assert all("unique across threads" in r["reason"] for r in summary["refused"])
+    text = cli("ingest", str(second))
+    assert "refused line 1: message id 'm1'" in text.out
+    assert "2 message(s) of" in text.err
+
+
+def test_move_gives_a_conversation_to_another_owner(loaded: Cli) -> None:
+    moved = loaded("move", "--thread", "conv-trip", "--to", "bob", "--from", "alice")
+    assert moved.code == 0, moved.err
+    assert moved.out == "Moved thread conv-trip from alice to bob: 4 message(s).\n"
+    threads = loaded("threads", "--json").json()
+    assert {t["thread"]: t["resource"] for t in threads} == {
+        "conv-garden": "alice",
+        "conv-trip": "bob",
+    }
+    assert loaded("search", "Lisbon", "--resource", "bob").code == 0
+    refused = loaded("move", "--thread", "conv-trip", "--to", "carol", "--from", "alice")
+    assert refused.code == 3
+    assert loaded("move", "--thread", "nope", "--to", "bob").code == 3
+    again = loaded("move", "--thread", "conv-trip", "--to", "bob")
+    assert again.out == "Thread conv-trip already belongs to bob: nothing moved.\n"
+
+
+def test_ingest_when_embedding_fails_stores_messages_and_exits_1(
+    cli: Cli, export_file: Path, embedder: Embedder
+) -> None:
+    embedder.fail = RuntimeError("embedding service down")
+    result = cli("ingest", str(export_file), "--resource", "alice")
+    assert result.code == 1
+    assert "6 message(s) stored without vectors" in result.out
+    assert "reindex --missing-only" in result.out
+    embedder.fail = None
+    stats = cli("stats")
+    assert "missing 6" in stats.out
+    assert "semantic-recall reindex --missing-only" in stats.out
+    repaired = cli("reindex", "--missing-only")
+    assert repaired.code == 0
+    assert "Wrote 6 missing vector(s) for 6 stored message(s)" in repaired.out
+    assert cli("stats", "--json").json()["missing_vectors"] == 0
+
+
+# --- search, inspect, threads, show ------------------------------------------------------
+
+
+def test_search_prints_scores_conversations_and_windows(loaded: Cli) -> None:
+    query = "peanuts allergic sister vegetarian"
+    options = ["--search-mode", "dense", "--top-k", "4", "--range", "1", "--message-budget", "none"]
+    result = loaded("search", query, "--resource", "alice", *options)
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == (
+        f'4 hit(s) for "{query}" in every conversation of alice '
+        "(dense search, top 4, window 1 before / 1 after)"
+    )
+    assert lines[2].startswith("#1  score ")
+    assert 'conversation "Lisbon trip" (conv-trip)' in lines[2]
+    hit = next(line for line in lines if line.startswith("   > "))
+    assert "user       My sister is vegetarian and I'm allergic to peanuts." in hit
+    assert "2024-01-15 10:33" in hit
+
+
+def test_search_json_and_options(loaded: Cli) -> None:
+    result = loaded(
+        "search",
+        "tomato seedlings",
+        "--resource",
+        "alice",
+        "--json",
+        "--top-k",
+        "1",
+        "--range",
+        "0,1",
+        "--threshold",  # silence off: the fake embedder's buckets make this look like small talk
+        "0",
+    )
+    data = result.json()
+    assert (data["query"], data["resource"], data["thread"]) == ("tomato seedlings", "alice", None)
+    (hit,) = data["hits"]
+    assert hit["rank"] == 1
+    assert 0 < hit["score"] <= 1
+    assert (hit["thread"], hit["title"]) == ("conv-garden", "Tomatoes")
+    assert hit["message"]["text"] == "When can my tomato seedlings go outside near Porto?"
+    assert [m["text"] for m in hit["window"]] == [
+        "When can my tomato seedlings go outside near Porto?",
+        "Late April, once nights stay above 10°C.",
+    ]
+
+
+def test_search_modes_and_budget(loaded: Cli) -> None:
+    hybrid = loaded(
+        "search",
+        "tomato",
+        "--resource",
+        "alice",
+        "--search-mode",
+        "hybrid",
+        "--message-budget",
+        "3",
+    )
+    assert "(hybrid search, top " in hybrid.out
+    assert "budget 3 messages)" in hybrid.out
+    windows = loaded(
+        "search",
+        "tomato",
+        "--resource",
+        "alice",
+        "--search-mode",
+        "keyword",
+        "--message-budget",
+        "3",
+        "--json",
+    ).json()
+    assert sum(len(h["window"]) for h in windows["hits"]) <= 3
+    assert loaded("search", "x", "--resource", "alice", "--message-budget", "lots").code == 2
+
+
+def test_search_one_thread_and_not_found(loaded: Cli) -> None:
+    inside = loaded("search", "Lisbon", "--thread", "conv-trip", "--json").json()
+    assert {h["thread"] for h in inside["hits"]} == {"conv-trip"}
+    assert inside["resource"] == "alice"
+    assert loaded("search", "tomato", "--resource", "bob").code == 3
+    assert loaded("search", "tomato", "--thread", "nope").code == 3
+    wrong_owner = loaded("search", "tomato", "--thread", "conv-trip", "--resource", "bob")
+    assert wrong_owner.code == 3
+    assert "no thread 'conv-trip' of resource 'bob'" in wrong_owner.err
+    assert loaded("search", "tomato").code == 2
+    assert loaded("search", "tomato", "--resource", "alice", "--top-k", "0").code == 2
+
+
+def test_inspect_prints_exactly_what_recall_injects(loaded: Cli) -> None:
+    question = "any peanut free snacks for my sister?"
+    result = loaded("inspect", "--resource", "alice", "--thread", "new-chat", question, "--json")
+    assert result.code == 0, result.err
+    expected = loaded.engine().recall(
+        [HumanMessage(question, id="semantic-recall-inspect")],
+        thread_id="new-chat",
+        resource_id="alice",
+    )
+    assert result.json() == json.loads(json.dumps([message_to_dict(m) for m in expected]))
+    assert result.json()[0]["data"]["additional_kwargs"]["source"] == "memory"
+    text = loaded("inspect", "--resource", "alice", "--thread", "new-chat", question).out
+    assert "Recall in thread new-chat of alice (resource scope" in text
+    assert "note: hybrid search's relevance model is not fitted for fake-bow" in text
+    assert "Hits (why these messages are recalled):" in text
+    assert "What the model is given: 2 message(s), 1 injected by recall (source: memory)" in text
+    assert "1 · system · source: memory" in text
+    assert expected[0].text in text  # the block, verbatim
+    assert text.rstrip().endswith(question)
+
+
+def test_inspect_with_history_thread_scope_and_errors(loaded: Cli) -> None:
+    result = loaded(
+        "inspect", "--thread", "conv-trip", "--history", "2", "--scope", "thread", "peanuts?"
+    )
+    assert result.code == 0, result.err
+    assert "(thread scope" in result.out
+    assert "live conversation" in result.out
+    assert result.out.count("source: memory") >= 2  # the header and the recalled messages
+    assert "remembered from a different conversation" not in result.out
+    new = loaded("inspect", "--thread", "brand-new", "hello")
+    assert new.code == 2
+    assert "pass --resource" in new.err
+    theft = loaded("inspect", "--thread", "conv-trip", "--resource", "bob", "hello")
+    assert theft.code == 1
+    assert "belongs to resource 'alice'" in theft.err
+    assert loaded("inspect", "--thread", "conv-trip", "--history", "-1", "x").code == 2
+    nothing = loaded("inspect", "--thread", "t", "--resource", "nobody", "hello")
+    assert nothing.code == 0
+    assert "(none: the model gets the input unchanged)" in nothing.out
+
+
+def test_threads_and_show(loaded: Cli) -> None:
+    listing = loaded("threads").out.splitlines()
+    header = "thread resource messages first (UTC) last (UTC) title"
+    assert listing[0].split() == header.split()
+    assert listing[1].split()[:3] == ["conv-garden", "alice", "2"]
+    assert listing[2].split()[:3] == ["conv-trip", "alice", "4"]
+    assert listing[2].endswith("Lisbon trip")
+    data = loaded("threads", "--resource", "alice", "--json").json()
+    assert [(t["thread"], t["messages"], t["title"]) for t in data] == [
+        ("conv-garden", 2, "Tomatoes"),
+        ("conv-trip", 4, "Lisbon trip"),
+    ]
+    assert data[1]["first_at"] == "2024-01-15T10:31:00+00:00"
+    assert loaded("threads", "--resource", "bob").code == 3
+    shown = loaded("show", "conv-trip").out
+    assert shown.startswith('Thread conv-trip of alice · "Lisbon trip" · 4 message(s)')
+    assert "2024-01-15 10:31  user\n  We're going to Lisbon in March." in shown
+    assert [m["seq"] for m in loaded("show", "conv-trip", "--json").json()] == [0, 1, 2, 3]
+    missing = loaded("show", "nope")
+    assert missing.code == 3
+    assert "no thread 'nope'" in missing.err
+
+
+def test_empty_files_and_stores(cli: Cli, tmp_path: Path, export_file: Path) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]", encoding="utf-8")
+    nothing = cli("ingest", str(empty), "--resource", "a")
+    assert nothing.code == 1
+    assert "holds no conversations" in nothing.err
+    assert cli("ingest", str(export_file), "--resource", "a").code == 0
+    assert cli("forget", "--resource", "a", "--yes").code == 0
+    assert "No conversations stored yet" in cli("threads").out
+    assert cli("threads", "--json").json() == []
+
+
+# --- stats, forget, reindex --------------------------------------------------------------
+
+
+def test_stats_reports_counts_index_model_and_disk(loaded: Cli) -> None:
+    text = loaded("stats").out
+    assert f"Store {loaded.store}" in text
+    assert "messages   6 in 2 thread(s) of 1 resource(s)" in text
+    assert "vectors    6 of 6 embeddable message(s), missing 0, orphaned 0" in text
+    assert "index      semantic-recall-fake-bow-128" in text
+    assert "model      fake-bow (128 dimensions)" in text
+    assert "relevance  not fitted for fake-bow" in text  # the numbers are MiniLM's
+    data = loaded("stats", "--json", "--thread", "conv-garden").json()
+    assert data["relevance"].startswith("not fitted for fake-bow")
+    assert (data["messages"], data["vectors"], data["threads"]) == (2, 2, 1)
+    assert data["disk_bytes"] > 0
+    assert data["index_name"] == "semantic-recall-fake-bow-128"
+
+
+def test_forget_asks_and_refuses_without_a_terminal(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # a pipe, not a terminal
+    refused = loaded("forget", "--resource", "alice")
+    assert refused.code == 2
+    assert "pass --yes" in refused.err
+    monkeypatch.setattr(sys, "stdin", Tty("n\n"))
+    declined = loaded("forget", "--resource", "alice")
+    assert declined.code == 1
+    assert "Delete everything of resource alice (2 thread(s), 6 message(s))" in declined.err
+    assert "Nothing deleted." in declined.out
+    assert loaded("stats", "--json").json()["messages"] == 6
+    monkeypatch.setattr(sys, "stdin", Tty("yes\n"))
+    done = loaded("forget", "--thread", "conv-garden")
+    assert done.code == 0
+    assert "Forgot thread conv-garden of alice: 2 message(s) and their vectors deleted." in done.out
+    assert loaded("show", "conv-garden").code == 3
+
+
+def test_forget_a_resource_leaves_nothing_of_it(loaded: Cli, export_file: Path) -> None:
+    bob = export_file.parent / "bob.json"
+    bob.write_text(
+        json.dumps([chatgpt_conversation("bob-1", "Bob", [("user", "tomato sauce recipe")])]),
+        encoding="utf-8",
+    )
+    assert loaded("ingest", str(bob), "--resource", "bob").code == 0
+    done = loaded("forget", "--resource", "alice", "--yes")
+    assert done.code == 0
+    assert "Forgot everything of resource alice: 6 message(s)" in done.out
+    alice = loaded("stats", "--resource", "alice", "--json").json()
+    assert (alice["messages"], alice["vectors"], alice["orphan_vectors"]) == (0, 0, 0)
+    engine = loaded.engine()
+    info = engine.ensure_index()
+    assert engine.vector_store.message_ids(info.name) == {"bob-1-0"}
+    assert loaded("search", "tomato", "--resource", "alice").code == 3
+    # --threshold 0: silence off (the 128-bucket fake makes "tomato" look like small talk)
+    bob = loaded("search", "tomato", "--resource", "bob", "--json", "--threshold", "0")
+    assert bob.json()["hits"]
+    assert loaded("forget", "--resource", "alice", "--yes").code == 3
+    assert loaded("forget", "--thread", "conv-trip", "--yes").code == 3
+
+
+def test_reindex_everything_or_one_scope(loaded: Cli) -> None:
+    everything = loaded("reindex")
+    assert everything.code == 0
+    assert "Wrote 6 vector(s) for 6 stored message(s) into index semantic-recall-fake-bow-128." in (
+        everything.out
+    )
+    scoped = loaded("reindex", "--thread", "conv-garden")
+    assert "Wrote 2 vector(s) for 2 stored message(s)" in scoped.out
+    assert loaded("stats", "--json").json()["vectors"] == 6
+
+
+# --- export ------------------------------------------------------------------------------
+
+
+def test_export_round_trips_through_ingest(loaded: Cli, tmp_path: Path) -> None:
+    engine = loaded.engine()
+    tool_turn = [
+        HumanMessage("look this up", id="q"),
+        AIMessage("", id="call", tool_calls=[{"name": "find", "args": {}, "id": "c1"}]),
+        ToolMessage("found it", tool_call_id="c1", id="res"),
+        AIMessage("Here it is.", id="ans"),
+    ]
+    engine.index(tool_turn, thread_id="tools", resource_id="alice")
+    out = loaded("export", "--resource", "alice")
+    assert out.code == 0
+    lines = out.out.splitlines()
+    assert len(lines) == 10
+    assert json.loads(lines[0])["thread"] == "conv-garden"
+    target = tmp_path / "alice.jsonl"
+    written = loaded("export", "--resource", "alice", "--output", str(target))
+    assert written.out == f"Wrote 10 message(s) of 3 thread(s) to {target}.\n"
+    assert target.read_text(encoding="utf-8").splitlines() == lines
+    # Into a fresh store: the same messages, ids, times and types.
+    fresh = Cli(loaded.capsys, tmp_path / "fresh")
+    assert fresh("ingest", str(target)).code == 0
+    assert fresh("export", "--resource", "alice").out.splitlines() == lines
+    restored = fresh.engine()
+    stored = {m.id: m for m in restored.storage.list_messages()}
+    assert isinstance(stored["call"].to_message(), AIMessage)
+    assert stored["call"].to_message().tool_calls[0]["id"] == "c1"  # type: ignore[attr-defined]
+    assert stored["res"].to_message().tool_call_id == "c1"  # type: ignore[attr-defined]
+    # Into the same store: nothing new.
+    again = loaded("ingest", str(target), "--json").json()
+    assert again["messages_added"] == 0
+    assert again["skipped"] == {"already stored": 10}
+    one = loaded("export", "--resource", "alice", "--thread", "tools").out.splitlines()
+    assert len(one) == 4
+    assert loaded("export", "--resource", "bob").code == 3
+    assert loaded("export", "--resource", "bob", "--thread", "tools").code == 3
+
+
+# --- errors and colour -------------------------------------------------------------------
+
+
+def test_unexpected_errors_and_interrupts_have_exit_codes(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(args: Any) -> int:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(admin, "run_stats", boom)
+    failed = loaded("stats")
+    assert failed.code == 1
+    assert failed.err == (
+        "semantic-recall: error: internal error (RuntimeError: disk on fire); run with -v "
+        "for the details, and report it with the command you ran\n"
+    )
+    verbose = loaded("-v", "stats")
+    assert "Traceback" in verbose.err
+
+    def interrupted(args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(admin, "run_stats", interrupted)
+    assert loaded("stats").code == 130
+
+    def no_disk(args: Any) -> int:
+        raise PermissionError(13, "Permission denied", "/store")
+
+    monkeypatch.setattr(admin, "run_stats", no_disk)
+    denied = loaded("stats")
+    assert denied.code == 1
+    assert denied.err == "semantic-recall: error: Permission denied: /store\n"
+
+
+# --- the real model, the default path ----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_default_embedder_end_to_end(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, export_file: Path
+) -> None:
+    run = Cli(capsys, tmp_path / "store")
+    assert run("ingest", str(export_file), "--resource", "alice").code == 0
+    stats = run("stats", "--json").json()
+    assert stats["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert (stats["dimension"], stats["vectors"]) == (384, 6)
+    assert stats["relevance"] == "fitted for all-MiniLM-L6-v2 (384-d)"
+    # no shared word: found on meaning alone (0.2.0's gate hid it in a store this small)
+    hits = run("search", "food allergy", "--resource", "alice", "--json").json()["hits"]
+    assert hits[0]["message"]["text"] == "My sister is vegetarian and I'm allergic to peanuts."
+    shown = run("inspect", "--resource", "alice", "--thread", "next", "peanut-free snack?").out
+    assert "I'm allergic to peanuts." in shown
+    assert run("forget", "--resource", "alice", "--yes").code == 0
+    gone = run("stats", "--resource", "alice", "--json").json()
+    assert (gone["messages"], gone["vectors"]) == (0, 0)
+
+
+@pytest.mark.slow
+def test_the_console_script(tmp_path: Path) -> None:
+    """The installed entry point passes exit codes and streams through to the shell."""
+    script = Path(sys.executable).parent / "semantic-recall"
+    missing = subprocess.run(
+        [str(script), "--path", str(tmp_path / "none"), "stats"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 3
+    assert missing.stdout == ""
+    assert missing.stderr.startswith("semantic-recall: error: no store at")
+
+
+# --- ingest that reports and continues (issue 12) ----------------------------------------
+
+
+def test_ingest_skips_a_bad_id_and_loads_the_rest(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    rows = [
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "one"},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "two", "id": "x\x00y"},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "three", "id": " "},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "four", "created_at": "?"},
+        {"resource": "bob", "thread": "b1", "role": "user", "content": "five"},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    result = cli("ingest", str(path))
+    assert result.code == 1
+    assert "messages   2 added" in result.out
+    assert "skipped    3" in result.out
+    assert "line 2: " in result.out
+    assert "NUL" in result.out
+    assert "line 3: " in result.out
+    assert "line 4: " in result.out
+    assert "3 line(s) of" in result.err
+    assert cli("stats", "--json").json()["messages"] == 2
+
+
+def test_ingest_decodes_a_bom_and_utf16_and_names_other_encodings(cli: Cli, tmp_path: Path) -> None:
+    line = json.dumps({"resource": "bob", "thread": "b1", "role": "user", "content": "hé"})
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + line.encode())
+    assert cli("ingest", str(bom)).code == 0
+    utf16 = tmp_path / "utf16.jsonl"
+    utf16.write_bytes(line.replace("b1", "b2").encode("utf-16"))
+    assert cli("ingest", str(utf16)).code == 0
+    assert cli("stats", "--json").json()["messages"] == 2
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(line.replace("\\u00e9", "é").encode("latin-1"))
+    result = cli("ingest", str(latin))
+    assert result.code == 1
+    assert result.err.count("\n") == 1
+    assert "is not UTF-8 text" in result.err
+    assert "convert it" in result.err
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("export.zip", b"PK\x03\x04 broken", "not a readable zip"),
+        ("deep.json", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        ("numbers.json", b"[1, 2, 3]", "not a ChatGPT export"),
+        ("empty.json", b'[{"title": "no mapping"}]', "nothing in"),
+    ],
+)
+def test_ingest_of_a_broken_export_is_a_clear_error(
+    cli: Cli, tmp_path: Path, name: str, data: bytes, message: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    result = cli("ingest", str(path), "--format", "chatgpt", "--resource", "alice")
+    assert result.code == 1
+    assert message in result.err
+    assert "unexpected" not in result.err
+
+
+@pytest.mark.parametrize("file", ["messages.sqlite3", "chroma/chroma.sqlite3"])
+def test_a_damaged_store_is_named_with_a_next_step(loaded: Cli, file: str) -> None:
+    # A copy: this process's open connections and Chroma clients cache the original.
+    copy = loaded.store.parent / "damaged"
+    shutil.copytree(loaded.store, copy)
+    damaged = copy / file
+    for journal in (
+        damaged.with_name(damaged.name + "-wal"),
+        damaged.with_name(damaged.name + "-shm"),
+    ):
+        journal.unlink(missing_ok=True)  # only the damaged file's: the other keeps its data
+    damaged.write_bytes(b"this is not a database at all " * 400)
+    result = loaded("--path", str(copy), "stats")
+    assert result.code == 1
+    assert "unexpected" not in result.err
+    assert "damaged" in result.err or "could not be read" in result.err
+    assert "backup" in result.err
+
+
+def test_the_rerun_after_an_interrupted_import_reports_missing_vectors(
+    loaded: Cli, export_file: Path
+) -> None:
+    # What a SIGKILL between the message write and the vector write leaves behind.
+    engine = loaded.engine()
+    ids = [m.id for m in engine.storage.list_messages(limit=2)]
+    engine.vector_store.delete(engine.ensure_index().name, message_ids=ids)
+    assert engine.stats().missing_vectors == 2
+    engine.storage.close()
+    rerun = loaded("ingest", str(export_file), "--resource", "alice")
+    assert rerun.code == 1
+    assert "2 stored message(s) lack a vector" in rerun.out
+    assert "--repair" in rerun.err
+    repaired = loaded("ingest", str(export_file), "--resource", "alice", "--repair")
+    assert repaired.code == 0, repaired.err
+    assert "repaired   2 missing vector(s) written" in repaired.out
+    assert loaded("stats", "--json").json()["missing_vectors"] == 0
+
+
+def test_forget_older_than_deletes_old_messages_of_every_resource(
+    loaded: Cli, export_file: Path
+) -> None:
+    bob = export_file.parent / "bob.json"
+    recent = chatgpt_conversation("bob-1", "Bob", [("user", "tomato sauce")], start=time.time())
+    bob.write_text(json.dumps([recent]), encoding="utf-8")
+    assert loaded("ingest", str(bob), "--resource", "bob").code == 0
+    done = loaded("forget", "--older-than", "90d", "--yes")
+    assert done.code == 0, done.err
+    assert "Forgot 6 message(s) created before" in done.out
+    assert "UTC of every resource, and their vectors (alice 6)." in done.out
+    assert "Threads left empty: conv-garden, conv-trip." in done.out
+    alice = loaded("stats", "--resource", "alice", "--json").json()
+    assert (alice["messages"], alice["vectors"], alice["orphan_vectors"]) == (0, 0, 0)
+    assert loaded("stats", "--resource", "bob", "--json").json()["messages"] == 1
+    again = loaded("forget", "--older-than", "90d", "--yes")
+    assert "Forgot 0 message(s)" in again.out
+
+
+def test_forget_before_a_date_of_one_resource_asks_first(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))  # a pipe, not a terminal
+    assert loaded("forget", "--before", "2024-01-15T10:33", "--resource", "alice").code == 2
+    monkeypatch.setattr(sys, "stdin", Tty("y\n"))
+    done = loaded("forget", "--before", "2024-01-15T10:33", "--resource", "alice")
+    assert done.code == 0, done.err
+    assert "Delete every message created before 2024-01-15 10:33 UTC of resource alice" in done.err
+    assert "Forgot 2 message(s) created before" in done.out  # the trip's first exchange
+    kept = [m.id for m in loaded.engine().storage.list_messages()]
+    assert kept == ["conv-garden-0", "conv-garden-3", "conv-trip-3", "conv-trip-4"]
+
+
+def test_forget_by_date_refuses_what_it_cannot_read(loaded: Cli) -> None:
+    for argv in (
+        ["--older-than", "3m"],
+        ["--older-than", "0d"],
+        ["--before", "last week"],
+        ["--thread", "conv-trip", "--before", "2024-01-01"],
+        [],
+    ):
+        result = loaded("forget", *argv, "--yes")
+        assert result.code == 2, argv
+    assert loaded("forget", "--older-than", "1d", "--resource", "nobody", "--yes").code == 3
+    assert loaded("stats", "--json").json()["messages"] == 6

@@ -1,0 +1,373 @@
+"""`semantic-recall eval` on real stores (embedded Chroma); the benchmarks' smoke runs.
+
+tests/unit/test_eval.py has the dataset readers and the scoring.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from langchain_semantic_recall.cli import common, main
+from langchain_semantic_recall.cli.eval_store import MANIFEST
+from langchain_semantic_recall.evaluation import (
+    read_locomo,
+)
+from langchain_semantic_recall.false_memory import (
+    SMALL_TALK,
+)
+from langchain_semantic_recall.relevance import reference
+from tests.fakes import FakeEmbeddings
+from tests.unit import test_eval as unit
+from tests.unit.test_eval import big_locomo, jsonl, paraphrase_set, two_resource_jsonl
+
+# The fixtures of tests/unit/test_eval.py, the same here.
+locomo_file = unit.locomo_file
+fake_embedder = unit.fake_embedder
+
+
+def test_eval_draws_no_progress_bars_into_a_file(
+    locomo_file: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", "locomo", str(locomo_file)]) == 0  # stderr is captured: no terminal
+    assert "querying" not in capsys.readouterr().err
+
+
+def test_eval_locomo_smoke_run_writes_a_rescorable_report(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "report.json"
+    code = main(["eval", "locomo", str(locomo_file), "--no-progress", "--json-out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    for text in (
+        "4 single-hop",
+        "overall",
+        "recall",
+        "hit_all",
+        "msgs/q",
+        "p95 ms",
+        "evidence ids",
+    ):
+        assert text in printed
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["settings"]["search_mode"] == "hybrid"
+    assert report["settings"]["message_budget"] == 15
+    assert set(report["summary"]) >= {"by_category", "overall", "evidence"}
+    rows = report["questions"]
+    assert {"sample_id", "question", "category", "evidence", "returned"} <= set(rows[0])
+    rescored = sum(len(set(r["evidence"]) & set(r["returned"])) / len(r["evidence"]) for r in rows)
+    assert rescored / len(rows) == pytest.approx(report["summary"]["overall"]["recall"])
+
+
+def test_eval_reports_false_memories_and_folds(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out = tmp_path / "false.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--json-out", str(out)]
+    assert main([*argv, "--foreign", "--small-talk", "--folds"]) == 0
+    printed = capsys.readouterr().out
+    assert "false memories, foreign" in printed
+    assert "false memories, small talk" in printed
+    assert "per conversation (fold)" in printed
+    summary = json.loads(out.read_text(encoding="utf-8"))["summary"]
+    questions = summary["overall"]["questions"]
+    foreign = summary["false_memories"]["foreign"]
+    assert foreign["overall"]["questions"] == questions  # every question, asked elsewhere
+    assert set(foreign["by_resource"]) == {"conv-1", "conv-2"}
+    assert 0 <= foreign["overall"]["messages_per_query"] <= 15
+    talk = summary["false_memories"]["small talk"]
+    assert talk["overall"]["questions"] == 2 * len(SMALL_TALK)
+    assert talk["overall"]["messages_per_query"] < 1  # all but one have no content term
+    assert set(summary["by_resource"]) == {"conv-1", "conv-2"}
+
+
+def test_eval_options_reach_the_engine(
+    locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "dense.json"
+    argv = [
+        "eval",
+        "locomo",
+        str(locomo_file),
+        "--no-progress",
+        "--json-out",
+        str(out),
+        "--search-mode",
+        "dense",
+        "--top-k",
+        "2",
+        "--after",
+        "0",
+        "--message-budget",
+        "none",
+        "--include-adversarial",
+    ]
+    assert main(argv) == 0
+    settings = json.loads(out.read_text(encoding="utf-8"))["settings"]
+    assert (settings["search_mode"], settings["top_k"], settings["before"], settings["after"]) == (
+        "dense",
+        2,
+        1,
+        0,
+    )
+    assert settings["message_budget"] is None
+    assert "5 adversarial" in capsys.readouterr().out
+
+
+def test_eval_in_thread_scope_asks_inside_each_conversation(
+    locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "thread.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--scope", "thread"]
+    argv += ["--threshold", "0"]  # fake vectors: the calibrated gate is for a real embedder
+    assert main([*argv, "--json-out", str(out)]) == 0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["settings"]["scope"] == "thread"
+    assert report["summary"]["overall"]["recall"] > 0.5
+    assert "overall" in capsys.readouterr().out
+
+
+def test_eval_jsonl_smoke_run(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(
+        tmp_path / "mine.jsonl",
+        [
+            {"resource": "alice", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+            {"resource": "alice", "thread": "t", "role": "assistant", "id": "m2", "content": "ok"},
+            {"question": "the red kite?", "resource": "alice", "evidence": ["m1"]},
+        ],
+    )
+    assert main(["eval", "jsonl", str(path), "--no-progress"]) == 0
+    assert "all" in capsys.readouterr().out
+
+
+def test_eval_jsonl_reports_probe_lines_per_kind(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = two_resource_jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"probe": "thanks!", "kind": "small talk"},
+            {"probe": "good morning", "kind": "small talk"},
+            {"probe": "the red kite?", "kind": "off-topic"},  # alice holds it: a false memory
+        ],
+    )
+    out = tmp_path / "probes.json"
+    argv = ["eval", "jsonl", str(path), "--no-progress", "--threshold", "0"]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "false memories, small talk" in printed
+    assert "false memories, off-topic" in printed
+    probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
+    talk, off = probes["small talk"], probes["off-topic"]
+    assert talk["overall"]["questions"] == 4  # 2 lines x 2 resources
+    assert set(talk["by_category"]) == {"dataset"}
+    assert set(talk["by_resource"]) == {"alice", "bob"}
+    assert off["overall"]["questions"] == 2
+    assert off["by_resource"]["alice"]["any"] == 1.0
+
+
+def test_eval_paraphrase_reports_found_per_kind_and_probes(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    out = tmp_path / "para.json"
+    argv = ["eval", "paraphrase", str(folder), "--no-progress", "--threshold", "0"]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "found" in printed
+    assert "false memories, small talk" in printed
+    assert "false memories, off-topic" in printed
+    report = json.loads(out.read_text(encoding="utf-8"))
+    by_kind = report["summary"]["by_category"]
+    assert by_kind["direct"]["found"] == 1.0  # the three direct questions share a word
+    assert by_kind["indirect"]["questions"] == 1
+    assert {r["question"]: r["found"] for r in report["questions"]}["where does Ada live?"]
+    probes = report["summary"]["false_memories"]
+    assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 personas
+    assert probes["off-topic"]["overall"]["questions"] == 2
+
+
+def test_eval_paraphrase_busy_puts_at_least_300_messages_in_each_persona(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locomo = big_locomo(tmp_path / "busy.json", samples=2, turns=110)
+    folder = paraphrase_set(tmp_path / "para")
+    argv = ["eval", "paraphrase", str(folder), "--no-progress", "--busy", str(locomo)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "Loading 668 messages" in printed  # 8 of the set + 2 x 330 of LoCoMo
+    assert "p1: 3 sessions, conv-0/session_1 to conv-0/session_3" in printed
+    assert main(["eval", "jsonl", str(locomo), "--busy", str(locomo)]) == 2
+
+
+def recording_embedder(monkeypatch: pytest.MonkeyPatch) -> FakeEmbeddings:
+    embedder = FakeEmbeddings()
+    monkeypatch.setattr(common, "create_embeddings", lambda: embedder)
+    return embedder
+
+
+def test_eval_store_is_reused_without_embedding_the_messages_again(
+    locomo_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    embedder = recording_embedder(monkeypatch)
+    store = tmp_path / "store"
+    out = tmp_path / "first.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    first = json.loads(out.read_text(encoding="utf-8"))
+    stored = {m.content for c in read_locomo(locomo_file).conversations for m in c.messages}
+    assert stored <= {text for call in embedder.calls for text in call}
+    embedder.calls.clear()
+    capsys.readouterr()
+    assert main([*argv, "--json-out", str(out)]) == 0
+    assert "Reusing" in capsys.readouterr().out
+    embedded = {text for call in embedder.calls for text in call}
+    questions = {q.question for q in read_locomo(locomo_file).questions}
+    assert embedded <= questions | {*reference.UNRELATED, *reference.SMALL_TALK}  # + reference
+    again = json.loads(out.read_text(encoding="utf-8"))
+    assert [r["returned"] for r in again["questions"]] == [
+        r["returned"] for r in first["questions"]
+    ]
+    assert again["summary"]["load_seconds"] is None
+
+
+def test_eval_store_refuses_another_dataset_or_an_unknown_folder(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main(argv) == 0
+    before = sorted(p.name for p in store.iterdir())
+    capsys.readouterr()
+    assert main([*argv, "--scope", "thread"]) == 2  # the same file, other threads
+    assert "holds 10 messages of locomo" in capsys.readouterr().err
+    other = two_resource_jsonl(tmp_path / "other.jsonl", [])
+    assert main(["eval", "jsonl", str(other), "--no-progress", "--store", str(store)]) == 2
+    assert sorted(p.name for p in store.iterdir()) == before
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    (unknown / "notes.txt").write_text("mine", encoding="utf-8")
+    assert main([*argv[:-1], str(unknown)]) == 2
+    assert "no eval manifest" in capsys.readouterr().err
+    manifest = store / MANIFEST
+    manifest.write_text(
+        manifest.read_text(encoding="utf-8").replace('"complete"', '"loading"'), encoding="utf-8"
+    )
+    assert main(argv) == 2
+    assert "did not finish" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quality_locomo_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None:
+    done = _run_benchmark("quality_locomo.py", [str(locomo_file)], tmp_path)
+    assert "trade-off curve" in done
+
+
+def _run_benchmark(script: str, args: list[str], cwd: Path) -> str:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _tiny_sets(folder: Path, locomo_file: Path) -> None:
+    """The three development sets' layouts, a few lines each."""
+    (folder / "locomo-dev").mkdir(parents=True)
+    (folder / "locomo-dev/locomo_dev.json").write_text(locomo_file.read_text(), "utf-8")
+    lines = []
+    for r in range(2):
+        for t, (fact, topic) in enumerate(
+            [("I adopted a cat named Miso", "cat"), ("I run 5k on Sundays", "run")]
+        ):
+            lines.append(
+                {
+                    "resource": f"m{r}",
+                    "thread": f"m{r}-t{t}",
+                    "role": "user",
+                    "id": f"m{r}-{t}u",
+                    "content": fact,
+                    "created_at": f"2024-01-0{t + 1}T10:00:00Z",
+                }
+            )
+            lines.append(
+                {
+                    "resource": f"m{r}",
+                    "thread": f"m{r}-t{t}",
+                    "role": "assistant",
+                    "id": f"m{r}-{t}a",
+                    "content": f"Nice, tell me about the {topic}!",
+                    "created_at": f"2024-01-0{t + 1}T10:00:01Z",
+                }
+            )
+        lines.append(
+            {"question": "What is my pet called?", "resource": f"m{r}", "evidence": [f"m{r}-0u"]}
+        )
+    (folder / "longmemeval-dev").mkdir()
+    (folder / "longmemeval-dev/longmemeval_dev.jsonl").write_text(
+        "\n".join(json.dumps(x) for x in lines) + "\n", "utf-8"
+    )
+    para = folder / "paraphrase-dev"
+    para.mkdir()
+    rows = [
+        {
+            "id": f"p{p}-0{n}",
+            "persona": f"p{p}",
+            "fact": fact,
+            "reply": "Noted!",
+            "question": q,
+            "answer_terms": terms,
+            "kind": "direct",
+        }
+        for p in (1, 2)
+        for n, (fact, q, terms) in enumerate(
+            [
+                ("I'm allergic to peanuts", "What food should I avoid?", ["peanuts"]),
+                ("my daughter turns 7 in June", "When is my kid's birthday?", ["june"]),
+            ]
+        )
+    ]
+    (para / "paraphrase_dev.jsonl").write_text(
+        "\n".join(json.dumps(x) for x in rows) + "\n", "utf-8"
+    )
+    (para / "smalltalk_dev.jsonl").write_text('{"text": "thanks!"}\n', "utf-8")
+    (para / "offtopic_dev.jsonl").write_text('{"text": "Why is the sky blue?"}\n', "utf-8")
+
+
+@pytest.mark.slow
+def test_quality_relevance_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None:
+    """The fitting script runs end to end on all three sets' formats and prints its table."""
+    _tiny_sets(tmp_path / "data", locomo_file)
+    args = ["--data", str(tmp_path / "data"), "--cache", str(tmp_path / "cache"), "--quick"]
+    out = _run_benchmark("quality_relevance.py", args, tmp_path)
+    for name in ("### locomo", "### lme", "### para-small", "### para-busy", "0.2.0 defaults"):
+        assert name in out
+    assert "plain BM25 top 15" in out
+    assert "rescaled" in out
+    assert "DIFFERENT" not in out

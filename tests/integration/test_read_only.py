@@ -1,0 +1,151 @@
+"""A read-only store can be inspected: SQLite through `mode=ro`, Chroma on a copy.
+
+The tests run as root, which ignores file modes, so `chmod -R a-w` alone proves nothing.
+The store is therefore also bind-mounted read-only in a private mount namespace
+(`unshare -m`, as root): writes fail there with EROFS for root too, exactly as on a
+read-only backup disk. Where that is not possible (no `unshare`, no CAP_SYS_ADMIN) and
+we run as root, those tests fail (CI runs as root where it can); as any other user,
+`chmod -R a-w` is real.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_CLI = """
+import sys
+from langchain_semantic_recall.cli import common, main
+from tests.fakes import FakeEmbeddings
+common.create_embeddings = FakeEmbeddings
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+_LIBRARY = """
+import sys
+from langchain_semantic_recall import SemanticRecall
+from tests.fakes import FakeEmbeddings
+# threshold 0: silence off (the fake embedder's buckets make short queries look like small talk)
+memory = SemanticRecall.local(
+    sys.argv[1], read_only=True, embeddings=FakeEmbeddings(), threshold=0.0
+)
+hits = memory.search("lighthouse keeper", resource_id="alice")
+print(hits[0].message.text)
+print(memory.stats().messages)
+"""
+
+
+def _digest(folder: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _can_mount_read_only(tmp_path: Path) -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && ! touch "$0/x"'
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, str(probe)], capture_output=True, check=False
+    )
+    return done.returncode == 0 and not (probe / "x").exists()
+
+
+@pytest.fixture
+def read_only_store(tmp_path: Path) -> Path:
+    """A store of two conversations, copied, then made read-only (`chmod -R a-w`)."""
+    source = tmp_path / "source"
+    lines = [
+        {"resource": "alice", "thread": "sea", "role": "user", "content": "the lighthouse keeper"},
+        {"resource": "alice", "thread": "sea", "role": "assistant", "content": "keeps the lamp"},
+        {"resource": "alice", "thread": "cake", "role": "user", "content": "a lemon cake recipe"},
+    ]
+    history = tmp_path / "history.jsonl"
+    history.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    loaded = _run(_CLI, "--path", str(source), "ingest", str(history), store=None)
+    assert loaded.returncode == 0, loaded.stderr
+    store = tmp_path / "backup"
+    shutil.copytree(source, store)
+    subprocess.run(["chmod", "-R", "a-w", str(store)], check=True)
+    yield store
+    subprocess.run(["chmod", "-R", "u+w", str(store)], check=True)
+
+
+def _run(code: str, *argv: str, store: Path | None) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter; with `store`, on a read-only mount of it."""
+    command = [sys.executable, "-c", code, *argv]
+    if store is not None and os.geteuid() == 0:
+        script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+        command = ["unshare", "-m", "sh", "-c", script, str(store), *command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "COLUMNS": "100"}
+    return subprocess.run(
+        command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
+    )
+
+
+@pytest.fixture
+def mounted(tmp_path: Path) -> None:
+    # CI runs as root on a machine where `unshare -m` works: fail, never skip, without it.
+    if os.geteuid() == 0 and not _can_mount_read_only(tmp_path):
+        pytest.fail("root ignores file modes, and no read-only mount can be made here")
+
+
+@pytest.mark.usefixtures("mounted")
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["stats", "--json"], '"messages": 3'),
+        # --threshold 0: silence off (the fake embedder makes short queries look like chat)
+        (
+            ["search", "lighthouse keeper", "--resource", "alice", "--threshold", "0"],
+            "the lighthouse keeper",
+        ),
+        (
+            ["inspect", "lighthouse keeper", "--thread", "cake", "--threshold", "0"],
+            "the lighthouse keeper",
+        ),
+        (["threads"], "cake"),
+        (["show", "sea"], "keeps the lamp"),
+        (["export", "--resource", "alice"], '"content": "a lemon cake recipe"'),
+    ],
+)
+def test_inspection_commands_work_on_a_read_only_store(
+    read_only_store: Path, argv: list[str], expected: str
+) -> None:
+    before = _digest(read_only_store)
+    done = _run(_CLI, "--path", str(read_only_store), *argv, store=read_only_store)
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout
+    assert _digest(read_only_store) == before
+
+
+@pytest.mark.usefixtures("mounted")
+def test_the_library_opens_a_read_only_store(read_only_store: Path) -> None:
+    done = _run(_LIBRARY, str(read_only_store), store=read_only_store)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["the lighthouse keeper", "3"]
+
+
+@pytest.mark.usefixtures("mounted")
+def test_writing_to_a_read_only_store_says_so(read_only_store: Path, tmp_path: Path) -> None:
+    more = tmp_path / "more.jsonl"
+    row = {"resource": "alice", "thread": "new", "role": "user", "content": "hi"}
+    more.write_text(json.dumps(row), encoding="utf-8")
+    done = _run(_CLI, "--path", str(read_only_store), "ingest", str(more), store=read_only_store)
+    assert done.returncode == 1
+    assert "read-only" in done.stderr
+    assert "chmod" not in done.stderr
+    assert "unexpected" not in done.stderr
