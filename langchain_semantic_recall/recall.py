@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from os import PathLike
 from typing import TYPE_CHECKING, Any, NoReturn, Unpack
 
@@ -21,9 +22,10 @@ from langchain_semantic_recall import memory_contract
 from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.engine.core import (
     BulkOptions,
-    CallIds,
     EngineCore,
     EnginePlan,
+    IndexOptions,
+    Narrowed,
     Option,
     Part,
     ReindexOptions,
@@ -105,6 +107,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         message_budget: most messages recalled per turn (`"auto"`: 15; None in dense mode).
         time_boost: time-aware ranking for queries naming a period (0.5; 0 is off;
             hybrid mode only turns it on or off, see `options.DEFAULT_TIME_BOOST`).
+        horizon: recall sees only messages this recent (`timedelta`; None: all).
         index_name: vector index name (default: from the embedding model and dimension).
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
@@ -137,6 +140,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         search_mode: SearchMode = DEFAULT_SEARCH_MODE,
         message_budget: Budget = "auto",
         time_boost: float = DEFAULT_TIME_BOOST,
+        horizon: timedelta | None = None,
         index_name: str | None = None,
         logger: logging.Logger | None = None,
         read_only: bool = False,
@@ -247,8 +251,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """The hits recall would use for `query`: score, message, context window.
 
         Resource scope needs only a resource id; thread scope a thread id. `top_k`,
-        `scope` and `threshold` override the engine's for this call. Failures raise
-        (unlike `recall`, which logs them and recalls nothing).
+        `scope` and `threshold` override the engine's for this call; `filter`, `since`
+        and `until` narrow it (docs/filtering.md). Failures raise (`recall` logs them).
 
         Raises:
             MissingIdentityError: the scope's id was given by no source.
@@ -260,48 +264,49 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return await self._core.arun(self._core.search(query, options))
 
     def recall(
-        self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[Narrowed]
     ) -> list[BaseMessage]:
         """The input with recalled messages injected, each tagged `source: memory`.
 
         No human text or no hit: the input unchanged. A failure of the embedder, vector
         index or storage is logged and recalls nothing; configuration errors (missing
-        ids, dimension mismatch) are raised.
+        ids, dimension mismatch, a bad `filter`/`since`/`until`) are raised.
         """
-        return self._core.run(self._core.recall(messages, self._core.identity(ids), turn=False))
+        return self._core.run(self._core.recall_call(messages, options))
 
     async def arecall(
-        self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[Narrowed]
     ) -> list[BaseMessage]:
         """Async twin of `recall`."""
-        core = self._core
-        return await core.arun(core.recall(messages, core.identity(ids), turn=False))
+        return await self._core.arun(self._core.recall_call(messages, options))
 
     # --- index ------------------------------------------------------------------------------
 
-    def index(self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]) -> IndexResult:
+    def index(
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[IndexOptions]
+    ) -> IndexResult:
         """Persist a turn's messages and embed their user and assistant text.
 
         Every input message gets a fate in `result.fates`: stored, updated, unchanged
-        (same id and content stored before: nothing written again) or skipped with a
-        reason (recalled memory, a read-only engine, a forgotten thread: then
-        `result.forgotten`); `truncated_chars` counts text past `max_index_chars`. A
-        message without an id is new (two "yes" are two rows). Dates to import go in
-        `additional_kwargs["created_at"]`. Embedding failures are logged and reported in
-        `result.error`; the messages stay stored, `reindex(missing_only=True)` repairs.
+        (same id and content stored before) or skipped with a reason (recalled memory, a
+        read-only engine, a forgotten thread: `result.forgotten`); `truncated_chars`
+        counts text past `max_index_chars`. A message without an id is new. Dates to
+        import go in `additional_kwargs["created_at"]`; metadata in `metadata=` or
+        `additional_kwargs["metadata"]` (docs/filtering.md). Embedding failures are
+        logged (`result.error`); the messages stay stored, `reindex(missing_only=True)`.
 
         Raises:
             MissingIdentityError: no thread id; or no resource id in resource scope.
             OwnershipError: the thread (or a message id) belongs to another owner.
             StorageError: the storage could not be written (nothing was stored).
         """
-        return self._core.run(self._core.index(messages, self._core.identity(ids)))
+        return self._core.run(self._core.index_call(messages, options))
 
     async def aindex(
-        self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[IndexOptions]
     ) -> IndexResult:
         """Async twin of `index`."""
-        return await self._core.arun(self._core.index(messages, self._core.identity(ids)))
+        return await self._core.arun(self._core.index_call(messages, options))
 
     def bulk_index(
         self, conversations: Iterable[Conversation], **options: Unpack[BulkOptions]
@@ -341,8 +346,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     async def aclear_thread(self, thread_id: str, *, resource_id: str | None = None) -> int:
         """Async twin of `clear_thread`."""
-        op = self._core.forget_thread(thread_id, resource_id, retire=False)
-        return await self._core.arun(op)
+        return await self._core.arun(self._core.forget_thread(thread_id, resource_id, retire=False))
 
     def forget_resource(self, resource_id: str) -> int:
         """Delete every thread of a resource (messages and vectors), retiring their ids."""
@@ -429,8 +433,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Async twin of `save_context`."""
-        result = await self.aindex(memory_contract.turn(self, inputs, outputs))
-        memory_contract.check_saved(result)
+        memory_contract.check_saved(await self.aindex(memory_contract.turn(self, inputs, outputs)))
 
     def clear(self) -> None:
         """Empty the bound conversation (messages and vectors); memory keeps working."""
@@ -476,11 +479,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
-        """Recall on `input`; ids from `config` (or the runtime context)."""
-        who = self._core.identity({"config": config})
+        """Recall on `input`; ids, filter and range from `config` (or the runtime context)."""
 
         def run(messages: Any) -> list[BaseMessage]:
-            return self._core.run(self._core.recall(messages, who, turn=False))
+            return self._core.run(self._core.recall_call(messages, {"config": config}))
 
         return self._call_with_config(run, input, config, run_type="retriever")
 
@@ -488,10 +490,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Async twin of `invoke`."""
-        who = self._core.identity({"config": config})
 
         async def run(messages: Any) -> list[BaseMessage]:
-            return await self._core.arun(self._core.recall(messages, who, turn=False))
+            return await self._core.arun(self._core.recall_call(messages, {"config": config}))
 
         return await self._acall_with_config(run, input, config, run_type="retriever")
 

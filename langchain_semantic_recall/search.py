@@ -109,6 +109,8 @@ class SearchPlan:
         keyword: Sequence[tuple[str, float]],
         messages: Mapping[str, Sequence[StoredMessage]],
         baseline: QueryBaseline | None,
+        *,
+        now: datetime | None = None,
     ) -> Query:
         """What hybrid search knows of `query` and its candidates before scoring them.
 
@@ -116,7 +118,7 @@ class SearchPlan:
         neighbours); a candidate absent from it is dropped (deleted, or out of scope).
         """
         found = {m.id: m for window in messages.values() for m in window}
-        return Query.build(query, dense, keyword, found, baseline, self.period(query))
+        return Query.build(query, dense, keyword, found, baseline, self.period(query, now))
 
     def relevant(
         self,

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -36,6 +37,7 @@ from langchain_semantic_recall.engine.maintenance_ops import (
     restore_thread_op,
     stats_op,
 )
+from langchain_semantic_recall.engine.narrowing import Narrowing, from_config, narrowing_of
 from langchain_semantic_recall.engine.purge_ops import purge_op
 from langchain_semantic_recall.engine.search_ops import (
     SearchRequest,
@@ -49,6 +51,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     ReadOnlyError,
 )
+from langchain_semantic_recall.filters import check_horizon, check_metadata
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
 from langchain_semantic_recall.messages import check_id, to_messages
 from langchain_semantic_recall.options import (
@@ -75,8 +78,26 @@ class CallIds(TypedDict, total=False):
     """A run config to read the ids from (default: the current run's, if any)."""
 
 
-class SearchOptions(CallIds, total=False):
-    """A search's ids and its overrides of the engine's options."""
+class Narrowed(CallIds, total=False):
+    """A call's ids, metadata filter and time range (`engine.narrowing`)."""
+
+    filter: Mapping[str, Any] | None
+    """Metadata conditions: `{"key": value}` or `{"key": {"$in": [...]}}`, all must hold."""
+    since: datetime | timedelta | None
+    """Only messages created at or after this (a timedelta: that long before the turn)."""
+    until: datetime | timedelta | None
+    """Only messages created before this."""
+
+
+class IndexOptions(CallIds, total=False):
+    """An index call's ids and the metadata kept on its messages."""
+
+    metadata: Mapping[str, Any] | None
+    """Kept on every message of the call (under each message's own, `filters`)."""
+
+
+class SearchOptions(Narrowed, total=False):
+    """A search's ids, filter and range, and its overrides of the engine's options."""
 
     top_k: int | None
     """Hits to retrieve for this call."""
@@ -111,6 +132,14 @@ class BulkOptions(TypedDict, total=False):
 
 
 _CALL_IDS = frozenset(CallIds.__annotations__)
+_NARROWING = ("filter", "since", "until")
+
+
+def split_narrowing(options: Mapping[str, Any]) -> tuple[dict[str, Any], Narrowing]:
+    """A call's ids apart, and its narrowing over the run config's (`engine.narrowing`)."""
+    ids = {k: v for k, v in options.items() if k not in _NARROWING}
+    given = narrowing_of(*(options.get(k) for k in _NARROWING))
+    return ids, given.over(from_config(options.get("config")))
 
 
 def checked(options: Mapping[str, Any], kind: type) -> dict[str, Any]:
@@ -137,6 +166,8 @@ class EnginePlan:
     input_key: str | None
     output_key: str | None
     logger: logging.Logger
+    horizon: timedelta | None = None
+    """Default recall horizon: recall sees only messages this recent (None: all)."""
 
 
 def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePlan:
@@ -185,6 +216,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         input_key=options["input_key"],
         output_key=options["output_key"],
         logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
+        horizon=check_horizon(options.get("horizon")),
     )
 
 
@@ -273,6 +305,7 @@ class EngineCore:
         top_k: int | None = None,
         scope: Scope | None = None,
         threshold: float | None = None,
+        narrowing: Narrowing | None = None,
     ) -> SearchRequest:
         """A search request with this call's overrides of the engine's options."""
         plan = self.plan.search
@@ -281,11 +314,13 @@ class EngineCore:
         if threshold is not None:
             plan = dataclasses.replace(plan, threshold=check_threshold(threshold))
         scope = self.plan.scope if scope is None else check_scope(scope)
-        return SearchRequest(query, who, scope, plan, self.plan.max_block_chars)
+        limits = narrowing or Narrowing()
+        return SearchRequest(query, who, scope, plan, self.plan.max_block_chars, limits)
 
     def search(self, query: str, options: SearchOptions) -> Op[list[RecallHit]]:
         """The search operation: `options` checked, identity resolved, request built."""
         checked(options, SearchOptions)
+        _, narrowing = split_narrowing(options)
         who = self.identity({k: v for k, v in options.items() if k in _CALL_IDS})
         request = self.request(
             query,
@@ -293,18 +328,38 @@ class EngineCore:
             top_k=options.get("top_k"),
             scope=options.get("scope"),
             threshold=options.get("threshold"),
+            narrowing=narrowing,
         )
         return search_op(self.backends.space, self.plan.keys, request)
 
-    def recall(self, messages: Any, who: Identity, *, turn: bool) -> Op[list[BaseMessage]]:
-        """The recall operation for `messages` (`turn`: once per user turn)."""
+    def recall(
+        self, messages: Any, who: Identity, *, turn: bool, narrowing: Narrowing | None = None
+    ) -> Op[list[BaseMessage]]:
+        """The recall operation for `messages` (`turn`: once per user turn).
+
+        `narrowing` (the call's over the run's) falls back on the engine's `horizon`.
+        """
         op = turn_recall_op if turn else recall_op
         items = to_messages(messages)
-        return op(
-            self.backends.space, self.plan.keys, items, self.request("", who), self.plan.logger
-        )
+        limits = (narrowing or Narrowing()).over(Narrowing(horizon=self.plan.horizon))
+        request = self.request("", who, narrowing=limits)
+        return op(self.backends.space, self.plan.keys, items, request, self.plan.logger)
 
-    def index(self, messages: Any, who: Identity) -> Op[IndexResult]:
+    def recall_call(self, messages: Any, options: Narrowed) -> Op[list[BaseMessage]]:
+        """`recall` for a public call: its ids, filter and range (`Narrowed`) checked."""
+        checked(options, Narrowed)
+        ids, narrowing = split_narrowing(options)
+        return self.recall(messages, self.identity(ids), turn=False, narrowing=narrowing)
+
+    def index_call(self, messages: Any, options: IndexOptions) -> Op[IndexResult]:
+        """`index` for a public call: its ids and metadata checked."""
+        checked(options, IndexOptions)
+        ids = {k: v for k, v in options.items() if k != "metadata"}
+        return self.index(messages, self.identity(ids), options.get("metadata"))
+
+    def index(
+        self, messages: Any, who: Identity, metadata: Mapping[str, Any] | None = None
+    ) -> Op[IndexResult]:
         """The index operation: store the new messages, embed their text."""
         return index_op(
             self.backends.space,
@@ -315,6 +370,7 @@ class EngineCore:
             read_only=self.plan.read_only,
             max_chars=self.plan.max_index_chars,
             logger=self.plan.logger,
+            metadata=check_metadata(metadata, "index(metadata=...)"),
         )
 
     def bulk_index(
