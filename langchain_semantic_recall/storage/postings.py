@@ -9,19 +9,27 @@ floating-point operations in the same order, so the same scores to the last bit)
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
+from langchain_semantic_recall.filters import matches_metadata
 from langchain_semantic_recall.keywords import BM25Params
+from langchain_semantic_recall.records import ScopeFilter
 
-__all__ = ["ResourcePostings"]
+__all__ = ["Document", "ResourcePostings"]
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+Document = tuple[str, str, Sequence[str], str, str | None]
+"""(message id, thread id, terms, created_at ISO text, metadata JSON text or None)."""
+_ISO: Final = "<U32"  # the storage's fixed-width UTC ISO 8601 (`sqlite_sql.iso_text`)
 
 
 @dataclass(slots=True)
@@ -50,13 +58,17 @@ class ResourcePostings:
     thread_stats: list[_Stats]
     total: _Stats
     slot_of: dict[str, int]
+    created: npt.NDArray[np.str_] = field(default_factory=lambda: np.empty(0, _ISO))
+    """Creation time of each slot (fixed-width UTC ISO text: compares as time)."""
+    metadata: list[str | None] = field(default_factory=list)
+    """Metadata JSON text of each slot (None: none), parsed when a filter asks."""
     delta: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     """Term -> (slot, tf) of the documents added since the build."""
     delta_docs: int = 0
 
     @classmethod
-    def build(cls, rows: Sequence[tuple[str, str, str]]) -> ResourcePostings:
-        """Postings of `rows` = (message id, thread id, space-joined terms)."""
+    def build(cls, rows: Sequence[tuple[str, str, str, str, str | None]]) -> ResourcePostings:
+        """Postings of `rows` = (message id, thread id, space-joined terms, created, metadata)."""
         n = len(rows)
         ids = [row[0] for row in rows]
         threads: dict[str, int] = {}
@@ -88,6 +100,8 @@ class ResourcePostings:
             thread_stats=stats,
             total=_Stats(n, int(lengths.sum())),
             slot_of={message_id: slot for slot, message_id in enumerate(ids)},
+            created=np.asarray([row[3] for row in rows], dtype=_ISO),
+            metadata=[row[4] for row in rows],
         )
 
     @property
@@ -114,10 +128,11 @@ class ResourcePostings:
         for message_id in [m for m, s in self.slot_of.items() if self.thread[s] == number]:
             self.remove(message_id)
 
-    def add(self, documents: Sequence[tuple[str, str, Sequence[str]]]) -> None:
-        """Add documents = (message id, thread id, terms), after `remove` of old versions."""
+    def add(self, documents: Sequence[Document]) -> None:
+        """Add documents (`Document`), after `remove` of their old versions."""
         numbers: list[int] = []
-        for message_id, thread_id, terms in documents:
+        for message_id, thread_id, terms, _, metadata in documents:
+            self.metadata.append(metadata)
             slot = len(self.ids)
             number = self.threads.setdefault(thread_id, len(self.threads))
             if number == len(self.thread_stats):
@@ -133,7 +148,9 @@ class ResourcePostings:
             for stats in (self.total, self.thread_stats[number]):
                 stats.docs += 1
                 stats.terms += len(terms)
-        lengths = [float(len(terms)) for _, _, terms in documents]
+        lengths = [float(len(document[2])) for document in documents]
+        created = np.asarray([document[3] for document in documents], dtype=_ISO)
+        self.created = np.concatenate([self.created, created])
         self.thread = np.concatenate([self.thread, np.asarray(numbers, dtype=np.int64)])
         self.length = np.concatenate([self.length, np.asarray(lengths, dtype=np.float64)])
         self.alive = np.concatenate([self.alive, np.ones(len(documents), dtype=np.bool_)])
@@ -155,12 +172,20 @@ class ResourcePostings:
         return docs, tf
 
     def search(
-        self, terms: Sequence[str], thread_id: str | None, limit: int, params: BM25Params
+        self,
+        terms: Sequence[str],
+        thread_id: str | None,
+        limit: int,
+        params: BM25Params,
+        *,
+        scope: ScopeFilter | None = None,
     ) -> list[tuple[str, float]]:
         """The `limit` best documents by BM25 over the resource, or one of its threads.
 
         The arithmetic mirrors `keywords.rank_bm25` operation by operation (float64), so
-        scores are bit-identical; ties are broken by message id as there.
+        scores are bit-identical; ties are broken by message id as there. A `scope` with
+        a filter keeps the matches it admits (BM25's statistics stay the thread's or
+        resource's, as on every backend).
         """
         if thread_id is None:
             stats, number = self.total, -1
@@ -191,6 +216,8 @@ class ResourcePostings:
         if not matched:
             return []
         hits = np.flatnonzero(scores > 0)  # the matched slots, sorted (no sort of postings)
+        if scope is not None and scope.narrowed:
+            hits = self._admitted(hits, scope)
         values = scores[hits]
         if len(hits) > limit:  # keep the top `limit` and everything tied with the last
             floor = np.partition(values, len(values) - limit)[len(values) - limit]
@@ -201,3 +228,24 @@ class ResourcePostings:
             key=lambda item: (-item[0], item[1]),
         )
         return [(message_id, score) for score, message_id in ranked[:limit]]
+
+    def _admitted(self, slots: Ints, scope: ScopeFilter) -> Ints:
+        """The slots whose creation time and metadata pass the scope's filter."""
+        if scope.since is not None:
+            slots = slots[self.created[slots] >= _iso(scope.since)]
+        if scope.until is not None:
+            slots = slots[self.created[slots] < _iso(scope.until)]
+        if not scope.metadata:
+            return slots
+        metadata = self.metadata
+        keep = [
+            slot
+            for slot in slots.tolist()
+            if metadata[slot] is not None
+            and matches_metadata(json.loads(metadata[slot] or "{}"), scope.metadata)
+        ]
+        return np.asarray(keep, dtype=np.int64)
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
