@@ -70,6 +70,7 @@ from langchain_semantic_recall.vectors.chroma_writes import (
     Write,
     planned_writes,
 )
+from langchain_semantic_recall.vectors.rows import row_admitted
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -395,7 +396,7 @@ class ChromaVectorIndex(VectorIndex):
         The resource's own collection holds only its vectors, and the engine reads the
         messages through the storage in `scope`. Thread scope: `query`'s checked hits.
         """
-        if scope.thread_id is not None:
+        if scope.thread_id is not None or scope.narrowed:
             return super()._nearest(name, vector, k=k, scope=scope)
         found = self._each_collection(
             name, vector, scope, lambda c, v, _: nearest_in_collection(c, v, k=k)
@@ -424,7 +425,8 @@ class ChromaVectorIndex(VectorIndex):
         found: list[_T] = []
         for resource_id, collection in self._collections.scoped(name, scope):
             # the size picks the thread-search strategy; a resource search needs none
-            size = 0 if scope.thread_id is None else self._collections.size(name, resource_id)
+            plain = scope.thread_id is None and not scope.narrowed
+            size = 0 if plain else self._collections.size(name, resource_id)
             try:
                 found.extend(read_retrying(partial(search, collection, embedding, size)))
             except NotFoundError:  # forgotten by another process since we cached it
@@ -435,16 +437,18 @@ class ChromaVectorIndex(VectorIndex):
         return {
             str(meta.get("message_id", vector_id))
             for vector_id, meta, _ in self._rows(name, scope, metadata=True)
-            if scope is None
-            or scope.admits(str(meta.get("resource_id")), str(meta.get("thread_id")))
+            if scope is None or row_admitted(scope, meta)
         }
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         """A resource's collections count themselves; a thread's vectors are listed."""
         if self._root(name) is None:
             return 0
-        if scope is None or scope.thread_id is None:
+        if scope is None or (scope.thread_id is None and not scope.narrowed):
             return sum(int(c.count()) for _, c in self._collections.scoped(name, scope))
+        if scope.narrowed:  # the `where` may let older rows through: each is checked
+            rows = self._rows(name, scope, metadata=True)
+            return sum(1 for _, meta, _ in rows if row_admitted(scope, meta))
         return sum(1 for _ in self._rows(name, scope, metadata=False))
 
     def _export(
@@ -457,6 +461,8 @@ class ChromaVectorIndex(VectorIndex):
         for vector_id, meta, embedding in self._rows(
             name, scope, metadata=True, embeddings=True, page=batch_size
         ):
+            if scope is not None and scope.narrowed and not row_admitted(scope, meta):
+                continue
             record = record_from_metadata(
                 vector_id,
                 () if embedding is None else embedding,
