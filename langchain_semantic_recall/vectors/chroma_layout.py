@@ -79,7 +79,7 @@ def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
     if scope.thread_id is not None:
         clauses.append({"thread_id": scope.thread_id})
     for key, values in scope.metadata:
-        clauses.append(_in_where(VECTOR_PREFIX + key, values))
+        clauses.append(in_where(VECTOR_PREFIX + key, values))
     bounds: list[dict[str, Any]] = []
     if scope.since is not None:
         bounds.append({CREATED_TS: {"$gte": scope.since.timestamp()}})
@@ -91,7 +91,7 @@ def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
     return and_where(clauses)
 
 
-def _in_where(key: str, values: Sequence[object]) -> dict[str, Any]:
+def in_where(key: str, values: Sequence[object]) -> dict[str, Any]:
     """`key` equal to one of `values` (one `$in` per kind: Chroma keeps kinds apart)."""
     kinds: dict[type, list[object]] = {}
     for value in values:
