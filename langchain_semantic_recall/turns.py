@@ -23,6 +23,7 @@ from langgraph.errors import EmptyChannelError
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.core import CallIds, EngineCore
 from langchain_semantic_recall.engine.identity import Identity
+from langchain_semantic_recall.engine.narrowing import Narrowing, from_config
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
 from langchain_semantic_recall.messages import is_recalled, role_of, stable_id, text_of, to_messages
@@ -214,9 +215,15 @@ def _after_last_stored(
 
 
 def recall_turn(
-    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
+    memory: SemanticRecall,
+    messages: Sequence[BaseMessage],
+    narrowing: Narrowing | None = None,
+    **ids: Unpack[CallIds],
 ) -> RecalledMemory:
     """Recall for the current turn of `messages` (no state is written).
+
+    `narrowing` (a node's or the middleware's filter, range and horizon) comes before
+    the run's `config["configurable"]` (`engine.narrowing`), then the engine's horizon.
 
     Raises:
         MissingIdentityError: no thread id (or no resource id in resource scope).
@@ -225,18 +232,28 @@ def recall_turn(
     """
     core = memory.core
     items = list(messages)
-    result = core.run(core.recall(items, core.identity(ids), turn=True))
+    limits = _narrowed(narrowing, ids)
+    result = core.run(core.recall(items, core.identity(ids), turn=True, narrowing=limits))
     return RecalledMemory(turn=current_turn(items), messages=_added(items, result))
 
 
 async def arecall_turn(
-    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
+    memory: SemanticRecall,
+    messages: Sequence[BaseMessage],
+    narrowing: Narrowing | None = None,
+    **ids: Unpack[CallIds],
 ) -> RecalledMemory:
     """Async twin of `recall_turn`."""
     core = memory.core
     items = list(messages)
-    result = await core.arun(core.recall(items, core.identity(ids), turn=True))
+    limits = _narrowed(narrowing, ids)
+    result = await core.arun(core.recall(items, core.identity(ids), turn=True, narrowing=limits))
     return RecalledMemory(turn=current_turn(items), messages=_added(items, result))
+
+
+def _narrowed(narrowing: Narrowing | None, ids: CallIds) -> Narrowing:
+    """A turn's narrowing: the given one (a node's, the middleware's) over the run's."""
+    return (narrowing or Narrowing()).over(from_config(ids.get("config")))
 
 
 def _probes(count: int) -> list[tuple[int, int]]:

@@ -22,7 +22,7 @@ from typing import Any, Final
 from langchain_core.messages import BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, ensure_config
 
-from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.filters import (
     MetadataCondition,
     TimeBound,
@@ -40,6 +40,7 @@ __all__ = [
     "UNTIL_KEY",
     "Narrowing",
     "narrowing_of",
+    "narrowing_option",
     "turn_time",
 ]
 
@@ -106,6 +107,23 @@ def narrowing_of(
         until=until,  # type: ignore[arg-type]
         horizon=checked_horizon,
     )
+
+
+def narrowing_option(
+    filter: object = None,
+    since: object = None,
+    until: object = None,
+    horizon: object = None,
+) -> Narrowing:
+    """`narrowing_of` for options given at construction (a node, a retriever, a tool).
+
+    Raises:
+        InvalidOptionError: what `narrowing_of` refuses.
+    """
+    try:
+        return narrowing_of(filter, since, until, horizon)
+    except InvalidInputError as error:
+        raise InvalidOptionError(str(error)) from error
 
 
 def from_config(config: RunnableConfig | None) -> Narrowing:
