@@ -230,9 +230,12 @@ class InMemoryStorage(MessageStorage):
                 thread = self._threads[thread_id]
                 if not scope.admits(thread.resource_id, thread_id):
                     continue
-                if scope.narrowed and not scope.admits_message(thread.messages[seq]):
-                    continue  # the filter selects hits; their neighbours are context
-                windows[message_id] = tuple(thread.messages[max(0, seq - before) : seq + after + 1])
+                window = thread.messages[max(0, seq - before) : seq + after + 1]
+                if scope.narrowed:  # every message returned passes the filter
+                    if not scope.admits_message(thread.messages[seq]):
+                        continue
+                    window = [m for m in window if scope.matches(m.metadata, m.created_at)]
+                windows[message_id] = tuple(window)
             return windows
 
     def _get_thread_owner(self, thread_id: str) -> str | None:

@@ -160,9 +160,10 @@ def windows_sql(
     """
     where, scope_params = ids_sql(scope)
     where = where.replace(" AND ", " AND +")
-    narrowed, filter_params = filter_sql(scope)  # the filter selects hits, not neighbours
+    narrowed, filter_params = filter_sql(scope)  # every message returned passes the filter
     where += narrowed
     scope_params += filter_params
+    around, around_params = filter_sql(scope, "m.")
     marks = ", ".join("?" * len(message_ids))
     if before == after == 0:  # the hits alone (hybrid search reads its candidates so)
         sql = f"SELECT id, {COLUMNS} FROM messages WHERE id IN ({marks}){where}"
@@ -171,10 +172,10 @@ def windows_sql(
     sql = (
         f"WITH hits AS (SELECT id, thread_id, seq FROM messages WHERE id IN ({marks}){where}) "
         f"SELECT hits.id, {m_columns} FROM hits JOIN messages AS m "
-        "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - ? AND hits.seq + ? "
-        "ORDER BY hits.id, m.seq"
+        "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - ? AND hits.seq + ?"
+        f"{around} ORDER BY hits.id, m.seq"
     )
-    return sql, [*message_ids, *scope_params, before, after]
+    return sql, [*message_ids, *scope_params, before, after, *around_params]
 
 
 def list_messages_sql(

@@ -1,9 +1,10 @@
 """Metadata filters and time ranges: the rules every backend keeps, as tests.
 
-`StorageConformance` and `VectorConformance` inherit these classes, so every backend
-that runs the conformance suites runs them too. A filter narrows: the scope's ids still
-hold; a filter selects hits, never their neighbours; values match by kind (a bool only a
-bool, numbers as numbers); since is inclusive, until exclusive.
+`StorageConformance` and `VectorIndexConformance` inherit these classes, so every
+backend that runs the conformance suites runs them too. A filter narrows: the scope's
+ids still hold; every message returned passes it (hits and their neighbours); values
+match by kind (a bool only a bool, numbers as numbers); since is inclusive, until
+exclusive.
 """
 
 from __future__ import annotations
@@ -126,14 +127,18 @@ class StorageFilterConformance:
         windows = filled.get_windows(list(ROWS), before=0, after=0, scope=scoped(filter=apollo))
         assert set(windows) == {"p1", "p4", "p5"}
 
-    async def test_windows_filter_hits_not_neighbours(self, filled: MessageStorage) -> None:
+    async def test_windows_keep_only_messages_that_pass(self, filled: MessageStorage) -> None:
         scope = scoped(filter={"project": "gemini"})
         windows = filled.get_windows(["p1", "p2"], before=1, after=1, scope=scope)
         assert list(windows) == ["p2"]
-        assert [m.id for m in windows["p2"]] == ["p1", "p2", "p3"]
+        assert [m.id for m in windows["p2"]] == ["p2"]  # its neighbours are other projects
         assert await filled.aget_windows(["p1", "p2"], before=1, after=1, scope=scope) == windows
-        late = filled.get_windows(["p1", "p3"], before=0, after=0, scope=scoped(since=day(2)))
-        assert list(late) == ["p3"]
+        late = filled.get_windows(["p1", "p2"], before=2, after=2, scope=scoped(since=day(1)))
+        assert {hit: [m.id for m in w] for hit, w in late.items()} == {"p2": ["p2", "p3"]}
+        apollo = filled.get_windows(
+            ["p4"], before=1, after=1, scope=scoped(filter={"project": "apollo"})
+        )
+        assert [m.id for m in apollo["p4"]] == ["p4", "p5"]  # in thread order, gaps allowed
 
     async def test_counts_and_pages_keep_the_filter(self, filled: MessageStorage) -> None:
         apollo = scoped(filter={"project": "apollo"})

@@ -350,15 +350,19 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
 def windows_steps(
     message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
 ) -> Steps[dict[str, tuple[StoredMessage, ...]]]:
-    """Each hit inside `scope` with `before`/`after` neighbours, by hit id."""
+    """Each hit inside `scope` with `before`/`after` neighbours, by hit id.
+
+    With a filter, every message returned passes it (neighbours too).
+    """
     where, params = _scope_sql(scope)
+    around = f" AND {_filter_sql(scope, 'm.')[0]}" if scope.narrowed else ""
     columns = ", ".join(f"m.{c}" for c in _COLUMNS.split(", "))
     rows = (
         yield Query(
             f"WITH hits AS (SELECT id, thread_id, seq FROM {_M} WHERE id = ANY(%(ids)s)"
             f"{where}) SELECT hits.id, {columns} FROM hits JOIN {_M} AS m "
             "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - %(before)s "
-            "AND hits.seq + %(after)s ORDER BY hits.id, m.seq",
+            f"AND hits.seq + %(after)s{around} ORDER BY hits.id, m.seq",
             {"ids": list(message_ids), "before": before, "after": after, **params},
         )
     ).rows
