@@ -166,3 +166,16 @@ def test_perf_long_thread_smoke(tmp_path: Path) -> None:
     assert result["messages"] == 300
     assert set(result["forget_thread_s"]) == {"ours", "chroma_delete_where"}
     assert all(s > 0 for s in result["history_last_s"]["whole_thread"])
+
+
+def test_perf_filter_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "perf_filter.py",
+        *("--size", "tiny", "--queries", "6", "--out", str(tmp_path)),
+        *("--work", str(tmp_path / "work")),
+    )
+    assert "p50 / plain" in out
+    results = json.loads((tmp_path / "perf_filter.json").read_text())
+    assert set(results["lat"]) == {"plain", "tag", "tags", "recent", "tag+recent"}
+    assert results["p50_ratio"]["plain"] == 1.0
+    assert all(results["hits_per_query"][name] > 0 for name in ("plain", "tag", "tags"))
