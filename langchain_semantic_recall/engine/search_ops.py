@@ -6,6 +6,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Final
 
 from langchain_core.messages import BaseMessage
 
@@ -27,6 +28,9 @@ from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.relevance.features import terms_of
 from langchain_semantic_recall.search import SearchPlan
+
+FIRST_LOOK: Final = (256, 1024)
+"""Nearest vectors a filtered search reads unfiltered first, in turn (`_dense_with_vector`)."""
 
 CONFIGURATION_ERRORS = (EmbeddingMismatchError, InvalidOptionError, InvalidInputError)
 """Errors that are the caller's to fix: raised, never swallowed by the "no recall" rule."""
@@ -181,9 +185,24 @@ def _dense(
 def _dense_with_vector(
     space: VectorSpace, info: IndexInfo, query: str, scope: ScopeFilter, k: int
 ) -> Op[tuple[Sequence[float], list[tuple[str, float]]]]:
-    """`_dense`, with the query's vector (hybrid search measures it against `reference`)."""
+    """`_dense`, with the query's vector (hybrid search measures it against `reference`).
+
+    A filtered scope first looks at the nearest vectors of its thread or resource without
+    the filter and keeps those the storage reads back inside it (`FIRST_LOOK`): a vector
+    index's own filtered search can cost ten times an unfiltered one (Chroma at 100k).
+    When that look holds fewer than `k`, the index filters itself.
+    """
     vector = (yield steps.embed(info, [query]))[0]
     space.check_query_vector(info, vector)
+    for wide in FIRST_LOOK if scope.narrowed else ():
+        if wide <= k:
+            continue
+        near: list[tuple[str, float]]
+        near = yield steps.nearest_messages(info, vector, k=wide, scope=scope.ids_only())
+        found = yield steps.read_windows([i for i, _ in near], before=0, after=0, scope=scope)
+        inside = [(message_id, score) for message_id, score in near if message_id in found]
+        if len(inside) >= k or len(near) < wide:
+            return vector, inside[:k]
     nearest: list[tuple[str, float]] = yield steps.nearest_messages(info, vector, k=k, scope=scope)
     return vector, nearest
 

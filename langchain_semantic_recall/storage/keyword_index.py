@@ -163,13 +163,17 @@ class PostingsCache:
     def _fingerprint(cls, conn: sqlite3.Connection) -> tuple[int, int]:
         return cls._data_version(conn), conn.total_changes
 
-    def get(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
-        """The resource's postings (built if big enough), or None to search in SQL."""
+    def loaded(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
+        """The resource's postings if they are loaded and current; never builds them."""
         fingerprint = self._fingerprint(conn)
         if fingerprint != self._seen:  # a change that did not come through the hooks
             self.clear()
             self._seen = fingerprint
-        postings = self._loaded.get(resource_id)
+        return self._loaded.get(resource_id)
+
+    def get(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
+        """The resource's postings (built if big enough), or None to search in SQL."""
+        postings = self.loaded(conn, resource_id)
         if postings is not None:
             self._loaded.move_to_end(resource_id)
             return postings

@@ -19,7 +19,6 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from langchain_semantic_recall.filters import matches_metadata
 from langchain_semantic_recall.keywords import BM25Params
 from langchain_semantic_recall.records import ScopeFilter
 
@@ -29,7 +28,8 @@ Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
 Document = tuple[str, str, Sequence[str], str, str | None]
 """(message id, thread id, terms, created_at ISO text, metadata JSON text or None)."""
-_ISO: Final = "<U32"  # the storage's fixed-width UTC ISO 8601 (`sqlite_sql.iso_text`)
+_TIME: Final = "datetime64[us]"
+"""Creation times, in UTC (parsed from the storage's fixed-width ISO text, `_time`)."""
 
 
 @dataclass(slots=True)
@@ -58,10 +58,12 @@ class ResourcePostings:
     thread_stats: list[_Stats]
     total: _Stats
     slot_of: dict[str, int]
-    created: npt.NDArray[np.str_] = field(default_factory=lambda: np.empty(0, _ISO))
-    """Creation time of each slot (fixed-width UTC ISO text: compares as time)."""
+    created: npt.NDArray[np.datetime64] = field(default_factory=lambda: np.empty(0, _TIME))
+    """Creation time of each slot (UTC)."""
     metadata: list[str | None] = field(default_factory=list)
     """Metadata JSON text of each slot (None: none), parsed when a filter asks."""
+    columns: dict[str, npt.NDArray[np.str_]] = field(default_factory=dict)
+    """Metadata key -> each slot's tagged value (`_column`), for the slots parsed so far."""
     delta: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     """Term -> (slot, tf) of the documents added since the build."""
     delta_docs: int = 0
@@ -100,7 +102,7 @@ class ResourcePostings:
             thread_stats=stats,
             total=_Stats(n, int(lengths.sum())),
             slot_of={message_id: slot for slot, message_id in enumerate(ids)},
-            created=np.asarray([row[3] for row in rows], dtype=_ISO),
+            created=_times([row[3] for row in rows]),
             metadata=[row[4] for row in rows],
         )
 
@@ -149,8 +151,7 @@ class ResourcePostings:
                 stats.docs += 1
                 stats.terms += len(terms)
         lengths = [float(len(document[2])) for document in documents]
-        created = np.asarray([document[3] for document in documents], dtype=_ISO)
-        self.created = np.concatenate([self.created, created])
+        self.created = np.concatenate([self.created, _times([d[3] for d in documents])])
         self.thread = np.concatenate([self.thread, np.asarray(numbers, dtype=np.int64)])
         self.length = np.concatenate([self.length, np.asarray(lengths, dtype=np.float64)])
         self.alive = np.concatenate([self.alive, np.ones(len(documents), dtype=np.bool_)])
@@ -232,20 +233,55 @@ class ResourcePostings:
     def _admitted(self, slots: Ints, scope: ScopeFilter) -> Ints:
         """The slots whose creation time and metadata pass the scope's filter."""
         if scope.since is not None:
-            slots = slots[self.created[slots] >= _iso(scope.since)]
+            slots = slots[self.created[slots] >= _time(scope.since)]
         if scope.until is not None:
-            slots = slots[self.created[slots] < _iso(scope.until)]
-        if not scope.metadata:
-            return slots
-        metadata = self.metadata
-        keep = [
-            slot
-            for slot in slots.tolist()
-            if metadata[slot] is not None
-            and matches_metadata(json.loads(metadata[slot] or "{}"), scope.metadata)
-        ]
-        return np.asarray(keep, dtype=np.int64)
+            slots = slots[self.created[slots] < _time(scope.until)]
+        for key, values in scope.metadata:
+            slots = slots[np.isin(self._column(key)[slots], [_tag(v) for v in values])]
+        return slots
+
+    def admitted_count(self, scope: ScopeFilter) -> int:
+        """Live documents of the scope's thread (or of the resource) that pass its filter."""
+        slots = np.flatnonzero(self.alive)
+        if scope.thread_id is not None:
+            number = self.threads.get(scope.thread_id)
+            if number is None:
+                return 0
+            slots = slots[self.thread[slots] == number]
+        return len(self._admitted(slots, scope))
+
+    def _column(self, key: str) -> npt.NDArray[np.str_]:
+        """Each slot's value of metadata `key`, tagged by kind (`_tag`); parsed once."""
+        column = self.columns.get(key)
+        done = 0 if column is None else len(column)
+        if done < len(self.ids):
+            fresh = np.asarray(
+                [_tag(json.loads(m).get(key)) if m else "" for m in self.metadata[done:]],
+                dtype=np.str_,
+            )
+            column = fresh if column is None else np.concatenate([column, fresh])
+            self.columns[key] = column
+        assert column is not None
+        return column
 
 
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
+def _times(texts: Sequence[str]) -> npt.NDArray[np.datetime64]:
+    """The storage's UTC ISO texts (`sqlite_sql.iso_text`: 26 characters then +00:00)."""
+    return np.asarray([text[:26] for text in texts], dtype=_TIME)
+
+
+def _time(value: datetime) -> np.datetime64:
+    return np.datetime64(value.astimezone(UTC).replace(tzinfo=None), "us")
+
+
+def _tag(value: object) -> str:
+    """A metadata value as text that equals another's when `filters.same_value` says so.
+
+    A bool only equals a bool, numbers compare as numbers (2 and 2.0 both give "n2.0"),
+    text as text; a missing key ("") equals nothing that is asked for.
+    """
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, int | float):
+        return "n" + repr(float(value))
+    return "s" + value if isinstance(value, str) else ""

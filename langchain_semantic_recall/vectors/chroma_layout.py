@@ -289,8 +289,10 @@ def search_collection(
     small collection (up to `filter_up_to` vectors): Chroma's filter (~3-5 ms). In a
     bigger one that filter costs 100-200 ms however few rows match, so the search first
     asks for the resource's best `wide` without a filter (~8 ms at 100k) and keeps those
-    inside: the top `k` whenever `k` of them are among those. Otherwise it reads the
-    filter's vectors and ranks them exactly (`_exact_in_thread`).
+    inside: the top `k` whenever `k` of them are among those. Otherwise a thread's
+    vectors are read and ranked exactly (`_exact_in_thread`); a metadata filter or time
+    range (which may hold most of the collection) is left to Chroma's filtered query,
+    exact too, then read exactly if older rows (no `created_ts`) took places in it.
     """
     if scope.thread_id is None and not scope.narrowed:
         return list(scoped_hits(name, scope, _query(collection, embedding, k, None)))
@@ -305,7 +307,16 @@ def search_collection(
     inside = list(scoped_hits(name, scope, result, other_threads_expected=True))
     if len(inside) >= k or len(result["ids"][0]) < wide:
         return inside[:k]
+    if scope.narrowed:
+        result = _query(collection, embedding, k, thread_where(scope))
+        inside = list(scoped_hits(name, scope, result))
+        if len(inside) == len(result["ids"][0]) or len(result["ids"][0]) < k:
+            return inside
     return list(scoped_hits(name, scope, _exact_in_thread(collection, embedding, k, scope)))
+
+
+_READ_PAGE: Final = 5000
+"""Rows read by id per `get` (Chroma refuses a `where` read of tens of thousands at once)."""
 
 
 def _exact_in_thread(
@@ -317,18 +328,24 @@ def _exact_in_thread(
     times less than Chroma's filtered HNSW query there, and the ranking is exact. Rows
     that the `where` lets through but the filter does not (an older row's time) go.
     """
-    got = collection.get(where=thread_where(scope), include=["embeddings", "metadatas"])
-    metadatas = got["metadatas"] or [{} for _ in got["ids"]]
-    keep = [
-        i for i, meta in enumerate(metadatas) if not scope.narrowed or row_admitted(scope, meta)
-    ]
-    ids: list[str] = [got["ids"][i] for i in keep]
-    metadatas = [metadatas[i] for i in keep]
+    listed: list[str] = collection.get(where=thread_where(scope), include=[])["ids"]
+    ids: list[str] = []
+    metadatas: list[Mapping[str, Any]] = []
+    rows: list[Any] = []
+    for start in range(0, len(listed), _READ_PAGE):
+        got = collection.get(
+            ids=listed[start : start + _READ_PAGE], include=["embeddings", "metadatas"]
+        )
+        embeddings = got["embeddings"]
+        assert embeddings is not None  # asked for
+        for i, meta in enumerate(got["metadatas"] or [{} for _ in got["ids"]]):
+            if not scope.narrowed or row_admitted(scope, meta):
+                ids.append(got["ids"][i])
+                metadatas.append(meta)
+                rows.append(embeddings[i])
     if not ids:
         return {"ids": [[]], "metadatas": [[]], "distances": [[]]}
-    embeddings = got["embeddings"]
-    assert embeddings is not None  # asked for
-    matrix = np.asarray([embeddings[i] for i in keep], dtype=np.float32)
+    matrix = np.asarray(rows, dtype=np.float32)
     query = np.asarray(embedding, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
     cosine = (matrix @ query) / np.maximum(norms, 1e-12)
