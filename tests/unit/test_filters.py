@@ -339,3 +339,38 @@ async def test_middleware_takes_options_then_config_sync_and_async(
     )
     with pytest.raises(InvalidOptionError, match="horizon"):
         SemanticRecallMiddleware(memory, horizon=timedelta(0))
+
+
+@pytest.mark.parametrize("looks", [(), (4,), (4, 8), (64,)])
+async def test_the_unfiltered_first_look_finds_what_the_index_filter_finds(
+    monkeypatch: pytest.MonkeyPatch, looks: tuple[int, ...]
+) -> None:
+    """Whatever the looks find or miss, a filtered dense search is the exact filtered top k."""
+    from langchain_semantic_recall.engine import search_ops
+
+    monkeypatch.setattr(search_ops, "FIRST_LOOK", looks)
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="dense",
+        top_k=3,
+        message_range=0,
+    )
+    words = ["harbour", "lighthouse", "keeper", "lamp", "storm", "boat"]
+    for n in range(40):
+        text = f"{words[n % 6]} {words[(n * 5) % 6]} note {n}"
+        tag = {"project": "rare"} if n % 13 == 0 else {"project": "common"}
+        engine.index([HumanMessage(text, id=f"m{n}")], thread_id="t", resource_id="r", metadata=tag)
+    rare = {"project": "rare"}
+    found = engine.search("lighthouse keeper", resource_id="r", filter=rare)
+    assert {h.message.id for h in found} == {"m0", "m13", "m26"}  # every rare one, 3 = top_k
+    again = await engine.asearch("lighthouse keeper", resource_id="r", filter=rare)
+    assert [h.message.id for h in again] == [h.message.id for h in found]
+    common = engine.search("lighthouse keeper", resource_id="r", filter={"project": "common"})
+    monkeypatch.setattr(search_ops, "FIRST_LOOK", ())
+    reference = engine.search("lighthouse keeper", resource_id="r", filter={"project": "common"})
+    assert [h.score for h in common] == [h.score for h in reference]  # ties may swap places
+    assert {h.message.id for h in common if h.score > common[-1].score} == {
+        h.message.id for h in reference if h.score > reference[-1].score
+    }
