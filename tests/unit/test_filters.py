@@ -374,3 +374,32 @@ async def test_the_unfiltered_first_look_finds_what_the_index_filter_finds(
     assert {h.message.id for h in common if h.score > common[-1].score} == {
         h.message.id for h in reference if h.score > reference[-1].score
     }
+
+
+async def test_a_named_period_counts_from_the_turns_own_time() -> None:
+    """ "Last week" in a replayed turn of May 2023 means a week before it, not before today."""
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="keyword",
+        message_range=0,
+        top_k=1,
+    )
+    turn_time = datetime(2023, 5, 10, 12, 0, tzinfo=UTC)
+    written = {"alpha": turn_time - timedelta(days=6), "omega": NOW - timedelta(days=6)}
+    for word, when in written.items():
+        said = HumanMessage(
+            f"the lighthouse plan {word}", additional_kwargs={"created_at": when.isoformat()}
+        )
+        engine.index([said], thread_id=word, resource_id="alice")
+    question = "what was the lighthouse plan last week?"
+    ask = HumanMessage(question, additional_kwargs={"created_at": turn_time.isoformat()})
+    for got in (
+        engine.recall([ask], thread_id="new", resource_id="alice"),
+        await engine.arecall([ask], thread_id="new", resource_id="alice"),
+    ):
+        assert "plan alpha" in recalled(got)  # a week before the turn
+        assert "plan omega" not in recalled(got)
+    today = engine.search(question, resource_id="alice")  # a search's own time is now
+    assert [h.message.text for h in today] == ["the lighthouse plan omega"]
