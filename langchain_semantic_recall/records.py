@@ -73,6 +73,11 @@ class ScopeFilter:
     `thread_id` set: only that thread (thread scope). Otherwise `resource_id`: every
     thread of that resource (resource scope). `resource_id` may also be set in thread
     scope, narrowing further.
+
+    `metadata`, `since` and `until` narrow it again (docs/filtering.md): every message
+    a read returns passes them (a window's neighbours too), counts and pages count only
+    those, and vector searches return only those. They never widen it: the ids decide
+    whose messages these are (`filters.RESERVED_KEYS` keeps a filter off them).
     """
 
     resource_id: str | None = None
