@@ -16,7 +16,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, ScopeFilter, SemanticRecall
 from langchain_semantic_recall.errors import InvalidInputError
-from langchain_semantic_recall.filters import RESERVED_KEYS
+from langchain_semantic_recall.filters import RESERVED_KEYS, metadata_conditions
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.quoting import escape_label
 from langchain_semantic_recall.records import VectorHit
@@ -223,6 +223,16 @@ def test_a_filter_never_widens_the_scope_and_every_hit_passes_it(
                 assert owner[message.id] == resource
                 if scope == "thread":
                     assert message.thread_id == thread
+        # counts hold too: exactly the caller's messages that pass, whatever the filter
+        narrowed = ScopeFilter(
+            resource_id=resource,
+            metadata=metadata_conditions(where),
+            since=since,
+            until=until,
+        )
+        expected = sum(owner[m] == resource and passes(m) for m in owner)
+        assert storage.count(narrowed) == expected
+        assert vectors.count(engine.ensure_index().name, narrowed) == expected
         recalled = scoped.recall(
             [HumanMessage(text, id="live")],
             thread_id=thread,
