@@ -283,6 +283,7 @@ def records_with_vectors(records: Sequence[MessageRecord], vectors: np.ndarray) 
             role=rec.role,
             content=rec.text,
             created_at=rec.created_at,
+            metadata=rec.metadata,
         )
         for rec, row in zip(records, vectors, strict=True)
     ]

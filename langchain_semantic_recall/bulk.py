@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Unpack
 
-from langchain_semantic_recall.engine.core import BulkOptions
+from langchain_semantic_recall.engine.call_options import BulkOptions
 from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
 
 if TYPE_CHECKING:

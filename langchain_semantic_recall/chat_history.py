@@ -29,7 +29,7 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.core import CallIds
+from langchain_semantic_recall.engine.call_options import CallIds
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.maintenance_ops import owned_thread
 from langchain_semantic_recall.engine.steps import Op

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 from langchain_core.messages import (
@@ -69,6 +70,7 @@ from langchain_core.messages import (
 from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
 
+from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
     RecallChannel,
@@ -120,8 +122,14 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
         memory: the engine.
         messages_key: the state channel holding the conversation.
         recall_key: the channel to write (declare it as in `RecallState`).
+        filter: metadata filter of every recall (docs/filtering.md); a run may give
+            one in `config["configurable"]["recall_filter"]` (this option comes first).
+        since: only messages created at or after this (a timedelta: back from the
+            turn's own time); `until`: only before it (`recall_since`, `recall_until`).
+        horizon: recall only this recent (over the engine's `horizon`; `recall_horizon`).
 
     Raises:
+        InvalidOptionError: a bad filter, time bound or horizon.
         InvalidInputError: the state has no `recall_key` channel (a plain
             `MessagesState` graph: memory could never reach the model) or no messages.
         MissingIdentityError: no thread id (or no resource id in resource scope).
@@ -135,10 +143,15 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
         *,
         messages_key: str = "messages",
         recall_key: str = RECALL_KEY,
+        filter: Mapping[str, Any] | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        horizon: timedelta | None = None,
     ) -> None:
         self.memory = memory
         self.messages_key = messages_key
         self.recall_key = recall_key
+        self.narrowing = narrowing_option(filter, since, until, horizon)
 
     def _messages(self, state: Any) -> list[BaseMessage]:
         messages = state_messages(state, self.messages_key)
@@ -149,14 +162,15 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         """Recall for the newest user message: `{recall_key: RecalledMemory}`."""
-        recalled = recall_turn(self.memory, self._messages(input), config=config)
+        recalled = recall_turn(self.memory, self._messages(input), self.narrowing, config=config)
         return {self.recall_key: recalled}
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         """Async twin of `invoke`."""
-        recalled = await arecall_turn(self.memory, self._messages(input), config=config)
+        messages = self._messages(input)
+        recalled = await arecall_turn(self.memory, messages, self.narrowing, config=config)
         return {self.recall_key: recalled}
 
 

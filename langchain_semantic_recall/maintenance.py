@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Unpack
 
-from langchain_semantic_recall.engine.core import ReindexOptions
+from langchain_semantic_recall.engine.call_options import ReindexOptions
 from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.engine.retention_ops import RetentionResult
 from langchain_semantic_recall.engine.vector_space import IndexInfo

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from langchain_core.messages import (
 )
 
 from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, message_metadata
 from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
 
 MEMORY_SOURCE = "memory"
@@ -299,6 +300,7 @@ def record_for(
     resource_id: str,
     now: datetime,
     fresh_id: bool,
+    metadata: Mapping[str, MetadataValue] | None = None,
 ) -> MessageRecord:
     """The storage record of one message that the storage keeps (see `not_stored_reason`).
 
@@ -310,8 +312,12 @@ def record_for(
     derived from its thread, position, role, time and text, so importing again adds
     nothing. Identity never comes from the text alone.
 
+    Its metadata is `metadata` (checked by the caller, `filters.check_metadata`) with
+    the message's own `additional_kwargs["metadata"]` over it (`filters.message_metadata`).
+
     Raises:
-        InvalidInputError: a bad `created_at`, or a message that cannot be serialised.
+        InvalidInputError: a bad `created_at` or metadata, or a message that cannot be
+            serialised.
     """
     role = role_of(message)
     if role is None:
@@ -329,6 +335,9 @@ def record_for(
             when = "" if carried is None else created_at.isoformat()
             message_id = stable_id(thread_id, role, text, when, position)
     stored = message if message.id == message_id else message.model_copy(update={"id": message_id})
+    kept = message_metadata(
+        message.additional_kwargs.get(METADATA_KEY), metadata, message_id=message_id
+    )
     return MessageRecord(
         id=message_id,
         thread_id=thread_id,
@@ -337,6 +346,7 @@ def record_for(
         text=text,
         created_at=created_at,
         payload=serialise(stored),
+        metadata=kept,
     )
 
 
@@ -347,6 +357,7 @@ def build_records(
     resource_id: str,
     now: datetime,
     fresh_ids: bool = False,
+    metadata: Mapping[str, MetadataValue] | None = None,
 ) -> list[MessageRecord]:
     """Storage records of the messages the storage keeps (see `record_for`).
 
@@ -364,6 +375,7 @@ def build_records(
             resource_id=resource_id,
             now=now,
             fresh_id=fresh_ids,
+            metadata=metadata,
         )
         for position, message in enumerate(messages)
         if not_stored_reason(message) is None

@@ -17,7 +17,9 @@ LangGraph server the resource is the signed-in user and a differing one is refus
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
 
 from langchain.agents.middleware.types import (
@@ -33,6 +35,7 @@ from langgraph.channels import UntrackedValue
 from langgraph.runtime import Runtime
 from typing_extensions import override
 
+from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.retriever import create_memory_search_tool
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
@@ -90,7 +93,16 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     Args:
         memory: the engine.
         search_tool: also give the agent the memory search tool, scoped like recall, so
-            the model searches on purpose in the same index.
+            the model searches on purpose in the same index (with the same filter,
+            since and until).
+        filter: metadata filter of every recall (docs/filtering.md); a run may give
+            one in `config["configurable"]["recall_filter"]` (this option comes first).
+        since: only messages created at or after this (a timedelta: back from the
+            turn's own time); `until`: only before it (`recall_since`, `recall_until`).
+        horizon: recall only this recent (over the engine's `horizon`; `recall_horizon`).
+
+    Raises:
+        InvalidOptionError: a bad filter, time bound or horizon.
 
     Raises (at run time):
         MissingIdentityError: no thread id (or no resource id in resource scope).
@@ -101,23 +113,34 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
 
     state_schema = RecallAgentState
 
-    def __init__(self, memory: SemanticRecall, *, search_tool: bool = False) -> None:
+    def __init__(
+        self,
+        memory: SemanticRecall,
+        *,
+        search_tool: bool = False,
+        filter: Mapping[str, Any] | None = None,
+        since: datetime | timedelta | None = None,
+        until: datetime | timedelta | None = None,
+        horizon: timedelta | None = None,
+    ) -> None:
         super().__init__()
         self.memory = memory
-        self.tools: list[BaseTool] = [create_memory_search_tool(memory)] if search_tool else []
+        self.narrowing = narrowing_option(filter, since, until, horizon)
+        tool = partial(create_memory_search_tool, filter=filter, since=since, until=until)
+        self.tools: list[BaseTool] = [tool(memory)] if search_tool else []
 
     # --- before the agent: recall once per user turn ------------------------------------
 
     @override
     def before_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Recall for this turn into the per-run channel."""
-        recalled = recall_turn(self.memory, state["messages"])
+        recalled = recall_turn(self.memory, state["messages"], self.narrowing)
         return {RECALL_KEY: recalled}
 
     @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Async twin of `before_agent`."""
-        recalled = await arecall_turn(self.memory, state["messages"])
+        recalled = await arecall_turn(self.memory, state["messages"], self.narrowing)
         return {RECALL_KEY: recalled}
 
     # --- every model call: inject, write nothing ----------------------------------------
@@ -135,7 +158,7 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         """Call the model with this turn's recalled messages added to the request."""
         recalled = self._turn_recall(request)
         if recalled is None:  # resumed after an interrupt: the per-run channel is empty
-            recalled = recall_turn(self.memory, list(request.state["messages"]))
+            recalled = recall_turn(self.memory, list(request.state["messages"]), self.narrowing)
         return handler(_with_recall(request, recalled))
 
     @override
@@ -147,7 +170,8 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         """Async twin of `wrap_model_call`."""
         recalled = self._turn_recall(request)
         if recalled is None:
-            recalled = await arecall_turn(self.memory, list(request.state["messages"]))
+            messages = list(request.state["messages"])
+            recalled = await arecall_turn(self.memory, messages, self.narrowing)
         return await handler(_with_recall(request, recalled))
 
     # --- after the agent: index the turn ------------------------------------------------

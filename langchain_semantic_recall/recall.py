@@ -22,14 +22,18 @@ from langchain_semantic_recall import maintenance, memory_contract, visible
 from langchain_semantic_recall import options as defaults
 from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.engine import lifecycle
-from langchain_semantic_recall.engine.core import (
+from langchain_semantic_recall.engine.call_options import (
     BulkOptions,
-    CallIds,
+    IndexOptions,
+    Narrowed,
+    NarrowingOptions,
+    SearchOptions,
+)
+from langchain_semantic_recall.engine.core import (
     EngineCore,
     EnginePlan,
     Option,
     Part,
-    SearchOptions,
     build_plan,
     warn_if_unfitted,
 )
@@ -93,6 +97,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         message_budget: most messages recalled per turn (`"auto"`: 15; None in dense mode).
         time_boost: time-aware ranking for queries naming a period (0.5; 0 is off;
             hybrid mode only turns it on or off, see `options.DEFAULT_TIME_BOOST`).
+        horizon: recall sees only messages this recent (`timedelta`; None: all).
         index_name: vector index name (default: from the embedding model and dimension).
         logger: logger for warnings (default `langchain_semantic_recall`).
         read_only: search and recall only: `index` stores nothing (each message's fate
@@ -126,6 +131,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         search_mode: SearchMode = defaults.DEFAULT_SEARCH_MODE,
         message_budget: Budget = "auto",
         time_boost: float = defaults.DEFAULT_TIME_BOOST,
+        horizon: timedelta | None = None,
         index_name: str | None = None,
         logger: logging.Logger | None = None,
         read_only: bool = False,
@@ -245,8 +251,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """The hits recall would use for `query`: score, message, context window.
 
         Resource scope needs only a resource id; thread scope a thread id. `top_k`,
-        `scope` and `threshold` override the engine's for this call. Failures raise
-        (unlike `recall`, which logs them and recalls nothing).
+        `scope` and `threshold` override the engine's for this call; `filter`, `since`
+        and `until` narrow it (docs/filtering.md). Failures raise (`recall` logs them).
 
         Raises:
             MissingIdentityError: the scope's id was given by no source.
@@ -258,48 +264,50 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return await self._core.arun(self._core.search(query, options))
 
     def recall(
-        self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[Narrowed]
     ) -> list[BaseMessage]:
         """The input with recalled messages injected, each tagged `source: memory`.
 
         Traced as the `semantic_recall` child run (outputs: what was injected). No human
         text or no hit: the input unchanged. A failure of the embedder, vector index or
         storage is logged and recalls nothing; configuration errors (missing ids,
-        dimension mismatch) are raised.
+        dimension mismatch, a bad `filter`/`since`/`until`) are raised.
         """
-        return visible.recall_messages(self._core, messages, ids)
+        return visible.recall_messages(self._core, messages, options)
 
     async def arecall(
-        self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[Narrowed]
     ) -> list[BaseMessage]:
         """Async twin of `recall`."""
-        return await visible.arecall_messages(self._core, messages, ids)
+        return await visible.arecall_messages(self._core, messages, options)
 
     # --- index ------------------------------------------------------------------------------
 
-    def index(self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]) -> IndexResult:
+    def index(
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[IndexOptions]
+    ) -> IndexResult:
         """Persist a turn's messages and embed their user and assistant text.
 
         Every input message gets a fate in `result.fates`: stored, updated, unchanged
-        (same id and content stored before: nothing written again) or skipped with a
-        reason (recalled memory, a read-only engine, a forgotten thread: then
-        `result.forgotten`); `truncated_chars` counts text past `max_index_chars`. A
-        message without an id is new (two "yes" are two rows). Dates to import go in
-        `additional_kwargs["created_at"]`. Embedding failures are logged and reported in
-        `result.error`; the messages stay stored, `reindex(missing_only=True)` repairs.
+        (same id and content stored before) or skipped with a reason (recalled memory, a
+        read-only engine, a forgotten thread: `result.forgotten`); `truncated_chars`
+        counts text past `max_index_chars`. A message without an id is new. Dates to
+        import go in `additional_kwargs["created_at"]`; metadata in `metadata=` or
+        `additional_kwargs["metadata"]` (docs/filtering.md). Embedding failures are
+        logged (`result.error`); the messages stay stored, `reindex(missing_only=True)`.
 
         Raises:
             MissingIdentityError: no thread id; or no resource id in resource scope.
             OwnershipError: the thread (or a message id) belongs to another owner.
             StorageError: the storage could not be written (nothing was stored).
         """
-        return self._core.run(self._core.index(messages, self._core.identity(ids)))
+        return self._core.run(self._core.index_call(messages, options))
 
     async def aindex(
-        self, messages: Sequence[BaseMessage] | Any, **ids: Unpack[CallIds]
+        self, messages: Sequence[BaseMessage] | Any, **options: Unpack[IndexOptions]
     ) -> IndexResult:
         """Async twin of `index`."""
-        return await self._core.arun(self._core.index(messages, self._core.identity(ids)))
+        return await self._core.arun(self._core.index_call(messages, options))
 
     def bulk_index(
         self, conversations: Iterable[Conversation], **options: Unpack[BulkOptions]
@@ -379,12 +387,27 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         name: str | None = None,
         description: str | None = None,
         arg_types: dict[str, type] | None = None,
+        **narrowing: Unpack[NarrowingOptions],
     ) -> BaseTool:
-        """A tool an agent calls to search its memory on purpose, scoped to its caller."""
+        """A tool an agent calls to search its memory on purpose, scoped to its caller.
+
+        Args:
+            args_schema: Must be None: the tool's arguments are fixed (a query).
+            name: The tool's name (default `memory_search`).
+            description: What the model reads about the tool.
+            arg_types: Must be None, likewise.
+            **narrowing: `filter`, `since`, `until` of every search (docs/filtering.md).
+        """
         from langchain_semantic_recall.retriever import create_memory_search_tool
 
-        fixed = {"args_schema": args_schema, "arg_types": arg_types}
-        return create_memory_search_tool(self, name=name, description=description, **fixed)
+        return create_memory_search_tool(
+            self,
+            name=name,
+            description=description,
+            args_schema=args_schema,
+            arg_types=arg_types,
+            **narrowing,
+        )
 
     def chat_history(
         self, session_id: str, *, resource_id: str | None = None, last: int | None = None
@@ -399,7 +422,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
-        """Recall on `input`; ids from `config` (or the runtime context)."""
+        """Recall on `input`; ids, filter and range from `config` (or the runtime context)."""
         run = visible.runner(self._core, config)
         return self._call_with_config(run, input, config, run_type="retriever")
 

@@ -9,7 +9,15 @@ from typing import Literal, TypeAlias
 
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
+from langchain_semantic_recall.filters import (
+    MetadataCondition,
+    MetadataValue,
+    matches_metadata,
+)
+
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+MetadataItems: TypeAlias = tuple[tuple[str, MetadataValue], ...]
+"""Message metadata as sorted (key, value) pairs (hashable; `dict(...)` gives a mapping)."""
 ROLE_ORDER: dict[str, int] = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
 
 NO_RESOURCE = "(no resource)"
@@ -34,6 +42,8 @@ class MessageRecord:
     """Timezone-aware UTC creation time."""
     payload: str
     """The full LangChain message, serialised with `message_to_dict` as JSON."""
+    metadata: MetadataItems = field(default=(), kw_only=True)
+    """The message's metadata (`filters`), as sorted (key, value) pairs."""
 
     def to_message(self) -> BaseMessage:
         """The LangChain message, of the same type it was stored as."""
@@ -67,17 +77,38 @@ class ScopeFilter:
     `thread_id` set: only that thread (thread scope). Otherwise `resource_id`: every
     thread of that resource (resource scope). `resource_id` may also be set in thread
     scope, narrowing further.
+
+    `metadata`, `since` and `until` narrow it again (docs/filtering.md): every message
+    a read returns passes them (a window's neighbours too), counts and pages count only
+    those, and vector searches return only those. They never widen it: the ids decide
+    whose messages these are (`filters.RESERVED_KEYS` keeps a filter off them).
     """
 
     resource_id: str | None = None
     thread_id: str | None = None
+    metadata: tuple[MetadataCondition, ...] = ()
+    """Metadata conditions (`filters.metadata_conditions`): every one must hold."""
+    since: datetime | None = None
+    """Only messages created at or after this (aware) time."""
+    until: datetime | None = None
+    """Only messages created before this (aware) time."""
 
     def __post_init__(self) -> None:
         if self.resource_id is None and self.thread_id is None:
             raise ValueError("a scope needs a thread_id or a resource_id")
+        for bound in (self.since, self.until):
+            if bound is not None and bound.utcoffset() is None:
+                raise ValueError("a scope's since/until must be aware datetimes")
+
+    @property
+    def narrowed(self) -> bool:
+        """Whether a metadata filter or a time range narrows the scope."""
+        return bool(self.metadata) or self.since is not None or self.until is not None
 
     def admits(self, resource_id: str, thread_id: str) -> bool:
-        """Whether a message of this resource and thread is inside the scope.
+        """Whether a message of this resource and thread is inside the scope's ids.
+
+        The filter (`matches`) is checked apart, by the backends that hold it.
 
         Args:
             resource_id: The message's resource.
@@ -86,6 +117,35 @@ class ScopeFilter:
         if self.thread_id is not None and thread_id != self.thread_id:
             return False
         return self.resource_id is None or resource_id == self.resource_id
+
+    def matches(self, metadata: MetadataItems | dict[str, object], created_at: datetime) -> bool:
+        """Whether a message with this metadata and creation time passes the filter.
+
+        Args:
+            metadata: The message's metadata (its items, or a dict).
+            created_at: When the message was created (timezone-aware).
+        """
+        if self.since is not None and created_at < self.since:
+            return False
+        if self.until is not None and created_at >= self.until:
+            return False
+        if not self.metadata:
+            return True
+        return matches_metadata(dict(metadata), self.metadata)
+
+    def admits_message(self, message: MessageRecord | VectorRecord) -> bool:
+        """Whether a stored message (or vector) is inside the scope, filter included.
+
+        Args:
+            message: A stored message, or a vector record.
+        """
+        return self.admits(message.resource_id, message.thread_id) and self.matches(
+            message.metadata, message.created_at
+        )
+
+    def ids_only(self) -> ScopeFilter:
+        """The scope without its filter (the thread and resource alone)."""
+        return ScopeFilter(resource_id=self.resource_id, thread_id=self.thread_id)
 
     def as_where(self) -> dict[str, str]:
         """The scope as an equality metadata filter (one or two keys)."""
@@ -133,6 +193,8 @@ class VectorRecord:
     role: Role
     content: str
     created_at: datetime
+    metadata: MetadataItems = field(default=(), kw_only=True)
+    """Its message's metadata (`MessageRecord.metadata`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ agent.invoke({"messages": [("user", "What am I allergic to?")]}, config)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.callbacks import (
@@ -36,6 +37,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
@@ -134,7 +136,7 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
     return "\n".join(lines)
 
 
-SEARCH_KWARGS = frozenset({"k", "score_threshold"})
+SEARCH_KWARGS = frozenset({"k", "score_threshold", "filter"})
 """The `search_kwargs` the retriever understands (LangChain's names)."""
 
 
@@ -164,10 +166,14 @@ class SemanticRecallRetriever(BaseRetriever):
         memory: the `SemanticRecall` engine to search.
         k: documents per query, best first (default: every hit the search returns).
         scope: `"thread"` or `"resource"` (default: the engine's).
-        search_kwargs: LangChain's option bundle: `k`, `score_threshold`. Unknown
-            keys raise.
+        search_kwargs: LangChain's option bundle: `k`, `score_threshold`, `filter`.
+            Unknown keys raise.
         thread_id: explicit thread id for every call.
         resource_id: explicit resource id for every call.
+        filter: metadata filter of every search (docs/filtering.md), e.g.
+            `{"project": "apollo"}`; `search_kwargs["filter"]` says the same.
+        since: only messages created at or after this (datetime, or a timedelta back
+            from now); `until`: only before it.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -178,13 +184,16 @@ class SemanticRecallRetriever(BaseRetriever):
     search_kwargs: dict[str, Any] = Field(default_factory=dict)
     thread_id: str | None = None
     resource_id: str | None = None
+    filter: dict[str, Any] | None = None
+    since: datetime | timedelta | None = None
+    until: datetime | timedelta | None = None
 
     def __init__(self, **data: Any) -> None:
         unknown = set(data) - set(type(self).model_fields)
         if unknown:
             raise InvalidOptionError(
                 f"unknown retriever option(s) {sorted(unknown)}: use k, scope, search_kwargs, "
-                "thread_id or resource_id"
+                "thread_id, resource_id, filter, since or until"
             )
         extra = set(data.get("search_kwargs") or {}) - SEARCH_KWARGS
         if extra:
@@ -197,6 +206,10 @@ class SemanticRecallRetriever(BaseRetriever):
             check_top_k(data["k"] if data.get("k") is not None else kwargs["k"])
         if data.get("scope") is not None:
             check_scope(data["scope"])
+        if data.get("filter") is not None and kwargs.get("filter") is not None:
+            raise InvalidOptionError("give the filter once: filter= or search_kwargs['filter']")
+        given = data.get("filter", kwargs.get("filter"))
+        narrowing_option(given, data.get("since"), data.get("until"))
         super().__init__(**data)
 
     def _options(self, config: RunnableConfig | None, k: int | None) -> dict[str, Any]:
@@ -207,6 +220,9 @@ class SemanticRecallRetriever(BaseRetriever):
             "k": k or self.k or self.search_kwargs.get("k"),
             "scope": self.scope,
             "threshold": self.search_kwargs.get("score_threshold"),
+            "filter": self.filter if self.filter is not None else self.search_kwargs.get("filter"),
+            "since": self.since,
+            "until": self.until,
         }
 
     def invoke(
@@ -295,6 +311,8 @@ class MemorySearchTool(BaseTool):
     args_schema: type[BaseModel] = MemorySearchInput
     response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     memory: Any
+    narrowing: dict[str, Any] = Field(default_factory=dict)
+    """The `filter`, `since` and `until` of every search (`create_memory_search_tool`)."""
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """`BaseTool.run`; its `ToolMessage` is tagged as the memory tool's answer."""
@@ -310,7 +328,7 @@ class MemorySearchTool(BaseTool):
         config: RunnableConfig,
         run_manager: CallbackManagerForToolRun | None = None,
     ) -> tuple[str, list[Document]]:
-        hits = self.memory.search(query, config=config)
+        hits = self.memory.search(query, config=config, **self.narrowing)
         return format_hits(hits), [hit_to_document(hit) for hit in hits]
 
     async def _arun(
@@ -319,7 +337,7 @@ class MemorySearchTool(BaseTool):
         config: RunnableConfig,
         run_manager: AsyncCallbackManagerForToolRun | None = None,
     ) -> tuple[str, list[Document]]:
-        hits = await self.memory.asearch(query, config=config)
+        hits = await self.memory.asearch(query, config=config, **self.narrowing)
         return format_hits(hits), [hit_to_document(hit) for hit in hits]
 
 
@@ -330,11 +348,16 @@ def create_memory_search_tool(
     description: str | None = None,
     args_schema: object = None,
     arg_types: object = None,
+    filter: Mapping[str, Any] | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
 ) -> BaseTool:
     """A tool an agent calls to search its memory on purpose.
 
     The model gives only a query; the scope is the caller's (thread and resource from the
-    run config), so the model can never read another resource's memory.
+    run config), so the model can never read another resource's memory. `filter`,
+    `since` and `until` narrow every search (docs/filtering.md); a run's
+    `config["configurable"]["recall_filter"]` (and `recall_since`/`recall_until`) too.
 
     Example:
         ```python
@@ -349,16 +372,23 @@ def create_memory_search_tool(
         description: what the model is told about the tool.
         args_schema: must be None (`Runnable.as_tool`'s; the tool's arguments are fixed).
         arg_types: must be None, likewise.
+        filter: metadata filter of every search.
+        since: only messages created at or after this (a timedelta: back from now).
+        until: only messages created before this.
 
     Raises:
-        InvalidOptionError: `args_schema` or `arg_types` was given.
+        InvalidOptionError: `args_schema` or `arg_types` was given; a bad filter or time
+            bound.
     """
     if args_schema is not None or arg_types is not None:
         raise InvalidOptionError("the memory tool's arguments are fixed: pass name/description")
+    narrowing_option(filter, since, until)
+    given = {"filter": filter, "since": since, "until": until}
     return MemorySearchTool(
         memory=memory,
         name=name or DEFAULT_TOOL_NAME,
         description=description or DEFAULT_TOOL_DESCRIPTION,
+        narrowing={key: value for key, value in given.items() if value is not None},
     )
 
 

@@ -117,6 +117,7 @@ class SearchPlan:
         baseline: QueryBaseline | None,
         *,
         texts: TermCache | None = None,
+        now: datetime | None = None,
     ) -> Query:
         """What hybrid search knows of `query` and its candidates before scoring them.
 
@@ -125,7 +126,7 @@ class SearchPlan:
         `texts` is the engine's cache of the messages' terms (None: this query's own).
         """
         found = {m.id: m for window in messages.values() for m in window}
-        period = self.period(query)
+        period = self.period(query, now)
         return Query.build(query, dense, keyword, found, baseline, period, texts)
 
     def relevant(

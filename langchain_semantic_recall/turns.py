@@ -22,8 +22,10 @@ from langgraph.errors import EmptyChannelError
 
 from langchain_semantic_recall import visible
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.core import CallIds, EngineCore
+from langchain_semantic_recall.engine.call_options import CallIds
+from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
+from langchain_semantic_recall.engine.narrowing import Narrowing, from_config
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
 from langchain_semantic_recall.messages import is_recalled, role_of, stable_id, text_of, to_messages
@@ -237,13 +239,20 @@ def _after_last_stored(
 
 
 def recall_turn(
-    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
+    memory: SemanticRecall,
+    messages: Sequence[BaseMessage],
+    narrowing: Narrowing | None = None,
+    **ids: Unpack[CallIds],
 ) -> RecalledMemory:
     """Recall for the current turn of `messages` (no state is written).
+
+    `narrowing` (a node's or the middleware's filter, range and horizon) comes before
+    the run's `config["configurable"]` (`engine.narrowing`), then the engine's horizon.
 
     Args:
         memory: The engine.
         messages: The conversation so far; its newest user message is the query.
+        narrowing: A node's or the middleware's filter, range and horizon.
         **ids: Who is asking: `thread_id`, `resource_id`, `config` (see `CallIds`).
 
     Raises:
@@ -253,20 +262,34 @@ def recall_turn(
     """
     core = memory.core
     items = list(messages)
+    limits = _narrowed(narrowing, ids)
     who = core.identity(ids)
-    result, report = visible.recall(core, items, who, turn=True, config=ids.get("config"))
+    result, report = visible.recall(
+        core, items, who, turn=True, config=ids.get("config"), narrowing=limits
+    )
     return RecalledMemory(current_turn(items), _added(items, result), report)
 
 
 async def arecall_turn(
-    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
+    memory: SemanticRecall,
+    messages: Sequence[BaseMessage],
+    narrowing: Narrowing | None = None,
+    **ids: Unpack[CallIds],
 ) -> RecalledMemory:
     """Async twin of `recall_turn`."""
     core = memory.core
     items = list(messages)
+    limits = _narrowed(narrowing, ids)
     who = core.identity(ids)
-    result, report = await visible.arecall(core, items, who, turn=True, config=ids.get("config"))
+    result, report = await visible.arecall(
+        core, items, who, turn=True, config=ids.get("config"), narrowing=limits
+    )
     return RecalledMemory(current_turn(items), _added(items, result), report)
+
+
+def _narrowed(narrowing: Narrowing | None, ids: CallIds) -> Narrowing:
+    """A turn's narrowing: the given one (a node's, the middleware's) over the run's."""
+    return (narrowing or Narrowing()).over(from_config(ids.get("config")))
 
 
 def _probes(count: int) -> list[tuple[int, int]]:

@@ -26,7 +26,7 @@ memory.invoke(messages, {"configurable": ids, "callbacks": [Shown()]})
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -37,8 +37,10 @@ from langchain_core.runnables.config import (
     get_callback_manager_for_config,
 )
 
+from langchain_semantic_recall.engine.call_options import Narrowed
 from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
+from langchain_semantic_recall.engine.narrowing import Narrowing
 from langchain_semantic_recall.messages import to_messages
 from langchain_semantic_recall.recall_report import RUN_NAME, RecallReport
 
@@ -61,14 +63,16 @@ def recall(
     *,
     turn: bool,
     config: RunnableConfig | None = None,
+    narrowing: Narrowing | None = None,
 ) -> Recalled:
     """Run the recall operation inside a `semantic_recall` child run of `config`'s run.
 
     `config` None: the current run's (LangChain's context). The run ends with the
-    report as outputs, or with the error the recall raised.
+    report as outputs, or with the error the recall raised. `narrowing`: the call's
+    filter and range (the engine's horizon under them).
     """
     items = to_messages(messages)  # bad input raises before any run starts
-    op = core.recall(items, who, turn=turn)
+    op = core.recall(items, who, turn=turn, narrowing=narrowing)
     manager = get_callback_manager_for_config(ensure_config(config))
     if not manager.handlers:  # nobody listens: no run to start (no cost on the hot path)
         return core.run(op)
@@ -89,10 +93,11 @@ async def arecall(
     *,
     turn: bool,
     config: RunnableConfig | None = None,
+    narrowing: Narrowing | None = None,
 ) -> Recalled:
     """Async twin of `recall`."""
     items = to_messages(messages)
-    op = core.recall(items, who, turn=turn)
+    op = core.recall(items, who, turn=turn, narrowing=narrowing)
     manager = get_async_callback_manager_for_config(ensure_config(config))
     if not manager.handlers:
         return await core.arun(op)
@@ -106,33 +111,34 @@ async def arecall(
     return injected, report
 
 
-def recall_messages(core: EngineCore, messages: Any, ids: Mapping[str, Any]) -> list[BaseMessage]:
-    """`SemanticRecall.recall`: the messages with recall injected, for the call's `ids`."""
-    who = core.identity(ids)
-    return recall(core, messages, who, turn=False, config=ids.get("config"))[0]
+def recall_messages(core: EngineCore, messages: Any, options: Narrowed) -> list[BaseMessage]:
+    """`SemanticRecall.recall`: the messages with recall injected, for the call's options."""
+    who, narrowing = core.recall_request(options)
+    config = options.get("config")
+    return recall(core, messages, who, turn=False, config=config, narrowing=narrowing)[0]
 
 
-async def arecall_messages(
-    core: EngineCore, messages: Any, ids: Mapping[str, Any]
-) -> list[BaseMessage]:
+async def arecall_messages(core: EngineCore, messages: Any, options: Narrowed) -> list[BaseMessage]:
     """Async twin of `recall_messages`."""
-    who = core.identity(ids)
-    return (await arecall(core, messages, who, turn=False, config=ids.get("config")))[0]
+    who, narrowing = core.recall_request(options)
+    config = options.get("config")
+    recalled = await arecall(core, messages, who, turn=False, config=config, narrowing=narrowing)
+    return recalled[0]
 
 
 def runner(core: EngineCore, config: RunnableConfig | None) -> Callable[[Any], list[BaseMessage]]:
-    """`SemanticRecall.invoke`'s body: ids from `config`, traced under the invoke's run."""
-    who = core.identity({"config": config})
-    return lambda messages: recall(core, messages, who, turn=False)[0]
+    """`SemanticRecall.invoke`'s body: ids, filter and range from `config`, traced under it."""
+    who, narrowing = core.recall_request({"config": config})
+    return lambda messages: recall(core, messages, who, turn=False, narrowing=narrowing)[0]
 
 
 def arunner(
     core: EngineCore, config: RunnableConfig | None
 ) -> Callable[[Any], Awaitable[list[BaseMessage]]]:
     """Async twin of `runner`."""
-    who = core.identity({"config": config})
+    who, narrowing = core.recall_request({"config": config})
 
     async def run(messages: Any) -> list[BaseMessage]:
-        return (await arecall(core, messages, who, turn=False))[0]
+        return (await arecall(core, messages, who, turn=False, narrowing=narrowing))[0]
 
     return run

@@ -182,3 +182,16 @@ def test_perf_purge_smoke(tmp_path: Path) -> None:
     assert "bulk_index of the kept (baseline)" in out
     results = json.loads((tmp_path / "perf_purge.json").read_text())
     assert len(results["purge_s"]) == len(results["index_s"]) == 1
+
+
+def test_perf_filter_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "perf_filter.py",
+        *("--size", "tiny", "--queries", "6", "--out", str(tmp_path)),
+        *("--work", str(tmp_path / "work")),
+    )
+    assert "p50 / plain" in out
+    results = json.loads((tmp_path / "perf_filter.json").read_text())
+    assert set(results["lat"]) == {"plain", "tag", "tags", "recent", "tag+recent"}
+    assert results["p50_ratio"]["plain"] == 1.0
+    assert all(results["hits_per_query"][name] > 0 for name in ("plain", "tag", "tags"))

@@ -13,12 +13,22 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from langchain_core.messages import BaseMessage
-from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall.embeddings import embedding_model_name
+from langchain_semantic_recall.engine.call_options import (
+    _CALL_IDS,
+    BulkOptions,
+    CallIds,
+    IndexOptions,
+    Narrowed,
+    ReindexOptions,
+    SearchOptions,
+    checked,
+    split_narrowing,
+)
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, resolve_identity
 from langchain_semantic_recall.engine.index_ops import (
     BulkResult,
@@ -38,6 +48,7 @@ from langchain_semantic_recall.engine.maintenance_ops import (
     restore_thread_op,
     stats_op,
 )
+from langchain_semantic_recall.engine.narrowing import Narrowing
 from langchain_semantic_recall.engine.purge_ops import purge_op
 from langchain_semantic_recall.engine.retention_ops import (
     RetentionResult,
@@ -52,12 +63,13 @@ from langchain_semantic_recall.engine.search_ops import (
     search_op,
     turn_recall_op,
 )
-from langchain_semantic_recall.engine.steps import Backends, Op, Progress, adrive, drive
+from langchain_semantic_recall.engine.steps import Backends, Op, adrive, drive
 from langchain_semantic_recall.errors import (
     IdentityMismatchError,
     InvalidOptionError,
     ReadOnlyError,
 )
+from langchain_semantic_recall.filters import check_horizon, check_metadata
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
 from langchain_semantic_recall.messages import check_id, to_messages
 from langchain_semantic_recall.options import (
@@ -72,63 +84,6 @@ from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHi
 from langchain_semantic_recall.search import SearchPlan, resolve
 
 T = TypeVar("T")
-
-
-class CallIds(TypedDict, total=False):
-    """Who is asking, as a call gives it (see `identity` for the precedence)."""
-
-    thread_id: str | int | None
-    """The conversation (explicit: wins over the config and the context)."""
-    resource_id: str | int | None
-    """The owner (explicit: wins, except over an authenticated user)."""
-    config: RunnableConfig | None
-    """A run config to read the ids from (default: the current run's, if any)."""
-
-
-class SearchOptions(CallIds, total=False):
-    """A search's ids and its overrides of the engine's options."""
-
-    top_k: int | None
-    """Hits to retrieve for this call."""
-    scope: Scope | None
-    """`"thread"` or `"resource"` for this call."""
-    threshold: float | None
-    """Minimum score in [0, 1] for this call (hybrid: calibrated probability; dense: cosine)."""
-
-
-class ReindexOptions(TypedDict, total=False):
-    """What `reindex` covers and how."""
-
-    resource_id: str | None
-    """Only this resource's messages (default: every message)."""
-    thread_id: str | None
-    """Only this thread's messages."""
-    missing_only: bool
-    """Only messages without a vector (a repair); orphan vectors are removed too."""
-    batch_size: int
-    """Messages per embedding call (default 256)."""
-    progress: Progress | None
-    """Called with the number of messages of each page handled."""
-
-
-class BulkOptions(TypedDict, total=False):
-    """How `bulk_index` batches its work."""
-
-    batch_size: int
-    """Messages per storage transaction and embedding call (default 2048)."""
-    progress: Progress | None
-    """Called with the number of messages of each batch once it is stored."""
-
-
-_CALL_IDS = frozenset(CallIds.__annotations__)
-
-
-def checked(options: Mapping[str, Any], kind: type) -> dict[str, Any]:
-    """`options` if every key is one `kind` (a TypedDict) declares, else a TypeError."""
-    unknown = set(options) - set(kind.__annotations__) - set(getattr(kind, "__optional_keys__", ()))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}")
-    return dict(options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +104,8 @@ class EnginePlan:
     logger: logging.Logger
     retention: timedelta | None = None
     """Age past which `apply_retention` forgets a message (None: no policy)."""
+    horizon: timedelta | None = None
+    """Default recall horizon: recall sees only messages this recent (None: all)."""
 
 
 def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePlan:
@@ -198,6 +155,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         output_key=options["output_key"],
         logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
         retention=check_retention(options.get("retention")),
+        horizon=check_horizon(options.get("horizon")),
     )
 
 
@@ -299,6 +257,7 @@ class EngineCore:
         top_k: int | None = None,
         scope: Scope | None = None,
         threshold: float | None = None,
+        narrowing: Narrowing | None = None,
     ) -> SearchRequest:
         """A search request with this call's overrides of the engine's options."""
         plan = self.plan.search
@@ -307,11 +266,13 @@ class EngineCore:
         if threshold is not None:
             plan = dataclasses.replace(plan, threshold=check_threshold(threshold))
         scope = self.plan.scope if scope is None else check_scope(scope)
-        return SearchRequest(query, who, scope, plan, self.plan.max_block_chars)
+        limits = narrowing or Narrowing()
+        return SearchRequest(query, who, scope, plan, self.plan.max_block_chars, limits)
 
     def search(self, query: str, options: SearchOptions) -> Op[list[RecallHit]]:
         """The search operation: `options` checked, identity resolved, request built."""
         checked(options, SearchOptions)
+        _, narrowing = split_narrowing(options)
         who = self.identity({k: v for k, v in options.items() if k in _CALL_IDS})
         request = self.request(
             query,
@@ -319,20 +280,38 @@ class EngineCore:
             top_k=options.get("top_k"),
             scope=options.get("scope"),
             threshold=options.get("threshold"),
+            narrowing=narrowing,
         )
         return search_op(self.backends.space, self.plan.keys, request)
 
     def recall(
-        self, messages: Any, who: Identity, *, turn: bool
+        self, messages: Any, who: Identity, *, turn: bool, narrowing: Narrowing | None = None
     ) -> Op[tuple[list[BaseMessage], RecallReport]]:
-        """The recall operation for `messages` (`turn`: once per user turn), and its report."""
+        """The recall operation for `messages` (`turn`: once per user turn), and its report.
+
+        `narrowing` (the call's over the run's) falls back on the engine's `horizon`.
+        """
         op = turn_recall_op if turn else recall_op
         items = to_messages(messages)
-        return op(
-            self.backends.space, self.plan.keys, items, self.request("", who), self.plan.logger
-        )
+        limits = (narrowing or Narrowing()).over(Narrowing(horizon=self.plan.horizon))
+        request = self.request("", who, narrowing=limits)
+        return op(self.backends.space, self.plan.keys, items, request, self.plan.logger)
 
-    def index(self, messages: Any, who: Identity) -> Op[IndexResult]:
+    def recall_request(self, options: Narrowed) -> tuple[Identity, Narrowing]:
+        """Who a public recall call is for, and its filter and range (`Narrowed`), checked."""
+        checked(options, Narrowed)
+        ids, narrowing = split_narrowing(options)
+        return self.identity(ids), narrowing
+
+    def index_call(self, messages: Any, options: IndexOptions) -> Op[IndexResult]:
+        """`index` for a public call: its ids and metadata checked."""
+        checked(options, IndexOptions)
+        ids = {k: v for k, v in options.items() if k != "metadata"}
+        return self.index(messages, self.identity(ids), options.get("metadata"))
+
+    def index(
+        self, messages: Any, who: Identity, metadata: Mapping[str, Any] | None = None
+    ) -> Op[IndexResult]:
         """The index operation: store the new messages, embed their text."""
         return index_op(
             self.backends.space,
@@ -343,6 +322,7 @@ class EngineCore:
             read_only=self.plan.read_only,
             max_chars=self.plan.max_index_chars,
             logger=self.plan.logger,
+            metadata=check_metadata(metadata, "index(metadata=...)"),
         )
 
     def bulk_index(

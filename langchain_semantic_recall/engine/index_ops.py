@@ -9,7 +9,7 @@ after the storage write is logged and reported, never raised: the messages are k
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -26,6 +26,7 @@ from langchain_semantic_recall.errors import (
     ForgottenThreadError,
     OwnershipError,
 )
+from langchain_semantic_recall.filters import MetadataValue
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     build_records,
@@ -74,6 +75,7 @@ def pending_vectors(
             role=record.role,
             content=piece,
             created_at=record.created_at,
+            metadata=record.metadata,
         )
         for record in records
         for n, piece in enumerate(split_for_embedding(embeddings, record.text[:max_chars]))
@@ -177,7 +179,11 @@ class _Turn:
 
 
 def plan_turn(
-    messages: Sequence[BaseMessage], thread_id: str, resource_id: str, now: datetime
+    messages: Sequence[BaseMessage],
+    thread_id: str,
+    resource_id: str,
+    now: datetime,
+    metadata: Mapping[str, MetadataValue] | None = None,
 ) -> _Turn:
     """Records for the messages the storage keeps and a fate for each message (pure)."""
     turn = _Turn(thread_id=thread_id, fates=[])
@@ -194,6 +200,7 @@ def plan_turn(
             resource_id=resource_id,
             now=now,
             fresh_id=True,
+            metadata=metadata,
         )
         if (earlier := last_of.get(record.id)) is not None:  # the last of equal ids wins
             del turn.records[earlier]
@@ -218,7 +225,8 @@ def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> N
         if not window:
             continue
         before = window[0]
-        if (before.role, before.text, before.payload) == (record.role, record.text, record.payload):
+        same = (before.role, before.text, before.payload, before.metadata)
+        if same == (record.role, record.text, record.payload, record.metadata):
             turn.unchanged[position] = turn.records.pop(position)
             turn.fates[position] = replace(turn.fates[position], fate="unchanged")
         else:  # new content, same message: it keeps its time unless it carries one
@@ -249,8 +257,12 @@ def index_op(
     read_only: bool,
     max_chars: int | None,
     logger: logging.Logger,
+    metadata: Mapping[str, MetadataValue] | None = None,
 ) -> Op[IndexResult]:
     """Store a turn's messages and embed their user and assistant text.
+
+    `metadata` (checked, `filters.check_metadata`) is kept on every message of the
+    turn, under each message's own `additional_kwargs["metadata"]`.
 
     Only the first `max_chars` characters of a text are embedded; a message's fate
     gives the characters left out (`truncated_chars`).
@@ -270,7 +282,7 @@ def index_op(
         # until a write that names a resource adopts the thread).
         resource_id = (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
     check_id("resource_id", resource_id)
-    turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC))
+    turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC), metadata)
     if read_only:
         return turn.refuse_all(READ_ONLY)
     if not turn.records:

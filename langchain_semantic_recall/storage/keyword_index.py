@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
 from langchain_semantic_recall.errors import SemanticRecallError
-from langchain_semantic_recall.storage.postings import ResourcePostings
+from langchain_semantic_recall.records import MessageRecord
+from langchain_semantic_recall.storage.postings import Document, ResourcePostings
 
 __all__ = ["PostingsCache", "ResourcePostings"]
 
@@ -48,7 +49,7 @@ BACKGROUND_DOCS: Final = 20_000
 """Resources of this many searchable messages (a ~0.1 s build) are built in the background."""
 
 _LOAD: Final = (
-    "SELECT t.message_id, m.thread_id, t.terms FROM messages AS m "
+    "SELECT t.message_id, m.thread_id, t.terms, m.created_at, m.metadata FROM messages AS m "
     "JOIN message_terms AS t ON t.message_id = m.id WHERE m.resource_id = ?"
 )
 _COUNT: Final = (
@@ -57,15 +58,13 @@ _COUNT: Final = (
 )
 
 Change: TypeAlias = (
-    tuple[Literal["remove"], str]
-    | tuple[Literal["add"], tuple[str, str, Sequence[str]]]
-    | tuple[Literal["thread"], str]
+    tuple[Literal["remove"], str] | tuple[Literal["add"], Document] | tuple[Literal["thread"], str]
 )
 """A committed write to a resource whose postings are being built, replayed on them."""
 
 
 def _replay(postings: ResourcePostings, journal: Sequence[Change]) -> None:
-    added: list[tuple[str, str, Sequence[str]]] = []
+    added: list[Document] = []
     for change in journal:
         if change[0] == "add":
             added.append(change[1])
@@ -87,8 +86,8 @@ class _Pending:
 
     removed: list[tuple[str, str]] = field(default_factory=list)
     """(resource id, message id) rewritten."""
-    added: dict[str, tuple[str, str, list[str]]] = field(default_factory=dict)
-    """Message id -> (resource id, thread id, terms), the last version written."""
+    added: dict[str, tuple[str, Document]] = field(default_factory=dict)
+    """Message id -> (resource id, its document), the last version written."""
 
 
 class PostingsCache:
@@ -164,13 +163,17 @@ class PostingsCache:
     def _fingerprint(cls, conn: sqlite3.Connection) -> tuple[int, int]:
         return cls._data_version(conn), conn.total_changes
 
-    def get(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
-        """The resource's postings (built if big enough), or None to search in SQL."""
+    def loaded(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
+        """The resource's postings if they are loaded and current; never builds them."""
         fingerprint = self._fingerprint(conn)
         if fingerprint != self._seen:  # a change that did not come through the hooks
             self.clear()
             self._seen = fingerprint
-        postings = self._loaded.get(resource_id)
+        return self._loaded.get(resource_id)
+
+    def get(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
+        """The resource's postings (built if big enough), or None to search in SQL."""
+        postings = self.loaded(conn, resource_id)
         if postings is not None:
             self._loaded.move_to_end(resource_id)
             return postings
@@ -222,7 +225,7 @@ class PostingsCache:
         self,
         reader: sqlite3.Connection,
         cursor: sqlite3.Cursor,
-        first: list[tuple[str, str, str]],
+        first: list[tuple[str, str, str, str, str | None]],
         resource_id: str,
         journal: list[Change],
     ) -> None:
@@ -269,10 +272,14 @@ class PostingsCache:
             self._pending.removed.append((resource_id, message_id))
             self._pending.added.pop(message_id, None)
 
-    def added(self, resource_id: str, thread_id: str, message_id: str, terms: list[str]) -> None:
-        """A message was made keyword-searchable under `terms`."""
+    def added(
+        self, record: MessageRecord, terms: list[str], created_at: str, metadata: str | None
+    ) -> None:
+        """A message was made keyword-searchable under `terms` (its columns as stored)."""
+        resource_id = record.resource_id
         if (resource_id in self._loaded or resource_id in self._building) and terms:
-            self._pending.added[message_id] = (resource_id, thread_id, terms)
+            document = (record.id, record.thread_id, terms, created_at, metadata)
+            self._pending.added[record.id] = (resource_id, document)
 
     def deleted(self, resource_id: str | None, thread_id: str | None = None) -> None:
         """A thread (or, without `thread_id`, the whole resource) was deleted."""
@@ -302,9 +309,9 @@ class PostingsCache:
                 self._loaded[resource_id].remove(message_id)
             elif resource_id in self._building:
                 self._building[resource_id].append(("remove", message_id))
-        by_resource: dict[str, list[tuple[str, str, Sequence[str]]]] = {}
-        for message_id, (resource_id, thread_id, terms) in pending.added.items():
-            by_resource.setdefault(resource_id, []).append((message_id, thread_id, terms))
+        by_resource: dict[str, list[Document]] = {}
+        for resource_id, document in pending.added.values():
+            by_resource.setdefault(resource_id, []).append(document)
         for resource_id, documents in by_resource.items():
             postings = self._loaded.get(resource_id)
             if postings is not None:

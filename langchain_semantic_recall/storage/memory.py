@@ -150,6 +150,7 @@ class InMemoryStorage(MessageStorage):
                         created_at=record.created_at,
                         payload=record.payload,
                         seq=seq,
+                        metadata=record.metadata,
                     )
                 )
             created = {r.id for r in records if r.id not in self._index}
@@ -264,7 +265,12 @@ class InMemoryStorage(MessageStorage):
                     continue
                 low = _position(thread, seq - before)
                 high = bisect_right(thread.messages, seq + after, key=_seq)
-                windows[message_id] = tuple(thread.messages[low:high])
+                window = thread.messages[low:high]
+                if scope.narrowed:  # every message returned passes the filter
+                    if not scope.admits_message(thread.messages[_position(thread, seq)]):
+                        continue
+                    window = [m for m in window if scope.matches(m.metadata, m.created_at)]
+                windows[message_id] = tuple(window)
             return windows
 
     def _get_thread_owner(self, thread_id: str) -> str | None:
@@ -284,7 +290,10 @@ class InMemoryStorage(MessageStorage):
                 if scope is not None and not scope.admits(thread.resource_id, thread_id):
                     continue
                 first = _position(thread, after[1] + 1) if after and thread_id == after[0] else 0
-                page.extend(thread.messages[first : first + limit - len(page)])
+                rest = thread.messages[first:]
+                if scope is not None and scope.narrowed:
+                    rest = [m for m in rest if scope.matches(m.metadata, m.created_at)]
+                page.extend(rest[: limit - len(page)])
                 if len(page) >= limit:
                     break
             return page
@@ -294,7 +303,21 @@ class InMemoryStorage(MessageStorage):
             thread = self._threads.get(scope.thread_id or "")
             if thread is None or not scope.admits(thread.resource_id, scope.thread_id or ""):
                 return []
+            if scope.narrowed:
+                return [m for m in thread.messages if scope.admits_message(m)][-limit:]
             return thread.messages[-limit:]
+
+    def _count(self, scope: ScopeFilter | None) -> int:
+        if scope is None or not scope.narrowed:
+            return super()._count(scope)
+        with self._lock:
+            return sum(
+                1
+                for thread_id, thread in self._threads.items()
+                if scope.admits(thread.resource_id, thread_id)
+                for message in thread.messages
+                if scope.matches(message.metadata, message.created_at)
+            )
 
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._lock:
@@ -321,7 +344,8 @@ class InMemoryStorage(MessageStorage):
 
         User and assistant messages are searchable (like the vector index); terms are
         those of `langchain_semantic_recall.keywords`, and BM25's statistics (document
-        count, frequencies, mean length) are those of the scope itself.
+        count, frequencies, mean length) are those of the scope itself (its thread or
+        resource: a filter or time range only drops candidates, as on every backend).
         """
         terms = query_terms(query)
         with self._lock:
@@ -333,8 +357,11 @@ class InMemoryStorage(MessageStorage):
             doc_freq: dict[str, int] = {}
             for term in terms:
                 for message_id in self._postings.get(term, ()):
-                    thread_id, _ = self._index[message_id]
-                    if not scope.admits(self._threads[thread_id].resource_id, thread_id):
+                    thread_id, seq = self._index[message_id]
+                    thread = self._threads[thread_id]
+                    if not scope.admits(thread.resource_id, thread_id):
+                        continue
+                    if scope.narrowed and not scope.admits_message(thread.messages[seq]):
                         continue
                     doc_freq[term] = doc_freq.get(term, 0) + 1
                     candidates[message_id] = self._terms[message_id]

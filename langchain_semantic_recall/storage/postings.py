@@ -9,19 +9,27 @@ floating-point operations in the same order, so the same scores to the last bit)
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from langchain_semantic_recall.keywords import BM25Params
+from langchain_semantic_recall.records import ScopeFilter
 
-__all__ = ["ResourcePostings"]
+__all__ = ["Document", "ResourcePostings"]
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+Document = tuple[str, str, Sequence[str], str, str | None]
+"""(message id, thread id, terms, created_at ISO text, metadata JSON text or None)."""
+_TIME: Final = "datetime64[us]"
+"""Creation times, in UTC (parsed from the storage's fixed-width ISO text, `_time`)."""
 
 
 @dataclass(slots=True)
@@ -50,13 +58,19 @@ class ResourcePostings:
     thread_stats: list[_Stats]
     total: _Stats
     slot_of: dict[str, int]
+    created: npt.NDArray[np.datetime64] = field(default_factory=lambda: np.empty(0, _TIME))
+    """Creation time of each slot (UTC)."""
+    metadata: list[str | None] = field(default_factory=list)
+    """Metadata JSON text of each slot (None: none), parsed when a filter asks."""
+    columns: dict[str, npt.NDArray[np.str_]] = field(default_factory=dict)
+    """Metadata key -> each slot's tagged value (`_column`), for the slots parsed so far."""
     delta: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     """Term -> (slot, tf) of the documents added since the build."""
     delta_docs: int = 0
 
     @classmethod
-    def build(cls, rows: Sequence[tuple[str, str, str]]) -> ResourcePostings:
-        """Postings of `rows` = (message id, thread id, space-joined terms)."""
+    def build(cls, rows: Sequence[tuple[str, str, str, str, str | None]]) -> ResourcePostings:
+        """Postings of `rows` = (message id, thread id, space-joined terms, created, metadata)."""
         n = len(rows)
         ids = [row[0] for row in rows]
         threads: dict[str, int] = {}
@@ -88,6 +102,8 @@ class ResourcePostings:
             thread_stats=stats,
             total=_Stats(n, int(lengths.sum())),
             slot_of={message_id: slot for slot, message_id in enumerate(ids)},
+            created=_times([row[3] for row in rows]),
+            metadata=[row[4] for row in rows],
         )
 
     @property
@@ -114,10 +130,11 @@ class ResourcePostings:
         for message_id in [m for m, s in self.slot_of.items() if self.thread[s] == number]:
             self.remove(message_id)
 
-    def add(self, documents: Sequence[tuple[str, str, Sequence[str]]]) -> None:
-        """Add documents = (message id, thread id, terms), after `remove` of old versions."""
+    def add(self, documents: Sequence[Document]) -> None:
+        """Add documents (`Document`), after `remove` of their old versions."""
         numbers: list[int] = []
-        for message_id, thread_id, terms in documents:
+        for message_id, thread_id, terms, _, metadata in documents:
+            self.metadata.append(metadata)
             slot = len(self.ids)
             number = self.threads.setdefault(thread_id, len(self.threads))
             if number == len(self.thread_stats):
@@ -133,7 +150,8 @@ class ResourcePostings:
             for stats in (self.total, self.thread_stats[number]):
                 stats.docs += 1
                 stats.terms += len(terms)
-        lengths = [float(len(terms)) for _, _, terms in documents]
+        lengths = [float(len(document[2])) for document in documents]
+        self.created = np.concatenate([self.created, _times([d[3] for d in documents])])
         self.thread = np.concatenate([self.thread, np.asarray(numbers, dtype=np.int64)])
         self.length = np.concatenate([self.length, np.asarray(lengths, dtype=np.float64)])
         self.alive = np.concatenate([self.alive, np.ones(len(documents), dtype=np.bool_)])
@@ -155,12 +173,20 @@ class ResourcePostings:
         return docs, tf
 
     def search(
-        self, terms: Sequence[str], thread_id: str | None, limit: int, params: BM25Params
+        self,
+        terms: Sequence[str],
+        thread_id: str | None,
+        limit: int,
+        params: BM25Params,
+        *,
+        scope: ScopeFilter | None = None,
     ) -> list[tuple[str, float]]:
         """The `limit` best documents by BM25 over the resource, or one of its threads.
 
         The arithmetic mirrors `keywords.rank_bm25` operation by operation (float64), so
-        scores are bit-identical; ties are broken by message id as there.
+        scores are bit-identical; ties are broken by message id as there. A `scope` with
+        a filter keeps the matches it admits (BM25's statistics stay the thread's or
+        resource's, as on every backend).
         """
         if thread_id is None:
             stats, number = self.total, -1
@@ -191,6 +217,8 @@ class ResourcePostings:
         if not matched:
             return []
         hits = np.flatnonzero(scores > 0)  # the matched slots, sorted (no sort of postings)
+        if scope is not None and scope.narrowed:
+            hits = self._admitted(hits, scope)
         values = scores[hits]
         if len(hits) > limit:  # keep the top `limit` and everything tied with the last
             floor = np.partition(values, len(values) - limit)[len(values) - limit]
@@ -201,3 +229,59 @@ class ResourcePostings:
             key=lambda item: (-item[0], item[1]),
         )
         return [(message_id, score) for score, message_id in ranked[:limit]]
+
+    def _admitted(self, slots: Ints, scope: ScopeFilter) -> Ints:
+        """The slots whose creation time and metadata pass the scope's filter."""
+        if scope.since is not None:
+            slots = slots[self.created[slots] >= _time(scope.since)]
+        if scope.until is not None:
+            slots = slots[self.created[slots] < _time(scope.until)]
+        for key, values in scope.metadata:
+            slots = slots[np.isin(self._column(key)[slots], [_tag(v) for v in values])]
+        return slots
+
+    def admitted_count(self, scope: ScopeFilter) -> int:
+        """Live documents of the scope's thread (or of the resource) that pass its filter."""
+        slots = np.flatnonzero(self.alive)
+        if scope.thread_id is not None:
+            number = self.threads.get(scope.thread_id)
+            if number is None:
+                return 0
+            slots = slots[self.thread[slots] == number]
+        return len(self._admitted(slots, scope))
+
+    def _column(self, key: str) -> npt.NDArray[np.str_]:
+        """Each slot's value of metadata `key`, tagged by kind (`_tag`); parsed once."""
+        column = self.columns.get(key)
+        done = 0 if column is None else len(column)
+        if done < len(self.ids):
+            fresh = np.asarray(
+                [_tag(json.loads(m).get(key)) if m else "" for m in self.metadata[done:]],
+                dtype=np.str_,
+            )
+            column = fresh if column is None else np.concatenate([column, fresh])
+            self.columns[key] = column
+        assert column is not None
+        return column
+
+
+def _times(texts: Sequence[str]) -> npt.NDArray[np.datetime64]:
+    """The storage's UTC ISO texts (`sqlite_sql.iso_text`: 26 characters then +00:00)."""
+    return np.asarray([text[:26] for text in texts], dtype=_TIME)
+
+
+def _time(value: datetime) -> np.datetime64:
+    return np.datetime64(value.astimezone(UTC).replace(tzinfo=None), "us")
+
+
+def _tag(value: object) -> str:
+    """A metadata value as text that equals another's when `filters.same_value` says so.
+
+    A bool only equals a bool, numbers compare as numbers (2 and 2.0 both give "n2.0"),
+    text as text; a missing key ("") equals nothing that is asked for.
+    """
+    if isinstance(value, bool):
+        return "b1" if value else "b0"
+    if isinstance(value, int | float):
+        return "n" + repr(float(value))
+    return "s" + value if isinstance(value, str) else ""

@@ -68,7 +68,7 @@ _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable 
 
 def _to_iso(value: datetime) -> str:
     """Fixed-width ISO 8601 in UTC (sorts as text); `value` is aware (checked by the base)."""
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
+    return sql.iso_text(value)
 
 
 def _file_bytes(path: str) -> int:
@@ -84,9 +84,10 @@ def _from_iso(value: str) -> datetime:
 
 def _to_message(row: Sequence[Any]) -> StoredMessage:
     """A row of `sql.COLUMNS` as a stored message."""
-    id_, thread_id, resource_id, role, text, created_at, payload, seq = row
+    id_, thread_id, resource_id, role, text, created_at, payload, seq, metadata = row
     return StoredMessage(
-        id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq
+        *(id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq),
+        metadata=sql.metadata_items(metadata),
     )
 
 
@@ -264,19 +265,20 @@ class SQLiteStorage(MessageStorage):
                     state.next_seq += 1
                 else:
                     seq = place[1]
+                metadata = sql.metadata_text(record)
                 values = (
                     *(record.id, record.thread_id, record.resource_id, record.role, record.text),
-                    *(created_at, record.payload, seq),
+                    *(created_at, record.payload, seq, metadata),
                 )
                 if place is None:
                     conn.execute(sql.INSERT_MESSAGE, values)
                 else:
-                    update = (record.role, record.text, created_at, record.payload, record.id)
-                    conn.execute(sql.UPDATE_MESSAGE, update)
+                    update = (*(record.role, record.text, created_at, record.payload), metadata)
+                    conn.execute(sql.UPDATE_MESSAGE, (*update, record.id))
                     fts.drop_terms(conn, record.id, record.thread_id)
                     self._postings.rewritten(record.resource_id, record.id)
                 terms = fts.add_terms(conn, record)
-                self._postings.added(record.resource_id, record.thread_id, record.id, terms)
+                self._postings.added(record, terms, created_at, metadata)
                 stored.append(dataclasses.replace(_to_message(values), created=place is None))
             for thread_id, state in threads.items():
                 conn.execute(sql.SET_NEXT_SEQ, (state.next_seq, thread_id))
@@ -406,7 +408,17 @@ class SQLiteStorage(MessageStorage):
             return int(conn.execute(*sql.count_sql(scope)).fetchone()[0])
 
     def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
+        """In SQL, unless a filtered resource's postings already hold `up_to` that pass.
+
+        Filters cannot use an index, so counting a big filtered scope in SQL reads rows
+        until `up_to` pass; the postings (searchable messages only, a subset) count theirs
+        with a few vector operations, and when they reach `up_to` so does the scope.
+        """
         with self._read() as conn:
+            if scope is not None and scope.narrowed and scope.resource_id is not None:
+                postings = self._postings.loaded(conn, scope.resource_id)
+                if postings is not None and postings.admitted_count(scope) >= up_to:
+                    return up_to
             return int(conn.execute(*sql.count_sql(scope, up_to)).fetchone()[0])
 
     def _is_forgotten(self, thread_id: str) -> bool:
@@ -431,7 +443,9 @@ class SQLiteStorage(MessageStorage):
                 postings = self._postings.get(conn, scope.resource_id)
             if postings is None:
                 return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
-            return postings.search(query_terms(query), scope.thread_id, limit, self._bm25)
+            return postings.search(
+                query_terms(query), scope.thread_id, limit, self._bm25, scope=scope
+            )
 
     def _compact(self) -> CompactResult:
         """Overwrite and drop what deleted rows left: FTS5 segments, free pages, the WAL.

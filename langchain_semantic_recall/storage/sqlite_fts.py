@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.sqlite_sql import from_iso, metadata_items
 
 MIN_CANDIDATES: Final = 1000
 """A search re-scores at least this many FTS5 matches (every match, in most scopes)."""
@@ -97,12 +98,17 @@ def _exact_scope(scope: ScopeFilter, table: str) -> tuple[str, list[str]]:
 
 
 def candidates_sql(scope: ScopeFilter, terms: Sequence[str], limit: int) -> tuple[str, list[Any]]:
-    """FTS5's best `limit` matches inside `scope`: rows of (message id, terms)."""
+    """FTS5's best `limit` matches inside `scope`: rows of (message id, terms).
+
+    With a filter, rows are (message id, terms, created_at, metadata): `search` counts
+    frequencies over every match of the scope, then keeps the filter's.
+    """
     where, params = _exact_scope(scope, "m")
     sql = (
         "WITH hits AS (SELECT rowid AS doc FROM message_fts WHERE message_fts MATCH ? "
         "ORDER BY rank LIMIT ?) "
-        "SELECT t.message_id, t.terms FROM hits JOIN message_terms AS t ON t.doc = hits.doc "
+        f"SELECT t.message_id, t.terms{', m.created_at, m.metadata' if scope.narrowed else ''} "
+        "FROM hits JOIN message_terms AS t ON t.doc = hits.doc "
         f"JOIN messages AS m ON m.id = t.message_id WHERE 1 = 1{where}"
     )
     return sql, [fts_match(scope, terms), limit, *params]
@@ -202,7 +208,7 @@ def search(
         return []
     cap = max(10 * limit, MIN_CANDIDATES)
     rows = conn.execute(*candidates_sql(scope, terms, cap)).fetchall()
-    candidates = {message_id: joined.split() for message_id, joined in rows}
+    candidates = {row[0]: row[1].split() for row in rows}
     if len(rows) < cap:
         doc_freq = _frequencies(terms, candidates)
     else:
@@ -210,6 +216,9 @@ def search(
             term: conn.execute(_COUNT_MATCHES, (fts_match(scope, [term]),)).fetchone()[0]
             for term in terms
         }
+    if scope.narrowed:  # BM25's statistics are the scope's; the filter drops candidates
+        kept = {row[0] for row in rows if scope.matches(metadata_items(row[3]), from_iso(row[2]))}
+        candidates = {key: value for key, value in candidates.items() if key in kept}
     return rank_bm25(
         terms,
         candidates,

@@ -1,22 +1,16 @@
 """Chroma vector index: one Chroma collection per resource of each index.
 
-The `chroma*` modules of `langchain_semantic_recall.vectors` are the only ones of the
-package that import `chromadb`, and they do so inside functions, so importing them stays
-cheap. This one works with any chromadb client: the embedded `PersistentClient` (the
-package's default), `EphemeralClient` and `HttpClient`. `compact` is `chroma_purge`'s.
+The `chroma*` modules alone import `chromadb`, inside functions (importing them is cheap).
+Any chromadb client works: the embedded `PersistentClient` (the package's default),
+`EphemeralClient` and `HttpClient`. `compact` is `chroma_purge`'s.
 
-Layout (measured in `docs/performance.md`): index `name` is a *root* collection `name`
-holding no vectors (its metadata records the embedding model, the dimension and the
-layout version, so a mismatched embedder fails closed) plus one collection per resource,
-`resource_collection_name`. Resource scope is then one unfiltered HNSW query; thread
-scope searches inside the owner's collection (`search_collection`); forgetting a
-resource drops its collection. Scopes without a resource (maintenance, export) visit
-every collection of the index: correct, and slower with many resources. The handles to
-the resource collections live in `ChromaCollections`.
-
-HNSW (`DEFAULT_HNSW`: 32 neighbours, `ef_search` 400, chosen by agreement with exact
-search in `docs/performance.md`): Chroma fixes these when a collection is created; new
-values reach new collections only.
+Layout (`docs/performance.md`): index `name` is a vector-less *root* collection recording
+the embedding model, dimension and layout version (a mismatched embedder fails closed),
+plus one collection per resource (`resource_collection_name`, handles in
+`ChromaCollections`). Resource scope is one unfiltered HNSW query; thread scope searches
+the owner's collection (`search_collection`); forgetting a resource drops its collection;
+scopes without a resource (maintenance, export) visit every collection. `DEFAULT_HNSW`
+(chosen by agreement with exact search) applies to collections created after it is set.
 """
 
 from __future__ import annotations
@@ -63,6 +57,7 @@ from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_htt
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
 from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
+from langchain_semantic_recall.vectors.rows import row_admitted
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -405,7 +400,7 @@ class ChromaVectorIndex(VectorIndex):
         The resource's own collection holds only its vectors, and the engine reads the
         messages through the storage in `scope`. Thread scope: `query`'s checked hits.
         """
-        if scope.thread_id is not None:
+        if scope.thread_id is not None or scope.narrowed:
             return super()._nearest(name, vector, k=k, scope=scope)
         found = self._each_collection(
             name, vector, scope, lambda c, v, _: nearest_in_collection(c, v, k=k)
@@ -434,7 +429,8 @@ class ChromaVectorIndex(VectorIndex):
         found: list[_T] = []
         for resource_id, collection in self._collections.scoped(name, scope):
             # the size picks the thread-search strategy; a resource search needs none
-            size = 0 if scope.thread_id is None else self._collections.size(name, resource_id)
+            plain = scope.thread_id is None and not scope.narrowed
+            size = 0 if plain else self._collections.size(name, resource_id)
             try:
                 found.extend(self._collections.read(partial(search, collection, embedding, size)))
             except NotFoundError:  # forgotten by another process since we cached it
@@ -445,16 +441,18 @@ class ChromaVectorIndex(VectorIndex):
         return {
             str(meta.get("message_id", vector_id))
             for vector_id, meta, _ in self._rows(name, scope, metadata=True)
-            if scope is None
-            or scope.admits(str(meta.get("resource_id")), str(meta.get("thread_id")))
+            if scope is None or row_admitted(scope, meta)
         }
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         """A resource's collections count themselves; a thread's vectors are listed."""
         if self._root(name) is None:
             return 0
-        if scope is None or scope.thread_id is None:
+        if scope is None or (scope.thread_id is None and not scope.narrowed):
             return sum(int(c.count()) for _, c in self._collections.scoped(name, scope))
+        if scope.narrowed:  # the `where` may let older rows through: each is checked
+            rows = self._rows(name, scope, metadata=True)
+            return sum(1 for _, meta, _ in rows if row_admitted(scope, meta))
         return sum(1 for _ in self._rows(name, scope, metadata=False))
 
     def _export(
@@ -464,6 +462,8 @@ class ChromaVectorIndex(VectorIndex):
         for vector_id, meta, embedding in self._rows(
             name, scope, metadata=True, embeddings=True, page=batch_size
         ):
+            if scope is not None and scope.narrowed and not row_admitted(scope, meta):
+                continue
             vector = () if embedding is None else embedding
             record = record_from_metadata(vector_id, vector, meta, str(meta.get("content", "")))
             if record is None:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.filters import VECTOR_PREFIX
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors.rows import (
+    CREATED_TS,
+    FILTERABLE,
+    filter_metadata,
+    row_admitted,
+)
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -60,11 +67,39 @@ def scope_where(scope: ScopeFilter) -> dict[str, Any]:
 
 
 def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
-    """The `where` of a search inside one resource's collection: the thread, or nothing.
+    """The `where` of a search inside one resource's collection: thread and filter, or None.
 
-    The resource is the collection itself, so resource scope needs no filter at all.
+    The resource is the collection itself, so resource scope needs no clause for it.
+    The filter's metadata keys are stored as `meta_<key>`; a time range compares
+    `created_ts`, and also lets through the rows written before it existed (no
+    `filterable` mark), which `rows.row_admitted` then checks by their `created_at`.
     """
-    return None if scope.thread_id is None else {"thread_id": scope.thread_id}
+    clauses: list[dict[str, Any]] = []
+    if scope.thread_id is not None:
+        clauses.append({"thread_id": scope.thread_id})
+    for key, values in scope.metadata:
+        clauses.append(in_where(VECTOR_PREFIX + key, values))
+    bounds: list[dict[str, Any]] = []
+    if scope.since is not None:
+        bounds.append({CREATED_TS: {"$gte": scope.since.timestamp()}})
+    if scope.until is not None:
+        bounds.append({CREATED_TS: {"$lt": scope.until.timestamp()}})
+    if bounds:
+        ranged = bounds[0] if len(bounds) == 1 else {"$and": bounds}
+        clauses.append({"$or": [ranged, {FILTERABLE: {"$ne": True}}]})
+    return and_where(clauses)
+
+
+def in_where(key: str, values: Sequence[object]) -> dict[str, Any]:
+    """`key` equal to one of `values` (one `$in` per kind: Chroma keeps kinds apart)."""
+    kinds: dict[type, list[object]] = {}
+    for value in values:
+        kind = bool if isinstance(value, bool) else str if isinstance(value, str) else float
+        kinds.setdefault(kind, []).append(value)
+    clauses = [
+        {key: group[0]} if len(group) == 1 else {key: {"$in": group}} for group in kinds.values()
+    ]
+    return clauses[0] if len(clauses) == 1 else {"$or": clauses}
 
 
 def resource_collection_name(name: str, resource_id: str) -> str:
@@ -134,6 +169,8 @@ def scoped_hits(
             if not (other_threads_expected and scope.admits(resource_id, str(scope.thread_id))):
                 logger.warning("dropped hit %r of %r outside the query scope", vector_id, name)
             continue
+        if scope.narrowed and not row_admitted(scope, meta):
+            continue  # outside the filter (a wide query's, or an older row's time)
         yield VectorHit(
             id=vector_id,
             message_id=str(meta.get("message_id", vector_id)),
@@ -150,9 +187,12 @@ def scope_of(resource_id: str | None, thread_id: str | None) -> ScopeFilter | No
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
-def vector_metadata(record: VectorRecord, model: str, dimension: int) -> dict[str, str | int]:
-    """The Chroma metadata stored with a vector (ids, role, text, time, model)."""
+def vector_metadata(
+    record: VectorRecord, model: str, dimension: int
+) -> dict[str, str | int | float | bool]:
+    """The Chroma metadata stored with a vector (ids, role, text, time, model, filters)."""
     return {
+        **filter_metadata(record),
         "message_id": record.message_id,
         "thread_id": record.thread_id,
         "resource_id": record.resource_id,
@@ -244,44 +284,72 @@ def search_collection(
 ) -> list[VectorHit]:
     """Top `k` of `scope` in one resource's collection of about `size` vectors.
 
-    Resource scope: one unfiltered query. Thread scope in a small collection (up to
-    `filter_up_to` vectors): Chroma's thread filter (~3-5 ms). In a bigger one that
-    filter costs 100-200 ms however few rows match (embedded Chroma has no metadata index:
-    chroma-core/chroma#4089, #7092), so the search first asks for the
-    resource's best `wide` without a filter (~8 ms at 100k) and keeps the thread's: the
-    thread's top `k` whenever `k` of them are among those. Otherwise it reads the
-    thread's vectors and ranks them exactly (`_exact_in_thread`).
+    Resource scope: one unfiltered query. Thread scope, or a filter or time range, in a
+    small collection (up to `filter_up_to` vectors): Chroma's filter (~3-5 ms). In a
+    bigger one that filter costs 100-200 ms however few rows match (embedded Chroma has no
+    metadata index: chroma-core/chroma#4089, #7092), so the search first
+    asks for the resource's best `wide` without a filter (~8 ms at 100k) and keeps those
+    inside: the top `k` whenever `k` of them are among those. Otherwise a thread's
+    vectors are read and ranked exactly (`_exact_in_thread`); a metadata filter or time
+    range (which may hold most of the collection) is left to Chroma's filtered query,
+    exact too, then read exactly if older rows (no `created_ts`) took places in it.
     """
-    if scope.thread_id is None:
+    if scope.thread_id is None and not scope.narrowed:
         return list(scoped_hits(name, scope, _query(collection, embedding, k, None)))
     if size <= filter_up_to:
-        return list(scoped_hits(name, scope, _query(collection, embedding, k, thread_where(scope))))
+        result = _query(collection, embedding, k, thread_where(scope))
+        inside = list(scoped_hits(name, scope, result))
+        if len(inside) == len(result["ids"][0]) or len(result["ids"][0]) < k:
+            return inside
+        return list(scoped_hits(name, scope, _exact_in_thread(collection, embedding, k, scope)))
     wide = max(k, wide)
     result = _query(collection, embedding, wide, None)
     inside = list(scoped_hits(name, scope, result, other_threads_expected=True))
     if len(inside) >= k or len(result["ids"][0]) < wide:
         return inside[:k]
+    if scope.narrowed:
+        result = _query(collection, embedding, k, thread_where(scope))
+        inside = list(scoped_hits(name, scope, result))
+        if len(inside) == len(result["ids"][0]) or len(result["ids"][0]) < k:
+            return inside
     return list(scoped_hits(name, scope, _exact_in_thread(collection, embedding, k, scope)))
+
+
+_READ_PAGE: Final = 5000
+"""Rows read by id per `get` (Chroma refuses a `where` read of tens of thousands at once)."""
 
 
 def _exact_in_thread(
     collection: Collection, embedding: list[float], k: int, scope: ScopeFilter
 ) -> Mapping[str, Any]:
-    """Exact top `k` of one thread, as a query result: its rows read by the thread filter.
+    """Exact top `k` of the scope, as a query result: its rows read by the `where`.
 
     Reading a thread's rows costs a few tens of ms in a 100k-vector collection, several
-    times less than Chroma's filtered HNSW query there, and the ranking is exact.
+    times less than Chroma's filtered HNSW query there, and the ranking is exact. Rows
+    that the `where` lets through but the filter does not (an older row's time) go.
     """
-    got = collection.get(where=thread_where(scope), include=["embeddings", "metadatas"])
-    ids: list[str] = list(got["ids"])
+    listed: list[str] = collection.get(where=thread_where(scope), include=[])["ids"]
+    ids: list[str] = []
+    metadatas: list[Mapping[str, Any]] = []
+    rows: list[Any] = []
+    for start in range(0, len(listed), _READ_PAGE):
+        got = collection.get(
+            ids=listed[start : start + _READ_PAGE], include=["embeddings", "metadatas"]
+        )
+        embeddings = got["embeddings"]
+        assert embeddings is not None  # asked for
+        for i, meta in enumerate(got["metadatas"] or [{} for _ in got["ids"]]):
+            if not scope.narrowed or row_admitted(scope, meta):
+                ids.append(got["ids"][i])
+                metadatas.append(meta)
+                rows.append(embeddings[i])
     if not ids:
         return {"ids": [[]], "metadatas": [[]], "distances": [[]]}
-    matrix = np.asarray(got["embeddings"], dtype=np.float32)
+    matrix = np.asarray(rows, dtype=np.float32)
     query = np.asarray(embedding, dtype=np.float32)
     norms = np.linalg.norm(matrix, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
     cosine = (matrix @ query) / np.maximum(norms, 1e-12)
     best = np.argsort(-cosine, kind="stable")[:k]
-    metadatas = got["metadatas"] or [{} for _ in ids]
     return {
         "ids": [[ids[i] for i in best]],
         "metadatas": [[metadatas[i] for i in best]],

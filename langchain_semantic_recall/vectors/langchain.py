@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC
 from typing import Any
@@ -36,6 +36,7 @@ from typing import Any
 from langchain_core.vectorstores import VectorStore
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
+from langchain_semantic_recall.filters import VECTOR_PREFIX
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import (
     ExportNotSupportedError,
@@ -53,6 +54,7 @@ from langchain_semantic_recall.vectors.langchain_dialects import (
     dialect_for,
     matches,
 )
+from langchain_semantic_recall.vectors.rows import filter_metadata, row_admitted
 
 __all__ = [
     "ChromaDialect",
@@ -82,12 +84,24 @@ def _metadata(name: str, record: VectorRecord, model: str, dimension: int) -> Me
         "created_at": aware.isoformat(),
         "embedding_model": model,
         "dimension": dimension,
+        **filter_metadata(record),
     }
 
 
 def _where(name: str, scope: ScopeFilter | None) -> Where:
-    """The metadata filter of index `name` inside `scope`."""
-    return {"index_name": name, **(scope.as_where() if scope is not None else {})}
+    """The metadata filter of index `name` inside `scope` (its metadata filter too).
+
+    A time range is not a `Where`: `_admitted` checks it on what the store returns.
+    """
+    where: dict[str, Any] = {"index_name": name}
+    if scope is not None:
+        where.update(scope.as_where())
+        where.update({VECTOR_PREFIX + key: list(values) for key, values in scope.metadata})
+    return where
+
+
+def _admitted(scope: ScopeFilter | None, metadata: Mapping[str, Any]) -> bool:
+    return scope is None or not scope.narrowed or row_admitted(scope, metadata)
 
 
 class LangChainVectorIndex(VectorIndex):
@@ -203,13 +217,28 @@ class LangChainVectorIndex(VectorIndex):
                 f"vector index {name!r} holds {known[1]}-d vectors, got a {len(vector)}-d "
                 "query vector: embed with the index's model, use a new index_name, or reindex"
             )
-        with self._guard():
-            found = self.dialect.search(self.store, vector, k, _where(name, scope))
+        ask = k
+        while True:  # a time range is checked here: ask for more until k are inside it
+            with self._guard():
+                found = self.dialect.search(self.store, vector, ask, _where(name, scope))
+            hits = self._hits(name, scope, found)
+            if len(hits) >= k or len(found) < ask or not scope.narrowed:
+                break
+            ask *= 4
+        hits.sort(key=lambda hit: (-hit.score, hit.id))
+        return hits[:k]
+
+    @staticmethod
+    def _hits(
+        name: str, scope: ScopeFilter, found: list[tuple[str, Mapping[str, Any], float]]
+    ) -> list[VectorHit]:
         hits: list[VectorHit] = []
         for doc_id, meta, similarity in found:
             resource_id, thread_id = str(meta.get("resource_id")), str(meta.get("thread_id"))
             if meta.get("index_name") != name or not scope.admits(resource_id, thread_id):
                 logger.warning("dropped hit %r of %r outside the query scope", doc_id, name)
+                continue
+            if not _admitted(scope, meta):
                 continue
             vector_id = str(meta.get("vector_id", doc_id))
             hits.append(
@@ -221,8 +250,7 @@ class LangChainVectorIndex(VectorIndex):
                     score=min(1.0, max(0.0, similarity)),
                 )
             )
-        hits.sort(key=lambda hit: (-hit.score, hit.id))
-        return hits[:k]
+        return hits
 
     def _delete(
         self,
@@ -246,11 +274,14 @@ class LangChainVectorIndex(VectorIndex):
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         with self._guard():
             rows = list(self.dialect.select(self.store, _where(name, scope)))
-        return {str(meta.get("message_id", doc_id)) for doc_id, meta in rows}
+        return {
+            str(meta.get("message_id", doc_id)) for doc_id, meta in rows if _admitted(scope, meta)
+        }
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         with self._guard():
-            return sum(1 for _ in self.dialect.select(self.store, _where(name, scope)))
+            rows = self.dialect.select(self.store, _where(name, scope))
+            return sum(1 for _, meta in rows if _admitted(scope, meta))
 
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int
@@ -268,7 +299,8 @@ class LangChainVectorIndex(VectorIndex):
                 "dialect with lists_vectors and select_vectors"
             )
         rows = self.dialect.select_vectors(self.store, _where(name, scope), page=batch_size)
-        return self._records(name, rows, batch_size)
+        kept = (row for row in rows if _admitted(scope, row[1]))
+        return self._records(name, kept, batch_size)
 
     def _records(
         self, name: str, rows: Iterator[StoredVector], batch_size: int

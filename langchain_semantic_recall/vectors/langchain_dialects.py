@@ -21,7 +21,9 @@ from typing import Any, TypeAlias
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore
 
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.filters import same_value
 from langchain_semantic_recall.vectors.base import ExportNotSupportedError
+from langchain_semantic_recall.vectors.chroma_layout import in_where
 
 __all__ = [
     "ChromaDialect",
@@ -35,10 +37,16 @@ __all__ = [
     "matches",
 ]
 
-Where: TypeAlias = Mapping[str, str | Sequence[str]]
-"""Metadata equality conditions, all of which must hold; a sequence means "one of"."""
+Scalar: TypeAlias = str | int | float | bool
+Where: TypeAlias = Mapping[str, Scalar | Sequence[Scalar]]
+"""Metadata equality conditions, all of which must hold; a list or tuple means "one of".
 
-Metadata: TypeAlias = dict[str, str | int]
+Values compare by kind (`filters.same_value`): a bool only equals a bool, numbers compare
+as numbers. A message metadata filter arrives as `meta_<key>` conditions; time ranges
+are checked by the adapter on what the store returns (never asked of a dialect).
+"""
+
+Metadata: TypeAlias = dict[str, Scalar]
 """The metadata the adapter writes with each document."""
 
 StoredVector: TypeAlias = tuple[str, Mapping[str, Any], str, Sequence[float]]
@@ -53,11 +61,11 @@ def matches(metadata: Mapping[str, Any], where: Where) -> bool:
         where: Metadata conditions: a key's one value, or a sequence of allowed values.
     """
     for key, wanted in where.items():
-        value = metadata.get(key)
-        if isinstance(wanted, str):
-            if value != wanted:
-                return False
-        elif value not in wanted:
+        if key not in metadata:
+            return False
+        value = metadata[key]
+        options = (wanted,) if isinstance(wanted, str | int | float | bool) else wanted
+        if not any(same_value(value, option) for option in options):
             return False
     return True
 
@@ -196,13 +204,13 @@ class InMemoryDialect(StoreDialect):
 
 
 def chroma_where(where: Where) -> dict[str, Any]:
-    """`where` in Chroma's filter language (`$and` of `$eq` / `$in`).
+    """`where` in Chroma's filter language (`$and` of `$eq` / `$in`, one `$in` per kind).
 
     Args:
         where: Metadata conditions: a key's one value, or a sequence of allowed values.
     """
     clauses: list[dict[str, Any]] = [
-        {key: value if isinstance(value, str) else {"$in": list(value)}}
+        {key: value} if isinstance(value, str | int | float | bool) else in_where(key, value)
         for key, value in where.items()
     ]
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}

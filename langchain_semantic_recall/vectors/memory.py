@@ -97,7 +97,7 @@ class InMemoryVectorIndex(VectorIndex):
             index = self._indexes.get(name)
             if index is None:
                 return []
-            ids = [i for i, r in index.records.items() if scope.admits(r.resource_id, r.thread_id)]
+            ids = [i for i, r in index.records.items() if scope.admits_message(r)]
             if not ids:
                 return []
             matrix = np.stack([index.unit[i] for i in ids])
@@ -149,11 +149,7 @@ class InMemoryVectorIndex(VectorIndex):
             index = self._indexes.get(name)
             if index is None:
                 return []
-            return [
-                r
-                for r in index.records.values()
-                if scope is None or scope.admits(r.resource_id, r.thread_id)
-            ]
+            return [r for r in index.records.values() if scope is None or scope.admits_message(r)]
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         return {r.message_id for r in self._in_scope(name, scope)}

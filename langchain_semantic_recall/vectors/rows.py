@@ -6,9 +6,24 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, cast
 
-from langchain_semantic_recall.records import Role, VectorRecord
+from langchain_semantic_recall.filters import VECTOR_PREFIX
+from langchain_semantic_recall.records import MetadataItems, Role, ScopeFilter, VectorRecord
 
-__all__ = ["chunk_id", "record_from_metadata"]
+__all__ = [
+    "CREATED_TS",
+    "FILTERABLE",
+    "chunk_id",
+    "filter_metadata",
+    "record_from_metadata",
+    "row_admitted",
+    "row_created",
+    "row_metadata",
+]
+
+CREATED_TS: Final = "created_ts"
+"""Row metadata key: the creation time in seconds since the epoch (time-range filters)."""
+FILTERABLE: Final = "filterable"
+"""Row metadata key: True on rows that carry `created_ts` and `meta_<key>` entries."""
 
 _ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 
@@ -43,4 +58,56 @@ def record_from_metadata(
         role=cast("Role", role if role in _ROLES else "user"),
         content=content,
         created_at=created.replace(tzinfo=UTC) if created.tzinfo is None else created,
+        metadata=row_metadata(metadata),
     )
+
+
+def filter_metadata(record: VectorRecord) -> dict[str, str | int | float | bool]:
+    """The row metadata that filters read: `created_ts`, `filterable`, `meta_<key>`.
+
+    `created_ts` is the creation time in seconds since the epoch (stores compare numbers,
+    not ISO text); `filterable` marks rows that carry these keys, so that a row written
+    before them (no `created_ts`) is told apart and checked from its `created_at`.
+    """
+    extra: dict[str, str | int | float | bool] = {
+        CREATED_TS: record.created_at.timestamp(),
+        FILTERABLE: True,
+    }
+    extra.update({VECTOR_PREFIX + key: value for key, value in record.metadata})
+    return extra
+
+
+def row_metadata(metadata: Mapping[str, Any]) -> MetadataItems:
+    """A row's message metadata (its `meta_<key>` entries), as sorted pairs."""
+    cut = len(VECTOR_PREFIX)
+    return tuple(
+        sorted(
+            (key[cut:], value)
+            for key, value in metadata.items()
+            if key.startswith(VECTOR_PREFIX) and isinstance(value, str | int | float | bool)
+        )
+    )
+
+
+def row_created(metadata: Mapping[str, Any]) -> datetime | None:
+    """A row's creation time: `created_ts`, else its ISO `created_at` (older rows)."""
+    stamp = metadata.get(CREATED_TS)
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        return datetime.fromtimestamp(stamp, UTC)
+    try:
+        created = datetime.fromisoformat(str(metadata["created_at"]))
+    except (KeyError, ValueError):
+        return None
+    return created.replace(tzinfo=UTC) if created.tzinfo is None else created
+
+
+def row_admitted(scope: ScopeFilter, metadata: Mapping[str, Any]) -> bool:
+    """Whether a row (by its metadata) is inside `scope`, filter and time range included."""
+    if not scope.admits(str(metadata.get("resource_id")), str(metadata.get("thread_id"))):
+        return False
+    if not scope.narrowed:
+        return True
+    created = row_created(metadata)
+    if created is None:
+        return False
+    return scope.matches(row_metadata(metadata), created)

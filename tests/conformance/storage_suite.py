@@ -33,6 +33,7 @@ from langchain_semantic_recall.errors import (
 from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord, Role, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.memory import InMemoryStorage
+from tests.conformance.filter_suite import StorageFilterConformance
 
 BASE_TIME = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 
@@ -305,7 +306,7 @@ ARGUMENT_CALLS: list[Call] = [
 """Calls with a bad window, limit, cursor, scope, flag, query or batch (no bad id)."""
 
 
-class StorageConformance:
+class StorageConformance(StorageFilterConformance):
     """Tests every :class:`MessageStorage` backend must pass. Provide ``storage``."""
 
     @pytest.fixture

@@ -30,6 +30,7 @@ from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInpu
 from langchain_semantic_recall.fusion import best_per_message
 from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
+from tests.conformance.filter_suite import VectorFilterConformance
 
 DIMENSION = 8
 MODEL = "conformance-model"
@@ -171,7 +172,7 @@ PROPERTY = settings(
 """The settings of the suite's property tests."""
 
 
-class VectorIndexConformance:
+class VectorIndexConformance(VectorFilterConformance):
     """Behaviour every vector index backend must show. Subclasses provide ``vectors``."""
 
     @pytest.fixture

@@ -77,13 +77,36 @@ def test_old_schema_is_migrated_with_keyword_backfill(pg_url: str) -> None:
         conn.execute("DROP INDEX semantic_recall_messages_tsv")
         conn.execute(
             "ALTER TABLE semantic_recall_messages DROP COLUMN terms, DROP COLUMN term_count, "
-            "DROP COLUMN tsv"
+            "DROP COLUMN tsv, DROP COLUMN metadata"
         )
         conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 1")
     migrated = PostgresStorage(pg_url)
     try:
         hits = migrated.keyword_search("painted", scope=ScopeFilter("r1"), limit=5)
         assert [message_id for message_id, _ in hits] == ["m1"]
+    finally:
+        migrated.close()
+
+
+def test_a_version_3_database_gains_metadata_and_keeps_its_rows(pg_url: str) -> None:
+    from dataclasses import replace
+
+    storage = PostgresStorage(pg_url)
+    storage.put([make_record("old", text="the lighthouse keeper")])
+    storage.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to a version-3 database
+        conn.execute("ALTER TABLE semantic_recall_messages DROP COLUMN metadata")
+        conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 3")
+    migrated = PostgresStorage(pg_url)
+    try:
+        scope = ScopeFilter("r1")
+        assert (
+            migrated.get_windows(["old"], before=0, after=0, scope=scope)["old"][0].metadata == ()
+        )
+        migrated.put([replace(make_record("new", text="lighthouse"), metadata=(("k", "v"),))])
+        tagged = ScopeFilter("r1", metadata=(("k", ("v",)),))
+        hits = migrated.keyword_search("lighthouse", scope=tagged, limit=5)
+        assert [message_id for message_id, _ in hits] == ["new"]
     finally:
         migrated.close()
 
@@ -246,6 +269,7 @@ def test_long_word_of_an_older_schema_is_indexed_by_the_migration(pg_url: str) -
             "array_to_tsvector(array_agg(x)) AS tsvector_agg FROM unnest(tsvector_to_array(tsv)) "
             "AS x WHERE x NOT LIKE 'h:%%') AS s)"
         )
+        conn.execute("ALTER TABLE semantic_recall_messages DROP COLUMN metadata")  # (v4)
         conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 2")
     with psycopg.connect(pg_url) as conn:
         (lexemes,) = conn.execute(

@@ -160,6 +160,8 @@ def test_metadata_of_a_vector(chroma: ChromaVectorIndex) -> None:
             "created_at": "2024-01-15T10:31:00+00:00",
             "embedding_model": MODEL,
             "dimension": DIMENSION,
+            "created_ts": 1705314660.0,  # the same time, for time-range filters
+            "filterable": True,  # carries created_ts and the message's meta_<key> entries
         }
     ]
 
@@ -520,3 +522,77 @@ def test_a_resource_search_or_write_never_counts_the_collection(
     assert [hit.id for hit in fresh.query(name, axis(0), k=1, scope=thread)] == ["m0"]
     fresh.query(name, axis(2), k=1, scope=thread)
     assert counted == [resource_collection_name(name, "r1")]  # once, then the hint
+
+
+@pytest.mark.parametrize("wide", [64, 2])  # 2: the first look holds too few: exact
+@pytest.mark.parametrize("big", [True, False])  # the unfiltered first look, or Chroma's filter
+def test_filters_are_exact_in_a_big_collection(
+    chroma: ChromaVectorIndex, monkeypatch: pytest.MonkeyPatch, wide: int, big: bool
+) -> None:
+    """A metadata filter and a time range find the exact top k on every search path."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
+
+    from langchain_semantic_recall.filters import metadata_conditions
+
+    monkeypatch.setattr(chroma_module, "_WIDE", wide)
+    monkeypatch.setattr(chroma_module, "_FILTER_UP_TO", 10 if big else 10_000)
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    rng = np.random.default_rng(11)
+    vectors = rng.normal(size=(120, DIMENSION))
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    chroma.upsert(
+        name,
+        [
+            replace(
+                record(f"m{i}", list(v), thread_id=f"t{i % 5}"),
+                created_at=start + timedelta(days=i),
+                metadata=(("project", ["a", "b", "c"][i % 3]),),
+            )
+            for i, v in enumerate(vectors)
+        ],
+    )
+    query = rng.normal(size=DIMENSION)
+    since, until = start + timedelta(days=30), start + timedelta(days=90)
+    for wanted, inside in [
+        ({"project": "b"}, lambda i: i % 3 == 1),
+        ({"project": {"$in": ["a", "c"]}}, lambda i: i % 3 != 1),
+    ]:
+        rows = [i for i in range(120) if inside(i) and 30 <= i < 90]
+        cosine = vectors[rows] @ query / np.linalg.norm(vectors[rows], axis=1)
+        expected = [f"m{rows[i]}" for i in np.argsort(-cosine)[:4]]
+        scope = ScopeFilter(
+            resource_id="r1", metadata=metadata_conditions(wanted), since=since, until=until
+        )
+        assert [hit.id for hit in chroma.query(name, list(query), k=4, scope=scope)] == expected
+        nearest = chroma.nearest(name, list(query), k=4, scope=scope)
+        assert [message_id for message_id, _ in nearest] == expected
+
+
+def test_rows_written_before_timestamps_are_filtered_by_their_iso_time(
+    chroma: ChromaVectorIndex,
+) -> None:
+    """Older rows have no `created_ts`: a time range still reads them, by `created_at`."""
+    from datetime import UTC, datetime
+
+    name = new_name()
+    chroma.open(name, dimension=DIMENSION, model=MODEL)
+    chroma.upsert(name, [record("new", axis(0))])  # makes the resource's collection
+    collection = chroma.client.get_collection(resource_collection_name(name, "r1"))
+    old = {"message_id": "old", "thread_id": "t1", "resource_id": "r1", "role": "user"}
+    collection.add(
+        ids=["old", "older"],
+        embeddings=[axis(0), axis(0)],
+        metadatas=[
+            {**old, "created_at": "2023-06-01T00:00:00+00:00"},
+            {**old, "message_id": "older", "created_at": "2020-06-01T00:00:00+00:00"},
+        ],
+    )
+    since = ScopeFilter(resource_id="r1", since=datetime(2022, 1, 1, tzinfo=UTC))
+    assert {h.id for h in chroma.query(name, axis(0), k=5, scope=since)} == {"new", "old"}
+    assert chroma.count(name, since) == 2
+    assert chroma.message_ids(name, since) == {"new", "old"}
+    until = ScopeFilter(resource_id="r1", until=datetime(2022, 1, 1, tzinfo=UTC))
+    assert {h.id for h in chroma.query(name, axis(0), k=1, scope=until)} == {"older"}
+    assert {r.id for r in chroma.export(name, until)} == {"older"}

@@ -344,7 +344,9 @@ def test_a_version_1_sqlite_file_is_migrated_and_searchable(tmp_path: Path) -> N
     finally:
         storage.close()
     check = sqlite3.connect(path)
-    assert check.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    assert check.execute("SELECT version FROM schema_version").fetchall() == [
+        (3,)
+    ]  # (v3: metadata)
     assert check.execute("SELECT COUNT(*) FROM message_terms").fetchone() == (0,)
     check.close()
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.filters import RESERVED_KEYS, metadata_conditions
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.quoting import escape_label
-from langchain_semantic_recall.records import VectorHit
-from langchain_semantic_recall.storage import ScopeFilter
+from langchain_semantic_recall.records import ScopeFilter, VectorHit
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -129,3 +131,140 @@ def test_no_path_returns_a_message_of_another_resource(
                 assert scope == "resource"
             else:
                 assert owner[message.id] == resource
+
+
+PROJECTS = ["apollo", "gemini", "a", "A", "resource_id"]  # look-alikes and a reserved word
+tagged_history = st.lists(
+    st.tuples(
+        IDS,  # resource
+        st.integers(0, 2),  # thread number within the resource
+        st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
+        st.sampled_from([*PROJECTS, None]),  # the message's project tag (None: no metadata)
+        st.integers(0, 30),  # its day
+    ),
+    min_size=1,
+    max_size=30,
+)
+narrowings = st.tuples(
+    st.one_of(
+        st.none(),
+        st.sampled_from(PROJECTS).map(lambda p: {"project": p}),
+        st.lists(st.sampled_from(PROJECTS), min_size=1, max_size=3).map(
+            lambda ps: {"project": {"$in": ps}}
+        ),
+    ),
+    st.one_of(st.none(), st.integers(0, 30)),  # since: day
+    st.one_of(st.none(), st.integers(0, 31)),  # until: day
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=tagged_history,
+    asks=queries,
+    narrowing=narrowings,
+    leaky=st.booleans(),
+    window=st.integers(0, 2),
+)
+def test_a_filter_never_widens_the_scope_and_every_hit_passes_it(
+    rows: list[tuple[str, int, str, str | None, int]],
+    asks: list[tuple[str, int, str, str]],
+    narrowing: tuple[dict[str, object] | None, int | None, int | None],
+    leaky: bool,
+    window: int,
+) -> None:
+    """Generated tags, days and filters: never another resource's message, never a miss."""
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    storage = InMemoryStorage()
+    vectors = IgnoresScope() if leaky else InMemoryVectorIndex()  # the leak ignores filters too
+    owner: dict[str, str] = {}
+    tag: dict[str, str | None] = {}
+    day: dict[str, int] = {}
+    engine = SemanticRecall(
+        storage=storage,
+        vector_store=vectors,
+        embeddings=FakeEmbeddings(),
+        top_k=8,
+        message_range=window,
+    )
+    for n, (resource, thread_n, text, project, on) in enumerate(rows):
+        when = (start + timedelta(days=on)).isoformat()
+        said = HumanMessage(text, id=f"m{n}", additional_kwargs={"created_at": when})
+        metadata = None if project is None else {"project": project}
+        engine.index(
+            [said],
+            thread_id=thread_of(resource, thread_n),
+            resource_id=resource,
+            metadata=metadata,
+        )
+        owner[f"m{n}"], tag[f"m{n}"], day[f"m{n}"] = resource, project, on
+    where, since_day, until_day = narrowing
+    since = None if since_day is None else start + timedelta(days=since_day)
+    until = None if until_day is None else start + timedelta(days=until_day)
+    if since is not None and until is not None and since >= until:
+        until = None
+    wanted = None if where is None else where["project"]
+    allowed = {wanted} if isinstance(wanted, str) else set((wanted or {}).get("$in", []))  # type: ignore[union-attr]
+
+    def passes(message_id: str) -> bool:
+        if where is not None and tag[message_id] not in allowed:
+            return False
+        if since_day is not None and day[message_id] < since_day:
+            return False
+        return until is None or day[message_id] < (until - start).days
+
+    for resource, thread_n, scope, text in asks:
+        scoped = engine.with_options(scope=scope)
+        thread = thread_of(resource, thread_n)
+        hits = scoped.search(
+            text, thread_id=thread, resource_id=resource, filter=where, since=since, until=until
+        )
+        for hit in hits:
+            assert passes(hit.message.id)  # the filter selects hits...
+            for message in hit.window:  # ...and never reaches past the caller's scope
+                assert owner[message.id] == resource
+                if scope == "thread":
+                    assert message.thread_id == thread
+        # counts hold too: exactly the caller's messages that pass, whatever the filter
+        narrowed = ScopeFilter(
+            resource_id=resource,
+            metadata=metadata_conditions(where),
+            since=since,
+            until=until,
+        )
+        expected = sum(owner[m] == resource and passes(m) for m in owner)
+        assert storage.count(narrowed) == expected
+        assert vectors.count(engine.ensure_index().name, narrowed) == expected
+        recalled = scoped.recall(
+            [HumanMessage(text, id="live")],
+            thread_id=thread,
+            resource_id=resource,
+            filter=where,
+            since=since,
+            until=until,
+        )
+        for message in recalled:
+            if (
+                message.additional_kwargs.get("source") == MEMORY_SOURCE
+                and message.type != "system"
+            ):
+                assert owner[message.id] == resource
+
+
+@pytest.mark.parametrize("key", sorted(RESERVED_KEYS))
+def test_a_filter_on_a_reserved_key_is_refused_everywhere(key: str) -> None:
+    engine = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    engine.index([HumanMessage("hello lisbon")], thread_id="t", resource_id="alice")
+    for call in (
+        lambda: engine.search("lisbon", resource_id="alice", filter={key: "bob"}),
+        lambda: engine.recall([HumanMessage("lisbon")], resource_id="alice", filter={key: "x"}),
+        lambda: engine.index(
+            [HumanMessage("x")], thread_id="t", resource_id="alice", metadata={key: 1}
+        ),
+    ):
+        with pytest.raises(InvalidInputError, match="reserved"):
+            call()

@@ -14,6 +14,7 @@ from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.storage import MessageStorage, SQLiteStorage
 from langchain_semantic_recall.storage.sqlite import SCHEMA_VERSION
 from langchain_semantic_recall.storage.sqlite_sql import count_sql, list_messages_sql, windows_sql
+from tests.conformance.filter_suite import StorageFilterConformance
 from tests.conformance.storage_suite import StorageConformance, make_record, make_thread
 
 
@@ -33,9 +34,61 @@ class TestSQLiteInMemory(StorageConformance):
         storage.close()
 
 
+class TestSQLiteFiltersOnPostings(StorageFilterConformance):
+    """The same filter rules when keyword search runs on the in-memory postings."""
+
+    @pytest.fixture
+    def storage(self, tmp_path: Path) -> Iterator[MessageStorage]:
+        storage = SQLiteStorage(tmp_path / "messages.db", keyword_cache_min_docs=1)
+        storage._postings.first_search_in_sql = False
+        yield storage
+        storage.close()
+
+    def test_keyword_searches_run_on_the_postings(self, filled: SQLiteStorage) -> None:
+        scope = ScopeFilter("alice", metadata=(("project", ("apollo",)),))
+        assert len(filled.keyword_search("lighthouse", scope=scope, limit=9)) == 3
+        assert len(filled._postings) == 1
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "messages.db"
+
+
+def test_a_version_2_file_gains_metadata_and_keeps_its_rows(db_path: Path) -> None:
+    from dataclasses import replace
+
+    from langchain_semantic_recall.storage.sqlite import _MIGRATIONS
+
+    raw = sqlite3.connect(db_path)
+    for version in (1, 2):
+        for step in _MIGRATIONS[version]:
+            raw.execute(step) if isinstance(step, str) else step(raw)
+    raw.execute("CREATE TABLE schema_version (version INTEGER)")
+    raw.execute("INSERT INTO schema_version VALUES (2)")
+    old = make_record("old", text="the lighthouse keeper")
+    raw.execute("INSERT INTO threads VALUES ('t1', 'r1', 1, '2024-01-15T10:30:00.000000+00:00')")
+    raw.execute(
+        "INSERT INTO messages (id, thread_id, resource_id, role, text, created_at, payload, seq) "
+        "VALUES (?, 't1', 'r1', 'user', ?, '2024-01-15T10:30:00.000000+00:00', ?, 0)",
+        (old.id, old.text, old.payload),
+    )
+    raw.commit()
+    raw.close()
+    storage = SQLiteStorage(db_path)
+    try:
+        windows = storage.get_windows(["old"], before=0, after=0, scope=ScopeFilter("r1"))
+        assert windows["old"][0].metadata == ()
+        storage.put([replace(make_record("new", text="lighthouse"), metadata=(("k", "v"),))])
+        apollo = ScopeFilter("r1", metadata=(("k", ("v",)),))
+        assert [i for i, _ in storage.keyword_search("lighthouse", scope=apollo, limit=5)] == [
+            "new"
+        ]
+    finally:
+        storage.close()
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+    raw.close()
 
 
 def test_data_survives_reopening(db_path: Path) -> None:
@@ -85,11 +138,11 @@ def test_wal_and_schema_version_are_on_disk(db_path: Path) -> None:
     SQLiteStorage(db_path).close()
     with sqlite3.connect(db_path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     raw.close()
     assert {"threads", "messages", "forgotten_threads", "schema_version"} <= tables
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
 
 
 def test_newer_schema_is_refused(db_path: Path) -> None:

@@ -26,7 +26,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 VERSIONS: Final = "semantic_recall_schema_version"
 _LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
@@ -57,6 +57,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # Terms over 2,046 bytes, left out of `tsv` before, get their digest lexeme
     # (`sql.lexeme`): done by _index_long_terms, no statement of its own.
     3: (),
+    # Message metadata (NULL for none), for search filters (`sql._filter_sql`).
+    4: (f"ALTER TABLE {_M} ADD COLUMN metadata JSONB",),
 }
 """Version -> the statements that bring a database from the previous version to it."""
 

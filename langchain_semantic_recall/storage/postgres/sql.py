@@ -14,6 +14,7 @@ either.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ FORGOTTEN: Final = "semantic_recall_forgotten_threads"
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
 MAX_LEXEME_BYTES: Final = 2046  # PostgreSQL's limit for one tsvector lexeme
 _MAX_TSV_BYTES: Final = 500_000  # well under the 1 MB limit of one tsvector
-_COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq"
+_COLUMNS: Final = "id, thread_id, resource_id, role, text, created_at, payload, seq, metadata"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,22 +138,59 @@ def _check_storable(record: MessageRecord) -> None:
             )
 
 
-def _scope_sql(scope: ScopeFilter | None, alias: str = "") -> tuple[str, dict[str, str]]:
-    """`AND`-clauses restricting rows to `scope`, with named parameters."""
+def _scope_sql(
+    scope: ScopeFilter | None, alias: str = "", *, filtered: bool = True
+) -> tuple[str, dict[str, Any]]:
+    """`AND`-clauses restricting rows to `scope`, with named parameters.
+
+    With `filtered`, the scope's filter too (`_filter_sql`).
+    """
     if scope is None:
         return "", {}
     prefix = f"{alias}." if alias else ""
     pairs = {"scope_resource": scope.resource_id, "scope_thread": scope.thread_id}
     columns = {"scope_resource": "resource_id", "scope_thread": "thread_id"}
-    kept = {name: value for name, value in pairs.items() if value is not None}
+    kept: dict[str, Any] = {name: value for name, value in pairs.items() if value is not None}
     where = "".join(f" AND {prefix}{columns[name]} = %({name})s" for name in kept)
+    if filtered and scope.narrowed:
+        condition, params = _filter_sql(scope, prefix)
+        where += f" AND {condition}"
+        kept.update(params)
     return where, kept
 
 
+def _filter_sql(scope: ScopeFilter, prefix: str = "") -> tuple[str, dict[str, Any]]:
+    """The scope's metadata filter and time range as one condition ("TRUE" if none).
+
+    A metadata value matches by JSONB containment: by kind and value (a bool only a bool,
+    numbers as numbers, `filters.same_value`).
+    """
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    if scope.since is not None:
+        clauses.append(f"{prefix}created_at >= %(filter_since)s")
+        params["filter_since"] = scope.since
+    if scope.until is not None:
+        clauses.append(f"{prefix}created_at < %(filter_until)s")
+        params["filter_until"] = scope.until
+    for n, (key, values) in enumerate(scope.metadata):
+        options = []
+        for m, value in enumerate(values):
+            params[f"filter_{n}_{m}"] = json.dumps({key: value})
+            options.append(f"{prefix}metadata @> %(filter_{n}_{m})s::jsonb")
+        clauses.append("(" + " OR ".join(options) + ")")
+    return " AND ".join(clauses) or "TRUE", params
+
+
+def _metadata_json(record: MessageRecord) -> str | None:
+    return json.dumps(dict(record.metadata), ensure_ascii=False) if record.metadata else None
+
+
 def _message(row: Sequence[Any]) -> StoredMessage:
-    id_, thread_id, resource_id, role, text, created_at, payload, seq = row
+    id_, thread_id, resource_id, role, text, created_at, payload, seq, metadata = row
     return StoredMessage(
-        id_, thread_id, resource_id, role, text, created_at.astimezone(UTC), payload, seq
+        *(id_, thread_id, resource_id, role, text, created_at.astimezone(UTC), payload, seq),
+        metadata=tuple(sorted((metadata or {}).items())),
     )
 
 
@@ -228,6 +266,7 @@ def plan_put(
                 record.payload,
                 place[1],
                 record.id not in places,
+                metadata=record.metadata,
             )
         )
     return _PutPlan(stored=stored, rows={m.id: m for m in stored}, threads=states)
@@ -272,12 +311,14 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
     words = [lexemes(t, m.resource_id, m.thread_id) for m, t in zip(rows, terms, strict=True)]
     written = yield Query(
         f"INSERT INTO {_M} ({_COLUMNS}, terms, term_count, tsv) SELECT u.i, u.t, u.r, u.ro, "
-        "u.tx, u.c, u.p, u.s, string_to_array(u.te, ' '), u.n, "
+        "u.tx, u.c, u.p, u.s, u.md::jsonb, string_to_array(u.te, ' '), u.n, "
         "array_to_tsvector(string_to_array(u.l, ' ')) FROM unnest(%s::text[], %s::text[], "
         "%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::bigint[], "
-        "%s::text[], %s::int[], %s::text[]) AS u(i, t, r, ro, tx, c, p, s, te, n, l) "
+        "%s::text[], %s::text[], %s::int[], %s::text[]) "
+        "AS u(i, t, r, ro, tx, c, p, s, md, te, n, l) "
         f"ON CONFLICT (id) DO UPDATE SET role = excluded.role, text = excluded.text, "
         "created_at = excluded.created_at, payload = excluded.payload, "
+        "metadata = excluded.metadata, "
         "terms = excluded.terms, term_count = excluded.term_count, tsv = excluded.tsv "
         f"WHERE {_M}.thread_id = excluded.thread_id RETURNING id",
         (
@@ -285,6 +326,7 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
             *([getattr(m, f) for m in rows] for f in ("role", "text", "created_at")),
             [m.payload for m in rows],
             [m.seq for m in rows],
+            [_metadata_json(m) for m in rows],
             [" ".join(t) for t in terms],
             [len(t) for t in terms],
             [" ".join(x) for x in words],
@@ -308,15 +350,19 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
 def windows_steps(
     message_ids: Sequence[str], before: int, after: int, scope: ScopeFilter
 ) -> Steps[dict[str, tuple[StoredMessage, ...]]]:
-    """Each hit inside `scope` with `before`/`after` neighbours, by hit id."""
+    """Each hit inside `scope` with `before`/`after` neighbours, by hit id.
+
+    With a filter, every message returned passes it (neighbours too).
+    """
     where, params = _scope_sql(scope)
+    around = f" AND {_filter_sql(scope, 'm.')[0]}" if scope.narrowed else ""
     columns = ", ".join(f"m.{c}" for c in _COLUMNS.split(", "))
     rows = (
         yield Query(
             f"WITH hits AS (SELECT id, thread_id, seq FROM {_M} WHERE id = ANY(%(ids)s)"
             f"{where}) SELECT hits.id, {columns} FROM hits JOIN {_M} AS m "
             "ON m.thread_id = hits.thread_id AND m.seq BETWEEN hits.seq - %(before)s "
-            "AND hits.seq + %(after)s ORDER BY hits.id, m.seq",
+            f"AND hits.seq + %(after)s{around} ORDER BY hits.id, m.seq",
             {"ids": list(message_ids), "before": before, "after": after, **params},
         )
     ).rows
@@ -387,23 +433,29 @@ def keyword_steps(
     terms = query_terms(query)
     if not terms:
         return []
-    where, scope_params = _scope_sql(scope)
+    where, scope_params = _scope_sql(scope, filtered=False)
     sql = f"SELECT count(*), coalesce(sum(term_count), 0) FROM {_M} WHERE term_count > 0"
     stats = (yield Query(sql + where, scope_params)).rows[0]
     docs, total = int(stats[0]), int(stats[1])
     if not docs:
         return []
+    # BM25's statistics are the scope's; the filter only says which matches are kept.
+    admitted, filter_params = _filter_sql(scope) if scope.narrowed else ("TRUE", {})
     found = (
         yield Query(
             f"SELECT id, term_count, ARRAY(SELECT x FROM unnest(terms) AS x "
-            f"WHERE x = ANY(%(terms)s)) FROM {_M} WHERE tsv @@ %(query)s::tsquery{where}",
-            {"terms": terms, "query": _tsquery(terms, scope), **scope_params},
+            f"WHERE x = ANY(%(terms)s)), {admitted} FROM {_M} "
+            f"WHERE tsv @@ %(query)s::tsquery{where}",
+            {"terms": terms, "query": _tsquery(terms, scope), **scope_params, **filter_params},
         )
     ).rows
-    counts = {id_: (Counter(matched), length) for id_, length, matched in found}
+    counts = {id_: (Counter(matched), length) for id_, length, matched, _ in found}
+    kept = {row[0] for row in found if row[3]}
     doc_freq = Counter(term for c, _ in counts.values() for term in c)
     scored: list[tuple[str, float]] = []
     for id_, (c, length) in counts.items():
+        if id_ not in kept:
+            continue
         score = bm25_score(
             terms, c, length, doc_freq=doc_freq, docs=docs, avg_length=total / docs, params=params
         )

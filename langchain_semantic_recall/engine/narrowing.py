@@ -1,0 +1,150 @@
+"""What a search or recall is narrowed to: a metadata filter and a time range (pure).
+
+A call gives them explicitly (`filter=`, `since=`, `until=`; graph nodes and the
+middleware as options, with `horizon=`), or a run gives them in
+`config["configurable"]` under `recall_filter`, `recall_since`, `recall_until` and
+`recall_horizon`; explicit values win, key by key, like ids (`engine.identity`). The
+engine's `horizon` option comes last. A `timedelta` counts back from the turn's own
+time: the newest human message's `additional_kwargs["created_at"]` when it carries one
+(an import, a replay), else now.
+
+Narrowing only ever narrows: the scope's thread and resource are decided by the identity
+rule alone, and a filter naming one of their keys is refused (`filters.RESERVED_KEYS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig, ensure_config
+
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
+from langchain_semantic_recall.filters import (
+    MetadataCondition,
+    TimeBound,
+    check_bound,
+    check_horizon,
+    metadata_conditions,
+    time_range,
+)
+from langchain_semantic_recall.records import ScopeFilter
+
+__all__ = [
+    "FILTER_KEY",
+    "HORIZON_KEY",
+    "SINCE_KEY",
+    "UNTIL_KEY",
+    "Narrowing",
+    "narrowing_of",
+    "narrowing_option",
+    "turn_time",
+]
+
+FILTER_KEY: Final = "recall_filter"
+SINCE_KEY: Final = "recall_since"
+UNTIL_KEY: Final = "recall_until"
+HORIZON_KEY: Final = "recall_horizon"
+_EPOCH: Final = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Narrowing:
+    """A checked metadata filter and time range (bounds may still be relative)."""
+
+    metadata: tuple[MetadataCondition, ...] | None = None
+    """None: not given (a later source may give it); (): explicitly no filter."""
+    since: TimeBound = None
+    until: TimeBound = None
+    horizon: timedelta | None = None
+
+    def over(self, fallback: Narrowing) -> Narrowing:
+        """This narrowing, each unset part taken from `fallback`."""
+        return Narrowing(
+            metadata=self.metadata if self.metadata is not None else fallback.metadata,
+            since=self.since if self.since is not None else fallback.since,
+            until=self.until if self.until is not None else fallback.until,
+            horizon=self.horizon if self.horizon is not None else fallback.horizon,
+        )
+
+    def applied(self, scope: ScopeFilter, now: datetime) -> ScopeFilter:
+        """`scope` narrowed: the filter and the range (relative bounds from `now`).
+
+        Raises:
+            InvalidInputError: an empty range (`since` not before `until`).
+        """
+        since, until = time_range(self.since, self.until, now=now, horizon=self.horizon)
+        return replace(scope, metadata=self.metadata or (), since=since, until=until)
+
+
+def narrowing_of(
+    filter: object = None,
+    since: object = None,
+    until: object = None,
+    horizon: object = None,
+) -> Narrowing:
+    """A checked `Narrowing` (types and keys; a relative range is checked when applied).
+
+    Raises:
+        InvalidInputError: a bad filter (`filters.metadata_conditions`), a bound that is
+            not an aware datetime or a non-negative timedelta, an empty absolute range,
+            or a horizon that is not a positive timedelta.
+    """
+    check_bound("since", since, _EPOCH)
+    check_bound("until", until, _EPOCH)
+    if isinstance(since, datetime) and isinstance(until, datetime):
+        time_range(since, until, now=_EPOCH)  # an empty absolute range is an error now
+    try:
+        checked_horizon = check_horizon(horizon)
+    except ValueError as error:
+        raise InvalidInputError(str(error)) from error
+    return Narrowing(
+        metadata=None if filter is None else metadata_conditions(filter),
+        since=since,  # type: ignore[arg-type]  # checked by time_range above
+        until=until,  # type: ignore[arg-type]
+        horizon=checked_horizon,
+    )
+
+
+def narrowing_option(
+    filter: object = None,
+    since: object = None,
+    until: object = None,
+    horizon: object = None,
+) -> Narrowing:
+    """`narrowing_of` for options given at construction (a node, a retriever, a tool).
+
+    Raises:
+        InvalidOptionError: what `narrowing_of` refuses.
+    """
+    try:
+        return narrowing_of(filter, since, until, horizon)
+    except InvalidInputError as error:
+        raise InvalidOptionError(str(error)) from error
+
+
+def from_config(config: RunnableConfig | None) -> Narrowing:
+    """The narrowing a run gives in `config["configurable"]` (the current run's if None)."""
+    configurable: Mapping[str, Any] = ensure_config(config).get("configurable") or {}
+    return narrowing_of(
+        configurable.get(FILTER_KEY),
+        configurable.get(SINCE_KEY),
+        configurable.get(UNTIL_KEY),
+        configurable.get(HORIZON_KEY),
+    )
+
+
+def turn_time(messages: Sequence[BaseMessage]) -> datetime:
+    """The turn's own time: its newest human message's carried `created_at`, else now."""
+    from langchain_semantic_recall.messages import CREATED_AT_KEY, parse_time
+
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            carried = message.additional_kwargs.get(CREATED_AT_KEY)
+            if carried is not None:
+                return parse_time(carried)
+            break
+    return datetime.now(UTC)

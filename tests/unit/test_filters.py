@@ -1,0 +1,405 @@
+"""Metadata filters, time ranges and the recall horizon on every surface, sync and async."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import BaseMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, StateGraph
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
+from langchain_semantic_recall.filters import metadata_conditions, same_value, time_range
+from langchain_semantic_recall.graph import RecallNode, RecallState
+from langchain_semantic_recall.messages import is_recalled
+from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+from langchain_semantic_recall.retriever import create_memory_search_tool
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeChatModel, FakeEmbeddings
+
+NOW = datetime.now(UTC)
+OLD = NOW - timedelta(days=200)
+APOLLO = {"project": "apollo"}
+
+
+def ago(days: float) -> str:
+    return (NOW - timedelta(days=days)).isoformat()
+
+
+@pytest.fixture(params=["keyword", "dense"])
+def memory(request: pytest.FixtureRequest) -> SemanticRecall:
+    """Three remembered lighthouse messages: apollo (old), gemini (recent), untagged."""
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode=request.param,
+        message_range=0,
+        top_k=5,
+    )
+    old = HumanMessage("the lighthouse keeper apollo", additional_kwargs={"created_at": ago(200)})
+    engine.index([old], thread_id="t1", resource_id="alice", metadata=APOLLO)
+    tagged = {"metadata": {"project": "gemini", "urgent": True}, "created_at": ago(2)}
+    engine.index(
+        [HumanMessage("the lighthouse lamp gemini", additional_kwargs=tagged)],
+        thread_id="t2",
+        resource_id="alice",
+    )
+    engine.index([HumanMessage("a lighthouse postcard")], thread_id="t3", resource_id="alice")
+    engine.index(
+        [HumanMessage("bob's lighthouse apollo")],
+        thread_id="b1",
+        resource_id="bob",
+        metadata=APOLLO,
+    )
+    return engine
+
+
+def texts(hits: Any) -> set[str]:
+    return {hit.message.text for hit in hits}
+
+
+def recalled(messages: list[BaseMessage]) -> str:
+    """Every recalled text (same-thread messages and the cross-thread block), joined."""
+    return "\n".join(m.text for m in messages if is_recalled(m))
+
+
+# --- the pure rules ---------------------------------------------------------------------
+
+
+def test_values_match_by_kind() -> None:
+    assert same_value(1.0, 1)
+    assert not same_value(True, 1)
+    assert not same_value(1, True)
+    assert not same_value("1", 1)
+    assert metadata_conditions({"b": 1, "a": {"$in": [1, 1.0, True]}}) == (
+        ("a", (1, True)),
+        ("b", (1,)),
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"thread_id": "x"}, "reserved"),
+        ({"meta_x": "x"}, "reserved"),
+        ({"x y": 1}, "not a metadata key"),
+        ({"x": [1]}, "list values are not kept"),
+        ({"x": {"$gt": 1}}, r"\$gt"),
+        ({"x": {"$in": []}}, "at least one"),
+        ({"x": {"$in": "ab"}}, "list of values"),
+        ({"x": float("nan")}, "finite"),
+        ("project", "mapping"),
+    ],
+)
+def test_bad_filters_are_refused(bad: object, message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        metadata_conditions(bad)
+
+
+def test_time_bounds() -> None:
+    assert time_range(timedelta(days=1), None, now=NOW) == (NOW - timedelta(days=1), None)
+    assert time_range(None, None, now=NOW, horizon=timedelta(days=9))[0] == NOW - timedelta(days=9)
+    with pytest.raises(InvalidInputError, match="time zone"):
+        time_range(datetime(2024, 1, 1), None, now=NOW)
+    with pytest.raises(InvalidInputError, match="before until"):
+        time_range(NOW, NOW, now=NOW)
+    with pytest.raises(InvalidInputError, match="negative"):
+        time_range(timedelta(days=-1), None, now=NOW)
+
+
+# --- index: which metadata is kept --------------------------------------------------------
+
+
+async def test_index_keeps_the_calls_metadata_under_the_messages_own(
+    memory: SemanticRecall,
+) -> None:
+    own = {"metadata": {"project": "mine", "n": 2}}
+    message = HumanMessage("the harbour", id="h1", additional_kwargs=own)
+    memory.index([message], thread_id="t9", resource_id="alice", metadata={"project": "x", "k": 1})
+    hits = memory.search("harbour", resource_id="alice", filter={"project": "mine", "k": 1})
+    assert [dict(h.message.metadata) for h in hits] == [{"project": "mine", "n": 2, "k": 1}]
+    again = await memory.aindex(
+        [HumanMessage("the harbour", id="h1")], thread_id="t9", resource_id="alice"
+    )
+    assert [f.fate for f in again.fates] == ["updated"]  # its metadata changed: rewritten
+    assert await memory.asearch("harbour", resource_id="alice", filter={"k": 1}) == []
+
+
+@pytest.mark.parametrize(
+    "metadata", [{"tags": ["a"]}, {"nested": {"a": 1}}, {"thread_id": "t"}, "apollo"]
+)
+async def test_index_refuses_metadata_it_cannot_keep(
+    memory: SemanticRecall, metadata: object
+) -> None:
+    with pytest.raises(InvalidInputError):
+        memory.index([HumanMessage("x")], thread_id="t9", resource_id="alice", metadata=metadata)  # type: ignore[arg-type]
+    carried = HumanMessage("x", additional_kwargs={"metadata": metadata})
+    with pytest.raises(InvalidInputError):
+        await memory.aindex([carried], thread_id="t9", resource_id="alice")
+    assert memory.storage.count() == 4  # nothing of either call was stored
+
+
+# --- search and recall --------------------------------------------------------------------
+
+
+async def test_search_filters_sync_and_async(memory: SemanticRecall) -> None:
+    everything = {
+        "the lighthouse keeper apollo",
+        "the lighthouse lamp gemini",
+        "a lighthouse postcard",
+    }
+    assert texts(memory.search("lighthouse", resource_id="alice")) == everything
+    assert texts(memory.search("lighthouse", resource_id="alice", filter=APOLLO)) == {
+        "the lighthouse keeper apollo"
+    }
+    tagged = {"project": {"$in": ["apollo", "gemini"]}}
+    found = await memory.asearch("lighthouse", resource_id="alice", filter=tagged)
+    assert texts(found) == everything - {"a lighthouse postcard"}
+    assert texts(
+        await memory.asearch("lighthouse", resource_id="alice", filter={"urgent": True})
+    ) == {"the lighthouse lamp gemini"}
+
+
+async def test_since_and_until_sync_and_async(memory: SemanticRecall) -> None:
+    recent = memory.search("lighthouse", resource_id="alice", since=timedelta(days=30))
+    assert texts(recent) == {"the lighthouse lamp gemini", "a lighthouse postcard"}
+    before = await memory.asearch("lighthouse", resource_id="alice", until=NOW - timedelta(days=30))
+    assert texts(before) == {"the lighthouse keeper apollo"}
+    window = {"since": NOW - timedelta(days=3), "until": NOW - timedelta(days=1)}
+    assert texts(memory.search("lighthouse", resource_id="alice", **window)) == {
+        "the lighthouse lamp gemini"
+    }
+    with pytest.raises(InvalidInputError, match="before until"):
+        memory.search("lighthouse", resource_id="alice", since=NOW, until=OLD)
+
+
+async def test_recall_filters_sync_and_async(memory: SemanticRecall) -> None:
+    ask = [HumanMessage("lighthouse?")]
+    got = recalled(memory.recall(ask, thread_id="new", resource_id="alice", filter=APOLLO))
+    assert "keeper apollo" in got
+    assert "gemini" not in got
+    assert "postcard" not in got
+    assert "bob" not in got
+    got = recalled(await memory.arecall(ask, thread_id="new", resource_id="alice", filter=APOLLO))
+    assert "keeper apollo" in got
+    assert "gemini" not in got
+    late = memory.recall(ask, thread_id="t1", resource_id="alice", since=timedelta(days=30))
+    assert "keeper" not in recalled(late)
+    assert "gemini" in recalled(late)
+
+
+async def test_the_horizon_bounds_recall_not_search(memory: SemanticRecall) -> None:
+    near = memory.with_options(horizon=timedelta(days=30))
+    ask = [HumanMessage("lighthouse keeper apollo?")]
+    assert "keeper" in recalled(memory.recall(ask, thread_id="t2", resource_id="alice"))
+    assert "keeper" not in recalled(near.recall(ask, thread_id="t2", resource_id="alice"))
+    assert "keeper" not in recalled(await near.arecall(ask, thread_id="t2", resource_id="alice"))
+    assert "the lighthouse keeper apollo" in texts(near.search("keeper", resource_id="alice"))
+    # an explicit since wins over the horizon
+    wide = near.recall(ask, thread_id="t2", resource_id="alice", since=timedelta(days=365))
+    assert "keeper" in recalled(wide)
+    with pytest.raises(InvalidOptionError, match="horizon"):
+        memory.with_options(horizon=30)
+
+
+async def test_relative_bounds_count_from_the_turns_own_time(memory: SemanticRecall) -> None:
+    """A replayed turn dated 199 days ago still sees the message written a day before it."""
+    near = memory.with_options(horizon=timedelta(days=30))
+    then = HumanMessage("lighthouse keeper apollo?", additional_kwargs={"created_at": ago(199)})
+    got = near.recall([then], thread_id="t2", resource_id="alice")
+    assert "keeper apollo" in recalled(got)
+    assert "keeper apollo" in recalled(
+        await near.arecall([then], thread_id="t2", resource_id="alice")
+    )
+    now = HumanMessage("lighthouse keeper apollo?")  # today: 200 days is past the horizon
+    assert "keeper apollo" not in recalled(near.recall([now], thread_id="t2", resource_id="alice"))
+
+
+async def test_the_run_config_narrows_runnable_search_and_recall(memory: SemanticRecall) -> None:
+    config = {"configurable": {"resource_id": "alice", "thread_id": "t2", "recall_filter": APOLLO}}
+    assert texts(memory.search("lighthouse", config=config)) == {"the lighthouse keeper apollo"}
+    assert texts(await memory.asearch("lighthouse", config=config)) == {
+        "the lighthouse keeper apollo"
+    }
+    # an explicit filter comes before the config's
+    assert texts(memory.search("lighthouse", config=config, filter={"urgent": True})) == {
+        "the lighthouse lamp gemini"
+    }
+    ask = [HumanMessage("lighthouse?")]
+    assert "keeper" in recalled(memory.invoke(ask, config))
+    assert "postcard" not in recalled(memory.invoke(ask, config))
+    assert "postcard" not in recalled(await memory.ainvoke(ask, config))
+    bad = {"configurable": {"resource_id": "alice", "recall_filter": {"resource_id": "bob"}}}
+    with pytest.raises(InvalidInputError, match="reserved"):
+        memory.search("lighthouse", config=bad)
+    with pytest.raises(InvalidInputError, match="reserved"):
+        memory.invoke(ask, bad)
+
+
+# --- retriever and tool -------------------------------------------------------------------
+
+
+async def test_retriever_filters_sync_and_async(memory: SemanticRecall) -> None:
+    config = {"configurable": {"resource_id": "alice"}}
+    retriever = memory.as_retriever(filter=APOLLO)
+    docs = retriever.invoke("lighthouse", config)
+    assert [d.metadata["text"] for d in docs] == ["the lighthouse keeper apollo"]
+    kwargs = memory.as_retriever(search_kwargs={"filter": {"urgent": True}})
+    docs = await kwargs.ainvoke("lighthouse", config)
+    assert [d.metadata["text"] for d in docs] == ["the lighthouse lamp gemini"]
+    recent = memory.as_retriever(since=timedelta(days=30))
+    assert "the lighthouse keeper apollo" not in {
+        d.metadata["text"] for d in recent.invoke("lighthouse", config)
+    }
+    with pytest.raises(InvalidOptionError, match="reserved"):
+        memory.as_retriever(filter={"resource_id": "bob"})
+    with pytest.raises(InvalidOptionError, match="once"):
+        memory.as_retriever(filter=APOLLO, search_kwargs={"filter": APOLLO})
+
+
+async def test_tool_filters_sync_and_async(memory: SemanticRecall) -> None:
+    config = {"configurable": {"resource_id": "alice", "thread_id": "t3"}}
+    tool = create_memory_search_tool(memory, filter=APOLLO)
+    assert "keeper" in tool.invoke({"query": "lighthouse"}, config)
+    assert "gemini" not in tool.invoke({"query": "lighthouse"}, config)
+    answer = await tool.ainvoke({"query": "lighthouse"}, config)
+    assert "keeper" in answer
+    assert "gemini" not in answer
+    recent = create_memory_search_tool(memory, since=timedelta(days=30))
+    assert "keeper" not in await recent.ainvoke({"query": "lighthouse"}, config)
+    with pytest.raises(InvalidOptionError, match="time zone"):
+        create_memory_search_tool(memory, since=datetime(2024, 1, 1))
+
+
+# --- graph node and middleware -------------------------------------------------------------
+
+
+def graph_with(memory: SemanticRecall, **options: Any) -> Any:
+    builder = StateGraph(RecallState)
+    builder.add_node("recall", RecallNode(memory, **options))
+    builder.add_edge(START, "recall")
+    return builder.compile()
+
+
+async def test_recall_node_takes_options_then_config_sync_and_async(
+    memory: SemanticRecall,
+) -> None:
+    ask = {"messages": [HumanMessage("lighthouse?")]}
+    config = {"configurable": {"resource_id": "alice", "thread_id": "t9"}}
+
+    def seen(state: dict[str, Any]) -> str:
+        return recalled(state["recalled_memory"].messages)
+
+    assert "keeper" in seen(graph_with(memory).invoke(ask, config))
+    filtered = graph_with(memory, filter={"urgent": True})
+    shown = seen(filtered.invoke(ask, config))
+    assert "gemini" in shown
+    assert "keeper" not in shown
+    assert "postcard" not in shown
+    assert "keeper" not in seen(await filtered.ainvoke(ask, config))
+    by_config = {"configurable": {**config["configurable"], "recall_filter": {"urgent": True}}}
+    assert "keeper" not in seen(graph_with(memory).invoke(ask, by_config))
+    horizon = graph_with(memory, horizon=timedelta(days=30))
+    assert "keeper" not in seen(await horizon.ainvoke(ask, config))
+    with pytest.raises(InvalidOptionError, match="reserved"):
+        RecallNode(memory, filter={"thread_id": "x"})
+
+
+async def test_middleware_takes_options_then_config_sync_and_async(
+    memory: SemanticRecall,
+) -> None:
+    model = FakeChatModel()
+    middleware = SemanticRecallMiddleware(memory, filter={"urgent": True}, search_tool=True)
+    agent = create_agent(model, middleware=[middleware], checkpointer=InMemorySaver())
+    config = {"configurable": {"resource_id": "alice", "thread_id": "agent-1"}}
+    agent.invoke({"messages": [HumanMessage("lighthouse?")]}, config)
+    await agent.ainvoke({"messages": [HumanMessage("lighthouse again?")]}, config)
+    shown = "\n".join(recalled(call) for call in model.calls)
+    assert "gemini" in shown
+    assert "keeper" not in shown
+    assert "postcard" not in shown
+    assert middleware.tools[0].narrowing == {"filter": {"urgent": True}}  # type: ignore[attr-defined]
+    plain = FakeChatModel()
+    agent = create_agent(plain, middleware=[SemanticRecallMiddleware(memory)])
+    narrowed = {
+        "configurable": {
+            **config["configurable"],
+            "thread_id": "agent-2",
+            "recall_since": timedelta(days=30),
+        }
+    }
+    await agent.ainvoke({"messages": [HumanMessage("lighthouse keeper?")]}, narrowed)
+    assert not any(
+        "keeper apollo" in m.text for call in plain.calls for m in call if is_recalled(m)
+    )
+    with pytest.raises(InvalidOptionError, match="horizon"):
+        SemanticRecallMiddleware(memory, horizon=timedelta(0))
+
+
+@pytest.mark.parametrize("looks", [(), (4,), (4, 8), (64,)])
+async def test_the_unfiltered_first_look_finds_what_the_index_filter_finds(
+    monkeypatch: pytest.MonkeyPatch, looks: tuple[int, ...]
+) -> None:
+    """Whatever the looks find or miss, a filtered dense search is the exact filtered top k."""
+    from langchain_semantic_recall.engine import search_ops
+
+    monkeypatch.setattr(search_ops, "FIRST_LOOK", looks)
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="dense",
+        top_k=3,
+        message_range=0,
+    )
+    words = ["harbour", "lighthouse", "keeper", "lamp", "storm", "boat"]
+    for n in range(40):
+        text = f"{words[n % 6]} {words[(n * 5) % 6]} note {n}"
+        tag = {"project": "rare"} if n % 13 == 0 else {"project": "common"}
+        engine.index([HumanMessage(text, id=f"m{n}")], thread_id="t", resource_id="r", metadata=tag)
+    rare = {"project": "rare"}
+    found = engine.search("lighthouse keeper", resource_id="r", filter=rare)
+    assert {h.message.id for h in found} == {"m0", "m13", "m26"}  # every rare one, 3 = top_k
+    again = await engine.asearch("lighthouse keeper", resource_id="r", filter=rare)
+    assert [h.message.id for h in again] == [h.message.id for h in found]
+    common = engine.search("lighthouse keeper", resource_id="r", filter={"project": "common"})
+    monkeypatch.setattr(search_ops, "FIRST_LOOK", ())
+    reference = engine.search("lighthouse keeper", resource_id="r", filter={"project": "common"})
+    assert [h.score for h in common] == [h.score for h in reference]  # ties may swap places
+    assert {h.message.id for h in common if h.score > common[-1].score} == {
+        h.message.id for h in reference if h.score > reference[-1].score
+    }
+
+
+async def test_a_named_period_counts_from_the_turns_own_time() -> None:
+    """ "Last week" in a replayed turn of May 2023 means a week before it, not before today."""
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="keyword",
+        message_range=0,
+        top_k=1,
+    )
+    turn_time = datetime(2023, 5, 10, 12, 0, tzinfo=UTC)
+    written = {"alpha": turn_time - timedelta(days=6), "omega": NOW - timedelta(days=6)}
+    for word, when in written.items():
+        said = HumanMessage(
+            f"the lighthouse plan {word}", additional_kwargs={"created_at": when.isoformat()}
+        )
+        engine.index([said], thread_id=word, resource_id="alice")
+    question = "what was the lighthouse plan last week?"
+    ask = HumanMessage(question, additional_kwargs={"created_at": turn_time.isoformat()})
+    for got in (
+        engine.recall([ask], thread_id="new", resource_id="alice"),
+        await engine.arecall([ask], thread_id="new", resource_id="alice"),
+    ):
+        assert "plan alpha" in recalled(got)  # a week before the turn
+        assert "plan omega" not in recalled(got)
+    today = engine.search(question, resource_id="alice")  # a search's own time is now
+    assert [h.message.text for h in today] == ["the lighthouse plan omega"]
