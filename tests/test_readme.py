@@ -49,7 +49,7 @@ SNIPPET_PAGES = {
     "docs/scale.md": "connects to PostgreSQL and a Chroma server",
     "docs/retention.md": "fragments on an existing `memory`, with top-level `await` (notebooks)",
     "docs/visible-recall.md": "fragments per surface; tests/unit/test_visible_recall.py runs each",
-    "docs/filtering.md": "fragments on a `memory` and a `graph`; tests/unit/test_filters.py runs them",
+    "docs/filtering.md": "fragments on a `memory` and a `graph` (tests/unit/test_filters.py)",
     "docs/chroma-workarounds.md": "a maintainer's commands to test another chromadb version",
 }
 """Pages whose Python blocks are fragments, shown but not run, and why."""
