@@ -173,6 +173,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         `chroma_workarounds` (True by default, False, or a `ChromaWorkarounds`): which of
         Chroma's known problems the index works around (`settings.local_backends`).
+
+        Args:
+            path: The store's folder (created if missing).
+            **options: The constructor's options, plus `embeddings`, `read_only` and
+                `chroma_workarounds`.
         """
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
         fixes = options.pop("chroma_workarounds", True)
@@ -183,7 +188,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def from_url(
         cls, *, storage: str, vector: str, embeddings: Embeddings | None = None, **options: Any
     ) -> SemanticRecall:
-        """From URLs: `sqlite:///...` or `postgresql://...`; `chroma:///...` or `http://host:port`."""
+        """From URLs: `sqlite:///...` or `postgresql://...`; `chroma:///...` or `http://host:port`.
+
+        Args:
+            storage: `sqlite:///path` or `postgresql://...`.
+            vector: `chroma:///path` (embedded) or `http://host:port` (a Chroma server).
+            embeddings: The embedder (default: the local model).
+            **options: The constructor's options (`top_k`, `scope`, `retention`...).
+        """
         backends = url_backends(storage, vector, embeddings)
         return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
@@ -197,6 +209,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         ```python
         precise = memory.with_options(top_k=1, scope="thread")
         ```
+
+        Args:
+            **changes: Constructor options to change (`top_k`, `scope`, `threshold`...).
         """
         fixed = {"storage", "vector_store", "embeddings", "cache"} & set(changes)
         if fixed:
@@ -208,7 +223,12 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return changed
 
     def for_thread(self, thread_id: str, resource_id: str | None = None) -> SemanticRecall:
-        """A view bound to one conversation, its ids every call's (classic memory contract)."""
+        """A view bound to one conversation, its ids every call's (classic memory contract).
+
+        Args:
+            thread_id: The conversation the view reads and writes.
+            resource_id: Its owner (needed in resource scope).
+        """
         bound = self._core.identity({"thread_id": thread_id, "resource_id": resource_id})
         bound.require_thread(self.keys, "for_thread")
         view = copy.copy(self)
@@ -254,6 +274,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         `scope` and `threshold` override the engine's for this call; `filter`, `since`
         and `until` narrow it (docs/filtering.md). Failures raise (`recall` logs them).
 
+        Args:
+            query: The text to search for.
+            **options: who is asking (`thread_id`, `resource_id`, `config`), `top_k`, `scope`,
+                `threshold`, `filter`, `since`, `until`.
+
         Raises:
             MissingIdentityError: the scope's id was given by no source.
         """
@@ -272,6 +297,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         text or no hit: the input unchanged. A failure of the embedder, vector index or
         storage is logged and recalls nothing; configuration errors (missing ids,
         dimension mismatch, a bad `filter`/`since`/`until`) are raised.
+
+        Args:
+            messages: The conversation so far; its newest human message is the query.
+            **options: `thread_id`, `resource_id`, `config` (who is asking), `filter`, `since`,
+                `until` (docs/filtering.md).
         """
         return visible.recall_messages(self._core, messages, options)
 
@@ -296,6 +326,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         `additional_kwargs["metadata"]` (docs/filtering.md). Embedding failures are
         logged (`result.error`); the messages stay stored, `reindex(missing_only=True)`.
 
+        Args:
+            messages: The turn's messages (or one message, or a string).
+            **options: `thread_id`, `resource_id`, `config` (who is asking) and `metadata` (kept
+                on every message of the call).
+
         Raises:
             MissingIdentityError: no thread id; or no resource id in resource scope.
             OwnershipError: the thread (or a message id) belongs to another owner.
@@ -317,6 +352,10 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         Vector writes of one batch overlap the embedding of the next. Importing the same
         conversations again adds nothing (messages without ids get ids from their thread
         and position). Raises `ReadOnlyError` on a read-only engine.
+
+        Args:
+            conversations: `(thread_id, resource_id, messages)` triples.
+            **options: `batch_size` and `progress` (see `BulkOptions`).
         """
         return self._core.run(self._core.bulk_index(conversations, options))
 
@@ -348,7 +387,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return [self.memory_key]
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """`{memory_key: [recalled messages]}` for the user's text in `inputs`."""
+        """`{memory_key: [recalled messages]}` for the user's text in `inputs`.
+
+        Args:
+            inputs: The chain's inputs; `input_key` (or the only key) is the query.
+        """
         return memory_contract.recalled_only(self, self.recall(memory_contract.query(self, inputs)))
 
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -357,7 +400,12 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         return memory_contract.recalled_only(self, recalled)
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        """Store and embed one exchange (each call is a new turn)."""
+        """Store and embed one exchange (each call is a new turn).
+
+        Args:
+            inputs: The chain's inputs (the user's message).
+            outputs: The chain's outputs (the assistant's message).
+        """
         memory_contract.check_saved(self.index(memory_contract.turn(self, inputs, outputs)))
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
@@ -375,7 +423,12 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     # --- other surfaces ---------------------------------------------------------------------
 
     def as_retriever(self, **kwargs: Any) -> BaseRetriever:
-        """A LangChain retriever over this memory (`k`, `scope`, `search_kwargs`)."""
+        """A LangChain retriever over this memory (`k`, `scope`, `search_kwargs`).
+
+        Args:
+            **kwargs: `SemanticRecallRetriever` fields: `k`, `scope`, `thread_id`, `resource_id`,
+                `filter`, `since`, `until`, `search_kwargs`.
+        """
         from langchain_semantic_recall.retriever import SemanticRecallRetriever
 
         return SemanticRecallRetriever(memory=self, **kwargs)
@@ -412,7 +465,13 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def chat_history(
         self, session_id: str, *, resource_id: str | None = None, last: int | None = None
     ) -> SemanticRecallChatHistory:
-        """A `BaseChatMessageHistory` of one conversation (for `RunnableWithMessageHistory`)."""
+        """A `BaseChatMessageHistory` of one conversation (for `RunnableWithMessageHistory`).
+
+        Args:
+            session_id: The thread the history reads and writes.
+            resource_id: Its owner (else the run config's, or the signed-in user).
+            last: Only the newest `last` messages (None: every one).
+        """
         from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
 
         return SemanticRecallChatHistory(self, session_id, resource_id=resource_id, last=last)
