@@ -7,7 +7,7 @@ process runs every query in dense mode and in hybrid mode, alternating, and time
 phase of hybrid search (``engine/search_ops.py`` ``_calibrated_search``) by wrapping the
 engine's steps and the relevance model's methods with ``time.perf_counter``:
 
-* the storage and vector-index steps (``nearest`` runs on a worker thread beside the
+* the storage and vector-index steps (``NearestMessages`` runs on a worker thread beside the
   keyword half, so the phases overlap and do not add up to the total);
 * the relevance scoring: ``Query.build`` (with ``SearchPlan.period``), ``best_candidates``
   and ``select`` (``probabilities`` inside it), on the caller's thread after the reads.
@@ -114,12 +114,19 @@ def _instrument(phases: Timings) -> Callable[[], None]:
 
     def step_label(args: tuple[Any, ...]) -> str | None:
         step = args[0]
-        name = step.method
-        if name == "get_windows":
-            name += " (hits only)" if step.kwargs.get("before") == 0 else " (context)"
+        name = type(step).__name__
+        if isinstance(step, steps.ReadWindows):
+            name += " (hits only)" if step.before == 0 else " (context)"
         return name + ("" if threading.current_thread() is caller else " [worker]")
 
-    wrap(steps._Call, "run", step_label)  # a profile of the engine's own steps
+    for record in (  # a profile of the engine's own backend calls
+        steps.ReadWindows,
+        steps.KeywordSearch,
+        steps.CountMessages,
+        steps.NearestMessages,
+        steps.Embed,
+    ):
+        wrap(record, "run", step_label)
     wrap(steps.Both, "run", lambda _: "vector half beside keyword half (wall)")
     wrap(SearchPlan, "query", lambda _: "Query.build")
     wrap(RelevanceModel, "best_candidates", lambda _: "best_candidates")

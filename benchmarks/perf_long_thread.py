@@ -97,7 +97,9 @@ def collection(memory: SemanticRecall) -> Any:
     return client.get_collection(resource_collection_name(name, RESOURCE))
 
 
-def offset_pages(collection: Any, where: Any, include: Any, size: int) -> Iterator[Any]:
+def offset_pages(
+    collection: Any, where: Any, include: Any, size: int, delays: Any = ()
+) -> Iterator[Any]:
     """0.2.0's paging of a filtered listing: by `offset`, the filter evaluated per page."""
     offset = 0
     while True:

@@ -85,7 +85,7 @@ def test_perf_hybrid_smoke(tmp_path: Path) -> None:
 
 def test_perf_hybrid_phases_smoke(tmp_path: Path) -> None:
     out = _run("perf_hybrid_phases.py", "--size", "tiny", "--queries", "6", "--work", str(tmp_path))
-    for phase in ("nearest [worker]", "Query.build", "best_candidates", "select"):
+    for phase in ("NearestMessages [worker]", "Query.build", "best_candidates", "select"):
         assert f"| {phase} | 1.0 |" in out  # each once per hybrid search, none from dense mode
     assert "| hybrid less scoring / dense |" in out
 
