@@ -36,6 +36,7 @@ all-data fit to the package's data file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -309,7 +310,10 @@ def load_all(cache: Path | None, embedder: str) -> dict[str, Corpus]:
         inner, model = HashingEmbeddings(), HashingEmbeddings.model_name
     vectors = None if cache is None else cache / f"embeddings{tag}.pkl"
     embeddings = CachedEmbeddings(inner, vectors, model)
-    stored = None if cache is None else cache / f"relevance-cases{tag}.pkl"
+    # The cases pickle the package's records: a change of their fields makes a new file.
+    layout = ",".join(f.name for f in dataclasses.fields(StoredMessage))
+    version = hashlib.sha256(layout.encode()).hexdigest()[:8]
+    stored = None if cache is None else cache / f"relevance-cases{tag}-{version}.pkl"
     if stored is not None and stored.is_file():
         corpora: dict[str, Corpus] = pickle.loads(stored.read_bytes())  # our own cache file
     else:
