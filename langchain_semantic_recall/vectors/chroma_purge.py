@@ -10,9 +10,9 @@ table until Chroma compacts it.
 `compact_index` therefore never edits those files. On an embedded persistent client it
 **rebuilds the whole folder** from the live rows (`chroma_rebuild`): a child process
 writes a new folder, the copy is counted against the rows read (else it is deleted and
-the old folder kept), the client's bindings are stopped (`chroma_unload.restart_around`),
-the folders are swapped by renames and the old one deleted, and the bindings start on the
-new folder. Every collection of the folder is copied (other indexes too), with its
+the old folder kept), the client's bindings are stopped
+(`chroma_workarounds.unload.restart_around`), the folders are swapped by renames and the
+old one deleted, and the bindings start on the new folder. Every collection of the folder is copied (other indexes too), with its
 metadata and HNSW settings. A crash at any step loses nothing (`recover_swap`).
 
 Over HTTP (a Chroma server) and in memory, each resource collection of the index is
