@@ -12,8 +12,9 @@ table until Chroma compacts it.
 writes a new folder, the copy is counted against the rows read (else it is deleted and
 the old folder kept), the client's bindings are stopped
 (`chroma_workarounds.unload.restart_around`), the folders are swapped by renames and the
-old one deleted, and the bindings start on the new folder. Every collection of the folder is copied (other indexes too), with its
-metadata and HNSW settings. A crash at any step loses nothing (`recover_swap`).
+old one deleted, and the bindings start on the new folder. Every collection of the folder
+is copied (other indexes too), with its metadata and HNSW settings. A crash at any step
+loses nothing (`recover_swap`).
 
 Over HTTP (a Chroma server) and in memory, each resource collection of the index is
 rebuilt in place instead (`_rebuild`): its rows copied into a new collection, checked
