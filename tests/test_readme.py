@@ -41,13 +41,13 @@ PAGES = (
     "docs/surfaces.md",
     "docs/cli.md",
     "docs/writing-a-backend.md",
+    "docs/retention.md",
 )
 """Pages whose blocks run, each on its own, in order (README.md first)."""
 SNIPPET_PAGES = {
     "docs/data-handling.md": "fragments on an existing `memory` (forget, move, purge)",
     "docs/deploy.md": "connects to PostgreSQL and a Chroma server",
     "docs/scale.md": "connects to PostgreSQL and a Chroma server",
-    "docs/retention.md": "fragments on an existing `memory`, with top-level `await` (notebooks)",
     "docs/visible-recall.md": "fragments per surface; tests/unit/test_visible_recall.py runs each",
     "docs/filtering.md": "fragments on a `memory` and a `graph` (tests/unit/test_filters.py)",
     "docs/chroma-workarounds.md": "a maintainer's commands to test another chromadb version",

@@ -256,6 +256,9 @@ def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | N
 
     from langchain_semantic_recall.vectors.chroma_rebuild import recover_swap
 
+    # Chroma caches one client system per path string in a process: a relative path read
+    # from another working directory would reach the first store's files.
+    folder = os.path.abspath(folder)
     copy: str | None = None
     if read_only:
         copy = temporary_copy(folder)

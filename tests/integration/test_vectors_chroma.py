@@ -596,3 +596,26 @@ def test_rows_written_before_timestamps_are_filtered_by_their_iso_time(
     until = ScopeFilter(resource_id="r1", until=datetime(2022, 1, 1, tzinfo=UTC))
     assert {h.id for h in chroma.query(name, axis(0), k=1, scope=until)} == {"older"}
     assert {r.id for r in chroma.export(name, until)} == {"older"}
+
+
+def test_the_same_relative_path_from_two_working_directories_is_two_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chroma caches a client per path string: a relative one must be made absolute."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = ChromaVectorIndex.persistent("chroma")
+    name = new_name()
+    first.open(name, dimension=DIMENSION, model=MODEL)
+    first.upsert(name, [record("only-in-a", axis(0))])
+    monkeypatch.chdir(tmp_path / "b")
+    second = ChromaVectorIndex.persistent("chroma")  # the first is still open
+    second.open(name, dimension=DIMENSION, model=MODEL)
+    assert second.message_ids(name) == set()
+    second.upsert(name, [record("only-in-b", axis(1))])
+    assert first.message_ids(name) == {"only-in-a"}
+    assert second.message_ids(name) == {"only-in-b"}
+    assert (tmp_path / "b" / "chroma" / "chroma.sqlite3").is_file()
+    first.close()
+    second.close()
