@@ -42,6 +42,7 @@ PAGES = (
     "docs/cli.md",
     "docs/writing-a-backend.md",
     "docs/retention.md",
+    "docs/filtering.md",
 )
 """Pages whose blocks run, each on its own, in order (README.md first)."""
 SNIPPET_PAGES = {
@@ -49,7 +50,6 @@ SNIPPET_PAGES = {
     "docs/deploy.md": "connects to PostgreSQL and a Chroma server",
     "docs/scale.md": "connects to PostgreSQL and a Chroma server",
     "docs/visible-recall.md": "fragments per surface; tests/unit/test_visible_recall.py runs each",
-    "docs/filtering.md": "fragments on a `memory` and a `graph` (tests/unit/test_filters.py)",
     "docs/chroma-workarounds.md": "a maintainer's commands to test another chromadb version",
 }
 """Pages whose Python blocks are fragments, shown but not run, and why."""
