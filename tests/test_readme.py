@@ -43,13 +43,13 @@ PAGES = (
     "docs/writing-a-backend.md",
     "docs/retention.md",
     "docs/filtering.md",
+    "docs/visible-recall.md",
 )
 """Pages whose blocks run, each on its own, in order (README.md first)."""
 SNIPPET_PAGES = {
     "docs/data-handling.md": "fragments on an existing `memory` (forget, move, purge)",
     "docs/deploy.md": "connects to PostgreSQL and a Chroma server",
     "docs/scale.md": "connects to PostgreSQL and a Chroma server",
-    "docs/visible-recall.md": "fragments per surface; tests/unit/test_visible_recall.py runs each",
     "docs/chroma-workarounds.md": "a maintainer's commands to test another chromadb version",
 }
 """Pages whose Python blocks are fragments, shown but not run, and why."""
