@@ -58,6 +58,7 @@ __all__ = [
     "block_nonce",
     "check_cross_thread_block",
     "close_tag",
+    "cross_thread_block",
     "data_notice",
     "escape_label",
     "escape_memory_text",
@@ -165,6 +166,7 @@ def role_label(role: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
+    message_id: str
     rank: int
     """Position in the block (chronological order)."""
     header: str
@@ -207,6 +209,7 @@ def _entries(messages: Sequence[MessageRecord], labels: Mapping[str, str]) -> li
     rank = {index: position for position, index in enumerate(chronological)}
     return [
         _Entry(
+            message_id=m.id,
             rank=rank[i],
             header=DATE_HEADER + format_date(m.created_at),
             prefix=(
@@ -324,6 +327,25 @@ def format_cross_thread_block(
         InvalidOptionError: `max_chars` is not an integer of at least
             `MIN_MAX_CHARS`.
     """
+    return cross_thread_block(messages, labels=labels, max_chars=max_chars)[0]
+
+
+def cross_thread_block(
+    messages: Sequence[MessageRecord],
+    *,
+    labels: Mapping[str, str] | None = None,
+    max_chars: int | None = None,
+) -> tuple[str, tuple[str, ...]]:
+    """`format_cross_thread_block`, and the ids of the messages the block shows.
+
+    Under `max_chars` the block may drop messages: what recall reports as injected is
+    these ids, never `messages` whole.
+
+    Args:
+        messages: As for `format_cross_thread_block`.
+        labels: As for `format_cross_thread_block`.
+        max_chars: As for `format_cross_thread_block`.
+    """
     if max_chars is not None and (
         isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < MIN_MAX_CHARS
     ):
@@ -333,10 +355,11 @@ def format_cross_thread_block(
         )
     entries = _entries(messages, labels or {})
     if not entries:
-        return ""
-    if max_chars is None:
-        return _render([(entry, entry.text) for entry in entries])
-    return _render(_fit(entries, max_chars))
+        return "", ()
+    shown = [(entry, entry.text) for entry in entries]
+    if max_chars is not None:
+        shown = _fit(entries, max_chars)
+    return _render(shown), tuple(entry.message_id for entry, _ in shown)
 
 
 _HEADER_LINE = re.compile(rf"{DATE_HEADER}\d{{1,4}}, (?:{'|'.join(_MONTHS)}), [1-9]\d?")

@@ -24,8 +24,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from langchain_semantic_recall.formatting import (
     MIN_MAX_CHARS,
+    cross_thread_block,
     fit_texts,
-    format_cross_thread_block,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE, conversation_title, tag_as_memory
 from langchain_semantic_recall.recall_report import RecallReport, build_report
@@ -116,19 +116,31 @@ def memory_block(
     """The single system message that carries every cross-thread recalled message.
 
     It is the only system message recall ever injects; its text is the nonce-tagged block
-    of `format_cross_thread_block`, where stored system and tool messages are quoted.
+    of `cross_thread_block`, where stored system and tool messages are quoted.
     """
+    return shown_block(other, labels=labels, max_chars=max_chars)[0]
+
+
+def shown_block(
+    other: Sequence[StoredMessage],
+    *,
+    labels: dict[str, str] | None = None,
+    max_chars: int | None = None,
+) -> tuple[SystemMessage | None, list[StoredMessage]]:
+    """`memory_block`, and the messages it shows (under `max_chars`, maybe fewer)."""
     if not other:
-        return None
+        return None, []
     if labels is None:  # conversations that carry a title are labelled with it
         labels = {}
         for message in other:
             if message.thread_id not in labels and (title := conversation_title(message)):
                 labels[message.thread_id] = title
-    text = format_cross_thread_block(other, labels=labels, max_chars=max_chars)
+    text, ids = cross_thread_block(other, labels=labels, max_chars=max_chars)
     if not text:
-        return None
-    return SystemMessage(content=text, additional_kwargs={"source": MEMORY_SOURCE})
+        return None, []
+    shown = set(ids)
+    block = SystemMessage(content=text, additional_kwargs={"source": MEMORY_SOURCE})
+    return block, [message for message in other if message.id in shown]
 
 
 def _text(stored: StoredMessage, message: BaseMessage) -> str:
@@ -203,7 +215,7 @@ def inject_reported(
     if max_block_chars is not None:  # same-thread text may take up to half the budget
         need = sum(len(_text(stored, message)) for stored, message in own)
         block_cap = max(MIN_MAX_CHARS, max_block_chars - min(need, max_block_chars // 2))
-    block = memory_block(other, labels=labels, max_chars=block_cap)
+    block, quoted = shown_block(other, labels=labels, max_chars=block_cap)
     if max_block_chars is not None:
         own = bound_recalled(own, max_block_chars - (len(block.text) if block else 0))
     report = build_report(
@@ -212,7 +224,7 @@ def inject_reported(
         thread_id=thread_id,
         resource_id=resource_id,
         same=own,
-        block=None if block is None else (other, block),
+        block=None if block is None else (quoted, block),
     )
     recalled: list[BaseMessage] = [] if block is None else [block]
     recalled.extend(message for _, message in own)

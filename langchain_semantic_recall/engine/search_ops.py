@@ -204,8 +204,10 @@ def _dense_with_vector(
         near = yield steps.NearestMessages(info, vector, k=wide, scope=scope.ids_only())
         found = yield steps.ReadWindows([i for i, _ in near], before=0, after=0, scope=scope)
         inside = [(message_id, score) for message_id, score in near if message_id in found]
-        if len(inside) >= k or len(near) < wide:
+        if len(inside) >= k:
             return vector, inside[:k]
+        if len(near) < wide:  # few vectors, or chunks of one message: the index filters
+            break
     nearest: list[tuple[str, float]] = yield steps.NearestMessages(info, vector, k=k, scope=scope)
     return vector, nearest
 

@@ -105,7 +105,13 @@ class StorageHooks(ABC):
         return kept
 
     def _count(self, scope: ScopeFilter | None) -> int:
-        """Messages in the scope, from the thread summaries (override with one query)."""
+        """Messages in the scope (override with one query).
+
+        From the thread summaries; a scope with a filter or a time range counts the
+        messages `_list_messages` gives for it, since summaries cannot say which pass.
+        """
+        if scope is not None and scope.narrowed:
+            return self._count_listed(scope, None)
         threads = self._list_threads(scope.resource_id if scope else None)
         if scope is not None and scope.thread_id is not None:
             threads = [t for t in threads if t.thread_id == scope.thread_id]
@@ -113,7 +119,20 @@ class StorageHooks(ABC):
 
     def _count_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
         """`min(count, up_to)` (override with a query that stops at `up_to`)."""
+        if scope is not None and scope.narrowed:
+            return self._count_listed(scope, up_to)
         return min(self._count(scope), up_to)
+
+    def _count_listed(self, scope: ScopeFilter, up_to: int | None) -> int:
+        """The messages of `scope`'s pages, stopping at `up_to`."""
+        counted = 0
+        after: tuple[str, int] | None = None
+        while page := self._list_messages(scope, after=after, limit=1000):
+            counted += len(page)
+            if up_to is not None and counted >= up_to:
+                return up_to
+            after = (page[-1].thread_id, page[-1].seq)
+        return counted
 
     def _close(self) -> None:  # noqa: B027 - optional: most backends hold nothing to release
         """Release connections."""

@@ -152,6 +152,21 @@ class StorageFilterConformance:
         newest = filled.last_messages(scoped(thread="t2", since=day(4)), limit=5)
         assert [m.id for m in newest] == ["p5"]
 
+    async def test_filters_hold_after_retention_left_gaps_in_a_thread(
+        self, filled: MessageStorage
+    ) -> None:
+        """After `delete_before`, seqs have gaps: each filter still checks its own message."""
+        assert {m.id for m in filled.delete_before(day(1))} == {"p1", "b1"}
+        apollo = scoped(filter={"project": "apollo"})
+        found = filled.keyword_search("lighthouse words", scope=apollo, limit=10)
+        assert {i for i, _ in found} == {"p4", "p5"}  # p2 (gemini) now sits where p1 was
+        assert await filled.akeyword_search("lighthouse words", scope=apollo, limit=10) == found
+        late = filled.keyword_search("lighthouse", scope=scoped(since=day(2)), limit=10)
+        assert {i for i, _ in late} == {"p3", "p4", "p5"}
+        windows = filled.get_windows(["p2", "p3"], before=2, after=2, scope=scoped(since=day(2)))
+        assert {hit: [m.id for m in w] for hit, w in windows.items()} == {"p3": ["p3"]}
+        assert filled.count(apollo) == 2
+
 
 class VectorFilterConformance:
     """Filters on `VectorIndex`: queries, nearest ids, counts and exports keep them."""

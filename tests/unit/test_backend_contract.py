@@ -57,3 +57,35 @@ def test_public_async_twins_await_hooks_instead_of_running_the_sync_method(secti
             source = inspect.getsource(method)
             assert "run_in_executor" not in source, f"{base.__name__}.{name} runs in an executor"
             assert f"self._a{name[1:]}(" in source, f"{base.__name__}.{name} awaits no hook"
+
+
+async def test_the_default_count_keeps_a_filter_and_a_time_range() -> None:
+    """A backend that keeps the default `_count` still counts what its pages hold."""
+    from datetime import UTC, datetime, timedelta
+
+    from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+    from langchain_semantic_recall.storage.memory import InMemoryStorage
+    from tests.fakes import RecordingStorage
+
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    inner = InMemoryStorage()
+    inner.put(
+        [
+            MessageRecord(
+                id=f"m{i}",
+                thread_id="t",
+                resource_id="u",
+                role="user",
+                text="x",
+                created_at=start + timedelta(days=i),
+                payload="{}",
+            )
+            for i in range(10)
+        ]
+    )
+    wrapper = RecordingStorage(inner)  # keeps the base class's `_count` and `_count_up_to`
+    recent = ScopeFilter(resource_id="u", since=start + timedelta(days=8))
+    assert wrapper.count(recent) == inner.count(recent) == 2
+    assert wrapper.count(recent, up_to=1) == 1
+    assert await wrapper.acount(recent) == 2
+    assert wrapper.count(ScopeFilter(resource_id="u")) == 10

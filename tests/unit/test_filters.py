@@ -403,3 +403,35 @@ async def test_a_named_period_counts_from_the_turns_own_time() -> None:
         assert "plan omega" not in recalled(got)
     today = engine.search(question, resource_id="alice")  # a search's own time is now
     assert [h.message.text for h in today] == ["the lighthouse plan omega"]
+
+
+class _Chunking(FakeEmbeddings):
+    """Splits a message into chunks at `|`: a message may hold many vectors."""
+
+    def split_text(self, text: str) -> list[str]:
+        return text.split("|")
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+async def test_a_filtered_search_finds_messages_behind_other_messages_chunks(mode: str) -> None:
+    """The unfiltered first look reads vectors, not messages: chunks must not end it early."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=_Chunking(),
+        search_mode=mode,
+        message_range=0,
+        top_k=5,
+        threshold=0.0,
+    )
+    near = [HumanMessage("|".join(["lighthouse"] * 10)) for _ in range(30)]  # 300 vectors
+    memory.index(near, thread_id="t1", resource_id="alice", metadata={"project": "b"})
+    far = [HumanMessage(f"lighthouse keeper boat ship sea {i}") for i in range(5)]
+    memory.index(far, thread_id="t2", resource_id="alice", metadata={"project": "a"})
+    options: dict[str, Any] = {"resource_id": "alice", "filter": {"project": "a"}}
+    hits = memory.search("lighthouse", **options)
+    assert len(hits) == 5
+    assert {hit.thread_id for hit in hits} == {"t2"}
+    assert [h.message.id for h in await memory.asearch("lighthouse", **options)] == [
+        h.message.id for h in hits
+    ]

@@ -189,3 +189,33 @@ def test_the_middleware_state_update_and_the_callback_tree_show_the_report() -> 
         (run,) = capture.recalls()
         assert run["outputs"] == memory.report.as_dict()
         assert capture.name_of(run["parent"]) == "SemanticRecallMiddleware.before_agent"
+
+
+def test_the_report_names_only_what_the_capped_block_shows() -> None:
+    """Under `max_block_chars` the block drops messages: the report must drop them too."""
+    from datetime import UTC, datetime, timedelta
+
+    from langchain_semantic_recall.injection import inject_reported
+    from langchain_semantic_recall.records import RecallHit, StoredMessage
+
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    hits = []
+    for i in range(40):
+        stored = StoredMessage(
+            id=f"o{i}",
+            thread_id=f"other{i}",
+            resource_id="u",
+            role="user",
+            text=f"fact number {i} " + "x" * 200,
+            created_at=start + timedelta(minutes=i),
+            payload="{}",
+        )
+        hits.append(RecallHit(stored, 0.9 - i / 100, (stored,)))
+    out, report = inject_reported(
+        [HumanMessage("q")], hits, thread_id="t", resource_id="u", query="q", max_block_chars=600
+    )
+    block = out[0].content
+    assert isinstance(block, str)
+    assert 0 < len(report.message_ids) < 40
+    assert all(f"fact number {mid[1:]} " in block for mid in report.message_ids)
+    assert report.injected_chars >= len(block)
