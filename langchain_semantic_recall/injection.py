@@ -112,22 +112,16 @@ def memory_block(
     *,
     labels: dict[str, str] | None = None,
     max_chars: int | None = None,
-) -> SystemMessage | None:
+) -> tuple[SystemMessage | None, list[StoredMessage]]:
     """The single system message that carries every cross-thread recalled message.
 
     It is the only system message recall ever injects; its text is the nonce-tagged block
     of `cross_thread_block`, where stored system and tool messages are quoted.
+
+    Returns:
+        The block (None: nothing to show) and the messages it shows: under `max_chars`
+        it may drop some, and recall reports only what is shown.
     """
-    return shown_block(other, labels=labels, max_chars=max_chars)[0]
-
-
-def shown_block(
-    other: Sequence[StoredMessage],
-    *,
-    labels: dict[str, str] | None = None,
-    max_chars: int | None = None,
-) -> tuple[SystemMessage | None, list[StoredMessage]]:
-    """`memory_block`, and the messages it shows (under `max_chars`, maybe fewer)."""
     if not other:
         return None, []
     if labels is None:  # conversations that carry a title are labelled with it
@@ -215,7 +209,7 @@ def inject_reported(
     if max_block_chars is not None:  # same-thread text may take up to half the budget
         need = sum(len(_text(stored, message)) for stored, message in own)
         block_cap = max(MIN_MAX_CHARS, max_block_chars - min(need, max_block_chars // 2))
-    block, quoted = shown_block(other, labels=labels, max_chars=block_cap)
+    block, quoted = memory_block(other, labels=labels, max_chars=block_cap)
     if max_block_chars is not None:
         own = bound_recalled(own, max_block_chars - (len(block.text) if block else 0))
     report = build_report(

@@ -87,7 +87,8 @@ class BulkOptions(TypedDict, total=False):
     """Called with the number of messages of each batch once it is stored."""
 
 
-_CALL_IDS = frozenset(CallIds.__annotations__)
+CALL_ID_KEYS = frozenset(CallIds.__annotations__)
+"""The keys of a call that say who is asking (the rest are its options)."""
 _NARROWING = ("filter", "since", "until")
 
 

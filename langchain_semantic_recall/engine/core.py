@@ -19,7 +19,7 @@ from langchain_core.messages import BaseMessage
 
 from langchain_semantic_recall.embeddings import embedding_model_name
 from langchain_semantic_recall.engine.call_options import (
-    _CALL_IDS,
+    CALL_ID_KEYS,
     BulkOptions,
     CallIds,
     IndexOptions,
@@ -273,7 +273,7 @@ class EngineCore:
         """The search operation: `options` checked, identity resolved, request built."""
         checked(options, SearchOptions)
         _, narrowing = split_narrowing(options)
-        who = self.identity({k: v for k, v in options.items() if k in _CALL_IDS})
+        who = self.identity({k: v for k, v in options.items() if k in CALL_ID_KEYS})
         request = self.request(
             query,
             who,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import ClassVar, Final
+from typing import ClassVar
 
 from langchain_semantic_recall.errors import (
     CompactNotSupportedError,
@@ -187,7 +187,7 @@ class VectorIndex(VectorHooks):
                 `message_ids` is a single string instead of a sequence of ids.
         """
         ids = _check_delete(name, thread_id, resource_id, message_ids)
-        if ids is not _NOTHING:
+        if ids is None or ids:
             self._delete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
@@ -318,7 +318,7 @@ class VectorIndex(VectorHooks):
     ) -> None:
         """Async twin of `delete`."""
         ids = _check_delete(name, thread_id, resource_id, message_ids)
-        if ids is not _NOTHING:
+        if ids is None or ids:
             await self._adelete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
     async def amessage_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
@@ -386,14 +386,13 @@ def has_work(
     return message_ids is None or len(message_ids) > 0
 
 
-_NOTHING: Final[list[str]] = []
-"""`_check_delete`'s answer when there is nothing to delete (an empty `message_ids`)."""
-
-
 def _check_delete(
     name: str, thread_id: str | None, resource_id: str | None, message_ids: Sequence[str] | None
 ) -> list[str] | None:
-    """The checked `message_ids` of a delete (sorted, unique), or `_NOTHING` to do."""
+    """The checked `message_ids` of a delete: sorted and unique, None for no id selector.
+
+    An empty list means there is nothing to delete.
+    """
     check_index_name(name)
     if isinstance(message_ids, str):
         raise InvalidInputError(
@@ -401,7 +400,7 @@ def _check_delete(
             "wrap a single id in a list"
         )
     if not has_work(thread_id, resource_id, message_ids):
-        return _NOTHING
+        return []
     return None if message_ids is None else sorted(set(message_ids))
 
 

@@ -16,7 +16,6 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
-    ThreadInfo,
 )
 
 Windows = dict[str, tuple[StoredMessage, ...]]
@@ -161,21 +160,6 @@ class LastMessages(Step[list[StoredMessage]]):
     @override
     async def arun(self, backends: Backends) -> list[StoredMessage]:
         return await backends.storage.alast_messages(self.scope, limit=self.limit)
-
-
-@dataclass(frozen=True, slots=True)
-class ListThreads(Step[list[ThreadInfo]]):
-    """The threads of a resource, or every thread (None)."""
-
-    resource_id: str | None
-
-    @override
-    def run(self, backends: Backends) -> list[ThreadInfo]:
-        return backends.storage.list_threads(self.resource_id)
-
-    @override
-    async def arun(self, backends: Backends) -> list[ThreadInfo]:
-        return await backends.storage.alist_threads(self.resource_id)
 
 
 @dataclass(frozen=True, slots=True)
