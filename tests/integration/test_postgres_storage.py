@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from typing import Any
 
 import psycopg
 import pytest
@@ -342,14 +343,25 @@ def test_retention_through_the_engine_sync_and_async(storage: PostgresStorage) -
     assert result.deleted == {"alice": 2}
     assert result.threads_emptied == ()
     assert storage.count(ScopeFilter("bob")) == 4  # the signed-in user's call stays theirs
-    result = asigned_in("bob", lambda: memory.aforget_before(cutoff))
+
+    async def bob_then_close() -> tuple[Any, set[str], list[int], int]:
+        try:
+            result = await memory.aforget_before(cutoff)
+            kept = {m.id for m in await storage.alist_messages()}
+            seqs = [m.seq for m in await storage.alist_messages(ScopeFilter("alice"))]
+            later = await storage.aput([make_record("next", "alice-t", "alice")])
+            return result, kept, seqs, later[0].seq
+        finally:
+            # This loop's async pool is closed in this loop: left open, asyncio.run's
+            # shutdown cancels its workers and can hang (see the async storage fixture).
+            await storage.aclose()
+
+    result, kept, seqs, next_seq = asigned_in("bob", bob_then_close)
     assert result.deleted == {"bob": 2}
-    kept = {m.id for m in storage.list_messages()}
     assert kept == {"alice-new-0", "alice-new-1", "bob-new-0", "bob-new-1"}
     assert memory.vector_store.message_ids(memory.ensure_index().name) == kept
-    assert [m.seq for m in storage.list_messages(ScopeFilter("alice"))] == [2, 3]
-    later = storage.put([make_record("next", "alice-t", "alice")])
-    assert later[0].seq == 4
+    assert seqs == [2, 3]
+    assert next_seq == 4
 
 
 def test_retention_beside_rewrites_of_the_same_threads_finishes_whole(
