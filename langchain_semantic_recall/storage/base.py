@@ -47,6 +47,7 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.storage.checks import (
     before_input,
+    check_scope,
     checked_records,
     compact_refusal,
     count_input,
@@ -251,6 +252,41 @@ class MessageStorage(StorageHooks):
         if not ids:
             return {}
         return await self._aget_windows(ids, before=before, after=after, scope=scope)
+
+    def ids_in_scope(self, message_ids: Sequence[str], scope: ScopeFilter) -> set[str]:
+        """Which of `message_ids` are stored messages inside `scope` (its filter included).
+
+        What `get_windows` would return keys for, without reading the messages: a
+        filtered search checks its vector candidates so.
+
+        Args:
+            message_ids: Ids to check. Unknown ids and ids outside the scope are absent.
+            scope: The scope, with any metadata filter and time range.
+        """
+        ids = windows_input(message_ids, 0, 0, scope)
+        return self._ids_in_scope(ids, scope) if ids else set()
+
+    async def aids_in_scope(self, message_ids: Sequence[str], scope: ScopeFilter) -> set[str]:
+        """Async twin of `ids_in_scope`."""
+        ids = windows_input(message_ids, 0, 0, scope)
+        return await self._aids_in_scope(ids, scope) if ids else set()
+
+    def kept_share(self, scope: ScopeFilter) -> float | None:
+        """About what share of its thread's (or resource's) messages `scope`'s filter keeps.
+
+        An estimate (from a sample), or None when this storage has none at hand: a
+        filtered search sizes its first look at the vector index by it.
+
+        Args:
+            scope: A scope with a metadata filter or a time range (1.0 when it has none).
+        """
+        check_scope(scope)
+        return self._kept_share(scope) if scope.narrowed else 1.0
+
+    async def akept_share(self, scope: ScopeFilter) -> float | None:
+        """Async twin of `kept_share`."""
+        check_scope(scope)
+        return await self._akept_share(scope) if scope.narrowed else 1.0
 
     def get_thread_owner(self, thread_id: str) -> str | None:
         """The resource that owns the thread, or None if it is unknown or deleted.

@@ -71,7 +71,24 @@ def checked_message_ids(message_ids: object) -> list[str]:
         raise InvalidInputError(
             f"message_ids must be a list of ids, got {type(message_ids).__name__}"
         )
-    return list(dict.fromkeys(check_id("message id", i) for i in message_ids))
+    ids = list(message_ids)
+    if not _usable_ids(ids):  # the check of each names the first unusable one
+        ids = [check_id("message id", i) for i in ids]
+    return list(dict.fromkeys(ids))
+
+
+def _usable_ids(ids: list[object]) -> bool:
+    """Whether every id passes `check_id`, checked at once: a thousand in ~0.1 ms, not 1."""
+    if not all(isinstance(i, str) and i.strip() for i in ids):
+        return False
+    joined = "".join(ids)  # type: ignore[arg-type]  # every one is a str (above)
+    if "\x00" in joined:
+        return False
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_window(before: object, after: object) -> None:

@@ -8,7 +8,8 @@ The contract, the same as `vectors.hooks.VectorHooks`:
   capability behind a `supports_*` flag (`_keyword_search`, `_move_thread`,
   `_unretire_thread`, `_compact`) or whose default raises an error naming the backend
   (`_adopt_thread`, `_delete_before`), or a default a backend may replace with one query
-  (`_count`, `_count_up_to`, `_last_messages`).
+  (`_count`, `_count_up_to`, `_last_messages`, `_ids_in_scope`), or an estimate a
+  backend may give when it has one at hand (`_kept_share`).
 - One async rule: `_a<hook>` runs `_<hook>` in the default executor unless a backend with
   a native async driver overrides it (PostgreSQL does).
 
@@ -104,6 +105,22 @@ class StorageHooks(ABC):
             kept = [*kept, *page][-limit:]
         return kept
 
+    def _ids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        """Which of distinct, non-empty `message_ids` lie in `scope` (override: ids only).
+
+        Reads the messages themselves by default; a filtered search asks this of up to a
+        thousand ids at once, so a backend that can answer from ids alone should.
+        """
+        return set(self._get_windows(message_ids, before=0, after=0, scope=scope))
+
+    def _kept_share(self, scope: ScopeFilter) -> float | None:
+        """About what share of its thread's or resource's messages `scope`'s filter keeps.
+
+        None (the default): unknown. A filtered search sizes its first look at the
+        vector index by it; an estimate from a sample, in well under a millisecond, will do.
+        """
+        return None
+
     def _count(self, scope: ScopeFilter | None) -> int:
         """Messages in the scope (override with one query).
 
@@ -183,6 +200,14 @@ class StorageHooks(ABC):
         return await run_in_executor(
             None, lambda: self._keyword_search(query, scope=scope, limit=limit)
         )
+
+    async def _aids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        return await run_in_executor(None, self._ids_in_scope, message_ids, scope)
+
+    async def _akept_share(self, scope: ScopeFilter) -> float | None:
+        if type(self)._kept_share is StorageHooks._kept_share:
+            return None  # no estimate: no executor hop to say so
+        return await run_in_executor(None, self._kept_share, scope)
 
     async def _acount(self, scope: ScopeFilter | None) -> int:
         return await run_in_executor(None, self._count, scope)

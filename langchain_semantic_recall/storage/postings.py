@@ -240,6 +240,39 @@ class ResourcePostings:
             slots = slots[np.isin(self._column(key)[slots], [_tag(v) for v in values])]
         return slots
 
+    def in_scope(
+        self, message_ids: Sequence[str], scope: ScopeFilter
+    ) -> tuple[set[str], list[str]]:
+        """The ids of live documents inside `scope`, and the ids these postings do not hold.
+
+        Vector operations on the slots: no message is read. The ids not held (messages
+        without keyword terms, or not of this resource) are for the caller to check.
+        """
+        slots: list[int] = []
+        unknown: list[str] = []
+        for message_id in message_ids:
+            slot = self.slot_of.get(message_id)
+            if slot is None:
+                unknown.append(message_id)
+            else:
+                slots.append(slot)
+        held = np.asarray(slots, dtype=np.int64)
+        if scope.thread_id is not None:
+            held = held[self.thread[held] == self.threads.get(scope.thread_id, -1)]
+        return {self.ids[slot] for slot in self._admitted(held, scope).tolist()}, unknown
+
+    def kept_share(self, scope: ScopeFilter, sample: int = 512) -> float | None:
+        """The share of the scope's live thread (or resource) documents its filter keeps.
+
+        Measured on `sample` of them, evenly spaced; None if there are none.
+        """
+        live = self.alive
+        if scope.thread_id is not None:
+            live = live & (self.thread == self.threads.get(scope.thread_id, -1))
+        slots = np.flatnonzero(live)
+        slots = slots[:: max(1, len(slots) // sample)]
+        return len(self._admitted(slots, scope)) / len(slots) if len(slots) else None
+
     def admitted_count(self, scope: ScopeFilter) -> int:
         """Live documents of the scope's thread (or of the resource) that pass its filter."""
         slots = np.flatnonzero(self.alive)

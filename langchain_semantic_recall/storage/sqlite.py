@@ -66,27 +66,17 @@ _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable 
 # --- conversions --------------------------------------------------------------------
 
 
-def _to_iso(value: datetime) -> str:
-    """Fixed-width ISO 8601 in UTC (sorts as text); `value` is aware (checked by the base)."""
-    return sql.iso_text(value)
-
-
 def _file_bytes(path: str) -> int:
     """Bytes of the database file and its write-ahead log (and shared-memory index)."""
     files = (path, f"{path}-wal", f"{path}-shm")
     return sum(os.path.getsize(f) for f in files if os.path.exists(f))
 
 
-def _from_iso(value: str) -> datetime:
-    parsed = datetime.fromisoformat(value)
-    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)  # `_to_iso` wrote UTC
-
-
 def _to_message(row: Sequence[Any]) -> StoredMessage:
     """A row of `sql.COLUMNS` as a stored message."""
     id_, thread_id, resource_id, role, text, created_at, payload, seq, metadata = row
     return StoredMessage(
-        *(id_, thread_id, resource_id, role, text, _from_iso(created_at), payload, seq),
+        *(id_, thread_id, resource_id, role, text, sql.from_iso(created_at), payload, seq),
         metadata=sql.metadata_items(metadata),
     )
 
@@ -240,8 +230,8 @@ class SQLiteStorage(MessageStorage):
 
     def _put(self, records: list[MessageRecord]) -> list[StoredMessage]:
         """One `BEGIN IMMEDIATE` transaction (StorageError if it cannot be written)."""
-        created = [_to_iso(record.created_at) for record in records]
-        now = _to_iso(datetime.now(UTC))
+        created = [sql.iso_text(record.created_at) for record in records]
+        now = sql.iso_text(datetime.now(UTC))
         stored: list[StoredMessage] = []
         with self._write(keywords_hooked=True) as conn:
             threads: dict[str, _ThreadState] = {}
@@ -300,7 +290,7 @@ class SQLiteStorage(MessageStorage):
         return _ThreadState(owner=record.resource_id, next_seq=0)
 
     def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
-        now = _to_iso(datetime.now(UTC))
+        now = sql.iso_text(datetime.now(UTC))
         with self._write(keywords_hooked=True) as conn:
             owner = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
             self._postings.deleted(owner[0] if owner else None, thread_id)
@@ -314,7 +304,7 @@ class SQLiteStorage(MessageStorage):
     def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
         """One transaction: the messages and their keyword index (threads stay)."""
         with self._write() as conn:  # rare and in bulk: the in-memory postings are reloaded
-            rows = conn.execute(*sql.expired_sql(scope, _to_iso(cutoff))).fetchall()
+            rows = conn.execute(*sql.expired_sql(scope, sql.iso_text(cutoff))).fetchall()
             for message_id, thread_id, _ in rows:
                 fts.drop_terms(conn, message_id, thread_id)
             conn.executemany(sql.DELETE_MESSAGE, [(row[0],) for row in rows])
@@ -351,7 +341,7 @@ class SQLiteStorage(MessageStorage):
             return bool(conn.execute(sql.UNRETIRE_THREAD, (thread_id,)).rowcount)
 
     def _delete_resource(self, resource_id: str) -> int:
-        now = _to_iso(datetime.now(UTC))
+        now = sql.iso_text(datetime.now(UTC))
         with self._write(keywords_hooked=True) as conn:
             self._postings.deleted(resource_id)
             conn.execute(sql.FORGET_RESOURCE, (now, resource_id))
@@ -373,6 +363,22 @@ class SQLiteStorage(MessageStorage):
                 for row in conn.execute(*sql.windows_sql(chunk, before, after, scope)):
                     windows.setdefault(row[0], []).append(_to_message(row[1:]))
         return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
+
+    def _ids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        """From the resource's loaded postings (no row read), the ids they lack in SQL."""
+        with self._read() as conn:
+            held = scope.resource_id and self._postings.loaded(conn, scope.resource_id)
+            inside, rest = held.in_scope(message_ids, scope) if held else (set(), message_ids)
+            for start in range(0, len(rest), _MAX_IDS_PER_QUERY):
+                chunk = rest[start : start + _MAX_IDS_PER_QUERY]
+                inside.update(row[0] for row in conn.execute(*sql.in_scope_sql(chunk, scope)))
+        return inside
+
+    def _kept_share(self, scope: ScopeFilter) -> float | None:
+        """From a sample of the resource's loaded postings; None when they are not loaded."""
+        with self._read() as conn:
+            held = scope.resource_id and self._postings.loaded(conn, scope.resource_id)
+            return held.kept_share(scope) if held else None
 
     def _get_thread_owner(self, thread_id: str) -> str | None:
         with self._read() as conn:
@@ -396,7 +402,7 @@ class SQLiteStorage(MessageStorage):
         with self._read() as conn:
             rows = conn.execute(*sql.list_threads_sql(resource_id)).fetchall()
         return [
-            ThreadInfo(thread_id, owner, count, _from_iso(first), _from_iso(last))
+            ThreadInfo(thread_id, owner, count, sql.from_iso(first), sql.from_iso(last))
             if count
             else ThreadInfo(thread_id, owner, 0, None, None)
             for thread_id, owner, count, first, last in rows

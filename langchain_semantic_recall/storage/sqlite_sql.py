@@ -181,6 +181,15 @@ def windows_sql(
     return sql, [*message_ids, *scope_params, before, after, *around_params]
 
 
+def in_scope_sql(message_ids: Sequence[str], scope: ScopeFilter) -> tuple[str, list[Any]]:
+    """The ids of `message_ids` inside `scope`, by the primary key (see `windows_sql`)."""
+    where, params = ids_sql(scope)
+    narrowed, filter_params = filter_sql(scope)
+    marks = ", ".join("?" * len(message_ids))
+    sql = f"SELECT id FROM messages WHERE id IN ({marks}){where.replace(' AND ', ' AND +')}"
+    return sql + narrowed, [*message_ids, *params, *filter_params]
+
+
 def list_messages_sql(
     scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
 ) -> tuple[str, list[Any]]:

@@ -117,6 +117,33 @@ class StorageFilterConformance:
             "p5",
         }
 
+    @pytest.mark.parametrize(("where", "expected"), CASES)
+    async def test_ids_in_scope_are_the_windows_ids_sync_and_async(
+        self, filled: MessageStorage, where: dict[str, Any], expected: set[str]
+    ) -> None:
+        """What a filtered vector search keeps of its candidates: ids only, same answer."""
+        if filled.supports_keyword_search:  # loads in-memory postings where a backend has them
+            filled.keyword_search("lighthouse", scope=ScopeFilter("alice"), limit=1)
+        asked = [*ROWS, "unknown"]
+        assert filled.ids_in_scope(asked, scoped(filter=where)) == expected
+        for scope in (
+            scoped(filter=where),
+            scoped(thread="t2", filter=where),
+            scoped(filter=where, since=day(1), until=day(4)),
+            scoped("bob", filter=where),
+        ):
+            windows = set(filled.get_windows(asked, before=0, after=0, scope=scope))
+            assert filled.ids_in_scope(asked, scope) == windows
+            assert await filled.aids_in_scope(asked, scope) == windows
+
+    async def test_the_kept_share_is_unknown_or_about_right(self, filled: MessageStorage) -> None:
+        if filled.supports_keyword_search:
+            filled.keyword_search("lighthouse", scope=ScopeFilter("alice"), limit=1)
+        apollo = scoped(filter={"project": "apollo"})  # 3 of alice's 5
+        for share in (filled.kept_share(apollo), await filled.akept_share(apollo)):
+            assert share is None or share == pytest.approx(0.6)
+        assert filled.kept_share(scoped()) == 1.0  # no filter: all of it
+
     def test_a_filter_never_widens_the_scope(self, filled: MessageStorage) -> None:
         apollo = {"project": "apollo"}
         assert "b1" not in {

@@ -17,6 +17,7 @@ from langchain_semantic_recall.filters import metadata_conditions, same_value, t
 from langchain_semantic_recall.graph import RecallNode, RecallState
 from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.retriever import create_memory_search_tool
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeChatModel, FakeEmbeddings
@@ -341,16 +342,31 @@ async def test_middleware_takes_options_then_config_sync_and_async(
         SemanticRecallMiddleware(memory, horizon=timedelta(0))
 
 
-@pytest.mark.parametrize("looks", [(), (4,), (4, 8), (64,)])
+class SharedStorage(InMemoryStorage):
+    """An in-memory storage that gives a fixed (maybe wrong) estimate of a filter's share."""
+
+    def __init__(self, share: float | None) -> None:
+        super().__init__()
+        self.share = share
+
+    def _kept_share(self, scope: ScopeFilter) -> float | None:
+        return self.share
+
+
+@pytest.mark.parametrize("share", [None, 0.05, 0.5, 1.0])
+@pytest.mark.parametrize("looks", [(), (4,), (4, 8), (64,), (4, 64), (4, 256)])
 async def test_the_unfiltered_first_look_finds_what_the_index_filter_finds(
-    monkeypatch: pytest.MonkeyPatch, looks: tuple[int, ...]
+    monkeypatch: pytest.MonkeyPatch, looks: tuple[int, ...], share: float | None
 ) -> None:
-    """Whatever the looks find or miss, a filtered dense search is the exact filtered top k."""
+    """Whatever the looks find or miss, a filtered dense search is the exact filtered top k,
+    however wrong the storage's estimate of the share the filter keeps (a rare tag kept 3
+    of 40 here). No looks leave the filtering to the index: the reference.
+    """
     from langchain_semantic_recall.engine import search_ops
 
-    monkeypatch.setattr(search_ops, "FIRST_LOOK", looks)
+    monkeypatch.setattr(search_ops, "LOOKS", looks)
     engine = SemanticRecall(
-        storage=InMemoryStorage(),
+        storage=SharedStorage(share),
         vector_store=InMemoryVectorIndex(),
         embeddings=FakeEmbeddings(),
         search_mode="dense",
@@ -368,7 +384,7 @@ async def test_the_unfiltered_first_look_finds_what_the_index_filter_finds(
     again = await engine.asearch("lighthouse keeper", resource_id="r", filter=rare)
     assert [h.message.id for h in again] == [h.message.id for h in found]
     common = engine.search("lighthouse keeper", resource_id="r", filter={"project": "common"})
-    monkeypatch.setattr(search_ops, "FIRST_LOOK", ())
+    monkeypatch.setattr(search_ops, "LOOKS", ())
     reference = engine.search("lighthouse keeper", resource_id="r", filter={"project": "common"})
     assert [h.score for h in common] == [h.score for h in reference]  # ties may swap places
     assert {h.message.id for h in common if h.score > common[-1].score} == {
@@ -435,3 +451,21 @@ async def test_a_filtered_search_finds_messages_behind_other_messages_chunks(mod
     assert [h.message.id for h in await memory.asearch("lighthouse", **options)] == [
         h.message.id for h in hits
     ]
+
+
+@pytest.mark.parametrize(
+    ("share", "looks"),
+    [
+        (None, [256, 1024]),  # no estimate: a small look, then a wide one
+        (0.5, [128, 1024]),  # broad filters: a look a little over k / share
+        (0.25, [256, 1024]),
+        (1 / 12, [768, 1024]),  # a twelfth: one look of about 1.25 k / share
+        (0.01, [1024]),  # rarer than the widest look can serve: that look, then the index
+    ],
+)
+def test_a_filtered_search_sizes_its_look_by_the_share_kept(
+    share: float | None, looks: list[int]
+) -> None:
+    from langchain_semantic_recall.engine.search_ops import _looks
+
+    assert _looks(50, share) == looks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,17 @@ class TestSQLiteFiltersOnPostings(StorageFilterConformance):
         scope = ScopeFilter("alice", metadata=(("project", ("apollo",)),))
         assert len(filled.keyword_search("lighthouse", scope=scope, limit=9)) == 3
         assert len(filled._postings) == 1
+
+    def test_ids_and_shares_come_from_the_postings_once_loaded(self, filled: SQLiteStorage) -> None:
+        apollo = ScopeFilter("alice", metadata=(("project", ("apollo",)),))
+        assert filled.kept_share(apollo) is None  # not loaded yet: no estimate
+        filled.keyword_search("lighthouse", scope=apollo, limit=1)
+        assert filled.kept_share(apollo) == 0.6
+        assert filled.kept_share(replace(apollo, thread_id="t2")) == 1.0
+        assert filled.kept_share(replace(apollo, thread_id="t9")) is None
+        held = filled._postings.loaded(filled._conn, "alice")
+        assert held is not None
+        assert held.in_scope(["p1", "p2", "b1", "x"], apollo) == ({"p1"}, ["b1", "x"])
 
 
 @pytest.fixture

@@ -62,6 +62,37 @@ class ReadWindows(Step[Windows]):
 
 
 @dataclass(frozen=True, slots=True)
+class IdsInScope(Step[set[str]]):
+    """Which of `ids` lie inside `scope` (`MessageStorage.ids_in_scope`)."""
+
+    ids: Sequence[str]
+    scope: ScopeFilter
+
+    @override
+    def run(self, backends: Backends) -> set[str]:
+        return backends.storage.ids_in_scope(self.ids, self.scope)
+
+    @override
+    async def arun(self, backends: Backends) -> set[str]:
+        return await backends.storage.aids_in_scope(self.ids, self.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptShare(Step[float | None]):
+    """About what share of its thread or resource `scope`'s filter keeps (or None)."""
+
+    scope: ScopeFilter
+
+    @override
+    def run(self, backends: Backends) -> float | None:
+        return backends.storage.kept_share(self.scope)
+
+    @override
+    async def arun(self, backends: Backends) -> float | None:
+        return await backends.storage.akept_share(self.scope)
+
+
+@dataclass(frozen=True, slots=True)
 class KeywordSearch(Step[list[tuple[str, float]]]):
     """The best keyword matches inside `scope`: (message id, score), best first."""
 
