@@ -46,9 +46,8 @@ _AGE_UNITS: Final = {"d": "days", "w": "weeks", "h": "hours"}
 _INTEGER: Final = re.compile(r"[+-]?\d+")
 _NUMBER: Final = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _MAX_VALUES: Final = 100
-_WHERE: Final = re.compile(
-    r"^filter(\[[^\]]*\])?: "
-)  # the library's prefix; argparse names the flag
+# The library's "filter: " / "filter['key']: " prefix (argparse names the flag instead).
+_WHERE: Final = re.compile(r"^filter(\[[^\]]*\])?: ")
 
 
 def _age(text: str) -> timedelta | None:

@@ -110,6 +110,27 @@ def test_time_bounds() -> None:
         time_range(NOW, NOW, now=NOW)
     with pytest.raises(InvalidInputError, match="negative"):
         time_range(timedelta(days=-1), None, now=NOW)
+    # before year 1: a since or a horizon there is no bound; an until there holds nothing
+    ages = timedelta(days=999_999_999)
+    assert time_range(ages, None, now=NOW) == (None, None)
+    assert time_range(None, None, now=NOW, horizon=ages) == (None, None)
+    with pytest.raises(InvalidInputError, match="before year 1"):
+        time_range(None, ages, now=NOW)
+
+
+async def test_bounds_before_year_one_are_options_not_crashes(memory: SemanticRecall) -> None:
+    ages = timedelta(days=10**6)
+    node = RecallNode(memory, since=ages)
+    assert node.narrowing.since == ages
+    with pytest.raises(InvalidOptionError, match="before year 1"):
+        create_recall_graph(FakeChatModel(), memory, until=ages)
+    assert len(memory.search("lighthouse", resource_id="alice", since=ages)) == 3
+    with pytest.raises(InvalidInputError, match="before year 1"):
+        await memory.asearch("lighthouse", resource_id="alice", until=ages)
+    forever = memory.with_options(horizon=ages)
+    ask = [HumanMessage("lighthouse keeper apollo?")]
+    got = forever.recall(ask, thread_id="t2", resource_id="alice")
+    assert "keeper apollo" in recalled(got)  # recalled, not a logged failure
 
 
 # --- index: which metadata is kept --------------------------------------------------------
@@ -354,12 +375,19 @@ async def test_create_recall_graph_takes_the_nodes_options_sync_and_async(
     near_model = FakeChatModel()
     near = create_recall_graph(near_model, memory, horizon=timedelta(days=30))
     shown = shown_by(near, near_model, {"thread_id": "g5"}, "lighthouse keeper lamp gemini?")
-    assert "gemini" in shown
-    assert "keeper" not in shown
-    since = create_recall_graph(FakeChatModel(), memory, since=NOW - timedelta(days=30))
-    until = create_recall_graph(FakeChatModel(), memory, until=timedelta(days=30))
-    assert since is not None
-    assert until is not None
+    assert "the lighthouse lamp gemini" in shown  # t2's text (the turns' own differ)
+    assert "keeper apollo" not in shown
+    # since and until, absolute or relative, reach the node too
+    late_model = FakeChatModel()
+    late = create_recall_graph(late_model, memory, since=NOW - timedelta(days=30))
+    shown = shown_by(late, late_model, {"thread_id": "g6"}, "lighthouse keeper lamp gemini?")
+    assert "the lighthouse lamp gemini" in shown
+    assert "keeper apollo" not in shown
+    early_model = FakeChatModel()
+    early = create_recall_graph(early_model, memory, until=timedelta(days=30))
+    shown = shown_by(early, early_model, {"thread_id": "g7"}, "lighthouse keeper lamp gemini?")
+    assert "keeper apollo" in shown
+    assert "the lighthouse lamp gemini" not in shown
 
 
 @pytest.mark.parametrize(
