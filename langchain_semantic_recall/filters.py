@@ -218,8 +218,11 @@ def matches_metadata(
 def check_bound(name: str, value: object, now: datetime) -> datetime | None:
     """A bound in UTC (a `timedelta` counts back from `now`); None stays None.
 
+    A `timedelta` reaching before year 1 is no bound as `since` (every message is newer).
+
     Raises:
-        InvalidInputError: a naive datetime, a negative timedelta, or another type.
+        InvalidInputError: a naive datetime, a negative timedelta, another type, or an
+            `until` reaching before year 1 (no message is older).
     """
     if value is None:
         return None
@@ -228,7 +231,14 @@ def check_bound(name: str, value: object, now: datetime) -> datetime | None:
             raise InvalidInputError(
                 f"{name}={value!r} is negative; pass how long ago, e.g. timedelta(days=7)"
             )
-        return now - value
+        try:
+            return now - value
+        except OverflowError:
+            if name == "since":
+                return None
+            raise InvalidInputError(
+                f"{name}={value!r} reaches before year 1: no message is that old"
+            ) from None
     if not isinstance(value, datetime):
         raise InvalidInputError(
             f"{name} must be an aware datetime or a timedelta (that long before the turn), "
@@ -257,7 +267,7 @@ def time_range(
     start = check_bound("since", since, now)
     end = check_bound("until", until, now)
     if start is None and horizon is not None:
-        start = now - horizon
+        start = check_bound("since", horizon, now)  # before year 1: no limit
     if start is not None and end is not None and start >= end:
         raise InvalidInputError(
             f"since ({start.isoformat()}) must be before until ({end.isoformat()}): the "

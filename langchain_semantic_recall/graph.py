@@ -277,6 +277,10 @@ def create_recall_graph(
     system_prompt: str | None = None,
     checkpointer: Checkpointer = None,
     name: str | None = None,
+    filter: Mapping[str, Any] | None = None,
+    since: datetime | timedelta | None = None,
+    until: datetime | timedelta | None = None,
+    horizon: timedelta | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
     """The common agent graph: recall -> model -> (tools -> model)* -> index.
 
@@ -301,8 +305,19 @@ def create_recall_graph(
         system_prompt: instructions placed before the recalled messages (not stored).
         checkpointer: a LangGraph checkpointer (`InMemorySaver`, `SqliteSaver`, ...).
         name: name of the compiled graph.
+        filter: metadata filter of every recall (docs/filtering.md). This and the next
+            three are the recall node's options (`RecallNode`): each comes before the
+            run's `config["configurable"]` (`recall_filter`, `recall_since`,
+            `recall_until`, `recall_horizon`), which gives those not set here.
+        since: only messages created at or after this (a timedelta: back from the
+            turn's own time).
+        until: only messages created before this.
+        horizon: recall only this recent (over the engine's `horizon`).
+
+    Raises:
+        InvalidOptionError: a bad filter, time bound or horizon (at construction).
     """
-    recall = RecallNode(memory)
+    recall = RecallNode(memory, filter=filter, since=since, until=until, horizon=horizon)
     tool_list = list(tools or [])
     bound: Runnable[LanguageModelInput, BaseMessage] = (
         model.bind_tools(tool_list) if tool_list else model

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
@@ -24,6 +23,7 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
+from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
 from langchain_semantic_recall.cli.render import style
 from langchain_semantic_recall.errors import InvalidOptionError
 
@@ -253,39 +253,6 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     if result.threads_emptied:
         print(f"Threads left empty: {', '.join(result.threads_emptied)}.")
     return EXIT_OK
-
-
-_AGE_UNITS = {"d": "days", "w": "weeks", "h": "hours"}
-
-
-def parse_age(text: str) -> timedelta:
-    """`90d`, `12w`, `36h` as a timedelta.
-
-    Raises:
-        InvalidOptionError: another form (months and years are refused: their length varies).
-    """
-    match = re.fullmatch(r"\s*(\d+)\s*([dwh])\s*", text.lower())
-    if match is None or int(match.group(1)) == 0:
-        raise InvalidOptionError(
-            f"--older-than takes a positive number and d, w or h (90d, 12w, 36h), got {text!r}"
-        )
-    return timedelta(**{_AGE_UNITS[match.group(2)]: int(match.group(1))})
-
-
-def parse_date(text: str) -> datetime:
-    """An ISO date or date-time; a time without zone (or a bare date) is read as UTC.
-
-    Raises:
-        InvalidOptionError: not an ISO 8601 date.
-    """
-    try:
-        parsed = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise InvalidOptionError(
-            f"--before takes an ISO 8601 date such as 2025-01-01 or 2025-01-01T12:00+02:00, "
-            f"got {text!r}"
-        ) from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 # --- reindex -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
@@ -17,6 +18,11 @@ from langchain_semantic_recall.cli.common import (
     store_options,
     thread_messages,
     thread_titles,
+)
+from langchain_semantic_recall.cli.narrowing import (
+    add_narrowing_arguments,
+    describe_narrowing,
+    narrowing_options,
 )
 from langchain_semantic_recall.cli.render import rule, shorten, style, table, when, width
 from langchain_semantic_recall.quoting import printable
@@ -85,6 +91,9 @@ def _recall_options() -> argparse.ArgumentParser:
     group.add_argument(
         "--threshold", type=float, metavar="S", help="drop hits scoring below S (0-1)"
     )
+    add_narrowing_arguments(
+        parent.add_argument_group("only some messages (metadata and creation time)")
+    )
     return parent
 
 
@@ -98,7 +107,7 @@ def _options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     return chosen
 
 
-def _describe(memory: SemanticRecall) -> str:
+def _describe(memory: SemanticRecall, narrowing: dict[str, Any]) -> str:
     window = memory.message_range
     parts = [
         f"{getattr(memory, 'search_mode', 'dense')} search",
@@ -108,7 +117,11 @@ def _describe(memory: SemanticRecall) -> str:
     budget = getattr(memory, "message_budget", None)
     if budget is not None:
         parts.append(f"budget {budget} messages")
-    return ", ".join(parts)
+    return ", ".join([*parts, *describe_narrowing(narrowing)])
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def _label(thread_id: str, titles: dict[str, str]) -> str:
@@ -137,7 +150,9 @@ def _register_search(subparsers: Any) -> None:
         epilog=(
             "examples:\n"
             '  semantic-recall search "peanut allergy" --resource alice\n'
-            '  semantic-recall search "hotel" --resource alice --thread trip --json'
+            '  semantic-recall search "hotel" --resource alice --thread trip --json\n'
+            '  semantic-recall search "launch" --resource alice --filter project=apollo '
+            "--since 30d"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -164,6 +179,7 @@ def run_search(args: argparse.Namespace) -> int:
     """`semantic-recall search`: the hits for a query, with their windows."""
     if args.resource is None and args.thread is None:
         raise UsageError("pass --resource R (every conversation of R) or --thread T (one)")
+    narrowing = narrowing_options(args)
     options = _options(args, *_RECALL_OPTIONS)
     if args.thread is not None:
         options["scope"] = "thread"
@@ -173,7 +189,7 @@ def run_search(args: argparse.Namespace) -> int:
         resource = require_thread(memory.storage, args.thread, args.resource)
     else:
         require_resource(memory.storage, resource)
-    hits = memory.search(args.query, thread_id=args.thread, resource_id=resource)
+    hits = memory.search(args.query, thread_id=args.thread, resource_id=resource, **narrowing)
     titles = thread_titles(memory.storage, {m.thread_id for h in hits for m in h.window})
     where = f"conversation {args.thread}" if args.thread else f"every conversation of {resource}"
     if args.json:
@@ -182,6 +198,9 @@ def run_search(args: argparse.Namespace) -> int:
                 "query": args.query,
                 "resource": resource,
                 "thread": args.thread,
+                "filter": narrowing.get("filter"),
+                "since": _iso(narrowing.get("since")),
+                "until": _iso(narrowing.get("until")),
                 "hits": [
                     {
                         "rank": rank,
@@ -197,7 +216,7 @@ def run_search(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     print(style(f'{len(hits)} hit(s) for "{args.query}" in {where}', "bold"), end="")
-    print(f" ({_describe(memory)})\n")
+    print(f" ({_describe(memory, narrowing)})\n")
     _print_hits(hits, titles)
     return EXIT_OK
 
@@ -273,6 +292,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
     if args.history < 0:
         raise UsageError("--history must be 0 or more")
+    narrowing = narrowing_options(args)
     options = _options(args, *_RECALL_OPTIONS, "scope", "max_block_chars")
     memory = open_memory(args, read_only=True, **options)
     owner = memory.storage.get_thread_owner(args.thread)
@@ -286,14 +306,16 @@ def run_inspect(args: argparse.Namespace) -> int:
     stored = list(thread_messages(memory.storage, args.thread)) if args.history else []
     live = [m.to_message() for m in stored[-args.history :]] if args.history else []
     question = HumanMessage(args.message, id="semantic-recall-inspect")
-    hits = memory.search(args.message, thread_id=args.thread, resource_id=resource)
-    result = memory.recall([*live, question], thread_id=args.thread, resource_id=resource)
+    hits = memory.search(args.message, thread_id=args.thread, resource_id=resource, **narrowing)
+    result = memory.recall(
+        [*live, question], thread_id=args.thread, resource_id=resource, **narrowing
+    )
     if args.json:
         print_json([message_to_dict(m) for m in result])
         return EXIT_OK
     print(
         style(f"Recall in thread {args.thread} of {resource}", "bold"),
-        f"({memory.scope} scope, {_describe(memory)})",
+        f"({memory.scope} scope, {_describe(memory, narrowing)})",
     )
     _note_unfitted(memory)
     titles = thread_titles(memory.storage, {h.thread_id for h in hits})

@@ -407,6 +407,89 @@ def test_inspect_with_history_thread_scope_and_errors(loaded: Cli) -> None:
     assert "(none: the model gets the input unchanged)" in nothing.out
 
 
+@pytest.fixture
+def tagged(loaded: Cli) -> Cli:
+    """The sample export, plus three launch messages with metadata (one of them bob's)."""
+    engine = loaded.engine()
+    try:
+        for message_id, thread, resource, day, metadata in (
+            ("apollo-1", "apollo", "alice", "2024-03-01", {"project": "apollo", "sprint": 3}),
+            ("gemini-1", "gemini", "alice", "2024-03-05", {"project": "gemini", "urgent": True}),
+            ("bob-1", "bob-apollo", "bob", "2024-03-01", {"project": "apollo", "sprint": 3}),
+        ):
+            said = HumanMessage(
+                f"the launch review of {thread}",
+                id=message_id,
+                additional_kwargs={"created_at": f"{day}T09:00:00+00:00"},
+            )
+            engine.index([said], thread_id=thread, resource_id=resource, metadata=metadata)
+    finally:
+        engine.close()
+    return loaded
+
+
+def test_search_narrows_by_metadata_and_creation_time(tagged: Cli) -> None:
+    def found(*argv: str) -> set[str]:
+        options = ["--search-mode", "keyword", "--range", "0", "--json"]
+        result = tagged("search", "launch review", "--resource", "alice", *options, *argv)
+        assert result.code == 0, result.err
+        return {hit["message"]["id"] for hit in result.json()["hits"]}
+
+    assert found() == {"apollo-1", "gemini-1"}
+    assert found("--filter", "project=apollo") == {"apollo-1"}  # never bob's apollo
+    assert found("--filter", "project=apollo", "--filter", "project=gemini") == {
+        "apollo-1",
+        "gemini-1",
+    }
+    assert found("--filter", "sprint=3") == {"apollo-1"}  # the text 3 matches the number 3
+    assert found("--filter", "urgent=true") == {"gemini-1"}
+    assert found("--filter", "project=apollo", "--filter", "urgent=true") == set()
+    assert found("--filter", "project=zeus") == set()
+    assert found("--since", "2024-03-02") == {"gemini-1"}
+    assert found("--until", "2024-03-02") == {"apollo-1"}
+    assert found("--since", "2024-03-01T09:00Z", "--until", "2024-03-01T09:01Z") == {"apollo-1"}
+    assert found("--since", "30d") == set()  # everything is older
+    in_thread = tagged("search", "launch", "--thread", "apollo", "--filter", "project=gemini")
+    assert in_thread.code == 0, in_thread.err
+    assert in_thread.out.startswith('0 hit(s) for "launch" in conversation apollo')
+    assert "project=gemini" in in_thread.out.splitlines()[0]
+    summary = tagged(
+        "search",
+        "launch",
+        "--resource",
+        "alice",
+        "--json",
+        "--filter",
+        "sprint=3",
+        "--since",
+        "2024-03-01",
+    ).json()
+    assert summary["filter"] == {"sprint": {"$in": ["3", 3]}}
+    assert summary["since"] == "2024-03-01T00:00:00+00:00"
+    assert summary["until"] is None
+    shown = tagged("search", "launch", "--resource", "alice", "--until", "2024-03-02")
+    assert "until 2024-03-02 00:00 UTC)" in shown.out.splitlines()[0]
+
+
+def test_inspect_recalls_only_what_the_filter_and_range_keep(tagged: Cli) -> None:
+    question = "when is the launch review?"
+    argv = ["inspect", "--resource", "alice", "--thread", "new-chat", question]
+    result = tagged(*argv, "--threshold", "0", "--filter", "project=apollo", "--json")
+    assert result.code == 0, result.err
+    injected = "\n".join(m["data"]["content"] for m in result.json()[:-1])
+    assert "the launch review of apollo" in injected
+    assert "gemini" not in injected
+    assert "bob" not in injected
+    assert "Lisbon" not in injected  # the export's messages have no metadata
+    late = tagged(*argv, "--threshold", "0", "--since", "2024-03-03", "--json")
+    injected = "\n".join(m["data"]["content"] for m in late.json()[:-1])
+    assert "the launch review of gemini" in injected
+    assert "apollo" not in injected
+    text = tagged(*argv, "--filter", "project=apollo", "--since", "2024-01-01").out
+    assert "project=apollo, since 2024-01-01 00:00 UTC)" in text.splitlines()[0]
+    assert tagged(*argv, "--since", "2024-03-03", "--until", "2024-03-01").code == 2
+
+
 def test_threads_and_show(loaded: Cli) -> None:
     listing = loaded("threads").out.splitlines()
     header = "thread resource messages first (UTC) last (UTC) title"

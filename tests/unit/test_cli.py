@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import sys
@@ -13,7 +14,15 @@ from typing import Any
 import pytest
 
 from langchain_semantic_recall import SemanticRecall
-from langchain_semantic_recall.cli import _SUBCOMMANDS, admin, build_parser, common, main, render
+from langchain_semantic_recall.cli import (
+    _SUBCOMMANDS,
+    admin,
+    build_parser,
+    common,
+    main,
+    narrowing,
+    render,
+)
 from tests.fakes import FakeEmbeddings
 
 
@@ -173,3 +182,116 @@ def test_parse_age_and_date() -> None:
     assert admin.parse_age("36h") == timedelta(hours=36)
     assert admin.parse_date("2025-01-01") == datetime(2025, 1, 1, tzinfo=UTC)
     assert admin.parse_date("2025-01-01T12:00+02:00") == datetime(2025, 1, 1, 10, tzinfo=UTC)
+
+
+def test_an_age_reaching_before_year_one_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = str(tmp_path / "none")
+    assert main(["--path", store, "forget", "--older-than", "99999999999d", "--yes"]) == 2
+    assert "--older-than takes a positive number" in capsys.readouterr().err
+    assert main(["--path", store, "forget", "--older-than", "800000d", "--yes"]) == 2
+
+
+def test_since_and_until_take_a_date_or_an_age() -> None:
+    assert narrowing.time_bound("30d") == timedelta(days=30)
+    assert narrowing.time_bound(" 12h") == timedelta(hours=12)
+    assert narrowing.time_bound("2W") == timedelta(weeks=2)
+    assert narrowing.time_bound("2025-01-01") == datetime(2025, 1, 1, tzinfo=UTC)
+    assert narrowing.time_bound("2025-01-01T12:00+02:00") == datetime(2025, 1, 1, 10, tzinfo=UTC)
+    for bad in ("yesterday", "0d", "3m", "-2d", "", "99999999999d"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected an ISO 8601 date"):
+            narrowing.time_bound(bad)
+
+
+def test_a_filter_value_matches_its_text_and_the_number_or_boolean_it_spells() -> None:
+    assert narrowing.filter_item("project=apollo") == ("project", ("apollo",))
+    assert narrowing.filter_item("sprint=3") == ("sprint", ("3", 3))
+    assert narrowing.filter_item("ratio=-0.5") == ("ratio", ("-0.5", -0.5))
+    assert narrowing.filter_item("urgent=true") == ("urgent", ("true", True))
+    assert narrowing.filter_item("urgent=True") == ("urgent", ("True",))  # JSON's spelling only
+    assert narrowing.filter_item("note=a=b, c") == ("note", ("a=b, c",))  # commas stay text
+    assert narrowing.filter_item("empty=") == ("empty", ("",))
+    assert narrowing.filter_item("big=1e999") == ("big", ("1e999",))
+    assert narrowing.filter_item(f"huge={2**60}") == ("huge", (str(2**60),))
+    for bad, message in (
+        ("project", "expected KEY=VALUE"),
+        ("=apollo", "expected KEY=VALUE"),
+        ("thread_id=t1", "the store uses it itself"),
+        ("resource_id=bob", "the store uses it itself"),
+        ("meta_project=x", "the store uses it itself"),
+        ("9lives=x", "is not a metadata key"),
+        ("note=" + "x" * 1001, "at most 1000 characters"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=message):
+            narrowing.filter_item(bad)
+
+
+def test_repeated_filters_and_bounds_become_a_search_filter_and_range() -> None:
+    now = datetime(2025, 6, 1, tzinfo=UTC)
+    args = build_parser().parse_args(
+        [
+            "search",
+            "q",
+            "--filter",
+            "project=apollo",
+            "--filter",
+            "project=gemini",
+            "--filter",
+            "sprint=3",
+            "--since",
+            "30d",
+            "--until",
+            "2025-05-31",
+        ]
+    )
+    options = narrowing.narrowing_options(args, now)
+    assert options == {
+        "filter": {"project": {"$in": ["apollo", "gemini"]}, "sprint": {"$in": ["3", 3]}},
+        "since": datetime(2025, 5, 2, tzinfo=UTC),
+        "until": datetime(2025, 5, 31, tzinfo=UTC),
+    }
+    assert narrowing.describe_narrowing(options) == [
+        "project=apollo|gemini",
+        "sprint=3",
+        "since 2025-05-02 00:00 UTC",
+        "until 2025-05-31 00:00 UTC",
+    ]
+    plain = build_parser().parse_args(["search", "q"])
+    assert narrowing.narrowing_options(plain, now) == {}
+    empty = build_parser().parse_args(["search", "q", "--since", "1d", "--until", "2d"])
+    with pytest.raises(common.UsageError, match=r"--since .* must be before --until"):
+        narrowing.narrowing_options(empty, now)
+    many = [part for n in range(101) for part in ("--filter", f"tag=t{n}")]
+    with pytest.raises(common.UsageError, match="--filter: tag has 101 values"):
+        narrowing.narrowing_options(build_parser().parse_args(["search", "q", *many]), now)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "q", "--resource", "alice"],
+        ["inspect", "--thread", "t", "--resource", "alice", "hi"],
+    ],
+)
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--filter", "project"], "argument --filter: expected KEY=VALUE"),
+        (["--filter", "thread_id=other"], "argument --filter: 'thread_id' is not a metadata key"),
+        (["--since", "last week"], "argument --since: expected an ISO 8601 date"),
+        (["--until", "2025-13-01"], "argument --until: expected an ISO 8601 date"),
+        (
+            ["--since", "2025-02-01", "--until", "2025-01-01"],
+            "--since (2025-02-01T00:00:00+00:00) must be before --until",
+        ),
+    ],
+)
+def test_bad_filters_and_bounds_exit_2_naming_the_flag_before_opening_the_store(
+    cli: Cli, command: list[str], argv: list[str], message: str
+) -> None:
+    result = cli(*command, *argv)
+    assert result.code == 2
+    assert result.out == ""
+    assert message in result.err
+    assert not cli.store.exists()

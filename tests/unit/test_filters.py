@@ -14,7 +14,7 @@ from langgraph.graph import START, StateGraph
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.filters import metadata_conditions, same_value, time_range
-from langchain_semantic_recall.graph import RecallNode, RecallState
+from langchain_semantic_recall.graph import RecallNode, RecallState, create_recall_graph
 from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
 from langchain_semantic_recall.records import ScopeFilter
@@ -111,6 +111,27 @@ def test_time_bounds() -> None:
         time_range(NOW, NOW, now=NOW)
     with pytest.raises(InvalidInputError, match="negative"):
         time_range(timedelta(days=-1), None, now=NOW)
+    # before year 1: a since or a horizon there is no bound; an until there holds nothing
+    ages = timedelta(days=999_999_999)
+    assert time_range(ages, None, now=NOW) == (None, None)
+    assert time_range(None, None, now=NOW, horizon=ages) == (None, None)
+    with pytest.raises(InvalidInputError, match="before year 1"):
+        time_range(None, ages, now=NOW)
+
+
+async def test_bounds_before_year_one_are_options_not_crashes(memory: SemanticRecall) -> None:
+    ages = timedelta(days=10**6)
+    node = RecallNode(memory, since=ages)
+    assert node.narrowing.since == ages
+    with pytest.raises(InvalidOptionError, match="before year 1"):
+        create_recall_graph(FakeChatModel(), memory, until=ages)
+    assert len(memory.search("lighthouse", resource_id="alice", since=ages)) == 3
+    with pytest.raises(InvalidInputError, match="before year 1"):
+        await memory.asearch("lighthouse", resource_id="alice", until=ages)
+    forever = memory.with_options(horizon=ages)
+    ask = [HumanMessage("lighthouse keeper apollo?")]
+    got = forever.recall(ask, thread_id="t2", resource_id="alice")
+    assert "keeper apollo" in recalled(got)  # recalled, not a logged failure
 
 
 # --- index: which metadata is kept --------------------------------------------------------
@@ -309,6 +330,86 @@ async def test_recall_node_takes_options_then_config_sync_and_async(
     assert "keeper" not in seen(await horizon.ainvoke(ask, config))
     with pytest.raises(InvalidOptionError, match="reserved"):
         RecallNode(memory, filter={"thread_id": "x"})
+
+
+async def test_create_recall_graph_takes_the_nodes_options_sync_and_async(
+    memory: SemanticRecall,
+) -> None:
+    """The graph's filter reaches its recall node; the run config fills what it leaves."""
+    model = FakeChatModel()
+    graph = create_recall_graph(model, memory, filter=APOLLO, checkpointer=InMemorySaver())
+    config = {"configurable": {"resource_id": "alice", "thread_id": "g1"}}
+    graph.invoke({"messages": [HumanMessage("lighthouse?")]}, config)
+    await graph.ainvoke({"messages": [HumanMessage("lighthouse again?")]}, config)
+    assert len(model.calls) == 2
+    for call in model.calls:  # sync and async: apollo only, and never bob's apollo
+        shown = recalled(call)
+        assert "keeper apollo" in shown
+        assert "gemini" not in shown
+        assert "postcard" not in shown
+        assert "bob" not in shown
+
+    def shown_by(
+        graph: Any, model: FakeChatModel, configurable: dict[str, Any], text: str = "lighthouse?"
+    ) -> str:
+        """What the model saw recalled (the earlier turns' own messages are stored too)."""
+        ask = {"messages": [HumanMessage(text)]}
+        graph.invoke(ask, {"configurable": {"resource_id": "alice", **configurable}})
+        return recalled(model.calls[-1])
+
+    # the graph's own filter comes before the config's
+    urgent = {"recall_filter": {"urgent": True}}
+    shown = shown_by(graph, model, {"thread_id": "g2", **urgent})
+    assert "keeper apollo" in shown
+    assert "gemini" not in shown
+    # a graph without options takes the config's filter
+    plain_model = FakeChatModel()
+    plain = create_recall_graph(plain_model, memory)
+    shown = shown_by(plain, plain_model, {"thread_id": "g3", **urgent})
+    assert "gemini" in shown
+    assert "keeper" not in shown
+    assert "postcard" not in shown
+    # part by part: the graph's filter and the config's since both hold (apollo is old)
+    recent = {"recall_since": timedelta(days=30)}
+    assert shown_by(graph, model, {"thread_id": "g4", **recent}) == ""
+    # and the graph's horizon bounds recall like the node's
+    near_model = FakeChatModel()
+    near = create_recall_graph(near_model, memory, horizon=timedelta(days=30))
+    shown = shown_by(near, near_model, {"thread_id": "g5"}, "lighthouse keeper lamp gemini?")
+    assert "the lighthouse lamp gemini" in shown  # t2's text (the turns' own differ)
+    assert "keeper apollo" not in shown
+    # since and until, absolute or relative, reach the node too
+    late_model = FakeChatModel()
+    late = create_recall_graph(late_model, memory, since=NOW - timedelta(days=30))
+    shown = shown_by(late, late_model, {"thread_id": "g6"}, "lighthouse keeper lamp gemini?")
+    assert "the lighthouse lamp gemini" in shown
+    assert "keeper apollo" not in shown
+    early_model = FakeChatModel()
+    early = create_recall_graph(early_model, memory, until=timedelta(days=30))
+    shown = shown_by(early, early_model, {"thread_id": "g7"}, "lighthouse keeper lamp gemini?")
+    assert "keeper apollo" in shown
+    assert "the lighthouse lamp gemini" not in shown
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"filter": {"resource_id": "bob"}}, "reserved"),
+        ({"filter": {"thread_id": "t1"}}, "reserved"),
+        ({"filter": {"project": {"$gt": 1}}}, "not supported"),
+        ({"filter": ["apollo"]}, "mapping"),
+        ({"since": datetime(2024, 1, 1)}, "time zone"),
+        ({"until": timedelta(days=-1)}, "negative"),
+        ({"since": NOW, "until": OLD}, "before until"),
+        ({"horizon": timedelta(0)}, "horizon"),
+        ({"horizon": 30}, "horizon"),
+    ],
+)
+def test_create_recall_graph_refuses_bad_options_at_construction(
+    memory: SemanticRecall, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        create_recall_graph(FakeChatModel(), memory, **options)
 
 
 async def test_middleware_takes_options_then_config_sync_and_async(

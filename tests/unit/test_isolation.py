@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
-from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.filters import RESERVED_KEYS, metadata_conditions
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.quoting import escape_label
@@ -253,6 +254,61 @@ def test_a_filter_never_widens_the_scope_and_every_hit_passes_it(
                 assert owner[message.id] == resource
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=tagged_history, asks=queries, narrowing=narrowings, leaky=st.booleans())
+def test_the_graphs_filter_never_widens_the_scope(
+    rows: list[tuple[str, int, str, str | None, int]],
+    asks: list[tuple[str, int, str, str]],
+    narrowing: tuple[dict[str, object] | None, int | None, int | None],
+    leaky: bool,
+) -> None:
+    """`create_recall_graph(filter=...)`, sync and async: only the caller's passing messages."""
+    import asyncio
+
+    from langchain_semantic_recall.graph import create_recall_graph
+    from tests.fakes import FakeChatModel
+
+    storage = InMemoryStorage()
+    engine = SemanticRecall(
+        storage=storage,
+        vector_store=IgnoresScope() if leaky else InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        top_k=8,
+    )
+    tag: dict[str, str | None] = {}
+    for n, (resource, thread_n, text, project, _day) in enumerate(rows):
+        metadata = None if project is None else {"project": project}
+        said = HumanMessage(text, id=f"m{n}")
+        engine.index(
+            [said], thread_id=thread_of(resource, thread_n), resource_id=resource, metadata=metadata
+        )
+        tag[f"m{n}"] = project
+    where = narrowing[0]
+    wanted = None if where is None else where["project"]
+    allowed = {wanted} if isinstance(wanted, str) else set((wanted or {}).get("$in", []))  # type: ignore[union-attr]
+    for n, (resource, thread_n, scope, text) in enumerate(asks):
+        graph = create_recall_graph(FakeChatModel(), engine.with_options(scope=scope), filter=where)
+        thread = thread_of(resource, thread_n)
+        config = {"configurable": {"thread_id": thread, "resource_id": resource}}
+        turn = {"messages": [HumanMessage(text)]}
+        if n % 2:
+            updates = asyncio.run(_updates(graph, turn, config))
+        else:
+            updates = list(graph.stream(turn, config, stream_mode="updates"))
+        (report,) = [u["recall"]["recalled_memory"].report for u in updates if "recall" in u]
+        assert report.status != "failed", report.error
+        for item in report.items:
+            assert storage.get_thread_owner(item.thread_id) == resource
+            if scope == "thread":
+                assert item.thread_id == thread
+            if where is not None:  # the turns the graph stored carry no metadata
+                assert tag.get(item.message_id) in allowed
+
+
+async def _updates(graph: Any, turn: Any, config: Any) -> list[Any]:
+    return [update async for update in graph.astream(turn, config, stream_mode="updates")]
+
+
 @pytest.mark.parametrize("key", sorted(RESERVED_KEYS))
 def test_a_filter_on_a_reserved_key_is_refused_everywhere(key: str) -> None:
     engine = SemanticRecall(
@@ -268,3 +324,12 @@ def test_a_filter_on_a_reserved_key_is_refused_everywhere(key: str) -> None:
     ):
         with pytest.raises(InvalidInputError, match="reserved"):
             call()
+    from langchain_semantic_recall.graph import RecallNode, create_recall_graph
+    from tests.fakes import FakeChatModel
+
+    for build in (
+        lambda: RecallNode(engine, filter={key: "bob"}),
+        lambda: create_recall_graph(FakeChatModel(), engine, filter={key: "bob"}),
+    ):
+        with pytest.raises(InvalidOptionError, match="reserved"):
+            build()
