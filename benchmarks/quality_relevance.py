@@ -17,7 +17,8 @@ Every set also asks its resources the paraphrase set's small-talk and off-topic 
 each question of another resource (foreign: nothing there is evidence for it).
 
 Fitting: two logistic models (candidates, messages; every question weighs the same), then
-the budget rule's three numbers (`silent_below`, `full_from`, `name_penalty`) by a grid: the
+the budget rule's three numbers (`silent_below`, `full_from`, `name_penalty`; above the
+chance term `SIZE_WEIGHT * sqrt(2 ln N)` of a scope of N messages) by a grid: the
 best mean recall whose foreign questions (LoCoMo) and off-topic lines return at most 2
 messages each and small talk at most 0.5. Printed: the 0.2.0 defaults, plain BM25 top-15
 (Okapi, k1 1.2, b 0.75), the package's keyword and dense modes, the shipped model
@@ -100,10 +101,14 @@ LIMITS = {"foreign": 2.0, "off-topic": 2.0, "small talk": 0.5}
 3 but for small talk; foreign questions bind on LoCoMo only: LongMemEval's are reported,
 and the paraphrase personas share topics by design)."""
 GRID = {
-    "silent_below": [x / 2 for x in range(2, 12)],
-    "full_from": [x / 2 for x in range(5, 20)],
+    "silent_below": [x / 4 for x in range(-12, 21)],
+    "full_from": [x / 4 for x in range(-4, 37)],
     "name_penalty": [0.0, 2.0, 4.0],
 }
+"""In spreads of z, above the chance term (`SIZE_WEIGHT`): steps of a quarter."""
+SIZE_WEIGHT = 1.0
+"""`Evidence.size_weight`, fixed by reasoning (the best of N roughly normal draws lies
+about sqrt(2 ln N) spreads up), not fitted. 0.0 gives the rule of the round before."""
 
 
 # --- loading -------------------------------------------------------------------------------
@@ -470,7 +475,7 @@ def engine(model: RelevanceModel) -> Selector:
 
     def select(corpus: Corpus, case: Case) -> list[str]:
         query = case.query
-        if query is None or model.evidence.share(query) <= 0:
+        if query is None or model.evidence.share(query, case.size) <= 0:
             return []
         kept = model.best_candidates(query, corpus.by_id)
         windows = {k: corpus.window(k, model.reads_before, model.reads_after) for k in kept}
@@ -592,10 +597,16 @@ def choose_evidence(model: RelevanceModel, corpora: Sequence[Corpus]) -> Relevan
     for low, high, penalty in itertools.product(*GRID.values()):
         if high <= low:
             continue
-        evidence = replace(model.evidence, silent_below=low, full_from=high, name_penalty=penalty)
+        evidence = replace(
+            model.evidence,
+            silent_below=low,
+            full_from=high,
+            name_penalty=penalty,
+            size_weight=SIZE_WEIGHT,
+        )
 
         def cut(corpus: Corpus, case: Case, evidence: Evidence = evidence) -> list[str]:
-            share = evidence.share(case.query) if case.query is not None else 0.0
+            share = evidence.share(case.query, case.size) if case.query is not None else 0.0
             return ranked[id(case)][: round(BUDGET * share)]
 
         results = {c.name: measure(c, cut) for c in corpora}

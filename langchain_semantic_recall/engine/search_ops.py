@@ -152,7 +152,7 @@ def _calibrated_search(
         query, dense, keyword, found, reference.baseline(vector), texts=space.texts, now=now
     )
     model = plan.scorer
-    if model.share(facts, plan.threshold) <= 0.0:
+    if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
     kept = model.best_candidates(facts, messages)

@@ -14,7 +14,10 @@ kinds of conversation, leave-one-dataset-out; stored in `data/relevance/<embedde
 3. **How many** (`evidence`): recall spends its budget in proportion to the evidence that
    something in this memory is relevant: nothing when the best vector match is no more than
    `silent_below` spreads above what unrelated text scores (or the turn is small talk), the
-   whole budget from `full_from` up, in proportion between. A name the query asks about
+   whole budget from `full_from` up, in proportion between. Both are counted above what
+   the best of the memory's messages would score if none were related (`size_weight`
+   times `sqrt(2 ln N)` spreads for N messages: the best of N draws), so a small memory
+   needs less evidence than a big one. A name the query asks about
    that no candidate mentions counts `name_penalty` spreads against; one stored message
    holding every content word of the query (two or more) is full evidence.
 
@@ -85,16 +88,27 @@ class Evidence:
     whole_query_terms: int = 2
     """A keyword match holding every content term of a query of at least this many terms
     is full evidence, whatever the embedder says (a ticket number, a rare name)."""
+    size_weight: float = 0.0
+    """Spreads of `sqrt(2 ln N)` (N: messages in the scope searched) counted against the
+    best match: about what the best of N unrelated messages scores, in z, when
+    similarities to unrelated text are roughly normal. 1.0 by that reasoning (not
+    fitted); 0.0 in data files written before it, which keep their rule."""
 
-    def share(self, query: Query) -> float:
-        """The share of the budget to spend on `query`, in [0, 1]."""
+    def share(self, query: Query, scope_size: int) -> float:
+        """The share of the budget to spend on `query`, in [0, 1].
+
+        Args:
+            query: The query.
+            scope_size: Messages in the scope searched (fewer than 2 count as 2).
+        """
         if self.is_small_talk(query):
             return 0.0
         if len(query.terms) >= self.whole_query_terms and query.keyword_coverage >= 1.0:
             return 1.0  # whatever the vector half found, or if it found nothing
         if query.baseline is None or not query.cosines:
             return 0.0
-        strength = query.top_z - self.name_penalty * query.name_missing
+        chance = self.size_weight * math.sqrt(2.0 * math.log(max(2, scope_size)))
+        strength = query.top_z - self.name_penalty * query.name_missing - chance
         span = self.full_from - self.silent_below
         return min(1.0, max(0.0, (strength - self.silent_below) / span))
 
@@ -166,6 +180,7 @@ class RelevanceModel:
                 "small_talk_margin": self.evidence.small_talk_margin,
                 "small_talk_terms": self.evidence.small_talk_terms,
                 "whole_query_terms": self.evidence.whole_query_terms,
+                "size_weight": self.evidence.size_weight,
             },
             "candidates": self.candidates,
             "before": self.before,
@@ -256,7 +271,7 @@ class RelevanceModel:
             the likeliest kept message of its window, its `score` that message's
             probability, its `window` the kept messages in reach of it, in thread order.
         """
-        share = self.share(query, threshold)
+        share = self.share(query, threshold, scope_size)
         if share <= 0.0:
             return []
         p = self.probabilities(query, kept, windows, scope_size)
@@ -268,11 +283,15 @@ class RelevanceModel:
         chosen = dict(ranked)
         return _group(kept, windows, chosen, self.before, self.after)
 
-    def share(self, query: Query, threshold: float | None) -> float:
-        """The share of the budget to spend: the evidence's, or all of it under a threshold."""
+    def share(self, query: Query, threshold: float | None, scope_size: int) -> float:
+        """The share of the budget to spend: the evidence's, or all of it under a threshold.
+
+        `scope_size`: messages in the scope searched (counted up to `size_cap`).
+        """
         if not query.terms:
             return 0.0
-        return self.evidence.share(query) if threshold is None else 1.0
+        size = min(scope_size, self.size_cap)
+        return self.evidence.share(query, size) if threshold is None else 1.0
 
     def describe(self) -> str:
         """One line naming what the numbers were fitted for."""

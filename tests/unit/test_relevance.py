@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import replace
@@ -188,25 +189,38 @@ EVIDENCE = Evidence(silent_below=2.0, full_from=6.0, name_penalty=2.0, small_tal
     ("top_z", "share"), [(0.0, 0.0), (2.0, 0.0), (3.0, 0.25), (4.0, 0.5), (6.0, 1.0), (9.0, 1.0)]
 )
 def test_the_budget_grows_with_the_evidence(top_z: float, share: float) -> None:
-    assert EVIDENCE.share(query_with(top_z)) == pytest.approx(share)
+    assert EVIDENCE.share(query_with(top_z), 100) == pytest.approx(share)
+
+
+def test_a_small_memory_needs_less_evidence_than_a_big_one() -> None:
+    """The best of N unrelated messages scores about sqrt(2 ln N) spreads: that much is
+    counted against the best match, so the same match earns more in a small memory."""
+    sized = replace(EVIDENCE, size_weight=1.0)
+    small, big = sized.share(query_with(5.0), 40), sized.share(query_with(5.0), 5000)
+    assert small > big
+    chance = math.sqrt(2 * math.log(40))
+    assert small == pytest.approx(EVIDENCE.share(query_with(5.0 - chance), 40))
+    assert sized.share(query_with(5.0), 1) == sized.share(query_with(5.0), 2)  # floor of 2
+    model = replace(default_model(), evidence=sized)
+    assert model.share(query_with(5.0), None, 10**9) == model.share(query_with(5.0), None, 5000)
 
 
 def test_a_name_nothing_mentions_counts_against_and_small_talk_is_silent() -> None:
-    assert EVIDENCE.share(query_with(5.0, name_missing=1.0)) == pytest.approx(
-        EVIDENCE.share(query_with(3.0))
+    assert EVIDENCE.share(query_with(5.0, name_missing=1.0), 100) == pytest.approx(
+        EVIDENCE.share(query_with(3.0), 100)
     )
     chatty = replace(
         query_with(9.0, terms=2),
         baseline=QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3),
     )
     assert EVIDENCE.is_small_talk(chatty)
-    assert EVIDENCE.share(chatty) == 0.0
-    assert EVIDENCE.share(replace(query_with(9.0), terms=())) == 0.0
+    assert EVIDENCE.share(chatty, 100) == 0.0
+    assert EVIDENCE.share(replace(query_with(9.0), terms=()), 100) == 0.0
     whole = replace(query_with(0.0), keyword_coverage=1.0)
-    assert EVIDENCE.share(whole) == 1.0  # every content word in one message
-    assert EVIDENCE.share(replace(whole, cosines={})) == 1.0  # even with no vector match
-    assert EVIDENCE.share(replace(query_with(9.0), cosines={})) == 0.0
-    assert EVIDENCE.share(replace(whole, terms=("one",))) == 0.0
+    assert EVIDENCE.share(whole, 100) == 1.0  # every content word in one message
+    assert EVIDENCE.share(replace(whole, cosines={}), 100) == 1.0  # even with no vector match
+    assert EVIDENCE.share(replace(query_with(9.0), cosines={}), 100) == 0.0
+    assert EVIDENCE.share(replace(whole, terms=("one",)), 100) == 0.0
 
 
 @given(

@@ -238,7 +238,11 @@ def old_select(  # noqa: PLR0917
     budget: int | None,
     threshold: float | None,
 ) -> list[RecallHit]:
-    share = (model.evidence.share(query) if threshold is None else 1.0) if query.terms else 0.0  # type: ignore[arg-type]
+    share = (
+        (model.evidence.share(query, min(scope_size, model.size_cap)) if threshold is None else 1.0)
+        if query.terms
+        else 0.0
+    )  # type: ignore[arg-type]
     if share <= 0.0:
         return []
     p = old_probabilities(model, query, kept, windows, scope_size)
