@@ -11,6 +11,7 @@ they go: a loop's connections are closed when the loop ends.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -130,7 +131,31 @@ def child_engine(url: str) -> None:
         _settles_at(url, 1, f"run {n}: the loop's async pool closed with its loop")
 
 
-CHILDREN = {"exit": child_exit, "twice": child_twice, "engine": child_engine}
+def child_dead(url: str) -> None:
+    """A loop closed with its tasks never cancelled: its pool is dropped, not awaited."""
+    storage = _storage(url)
+    for n in range(ROUNDS):
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(_busy(storage, f"r{n}")) == 6 * (n + 1)
+        finally:
+            loop.close()  # the pool's tasks (and its guard) left pending in a closed loop
+        assert asyncio.run(storage.acount()) == 6 * (n + 1)  # a new loop: a new pool
+        # The closed loop's pool was dropped and the connections it had opened closed; one
+        # it was still opening when the loop stopped is held by a suspended coroutine of
+        # that loop, and goes when Python collects it.
+        gc.collect()
+        _settles_at(url, 1, f"round {n}: the closed loop's connections closed")
+    storage.close()
+    _settles_at(url, 0, "the storage closed")
+
+
+CHILDREN = {
+    "exit": child_exit,
+    "twice": child_twice,
+    "engine": child_engine,
+    "dead": child_dead,
+}
 
 
 # --- the parent ---------------------------------------------------------------------------
@@ -169,3 +194,7 @@ def test_consecutive_asyncio_runs_share_one_storage(pg_url: str) -> None:
 
 def test_engine_async_twins_on_postgres_under_asyncio_run(pg_url: str) -> None:
     _run_child("engine", pg_url)
+
+
+def test_a_loop_closed_without_shutdown_leaves_no_connections(pg_url: str) -> None:
+    _run_child("dead", pg_url)

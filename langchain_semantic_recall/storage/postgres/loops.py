@@ -118,11 +118,15 @@ class LoopPools:
         """Wait until cancelled (the loop shuts down, or `aclose`); then close the pool."""
         try:
             await loop.create_future()  # never set
-        finally:
+        except asyncio.CancelledError:
             with self._lock:
                 if self._pools.get(loop) is entry:
                     del self._pools[loop]
             await entry.close()
+            raise
+        except GeneratorExit:  # collected, its loop closed: nothing can be awaited there
+            entry.finish()
+            raise
 
     async def aclose_current(self) -> None:
         """Close the running loop's pool, in that loop."""
