@@ -15,6 +15,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -150,11 +151,33 @@ def child_dead(url: str) -> None:
     _settles_at(url, 0, "the storage closed")
 
 
+def child_sync_close(url: str) -> None:
+    """`close()` from sync code still closes a stopped loop's pool and a running one's."""
+    storage = _storage(url)
+    stopped = asyncio.new_event_loop()
+    assert stopped.run_until_complete(_busy(storage, "a")) == 6
+    running = asyncio.new_event_loop()
+    thread = threading.Thread(target=running.run_forever)
+    thread.start()
+    try:
+        assert asyncio.run_coroutine_threadsafe(_busy(storage, "b"), running).result(30) == 12
+        storage.close()  # runs the stopped loop until its pool is closed; schedules the other
+        _settles_at(url, 0, "the storage closed")
+        assert not asyncio.all_tasks(stopped)  # the pool's workers and guard ended
+    finally:
+        running.call_soon_threadsafe(running.stop)
+        thread.join()
+    assert not asyncio.all_tasks(running)
+    stopped.close()
+    running.close()
+
+
 CHILDREN = {
     "exit": child_exit,
     "twice": child_twice,
     "engine": child_engine,
     "dead": child_dead,
+    "sync_close": child_sync_close,
 }
 
 
@@ -198,3 +221,7 @@ def test_engine_async_twins_on_postgres_under_asyncio_run(pg_url: str) -> None:
 
 def test_a_loop_closed_without_shutdown_leaves_no_connections(pg_url: str) -> None:
     _run_child("dead", pg_url)
+
+
+def test_sync_close_still_closes_the_pools_of_stopped_and_running_loops(pg_url: str) -> None:
+    _run_child("sync_close", pg_url)
