@@ -21,7 +21,7 @@ import asyncio
 import logging
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
@@ -92,9 +92,6 @@ class LoopPools:
 
     def __len__(self) -> int:
         return len(self._pools)
-
-    def __iter__(self) -> Iterator[AsyncConnectionPool]:
-        return iter([entry.pool for entry in self._pools.values()])
 
     def current(self) -> AsyncConnectionPool:
         """The running loop's pool, made (not opened) and guarded on first use."""
