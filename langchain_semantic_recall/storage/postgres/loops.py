@@ -137,8 +137,9 @@ class LoopPools:
         """Close every loop's pool from sync code, each in its own loop if it can run.
 
         A loop running in another thread (or this one) gets the close scheduled; a loop
-        that is not running is run until its pool is closed; a closed loop is not
-        touched (its pool's connections are closed synchronously).
+        that is not running is run until its pool is closed (when no loop runs here); a
+        closed loop, or a stopped one while another runs here, is not touched: its
+        pool's connections are closed synchronously.
         """
         with self._lock:
             entries = list(self._pools.items())
