@@ -28,8 +28,8 @@ class TestPostgresStorage(StorageConformance):
     async def storage(self, pg_url: str) -> AsyncIterator[MessageStorage]:
         storage = PostgresStorage(pg_url, max_size=10)
         yield storage
-        # Closed in the test's own loop: an async pool left open until that loop closes
-        # could hang its teardown (pool workers cancelled with the loop).
+        # Closed in the test's own loop, as a caller would; a pool left open is closed with
+        # its loop (test_postgres_event_loops.py: that teardown used to hang).
         await storage.aclose()
 
 
@@ -132,8 +132,7 @@ async def test_nul_in_text_is_refused_clearly(storage: PostgresStorage) -> None:
             await storage.aput(batch)
         assert await storage.acount() == 0
     finally:
-        # Close this loop's async pool before pytest-asyncio tears the loop down: with the
-        # pool left open after a refused write, that teardown was seen to hang.
+        # Closed in this loop, as a caller would (left open, the loop's teardown closes it).
         await storage.aclose()
 
 
@@ -352,8 +351,8 @@ def test_retention_through_the_engine_sync_and_async(storage: PostgresStorage) -
             later = await storage.aput([make_record("next", "alice-t", "alice")])
             return result, kept, seqs, later[0].seq
         finally:
-            # This loop's async pool is closed in this loop: left open, asyncio.run's
-            # shutdown cancels its workers and can hang (see the async storage fixture).
+            # Closed in this loop, as a caller would (left open, asyncio.run's shutdown
+            # closes it: test_postgres_event_loops.py).
             await storage.aclose()
 
     result, kept, seqs, next_seq = asigned_in("bob", bob_then_close)

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import weakref
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -50,6 +48,7 @@ from langchain_semantic_recall.storage.postgres.lifecycle import (
     delete_thread_steps,
     move_thread_steps,
 )
+from langchain_semantic_recall.storage.postgres.loops import LoopPools
 from langchain_semantic_recall.storage.postgres.schema import setup_steps
 from langchain_semantic_recall.storage.postgres.sql import (
     COMPACTED,
@@ -70,7 +69,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
 )
 
 if TYPE_CHECKING:
-    from psycopg import AsyncCursor, Cursor
+    from psycopg import AsyncConnection, AsyncCursor, Cursor
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 logger = logging.getLogger(__name__)
@@ -135,7 +134,9 @@ class PostgresStorage(MessageStorage):
     storage.get_windows(ids, before=2, after=1, scope=ScopeFilter(resource_id="u1"))
     ```
 
-    Async use (a psycopg `AsyncConnectionPool` per event loop, opened on first use):
+    Async use (a psycopg `AsyncConnectionPool` per event loop, opened on first use and
+    closed by `aclose()` in that loop, or when the loop shuts down, e.g. at the end of
+    `asyncio.run`; a later loop gets a new one):
 
     ```python
     await storage.aput(records)
@@ -170,7 +171,7 @@ class PostgresStorage(MessageStorage):
             conninfo: A libpq URL or key/value string (`postgresql://user@host/db`).
             min_size: Connections each pool keeps open.
             max_size: Most connections each pool opens (one sync pool, one async pool
-                per event loop).
+                per event loop, closed when that loop shuts down).
             timeout: Seconds to wait for a free connection before failing.
             pool: A sync pool of your own (autocommit connections); not closed here.
             async_pool: An async pool of your own (autocommit connections, opened);
@@ -198,10 +199,8 @@ class PostgresStorage(MessageStorage):
         if "application_name=" not in conninfo and "application_name" not in self._kwargs:
             self._kwargs["application_name"] = "langchain-semantic-recall"
         self._bm25 = bm25 or BM25Params()
-        self._lock = threading.Lock()
         self._user_apool = async_pool
-        self._apools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncConnectionPool]
-        self._apools = weakref.WeakKeyDictionary()
+        self._apools = LoopPools(self._new_apool)
         self._pool: ConnectionPool | None = pool
         self._owns_pool = pool is None and bool(conninfo)
         if self._owns_pool:
@@ -285,27 +284,28 @@ class PostgresStorage(MessageStorage):
         """The async pool of the running event loop (made and opened on first use)."""
         if self._user_apool is not None:
             return self._user_apool
-        from psycopg_pool import AsyncConnectionPool
-
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            pool = self._apools.get(loop)
-            if pool is None:
-                min_size, max_size, timeout = self._sizes
-                pool = AsyncConnectionPool(
-                    self._conninfo,
-                    min_size=min_size,
-                    max_size=max_size,
-                    timeout=timeout,
-                    kwargs=self._kwargs,
-                    check=AsyncConnectionPool.check_connection,
-                    name="semantic-recall-async",
-                    open=False,
-                )
-                self._apools[loop] = pool
+        pool = self._apools.current()
         with self._errors("opening the async pool"):
             await pool.open()
         return pool
+
+    def _new_apool(
+        self, configure: Callable[[AsyncConnection[Any]], Awaitable[None]]
+    ) -> AsyncConnectionPool:
+        from psycopg_pool import AsyncConnectionPool
+
+        min_size, max_size, timeout = self._sizes
+        return AsyncConnectionPool(
+            self._conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs=self._kwargs,
+            configure=configure,
+            check=AsyncConnectionPool.check_connection,
+            name="semantic-recall-async",
+            open=False,
+        )
 
     # --- the storage contract: each operation's steps, run sync or async -------------
 
@@ -446,22 +446,12 @@ class PostgresStorage(MessageStorage):
         """Close the pools made here (a caller's pools are left open)."""
         if self._owns_pool and self._pool is not None:
             self._pool.close()
-        for loop, pool in list(self._apools.items()):
-            self._apools.pop(loop, None)
-            if loop.is_closed():
-                continue
-            if loop.is_running():  # another thread's loop, or called from inside it
-                asyncio.run_coroutine_threadsafe(pool.close(), loop)
-            else:
-                loop.run_until_complete(pool.close())
+        self._apools.close_all()
 
     async def _aclose(self) -> None:
         """Close the pools made here; awaits the running loop's async pool."""
-        loop = asyncio.get_running_loop()
-        pool = self._apools.pop(loop, None)
-        if pool is not None:
-            await pool.close()
-        await loop.run_in_executor(None, self._close)
+        await self._apools.aclose_current()
+        await asyncio.get_running_loop().run_in_executor(None, self._close)
 
 
 __all__ = ["PostgresStorage"]
