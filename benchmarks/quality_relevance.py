@@ -475,7 +475,7 @@ def engine(model: RelevanceModel) -> Selector:
 
     def select(corpus: Corpus, case: Case) -> list[str]:
         query = case.query
-        if query is None or model.evidence.share(query, case.size) <= 0:
+        if query is None or model.share(query, None, case.size) <= 0:
             return []
         kept = model.best_candidates(query, corpus.by_id)
         windows = {k: corpus.window(k, model.reads_before, model.reads_after) for k in kept}
@@ -606,7 +606,8 @@ def choose_evidence(model: RelevanceModel, corpora: Sequence[Corpus]) -> Relevan
         )
 
         def cut(corpus: Corpus, case: Case, evidence: Evidence = evidence) -> list[str]:
-            share = evidence.share(case.query, case.size) if case.query is not None else 0.0
+            size = min(case.size, model.size_cap)  # as `RelevanceModel.share` counts it
+            share = evidence.share(case.query, size) if case.query is not None else 0.0
             return ranked[id(case)][: round(BUDGET * share)]
 
         results = {c.name: measure(c, cut) for c in corpora}

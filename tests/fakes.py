@@ -114,6 +114,14 @@ class RecordingStorage(MessageStorage):
         )
         return self.inner.get_windows(message_ids, before=before, after=after, scope=scope)
 
+    def _ids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        self._record("ids_in_scope", message_ids=list(message_ids), scope=scope)
+        return self.inner.ids_in_scope(message_ids, scope)
+
+    def _kept_share(self, scope: ScopeFilter) -> float | None:
+        self._record("kept_share", scope=scope)
+        return self.inner.kept_share(scope)
+
     def _get_thread_owner(self, thread_id: str) -> str | None:
         self._record("get_thread_owner", thread_id=thread_id)
         return self.inner.get_thread_owner(thread_id)

@@ -33,6 +33,8 @@ from langchain_semantic_recall.search import SearchPlan
 LOOKS: Final = (256, 1024)
 """Nearest vectors a filtered search reads unfiltered, in turn, when the storage has no
 estimate of the share its filter keeps (`_dense_with_vector`); the last is the widest."""
+LOOK_STEP: Final = 64
+"""Sized looks are rounded up to this (Chroma at 100k: ~1 ms more per 256 vectors)."""
 LOOK_MARGIN: Final = 1.25
 """With an estimate, the first look holds this many times `k` at that share: at a
 quarter, 256 vectors hold 64 on average, and fewer than 50 about one time in fifty."""
@@ -209,7 +211,7 @@ def _dense_with_vector(
     the storage says lie inside it (`_looks`). With the storage's estimate of the share
     the filter keeps (`share`, `steps.KeptShare`, asked before the keyword half takes
     the storage), the first look is sized to hold `k` of them: a filter keeping a twelfth
-    needs ~768 (5 ms), where 256 then 1,024 took 3 + 6 ms. When the looks hold fewer than
+    needs ~768 (4.4 ms), where 256 then 1,024 took 3 + 6 ms. When the looks hold fewer than
     `k`, the index filters.
     """
     vector = (yield steps.Embed(info, [query]))[0]
@@ -228,12 +230,18 @@ def _dense_with_vector(
 
 
 def _looks(k: int, share: float | None) -> list[int]:
-    """The unfiltered looks for `k` vectors of a filter keeping `share` (None: unknown)."""
-    if share is None or share <= 0.0 or not LOOKS:
+    """The unfiltered looks for `k` vectors of a filter keeping `share` (None: unknown).
+
+    Only looks wider than `k` can hold `k`; a share of 0 (the sample kept none) asks for
+    the widest alone.
+    """
+    if share is None or not LOOKS:
         return [wide for wide in LOOKS if wide > k]
     widest = LOOKS[-1]
-    wide = math.ceil(LOOK_MARGIN * k / share / 64) * 64  # Chroma: +1 ms per 256 or so
-    return [wide, widest] if wide < widest else [widest]
+    wanted = LOOK_MARGIN * k / max(share, 1e-9)
+    wide = math.ceil(wanted / LOOK_STEP) * LOOK_STEP
+    looks = [wide, widest] if wide < widest else [widest]
+    return [look for look in looks if look > k]
 
 
 def recall_op(

@@ -89,10 +89,11 @@ class Evidence:
     """A keyword match holding every content term of a query of at least this many terms
     is full evidence, whatever the embedder says (a ticket number, a rare name)."""
     size_weight: float = 0.0
-    """Spreads of `sqrt(2 ln N)` (N: messages in the scope searched) counted against the
-    best match: about what the best of N unrelated messages scores, in z, when
-    similarities to unrelated text are roughly normal. 1.0 by that reasoning (not
-    fitted); 0.0 in data files written before it, which keep their rule."""
+    """Spreads of `sqrt(2 ln N)` (N: messages in the scope searched, after any filter)
+    counted against the best match: how the best of N unrelated messages grows, in z,
+    when similarities to unrelated text are roughly normal (a little above its expected
+    value; `silent_below` and `full_from` absorb the difference). 1.0 by that reasoning
+    (not fitted); 0.0 in data files written before it, which keep their rule."""
 
     def share(self, query: Query, scope_size: int) -> float:
         """The share of the budget to spend on `query`, in [0, 1].

@@ -67,6 +67,13 @@ def _log_delete(what: str, key: str, deleted: int, *, retire: bool = True) -> No
     logger.info("%s %s %r (%d messages)", "forgot" if retire else "emptied", what, key, deleted)
 
 
+def _share(value: object) -> float | None:
+    """A backend's estimate if it is a share in [0, 1], else None (no estimate)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    return None
+
+
 class MessageStorage(StorageHooks):
     """Abstract message storage: public methods check input, backends store.
 
@@ -281,12 +288,12 @@ class MessageStorage(StorageHooks):
             scope: A scope with a metadata filter or a time range (1.0 when it has none).
         """
         check_scope(scope)
-        return self._kept_share(scope) if scope.narrowed else 1.0
+        return _share(self._kept_share(scope)) if scope.narrowed else 1.0
 
     async def akept_share(self, scope: ScopeFilter) -> float | None:
         """Async twin of `kept_share`."""
         check_scope(scope)
-        return await self._akept_share(scope) if scope.narrowed else 1.0
+        return _share(await self._akept_share(scope)) if scope.narrowed else 1.0
 
     def get_thread_owner(self, thread_id: str) -> str | None:
         """The resource that owns the thread, or None if it is unknown or deleted.

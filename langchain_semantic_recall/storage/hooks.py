@@ -116,8 +116,9 @@ class StorageHooks(ABC):
     def _kept_share(self, scope: ScopeFilter) -> float | None:
         """About what share of its thread's or resource's messages `scope`'s filter keeps.
 
-        None (the default): unknown. A filtered search sizes its first look at the
-        vector index by it; an estimate from a sample, in well under a millisecond, will do.
+        A number in [0, 1], or None (the default): unknown. A filtered search sizes its
+        first look at the vector index by it; an estimate from a sample, in well under a
+        millisecond, will do. Anything else is read as None.
         """
         return None
 
@@ -202,6 +203,9 @@ class StorageHooks(ABC):
         )
 
     async def _aids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        if type(self)._ids_in_scope is StorageHooks._ids_in_scope:  # the default reads windows:
+            found = await self._aget_windows(message_ids, before=0, after=0, scope=scope)
+            return set(found)  # through the backend's own async read (a native driver's too)
         return await run_in_executor(None, self._ids_in_scope, message_ids, scope)
 
     async def _akept_share(self, scope: ScopeFilter) -> float | None:

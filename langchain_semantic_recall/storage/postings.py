@@ -261,27 +261,34 @@ class ResourcePostings:
             held = held[self.thread[held] == self.threads.get(scope.thread_id, -1)]
         return {self.ids[slot] for slot in self._admitted(held, scope).tolist()}, unknown
 
-    def kept_share(self, scope: ScopeFilter, sample: int = 512) -> float | None:
+    def kept_share(self, scope: ScopeFilter, sample: int = 4096) -> float | None:
         """The share of the scope's live thread (or resource) documents its filter keeps.
 
-        Measured on `sample` of them, evenly spaced; None if there are none.
+        Measured on `sample` of them, one drawn at random from each of `sample` equal runs
+        of slots (a fixed seed: the same answer every time). Slots run in write order, so
+        a time range is measured almost exactly; evenly spaced slots would alias with
+        alternating tags. A tag kept by 8 % is measured within about half a point.
+        None if there are none.
         """
-        live = self.alive
-        if scope.thread_id is not None:
-            live = live & (self.thread == self.threads.get(scope.thread_id, -1))
-        slots = np.flatnonzero(live)
-        slots = slots[:: max(1, len(slots) // sample)]
+        if scope.thread_id is None and len(self.ids) > sample:  # no scan of every slot
+            slots = _stratified(len(self.ids), sample)
+            slots = slots[self.alive[slots]]
+        else:
+            slots = self._live(scope.thread_id)
+            if len(slots) > sample:
+                slots = slots[_stratified(len(slots), sample)]
         return len(self._admitted(slots, scope)) / len(slots) if len(slots) else None
 
     def admitted_count(self, scope: ScopeFilter) -> int:
         """Live documents of the scope's thread (or of the resource) that pass its filter."""
-        slots = np.flatnonzero(self.alive)
-        if scope.thread_id is not None:
-            number = self.threads.get(scope.thread_id)
-            if number is None:
-                return 0
-            slots = slots[self.thread[slots] == number]
-        return len(self._admitted(slots, scope))
+        return len(self._admitted(self._live(scope.thread_id), scope))
+
+    def _live(self, thread_id: str | None) -> Ints:
+        """The live slots of a thread (none if unknown here), or of the whole resource."""
+        live = self.alive
+        if thread_id is not None:
+            live = live & (self.thread == self.threads.get(thread_id, -1))
+        return np.flatnonzero(live)
 
     def _column(self, key: str) -> npt.NDArray[np.str_]:
         """Each slot's value of metadata `key`, tagged by kind (`_tag`); parsed once."""
@@ -296,6 +303,16 @@ class ResourcePostings:
             self.columns[key] = column
         assert column is not None
         return column
+
+
+_JITTER: Final = np.random.default_rng(0).random(4096)
+"""Where in each run `_stratified` draws (fixed: the same estimate every time)."""
+
+
+def _stratified(size: int, sample: int) -> Ints:
+    """`sample` positions in `range(size)`, one at random in each of `sample` equal runs."""
+    jitter = _JITTER[:sample] if sample <= len(_JITTER) else np.resize(_JITTER, sample)
+    return ((np.arange(sample) + jitter) * (size / sample)).astype(np.int64)
 
 
 def _times(texts: Sequence[str]) -> npt.NDArray[np.datetime64]:

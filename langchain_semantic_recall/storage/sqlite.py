@@ -42,6 +42,7 @@ from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
+from langchain_semantic_recall.storage.postings import ResourcePostings as Postings
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
     MIGRATIONS,
@@ -364,10 +365,14 @@ class SQLiteStorage(MessageStorage):
                     windows.setdefault(row[0], []).append(_to_message(row[1:]))
         return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
+    def _loaded_postings(self, conn: sqlite3.Connection, scope: ScopeFilter) -> Postings | None:
+        """The scope's resource's postings if they are loaded and current, else None."""
+        return None if scope.resource_id is None else self._postings.loaded(conn, scope.resource_id)
+
     def _ids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
         """From the resource's loaded postings (no row read), the ids they lack in SQL."""
         with self._read() as conn:
-            held = scope.resource_id and self._postings.loaded(conn, scope.resource_id)
+            held = self._loaded_postings(conn, scope)
             inside, rest = held.in_scope(message_ids, scope) if held else (set(), message_ids)
             for start in range(0, len(rest), _MAX_IDS_PER_QUERY):
                 chunk = rest[start : start + _MAX_IDS_PER_QUERY]
@@ -377,7 +382,7 @@ class SQLiteStorage(MessageStorage):
     def _kept_share(self, scope: ScopeFilter) -> float | None:
         """From a sample of the resource's loaded postings; None when they are not loaded."""
         with self._read() as conn:
-            held = scope.resource_id and self._postings.loaded(conn, scope.resource_id)
+            held = self._loaded_postings(conn, scope)
             return held.kept_share(scope) if held else None
 
     def _get_thread_owner(self, thread_id: str) -> str | None:
@@ -421,10 +426,9 @@ class SQLiteStorage(MessageStorage):
         with a few vector operations, and when they reach `up_to` so does the scope.
         """
         with self._read() as conn:
-            if scope is not None and scope.narrowed and scope.resource_id is not None:
-                postings = self._postings.loaded(conn, scope.resource_id)
-                if postings is not None and postings.admitted_count(scope) >= up_to:
-                    return up_to
+            postings = self._loaded_postings(conn, scope) if scope and scope.narrowed else None
+            if scope and postings is not None and postings.admitted_count(scope) >= up_to:
+                return up_to
             return int(conn.execute(*sql.count_sql(scope, up_to)).fetchone()[0])
 
     def _is_forgotten(self, thread_id: str) -> bool:

@@ -34,6 +34,7 @@ __all__ = [
     "filter_sql",
     "from_iso",
     "ids_sql",
+    "in_scope_sql",
     "iso_text",
     "list_messages_sql",
     "list_threads_sql",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -242,6 +243,11 @@ async def test_every_async_twin_runs_on_the_async_pool_alone(pg_url: str) -> Non
         assert len(await storage.alist_messages(scope, limit=10)) == 4
         assert [t.thread_id for t in await storage.alist_threads("r1")] == ["t1", "t2"]
         assert await storage.acount(scope) == 4
+        assert await storage.aids_in_scope(["t1-m1", "k", "nope"], scope) == {"t1-m1", "k"}
+        assert (
+            await storage.akept_share(replace(scope, since=datetime(2000, 1, 1, tzinfo=UTC)))
+            is None
+        )
         found = await storage.akeyword_search("violin", scope=scope, limit=3)
         assert [message_id for message_id, _ in found] == ["k"]
         assert await storage.adelete_thread("t2", retire=False) == 1

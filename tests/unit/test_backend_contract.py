@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import inspect
+import math
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from langchain_semantic_recall import InMemoryStorage
+from langchain_semantic_recall.records import ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.hooks import StorageHooks
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.hooks import VectorHooks
+from tests.conformance.storage_suite import make_thread
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "writing-a-backend.md"
 BASES = {
@@ -89,3 +94,38 @@ async def test_the_default_count_keeps_a_filter_and_a_time_range() -> None:
     assert wrapper.count(recent, up_to=1) == 1
     assert await wrapper.acount(recent) == 2
     assert wrapper.count(ScopeFilter(resource_id="u")) == 10
+
+
+class AsyncOnly(InMemoryStorage):
+    """Like `PostgresStorage(async_pool=...)`: its sync driver refuses, its async one works."""
+
+    def _get_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        raise RuntimeError("the sync driver was used")
+
+    async def _aget_windows(
+        self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
+    ) -> dict[str, tuple[StoredMessage, ...]]:
+        return InMemoryStorage._get_windows(
+            self, message_ids, before=before, after=after, scope=scope
+        )
+
+
+async def test_the_default_ids_in_scope_keeps_a_native_async_backend_native() -> None:
+    storage = AsyncOnly()
+    await storage.aput(make_thread(3))
+    scope = ScopeFilter("r1", since=datetime(2000, 1, 1, tzinfo=UTC))
+    assert await storage.aids_in_scope(["t1-m1", "nope"], scope) == {"t1-m1"}
+
+
+@pytest.mark.parametrize("estimate", [float("nan"), -0.1, 1.5, math.inf, True, "0.5"])
+async def test_a_share_outside_zero_to_one_is_no_estimate(estimate: object) -> None:
+    class Odd(InMemoryStorage):
+        def _kept_share(self, scope: ScopeFilter) -> float | None:
+            return estimate  # type: ignore[return-value]  # a backend's mistake
+
+    scope = ScopeFilter("r1", metadata=(("project", ("apollo",)),))
+    assert Odd().kept_share(scope) is None
+    assert await Odd().akept_share(scope) is None
+    assert Odd().kept_share(ScopeFilter("r1")) == 1.0  # no filter: all of it, unasked

@@ -558,10 +558,11 @@ async def test_a_filtered_search_finds_messages_behind_other_messages_chunks(mod
     ("share", "looks"),
     [
         (None, [256, 1024]),  # no estimate: a small look, then a wide one
-        (0.5, [128, 1024]),  # broad filters: a look a little over k / share
+        (0.5, [128, 1024]),  # broad filters: a look a little over 1.25 k / share
         (0.25, [256, 1024]),
         (1 / 12, [768, 1024]),  # a twelfth: one look of about 1.25 k / share
         (0.01, [1024]),  # rarer than the widest look can serve: that look, then the index
+        (0.0, [1024]),  # the sample kept none: the same
     ],
 )
 def test_a_filtered_search_sizes_its_look_by_the_share_kept(
@@ -570,3 +571,5 @@ def test_a_filtered_search_sizes_its_look_by_the_share_kept(
     from langchain_semantic_recall.engine.search_ops import _looks
 
     assert _looks(50, share) == looks
+    assert _looks(1024, share) == []  # no look can hold k: the index filters at once
+    assert _looks(1000, share) == [1024]

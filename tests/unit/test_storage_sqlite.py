@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from langchain_semantic_recall.errors import ForgottenThreadError, StorageError
-from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.errors import ForgottenThreadError, SemanticRecallError, StorageError
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
 from langchain_semantic_recall.storage import MessageStorage, SQLiteStorage
 from langchain_semantic_recall.storage.sqlite import SCHEMA_VERSION
 from langchain_semantic_recall.storage.sqlite_sql import count_sql, list_messages_sql, windows_sql
@@ -254,3 +259,66 @@ def test_hot_queries_use_indexes(db_path: Path, scope: ScopeFilter) -> None:
             assert plan, sql
             assert not [step for step in plan if step.startswith("SCAN")], (sql, plan)
     raw.close()
+
+
+WORDS = ("lighthouse", "keeper", "apollo", "river", "stone", "the")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+OPS = st.tuples(
+    st.sampled_from(["put", "put", "put", "move", "adopt", "delete", "before", "forget"]),
+    st.integers(0, 3),  # thread
+    st.sampled_from(["r1", "r2", NO_RESOURCE]),
+    st.integers(0, 9),  # day
+    st.sampled_from([(), (("project", "apollo"),), (("project", "gemini"),)]),
+    st.booleans(),  # written by the second storage (another process) rather than the first
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=st.lists(OPS, min_size=1, max_size=25))
+def test_ids_in_scope_from_the_postings_are_what_the_storage_holds(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[Any, ...]]
+) -> None:
+    """After any writes, moves, adoptions, deletes and retention (also by another storage on
+    the same file), the ids a filtered search keeps are those the storage reads back in
+    scope: never another resource's, another thread's, or one outside the filter."""
+    path = tmp_path_factory.mktemp("ids") / "messages.db"
+    first = SQLiteStorage(path, keyword_cache_min_docs=1)
+    first._postings.first_search_in_sql = False
+    other = SQLiteStorage(path, keyword_cache_min_docs=1)
+    made = 0
+    try:
+        for kind, thread_no, resource, day, meta, by_other in ops:
+            who, thread = (other if by_other else first), f"t{thread_no}"
+            with contextlib.suppress(SemanticRecallError):
+                if kind == "put":
+                    owner = who.get_thread_owner(thread) or resource
+                    text = " ".join(WORDS[(made + i) % len(WORDS)] for i in range(3))
+                    when = T0 + timedelta(days=day)
+                    record = make_record(f"m{made}", thread, owner, text=text)
+                    who.put([replace(record, created_at=when, metadata=meta)])
+                    made += 1
+                elif kind == "move":
+                    who.move_thread(thread, to_resource="r2" if resource == "r1" else "r1")
+                elif kind == "adopt":
+                    who.adopt_thread(thread, "r1")
+                elif kind == "delete":
+                    who.delete_thread(thread, retire=False)
+                elif kind == "before":
+                    who.delete_before(T0 + timedelta(days=day // 3), ScopeFilter("r1"))
+                else:
+                    who.delete_resource("r2")
+            asked = [f"m{i}" for i in range(made)] + ["unknown"]
+            for owner in ("r1", "r2", NO_RESOURCE):
+                first.keyword_search("lighthouse keeper", scope=ScopeFilter(owner), limit=3)
+                for thread_id in (None, "t0", "t1"):
+                    for scope in (
+                        ScopeFilter(owner, thread_id, metadata=(("project", ("apollo",)),)),
+                        ScopeFilter(owner, thread_id, since=T0 + timedelta(days=4)),
+                    ):
+                        held = set(first.get_windows(asked, before=0, after=0, scope=scope))
+                        assert first.ids_in_scope(asked, scope) == held
+    finally:
+        first.close()
+        other.close()
