@@ -372,6 +372,13 @@ def windows_steps(
     return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
 
+def in_scope_steps(message_ids: Sequence[str], scope: ScopeFilter) -> Steps[set[str]]:
+    """Which of `message_ids` lie inside `scope` (its filter too): ids only, by the key."""
+    where, params = _scope_sql(scope)
+    sql = f"SELECT id FROM {_M} WHERE id = ANY(%(ids)s){where}"
+    return {row[0] for row in (yield Query(sql, {"ids": list(message_ids), **params})).rows}
+
+
 def list_steps(
     scope: ScopeFilter | None, after: tuple[str, int] | None, limit: int
 ) -> Steps[list[StoredMessage]]:

@@ -59,6 +59,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
     Steps,
     compact_steps,
     count_steps,
+    in_scope_steps,
     keyword_steps,
     last_steps,
     list_steps,
@@ -325,6 +326,12 @@ class PostgresStorage(MessageStorage):
         self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
         return await self._arun(windows_steps(message_ids, before, after, scope), "read")
+
+    def _ids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        return self._run(in_scope_steps(message_ids, scope), "read")
+
+    async def _aids_in_scope(self, message_ids: list[str], scope: ScopeFilter) -> set[str]:
+        return await self._arun(in_scope_steps(message_ids, scope), "read")
 
     def _get_thread_owner(self, thread_id: str) -> str | None:
         return cast("str | None", self._run(one_value_steps(OWNER_SQL, thread_id, None), "read"))
