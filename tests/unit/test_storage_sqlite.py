@@ -322,3 +322,19 @@ def test_ids_in_scope_from_the_postings_are_what_the_storage_holds(
     finally:
         first.close()
         other.close()
+
+
+@pytest.mark.parametrize("period", [2, 4, 8])
+def test_the_share_sample_does_not_alias_with_a_repeating_tag(period: int) -> None:
+    """Tags that repeat every few messages (a question, then its answer) are measured as
+    they are: evenly spaced samples would land on one tag only and say 1.0 or 0.0."""
+    from langchain_semantic_recall.storage.postings import ResourcePostings
+
+    rows = [
+        (f"m{i}", "t1", "word", "2024-01-01T00:00:00.000000+00:00", f'{{"n": {i % period}}}')
+        for i in range(32_768)  # 8 slots per sampled run: an even stride
+    ]
+    postings = ResourcePostings.build(rows)
+    for value in range(period):
+        scope = ScopeFilter("r1", metadata=(("n", (value,)),))
+        assert postings.kept_share(scope) == pytest.approx(1 / period, abs=0.03)
