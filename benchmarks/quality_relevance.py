@@ -74,7 +74,6 @@ from langchain_semantic_recall.records import ScopeFilter, StoredMessage
 from langchain_semantic_recall.relevance import (
     SMALL_TALK,
     UNRELATED,
-    Evidence,
     FittedFor,
     Query,
     Reference,
@@ -604,10 +603,10 @@ def choose_evidence(model: RelevanceModel, corpora: Sequence[Corpus]) -> Relevan
             name_penalty=penalty,
             size_weight=SIZE_WEIGHT,
         )
+        candidate = replace(model, evidence=evidence)
 
-        def cut(corpus: Corpus, case: Case, evidence: Evidence = evidence) -> list[str]:
-            size = min(case.size, model.size_cap)  # as `RelevanceModel.share` counts it
-            share = evidence.share(case.query, size) if case.query is not None else 0.0
+        def cut(corpus: Corpus, case: Case, candidate: RelevanceModel = candidate) -> list[str]:
+            share = candidate.share(case.query, None, case.size) if case.query else 0.0
             return ranked[id(case)][: round(BUDGET * share)]
 
         results = {c.name: measure(c, cut) for c in corpora}
@@ -618,7 +617,7 @@ def choose_evidence(model: RelevanceModel, corpora: Sequence[Corpus]) -> Relevan
             by_set.setdefault(c.name.split("-")[0], []).append(results[c.name]["recall"])
         score = statistics.fmean(statistics.fmean(v) for v in by_set.values())
         if best is None or score > best[0] + 1e-9:
-            best = (score, replace(model, evidence=evidence))
+            best = (score, candidate)
     if best is None:
         raise SystemExit("no point of the grid keeps to the limits")
     return best[1]

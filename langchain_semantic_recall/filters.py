@@ -25,6 +25,7 @@ from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionErr
 
 __all__ = [
     "KEY_PATTERN",
+    "MAX_IN",
     "MAX_KEYS",
     "METADATA_KEY",
     "RESERVED_KEYS",
@@ -35,6 +36,7 @@ __all__ = [
     "check_bound",
     "check_horizon",
     "check_metadata",
+    "is_reserved_key",
     "matches_metadata",
     "metadata_conditions",
     "same_value",
@@ -57,7 +59,8 @@ KEY_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
 MAX_KEYS: Final = 32
 """Most metadata keys on one message (and conditions in one filter)."""
 _MAX_TEXT: Final = 1000
-_MAX_IN: Final = 100
+MAX_IN: Final = 100
+"""Most values one `$in` may list."""
 RESERVED_KEYS: Final = frozenset(
     {
         "message_id",
@@ -80,13 +83,18 @@ RESERVED_KEYS: Final = frozenset(
 """Keys the backends use themselves: never metadata, never filtered on (no widening)."""
 
 
+def is_reserved_key(key: str) -> bool:
+    """Whether the backends use `key` themselves (`RESERVED_KEYS`, or a vector's `meta_`)."""
+    return key in RESERVED_KEYS or key.startswith(VECTOR_PREFIX)
+
+
 def _check_key(key: object, where: str) -> str:
     if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
         raise InvalidInputError(
             f"{where}: key {key!r} is not a metadata key; use a letter then up to 63 "
             "letters, digits or underscores (e.g. 'project', 'tag_2')"
         )
-    if key in RESERVED_KEYS or key.startswith(VECTOR_PREFIX):
+    if is_reserved_key(key):
         raise InvalidInputError(
             f"{where}: key {key!r} is reserved (the scope and the storage use it: a filter "
             "can only narrow the caller's scope, never choose it); pick another key name, "
@@ -180,8 +188,8 @@ def _operator(wanted: Mapping[object, object], where: str) -> tuple[MetadataValu
         raise InvalidInputError(
             f"{where}: $in needs at least one value (an empty list matches nothing)"
         )
-    if len(values) > _MAX_IN:
-        raise InvalidInputError(f"{where}: $in takes at most {_MAX_IN} values")
+    if len(values) > MAX_IN:
+        raise InvalidInputError(f"{where}: $in takes at most {MAX_IN} values")
     unique: list[MetadataValue] = []
     for value in values:
         if not any(same_value(value, seen) for seen in unique):

@@ -21,9 +21,9 @@ from langchain_semantic_recall.cli.common import UsageError
 from langchain_semantic_recall.cli.render import when
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.filters import (
-    RESERVED_KEYS,
-    VECTOR_PREFIX,
+    MAX_IN,
     MetadataValue,
+    is_reserved_key,
     metadata_conditions,
 )
 
@@ -45,7 +45,6 @@ _AGE: Final = re.compile(r"\s*(\d+)\s*([dwh])\s*")
 _AGE_UNITS: Final = {"d": "days", "w": "weeks", "h": "hours"}
 _INTEGER: Final = re.compile(r"[+-]?\d+")
 _NUMBER: Final = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
-_MAX_VALUES: Final = 100
 # The library's "filter: " / "filter['key']: " prefix (argparse names the flag instead).
 _WHERE: Final = re.compile(r"^filter(\[[^\]]*\])?: ")
 
@@ -136,7 +135,7 @@ def filter_item(text: str) -> tuple[str, tuple[MetadataValue, ...]]:
         raise argparse.ArgumentTypeError(
             f"expected KEY=VALUE, e.g. project=apollo (repeat the flag for more), got {text!r}"
         )
-    if key in RESERVED_KEYS or key.startswith(VECTOR_PREFIX):
+    if is_reserved_key(key):
         raise argparse.ArgumentTypeError(
             f"{key!r} is not a metadata key the command can filter on: the store uses it "
             "itself (choose whose messages with --resource and --thread)"
@@ -185,10 +184,10 @@ def narrowing_options(args: argparse.Namespace, now: datetime | None = None) -> 
         values.setdefault(key, []).extend(matched)
     if values:
         for key, matched in values.items():
-            if len(matched) > _MAX_VALUES:
+            if len(matched) > MAX_IN:
                 raise UsageError(
                     f"--filter: {key} has {len(matched)} values to match; at most "
-                    f"{_MAX_VALUES} (a value that spells a number or true/false counts twice)"
+                    f"{MAX_IN} (a value that spells a number or true/false counts twice)"
                 )
         options["filter"] = {
             key: matched[0] if len(matched) == 1 else {"$in": matched}
