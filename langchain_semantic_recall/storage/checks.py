@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import TypeGuard
 
 from langchain_semantic_recall.errors import InvalidInputError
-from langchain_semantic_recall.messages import check_id
+from langchain_semantic_recall.messages import check_id, check_ids
 from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
 
 
@@ -71,24 +71,7 @@ def checked_message_ids(message_ids: object) -> list[str]:
         raise InvalidInputError(
             f"message_ids must be a list of ids, got {type(message_ids).__name__}"
         )
-    ids = list(message_ids)
-    if not _usable_ids(ids):  # the check of each names the first unusable one
-        ids = [check_id("message id", i) for i in ids]
-    return list(dict.fromkeys(ids))
-
-
-def _usable_ids(ids: list[object]) -> bool:
-    """Whether every id passes `check_id`, checked at once: a thousand in ~0.1 ms, not 1."""
-    if not all(isinstance(i, str) and i.strip() for i in ids):
-        return False
-    joined = "".join(ids)  # type: ignore[arg-type]  # every one is a str (above)
-    if "\x00" in joined:
-        return False
-    try:
-        joined.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return list(dict.fromkeys(check_ids("message id", message_ids)))
 
 
 def check_window(before: object, after: object) -> None:
