@@ -302,6 +302,16 @@ def collect(name: str, dataset: Dataset, embeddings: CachedEmbeddings) -> Corpus
     return Corpus(name, cases, threads)
 
 
+class _CasesUnpickler(pickle.Unpickler):
+    """Reads our own cache file, written whether this module ran as a script or was
+    imported (`quality_alternatives.py`): either way its classes are this module's."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module in {"__main__", "quality_relevance"}:
+            return getattr(sys.modules[__name__], name)
+        return super().find_class(module, name)
+
+
 def load_all(cache: Path | None, embedder: str) -> dict[str, Corpus]:
     """Every set's corpus (from `cache` when it holds them), its queries built afresh."""
     tag = "" if embedder == "local" else f"-{embedder}"
@@ -319,7 +329,7 @@ def load_all(cache: Path | None, embedder: str) -> dict[str, Corpus]:
     version = hashlib.sha256(layout.encode()).hexdigest()[:8]
     stored = None if cache is None else cache / f"relevance-cases{tag}-{version}.pkl"
     if stored is not None and stored.is_file():
-        corpora: dict[str, Corpus] = pickle.loads(stored.read_bytes())  # our own cache file
+        corpora: dict[str, Corpus] = _CasesUnpickler(stored.open("rb")).load()
     else:
         loaders: dict[str, Callable[[], Dataset]] = {
             "locomo": lambda: read_locomo(DATA / "locomo-dev/locomo_dev.json"),
