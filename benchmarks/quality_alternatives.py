@@ -10,7 +10,7 @@ LoCoMo alone, the same columns reach 0.806 there; fitted on all three, 0.750.
 Each alternative below rewrites columns of the message rows before the models are fit
 and replayed; everything else is `quality_relevance.py`'s (the candidate model, the
 budget rule's grid, leave one dataset out, leave one conversation out), so the tables
-compare with its own. `docs/quality.md` (*What else was tried*) quotes the runs.
+compare with its own. `docs/quality.md` (*Where LoCoMo's recall goes*) quotes the runs.
 
     python benchmarks/quality_alternatives.py --cache DIR --alternative reply-length
 """
