@@ -115,10 +115,15 @@ def move_thread(
 ) -> int:
     """Give a thread (messages, vectors) to resource `to`; `resource_id` checks the owner.
 
+    A thread of another resource than the call's raises `OwnershipError`; on a LangGraph
+    server the signed-in user can neither take another resource's thread nor give one
+    away (`IdentityMismatchError`).
+
     Args:
         thread_id: The thread to move.
         to: The resource that owns it afterwards.
-        resource_id: The owner it must have now (refused otherwise).
+        resource_id: The owner it must have now (refused otherwise; default: the call's
+            resource, e.g. a `for_thread` view's or the signed-in user).
     """
     return self._core.run(self._core.move_thread(thread_id, resource_id, to))
 

@@ -358,13 +358,22 @@ class EngineCore:
         return forget_resource_op(self.backends.space, resource_id)
 
     def move_thread(self, thread_id: str, resource_id: str | None, to_resource: str) -> Op[int]:
-        """Give a thread to another resource (refused on a read-only engine)."""
+        """Give a thread of the call's owner (`owner`) to another resource (refused read-only).
+
+        Both ends follow the identity rule: on an authenticated LangGraph server a
+        signed-in user neither takes another resource's thread nor gives one away.
+
+        Raises:
+            IdentityMismatchError: `to_resource` differs from the authenticated user.
+        """
         self._writable("moving a thread")
+        owner = self.owner(resource_id)
+        self.owner(check_id("to_resource", to_resource))  # a signed-in user gives to no other
         plan = self.plan
         return move_thread_op(
             self.backends.space,
             thread_id,
-            resource_id,
+            owner,
             to_resource,
             max_chars=plan.max_index_chars,
             logger=plan.logger,
