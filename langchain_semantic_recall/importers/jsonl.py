@@ -55,6 +55,13 @@ def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) ->
         raise ValueError(
             f"'{key}' is missing: this line has '{key}_id', which the JSONL calls '{key}'"
         )
+    if value is None and key == "resource":
+        raise ValueError(
+            "'resource' is missing: give the line one, or pass --resource R "
+            "(default_resource= in Python) for the lines without one"
+        )
+    if value is None:
+        raise ValueError(f"'{key}' is missing")
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"'{key}' must be a non-empty string")
     return check_id(f"'{key}'", value)

@@ -160,8 +160,10 @@ def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
 @pytest.mark.parametrize(
     ("row", "reason"),
     [
-        ({"thread": "t", "role": "user", "content": "x"}, "'resource' must be"),
-        ({"resource": "a", "role": "user", "content": "x"}, "'thread' must be"),
+        ({"thread": "t", "role": "user", "content": "x"}, "or pass --resource R"),
+        ({"resource": " ", "thread": "t", "role": "user", "content": "x"}, "'resource' must be"),
+        ({"resource": "a", "role": "user", "content": "x"}, "'thread' is missing"),
+        ({"resource": "a", "thread": "", "role": "user", "content": "x"}, "'thread' must be"),
         ({"resource": "a", "thread": "t", "role": "robot", "content": "x"}, "'role' must be"),
         ({"resource": "a", "thread": "t", "role": "user", "content": 3}, "'content' must be"),
         ({"resource": "a", "thread": "t", "role": "tool", "content": "x"}, "'message' field"),
@@ -403,7 +405,7 @@ def test_read_conversations_dispatches_and_needs_a_resource_for_chatgpt(tmp_path
     report = read_conversations(lines, resource_id="u")
     assert report.format == "jsonl"
     assert report.conversations[0].resource_id == "u"
-    assert read_jsonl(lines).skipped[0].reason == "'resource' must be a non-empty string"
+    assert read_jsonl(lines).skipped[0].reason.startswith("'resource' is missing: give the")
 
 
 def test_jsonl_names_the_python_api_field_it_got_instead(tmp_path: Path) -> None:
