@@ -282,6 +282,10 @@ def run_reindex(args: argparse.Namespace) -> int:
     from langchain_semantic_recall.records import ScopeFilter
 
     memory = open_memory(args)
+    if args.thread is not None:  # a misspelt id is not found, never "0 vectors written"
+        require_thread(memory.storage, args.thread, args.resource)
+    elif args.resource is not None:
+        require_resource(memory.storage, args.resource)
     scope = (
         ScopeFilter(resource_id=args.resource, thread_id=args.thread)
         if args.resource or args.thread

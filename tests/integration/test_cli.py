@@ -597,6 +597,21 @@ def test_reindex_everything_or_one_scope(loaded: Cli) -> None:
     assert loaded("stats", "--json").json()["vectors"] == 6
 
 
+@pytest.mark.parametrize(
+    "scope",
+    [
+        ["--thread", "nope"],
+        ["--resource", "nobody"],
+        ["--thread", "conv-garden", "--resource", "bob"],
+    ],
+)
+def test_reindex_of_an_unknown_scope_is_not_found(loaded: Cli, scope: list[str]) -> None:
+    """A misspelt thread or resource once wrote "0 vector(s)" and exited 0."""
+    missing = loaded("reindex", *scope)
+    assert missing.code == 3
+    assert "list them with 'semantic-recall threads'" in missing.err
+
+
 # --- export ------------------------------------------------------------------------------
 
 
