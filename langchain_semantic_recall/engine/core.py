@@ -33,6 +33,7 @@ from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, re
 from langchain_semantic_recall.engine.index_ops import (
     BulkResult,
     Conversation,
+    as_conversations,
     bulk_index_op,
     index_op,
 )
@@ -333,12 +334,13 @@ class EngineCore:
         checked(options, BulkOptions)
         progress = options.get("progress")
         size = check_batch(options.get("batch_size", 2048), progress)
+        triples: Iterable[Conversation] = as_conversations(conversations)
         who = resolve_identity(self.plan.keys)
         if who.authenticated:  # a signed-in user imports only into their own memory
-            conversations = _held_to(conversations, who)
+            triples = _held_to(triples, who)
         return bulk_index_op(
             self.backends.space,
-            conversations,
+            triples,
             batch_size=size,
             progress=progress,
             max_chars=self.plan.max_index_chars,
