@@ -132,6 +132,31 @@ def test_ingest_a_newer_export_adds_only_what_is_new(cli: Cli, tmp_path: Path) -
     assert [m["text"] for m in shown] == ["first", "reply", "later question"]
 
 
+def test_ingest_writes_an_edited_message_as_the_engine_does(cli: Cli, tmp_path: Path) -> None:
+    """An edited line (same id, new text) was "already stored" and its thread "unchanged"."""
+    line = {"resource": "u", "thread": "t", "role": "user", "id": "m1", "content": "peanuts"}
+    reply = {"resource": "u", "thread": "t", "role": "assistant", "id": "m2", "content": "ok"}
+    path = tmp_path / "history.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(reply), encoding="utf-8")
+    assert cli("ingest", str(path)).code == 0
+    edited = {**line, "content": "cashews"}
+    path.write_text(json.dumps(edited) + "\n" + json.dumps(reply), encoding="utf-8")
+    result = cli("ingest", str(path), "--json")
+    assert result.code == 0
+    summary = result.json()
+    assert (summary["messages_added"], summary["messages_updated"]) == (0, 1)
+    assert summary["threads"]["updated"] == 1
+    assert summary["skipped"] == {"already stored": 1}
+    assert [m["text"] for m in cli("show", "t", "--json").json()] == ["cashews", "ok"]
+    keyword = ("--resource", "u", "--search-mode", "keyword", "--json")
+    assert [h["message"]["text"] for h in cli("search", "cashews", *keyword).json()["hits"]] == [
+        "cashews"
+    ]
+    assert cli("search", "peanuts", *keyword).json()["hits"] == []
+    path.write_text(json.dumps({**line, "content": "almonds"}), encoding="utf-8")
+    assert "messages   0 added, 1 updated" in cli("ingest", str(path)).out
+
+
 def test_ingest_jsonl_reports_bad_lines_and_exits_1(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "history.jsonl"
     rows = [
