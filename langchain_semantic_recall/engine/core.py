@@ -125,6 +125,16 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
     memory_key = options["memory_key"]
     if not isinstance(memory_key, str) or not memory_key:
         raise InvalidOptionError(f"memory_key must be a non-empty string, got {memory_key!r}")
+    for name in ("input_key", "output_key"):
+        if options[name] is not None and (not isinstance(options[name], str) or not options[name]):
+            raise InvalidOptionError(
+                f"{name} must be a non-empty string or None, got {options[name]!r}"
+            )
+    if not isinstance(options["read_only"], bool | None):  # "no" would read as True
+        raise InvalidOptionError(f"read_only must be True or False, got {options['read_only']!r}")
+    logger = options["logger"]
+    if logger is not None and not callable(getattr(logger, "warning", None)):
+        raise InvalidOptionError(f"logger must be a logging.Logger or None, got {logger!r}")
     search = resolve(
         keyword_search=keyword_search,
         **{
@@ -154,7 +164,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         memory_key=memory_key,
         input_key=options["input_key"],
         output_key=options["output_key"],
-        logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
+        logger=logger or logging.getLogger("langchain_semantic_recall"),
         retention=check_retention(options.get("retention")),
         horizon=check_horizon(options.get("horizon")),
     )

@@ -61,6 +61,12 @@ def recalled(messages: list) -> list:
         ("max_block_chars", 499),
         ("cache_size", 0),
         ("thread_key", ""),
+        ("resource_key", "thread_id"),  # the thread id would be read as the resource too
+        ("read_only", "no"),  # a string (an environment variable) once read as True
+        ("read_only", 0),
+        ("logger", "my_app"),  # once an AttributeError at the first warning
+        ("input_key", 5),
+        ("output_key", ""),
     ],
 )
 def test_bad_options_fail_eagerly_with_a_value_error(
