@@ -67,6 +67,7 @@ from langchain_semantic_recall.engine.search_ops import (
 from langchain_semantic_recall.engine.steps import Backends, Op, adrive, drive
 from langchain_semantic_recall.errors import (
     IdentityMismatchError,
+    InvalidInputError,
     InvalidOptionError,
     ReadOnlyError,
 )
@@ -401,11 +402,14 @@ class EngineCore:
         self._writable("reindex")
         checked(options, ReindexOptions)
         progress = options.get("progress")
+        missing_only = options.get("missing_only", False)
+        if not isinstance(missing_only, bool):  # "no" would read as True: a repair only
+            raise InvalidInputError(f"missing_only must be True or False, got {missing_only!r}")
         scope = maintenance_scope(self.owner(options.get("resource_id")), options.get("thread_id"))
         return reindex_op(
             self.backends.space,
             scope=scope,
-            missing_only=bool(options.get("missing_only", False)),
+            missing_only=missing_only,
             batch_size=check_batch(options.get("batch_size", 256), progress),
             progress=progress,
             max_chars=self.plan.max_index_chars,

@@ -341,6 +341,13 @@ def test_stats_and_repair_after_lost_vectors(
     assert engine.reindex(missing_only=True) == 2
     assert engine.stats().missing_vectors == 0
     assert engine.reindex(missing_only=True) == 0  # idempotent
+    vectors.inner.delete(name, message_ids=["a-1"])
+    for flag in ("no", 0):  # once read as True: a repair when a full reindex was asked
+        with pytest.raises(InvalidInputError, match="missing_only must be True or False"):
+            engine.reindex(missing_only=flag)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="missing_only must be True or False"):
+            asyncio.run(engine.areindex(missing_only=flag))  # type: ignore[arg-type]
+    assert engine.stats().missing_vectors == 1  # nothing was done
 
 
 # --- runnable and memory contract ----------------------------------------------------------
