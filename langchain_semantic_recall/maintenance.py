@@ -138,6 +138,9 @@ async def amove_thread(
 def restore_thread(self: SemanticRecall, thread_id: str) -> bool:
     """Let a forgotten thread id be written again (to ingest its export); was it retired?
 
+    An administrator's call: inside a signed-in LangGraph run it raises `OwnershipError`
+    (a retired id keeps no owner to check the user against).
+
     Args:
         thread_id: The forgotten thread's id.
     """

@@ -69,6 +69,7 @@ from langchain_semantic_recall.errors import (
     IdentityMismatchError,
     InvalidInputError,
     InvalidOptionError,
+    OwnershipError,
     ReadOnlyError,
 )
 from langchain_semantic_recall.filters import check_horizon, check_metadata
@@ -393,8 +394,20 @@ class EngineCore:
         )
 
     def restore_thread(self, thread_id: str) -> Op[bool]:
-        """Let a forgotten thread id be written again (refused on a read-only engine)."""
+        """Let a forgotten thread id be written again (refused read-only, or signed in).
+
+        A retired id keeps no owner the engine can check, so a signed-in user could
+        revive another user's forgotten conversation: on an authenticated server it is
+        refused; restore from an administrator's process (`ingest --restore`).
+        """
         self._writable("restoring a thread")
+        who = resolve_identity(self.plan.keys)
+        if who.authenticated:
+            raise OwnershipError(
+                f"restore_thread({thread_id!r}) is refused in a run signed in as "
+                f"{who.resource_id!r}: a forgotten thread keeps no owner to check, so only "
+                "an administrator's process (outside a signed-in run) may restore one"
+            )
         return restore_thread_op(thread_id)
 
     def reindex(self, options: ReindexOptions) -> Op[int]:

@@ -95,6 +95,7 @@ SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
     ),
     "move_thread(give)": lambda m, t: m.move_thread(OWN_THREAD, to=t.resource),
     "own view.move_thread": lambda m, t: m.for_thread(OWN_THREAD).move_thread(t.thread, to=USER),
+    "restore_thread": lambda m, t: m.restore_thread(t.thread),
     "index": lambda m, t: m.index(turn("planted"), thread_id=t.thread),
     "view.clear": lambda m, t: m.for_thread(t.thread).clear(),
     "view(other).clear": lambda m, t: m.for_thread(t.thread, t.resource).clear(),
@@ -134,6 +135,7 @@ ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = 
     "abulk_index": lambda m, t: m.abulk_index([("planted", t.resource, turn("planted"))]),
     "amove_thread(take)": lambda m, t: m.amove_thread(t.thread, to=USER),
     "amove_thread(give)": lambda m, t: m.amove_thread(OWN_THREAD, to=t.resource),
+    "arestore_thread": lambda m, t: m.arestore_thread(t.thread),
     "aindex": lambda m, t: m.aindex(turn("planted"), thread_id=t.thread),
     "view.aclear": lambda m, t: m.for_thread(t.thread).aclear(),
     "view.with_options.aclear": lambda m, t: m.for_thread(t.thread).with_options(top_k=1).aclear(),
@@ -234,6 +236,20 @@ def test_the_signed_in_user_still_manages_their_own_memory() -> None:
     assert signed_in(USER, lambda: memory.for_thread(OWN_THREAD).clear_thread(OWN_THREAD)) == 2
     assert asigned_in(USER, lambda: memory.aforget_resource(USER)) == 0
     assert memory.stats(resource_id="bob").messages == 2  # bob's untouched
+
+
+def test_a_signed_in_user_cannot_revive_another_users_forgotten_thread() -> None:
+    """Restoring once lifted bob's retirement, so a late write brought his thread back."""
+    memory = engine("resource")
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    memory.forget_thread("bob/t0")
+    with pytest.raises(OwnershipError, match="administrator"):
+        signed_in(USER, lambda: memory.restore_thread("bob/t0"))
+    with pytest.raises(OwnershipError, match="administrator"):
+        asigned_in(USER, lambda: memory.arestore_thread("bob/t0"))
+    assert memory.storage.is_forgotten("bob/t0")
+    assert memory.index(turn("late"), thread_id="bob/t0", resource_id="bob").forgotten
+    assert memory.restore_thread("bob/t0")  # an administrator's process may
 
 
 def test_without_a_signed_in_user_an_explicit_resource_holds_the_call_to_it() -> None:
