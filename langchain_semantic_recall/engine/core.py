@@ -79,12 +79,11 @@ from langchain_semantic_recall.options import (
     Scope,
     check_positive,
     check_scope,
-    check_threshold,
     check_top_k,
 )
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
-from langchain_semantic_recall.search import SearchPlan, resolve
+from langchain_semantic_recall.search import SearchPlan, check_mode_threshold, resolve
 
 T = TypeVar("T")
 
@@ -276,8 +275,8 @@ class EngineCore:
         plan = self.plan.search
         if top_k is not None:
             plan = dataclasses.replace(plan, top_k=check_top_k(top_k))
-        if threshold is not None:
-            plan = dataclasses.replace(plan, threshold=check_threshold(threshold))
+        if threshold is not None:  # refused in keyword mode, as at construction
+            plan = dataclasses.replace(plan, threshold=check_mode_threshold(plan.mode, threshold))
         scope = self.plan.scope if scope is None else check_scope(scope)
         limits = narrowing or Narrowing()
         return SearchRequest(query, who, scope, plan, self.plan.max_block_chars, limits)

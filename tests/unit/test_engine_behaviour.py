@@ -77,6 +77,26 @@ def test_bad_options_fail_eagerly_with_a_value_error(
     assert isinstance(caught.value, ValueError)
 
 
+async def test_a_threshold_per_call_is_refused_in_keyword_mode_as_at_construction(
+    make_engine: EngineFactory,
+) -> None:
+    """search(threshold=0.9) in keyword mode once returned hits scoring 0.05, unfiltered."""
+    from langchain_semantic_recall import InMemoryStorage
+
+    engine = make_engine(storage=InMemoryStorage(), search_mode="keyword")
+    engine.index([HumanMessage("zebra stripes zebra")], thread_id="t1", resource_id="r")
+    engine.index([HumanMessage("a zebra once")], thread_id="t2", resource_id="r")
+    refused = "a threshold means nothing there"
+    with pytest.raises(InvalidOptionError, match=refused):
+        engine.search("zebra stripes", resource_id="r", threshold=0.9)
+    with pytest.raises(InvalidOptionError, match=refused):
+        await engine.asearch("zebra stripes", resource_id="r", threshold=0.9)
+    retriever = engine.as_retriever(resource_id="r", search_kwargs={"score_threshold": 0.9})
+    with pytest.raises(InvalidOptionError, match=refused):
+        retriever.invoke("zebra stripes")
+    assert len(engine.search("zebra stripes", resource_id="r")) == 2  # without one: all
+
+
 def test_wrong_backend_types_are_refused(embeddings: FakeEmbeddings) -> None:
     from langchain_semantic_recall import InMemoryStorage
 
