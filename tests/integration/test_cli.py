@@ -85,6 +85,31 @@ def test_servers_by_url_instead_of_a_path(
     assert "--storage and --vector go together" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["threads"],
+        ["show", "t"],
+        ["stats"],
+        ["search", "x", "--resource", "a"],
+        ["export", "--resource", "a"],
+        ["forget", "--resource", "a", "--yes"],
+    ],
+)
+def test_a_sqlite_url_naming_no_file_is_not_found_and_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, embedder: Embedder, command: list[str]
+) -> None:
+    """A mistyped URL once created an empty store there and answered "nothing stored"."""
+    typo = tmp_path / "typo"
+    urls = ["--storage", f"sqlite:///{typo}/messages.sqlite3", "--vector", f"chroma:///{typo}/c"]
+    assert main([*urls, *command]) == 3
+    assert f"no SQLite store at {typo}/messages.sqlite3" in capsys.readouterr().err
+    assert not typo.exists()
+    source = ["--from-storage", urls[1], "--from-vector", urls[3]]
+    assert main(["migrate", *source, "--to-storage", "memory://", "--to-vector", "memory://"]) == 3
+    assert not typo.exists()
+
+
 # --- ingest ------------------------------------------------------------------------------
 
 
