@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
+    UsageError,
     message_json,
     open_memory,
     open_storage,
@@ -138,6 +139,13 @@ def _register_move(subparsers: Any) -> None:
 
 def run_move(args: argparse.Namespace) -> int:
     """`semantic-recall move`: give a conversation to another resource."""
+    from langchain_semantic_recall.errors import InvalidInputError
+    from langchain_semantic_recall.messages import check_id
+
+    try:  # a bad value is a usage error, named by its option
+        check_id("--to", args.to)
+    except InvalidInputError as bad:
+        raise UsageError(str(bad)) from bad
     memory = open_memory(args)
     owner = require_thread(memory.storage, args.thread, args.owner)
     moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
