@@ -79,6 +79,23 @@ def failure_message(failure: Exception, *, verbose: bool = False) -> str:
 # --- the store ---------------------------------------------------------------------------
 
 
+def an_id(value: str) -> str:
+    """Argparse `type=` of a thread or resource id: a bad one is a usage error (exit 2).
+
+    The same rule as the engine's (`messages.check_id`): text that is not blank and
+    holds no NUL or lone surrogate.
+    """
+    from langchain_semantic_recall.errors import InvalidInputError
+    from langchain_semantic_recall.messages import check_id
+
+    try:
+        return check_id("id", value)
+    except InvalidInputError as bad:
+        raise argparse.ArgumentTypeError(
+            f"expected an id (text, not blank, without NUL characters), got {value!r}"
+        ) from bad
+
+
 def store_options() -> argparse.ArgumentParser:
     """A parent parser with `--path`, so it works before or after the subcommand."""
     parent = argparse.ArgumentParser(add_help=False)

@@ -13,6 +13,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     NotFoundError,
     UsageError,
+    an_id,
     open_memory,
     print_json,
     progress_bar,
@@ -131,6 +132,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--resource",
         metavar="R",
+        type=an_id,
         help="whose conversations (required for a ChatGPT export; for JSONL, the resource "
         "of lines that have none)",
     )
