@@ -238,6 +238,27 @@ def test_the_signed_in_user_still_manages_their_own_memory() -> None:
     assert memory.stats(resource_id="bob").messages == 2  # bob's untouched
 
 
+def test_a_chat_history_kept_across_runs_reads_as_each_runs_user() -> None:
+    """A history kept per session (LangChain's examples keep a dict of them) once read
+    every later run as its first run's user: bob's run read alice's session."""
+    memory = engine("resource")
+    history = memory.chat_history("alice/s1")
+    signed_in(USER, lambda: history.add_messages(turn("my pin is 1234")))
+    assert [m.text for m in signed_in(USER, lambda: history.messages)] == [
+        "my pin is 1234",
+        "noted: my pin is 1234",
+    ]
+    with pytest.raises(OwnershipError):
+        signed_in("bob", lambda: history.messages)
+    with pytest.raises(OwnershipError):
+        asigned_in("bob", history.aget_messages)
+    with pytest.raises(OwnershipError):  # outside any run: the last run's user, bob
+        history.add_messages(turn("late"))
+    signed_in(USER, lambda: history.messages)
+    history.add_messages(turn("later"))  # after alice's run: alice
+    assert memory.stats(resource_id=USER, thread_id="alice/s1").messages == 4
+
+
 def test_a_signed_in_user_cannot_revive_another_users_forgotten_thread() -> None:
     """Restoring once lifted bob's retirement, so a late write brought his thread back."""
     memory = engine("resource")
