@@ -109,7 +109,8 @@ def run_show(args: argparse.Namespace) -> int:
     for message in messages:
         print()
         print(style(f"{when(message.created_at)}  {message.role}", "cyan"))
-        for paragraph in (message.text or "(no text)").splitlines() or [""]:
+        text = message.text if message.text.strip() else "(no text)"  # blank: say so
+        for paragraph in text.splitlines():
             print(textwrap.fill(paragraph, width(), initial_indent="  ", subsequent_indent="  "))
     return EXIT_OK
 

@@ -563,6 +563,17 @@ def test_threads_and_show(loaded: Cli) -> None:
     assert "no thread 'nope'" in missing.err
 
 
+def test_show_says_when_a_message_has_no_text(cli: Cli, tmp_path: Path) -> None:
+    """A whitespace-only message printed as an empty line, an empty one as "(no text)"."""
+    rows = [{"thread": "t", "role": "user", "content": text} for text in ("", " \n ", "hi")]
+    path = tmp_path / "blank.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
+    assert cli("ingest", str(path), "--resource", "a").code == 0
+    shown = cli("show", "t").out
+    assert shown.count("user\n  (no text)\n") == 2
+    assert "user\n  hi\n" in shown
+
+
 def test_empty_files_and_stores(cli: Cli, tmp_path: Path, export_file: Path) -> None:
     empty = tmp_path / "empty.json"
     empty.write_text("[]", encoding="utf-8")
