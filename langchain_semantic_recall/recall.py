@@ -272,7 +272,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         Resource scope needs only a resource id; thread scope a thread id. `top_k`,
         `scope` and `threshold` override the engine's for this call; `filter`, `since`
-        and `until` narrow it (docs/filtering.md). Failures raise (`recall` logs them).
+        and `until` narrow it (docs/filtering.md). A blank query finds nothing (`[]`,
+        after the ids are checked). Failures raise (`recall` logs them).
 
         Args:
             query: The text to search for.
