@@ -93,18 +93,22 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         self._who: Identity | None = None
 
     def _identity(self) -> Identity:
-        """The session's ids, remembered for `add_messages`.
+        """The session's ids: resolved on every call, remembered for `add_messages`.
 
         The bound ids come first, then the current run's config and context (a LangGraph
-        server's authenticated user too); they are remembered because
-        `RunnableWithMessageHistory` calls `add_messages` outside the run.
+        server's authenticated user too). `RunnableWithMessageHistory` calls
+        `add_messages` outside the run, so a call that finds no resource reuses the
+        last one found. A history kept across runs (a dict of histories per session, as
+        LangChain's examples keep them) is read as each run's user, never as the first
+        run's: a signed-in user always resolves to themselves.
         """
-        if self._who is None:
-            who = self.memory.core.identity({})
-            if self.memory.scope == "resource":
-                who.require_resource(self.memory.keys, "the chat history")
-            self._who = who
-        return self._who
+        who = self.memory.core.identity({})
+        if who.resource_id is None and self._who is not None:
+            return self._who
+        if self.memory.scope == "resource":
+            who.require_resource(self.memory.keys, "the chat history")
+        self._who = who
+        return who
 
     def _scope(self) -> ScopeFilter:
         who = self._identity()

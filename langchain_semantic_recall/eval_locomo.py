@@ -128,38 +128,55 @@ def read_locomo(
             (for `scope="thread"`); by default each session is a thread and questions
             are asked in a new thread of the conversation's resource.
     """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except ValueError as error:  # not JSON, or not UTF-8
+        raise InvalidInputError(f"{path}: not a LoCoMo JSON file ({error})") from error
     if not isinstance(data, list):
         raise InvalidInputError(f"{path}: expected a JSON list of LoCoMo samples")
     dataset = Dataset(conversations=[], questions=[])
-    for sample in data:
-        sample_id = str(sample["sample_id"])
-        conversation = sample["conversation"]
-        prefix = f"{sample_id}:"
-        dataset.id_prefixes[sample_id] = prefix
-        user = str(conversation.get("speaker_a"))
-        known: set[str] = set()
-        threads: list[EvalConversation] = []
-        for number, turns, start in _locomo_sessions(conversation):
-            thread_id = sample_id if one_thread else f"{sample_id}/session_{number}"
-            if not threads or threads[-1].thread_id != thread_id:
-                threads.append(EvalConversation(sample_id, thread_id, []))
-            for position, turn in enumerate(turns):
-                created = start + timedelta(seconds=position)
-                threads[-1].messages.append(_turn_message(turn, user, created, prefix))
-                known.add(str(turn["dia_id"]))
-        dataset.conversations.extend(threads)
-        for qa in sample.get("qa", []):
-            category = int(qa.get("category", 0))
-            if category == ADVERSARIAL and not include_adversarial:
-                continue
-            evidence = normalise_evidence(qa.get("evidence", []), known, dataset.evidence)
-            if not evidence:
-                dataset.evidence.questions_without_evidence += 1
-                continue
-            label = f"{category} {LOCOMO_CATEGORIES.get(category, 'other')}"
-            thread = sample_id if one_thread else QUERY_THREAD
-            dataset.questions.append(
-                EvalQuestion(sample_id, str(qa["question"]), label, evidence, thread)
-            )
+    for number, sample in enumerate(data, start=1):
+        try:
+            _read_sample(dataset, sample, include_adversarial, one_thread)
+        except InvalidInputError:  # already says what is wrong (a bad session date)
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise InvalidInputError(
+                f"{path}: sample #{number} is not a LoCoMo sample ({type(error).__name__}: {error})"
+            ) from error
     return dataset
+
+
+def _read_sample(
+    dataset: Dataset, sample: dict[str, Any], include_adversarial: bool, one_thread: bool
+) -> None:
+    """Add one LoCoMo sample's sessions and questions to `dataset`."""
+    sample_id = str(sample["sample_id"])
+    conversation = sample["conversation"]
+    prefix = f"{sample_id}:"
+    dataset.id_prefixes[sample_id] = prefix
+    user = str(conversation.get("speaker_a"))
+    known: set[str] = set()
+    threads: list[EvalConversation] = []
+    for number, turns, start in _locomo_sessions(conversation):
+        thread_id = sample_id if one_thread else f"{sample_id}/session_{number}"
+        if not threads or threads[-1].thread_id != thread_id:
+            threads.append(EvalConversation(sample_id, thread_id, []))
+        for position, turn in enumerate(turns):
+            created = start + timedelta(seconds=position)
+            threads[-1].messages.append(_turn_message(turn, user, created, prefix))
+            known.add(str(turn["dia_id"]))
+    dataset.conversations.extend(threads)
+    for qa in sample.get("qa", []):
+        category = int(qa.get("category", 0))
+        if category == ADVERSARIAL and not include_adversarial:
+            continue
+        evidence = normalise_evidence(qa.get("evidence", []), known, dataset.evidence)
+        if not evidence:
+            dataset.evidence.questions_without_evidence += 1
+            continue
+        label = f"{category} {LOCOMO_CATEGORIES.get(category, 'other')}"
+        thread = sample_id if one_thread else QUERY_THREAD
+        dataset.questions.append(
+            EvalQuestion(sample_id, str(qa["question"]), label, evidence, thread)
+        )

@@ -119,7 +119,9 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
     report = read_jsonl_lines(message_lines)
     if report.skipped:
         first = report.skipped[0]
-        raise InvalidInputError(f"{path}: {len(report.skipped)} bad message line(s): {first}")
+        raise InvalidInputError(
+            f"{path}: {len(report.skipped)} bad message line(s); {first.where}: {first.reason}"
+        )
     dataset = Dataset(
         conversations=[
             EvalConversation(c.resource_id, c.thread_id, list(c.messages))

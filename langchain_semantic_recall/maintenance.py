@@ -115,10 +115,15 @@ def move_thread(
 ) -> int:
     """Give a thread (messages, vectors) to resource `to`; `resource_id` checks the owner.
 
+    A thread of another resource than the call's raises `OwnershipError`; on a LangGraph
+    server the signed-in user can neither take another resource's thread nor give one
+    away (`IdentityMismatchError`).
+
     Args:
         thread_id: The thread to move.
         to: The resource that owns it afterwards.
-        resource_id: The owner it must have now (refused otherwise).
+        resource_id: The owner it must have now (refused otherwise; default: the call's
+            resource, e.g. a `for_thread` view's or the signed-in user).
     """
     return self._core.run(self._core.move_thread(thread_id, resource_id, to))
 
@@ -132,6 +137,9 @@ async def amove_thread(
 
 def restore_thread(self: SemanticRecall, thread_id: str) -> bool:
     """Let a forgotten thread id be written again (to ingest its export); was it retired?
+
+    An administrator's call: inside a signed-in LangGraph run it raises `OwnershipError`
+    (a retired id keeps no owner to check the user against).
 
     Args:
         thread_id: The forgotten thread's id.

@@ -272,7 +272,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         Resource scope needs only a resource id; thread scope a thread id. `top_k`,
         `scope` and `threshold` override the engine's for this call; `filter`, `since`
-        and `until` narrow it (docs/filtering.md). Failures raise (`recall` logs them).
+        and `until` narrow it (docs/filtering.md). A blank query finds nothing (`[]`,
+        after the ids are checked). Failures raise (`recall` logs them).
 
         Args:
             query: The text to search for.
@@ -320,8 +321,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         Every input message gets a fate in `result.fates`: stored, updated, unchanged
         (same id and content stored before) or skipped with a reason (recalled memory, a
-        read-only engine, a forgotten thread: `result.forgotten`); `truncated_chars`
-        counts text past `max_index_chars`. A message without an id is new. Dates to
+        read-only engine, a forgotten thread: `result.forgotten`); each fate's
+        `truncated_chars` counts its text past `max_index_chars`. A message without an
+        id is new. Dates to
         import go in `additional_kwargs["created_at"]`; metadata in `metadata=` or
         `additional_kwargs["metadata"]` (docs/filtering.md). Embedding failures are
         logged (`result.error`); the messages stay stored, `reindex(missing_only=True)`.

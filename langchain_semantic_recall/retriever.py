@@ -212,12 +212,16 @@ class SemanticRecallRetriever(BaseRetriever):
         narrowing_option(given, data.get("since"), data.get("until"))
         super().__init__(**data)
 
-    def _options(self, config: RunnableConfig | None, k: int | None) -> dict[str, Any]:
+    def _options(self, config: RunnableConfig | None, k: object) -> dict[str, Any]:
+        """The search options of one call; a per-call `k` is checked as the retriever's is."""
+        if k is not None:
+            check_top_k(k)  # k=0 or k=-1 would otherwise return every hit, or drop some
+        chosen = next((v for v in (k, self.k, self.search_kwargs.get("k")) if v is not None), None)
         return {
             "config": config,
             "thread_id": self.thread_id,
             "resource_id": self.resource_id,
-            "k": k or self.k or self.search_kwargs.get("k"),
+            "k": chosen,
             "scope": self.scope,
             "threshold": self.search_kwargs.get("score_threshold"),
             "filter": self.filter if self.filter is not None else self.search_kwargs.get("filter"),

@@ -202,13 +202,7 @@ def resolve(
             f"search_mode={mode!r} needs a storage with keyword search (SQLite, in-memory or "
             "PostgreSQL); use search_mode='dense' (or 'auto') with this storage"
         )
-    checked_threshold = check_threshold(threshold)
-    if mode == "keyword" and checked_threshold is not None:
-        raise InvalidOptionError(
-            "keyword mode's scores are relative to the query's best match, so a threshold "
-            "means nothing there; drop the threshold or use search_mode='hybrid' (calibrated "
-            "relevance) or 'dense' (cosine similarity)"
-        )
+    checked_threshold = check_mode_threshold(mode, threshold)
     dense = mode == "dense"
     default_range = {
         "dense": to_message_range(DEFAULT_MESSAGE_RANGE),
@@ -234,6 +228,22 @@ def resolve(
         weights=NeighbourWeights.linear(window.before, window.after),
         relevance=default_model(),
     )
+
+
+def check_mode_threshold(mode: str, threshold: object) -> float | None:
+    """`threshold` checked (`check_threshold`), and refused in keyword mode.
+
+    Raises:
+        InvalidOptionError: not a score in [0, 1], or any threshold in keyword mode.
+    """
+    checked = check_threshold(threshold)
+    if mode == "keyword" and checked is not None:
+        raise InvalidOptionError(
+            "keyword mode's scores are relative to the query's best match, so a threshold "
+            "means nothing there; drop the threshold or use search_mode='hybrid' (calibrated "
+            "relevance) or 'dense' (cosine similarity)"
+        )
+    return checked
 
 
 def _default_top_k(mode: str) -> int:

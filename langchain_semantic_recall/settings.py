@@ -145,6 +145,19 @@ def _postgres(url: str) -> MessageStorage:
     )
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file a `sqlite:` storage URL names (None: another scheme, or in memory).
+
+    Raises:
+        InvalidOptionError: a `sqlite:` URL without a path.
+    """
+    if not url.lower().startswith("sqlite://"):
+        return None
+    if url[len("sqlite://") :] in ("", "/", "/:memory:"):
+        return None
+    return Path(_file_path(url, "sqlite"))
+
+
 def create_storage(url: str) -> MessageStorage:
     """The message storage a URL names (see the module docstring).
 
@@ -163,10 +176,8 @@ def create_storage(url: str) -> MessageStorage:
     if scheme == "sqlite":
         from langchain_semantic_recall.storage.sqlite import MEMORY_PATH, SQLiteStorage
 
-        rest = url[len("sqlite://") :]
-        if rest in ("", "/", "/:memory:"):
-            return SQLiteStorage(MEMORY_PATH)
-        return SQLiteStorage(_file_path(url, "sqlite"))
+        file = sqlite_file(url)
+        return SQLiteStorage(MEMORY_PATH if file is None else file)
     if scheme in _POSTGRES_SCHEMES:
         return _postgres(url)
     raise InvalidOptionError(

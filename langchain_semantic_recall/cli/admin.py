@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_semantic_recall.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
+    an_id,
     confirm,
     disk_usage,
     human_bytes,
@@ -39,8 +40,8 @@ def register(subparsers: Any) -> None:
 
 
 def _scope_arguments(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--resource", metavar="R", help=f"only {what} of resource R")
-    parser.add_argument("--thread", metavar="T", help=f"only {what} of thread T")
+    parser.add_argument("--resource", metavar="R", type=an_id, help=f"only {what} of resource R")
+    parser.add_argument("--thread", metavar="T", type=an_id, help=f"only {what} of thread T")
 
 
 # --- stats -------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def _register_forget(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--thread", metavar="T", help="delete conversation T")
+    target.add_argument("--thread", metavar="T", type=an_id, help="delete conversation T")
     target.add_argument(
         "--before", metavar="DATE", help="delete messages created before DATE (ISO, UTC)"
     )
@@ -183,7 +184,10 @@ def _register_forget(subparsers: Any) -> None:
         help="delete messages older than AGE: a number and d, w or h (90d, 12w, 36h)",
     )
     parser.add_argument(
-        "--resource", metavar="R", help="delete every conversation of R (or, by date, only R's)"
+        "--resource",
+        metavar="R",
+        type=an_id,
+        help="delete every conversation of R (or, by date, only R's)",
     )
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     parser.set_defaults(func=run_forget)
@@ -282,6 +286,10 @@ def run_reindex(args: argparse.Namespace) -> int:
     from langchain_semantic_recall.records import ScopeFilter
 
     memory = open_memory(args)
+    if args.thread is not None:  # a misspelt id is not found, never "0 vectors written"
+        require_thread(memory.storage, args.thread, args.resource)
+    elif args.resource is not None:
+        require_resource(memory.storage, args.resource)
     scope = (
         ScopeFilter(resource_id=args.resource, thread_id=args.thread)
         if args.resource or args.thread

@@ -79,6 +79,23 @@ def failure_message(failure: Exception, *, verbose: bool = False) -> str:
 # --- the store ---------------------------------------------------------------------------
 
 
+def an_id(value: str) -> str:
+    """Argparse `type=` of a thread or resource id: a bad one is a usage error (exit 2).
+
+    The same rule as the engine's (`messages.check_id`): text that is not blank and
+    holds no NUL or lone surrogate.
+    """
+    from langchain_semantic_recall.errors import InvalidInputError
+    from langchain_semantic_recall.messages import check_id
+
+    try:
+        return check_id("id", value)
+    except InvalidInputError as bad:
+        raise argparse.ArgumentTypeError(
+            f"expected an id (text, not blank, without NUL characters), got {value!r}"
+        ) from bad
+
+
 def store_options() -> argparse.ArgumentParser:
     """A parent parser with `--path`, so it works before or after the subcommand."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -158,6 +175,8 @@ def open_backends(
 
     urls = store_urls(args)
     if urls is not None:
+        if not create:
+            require_url_store(urls[0])
         return url_backends(urls[0], urls[1], create_embeddings())
     path = store_path(args)
     if not create:
@@ -178,6 +197,7 @@ def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
     if urls is not None:
         from langchain_semantic_recall.settings import create_storage
 
+        require_url_store(urls[0])
         storage = create_storage(urls[0])
     else:
         from langchain_semantic_recall.storage.sqlite import SQLiteStorage
@@ -189,6 +209,22 @@ def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
         yield storage
     finally:
         storage.close()
+
+
+def require_url_store(url: str) -> None:
+    """Raise `NotFoundError` when a `sqlite:` URL names a file that does not exist.
+
+    Opening it would create an empty store there, and a mistyped path would read as a
+    store with nothing in it (`--path` is checked the same way, by `_require_store`).
+    """
+    from langchain_semantic_recall.settings import sqlite_file
+
+    file = sqlite_file(url)
+    if file is not None and not file.exists():
+        raise NotFoundError(
+            f"no SQLite store at {file.resolve()} (sqlite:///relative/path, "
+            "sqlite:////absolute/path; 'semantic-recall ingest' creates one)"
+        )
 
 
 def _require_store(path: Path) -> None:

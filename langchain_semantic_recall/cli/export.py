@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
+    an_id,
     open_memory,
     require_resource,
     require_thread,
@@ -40,8 +41,12 @@ def register(subparsers: Any) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--resource", metavar="R", required=True, help="whose data to export")
-    parser.add_argument("--thread", metavar="T", help="only conversation T of the resource")
+    parser.add_argument(
+        "--resource", metavar="R", type=an_id, required=True, help="whose data to export"
+    )
+    parser.add_argument(
+        "--thread", metavar="T", type=an_id, help="only conversation T of the resource"
+    )
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE (default: standard output)"
     )

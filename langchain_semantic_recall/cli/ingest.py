@@ -13,6 +13,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     NotFoundError,
     UsageError,
+    an_id,
     open_memory,
     print_json,
     progress_bar,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
     from langchain_semantic_recall.importers import Conversation, ImportReport
     from langchain_semantic_recall.recall import SemanticRecall
+    from langchain_semantic_recall.records import StoredMessage
 
 BATCH = 64
 """Messages per `index` call: one batched embedding call each, and a progress step."""
@@ -50,6 +52,8 @@ class IngestSummary:
     threads_refused: int = 0
     threads_restored: int = 0
     messages_added: int = 0
+    messages_updated: int = 0
+    """Messages stored before under their id with another role or text: the file's now."""
     messages_refused: int = 0
     """Messages that could not be written (another owner, a reused id, a forgotten thread)."""
     vectors: int = 0
@@ -85,6 +89,7 @@ class IngestSummary:
                 "restored": self.threads_restored,
             },
             "messages_added": self.messages_added,
+            "messages_updated": self.messages_updated,
             "messages_refused": self.messages_refused,
             "refused": [{"where": w, "reason": r} for w, r in self.refusals],
             "vectors_written": self.vectors,
@@ -127,6 +132,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--resource",
         metavar="R",
+        type=an_id,
         help="whose conversations (required for a ChatGPT export; for JSONL, the resource "
         "of lines that have none)",
     )
@@ -201,25 +207,37 @@ def _ingest_conversation(
         summary.refuse(f"{_span(conversation)} (thread {thread!r})", refusal, len(conversation))
         bar.update(len(conversation))
         return
-    have = {m.id for m in thread_messages(storage, thread)} if owner is not None else set()
-    new = [(n, m) for n, m in enumerate(conversation.messages) if m.id not in have]
+    have = {m.id: m for m in thread_messages(storage, thread)} if owner is not None else {}
+    new = [
+        (n, m)
+        for n, m in enumerate(conversation.messages)
+        if m.id not in have or _edited(have[m.id], m)  # an edit is written, as index does
+    ]
     if len(new) < len(conversation):
         summary.skipped["already stored"] += len(conversation) - len(new)
         bar.update(len(conversation) - len(new))
     if not new:
         summary.threads_unchanged += 1
         return
-    added = summary.messages_added
+    written = summary.messages_added + summary.messages_updated
     for start in range(0, len(new), BATCH):
         _write(memory, conversation, new[start : start + BATCH], summary)
         bar.update(len(new[start : start + BATCH]))
-    if summary.messages_added == added:
+    if summary.messages_added + summary.messages_updated == written:
         summary.threads_refused += 1
     elif owner is None:
         summary.threads_new += 1
         summary.threads_restored += forgotten
     else:
         summary.threads_updated += 1
+
+
+def _edited(stored: StoredMessage, message: BaseMessage) -> bool:
+    """Whether the file's message has another role or text than the stored one of its id."""
+    from langchain_semantic_recall.messages import clean_text, role_of, text_of
+
+    text = clean_text(text_of(message, "\n"))
+    return stored.role != role_of(message) or stored.text != text
 
 
 def _write(
@@ -242,7 +260,8 @@ def _write(
     if result.forgotten:  # forgotten by someone else while we imported
         summary.refuse(conversation.place(batch[0][0]), FORGOTTEN, len(batch))
         return
-    summary.messages_added += len(result.stored)
+    summary.messages_added += sum(f.fate == "stored" for f in result.fates)
+    summary.messages_updated += sum(f.fate == "updated" for f in result.fates)
     summary.vectors += len(result.embedded)
     for reason in result.skipped.values():
         summary.not_embedded[reason] += 1
@@ -267,7 +286,8 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
         threads += f" ({summary.threads_restored} restored after a forget)"
     print(f"  threads    {threads}")
     refused = f", {summary.messages_refused} refused" if summary.messages_refused else ""
-    print(f"  messages   {summary.messages_added} added{refused}")
+    updated = f", {summary.messages_updated} updated" if summary.messages_updated else ""
+    print(f"  messages   {summary.messages_added} added{updated}{refused}")
     vectors = f"{summary.vectors} written"
     if summary.not_embedded:
         vectors += f" (stored without a vector: {_counts(summary.not_embedded)})"

@@ -35,6 +35,7 @@ from langchain_semantic_recall.cli.common import (
     create_embeddings,
     print_json,
     progress_bar,
+    require_url_store,
     store_options,
     store_path,
 )
@@ -231,6 +232,7 @@ def _source_urls(args: argparse.Namespace) -> tuple[str, str]:
     if bool(args.from_storage) != bool(args.from_vector):
         raise UsageError("give both --from-storage and --from-vector, or neither (--path)")
     if args.from_storage:
+        require_url_store(args.from_storage)  # else an empty source, and nothing copied
         return args.from_storage, args.from_vector
     root = store_path(args).resolve()
     if not (root / "messages.sqlite3").exists():

@@ -10,6 +10,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     CommandError,
     UsageError,
+    an_id,
     message_json,
     open_memory,
     print_json,
@@ -157,8 +158,10 @@ def _register_search(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("query", metavar="QUERY", help="what to look for")
-    parser.add_argument("--resource", metavar="R", help="search every conversation of R")
-    parser.add_argument("--thread", metavar="T", help="search only conversation T")
+    parser.add_argument(
+        "--resource", metavar="R", type=an_id, help="search every conversation of R"
+    )
+    parser.add_argument("--thread", metavar="T", type=an_id, help="search only conversation T")
     parser.add_argument("--json", action="store_true", help="print the hits as JSON")
     parser.set_defaults(func=run_search)
 
@@ -242,10 +245,13 @@ def _register_inspect(subparsers: Any) -> None:
     )
     parser.add_argument("message", metavar="MESSAGE", help="the user's next message")
     parser.add_argument(
-        "--thread", metavar="T", required=True, help="the conversation it is sent in"
+        "--thread", metavar="T", type=an_id, required=True, help="the conversation it is sent in"
     )
     parser.add_argument(
-        "--resource", metavar="R", help="whose conversation (default: the thread's owner)"
+        "--resource",
+        metavar="R",
+        type=an_id,
+        help="whose conversation (default: the thread's owner)",
     )
     parser.add_argument("--scope", choices=("thread", "resource"), help="search scope")
     parser.add_argument(

@@ -8,6 +8,7 @@ from typing import Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
+    an_id,
     message_json,
     open_memory,
     open_storage,
@@ -35,7 +36,7 @@ def _register_threads(subparsers: Any) -> None:
         help="list conversations (of one resource, or all)",
         description="Every stored conversation: thread id, owner, size, dates and title.",
     )
-    parser.add_argument("--resource", metavar="R", help="only the conversations of R")
+    parser.add_argument("--resource", metavar="R", type=an_id, help="only the conversations of R")
     parser.add_argument("--json", action="store_true", help="print the list as JSON")
     parser.set_defaults(func=run_threads)
 
@@ -87,7 +88,7 @@ def _register_show(subparsers: Any) -> None:
         help="print one conversation, message by message",
         description="Every stored message of THREAD, in order, with times (UTC) and roles.",
     )
-    parser.add_argument("thread", metavar="THREAD", help="the thread id")
+    parser.add_argument("thread", metavar="THREAD", type=an_id, help="the thread id")
     parser.add_argument("--json", action="store_true", help="print the messages as JSON")
     parser.set_defaults(func=run_show)
 
@@ -108,7 +109,8 @@ def run_show(args: argparse.Namespace) -> int:
     for message in messages:
         print()
         print(style(f"{when(message.created_at)}  {message.role}", "cyan"))
-        for paragraph in (message.text or "(no text)").splitlines() or [""]:
+        text = message.text if message.text.strip() else "(no text)"  # blank: say so
+        for paragraph in text.splitlines():
             print(textwrap.fill(paragraph, width(), initial_indent="  ", subsequent_indent="  "))
     return EXIT_OK
 
@@ -130,9 +132,11 @@ def _register_move(subparsers: Any) -> None:
         epilog="example:\n  semantic-recall move --thread trip --to alice --from legacy-user",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--thread", metavar="T", required=True, help="the conversation")
-    parser.add_argument("--to", metavar="R", required=True, help="its new owner")
-    parser.add_argument("--from", dest="owner", metavar="O", help="its current owner (checked)")
+    parser.add_argument("--thread", metavar="T", type=an_id, required=True, help="the conversation")
+    parser.add_argument("--to", metavar="R", type=an_id, required=True, help="its new owner")
+    parser.add_argument(
+        "--from", dest="owner", metavar="O", type=an_id, help="its current owner (checked)"
+    )
     parser.set_defaults(func=run_move)
 
 

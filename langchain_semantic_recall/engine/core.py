@@ -33,6 +33,7 @@ from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, re
 from langchain_semantic_recall.engine.index_ops import (
     BulkResult,
     Conversation,
+    as_conversations,
     bulk_index_op,
     index_op,
 )
@@ -66,7 +67,9 @@ from langchain_semantic_recall.engine.search_ops import (
 from langchain_semantic_recall.engine.steps import Backends, Op, adrive, drive
 from langchain_semantic_recall.errors import (
     IdentityMismatchError,
+    InvalidInputError,
     InvalidOptionError,
+    OwnershipError,
     ReadOnlyError,
 )
 from langchain_semantic_recall.filters import check_horizon, check_metadata
@@ -76,12 +79,11 @@ from langchain_semantic_recall.options import (
     Scope,
     check_positive,
     check_scope,
-    check_threshold,
     check_top_k,
 )
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
-from langchain_semantic_recall.search import SearchPlan, resolve
+from langchain_semantic_recall.search import SearchPlan, check_mode_threshold, resolve
 
 T = TypeVar("T")
 
@@ -124,6 +126,16 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
     memory_key = options["memory_key"]
     if not isinstance(memory_key, str) or not memory_key:
         raise InvalidOptionError(f"memory_key must be a non-empty string, got {memory_key!r}")
+    for name in ("input_key", "output_key"):
+        if options[name] is not None and (not isinstance(options[name], str) or not options[name]):
+            raise InvalidOptionError(
+                f"{name} must be a non-empty string or None, got {options[name]!r}"
+            )
+    if not isinstance(options["read_only"], bool | None):  # "no" would read as True
+        raise InvalidOptionError(f"read_only must be True or False, got {options['read_only']!r}")
+    logger = options["logger"]
+    if logger is not None and not callable(getattr(logger, "warning", None)):
+        raise InvalidOptionError(f"logger must be a logging.Logger or None, got {logger!r}")
     search = resolve(
         keyword_search=keyword_search,
         **{
@@ -153,7 +165,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
         memory_key=memory_key,
         input_key=options["input_key"],
         output_key=options["output_key"],
-        logger=options["logger"] or logging.getLogger("langchain_semantic_recall"),
+        logger=logger or logging.getLogger("langchain_semantic_recall"),
         retention=check_retention(options.get("retention")),
         horizon=check_horizon(options.get("horizon")),
     )
@@ -263,8 +275,8 @@ class EngineCore:
         plan = self.plan.search
         if top_k is not None:
             plan = dataclasses.replace(plan, top_k=check_top_k(top_k))
-        if threshold is not None:
-            plan = dataclasses.replace(plan, threshold=check_threshold(threshold))
+        if threshold is not None:  # refused in keyword mode, as at construction
+            plan = dataclasses.replace(plan, threshold=check_mode_threshold(plan.mode, threshold))
         scope = self.plan.scope if scope is None else check_scope(scope)
         limits = narrowing or Narrowing()
         return SearchRequest(query, who, scope, plan, self.plan.max_block_chars, limits)
@@ -333,12 +345,13 @@ class EngineCore:
         checked(options, BulkOptions)
         progress = options.get("progress")
         size = check_batch(options.get("batch_size", 2048), progress)
+        triples: Iterable[Conversation] = as_conversations(conversations)
         who = resolve_identity(self.plan.keys)
         if who.authenticated:  # a signed-in user imports only into their own memory
-            conversations = _held_to(conversations, who)
+            triples = _held_to(triples, who)
         return bulk_index_op(
             self.backends.space,
-            conversations,
+            triples,
             batch_size=size,
             progress=progress,
             max_chars=self.plan.max_index_chars,
@@ -358,21 +371,42 @@ class EngineCore:
         return forget_resource_op(self.backends.space, resource_id)
 
     def move_thread(self, thread_id: str, resource_id: str | None, to_resource: str) -> Op[int]:
-        """Give a thread to another resource (refused on a read-only engine)."""
+        """Give a thread of the call's owner (`owner`) to another resource (refused read-only).
+
+        Both ends follow the identity rule: on an authenticated LangGraph server a
+        signed-in user neither takes another resource's thread nor gives one away.
+
+        Raises:
+            IdentityMismatchError: `to_resource` differs from the authenticated user.
+        """
         self._writable("moving a thread")
+        owner = self.owner(resource_id)
+        self.owner(check_id("to_resource", to_resource))  # a signed-in user gives to no other
         plan = self.plan
         return move_thread_op(
             self.backends.space,
             thread_id,
-            resource_id,
+            owner,
             to_resource,
             max_chars=plan.max_index_chars,
             logger=plan.logger,
         )
 
     def restore_thread(self, thread_id: str) -> Op[bool]:
-        """Let a forgotten thread id be written again (refused on a read-only engine)."""
+        """Let a forgotten thread id be written again (refused read-only, or signed in).
+
+        A retired id keeps no owner the engine can check, so a signed-in user could
+        revive another user's forgotten conversation: on an authenticated server it is
+        refused; restore from an administrator's process (`ingest --restore`).
+        """
         self._writable("restoring a thread")
+        who = resolve_identity(self.plan.keys)
+        if who.authenticated:
+            raise OwnershipError(
+                f"restore_thread({thread_id!r}) is refused in a run signed in as "
+                f"{who.resource_id!r}: a forgotten thread keeps no owner to check, so only "
+                "an administrator's process (outside a signed-in run) may restore one"
+            )
         return restore_thread_op(thread_id)
 
     def reindex(self, options: ReindexOptions) -> Op[int]:
@@ -380,11 +414,14 @@ class EngineCore:
         self._writable("reindex")
         checked(options, ReindexOptions)
         progress = options.get("progress")
+        missing_only = options.get("missing_only", False)
+        if not isinstance(missing_only, bool):  # "no" would read as True: a repair only
+            raise InvalidInputError(f"missing_only must be True or False, got {missing_only!r}")
         scope = maintenance_scope(self.owner(options.get("resource_id")), options.get("thread_id"))
         return reindex_op(
             self.backends.space,
             scope=scope,
-            missing_only=bool(options.get("missing_only", False)),
+            missing_only=missing_only,
             batch_size=check_batch(options.get("batch_size", 256), progress),
             progress=progress,
             max_chars=self.plan.max_index_chars,

@@ -64,6 +64,11 @@ class IdentityKeys:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise InvalidOptionError(f"{name}_key must be a non-empty string, got {value!r}")
+        if self.thread == self.resource:
+            raise InvalidOptionError(
+                f"thread_key and resource_key are both {self.thread!r}: the conversation id "
+                "would be read as its owner too; give them different names"
+            )
         if self.auth_user is not None and not isinstance(self.auth_user, str):
             raise InvalidOptionError(
                 f"auth_user_key must be a string or None, got {self.auth_user!r}"

@@ -9,7 +9,7 @@ after the storage write is logged and reported, never raised: the messages are k
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -24,6 +24,7 @@ from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
+    InvalidInputError,
     OwnershipError,
 )
 from langchain_semantic_recall.filters import MetadataValue
@@ -394,6 +395,31 @@ class BulkResult:
 
 
 _Batch = list[tuple[str, list[MessageRecord]]]
+
+
+def as_conversations(conversations: object) -> Iterator[Conversation]:
+    """Each of `conversations` as a `(thread_id, resource_id, messages)` triple.
+
+    Checked one by one as the import reads them: a dict (or any other three-item
+    iterable, such as a three-letter string) would otherwise unpack into junk ids.
+
+    Raises:
+        InvalidInputError: `conversations` is not an iterable of triples.
+    """
+    if isinstance(conversations, str | bytes | Mapping) or not isinstance(conversations, Iterable):
+        raise InvalidInputError(
+            "bulk_index takes an iterable of (thread_id, resource_id, messages) triples, "
+            f"got {type(conversations).__name__}"
+        )
+    for position, conversation in enumerate(conversations):
+        if not isinstance(conversation, tuple | list) or len(conversation) != 3:
+            raise InvalidInputError(
+                f"conversation {position} must be a (thread_id, resource_id, messages) "
+                f"triple, got {type(conversation).__name__}: pass a list of triples, e.g. "
+                "[('chat-1', 'alice', messages)]"
+            )
+        thread_id, resource_id, messages = conversation
+        yield thread_id, resource_id, messages
 
 
 def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[_Batch]:

@@ -8,9 +8,10 @@ Each line is a JSON object:
 ```
 
 `role` is `user`, `assistant` or `system` (`tool` lines need `message`);
-`id`, `created_at` (ISO 8601 or epoch seconds) and `title` (the conversation's label)
-are optional. Without an id, one is derived from the line's content and position, so
-importing the same file twice adds nothing. `message` (optional) is the full LangChain
+`id`, `created_at` (ISO 8601 or epoch seconds), `title` (the conversation's label) and
+`metadata` (the message's filterable metadata, docs/filtering.md) are optional. Without
+an id, one is derived from the line's content and position, so importing the same file
+twice adds nothing. `message` (optional) is the full LangChain
 message as `langchain_core.messages.message_to_dict` writes it: `export_lines` adds
 it when role and content do not describe the message completely (tool calls, tool results,
 multimodal content), so an export reads back as exactly the same messages. Lines keep their
@@ -28,6 +29,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
 
 from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.filters import METADATA_KEY, check_metadata
 from langchain_semantic_recall.importers.report import (
     ROLES,
     Conversation,
@@ -55,6 +57,13 @@ def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) ->
         raise ValueError(
             f"'{key}' is missing: this line has '{key}_id', which the JSONL calls '{key}'"
         )
+    if value is None and key == "resource":
+        raise ValueError(
+            "'resource' is missing: give the line one, or pass --resource R "
+            "(default_resource= in Python) for the lines without one"
+        )
+    if value is None:
+        raise ValueError(f"'{key}' is missing")
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"'{key}' must be a non-empty string")
     return check_id(f"'{key}'", value)
@@ -78,6 +87,8 @@ def _message(
         kwargs[CREATED_AT_KEY] = parse_time(created).isoformat()
     if title:
         kwargs[TITLE_KEY] = title
+    if row.get("metadata") is not None:  # over the full message's own, as export writes it
+        kwargs[METADATA_KEY] = check_metadata(row["metadata"], "'metadata'")
     full = row.get("message")
     if full is not None:
         message = _from_full(full, role, kwargs)
@@ -188,9 +199,10 @@ def _needs_full(message: BaseMessage, plain: BaseMessage) -> bool:
 
 
 def _without_time(data: dict[str, Any]) -> dict[str, Any]:
-    """A message dict without `created_at` (the line carries it in its own field)."""
+    """A message dict without `created_at` and metadata (the line's own fields carry them)."""
     kwargs = dict(data["data"].get("additional_kwargs", {}))
     kwargs.pop(CREATED_AT_KEY, None)
+    kwargs.pop(METADATA_KEY, None)
     return {**data, "data": {**data["data"], "additional_kwargs": kwargs}}
 
 
@@ -216,6 +228,8 @@ def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
         title = message.additional_kwargs.get(TITLE_KEY)
         if isinstance(title, str) and title:
             row["title"] = title
+        if stored.metadata:  # the index call's and the message's own, as stored
+            row["metadata"] = dict(stored.metadata)
         plain_cls = ROLES.get(stored.role)
         if plain_cls is None or _needs_full(
             message,

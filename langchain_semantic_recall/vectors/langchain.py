@@ -260,7 +260,12 @@ class LangChainVectorIndex(VectorIndex):
         resource_id: str | None,
         message_ids: list[str] | None,
     ) -> None:
-        """Lists the matching ids, then deletes them."""
+        """Lists the matching ids, then deletes them (each checked against the selectors).
+
+        A delete is never wider than asked, whatever the dialect's `select` returns: a
+        document outside the selectors (another resource's) is kept and logged, as
+        `_hits` drops a hit outside a query's scope.
+        """
         where: dict[str, str | Sequence[str]] = {"index_name": name}
         for key, value in (("thread_id", thread_id), ("resource_id", resource_id)):
             if value is not None:
@@ -268,20 +273,32 @@ class LangChainVectorIndex(VectorIndex):
         if message_ids is not None:
             where["message_id"] = message_ids
         with self._guard():
-            doomed = [doc_id for doc_id, _ in self.dialect.select(self.store, where)]
+            doomed = list(self._selected(name, where))
             self.dialect.remove(self.store, doomed)
 
+    def _selected(self, name: str, where: Where) -> Iterator[str]:
+        """The ids `select` returns for `where` that do meet it (the others are logged)."""
+        for doc_id, meta in self.dialect.select(self.store, where):
+            if matches(meta, where):
+                yield doc_id
+            else:
+                logger.warning("dropped document %r of %r outside the selection", doc_id, name)
+
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        where = _where(name, scope)
         with self._guard():
-            rows = list(self.dialect.select(self.store, _where(name, scope)))
+            rows = list(self.dialect.select(self.store, where))
         return {
-            str(meta.get("message_id", doc_id)) for doc_id, meta in rows if _admitted(scope, meta)
+            str(meta.get("message_id", doc_id))
+            for doc_id, meta in rows
+            if matches(meta, where) and _admitted(scope, meta)
         }
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
+        where = _where(name, scope)
         with self._guard():
-            rows = self.dialect.select(self.store, _where(name, scope))
-            return sum(1 for _, meta in rows if _admitted(scope, meta))
+            rows = self.dialect.select(self.store, where)
+            return sum(1 for _, meta in rows if matches(meta, where) and _admitted(scope, meta))
 
     def _export(
         self, name: str, scope: ScopeFilter | None, *, batch_size: int

@@ -85,6 +85,31 @@ def test_servers_by_url_instead_of_a_path(
     assert "--storage and --vector go together" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["threads"],
+        ["show", "t"],
+        ["stats"],
+        ["search", "x", "--resource", "a"],
+        ["export", "--resource", "a"],
+        ["forget", "--resource", "a", "--yes"],
+    ],
+)
+def test_a_sqlite_url_naming_no_file_is_not_found_and_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, embedder: Embedder, command: list[str]
+) -> None:
+    """A mistyped URL once created an empty store there and answered "nothing stored"."""
+    typo = tmp_path / "typo"
+    urls = ["--storage", f"sqlite:///{typo}/messages.sqlite3", "--vector", f"chroma:///{typo}/c"]
+    assert main([*urls, *command]) == 3
+    assert f"no SQLite store at {typo}/messages.sqlite3" in capsys.readouterr().err
+    assert not typo.exists()
+    source = ["--from-storage", urls[1], "--from-vector", urls[3]]
+    assert main(["migrate", *source, "--to-storage", "memory://", "--to-vector", "memory://"]) == 3
+    assert not typo.exists()
+
+
 # --- ingest ------------------------------------------------------------------------------
 
 
@@ -130,6 +155,31 @@ def test_ingest_a_newer_export_adds_only_what_is_new(cli: Cli, tmp_path: Path) -
     assert summary["skipped"] == {"already stored": 2}
     shown = cli("show", "c", "--json").json()
     assert [m["text"] for m in shown] == ["first", "reply", "later question"]
+
+
+def test_ingest_writes_an_edited_message_as_the_engine_does(cli: Cli, tmp_path: Path) -> None:
+    """An edited line (same id, new text) was "already stored" and its thread "unchanged"."""
+    line = {"resource": "u", "thread": "t", "role": "user", "id": "m1", "content": "peanuts"}
+    reply = {"resource": "u", "thread": "t", "role": "assistant", "id": "m2", "content": "ok"}
+    path = tmp_path / "history.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(reply), encoding="utf-8")
+    assert cli("ingest", str(path)).code == 0
+    edited = {**line, "content": "cashews"}
+    path.write_text(json.dumps(edited) + "\n" + json.dumps(reply), encoding="utf-8")
+    result = cli("ingest", str(path), "--json")
+    assert result.code == 0
+    summary = result.json()
+    assert (summary["messages_added"], summary["messages_updated"]) == (0, 1)
+    assert summary["threads"]["updated"] == 1
+    assert summary["skipped"] == {"already stored": 1}
+    assert [m["text"] for m in cli("show", "t", "--json").json()] == ["cashews", "ok"]
+    keyword = ("--resource", "u", "--search-mode", "keyword", "--json")
+    assert [h["message"]["text"] for h in cli("search", "cashews", *keyword).json()["hits"]] == [
+        "cashews"
+    ]
+    assert cli("search", "peanuts", *keyword).json()["hits"] == []
+    path.write_text(json.dumps({**line, "content": "almonds"}), encoding="utf-8")
+    assert "messages   0 added, 1 updated" in cli("ingest", str(path)).out
 
 
 def test_ingest_jsonl_reports_bad_lines_and_exits_1(cli: Cli, tmp_path: Path) -> None:
@@ -513,6 +563,17 @@ def test_threads_and_show(loaded: Cli) -> None:
     assert "no thread 'nope'" in missing.err
 
 
+def test_show_says_when_a_message_has_no_text(cli: Cli, tmp_path: Path) -> None:
+    """A whitespace-only message printed as an empty line, an empty one as "(no text)"."""
+    rows = [{"thread": "t", "role": "user", "content": text} for text in ("", " \n ", "hi")]
+    path = tmp_path / "blank.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
+    assert cli("ingest", str(path), "--resource", "a").code == 0
+    shown = cli("show", "t").out
+    assert shown.count("user\n  (no text)\n") == 2
+    assert "user\n  hi\n" in shown
+
+
 def test_empty_files_and_stores(cli: Cli, tmp_path: Path, export_file: Path) -> None:
     empty = tmp_path / "empty.json"
     empty.write_text("[]", encoding="utf-8")
@@ -595,6 +656,21 @@ def test_reindex_everything_or_one_scope(loaded: Cli) -> None:
     scoped = loaded("reindex", "--thread", "conv-garden")
     assert "Wrote 2 vector(s) for 2 stored message(s)" in scoped.out
     assert loaded("stats", "--json").json()["vectors"] == 6
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        ["--thread", "nope"],
+        ["--resource", "nobody"],
+        ["--thread", "conv-garden", "--resource", "bob"],
+    ],
+)
+def test_reindex_of_an_unknown_scope_is_not_found(loaded: Cli, scope: list[str]) -> None:
+    """A misspelt thread or resource once wrote "0 vector(s)" and exited 0."""
+    missing = loaded("reindex", *scope)
+    assert missing.code == 3
+    assert "list them with 'semantic-recall threads'" in missing.err
 
 
 # --- export ------------------------------------------------------------------------------

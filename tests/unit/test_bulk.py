@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
-from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
 from langchain_semantic_recall.bulk import bulk_index
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -138,3 +138,29 @@ async def test_bulk_index_streams_its_input_sync_and_async(asynchronous: bool) -
     assert result.stored == 250
     assert embeddings.at_first_embed is not None
     assert embeddings.at_first_embed <= 2  # the first batch, not the whole input
+
+
+@pytest.mark.parametrize(
+    "conversations",
+    [
+        [{"thread_id": "t1", "resource_id": "alice", "messages": [HumanMessage("hi")]}],
+        ("abc", "xyz"),  # one triple of three-letter ids, not wrapped in a list
+        [("t1", "alice")],
+        {"t1": ("alice", [HumanMessage("hi")])},
+        "abc",
+    ],
+)
+@pytest.mark.parametrize("asynchronous", [False, True])
+async def test_anything_but_triples_is_refused_and_nothing_is_stored(
+    conversations: object, asynchronous: bool
+) -> None:
+    """A dict once unpacked into its keys: thread 'thread_id' of resource 'resource_id'."""
+    engine = _engine(FakeEmbeddings())
+    refused = pytest.raises(InvalidInputError, match=r"\(thread_id, resource_id, messages\)")
+    if asynchronous:
+        with refused:
+            await engine.abulk_index(conversations)  # type: ignore[arg-type]
+    else:
+        with refused:
+            engine.bulk_index(conversations)  # type: ignore[arg-type]
+    assert engine.stats().messages == 0

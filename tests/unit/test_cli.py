@@ -295,3 +295,33 @@ def test_bad_filters_and_bounds_exit_2_naming_the_flag_before_opening_the_store(
     assert result.out == ""
     assert message in result.err
     assert not cli.store.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["search", "q", "--resource", ""], "--resource"),
+        (["search", "q", "--thread", " "], "--thread"),
+        (["inspect", "--thread", "", "hello"], "--thread"),
+        (["inspect", "--thread", "t", "--resource", "", "hello"], "--resource"),
+        (["threads", "--resource", ""], "--resource"),
+        (["show", ""], "THREAD"),
+        (["move", "--thread", "t", "--to", ""], "--to"),
+        (["move", "--thread", "t", "--to", "b", "--from", " "], "--from"),
+        (["stats", "--thread", ""], "--thread"),
+        (["forget", "--thread", "", "--yes"], "--thread"),
+        (["forget", "--resource", "a\x00b", "--yes"], "--resource"),
+        (["reindex", "--resource", ""], "--resource"),
+        (["export", "--resource", ""], "--resource"),
+        (["ingest", "history.jsonl", "--resource", ""], "--resource"),
+    ],
+)
+def test_a_blank_id_is_a_usage_error_naming_its_option(
+    cli: Cli, argv: list[str], flag: str
+) -> None:
+    """These exited 1 naming the Python argument (resource_id, to_resource), or, for
+    ingest, dropped the blank --resource and refused every line without one."""
+    result = cli(*argv)
+    assert result.code == 2
+    assert f"argument {flag}: expected an id (text, not blank, without NUL" in result.err
+    assert not cli.store.exists()

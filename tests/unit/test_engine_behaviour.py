@@ -61,6 +61,12 @@ def recalled(messages: list) -> list:
         ("max_block_chars", 499),
         ("cache_size", 0),
         ("thread_key", ""),
+        ("resource_key", "thread_id"),  # the thread id would be read as the resource too
+        ("read_only", "no"),  # a string (an environment variable) once read as True
+        ("read_only", 0),
+        ("logger", "my_app"),  # once an AttributeError at the first warning
+        ("input_key", 5),
+        ("output_key", ""),
     ],
 )
 def test_bad_options_fail_eagerly_with_a_value_error(
@@ -69,6 +75,26 @@ def test_bad_options_fail_eagerly_with_a_value_error(
     with pytest.raises(InvalidOptionError) as caught:
         make_engine(**{option: value})
     assert isinstance(caught.value, ValueError)
+
+
+async def test_a_threshold_per_call_is_refused_in_keyword_mode_as_at_construction(
+    make_engine: EngineFactory,
+) -> None:
+    """search(threshold=0.9) in keyword mode once returned hits scoring 0.05, unfiltered."""
+    from langchain_semantic_recall import InMemoryStorage
+
+    engine = make_engine(storage=InMemoryStorage(), search_mode="keyword")
+    engine.index([HumanMessage("zebra stripes zebra")], thread_id="t1", resource_id="r")
+    engine.index([HumanMessage("a zebra once")], thread_id="t2", resource_id="r")
+    refused = "a threshold means nothing there"
+    with pytest.raises(InvalidOptionError, match=refused):
+        engine.search("zebra stripes", resource_id="r", threshold=0.9)
+    with pytest.raises(InvalidOptionError, match=refused):
+        await engine.asearch("zebra stripes", resource_id="r", threshold=0.9)
+    retriever = engine.as_retriever(resource_id="r", search_kwargs={"score_threshold": 0.9})
+    with pytest.raises(InvalidOptionError, match=refused):
+        retriever.invoke("zebra stripes")
+    assert len(engine.search("zebra stripes", resource_id="r")) == 2  # without one: all
 
 
 def test_wrong_backend_types_are_refused(embeddings: FakeEmbeddings) -> None:
@@ -335,6 +361,13 @@ def test_stats_and_repair_after_lost_vectors(
     assert engine.reindex(missing_only=True) == 2
     assert engine.stats().missing_vectors == 0
     assert engine.reindex(missing_only=True) == 0  # idempotent
+    vectors.inner.delete(name, message_ids=["a-1"])
+    for flag in ("no", 0):  # once read as True: a repair when a full reindex was asked
+        with pytest.raises(InvalidInputError, match="missing_only must be True or False"):
+            engine.reindex(missing_only=flag)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="missing_only must be True or False"):
+            asyncio.run(engine.areindex(missing_only=flag))  # type: ignore[arg-type]
+    assert engine.stats().missing_vectors == 1  # nothing was done
 
 
 # --- runnable and memory contract ----------------------------------------------------------

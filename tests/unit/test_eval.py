@@ -162,6 +162,24 @@ def test_a_bad_session_date_is_reported(tmp_path: Path) -> None:
         read_locomo(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"a": 1}\n{"b": 2}\n', "not a LoCoMo JSON file"),  # a JSONL file, say
+        (b"\xff\xfe[]".decode("latin-1"), "not a LoCoMo JSON file"),
+        ('[{"sample_id": 1}]', "sample #1 is not a LoCoMo sample (KeyError: 'conversation')"),
+        ("[5]", "sample #1 is not a LoCoMo sample (TypeError"),
+    ],
+)
+def test_a_file_that_is_not_locomo_is_an_input_error(tmp_path: Path, text: str, says: str) -> None:
+    """These were an "internal error (JSONDecodeError ...)": report it" on the command line."""
+    path = tmp_path / "not-locomo.json"
+    path.write_text(text, encoding="latin-1")
+    with pytest.raises(InvalidInputError) as raised:
+        read_locomo(path)
+    assert says in str(raised.value)
+
+
 # --- our JSONL -------------------------------------------------------------------------------
 
 
@@ -212,6 +230,17 @@ def test_our_jsonl_reads_messages_and_questions(tmp_path: Path) -> None:
     )
     assert dataset.evidence.unknown_dropped == 3
     assert dataset.evidence.questions_without_evidence == 1
+
+
+def test_a_bad_message_line_is_named_by_its_line_and_reason(tmp_path: Path) -> None:
+    """The error once showed the Skipped(where=..., reason=...) repr."""
+    rows = [{"resource": "a", "thread": "t", "role": "robot", "content": "x"}]
+    with pytest.raises(InvalidInputError) as raised:
+        read_eval_jsonl(jsonl(tmp_path / "e.jsonl", rows))
+    assert str(raised.value).endswith(
+        "1 bad message line(s); line 1: 'role' must be one of "
+        "user, assistant, system, tool; got 'robot'"
+    )
 
 
 def test_a_question_line_without_evidence_list_is_an_error(tmp_path: Path) -> None:

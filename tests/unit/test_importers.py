@@ -160,8 +160,10 @@ def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
 @pytest.mark.parametrize(
     ("row", "reason"),
     [
-        ({"thread": "t", "role": "user", "content": "x"}, "'resource' must be"),
-        ({"resource": "a", "role": "user", "content": "x"}, "'thread' must be"),
+        ({"thread": "t", "role": "user", "content": "x"}, "or pass --resource R"),
+        ({"resource": " ", "thread": "t", "role": "user", "content": "x"}, "'resource' must be"),
+        ({"resource": "a", "role": "user", "content": "x"}, "'thread' is missing"),
+        ({"resource": "a", "thread": "", "role": "user", "content": "x"}, "'thread' must be"),
         ({"resource": "a", "thread": "t", "role": "robot", "content": "x"}, "'role' must be"),
         ({"resource": "a", "thread": "t", "role": "user", "content": 3}, "'content' must be"),
         ({"resource": "a", "thread": "t", "role": "tool", "content": "x"}, "'message' field"),
@@ -171,6 +173,10 @@ def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
             "ISO 8601",
         ),
         ({"resource": "a", "thread": "t", "role": "user", "content": "x", "title": 1}, "'title'"),
+        (
+            {"resource": "a", "thread": "t", "role": "user", "content": "x", "metadata": [1]},
+            "'metadata' must be a mapping",
+        ),
         (
             {"resource": "a", "thread": "t", "role": "user", "content": "x", "message": {"a": 1}},
             "not a LangChain message",
@@ -403,7 +409,7 @@ def test_read_conversations_dispatches_and_needs_a_resource_for_chatgpt(tmp_path
     report = read_conversations(lines, resource_id="u")
     assert report.format == "jsonl"
     assert report.conversations[0].resource_id == "u"
-    assert read_jsonl(lines).skipped[0].reason == "'resource' must be a non-empty string"
+    assert read_jsonl(lines).skipped[0].reason.startswith("'resource' is missing: give the")
 
 
 def test_jsonl_names_the_python_api_field_it_got_instead(tmp_path: Path) -> None:
@@ -459,6 +465,31 @@ def test_export_lines_are_plain_for_plain_messages() -> None:
             "created_at": "2024-03-01T09:00:00.000001Z",
         },
     ]
+
+
+def test_export_round_trips_metadata() -> None:
+    """Metadata given to index(metadata=...) was left out of the export: lost on ingest."""
+    storage = InMemoryStorage()
+    now = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+    turn = [HumanMessage("launch date?", id="u"), AIMessage("May", id="a")]
+    own = HumanMessage("and gemini?", id="g", additional_kwargs={"metadata": {"project": "gemini"}})
+    storage.put(build_records(turn, thread_id="t", resource_id="r", now=now, metadata=APOLLO))
+    storage.put(build_records([own], thread_id="t", resource_id="r", now=now, metadata=APOLLO))
+    from langchain_semantic_recall.records import ScopeFilter
+
+    stored = storage.list_messages(ScopeFilter(thread_id="t"))
+    rows = [json.loads(line) for line in export_lines(stored)]
+    gemini = {**APOLLO, "project": "gemini"}  # its own key over the call's
+    assert [row.get("metadata") for row in rows] == [APOLLO, APOLLO, gemini]
+    assert ["message" in row for row in rows] == [False, False, False]
+    (conversation,) = read_jsonl_lines(json.dumps(row) for row in rows).conversations
+    again = build_records(conversation.messages, thread_id="t", resource_id="r", now=now)
+    assert [dict(r.metadata) for r in again] == [dict(m.metadata) for m in stored]
+    restored = _stored(conversation.messages, thread="t", resource="r")
+    assert [json.loads(line) for line in export_lines(restored)] == rows  # a fixed point
+
+
+APOLLO = {"project": "apollo", "urgent": True}
 
 
 def test_export_round_trips_tool_calls_and_rich_content() -> None:

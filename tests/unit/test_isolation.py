@@ -7,7 +7,7 @@ or misconfigured backend would): storage re-checks the scope, so neither may lea
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -21,6 +21,8 @@ from langchain_semantic_recall.filters import RESERVED_KEYS, metadata_conditions
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.quoting import escape_label
 from langchain_semantic_recall.records import ScopeFilter, VectorHit
+from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex
+from langchain_semantic_recall.vectors.langchain_dialects import InMemoryDialect, Where
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -333,3 +335,42 @@ def test_a_filter_on_a_reserved_key_is_refused_everywhere(key: str) -> None:
     ):
         with pytest.raises(InvalidOptionError, match="reserved"):
             build()
+
+
+class _CarelessDialect(InMemoryDialect):
+    """A custom dialect whose `select` ignores its conditions (a bug in user code)."""
+
+    def select(
+        self, store: Any, where: Where, *, limit: int | None = None
+    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        return super().select(store, {}, limit=limit)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=history, pick=st.integers(0, 100), whole_resource=st.booleans())
+def test_a_langchain_store_never_deletes_or_counts_past_the_selection(
+    rows: list[tuple[str, int, str]], pick: int, whole_resource: bool
+) -> None:
+    """A dialect whose select returned every document once made a forget delete them all."""
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    embeddings = FakeEmbeddings()
+    vectors = LangChainVectorIndex(
+        InMemoryVectorStore(embedding=embeddings), dialect=_CarelessDialect()
+    )
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=vectors, embeddings=embeddings, search_mode="dense"
+    )
+    for resource, n, text in rows:
+        memory.index([HumanMessage(text)], thread_id=thread_of(resource, n), resource_id=resource)
+    resource, n, _ = rows[pick % len(rows)]
+    name = memory.ensure_index().name
+    others = {r for r, _, _ in rows} - {resource}
+    kept = {r: vectors.count(name, ScopeFilter(resource_id=r)) for r in others}
+    assert kept == {r: memory.stats(resource_id=r).messages for r in others}
+    if whole_resource:
+        memory.forget_resource(resource)
+    else:
+        memory.forget_thread(thread_of(resource, n))
+    assert {r: vectors.count(name, ScopeFilter(resource_id=r)) for r in others} == kept
+    assert memory.stats(resource_id=resource).missing_vectors == 0

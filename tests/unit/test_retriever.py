@@ -112,6 +112,16 @@ def test_k_per_retriever_and_per_call() -> None:
         memory.engine.as_retriever(k=0)
 
 
+@pytest.mark.parametrize("k", [0, -1, True, "2", 2.5])
+async def test_a_bad_k_per_call_is_refused_sync_and_async(k: object) -> None:
+    """k=-1 once dropped the last hit and k=0 returned every hit, without a word."""
+    retriever = FactsMemory(threshold=None).engine.as_retriever()
+    with pytest.raises(InvalidOptionError, match="int >= 1"):
+        retriever.invoke("garden", ALICE, k=k)
+    with pytest.raises(InvalidOptionError, match="int >= 1"):
+        await retriever.ainvoke("garden", ALICE, k=k)
+
+
 def test_a_bound_view_gives_the_default_scope(memory: FactsMemory) -> None:
     retriever = memory.engine.for_thread("bob-chat", "bob").as_retriever()
     assert [d.metadata["text"] for d in retriever.invoke("garden")] == [f"garden {BOB_SECRETS[0]}"]

@@ -89,6 +89,13 @@ SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
     "reindex(resource)": lambda m, t: m.reindex(resource_id=t.resource),
     "reindex(thread)": lambda m, t: m.reindex(thread_id=t.thread, missing_only=True),
     "bulk_index": lambda m, t: m.bulk_index([("planted", t.resource, turn("planted"))]),
+    "move_thread(take)": lambda m, t: m.move_thread(t.thread, to=USER),
+    "move_thread(take, resource=other)": lambda m, t: m.move_thread(
+        t.thread, to=USER, resource_id=t.resource
+    ),
+    "move_thread(give)": lambda m, t: m.move_thread(OWN_THREAD, to=t.resource),
+    "own view.move_thread": lambda m, t: m.for_thread(OWN_THREAD).move_thread(t.thread, to=USER),
+    "restore_thread": lambda m, t: m.restore_thread(t.thread),
     "index": lambda m, t: m.index(turn("planted"), thread_id=t.thread),
     "view.clear": lambda m, t: m.for_thread(t.thread).clear(),
     "view(other).clear": lambda m, t: m.for_thread(t.thread, t.resource).clear(),
@@ -126,6 +133,9 @@ ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = 
     "areindex(resource)": lambda m, t: m.areindex(resource_id=t.resource),
     "areindex(thread)": lambda m, t: m.areindex(thread_id=t.thread, missing_only=True),
     "abulk_index": lambda m, t: m.abulk_index([("planted", t.resource, turn("planted"))]),
+    "amove_thread(take)": lambda m, t: m.amove_thread(t.thread, to=USER),
+    "amove_thread(give)": lambda m, t: m.amove_thread(OWN_THREAD, to=t.resource),
+    "arestore_thread": lambda m, t: m.arestore_thread(t.thread),
     "aindex": lambda m, t: m.aindex(turn("planted"), thread_id=t.thread),
     "view.aclear": lambda m, t: m.for_thread(t.thread).aclear(),
     "view.with_options.aclear": lambda m, t: m.for_thread(t.thread).with_options(top_k=1).aclear(),
@@ -222,9 +232,45 @@ def test_the_signed_in_user_still_manages_their_own_memory() -> None:
     assert signed_in(USER, memory.stats).messages == 2  # only alice's, not bob's
     history = signed_in(USER, lambda: memory.chat_history(OWN_THREAD).messages)
     assert [m.text for m in history] == ["peanut", "noted: peanut"]
+    assert signed_in(USER, lambda: memory.move_thread(OWN_THREAD, to=USER)) == 0  # a repair
     assert signed_in(USER, lambda: memory.for_thread(OWN_THREAD).clear_thread(OWN_THREAD)) == 2
     assert asigned_in(USER, lambda: memory.aforget_resource(USER)) == 0
     assert memory.stats(resource_id="bob").messages == 2  # bob's untouched
+
+
+def test_a_chat_history_kept_across_runs_reads_as_each_runs_user() -> None:
+    """A history kept per session (LangChain's examples keep a dict of them) once read
+    every later run as its first run's user: bob's run read alice's session."""
+    memory = engine("resource")
+    history = memory.chat_history("alice/s1")
+    signed_in(USER, lambda: history.add_messages(turn("my pin is 1234")))
+    assert [m.text for m in signed_in(USER, lambda: history.messages)] == [
+        "my pin is 1234",
+        "noted: my pin is 1234",
+    ]
+    with pytest.raises(OwnershipError):
+        signed_in("bob", lambda: history.messages)
+    with pytest.raises(OwnershipError):
+        asigned_in("bob", history.aget_messages)
+    with pytest.raises(OwnershipError):  # outside any run: the last run's user, bob
+        history.add_messages(turn("late"))
+    signed_in(USER, lambda: history.messages)
+    history.add_messages(turn("later"))  # after alice's run: alice
+    assert memory.stats(resource_id=USER, thread_id="alice/s1").messages == 4
+
+
+def test_a_signed_in_user_cannot_revive_another_users_forgotten_thread() -> None:
+    """Restoring once lifted bob's retirement, so a late write brought his thread back."""
+    memory = engine("resource")
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    memory.forget_thread("bob/t0")
+    with pytest.raises(OwnershipError, match="administrator"):
+        signed_in(USER, lambda: memory.restore_thread("bob/t0"))
+    with pytest.raises(OwnershipError, match="administrator"):
+        asigned_in(USER, lambda: memory.arestore_thread("bob/t0"))
+    assert memory.storage.is_forgotten("bob/t0")
+    assert memory.index(turn("late"), thread_id="bob/t0", resource_id="bob").forgotten
+    assert memory.restore_thread("bob/t0")  # an administrator's process may
 
 
 def test_without_a_signed_in_user_an_explicit_resource_holds_the_call_to_it() -> None:
@@ -235,6 +281,8 @@ def test_without_a_signed_in_user_an_explicit_resource_holds_the_call_to_it() ->
         memory.stats(resource_id="alice", thread_id="bob/t0")
     with pytest.raises(OwnershipError):
         memory.for_thread("alice/t0", "alice").forget_thread("bob/t0")
+    with pytest.raises(OwnershipError):
+        memory.for_thread("alice/t0", "alice").move_thread("bob/t0", to="alice")
     with pytest.raises(OwnershipError):
         memory.chat_history("bob/t0", resource_id="alice").messages  # noqa: B018
     assert memory.stats(thread_id="bob/t0").messages == 2  # an admin call: no resource
