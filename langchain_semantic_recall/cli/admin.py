@@ -129,6 +129,8 @@ def _stats(args: argparse.Namespace) -> RecallStats:
     backends = open_backends(args, read_only=True)
     storage = backends["storage"]
     try:
+        if args.thread is not None:  # an unknown thread is not found, not zero (exit 3)
+            require_thread(storage, args.thread, args.resource)
         space = VectorSpace(
             backends["embeddings"], as_vector_index(backends["vector_store"]), EmbeddingCache(1)
         )

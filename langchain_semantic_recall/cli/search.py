@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
-    CommandError,
     UsageError,
     an_id,
     message_json,
@@ -305,10 +304,8 @@ def run_inspect(args: argparse.Namespace) -> int:
     resource = args.resource or owner
     if resource is None:
         raise UsageError(f"thread {args.thread!r} is new: pass --resource (whose is it?)")
-    if owner is not None and owner != resource:
-        raise CommandError(
-            f"thread {args.thread!r} belongs to resource {owner!r}, not {resource!r}"
-        )
+    if owner is not None:  # another resource's thread is not found, as `search` says
+        require_thread(memory.storage, args.thread, resource)
     stored = list(thread_messages(memory.storage, args.thread)) if args.history else []
     live = [m.to_message() for m in stored[-args.history :]] if args.history else []
     question = HumanMessage(args.message, id="semantic-recall-inspect")

@@ -449,8 +449,8 @@ def test_inspect_with_history_thread_scope_and_errors(loaded: Cli) -> None:
     assert new.code == 2
     assert "pass --resource" in new.err
     theft = loaded("inspect", "--thread", "conv-trip", "--resource", "bob", "hello")
-    assert theft.code == 1
-    assert "belongs to resource 'alice'" in theft.err
+    assert theft.code == 3  # as `search` says it: the owner is not named
+    assert "no thread 'conv-trip' of resource 'bob'" in theft.err
     assert loaded("inspect", "--thread", "conv-trip", "--history", "-1", "x").code == 2
     nothing = loaded("inspect", "--thread", "t", "--resource", "nobody", "hello")
     assert nothing.code == 0
@@ -602,6 +602,12 @@ def test_stats_reports_counts_index_model_and_disk(loaded: Cli) -> None:
     assert (data["messages"], data["vectors"], data["threads"]) == (2, 2, 1)
     assert data["disk_bytes"] > 0
     assert data["index_name"] == "semantic-recall-fake-bow-128"
+    unknown = loaded("stats", "--thread", "nope")
+    assert unknown.code == 3, unknown.out
+    assert "no thread 'nope'" in unknown.err
+    stolen = loaded("stats", "--thread", "conv-garden", "--resource", "bob")
+    assert stolen.code == 3
+    assert "no thread 'conv-garden' of resource 'bob'" in stolen.err
 
 
 def test_forget_asks_and_refuses_without_a_terminal(
