@@ -93,18 +93,20 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         self._who: Identity | None = None
 
     def _identity(self) -> Identity:
-        """The session's ids, remembered for `add_messages`.
+        """The session's ids, resolved on every call; the resource is remembered.
 
         The bound ids come first, then the current run's config and context (a LangGraph
-        server's authenticated user too); they are remembered because
-        `RunnableWithMessageHistory` calls `add_messages` outside the run.
+        server's authenticated user too). The resource is remembered because
+        `RunnableWithMessageHistory` calls `add_messages` outside the run; it is still
+        checked against the signed-in user of every later run, so a history object used
+        by one user never reads for another (`IdentityMismatchError`).
         """
-        if self._who is None:
-            who = self.memory.core.identity({})
-            if self.memory.scope == "resource":
-                who.require_resource(self.memory.keys, "the chat history")
-            self._who = who
-        return self._who
+        remembered = self._who.resource_id if self._who is not None else None
+        who = self.memory.core.identity({"resource_id": remembered})
+        if self.memory.scope == "resource":
+            who.require_resource(self.memory.keys, "the chat history")
+        self._who = who
+        return who
 
     def _scope(self) -> ScopeFilter:
         who = self._identity()
