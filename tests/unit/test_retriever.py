@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from functools import cache
 from typing import Any
 
@@ -110,6 +111,17 @@ def test_k_per_retriever_and_per_call() -> None:
     assert len(memory.engine.as_retriever().invoke(query, ALICE)) == memory.engine.top_k
     with pytest.raises(InvalidOptionError):
         memory.engine.as_retriever(k=0)
+
+
+@pytest.mark.parametrize("k", [0, -1, "2", 2.0, True])
+def test_a_bad_k_per_call_is_refused_not_ignored(k: object) -> None:
+    """k=0 once returned the default number, k=-1 one document fewer, k="2" a TypeError."""
+    retriever = FactsMemory(threshold=None).engine.as_retriever()
+    query = " ".join(TOPICS[:6])
+    with pytest.raises(InvalidInputError, match="k"):
+        retriever.invoke(query, ALICE, k=k)
+    with pytest.raises(InvalidInputError, match="k"):
+        asyncio.run(retriever.ainvoke(query, ALICE, k=k))
 
 
 def test_a_bound_view_gives_the_default_scope(memory: FactsMemory) -> None:
