@@ -482,14 +482,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Recall on `input`; ids, filter and range from `config` (or the runtime context)."""
-        run = visible.runner(self._core, config)
+        run = visible.runner(self._core, config, kwargs)
         return self._call_with_config(run, input, config, run_type="retriever")
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Async twin of `invoke`."""
-        run = visible.arunner(self._core, config)
+        run = visible.arunner(self._core, config, kwargs)
         return await self._acall_with_config(run, input, config, run_type="retriever")
 
 
