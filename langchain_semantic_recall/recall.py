@@ -446,7 +446,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         Args:
             args_schema: Must be None: the tool's arguments are fixed (a query).
-            name: The tool's name (default `memory_search`).
+            name: The tool's name (default `search_memory`).
             description: What the model reads about the tool.
             arg_types: Must be None, likewise.
             **narrowing: `filter`, `since`, `until` of every search (docs/filtering.md).
