@@ -67,6 +67,7 @@ from langchain_semantic_recall.engine.steps import Backends, Op, adrive, drive
 from langchain_semantic_recall.errors import (
     IdentityMismatchError,
     InvalidOptionError,
+    OwnershipError,
     ReadOnlyError,
 )
 from langchain_semantic_recall.filters import check_horizon, check_metadata
@@ -358,21 +359,42 @@ class EngineCore:
         return forget_resource_op(self.backends.space, resource_id)
 
     def move_thread(self, thread_id: str, resource_id: str | None, to_resource: str) -> Op[int]:
-        """Give a thread to another resource (refused on a read-only engine)."""
+        """Give a thread to another resource (refused on a read-only engine).
+
+        The thread must belong to the call's owner (`owner`: a signed-in user moves only
+        their own threads), and a signed-in user moves only to themselves.
+
+        Raises:
+            IdentityMismatchError: `resource_id` or `to_resource` is not the signed-in user.
+        """
         self._writable("moving a thread")
+        check_id("to_resource", to_resource)
+        owner = self.owner(resource_id)
+        self.owner(to_resource)  # a signed-in user never gives a thread to someone else
         plan = self.plan
         return move_thread_op(
             self.backends.space,
             thread_id,
-            resource_id,
+            owner,
             to_resource,
             max_chars=plan.max_index_chars,
             logger=plan.logger,
         )
 
     def restore_thread(self, thread_id: str) -> Op[bool]:
-        """Let a forgotten thread id be written again (refused on a read-only engine)."""
+        """Let a forgotten thread id be written again (refused on a read-only engine).
+
+        Raises:
+            OwnershipError: a signed-in user asked: a forgotten thread has no owner left
+                to check, so restoring one is an administrator's call.
+        """
         self._writable("restoring a thread")
+        if resolve_identity(self.plan.keys).authenticated:
+            raise OwnershipError(
+                f"a signed-in user cannot restore thread {thread_id!r}: a forgotten thread "
+                "has no owner left to check, so restoring its id is an administrator's call "
+                "(a process without a signed-in user, e.g. the semantic-recall command)"
+            )
         return restore_thread_op(thread_id)
 
     def reindex(self, options: ReindexOptions) -> Op[int]:

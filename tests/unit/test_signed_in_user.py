@@ -108,6 +108,13 @@ SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
     "chat_history.add_messages": lambda m, t: m.chat_history(t.thread).add_messages(
         turn("planted")
     ),
+    "move_thread(to=user)": lambda m, t: m.move_thread(t.thread, to=USER),
+    "move_thread(resource=other)": lambda m, t: m.move_thread(
+        t.thread, to=USER, resource_id=t.resource
+    ),
+    "move own thread to other": lambda m, t: m.move_thread(OWN_THREAD, to=t.resource),
+    "view.move_thread": lambda m, t: m.for_thread(OWN_THREAD).move_thread(t.thread, to=USER),
+    "restore_thread": lambda m, t: m.restore_thread(t.thread),
 }
 
 ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = {
@@ -139,6 +146,9 @@ ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = 
     "chat_history.aadd_messages": lambda m, t: m.chat_history(t.thread).aadd_messages(
         turn("planted")
     ),
+    "amove_thread(to=user)": lambda m, t: m.amove_thread(t.thread, to=USER),
+    "amove own thread to other": lambda m, t: m.amove_thread(OWN_THREAD, to=t.resource),
+    "arestore_thread": lambda m, t: m.arestore_thread(t.thread),
 }
 
 CALLS = [(name, False) for name in SYNC_CALLS] + [(name, True) for name in ASYNC_CALLS]
@@ -220,12 +230,26 @@ def test_the_signed_in_user_still_manages_their_own_memory() -> None:
     memory = engine("resource")
     memory.index(turn("peanut"), thread_id=OWN_THREAD, resource_id=USER)
     memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    assert signed_in(USER, lambda: memory.move_thread(OWN_THREAD, to=USER)) == 0  # a repair
     assert signed_in(USER, memory.stats).messages == 2  # only alice's, not bob's
     history = signed_in(USER, lambda: memory.chat_history(OWN_THREAD).messages)
     assert [m.text for m in history] == ["peanut", "noted: peanut"]
     assert signed_in(USER, lambda: memory.for_thread(OWN_THREAD).clear_thread(OWN_THREAD)) == 2
     assert asigned_in(USER, lambda: memory.aforget_resource(USER)) == 0
     assert memory.stats(resource_id="bob").messages == 2  # bob's untouched
+
+
+def test_a_signed_in_user_cannot_take_over_a_forgotten_thread() -> None:
+    """A forgotten thread has no owner left to check: restoring its id is refused."""
+    memory = engine("resource")
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    memory.forget_thread("bob/t0")
+    with pytest.raises(OwnershipError):
+        signed_in(USER, lambda: memory.restore_thread("bob/t0"))
+    with pytest.raises(OwnershipError):
+        asigned_in(USER, lambda: memory.arestore_thread("bob/t0"))
+    assert memory.storage.is_forgotten("bob/t0")
+    assert memory.restore_thread("bob/t0")  # an administrator (no signed-in user) may
 
 
 def test_without_a_signed_in_user_an_explicit_resource_holds_the_call_to_it() -> None:
