@@ -131,7 +131,8 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
     Raises:
         InvalidOptionError: a bad filter, time bound or horizon.
         InvalidInputError: the state has no `recall_key` channel (a plain
-            `MessagesState` graph: memory could never reach the model) or no messages.
+            `MessagesState` graph: memory could never reach the model) or no
+            `messages_key` channel (an empty conversation recalls nothing).
         MissingIdentityError: no thread id (or no resource id in resource scope).
         ForgottenThreadError: the thread was forgotten.
         OwnershipError: the thread belongs to another resource.
@@ -193,7 +194,7 @@ class IndexNode(Runnable[Any, dict[str, Any]]):
         messages_key: the state channel holding the conversation.
 
     Raises:
-        InvalidInputError: no messages in the state.
+        InvalidInputError: the state has no `messages_key` channel.
         MissingIdentityError: no thread id (or no resource id in resource scope).
         ForgottenThreadError: the thread was forgotten (nothing of the turn is stored).
         OwnershipError: the thread belongs to another resource.

@@ -448,7 +448,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         Args:
             args_schema: Must be None: the tool's arguments are fixed (a query).
-            name: The tool's name (default `memory_search`).
+            name: The tool's name (default `search_memory`).
             description: What the model reads about the tool.
             arg_types: Must be None, likewise.
             **narrowing: `filter`, `since`, `until` of every search (docs/filtering.md).
@@ -484,14 +484,14 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Recall on `input`; ids, filter and range from `config` (or the runtime context)."""
-        run = visible.runner(self._core, config)
+        run = visible.runner(self._core, config, kwargs)
         return self._call_with_config(run, input, config, run_type="retriever")
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[BaseMessage]:
         """Async twin of `invoke`."""
-        run = visible.arunner(self._core, config)
+        run = visible.arunner(self._core, config, kwargs)
         return await self._acall_with_config(run, input, config, run_type="retriever")
 
 

@@ -38,7 +38,7 @@ from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
 from langchain_semantic_recall.engine.narrowing import narrowing_option
-from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
 from langchain_semantic_recall.quoting import escape_label, escape_memory_text
@@ -213,9 +213,9 @@ class SemanticRecallRetriever(BaseRetriever):
         super().__init__(**data)
 
     def _options(self, config: RunnableConfig | None, k: object) -> dict[str, Any]:
-        """The search options of one call; a per-call `k` is checked as the retriever's is."""
-        if k is not None:
-            check_top_k(k)  # k=0 or k=-1 would otherwise return every hit, or drop some
+        """The search options of one call; a bad per-call `k` is refused, never ignored."""
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise InvalidInputError(f"k (documents to return) must be an int >= 1, got {k!r}")
         chosen = next((v for v in (k, self.k, self.search_kwargs.get("k")) if v is not None), None)
         return {
             "config": config,
@@ -232,7 +232,11 @@ class SemanticRecallRetriever(BaseRetriever):
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        """Search the memory (`k` may be given per call)."""
+        """Search the memory (`k` may be given per call).
+
+        Raises:
+            InvalidInputError: a per-call `k` that is not an int >= 1.
+        """
         kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return super().invoke(input, config, **kwargs)
 

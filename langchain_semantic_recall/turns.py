@@ -300,15 +300,22 @@ def _probes(count: int) -> list[tuple[int, int]]:
 def _index_new_op(
     core: EngineCore, messages: Sequence[BaseMessage], who: Identity
 ) -> Op[IndexResult]:
-    """Index the messages after the newest one the storage already holds."""
+    """Index the current turn and the messages after the newest one already stored.
+
+    The current turn (from its user message on) is always handed to `index`, which
+    leaves unchanged messages alone: a user message edited in place (the same id sent
+    again with new text, as LangGraph's `add_messages` replaces it) is updated, not
+    silently kept with its old text.
+    """
     thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
     candidates = _storable(messages, thread_id)
     scope = ScopeFilter(thread_id=thread_id)
+    turn = next((p for p in range(len(candidates) - 1, -1, -1) if _is_user(candidates[p])), None)
     for start, end in _probes(len(candidates)):
         ids = [m.id for m in candidates[start:end] if m.id]
         found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
         if (cut := _after_last_stored(candidates, start, end, found)) is not None:
-            candidates = candidates[cut:]
+            candidates = candidates[cut if turn is None else min(cut, turn) :]
             break
     result: IndexResult = yield from core.index(candidates, who)
     if result.forgotten:

@@ -26,7 +26,7 @@ memory.invoke(messages, {"configurable": ids, "callbacks": [Shown()]})
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -41,6 +41,7 @@ from langchain_semantic_recall.engine.call_options import Narrowed
 from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.narrowing import Narrowing
+from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.messages import to_messages
 from langchain_semantic_recall.recall_report import RUN_NAME, RecallReport
 
@@ -126,16 +127,35 @@ async def arecall_messages(core: EngineCore, messages: Any, options: Narrowed) -
     return recalled[0]
 
 
-def runner(core: EngineCore, config: RunnableConfig | None) -> Callable[[Any], list[BaseMessage]]:
-    """`SemanticRecall.invoke`'s body: ids, filter and range from `config`, traced under it."""
+def _refuse(kwargs: Mapping[str, Any]) -> None:
+    """`invoke` reads everything from the config: a keyword it was given is an error."""
+    if kwargs:
+        raise InvalidInputError(
+            f"memory.invoke takes no keyword arguments, got {sorted(kwargs)}: give ids, "
+            "filter and range in config['configurable'] (thread_id, resource_id, "
+            "recall_filter, recall_since, recall_until), or call memory.recall(messages, "
+            "thread_id=..., resource_id=..., filter=...)"
+        )
+
+
+def runner(
+    core: EngineCore, config: RunnableConfig | None, kwargs: Mapping[str, Any]
+) -> Callable[[Any], list[BaseMessage]]:
+    """`SemanticRecall.invoke`'s body: ids, filter and range from `config`, traced under it.
+
+    Raises:
+        InvalidInputError: a keyword argument (it would be ignored).
+    """
+    _refuse(kwargs)
     who, narrowing = core.recall_request({"config": config})
     return lambda messages: recall(core, messages, who, turn=False, narrowing=narrowing)[0]
 
 
 def arunner(
-    core: EngineCore, config: RunnableConfig | None
+    core: EngineCore, config: RunnableConfig | None, kwargs: Mapping[str, Any]
 ) -> Callable[[Any], Awaitable[list[BaseMessage]]]:
     """Async twin of `runner`."""
+    _refuse(kwargs)
     who, narrowing = core.recall_request({"config": config})
 
     async def run(messages: Any) -> list[BaseMessage]:

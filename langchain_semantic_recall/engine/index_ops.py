@@ -220,10 +220,13 @@ def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> N
     """Mark messages stored before: unchanged ones are not written again (pure).
 
     The fate's `reason` keeps saying why a message gets no vector (a system message...).
+    A message stored under another resource (or none) is left to the write, which checks
+    the thread's owner: "unchanged" would skip that check, tell the caller what another
+    resource's message says, and write its vector again under the caller's resource.
     """
     for position, record in list(turn.records.items()):
         window = known.get(record.id)
-        if not window:
+        if not window or window[0].resource_id != record.resource_id:
             continue
         before = window[0]
         same = (before.role, before.text, before.payload, before.metadata)

@@ -6,7 +6,8 @@ middleware as options, with `horizon=`), or a run gives them in
 `recall_horizon`; explicit values win, key by key, like ids (`engine.identity`). The
 engine's `horizon` option comes last. A `timedelta` counts back from the turn's own
 time: the newest human message's `additional_kwargs["created_at"]` when it carries one
-(an import, a replay), else now.
+(an import, a replay), else now. Any other `recall_` key in the config is refused: a
+misspelt one would otherwise recall unfiltered.
 
 Narrowing only ever narrows: the scope's thread and resource are decided by the identity
 rule alone, and a filter naming one of their keys is refused (`filters.RESERVED_KEYS`).
@@ -126,9 +127,27 @@ def narrowing_option(
         raise InvalidOptionError(str(error)) from error
 
 
+_CONFIG_KEYS: Final = (FILTER_KEY, SINCE_KEY, UNTIL_KEY, HORIZON_KEY)
+
+
 def from_config(config: RunnableConfig | None) -> Narrowing:
-    """The narrowing a run gives in `config["configurable"]` (the current run's if None)."""
+    """The narrowing a run gives in `config["configurable"]` (the current run's if None).
+
+    Raises:
+        InvalidInputError: what `narrowing_of` refuses, or a `recall_` key that is none
+            of the four (a misspelt `recall_filter` would recall unfiltered).
+    """
     configurable: Mapping[str, Any] = ensure_config(config).get("configurable") or {}
+    unknown = sorted(
+        key
+        for key in configurable
+        if isinstance(key, str) and key.startswith("recall_") and key not in _CONFIG_KEYS
+    )
+    if unknown:
+        raise InvalidInputError(
+            f"unknown config key(s) {unknown}: a run narrows recall with "
+            f"config['configurable'] keys {list(_CONFIG_KEYS)} only"
+        )
     return narrowing_of(
         configurable.get(FILTER_KEY),
         configurable.get(SINCE_KEY),

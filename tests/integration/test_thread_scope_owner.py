@@ -20,6 +20,9 @@ def backend() -> Backend:
 test_the_first_write_naming_a_resource_adopts_an_unowned_thread = (
     unit.test_the_first_write_naming_a_resource_adopts_an_unowned_thread
 )
+test_the_same_messages_again_with_a_resource_adopt_the_thread = (
+    unit.test_the_same_messages_again_with_a_resource_adopt_the_thread
+)
 test_a_turn_with_a_resource_on_an_unowned_thread_is_not_refused = (
     unit.test_a_turn_with_a_resource_on_an_unowned_thread_is_not_refused
 )

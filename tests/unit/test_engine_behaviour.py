@@ -394,6 +394,25 @@ async def test_runnable_async_and_custom_keys(make_engine: EngineFactory) -> Non
     assert recalled(out)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"thread_id": "t1"}, {"resource_id": "bob"}, {"filter": {"project": "apollo"}}, {"k": 1}],
+)
+async def test_runnable_refuses_keywords_it_would_ignore(
+    make_engine: EngineFactory, kwargs: dict[str, object]
+) -> None:
+    """invoke(messages, config, filter=...) once recalled as if the keyword were not there."""
+    engine = make_engine()
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    config = {"configurable": {"thread_id": "t2", "resource_id": "alice"}}
+    with pytest.raises(InvalidInputError, match="config"):
+        engine.invoke([HumanMessage("Lisbon")], config, **kwargs)
+    with pytest.raises(InvalidInputError, match="config"):
+        await engine.ainvoke([HumanMessage("Lisbon")], config, **kwargs)
+    with pytest.raises(InvalidInputError, match="config"):
+        engine.bind(**kwargs).invoke([HumanMessage("Lisbon")], config)
+
+
 def test_memory_contract(make_engine: EngineFactory) -> None:
     engine = make_engine()
     assert engine.memory_variables == ["history"]

@@ -263,6 +263,42 @@ async def test_the_run_config_narrows_runnable_search_and_recall(memory: Semanti
         memory.invoke(ask, bad)
 
 
+@pytest.mark.parametrize("key", ["recall_filters", "recall_fitler", "recall_sinse", "recall_from"])
+async def test_a_misspelt_narrowing_key_is_refused_on_every_surface(
+    memory: SemanticRecall, key: str
+) -> None:
+    """A misspelt `recall_filter` once recalled, searched and answered unfiltered."""
+    config = {"configurable": {"resource_id": "alice", "thread_id": "t9", key: APOLLO}}
+    ask = [HumanMessage("lighthouse?")]
+    agent = create_agent(FakeChatModel(), middleware=[SemanticRecallMiddleware(memory)])
+    graph = create_recall_graph(FakeChatModel(), memory)
+    calls = {
+        "search": lambda: memory.search("lighthouse", config=config),
+        "recall": lambda: memory.recall(ask, config=config),
+        "invoke": lambda: memory.invoke(ask, config),
+        "retriever": lambda: memory.as_retriever().invoke("lighthouse", config),
+        "tool": lambda: memory.as_tool().invoke({"query": "lighthouse"}, config),
+        "graph": lambda: graph.invoke({"messages": ask}, config),
+        "agent": lambda: agent.invoke({"messages": ask}, config),
+    }
+    acalls = {
+        "asearch": lambda: memory.asearch("lighthouse", config=config),
+        "arecall": lambda: memory.arecall(ask, config=config),
+        "ainvoke": lambda: memory.ainvoke(ask, config),
+        "aretriever": lambda: memory.as_retriever().ainvoke("lighthouse", config),
+        "atool": lambda: memory.as_tool().ainvoke({"query": "lighthouse"}, config),
+        "agraph": lambda: graph.ainvoke({"messages": ask}, config),
+        "aagent": lambda: agent.ainvoke({"messages": ask}, config),
+    }
+    for call in calls.values():
+        with pytest.raises(InvalidInputError, match=key):
+            call()
+    for acall in acalls.values():
+        with pytest.raises(InvalidInputError, match=key):
+            await acall()
+    assert memory.stats(thread_id="t9").messages == 0  # the turn was not stored either
+
+
 # --- retriever and tool -------------------------------------------------------------------
 
 

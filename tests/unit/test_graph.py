@@ -458,6 +458,28 @@ def test_index_assigns_stable_ids_to_messages_without_one(memory: FactsMemory) -
     assert len(memory.puts("plain")) == 1
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_user_message_edited_in_place_is_updated_not_kept_stale(
+    memory: FactsMemory, asynchronous: bool
+) -> None:
+    """The same id sent again with new text (add_messages replaces it in place) was
+    answered, but memory kept the old text: the turn stored after the newest stored one."""
+    graph = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    first = {"messages": [HumanMessage("garden?", id="q")]}
+    edited = {"messages": [HumanMessage("piano?", id="q")]}
+    if asynchronous:
+        asyncio.run(graph.ainvoke(first, config("edit")))
+        asyncio.run(graph.ainvoke(edited, config("edit")))
+    else:
+        graph.invoke(first, config("edit"))
+        graph.invoke(edited, config("edit"))
+    state = graph.get_state(config("edit")).values["messages"]
+    assert [m.text for m in state] == ["piano?", "ok: garden?", "ok: piano?"]
+    assert [(m.id, m.text) for m in memory.stored("edit")] == [(m.id, m.text) for m in state]
+    hits = memory.engine.search("piano", thread_id="edit", resource_id="alice", scope="thread")
+    assert "q" in {hit.message.id for hit in hits}  # its vector holds the new text too
+
+
 def test_tool_messages_are_stored_for_windows(memory: FactsMemory) -> None:
     node = IndexNode(memory.engine)
     call = {"name": "lookup", "args": {"query": "x"}, "id": "call_1"}

@@ -6,17 +6,19 @@ or misconfigured backend would): storage re-checks the scope, so neither may lea
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 
-from langchain_semantic_recall import InMemoryStorage, SemanticRecall
-from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall, SQLiteStorage
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError, OwnershipError
 from langchain_semantic_recall.filters import RESERVED_KEYS, metadata_conditions
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.quoting import escape_label
@@ -374,3 +376,61 @@ def test_a_langchain_store_never_deletes_or_counts_past_the_selection(
         memory.forget_thread(thread_of(resource, n))
     assert {r: vectors.count(name, ScopeFilter(resource_id=r)) for r in others} == kept
     assert memory.stats(resource_id=resource).missing_vectors == 0
+
+
+def _resource_state(memory: SemanticRecall) -> tuple[object, ...]:
+    """Every stored message with its owner, and the vector ids of each resource."""
+    name = memory.ensure_index().name
+    stored = sorted(
+        (m.id, m.thread_id, m.resource_id, m.text)
+        for m in memory.storage.list_messages(None, limit=1000)
+    )
+    owners = sorted({owner for _, _, owner, _ in stored})
+    vectors = {r: memory.vector_store.message_ids(name, ScopeFilter(resource_id=r)) for r in owners}
+    return stored, vectors
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    owner=IDS,
+    other=IDS,
+    texts=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4, unique=True),
+    pick=st.integers(0, 3),
+    signed_in=st.booleans(),
+    asynchronous=st.booleans(),
+    sqlite=st.booleans(),
+)
+def test_another_resource_replaying_a_stored_message_is_refused(
+    *,
+    owner: str,
+    other: str,
+    texts: list[str],
+    pick: int,
+    signed_in: bool,
+    asynchronous: bool,
+    sqlite: bool,
+) -> None:
+    """The same id and text indexed again for another resource once came back "unchanged":
+    the thread's owner went unchecked, the fate confirmed a guess of the text, and the
+    message's vector was written again under the other resource (lost to its owner)."""
+    assume(owner != other)
+    storage = SQLiteStorage(":memory:") if sqlite else InMemoryStorage()
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    messages = [HumanMessage(f"{text} {n}", id=f"m{n}") for n, text in enumerate(texts)]
+    memory.index(messages, thread_id="t", resource_id=owner)
+    replay = [messages[pick % len(messages)]]  # the same id, the same text
+    before = _resource_state(memory)
+
+    def index() -> list[object]:
+        ids = {"thread_id": "t"} if signed_in else {"thread_id": "t", "resource_id": other}
+        if asynchronous:
+            return [asyncio.run(memory.aindex(replay, **ids))]  # type: ignore[arg-type]
+        return [memory.index(replay, **ids)]  # type: ignore[arg-type]
+
+    config: RunnableConfig = {"configurable": {"langgraph_auth_user_id": other}}
+    as_other = RunnableLambda(lambda _: index()) if signed_in else None
+    with pytest.raises(OwnershipError):
+        as_other.invoke(None, config) if as_other else index()
+    assert _resource_state(memory) == before

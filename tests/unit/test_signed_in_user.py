@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
 from langchain_semantic_recall.errors import OwnershipError
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -229,6 +230,7 @@ def test_the_signed_in_user_still_manages_their_own_memory() -> None:
     memory = engine("resource")
     memory.index(turn("peanut"), thread_id=OWN_THREAD, resource_id=USER)
     memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    assert signed_in(USER, lambda: memory.move_thread(OWN_THREAD, to=USER)) == 0  # a repair
     assert signed_in(USER, memory.stats).messages == 2  # only alice's, not bob's
     history = signed_in(USER, lambda: memory.chat_history(OWN_THREAD).messages)
     assert [m.text for m in history] == ["peanut", "noted: peanut"]
@@ -300,3 +302,71 @@ def test_with_options_keeps_a_views_ids() -> None:
     assert [m.text for m in recalled] == ["my sister lives in Lisbon", "noted"]
     view.clear()
     assert memory.stats(thread_id="alice/t0").messages == 0
+
+
+# A history object kept and reused (e.g. a module-level one): its first user's resource is
+# remembered for `add_messages`, but every later call is checked against the run's user.
+HISTORY_CALLS: dict[str, Callable[[Any], object]] = {
+    "messages": lambda h: h.messages,
+    "add_messages": lambda h: h.add_messages(turn("planted")),
+    "clear": lambda h: h.clear(),
+}
+AHISTORY_CALLS: dict[str, Callable[[Any], Awaitable[object]]] = {
+    "aget_messages": lambda h: h.aget_messages(),
+    "aadd_messages": lambda h: h.aadd_messages(turn("planted")),
+    "aclear": lambda h: h.aclear(),
+}
+HISTORY_ORDER = [(n, False) for n in HISTORY_CALLS] + [(n, True) for n in AHISTORY_CALLS]
+
+
+def use_history(history: SemanticRecallChatHistory, name: str, is_async: bool) -> None:
+    """Call `name` on the history inside a run of the signed-in user."""
+    if is_async:
+        acall = AHISTORY_CALLS[name]
+        asigned_in(USER, lambda: acall(history))
+    else:
+        call = HISTORY_CALLS[name]
+        signed_in(USER, lambda: call(history))
+
+
+def first_use(memory: SemanticRecall, owner: str, text: str, how: str) -> SemanticRecallChatHistory:
+    """A history of one of `owner`'s sessions, used once by `owner` as `how` says."""
+    session = f"{owner}/shared"
+    if how == "explicit":  # bound to its owner, used outside any run
+        history = memory.chat_history(session, resource_id=owner)
+        history.add_messages(turn(text))
+        return history
+    history = memory.chat_history(session)  # its owner comes from the first run
+
+    def add(_: object = None) -> list[int]:
+        history.add_messages(turn(text))
+        return []
+
+    if how == "signed in":
+        signed_in(owner, add)
+    else:
+        config: RunnableConfig = {"configurable": {"resource_id": owner}}
+        RunnableLambda(add).invoke(None, config)
+    return history
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    victim=VICTIMS,
+    text=st.lists(WORDS, min_size=1, max_size=3).map(" ".join),
+    how=st.sampled_from(["signed in", "explicit", "config"]),
+    order=st.permutations(HISTORY_ORDER),
+    scope=st.sampled_from(["resource", "thread"]),
+)
+def test_a_reused_chat_history_never_reads_another_users_session(
+    victim: str, text: str, how: str, order: list[tuple[str, bool]], scope: str
+) -> None:
+    memory = engine(scope)
+    history = first_use(memory, victim, text, how)
+    before = snapshot(memory)
+    for name, is_async in order:
+        with pytest.raises(OwnershipError):
+            use_history(history, name, is_async)
+        assert snapshot(memory) == before, name
+    owners = memory.chat_history(history.session_id, resource_id=victim)
+    assert [m.text for m in owners.messages] == [text, f"noted: {text}"]  # still its owner's

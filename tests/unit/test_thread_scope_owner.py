@@ -85,6 +85,27 @@ def test_the_first_write_naming_a_resource_adopts_an_unowned_thread(
     assert memory.stats(resource_id="alice").messages == 5
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_same_messages_again_with_a_resource_adopt_the_thread(
+    backend: Backend, tmp_path: Path, asynchronous: bool
+) -> None:
+    """All of them unchanged once skipped the adoption: storage kept no owner while the
+    vectors moved to the resource, so neither its search nor its recall found them."""
+    memory = engine(backend, tmp_path, search_mode="dense", threshold=0.0)
+    memory.index(OLD, thread_id="t1")
+    if asynchronous:
+        result = asyncio.run(memory.aindex(OLD, thread_id="t1", resource_id="alice"))
+    else:
+        result = memory.index(OLD, thread_id="t1", resource_id="alice")
+    assert [f.fate for f in result.fates] == ["unchanged", "unchanged"]
+    assert memory.storage.get_thread_owner("t1") == "alice"
+    stored = memory.storage.list_messages(ScopeFilter(thread_id="t1"))
+    assert [(m.id, m.resource_id) for m in stored] == [("old-0", "alice"), ("old-1", "alice")]
+    assert vector_ids(memory, ScopeFilter(resource_id="alice")) == {"old-0", "old-1"}
+    hits = memory.search("where does my sister live", thread_id="t1", resource_id="alice")
+    assert "old-0" in {m.id for hit in hits for m in hit.window}
+
+
 def test_a_turn_with_a_resource_on_an_unowned_thread_is_not_refused(
     backend: Backend, tmp_path: Path
 ) -> None:
