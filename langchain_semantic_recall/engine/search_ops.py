@@ -27,7 +27,7 @@ from langchain_semantic_recall.errors import (
 from langchain_semantic_recall.messages import echoes_memory, query_text
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.recall_report import RecallReport
-from langchain_semantic_recall.records import RecallHit, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.search import SearchPlan
 
 LOOKS: Final = (256, 1024)
@@ -67,12 +67,20 @@ def search_op(
     Raises:
         InvalidInputError: the query is not text.
         MissingIdentityError: the scope's id is missing.
+        OwnershipError: thread scope, for a resource, on a thread another resource owns.
     """
     if not isinstance(request.query, str):
         raise InvalidInputError(f"query must be text, got {type(request.query).__name__}")
     scope = search_scope(request.identity, request.scope, keys, what)
     if not request.query.strip():
         return []  # documented: an empty query finds nothing
+    if scope is not None and scope.thread_id is not None:  # as stats and clear refuse it
+        owner = yield steps.ThreadOwner(scope.thread_id)
+        if owner not in (None, NO_RESOURCE, scope.resource_id):
+            raise OwnershipError(
+                f"thread {scope.thread_id!r} belongs to another resource, not "
+                f"{scope.resource_id!r}: a search made for a resource reads only its threads"
+            )
     if scope is None:  # thread scope, owner unknown to the caller: the storage knows it
         thread_id = request.identity.require_thread(keys, what)
         owner = yield steps.ThreadOwner(thread_id)
@@ -309,7 +317,6 @@ def turn_recall_op(
             forgotten.
     """
     from langchain_semantic_recall.errors import PROGRAMMING_ERRORS, StorageError
-    from langchain_semantic_recall.records import NO_RESOURCE
 
     thread_id = request.identity.require_thread(keys, "recall")
     try:

@@ -48,6 +48,7 @@ from langchain_semantic_recall import (
     SemanticRecall,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.records import NO_RESOURCE
 from langchain_semantic_recall.storage import ScopeFilter
 from tests.faults import (
     FAST_BACKENDS,
@@ -599,15 +600,21 @@ class IsolationMachine(RuleBasedStateMachine):
                     assert self.model.messages[str(message.id)].thread == thread
         config: RunnableConfig = {"configurable": {"thread_id": thread, "resource_id": resource}}
         call = {"name": "search_memory", "args": {"query": query}, "id": "c", "type": "tool_call"}
+        # A thread-scoped search for a resource that does not own the thread is refused.
+        foreign = scope == "thread" and resource is not None
+        foreign = foreign and owner not in (None, NO_RESOURCE, resource)
         try:  # search and the surfaces built on it raise a backend's failure
             for hit in engine.search(query, thread_id=thread, resource_id=resource):
                 shown |= markers([m.text for m in hit.window])
                 for neighbour in hit.window:
                     assert neighbour.id in self.model.messages, "a forgotten or unknown message"
+            assert not foreign, "a search of another resource's thread was not refused"
             for doc in engine.as_retriever().invoke(query, config):
                 shown |= markers((doc.page_content, doc.metadata))
             answer = engine.as_tool().invoke(call, config)
             shown |= markers((answer.content, answer.artifact))
+        except OwnershipError:
+            assert foreign, "a search of the caller's own thread was refused"
         except InjectedError:
             assert self.fault_armed, "a failure nobody injected"
         self.check_shown(shown, thread=thread, resource=resource, scope=effective_scope)

@@ -153,3 +153,27 @@ def test_an_export_of_an_unowned_thread_restores_unowned(tmp_path: Path) -> None
     assert memory.storage.get_thread_owner("t1") == NO_RESOURCE
     memory.index(NEW, thread_id="t1", resource_id="alice")
     assert memory.storage.get_thread_owner("t1") == "alice"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_thread_search_for_a_resource_that_does_not_own_the_thread_is_refused(
+    backend: Backend, tmp_path: Path, asynchronous: bool
+) -> None:
+    """It once returned [], while stats and clear of the same thread raise OwnershipError."""
+    memory = engine(backend, tmp_path)
+    memory.index(OLD, thread_id="t", resource_id="bob")
+
+    def search(resource: str) -> object:
+        if asynchronous:
+            return asyncio.run(memory.asearch("Lisbon", thread_id="t", resource_id=resource))
+        return memory.search("Lisbon", thread_id="t", resource_id=resource)
+
+    with pytest.raises(OwnershipError, match="belongs to another resource, not 'alice'"):
+        search("alice")
+    with pytest.raises(OwnershipError):
+        memory.as_retriever().invoke(
+            "Lisbon", {"configurable": {"thread_id": "t", "resource_id": "alice"}}
+        )
+    assert search("bob")  # its owner finds it
+    memory.index(NEW, thread_id="unowned")  # thread scope without a resource: nobody's yet
+    assert memory.search("garden", thread_id="unowned", resource_id="alice") == []
