@@ -1,16 +1,14 @@
 """SQLite message storage: the embedded default (stdlib `sqlite3`, WAL journal).
 
 One file holds every thread of every resource. The file itself (path checks, pragmas,
-schema version and migrations) is `sqlite_schema`'s; keyword search is
-`sqlite_fts`'s; the other statements are `sqlite_sql`'s (constants, and pure functions
-that build the rest).
+schema version and migrations) is `sqlite_schema`'s; keyword search `sqlite_fts`'s; the
+other statements `sqlite_sql`'s (constants, and pure functions that build the rest).
 
 Concurrency: one connection (`check_same_thread=False`) guarded by one lock. SQLite
 admits a single writer at a time anyway, every statement here is short (indexed lookups
-of a few rows), and a single connection can be closed deterministically by `close`;
-per-thread connections would leak from executor threads (the async twins run in a pool)
-and would need their own cleanup. Other processes sharing the file are handled by WAL
-and the busy timeout.
+of a few rows), and one connection is closed deterministically by `close`; per-thread
+connections would leak from executor threads (the async twins run in a pool) and need
+their own cleanup. Other processes sharing the file are handled by WAL and busy timeout.
 """
 
 from __future__ import annotations
@@ -356,13 +354,16 @@ class SQLiteStorage(MessageStorage):
     def _get_windows(
         self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """One indexed query per 500 ids (in practice: one query per recall)."""
+        """One indexed query per 500 ids; overlapping windows share their (frozen) messages."""
         windows: dict[str, list[StoredMessage]] = {}
+        made: dict[str, StoredMessage] = {}  # a context read: ~176 rows, ~123 messages at 10k
         with self._read() as conn:
             for start in range(0, len(message_ids), _MAX_IDS_PER_QUERY):
                 chunk = message_ids[start : start + _MAX_IDS_PER_QUERY]
                 for row in conn.execute(*sql.windows_sql(chunk, before, after, scope)):
-                    windows.setdefault(row[0], []).append(_to_message(row[1:]))
+                    if (message := made.get(row[1])) is None:
+                        message = made[row[1]] = _to_message(row[1:])
+                    windows.setdefault(row[0], []).append(message)
         return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
     def _loaded_postings(self, conn: sqlite3.Connection, scope: ScopeFilter) -> Postings | None:
