@@ -37,7 +37,11 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.base import (
+    MessageStorage,
+    message_id_of_another,
+    thread_of_another,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -124,16 +128,10 @@ class InMemoryStorage(MessageStorage):
                     thread_id, thread.resource_id if thread else record.resource_id
                 )
                 if owner != record.resource_id:
-                    raise OwnershipError(
-                        f"thread {thread_id!r} belongs to another resource than "
-                        f"{record.resource_id!r}; use a thread id of that resource"
-                    )
+                    raise thread_of_another(thread_id, record.resource_id)
                 known = self._index.get(record.id) or planned.get(record.id)
                 if known is not None and known[0] != thread_id:
-                    raise OwnershipError(
-                        f"message id {record.id!r} already belongs to another thread than "
-                        f"{thread_id!r}; message ids must be unique across threads"
-                    )
+                    raise message_id_of_another(record.id, thread_id)
                 if known is None:
                     seq = next_seq.setdefault(thread_id, thread.next_seq if thread else 0)
                     next_seq[thread_id] = seq + 1

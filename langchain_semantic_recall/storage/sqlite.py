@@ -38,7 +38,11 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage import sqlite_sql as sql
-from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.base import (
+    MessageStorage,
+    message_id_of_another,
+    thread_of_another,
+)
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.postings import ResourcePostings as Postings
 from langchain_semantic_recall.storage.sqlite_schema import (
@@ -239,16 +243,10 @@ class SQLiteStorage(MessageStorage):
                 if state is None:
                     state = threads[record.thread_id] = self._thread_state(conn, record, now)
                 if state.owner != record.resource_id:
-                    raise OwnershipError(
-                        f"thread {record.thread_id!r} belongs to another resource than "
-                        f"{record.resource_id!r}; use a thread id of that resource"
-                    )
+                    raise thread_of_another(record.thread_id, record.resource_id)
                 place = conn.execute(sql.GET_MESSAGE_PLACE, (record.id,)).fetchone()
                 if place is not None and place[0] != record.thread_id:
-                    raise OwnershipError(
-                        f"message id {record.id!r} already belongs to another thread than "
-                        f"{record.thread_id!r}; message ids must be unique across threads"
-                    )
+                    raise message_id_of_another(record.id, record.thread_id)
                 if place is None:
                     seq = state.next_seq
                     state.next_seq += 1

@@ -24,7 +24,6 @@ from typing import Any, Final, TypeVar
 from langchain_semantic_recall.errors import (
     ForgottenThreadError,
     InvalidInputError,
-    OwnershipError,
 )
 from langchain_semantic_recall.keywords import BM25Params, bm25_score, message_terms, query_terms
 from langchain_semantic_recall.records import (
@@ -33,6 +32,7 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     ThreadInfo,
 )
+from langchain_semantic_recall.storage.base import message_id_of_another, thread_of_another
 
 T = TypeVar("T")
 MESSAGES: Final = "semantic_recall_messages"
@@ -242,16 +242,10 @@ def plan_put(
             state = _ThreadState(owner, max(next_seq, 0), new=next_seq < 0)
             states[record.thread_id] = state
         if state.owner != record.resource_id:
-            raise OwnershipError(
-                f"thread {record.thread_id!r} belongs to another resource than "
-                f"{record.resource_id!r}; use a thread id of that resource"
-            )
+            raise thread_of_another(record.thread_id, record.resource_id)
         place = seen.get(record.id)
         if place is not None and place[0] != record.thread_id:
-            raise OwnershipError(
-                f"message id {record.id!r} already belongs to another thread than "
-                f"{record.thread_id!r}; message ids must be unique across threads"
-            )
+            raise message_id_of_another(record.id, record.thread_id)
         if place is None:
             place = seen[record.id] = (record.thread_id, state.next_seq)
             state.next_seq += 1
@@ -334,10 +328,7 @@ def put_steps(records: Sequence[MessageRecord]) -> Steps[list[StoredMessage]]:
     )
     if written.rowcount != len(rows):  # a concurrent writer took a message id first
         lost = sorted(set(plan.rows) - {row[0] for row in written.rows})
-        raise OwnershipError(
-            f"message id {lost[0]!r} already belongs to another thread; message ids must "
-            "be unique across threads"
-        )
+        raise message_id_of_another(lost[0])
     moved = [(t, s.next_seq) for t, s in plan.threads.items()]
     yield Query(
         f"UPDATE {_T} AS t SET next_seq = u.n FROM unnest(%s::text[], %s::bigint[]) "
