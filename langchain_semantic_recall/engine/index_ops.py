@@ -21,6 +21,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.engine.vector_writes import drop_split
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -311,6 +312,7 @@ def index_op(
     to_embed = turn.to_embed()
     if not to_embed and not adopted:
         return turn.result()
+    rows: list[VectorRecord] = []
     try:
         info = yield from space.resolve()
         if adopted:  # its earlier vectors were written under no resource
@@ -333,6 +335,7 @@ def index_op(
             len(to_embed),
             exc_info=True,
         )
+        yield from drop_split(space.info, rows, resource_id, logger)
         return turn.result(error=repr(error))
     return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
 
