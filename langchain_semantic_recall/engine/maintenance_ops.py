@@ -17,6 +17,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.index_ops import embed_records
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.engine.vector_writes import write_vectors
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import check_id, skip_reason
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
@@ -219,7 +220,7 @@ def reindex_op(
         todo = [m for m in _embeddable(page) if m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield steps.UpsertVectors(info, rows)
+            yield from write_vectors(info, rows, logger)
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))

@@ -1,14 +1,16 @@
-"""What a failed vector write leaves, made visible to the repair.
+"""Vector writes that a failure never leaves looking whole.
 
 `index` stores messages first and reports a failed vector write; `stats` and
-`reindex(missing_only=True)` find the messages without a vector. A message of several
-chunks whose write landed in part has *a* vector, so it would look whole to both.
+`reindex(missing_only=True)` find the messages without a vector. A write can land in
+part, and a message of several chunks with one chunk written *has* a vector: it would
+look whole to both, and the chunks not written would never be. So after a failed write
+every chunk of such a message is deleted, and the repair sees it as missing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from langchain_semantic_recall.engine import steps
@@ -17,26 +19,36 @@ from langchain_semantic_recall.engine.vector_space import IndexInfo
 from langchain_semantic_recall.records import VectorRecord
 
 
-def drop_split(
-    info: IndexInfo | None, rows: Sequence[VectorRecord], resource_id: str, logger: logging.Logger
+def write_vectors(
+    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
 ) -> Op[None]:
-    """After a failed vector write, delete every chunk of its messages of several chunks.
+    """Upsert `rows`; if that fails, drop the long messages it may have written in part.
 
-    The write may have landed in part: one chunk of a long message makes it count as
-    having its vectors, so `reindex(missing_only=True)` would never write the others.
-    Without any, the message counts as missing and the repair writes it whole.
+    Raises:
+        Exception: whatever the upsert raised (after the drop).
     """
-    chunks = Counter(row.message_id for row in rows)
-    split = sorted(message_id for message_id, n in chunks.items() if n > 1)
-    if info is None or not split:
-        return
     try:
-        yield steps.DeleteVectors(info, message_ids=split, resource_id=resource_id)
+        yield steps.UpsertVectors(info, rows)
     except Exception:
-        logger.warning(
-            "could not delete the vectors of %d long message(s) written in part (%s): "
-            "reindex() without missing_only writes them whole",
-            len(split),
-            ", ".join(split),
-            exc_info=True,
-        )
+        yield from _drop_split(info, rows, logger)
+        raise
+
+
+def _drop_split(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger) -> Op[None]:
+    """Delete every chunk of the messages of several chunks among `rows` (best effort)."""
+    chunks = Counter(row.message_id for row in rows)
+    split: defaultdict[str, set[str]] = defaultdict(set)  # resource id -> message ids
+    for row in rows:
+        if chunks[row.message_id] > 1:
+            split[row.resource_id].add(row.message_id)
+    for resource_id, ids in sorted(split.items()):
+        try:
+            yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
+        except Exception:
+            logger.warning(
+                "could not delete the vectors of %d long message(s) written in part (%s): "
+                "reindex() without missing_only writes them whole",
+                len(ids),
+                ", ".join(sorted(ids)),
+                exc_info=True,
+            )

@@ -340,6 +340,38 @@ class FaultSuite:
         assert chunks == 3
         assert rig.vectors.inner.count(rig.index_name) == chunks + 1  # every chunk of both
 
+    @pytest.mark.parametrize("twin", ["sync", "async"])
+    @pytest.mark.parametrize("write", ["bulk_index", "reindex"])
+    async def test_a_bulk_or_repair_write_failed_part_way_leaves_no_long_message_half_whole(
+        self, rig: Rig, twin: str, write: str
+    ) -> None:
+        """Bulk import and reindex raise on a failed vector write; the next repair is whole."""
+        engine = rig.engine
+        engine.ensure_index()
+        long = " ".join(f"word{n}" for n in range(1500))
+        messages = [HumanMessage(long, id="long"), AIMessage("Noted", id="short")]
+        if write == "reindex":  # stored without vectors first (the embedder was down)
+            rig.embeddings.faults.fail("embed_documents")
+            assert engine.index(messages, thread_id="t1", resource_id="alice").error
+
+        async def attempt() -> None:
+            if write == "bulk_index" and twin == "sync":
+                engine.bulk_index([("t1", "alice", messages)])
+            elif write == "bulk_index":
+                await engine.abulk_index([("t1", "alice", messages)])
+            elif twin == "sync":
+                engine.reindex(missing_only=True)
+            else:
+                await engine.areindex(missing_only=True)
+
+        rig.vectors.faults.fail("upsert", partial=1)
+        with pytest.raises(InjectedError):
+            await attempt()
+        assert rig.vectors.faults.fired
+        assert engine.stats().missing_vectors == 2
+        assert engine.reindex(missing_only=True) == 2
+        assert rig.vectors.inner.count(rig.index_name) == 4  # the three chunks and "Noted"
+
     @pytest.mark.parametrize("kind", ["error", "timeout", "partial-1", "partial-3", "after"])
     def test_a_failed_storage_write_is_raised_and_a_retry_adds_no_duplicate(
         self, rig: Rig, kind: str
