@@ -225,8 +225,13 @@ def reindex_op(
         if progress is not None:
             progress(len(page))
     orphans = have - stored_ids
-    if orphans:
-        yield steps.DeleteVectors(info, message_ids=sorted(orphans))
+    if orphans:  # only the scope's own rows: another resource may hold a vector of that id
+        yield steps.DeleteVectors(
+            info,
+            message_ids=sorted(orphans),
+            resource_id=None if scope is None else scope.resource_id,
+            thread_id=None if scope is None else scope.thread_id,
+        )
     return written
 
 
