@@ -21,7 +21,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import write_vectors
+from langchain_semantic_recall.engine.vector_writes import write_owned, write_vectors
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -319,7 +319,7 @@ def index_op(
                 info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
             )
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield from write_vectors(info, rows, logger)
+        yield from write_owned(info, rows, thread_id, resource_id, logger)
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
             yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)

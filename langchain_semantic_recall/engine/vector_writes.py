@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
@@ -32,6 +33,31 @@ def write_vectors(
     except Exception:
         yield from _drop_split(info, rows, logger)
         raise
+
+
+def write_owned(
+    info: IndexInfo,
+    rows: Sequence[VectorRecord],
+    thread_id: str,
+    resource_id: str,
+    logger: logging.Logger,
+) -> Op[None]:
+    """Write one thread's `rows` under `resource_id`, then follow a move made meanwhile.
+
+    A `move_thread` (or an adoption) between this call's read of the owner and its write
+    would leave the vectors under the old owner: the new one's search would not find
+    them by meaning, and the old one's index would hold the thread's text. They are
+    written again under the thread's owner now, or deleted if the thread is gone.
+    """
+    yield from write_vectors(info, rows, logger)
+    owner: str | None = yield steps.ThreadOwner(thread_id)
+    if owner == resource_id or not rows:
+        return
+    logger.warning("thread %r changed owner while it was indexed; its vectors follow", thread_id)
+    ids = sorted({row.message_id for row in rows})
+    yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
+    if owner is not None:
+        yield from write_vectors(info, [replace(row, resource_id=owner) for row in rows], logger)
 
 
 def _drop_split(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger) -> Op[None]:
