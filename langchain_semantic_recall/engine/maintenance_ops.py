@@ -144,7 +144,7 @@ def move_thread_op(
     The storage moves it in one transaction; its vectors are then deleted under the old
     owner and embedded again under the new one (from the cache where it can). Moving a
     thread to its owner moves nothing and writes the vectors it lacks: run it again if
-    it raised.
+    it raised (with `resource_id` the new owner, if the storage had moved it).
 
     Raises:
         InvalidInputError: the thread is not stored.
@@ -159,7 +159,16 @@ def move_thread_op(
     if owner is None:
         raise InvalidInputError(f"thread {thread_id!r} is not stored: nothing to move")
     if resource_id is not None and owner != resource_id:
-        raise OwnershipError(f"thread {thread_id!r} does not belong to resource {resource_id!r}")
+        done = owner == to_resource  # a move that raised after its storage moved the thread
+        raise OwnershipError(
+            f"thread {thread_id!r} does not belong to resource {resource_id!r}"
+            + (
+                f": it was moved to {to_resource!r} already; to finish a move that raised, "
+                f"call move_thread again with resource_id={to_resource!r}"
+                if done
+                else ""
+            )
+        )
     info = yield from space.resolve()
     moved = 0
     if owner != to_resource:

@@ -168,3 +168,34 @@ async def test_vectors_written_while_the_thread_moved_follow_it(tmp_path: Path, 
     }
     bob = memory.stats(resource_id="bob")
     assert (bob.messages, bob.missing_vectors, bob.orphan_vectors) == (3, 0, 0)
+
+
+async def test_a_move_that_raised_after_the_storage_moved_says_how_to_finish(
+    tmp_path: Path,
+) -> None:
+    """The vector write fails once the thread is bob's: the same call again says what to do.
+
+    Run again as it was, `move_thread(..., resource_id="alice")` is refused (the thread is
+    bob's now); the refusal names the call that finishes the move, and that call does.
+    """
+    vectors = FaultyVectors(InMemoryVectorIndex())
+    memory = SemanticRecall(
+        storage=SQLiteStorage(tmp_path / "m.db"),
+        vector_store=vectors,
+        embeddings=FakeEmbeddings(32),
+        search_mode="dense",
+    )
+    memory.index(chat("a"), thread_id="t1", resource_id="alice")
+    vectors.faults.fail("upsert")
+    with pytest.raises(ConnectionError):
+        memory.move_thread("t1", to="bob", resource_id="alice")
+    assert memory.stats(resource_id="bob").missing_vectors == 2
+    with pytest.raises(OwnershipError, match="call move_thread again with resource_id='bob'"):
+        memory.move_thread("t1", to="bob", resource_id="alice")
+    with pytest.raises(OwnershipError, match="resource_id='bob'"):
+        await memory.amove_thread("t1", to="bob", resource_id="alice")
+    assert await memory.amove_thread("t1", to="bob", resource_id="bob") == 0
+    assert memory.stats(resource_id="bob").missing_vectors == 0
+    with pytest.raises(OwnershipError) as refused:  # a thread moved elsewhere: no such hint
+        memory.move_thread("t1", to="carol", resource_id="alice")
+    assert "move_thread again" not in str(refused.value)
