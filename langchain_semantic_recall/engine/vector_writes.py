@@ -1,10 +1,12 @@
-"""Vector writes that a failure never leaves looking whole.
+"""Vector writes that a failure or a concurrent move never leaves looking whole.
 
 `index` stores messages first and reports a failed vector write; `stats` and
 `reindex(missing_only=True)` find the messages without a vector. A write can land in
 part, and a message of several chunks with one chunk written *has* a vector: it would
 look whole to both, and the chunks not written would never be. So after a failed write
-every chunk of such a message is deleted, and the repair sees it as missing.
+every chunk of such a message is deleted, and the repair sees it as missing
+(`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
+(`write_owned`).
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ def write_owned(
     them by meaning, and the old one's index would hold the thread's text. They are
     written again under the thread's owner now, or deleted if the thread is gone.
     """
+    if not rows:
+        return
     yield from write_vectors(info, rows, logger)
     owner: str | None = yield steps.ThreadOwner(thread_id)
-    if owner == resource_id or not rows:
+    if owner == resource_id:
         return
     logger.warning("thread %r changed owner while it was indexed; its vectors follow", thread_id)
     ids = sorted({row.message_id for row in rows})
