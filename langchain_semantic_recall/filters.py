@@ -103,6 +103,14 @@ def _check_key(key: object, where: str) -> str:
     return key
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_value(value: object, where: str) -> MetadataValue:
     if isinstance(value, bool):
         return value
@@ -115,6 +123,11 @@ def _check_value(value: object, where: str) -> MetadataValue:
     if isinstance(value, str):
         if len(value) > _MAX_TEXT:
             raise InvalidInputError(f"{where}: text values are at most {_MAX_TEXT} characters")
+        if "\x00" in value or not _encodable(value):
+            raise InvalidInputError(
+                f"{where}: {value!r} holds a NUL character or a lone surrogate, which not every "
+                "storage keeps (nor matches); remove it (e.g. value.replace('\\x00', ''))"
+            )
         return value
     raise InvalidInputError(
         f"{where}: {type(value).__name__} values are not kept; metadata values are str, "

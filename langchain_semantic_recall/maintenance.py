@@ -117,7 +117,8 @@ def move_thread(
 
     A thread of another resource than the call's raises `OwnershipError`; on a LangGraph
     server the signed-in user can neither take another resource's thread nor give one
-    away (`IdentityMismatchError`).
+    away (`IdentityMismatchError`). If it raised once the storage had moved the thread
+    (its vectors not yet all written), call it again with `resource_id=to` to finish.
 
     Args:
         thread_id: The thread to move.

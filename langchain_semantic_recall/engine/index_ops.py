@@ -21,6 +21,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.engine.vector_writes import write_owned, write_vectors
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -318,7 +319,7 @@ def index_op(
                 info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
             )
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.UpsertVectors(info, rows)
+        yield from write_owned(info, rows, thread_id, resource_id, logger)
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
             yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)
@@ -376,7 +377,7 @@ def _move_vectors(
         todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield steps.UpsertVectors(info, rows)
+            yield from write_vectors(info, rows, logger)
 
 
 # --- bulk import ---------------------------------------------------------------------------
@@ -461,9 +462,11 @@ def _store_batch(batch: _Batch, result: BulkResult, logger: logging.Logger) -> O
     return kept
 
 
-def _write_and_recheck(info: IndexInfo, rows: Sequence[VectorRecord]) -> Op[None]:
+def _write_and_recheck(
+    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
+) -> Op[None]:
     """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
-    yield steps.UpsertVectors(info, rows)
+    yield from write_vectors(info, rows, logger)
     owners = {row.thread_id: row.resource_id for row in rows}
     for thread_id, resource_id in owners.items():
         if (yield steps.IsForgotten(thread_id)):
@@ -491,7 +494,7 @@ def bulk_index_op(
             progress(sum(len(records) for _, records in batch))
         to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.Background(steps.Nested(_write_and_recheck(info, rows)))
+        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, logger)))
         result.embedded += len(to_embed)
     yield steps.Settle()
     return result

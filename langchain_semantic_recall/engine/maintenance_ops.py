@@ -17,6 +17,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.index_ops import embed_records
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.engine.vector_writes import write_vectors
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import check_id, skip_reason
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
@@ -143,7 +144,7 @@ def move_thread_op(
     The storage moves it in one transaction; its vectors are then deleted under the old
     owner and embedded again under the new one (from the cache where it can). Moving a
     thread to its owner moves nothing and writes the vectors it lacks: run it again if
-    it raised.
+    it raised (with `resource_id` the new owner, if the storage had moved it).
 
     Raises:
         InvalidInputError: the thread is not stored.
@@ -158,7 +159,16 @@ def move_thread_op(
     if owner is None:
         raise InvalidInputError(f"thread {thread_id!r} is not stored: nothing to move")
     if resource_id is not None and owner != resource_id:
-        raise OwnershipError(f"thread {thread_id!r} does not belong to resource {resource_id!r}")
+        done = owner == to_resource  # a move that raised after its storage moved the thread
+        raise OwnershipError(
+            f"thread {thread_id!r} does not belong to resource {resource_id!r}"
+            + (
+                f": it was moved to {to_resource!r} already; to finish a move that raised, "
+                f"call move_thread again with resource_id={to_resource!r}"
+                if done
+                else ""
+            )
+        )
     info = yield from space.resolve()
     moved = 0
     if owner != to_resource:
@@ -219,13 +229,18 @@ def reindex_op(
         todo = [m for m in _embeddable(page) if m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield steps.UpsertVectors(info, rows)
+            yield from write_vectors(info, rows, logger)
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
     orphans = have - stored_ids
-    if orphans:
-        yield steps.DeleteVectors(info, message_ids=sorted(orphans))
+    if orphans:  # only the scope's own rows: another resource may hold a vector of that id
+        yield steps.DeleteVectors(
+            info,
+            message_ids=sorted(orphans),
+            resource_id=None if scope is None else scope.resource_id,
+            thread_id=None if scope is None else scope.thread_id,
+        )
     return written
 
 

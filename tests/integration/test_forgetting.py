@@ -7,14 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from langchain_core.messages import HumanMessage
+
 from langchain_semantic_recall import (
     SemanticRecall,
 )
+from langchain_semantic_recall.records import ScopeFilter
 from tests.faults import (
     LOCAL,
     MEMORY_EPHEMERAL_CHROMA,
     SQLITE_CHROMA,
     FaultyEmbeddings,
+    InjectedError,
     open_rig,
 )
 from tests.unit.test_forgetting import (
@@ -69,3 +74,27 @@ def test_the_documented_purge_leaves_no_byte_of_the_content_on_disk(tmp_path: Pa
     found = memory.search("lisbon march", thread_id="t9", resource_id="alice")
     assert {h.message.id for h in found} == {"keep-100", "keep-101"}
     memory.storage.close()
+
+
+def test_a_repair_for_one_resource_never_deletes_another_resources_vector() -> None:
+    """Chroma keeps a collection per resource, so two resources can hold the same vector id.
+
+    Alice's cleared thread leaves an orphan vector (its delete failed); Bob then writes a
+    message of the same id. Alice's `reindex(missing_only=True)` removes her orphan, and
+    only hers: a delete made for a resource never reaches another's vectors.
+    """
+    with open_rig(SQLITE_CHROMA, search_mode="dense") as rig:
+        engine = rig.engine
+        engine.index([HumanMessage("Lisbon in March", id="m1")], thread_id="t", resource_id="alice")
+        rig.vectors.faults.fail("delete")
+        with pytest.raises(InjectedError):
+            engine.clear_thread("t", resource_id="alice")
+        assert engine.stats(resource_id="alice").orphan_vectors == 1
+        engine.index([HumanMessage("Porto in May", id="m1")], thread_id="t", resource_id="bob")
+
+        assert engine.reindex(resource_id="alice", missing_only=True) == 0
+
+        assert engine.stats(resource_id="alice").orphan_vectors == 0
+        bob = engine.stats(resource_id="bob")
+        assert (bob.vectors, bob.missing_vectors) == (1, 0)
+        assert rig.vector_ids(ScopeFilter(resource_id="bob")) == {"m1"}

@@ -34,7 +34,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall import EmbeddingCache, EmbeddingMismatchError, SemanticRecall
-from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
+from langchain_semantic_recall.embeddings import (
+    aembed_with_cache,
+    embed_with_cache,
+    split_for_embedding,
+)
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import ScopeFilter
 from tests.faults import (
@@ -303,6 +307,70 @@ class FaultSuite:
         assert rig.vector_ids() == set(ids)
         assert engine.reindex(missing_only=True) == 0
         assert memories(engine.recall(ask("Lisbon"), thread_id="t9", resource_id="alice"))
+
+    @pytest.mark.parametrize("twin", ["sync", "async"])
+    async def test_a_long_message_written_in_part_is_repaired_by_missing_only(
+        self, rig: Rig, twin: str
+    ) -> None:
+        """A message of several chunks whose vector write failed part-way counts as missing.
+
+        Otherwise its first chunk makes it look whole: `stats` says nothing is missing and
+        `reindex(missing_only=True)`, the repair the result's error points to, never writes
+        the rest, so the words past the first chunk are never found by meaning.
+        """
+        engine = rig.engine
+        engine.ensure_index()
+        long = " ".join(f"word{n}" for n in range(1500))  # three chunks of 6000 characters
+        messages = [HumanMessage(long, id="long"), AIMessage("Noted", id="short")]
+        rig.vectors.faults.fail("upsert", partial=1)  # the first chunk lands, then it fails
+        if twin == "sync":
+            result = engine.index(messages, thread_id="t1", resource_id="alice")
+        else:
+            result = await engine.aindex(messages, thread_id="t1", resource_id="alice")
+        assert rig.vectors.faults.fired, "the fault never hit: the test proves nothing"
+        assert result.error
+        assert result.embedded == ()
+        assert engine.stats().missing_vectors == 2  # both, as the result says
+        if twin == "sync":
+            assert engine.reindex(missing_only=True) == 2
+        else:
+            assert await engine.areindex(missing_only=True) == 2
+        assert engine.stats().missing_vectors == 0
+        chunks = len(split_for_embedding(rig.embeddings, long))
+        assert chunks == 3
+        assert rig.vectors.inner.count(rig.index_name) == chunks + 1  # every chunk of both
+
+    @pytest.mark.parametrize("twin", ["sync", "async"])
+    @pytest.mark.parametrize("write", ["bulk_index", "reindex"])
+    async def test_a_bulk_or_repair_write_failed_part_way_leaves_no_long_message_half_whole(
+        self, rig: Rig, twin: str, write: str
+    ) -> None:
+        """Bulk import and reindex raise on a failed vector write; the next repair is whole."""
+        engine = rig.engine
+        engine.ensure_index()
+        long = " ".join(f"word{n}" for n in range(1500))
+        messages = [HumanMessage(long, id="long"), AIMessage("Noted", id="short")]
+        if write == "reindex":  # stored without vectors first (the embedder was down)
+            rig.embeddings.faults.fail("embed_documents")
+            assert engine.index(messages, thread_id="t1", resource_id="alice").error
+
+        async def attempt() -> None:
+            if write == "bulk_index" and twin == "sync":
+                engine.bulk_index([("t1", "alice", messages)])
+            elif write == "bulk_index":
+                await engine.abulk_index([("t1", "alice", messages)])
+            elif twin == "sync":
+                engine.reindex(missing_only=True)
+            else:
+                await engine.areindex(missing_only=True)
+
+        rig.vectors.faults.fail("upsert", partial=1)
+        with pytest.raises(InjectedError):
+            await attempt()
+        assert rig.vectors.faults.fired
+        assert engine.stats().missing_vectors == 2
+        assert engine.reindex(missing_only=True) == 2
+        assert rig.vectors.inner.count(rig.index_name) == 4  # the three chunks and "Noted"
 
     @pytest.mark.parametrize("kind", ["error", "timeout", "partial-1", "partial-3", "after"])
     def test_a_failed_storage_write_is_raised_and_a_retry_adds_no_duplicate(

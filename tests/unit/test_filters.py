@@ -11,7 +11,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, StateGraph
 
-from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.filters import metadata_conditions, same_value, time_range
 from langchain_semantic_recall.graph import RecallNode, RecallState, create_recall_graph
@@ -164,6 +164,34 @@ async def test_index_refuses_metadata_it_cannot_keep(
     with pytest.raises(InvalidInputError):
         await memory.aindex([carried], thread_id="t9", resource_id="alice")
     assert memory.storage.count() == 4  # nothing of either call was stored
+
+
+@pytest.mark.parametrize("value", ["a\x00b", "a\ud800b"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+async def test_a_text_value_no_backend_keeps_is_refused_on_every_backend(
+    value: str, backend: str
+) -> None:
+    """A NUL or a lone surrogate in a metadata value: one clear refusal everywhere.
+
+    Otherwise each backend did something else: memory kept and matched it, SQLite kept a
+    NUL but never matched it and raised `UnicodeEncodeError` on a surrogate, and
+    PostgreSQL's JSONB refuses both.
+    """
+    storage = InMemoryStorage() if backend == "memory" else SQLiteStorage(":memory:")
+    engine = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    message = HumanMessage("the lighthouse", id="m1")
+    with pytest.raises(InvalidInputError, match=r"\['tag'\]: .* a NUL character"):
+        engine.index([message], thread_id="t1", resource_id="alice", metadata={"tag": value})
+    carried = HumanMessage("the lamp", id="m2", additional_kwargs={"metadata": {"tag": value}})
+    with pytest.raises(InvalidInputError, match="'tag'"):
+        await engine.aindex([carried], thread_id="t1", resource_id="alice")
+    assert storage.count() == 0  # nothing of either call was stored
+    with pytest.raises(InvalidInputError, match="'tag'"):
+        engine.search("lighthouse", resource_id="alice", filter={"tag": value})
+    with pytest.raises(InvalidInputError, match="'tag'"):
+        await engine.asearch("lighthouse", resource_id="alice", filter={"tag": {"$in": [value]}})
 
 
 # --- search and recall --------------------------------------------------------------------

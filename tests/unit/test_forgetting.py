@@ -726,3 +726,26 @@ TestIsolationSQLite = isolation_machine(FAST_BACKENDS[1]).TestCase
 TestIsolationSQLite.settings = machine_settings(40, 30)
 TestIsolationDespiteLyingVectors = isolation_machine(LYING_VECTORS).TestCase
 TestIsolationDespiteLyingVectors.settings = machine_settings(40, 30)
+
+
+def test_a_turn_indexed_while_its_thread_is_cleared_leaves_no_vector() -> None:
+    """`clear_thread` between a turn's message write and its vector write: nothing stays.
+
+    The clear deletes the messages and the vectors written so far; the turn's vectors
+    land after it. They held the cleared text (an orphan no search shows, but kept);
+    the turn now sees the thread gone and deletes them.
+    """
+    with open_rig(MEMORY, search_mode="dense") as rig:
+        rig.engine.index(exchange("a", 0), thread_id="t1", resource_id="alice")
+        gate = rig.vectors.faults.gate("upsert")
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(
+                rig.engine.index, exchange("b", 2), thread_id="t1", resource_id="alice"
+            )
+            gate.wait_entered()
+            assert rig.engine.clear_thread("t1", resource_id="alice") == 4
+            gate.release()
+            pending.result()
+        assert rig.stored() == []
+        assert rig.vector_ids() == set()
+        assert rig.engine.stats().orphan_vectors == 0

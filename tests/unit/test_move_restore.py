@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from langchain_semantic_recall import (
 from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
+from tests.faults import FaultyVectors
 
 
 def engine(tmp_path: Path, **options: object) -> SemanticRecall:
@@ -123,3 +126,76 @@ def test_after_a_move_only_the_new_owner_sees_the_thread(
         }
         assert ids == expected
         assert found(memory, resource) == expected
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+async def test_vectors_written_while_the_thread_moved_follow_it(tmp_path: Path, twin: str) -> None:
+    """A turn indexed for alice while the thread moves to bob: its vectors end up bob's.
+
+    Else they stayed under alice: `index` said "embedded", bob's search did not find the
+    message by meaning, and alice's index kept text of a thread that is no longer hers.
+    """
+    vectors = FaultyVectors(InMemoryVectorIndex())
+    memory = SemanticRecall(
+        storage=SQLiteStorage(tmp_path / "m.db"),
+        vector_store=vectors,
+        embeddings=FakeEmbeddings(32),
+        search_mode="dense",
+    )
+    memory.index(chat("a"), thread_id="t1", resource_id="alice")
+    turn = [HumanMessage("my cello lesson is on monday", id="late")]
+    gate = vectors.faults.gate("upsert")  # hold the turn's vector write
+    with ThreadPoolExecutor(1) as pool:
+        if twin == "sync":
+            pending = pool.submit(memory.index, turn, thread_id="t1", resource_id="alice")
+            gate.wait_entered()
+            assert memory.move_thread("t1", to="bob") == 3
+            gate.release()
+            result = pending.result()
+        else:
+            task = asyncio.create_task(memory.aindex(turn, thread_id="t1", resource_id="alice"))
+            await gate.await_entered()
+            assert await memory.amove_thread("t1", to="bob") == 3
+            gate.release()
+            result = await task
+    assert result.embedded == ("late",)
+    name = memory.ensure_index().name
+    assert vectors.inner.message_ids(name, ScopeFilter(resource_id="alice")) == set()
+    assert vectors.inner.message_ids(name, ScopeFilter(resource_id="bob")) == {
+        "a-u",
+        "a-a",
+        "late",
+    }
+    bob = memory.stats(resource_id="bob")
+    assert (bob.messages, bob.missing_vectors, bob.orphan_vectors) == (3, 0, 0)
+
+
+async def test_a_move_that_raised_after_the_storage_moved_says_how_to_finish(
+    tmp_path: Path,
+) -> None:
+    """The vector write fails once the thread is bob's: the same call again says what to do.
+
+    Run again as it was, `move_thread(..., resource_id="alice")` is refused (the thread is
+    bob's now); the refusal names the call that finishes the move, and that call does.
+    """
+    vectors = FaultyVectors(InMemoryVectorIndex())
+    memory = SemanticRecall(
+        storage=SQLiteStorage(tmp_path / "m.db"),
+        vector_store=vectors,
+        embeddings=FakeEmbeddings(32),
+        search_mode="dense",
+    )
+    memory.index(chat("a"), thread_id="t1", resource_id="alice")
+    vectors.faults.fail("upsert")
+    with pytest.raises(ConnectionError):
+        memory.move_thread("t1", to="bob", resource_id="alice")
+    assert memory.stats(resource_id="bob").missing_vectors == 2
+    with pytest.raises(OwnershipError, match="call move_thread again with resource_id='bob'"):
+        memory.move_thread("t1", to="bob", resource_id="alice")
+    with pytest.raises(OwnershipError, match="resource_id='bob'"):
+        await memory.amove_thread("t1", to="bob", resource_id="alice")
+    assert await memory.amove_thread("t1", to="bob", resource_id="bob") == 0
+    assert memory.stats(resource_id="bob").missing_vectors == 0
+    with pytest.raises(OwnershipError) as refused:  # a thread moved elsewhere: no such hint
+        memory.move_thread("t1", to="carol", resource_id="alice")
+    assert "move_thread again" not in str(refused.value)
