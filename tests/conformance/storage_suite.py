@@ -500,7 +500,7 @@ class StorageConformance(StorageFilterConformance):
     def test_message_id_of_another_thread_is_rejected(self, storage: MessageStorage) -> None:
         storage.put([make_record("m1", "t1")])
         # What to do is said: a conversation copied into a new thread needs new ids.
-        with pytest.raises(OwnershipError, match="'m1'.*copy its messages without their ids"):
+        with pytest.raises(OwnershipError, match=r"'m1'.*copy its messages without their ids"):
             storage.put([make_record("m2", "t2"), make_record("m1", "t2")])
         assert storage.get_thread_owner("t2") is None
         assert ids(storage.list_messages()) == ["m1"]
