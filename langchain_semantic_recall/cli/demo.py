@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_semantic_recall.cli.common import UsageError, store_urls
 from langchain_semantic_recall.cli.render import boxed, rule, shorten, style
 
 if TYPE_CHECKING:  # LangChain loads slowly: imported by `run`, not by `--help`
@@ -53,7 +54,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--path", default=argparse.SUPPRESS, help="store location (default: a temporary folder)"
+        "--path",
+        default=argparse.SUPPRESS,
+        help="a new or empty folder to keep the demo's store in (default: a temporary folder)",
     )
     parser.add_argument("--top-k", type=int, default=3, help="hits per turn (default: 3)")
     parser.add_argument(
@@ -85,8 +88,33 @@ def _print_injected(recalled: Sequence[BaseMessage]) -> None:
         print(boxed(message.text))
 
 
+def _fresh_path(args: argparse.Namespace) -> Path | None:
+    """The folder `--path` names, checked to be new or empty; None without `--path`.
+
+    The demo loads its history into a fresh store: in one that already holds a store (a
+    previous demo's), recall would find the earlier runs' turns and the counts printed
+    would be wrong. `--storage` / `--vector` are refused rather than ignored.
+    """
+    if store_urls(args) is not None:
+        raise UsageError(
+            "demo runs on a fresh embedded store and does not use --storage / --vector: "
+            "leave them out (or give demo --path DIR, a new folder)"
+        )
+    given = getattr(args, "path", None)
+    if not given:
+        return None
+    path = Path(given)
+    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+        raise UsageError(
+            f"demo loads its history into a fresh store, and {path} is not an empty folder: "
+            "pass a new folder to --path, or leave --path out (a temporary folder)"
+        )
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall demo`: load the shipped history and play new turns, printed."""
+    given = _fresh_path(args)
     from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -100,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         tempfile.TemporaryDirectory(prefix="semantic-recall-demo-") as scratch,
         contextlib.ExitStack() as owned,  # closed first: the engine, then the folder
     ):
-        path = Path(getattr(args, "path", None) or scratch)
+        path = given or Path(scratch)
         print(
             style("semantic-recall demo", "bold"),
             f"- embedded default in {path} (SQLite + embedded Chroma + local MiniLM model)",
