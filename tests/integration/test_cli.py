@@ -402,6 +402,15 @@ def test_search_modes_and_budget(loaded: Cli) -> None:
     assert loaded("search", "x", "--resource", "alice", "--message-budget", "lots").code == 2
 
 
+def test_the_summary_line_names_a_threshold(loaded: Cli) -> None:
+    """A threshold changes what comes back (0 turns silence off): the summary says so."""
+    argv = ("tomato", "--resource", "alice", "--threshold", "0.05")
+    assert "budget 15 messages, threshold 0.05)" in loaded("search", *argv).out
+    inspected = loaded("inspect", "--thread", "new", *argv)
+    assert "budget 15 messages, threshold 0.05)" in inspected.out
+    assert "threshold" not in loaded("search", "tomato", "--resource", "alice").out
+
+
 def test_search_one_thread_and_not_found(loaded: Cli) -> None:
     inside = loaded("search", "Lisbon", "--thread", "conv-trip", "--json").json()
     assert {h["thread"] for h in inside["hits"]} == {"conv-trip"}
