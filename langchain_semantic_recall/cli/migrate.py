@@ -38,6 +38,7 @@ from langchain_semantic_recall.cli.common import (
     require_url_store,
     store_options,
     store_path,
+    store_urls,
 )
 from langchain_semantic_recall.errors import OwnershipError
 
@@ -187,7 +188,8 @@ def register(subparsers: Any) -> None:
         help="copy a store to another one (e.g. the embedded store to PostgreSQL + Chroma)",
         description=(
             "Copy every message of the source (the embedded store at --path, or "
-            "--from-storage/--from-vector URLs) into the target URLs, then copy its vectors "
+            "--from-storage/--from-vector URLs, or the global --storage/--vector) into the "
+            "target URLs, then copy its vectors "
             "or embed them again. Storage URLs: sqlite:///path, postgresql://..., memory://. "
             "Vector URLs: chroma:///path, http://host:port (a Chroma server), memory://. "
             "Running it again is harmless: it finishes an interrupted migration. Retired "
@@ -204,7 +206,13 @@ def register(subparsers: Any) -> None:
         default="copy",
         help="copy the vectors (default) or embed the messages again",
     )
-    parser.add_argument("--batch-size", type=int, default=500, metavar="N")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=500,
+        metavar="N",
+        help="messages read and written at a time (default: 500)",
+    )
     parser.add_argument("--index-name", metavar="NAME", help="the index to migrate")
     parser.add_argument(
         "--embeddings",
@@ -231,6 +239,15 @@ def _embeddings(spec: str | None) -> Embeddings | None:
 def _source_urls(args: argparse.Namespace) -> tuple[str, str]:
     if bool(args.from_storage) != bool(args.from_vector):
         raise UsageError("give both --from-storage and --from-vector, or neither (--path)")
+    servers = store_urls(args)  # `semantic-recall --storage URL --vector URL migrate ...`
+    if servers is not None:
+        if args.from_storage:
+            raise UsageError(
+                "the source is given twice: --storage/--vector (before the command) and "
+                "--from-storage/--from-vector; keep one"
+            )
+        require_url_store(servers[0])
+        return servers
     if args.from_storage:
         require_url_store(args.from_storage)  # else an empty source, and nothing copied
         return args.from_storage, args.from_vector
