@@ -72,7 +72,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
             "search recall uses, and prints per category and overall: recall (share of\n"
             "evidence messages returned), hit_all, hit_any, messages returned per question and\n"
             "search latency (query embedding included). Options left out take the package\n"
-            "defaults. The global --path is not used: the store is temporary unless --store."
+            "defaults. The global --path is not used (--storage / --vector are refused): the\n"
+            "store is temporary unless --store."
         ),
         epilog=(
             "JSONL format: the ingest format (one message a line, with an 'id' on every\n"
@@ -395,6 +396,11 @@ def run(args: argparse.Namespace) -> int:
     from langchain_semantic_recall.cli import eval_store
     from langchain_semantic_recall.recall import SemanticRecall
 
+    if common.store_urls(args) is not None:
+        raise UsageError(
+            "eval loads the dataset into a fresh embedded store and does not use "
+            "--storage / --vector: leave them out (--store DIR keeps the store)"
+        )
     path = Path(args.dataset)
     dataset, busy = _read(args, path)
     _check(args, dataset, path)

@@ -343,3 +343,15 @@ def test_demo_refuses_a_store_it_would_not_load_into_fresh(
     assert main(urls) == 2  # not silently ignored for a temporary folder
     assert "does not use --storage / --vector" in capsys.readouterr().err
     assert not (tmp_path / "m.db").exists()
+
+
+def test_eval_refuses_the_global_server_urls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval always loads a fresh embedded store: servers named for it are refused, not ignored."""
+    dataset = tmp_path / "set.jsonl"
+    dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
+    urls = ["--storage", f"sqlite:///{tmp_path / 'm.db'}", "--vector", "memory://"]
+    assert main([*urls, "eval", "jsonl", str(dataset)]) == 2
+    assert "does not use --storage / --vector" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()
