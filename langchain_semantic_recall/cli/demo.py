@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import tempfile
 import time
 from collections.abc import Sequence
@@ -188,4 +189,22 @@ def run(args: argparse.Namespace) -> int:
             f"{stats.resources} users; {stats.vectors} vectors in index {stats.index_name!r}."
         )
         print("bob's turn recalled only bob's memories; alice's are never shown to him.")
+        print(_next_steps(given))
     return 0
+
+
+def _next_steps(kept: Path | None) -> str:
+    """What to run next: look inside the store the demo kept, or keep one."""
+    if kept is None:
+        return (
+            "\nThe store was temporary and is deleted now. To keep one and look inside it:\n"
+            "  semantic-recall demo --path DIR\n"
+            "  semantic-recall --path DIR threads"
+        )
+    where = shlex.quote(str(kept))
+    return (
+        f"\nThe store stays in {kept}. Look inside it:\n"
+        f"  semantic-recall --path {where} threads\n"
+        f'  semantic-recall --path {where} search "peanut allergy" --resource alice\n'
+        f'  semantic-recall --path {where} inspect --thread new-chat "any snack ideas?"'
+    )
