@@ -63,6 +63,10 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     from langchain_semantic_recall.options import DEFAULT_SCOPE, DEFAULT_SEARCH_MODE
 
     hybrid, dense_threshold = engine_defaults("hybrid"), engine_defaults("dense").threshold
+    fitted = default_threshold()
+    hybrid_threshold = (
+        "none: the evidence decides how many; 0 turns silence off" if fitted is None else fitted
+    )
     parser = subparsers.add_parser(
         "eval",
         help=HELP,
@@ -145,8 +149,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     engine.add_argument(
         "--threshold",
         type=float,
-        help=f"minimum score: calibrated relevance in hybrid mode (default: {default_threshold()}"
-        f"), cosine similarity in dense mode (default: {dense_threshold or 'none'}); 0 is off; "
+        help=f"minimum score: calibrated relevance in hybrid mode (default: {hybrid_threshold}"
+        f"), cosine similarity in dense mode (default: {dense_threshold or 'none'}); "
         "keyword mode takes none",
     )
     probes = parser.add_argument_group("false memories and folds")

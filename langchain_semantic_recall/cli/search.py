@@ -262,7 +262,11 @@ def _register_inspect(subparsers: Any) -> None:
         type=an_id,
         help="whose conversation (default: the thread's owner)",
     )
-    parser.add_argument("--scope", choices=("thread", "resource"), help="search scope")
+    parser.add_argument(
+        "--scope",
+        choices=("thread", "resource"),
+        help="search only --thread, or every conversation of the resource (default: resource)",
+    )
     parser.add_argument(
         "--max-block-chars",
         type=int,
