@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import tempfile
 import time
@@ -116,6 +117,11 @@ def _fresh_path(args: argparse.Namespace) -> Path | None:
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall demo`: load the shipped history and play new turns, printed."""
     given = _fresh_path(args)
+    if args.openai and not os.environ.get("OPENAI_API_KEY"):
+        raise UsageError(
+            "demo --openai answers with ChatOpenAI, which needs OPENAI_API_KEY: set it, or "
+            "leave --openai out for the offline model"
+        )
     from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -150,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             f" in {time.perf_counter() - started:.1f} s."
         )
         model = default_chat_model() if args.openai else OfflineChatModel()
-        name = "ChatOpenAI" if args.openai else "offline model"
+        name = "offline model" if isinstance(model, OfflineChatModel) else type(model).__name__
         graph = create_recall_graph(
             model, memory, system_prompt=SYSTEM_PROMPT, checkpointer=InMemorySaver()
         )

@@ -355,3 +355,14 @@ def test_eval_refuses_the_global_server_urls(
     assert main([*urls, "eval", "jsonl", str(dataset)]) == 2
     assert "does not use --storage / --vector" in capsys.readouterr().err
     assert not (tmp_path / "m.db").exists()
+
+
+def test_demo_openai_without_a_key_is_refused_not_answered_offline(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`demo --openai` without a key printed the offline model's answers as ChatOpenAI's."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["demo", "--openai"]) == 2
+    err = capsys.readouterr().err
+    assert "needs OPENAI_API_KEY" in err
+    assert "leave --openai out" in err
