@@ -70,6 +70,8 @@ class MigrationReport:
     vectors_listable: bool = True
     """False when `copy` found a source index that cannot list its vectors (they were
     embedded again instead)."""
+    messages_new: int = 0
+    """Of `messages`, those the target did not hold yet (0 when a rerun finds all there)."""
 
 
 def _copy(
@@ -146,11 +148,11 @@ def migrate(
         OwnershipError: a thread of the source belongs to another resource in the target.
         EmbeddingMismatchError: the target index was built with another embedder.
     """
-    copied = 0
+    copied = new = 0
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
         after = (page[-1].thread_id, page[-1].seq)
-        target.storage.put(page)
+        new += sum(stored.created for stored in target.storage.put(page))
         copied += len(page)
         if on_messages is not None:
             on_messages(len(page))
@@ -174,6 +176,7 @@ def migrate(
         target_messages=target.storage.count(),
         index_name=info.name,
         vectors_listable=listable,
+        messages_new=new,
     )
 
 
@@ -307,9 +310,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(asdict(report))
     else:
         print(
-            f"migrated {report.messages} messages ({report.target_messages} now in the "
-            f"target); vectors of index {report.index_name!r}: {report.vectors_copied} "
-            f"copied, {report.vectors_embedded} embedded"
+            f"migrated {report.messages} messages ({report.messages_new} new, "
+            f"{report.target_messages} now in the target); vectors of index "
+            f"{report.index_name!r}: {report.vectors_copied} copied, "
+            f"{report.vectors_embedded} embedded"
             + ("" if report.vectors_listable else " (the source cannot list its vectors)")
         )
     return EXIT_OK

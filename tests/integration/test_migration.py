@@ -187,6 +187,9 @@ def test_the_global_storage_and_vector_urls_are_the_source(
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["source_messages"] == report["target_messages"] == expected
+    assert report["messages_new"] == expected
+    assert main(argv) == 0  # a rerun writes nothing new, and says so
+    assert json.loads(capsys.readouterr().out)["messages_new"] == 0
     twice = [*argv, "--from-storage", "memory://", "--from-vector", "memory://"]
     assert main(twice) == 2
     assert "the source is given twice" in capsys.readouterr().err
