@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import shlex
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_semantic_recall.cli.common import UsageError, store_urls
 from langchain_semantic_recall.cli.render import boxed, rule, shorten, style
 
 if TYPE_CHECKING:  # LangChain loads slowly: imported by `run`, not by `--help`
@@ -53,7 +56,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--path", default=argparse.SUPPRESS, help="store location (default: a temporary folder)"
+        "--path",
+        default=argparse.SUPPRESS,
+        help="a new or empty folder to keep the demo's store in (default: a temporary folder)",
     )
     parser.add_argument("--top-k", type=int, default=3, help="hits per turn (default: 3)")
     parser.add_argument(
@@ -85,8 +90,38 @@ def _print_injected(recalled: Sequence[BaseMessage]) -> None:
         print(boxed(message.text))
 
 
+def _fresh_path(args: argparse.Namespace) -> Path | None:
+    """The folder `--path` names, checked to be new or empty; None without `--path`.
+
+    The demo loads its history into a fresh store: in one that already holds a store (a
+    previous demo's), recall would find the earlier runs' turns and the counts printed
+    would be wrong. `--storage` / `--vector` are refused rather than ignored.
+    """
+    if store_urls(args) is not None:
+        raise UsageError(
+            "demo runs on a fresh embedded store and does not use --storage / --vector: "
+            "leave them out (or give demo --path DIR, a new folder)"
+        )
+    given = getattr(args, "path", None)
+    if not given:
+        return None
+    path = Path(given)
+    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+        raise UsageError(
+            f"demo loads its history into a fresh store, and {path} is not an empty folder: "
+            "pass a new folder to --path, or leave --path out (a temporary folder)"
+        )
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall demo`: load the shipped history and play new turns, printed."""
+    given = _fresh_path(args)
+    if args.openai and not os.environ.get("OPENAI_API_KEY"):
+        raise UsageError(
+            "demo --openai answers with ChatOpenAI, which needs OPENAI_API_KEY: set it, or "
+            "leave --openai out for the offline model"
+        )
     from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
@@ -100,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         tempfile.TemporaryDirectory(prefix="semantic-recall-demo-") as scratch,
         contextlib.ExitStack() as owned,  # closed first: the engine, then the folder
     ):
-        path = Path(getattr(args, "path", None) or scratch)
+        path = given or Path(scratch)
         print(
             style("semantic-recall demo", "bold"),
             f"- embedded default in {path} (SQLite + embedded Chroma + local MiniLM model)",
@@ -121,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             f" in {time.perf_counter() - started:.1f} s."
         )
         model = default_chat_model() if args.openai else OfflineChatModel()
-        name = "ChatOpenAI" if args.openai else "offline model"
+        name = "offline model" if isinstance(model, OfflineChatModel) else type(model).__name__
         graph = create_recall_graph(
             model, memory, system_prompt=SYSTEM_PROMPT, checkpointer=InMemorySaver()
         )
@@ -160,4 +195,22 @@ def run(args: argparse.Namespace) -> int:
             f"{stats.resources} users; {stats.vectors} vectors in index {stats.index_name!r}."
         )
         print("bob's turn recalled only bob's memories; alice's are never shown to him.")
+        print(_next_steps(given))
     return 0
+
+
+def _next_steps(kept: Path | None) -> str:
+    """What to run next: look inside the store the demo kept, or keep one."""
+    if kept is None:
+        return (
+            "\nThe store was temporary and is deleted now. To keep one and look inside it:\n"
+            "  semantic-recall demo --path DIR\n"
+            "  semantic-recall --path DIR threads"
+        )
+    where = shlex.quote(str(kept))
+    return (
+        f"\nThe store stays in {kept}. Look inside it:\n"
+        f"  semantic-recall --path {where} threads\n"
+        f'  semantic-recall --path {where} search "peanut allergy" --resource alice\n'
+        f'  semantic-recall --path {where} inspect --thread new-chat "any snack ideas?"'
+    )

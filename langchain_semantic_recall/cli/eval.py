@@ -63,6 +63,10 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     from langchain_semantic_recall.options import DEFAULT_SCOPE, DEFAULT_SEARCH_MODE
 
     hybrid, dense_threshold = engine_defaults("hybrid"), engine_defaults("dense").threshold
+    fitted = default_threshold()
+    hybrid_threshold = (
+        "none: the evidence decides how many; 0 turns silence off" if fitted is None else fitted
+    )
     parser = subparsers.add_parser(
         "eval",
         help=HELP,
@@ -72,7 +76,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
             "search recall uses, and prints per category and overall: recall (share of\n"
             "evidence messages returned), hit_all, hit_any, messages returned per question and\n"
             "search latency (query embedding included). Options left out take the package\n"
-            "defaults. The global --path is not used: the store is temporary unless --store."
+            "defaults. The global --path is not used (--storage / --vector are refused): the\n"
+            "store is temporary unless --store."
         ),
         epilog=(
             "JSONL format: the ingest format (one message a line, with an 'id' on every\n"
@@ -144,8 +149,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     engine.add_argument(
         "--threshold",
         type=float,
-        help=f"minimum score: calibrated relevance in hybrid mode (default: {default_threshold()}"
-        f"), cosine similarity in dense mode (default: {dense_threshold or 'none'}); 0 is off; "
+        help=f"minimum score: calibrated relevance in hybrid mode (default: {hybrid_threshold}"
+        f"), cosine similarity in dense mode (default: {dense_threshold or 'none'}); "
         "keyword mode takes none",
     )
     probes = parser.add_argument_group("false memories and folds")
@@ -395,6 +400,11 @@ def run(args: argparse.Namespace) -> int:
     from langchain_semantic_recall.cli import eval_store
     from langchain_semantic_recall.recall import SemanticRecall
 
+    if common.store_urls(args) is not None:
+        raise UsageError(
+            "eval loads the dataset into a fresh embedded store and does not use "
+            "--storage / --vector: leave them out (--store DIR keeps the store)"
+        )
     path = Path(args.dataset)
     dataset, busy = _read(args, path)
     _check(args, dataset, path)

@@ -38,6 +38,7 @@ from langchain_semantic_recall.cli.common import (
     require_url_store,
     store_options,
     store_path,
+    store_urls,
 )
 from langchain_semantic_recall.errors import OwnershipError
 
@@ -69,6 +70,8 @@ class MigrationReport:
     vectors_listable: bool = True
     """False when `copy` found a source index that cannot list its vectors (they were
     embedded again instead)."""
+    messages_new: int = 0
+    """Of `messages`, those the target did not hold yet (0 when a rerun finds all there)."""
 
 
 def _copy(
@@ -145,11 +148,11 @@ def migrate(
         OwnershipError: a thread of the source belongs to another resource in the target.
         EmbeddingMismatchError: the target index was built with another embedder.
     """
-    copied = 0
+    copied = new = 0
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
         after = (page[-1].thread_id, page[-1].seq)
-        target.storage.put(page)
+        new += sum(stored.created for stored in target.storage.put(page))
         copied += len(page)
         if on_messages is not None:
             on_messages(len(page))
@@ -173,6 +176,7 @@ def migrate(
         target_messages=target.storage.count(),
         index_name=info.name,
         vectors_listable=listable,
+        messages_new=new,
     )
 
 
@@ -187,7 +191,8 @@ def register(subparsers: Any) -> None:
         help="copy a store to another one (e.g. the embedded store to PostgreSQL + Chroma)",
         description=(
             "Copy every message of the source (the embedded store at --path, or "
-            "--from-storage/--from-vector URLs) into the target URLs, then copy its vectors "
+            "--from-storage/--from-vector URLs, or the global --storage/--vector) into the "
+            "target URLs, then copy its vectors "
             "or embed them again. Storage URLs: sqlite:///path, postgresql://..., memory://. "
             "Vector URLs: chroma:///path, http://host:port (a Chroma server), memory://. "
             "Running it again is harmless: it finishes an interrupted migration. Retired "
@@ -204,7 +209,13 @@ def register(subparsers: Any) -> None:
         default="copy",
         help="copy the vectors (default) or embed the messages again",
     )
-    parser.add_argument("--batch-size", type=int, default=500, metavar="N")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=500,
+        metavar="N",
+        help="messages read and written at a time (default: 500)",
+    )
     parser.add_argument("--index-name", metavar="NAME", help="the index to migrate")
     parser.add_argument(
         "--embeddings",
@@ -231,6 +242,15 @@ def _embeddings(spec: str | None) -> Embeddings | None:
 def _source_urls(args: argparse.Namespace) -> tuple[str, str]:
     if bool(args.from_storage) != bool(args.from_vector):
         raise UsageError("give both --from-storage and --from-vector, or neither (--path)")
+    servers = store_urls(args)  # `semantic-recall --storage URL --vector URL migrate ...`
+    if servers is not None:
+        if args.from_storage:
+            raise UsageError(
+                "the source is given twice: --storage/--vector (before the command) and "
+                "--from-storage/--from-vector; keep one"
+            )
+        require_url_store(servers[0])
+        return servers
     if args.from_storage:
         require_url_store(args.from_storage)  # else an empty source, and nothing copied
         return args.from_storage, args.from_vector
@@ -290,9 +310,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(asdict(report))
     else:
         print(
-            f"migrated {report.messages} messages ({report.target_messages} now in the "
-            f"target); vectors of index {report.index_name!r}: {report.vectors_copied} "
-            f"copied, {report.vectors_embedded} embedded"
+            f"migrated {report.messages} messages ({report.messages_new} new, "
+            f"{report.target_messages} now in the target); vectors of index "
+            f"{report.index_name!r}: {report.vectors_copied} copied, "
+            f"{report.vectors_embedded} embedded"
             + ("" if report.vectors_listable else " (the source cannot list its vectors)")
         )
     return EXIT_OK

@@ -89,7 +89,14 @@ def _recall_options() -> argparse.ArgumentParser:
         help="most messages all windows together return; none: whole windows",
     )
     group.add_argument(
-        "--threshold", type=float, metavar="S", help="drop hits scoring below S (0-1)"
+        "--threshold",
+        type=float,
+        metavar="S",
+        help=(
+            "keep messages scoring S or more (0-1) instead of letting the evidence decide "
+            "how many (hybrid): 0 turns silence off, so weak matches come back too; dense: "
+            "a minimum cosine similarity; keyword mode refuses it"
+        ),
     )
     add_narrowing_arguments(
         parent.add_argument_group("only some messages (metadata and creation time)")
@@ -117,6 +124,9 @@ def _describe(memory: SemanticRecall, narrowing: dict[str, Any]) -> str:
     budget = getattr(memory, "message_budget", None)
     if budget is not None:
         parts.append(f"budget {budget} messages")
+    threshold = getattr(memory, "threshold", None)
+    if threshold is not None:
+        parts.append(f"threshold {threshold:g}")
     return ", ".join([*parts, *describe_narrowing(narrowing)])
 
 
@@ -252,7 +262,11 @@ def _register_inspect(subparsers: Any) -> None:
         type=an_id,
         help="whose conversation (default: the thread's owner)",
     )
-    parser.add_argument("--scope", choices=("thread", "resource"), help="search scope")
+    parser.add_argument(
+        "--scope",
+        choices=("thread", "resource"),
+        help="search only --thread, or every conversation of the resource (default: resource)",
+    )
     parser.add_argument(
         "--max-block-chars",
         type=int,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -400,6 +401,15 @@ def test_search_modes_and_budget(loaded: Cli) -> None:
     ).json()
     assert sum(len(h["window"]) for h in windows["hits"]) <= 3
     assert loaded("search", "x", "--resource", "alice", "--message-budget", "lots").code == 2
+
+
+def test_the_summary_line_names_a_threshold(loaded: Cli) -> None:
+    """A threshold changes what comes back (0 turns silence off): the summary says so."""
+    argv = ("tomato", "--resource", "alice", "--threshold", "0.05")
+    assert "budget 15 messages, threshold 0.05)" in loaded("search", *argv).out
+    inspected = loaded("inspect", "--thread", "new", *argv)
+    assert "budget 15 messages, threshold 0.05)" in inspected.out
+    assert "threshold" not in loaded("search", "tomato", "--resource", "alice").out
 
 
 def test_search_one_thread_and_not_found(loaded: Cli) -> None:
@@ -937,3 +947,27 @@ def test_forget_by_date_refuses_what_it_cannot_read(loaded: Cli) -> None:
         assert result.code == 2, argv
     assert loaded("forget", "--older-than", "1d", "--resource", "nobody", "--yes").code == 3
     assert loaded("stats", "--json").json()["messages"] == 6
+
+
+# --- the demo ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_demo_says_what_to_run_next_and_each_command_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`demo --path DIR` keeps its store and prints commands to look inside: each runs."""
+    monkeypatch.setenv("COLUMNS", "100")
+    kept = tmp_path / "demo store"
+    assert main(["demo", "--path", str(kept)]) == 0
+    out = capsys.readouterr().out
+    assert f"The store stays in {kept}." in out
+    commands = [line.strip() for line in out.splitlines() if line.startswith("  semantic-recall ")]
+    assert len(commands) == 3
+    for command in commands:
+        argv = shlex.split(command)
+        assert argv[:3] == ["semantic-recall", "--path", str(kept)]
+        assert main(argv[1:]) == 0, command
+        assert capsys.readouterr().out
+    assert main(["demo"]) == 0
+    assert "semantic-recall demo --path DIR" in capsys.readouterr().out

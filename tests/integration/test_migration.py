@@ -160,6 +160,41 @@ def test_migrate_refuses_a_missing_source(
     assert "no store" in capsys.readouterr().err
 
 
+def test_the_global_storage_and_vector_urls_are_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`semantic-recall --storage URL --vector URL migrate ...` copies from those URLs.
+
+    They were ignored: the embedded store of the working folder was migrated instead.
+    """
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SEMANTIC_RECALL_PATH", raising=False)
+    servers = SemanticRecall.local(tmp_path / "servers", embeddings=FakeEmbeddings())
+    fill(servers)
+    expected = servers.storage.count()
+    servers.close()
+    bystander = SemanticRecall.local(tmp_path / ".semantic-recall", embeddings=FakeEmbeddings())
+    bystander.index([HumanMessage("not this one")], thread_id="other", resource_id="someone")
+    bystander.close()
+    source = [
+        "--storage",
+        f"sqlite:///{tmp_path / 'servers' / 'messages.sqlite3'}",
+        "--vector",
+        f"chroma:///{tmp_path / 'servers' / 'chroma'}",
+    ]
+    argv = [*source, "migrate", "--to-storage", f"sqlite:///{tmp_path / 'target.sqlite3'}"]
+    argv += ["--to-vector", "memory://", "--embeddings", "tests.fakes:FakeEmbeddings", "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["source_messages"] == report["target_messages"] == expected
+    assert report["messages_new"] == expected
+    assert main(argv) == 0  # a rerun writes nothing new, and says so
+    assert json.loads(capsys.readouterr().out)["messages_new"] == 0
+    twice = [*argv, "--from-storage", "memory://", "--from-vector", "memory://"]
+    assert main(twice) == 2
+    assert "the source is given twice" in capsys.readouterr().err
+
+
 def in_memory(vectors: VectorIndex) -> SemanticRecall:
     return SemanticRecall(
         storage=InMemoryStorage(), vector_store=vectors, embeddings=FakeEmbeddings()

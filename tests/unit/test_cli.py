@@ -325,3 +325,44 @@ def test_a_blank_id_is_a_usage_error_naming_its_option(
     assert result.code == 2
     assert f"argument {flag}: expected an id (text, not blank, without NUL" in result.err
     assert not cli.store.exists()
+
+
+def test_demo_refuses_a_store_it_would_not_load_into_fresh(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second `demo --path DIR` would recall the first run's turns and miscount: refused."""
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "messages.sqlite3").write_bytes(b"")
+    assert main(["demo", "--path", str(used)]) == 2
+    err = capsys.readouterr().err
+    assert f"{used} is not an empty folder" in err
+    assert "pass a new folder to --path" in err
+    assert [p.name for p in used.iterdir()] == ["messages.sqlite3"]  # nothing written
+    urls = ["--storage", f"sqlite:///{tmp_path / 'm.db'}", "--vector", "memory://", "demo"]
+    assert main(urls) == 2  # not silently ignored for a temporary folder
+    assert "does not use --storage / --vector" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_eval_refuses_the_global_server_urls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval always loads a fresh embedded store: servers named for it are refused, not ignored."""
+    dataset = tmp_path / "set.jsonl"
+    dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
+    urls = ["--storage", f"sqlite:///{tmp_path / 'm.db'}", "--vector", "memory://"]
+    assert main([*urls, "eval", "jsonl", str(dataset)]) == 2
+    assert "does not use --storage / --vector" in capsys.readouterr().err
+    assert not (tmp_path / "m.db").exists()
+
+
+def test_demo_openai_without_a_key_is_refused_not_answered_offline(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`demo --openai` without a key printed the offline model's answers as ChatOpenAI's."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["demo", "--openai"]) == 2
+    err = capsys.readouterr().err
+    assert "needs OPENAI_API_KEY" in err
+    assert "leave --openai out" in err
