@@ -293,7 +293,10 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
         vectors += f" (stored without a vector: {_counts(summary.not_embedded)})"
     print(f"  vectors    {vectors}")
     total = sum(summary.skipped.values())
-    print(f"  skipped    {total}" + (f" ({_counts(summary.skipped)})" if total else ""))
+    skipped = f"  skipped    {total}" + (f" ({_counts(summary.skipped)})" if total else "")
+    if summary.messages_refused:  # counted in both lines: say so, or they read as a sum
+        skipped += f", the {summary.messages_refused} refused among them"
+    print(skipped)
     bad = [item for item in report.skipped if _unreadable(report, item.reason)]
     for item in bad[:5]:  # what could not be read: say where it is
         print(style(f"             {item.where}: {item.reason}", "dim"))

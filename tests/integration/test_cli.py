@@ -240,6 +240,10 @@ def test_ingest_refuses_other_owners_and_forgotten_threads(loaded: Cli, export_f
     refused = "thread was forgotten (its id is retired); pass --restore to write it again"
     assert again.json()["skipped"][refused] == 4
     assert again.json()["skipped"]["already stored"] == 2
+    text = loaded("ingest", str(export_file), "--resource", "alice").out
+    assert "messages   0 added, 4 refused" in text
+    assert "skipped    8 (" in text  # not 4 + 8 lost: the refused are among the skipped
+    assert "the 4 refused among them" in text
 
 
 def test_ingest_restore_writes_a_forgotten_thread_again(loaded: Cli, export_file: Path) -> None:
