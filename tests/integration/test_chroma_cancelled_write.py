@@ -27,9 +27,11 @@ pytestmark = pytest.mark.integration
 LONG = " ".join(f"word{n}" for n in range(1500))  # three chunks
 
 
+@pytest.mark.parametrize("cancels", [1, 2])
 async def test_a_write_cancelled_between_pieces_leaves_no_message_in_part(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cancels: int
 ) -> None:
+    """The caller is cancelled after the first piece (and, with 2, again after the second)."""
     vectors = ChromaVectorIndex.persistent(
         tmp_path / "chroma", workarounds=ChromaWorkarounds(async_piece=1)
     )
@@ -52,7 +54,7 @@ async def test_a_write_cancelled_between_pieces_leaves_no_message_in_part(
     def first_piece_then_cancel(write: Callable[[], None]) -> None:
         alone(write)
         pieces.append(1)
-        if len(pieces) == 1:  # the caller gives up while the first piece is written
+        if len(pieces) <= cancels:  # the caller gives up while a piece is written
             loop.call_soon_threadsafe(call.cancel)
 
     monkeypatch.setattr(gate, "_alone", first_piece_then_cancel)
