@@ -17,15 +17,18 @@ holds the GIL holds every Python thread with it (`cpu_gate`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 
 from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.cpu_gate import CpuGate
 
 __all__ = ["AsyncWriteGate"]
+
+logger = logging.getLogger(__name__)
 
 Write = Callable[[], None]
 
@@ -45,7 +48,30 @@ class AsyncWriteGate:
         )
 
     async def run(self, writes: Sequence[Write]) -> None:
-        """Perform `writes` in order, each alone and off the loop; the first error stops."""
+        """Perform `writes` in order, each alone and off the loop; the first error stops.
+
+        A cancel (a caller's timeout) waits for the writes to finish, then goes on: cut
+        between two pieces, a message of several chunks would keep its first chunks
+        only, and look whole to `stats` and `reindex(missing_only=True)` (as a write over
+        HTTP, in the executor, finishes whatever its caller does).
+        """
+        pieces = asyncio.ensure_future(self._pieces(writes))
+        try:
+            await asyncio.shield(pieces)
+        except asyncio.CancelledError:
+            while not pieces.done():  # a second cancel does not cut the pieces either
+                with suppress(asyncio.CancelledError):
+                    await asyncio.shield(pieces)
+            if not pieces.cancelled() and (failure := pieces.exception()) is not None:
+                logger.warning(
+                    "an async vector write failed while its caller was cancelled: %r; a "
+                    "long message may be written in part, reindex() without missing_only "
+                    "writes it whole",
+                    failure,
+                )
+            raise
+
+    async def _pieces(self, writes: Sequence[Write]) -> None:
         loop = asyncio.get_running_loop()
         lock = self._locks.get(loop)
         if lock is None:
