@@ -3,7 +3,8 @@
 Storage URLs:
 
 - `sqlite:///relative/path.sqlite3`, `sqlite:////absolute/path.sqlite3` (SQLAlchemy's
-  convention), `sqlite://` or `sqlite:///:memory:` for an in-memory database;
+  convention), `sqlite://` or `sqlite:///:memory:` for an in-memory database (no
+  query parameters: they are refused, never read as part of the file name);
 - `postgresql://user:password@host:5432/db` (also `postgres://` and
   `postgresql+psycopg://`); `pool_min_size` / `pool_max_size` query parameters size
   the connection pools, every other parameter goes to libpq (`sslmode`, `options`...);
@@ -153,9 +154,22 @@ def sqlite_file(url: str) -> Path | None:
     """
     if not url.lower().startswith("sqlite://"):
         return None
+    if "?" in url or "#" in url:
+        raise InvalidOptionError(
+            f"{redact(url)!r}: a sqlite:// URL takes no parameters ('?...' would be read as "
+            "part of the file name); write sqlite:///relative/path or sqlite:////absolute/path"
+        )
     if url[len("sqlite://") :] in ("", "/", "/:memory:"):
         return None
     return Path(_file_path(url, "sqlite"))
+
+
+def _memory(url: str, kind: str) -> None:
+    """Refuse anything after `memory://` (it names no place and takes no parameters)."""
+    if url[len("memory://") :]:
+        raise InvalidOptionError(
+            f"{redact(url)!r}: an in-memory {kind} takes no path or parameters; write memory://"
+        )
 
 
 def create_storage(url: str) -> MessageStorage:
@@ -170,6 +184,7 @@ def create_storage(url: str) -> MessageStorage:
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
+        _memory(url, "storage")
         from langchain_semantic_recall.storage.memory import InMemoryStorage
 
         return InMemoryStorage()
@@ -202,6 +217,7 @@ def create_vector_index(
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
+        _memory(url, "vector index")
         from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
         return InMemoryVectorIndex()
