@@ -280,6 +280,8 @@ def local_backends(
     """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
+    if not isinstance(read_only, bool | None):  # "no" would read as True
+        raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
     root = Path(path)
     file = root / "messages.sqlite3"
     if read_only is None:

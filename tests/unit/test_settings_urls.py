@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.settings import create_storage, create_vector_index
+from langchain_semantic_recall.settings import create_storage, create_vector_index, local_backends
+from tests.fakes import FakeEmbeddings
 
 
 @pytest.mark.parametrize("suffix", ["?mode=ro", "?cache=shared", "#backup"])
@@ -32,3 +33,14 @@ def test_the_plain_memory_urls_still_work() -> None:
     storage = create_storage("MEMORY://")
     assert type(storage).__name__ == "InMemoryStorage"
     assert type(create_vector_index("memory://")).__name__ == "InMemoryVectorIndex"
+
+
+@pytest.mark.parametrize("read_only", ["no", "false", 0])
+def test_a_read_only_that_is_not_a_bool_is_an_option_error_before_anything_opens(
+    tmp_path: Path, read_only: object
+) -> None:
+    # "no" is truthy: it was read as True, and a new store failed as "cannot be opened
+    # read-only" (a StorageError) instead of naming the option.
+    with pytest.raises(InvalidOptionError, match="read_only must be True, False or None"):
+        local_backends(tmp_path / "store", FakeEmbeddings(), read_only=read_only)  # type: ignore[arg-type]
+    assert not (tmp_path / "store").exists()
