@@ -213,10 +213,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         Args:
             **changes: Constructor options to change (`top_k`, `scope`, `threshold`...).
         """
-        fixed = {"storage", "vector_store", "embeddings", "cache"} & set(changes)
+        fixed = {"storage", "vector_store", "embeddings", "cache", "cache_size"} & set(changes)
         if fixed:
-            raise InvalidOptionError(f"{sorted(fixed)} cannot change: build a new engine")
+            raise InvalidOptionError(f"{sorted(fixed)} are shared, fixed: build anew")
         options = {**self._options, **changes, "cache": self.cache}
+        options["cache_size"] = defaults.DEFAULT_CACHE_SIZE  # the shared cache has its size
         options["vector_store"] = self.vector_store
         changed = type(self)(**options)
         object.__setattr__(changed, "_core", changed._core.view_of(self._core))
