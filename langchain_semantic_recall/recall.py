@@ -215,7 +215,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """
         fixed = {"storage", "vector_store", "embeddings", "cache", "cache_size"} & set(changes)
         if fixed:
-            raise InvalidOptionError(f"{sorted(fixed)} are shared, fixed: build anew")
+            raise InvalidOptionError(f"{sorted(fixed)} are shared: build a new engine")
         options = {**self._options, **changes, "cache": self.cache}
         options["cache_size"] = defaults.DEFAULT_CACHE_SIZE  # the shared cache has its size
         options["vector_store"] = self.vector_store
