@@ -44,6 +44,7 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.options import URL_OPTIONS, check_option_names
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
@@ -362,6 +363,14 @@ class RecallSettings:
     storage_url: str = DEFAULT_STORAGE_URL
     vector_url: str = DEFAULT_VECTOR_URL
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("storage_url", "vector_url"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidOptionError(
+                    f"{name} must be a URL string, got {getattr(self, name)!r}"
+                )
+        check_option_names(self.options, URL_OPTIONS, "SemanticRecall.from_url")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> RecallSettings:

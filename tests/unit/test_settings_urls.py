@@ -44,3 +44,38 @@ def test_a_read_only_that_is_not_a_bool_is_an_option_error_before_anything_opens
     with pytest.raises(InvalidOptionError, match="read_only must be True, False or None"):
         local_backends(tmp_path / "store", FakeEmbeddings(), read_only=read_only)  # type: ignore[arg-type]
     assert not (tmp_path / "store").exists()
+
+
+def test_engine_options_is_the_constructors_signature() -> None:
+    import inspect
+
+    from langchain_semantic_recall import SemanticRecall
+    from langchain_semantic_recall.options import ENGINE_OPTIONS
+
+    parameters = inspect.signature(SemanticRecall.__init__).parameters
+    assert set(parameters) - {"self"} == ENGINE_OPTIONS
+
+
+def test_a_misspelt_option_is_an_option_error_naming_the_right_one(tmp_path: Path) -> None:
+    # It was a TypeError (not a SemanticRecallError); local() and from_url() raised it
+    # only after opening the store, and RecallSettings kept it until from_url.
+    from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+    from langchain_semantic_recall.settings import RecallSettings
+    from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    with pytest.raises(InvalidOptionError, match="'topk': did you mean 'top_k'"):
+        memory.with_options(topk=3)
+    with pytest.raises(InvalidOptionError, match="'treshold': did you mean 'threshold'"):
+        SemanticRecall.from_url(
+            storage="memory://", vector="memory://", embeddings=FakeEmbeddings(), treshold=0.5
+        )
+    with pytest.raises(InvalidOptionError, match="'max_loaded'"):
+        SemanticRecall.local(tmp_path / "store", embeddings=FakeEmbeddings(), max_loaded=3)
+    assert not (tmp_path / "store").exists()  # refused before anything was opened
+    with pytest.raises(InvalidOptionError, match="'scopes': did you mean 'scope'"):
+        RecallSettings.from_env({}, scopes="thread")
+    with pytest.raises(InvalidOptionError, match="storage_url must be a URL string"):
+        RecallSettings(storage_url=Path("/tmp/x.sqlite3"))  # type: ignore[arg-type]
