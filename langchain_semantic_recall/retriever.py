@@ -43,6 +43,7 @@ from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
 from langchain_semantic_recall.quoting import escape_label, escape_memory_text
 from langchain_semantic_recall.records import RecallHit, StoredMessage
+from langchain_semantic_recall.search import check_mode_threshold
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
@@ -202,8 +203,13 @@ class SemanticRecallRetriever(BaseRetriever):
                 f"{sorted(SEARCH_KWARGS)}"
             )
         kwargs = data.get("search_kwargs") or {}
+        if data.get("k") is not None and kwargs.get("k") is not None:
+            raise InvalidOptionError("give k once: k= or search_kwargs['k']")
         if data.get("k") is not None or kwargs.get("k") is not None:
             check_top_k(data["k"] if data.get("k") is not None else kwargs["k"])
+        mode = getattr(data.get("memory"), "search_mode", None)
+        if kwargs.get("score_threshold") is not None and isinstance(mode, str):
+            check_mode_threshold(mode, kwargs["score_threshold"])
         if data.get("scope") is not None:
             check_scope(data["scope"])
         if data.get("filter") is not None and kwargs.get("filter") is not None:
