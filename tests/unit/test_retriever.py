@@ -161,6 +161,18 @@ async def test_tool_is_scoped_to_the_caller_whatever_the_model_says(memory: Fact
     assert BOB_SECRETS[0] not in sync.text
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"name": ""}, {"name": "search memory"}, {"name": "x" * 65}, {"description": " "}],
+)
+def test_a_tool_name_models_refuse_or_a_blank_description_is_refused(
+    memory: FactsMemory, options: dict[str, str]
+) -> None:
+    # "" became the default name, and a name with a space reached the model (which refuses it).
+    with pytest.raises(InvalidOptionError, match="tool's"):
+        memory.engine.as_tool(**options)  # type: ignore[arg-type]
+
+
 def test_tool_without_ids_is_a_clear_error(memory: FactsMemory) -> None:
     with pytest.raises(MissingIdentityError, match="needs a resource id"):
         memory.engine.as_tool().invoke({"query": "garden"})
