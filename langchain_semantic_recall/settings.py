@@ -135,16 +135,21 @@ def _postgres(url: str) -> MessageStorage:
     kept: list[tuple[str, str]] = []
     for key, value in query:
         if key in _POOL_PARAMS:
-            try:
-                sizes[_POOL_PARAMS[key]] = int(value)
-            except ValueError as exc:
-                raise InvalidOptionError(f"{key} must be an integer, got {value!r}") from exc
+            if _POOL_PARAMS[key] in sizes:
+                raise InvalidOptionError(f"{key} is given twice in {redact(url)!r}: give it once")
+            if not value.isdigit():
+                raise InvalidOptionError(f"{key} must be an integer >= 0, got {value!r}")
+            sizes[_POOL_PARAMS[key]] = int(value)
         else:
             kept.append((key, value))
+    low, high = sizes.get("min_size", 1), sizes.get("max_size", 10)
+    if high < 1 or low > high:
+        raise InvalidOptionError(
+            f"pool_min_size={low} and pool_max_size={high}: a pool needs 0 <= min <= max "
+            "and max >= 1"
+        )
     conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
-    return PostgresStorage(
-        conninfo, min_size=sizes.get("min_size", 1), max_size=sizes.get("max_size", 10)
-    )
+    return PostgresStorage(conninfo, min_size=low, max_size=high)
 
 
 def sqlite_file(url: str) -> Path | None:

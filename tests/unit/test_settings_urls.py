@@ -79,3 +79,21 @@ def test_a_misspelt_option_is_an_option_error_naming_the_right_one(tmp_path: Pat
         RecallSettings.from_env({}, scopes="thread")
     with pytest.raises(InvalidOptionError, match="storage_url must be a URL string"):
         RecallSettings(storage_url=Path("/tmp/x.sqlite3"))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pool_min_size=-1",
+        "pool_max_size=0",
+        "pool_min_size=5&pool_max_size=2",
+        "pool_min_size=20",  # over the default max of 10
+        "pool_min_size=2&pool_min_size=3",
+        "pool_max_size=1.5",
+    ],
+)
+def test_pool_sizes_that_cannot_make_a_pool_are_refused_before_connecting(query: str) -> None:
+    # They reached the pool (a connection attempt first: no socket here), or the last of
+    # two values won silently.
+    with pytest.raises(InvalidOptionError, match="pool_m"):
+        create_storage(f"postgresql://app@127.0.0.1:5432/memory?{query}")
