@@ -381,16 +381,26 @@ class RecallSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> RecallSettings:
         """Settings from `SEMANTIC_RECALL_STORAGE_URL` and `SEMANTIC_RECALL_VECTOR_URL`.
 
-        Unset variables keep the embedded defaults (under `./semantic-recall-data`).
+        Neither set: the embedded defaults (under `./semantic-recall-data`); one set
+        without the other is refused (a server beside a local store would split them).
 
         Args:
             environ: The variables to read (default: `os.environ`).
             **options: Engine options kept in `options` (`top_k`, `scope`...).
         """
         env = os.environ if environ is None else environ
+        storage, vector = env.get(STORAGE_URL_ENV), env.get(VECTOR_URL_ENV)
+        if bool(storage) != bool(vector):  # one server beside an embedded store
+            given, unset = (
+                (STORAGE_URL_ENV, VECTOR_URL_ENV) if storage else (VECTOR_URL_ENV, STORAGE_URL_ENV)
+            )
+            raise InvalidOptionError(
+                f"{given} is set but {unset} is not: set both (a message store and its "
+                "index go together), or neither for the embedded store"
+            )
         return cls(
-            storage_url=env.get(STORAGE_URL_ENV) or DEFAULT_STORAGE_URL,
-            vector_url=env.get(VECTOR_URL_ENV) or DEFAULT_VECTOR_URL,
+            storage_url=storage or DEFAULT_STORAGE_URL,
+            vector_url=vector or DEFAULT_VECTOR_URL,
             options=options,
         )
 

@@ -97,3 +97,31 @@ def test_pool_sizes_that_cannot_make_a_pool_are_refused_before_connecting(query:
     # two values won silently.
     with pytest.raises(InvalidOptionError, match="pool_m"):
         create_storage(f"postgresql://app@127.0.0.1:5432/memory?{query}")
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"SEMANTIC_RECALL_STORAGE_URL": "postgresql://app@db.internal/memory"},
+        {"SEMANTIC_RECALL_VECTOR_URL": "http://chroma.internal:8000"},
+        {"SEMANTIC_RECALL_STORAGE_URL": "memory://", "SEMANTIC_RECALL_VECTOR_URL": ""},
+    ],
+)
+def test_from_env_refuses_one_url_without_the_other(environ: dict[str, str]) -> None:
+    # The unset one fell back to the embedded default: each replica kept its own vectors
+    # (or its own messages) beside a shared server, without a word.
+    from langchain_semantic_recall.settings import RecallSettings
+
+    with pytest.raises(InvalidOptionError, match="set both"):
+        RecallSettings.from_env(environ)
+
+
+def test_from_env_with_neither_or_both_set() -> None:
+    from langchain_semantic_recall.settings import DEFAULT_STORAGE_URL, RecallSettings
+
+    assert RecallSettings.from_env({}).storage_url == DEFAULT_STORAGE_URL
+    both = {"SEMANTIC_RECALL_STORAGE_URL": "memory://", "SEMANTIC_RECALL_VECTOR_URL": "memory://"}
+    assert RecallSettings.from_env(both).url_options() == {
+        "storage": "memory://",
+        "vector": "memory://",
+    }
