@@ -263,13 +263,20 @@ SHARED_OPTIONS = frozenset({"storage", "vector_store", "embeddings", "cache", "c
 """What `with_options` cannot change: the engine and its views share them."""
 
 
-def check_changes(changes: Iterable[str]) -> None:
+def check_changes(changes: Mapping[str, object], storage: object) -> None:
     """The options `with_options` may change: known ones, none of `SHARED_OPTIONS`.
 
     Raises:
-        InvalidOptionError: an unknown option, or a shared one.
+        InvalidOptionError: an unknown option, or a shared one; `read_only=False` on a
+            storage opened read-only (every write would fail).
     """
     check_option_names(changes, ENGINE_OPTIONS, "with_options")
     fixed = SHARED_OPTIONS.intersection(changes)
     if fixed:
         raise InvalidOptionError(f"{sorted(fixed)} are shared: build a new engine")
+    if changes.get("read_only") is False and getattr(storage, "read_only", False) is True:
+        raise InvalidOptionError(
+            "read_only=False, but the storage was opened read-only (local(path, read_only="
+            "True), or a read-only file): every write would fail; open the store writable, "
+            "e.g. SemanticRecall.local(path)"
+        )

@@ -214,7 +214,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         Args:
             **changes: Constructor options to change (`top_k`, `scope`, `threshold`...).
         """
-        defaults.check_changes(changes)
+        defaults.check_changes(changes, self.storage)
         options = {**self._options, **changes, "cache": self.cache}
         options["cache_size"] = defaults.DEFAULT_CACHE_SIZE  # the shared cache has its size
         options["vector_store"] = self.vector_store
