@@ -182,6 +182,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
         fixes = options.pop("chroma_workarounds", True)
         backends = local_backends(path, embeddings, read_only=read_only, chroma_workarounds=fixes)
+        options["read_only"] = backends["storage"].read_only  # None: found read-only or not
         return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     @classmethod
