@@ -106,7 +106,13 @@ def to_message_range(value: MessageRangeLike) -> MessageRange:
             raise InvalidOptionError(
                 f"message_range accepts the keys 'before' and 'after', not {sorted(unknown)}"
             )
-        return MessageRange(value.get("before", 0), value.get("after", 0))
+        missing = {"before", "after"} - set(value)
+        if missing:  # 0 here, 1 in MessageRange(), 2 or 3 in hybrid mode: say which
+            raise InvalidOptionError(
+                f"message_range needs both 'before' and 'after', {sorted(missing)} is missing: "
+                f"e.g. {{'before': 2, 'after': 3}}"
+            )
+        return MessageRange(value["before"], value["after"])
     raise InvalidOptionError(
         "message_range must be an int, a (before, after) tuple, a mapping with 'before' and "
         f"'after', or a MessageRange; got {value!r}"
