@@ -77,6 +77,7 @@ from langchain_semantic_recall.turns import (
     RecalledMemory,
     aindex_new_messages,
     arecall_turn,
+    check_node_options,
     current_turn,
     index_new_messages,
     inject_recalled,
@@ -129,7 +130,8 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
         horizon: recall only this recent (over the engine's `horizon`; `recall_horizon`).
 
     Raises:
-        InvalidOptionError: a bad filter, time bound or horizon.
+        InvalidOptionError: a bad filter, time bound or horizon; memory not a
+            `SemanticRecall`; a channel name of the wrong type.
         InvalidInputError: the state has no `recall_key` channel (a plain
             `MessagesState` graph: memory could never reach the model) or no
             `messages_key` channel (an empty conversation recalls nothing).
@@ -149,6 +151,7 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
         until: datetime | timedelta | None = None,
         horizon: timedelta | None = None,
     ) -> None:
+        check_node_options("RecallNode", memory, messages_key=messages_key, recall_key=recall_key)
         self.memory = memory
         self.messages_key = messages_key
         self.recall_key = recall_key
@@ -201,6 +204,7 @@ class IndexNode(Runnable[Any, dict[str, Any]]):
     """
 
     def __init__(self, memory: SemanticRecall, *, messages_key: str = "messages") -> None:
+        check_node_options("IndexNode", memory, messages_key=messages_key)
         self.memory = memory
         self.messages_key = messages_key
 

@@ -36,12 +36,14 @@ from langgraph.runtime import Runtime
 from typing_extensions import override
 
 from langchain_semantic_recall.engine.narrowing import narrowing_option
+from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.retriever import create_memory_search_tool
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
     RecalledMemory,
     aindex_new_messages,
     arecall_turn,
+    check_node_options,
     index_new_messages,
     recall_turn,
     recalled_for_turn,
@@ -102,7 +104,8 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         horizon: recall only this recent (over the engine's `horizon`; `recall_horizon`).
 
     Raises:
-        InvalidOptionError: a bad filter, time bound or horizon.
+        InvalidOptionError: a bad filter, time bound or horizon; memory not a
+            `SemanticRecall`; `search_tool` not a bool.
 
     Raises (at run time):
         MissingIdentityError: no thread id (or no resource id in resource scope).
@@ -124,6 +127,9 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         horizon: timedelta | None = None,
     ) -> None:
         super().__init__()
+        check_node_options("SemanticRecallMiddleware", memory)
+        if not isinstance(search_tool, bool):  # "no" would read as True
+            raise InvalidOptionError(f"search_tool must be True or False, got {search_tool!r}")
         self.memory = memory
         self.narrowing = narrowing_option(filter, since, until, horizon)
         tool = partial(create_memory_search_tool, filter=filter, since=since, until=until)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -105,7 +106,13 @@ def to_message_range(value: MessageRangeLike) -> MessageRange:
             raise InvalidOptionError(
                 f"message_range accepts the keys 'before' and 'after', not {sorted(unknown)}"
             )
-        return MessageRange(value.get("before", 0), value.get("after", 0))
+        missing = {"before", "after"} - set(value)
+        if missing:  # 0 here, 1 in MessageRange(), 2 or 3 in hybrid mode: say which
+            raise InvalidOptionError(
+                f"message_range needs both 'before' and 'after', {sorted(missing)} is missing: "
+                f"e.g. {{'before': 2, 'after': 3}}"
+            )
+        return MessageRange(value["before"], value["after"])
     raise InvalidOptionError(
         "message_range must be an int, a (before, after) tuple, a mapping with 'before' and "
         f"'after', or a MessageRange; got {value!r}"
@@ -202,3 +209,80 @@ def default_index_name(model: str, dimension: int) -> str:
     cleaned = re.sub(r"\.{2,}", ".", cleaned) or "embeddings"
     name = f"semantic-recall-{cleaned}"[:500].rstrip("._-")
     return check_index_name(f"{name}-{dimension}")
+
+
+ENGINE_OPTIONS: frozenset[str] = frozenset(
+    (
+        "storage",
+        "vector_store",
+        "embeddings",
+        "top_k",
+        "message_range",
+        "scope",
+        "threshold",
+        "search_mode",
+        "message_budget",
+        "time_boost",
+        "horizon",
+        "index_name",
+        "logger",
+        "read_only",
+        "retention",
+        "max_block_chars",
+        "max_index_chars",
+        "cache",
+        "cache_size",
+        "thread_key",
+        "resource_key",
+        "auth_user_key",
+        "memory_key",
+        "input_key",
+        "output_key",
+    )
+)
+"""The `SemanticRecall` constructor's options (a test holds it to the signature)."""
+LOCAL_OPTIONS = (ENGINE_OPTIONS - {"storage", "vector_store"}) | {"chroma_workarounds"}
+"""What `SemanticRecall.local(path, ...)` takes besides the path."""
+URL_OPTIONS = ENGINE_OPTIONS - {"storage", "vector_store"}
+"""What `SemanticRecall.from_url(storage=..., vector=..., ...)` takes besides the URLs."""
+
+
+def check_option_names(names: Iterable[str], allowed: frozenset[str], where: str) -> None:
+    """Refuse a misspelt or unknown option before anything is built.
+
+    Raises:
+        InvalidOptionError: a name not in `allowed`, with the closest known one.
+    """
+    unknown = sorted(set(names) - allowed)
+    if not unknown:
+        return
+    hints = {name: difflib.get_close_matches(name, allowed, n=1) for name in unknown}
+    guess = "; ".join(f"{n!r}: did you mean {h[0]!r}?" for n, h in hints.items() if h)
+    raise InvalidOptionError(
+        f"{where} has no option {', '.join(map(repr, unknown))}"
+        + (f" ({guess})" if guess else "")
+        + f"; its options are {', '.join(sorted(allowed))}"
+    )
+
+
+SHARED_OPTIONS = frozenset({"storage", "vector_store", "embeddings", "cache", "cache_size"})
+"""What `with_options` cannot change: the engine and its views share them."""
+
+
+def check_changes(changes: Mapping[str, object], storage: object) -> None:
+    """The options `with_options` may change: known ones, none of `SHARED_OPTIONS`.
+
+    Raises:
+        InvalidOptionError: an unknown option, or a shared one; `read_only=False` on a
+            storage opened read-only (every write would fail).
+    """
+    check_option_names(changes, ENGINE_OPTIONS, "with_options")
+    fixed = SHARED_OPTIONS.intersection(changes)
+    if fixed:
+        raise InvalidOptionError(f"{sorted(fixed)} are shared: build a new engine")
+    if changes.get("read_only") is False and getattr(storage, "read_only", False) is True:
+        raise InvalidOptionError(
+            "read_only=False, but the storage was opened read-only (local(path, read_only="
+            "True), or a read-only file): every write would fail; open the store writable, "
+            "e.g. SemanticRecall.local(path)"
+        )

@@ -171,17 +171,18 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
         """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model.
 
-        `chroma_workarounds` (True by default, False, or a `ChromaWorkarounds`): which of
-        Chroma's known problems the index works around (`settings.local_backends`).
+        `chroma_workarounds` (True, False, or a `ChromaWorkarounds`): `settings.local_backends`.
 
         Args:
             path: The store's folder (created if missing).
             **options: The constructor's options, plus `embeddings`, `read_only` and
                 `chroma_workarounds`.
         """
+        defaults.check_option_names(options, defaults.LOCAL_OPTIONS, "SemanticRecall.local")
         embeddings, read_only = options.pop("embeddings", None), options.get("read_only")
         fixes = options.pop("chroma_workarounds", True)
         backends = local_backends(path, embeddings, read_only=read_only, chroma_workarounds=fixes)
+        options["read_only"] = backends["storage"].read_only  # None: found read-only or not
         return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
     @classmethod
@@ -196,6 +197,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
             embeddings: The embedder (default: the local model).
             **options: The constructor's options (`top_k`, `scope`, `retention`...).
         """
+        defaults.check_option_names(options, defaults.URL_OPTIONS, "SemanticRecall.from_url")
         backends = url_backends(storage, vector, embeddings)
         return lifecycle.owning(cls, backends, options, embeddings_given=embeddings is not None)
 
@@ -213,10 +215,9 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         Args:
             **changes: Constructor options to change (`top_k`, `scope`, `threshold`...).
         """
-        fixed = {"storage", "vector_store", "embeddings", "cache"} & set(changes)
-        if fixed:
-            raise InvalidOptionError(f"{sorted(fixed)} cannot change: build a new engine")
+        defaults.check_changes(changes, self.storage)
         options = {**self._options, **changes, "cache": self.cache}
+        options["cache_size"] = defaults.DEFAULT_CACHE_SIZE  # the shared cache has its size
         options["vector_store"] = self.vector_store
         changed = type(self)(**options)
         object.__setattr__(changed, "_core", changed._core.view_of(self._core))

@@ -20,6 +20,7 @@ agent.invoke({"messages": [("user", "What am I allergic to?")]}, config)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,6 +44,7 @@ from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
 from langchain_semantic_recall.options import Scope, check_scope, check_top_k
 from langchain_semantic_recall.quoting import escape_label, escape_memory_text
 from langchain_semantic_recall.records import RecallHit, StoredMessage
+from langchain_semantic_recall.search import check_mode_threshold
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
@@ -202,8 +204,13 @@ class SemanticRecallRetriever(BaseRetriever):
                 f"{sorted(SEARCH_KWARGS)}"
             )
         kwargs = data.get("search_kwargs") or {}
+        if data.get("k") is not None and kwargs.get("k") is not None:
+            raise InvalidOptionError("give k once: k= or search_kwargs['k']")
         if data.get("k") is not None or kwargs.get("k") is not None:
             check_top_k(data["k"] if data.get("k") is not None else kwargs["k"])
+        mode = getattr(data.get("memory"), "search_mode", None)
+        if kwargs.get("score_threshold") is not None and isinstance(mode, str):
+            check_mode_threshold(mode, kwargs["score_threshold"])
         if data.get("scope") is not None:
             check_scope(data["scope"])
         if data.get("filter") is not None and kwargs.get("filter") is not None:
@@ -349,6 +356,9 @@ class MemorySearchTool(BaseTool):
         return format_hits(hits), [hit_to_document(hit) for hit in hits]
 
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def create_memory_search_tool(
     memory: SemanticRecall,
     *,
@@ -385,11 +395,20 @@ def create_memory_search_tool(
         until: only messages created before this.
 
     Raises:
-        InvalidOptionError: `args_schema` or `arg_types` was given; a bad filter or time
-            bound.
+        InvalidOptionError: `args_schema` or `arg_types` was given; a name chat models
+            refuse, a blank description; a bad filter or time bound.
     """
     if args_schema is not None or arg_types is not None:
         raise InvalidOptionError("the memory tool's arguments are fixed: pass name/description")
+    if name is not None and (not isinstance(name, str) or not _TOOL_NAME.fullmatch(name)):
+        raise InvalidOptionError(
+            "the tool's name must be 1-64 letters, digits, '_' or '-' (what chat models "
+            f"accept), or None for {DEFAULT_TOOL_NAME!r}; got {name!r}"
+        )
+    if description is not None and (not isinstance(description, str) or not description.strip()):
+        raise InvalidOptionError(
+            f"the tool's description must be text, or None for the default; got {description!r}"
+        )
     narrowing_option(filter, since, until)
     given = {"filter": filter, "since": since, "until": until}
     return MemorySearchTool(

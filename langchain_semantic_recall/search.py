@@ -203,6 +203,12 @@ def resolve(
             "PostgreSQL); use search_mode='dense' (or 'auto') with this storage"
         )
     checked_threshold = check_mode_threshold(mode, threshold)
+    boost = check_weight("time_boost", time_boost)
+    if mode == "dense" and boost not in (0.0, DEFAULT_TIME_BOOST):
+        raise InvalidOptionError(
+            f"time_boost={time_boost!r} has no effect in dense mode (vector similarity only): "
+            "drop it, or use search_mode='hybrid' or 'keyword', where it ranks by period"
+        )
     dense = mode == "dense"
     default_range = {
         "dense": to_message_range(DEFAULT_MESSAGE_RANGE),
@@ -223,7 +229,7 @@ def resolve(
         message_range=window,
         message_budget=budget,
         threshold=checked_threshold,
-        time_boost=check_weight("time_boost", time_boost),
+        time_boost=boost,
         candidates=check_count("candidates", candidates),
         weights=NeighbourWeights.linear(window.before, window.after),
         relevance=default_model(),

@@ -3,7 +3,8 @@
 Storage URLs:
 
 - `sqlite:///relative/path.sqlite3`, `sqlite:////absolute/path.sqlite3` (SQLAlchemy's
-  convention), `sqlite://` or `sqlite:///:memory:` for an in-memory database;
+  convention), `sqlite://` or `sqlite:///:memory:` for an in-memory database (no
+  query parameters: they are refused, never read as part of the file name);
 - `postgresql://user:password@host:5432/db` (also `postgres://` and
   `postgresql+psycopg://`); `pool_min_size` / `pool_max_size` query parameters size
   the connection pools, every other parameter goes to libpq (`sslmode`, `options`...);
@@ -43,6 +44,7 @@ from langchain_core.embeddings import Embeddings
 
 from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.options import URL_OPTIONS, check_option_names
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
@@ -133,16 +135,21 @@ def _postgres(url: str) -> MessageStorage:
     kept: list[tuple[str, str]] = []
     for key, value in query:
         if key in _POOL_PARAMS:
-            try:
-                sizes[_POOL_PARAMS[key]] = int(value)
-            except ValueError as exc:
-                raise InvalidOptionError(f"{key} must be an integer, got {value!r}") from exc
+            if _POOL_PARAMS[key] in sizes:
+                raise InvalidOptionError(f"{key} is given twice in {redact(url)!r}: give it once")
+            if not value.isdigit():
+                raise InvalidOptionError(f"{key} must be an integer >= 0, got {value!r}")
+            sizes[_POOL_PARAMS[key]] = int(value)
         else:
             kept.append((key, value))
+    low, high = sizes.get("min_size", 1), sizes.get("max_size", 10)
+    if high < 1 or low > high:
+        raise InvalidOptionError(
+            f"pool_min_size={low} and pool_max_size={high}: a pool needs 0 <= min <= max "
+            "and max >= 1"
+        )
     conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
-    return PostgresStorage(
-        conninfo, min_size=sizes.get("min_size", 1), max_size=sizes.get("max_size", 10)
-    )
+    return PostgresStorage(conninfo, min_size=low, max_size=high)
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -153,9 +160,22 @@ def sqlite_file(url: str) -> Path | None:
     """
     if not url.lower().startswith("sqlite://"):
         return None
+    if "?" in url or "#" in url:
+        raise InvalidOptionError(
+            f"{redact(url)!r}: a sqlite:// URL takes no parameters ('?...' would be read as "
+            "part of the file name); write sqlite:///relative/path or sqlite:////absolute/path"
+        )
     if url[len("sqlite://") :] in ("", "/", "/:memory:"):
         return None
     return Path(_file_path(url, "sqlite"))
+
+
+def _memory(url: str, kind: str) -> None:
+    """Refuse anything after `memory://` (it names no place and takes no parameters)."""
+    if url[len("memory://") :]:
+        raise InvalidOptionError(
+            f"{redact(url)!r}: an in-memory {kind} takes no path or parameters; write memory://"
+        )
 
 
 def create_storage(url: str) -> MessageStorage:
@@ -170,6 +190,7 @@ def create_storage(url: str) -> MessageStorage:
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
+        _memory(url, "storage")
         from langchain_semantic_recall.storage.memory import InMemoryStorage
 
         return InMemoryStorage()
@@ -202,6 +223,7 @@ def create_vector_index(
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
+        _memory(url, "vector index")
         from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
         return InMemoryVectorIndex()
@@ -264,6 +286,8 @@ def local_backends(
     """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
+    if not isinstance(read_only, bool | None):  # "no" would read as True
+        raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
     root = Path(path)
     file = root / "messages.sqlite3"
     if read_only is None:
@@ -345,20 +369,38 @@ class RecallSettings:
     vector_url: str = DEFAULT_VECTOR_URL
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("storage_url", "vector_url"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidOptionError(
+                    f"{name} must be a URL string, got {getattr(self, name)!r}"
+                )
+        check_option_names(self.options, URL_OPTIONS, "SemanticRecall.from_url")
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> RecallSettings:
         """Settings from `SEMANTIC_RECALL_STORAGE_URL` and `SEMANTIC_RECALL_VECTOR_URL`.
 
-        Unset variables keep the embedded defaults (under `./semantic-recall-data`).
+        Neither set: the embedded defaults (under `./semantic-recall-data`); one set
+        without the other is refused (a server beside a local store would split them).
 
         Args:
             environ: The variables to read (default: `os.environ`).
             **options: Engine options kept in `options` (`top_k`, `scope`...).
         """
         env = os.environ if environ is None else environ
+        storage, vector = env.get(STORAGE_URL_ENV), env.get(VECTOR_URL_ENV)
+        if bool(storage) != bool(vector):  # one server beside an embedded store
+            given, unset = (
+                (STORAGE_URL_ENV, VECTOR_URL_ENV) if storage else (VECTOR_URL_ENV, STORAGE_URL_ENV)
+            )
+            raise InvalidOptionError(
+                f"{given} is set but {unset} is not: set both (a message store and its "
+                "index go together), or neither for the embedded store"
+            )
         return cls(
-            storage_url=env.get(STORAGE_URL_ENV) or DEFAULT_STORAGE_URL,
-            vector_url=env.get(VECTOR_URL_ENV) or DEFAULT_VECTOR_URL,
+            storage_url=storage or DEFAULT_STORAGE_URL,
+            vector_url=vector or DEFAULT_VECTOR_URL,
             options=options,
         )
 

@@ -27,7 +27,11 @@ from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.narrowing import Narrowing, from_config
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidInputError,
+    InvalidOptionError,
+)
 from langchain_semantic_recall.messages import is_recalled, role_of, stable_id, text_of, to_messages
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, ScopeFilter
@@ -74,6 +78,26 @@ class RecalledMemory:
 
 
 # --- pure helpers -----------------------------------------------------------------------
+
+
+def check_node_options(where: str, memory: object, **keys: object) -> None:
+    """A graph node's or the middleware's engine and channel names, checked when built.
+
+    Raises:
+        InvalidOptionError: `memory` is not a `SemanticRecall`, or a key is not a name.
+    """
+    from langchain_semantic_recall.recall import SemanticRecall
+
+    if not isinstance(memory, SemanticRecall):
+        raise InvalidOptionError(
+            f"{where} needs a SemanticRecall as memory (e.g. SemanticRecall.local(path)), "
+            f"got {type(memory).__name__}"
+        )
+    for name, value in keys.items():
+        if not isinstance(value, str) or not value:
+            raise InvalidOptionError(
+                f"{where}: {name} must be a state channel's name, got {value!r}"
+            )
 
 
 def state_messages(state: Any, key: str = "messages") -> list[BaseMessage]:

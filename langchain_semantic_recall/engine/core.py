@@ -76,6 +76,7 @@ from langchain_semantic_recall.filters import check_horizon, check_metadata
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
 from langchain_semantic_recall.messages import check_id, to_messages
 from langchain_semantic_recall.options import (
+    DEFAULT_CACHE_SIZE,
     Scope,
     check_positive,
     check_scope,
@@ -123,6 +124,11 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
             f"frame and one message), got {block}"
         )
     max_index = check_positive("max_index_chars", options["max_index_chars"], allow_none=True)
+    if options["cache"] is not None and options["cache_size"] != DEFAULT_CACHE_SIZE:
+        raise InvalidOptionError(
+            f"cache_size={options['cache_size']!r} sizes the engine's own cache, but cache= "
+            "gives one (its size is its own): drop cache_size, or build that cache with the size"
+        )
     memory_key = options["memory_key"]
     if not isinstance(memory_key, str) or not memory_key:
         raise InvalidOptionError(f"memory_key must be a non-empty string, got {memory_key!r}")

@@ -69,9 +69,18 @@ class IdentityKeys:
                 f"thread_key and resource_key are both {self.thread!r}: the conversation id "
                 "would be read as its owner too; give them different names"
             )
-        if self.auth_user is not None and not isinstance(self.auth_user, str):
+        auth = self.auth_user
+        if auth is not None and (not isinstance(auth, str) or not auth):
             raise InvalidOptionError(
-                f"auth_user_key must be a string or None, got {self.auth_user!r}"
+                f"auth_user_key must be a non-empty string, or None to turn the signed-in "
+                f"user's binding off; got {self.auth_user!r}"
+            )
+        if self.auth_user in (self.thread, self.resource):
+            raise InvalidOptionError(
+                f"auth_user_key is {self.auth_user!r}, the key of the "
+                f"{'thread' if self.auth_user == self.thread else 'resource'} id too: an id "
+                "any caller may set would be read as the signed-in user; keep "
+                "'langgraph_auth_user_id' (the key a LangGraph server sets) or None"
             )
 
     def config_example(self) -> str:

@@ -149,3 +149,28 @@ def test_writing_to_a_read_only_store_says_so(read_only_store: Path, tmp_path: P
     assert "read-only" in done.stderr
     assert "chmod" not in done.stderr
     assert "unexpected" not in done.stderr
+
+
+def test_a_store_found_read_only_gives_a_read_only_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # local(path) opens an unwritable store read-only by itself (read_only=None); the
+    # engine said read_only=False, so index raised "opened read-only" instead of giving
+    # each message a fate that says so.
+    from langchain_core.messages import HumanMessage
+
+    from langchain_semantic_recall import SemanticRecall
+    from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+    from tests.fakes import FakeEmbeddings
+
+    store = tmp_path / "store"
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as writer:
+        writer.index(
+            [HumanMessage("the key is under the pot", id="k1")], thread_id="t", resource_id="r"
+        )
+    monkeypatch.setattr(SQLiteStorage, "is_writable", staticmethod(lambda path: False))
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as reader:
+        assert reader.storage.read_only
+        assert reader.read_only
+        result = reader.index([HumanMessage("a new fact", id="k2")], thread_id="t", resource_id="r")
+        assert [fate.fate for fate in result.fates] == ["skipped"]

@@ -453,6 +453,19 @@ def test_options_are_read_only_and_with_options_changes_them() -> None:
     assert memory.top_k == 3
 
 
+def test_a_cache_size_that_cannot_apply_is_refused_not_ignored() -> None:
+    from langchain_semantic_recall import EmbeddingCache, InvalidOptionError
+
+    memory = make_memory(cache_size=50)
+    with pytest.raises(InvalidOptionError, match="cache_size"):
+        memory.with_options(cache_size=5)  # the views share one cache: it kept 50
+    with pytest.raises(InvalidOptionError, match="cache_size"):
+        make_memory(cache=EmbeddingCache(10), cache_size=500)  # 500 was ignored
+    changed = memory.with_options(top_k=1)  # an engine built with cache_size still changes
+    assert changed.cache is memory.cache
+    assert memory.cache.maxsize == 50
+
+
 def test_ensure_index_twins_raise_the_same_error() -> None:
     from langchain_semantic_recall import EmbeddingMismatchError, SemanticRecallError
 

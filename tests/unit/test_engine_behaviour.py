@@ -91,9 +91,8 @@ async def test_a_threshold_per_call_is_refused_in_keyword_mode_as_at_constructio
         engine.search("zebra stripes", resource_id="r", threshold=0.9)
     with pytest.raises(InvalidOptionError, match=refused):
         await engine.asearch("zebra stripes", resource_id="r", threshold=0.9)
-    retriever = engine.as_retriever(resource_id="r", search_kwargs={"score_threshold": 0.9})
-    with pytest.raises(InvalidOptionError, match=refused):
-        retriever.invoke("zebra stripes")
+    with pytest.raises(InvalidOptionError, match=refused):  # refused when built
+        engine.as_retriever(resource_id="r", search_kwargs={"score_threshold": 0.9})
     assert len(engine.search("zebra stripes", resource_id="r")) == 2  # without one: all
 
 
@@ -128,6 +127,15 @@ def test_message_range_accepts_every_documented_shape(make_engine: EngineFactory
     )
     assert make_engine(message_range=(0, 3)).message_range.after == 3
     assert r.before == 2
+
+
+@pytest.mark.parametrize("partial", [{"before": 2}, {"after": 1}, {}])
+def test_a_message_range_mapping_missing_a_side_is_refused(
+    make_engine: EngineFactory, partial: dict[str, int]
+) -> None:
+    # The missing side read as 0, where MessageRange() reads 1 and hybrid mode 2 or 3.
+    with pytest.raises(InvalidOptionError, match="needs both 'before' and 'after'"):
+        make_engine(message_range=partial)
 
 
 # --- bad input -----------------------------------------------------------------------------

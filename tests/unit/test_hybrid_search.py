@@ -118,6 +118,8 @@ def test_dense_mode_is_the_original_one_option_away() -> None:
     tuned = engine(search_mode="dense", top_k=7, message_range=(0, 3), message_budget=9)
     assert (tuned.top_k, tuned.message_range, tuned.message_budget) == (7, MessageRange(0, 3), 9)
     assert engine(message_budget=None).message_budget is None
+    assert engine(search_mode="dense", time_boost=0).time_boost == 0  # off, and the default
+    assert engine(search_mode="dense").time_boost == 0.5
 
 
 @pytest.mark.parametrize(
@@ -129,6 +131,8 @@ def test_dense_mode_is_the_original_one_option_away() -> None:
         ({"time_boost": -0.1}, "time_boost"),
         ({"search_mode": "keyword", "threshold": 0.5}, "threshold"),
         ({"top_k": 0}, "top_k"),
+        # dense mode never reads the period: a boost there was silently unused
+        ({"search_mode": "dense", "time_boost": 0.9}, "no effect in dense mode"),
     ],
 )
 def test_bad_search_options_fail_at_construction(options: dict[str, Any], match: str) -> None:

@@ -98,6 +98,15 @@ def test_custom_keys_are_read_in_one_place() -> None:
         IdentityKeys(thread="")
 
 
+@pytest.mark.parametrize("auth_user", ["", "thread_id", "resource_id"])
+def test_an_auth_user_key_that_is_blank_or_a_callers_id_key_is_refused(auth_user: str) -> None:
+    # "" read as None would turn the signed-in user's binding off without a word; the
+    # thread or resource key would let any caller's id pass for the signed-in user.
+    with pytest.raises(InvalidOptionError, match="auth_user_key"):
+        IdentityKeys(auth_user=auth_user)
+    assert IdentityKeys(auth_user=None).auth_user is None
+
+
 def test_missing_ids_are_loud_and_say_what_to_do() -> None:
     with pytest.raises(MissingIdentityError, match="resource_id"):
         search_scope(Identity(thread_id="t"), "resource", KEYS, "recall")

@@ -180,3 +180,30 @@ def test_search_tool_is_scoped_to_the_caller(memory: FactsMemory) -> None:
     assert result.name == "search_memory"
     assert BOB_SECRETS[0] in result.text
     assert SECRETS[0] not in result.text
+
+
+def test_a_wrong_engine_key_or_search_tool_is_refused_when_built(memory: FactsMemory) -> None:
+    from langchain_semantic_recall import InvalidOptionError
+    from langchain_semantic_recall.graph import IndexNode, RecallNode, create_recall_graph
+
+    engine = memory.engine
+    # search_tool="no" is truthy: it gave the agent the tool.
+    with pytest.raises(InvalidOptionError, match="search_tool must be True or False"):
+        SemanticRecallMiddleware(engine, search_tool="no")  # type: ignore[arg-type]
+    # Not an engine: accepted, then an AttributeError at the first turn.
+    for build in (
+        lambda: SemanticRecallMiddleware("memory"),  # type: ignore[arg-type]
+        lambda: RecallNode({"top_k": 3}),  # type: ignore[arg-type]
+        lambda: IndexNode(None),  # type: ignore[arg-type]
+        lambda: create_recall_graph(FakeChatModel(), "memory"),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(InvalidOptionError, match="needs a SemanticRecall as memory"):
+            build()
+    # A channel name that is not one: each run failed as "the state has no channel".
+    with pytest.raises(InvalidOptionError, match="messages_key"):
+        RecallNode(engine, messages_key="")
+    with pytest.raises(InvalidOptionError, match="recall_key"):
+        RecallNode(engine, recall_key=None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOptionError, match="messages_key"):
+        IndexNode(engine, messages_key=5)  # type: ignore[arg-type]
+    assert SemanticRecallMiddleware(engine, search_tool=True).tools

@@ -58,3 +58,28 @@ def test_a_read_only_open_refuses_to_migrate_an_old_schema(tmp_path: Path) -> No
     with pytest.raises(StorageError, match="does not exist"):
         SQLiteStorage(tmp_path / "missing.db", read_only=True)
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_with_options_cannot_make_an_engine_on_a_read_only_storage_writable(
+    tmp_path: Path,
+) -> None:
+    from langchain_semantic_recall import InvalidOptionError, SemanticRecall
+    from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+    from tests.fakes import FakeEmbeddings
+
+    path = tmp_path / "messages.sqlite3"
+    SQLiteStorage(path).close()
+    storage = SQLiteStorage(path, read_only=True)
+    try:
+        reader = SemanticRecall(
+            storage=storage,
+            vector_store=InMemoryVectorIndex(),
+            embeddings=FakeEmbeddings(),
+            read_only=True,
+        )
+        # Accepted, then every index failed with "opened read-only".
+        with pytest.raises(InvalidOptionError, match="opened read-only"):
+            reader.with_options(read_only=False)
+        assert reader.with_options(top_k=2).read_only
+    finally:
+        storage.close()

@@ -24,7 +24,8 @@ from langchain_semantic_recall.retriever import (
     create_memory_search_tool,
     format_hits,
 )
-from tests.fakes import BOB_SECRETS, SECRETS, TOPICS, FactsMemory
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import BOB_SECRETS, SECRETS, TOPICS, FactsMemory, FakeEmbeddings
 
 ALICE = {"configurable": {"thread_id": "alice-chat", "resource_id": "alice"}}
 BOB = {"configurable": {"thread_id": "bob-chat", "resource_id": "bob"}}
@@ -160,6 +161,18 @@ async def test_tool_is_scoped_to_the_caller_whatever_the_model_says(memory: Fact
     assert BOB_SECRETS[0] not in sync.text
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"name": ""}, {"name": "search memory"}, {"name": "x" * 65}, {"description": " "}],
+)
+def test_a_tool_name_models_refuse_or_a_blank_description_is_refused(
+    memory: FactsMemory, options: dict[str, str]
+) -> None:
+    # "" became the default name, and a name with a space reached the model (which refuses it).
+    with pytest.raises(InvalidOptionError, match="tool's"):
+        memory.engine.as_tool(**options)  # type: ignore[arg-type]
+
+
 def test_tool_without_ids_is_a_clear_error(memory: FactsMemory) -> None:
     with pytest.raises(MissingIdentityError, match="needs a resource id"):
         memory.engine.as_tool().invoke({"query": "garden"})
@@ -199,6 +212,29 @@ def test_search_kwargs_are_langchains_and_unknown_options_raise(memory: FactsMem
         engine.as_retriever(search_type="mmr")
     with pytest.raises(InvalidOptionError):
         engine.as_retriever(scope="everything")
+
+
+def test_k_given_twice_and_a_bad_score_threshold_are_refused_when_built() -> None:
+    engine = FactsMemory(threshold=None).engine
+    # search_kwargs["k"] was ignored (and never checked) beside k=.
+    with pytest.raises(InvalidOptionError, match="give k once"):
+        engine.as_retriever(k=2, search_kwargs={"k": "five"})
+    with pytest.raises(InvalidOptionError, match="give k once"):
+        engine.as_retriever(k=2, search_kwargs={"k": 5})
+    # A threshold out of range, or any in keyword mode, waited for the first search.
+    with pytest.raises(InvalidOptionError, match="between 0 and 1"):
+        engine.as_retriever(search_kwargs={"score_threshold": 2})
+    keyword = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="keyword",
+    )
+    with pytest.raises(InvalidOptionError, match="keyword mode"):
+        keyword.as_retriever(search_kwargs={"score_threshold": 0.5})
+    assert isinstance(
+        engine.as_retriever(search_kwargs={"score_threshold": 0.5}), SemanticRecallRetriever
+    )
 
 
 def test_scope_option_is_honoured(memory: FactsMemory) -> None:
