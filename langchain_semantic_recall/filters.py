@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Final, TypeAlias
 
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
+from langchain_semantic_recall.storable import storable
 
 __all__ = [
     "KEY_PATTERN",
@@ -103,14 +104,6 @@ def _check_key(key: object, where: str) -> str:
     return key
 
 
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_value(value: object, where: str) -> MetadataValue:
     if isinstance(value, bool):
         return value
@@ -123,7 +116,7 @@ def _check_value(value: object, where: str) -> MetadataValue:
     if isinstance(value, str):
         if len(value) > _MAX_TEXT:
             raise InvalidInputError(f"{where}: text values are at most {_MAX_TEXT} characters")
-        if "\x00" in value or not _encodable(value):
+        if not storable(value):
             raise InvalidInputError(
                 f"{where}: {value!r} holds a NUL character or a lone surrogate, which not every "
                 "storage keeps (nor matches); remove it (e.g. value.replace('\\x00', ''))"

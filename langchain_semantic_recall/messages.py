@@ -27,6 +27,7 @@ from langchain_core.messages import (
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, message_metadata
 from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
+from langchain_semantic_recall.storable import encodable, storable
 
 MEMORY_SOURCE = "memory"
 """Value of `additional_kwargs["source"]` on every message that recall injects."""
@@ -66,7 +67,7 @@ def check_id(name: str, value: object) -> str:
     """
     if not isinstance(value, str) or not value.strip():
         raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
-    if not _storable(value):
+    if not storable(value):
         raise InvalidInputError(
             f"{name} {value!r} contains a NUL character or a lone surrogate, which storage "
             "backends cannot hold; use ids of ordinary text"
@@ -85,27 +86,14 @@ def check_ids(name: str, values: Iterable[object]) -> list[str]:
     """
     ids = list(values)
     texts = [i for i in ids if isinstance(i, str) and i.strip()]
-    if len(texts) == len(ids) and _storable("".join(texts)):
+    if len(texts) == len(ids) and storable("".join(texts)):
         return texts
     return [check_id(name, i) for i in ids]
 
 
-def _storable(text: str) -> bool:
-    """No NUL (PostgreSQL refuses it) and no lone surrogate (no UTF-8 store holds one)."""
-    return "\x00" not in text and _encodable(text)
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def clean_text(text: str) -> str:
     """`text` with lone surrogates (unencodable halves of a pair) replaced by U+FFFD."""
-    if _encodable(text):
+    if encodable(text):
         return text
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
@@ -289,7 +277,7 @@ def serialise(message: BaseMessage) -> str:
         message = message.model_copy(update={"additional_kwargs": kwargs})
     try:
         payload = _dumps(message, ascii_only=False)
-        if not _encodable(payload):
+        if not encodable(payload):
             payload = _dumps(message, ascii_only=True)
     except (RecursionError, ValueError, TypeError) as error:
         key = _unstorable_key(message)
