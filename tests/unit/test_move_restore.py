@@ -128,13 +128,8 @@ def test_after_a_move_only_the_new_owner_sees_the_thread(
         assert found(memory, resource) == expected
 
 
-@pytest.mark.parametrize("twin", ["sync", "async"])
-async def test_vectors_written_while_the_thread_moved_follow_it(tmp_path: Path, twin: str) -> None:
-    """A turn indexed for alice while the thread moves to bob: its vectors end up bob's.
-
-    Else they stayed under alice: `index` said "embedded", bob's search did not find the
-    message by meaning, and alice's index kept text of a thread that is no longer hers.
-    """
+def _faulty(tmp_path: Path) -> tuple[SemanticRecall, FaultyVectors]:
+    """A dense engine on SQLite whose vector index fails or holds where a test says."""
     vectors = FaultyVectors(InMemoryVectorIndex())
     memory = SemanticRecall(
         storage=SQLiteStorage(tmp_path / "m.db"),
@@ -142,6 +137,17 @@ async def test_vectors_written_while_the_thread_moved_follow_it(tmp_path: Path, 
         embeddings=FakeEmbeddings(32),
         search_mode="dense",
     )
+    return memory, vectors
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+async def test_vectors_written_while_the_thread_moved_follow_it(tmp_path: Path, twin: str) -> None:
+    """A turn indexed for alice while the thread moves to bob: its vectors end up bob's.
+
+    Else they stayed under alice: `index` said "embedded", bob's search did not find the
+    message by meaning, and alice's index kept text of a thread that is no longer hers.
+    """
+    memory, vectors = _faulty(tmp_path)
     memory.index(chat("a"), thread_id="t1", resource_id="alice")
     turn = [HumanMessage("my cello lesson is on monday", id="late")]
     gate = vectors.faults.gate("upsert")  # hold the turn's vector write
@@ -178,13 +184,7 @@ async def test_a_move_that_raised_after_the_storage_moved_says_how_to_finish(
     Run again as it was, `move_thread(..., resource_id="alice")` is refused (the thread is
     bob's now); the refusal names the call that finishes the move, and that call does.
     """
-    vectors = FaultyVectors(InMemoryVectorIndex())
-    memory = SemanticRecall(
-        storage=SQLiteStorage(tmp_path / "m.db"),
-        vector_store=vectors,
-        embeddings=FakeEmbeddings(32),
-        search_mode="dense",
-    )
+    memory, vectors = _faulty(tmp_path)
     memory.index(chat("a"), thread_id="t1", resource_id="alice")
     vectors.faults.fail("upsert")
     with pytest.raises(ConnectionError):
