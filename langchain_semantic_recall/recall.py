@@ -152,7 +152,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
             raise InvalidOptionError(
                 f"storage must be a MessageStorage (e.g. SQLiteStorage), got {storage!r}"
             )
-        plan = build_plan(options, keyword_search=storage.supports_keyword_search)
+        plan = build_plan(options, storage)
         warn_if_unfitted(plan, embeddings)
         cache = cache if cache is not None else EmbeddingCache(cache_size)
         space = VectorSpace(embeddings, as_vector_index(vector_store), cache, index_name)

@@ -85,6 +85,7 @@ from langchain_semantic_recall.options import (
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan, check_mode_threshold, resolve
+from langchain_semantic_recall.storage.base import MessageStorage
 
 T = TypeVar("T")
 
@@ -111,8 +112,11 @@ class EnginePlan:
     """Default recall horizon: recall sees only messages this recent (None: all)."""
 
 
-def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePlan:
+def build_plan(options: Mapping[str, Any], storage: MessageStorage) -> EnginePlan:
     """Validate the constructor's options and resolve the mode's defaults.
+
+    A storage opened read-only makes the engine read-only, whatever `read_only` says:
+    `index` then reports each message's fate instead of failing at the first write.
 
     Raises:
         InvalidOptionError: an option out of range or of the wrong type.
@@ -143,7 +147,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
     if logger is not None and not callable(getattr(logger, "warning", None)):
         raise InvalidOptionError(f"logger must be a logging.Logger or None, got {logger!r}")
     search = resolve(
-        keyword_search=keyword_search,
+        keyword_search=storage.supports_keyword_search,
         **{
             key: options[key]
             for key in (
@@ -164,7 +168,7 @@ def build_plan(options: Mapping[str, Any], *, keyword_search: bool) -> EnginePla
     return EnginePlan(
         search=search,
         scope=check_scope(options["scope"]),
-        read_only=bool(options["read_only"]),
+        read_only=bool(options["read_only"]) or getattr(storage, "read_only", False) is True,
         max_block_chars=block,
         max_index_chars=max_index,
         keys=keys,

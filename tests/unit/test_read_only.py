@@ -83,3 +83,34 @@ def test_with_options_cannot_make_an_engine_on_a_read_only_storage_writable(
         assert reader.with_options(top_k=2).read_only
     finally:
         storage.close()
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_an_engine_on_a_storage_opened_read_only_is_read_only(tmp_path: Path, twin: str) -> None:
+    """It said it was writable, so `index` failed with "opened read-only" at the first
+    write instead of reporting each message's fate, as a read-only engine does."""
+    import asyncio
+
+    from langchain_core.messages import HumanMessage
+
+    from langchain_semantic_recall import SemanticRecall
+    from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+    from tests.fakes import FakeEmbeddings
+
+    path = tmp_path / "messages.sqlite3"
+    SQLiteStorage(path).close()
+    storage = SQLiteStorage(path, read_only=True)
+    try:
+        memory = SemanticRecall(
+            storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+        )
+        assert memory.read_only
+        turn = [HumanMessage("my sister lives in Lisbon", id="m1")]
+        if twin == "sync":
+            result = memory.index(turn, thread_id="t", resource_id="alice")
+        else:
+            result = asyncio.run(memory.aindex(turn, thread_id="t", resource_id="alice"))
+        assert (result.stored, result.error) == ((), None)
+        assert result.skipped == {"m1": "read-only engine"}
+    finally:
+        storage.close()
