@@ -22,7 +22,7 @@ from langchain_semantic_recall.cli.common import (
     thread_messages,
 )
 from langchain_semantic_recall.cli.render import error, style
-from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.errors import InvalidInputError, OwnershipError, ReadOnlyError
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -336,6 +336,10 @@ def run(args: argparse.Namespace) -> int:
     if not report.conversations and not report.skipped:
         raise InvalidInputError(f"{args.file} holds no conversations")
     memory = open_memory(args, create=True)
+    if memory.read_only:  # its index would skip every message: say why, write nothing
+        raise ReadOnlyError(
+            "the store opened read-only (this user cannot write it): nothing was ingested"
+        )
     with progress_bar(report.message_count, "msg", "ingest") as bar:
         for conversation in report.conversations:
             _ingest_conversation(memory, conversation, summary, bar, restore=args.restore)
