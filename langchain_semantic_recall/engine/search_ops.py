@@ -64,23 +64,43 @@ def search_op(
 ) -> Op[list[RecallHit]]:
     """The hits for `request.query` within the caller's scope, with their windows.
 
+    A search made for a resource of a thread another resource owns is refused, as stats
+    and clear refuse it. Recall uses `hits_op`: a turn checks ownership before the model
+    (`turn_recall_op`), and its failures are not the search's.
+
     Raises:
         InvalidInputError: the query is not text.
         MissingIdentityError: the scope's id is missing.
         OwnershipError: thread scope, for a resource, on a thread another resource owns.
     """
-    if not isinstance(request.query, str):
-        raise InvalidInputError(f"query must be text, got {type(request.query).__name__}")
-    scope = search_scope(request.identity, request.scope, keys, what)
-    if not request.query.strip():
-        return []  # documented: an empty query finds nothing
-    if scope is not None and scope.thread_id is not None:  # as stats and clear refuse it
+    scope = _scope(request, keys, what)
+    if request.query.strip() and scope is not None and scope.thread_id is not None:
         owner = yield steps.ThreadOwner(scope.thread_id)
         if owner not in (None, NO_RESOURCE, scope.resource_id):
             raise OwnershipError(
                 f"thread {scope.thread_id!r} belongs to another resource, not "
                 f"{scope.resource_id!r}: a search made for a resource reads only its threads"
             )
+    return (yield from hits_op(space, keys, request, what))
+
+
+def _scope(request: SearchRequest, keys: IdentityKeys, what: str) -> ScopeFilter | None:
+    """The search's scope (`identity.search_scope`) once its query is known to be text."""
+    if not isinstance(request.query, str):
+        raise InvalidInputError(f"query must be text, got {type(request.query).__name__}")
+    return search_scope(request.identity, request.scope, keys, what)
+
+
+def hits_op(
+    space: VectorSpace, keys: IdentityKeys, request: SearchRequest, what: str = "search"
+) -> Op[list[RecallHit]]:
+    """`search_op` without its ownership check (recall's: see `search_op`).
+
+    The scope still holds the caller's resource, so another's thread finds nothing.
+    """
+    scope = _scope(request, keys, what)
+    if not request.query.strip():
+        return []  # documented: an empty query finds nothing
     if scope is None:  # thread scope, owner unknown to the caller: the storage knows it
         thread_id = request.identity.require_thread(keys, what)
         owner = yield steps.ThreadOwner(thread_id)
@@ -277,7 +297,7 @@ def recall_op(
         return items, RecallReport("no query", None, who.thread_id, who.resource_id)
     try:
         turn = replace(request, query=query, now=request.now or turn_time(items))
-        hits = yield from search_op(space, keys, turn)
+        hits = yield from hits_op(space, keys, turn)
     except CONFIGURATION_ERRORS:
         raise
     except PROGRAMMING_ERRORS:  # a bug is never read as "nothing to remember"
