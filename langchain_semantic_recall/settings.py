@@ -15,7 +15,9 @@ Vector URLs:
 - `chroma:///relative/path`, `chroma:////absolute/path`: embedded, persistent Chroma,
   keeping at most `DEFAULT_MAX_LOADED` resources' indexes loaded (all unloaded when one
   more is needed, losing nothing: `vectors.chroma_workarounds.unload`; `?max_loaded=N`
-  sets N, `0` keeps Chroma's own capacity, the open-file limit / 5);
+  sets N, `0` keeps Chroma's own capacity, the open-file limit / 5); resources of
+  `?snapshots_from=N` vectors or more (20,000 by default, `0`: none) keep a snapshot of
+  their vectors for their first search in a process (`vectors.chroma_snapshots`);
 - `http://host:port`, `https://host`: a Chroma server (`chroma run`, or the
   front end of Chroma's distributed deployment);
 - `memory://`: `InMemoryVectorIndex` (exact search in memory).
@@ -98,25 +100,37 @@ def _file_path(url: str, scheme: str) -> str:
 
 
 def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:
-    """Embedded Chroma at a `chroma://` URL's path (`?max_loaded=N` bounds it)."""
+    """Embedded Chroma at a `chroma://` URL's path (`?max_loaded=N&snapshots_from=N`)."""
+    from langchain_semantic_recall.vectors.chroma_snapshots import SNAPSHOTS_FROM
+
     base, _, query = url.partition("?")
     options = dict(parse_qsl(query, keep_blank_values=True))
-    raw = options.pop("max_loaded", str(DEFAULT_MAX_LOADED))
-    if options or not raw.isdigit():
+    loaded = options.pop("max_loaded", str(DEFAULT_MAX_LOADED))
+    snapshots = options.pop("snapshots_from", str(SNAPSHOTS_FROM))
+    if options or not loaded.isdigit() or not snapshots.isdigit():
         raise InvalidOptionError(
-            f"{redact(url)!r}: the only chroma:// parameter is max_loaded=N (N >= 0)"
+            f"{redact(url)!r}: the chroma:// parameters are max_loaded=N and "
+            "snapshots_from=N (N >= 0)"
         )
-    fixes = ChromaWorkarounds(max_loaded=int(raw) or None, cpu_gate=cpu_gate)
-    return _embedded_chroma(_file_path(base, "chroma"), fixes)
+    fixes = ChromaWorkarounds(max_loaded=int(loaded) or None, cpu_gate=cpu_gate)
+    return _embedded_chroma(_file_path(base, "chroma"), fixes, snapshots_from=int(snapshots))
 
 
 def _embedded_chroma(
-    path: str | PathLike[str], workarounds: ChromaWorkarounds, *, read_only: bool = False
+    path: str | PathLike[str],
+    workarounds: ChromaWorkarounds,
+    *,
+    read_only: bool = False,
+    snapshots_from: int | None = None,
 ) -> VectorIndex:
-    """Embedded Chroma at `path` with these workarounds."""
+    """Embedded Chroma at `path` with these workarounds (snapshots: the default's)."""
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
-    return ChromaVectorIndex.persistent(path, read_only=read_only, workarounds=workarounds)
+    if snapshots_from is None:
+        return ChromaVectorIndex.persistent(path, read_only=read_only, workarounds=workarounds)
+    return ChromaVectorIndex.persistent(
+        path, read_only=read_only, workarounds=workarounds, snapshots_from=snapshots_from
+    )
 
 
 def _workarounds(value: ChromaWorkarounds | bool, cpu_gate: CpuGate | None) -> ChromaWorkarounds:

@@ -41,11 +41,9 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
     LAYOUT,
     and_where,
-    check_model,
     check_vector,
     floats,
     nearest_in_collection,
-    read_root,
     resource_collection_name,
     scope_of,
     scope_where,
@@ -53,7 +51,9 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     similarity_from_cosine_distance,
     thread_where,
 )
-from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_http
+from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_http, persist_folder
+from langchain_semantic_recall.vectors.chroma_roots import ChromaRoots
+from langchain_semantic_recall.vectors.chroma_snapshots import SNAPSHOTS_FROM, ColdSnapshots
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
 from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
@@ -88,26 +88,12 @@ _T = TypeVar("_T")
 class ChromaVectorIndex(VectorIndex):
     """A host of named vector indexes: per index, one Chroma collection per resource.
 
-    Setup:
-
     ```python
     index = ChromaVectorIndex.persistent("./memory/chroma")
     index.open("minilm-384", dimension=384, model="all-MiniLM-L6-v2")
-    ```
-
-    Sync use:
-
-    ```python
     index.upsert("minilm-384", records)
     hits = index.query("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
-    copied = list(index.export("minilm-384", ScopeFilter(resource_id="u1")))
-    ```
-
-    Async use:
-
-    ```python
-    scope = ScopeFilter(resource_id="u1", thread_id="t1")
-    hits = await index.aquery("minilm-384", vector, k=4, scope=scope)
+    hits = await index.aquery("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
     ```
 
     Vectors are always passed in: collections are created with `embedding_function=None`
@@ -128,6 +114,7 @@ class ChromaVectorIndex(VectorIndex):
         *,
         hnsw: Mapping[str, Any] | None = None,
         workarounds: ChromaWorkarounds | bool = True,
+        snapshots_from: int = SNAPSHOTS_FROM,
     ) -> None:
         """Wrap a chromadb client.
 
@@ -137,6 +124,9 @@ class ChromaVectorIndex(VectorIndex):
                 space is always cosine.
             workarounds: The Chroma workarounds to use (`ChromaWorkarounds`); True: the
                 defaults, False: none.
+            snapshots_from: On an embedded persistent client, resource collections of
+                this many vectors or more keep a snapshot for their first search in a
+                process (`chroma_snapshots`); 0: none.
 
         Raises:
             InvalidInputError: `hnsw` asks for a space other than cosine.
@@ -153,13 +143,19 @@ class ChromaVectorIndex(VectorIndex):
         self._owned_client: ClientAPI | None = None  # built here (`persistent`): closed here
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
-        self._roots: dict[str, tuple[str, int]] = {}
+        self._roots = ChromaRoots(client, self._configuration())
         self._workarounds = fixes
         self._collections = ChromaCollections(
             client, self._configuration(), retry_delays=fixes.delays
         )
         embedded = not is_http(client)
         self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
+        folder = persist_folder(client) if snapshots_from > 0 else None
+        self._snapshots = (
+            ColdSnapshots(folder, snapshots_from=snapshots_from, retry_delays=fixes.delays)
+            if folder
+            else None
+        )
         if embedded and fixes.enabled:  # Chroma's own eviction loses vectors
             from langchain_semantic_recall.vectors.chroma_workarounds.unload import protect
 
@@ -173,6 +169,7 @@ class ChromaVectorIndex(VectorIndex):
         hnsw: Mapping[str, Any] | None = None,
         read_only: bool = False,
         workarounds: ChromaWorkarounds | bool = True,
+        snapshots_from: int = SNAPSHOTS_FROM,
     ) -> ChromaVectorIndex:
         """An embedded, persistent Chroma at `path` (anonymized telemetry off).
 
@@ -180,6 +177,7 @@ class ChromaVectorIndex(VectorIndex):
             path: The Chroma folder (created if missing, unless `read_only`).
             hnsw: HNSW settings for new collections (see `__init__`).
             workarounds: The Chroma workarounds to use (see `__init__`).
+            snapshots_from: Snapshots for a first search (see `__init__`).
             read_only: Never write `path`. Embedded Chroma writes its `chroma.sqlite3`
                 when it opens (measured with chromadb 1.5 on a read-only mount: "attempt
                 to write a readonly database"), so the index is opened on a private
@@ -189,10 +187,12 @@ class ChromaVectorIndex(VectorIndex):
             StorageError: The folder holds a damaged index, or cannot be opened.
         """
         client, copy = open_persistent(os.fspath(path), read_only=read_only)
-        index = cls(client, hnsw=hnsw, workarounds=workarounds)
+        index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
         index._owned_client = client
         if copy is not None:
             weakref.finalize(index, shutil.rmtree, copy, True)
+            if index._snapshots:  # read from the copy, never built into it
+                index._snapshots.building = False
         return index
 
     @classmethod
@@ -220,6 +220,11 @@ class ChromaVectorIndex(VectorIndex):
         return self._client
 
     @property
+    def snapshots(self) -> ColdSnapshots | None:
+        """The snapshots for a resource's first search (`chroma_snapshots`); None if off."""
+        return self._snapshots
+
+    @property
     def workarounds(self) -> ChromaWorkarounds:
         """The Chroma workarounds this index uses."""
         return self._workarounds
@@ -230,60 +235,13 @@ class ChromaVectorIndex(VectorIndex):
     # -- the root collection ---------------------------------------------------------------
 
     def _open(self, name: str, *, dimension: int, model: str) -> None:
-        """Create the root collection if missing, or check an existing one.
+        """Create the root collection if missing, or check an existing one (`ChromaRoots`).
 
         Raises:
             EmbeddingMismatchError: the index was built with another model or dimension,
                 not in cosine space, or holds vectors of an earlier layout.
         """
-        from chromadb.errors import NotFoundError
-
-        with self._lock:
-            known = self._roots.get(name)
-        if known is not None:
-            check_model(name, *known, model, dimension)
-            return
-        try:
-            root = self._client.get_collection(name, embedding_function=None)
-        except NotFoundError:
-            root = self._client.get_or_create_collection(
-                name,
-                embedding_function=None,
-                configuration=self._configuration(),
-                metadata={"embedding_model": model, "dimension": dimension, "layout": LAYOUT},
-            )
-            logger.info("created vector index %r (%s, %d-d)", name, model, dimension)
-        entry = read_root(name, root, model)
-        if entry is None:  # an empty collection made elsewhere or by an earlier version: adopt
-            stored = dict(root.metadata or {})
-            entry = (
-                str(stored.get("embedding_model") or model),
-                int(stored.get("dimension") or dimension),
-            )
-            layout = {"embedding_model": entry[0], "dimension": entry[1], "layout": LAYOUT}
-            root.modify(metadata={**stored, **layout})
-        check_model(name, *entry, model, dimension)
-        with self._lock:
-            self._roots[name] = entry
-
-    def _root(self, name: str) -> tuple[str, int] | None:
-        """(model, dimension) of an opened or existing index; None if it does not exist."""
-        from chromadb.errors import NotFoundError
-
-        with self._lock:
-            known = self._roots.get(name)
-        if known is not None:
-            return known
-        try:
-            root = self._client.get_collection(name, embedding_function=None)
-        except NotFoundError:
-            return None
-        entry = read_root(name, root)
-        if entry is None:
-            return None  # not opened by us yet: nothing stored
-        with self._lock:
-            self._roots[name] = entry
-        return entry
+        self._roots.open(name, dimension=dimension, model=model)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -308,7 +266,7 @@ class ChromaVectorIndex(VectorIndex):
         await self._gate.run(writes)
 
     def _writes(self, name: str, records: Sequence[VectorRecord], size: int) -> list[Write]:
-        root = self._root(name)
+        root = self._roots.get(name)
         if root is None:
             raise InvalidInputError(
                 f"vector index {name!r} was never opened: call open(name, dimension=..., "
@@ -333,12 +291,14 @@ class ChromaVectorIndex(VectorIndex):
 
         if resource_id is not None and thread_id is None and message_ids is None:
             self._collections.forget(name, resource_id)
+            self._forget_snapshot(resource_collection_name(name, resource_id))
             with suppress(NotFoundError):
                 self._client.delete_collection(resource_collection_name(name, resource_id))
             return
         thread = [] if thread_id is None else [{"thread_id": thread_id}]
         scope = scope_of(resource_id, thread_id)
         for found_resource, collection in self._collections.scoped(name, scope):
+            self._forget_snapshot(collection.name)
             try:
                 if message_ids is None:
                     collection.delete(where=and_where(thread))
@@ -361,10 +321,10 @@ class ChromaVectorIndex(VectorIndex):
         check_index_name(name)
         for resource_id, collection in list(self._collections.every(name)):
             self._collections.forget(name, resource_id)
+            self._forget_snapshot(collection.name)
             with suppress(NotFoundError):
                 self._client.delete_collection(collection.name)
-        with self._lock:
-            self._roots.pop(name, None)
+        self._roots.forget(name)
         try:
             self._client.delete_collection(name)
         except NotFoundError:
@@ -402,10 +362,21 @@ class ChromaVectorIndex(VectorIndex):
         """
         if scope.thread_id is not None or scope.narrowed:
             return super()._nearest(name, vector, k=k, scope=scope)
-        found = self._each_collection(
-            name, vector, scope, lambda c, v, _: nearest_in_collection(c, v, k=k)
-        )
+        found = self._each_collection(name, vector, scope, partial(self._nearest_in, k=k))
         return best_scores(found)[:k]
+
+    def _nearest_in(
+        self, collection: Collection, vector: list[float], _size: int, *, k: int
+    ) -> list[tuple[str, float]]:
+        """From the collection's snapshot while Chroma has not loaded it, else from Chroma."""
+        found = (
+            self._snapshots.nearest(collection, vector, k) if self._snapshots is not None else None
+        )
+        return nearest_in_collection(collection, vector, k=k) if found is None else found
+
+    def _forget_snapshot(self, collection_name: str) -> None:
+        if self._snapshots is not None:
+            self._snapshots.forget(collection_name)
 
     def _each_collection(
         self,
@@ -421,7 +392,7 @@ class ChromaVectorIndex(VectorIndex):
         """
         from chromadb.errors import NotFoundError
 
-        root = self._root(name)
+        root = self._roots.get(name)
         if root is None:
             return []
         check_vector(name, root[1], len(vector))
@@ -446,7 +417,7 @@ class ChromaVectorIndex(VectorIndex):
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         """A resource's collections count themselves; a thread's vectors are listed."""
-        if self._root(name) is None:
+        if self._roots.get(name) is None:
             return 0
         if scope is None or (scope.thread_id is None and not scope.narrowed):
             return sum(int(c.count()) for _, c in self._collections.scoped(name, scope))
@@ -481,20 +452,26 @@ class ChromaVectorIndex(VectorIndex):
         page: int = _PAGE,
     ) -> Iterator[Row]:
         """The rows inside `scope` (`ChromaCollections.rows`); none if no such index."""
-        if self._root(name) is None:
+        if self._roots.get(name) is None:
             return iter(())
         return self._collections.rows(
             name, scope, metadata=metadata, embeddings=embeddings, page=min(page, _PAGE)
         )
 
     def _compact(self, name: str) -> CompactResult:
-        return compact_index(self._client, self._collections, name)
+        try:
+            return compact_index(self._client, self._collections, name)
+        finally:
+            if self._snapshots is not None:  # the folder was replaced, snapshots included
+                self._snapshots.clear()
 
     def _close(self) -> None:
         """Forget the cached collections; close the client if built here (not a caller's)."""
+        self._roots.clear()
         with self._lock:
-            self._roots.clear()
             client, self._owned_client = self._owned_client, None
         self._collections.clear()
+        if self._snapshots is not None:
+            self._snapshots.close()
         if client is not None and hasattr(client, "close"):  # chromadb >= 1.1
             client.close()

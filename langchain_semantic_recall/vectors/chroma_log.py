@@ -1,0 +1,158 @@
+"""What embedded Chroma's own SQLite file says about a collection's writes (read only).
+
+`chroma_snapshots` uses it to tell whether a snapshot is exactly a collection's content.
+Measured with chromadb 1.5.9 (`tests/integration/test_chroma_snapshots.py` checks it):
+
+* every record written (added, updated, upserted or deleted) is a row of the write-ahead
+  log table `embeddings_queue`, numbered by `seq_id` (one counter for every collection),
+  with its operation, its vector (`FLOAT32` bytes) and its metadata (JSON);
+* the collection's metadata segment applies each write as it is made and records the
+  number of the last one in `max_seq_id`; its rows in `embeddings` are the live records;
+* the log is purged from the oldest rows once the HNSW segment has persisted them (every
+  `sync_threshold` records); a collection's newest row is kept.
+
+These are Chroma's internal tables: a read that fails or finds another shape gives
+`None` (no snapshot is used), never a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeVar
+
+__all__ = ["ADD", "DELETE", "UPDATE", "UPSERT", "ChromaLog", "LogRecord", "Stamp"]
+
+logger = logging.getLogger(__name__)
+
+ADD: Final = 0
+UPDATE: Final = 1
+UPSERT: Final = 2
+DELETE: Final = 3
+"""Chroma's operation codes in `embeddings_queue.operation`."""
+_T = TypeVar("_T")
+
+_STAMP: Final = """
+SELECT s.id, m.seq_id FROM segments AS s LEFT JOIN max_seq_id AS m ON m.segment_id = s.id
+WHERE s.collection = ? AND s.scope = 'METADATA'
+"""
+_COUNT: Final = "SELECT count(*) FROM embeddings WHERE segment_id = ?"
+_HOLDS: Final = "SELECT count(*) FROM embeddings_queue WHERE seq_id = ? AND topic LIKE ?"
+_TAIL: Final = """
+SELECT seq_id, operation, id, vector, encoding, metadata FROM embeddings_queue
+WHERE seq_id > ? AND seq_id <= ? AND topic LIKE ? ORDER BY seq_id
+"""
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A collection's state: the last write applied, and how many records it holds."""
+
+    collection_id: str
+    seq: int
+    count: int
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One row of Chroma's write-ahead log."""
+
+    seq: int
+    operation: int
+    vector_id: str
+    vector: bytes | None
+    encoding: str | None
+    metadata: str | None
+
+
+class ChromaLog:
+    """Read-only queries on the `chroma.sqlite3` of one embedded Chroma folder.
+
+    A connection per call (opening one costs ~0.1 ms): safe from any thread, and never
+    holds Chroma's file open between calls.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        """Read the Chroma folder `folder`."""
+        self._path = Path(folder) / "chroma.sqlite3"
+
+    def stamp(self, collection_id: str) -> Stamp | None:
+        """The collection's state now; None if it cannot be read."""
+        return self._read(lambda cursor: _stamp(cursor, collection_id))
+
+    def tail(self, collection_id: str, after: int) -> tuple[Stamp, list[LogRecord]] | None:
+        """The collection's state and the log rows written after write `after`, in order.
+
+        Read in one transaction. None if the log no longer holds write `after` itself
+        (rows after it may have been purged), or anything cannot be read.
+        """
+        return self._read(lambda cursor: _tail(cursor, collection_id, after))
+
+    def _read(self, read: Callable[[sqlite3.Cursor], _T | None]) -> _T | None:
+        """`read(cursor)` inside one read transaction; None (logged) if it cannot be read."""
+        if not self._path.is_file():
+            return None
+        uri = f"{self._path.resolve().as_uri()}?mode=ro"
+        try:
+            with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as connection:
+                cursor = connection.cursor()
+                cursor.execute("BEGIN")
+                try:
+                    return read(cursor)
+                finally:
+                    connection.rollback()
+        except (sqlite3.Error, TypeError, ValueError) as exc:
+            logger.debug("cannot read Chroma's log in %s: %s", self._path, exc)
+            return None
+
+
+def _tail(
+    cursor: sqlite3.Cursor, collection_id: str, after: int
+) -> tuple[Stamp, list[LogRecord]] | None:
+    stamp = _stamp(cursor, collection_id)
+    if stamp is None or stamp.seq < after:
+        return None
+    if stamp.seq == after:
+        return stamp, []
+    topic = f"%/{collection_id}"
+    if cursor.execute(_HOLDS, (after, topic)).fetchone()[0] != 1:
+        return None  # purged: what came after it may be too
+    records = [_record(row) for row in cursor.execute(_TAIL, (after, stamp.seq, topic))]
+    kept = [record for record in records if record is not None]
+    return (stamp, kept) if len(kept) == len(records) else None
+
+
+def _stamp(cursor: sqlite3.Cursor, collection_id: str) -> Stamp | None:
+    rows = cursor.execute(_STAMP, (collection_id,)).fetchall()
+    if len(rows) != 1:
+        return None
+    segment, seq = rows[0]
+    if seq is None:
+        seq = 0  # never written
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        return None  # another version's encoding
+    count = cursor.execute(_COUNT, (segment,)).fetchone()[0]
+    return Stamp(collection_id, seq, int(count))
+
+
+def _record(row: tuple[object, ...]) -> LogRecord | None:
+    seq, operation, vector_id, vector, encoding, metadata = row
+    if not (isinstance(seq, int) and isinstance(operation, int) and isinstance(vector_id, str)):
+        return None
+    if operation not in (ADD, UPDATE, UPSERT, DELETE):
+        return None
+    if vector is not None and not isinstance(vector, bytes):
+        return None
+    return LogRecord(
+        seq,
+        operation,
+        vector_id,
+        vector,
+        encoding if isinstance(encoding, str) else None,
+        metadata if isinstance(metadata, str) else None,
+    )

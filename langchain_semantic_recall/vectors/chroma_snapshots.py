@@ -1,0 +1,307 @@
+"""A cold resource's first search without waiting for embedded Chroma to load its index.
+
+Embedded Chroma loads a collection's HNSW index on the first query of a process: 0.3-0.6 s
+at 100k vectors, ~7x the time to read the same vectors from a file (docs/performance.md,
+issue 24). So a resource collection of `snapshots_from` vectors or more keeps a snapshot
+(`chroma_snapshot`) under the Chroma folder (`semantic-recall-snapshots/`), and a
+resource search of a collection that this process has not loaded answers from it by an
+exact scan while Chroma loads the index in the background; Chroma answers once it has.
+Thread scope (and anything but `nearest`) always asks Chroma.
+
+A snapshot is used only when it is exactly the collection's content by Chroma's own log
+(`chroma_log`): the collection's id and last write match, or the writes since are all
+still in the log and, applied, leave as many vectors as Chroma counts. Otherwise Chroma
+answers, as without one, and a new snapshot is built in the background: a page of vectors
+at a time, dropped if anything was written meanwhile. Deleting vectors through the index
+deletes the collection's snapshot, so a forgotten message's vector does not outlive it
+there; the purge (`compact`) replaces the whole folder, snapshots included. A process
+stops its builds at exit (a page at most).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import queue
+import threading
+import weakref
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from langchain_semantic_recall.vectors.chroma_log import DELETE, ChromaLog
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of
+from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
+
+if TYPE_CHECKING:
+    from chromadb.api.models.Collection import Collection
+
+__all__ = ["FOLDER", "SNAPSHOTS_FROM", "ColdSnapshots"]
+
+logger = logging.getLogger(__name__)
+
+FOLDER: Final = "semantic-recall-snapshots"
+"""The snapshots' folder, inside the Chroma folder."""
+SNAPSHOTS_FROM: Final = 20_000
+"""Vectors from which a collection keeps a snapshot: Chroma loads smaller ones in ~60 ms
+or less (a 1,000-vector collection: ~10 ms, `perf_memory.py`)."""
+LOAD_AFTER: Final = 0.25
+"""Seconds between a snapshot's first answer and the start of Chroma's load (`_load`)."""
+REWRITE_AFTER: Final = 256
+"""Log rows applied at a load from which the snapshot file is written again."""
+_PAGE: Final = 1000
+"""Vectors per `get` while building (each page holds the GIL ~25 ms at 100k)."""
+_IDLE: Final = 2.0
+"""Seconds the builder thread waits for work before it ends."""
+_JOIN: Final = 30.0
+"""Seconds `close` waits for a background load or build to stop."""
+
+
+class ColdSnapshots:
+    """The snapshots of one embedded Chroma folder, for one `ChromaVectorIndex`."""
+
+    def __init__(
+        self,
+        folder: str,
+        *,
+        snapshots_from: int = SNAPSHOTS_FROM,
+        build: bool = True,
+        retry_delays: tuple[float, ...] = (),
+    ) -> None:
+        """Serve and build the snapshots of the Chroma folder `folder`.
+
+        Args:
+            folder: The embedded Chroma's folder.
+            snapshots_from: Vectors from which a collection gets a snapshot.
+            build: Build and write snapshots (False: only read them, e.g. read-only).
+            retry_delays: Pauses between reads of an index that is not ready.
+        """
+        self._files = Path(folder) / FOLDER
+        self._log = ChromaLog(folder)
+        self.snapshots_from = snapshots_from
+        self.building = build
+        """Whether snapshots are built and written (False: only read)."""
+        self._delays = retry_delays
+        self._lock = threading.Lock()
+        self._serving: dict[str, Snapshot] = {}  # collection name -> until Chroma loaded it
+        self._chroma: set[str] = set()  # collections Chroma answers for in this process
+        self._threads: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue[Collection | tuple[str, Snapshot] | None] = (
+            queue.SimpleQueue()
+        )
+        self._worker: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._pending = 0  # jobs submitted and not done
+        self._idle = threading.Condition(self._lock)
+        _OPEN.add(self)
+
+    def nearest(
+        self, collection: Collection, embedding: list[float], k: int
+    ) -> list[tuple[str, float]] | None:
+        """The `k` nearest vectors from the collection's snapshot; None: ask Chroma.
+
+        The first call for a collection reads its snapshot (and starts Chroma's load in
+        the background); later calls use it until Chroma has loaded the index or a write
+        moved the collection past it.
+        """
+        name = collection.name
+        with self._lock:
+            if name in self._chroma or self._closing.is_set():
+                return None
+            snapshot = self._serving.get(name)
+        if snapshot is None:
+            snapshot = self._open(collection)
+            if snapshot is None:
+                self._chroma_answers(name)
+                self._submit(collection)
+                return None
+            with self._lock:
+                self._serving[name] = snapshot
+            found = snapshot.nearest(embedding, k)
+            self._start(self._load, collection, embedding)
+            return found
+        stamp = self._log.stamp(snapshot.collection_id)
+        if stamp is None or stamp.seq != snapshot.seq:  # written since: Chroma has it
+            self._chroma_answers(name)
+            return None
+        return snapshot.nearest(embedding, k)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait until the background loads and builds have ended (benchmarks and tests)."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0, timeout)
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout)
+
+    def forget(self, name: str) -> None:
+        """Delete the snapshot of collection `name` (its vectors were deleted or dropped)."""
+        with self._lock:
+            self._serving.pop(name, None)
+        Snapshot.delete(self._files, name)
+
+    def clear(self) -> None:
+        """Forget what is known in memory (the folder was replaced under the client)."""
+        with self._lock:
+            self._serving.clear()
+            self._chroma.clear()
+
+    def close(self) -> None:
+        """Stop the builds and background loads (each stops after its current page)."""
+        self._closing.set()
+        self._jobs.put(None)
+        with self._idle:
+            threads = [*self._threads, *([self._worker] if self._worker else [])]
+            self._serving.clear()
+            self._pending = 0  # what is still queued is dropped
+            self._idle.notify_all()
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(_JOIN)
+
+    # -- reading a snapshot ------------------------------------------------------------------
+
+    def _open(self, collection: Collection) -> Snapshot | None:
+        """The collection's snapshot brought up to Chroma's last write; None if unsure."""
+        name = collection.name
+        if not Snapshot.exists(self._files, name):
+            return None
+        snapshot = Snapshot.load(self._files, name)
+        if snapshot is None or snapshot.collection_id != str(collection.id):
+            return None
+        tail = self._log.tail(snapshot.collection_id, snapshot.seq)
+        if tail is None:
+            return None
+        stamp, records = tail
+        if not records:
+            return snapshot if stamp.count == len(snapshot) else None
+        caught_up = snapshot.replayed(stamp, records)
+        if caught_up is not None and len(records) >= REWRITE_AFTER:
+            self._submit((name, caught_up))
+        return caught_up
+
+    def _load(self, collection: Collection, embedding: list[float]) -> None:
+        """Have Chroma load the collection's index; from then on it answers.
+
+        After `LOAD_AFTER` seconds: the search that read the snapshot is still running
+        (its keyword half, its ranking), and the load competes with it for the cores and
+        the memory bandwidth (+15-37 ms on a 100k first search on 2 cores, measured).
+        """
+        if self._closing.wait(LOAD_AFTER):
+            return
+        try:
+            vectors = np.asarray([embedding], dtype=np.float32)
+            query = partial(collection.query, query_embeddings=vectors, n_results=1, include=[])
+            read_retrying(query, self._delays)
+        except Exception as exc:  # the next search asks Chroma, which reports it
+            logger.debug("loading Chroma collection %r failed: %s", collection.name, exc)
+        self._chroma_answers(collection.name)
+
+    def _chroma_answers(self, name: str) -> None:
+        with self._lock:
+            self._serving.pop(name, None)
+            self._chroma.add(name)
+
+    # -- building a snapshot -----------------------------------------------------------------
+
+    def _submit(self, job: Collection | tuple[str, Snapshot]) -> None:
+        if not self.building or self._closing.is_set():
+            return
+        with self._lock:  # the worker leaves when idle, also under the lock
+            self._pending += 1
+            self._jobs.put(job)
+            if self._worker is None or not self._worker.is_alive():  # (not after a fork)
+                self._worker = self._started(self._work)
+
+    def _work(self) -> None:
+        while not self._closing.is_set():
+            try:
+                job = self._jobs.get(timeout=_IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._worker = None
+                        return
+                continue
+            if job is None:
+                return
+            try:
+                if isinstance(job, tuple):
+                    self._save(*job)
+                else:
+                    self._build_one(job)
+            except Exception as exc:  # a snapshot is an optimisation: Chroma still answers
+                logger.warning("could not write a vector snapshot: %s", exc)
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _build_one(self, collection: Collection) -> None:
+        """Read the collection page by page; keep it if nothing was written meanwhile."""
+        stamp = self._log.stamp(str(collection.id))
+        if stamp is None or stamp.count < self.snapshots_from:
+            return
+        ids: list[str] = []
+        pages: list[np.ndarray] = []
+        while len(ids) < stamp.count:
+            if self._closing.wait(0.001):
+                return
+            get = partial(collection.get, limit=_PAGE, offset=len(ids), include=["embeddings"])
+            got = read_retrying(get, self._delays)
+            if not got["ids"]:
+                break
+            ids.extend(got["ids"])
+            pages.append(np.asarray(got["embeddings"], dtype=np.float32))
+        owners = self._owners(collection, [i for i in ids if "#" in i])
+        if self._log.stamp(stamp.collection_id) != stamp or len(ids) != stamp.count:
+            logger.debug("collection %r was written while read: no snapshot", collection.name)
+            return
+        message_ids = [owners.get(vector_id, vector_id) for vector_id in ids]
+        self._save(collection.name, Snapshot.of(stamp, ids, message_ids, np.vstack(pages)))
+        logger.info("wrote a snapshot of %d vectors of %r", len(ids), collection.name)
+
+    def _save(self, name: str, snapshot: Snapshot) -> None:
+        """Write the file, then delete it again if a vector was deleted since `snapshot`.
+
+        A forget elsewhere deletes the file after Chroma's rows: checked after this
+        write is in place, a deleted vector never stays in a file.
+        """
+        snapshot.save(self._files, name)
+        tail = self._log.tail(snapshot.collection_id, snapshot.seq)
+        if tail is None or any(record.operation == DELETE for record in tail[1]):
+            Snapshot.delete(self._files, name)
+
+    def _owners(self, collection: Collection, chunk_ids: list[str]) -> dict[str, str]:
+        owners: dict[str, str] = {}
+        for start in range(0, len(chunk_ids), _PAGE):
+            page = chunk_ids[start : start + _PAGE]
+            get = partial(collection.get, ids=page, include=["metadatas"])
+            got = read_retrying(get, self._delays)
+            for vector_id, meta in zip(got["ids"], got["metadatas"] or [], strict=False):
+                owners[vector_id] = message_id_of(vector_id, meta)
+        return owners
+
+    def _start(self, target: Callable[..., None], *args: object) -> None:
+        with self._lock:
+            self._threads = [thread for thread in self._threads if thread.is_alive()]
+            self._threads.append(self._started(partial(target, *args)))
+
+    @staticmethod
+    def _started(target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, name="semantic-recall-snapshots", daemon=True)
+        thread.start()
+        return thread
+
+
+_OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """At exit, stop every build before Chroma's client is torn down under it."""
+    for snapshots in list(_OPEN):
+        snapshots.close()

@@ -1,0 +1,305 @@
+"""A resource's first search in a process answers from its snapshot, exactly, or asks Chroma.
+
+Embedded Chroma, real files (`vectors/chroma_snapshots.py`): the snapshot is built in the
+background, read by the next process (here: the next index on the folder), brought up to
+date from Chroma's own log, dropped when that log cannot vouch for it, and deleted with
+the vectors it holds. The snapshot's own rules (scan, replay, file) are unit-tested in
+tests/unit/test_chroma_snapshot.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import chromadb
+import numpy as np
+import pytest
+from chromadb.config import Settings
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall import SemanticRecall, SQLiteStorage
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.vectors import chroma as chroma_module
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex, resource_collection_name
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot
+from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER
+from tests.conformance.vector_suite import DIMENSION, MODEL, record
+from tests.fakes import FakeEmbeddings
+
+NAME = "snap-idx"
+SCOPE = ScopeFilter(resource_id="r1")
+ROWS = 120
+
+
+def vectors_of(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((n, DIMENSION)).astype(np.float32)
+
+
+def exact(rows: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """The exact top `k` (message id, clipped cosine) over `rows`."""
+    q = query / np.linalg.norm(query)
+    scored = [(m, float(np.clip(v @ q / np.linalg.norm(v), 0, 1))) for m, v in rows.items()]
+    return sorted(scored, key=lambda item: -item[1])[:k]
+
+
+def opened(folder: Path, snapshots_from: int = 50, **options: Any) -> ChromaVectorIndex:
+    index = ChromaVectorIndex.persistent(folder, snapshots_from=snapshots_from, **options)
+    index.open(NAME, dimension=DIMENSION, model=MODEL)
+    return index
+
+
+def snapshot_file(folder: Path, resource_id: str = "r1") -> Path:
+    return folder / FOLDER / f"{resource_collection_name(NAME, resource_id)}.vectors"
+
+
+@pytest.fixture
+def chroma_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The collections Chroma itself was asked for nearest vectors (not the snapshot)."""
+    asked: list[str] = []
+    real: Callable[..., Any] = chroma_module.nearest_in_collection
+
+    def spy(collection: Any, embedding: list[float], *, k: int) -> Any:
+        asked.append(collection.name)
+        return real(collection, embedding, k=k)
+
+    monkeypatch.setattr(chroma_module, "nearest_in_collection", spy)
+    return asked
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> Iterator[tuple[Path, dict[str, np.ndarray]]]:
+    """A folder whose r1 collection has a snapshot of ROWS vectors (and one chunk)."""
+    folder = tmp_path / "chroma"
+    index = opened(folder)
+    rows = dict(zip([f"m{i}" for i in range(ROWS)], vectors_of(1, ROWS), strict=True))
+    index.upsert(NAME, [record(m, list(map(float, v))) for m, v in rows.items()])
+    chunk = vectors_of(2, 1)[0]
+    index.upsert(NAME, [record("m0", list(map(float, chunk)), n=1)])
+    index.nearest(NAME, list(map(float, chunk)), k=3, scope=SCOPE)  # Chroma loads it: build
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    assert snapshot_file(folder).is_file()
+    return folder, {**rows, "m0#1": chunk}
+
+
+def best(rows: dict[str, np.ndarray], query: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """`exact` with chunks resolved to their message and each message once."""
+    found: dict[str, float] = {}
+    for vector_id, score in exact(rows, query, len(rows)):
+        message = vector_id.split("#")[0]
+        found[message] = max(score, found.get(message, 0.0))
+    return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:k]
+
+
+def test_the_first_search_answers_from_the_snapshot_exactly(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    folder, rows = built
+    index = opened(folder)
+    for n, query in enumerate(vectors_of(3, 5)):
+        found = index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+        if n == 0:  # later ones: the snapshot or Chroma, whichever is ready
+            assert chroma_asked == []
+        assert [m for m, _ in found] == [m for m, _ in best(rows, query, 10)]
+        expected = [s for _, s in best(rows, query, 10)]
+        assert [s for _, s in found] == pytest.approx(expected, abs=1e-5)
+    assert index.snapshots is not None
+    index.snapshots.wait(60)  # Chroma loaded the index in the background: it answers now
+    chroma_asked.clear()
+    index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    index.close()
+    assert chroma_asked == [resource_collection_name(NAME, "r1")]
+
+
+def test_writes_made_since_are_read_from_chromas_log(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    folder, rows = built
+    query = vectors_of(4, 1)[0]
+    other = opened(folder, snapshots_from=0)  # another process, without snapshots
+    other.upsert(
+        NAME, [record("new", list(map(float, query))), record("m5", list(map(float, -query)))]
+    )
+    other.upsert(NAME, [record("m7", list(map(float, query * 0.9 + 0.01)), n=3)])  # a chunk
+    other.close()
+    rows = {**rows, "new": query, "m5": -query, "m7#3": query * 0.9 + 0.01}
+    index = opened(folder)
+    found = index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    index.close()
+    assert [m for m, _ in found] == [m for m, _ in best(rows, query, 5)]
+    assert [m for m, _ in found][:2] == ["new", "m7"]
+    assert "m5" not in [m for m, _ in found]  # replaced by its opposite
+    assert chroma_asked == []
+
+
+def test_a_delete_through_the_index_deletes_the_snapshot(
+    built: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    folder, rows = built
+    index = opened(folder)
+    index.delete(NAME, message_ids=["m3"], resource_id="r1")
+    assert not snapshot_file(folder).exists()  # the forgotten vector is in no file
+    found = index.nearest(NAME, list(map(float, rows["m3"])), k=3, scope=SCOPE)
+    assert "m3" not in [m for m, _ in found]
+    index.close()
+
+
+def test_a_resource_forgotten_drops_its_snapshot(built: tuple[Path, dict[str, np.ndarray]]) -> None:
+    folder, _ = built
+    index = opened(folder)
+    index.delete(NAME, resource_id="r1")
+    index.close()
+    assert not snapshot_file(folder).exists()
+
+
+def test_a_delete_made_elsewhere_is_replayed(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    folder, rows = built
+    client = chromadb.PersistentClient(
+        path=str(folder), settings=Settings(anonymized_telemetry=False)
+    )
+    client.get_collection(resource_collection_name(NAME, "r1")).delete(ids=["m3"])
+    assert snapshot_file(folder).exists()  # plain chromadb knows nothing of it
+    index = opened(folder)
+    found = index.nearest(NAME, list(map(float, rows["m3"])), k=3, scope=SCOPE)
+    index.close()
+    assert "m3" not in [m for m, _ in found]
+    assert chroma_asked == []
+
+
+def test_a_log_purged_past_the_snapshot_leaves_it_to_chroma(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    folder, rows = built
+    old = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert old is not None
+    more = dict(zip([f"x{i}" for i in range(1100)], vectors_of(5, 1100), strict=True))
+    other = opened(folder, snapshots_from=0)  # past sync_threshold (1,000): Chroma purges its log
+    other.upsert(NAME, [record(m, list(map(float, v))) for m, v in more.items()])
+    other.close()
+    index = opened(folder)
+    query = vectors_of(6, 1)[0]
+    found = index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    assert chroma_asked == [resource_collection_name(NAME, "r1")]
+    assert [m for m, _ in found][:3] == [m for m, _ in best({**rows, **more}, query, 3)]
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    rebuilt = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert rebuilt is not None
+    assert rebuilt.seq > old.seq
+    assert len(rebuilt) == len(rows) + len(more)
+
+
+def test_a_recreated_collection_never_reads_the_old_ones_snapshot(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str], tmp_path: Path
+) -> None:
+    folder, _ = built
+    shutil.copy(snapshot_file(folder), tmp_path / "old.vectors")
+    index = opened(folder)
+    index.delete(NAME, resource_id="r1")
+    index.upsert(
+        NAME, [record(f"n{i}", list(map(float, v))) for i, v in enumerate(vectors_of(7, 60))]
+    )
+    index.close()
+    shutil.copy(tmp_path / "old.vectors", snapshot_file(folder))  # put back by hand
+    index = opened(folder)
+    found = index.nearest(NAME, list(map(float, vectors_of(8, 1)[0])), k=5, scope=SCOPE)
+    index.close()
+    assert all(m.startswith("n") for m, _ in found)
+    assert chroma_asked == [resource_collection_name(NAME, "r1")]
+
+
+def test_read_only_reads_snapshots_and_never_writes_one(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    folder, rows = built
+    query = vectors_of(9, 1)[0]
+    index = opened(folder, read_only=True)
+    found = index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    assert [m for m, _ in found] == [m for m, _ in best(rows, query, 5)]
+    assert chroma_asked == []
+    index.close()
+    snapshot_file(folder).unlink()
+    index = opened(folder, read_only=True)
+    index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    assert not snapshot_file(folder).exists()
+
+
+def test_a_snapshot_naming_another_users_messages_never_reaches_the_engines_results(
+    tmp_path: Path, chroma_asked: list[str]
+) -> None:
+    """Isolation does not rest on the snapshot: the storage reads each hit in scope."""
+    embeddings = FakeEmbeddings(dimension=32)
+    folder = tmp_path / "store"
+
+    def engine() -> SemanticRecall:
+        return SemanticRecall(
+            storage=SQLiteStorage(folder / "messages.sqlite3"),
+            vector_store=ChromaVectorIndex.persistent(folder / "chroma", snapshots_from=5),
+            embeddings=embeddings,
+            search_mode="dense",
+        )
+
+    memory = engine()
+    for i in range(8):
+        memory.index(
+            [HumanMessage(f"alice secret number {i} is kiwi")], thread_id="ta", resource_id="alice"
+        )
+        memory.index(
+            [HumanMessage(f"bob note {i} about apples")], thread_id="tb", resource_id="bob"
+        )
+    memory.search("apples", thread_id="tb", resource_id="bob")  # Chroma loads bob's: build
+    vectors = memory.vector_store
+    assert isinstance(vectors, ChromaVectorIndex)
+    assert vectors.snapshots is not None
+    vectors.snapshots.wait(60)
+    alice = {m.id for m in memory.storage.list_messages(ScopeFilter(resource_id="alice"))}
+    memory.close()
+    files = folder / "chroma" / FOLDER
+    bobs = next(p.stem for p in files.iterdir() if p.suffix == ".vectors")
+    planted = Snapshot.load(files, bobs)
+    assert planted is not None
+    ids = sorted(alice)  # every other row now names one of alice's messages
+    mixed = tuple(ids[i % len(ids)] if i % 2 else m for i, m in enumerate(planted.message_ids))
+    Snapshot(planted.collection_id, planted.seq, mixed, mixed, planted.vectors).save(files, bobs)
+    memory = engine()
+    chroma_asked.clear()
+    hits = memory.search("bob note apples", thread_id="tb", resource_id="bob", threshold=0.0)
+    memory.close()
+    assert chroma_asked == []  # the planted snapshot answered
+    found = {hit.message.id for hit in hits}
+    assert found  # bob's own rows of the planted snapshot
+    assert found <= set(mixed) - alice
+
+
+def test_chroma_urls_set_or_turn_off_the_snapshots(tmp_path: Path) -> None:
+    from langchain_semantic_recall.errors import InvalidOptionError
+    from langchain_semantic_recall.settings import create_vector_index
+    from langchain_semantic_recall.vectors.chroma_snapshots import SNAPSHOTS_FROM
+
+    default = create_vector_index(f"chroma:///{tmp_path}/a")
+    small = create_vector_index(f"chroma:///{tmp_path}/b?snapshots_from=50&max_loaded=5")
+    off = create_vector_index(f"chroma:///{tmp_path}/c?snapshots_from=0")
+    assert isinstance(default, ChromaVectorIndex)
+    assert isinstance(small, ChromaVectorIndex)
+    assert isinstance(off, ChromaVectorIndex)
+    assert default.snapshots is not None
+    assert default.snapshots.snapshots_from == SNAPSHOTS_FROM
+    assert small.snapshots is not None
+    assert small.snapshots.snapshots_from == 50
+    assert off.snapshots is None
+    for index in (default, small, off):
+        index.close()
+    with pytest.raises(InvalidOptionError, match="snapshots_from"):
+        create_vector_index(f"chroma:///{tmp_path}/d?snapshots_from=-1")
+    memory = ChromaVectorIndex.ephemeral()
+    assert memory.snapshots is None  # nothing to load: nothing to snapshot

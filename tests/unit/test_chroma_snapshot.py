@@ -1,0 +1,160 @@
+"""A vector snapshot's own rules: the exact scan, the log replay and the file (no Chroma).
+
+Chroma's side (its log, its loads, the background builds) is in
+tests/integration/test_chroma_snapshots.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from langchain_semantic_recall.vectors.chroma_log import (
+    ADD,
+    DELETE,
+    UPDATE,
+    UPSERT,
+    LogRecord,
+    Stamp,
+)
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of
+
+DIMENSION = 4
+
+
+def snapshot(rows: dict[str, list[float]], *, seq: int = 10) -> Snapshot:
+    ids = list(rows)
+    return Snapshot.of(
+        Stamp("c1", seq, len(ids)),
+        ids,
+        [message_id_of(i, {}) for i in ids],
+        np.array(list(rows.values())),
+    )
+
+
+def record(
+    seq: int, operation: int, vector_id: str, vector: list[float] | None = None, **metadata: str
+) -> LogRecord:
+    blob = None if vector is None else np.asarray(vector, dtype="<f4").tobytes()
+    return LogRecord(
+        seq, operation, vector_id, blob, "FLOAT32", json.dumps(metadata) if metadata else None
+    )
+
+
+def held(s: Snapshot) -> dict[str, tuple[str, list[float]]]:
+    return {
+        v: (m, [round(float(x), 5) for x in s.vectors[i]])
+        for i, (v, m) in enumerate(zip(s.vector_ids, s.message_ids, strict=True))
+    }
+
+
+BASE = {"a": [1.0, 0, 0, 0], "b": [0, 2.0, 0, 0], "c": [0, 0, 3.0, 0]}
+
+
+def test_nearest_is_the_exact_cosine_order_with_message_ids() -> None:
+    s = snapshot({**BASE, "m#1": [1.0, 1.0, 0, 0]})
+    found = s.nearest([1.0, 0.1, 0, 0], k=3)
+    assert [m for m, _ in found] == ["a", "m#1", "b"]  # '#' without metadata: its own id
+    assert found[0][1] == pytest.approx(1 / np.sqrt(1.01))
+    assert all(0.0 <= score <= 1.0 for _, score in found)
+    assert len(s.nearest([1.0, 0, 0, 0], k=50)) == 4
+    assert s.nearest([-1.0, 0, 0, 0], k=1)[0][1] >= 0.0  # opposite directions clip to 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.floats(-1, 1, allow_nan=False, width=32), min_size=DIMENSION, max_size=DIMENSION
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.lists(st.floats(-1, 1, allow_nan=False, width=32), min_size=DIMENSION, max_size=DIMENSION),
+    st.integers(1, 40),
+)
+def test_nearest_agrees_with_a_plain_scan(
+    rows: list[list[float]], query: list[float], k: int
+) -> None:
+    s = snapshot({f"v{i}": row for i, row in enumerate(rows)})
+    matrix = np.asarray(rows, dtype=np.float64)
+    norms = np.linalg.norm(matrix, axis=1)
+    q = np.asarray(query, dtype=np.float64)
+    qn = np.linalg.norm(q) or 1.0
+    cos = np.where(norms > 0, matrix @ q / np.where(norms > 0, norms, 1.0) / qn, 0.0)
+    expected = sorted(np.clip(cos, 0, 1), reverse=True)[:k]
+    found = [score for _, score in s.nearest(query, k)]
+    assert found == pytest.approx(expected, abs=1e-5)
+
+
+def test_replay_follows_chromas_rules() -> None:
+    s = snapshot(BASE)
+    tail = [
+        record(11, ADD, "a", [0, 0, 0, 9.0]),  # an add of an id held: ignored
+        record(12, UPDATE, "zz", [0, 0, 0, 1.0]),  # an update of an id not held: ignored
+        record(13, UPSERT, "b", [0, 0, 0, 5.0]),  # replaced
+        record(14, DELETE, "c"),
+        record(15, UPSERT, "m#2", [1.0, 0, 0, 0], message_id="m"),  # a chunk: its message
+        record(16, ADD, "d", [0, 1.0, 0, 0]),
+        record(17, UPDATE, "d", None, role="user"),  # metadata only: vector and message kept
+    ]
+    replayed = s.replayed(Stamp("c1", 17, 4), tail)
+    assert replayed is not None
+    assert replayed.seq == 17
+    assert held(replayed) == {
+        "a": ("a", [1.0, 0, 0, 0]),
+        "b": ("b", [0, 0, 0, 1.0]),
+        "m#2": ("m", [1.0, 0, 0, 0]),
+        "d": ("d", [0, 1.0, 0, 0]),
+    }
+    assert held(s)["c"] == ("c", [0, 0, 1.0, 0])  # the snapshot itself is unchanged
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        LogRecord(11, UPSERT, "x", np.zeros(3, "<f4").tobytes(), "FLOAT32", None),  # wrong size
+        LogRecord(11, UPSERT, "x", np.zeros(4, "<f8").tobytes()[:16], "INT32", None),
+        LogRecord(11, UPSERT, "x", None, None, None),  # a new record without a vector
+        LogRecord(11, UPSERT, "x#1", np.zeros(4, "<f4").tobytes(), "FLOAT32", "{not json"),
+    ],
+)
+def test_replay_refuses_what_it_cannot_read(bad: LogRecord) -> None:
+    assert snapshot(BASE).replayed(Stamp("c1", 11, 4), [bad]) is None
+
+
+def test_replay_refuses_a_count_chroma_does_not_hold() -> None:
+    tail = [record(11, UPSERT, "x", [1.0, 0, 0, 0])]
+    assert snapshot(BASE).replayed(Stamp("c1", 11, 4), tail) is not None
+    assert snapshot(BASE).replayed(Stamp("c1", 11, 5), tail) is None  # a row it never saw
+
+
+def test_the_file_round_trips_and_a_damaged_one_is_not_read(tmp_path: Path) -> None:
+    s = snapshot({**BASE, "ünï#1": [0, 0, 0, 1.0]}, seq=42)
+    s.save(tmp_path, "coll")
+    assert Snapshot.exists(tmp_path, "coll")
+    loaded = Snapshot.load(tmp_path, "coll")
+    assert loaded is not None
+    assert (loaded.collection_id, loaded.seq) == ("c1", 42)
+    assert held(loaded) == held(s)
+    assert [p.name for p in tmp_path.iterdir()] == ["coll.vectors"]  # no temporary file left
+    (tmp_path / "coll.vectors").write_bytes(b"not a snapshot")
+    assert Snapshot.load(tmp_path, "coll") is None
+    Snapshot.delete(tmp_path, "coll")
+    Snapshot.delete(tmp_path, "coll")  # no error when gone
+    assert Snapshot.load(tmp_path, "coll") is None
+    assert not Snapshot.exists(tmp_path, "coll")
+
+
+def test_an_empty_snapshot_round_trips(tmp_path: Path) -> None:
+    empty = Snapshot.of(Stamp("c1", 3, 0), [], [], np.zeros((0, DIMENSION)))
+    empty.save(tmp_path, "e")
+    loaded = Snapshot.load(tmp_path, "e")
+    assert loaded is not None
+    assert len(loaded) == 0
+    assert loaded.nearest([1.0, 0, 0, 0], 5) == []
