@@ -186,9 +186,10 @@ def _check_comparable(name: str, position: int, values: list[float]) -> None:
     1e308 is a finite Python float but inf in float32, and so is the norm of a vector
     whose squares overflow; an all-zero vector has no direction (its cosine is undefined).
     """
+    array = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
-        norm = float(np.linalg.norm(np.asarray(values, dtype=np.float64).astype(np.float32)))
-    if not all(math.isfinite(x) for x in values) or not math.isfinite(norm):
+        norm = float(np.linalg.norm(array.astype(np.float32)))
+    if not np.isfinite(array).all() or not math.isfinite(norm):
         raise SemanticRecallError(
             f"embedder {name!r} returned a vector with NaN or infinite values at position "
             f"{position} (as float32, what the vector indexes store); nothing was cached"
