@@ -78,6 +78,8 @@ def test_perf_hybrid_smoke(tmp_path: Path) -> None:
     assert set(tiny["lat"]) == {"brute", "dense", "hybrid", "keyword", "keyword_sql"}
     assert tiny["keyword_same_as_sql"] == 1.0  # the postings answer exactly as SQL
     assert len(tiny["cold_ms"]) == 3  # one cold first search per resource
+    assert len(tiny["cold_no_snapshot_ms"]) == 3  # ... and before any snapshot was written
+    assert "cold first search, snapshot" in out
     assert len(tiny["chroma_cold_ms"]) == 3  # and Chroma's own, in another process
     assert tiny["turn"]["lat"]["ours"]["n"] == tiny["turn"]["lat"]["chroma"]["n"] == 4
     assert "index one turn" in out
