@@ -25,7 +25,12 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.options import check_index_name, default_index_name
 from langchain_semantic_recall.relevance.features import TermCache
-from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, Reference
+from langchain_semantic_recall.relevance.reference import (
+    SMALL_TALK,
+    UNRELATED,
+    Reference,
+    shipped,
+)
 from langchain_semantic_recall.vectors.base import VectorIndex
 
 
@@ -114,8 +119,9 @@ class VectorSpace:
         """
         if self._reference is not None:
             return self._reference
-        vectors = yield steps.Embed(info, [*UNRELATED, *SMALL_TALK])
-        reference = Reference.from_vectors(vectors)
+        reference = shipped(self.embeddings)
+        if reference is None:
+            reference = Reference.from_vectors((yield steps.Embed(info, [*UNRELATED, *SMALL_TALK])))
         with self._lock:
             if self._reference is None:
                 self._reference = reference

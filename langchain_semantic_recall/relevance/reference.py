@@ -12,18 +12,39 @@ unchanged when an embedder's scores are rescaled.
 with at most a few content words whose nearest neighbour among these is closer than its
 nearest unrelated sentence (by a margin) is small talk, and recall stays silent for it.
 
-Both lists are embedded once per engine, through its embedder and cache (96 short texts).
+Both lists are embedded once per engine, through its embedder and cache (96 short texts:
+0.18 s with the local model, on the first hybrid search of a process). For the package's
+own `LocalEmbeddings` their vectors ship with the package (`shipped`, written by
+`scripts/write-reference-vectors`), so the first search does not embed them.
 They are our own sentences, written for this purpose; none comes from an evaluation set.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
+from typing import Final
 
 import numpy as np
 
-__all__ = ["SMALL_TALK", "UNRELATED", "Z_LIMIT", "QueryBaseline", "Reference"]
+__all__ = [
+    "SHIPPED_FILE",
+    "SMALL_TALK",
+    "UNRELATED",
+    "Z_LIMIT",
+    "QueryBaseline",
+    "Reference",
+    "reference_digest",
+    "shipped",
+]
+
+logger = logging.getLogger(__name__)
+
+SHIPPED_FILE: Final = "data/relevance/all-MiniLM-L6-v2.reference.npz"
+"""`UNRELATED + SMALL_TALK` embedded by `LocalEmbeddings` (inside the package)."""
 
 Z_LIMIT = 20.0
 """Most spreads a similarity may stand above (or below) unrelated text."""
@@ -162,7 +183,7 @@ class Reference:
     small_talk: np.ndarray
 
     @classmethod
-    def from_vectors(cls, vectors: Sequence[Sequence[float]]) -> Reference:
+    def from_vectors(cls, vectors: Sequence[Sequence[float]] | np.ndarray) -> Reference:
         """Build from the embeddings of `UNRELATED + SMALL_TALK`, in that order."""
         matrix = _unit_rows(np.asarray(vectors, dtype=np.float64))
         if matrix.shape[0] != len(UNRELATED) + len(SMALL_TALK):
@@ -187,3 +208,31 @@ class Reference:
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     return matrix / np.where(norms > 0, norms, 1.0)
+
+
+def reference_digest() -> str:
+    """SHA-256 of `UNRELATED + SMALL_TALK`: a shipped file holds the vectors of these texts."""
+    return hashlib.sha256("\n".join([*UNRELATED, *SMALL_TALK]).encode()).hexdigest()
+
+
+def shipped(embeddings: object) -> Reference | None:
+    """The shipped vectors, for the package's own `LocalEmbeddings` only; else None.
+
+    Another embedder (even of the same model) embeds the texts itself; so does a file
+    written for other texts (the lists changed without `scripts/write-reference-vectors`).
+    """
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+    if type(embeddings) is not LocalEmbeddings:
+        return None
+    try:
+        path = resources.files("langchain_semantic_recall").joinpath(SHIPPED_FILE)
+        with path.open("rb") as file, np.load(file, allow_pickle=False) as data:
+            digest, vectors = str(data["digest"]), np.asarray(data["vectors"])
+    except (OSError, KeyError, ValueError) as exc:
+        logger.warning("the shipped reference vectors cannot be read (%s): embedding them", exc)
+        return None
+    if digest != reference_digest() or vectors.shape[1:] != (LocalEmbeddings.dimension,):
+        logger.warning("the shipped reference vectors are for other texts: embedding them")
+        return None
+    return Reference.from_vectors(vectors)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,34 @@ async def test_async_twins_equal_sync(local: LocalEmbeddings) -> None:
     texts = ["I love hiking in the mountains", "The invoice is due Friday"]
     assert await local.aembed_documents(texts) == local.embed_documents(texts)
     assert await local.aembed_query(texts[0]) == local.embed_query(texts[0])
+
+
+def test_the_shipped_reference_vectors_are_the_local_models_own(local: LocalEmbeddings) -> None:
+    """`scripts/write-reference-vectors` wrote them from these texts and this model."""
+    from langchain_semantic_recall.relevance.reference import SMALL_TALK, UNRELATED, shipped
+
+    reference = shipped(local)
+    assert reference is not None
+    live = local.embed_documents([*UNRELATED, *SMALL_TALK])
+    for kept, fresh in zip([*reference.unrelated, *reference.small_talk], live, strict=True):
+        assert _cosine(list(map(float, kept)), fresh) > 0.9999
+
+
+def test_the_first_search_on_the_default_embedder_embeds_only_the_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langchain_semantic_recall import SemanticRecall
+
+    batches: list[int] = []
+    real = LocalEmbeddings.embed_documents
+
+    def counted(self: LocalEmbeddings, texts: list[str]) -> list[list[float]]:
+        batches.append(len(texts))
+        return real(self, texts)
+
+    monkeypatch.setattr(LocalEmbeddings, "embed_documents", counted)
+    with SemanticRecall.local(tmp_path / "store") as memory:
+        memory.index("I am allergic to peanuts.", thread_id="t", resource_id="alice")
+        batches.clear()
+        assert memory.search("What food should I avoid?", resource_id="alice")
+    assert batches == [1]

@@ -343,3 +343,37 @@ def test_each_engine_owns_its_term_cache_and_a_forget_empties_it(memory: Semanti
     assert texts_of(memory.with_options(top_k=3)) is texts_of(memory)  # copies share it
     memory.forget_thread("t1", resource_id="r")
     assert len(texts_of(memory)) == 0  # its keys are the forgotten messages' text
+
+
+def test_shipped_reference_vectors_are_only_for_the_packages_own_local_model(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+    from langchain_semantic_recall.relevance import reference
+
+    own = reference.shipped(LocalEmbeddings())  # the file only: the model is not loaded
+    assert own is not None
+    assert own.unrelated.shape == (len(reference.UNRELATED), LocalEmbeddings.dimension)
+    assert own.small_talk.shape == (len(reference.SMALL_TALK), LocalEmbeddings.dimension)
+    assert reference.shipped(FakeEmbeddings()) is None
+
+    class Tuned(LocalEmbeddings):  # a subclass may embed differently: it embeds the texts
+        pass
+
+    assert reference.shipped(Tuned()) is None
+    monkeypatch.setattr(reference, "UNRELATED", (*reference.UNRELATED, "A new sentence."))
+    with caplog.at_level(logging.WARNING):
+        assert reference.shipped(LocalEmbeddings()) is None  # the file is for other texts
+    assert "other texts" in caplog.text
+
+
+def test_an_engine_on_another_embedder_embeds_the_reference_once() -> None:
+    embeddings = FakeEmbeddings(dimension=64)
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=embeddings
+    )
+    memory.index([HumanMessage("I am allergic to peanuts")], thread_id="t", resource_id="u")
+    memory.search("what food should I avoid", resource_id="u")
+    memory.search("and what else", resource_id="u")
+    batches = [len(call) for call in embeddings.calls]
+    assert batches.count(len(UNRELATED) + len(SMALL_TALK)) == 1
