@@ -197,3 +197,11 @@ def test_perf_filter_smoke(tmp_path: Path) -> None:
     assert set(results["lat"]) == {"plain", "tag", "tags", "recent", "tag+recent"}
     assert results["p50_ratio"]["plain"] == 1.0
     assert all(results["hits_per_query"][name] > 0 for name in ("plain", "tag", "tags"))
+
+
+def test_perf_first_search_smoke(tmp_path: Path) -> None:
+    out = _run("perf_first_search.py", "--rounds", "1", "--out", str(tmp_path))
+    assert "first search, shipped / embedded" in out
+    results = json.loads((tmp_path / "perf_first_search.json").read_text())
+    assert set(results) == {"shipped", "embedded"}
+    assert all(results[kind]["first"]["n"] == 1 for kind in results)
