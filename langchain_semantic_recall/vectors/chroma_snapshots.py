@@ -241,28 +241,43 @@ class ColdSnapshots:
                     self._idle.notify_all()
 
     def _build_one(self, collection: Collection) -> None:
-        """Read the collection page by page; keep it if nothing was written meanwhile."""
+        """Read the collection page by page, then apply what was written meanwhile.
+
+        A page read after a write shows it (applying the log's row again changes
+        nothing); a delete meanwhile can shift a row out of every page: then the count
+        differs from Chroma's and nothing is kept (the next process builds again).
+        """
         stamp = self._log.stamp(str(collection.id))
         if stamp is None or stamp.count < self.snapshots_from:
             return
-        ids: list[str] = []
-        pages: list[np.ndarray] = []
-        while len(ids) < stamp.count:
+        rows: dict[str, np.ndarray] = {}
+        offset = 0
+        while offset < stamp.count:
             if self._closing.wait(0.001):
                 return
-            get = partial(collection.get, limit=_PAGE, offset=len(ids), include=["embeddings"])
+            get = partial(collection.get, limit=_PAGE, offset=offset, include=["embeddings"])
             got = read_retrying(get, self._delays)
             if not got["ids"]:
                 break
-            ids.extend(got["ids"])
-            pages.append(np.asarray(got["embeddings"], dtype=np.float32))
-        owners = self._owners(collection, [i for i in ids if "#" in i])
-        if self._log.stamp(stamp.collection_id) != stamp or len(ids) != stamp.count:
-            logger.debug("collection %r was written while read: no snapshot", collection.name)
+            vectors = np.asarray(got["embeddings"], dtype=np.float32)
+            rows.update(zip(got["ids"], vectors, strict=True))
+            offset += len(got["ids"])
+        ids = list(rows)
+        owners = self._owners(collection, [vector_id for vector_id in ids if "#" in vector_id])
+        matrix = np.vstack(list(rows.values()))
+        read = Snapshot.of(stamp, ids, [owners.get(i, i) for i in ids], matrix)
+        tail = self._log.tail(stamp.collection_id, stamp.seq)
+        if tail is None:
+            snapshot = None
+        elif tail[1]:
+            snapshot = read.replayed(*tail)
+        else:
+            snapshot = read if tail[0].count == len(read) else None
+        if snapshot is None:
+            logger.debug("collection %r changed while read: no snapshot", collection.name)
             return
-        message_ids = [owners.get(vector_id, vector_id) for vector_id in ids]
-        self._save(collection.name, Snapshot.of(stamp, ids, message_ids, np.vstack(pages)))
-        logger.info("wrote a snapshot of %d vectors of %r", len(ids), collection.name)
+        self._save(collection.name, snapshot)
+        logger.info("wrote a snapshot of %d vectors of %r", len(snapshot), collection.name)
 
     def _save(self, name: str, snapshot: Snapshot) -> None:
         """Write the file, then delete it again if a vector was deleted since `snapshot`.

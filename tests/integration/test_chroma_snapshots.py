@@ -303,3 +303,73 @@ def test_chroma_urls_set_or_turn_off_the_snapshots(tmp_path: Path) -> None:
         create_vector_index(f"chroma:///{tmp_path}/d?snapshots_from=-1")
     memory = ChromaVectorIndex.ephemeral()
     assert memory.snapshots is None  # nothing to load: nothing to snapshot
+
+
+def writing_between_pages(
+    monkeypatch: pytest.MonkeyPatch, folder: Path, write: Callable[[ChromaVectorIndex], None]
+) -> None:
+    """Builds read 50 vectors a page, and `write` runs (another index) after the first.
+
+    `monkeypatch` is a `MonkeyPatch.context()`: leaving it undoes only these two.
+    """
+    from langchain_semantic_recall.vectors import chroma_snapshots
+
+    real = chroma_snapshots.read_retrying
+    calls: list[int] = []
+
+    def paged(read: Callable[[], Any], delays: tuple[float, ...]) -> Any:
+        result = real(read, delays)
+        calls.append(1)
+        if len(calls) == 1:
+            other = opened(folder, snapshots_from=0)
+            write(other)
+            other.close()
+        return result
+
+    monkeypatch.setattr(chroma_snapshots, "_PAGE", 50)
+    monkeypatch.setattr(chroma_snapshots, "read_retrying", paged)
+
+
+def test_a_build_applies_what_was_written_while_it_read(
+    tmp_path: Path, chroma_asked: list[str]
+) -> None:
+    folder = tmp_path / "chroma"
+    index = opened(folder)
+    rows = dict(zip([f"m{i}" for i in range(ROWS)], vectors_of(1, ROWS), strict=True))
+    index.upsert(NAME, [record(m, list(map(float, v))) for m, v in rows.items()])
+    query = vectors_of(10, 1)[0]
+    late = {"late": query, "m100": -query}  # a new vector, and one rewritten, mid-build
+
+    def write(other: ChromaVectorIndex) -> None:
+        other.upsert(NAME, [record(m, list(map(float, v))) for m, v in late.items()])
+
+    with pytest.MonkeyPatch.context() as patch:
+        writing_between_pages(patch, folder, write)
+        index.nearest(NAME, list(map(float, query)), k=3, scope=SCOPE)  # Chroma; a build
+        assert index.snapshots is not None
+        index.snapshots.wait(60)
+        index.close()
+    chroma_asked.clear()
+    fresh = opened(folder)
+    found = fresh.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    fresh.close()
+    assert chroma_asked == []  # the snapshot answered, and holds the writes made meanwhile
+    assert [m for m, _ in found] == [m for m, _ in best({**rows, **late}, query, 5)]
+    assert found[0][0] == "late"
+
+
+def test_a_delete_while_a_build_reads_keeps_no_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "chroma"
+    index = opened(folder)
+    vectors = vectors_of(1, ROWS)
+    index.upsert(NAME, [record(f"m{i}", list(map(float, v))) for i, v in enumerate(vectors)])
+    writing_between_pages(
+        monkeypatch, folder, lambda other: other.delete(NAME, message_ids=["m3"], resource_id="r1")
+    )
+    index.nearest(NAME, list(map(float, vectors[0])), k=3, scope=SCOPE)
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    assert not snapshot_file(folder).exists()  # the delete shifted a row out of the pages
