@@ -12,10 +12,11 @@ A snapshot is used only when it is exactly the collection's content by Chroma's 
 (`chroma_log`): the collection's id and last write match, or the writes since are all
 still in the log and, applied, leave as many vectors as Chroma counts. Otherwise Chroma
 answers, as without one, and a new snapshot is built in the background: a page of vectors
-at a time, dropped if anything was written meanwhile. Deleting vectors through the index
-deletes the collection's snapshot, so a forgotten message's vector does not outlive it
-there; the purge (`compact`) replaces the whole folder, snapshots included. A process
-stops its builds at exit (a page at most).
+at a time, then brought up to date from the log like a snapshot at load (a delete
+meanwhile can shift a row out of the pages: then none is kept). Deleting vectors through
+the index deletes the collection's snapshot, so a forgotten message's vector does not
+outlive it there; the purge (`compact`) replaces the whole folder, snapshots included. A
+process stops its builds at exit (a page at most).
 """
 
 from __future__ import annotations
