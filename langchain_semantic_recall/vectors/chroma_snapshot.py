@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ class Snapshot:
                     return None
                 file.seek(size - 16 - length)
                 header = json.loads(file.read(length))
-            if header.get("format") != FORMAT:
+            if not isinstance(header, dict) or header.get("format") != FORMAT:
                 return None
             arrays = [
                 np.memmap(path, dtype=np.dtype(form), mode="r", offset=at, shape=tuple(shape))
@@ -180,7 +181,7 @@ class Snapshot:
                 PackedStrings(message_blob, message_ends),
                 vectors,
             )
-        except (OSError, KeyError, TypeError, ValueError):
+        except (OSError, KeyError, TypeError, ValueError, OverflowError):
             return None
         if vectors.ndim != 2 or vectors.dtype != np.float32:
             return None
@@ -190,8 +191,19 @@ class Snapshot:
 
     @staticmethod
     def delete(folder: Path, name: str) -> None:
-        """Delete the file of collection `name` (no error if there is none)."""
+        """Delete the file of collection `name` (no error if there is none).
+
+        Also its temporary files: a writer killed before its rename leaves one behind,
+        and a writer still running fails its rename (its copy may hold what is forgotten).
+        """
         (folder / f"{name}{_SUFFIX}").unlink(missing_ok=True)
+        temporary = re.compile(re.escape(name) + r"\.\d+-[0-9a-f]{32}\.tmp")
+        try:
+            left = [path for path in folder.iterdir() if temporary.fullmatch(path.name)]
+        except FileNotFoundError:
+            return
+        for path in left:
+            path.unlink(missing_ok=True)
 
     @staticmethod
     def exists(folder: Path, name: str) -> bool:

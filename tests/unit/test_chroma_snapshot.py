@@ -158,3 +158,58 @@ def test_an_empty_snapshot_round_trips(tmp_path: Path) -> None:
     assert loaded is not None
     assert len(loaded) == 0
     assert loaded.nearest([1.0, 0, 0, 0], 5) == []
+
+
+def _with_header(folder: Path, name: str, header: bytes) -> None:
+    """A file with a good frame (magic, aligned space) around `header`."""
+    magic = b"SRSNAP1\n"
+    body = magic + b"\0" * 64 + header + len(header).to_bytes(8, "little") + magic
+    (folder / f"{name}.vectors").write_bytes(body)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+_ARRAY = st.tuples(
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from(["<f4", "|u1", "<i8", "O", "<U3", "bad"]),
+    st.lists(st.integers(-3, 5), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        _JSON,
+        st.fixed_dictionaries(
+            {
+                "format": st.just("semantic-recall-snapshot-1"),
+                "collection": _JSON,
+                "seq": _JSON,
+                "arrays": st.lists(_ARRAY, min_size=4, max_size=6),
+            }
+        ),
+    )
+)
+def test_a_file_with_any_header_is_read_or_refused_never_raises(header: object) -> None:
+    """A damaged or foreign file makes Chroma answer; it never fails the search."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        _with_header(Path(folder), "x", json.dumps(header).encode())
+        loaded = Snapshot.load(Path(folder), "x")
+        assert loaded is None or isinstance(loaded, Snapshot)
+
+
+def test_deleting_a_snapshot_deletes_what_a_dead_writer_left(tmp_path: Path) -> None:
+    """A process killed while writing leaves its temporary file: a forget deletes it too."""
+    s = snapshot(BASE)
+    s.save(tmp_path, "coll")
+    left = tmp_path / "coll.4242-0123456789abcdef0123456789abcdef.tmp"
+    left.write_bytes((tmp_path / "coll.vectors").read_bytes())  # what the writer had written
+    other = tmp_path / "coll2.4242-0123456789abcdef0123456789abcdef.tmp"  # another collection's
+    other.write_bytes(b"x")
+    Snapshot.delete(tmp_path, "coll")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
