@@ -14,7 +14,7 @@ import math
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, overload
@@ -126,8 +126,12 @@ class Snapshot:
 
     # -- the file ----------------------------------------------------------------------------
 
-    def save(self, folder: Path, name: str) -> None:
-        """Write the file of collection `name` whole, then put it in place (atomic)."""
+    def save(self, folder: Path, name: str, *, still: Callable[[], bool] | None = None) -> bool:
+        """Write the file of collection `name` whole, then put it in place (atomic).
+
+        Returns whether it is in place: not if `still()` (asked once the file is written)
+        is false, nor if a forget deleted the temporary file meanwhile (`delete`).
+        """
         folder.mkdir(parents=True, exist_ok=True)
         temporary = folder / f"{name}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
         ids = PackedStrings.of(self.vector_ids)
@@ -144,7 +148,13 @@ class Snapshot:
                     file.write(np.ascontiguousarray(array).tobytes())
                 text = json.dumps({**header, "arrays": placed}).encode()
                 file.write(text + len(text).to_bytes(8, "little") + _MAGIC)
-            os.replace(temporary, folder / f"{name}{_SUFFIX}")
+            if still is not None and not still():
+                return False
+            try:
+                os.replace(temporary, folder / f"{name}{_SUFFIX}")
+            except FileNotFoundError:  # deleted by a forget: it may hold what was forgotten
+                return False
+            return True
         finally:
             temporary.unlink(missing_ok=True)
 

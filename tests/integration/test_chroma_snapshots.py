@@ -303,3 +303,77 @@ def test_chroma_urls_set_or_turn_off_the_snapshots(tmp_path: Path) -> None:
         create_vector_index(f"chroma:///{tmp_path}/d?snapshots_from=-1")
     memory = ChromaVectorIndex.ephemeral()
     assert memory.snapshots is None  # nothing to load: nothing to snapshot
+
+
+def test_a_forget_in_a_process_without_snapshots_deletes_the_snapshot_too(
+    built: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    """snapshots_from=0 turns reading and building off, not the privacy of a forget."""
+    folder, _ = built
+    other = opened(folder, snapshots_from=0)
+    other.delete(NAME, message_ids=["m3"], resource_id="r1")
+    assert not snapshot_file(folder).exists()
+    other.delete(NAME, resource_id="r1")
+    other.close()
+
+
+def test_a_build_saved_while_a_forget_runs_leaves_no_file(
+    built: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build reads before the forget's delete and writes after its file delete."""
+    from langchain_semantic_recall.vectors.chroma_snapshots import ColdSnapshots
+
+    folder, rows = built
+    snapshot_file(folder).unlink()  # the next first search builds one
+    index = opened(folder)
+    assert index.snapshots is not None
+    real = ColdSnapshots.forget
+    interleaved: list[bool] = []
+
+    def forget_then_build(self: ColdSnapshots, name: str) -> None:
+        real(self, name)
+        if not interleaved:  # between the snapshot's delete and Chroma's
+            interleaved.append(True)
+            index.nearest(NAME, list(map(float, rows["m3"])), k=1, scope=SCOPE)
+            self.wait(60)
+            assert snapshot_file(folder).is_file()  # built with m3, nothing deleted yet
+
+    monkeypatch.setattr(ColdSnapshots, "forget", forget_then_build)
+    index.delete(NAME, message_ids=["m3"], resource_id="r1")
+    assert interleaved
+    assert not snapshot_file(folder).exists()
+    index.close()
+
+
+def test_a_build_never_puts_in_place_a_file_a_forget_elsewhere_deleted_vectors_of(
+    built: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's forget lands after the build's last read, before its write."""
+    import os
+
+    folder, rows = built
+    snapshot_file(folder).unlink()
+    other = opened(folder, snapshots_from=0)  # the other process
+    index = opened(folder)
+    assert index.snapshots is not None
+    real_of = Snapshot.of.__func__  # type: ignore[attr-defined]
+    placed: list[str] = []
+    real_replace = os.replace
+
+    def of_after_a_forget(cls: type[Snapshot], *args: Any) -> Snapshot:
+        if not placed:
+            other.delete(NAME, message_ids=["m3"], resource_id="r1")
+        return real_of(cls, *args)  # type: ignore[no-any-return]
+
+    def replace(source: Any, target: Any) -> None:
+        placed.append(str(target))
+        real_replace(source, target)
+
+    monkeypatch.setattr(Snapshot, "of", classmethod(of_after_a_forget))
+    monkeypatch.setattr(os, "replace", replace)
+    index.nearest(NAME, list(map(float, rows["m3"])), k=1, scope=SCOPE)  # no file: build
+    index.snapshots.wait(60)
+    index.close()
+    other.close()
+    assert placed == []  # never in place, not even for a moment
+    assert not snapshot_file(folder).exists()
