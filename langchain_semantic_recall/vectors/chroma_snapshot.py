@@ -69,14 +69,14 @@ class Snapshot:
         vectors: np.ndarray,
     ) -> Snapshot:
         """A snapshot of rows read at `stamp` (the vectors are normalised here)."""
-        rows = np.asarray(vectors, dtype=np.float32)
-        if rows.ndim != 2 or len(rows) != len(vector_ids) or len(message_ids) != len(vector_ids):
-            raise ValueError(f"{len(vector_ids)} ids, {len(message_ids)} messages, {rows.shape}")
+        unit = np.array(vectors, dtype=np.float32)  # one copy, normalised in place
+        if unit.ndim != 2 or len(unit) != len(vector_ids) or len(message_ids) != len(vector_ids):
+            raise ValueError(f"{len(vector_ids)} ids, {len(message_ids)} messages, {unit.shape}")
         # scaled first: the float32 norm of a tiny vector underflows to 0
-        scale = np.abs(rows).max(axis=1, keepdims=True)
-        rows = np.divide(rows, scale, out=np.zeros_like(rows), where=scale > 0)
-        norms = np.linalg.norm(rows, axis=1, keepdims=True)
-        unit = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+        scale = np.maximum(unit.max(axis=1, initial=0.0), -unit.min(axis=1, initial=0.0))
+        np.divide(unit, scale[:, None], out=unit, where=scale[:, None] > 0)
+        norms = np.sqrt(np.einsum("ij,ij->i", unit, unit))[:, None]
+        np.divide(unit, norms, out=unit, where=norms > 0)
         return cls(stamp.collection_id, stamp.seq, tuple(vector_ids), tuple(message_ids), unit)
 
     def __len__(self) -> int:
