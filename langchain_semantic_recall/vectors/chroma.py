@@ -194,8 +194,9 @@ class ChromaVectorIndex(VectorIndex):
         index._owned_client = client
         if copy is not None:
             weakref.finalize(index, shutil.rmtree, copy, True)
-            if index._snapshots:  # read from the copy, never built into it
-                index._snapshots.building = False
+            index._snapshot_files = None  # never delete in `path`
+            if index._snapshots:  # the copy has none: read the store's own, never built
+                index._snapshots.read_in_place(path)
         return index
 
     @classmethod

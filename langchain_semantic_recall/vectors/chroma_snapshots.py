@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import weakref
@@ -138,10 +139,22 @@ class ColdSnapshots:
             thread.join(timeout)
 
     def forget(self, name: str) -> None:
-        """Delete the snapshot of collection `name` (its vectors were deleted or dropped)."""
+        """Delete the snapshot of collection `name` (its vectors were deleted or dropped).
+
+        Read only (`read_in_place`): only stop serving it; the copy's log has the delete.
+        """
         with self._lock:
             self._serving.pop(name, None)
-        Snapshot.delete(self._files, name)
+        if self.building:
+            Snapshot.delete(self._files, name)
+
+    def read_in_place(self, folder: str | os.PathLike[str]) -> None:
+        """Read the snapshots of the Chroma folder `folder`; never build or delete one there.
+
+        This index's folder is a private copy of `folder`, made without its snapshots.
+        """
+        self.building = False
+        self._files = Path(folder) / FOLDER
 
     def clear(self) -> None:
         """Forget what is known in memory (the folder was replaced under the client)."""

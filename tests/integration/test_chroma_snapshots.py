@@ -377,3 +377,26 @@ def test_a_build_never_puts_in_place_a_file_a_forget_elsewhere_deleted_vectors_o
     other.close()
     assert placed == []  # never in place, not even for a moment
     assert not snapshot_file(folder).exists()
+
+
+def test_a_read_only_open_reads_the_snapshots_in_place_and_copies_none(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """The private copy is Chroma's files only: snapshots (~150 MB a 100k resource) are read
+    where they are, and a delete through the copy never touches them."""
+    from langchain_semantic_recall.vectors.chroma_purge import persist_folder
+
+    folder, rows = built
+    before = snapshot_file(folder).read_bytes()
+    query = vectors_of(10, 1)[0]
+    index = opened(folder, read_only=True)
+    copy = persist_folder(index.client)
+    assert copy is not None
+    assert Path(copy) != folder
+    assert not (Path(copy) / FOLDER).exists()
+    found = index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    assert [m for m, _ in found] == [m for m, _ in best(rows, query, 5)]
+    assert chroma_asked == []  # the snapshot answered, from the store's own folder
+    index.delete(NAME, message_ids=["m3"], resource_id="r1")  # in the copy only
+    index.close()
+    assert snapshot_file(folder).read_bytes() == before
