@@ -400,3 +400,36 @@ def test_a_read_only_open_reads_the_snapshots_in_place_and_copies_none(
     index.delete(NAME, message_ids=["m3"], resource_id="r1")  # in the copy only
     index.close()
     assert snapshot_file(folder).read_bytes() == before
+
+
+def test_a_long_replay_is_written_back_without_what_was_deleted(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """Past REWRITE_AFTER log rows the caught-up snapshot replaces the file (in the back)."""
+    from langchain_semantic_recall.vectors.chroma_snapshot import strings_of
+    from langchain_semantic_recall.vectors.chroma_snapshots import REWRITE_AFTER
+
+    folder, rows = built
+    more = dict(
+        zip([f"y{i}" for i in range(REWRITE_AFTER)], vectors_of(11, REWRITE_AFTER), strict=True)
+    )
+    client = chromadb.PersistentClient(
+        path=str(folder), settings=Settings(anonymized_telemetry=False)
+    )
+    collection = client.get_collection(resource_collection_name(NAME, "r1"))
+    collection.add(ids=list(more), embeddings=[list(map(float, v)) for v in more.values()])
+    collection.delete(ids=["m3", "y7"])
+    expected = {k: v for k, v in {**rows, **more}.items() if k not in ("m3", "y7")}
+    index = opened(folder)
+    query = rows["m3"]
+    found = index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    assert [m for m, _ in found] == [m for m, _ in best(expected, query, 5)]
+    assert chroma_asked == []
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    rewritten = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert rewritten is not None
+    assert sorted(strings_of(rewritten.vector_ids)) == sorted(expected)
+    assert rewritten.hidden is None
+    assert rewritten.since is None
