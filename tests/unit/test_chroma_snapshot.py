@@ -322,3 +322,19 @@ def test_a_tiny_vector_or_query_keeps_its_direction() -> None:
         [(found, score)] = s.nearest(query, 1)
         assert found == expected
         assert score == pytest.approx(1.0)
+
+
+def test_positions_find_whole_ids_only_and_fall_back_past_many_partial_matches() -> None:
+    from langchain_semantic_recall.vectors.chroma_snapshot import PackedStrings, positions
+
+    texts = [f"xa{i}" for i in range(100)] + ["a", "é#1"]
+    packed = PackedStrings.of(texts)
+    assert positions(packed, {"xa5", "xa50", "a", "é#1", "x", "nope"}) == {
+        "xa5": 5,
+        "xa50": 50,
+        "a": 100,
+        "é#1": 101,
+    }
+    assert packed.find({"a"}, misses=3) is None  # 'a' inside 'xa0', 'xa1', ...: gives up
+    assert positions(packed, {"a"}) == {"a": 100}  # by decoding every id instead
+    assert positions(texts, {"xa7"}) == {"xa7": 7}  # not packed: a plain scan
