@@ -174,7 +174,7 @@ class Snapshot:
         """
         if self.hidden is not None or self.since is not None:
             return self.flat().save(folder, name, still=still)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(exist_ok=True)  # not its parent: the Chroma folder (a purge moves it)
         temporary = folder / f"{name}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
         ids = PackedStrings.of(self.vector_ids)
         owners = PackedStrings.of(self.message_ids)

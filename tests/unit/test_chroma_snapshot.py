@@ -338,3 +338,14 @@ def test_positions_find_whole_ids_only_and_fall_back_past_many_partial_matches()
     assert packed.find({"a"}, misses=3) is None  # 'a' inside 'xa0', 'xa1', ...: gives up
     assert positions(packed, {"a"}) == {"a": 100}  # by decoding every id instead
     assert positions(texts, {"xa7"}) == {"xa7": 7}  # not packed: a plain scan
+
+
+def test_a_save_never_creates_the_chroma_folder_itself(tmp_path: Path) -> None:
+    """A purge swaps the Chroma folder by two renames: a build writing in between must not
+    make a new Chroma folder that the second rename then cannot replace."""
+    gone = tmp_path / "chroma"  # moved aside by the purge
+    with pytest.raises(FileNotFoundError):
+        snapshot(BASE).save(gone / "semantic-recall-snapshots", "coll")
+    assert not gone.exists()
+    gone.mkdir()
+    assert snapshot(BASE).save(gone / "semantic-recall-snapshots", "coll")
