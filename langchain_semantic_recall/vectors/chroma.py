@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from langchain_core.runnables.config import run_in_executor
@@ -53,7 +54,8 @@ from langchain_semantic_recall.vectors.chroma_layout import (
 )
 from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_http, persist_folder
 from langchain_semantic_recall.vectors.chroma_roots import ChromaRoots
-from langchain_semantic_recall.vectors.chroma_snapshots import SNAPSHOTS_FROM, ColdSnapshots
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot
+from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER, SNAPSHOTS_FROM, ColdSnapshots
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
 from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
@@ -150,10 +152,11 @@ class ChromaVectorIndex(VectorIndex):
         )
         embedded = not is_http(client)
         self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
-        folder = persist_folder(client) if snapshots_from > 0 else None
+        folder = persist_folder(client)
+        self._snapshot_files = Path(folder) / FOLDER if folder else None
         self._snapshots = (
             ColdSnapshots(folder, snapshots_from=snapshots_from, retry_delays=fixes.delays)
-            if folder
+            if folder and snapshots_from > 0
             else None
         )
         if embedded and fixes.enabled:  # Chroma's own eviction loses vectors
@@ -191,8 +194,9 @@ class ChromaVectorIndex(VectorIndex):
         index._owned_client = client
         if copy is not None:
             weakref.finalize(index, shutil.rmtree, copy, True)
-            if index._snapshots:  # read from the copy, never built into it
-                index._snapshots.building = False
+            index._snapshot_files = None  # never delete in `path`
+            if index._snapshots:  # the copy has none: read the store's own, never built
+                index._snapshots.read_in_place(path)
         return index
 
     @classmethod
@@ -291,9 +295,11 @@ class ChromaVectorIndex(VectorIndex):
 
         if resource_id is not None and thread_id is None and message_ids is None:
             self._collections.forget(name, resource_id)
-            self._forget_snapshot(resource_collection_name(name, resource_id))
+            dropped = resource_collection_name(name, resource_id)
+            self._forget_snapshot(dropped)
             with suppress(NotFoundError):
-                self._client.delete_collection(resource_collection_name(name, resource_id))
+                self._client.delete_collection(dropped)
+            self._forget_snapshot(dropped)  # one a build wrote meanwhile (`ColdSnapshots._save`)
             return
         thread = [] if thread_id is None else [{"thread_id": thread_id}]
         scope = scope_of(resource_id, thread_id)
@@ -309,6 +315,8 @@ class ChromaVectorIndex(VectorIndex):
                     collection.delete(where=and_where([*thread, chunk]))
             except NotFoundError:
                 self._collections.forget(name, found_resource)
+            finally:
+                self._forget_snapshot(collection.name)  # one a build wrote meanwhile
 
     def drop(self, name: str) -> None:
         """Delete a whole index (every collection of it); no error if it does not exist.
@@ -324,6 +332,7 @@ class ChromaVectorIndex(VectorIndex):
             self._forget_snapshot(collection.name)
             with suppress(NotFoundError):
                 self._client.delete_collection(collection.name)
+            self._forget_snapshot(collection.name)
         self._roots.forget(name)
         try:
             self._client.delete_collection(name)
@@ -375,8 +384,14 @@ class ChromaVectorIndex(VectorIndex):
         return nearest_in_collection(collection, vector, k=k) if found is None else found
 
     def _forget_snapshot(self, collection_name: str) -> None:
+        """Delete the collection's snapshot, also with snapshots off (`snapshots_from=0`).
+
+        Another process may have written one.
+        """
         if self._snapshots is not None:
             self._snapshots.forget(collection_name)
+        elif self._snapshot_files is not None:
+            Snapshot.delete(self._snapshot_files, collection_name)
 
     def _each_collection(
         self,

@@ -283,9 +283,14 @@ def temporary_copy(folder: str) -> str:
     """A private copy of a Chroma folder, for a read-only open (`ChromaVectorIndex.persistent`)."""
     if not os.path.isdir(folder):
         raise StorageError(f"no Chroma index at {folder} to open read-only; check the path")
+    from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER
+
     copy = tempfile.mkdtemp(prefix="semantic-recall-read-only-")
+    skip = shutil.ignore_patterns(FOLDER)  # the snapshots are read in place (`ColdSnapshots`)
     try:
-        shutil.copytree(folder, copy, dirs_exist_ok=True, copy_function=shutil.copyfile)
+        shutil.copytree(
+            folder, copy, dirs_exist_ok=True, copy_function=shutil.copyfile, ignore=skip
+        )
         for root, _dirs, _files in os.walk(copy):  # copytree kept the folders' read-only modes
             os.chmod(root, 0o700)
     except OSError as exc:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from langchain_semantic_recall.errors import StorageError
@@ -147,14 +148,18 @@ def persist_folder(client: ClientAPI) -> str | None:
 
 
 def folder_bytes(folder: str | None) -> int | None:
-    """Bytes of every file under `folder` (None for None)."""
+    """Bytes of every file under `folder` (None for None).
+
+    A file gone while measured counts 0 (a snapshot build renames its temporary file).
+    """
     if folder is None:
         return None
-    return sum(
-        os.path.getsize(os.path.join(root, file))
-        for root, _, files in os.walk(folder)
-        for file in files
-    )
+    total = 0
+    for root, _, files in os.walk(folder):
+        for file in files:
+            with suppress(FileNotFoundError):
+                total += os.path.getsize(os.path.join(root, file))
+    return total
 
 
 # --- rebuilding a collection ---------------------------------------------------------------

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, overload
 
@@ -42,7 +43,11 @@ def message_id_of(vector_id: str, metadata: object) -> str:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One collection's vectors as of write `seq` of Chroma's log."""
+    """One collection's vectors as of write `seq` of Chroma's log.
+
+    A snapshot brought up to date (`replayed`) keeps its file's rows as they are and
+    lays the changes over them (`hidden`, `since`): a first search never copies them.
+    """
 
     collection_id: str
     seq: int
@@ -50,6 +55,10 @@ class Snapshot:
     message_ids: Sequence[str]
     vectors: np.ndarray
     """(n, dimension) float32, each row of unit length (or zero)."""
+    hidden: np.ndarray | None = None
+    """Which rows of `vectors` were deleted or rewritten since (bool per row); None: none."""
+    since: Snapshot | None = None
+    """The rows written since (new or rewritten), in memory; None: none."""
 
     @classmethod
     def of(
@@ -60,25 +69,38 @@ class Snapshot:
         vectors: np.ndarray,
     ) -> Snapshot:
         """A snapshot of rows read at `stamp` (the vectors are normalised here)."""
-        rows = np.asarray(vectors, dtype=np.float32)
-        if rows.ndim != 2 or len(rows) != len(vector_ids) or len(message_ids) != len(vector_ids):
-            raise ValueError(f"{len(vector_ids)} ids, {len(message_ids)} messages, {rows.shape}")
-        norms = np.linalg.norm(rows, axis=1, keepdims=True)
-        unit = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+        unit = np.array(vectors, dtype=np.float32)  # one copy, normalised in place
+        if unit.ndim != 2 or len(unit) != len(vector_ids) or len(message_ids) != len(vector_ids):
+            raise ValueError(f"{len(vector_ids)} ids, {len(message_ids)} messages, {unit.shape}")
+        # scaled first: the float32 norm of a tiny vector underflows to 0
+        scale = np.maximum(unit.max(axis=1, initial=0.0), -unit.min(axis=1, initial=0.0))
+        np.divide(unit, scale[:, None], out=unit, where=scale[:, None] > 0)
+        norms = np.sqrt(np.einsum("ij,ij->i", unit, unit))[:, None]
+        np.divide(unit, norms, out=unit, where=norms > 0)
         return cls(stamp.collection_id, stamp.seq, tuple(vector_ids), tuple(message_ids), unit)
 
     def __len__(self) -> int:
-        return len(self.vector_ids)
+        hidden = 0 if self.hidden is None else int(self.hidden.sum())
+        return len(self.vector_ids) - hidden + (0 if self.since is None else len(self.since))
 
     def nearest(self, embedding: list[float], k: int) -> list[tuple[str, float]]:
         """(message id, cosine similarity clipped to [0, 1]) of the `k` nearest vectors."""
-        if not self.vector_ids:
-            return []
-        query = np.asarray(embedding, dtype=np.float32)
+        query = np.asarray(embedding, dtype=np.float64)  # a float32 norm can underflow to 0
         norm = float(np.linalg.norm(query))
-        if norm > 0:
-            query = query / norm
+        query = (query / norm if norm > 0 else query).astype(np.float32)
+        found = self._scan(query, k)
+        if self.since is not None:
+            found = sorted([*found, *self.since._scan(query, k)], key=lambda hit: -hit[1])[:k]
+        return found
+
+    def _scan(self, query: np.ndarray, k: int) -> list[tuple[str, float]]:
+        """The `k` nearest of `vectors` not hidden (`since` aside)."""
         scores = self.vectors @ query
+        if self.hidden is not None:
+            scores[self.hidden] = -np.inf
+            k = min(k, len(scores) - int(self.hidden.sum()))
+        if k <= 0 or not len(scores):
+            return []
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(self.message_ids[i], min(1.0, max(0.0, float(scores[i])))) for i in top]
@@ -89,45 +111,70 @@ class Snapshot:
         Chroma's own rules: an add of an id held is ignored, an update of an id not held
         is ignored, an update without a vector keeps the vector. None when a vector is
         not `FLOAT32` of this dimension, or the result does not hold `stamp.count` rows.
+        Work in proportion to `records`, not to the rows (the file's stay mapped).
         """
+        if self.hidden is not None or self.since is not None:
+            return self.flat().replayed(stamp, records)
         dimension = self.vectors.shape[1]
-        rows: dict[str, tuple[int | np.ndarray, str]] = {
-            vector_id: (i, message_id)
-            for i, (vector_id, message_id) in enumerate(
-                zip(self.vector_ids, self.message_ids, strict=True)
-            )
-        }
+        at = positions(self.vector_ids, {record.vector_id for record in records})
+        hidden = np.zeros(len(self.vector_ids), dtype=bool)
+        since: dict[str, tuple[np.ndarray, str]] = {}  # rows not as in the file, in order
         for record in records:
-            held = rows.get(record.vector_id)
-            if record.operation == DELETE:
-                rows.pop(record.vector_id, None)
-                continue
-            if (record.operation == ADD and held is not None) or (
-                record.operation == UPDATE and held is None
-            ):
-                continue
-            owner = _owner(record, held)
-            if owner is None:
+            i = at.get(record.vector_id)
+            held = since.pop(record.vector_id, None)
+            if i is not None and not hidden[i]:
+                held = (self.vectors[i], self.message_ids[i])
+                hidden[i] = True  # deleted, or its row is in `since` from now on
+            try:
+                row = _row_after(record, held, dimension)
+            except _UnsureError:
                 return None
-            if record.vector is None:
-                if held is None:
-                    return None  # a new record without a vector: not Chroma's
-                rows[record.vector_id] = (held[0], owner)
-                continue
-            if record.encoding != "FLOAT32" or len(record.vector) != 4 * dimension:
-                return None
-            rows[record.vector_id] = (np.frombuffer(record.vector, dtype="<f4"), owner)
-        if len(rows) != stamp.count:
+            if row is not None:
+                since[record.vector_id] = row
+        if len(self.vector_ids) - int(hidden.sum()) + len(since) != stamp.count:
             return None
-        vectors = [self.vectors[at] if isinstance(at, int) else at for at, _ in rows.values()]
-        matrix = np.vstack(vectors) if vectors else np.zeros((0, dimension), np.float32)
-        return Snapshot.of(stamp, list(rows), [owner for _, owner in rows.values()], matrix)
+        rows = [vector for vector, _ in since.values()]
+        later = Snapshot.of(
+            stamp,
+            list(since),
+            [owner for _, owner in since.values()],
+            np.vstack(rows) if rows else np.zeros((0, dimension), np.float32),
+        )
+        return replace(
+            self,
+            seq=stamp.seq,
+            hidden=hidden if hidden.any() else None,
+            since=later if len(later) else None,
+        )
+
+    def flat(self) -> Snapshot:
+        """The same rows as one snapshot without `hidden` or `since` (copied)."""
+        if self.hidden is None and self.since is None:
+            return self
+        kept = (
+            np.arange(len(self.vector_ids)) if self.hidden is None else np.flatnonzero(~self.hidden)
+        ).tolist()
+        later = self.since or Snapshot(self.collection_id, self.seq, (), (), self.vectors[:0])
+        ids, owners = strings_of(self.vector_ids), strings_of(self.message_ids)
+        return Snapshot(
+            self.collection_id,
+            self.seq,
+            (*(ids[i] for i in kept), *later.vector_ids),
+            (*(owners[i] for i in kept), *later.message_ids),
+            np.vstack([self.vectors[kept], later.vectors]).astype(np.float32, copy=False),
+        )
 
     # -- the file ----------------------------------------------------------------------------
 
-    def save(self, folder: Path, name: str) -> None:
-        """Write the file of collection `name` whole, then put it in place (atomic)."""
-        folder.mkdir(parents=True, exist_ok=True)
+    def save(self, folder: Path, name: str, *, still: Callable[[], bool] | None = None) -> bool:
+        """Write the file of collection `name` whole, then put it in place (atomic).
+
+        Returns whether it is in place: not if `still()` (asked once the file is written)
+        is false, nor if a forget deleted the temporary file meanwhile (`delete`).
+        """
+        if self.hidden is not None or self.since is not None:
+            return self.flat().save(folder, name, still=still)
+        folder.mkdir(exist_ok=True)  # not its parent: the Chroma folder (a purge moves it)
         temporary = folder / f"{name}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
         ids = PackedStrings.of(self.vector_ids)
         owners = PackedStrings.of(self.message_ids)
@@ -143,7 +190,13 @@ class Snapshot:
                     file.write(np.ascontiguousarray(array).tobytes())
                 text = json.dumps({**header, "arrays": placed}).encode()
                 file.write(text + len(text).to_bytes(8, "little") + _MAGIC)
-            os.replace(temporary, folder / f"{name}{_SUFFIX}")
+            if still is not None and not still():
+                return False
+            try:
+                os.replace(temporary, folder / f"{name}{_SUFFIX}")
+            except FileNotFoundError:  # deleted by a forget: it may hold what was forgotten
+                return False
+            return True
         finally:
             temporary.unlink(missing_ok=True)
 
@@ -164,14 +217,9 @@ class Snapshot:
                     return None
                 file.seek(size - 16 - length)
                 header = json.loads(file.read(length))
-            if header.get("format") != FORMAT:
+            if not isinstance(header, dict) or header.get("format") != FORMAT:
                 return None
-            arrays = [
-                np.memmap(path, dtype=np.dtype(form), mode="r", offset=at, shape=tuple(shape))
-                if math.prod(shape)
-                else np.zeros(shape, dtype=np.dtype(form))
-                for at, form, shape in header["arrays"]
-            ]
+            arrays = [_mapped(path, size, *placed) for placed in header["arrays"]]
             vectors, vector_blob, vector_ends, message_blob, message_ends = arrays
             snapshot = cls(
                 str(header["collection"]),
@@ -180,7 +228,7 @@ class Snapshot:
                 PackedStrings(message_blob, message_ends),
                 vectors,
             )
-        except (OSError, KeyError, TypeError, ValueError):
+        except (OSError, KeyError, TypeError, ValueError, OverflowError):
             return None
         if vectors.ndim != 2 or vectors.dtype != np.float32:
             return None
@@ -190,8 +238,19 @@ class Snapshot:
 
     @staticmethod
     def delete(folder: Path, name: str) -> None:
-        """Delete the file of collection `name` (no error if there is none)."""
+        """Delete the file of collection `name` (no error if there is none).
+
+        Also its temporary files: a writer killed before its rename leaves one behind,
+        and a writer still running fails its rename (its copy may hold what is forgotten).
+        """
         (folder / f"{name}{_SUFFIX}").unlink(missing_ok=True)
+        temporary = re.compile(re.escape(name) + r"\.\d+-[0-9a-f]{32}\.tmp")
+        try:
+            left = [path for path in folder.iterdir() if temporary.fullmatch(path.name)]
+        except FileNotFoundError:
+            return
+        for path in left:
+            path.unlink(missing_ok=True)
 
     @staticmethod
     def exists(folder: Path, name: str) -> bool:
@@ -219,6 +278,26 @@ class PackedStrings(Sequence[str]):
     def __len__(self) -> int:
         return len(self.ends)
 
+    def find(self, wanted: set[str], misses: int) -> dict[str, int] | None:
+        """The index of each of `wanted` held; None after `misses` matches inside others."""
+        data = self.blob.tobytes()
+        found: dict[str, int] = {}
+        for text in wanted:
+            needle = text.encode()
+            at = data.find(needle) if needle else -1
+            while at != -1:
+                end = at + len(needle)
+                i = int(np.searchsorted(self.ends, end))
+                start = int(self.ends[i - 1]) if 0 < i <= len(self.ends) else 0
+                if i < len(self.ends) and int(self.ends[i]) == end and start == at:
+                    found[text] = i
+                    break
+                misses -= 1
+                if misses < 0:
+                    return None
+                at = data.find(needle, at + 1)
+        return found
+
     @overload
     def __getitem__(self, index: int) -> str: ...
 
@@ -233,6 +312,72 @@ class PackedStrings(Sequence[str]):
         end = int(self.ends[index])  # IndexError past the end, as a sequence should
         start = int(self.ends[index - 1]) if index else 0
         return bytes(self.blob[start:end]).decode()
+
+
+def _mapped(path: Path, size: int, at: object, form: str, shape: list[int]) -> np.ndarray:
+    """One array of a snapshot file (ValueError if it is not inside the file)."""
+    if not isinstance(at, int) or not 0 <= at <= size:
+        raise ValueError(f"an array at {at!r} in a file of {size} bytes")
+    if not math.prod(shape):
+        return np.zeros(shape, dtype=np.dtype(form))
+    return np.memmap(path, dtype=np.dtype(form), mode="r", offset=at, shape=tuple(shape))
+
+
+_FIND_UP_TO: Final = 16
+"""Ids `positions` searches one by one (~1.5 ms each in 100k); more: it decodes all (~45 ms)."""
+_MISSES: Final = 64
+"""Matches inside longer ids after which `positions` decodes every id instead."""
+
+
+def positions(texts: Sequence[str], wanted: set[str]) -> dict[str, int]:
+    """The index in `texts` of each string of `wanted` it holds.
+
+    Packed strings are searched in their buffer, without decoding the others.
+    """
+    if isinstance(texts, PackedStrings) and len(wanted) <= _FIND_UP_TO:
+        found = texts.find(wanted, _MISSES)
+        if found is not None:
+            return found
+    return {text: i for i, text in enumerate(strings_of(texts)) if text in wanted}
+
+
+def strings_of(texts: Sequence[str]) -> list[str]:
+    """`texts` as a list; packed ones decoded in one pass (not one index at a time)."""
+    if not isinstance(texts, PackedStrings):
+        return list(texts)
+    data = texts.blob.tobytes()
+    ends = texts.ends.tolist()
+    return [data[start:end].decode() for start, end in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+class _UnsureError(Exception):
+    """A log row the replay cannot apply as Chroma did."""
+
+
+def _row_after(
+    record: LogRecord, held: tuple[np.ndarray, str] | None, dimension: int
+) -> tuple[np.ndarray, str] | None:
+    """The row (vector, message id) a write leaves where `held` was (None: no row).
+
+    Raises:
+        _UnsureError: the row cannot be read, or is not one Chroma would have written.
+    """
+    if record.operation == DELETE:
+        return None
+    if (record.operation == ADD and held is not None) or (
+        record.operation == UPDATE and held is None
+    ):
+        return held  # ignored, as Chroma does
+    owner = _owner(record, held)
+    if owner is None:
+        raise _UnsureError
+    if record.vector is None:
+        if held is None:
+            raise _UnsureError  # a new record without a vector: not Chroma's
+        return held[0], owner
+    if record.encoding != "FLOAT32" or len(record.vector) != 4 * dimension:
+        raise _UnsureError
+    return np.frombuffer(record.vector, dtype="<f4"), owner
 
 
 def _owner(record: LogRecord, held: tuple[object, str] | None) -> str | None:

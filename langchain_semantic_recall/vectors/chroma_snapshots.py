@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import queue
 import threading
 import weakref
@@ -139,10 +140,22 @@ class ColdSnapshots:
             thread.join(timeout)
 
     def forget(self, name: str) -> None:
-        """Delete the snapshot of collection `name` (its vectors were deleted or dropped)."""
+        """Delete the snapshot of collection `name` (its vectors were deleted or dropped).
+
+        Read only (`read_in_place`): only stop serving it; the copy's log has the delete.
+        """
         with self._lock:
             self._serving.pop(name, None)
-        Snapshot.delete(self._files, name)
+        if self.building:
+            Snapshot.delete(self._files, name)
+
+    def read_in_place(self, folder: str | os.PathLike[str]) -> None:
+        """Read the snapshots of the Chroma folder `folder`; never build or delete one there.
+
+        This index's folder is a private copy of `folder`, made without its snapshots.
+        """
+        self.building = False
+        self._files = Path(folder) / FOLDER
 
     def clear(self) -> None:
         """Forget what is known in memory (the folder was replaced under the client)."""
@@ -281,15 +294,20 @@ class ColdSnapshots:
         logger.info("wrote a snapshot of %d vectors of %r", len(snapshot), collection.name)
 
     def _save(self, name: str, snapshot: Snapshot) -> None:
-        """Write the file, then delete it again if a vector was deleted since `snapshot`.
+        """Write the file; put it in place only if no vector was deleted since `snapshot`.
 
-        A forget elsewhere deletes the file after Chroma's rows: checked after this
-        write is in place, a deleted vector never stays in a file.
+        A forget (here or in another process) deletes the file and its temporary copies
+        before and after Chroma's delete (`ChromaVectorIndex._delete`): a copy written
+        before its second delete is deleted by it; one written after it finds the
+        forget's rows in Chroma's log here, and is never put in place.
         """
-        snapshot.save(self._files, name)
-        tail = self._log.tail(snapshot.collection_id, snapshot.seq)
-        if tail is None or any(record.operation == DELETE for record in tail[1]):
-            Snapshot.delete(self._files, name)
+
+        def unchanged() -> bool:
+            tail = self._log.tail(snapshot.collection_id, snapshot.seq)
+            return tail is not None and not any(r.operation == DELETE for r in tail[1])
+
+        if snapshot.save(self._files, name, still=unchanged) and not unchanged():
+            Snapshot.delete(self._files, name)  # a forget by an older version, after ours
 
     def _owners(self, collection: Collection, chunk_ids: list[str]) -> dict[str, str]:
         owners: dict[str, str] = {}

@@ -373,3 +373,138 @@ def test_a_delete_while_a_build_reads_keeps_no_snapshot(
     index.snapshots.wait(60)
     index.close()
     assert not snapshot_file(folder).exists()  # the delete shifted a row out of the pages
+
+
+def test_a_forget_in_a_process_without_snapshots_deletes_the_snapshot_too(
+    built: tuple[Path, dict[str, np.ndarray]],
+) -> None:
+    """snapshots_from=0 turns reading and building off, not the privacy of a forget."""
+    folder, _ = built
+    other = opened(folder, snapshots_from=0)
+    other.delete(NAME, message_ids=["m3"], resource_id="r1")
+    assert not snapshot_file(folder).exists()
+    other.delete(NAME, resource_id="r1")
+    other.close()
+
+
+def test_a_build_saved_while_a_forget_runs_leaves_no_file(
+    built: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build reads before the forget's delete and writes after its file delete."""
+    from langchain_semantic_recall.vectors.chroma_snapshots import ColdSnapshots
+
+    folder, rows = built
+    snapshot_file(folder).unlink()  # the next first search builds one
+    index = opened(folder)
+    assert index.snapshots is not None
+    real = ColdSnapshots.forget
+    interleaved: list[bool] = []
+
+    def forget_then_build(self: ColdSnapshots, name: str) -> None:
+        real(self, name)
+        if not interleaved:  # between the snapshot's delete and Chroma's
+            interleaved.append(True)
+            index.nearest(NAME, list(map(float, rows["m3"])), k=1, scope=SCOPE)
+            self.wait(60)
+            assert snapshot_file(folder).is_file()  # built with m3, nothing deleted yet
+
+    monkeypatch.setattr(ColdSnapshots, "forget", forget_then_build)
+    index.delete(NAME, message_ids=["m3"], resource_id="r1")
+    assert interleaved
+    assert not snapshot_file(folder).exists()
+    index.close()
+
+
+def test_a_build_never_puts_in_place_a_file_a_forget_elsewhere_deleted_vectors_of(
+    built: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's forget lands after the build's last page, before its write."""
+    import os
+
+    folder, rows = built
+    snapshot_file(folder).unlink()
+    other = opened(folder, snapshots_from=0)  # the other process
+    index = opened(folder)
+    assert index.snapshots is not None
+    real_of = Snapshot.of.__func__  # type: ignore[attr-defined]
+    placed: list[str] = []
+    real_replace = os.replace
+
+    def of_after_a_forget(cls: type[Snapshot], *args: Any) -> Snapshot:
+        if not placed:
+            other.delete(NAME, message_ids=["m3"], resource_id="r1")
+        return real_of(cls, *args)  # type: ignore[no-any-return]
+
+    def replace(source: Any, target: Any) -> None:
+        placed.append(str(target))
+        real_replace(source, target)
+
+    monkeypatch.setattr(Snapshot, "of", classmethod(of_after_a_forget))
+    monkeypatch.setattr(os, "replace", replace)
+    index.nearest(NAME, list(map(float, rows["m3"])), k=1, scope=SCOPE)  # no file: build
+    index.snapshots.wait(60)
+    index.close()
+    other.close()
+    # the build applies the writes made while it read (the forget's delete among them):
+    # what it put in place never held the forgotten vector
+    assert placed == [str(snapshot_file(folder))]
+    kept = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert kept is not None
+    assert "m3" not in set(kept.vector_ids)
+    assert len(kept) == len(rows) - 1
+
+
+def test_a_read_only_open_reads_the_snapshots_in_place_and_copies_none(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """The private copy is Chroma's files only: snapshots (~150 MB a 100k resource) are read
+    where they are, and a delete through the copy never touches them."""
+    from langchain_semantic_recall.vectors.chroma_purge import persist_folder
+
+    folder, rows = built
+    before = snapshot_file(folder).read_bytes()
+    query = vectors_of(10, 1)[0]
+    index = opened(folder, read_only=True)
+    copy = persist_folder(index.client)
+    assert copy is not None
+    assert Path(copy) != folder
+    assert not (Path(copy) / FOLDER).exists()
+    found = index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    assert [m for m, _ in found] == [m for m, _ in best(rows, query, 5)]
+    assert chroma_asked == []  # the snapshot answered, from the store's own folder
+    index.delete(NAME, message_ids=["m3"], resource_id="r1")  # in the copy only
+    index.close()
+    assert snapshot_file(folder).read_bytes() == before
+
+
+def test_a_long_replay_is_written_back_without_what_was_deleted(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """Past REWRITE_AFTER log rows the caught-up snapshot replaces the file (in the back)."""
+    from langchain_semantic_recall.vectors.chroma_snapshot import strings_of
+    from langchain_semantic_recall.vectors.chroma_snapshots import REWRITE_AFTER
+
+    folder, rows = built
+    more = dict(
+        zip([f"y{i}" for i in range(REWRITE_AFTER)], vectors_of(11, REWRITE_AFTER), strict=True)
+    )
+    client = chromadb.PersistentClient(
+        path=str(folder), settings=Settings(anonymized_telemetry=False)
+    )
+    collection = client.get_collection(resource_collection_name(NAME, "r1"))
+    collection.add(ids=list(more), embeddings=[list(map(float, v)) for v in more.values()])
+    collection.delete(ids=["m3", "y7"])
+    expected = {k: v for k, v in {**rows, **more}.items() if k not in ("m3", "y7")}
+    index = opened(folder)
+    query = rows["m3"]
+    found = index.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    assert [m for m, _ in found] == [m for m, _ in best(expected, query, 5)]
+    assert chroma_asked == []
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    rewritten = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert rewritten is not None
+    assert sorted(strings_of(rewritten.vector_ids)) == sorted(expected)
+    assert rewritten.hidden is None
+    assert rewritten.since is None

@@ -47,6 +47,7 @@ def record(
 
 
 def held(s: Snapshot) -> dict[str, tuple[str, list[float]]]:
+    s = s.flat()
     return {
         v: (m, [round(float(x), 5) for x in s.vectors[i]])
         for i, (v, m) in enumerate(zip(s.vector_ids, s.message_ids, strict=True))
@@ -158,3 +159,193 @@ def test_an_empty_snapshot_round_trips(tmp_path: Path) -> None:
     assert loaded is not None
     assert len(loaded) == 0
     assert loaded.nearest([1.0, 0, 0, 0], 5) == []
+
+
+def _with_header(folder: Path, name: str, header: bytes) -> None:
+    """A file with a good frame (magic, aligned space) around `header`."""
+    magic = b"SRSNAP1\n"
+    body = magic + b"\0" * 64 + header + len(header).to_bytes(8, "little") + magic
+    (folder / f"{name}.vectors").write_bytes(body)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+_ARRAY = st.tuples(
+    st.integers(-(2**63), 2**63 - 1),
+    st.sampled_from(["<f4", "|u1", "<i8", "O", "<U3", "bad"]),
+    st.lists(st.integers(-3, 5), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.one_of(
+        _JSON,
+        st.fixed_dictionaries(
+            {
+                "format": st.just("semantic-recall-snapshot-1"),
+                "collection": _JSON,
+                "seq": _JSON,
+                "arrays": st.lists(_ARRAY, min_size=4, max_size=6),
+            }
+        ),
+    )
+)
+def test_a_file_with_any_header_is_read_or_refused_never_raises(header: object) -> None:
+    """A damaged or foreign file makes Chroma answer; it never fails the search."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        _with_header(Path(folder), "x", json.dumps(header).encode())
+        loaded = Snapshot.load(Path(folder), "x")
+        assert loaded is None or isinstance(loaded, Snapshot)
+
+
+def test_deleting_a_snapshot_deletes_what_a_dead_writer_left(tmp_path: Path) -> None:
+    """A process killed while writing leaves its temporary file: a forget deletes it too."""
+    s = snapshot(BASE)
+    s.save(tmp_path, "coll")
+    left = tmp_path / "coll.4242-0123456789abcdef0123456789abcdef.tmp"
+    left.write_bytes((tmp_path / "coll.vectors").read_bytes())  # what the writer had written
+    other = tmp_path / "coll2.4242-0123456789abcdef0123456789abcdef.tmp"  # another collection's
+    other.write_bytes(b"x")
+    Snapshot.delete(tmp_path, "coll")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other.name]
+
+
+def _model(
+    rows: dict[str, tuple[str, list[float]]], tail: list[LogRecord]
+) -> dict[str, tuple[str, list[float]]]:
+    """Chroma's rules on a plain dict (vector id -> (message id, vector))."""
+    rows = dict(rows)
+    for r in tail:
+        was = rows.get(r.vector_id)
+        if r.operation == DELETE:
+            rows.pop(r.vector_id, None)
+            continue
+        if (r.operation == ADD and was) or (r.operation == UPDATE and not was):
+            continue
+        meta = json.loads(r.metadata) if r.metadata else {}
+        owner = was[0] if was and "message_id" not in meta else message_id_of(r.vector_id, meta)
+        vector = list(np.frombuffer(r.vector, "<f4")) if r.vector else (was or ("", []))[1]
+        rows[r.vector_id] = (owner, vector)
+    return rows
+
+
+_IDS = st.sampled_from(["a", "aa", "ba", "a#1", "b", "ab#2", "c", "new", "ne"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([ADD, UPDATE, UPSERT, DELETE]),
+            _IDS,
+            st.none() | st.lists(st.integers(-3, 3), min_size=4, max_size=4),
+            st.none() | _IDS,
+        ),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_replay_from_the_file_agrees_with_chromas_rules(
+    ops: list[tuple[int, str, list[int] | None, str | None]], from_file: bool
+) -> None:
+    """Ids inside other ids ('a' in 'ba'), deleted then added again, chunks, the file."""
+    import tempfile
+
+    base = {"a": [1.0, 0, 0, 0], "ba": [0, 1.0, 0, 0], "ab#2": [0, 0, 1.0, 0], "c": [1.0, 1, 1, 1]}
+    s = Snapshot.of(
+        Stamp("c1", 10, 4), list(base), ["a", "ba", "ab", "c"], np.array(list(base.values()))
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        if from_file:
+            s.save(Path(folder), "x")
+            loaded = Snapshot.load(Path(folder), "x")
+            assert loaded is not None
+            s = loaded
+        tail = [
+            record(
+                11 + n,
+                op,
+                vid,
+                None if v is None else [float(x) for x in v],
+                **({} if m is None else {"message_id": m}),
+            )
+            for n, (op, vid, v, m) in enumerate(ops)
+        ]
+        expected = _model(held(s), tail)
+        if any(not vector for _, vector in expected.values()):
+            assert s.replayed(Stamp("c1", 11 + len(ops), len(expected)), tail) is None
+            return
+        replayed = s.replayed(Stamp("c1", 11 + len(ops), len(expected)), tail)
+        if replayed is None:  # only a new record without a vector is refused here
+            assert any(v is None and o != DELETE for o, _, v, _ in ops)
+            return
+        unit = {
+            i: (m, [round(float(x), 5) for x in np.asarray(v) / (np.linalg.norm(v) or 1.0)])
+            for i, (m, v) in expected.items()
+        }
+        assert held(replayed) == unit
+        assert len(replayed) == len(unit)
+        query = [1.0, 0.5, 0.25, 0.0]
+        every = len(unit) + 1
+        found = sorted((m, round(x, 5)) for m, x in replayed.nearest(query, every))
+        assert found == sorted((m, round(x, 5)) for m, x in replayed.flat().nearest(query, every))
+        replayed.save(Path(folder), "y")  # the rewrite writes the rows as they are now
+        again = Snapshot.load(Path(folder), "y")
+        assert again is not None
+        assert held(again) == unit
+
+
+def test_a_replay_keeps_the_files_rows_mapped_not_copied(tmp_path: Path) -> None:
+    """A first search after writes pays for the writes, not for a copy of every row."""
+    rows = {f"m{i}": [float(i % 3), 1.0, 0, 0] for i in range(50)}
+    snapshot(rows).save(tmp_path, "coll")
+    loaded = Snapshot.load(tmp_path, "coll")
+    assert loaded is not None
+    tail = [record(11, UPSERT, "new", [0, 0, 1.0, 0]), record(12, DELETE, "m3")]
+    replayed = loaded.replayed(Stamp("c1", 12, 50), tail)
+    assert replayed is not None
+    assert np.shares_memory(replayed.vectors, loaded.vectors)
+    assert [m for m, _ in replayed.nearest([0, 0, 1.0, 0], 1)] == ["new"]
+    assert "m3" not in [m for m, _ in replayed.nearest([0, 1.0, 0, 0], 50)]
+
+
+def test_a_tiny_vector_or_query_keeps_its_direction() -> None:
+    """A float32 norm of ~1e-38 underflows to 0: the scan scaled first (hypothesis found it)."""
+    s = snapshot({"tiny": [1.1754943508222875e-38, 0, 0, 0], "b": [0, 1.0, 0, 0]})
+    for query, expected in (([1.0, 0, 0, 0], "tiny"), ([0, 1.1754943508222875e-38, 0, 0], "b")):
+        [(found, score)] = s.nearest(query, 1)
+        assert found == expected
+        assert score == pytest.approx(1.0)
+
+
+def test_positions_find_whole_ids_only_and_fall_back_past_many_partial_matches() -> None:
+    from langchain_semantic_recall.vectors.chroma_snapshot import PackedStrings, positions
+
+    texts = [f"xa{i}" for i in range(100)] + ["a", "é#1"]
+    packed = PackedStrings.of(texts)
+    assert positions(packed, {"xa5", "xa50", "a", "é#1", "x", "nope"}) == {
+        "xa5": 5,
+        "xa50": 50,
+        "a": 100,
+        "é#1": 101,
+    }
+    assert packed.find({"a"}, misses=3) is None  # 'a' inside 'xa0', 'xa1', ...: gives up
+    assert positions(packed, {"a"}) == {"a": 100}  # by decoding every id instead
+    assert positions(texts, {"xa7"}) == {"xa7": 7}  # not packed: a plain scan
+
+
+def test_a_save_never_creates_the_chroma_folder_itself(tmp_path: Path) -> None:
+    """A purge swaps the Chroma folder by two renames: a build writing in between must not
+    make a new Chroma folder that the second rename then cannot replace."""
+    gone = tmp_path / "chroma"  # moved aside by the purge
+    with pytest.raises(FileNotFoundError):
+        snapshot(BASE).save(gone / "semantic-recall-snapshots", "coll")
+    assert not gone.exists()
+    gone.mkdir()
+    assert snapshot(BASE).save(gone / "semantic-recall-snapshots", "coll")

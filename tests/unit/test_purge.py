@@ -81,3 +81,22 @@ def test_a_crash_at_any_point_of_the_swap_is_recovered(
     assert chroma_rebuild.recover_swap(str(tmp_path / "chroma"))
     assert [p.name for p in tmp_path.iterdir()] == ["chroma"]
     assert (tmp_path / "chroma" / "which").read_text() == kept
+
+
+def test_a_file_removed_while_the_folder_is_measured_is_not_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A background snapshot build renames its temporary file while a purge measures."""
+    import os
+
+    from langchain_semantic_recall.vectors import chroma_purge
+
+    (tmp_path / "kept.bin").write_bytes(b"x" * 10)
+    real_walk = os.walk
+
+    def walk(folder: str) -> object:
+        for root, dirs, files in real_walk(folder):
+            yield root, dirs, [*files, "renamed-meanwhile.tmp"]
+
+    monkeypatch.setattr(os, "walk", walk)
+    assert chroma_purge.folder_bytes(str(tmp_path)) == 10
