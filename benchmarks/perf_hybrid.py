@@ -14,11 +14,13 @@ lookup), in one loop so a noisy machine slows all alike:
 * the cold first search of each resource in a fresh process, twice: first with no
   snapshot of its vectors (the first process after the store was written: Chroma loads
   its index; the keyword postings are built in the background while SQL answers; the
-  process then waits for the snapshots it builds, as a long-running one would), then in
-  the next fresh process, which reads those snapshots (``vectors/chroma_snapshots.py``);
-  beside Chroma's own cold first query of the same collections (``collection.query`` in
-  another fresh process, no package code), and the time to read the biggest resource's
-  vectors from a file into memory (what loading any index costs);
+  process then waits for the snapshots it builds, as a long-running one would, and
+  indexes ten turns, as an agent's session would), then in the next fresh process, which
+  reads those snapshots and applies the turns written since from Chroma's log
+  (``vectors/chroma_snapshots.py``); beside Chroma's own cold first query of the same
+  collections (``collection.query`` in another fresh process, no package code), and the
+  time to read the biggest resource's vectors from a file into memory (what loading any
+  index costs);
 * indexing one turn (a user and an assistant message, embedding excluded: a table
   lookup) into the biggest resource, ``--turns`` times, alternating with the same
   two-vector upsert made with chromadb alone into that resource's collection (the floor);
@@ -58,6 +60,9 @@ from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER as SNAPSHO
 
 SCRIPT = Path(__file__).resolve()
 KEYS = ("brute", "dense", "hybrid", "keyword", "keyword_sql")
+PREVIOUS = "previous-session-"
+PREVIOUS_TURNS = 10
+"""Turns the process before the measured one indexes after its snapshots are written."""
 
 
 def main() -> None:
@@ -105,7 +110,9 @@ def main() -> None:
 
 
 def cold(corpus: pc.Corpus, work: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """A fresh process: each resource's first search, then wait for the snapshots it built."""
+    """A fresh process: each resource's first search, then wait for the snapshots it built,
+    then index `PREVIOUS_TURNS` turns into the biggest resource, as an agent's session
+    would (the next process's first search applies them from Chroma's log)."""
     queries = pc.make_queries(corpus, args.queries, seed=23)
     table = pc.TableEmbeddings({q.text: q.vector for q in queries})
     vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
@@ -119,6 +126,11 @@ def cold(corpus: pc.Corpus, work: Path, args: argparse.Namespace) -> dict[str, A
     ]
     if vectors.snapshots is not None:
         vectors.snapshots.wait()
+    resource = max(corpus.by_resource, key=lambda r: len(corpus.by_resource[r]))
+    thread = f"{PREVIOUS}{uuid.uuid4().hex[:12]}"
+    for n in range(PREVIOUS_TURNS):
+        turn = [HumanMessage(f"earlier question {n} about the garden"), AIMessage(f"answer {n}")]
+        hybrid.index(turn, thread_id=thread, resource_id=resource)
     hybrid.close()
     return {"cold_ms": times}
 
@@ -167,6 +179,9 @@ def query(corpus: pc.Corpus, work: Path, args: argparse.Namespace) -> dict[str, 
         same += out["keyword"][1] == out["keyword_sql"][1]
     summary = {key: pc.percentiles(values) for key, values in lat.items()}
     turns = index_turns(corpus, hybrid, work, args.turns)
+    for thread in hybrid.storage.list_threads():  # the previous session's (`cold`)
+        if thread.thread_id.startswith(PREVIOUS):
+            hybrid.forget_thread(thread.thread_id, resource_id=thread.resource_id)
     return {
         "messages": len(corpus),
         "resources": len(corpus.by_resource),
@@ -299,7 +314,11 @@ def print_table(results: dict[str, Any]) -> None:
             f"| {_pair(lat['dense'])} | {pc.fmt(ratio)}x | <= 1.5x at 10k |"
         )
         floor = list(r.get("chroma_cold_ms") or [np.nan])
-        for what, key in (("no snapshot yet", "cold_no_snapshot_ms"), ("snapshot", "cold_ms")):
+        cases = (
+            ("no snapshot yet", "cold_no_snapshot_ms"),
+            (f"snapshot + {2 * PREVIOUS_TURNS} messages written since", "cold_ms"),
+        )
+        for what, key in cases:
             ours = list(r.get(key) or [np.nan])
             print(
                 f"| {size} | cold first search, {what}, vs Chroma's own cold query "
