@@ -16,8 +16,9 @@ import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
-from typing import Final, overload
+from typing import Final, Literal, overload
 
 import numpy as np
 
@@ -125,9 +126,8 @@ class Snapshot:
             if i is not None and not hidden[i]:
                 held = (self.vectors[i], self.message_ids[i])
                 hidden[i] = True  # deleted, or its row is in `since` from now on
-            try:
-                row = _row_after(record, held, dimension)
-            except _UnsureError:
+            row = _row_after(record, held, dimension)
+            if row is _Verdict.UNSURE:
                 return None
             if row is not None:
                 since[record.vector_id] = row
@@ -350,17 +350,16 @@ def strings_of(texts: Sequence[str]) -> list[str]:
     return [data[start:end].decode() for start, end in zip([0, *ends[:-1]], ends, strict=True)]
 
 
-class _UnsureError(Exception):
-    """A log row the replay cannot apply as Chroma did."""
+class _Verdict(Enum):
+    UNSURE = "a log row the replay cannot apply as Chroma did"
 
 
 def _row_after(
     record: LogRecord, held: tuple[np.ndarray, str] | None, dimension: int
-) -> tuple[np.ndarray, str] | None:
+) -> tuple[np.ndarray, str] | Literal[_Verdict.UNSURE] | None:
     """The row (vector, message id) a write leaves where `held` was (None: no row).
 
-    Raises:
-        _UnsureError: the row cannot be read, or is not one Chroma would have written.
+    `_Verdict.UNSURE` when the row cannot be read, or is not one Chroma would have written.
     """
     if record.operation == DELETE:
         return None
@@ -370,13 +369,13 @@ def _row_after(
         return held  # ignored, as Chroma does
     owner = _owner(record, held)
     if owner is None:
-        raise _UnsureError
+        return _Verdict.UNSURE
     if record.vector is None:
         if held is None:
-            raise _UnsureError  # a new record without a vector: not Chroma's
+            return _Verdict.UNSURE  # a new record without a vector: not Chroma's
         return held[0], owner
     if record.encoding != "FLOAT32" or len(record.vector) != 4 * dimension:
-        raise _UnsureError
+        return _Verdict.UNSURE
     return np.frombuffer(record.vector, dtype="<f4"), owner
 
 
