@@ -9,6 +9,7 @@ collection, written whole to a temporary name and renamed, so a reader never see
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from langchain_semantic_recall.vectors.chroma_log import ADD, DELETE, UPDATE, Lo
 
 __all__ = ["FORMAT", "Snapshot", "message_id_of"]
 
-FORMAT: Final = "semantic-recall-snapshot-1"
+FORMAT: Final = "semantic-recall-snapshot-2"
 """Recorded in each file; a file of another format is not read."""
 _SUFFIX: Final = ".vectors"
 _MAGIC: Final = b"SRSNAP1\n"
@@ -178,7 +179,7 @@ class Snapshot:
         temporary = folder / f"{name}.{os.getpid()}-{uuid.uuid4().hex}.tmp"
         ids = PackedStrings.of(self.vector_ids)
         owners = PackedStrings.of(self.message_ids)
-        arrays = [self.vectors, ids.blob, ids.ends, owners.blob, owners.ends]
+        arrays = [self.vectors, ids.blob, ids.ends, owners.blob, owners.ends, ids.sorted_order()]
         header = {"format": FORMAT, "collection": self.collection_id, "seq": self.seq}
         try:
             with temporary.open("wb") as file:
@@ -220,11 +221,11 @@ class Snapshot:
             if not isinstance(header, dict) or header.get("format") != FORMAT:
                 return None
             arrays = [_mapped(path, size, *placed) for placed in header["arrays"]]
-            vectors, vector_blob, vector_ends, message_blob, message_ends = arrays
+            vectors, vector_blob, vector_ends, message_blob, message_ends, order = arrays
             snapshot = cls(
                 str(header["collection"]),
                 int(header["seq"]),
-                PackedStrings(vector_blob, vector_ends),
+                PackedStrings(vector_blob, vector_ends, order),
                 PackedStrings(message_blob, message_ends),
                 vectors,
             )
@@ -261,10 +262,14 @@ class Snapshot:
 class PackedStrings(Sequence[str]):
     """Strings as one UTF-8 buffer and their end offsets: read one at a time, as needed."""
 
-    def __init__(self, blob: np.ndarray, ends: np.ndarray) -> None:
-        """`blob` (uint8) holds the strings back to back; `ends[i]` is where string i ends."""
+    def __init__(self, blob: np.ndarray, ends: np.ndarray, order: np.ndarray | None = None) -> None:
+        """`blob` (uint8) holds the strings back to back; `ends[i]` is where string i ends.
+
+        `order`: the indexes of the strings in sorted order (`index_of` searches it).
+        """
         self.blob = blob
         self.ends = ends
+        self.order = order
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> PackedStrings:
@@ -278,25 +283,19 @@ class PackedStrings(Sequence[str]):
     def __len__(self) -> int:
         return len(self.ends)
 
-    def find(self, wanted: set[str], misses: int) -> dict[str, int] | None:
-        """The index of each of `wanted` held; None after `misses` matches inside others."""
-        data = self.blob.tobytes()
-        found: dict[str, int] = {}
-        for text in wanted:
-            needle = text.encode()
-            at = data.find(needle) if needle else -1
-            while at != -1:
-                end = at + len(needle)
-                i = int(np.searchsorted(self.ends, end))
-                start = int(self.ends[i - 1]) if 0 < i <= len(self.ends) else 0
-                if i < len(self.ends) and int(self.ends[i]) == end and start == at:
-                    found[text] = i
-                    break
-                misses -= 1
-                if misses < 0:
-                    return None
-                at = data.find(needle, at + 1)
-        return found
+    def sorted_order(self) -> np.ndarray:
+        """The indexes of the strings in sorted order (what a file keeps for `index_of`)."""
+        if self.order is None:
+            self.order = np.array(sorted(range(len(self)), key=self.__getitem__), np.int64)
+        return self.order
+
+    def index_of(self, text: str) -> int | None:
+        """The index of `text`, by a binary search of `sorted_order` (~17 decodes in 100k)."""
+        order = self.sorted_order()
+        at = bisect.bisect_left(order, text, key=lambda i: self[int(i)])
+        if at < len(order) and self[int(order[at])] == text:
+            return int(order[at])
+        return None
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -323,22 +322,15 @@ def _mapped(path: Path, size: int, at: object, form: str, shape: list[int]) -> n
     return np.memmap(path, dtype=np.dtype(form), mode="r", offset=at, shape=tuple(shape))
 
 
-_FIND_UP_TO: Final = 16
-"""Ids `positions` searches one by one (~1.5 ms each in 100k); more: it decodes all (~45 ms)."""
-_MISSES: Final = 64
-"""Matches inside longer ids after which `positions` decodes every id instead."""
-
-
 def positions(texts: Sequence[str], wanted: set[str]) -> dict[str, int]:
     """The index in `texts` of each string of `wanted` it holds.
 
-    Packed strings are searched in their buffer, without decoding the others.
+    Packed strings are searched in their sorted order, without decoding the others.
     """
-    if isinstance(texts, PackedStrings) and len(wanted) <= _FIND_UP_TO:
-        found = texts.find(wanted, _MISSES)
-        if found is not None:
-            return found
-    return {text: i for i, text in enumerate(strings_of(texts)) if text in wanted}
+    if isinstance(texts, PackedStrings):
+        found = {text: texts.index_of(text) for text in wanted}
+        return {text: i for text, i in found.items() if i is not None}
+    return {text: i for i, text in enumerate(texts) if text in wanted}
 
 
 def strings_of(texts: Sequence[str]) -> list[str]:

@@ -324,20 +324,31 @@ def test_a_tiny_vector_or_query_keeps_its_direction() -> None:
         assert score == pytest.approx(1.0)
 
 
-def test_positions_find_whole_ids_only_and_fall_back_past_many_partial_matches() -> None:
+def test_positions_find_whole_ids_only_by_their_sorted_order() -> None:
     from langchain_semantic_recall.vectors.chroma_snapshot import PackedStrings, positions
 
-    texts = [f"xa{i}" for i in range(100)] + ["a", "é#1"]
+    texts = [f"xa{i}" for i in range(100)] + ["a", "é#1", ""]
     packed = PackedStrings.of(texts)
-    assert positions(packed, {"xa5", "xa50", "a", "é#1", "x", "nope"}) == {
-        "xa5": 5,
-        "xa50": 50,
-        "a": 100,
-        "é#1": 101,
-    }
-    assert packed.find({"a"}, misses=3) is None  # 'a' inside 'xa0', 'xa1', ...: gives up
-    assert positions(packed, {"a"}) == {"a": 100}  # by decoding every id instead
+    wanted = {"xa5", "xa50", "a", "é#1", "x", "nope", "xa", "xa500", ""}
+    assert positions(packed, wanted) == {"xa5": 5, "xa50": 50, "a": 100, "é#1": 101, "": 102}
+    assert [packed[int(i)] for i in packed.sorted_order()] == sorted(texts)
     assert positions(texts, {"xa7"}) == {"xa7": 7}  # not packed: a plain scan
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(st.characters(exclude_characters="\0"), max_size=6), unique=True))
+def test_positions_in_a_file_are_the_ids_own(
+    tmp_path_factory: pytest.TempPathFactory, ids: list[str]
+) -> None:
+    from langchain_semantic_recall.vectors.chroma_snapshot import positions
+
+    folder = tmp_path_factory.mktemp("ids")
+    s = Snapshot.of(Stamp("c1", 1, len(ids)), ids, ids, np.ones((len(ids), DIMENSION)))
+    s.save(folder, "c")
+    loaded = Snapshot.load(folder, "c")
+    assert loaded is not None
+    probes = {*ids[:5], "absent", *(i + "x" for i in ids[:3])}
+    assert positions(loaded.vector_ids, probes) == {i: ids.index(i) for i in probes if i in ids}
 
 
 def test_a_save_never_creates_the_chroma_folder_itself(tmp_path: Path) -> None:
