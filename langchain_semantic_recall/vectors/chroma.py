@@ -20,6 +20,7 @@ import os
 import shutil
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from functools import partial
@@ -258,6 +259,7 @@ class ChromaVectorIndex(VectorIndex):
         """
         for write in self._writes(name, records, self._collections.max_batch()):
             write()
+        self._written(name, records)
         logger.debug("upserted %d vectors into %r", len(records), name)
 
     async def _aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
@@ -268,6 +270,15 @@ class ChromaVectorIndex(VectorIndex):
             return
         writes = await run_in_executor(None, self._writes, name, records, piece)
         await self._gate.run(writes)
+        self._written(name, records)
+
+    def _written(self, name: str, records: Sequence[VectorRecord]) -> None:
+        """Have the written collections' snapshots checked (`ColdSnapshots.written`)."""
+        if self._snapshots is None:
+            return
+        for resource_id, vectors in Counter(record.resource_id for record in records).items():
+            if collection := self._collections.get(name, resource_id, create=False):
+                self._snapshots.written(collection, vectors)
 
     def _writes(self, name: str, records: Sequence[VectorRecord], size: int) -> list[Write]:
         root = self._roots.get(name)
@@ -384,10 +395,7 @@ class ChromaVectorIndex(VectorIndex):
         return nearest_in_collection(collection, vector, k=k) if found is None else found
 
     def _forget_snapshot(self, collection_name: str) -> None:
-        """Delete the collection's snapshot, also with snapshots off (`snapshots_from=0`).
-
-        Another process may have written one.
-        """
+        """Delete the collection's snapshot, also with snapshots off (another wrote one?)."""
         if self._snapshots is not None:
             self._snapshots.forget(collection_name)
         elif self._snapshot_files is not None:

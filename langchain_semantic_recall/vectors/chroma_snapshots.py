@@ -26,11 +26,13 @@ import logging
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Union
 
 import numpy as np
 
@@ -52,6 +54,8 @@ SNAPSHOTS_FROM: Final = 20_000
 or less (a 1,000-vector collection: ~10 ms, `perf_memory.py`)."""
 LOAD_AFTER: Final = 0.25
 """Seconds between a snapshot's first answer and the start of Chroma's load (`_load`)."""
+REBUILD_EVERY: Final = 60.0
+"""Seconds between two builds of one collection's snapshot prompted by writes (`written`)."""
 REWRITE_AFTER: Final = 256
 """Log rows applied at a load from which the snapshot file is written again."""
 _PAGE: Final = 1000
@@ -91,12 +95,13 @@ class ColdSnapshots:
         self._serving: dict[str, Snapshot] = {}  # collection name -> until Chroma loaded it
         self._chroma: set[str] = set()  # collections Chroma answers for in this process
         self._threads: list[threading.Thread] = []
-        self._jobs: queue.SimpleQueue[Collection | tuple[str, Snapshot] | None] = (
-            queue.SimpleQueue()
-        )
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._closing = threading.Event()
         self._pending = 0  # jobs submitted and not done
+        self._checking: set[str] = set()  # collections with a `_Check` queued
+        self._built_at: dict[str, float] = {}  # collection name -> monotonic time
+        self._short: dict[str, int] = {}  # collection name -> vectors short of a snapshot
         self._idle = threading.Condition(self._lock)
         _OPEN.add(self)
 
@@ -131,6 +136,27 @@ class ColdSnapshots:
             return None
         return snapshot.nearest(embedding, k)
 
+    def written(self, collection: Collection, vectors: int) -> None:
+        """Vectors were written to `collection`: check its snapshot in the background.
+
+        Chroma purges its log each time it persists a collection's index (at most 1,000
+        writes apart): from then on the snapshot cannot be brought up to date, and the next
+        process would wait for Chroma's load. The check builds a new one then, at most
+        once per `REBUILD_EVERY` seconds per collection (a build reads every vector). A
+        collection counted below `snapshots_from` is not checked again until `vectors`
+        written since could have brought it there.
+        """
+        with self._lock:
+            short = self._short.get(collection.name, 0) - vectors
+            if short > 0:
+                self._short[collection.name] = short
+                return
+            self._short.pop(collection.name, None)
+            if collection.name in self._checking or not self.building:
+                return
+            self._checking.add(collection.name)
+        self._submit(_Check(collection))
+
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the background loads and builds have ended (benchmarks and tests)."""
         with self._idle:
@@ -162,6 +188,8 @@ class ColdSnapshots:
         with self._lock:
             self._serving.clear()
             self._chroma.clear()
+            self._short.clear()
+            self._built_at.clear()
 
     def close(self) -> None:
         """Stop the builds and background loads (each stops after its current page)."""
@@ -221,7 +249,7 @@ class ColdSnapshots:
 
     # -- building a snapshot -----------------------------------------------------------------
 
-    def _submit(self, job: Collection | tuple[str, Snapshot]) -> None:
+    def _submit(self, job: _Job) -> None:
         if not self.building or self._closing.is_set():
             return
         with self._lock:  # the worker leaves when idle, also under the lock
@@ -245,6 +273,8 @@ class ColdSnapshots:
             try:
                 if isinstance(job, tuple):
                     self._save(*job)
+                elif isinstance(job, _Check):
+                    self._check(job.collection)
                 else:
                     self._build_one(job)
             except Exception as exc:  # a snapshot is an optimisation: Chroma still answers
@@ -254,21 +284,42 @@ class ColdSnapshots:
                     self._pending -= 1
                     self._idle.notify_all()
 
-    def _build_one(self, collection: Collection) -> None:
+    def _check(self, collection: Collection) -> None:
+        """Build a snapshot if the collection's cannot be brought up to date (`written`)."""
+        name = collection.name
+        with self._lock:
+            self._checking.discard(name)
+            if time.monotonic() - self._built_at.get(name, -REBUILD_EVERY) < REBUILD_EVERY:
+                return
+        snapshot = Snapshot.load(self._files, name)
+        if (
+            snapshot is not None
+            and snapshot.collection_id == str(collection.id)
+            and self._log.tail(snapshot.collection_id, snapshot.seq) is not None
+        ):
+            return  # the next process applies the writes since
+        if self._build_one(collection):  # else (written meanwhile) the next write retries
+            with self._lock:
+                self._built_at[name] = time.monotonic()
+
+    def _build_one(self, collection: Collection) -> bool:
         """Read the collection page by page, then apply what was written meanwhile.
 
         A page read after a write shows it (applying the log's row again changes
         nothing); a delete meanwhile can shift a row out of every page: then the count
-        differs from Chroma's and nothing is kept (the next process builds again).
+        differs from Chroma's and nothing is kept. Returns whether a snapshot was written.
         """
         stamp = self._log.stamp(str(collection.id))
         if stamp is None or stamp.count < self.snapshots_from:
-            return
+            if stamp is not None:
+                with self._lock:
+                    self._short[collection.name] = self.snapshots_from - stamp.count
+            return False
         rows: dict[str, np.ndarray] = {}
         offset = 0
         while offset < stamp.count:
             if self._closing.wait(0.001):
-                return
+                return False
             get = partial(collection.get, limit=_PAGE, offset=offset, include=["embeddings"])
             got = read_retrying(get, self._delays)
             if not got["ids"]:
@@ -289,9 +340,10 @@ class ColdSnapshots:
             snapshot = read if tail[0].count == len(read) else None
         if snapshot is None:
             logger.debug("collection %r changed while read: no snapshot", collection.name)
-            return
+            return False
         self._save(collection.name, snapshot)
         logger.info("wrote a snapshot of %d vectors of %r", len(snapshot), collection.name)
+        return True
 
     def _save(self, name: str, snapshot: Snapshot) -> None:
         """Write the file; put it in place only if no vector was deleted since `snapshot`.
@@ -330,6 +382,16 @@ class ColdSnapshots:
         thread.start()
         return thread
 
+
+@dataclass(frozen=True)
+class _Check:
+    """A job: see whether `collection`'s snapshot can still be brought up to date."""
+
+    collection: Collection
+
+
+_Job = Union["Collection", tuple[str, Snapshot], _Check]
+"""Build a collection's snapshot, save one, or check one (`ColdSnapshots._work`)."""
 
 _OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()
 

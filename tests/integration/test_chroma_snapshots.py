@@ -263,10 +263,12 @@ def test_a_snapshot_naming_another_users_messages_never_reaches_the_engines_resu
     assert vectors.snapshots is not None
     vectors.snapshots.wait(60)
     alice = {m.id for m in memory.storage.list_messages(ScopeFilter(resource_id="alice"))}
+    bob = {m.id for m in memory.storage.list_messages(ScopeFilter(resource_id="bob"))}
     memory.close()
     files = folder / "chroma" / FOLDER
-    bobs = next(p.stem for p in files.iterdir() if p.suffix == ".vectors")
-    planted = Snapshot.load(files, bobs)
+    snapshots = {p.stem: Snapshot.load(files, p.stem) for p in files.glob("*.vectors")}
+    bobs = next(name for name, s in snapshots.items() if s and set(s.message_ids) <= bob)
+    planted = snapshots[bobs]
     assert planted is not None
     ids = sorted(alice)  # every other row now names one of alice's messages
     mixed = tuple(ids[i % len(ids)] if i % 2 else m for i, m in enumerate(planted.message_ids))
@@ -365,6 +367,9 @@ def test_a_delete_while_a_build_reads_keeps_no_snapshot(
     index = opened(folder)
     vectors = vectors_of(1, ROWS)
     index.upsert(NAME, [record(f"m{i}", list(map(float, v))) for i, v in enumerate(vectors)])
+    assert index.snapshots is not None
+    index.snapshots.wait(60)  # the build these writes prompted (`written`)
+    snapshot_file(folder).unlink()
     writing_between_pages(
         monkeypatch, folder, lambda other: other.delete(NAME, message_ids=["m3"], resource_id="r1")
     )
@@ -508,3 +513,31 @@ def test_a_long_replay_is_written_back_without_what_was_deleted(
     assert sorted(strings_of(rewritten.vector_ids)) == sorted(expected)
     assert rewritten.hidden is None
     assert rewritten.since is None
+
+
+def test_writes_past_chromas_log_purge_build_a_new_snapshot(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """Chroma purges its log every 1,000 writes: the writing process rebuilds the snapshot,
+    so the next process still starts from one (not from Chroma's load)."""
+    folder, rows = built
+    old = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert old is not None
+    more = dict(zip([f"w{i}" for i in range(1100)], vectors_of(11, 1100), strict=True))
+    index = opened(folder)
+    items = list(more.items())
+    for start in range(0, len(items), 100):  # an agent's writes, in batches
+        index.upsert(NAME, [record(m, list(map(float, v))) for m, v in items[start : start + 100]])
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    chroma_asked.clear()
+    fresh = opened(folder)
+    query = vectors_of(12, 1)[0]
+    found = fresh.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    fresh.close()
+    assert chroma_asked == []  # a snapshot answered: the one the writes rebuilt
+    assert [m for m, _ in found] == [m for m, _ in best({**rows, **more}, query, 5)]
+    rebuilt = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
+    assert rebuilt is not None
+    assert rebuilt.seq > old.seq
