@@ -29,10 +29,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Union
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
@@ -95,11 +94,11 @@ class ColdSnapshots:
         self._serving: dict[str, Snapshot] = {}  # collection name -> until Chroma loaded it
         self._chroma: set[str] = set()  # collections Chroma answers for in this process
         self._threads: list[threading.Thread] = []
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._closing = threading.Event()
         self._pending = 0  # jobs submitted and not done
-        self._checking: set[str] = set()  # collections with a `_Check` queued
+        self._checking: set[str] = set()  # collections with a `_check` queued
         self._built_at: dict[str, float] = {}  # collection name -> monotonic time
         self._short: dict[str, int] = {}  # collection name -> vectors short of a snapshot
         self._idle = threading.Condition(self._lock)
@@ -123,7 +122,7 @@ class ColdSnapshots:
             snapshot = self._open(collection)
             if snapshot is None:
                 self._chroma_answers(name)
-                self._submit(collection)
+                self._submit(partial(self._build_one, collection))
                 return None
             with self._lock:
                 self._serving[name] = snapshot
@@ -155,7 +154,7 @@ class ColdSnapshots:
             if collection.name in self._checking or not self.building:
                 return
             self._checking.add(collection.name)
-        self._submit(_Check(collection))
+        self._submit(partial(self._check, collection))
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the background loads and builds have ended (benchmarks and tests)."""
@@ -222,7 +221,7 @@ class ColdSnapshots:
             return snapshot if stamp.count == len(snapshot) else None
         caught_up = snapshot.replayed(stamp, records)
         if caught_up is not None and len(records) >= REWRITE_AFTER:
-            self._submit((name, caught_up))
+            self._submit(partial(self._save, name, caught_up))
         return caught_up
 
     def _load(self, collection: Collection, embedding: list[float]) -> None:
@@ -249,7 +248,7 @@ class ColdSnapshots:
 
     # -- building a snapshot -----------------------------------------------------------------
 
-    def _submit(self, job: _Job) -> None:
+    def _submit(self, job: Callable[[], object]) -> None:
         if not self.building or self._closing.is_set():
             return
         with self._lock:  # the worker leaves when idle, also under the lock
@@ -271,12 +270,7 @@ class ColdSnapshots:
             if job is None:
                 return
             try:
-                if isinstance(job, tuple):
-                    self._save(*job)
-                elif isinstance(job, _Check):
-                    self._check(job.collection)
-                else:
-                    self._build_one(job)
+                job()
             except Exception as exc:  # a snapshot is an optimisation: Chroma still answers
                 logger.warning("could not write a vector snapshot: %s", exc)
             finally:
@@ -382,16 +376,6 @@ class ColdSnapshots:
         thread.start()
         return thread
 
-
-@dataclass(frozen=True)
-class _Check:
-    """A job: see whether `collection`'s snapshot can still be brought up to date."""
-
-    collection: Collection
-
-
-_Job = Union["Collection", tuple[str, Snapshot], _Check]
-"""Build a collection's snapshot, save one, or check one (`ColdSnapshots._work`)."""
 
 _OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()
 
