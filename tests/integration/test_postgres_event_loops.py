@@ -84,8 +84,12 @@ async def _busy(storage: PostgresStorage, tag: str) -> int:
 
 def child_exit(url: str) -> None:
     """`asyncio.run` with async calls and no `aclose()`, each round a new storage."""
+    # Every storage stays referenced: one collected would close its sync pool's
+    # connection too, at a moment the garbage collector picks, and the count would drift.
+    storages: list[PostgresStorage] = []
     for n in range(ROUNDS):
         storage = _storage(url)
+        storages.append(storage)
         assert asyncio.run(_busy(storage, f"r{n}")) == 6 * (n + 1)
         _settles_at(url, n + 1, f"round {n}: the loop's async pool closed with its loop")
 
