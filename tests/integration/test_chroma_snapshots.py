@@ -279,8 +279,10 @@ def test_a_snapshot_naming_another_users_messages_never_reaches_the_engines_resu
     memory.close()
     assert chroma_asked == []  # the planted snapshot answered
     found = {hit.message.id for hit in hits}
-    assert found  # bob's own rows of the planted snapshot
-    assert found <= set(mixed) - alice
+    assert found & (set(mixed) - alice)  # bob's own rows of the planted snapshot answered
+    # Never alice's. (A row of bob's outside `mixed` is his too: on a loaded machine the
+    # snapshot can be built before his last writes, which then come from Chroma's log.)
+    assert found <= bob
 
 
 def test_chroma_urls_set_or_turn_off_the_snapshots(tmp_path: Path) -> None:
