@@ -27,9 +27,9 @@ from langchain_semantic_recall.formatting import (
     cross_thread_block,
     fit_texts,
 )
-from langchain_semantic_recall.messages import MEMORY_SOURCE, conversation_title, tag_as_memory
+from langchain_semantic_recall.messages import MEMORY_SOURCE, tag_as_memory
 from langchain_semantic_recall.recall_report import RecallReport, build_report
-from langchain_semantic_recall.records import RecallHit, StoredMessage
+from langchain_semantic_recall.records import RecallHit, StoredMessage, conversation_title
 
 logger = logging.getLogger(__name__)
 _BY_ROLE: dict[str, type[HumanMessage | AIMessage]] = {

@@ -27,7 +27,7 @@ from langchain_core.messages import (
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, message_metadata
 from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
-from langchain_semantic_recall.storable import encodable, storable
+from langchain_semantic_recall.storable import check_id, encodable
 
 MEMORY_SOURCE = "memory"
 """Value of `additional_kwargs["source"]` on every message that recall injects."""
@@ -35,10 +35,6 @@ MEMORY_SOURCE = "memory"
 MEMORY_TOOL_SOURCE = "memory_search"
 """Value of `additional_kwargs["source"]` on the memory search tool's answers: stored with
 the conversation (its tool call keeps its result), never handed back by recall."""
-
-TITLE_KEY = "conversation_title"
-"""`additional_kwargs` key a message may carry to name its conversation (its label in
-memory blocks; set by `ingest` from a ChatGPT export's titles)."""
 
 CREATED_AT_KEY = "created_at"
 """`additional_kwargs` key a message may carry to give its own creation time (import)."""
@@ -54,41 +50,6 @@ _CHAT_ROLES: dict[str, Role] = {
     "tool": "tool",
     "function": "tool",
 }
-
-
-def check_id(name: str, value: object) -> str:
-    """`value` if it is a usable id: a non-blank string every backend can store.
-
-    Lone surrogates (text no UTF-8 store can hold) and NUL characters (refused by
-    PostgreSQL) are rejected here, so an id that works on one backend works on all.
-
-    Raises:
-        InvalidInputError: not a string, blank, or holding one of those characters.
-    """
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
-    if not storable(value):
-        raise InvalidInputError(
-            f"{name} {value!r} contains a NUL character or a lone surrogate, which storage "
-            "backends cannot hold; use ids of ordinary text"
-        )
-    return value
-
-
-def check_ids(name: str, values: Iterable[object]) -> list[str]:
-    """`values` as a list if every one is a usable id (`check_id`), in order.
-
-    Checked at once (a thousand ids in ~0.1 ms, one by one ~0.2): the text of them all
-    has no NUL and encodes. Otherwise each is checked, and the first unusable one raises.
-
-    Raises:
-        InvalidInputError: as `check_id`, for the first unusable id.
-    """
-    ids = list(values)
-    texts = [i for i in ids if isinstance(i, str) and i.strip()]
-    if len(texts) == len(ids) and storable("".join(texts)):
-        return texts
-    return [check_id(name, i) for i in ids]
 
 
 def clean_text(text: str) -> str:
@@ -405,14 +366,3 @@ def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> st
             return "tool calls only"
         return "no text"
     return None
-
-
-def conversation_title(record: MessageRecord) -> str | None:
-    """The conversation title a stored message carries (`TITLE_KEY`), if any."""
-    try:
-        data = json.loads(record.payload).get("data", {})
-        kwargs = data.get("additional_kwargs", {}) if isinstance(data, dict) else {}
-    except (ValueError, AttributeError):
-        return None
-    title = kwargs.get(TITLE_KEY) if isinstance(kwargs, dict) else None
-    return title if isinstance(title, str) and title.strip() else None

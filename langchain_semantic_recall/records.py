@@ -5,15 +5,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, TypeAlias
-
-from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from langchain_semantic_recall.filters import (
     MetadataCondition,
     MetadataValue,
     matches_metadata,
 )
+
+if TYPE_CHECKING:  # loaded to (de)serialise a payload: the CLI's `threads` never needs it
+    from langchain_core.messages import BaseMessage
+
+TITLE_KEY = "conversation_title"
+"""`additional_kwargs` key a message may carry to name its conversation (its label in
+memory blocks; set by `ingest` from a ChatGPT export's titles)."""
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
 MetadataItems: TypeAlias = tuple[tuple[str, MetadataValue], ...]
@@ -47,6 +52,8 @@ class MessageRecord:
 
     def to_message(self) -> BaseMessage:
         """The LangChain message, of the same type it was stored as."""
+        from langchain_core.messages import messages_from_dict
+
         return messages_from_dict([json.loads(self.payload)])[0]
 
     @staticmethod
@@ -56,6 +63,8 @@ class MessageRecord:
         Args:
             message: The LangChain message to store.
         """
+        from langchain_core.messages import message_to_dict
+
         return json.dumps(message_to_dict(message), ensure_ascii=False, default=str)
 
 
@@ -297,3 +306,14 @@ class PurgeResult:
 
     storage: CompactResult
     vectors: CompactResult
+
+
+def conversation_title(record: MessageRecord) -> str | None:
+    """The conversation title a stored message carries (`TITLE_KEY`), if any."""
+    try:
+        data = json.loads(record.payload).get("data", {})
+        kwargs = data.get("additional_kwargs", {}) if isinstance(data, dict) else {}
+    except (ValueError, AttributeError):
+        return None
+    title = kwargs.get(TITLE_KEY) if isinstance(kwargs, dict) else None
+    return title if isinstance(title, str) and title.strip() else None

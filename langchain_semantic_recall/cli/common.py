@@ -86,7 +86,7 @@ def an_id(value: str) -> str:
     holds no NUL or lone surrogate.
     """
     from langchain_semantic_recall.errors import InvalidInputError
-    from langchain_semantic_recall.messages import check_id
+    from langchain_semantic_recall.storable import check_id
 
     try:
         return check_id("id", value)
@@ -272,8 +272,7 @@ def thread_messages(storage: MessageStorage, thread_id: str) -> Iterator[StoredM
 
 def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:
     """Conversation titles by thread id, for the threads that have one."""
-    from langchain_semantic_recall.messages import conversation_title
-    from langchain_semantic_recall.records import ScopeFilter
+    from langchain_semantic_recall.records import ScopeFilter, conversation_title
 
     titles: dict[str, str] = {}
     for thread_id in sorted(thread_ids):

@@ -95,7 +95,7 @@ def _register_show(subparsers: Any) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     """`semantic-recall show`: every message of one thread, in order."""
-    from langchain_semantic_recall.messages import conversation_title
+    from langchain_semantic_recall.records import conversation_title
 
     with open_storage(args) as storage:
         owner = require_thread(storage, args.thread, None)

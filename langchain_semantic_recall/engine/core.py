@@ -74,7 +74,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.filters import check_horizon, check_metadata
 from langchain_semantic_recall.formatting import MIN_MAX_CHARS
-from langchain_semantic_recall.messages import check_id, to_messages
+from langchain_semantic_recall.messages import to_messages
 from langchain_semantic_recall.options import (
     DEFAULT_CACHE_SIZE,
     Scope,
@@ -85,6 +85,7 @@ from langchain_semantic_recall.options import (
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan, check_mode_threshold, resolve
+from langchain_semantic_recall.storable import check_id
 from langchain_semantic_recall.storage.base import MessageStorage
 
 T = TypeVar("T")

@@ -33,9 +33,9 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     MissingIdentityError,
 )
-from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
+from langchain_semantic_recall.storable import check_id
 
 AUTH_USER_KEY = "langgraph_auth_user_id"
 """Where a LangGraph server with custom authentication puts the authenticated user's id."""

@@ -32,7 +32,6 @@ from langchain_semantic_recall.filters import MetadataValue
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     build_records,
-    check_id,
     not_stored_reason,
     record_for,
     skip_reason,
@@ -48,6 +47,7 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     VectorRecord,
 )
+from langchain_semantic_recall.storable import check_id
 from langchain_semantic_recall.vectors.base import chunk_id
 
 FORGOTTEN = "thread forgotten"

@@ -19,9 +19,10 @@ from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import write_vectors
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
-from langchain_semantic_recall.messages import check_id, skip_reason
+from langchain_semantic_recall.messages import skip_reason
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
 from langchain_semantic_recall.relevance.model import RelevanceModel
+from langchain_semantic_recall.storable import check_id
 
 
 @dataclass(frozen=True, slots=True)

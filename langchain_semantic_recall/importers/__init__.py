@@ -29,7 +29,7 @@ from langchain_semantic_recall.importers.report import (
     Skipped,
     decode,
 )
-from langchain_semantic_recall.messages import TITLE_KEY
+from langchain_semantic_recall.records import TITLE_KEY
 
 __all__ = [
     "FORMATS",

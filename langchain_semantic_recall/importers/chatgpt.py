@@ -27,7 +27,8 @@ from langchain_semantic_recall.importers.report import (
     Skipped,
     decode,
 )
-from langchain_semantic_recall.messages import CREATED_AT_KEY, TITLE_KEY, parse_time, stable_id
+from langchain_semantic_recall.messages import CREATED_AT_KEY, parse_time, stable_id
+from langchain_semantic_recall.records import TITLE_KEY
 
 __all__ = ["read_chatgpt_conversations", "read_chatgpt_export"]
 

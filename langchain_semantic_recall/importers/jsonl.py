@@ -39,14 +39,13 @@ from langchain_semantic_recall.importers.report import (
 )
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
-    TITLE_KEY,
-    check_id,
     parse_time,
     role_of,
     stable_id,
     text_of,
 )
-from langchain_semantic_recall.records import StoredMessage
+from langchain_semantic_recall.records import TITLE_KEY, StoredMessage
+from langchain_semantic_recall.storable import check_id
 
 __all__ = ["export_lines", "read_jsonl", "read_jsonl_lines"]
 

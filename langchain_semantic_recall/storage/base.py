@@ -36,7 +36,6 @@ from datetime import datetime
 from typing import ClassVar
 
 from langchain_semantic_recall.errors import CompactNotSupportedError, OwnershipError
-from langchain_semantic_recall.messages import check_id
 from langchain_semantic_recall.records import (
     CompactResult,
     Deleted,
@@ -45,6 +44,7 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     ThreadInfo,
 )
+from langchain_semantic_recall.storable import check_id
 from langchain_semantic_recall.storage.checks import (
     before_input,
     check_scope,

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import TypeGuard
 
 from langchain_semantic_recall.errors import InvalidInputError
-from langchain_semantic_recall.messages import check_id, check_ids
 from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
+from langchain_semantic_recall.storable import check_id, check_ids
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -35,13 +35,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from langchain_semantic_recall.errors import SemanticRecallError
 from langchain_semantic_recall.records import MessageRecord
-from langchain_semantic_recall.storage.postings import Document, ResourcePostings
 
-__all__ = ["PostingsCache", "ResourcePostings"]
+if TYPE_CHECKING:  # numpy loads with the first postings built, not with the storage
+    from langchain_semantic_recall.storage.postings import Document, ResourcePostings
+
+__all__ = ["PostingsCache"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +60,17 @@ _COUNT: Final = (
 )
 
 Change: TypeAlias = (
-    tuple[Literal["remove"], str] | tuple[Literal["add"], Document] | tuple[Literal["thread"], str]
+    tuple[Literal["remove"], str]
+    | tuple[Literal["add"], "Document"]
+    | tuple[Literal["thread"], str]
 )
 """A committed write to a resource whose postings are being built, replayed on them."""
+
+
+def _built(rows: Sequence[tuple[str, str, str, str, str | None]]) -> ResourcePostings:
+    from langchain_semantic_recall.storage.postings import ResourcePostings
+
+    return ResourcePostings.build(rows)
 
 
 def _replay(postings: ResourcePostings, journal: Sequence[Change]) -> None:
@@ -192,7 +202,7 @@ class PostingsCache:
                 return None
             except (sqlite3.Error, SemanticRecallError):  # no second connection: build here
                 logger.warning("cannot open %s again; building here", resource_id, exc_info=True)
-        postings = ResourcePostings.build(conn.execute(_LOAD, (resource_id,)).fetchall())
+        postings = _built(conn.execute(_LOAD, (resource_id,)).fetchall())
         self._install(resource_id, postings)
         return postings
 
@@ -233,7 +243,7 @@ class PostingsCache:
         try:
             rows = first + cursor.fetchall()
             reader.execute("COMMIT")
-            postings = ResourcePostings.build(rows)
+            postings = _built(rows)
         except Exception:  # searches keep running in SQL, with the same answers
             message = "keyword postings of %r not built: searched in SQL, tried again next time"
             logger.warning(message, resource_id, exc_info=True)

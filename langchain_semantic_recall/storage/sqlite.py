@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError, StorageError
 from langchain_semantic_recall.keywords import BM25Params, query_terms
@@ -44,7 +44,6 @@ from langchain_semantic_recall.storage.base import (
     thread_of_another,
 )
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
-from langchain_semantic_recall.storage.postings import ResourcePostings as Postings
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
     MIGRATIONS,
@@ -53,6 +52,9 @@ from langchain_semantic_recall.storage.sqlite_schema import (
     is_writable,
     prepare_path,
 )
+
+if TYPE_CHECKING:  # numpy loads with the first postings built, not with the storage
+    from langchain_semantic_recall.storage.postings import ResourcePostings as Postings
 
 __all__ = [
     "MEMORY_PATH",

@@ -12,7 +12,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.cli import common, main
-from langchain_semantic_recall.messages import TITLE_KEY
+from langchain_semantic_recall.records import TITLE_KEY
 from tests.fakes import FakeEmbeddings
 from tests.unit.test_control_tokens import HIDDEN, RLO_SPOOF
 

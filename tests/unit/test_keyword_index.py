@@ -22,7 +22,7 @@ from langchain_core.messages import HumanMessage
 
 from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
-from langchain_semantic_recall.storage.keyword_index import ResourcePostings
+from langchain_semantic_recall.storage.postings import ResourcePostings
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
 WORDS = [
