@@ -7,7 +7,8 @@ Measured with chromadb 1.5.9 (`tests/integration/test_chroma_snapshots.py` check
   log table `embeddings_queue`, numbered by `seq_id` (one counter for every collection),
   with its operation, its vector (`FLOAT32` bytes) and its metadata (JSON);
 * the collection's metadata segment applies each write as it is made and records the
-  number of the last one in `max_seq_id`; its rows in `embeddings` are the live records;
+  number of the last one in `max_seq_id`; its rows in `embeddings` are the live records,
+  each with the number of its last write (an upsert or update renumbers it; never purged);
 * the log is purged from the oldest rows once the HNSW segment has persisted them (every
   `sync_threshold` records); a collection's newest row is kept.
 
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, TypeGuard, TypeVar
 
 __all__ = ["ADD", "DELETE", "UPDATE", "UPSERT", "ChromaLog", "LogRecord", "Stamp"]
 
@@ -42,6 +43,7 @@ SELECT s.id, m.seq_id FROM segments AS s LEFT JOIN max_seq_id AS m ON m.segment_
 WHERE s.collection = ? AND s.scope = 'METADATA'
 """
 _COUNT: Final = "SELECT count(*) FROM embeddings WHERE segment_id = ?"
+_LIVE: Final = "SELECT embedding_id, seq_id FROM embeddings WHERE segment_id = ?"
 _HOLDS: Final = "SELECT count(*) FROM embeddings_queue WHERE seq_id = ? AND topic LIKE ?"
 _TAIL: Final = """
 SELECT seq_id, operation, id, vector, encoding, metadata FROM embeddings_queue
@@ -93,6 +95,14 @@ class ChromaLog:
         """
         return self._read(lambda cursor: _tail(cursor, collection_id, after))
 
+    def live(self, collection_id: str) -> tuple[Stamp, dict[str, int]] | None:
+        """The collection's state and the number of each live record's last write.
+
+        Read in one transaction, from the rows Chroma keeps for as long as the records
+        live: what changed since a purged write can still be told. None if unreadable.
+        """
+        return self._read(lambda cursor: _live(cursor, collection_id))
+
     def _read(self, read: Callable[[sqlite3.Cursor], _T | None]) -> _T | None:
         """`read(cursor)` inside one read transaction; None (logged) if it cannot be read."""
         if not self._path.is_file():
@@ -128,16 +138,42 @@ def _tail(
 
 
 def _stamp(cursor: sqlite3.Cursor, collection_id: str) -> Stamp | None:
+    found = _segment(cursor, collection_id)
+    if found is None:
+        return None
+    segment, seq = found
+    count = cursor.execute(_COUNT, (segment,)).fetchone()[0]
+    return Stamp(collection_id, seq, int(count))
+
+
+def _live(cursor: sqlite3.Cursor, collection_id: str) -> tuple[Stamp, dict[str, int]] | None:
+    found = _segment(cursor, collection_id)
+    if found is None:
+        return None
+    segment, seq = found
+    written: dict[str, int] = {}
+    for vector_id, number in cursor.execute(_LIVE, (segment,)):
+        if not (isinstance(vector_id, str) and _is_number(number)):
+            return None  # another version's encoding
+        written[vector_id] = number
+    return Stamp(collection_id, seq, len(written)), written
+
+
+def _segment(cursor: sqlite3.Cursor, collection_id: str) -> tuple[str, int] | None:
+    """The collection's metadata segment and the number of its last write (0: none)."""
     rows = cursor.execute(_STAMP, (collection_id,)).fetchall()
     if len(rows) != 1:
         return None
     segment, seq = rows[0]
     if seq is None:
         seq = 0  # never written
-    if not isinstance(seq, int) or isinstance(seq, bool):
+    if not (isinstance(segment, str) and _is_number(seq)):
         return None  # another version's encoding
-    count = cursor.execute(_COUNT, (segment,)).fetchone()[0]
-    return Stamp(collection_id, seq, int(count))
+    return segment, seq
+
+
+def _is_number(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _record(row: tuple[object, ...]) -> LogRecord | None:

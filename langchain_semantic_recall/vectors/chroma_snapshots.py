@@ -13,10 +13,13 @@ A snapshot is used only when it is exactly the collection's content by Chroma's 
 still in the log and, applied, leave as many vectors as Chroma counts. Otherwise Chroma
 answers, as without one, and a new snapshot is built in the background: a page of vectors
 at a time, then brought up to date from the log like a snapshot at load (a delete
-meanwhile can shift a row out of the pages: then none is kept). Deleting vectors through
-the index deletes the collection's snapshot, so a forgotten message's vector does not
-outlive it there; the purge (`compact`) replaces the whole folder, snapshots included. A
-process stops its builds at exit (a page at most).
+meanwhile can shift a row out of the pages: then none is kept). A process that writes
+past Chroma's purge of its log refreshes the snapshot instead of building it again:
+Chroma's live rows number each record's last write, so only the records written since
+are read (a record deleted since, or many changes, make it a full build). Deleting
+vectors through the index deletes the collection's snapshot, so a forgotten message's
+vector does not outlive it there; the purge (`compact`) replaces the whole folder,
+snapshots included. A process stops its builds at exit (a page at most).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -36,7 +40,7 @@ from typing import TYPE_CHECKING, Final
 import numpy as np
 
 from langchain_semantic_recall.vectors.chroma_log import DELETE, ChromaLog
-from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of, positions
 from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
 
 if TYPE_CHECKING:
@@ -98,6 +102,7 @@ class ColdSnapshots:
         self._worker: threading.Thread | None = None
         self._closing = threading.Event()
         self._pending = 0  # jobs submitted and not done
+        self._dropping = False  # `close(finish_checks=False)`: queued jobs are skipped
         self._checking: set[str] = set()  # collections with a `_check` queued
         self._built_at: dict[str, float] = {}  # collection name -> monotonic time
         self._short: dict[str, int] = {}  # collection name -> vectors short of a snapshot
@@ -190,14 +195,20 @@ class ColdSnapshots:
             self._short.clear()
             self._built_at.clear()
 
-    def close(self) -> None:
-        """Stop the builds and background loads (each stops after its current page)."""
+    def close(self, *, finish_checks: bool = True) -> None:
+        """Stop the builds and background loads (each stops after its current page).
+
+        What the last writes queued still runs (`finish_checks`): a refresh reads only
+        what changed, and a full build stops at its first page. So a process that writes
+        a few turns and closes leaves a snapshot for the next one. At interpreter exit
+        (`_stop_all`) nothing queued runs.
+        """
         self._closing.set()
         self._jobs.put(None)
         with self._idle:
             threads = [*self._threads, *([self._worker] if self._worker else [])]
             self._serving.clear()
-            self._pending = 0  # what is still queued is dropped
+            self._dropping = not finish_checks
             self._idle.notify_all()
         for thread in threads:
             if thread is not threading.current_thread():
@@ -258,7 +269,7 @@ class ColdSnapshots:
                 self._worker = self._started(self._work)
 
     def _work(self) -> None:
-        while not self._closing.is_set():
+        while True:  # until `close`'s None: the jobs queued before it run (or are dropped)
             try:
                 job = self._jobs.get(timeout=_IDLE)
             except queue.Empty:
@@ -270,7 +281,8 @@ class ColdSnapshots:
             if job is None:
                 return
             try:
-                job()
+                if not self._dropping:
+                    job()
             except Exception as exc:  # a snapshot is an optimisation: Chroma still answers
                 logger.warning("could not write a vector snapshot: %s", exc)
             finally:
@@ -286,12 +298,11 @@ class ColdSnapshots:
             if time.monotonic() - self._built_at.get(name, -REBUILD_EVERY) < REBUILD_EVERY:
                 return
         snapshot = Snapshot.load(self._files, name)
-        if (
-            snapshot is not None
-            and snapshot.collection_id == str(collection.id)
-            and self._log.tail(snapshot.collection_id, snapshot.seq) is not None
-        ):
-            return  # the next process applies the writes since
+        if snapshot is not None and snapshot.collection_id == str(collection.id):
+            if self._log.tail(snapshot.collection_id, snapshot.seq) is not None:
+                return  # the next process applies the writes since
+            if self._refresh(collection, snapshot):
+                return  # once per purge of the log at most: no throttle
         if self._build_one(collection):  # else (written meanwhile) the next write retries
             with self._lock:
                 self._built_at[name] = time.monotonic()
@@ -325,7 +336,57 @@ class ColdSnapshots:
         owners = self._owners(collection, [vector_id for vector_id in ids if "#" in vector_id])
         matrix = np.vstack(list(rows.values()))
         read = Snapshot.of(stamp, ids, [owners.get(i, i) for i in ids], matrix)
-        tail = self._log.tail(stamp.collection_id, stamp.seq)
+        return self._caught_up(collection.name, read)
+
+    def _refresh(self, collection: Collection, stale: Snapshot) -> bool:
+        """Bring a snapshot up to date that Chroma's log no longer can: read only what changed.
+
+        Chroma's live records keep the number of their last write (`ChromaLog.live`): a
+        record written after the snapshot is read from Chroma (this process has its index
+        loaded), every other row is still exact. A record deleted since (the count tells)
+        or many changes leave it to a full build. ~0.1 s at 100k where a build reads for
+        3-8 s, so it ends before a process that writes a few turns and closes.
+        """
+        live = self._log.live(stale.collection_id)
+        if live is None:
+            return False
+        stamp, written = live
+        changed = sorted(vector_id for vector_id, seq in written.items() if seq > stale.seq)
+        if stamp.count < self.snapshots_from or len(changed) > stamp.count // 4:
+            return False
+        flat = stale.flat()
+        rewritten = positions(flat.vector_ids, set(changed))
+        if len(flat) - len(rewritten) + len(changed) != stamp.count:
+            return False  # a row of the snapshot was deleted since: it must not stay
+        hidden = np.zeros(len(flat), dtype=bool)
+        hidden[list(rewritten.values())] = True
+        got: dict[str, tuple[np.ndarray, str]] = {}
+        for start in range(0, len(changed), _PAGE):
+            page = changed[start : start + _PAGE]
+            get = partial(collection.get, ids=page, include=["embeddings", "metadatas"])
+            read = read_retrying(get, self._delays)
+            found = read["metadatas"]
+            metadatas: list[object] = list(found) if found else [None] * len(read["ids"])
+            vectors = np.asarray(read["embeddings"], dtype=np.float32)
+            for vector_id, vector, metadata in zip(read["ids"], vectors, metadatas, strict=True):
+                got[vector_id] = (vector, message_id_of(vector_id, metadata))
+        since = Snapshot.of(
+            stamp,
+            list(got),
+            [owner for _, owner in got.values()],
+            np.vstack([v for v, _ in got.values()]) if got else flat.vectors[:0],
+        )
+        at_stamp = replace(
+            flat,
+            seq=stamp.seq,
+            hidden=hidden if hidden.any() else None,
+            since=since if len(since) else None,
+        )
+        return self._caught_up(collection.name, at_stamp)
+
+    def _caught_up(self, name: str, read: Snapshot) -> bool:
+        """Apply to `read` what was written while it was read, and save it if exact."""
+        tail = self._log.tail(read.collection_id, read.seq)
         if tail is None:
             snapshot = None
         elif tail[1]:
@@ -333,10 +394,10 @@ class ColdSnapshots:
         else:
             snapshot = read if tail[0].count == len(read) else None
         if snapshot is None:
-            logger.debug("collection %r changed while read: no snapshot", collection.name)
+            logger.debug("collection %r changed while read: no snapshot", name)
             return False
-        self._save(collection.name, snapshot)
-        logger.info("wrote a snapshot of %d vectors of %r", len(snapshot), collection.name)
+        self._save(name, snapshot)
+        logger.info("wrote a snapshot of %d vectors of %r", len(snapshot), name)
         return True
 
     def _save(self, name: str, snapshot: Snapshot) -> None:
@@ -384,4 +445,4 @@ _OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()
 def _stop_all() -> None:
     """At exit, stop every build before Chroma's client is torn down under it."""
     for snapshots in list(_OPEN):
-        snapshots.close()
+        snapshots.close(finish_checks=False)

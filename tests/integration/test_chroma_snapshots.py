@@ -10,7 +10,9 @@ tests/unit/test_chroma_snapshot.py.
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,12 @@ from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors import chroma as chroma_module
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex, resource_collection_name
-from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot
-from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER
+from langchain_semantic_recall.vectors.chroma_log import ChromaLog
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, strings_of
+from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER, ColdSnapshots
 from tests.conformance.vector_suite import DIMENSION, MODEL, record
 from tests.fakes import FakeEmbeddings
+from tests.integration.conftest import wait_until
 
 NAME = "snap-idx"
 SCOPE = ScopeFilter(resource_id="r1")
@@ -543,3 +547,122 @@ def test_writes_past_chromas_log_purge_build_a_new_snapshot(
     rebuilt = Snapshot.load(folder / FOLDER, resource_collection_name(NAME, "r1"))
     assert rebuilt is not None
     assert rebuilt.seq > old.seq
+
+
+def _rewrite_ten_records_past_the_log_purge(index: ChromaVectorIndex) -> dict[str, np.ndarray]:
+    """Write m0..m9 110 times (1,100 log rows: Chroma persists and purges its log)."""
+    latest: dict[str, np.ndarray] = {}
+    for turn in range(110):
+        batch = dict(zip([f"m{i}" for i in range(10)], vectors_of(100 + turn, 10), strict=True))
+        index.upsert(NAME, [record(m, list(map(float, v))) for m, v in batch.items()])
+        latest.update(batch)
+    return latest
+
+
+@pytest.fixture
+def full_builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The collections whose snapshot was built by reading every vector."""
+    builds: list[str] = []
+    real = ColdSnapshots._build_one
+
+    def spy(self: ColdSnapshots, collection: Any) -> bool:
+        builds.append(collection.name)
+        return real(self, collection)
+
+    monkeypatch.setattr(ColdSnapshots, "_build_one", spy)
+    return builds
+
+
+def test_records_rewritten_past_chromas_log_purge_are_read_again_not_every_vector(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str], full_builds: list[str]
+) -> None:
+    """The log no longer vouches for the snapshot, but Chroma's live rows number each
+    record's last write: the writer reads the ten it rewrote, and the next process starts
+    from a snapshot holding exactly their newest vectors."""
+    folder, rows = built
+    name = resource_collection_name(NAME, "r1")
+    old = Snapshot.load(folder / FOLDER, name)
+    assert old is not None
+    index = opened(folder)
+    latest = {**rows, **_rewrite_ten_records_past_the_log_purge(index)}
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    assert full_builds == []
+    refreshed = Snapshot.load(folder / FOLDER, name)
+    assert refreshed is not None
+    assert refreshed.seq > old.seq
+    tail = ChromaLog(folder).tail(refreshed.collection_id, refreshed.seq)
+    assert tail is not None  # the log vouches for it again (the reader replays the rest)
+    current = refreshed.replayed(*tail) if tail[1] else refreshed
+    assert current is not None
+    flat = current.flat()
+    ids = strings_of(flat.vector_ids)
+    assert sorted(ids) == sorted(latest)
+    for i, vector_id in enumerate(ids):
+        unit = latest[vector_id] / np.linalg.norm(latest[vector_id])
+        np.testing.assert_allclose(flat.vectors[i], unit, atol=1e-5)
+    chroma_asked.clear()
+    fresh = opened(folder)
+    query = latest["m3"]
+    found = fresh.nearest(NAME, list(map(float, query)), k=5, scope=SCOPE)
+    fresh.close()
+    assert chroma_asked == []
+    assert [m for m, _ in found] == [m for m, _ in best(latest, query, 5)]
+
+
+def test_a_refresh_never_keeps_a_record_deleted_elsewhere(
+    built: tuple[Path, dict[str, np.ndarray]], full_builds: list[str]
+) -> None:
+    """A delete that left the snapshot file (plain chromadb, an older version) makes the
+    count disagree: the writer reads every vector again, and the deleted one is gone."""
+    folder, rows = built
+    name = resource_collection_name(NAME, "r1")
+    client = chromadb.PersistentClient(
+        path=str(folder), settings=Settings(anonymized_telemetry=False)
+    )
+    client.get_collection(name).delete(ids=["m50"])
+    assert snapshot_file(folder).exists()
+    index = opened(folder)
+    _rewrite_ten_records_past_the_log_purge(index)
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    assert full_builds == [name]
+    rebuilt = Snapshot.load(folder / FOLDER, name)
+    assert rebuilt is not None
+    assert "m50" not in strings_of(rebuilt.flat().vector_ids)
+    assert len(rebuilt) == len(rows) - 1
+
+
+def test_a_writer_that_closes_at_once_leaves_a_snapshot_for_the_next_process(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    folder, rows = built
+    index = opened(folder)
+    latest = {**rows, **_rewrite_ten_records_past_the_log_purge(index)}
+    index.close()  # no wait: what the last writes queued runs within close
+    chroma_asked.clear()
+    fresh = opened(folder)
+    found = fresh.nearest(NAME, list(map(float, latest["m3"])), k=5, scope=SCOPE)
+    fresh.close()
+    assert chroma_asked == []
+    assert [m for m, _ in found] == [m for m, _ in best(latest, latest["m3"], 5)]
+
+
+@pytest.mark.parametrize("finish_checks", [True, False])
+def test_close_runs_the_queued_checks_except_at_exit(tmp_path: Path, finish_checks: bool) -> None:
+    index = opened(tmp_path / "chroma")
+    snapshots = index.snapshots
+    assert snapshots is not None
+    release = threading.Event()
+    ran: list[str] = []
+    snapshots._submit(lambda: release.wait(30))  # the worker is busy: the next job waits
+    snapshots._submit(lambda: ran.append("check"))
+    closer = threading.Thread(target=partial(snapshots.close, finish_checks=finish_checks))
+    closer.start()
+    wait_until(snapshots._closing.is_set, timeout=30, what="close started")
+    release.set()
+    closer.join(30)
+    index.close()
+    assert ran == (["check"] if finish_checks else [])
