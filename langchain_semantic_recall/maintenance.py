@@ -27,6 +27,8 @@ def forget_thread(self: SemanticRecall, thread_id: str, *, resource_id: str | No
     Its id is retired: a later `index` of it stores nothing and says so (`result.forgotten`);
     graph nodes and the middleware raise `ForgottenThreadError`. Idempotent: call it again
     if it raised. A thread of another resource than the call's raises `OwnershipError`.
+    An id under which nothing was ever stored is not retired (returns 0): no caller can
+    reserve the id of a conversation another resource has yet to start.
 
     Args:
         thread_id: The thread to forget.

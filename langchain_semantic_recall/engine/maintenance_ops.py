@@ -105,6 +105,8 @@ def forget_thread_op(
 ) -> Op[int]:
     """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
 
+    A thread id that holds nothing and was never forgotten is left as it is (returns 0).
+
     Raises:
         OwnershipError: `resource_id` (the call's owner) is given and the thread
             belongs to another one; nothing is deleted.
@@ -113,6 +115,11 @@ def forget_thread_op(
     if resource_id is not None:
         check_id("resource_id", resource_id)
     owner = yield from owned_thread(thread_id, resource_id)
+    if owner is None and retire and not (yield steps.IsForgotten(thread_id)):
+        # Nothing was ever stored under it: retiring it would let any caller reserve an
+        # id that another resource's conversation may start under. (A forgotten one goes
+        # on: a retry after a failure still deletes its vectors.)
+        return 0
     deleted = yield steps.DeleteThread(thread_id, retire=retire)
     yield steps.ClearCaches()  # it holds recent texts
     info = yield from space.resolve()

@@ -8,9 +8,10 @@ import statement, even one inside a function (which the first check cannot see).
 
 Then what each command loads, run in a fresh interpreter (issue 24: ``--help`` in 0.5 s,
 ``threads`` / ``show`` / ``stats`` in 1 s): ``--help`` loads none of LangChain, numpy or
-chromadb; ``threads`` and ``show`` read the SQLite file alone (none of chromadb, LangChain or
-numpy: ~0.2 s in all, where those imports took 0.5-1.4 s more); ``stats`` opens the vector index but neither the engine class (a LangChain
-``Runnable``: its import loads the tracers, ~0.3 s) nor the model.
+chromadb; ``threads`` and ``show`` read the SQLite file alone (none of chromadb,
+LangChain or numpy: ~0.2 s in all, where those imports took 0.5-1.4 s more); ``stats``
+opens the vector index but neither the engine class (a LangChain ``Runnable``: its import
+loads the tracers, ~0.3 s) nor the model.
 """
 
 from __future__ import annotations

@@ -201,6 +201,15 @@ class ForgettingSuite:
         assert [(f.fate, f.reason) for f in result.fates] == [("skipped", "thread forgotten")] * 2
         assert_gone(rig, self.GONE, thread_id="t1")
 
+    def test_forgetting_an_id_that_holds_nothing_reserves_it_for_no_one(self, rig: Rig) -> None:
+        assert rig.engine.forget_thread("shared", resource_id="alice") == 0
+        result = rig.engine.index(exchange("bobs", 500), thread_id="shared", resource_id="bob")
+        assert not result.forgotten
+        assert len(result.stored) == 2
+        assert visible(rig, thread_id="b-ask", resource_id="bob", query="lisbon") >= {"500"}
+        with pytest.raises(OwnershipError):  # and now it is bob's
+            rig.engine.forget_thread("shared", resource_id="alice")
+
     def test_after_forget_resource_a_new_thread_starts_from_nothing(self, rig: Rig) -> None:
         rig.engine.forget_resource("alice")
         rig.engine.index(exchange("back", 400), thread_id="t9", resource_id="alice")
@@ -634,7 +643,8 @@ class IsolationMachine(RuleBasedStateMachine):
             return
         expected = sum(1 for m in self.model.messages.values() if m.thread == thread)
         assert self.rig.engine.forget_thread(thread, resource_id=claim) == expected
-        self.model.forget(thread)
+        if owner is not None or thread in self.model.forgotten:
+            self.model.forget(thread)  # an id that never held anything is not retired
 
     @rule(data=st.data())
     def forget_resource(self, data: st.DataObject) -> None:
