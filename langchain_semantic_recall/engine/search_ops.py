@@ -110,17 +110,25 @@ def hits_op(
     now = request.now or datetime.now(UTC)
     scope = request.narrowing.applied(scope, now)
     plan = request.plan
-    return _without_echoes((yield from _search_in(space, request.query, scope, plan, now)))
+    return _shown((yield from _search_in(space, request.query, scope, plan, now)))
 
 
-def _without_echoes(hits: Sequence[RecallHit]) -> list[RecallHit]:
-    """The hits less the memory search tool's stored answers: recalled once, not again."""
+def _shown(hits: Sequence[RecallHit]) -> list[RecallHit]:
+    """The hits less what is never shown (in hits, windows or the memory block).
+
+    The memory search tool's stored answers (recalled once, not again), and messages
+    without text (an image, a bare tool call: nothing but an empty line in the block).
+    """
     kept = []
     for hit in hits:
-        window = tuple(m for m in hit.window if not echoes_memory(m))
-        if window and not echoes_memory(hit.message):
+        window = tuple(m for m in hit.window if _showable(m))
+        if window and _showable(hit.message):
             kept.append(replace(hit, window=window))
     return kept
+
+
+def _showable(message: StoredMessage) -> bool:
+    return bool(message.text.strip()) and not echoes_memory(message)
 
 
 def _search_in(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -10,6 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 
 from langchain_semantic_recall import (
     ForgottenThreadError,
+    InMemoryStorage,
     InvalidInputError,
     InvalidOptionError,
     MissingIdentityError,
@@ -176,6 +178,41 @@ def test_tool_calls_and_results_are_stored_but_not_embedded(
     assert outcome.skipped == {"c": "tool calls only", "tr": "tool message"}
     assert embeddings.embedded_texts == ["weather?", "It is sunny"]
     assert storage.inner.count() == 4
+
+
+@pytest.mark.parametrize("search_mode", ["hybrid", "dense", "keyword"])
+def test_messages_without_text_are_never_shown(
+    make_engine: EngineFactory, search_mode: str
+) -> None:
+    """An image, an empty message, a bare tool call: stored, but no hit, no window line,
+    no empty line in the memory block (they were once shown as `User: `)."""
+    engine = make_engine(storage=InMemoryStorage(), search_mode=search_mode, message_range=3)
+    image = HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:,x"}}], id="img")
+    call = AIMessage("", id="call", tool_calls=[{"name": "w", "args": {"c": "tea"}, "id": "x"}])
+    engine.index(
+        [
+            HumanMessage("I drink green tea every morning", id="tea"),
+            AIMessage("Green tea every morning, noted.", id="ok"),
+            HumanMessage("", id="empty"),
+            image,
+            call,
+            HumanMessage("more green tea tomorrow morning", id="more"),
+        ],
+        thread_id="t1",
+        resource_id="r",
+    )
+    options = {} if search_mode == "keyword" else {"threshold": 0.0}  # (keyword: no threshold)
+    hits = engine.search("green tea morning", thread_id="t2", resource_id="r", **options)
+    shown = {m.id for hit in hits for m in (hit.message, *hit.window)}
+    assert "tea" in shown
+    assert not shown & {"empty", "img", "call"}
+    block = recalled(
+        engine.recall([HumanMessage("green tea morning")], thread_id="t2", resource_id="r")
+    )
+    assert block
+    text = "\n".join(str(m.content) for m in block)
+    assert "green tea every morning" in text
+    assert not re.search(r"(User|Assistant): *$", text, re.MULTILINE), text
 
 
 def test_recalled_tool_pairs_never_reach_the_model_half_cut(make_engine: EngineFactory) -> None:
