@@ -21,6 +21,7 @@ import doctest
 import inspect
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,19 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
     assert hybrid.threshold is None
     assert "| `threshold` | `None` |" in text
     assert f"a budget of {hybrid.message_budget} messages" in text
+
+
+def test_the_version_is_the_one_the_newest_migration_page_describes() -> None:
+    """pyproject.toml's version (what `--version` reports) is the release the docs speak of."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    release = tuple(int(n) for n in project["version"].split(".")[:2])
+    pages = (ROOT / "docs").glob("migration-*.md")
+    newest = max(tuple(int(n) for n in p.stem.removeprefix("migration-").split(".")) for p in pages)
+    major, minor = newest
+    assert release == newest, f"version {project['version']}, docs/migration-{major}.{minor}.md"
+    assert f"From {major}.{minor - 1}: [docs/migration-{major}.{minor}.md]" in README.read_text(
+        encoding="utf-8"
+    )
 
 
 def test_json_examples_are_our_import_format() -> None:
