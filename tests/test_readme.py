@@ -250,6 +250,27 @@ def test_the_version_is_the_one_the_newest_migration_page_describes() -> None:
     )
 
 
+def test_the_readme_gives_the_unit_tiers_time_as_testing_md_and_the_makefile_do() -> None:
+    testing = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    row = next(line for line in testing.splitlines() if line.startswith("| unit |"))
+    found = re.search(r"within \d+ minutes?", row)
+    assert found is not None, row
+    said = found.group()
+    assert f"`make unit` alone is the offline\ntier, {said}" in README.read_text(encoding="utf-8")
+    assert f"make unit   the fast offline tier alone (tests/unit, {said}" in (
+        ROOT / "Makefile"
+    ).read_text(encoding="utf-8")
+
+
+def test_the_readme_says_which_extras_the_notebooks_need_with_an_openai_key() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    assert {"notebooks", "openai"} <= extras.keys()
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert 'install `".[notebooks,openai]"`' in text
+
+
 def test_json_examples_are_our_import_format() -> None:
     for block in all_blocks():
         if block.language == "json":
