@@ -21,6 +21,7 @@ import doctest
 import inspect
 import re
 import shlex
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -234,6 +235,40 @@ def test_the_options_table_lists_every_option_with_its_current_default() -> None
     assert hybrid.threshold is None
     assert "| `threshold` | `None` |" in text
     assert f"a budget of {hybrid.message_budget} messages" in text
+
+
+def test_the_version_is_the_one_the_newest_migration_page_describes() -> None:
+    """pyproject.toml's version (what `--version` reports) is the release the docs speak of."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    release = tuple(int(n) for n in project["version"].split(".")[:2])
+    pages = (ROOT / "docs").glob("migration-*.md")
+    newest = max(tuple(int(n) for n in p.stem.removeprefix("migration-").split(".")) for p in pages)
+    major, minor = newest
+    assert release == newest, f"version {project['version']}, docs/migration-{major}.{minor}.md"
+    assert f"From {major}.{minor - 1}: [docs/migration-{major}.{minor}.md]" in README.read_text(
+        encoding="utf-8"
+    )
+
+
+def test_the_readme_gives_the_unit_tiers_time_as_testing_md_and_the_makefile_do() -> None:
+    testing = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
+    row = next(line for line in testing.splitlines() if line.startswith("| unit |"))
+    found = re.search(r"within \d+ minutes?", row)
+    assert found is not None, row
+    said = found.group()
+    assert f"`make unit` alone is the offline\ntier, {said}" in README.read_text(encoding="utf-8")
+    assert f"make unit   the fast offline tier alone (tests/unit, {said}" in (
+        ROOT / "Makefile"
+    ).read_text(encoding="utf-8")
+
+
+def test_the_readme_says_which_extras_the_notebooks_need_with_an_openai_key() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]
+    assert {"notebooks", "openai"} <= extras.keys()
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert 'install `".[notebooks,openai]"`' in text
 
 
 def test_json_examples_are_our_import_format() -> None:

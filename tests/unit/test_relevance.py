@@ -290,6 +290,33 @@ def test_a_message_carries_how_well_its_neighbours_match() -> None:
     assert rows[1, DIRECT.index("user")] == 1.0
 
 
+@pytest.mark.parametrize(
+    ("budget", "threshold", "seqs"),
+    [(5, None, [0, 1, 2, 3, 5]), (None, 0.45, [0, 2, 3])],
+)
+def test_a_window_keeps_its_likeliest_messages_so_it_can_have_gaps(
+    monkeypatch: pytest.MonkeyPatch, budget: int | None, threshold: float | None, seqs: list[int]
+) -> None:
+    """docs/guide.md: a hit at seq 2 may come back with seqs 0, 1, 2, 3 and 5."""
+    thread = [stored(n, f"message {n}", ("user", "assistant")[n % 2]) for n in range(6)]
+    chances = {"m0": 0.5, "m1": 0.4, "m2": 0.9, "m3": 0.6, "m4": 0.01, "m5": 0.3}
+    monkeypatch.setattr(RelevanceModel, "probabilities", lambda *_: chances)
+    monkeypatch.setattr(RelevanceModel, "share", lambda *_: 1.0)
+    model = default_model()
+    assert (model.before, model.after) == (2, 3)  # every message of the thread is in reach
+    query = Query.build(
+        "message",
+        [("m2", 0.8)],
+        [],
+        {m.id: m for m in thread},
+        QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=-1.0),
+        None,
+    )
+    hits = model.select(query, ["m2"], {"m2": thread}, 6, budget=budget, threshold=threshold)
+    assert [[m.seq for m in hit.window] for hit in hits] == [seqs]
+    assert hits[0].message.id == "m2"
+
+
 # --- the data file and other embedders -------------------------------------------------------
 
 
