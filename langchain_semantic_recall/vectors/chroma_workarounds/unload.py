@@ -41,7 +41,9 @@ This module imports nothing of the package.
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -49,7 +51,13 @@ from typing import Any, Final
 
 from chromadb.api.rust import RustBindingsAPI
 
-__all__ = ["RestartingBindings", "chroma_capacity", "protect", "restart_around"]
+__all__ = [
+    "RestartingBindings",
+    "chroma_capacity",
+    "protect",
+    "release_freed_memory",
+    "restart_around",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -157,8 +165,9 @@ class RestartingBindings:
         server = self._server
         server.hnsw_cache_size = self._limit * _POOL_ROOM
         server.start()  # reads hnsw_cache_size; the old bindings are dropped with _inner
-        self._inner = server.bindings
+        self._inner = server.bindings  # the old bindings go: their indexes are freed
         server.bindings = self
+        release_freed_memory()
         self._touched.clear()
         self.restarts += 1
         logger.debug("unloaded Chroma's indexes (bound: %d collections)", self._limit)
@@ -205,6 +214,25 @@ def restart_around(server: Any, between: Callable[[], None]) -> None:
         between()
     finally:
         server.start()
+
+
+def release_freed_memory() -> bool:
+    """Hand the memory allocator's free pages back to the system (glibc); whether it could.
+
+    Chroma's threads allocate the indexes in glibc's per-thread arenas. Freed by an
+    unload, those pages stayed with the process, and the indexes loaded next (by other
+    threads) did not reuse them: unloading every 20 collections, a process grew ~1.5 MB
+    for each collection it had ever touched (docs/performance.md, issue 24); calling
+    `malloc_trim` after each unload kept it level. Elsewhere (musl, macOS) a no-op.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return False
+    trim(0)
+    return True
 
 
 def chroma_capacity() -> int:
