@@ -110,7 +110,8 @@ def register(subparsers: Any) -> None:
         help="load conversations from a JSONL file or a ChatGPT export",
         description=(
             "Load conversations into the store: our JSONL format (one message a line: "
-            "resource, thread, role, content, optional id, created_at, title) or a ChatGPT "
+            "resource, thread, role, content, optional id, created_at, title, metadata, "
+            "message; a line with another key is reported, not loaded) or a ChatGPT "
             "export (conversations.json, or the .zip that holds it; its main branch). "
             "Idempotent: messages already stored are skipped, so a second run adds nothing "
             "and a newer export adds only what is new."

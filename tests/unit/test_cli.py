@@ -366,3 +366,55 @@ def test_demo_openai_without_a_key_is_refused_not_answered_offline(
     err = capsys.readouterr().err
     assert "needs OPENAI_API_KEY" in err
     assert "leave --openai out" in err
+
+
+# --- on a SQLite file and the in-memory index (--storage / --vector) ---------------------
+
+LINE = {"resource": "carol", "thread": "t1", "role": "user", "content": "hello there"}
+
+
+@pytest.fixture
+def on_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder) -> list[str]:
+    """A store of this tier: a SQLite file, and one in-memory index for every command."""
+    from langchain_semantic_recall import settings
+    from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+
+    index = InMemoryVectorIndex()
+    monkeypatch.setattr(settings, "create_vector_index", lambda url, **_: index)
+    return ["--storage", f"sqlite:///{tmp_path / 'messages.sqlite3'}", "--vector", "memory://"]
+
+
+def jsonl(path: Path, *rows: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
+
+
+def test_ingest_reports_a_misspelt_key_instead_of_dropping_its_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """The line loaded (exit 0) dated today and untitled; the corrected file then said
+    `unchanged`, and the wrong date stayed."""
+    store = on_urls
+    typo = {"resource": "carol", "thread": "typo", "role": "user", "content": "old", "id": "ty1"}
+    misspelt = typo | {"create_at": "2020-01-01T00:00:00Z", "titel": "Old"}
+    result = run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE, misspelt)))
+    assert result.code == 1
+    assert "messages   1 added" in result.out
+    assert (
+        "line 2: unknown keys 'create_at' (did you mean 'created_at'?), "
+        "'titel' (did you mean 'title'?)"
+    ) in result.out
+    assert "1 line(s) of" in result.err
+    fixed = typo | {"created_at": "2020-01-01T00:00:00Z", "title": "Old"}
+    again = run(capsys, *store, "ingest", str(jsonl(tmp_path / "fixed.jsonl", LINE, fixed)))
+    assert again.code == 0, again.err
+    assert "messages   1 added" in again.out
+    shown = run(capsys, *store, "show", "typo")
+    assert 'of carol · "Old"' in shown.out
+    assert "2020-01-01" in shown.out
