@@ -7,7 +7,8 @@ Each line is a JSON object:
  "id": "optional-stable-id", "created_at": "2024-01-15T10:30:00Z", "title": "Trip"}
 ```
 
-`role` is `user`, `assistant` or `system` (`tool` lines need `message`);
+`role` is `user`, `assistant`, `system` or `tool` (a `tool` line needs `message`);
+`human` and `ai` are read as `user` and `assistant` (`JSONL_ROLES` lists them all);
 `id`, `created_at` (ISO 8601 or epoch seconds), `title` (the conversation's label) and
 `metadata` (the message's filterable metadata, docs/filtering.md) are optional. A line
 with any other key (`JSONL_KEYS` lists them) is a bad line, reported with the key it

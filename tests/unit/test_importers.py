@@ -31,7 +31,7 @@ from langchain_semantic_recall.importers import (
     read_jsonl,
     read_jsonl_lines,
 )
-from langchain_semantic_recall.importers.jsonl import JSONL_KEYS
+from langchain_semantic_recall.importers.jsonl import JSONL_KEYS, JSONL_ROLES
 from langchain_semantic_recall.messages import build_records
 
 JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
@@ -658,3 +658,13 @@ def test_every_key_export_writes_is_one_the_reader_accepts() -> None:
     written = {key for line in export_lines(stored) for key in json.loads(line)}
     assert written <= set(JSONL_KEYS)
     assert {"message", "resource", "thread", "role", "content", "id", "created_at"} <= written
+
+
+def test_docs_cli_lists_exactly_the_keys_and_roles_the_reader_accepts() -> None:
+    """docs/cli.md listed the roles user, assistant, system; `tool` is accepted too."""
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("## Our JSONL format", 1)[1].split("```", 1)[0]
+    for key in JSONL_KEYS:
+        assert f"`{key}`" in section, key
+    for role in JSONL_ROLES:
+        assert f"`{role}`" in section, role
