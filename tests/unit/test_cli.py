@@ -418,3 +418,30 @@ def test_ingest_reports_a_misspelt_key_instead_of_dropping_its_value(
     shown = run(capsys, *store, "show", "typo")
     assert 'of carol · "Old"' in shown.out
     assert "2020-01-01" in shown.out
+
+
+def test_path_and_server_urls_together_are_a_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--path A --storage B --vector B` listed B's threads (exit 0), and `forget` would
+    have deleted from a store the user did not name."""
+    store = on_urls
+    assert run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    other = str(tmp_path / "a")
+    for argv in (
+        ["--path", other, *store, "threads"],
+        [*store, "threads", "--path", other],
+        ["--path", other, *store[:2], "stats"],
+        [*store, "forget", "--resource", "carol", "--yes", "--path", other],
+    ):
+        result = run(capsys, *argv)
+        assert result.code == 2, argv
+        assert "--path or --storage/--vector, not both" in result.err
+        assert result.out == ""
+    monkeypatch.setenv("SEMANTIC_RECALL_PATH", other)  # a default, not a flag: no conflict
+    listed = run(capsys, *store, "threads")
+    assert listed.code == 0
+    assert "carol" in listed.out
