@@ -445,3 +445,27 @@ def test_path_and_server_urls_together_are_a_usage_error(
     listed = run(capsys, *store, "threads")
     assert listed.code == 0
     assert "carol" in listed.out
+
+
+def test_stats_of_a_resource_with_no_conversation_is_not_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """It printed zeros and exited 0, where threads, search and export exit 3."""
+    store = on_urls
+    assert run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    nobody = run(capsys, *store, "stats", "--resource", "nobody")
+    assert nobody.code == 3
+    assert nobody.out == ""
+    assert "no conversations of resource 'nobody'" in nobody.err
+    assert run(capsys, *store, "threads", "--resource", "nobody").code == 3
+    carol = run(capsys, *store, "stats", "--resource", "carol", "--json")
+    assert carol.code == 0
+    assert carol.json()["messages"] == 1
+    from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+
+    storage = SQLiteStorage(tmp_path / "messages.sqlite3")  # gone, but not its vector
+    storage.delete_resource("carol")
+    storage.close()
+    left = run(capsys, *store, "stats", "--resource", "carol", "--json")
+    assert left.code == 0  # what a forget left behind is counted, not "not found"
+    assert (left.json()["messages"], left.json()["orphan_vectors"]) == (0, 1)
