@@ -157,6 +157,11 @@ def _read(args: argparse.Namespace) -> ImportReport:
     from langchain_semantic_recall.importers import detect_format, read_conversations
 
     path = Path(args.file)
+    if path.is_dir():
+        raise NotFoundError(
+            f"{str(path)!r} is a directory, not a file: give the JSONL file, the ChatGPT "
+            "export's conversations.json or its .zip"
+        )
     if not path.is_file():
         raise NotFoundError(f"no file {str(path)!r}")
     file_format = args.format or detect_format(path)

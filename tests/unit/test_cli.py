@@ -469,3 +469,20 @@ def test_stats_of_a_resource_with_no_conversation_is_not_found(
     left = run(capsys, *store, "stats", "--resource", "carol", "--json")
     assert left.code == 0  # what a forget left behind is counted, not "not found"
     assert (left.json()["messages"], left.json()["orphan_vectors"]) == (0, 1)
+
+
+def test_ingest_of_a_directory_says_it_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """It said "no file '/some/directory'" of a folder that is there."""
+    store = on_urls
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    result = run(capsys, *store, "ingest", str(folder))
+    assert result.code == 3
+    assert f"{str(folder)!r} is a directory, not a file" in result.err
+    assert "no file" not in result.err
+    missing = run(capsys, *store, "ingest", str(tmp_path / "nothing.jsonl"))
+    assert missing.code == 3
+    assert "no file" in missing.err
+    assert not (tmp_path / "messages.sqlite3").exists()
