@@ -57,7 +57,8 @@ def _register_stats(subparsers: Any) -> None:
             "missing (repair with 'reindex --missing-only'); the index name, the embedding "
             "model and its dimension; the store's size on disk. With --resource or --thread, "
             "the counts cover only that resource or thread (e.g. to check that forget left "
-            "nothing behind)."
+            "nothing behind); one with no conversation and no vector left is not found "
+            "(exit 3)."
         ),
     )
     _scope_arguments(parser, "the data")
@@ -144,9 +145,22 @@ def _stats(args: argparse.Namespace) -> RecallStats:
             threshold=None,
         )
         relevance = plan.relevance if plan.calibrated else None
-        return drive(stats_op(space, scope, relevance), Backends(storage, space))
+        stats = drive(stats_op(space, scope, relevance), Backends(storage, space))
+        if args.thread is None and args.resource is not None and not _anything(stats):
+            require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
+        return stats
     finally:
         storage.close()
+
+
+def _anything(stats: RecallStats) -> bool:
+    """Whether a scope holds a message or a vector (an orphan left by a forget, say).
+
+    `stats --resource R` of a resource with nothing is not found (exit 3), as for
+    `threads`, `search` and `export`; one whose messages are gone but not all its vectors
+    is counted, so a forget that left something behind shows it.
+    """
+    return bool(stats.messages or stats.vectors or stats.orphan_vectors)
 
 
 # --- forget ------------------------------------------------------------------------------

@@ -115,10 +115,20 @@ def store_path(args: argparse.Namespace) -> Path:
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:
-    """(storage URL, vector URL) when the global `--storage` / `--vector` are given."""
+    """(storage URL, vector URL) when the global `--storage` / `--vector` are given.
+
+    `--path` with them is a usage error: it would be ignored, and a command (`forget`)
+    would act on a store other than the one named. `$SEMANTIC_RECALL_PATH` is a default,
+    not a choice: the URLs override it.
+    """
     storage, vector = getattr(args, "storage_url", None), getattr(args, "vector_url", None)
     if storage is None and vector is None:
         return None
+    if getattr(args, "path", None) is not None:
+        raise UsageError(
+            "--path or --storage/--vector, not both: --path names a local store, the URLs "
+            "a store on servers (or files); keep the one you mean"
+        )
     if storage is None or vector is None:
         raise UsageError("--storage and --vector go together (a message store and its index)")
     return storage, vector

@@ -110,7 +110,8 @@ def register(subparsers: Any) -> None:
         help="load conversations from a JSONL file or a ChatGPT export",
         description=(
             "Load conversations into the store: our JSONL format (one message a line: "
-            "resource, thread, role, content, optional id, created_at, title) or a ChatGPT "
+            "resource, thread, role, content, optional id, created_at, title, metadata, "
+            "message; a line with another key is reported, not loaded) or a ChatGPT "
             "export (conversations.json, or the .zip that holds it; its main branch). "
             "Idempotent: messages already stored are skipped, so a second run adds nothing "
             "and a newer export adds only what is new."
@@ -156,6 +157,11 @@ def _read(args: argparse.Namespace) -> ImportReport:
     from langchain_semantic_recall.importers import detect_format, read_conversations
 
     path = Path(args.file)
+    if path.is_dir():
+        raise NotFoundError(
+            f"{str(path)!r} is a directory, not a file: give the JSONL file, the ChatGPT "
+            "export's conversations.json or its .zip"
+        )
     if not path.is_file():
         raise NotFoundError(f"no file {str(path)!r}")
     file_format = args.format or detect_format(path)

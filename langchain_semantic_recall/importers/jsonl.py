@@ -7,9 +7,12 @@ Each line is a JSON object:
  "id": "optional-stable-id", "created_at": "2024-01-15T10:30:00Z", "title": "Trip"}
 ```
 
-`role` is `user`, `assistant` or `system` (`tool` lines need `message`);
+`role` is `user`, `assistant`, `system` or `tool` (a `tool` line needs `message`);
+`human` and `ai` are read as `user` and `assistant` (`JSONL_ROLES` lists them all);
 `id`, `created_at` (ISO 8601 or epoch seconds), `title` (the conversation's label) and
-`metadata` (the message's filterable metadata, docs/filtering.md) are optional. Without
+`metadata` (the message's filterable metadata, docs/filtering.md) are optional. A line
+with any other key (`JSONL_KEYS` lists them) is a bad line, reported with the key it
+may have meant: a misspelt `created_at` would otherwise be dropped unseen. Without
 an id, one is derived from the line's content and position, so importing the same file
 twice adds nothing. `message` (optional) is the full LangChain
 message as `langchain_core.messages.message_to_dict` writes it: `export_lines` adds
@@ -20,6 +23,7 @@ order within a thread.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from os import PathLike
@@ -47,7 +51,22 @@ from langchain_semantic_recall.messages import (
 from langchain_semantic_recall.records import TITLE_KEY, StoredMessage
 from langchain_semantic_recall.storable import check_id
 
-__all__ = ["export_lines", "read_jsonl", "read_jsonl_lines"]
+__all__ = ["JSONL_KEYS", "JSONL_ROLES", "export_lines", "read_jsonl", "read_jsonl_lines"]
+
+JSONL_KEYS: tuple[str, ...] = (
+    "resource",
+    "thread",
+    "role",
+    "content",
+    "id",
+    "created_at",
+    "title",
+    "metadata",
+    "message",
+)
+"""The keys a line may have (docs/cli.md); a line with any other is a bad line."""
+JSONL_ROLES: tuple[str, ...] = (*ROLES, "tool")
+"""The roles a line may name: the plain ones, and `tool` (with `message`)."""
 
 
 def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) -> str:
@@ -71,6 +90,7 @@ def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) ->
 def _message(
     row: Mapping[str, Any], line_no: int, default_resource: str | None
 ) -> tuple[str, str, BaseMessage]:
+    _check_keys(row)
     resource = _text_field(row, "resource", default_resource)
     thread = _text_field(row, "thread")
     given_role = row.get("role")
@@ -106,6 +126,27 @@ def _message(
         raise ValueError("'id' must be a non-empty string when given")
     check_id("'id'", message_id)
     return resource, thread, message.model_copy(update={"id": message_id})
+
+
+def _check_keys(row: Mapping[str, Any]) -> None:
+    """Refuse a line with a key the format does not have: a typo's value would be lost."""
+    unknown = []
+    for key in row:
+        if key in JSONL_KEYS:
+            continue
+        if key in ("resource_id", "thread_id") and key.removesuffix("_id") not in row:
+            continue  # the Python API's name: `_text_field` says what the JSONL calls it
+        unknown.append(key)
+    if not unknown:
+        return
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), JSONL_KEYS, n=1)
+        named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ValueError(
+        f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(named)}; "
+        f"a line has only {', '.join(JSONL_KEYS)}"
+    )
 
 
 def _from_full(full: object, role: str, kwargs: dict[str, Any]) -> BaseMessage:

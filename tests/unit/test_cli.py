@@ -366,3 +366,123 @@ def test_demo_openai_without_a_key_is_refused_not_answered_offline(
     err = capsys.readouterr().err
     assert "needs OPENAI_API_KEY" in err
     assert "leave --openai out" in err
+
+
+# --- on a SQLite file and the in-memory index (--storage / --vector) ---------------------
+
+LINE = {"resource": "carol", "thread": "t1", "role": "user", "content": "hello there"}
+
+
+@pytest.fixture
+def on_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedder: Embedder) -> list[str]:
+    """A store of this tier: a SQLite file, and one in-memory index for every command."""
+    from langchain_semantic_recall import settings
+    from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+
+    index = InMemoryVectorIndex()
+    monkeypatch.setattr(settings, "create_vector_index", lambda url, **_: index)
+    return ["--storage", f"sqlite:///{tmp_path / 'messages.sqlite3'}", "--vector", "memory://"]
+
+
+def jsonl(path: Path, *rows: dict[str, Any]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return Result(code, captured.out, captured.err)
+
+
+def test_ingest_reports_a_misspelt_key_instead_of_dropping_its_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """The line loaded (exit 0) dated today and untitled; the corrected file then said
+    `unchanged`, and the wrong date stayed."""
+    store = on_urls
+    typo = {"resource": "carol", "thread": "typo", "role": "user", "content": "old", "id": "ty1"}
+    misspelt = typo | {"create_at": "2020-01-01T00:00:00Z", "titel": "Old"}
+    result = run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE, misspelt)))
+    assert result.code == 1
+    assert "messages   1 added" in result.out
+    assert (
+        "line 2: unknown keys 'create_at' (did you mean 'created_at'?), "
+        "'titel' (did you mean 'title'?)"
+    ) in result.out
+    assert "1 line(s) of" in result.err
+    fixed = typo | {"created_at": "2020-01-01T00:00:00Z", "title": "Old"}
+    again = run(capsys, *store, "ingest", str(jsonl(tmp_path / "fixed.jsonl", LINE, fixed)))
+    assert again.code == 0, again.err
+    assert "messages   1 added" in again.out
+    shown = run(capsys, *store, "show", "typo")
+    assert 'of carol · "Old"' in shown.out
+    assert "2020-01-01" in shown.out
+
+
+def test_path_and_server_urls_together_are_a_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--path A --storage B --vector B` listed B's threads (exit 0), and `forget` would
+    have deleted from a store the user did not name."""
+    store = on_urls
+    assert run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    other = str(tmp_path / "a")
+    for argv in (
+        ["--path", other, *store, "threads"],
+        [*store, "threads", "--path", other],
+        ["--path", other, *store[:2], "stats"],
+        [*store, "forget", "--resource", "carol", "--yes", "--path", other],
+    ):
+        result = run(capsys, *argv)
+        assert result.code == 2, argv
+        assert "--path or --storage/--vector, not both" in result.err
+        assert result.out == ""
+    monkeypatch.setenv("SEMANTIC_RECALL_PATH", other)  # a default, not a flag: no conflict
+    listed = run(capsys, *store, "threads")
+    assert listed.code == 0
+    assert "carol" in listed.out
+
+
+def test_stats_of_a_resource_with_no_conversation_is_not_found(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """It printed zeros and exited 0, where threads, search and export exit 3."""
+    store = on_urls
+    assert run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    nobody = run(capsys, *store, "stats", "--resource", "nobody")
+    assert nobody.code == 3
+    assert nobody.out == ""
+    assert "no conversations of resource 'nobody'" in nobody.err
+    assert run(capsys, *store, "threads", "--resource", "nobody").code == 3
+    carol = run(capsys, *store, "stats", "--resource", "carol", "--json")
+    assert carol.code == 0
+    assert carol.json()["messages"] == 1
+    from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+
+    storage = SQLiteStorage(tmp_path / "messages.sqlite3")  # gone, but not its vector
+    storage.delete_resource("carol")
+    storage.close()
+    left = run(capsys, *store, "stats", "--resource", "carol", "--json")
+    assert left.code == 0  # what a forget left behind is counted, not "not found"
+    assert (left.json()["messages"], left.json()["orphan_vectors"]) == (0, 1)
+
+
+def test_ingest_of_a_directory_says_it_is_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """It said "no file '/some/directory'" of a folder that is there."""
+    store = on_urls
+    folder = tmp_path / "exports"
+    folder.mkdir()
+    result = run(capsys, *store, "ingest", str(folder))
+    assert result.code == 3
+    assert f"{str(folder)!r} is a directory, not a file" in result.err
+    assert "no file" not in result.err
+    missing = run(capsys, *store, "ingest", str(tmp_path / "nothing.jsonl"))
+    assert missing.code == 3
+    assert "no file" in missing.err
+    assert not (tmp_path / "messages.sqlite3").exists()

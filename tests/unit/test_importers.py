@@ -31,6 +31,7 @@ from langchain_semantic_recall.importers import (
     read_jsonl,
     read_jsonl_lines,
 )
+from langchain_semantic_recall.importers.jsonl import JSONL_KEYS, JSONL_ROLES
 from langchain_semantic_recall.messages import build_records
 
 JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
@@ -621,3 +622,49 @@ def test_broken_exports_are_input_errors(tmp_path: Path) -> None:
     latin.write_bytes(json.dumps([{"title": "é"}], ensure_ascii=False).encode("latin-1"))
     with pytest.raises(InvalidInputError, match="not UTF-8"):
         read_chatgpt_export(latin, resource_id="alice")
+
+
+# --- the keys of a line (a typo is a bad line, not a dropped field) -----------------------
+
+
+def test_a_line_with_an_unknown_key_is_bad_and_names_the_key_it_meant() -> None:
+    """`create_at` and `titel` were dropped: the line loaded dated today and untitled, and
+    re-reading the corrected file wrote nothing (its id was stored already)."""
+    good = {"resource": "carol", "thread": "t", "role": "user", "content": "fine"}
+    typo = {
+        "resource": "carol",
+        "thread": "typo",
+        "role": "user",
+        "content": "old",
+        "id": "ty1",
+        "create_at": "2020-01-01T00:00:00Z",
+        "titel": "Old",
+    }
+    report = read_jsonl_lines([json.dumps(good), json.dumps(typo), json.dumps(good | {"x": 1})])
+    assert report.message_count == 1
+    assert [s.where for s in report.skipped] == ["line 2", "line 3"]
+    reason = report.skipped[0].reason
+    assert reason.startswith(
+        "unknown keys 'create_at' (did you mean 'created_at'?), 'titel' (did you mean 'title'?)"
+    )
+    assert "resource, thread, role, content, id, created_at, title, metadata, message" in reason
+    assert report.skipped[1].reason.startswith("unknown key 'x';")
+
+
+def test_every_key_export_writes_is_one_the_reader_accepts() -> None:
+    tool = ToolMessage("42", tool_call_id="c1", id="m2")
+    asked = AIMessage("", id="m1", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])
+    stored = _stored([HumanMessage("hi", id="m0"), asked, tool])
+    written = {key for line in export_lines(stored) for key in json.loads(line)}
+    assert written <= set(JSONL_KEYS)
+    assert {"message", "resource", "thread", "role", "content", "id", "created_at"} <= written
+
+
+def test_docs_cli_lists_exactly_the_keys_and_roles_the_reader_accepts() -> None:
+    """docs/cli.md listed the roles user, assistant, system; `tool` is accepted too."""
+    text = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("## Our JSONL format", 1)[1].split("```", 1)[0]
+    for key in JSONL_KEYS:
+        assert f"`{key}`" in section, key
+    for role in JSONL_ROLES:
+        assert f"`{role}`" in section, role
