@@ -145,8 +145,9 @@ class ColdSnapshots:
 
         Chroma purges its log each time it persists a collection's index (at most 1,000
         writes apart): from then on the snapshot cannot be brought up to date, and the next
-        process would wait for Chroma's load. The check builds a new one then, at most
-        once per `REBUILD_EVERY` seconds per collection (a build reads every vector). A
+        process would wait for Chroma's load. The check then refreshes it (reads what
+        was written since), or builds a new one at most once per `REBUILD_EVERY` seconds
+        per collection (a build reads every vector). A
         collection counted below `snapshots_from` is not checked again until `vectors`
         written since could have brought it there.
         """
@@ -295,14 +296,15 @@ class ColdSnapshots:
         name = collection.name
         with self._lock:
             self._checking.discard(name)
-            if time.monotonic() - self._built_at.get(name, -REBUILD_EVERY) < REBUILD_EVERY:
-                return
         snapshot = Snapshot.load(self._files, name)
         if snapshot is not None and snapshot.collection_id == str(collection.id):
             if self._log.tail(snapshot.collection_id, snapshot.seq) is not None:
                 return  # the next process applies the writes since
             if self._refresh(collection, snapshot):
                 return  # once per purge of the log at most: no throttle
+        with self._lock:  # a full build reads every vector: at most once a while
+            if time.monotonic() - self._built_at.get(name, -REBUILD_EVERY) < REBUILD_EVERY:
+                return
         if self._build_one(collection):  # else (written meanwhile) the next write retries
             with self._lock:
                 self._built_at[name] = time.monotonic()
