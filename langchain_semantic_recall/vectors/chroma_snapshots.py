@@ -19,7 +19,7 @@ Chroma's live rows number each record's last write, so only the records written 
 are read (a record deleted since, or many changes, make it a full build). Deleting
 vectors through the index deletes the collection's snapshot, so a forgotten message's
 vector does not outlive it there; the purge (`compact`) replaces the whole folder,
-snapshots included. A process stops its builds at exit (a page at most).
+snapshots included. A process stops its builds and refreshes at exit (a page at most).
 """
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ REBUILD_EVERY: Final = 60.0
 """Seconds between two builds of one collection's snapshot prompted by writes (`written`)."""
 REWRITE_AFTER: Final = 256
 """Log rows applied at a load from which the snapshot file is written again."""
+_REFRESH_MOST: Final = 2000
+"""Records written since a snapshot from which a refresh gives way to a full build (each
+is looked up in the file by binary search, ~55 us at 100k: ~0.1 s for 2,000)."""
 _PAGE: Final = 1000
 """Vectors per `get` while building (each page holds the GIL ~25 ms at 100k)."""
 _IDLE: Final = 2.0
@@ -204,12 +207,12 @@ class ColdSnapshots:
         a few turns and closes leaves a snapshot for the next one. At interpreter exit
         (`_stop_all`) nothing queued runs.
         """
-        self._closing.set()
-        self._jobs.put(None)
-        with self._idle:
+        with self._idle:  # under `_submit`'s lock: no job is queued behind the None
+            self._closing.set()
+            self._dropping = self._dropping or not finish_checks  # (sticky: exit came first)
+            self._jobs.put(None)
             threads = [*self._threads, *([self._worker] if self._worker else [])]
             self._serving.clear()
-            self._dropping = not finish_checks
             self._idle.notify_all()
         for thread in threads:
             if thread is not threading.current_thread():
@@ -261,9 +264,9 @@ class ColdSnapshots:
     # -- building a snapshot -----------------------------------------------------------------
 
     def _submit(self, job: Callable[[], object]) -> None:
-        if not self.building or self._closing.is_set():
-            return
-        with self._lock:  # the worker leaves when idle, also under the lock
+        with self._lock:  # the worker leaves when idle, and `close` closes, under the lock
+            if not self.building or self._closing.is_set():
+                return
             self._pending += 1
             self._jobs.put(job)
             if self._worker is None or not self._worker.is_alive():  # (not after a fork)
@@ -346,15 +349,17 @@ class ColdSnapshots:
         Chroma's live records keep the number of their last write (`ChromaLog.live`): a
         record written after the snapshot is read from Chroma (this process has its index
         loaded), every other row is still exact. A record deleted since (the count tells)
-        or many changes leave it to a full build. ~0.1 s at 100k where a build reads for
-        3-8 s, so it ends before a process that writes a few turns and closes.
+        or over `_REFRESH_MOST` changes leave it to a full build. The reads take ~0.1 s at
+        100k where a build's take 3-8 s (saving the file, as for a build, ~0.2-3 s more),
+        so it ends before a process that writes a few turns and closes. At interpreter
+        exit it stops between pages.
         """
         live = self._log.live(stale.collection_id)
         if live is None:
             return False
         stamp, written = live
         changed = sorted(vector_id for vector_id, seq in written.items() if seq > stale.seq)
-        if stamp.count < self.snapshots_from or len(changed) > stamp.count // 4:
+        if stamp.count < self.snapshots_from or len(changed) > _REFRESH_MOST:
             return False
         flat = stale.flat()
         rewritten = positions(flat.vector_ids, set(changed))
@@ -364,6 +369,8 @@ class ColdSnapshots:
         hidden[list(rewritten.values())] = True
         got: dict[str, tuple[np.ndarray, str]] = {}
         for start in range(0, len(changed), _PAGE):
+            if self._dropping:  # interpreter exit: Chroma's client goes next
+                return False
             page = changed[start : start + _PAGE]
             get = partial(collection.get, ids=page, include=["embeddings", "metadatas"])
             read = read_retrying(get, self._delays)
@@ -378,6 +385,8 @@ class ColdSnapshots:
             [owner for _, owner in got.values()],
             np.vstack([v for v, _ in got.values()]) if got else flat.vectors[:0],
         )
+        if self._dropping:
+            return False
         at_stamp = replace(
             flat,
             seq=stamp.seq,

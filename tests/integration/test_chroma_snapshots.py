@@ -25,6 +25,7 @@ from langchain_core.messages import HumanMessage
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors import chroma as chroma_module
+from langchain_semantic_recall.vectors import chroma_snapshots as snapshots_module
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex, resource_collection_name
 from langchain_semantic_recall.vectors.chroma_log import ChromaLog
 from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, strings_of
@@ -666,3 +667,56 @@ def test_close_runs_the_queued_checks_except_at_exit(tmp_path: Path, finish_chec
     closer.join(30)
     index.close()
     assert ran == (["check"] if finish_checks else [])
+
+
+def test_a_refresh_stops_reading_at_exit(
+    built: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At exit (`close(finish_checks=False)`) a build stops after its page; a refresh should too."""
+    folder, _ = built
+    index = opened(folder)
+    snapshots = index.snapshots
+    assert snapshots is not None
+    snapshots.building = False  # no check while writing: the test queues it
+    _rewrite_ten_records_past_the_log_purge(index)
+    snapshots.building = True
+    collection = index._collections.get(NAME, "r1", create=False)
+    assert collection is not None
+    monkeypatch.setattr(snapshots_module, "_PAGE", 1)  # ten changed records: ten reads
+    real = snapshots_module.read_retrying
+    reads: list[bool] = []  # whether close had begun at each read
+    entered = threading.Event()
+
+    def spy(read: Any, delays: Any) -> Any:
+        entered.set()
+        wait_until(snapshots._closing.is_set, timeout=30, what="close")
+        reads.append(snapshots._dropping)
+        return real(read, delays)
+
+    monkeypatch.setattr(snapshots_module, "read_retrying", spy)
+    snapshots._submit(partial(snapshots._check, collection))
+    entered.wait(30)
+    snapshots.close(finish_checks=False)  # what `_stop_all` does at interpreter exit
+    index.close()
+    assert len(reads) <= 2, f"{len(reads)} reads of Chroma after close(finish_checks=False)"
+
+
+def test_close_at_exit_then_close_again_still_drops(tmp_path: Path) -> None:
+    index = opened(tmp_path / "chroma")
+    snapshots = index.snapshots
+    assert snapshots is not None
+    release = threading.Event()
+    ran: list[str] = []
+    snapshots._submit(lambda: release.wait(30))
+    snapshots._submit(lambda: ran.append("check"))
+    at_exit = threading.Thread(target=partial(snapshots.close, finish_checks=False))
+    at_exit.start()
+    wait_until(lambda: snapshots._dropping, timeout=30, what="close at exit")
+    again = threading.Thread(target=snapshots.close)  # e.g. an index.close() after _stop_all
+    again.start()
+    wait_until(lambda: not again.is_alive() or snapshots._jobs.qsize() >= 2, timeout=30, what="2nd")
+    release.set()
+    at_exit.join(30)
+    again.join(30)
+    index.close()
+    assert ran == []
