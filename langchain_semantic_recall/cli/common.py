@@ -196,7 +196,7 @@ def open_backends(
 
 @contextmanager
 def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
-    """The message storage alone, read-only, closed on exit (`threads`, `show`).
+    """The message storage alone, read-only, closed on exit (`threads`, `show`, `export`).
 
     For the commands that read messages only. Neither the engine (LangChain's runnables),
     the vector index (chromadb) nor the model is imported or opened, so such a command

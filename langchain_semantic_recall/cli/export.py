@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     an_id,
-    open_memory,
+    open_storage,
     require_resource,
     require_thread,
     store_options,
@@ -66,20 +66,19 @@ def run(args: argparse.Namespace) -> int:
     """`semantic-recall export`: write a resource's messages as our JSONL format."""
     from langchain_semantic_recall.importers import export_lines
 
-    memory = open_memory(args, read_only=True)
-    storage = memory.storage
-    if args.thread is not None:
-        require_thread(storage, args.thread, args.resource)
-        thread_ids = [args.thread]
-    else:
-        require_resource(storage, args.resource)
-        thread_ids = [t.thread_id for t in storage.list_threads(args.resource)]
-    count = 0
-    with _output(args.output) as output:
-        for thread_id in thread_ids:
-            for line in export_lines(thread_messages(storage, thread_id)):
-                output.write(line + "\n")
-                count += 1
+    with open_storage(args) as storage:  # messages only: no vector index, no engine
+        if args.thread is not None:
+            require_thread(storage, args.thread, args.resource)
+            thread_ids = [args.thread]
+        else:
+            require_resource(storage, args.resource)
+            thread_ids = [t.thread_id for t in storage.list_threads(args.resource)]
+        count = 0
+        with _output(args.output) as output:
+            for thread_id in thread_ids:
+                for line in export_lines(thread_messages(storage, thread_id)):
+                    output.write(line + "\n")
+                    count += 1
     if args.output:
         print(f"Wrote {count} message(s) of {len(thread_ids)} thread(s) to {args.output}.")
     return EXIT_OK

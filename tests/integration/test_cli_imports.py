@@ -113,6 +113,13 @@ def test_storage_commands_load_no_heavy_package(store: Path, command: list[str])
     assert loaded_by(["--path", str(store), *command], (*HEAVY, *ENGINE)) == []
 
 
+def test_export_reads_the_messages_alone(store: Path, tmp_path: Path) -> None:
+    """Messages as JSONL: LangChain's message classes, but no chromadb and no engine."""
+    argv = ["--path", str(store), "export", "--resource", "alice"]
+    assert loaded_by([*argv, "--output", str(tmp_path / "x.jsonl")], ("chromadb", *ENGINE)) == []
+    assert "tomatoes at dawn" in (tmp_path / "x.jsonl").read_text()
+
+
 def test_stats_loads_neither_the_engine_class_nor_the_model(store: Path) -> None:
     loaded = loaded_by(["--path", str(store), "stats"], ("chromadb", *ENGINE))
     assert loaded == ["chromadb"]  # it counts the vectors
