@@ -15,6 +15,7 @@ from langchain_semantic_recall.cli.common import (
     human_bytes,
     open_backends,
     open_memory,
+    open_storage,
     print_json,
     progress_bar,
     require_resource,
@@ -221,22 +222,22 @@ def run_forget(args: argparse.Namespace) -> int:
         raise InvalidOptionError(
             "forget needs --thread, --resource, --before or --older-than (see --help)"
         )
-    memory = open_memory(args)
-    storage = memory.storage
-    if args.thread is not None:
-        owner = require_thread(storage, args.thread, None)
-        count = storage.count(ScopeFilter(thread_id=args.thread))
-        target, size = f"thread {args.thread} of {owner}", f"{count} message(s)"
-    else:
-        require_resource(storage, args.resource)
-        threads = storage.list_threads(args.resource)
-        count = sum(t.message_count for t in threads)
-        target = f"everything of resource {args.resource}"
-        size = f"{len(threads)} thread(s), {count} message(s)"
+    with open_storage(args) as storage:  # what is asked about: no vector index opened yet
+        if args.thread is not None:
+            owner = require_thread(storage, args.thread, None)
+            count = storage.count(ScopeFilter(thread_id=args.thread))
+            target, size = f"thread {args.thread} of {owner}", f"{count} message(s)"
+        else:
+            require_resource(storage, args.resource)
+            threads = storage.list_threads(args.resource)
+            count = sum(t.message_count for t in threads)
+            target = f"everything of resource {args.resource}"
+            size = f"{len(threads)} thread(s), {count} message(s)"
     question = f"Delete {target} ({size}), with its vectors? This cannot be undone."
     if not args.yes and not confirm(question):
         print("Nothing deleted.")
         return EXIT_ERROR
+    memory = open_memory(args)
     if args.thread is not None:
         deleted = memory.forget_thread(args.thread)
     else:
@@ -249,9 +250,9 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     """`forget --before DATE` / `--older-than AGE`: retention, of one resource or all."""
     age = parse_age(args.older_than) if args.older_than is not None else None
     cutoff = parse_date(args.before) if age is None else datetime.now(UTC) - age
-    memory = open_memory(args)
     if args.resource is not None:
-        require_resource(memory.storage, args.resource)
+        with open_storage(args) as storage:
+            require_resource(storage, args.resource)
     whose = f"of resource {args.resource}" if args.resource else "of every resource"
     question = (
         f"Delete every message created before {cutoff:%Y-%m-%d %H:%M} UTC {whose}, with its "
@@ -260,6 +261,7 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     if not args.yes and not confirm(question):
         print("Nothing deleted.")
         return EXIT_ERROR
+    memory = open_memory(args)
     if age is not None:
         result = memory.with_options(retention=age).apply_retention(resource_id=args.resource)
     else:
