@@ -180,7 +180,12 @@ def _print_hits(hits: list[RecallHit], titles: dict[str, str]) -> None:
         score = style(f"{hit.score:.2f}", "green")
         label = style(_label(hit.thread_id, titles), "cyan")
         print(f"#{rank}  score {score}  conversation {label}")
+        previous: int | None = None
         for message in hit.window:
+            if previous is not None and message.seq > previous + 1:  # a window keeps its
+                left = message.seq - previous - 1  # likeliest messages: it can have gaps
+                print(style(f"     ... {left} message(s) of the conversation left out", "dim"))
+            previous = message.seq
             mark = ">" if message.id == hit.message.id else " "
             line = _line(message, mark, "   ")
             print(style(line, "bold") if mark == ">" else line)

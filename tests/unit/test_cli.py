@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import sys
@@ -486,3 +487,29 @@ def test_ingest_of_a_directory_says_it_is_one(
     assert missing.code == 3
     assert "no file" in missing.err
     assert not (tmp_path / "messages.sqlite3").exists()
+
+
+def test_search_marks_where_a_window_leaves_messages_out(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A hybrid window keeps its likeliest messages, so it can skip some: shown, not hidden."""
+    from langchain_semantic_recall.cli.search import _print_hits
+    from langchain_semantic_recall.records import RecallHit, StoredMessage
+    from tests.conformance.storage_suite import make_record
+
+    def stored(seq: int) -> StoredMessage:
+        record = make_record(f"m{seq}", text=f"line {seq}", minute=seq)
+        fields = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+        return StoredMessage(**fields, seq=seq)
+
+    window = tuple(stored(seq) for seq in (0, 1, 4, 5))
+    _print_hits([RecallHit(window[1], 0.9, window)], {})
+    lines = capsys.readouterr().out.splitlines()
+    texts = [line.split("  ")[-1].strip() for line in lines[1:-1]]
+    assert texts == [
+        "line 0",
+        "line 1",
+        "... 2 message(s) of the conversation left out",
+        "line 4",
+        "line 5",
+    ]
