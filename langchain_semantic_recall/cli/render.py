@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -11,6 +12,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from langchain_semantic_recall.quoting import printable
+from langchain_semantic_recall.records import MessageRecord
 
 _CODES = {
     "bold": "1",
@@ -47,6 +49,30 @@ def rule(title: str = "") -> str:
     """A horizontal rule across the terminal, with an optional title."""
     line = f"── {title} " if title else ""
     return line + "─" * max(3, width() - len(line))
+
+
+def text_of(message: MessageRecord) -> str:
+    """A message's text, or what it holds instead: its tool calls, its kinds of content.
+
+    Read from the stored payload (JSON), so the command loads none of LangChain.
+    """
+    if message.text.strip():
+        return message.text
+    try:
+        data = json.loads(message.payload).get("data", {})
+    except (ValueError, AttributeError):
+        return "(no text)"
+    data = data if isinstance(data, dict) else {}
+    calls = [c.get("name") for c in data.get("tool_calls") or [] if isinstance(c, dict)]
+    if calls:
+        return f"(no text; tool call: {', '.join(str(name) for name in calls)})"
+    content = data.get("content")
+    kinds = (
+        sorted({str(p.get("type")) for p in content if isinstance(p, dict)})
+        if isinstance(content, list)
+        else []
+    )
+    return f"(no text; {', '.join(kinds)})" if kinds else "(no text)"
 
 
 def shorten(text: str, limit: int) -> str:

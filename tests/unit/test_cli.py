@@ -513,3 +513,25 @@ def test_search_marks_where_a_window_leaves_messages_out(
         "line 4",
         "line 5",
     ]
+
+
+def test_a_message_without_text_is_shown_by_what_it_holds() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from langchain_semantic_recall.cli.render import text_of
+    from langchain_semantic_recall.messages import build_records
+
+    call = AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Lisbon"}, "id": "c"}])
+    image = HumanMessage(content=[{"type": "image_url", "image_url": {"url": "data:,x"}}])
+    records = build_records(
+        [HumanMessage("hi"), call, image, HumanMessage("")],
+        thread_id="t",
+        resource_id="r",
+        now=datetime.now(UTC),
+    )
+    assert [text_of(r) for r in records] == [
+        "hi",
+        "(no text; tool call: weather)",
+        "(no text; image_url)",
+        "(no text)",
+    ]
