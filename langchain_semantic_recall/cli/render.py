@@ -51,7 +51,7 @@ def rule(title: str = "") -> str:
     return line + "─" * max(3, width() - len(line))
 
 
-def text_of(message: MessageRecord) -> str:
+def shown_text(message: MessageRecord) -> str:
     """A message's text, or what it holds instead: its tool calls, its kinds of content.
 
     Read from the stored payload (JSON), so the command loads none of LangChain.

@@ -24,7 +24,15 @@ from langchain_semantic_recall.cli.narrowing import (
     describe_narrowing,
     narrowing_options,
 )
-from langchain_semantic_recall.cli.render import rule, shorten, style, table, text_of, when, width
+from langchain_semantic_recall.cli.render import (
+    rule,
+    shorten,
+    shown_text,
+    style,
+    table,
+    when,
+    width,
+)
 from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
@@ -141,7 +149,7 @@ def _label(thread_id: str, titles: dict[str, str]) -> str:
 
 def _line(message: StoredMessage, marker: str, indent: str) -> str:
     head = f"{indent}{marker} {when(message.created_at)}  {message.role:<9}  "
-    return head + shorten(text_of(message), max(20, width() - len(head)))
+    return head + shorten(shown_text(message), max(20, width() - len(head)))
 
 
 # --- search ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from langchain_semantic_recall.cli.common import (
     thread_messages,
     thread_titles,
 )
-from langchain_semantic_recall.cli.render import style, table, text_of, when, width
+from langchain_semantic_recall.cli.render import shown_text, style, table, when, width
 
 
 def register(subparsers: Any) -> None:
@@ -109,7 +109,7 @@ def run_show(args: argparse.Namespace) -> int:
     for message in messages:
         print()
         print(style(f"{when(message.created_at)}  {message.role}", "cyan"))
-        text = text_of(message)  # blank: say what it holds instead
+        text = shown_text(message)  # blank: say what it holds instead
         for paragraph in text.splitlines():
             print(textwrap.fill(paragraph, width(), initial_indent="  ", subsequent_indent="  "))
     return EXIT_OK

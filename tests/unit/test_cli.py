@@ -518,7 +518,7 @@ def test_search_marks_where_a_window_leaves_messages_out(
 def test_a_message_without_text_is_shown_by_what_it_holds() -> None:
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from langchain_semantic_recall.cli.render import text_of
+    from langchain_semantic_recall.cli.render import shown_text
     from langchain_semantic_recall.messages import build_records
 
     call = AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "Lisbon"}, "id": "c"}])
@@ -529,7 +529,7 @@ def test_a_message_without_text_is_shown_by_what_it_holds() -> None:
         resource_id="r",
         now=datetime.now(UTC),
     )
-    assert [text_of(r) for r in records] == [
+    assert [shown_text(r) for r in records] == [
         "hi",
         "(no text; tool call: weather)",
         "(no text; image_url)",
