@@ -95,6 +95,13 @@ class ChromaLog:
         """
         return self._read(lambda cursor: _tail(cursor, collection_id, after))
 
+    def holds(self, collection_id: str, after: int) -> bool:
+        """Whether the log still holds write `after` (what `tail` needs), read cheaply.
+
+        Neither the rows since nor the count are read: a writer asks after every write.
+        """
+        return bool(self._read(lambda cursor: _holds(cursor, collection_id, after)))
+
     def live(self, collection_id: str) -> tuple[Stamp, dict[str, int]] | None:
         """The collection's state and the number of each live record's last write.
 
@@ -129,12 +136,24 @@ def _tail(
         return None
     if stamp.seq == after:
         return stamp, []
-    topic = f"%/{collection_id}"
-    if cursor.execute(_HOLDS, (after, topic)).fetchone()[0] != 1:
+    if not _logged(cursor, collection_id, after):
         return None  # purged: what came after it may be too
+    topic = f"%/{collection_id}"
     records = [_record(row) for row in cursor.execute(_TAIL, (after, stamp.seq, topic))]
     kept = [record for record in records if record is not None]
     return (stamp, kept) if len(kept) == len(records) else None
+
+
+def _holds(cursor: sqlite3.Cursor, collection_id: str, after: int) -> bool:
+    found = _segment(cursor, collection_id)
+    if found is None or found[1] < after:
+        return False
+    return found[1] == after or _logged(cursor, collection_id, after)
+
+
+def _logged(cursor: sqlite3.Cursor, collection_id: str, seq: int) -> bool:
+    """Whether write `seq` of the collection is still a row of the log."""
+    return bool(cursor.execute(_HOLDS, (seq, f"%/{collection_id}")).fetchone()[0] == 1)
 
 
 def _stamp(cursor: sqlite3.Cursor, collection_id: str) -> Stamp | None:

@@ -301,7 +301,7 @@ class ColdSnapshots:
             self._checking.discard(name)
         snapshot = Snapshot.load(self._files, name)
         if snapshot is not None and snapshot.collection_id == str(collection.id):
-            if self._log.tail(snapshot.collection_id, snapshot.seq) is not None:
+            if self._log.holds(snapshot.collection_id, snapshot.seq):
                 return  # the next process applies the writes since
             if self._refresh(collection, snapshot):
                 return  # once per purge of the log at most: no throttle
