@@ -33,6 +33,7 @@ __all__ = [
     "KEYWORD_ROLES",
     "STOP_WORDS",
     "BM25Params",
+    "bm25_ceiling",
     "bm25_score",
     "index_terms",
     "message_terms",
@@ -110,6 +111,21 @@ def message_terms(role: str, text: str) -> list[str]:
 def query_terms(text: str) -> list[str]:
     """The distinct terms of a query, in first-seen order."""
     return list(dict.fromkeys(index_terms(text)))
+
+
+def bm25_ceiling(
+    terms: Iterable[str], *, doc_freq: Mapping[str, int], docs: int, params: BM25Params
+) -> float:
+    """What no document can reach from `terms` alone: per term, BM25 < idf x (k1 + 1).
+
+    A search that has scored every document holding its other terms can stop when its
+    `limit`-th best is above this: a document holding none of them scores less.
+    """
+    ceiling = 0.0
+    for term in terms:
+        df = doc_freq.get(term, 0)
+        ceiling += math.log(1.0 + (docs - df + 0.5) / (df + 0.5)) * (params.k1 + 1.0)
+    return ceiling
 
 
 def bm25_score(

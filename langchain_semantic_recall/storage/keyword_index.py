@@ -1,9 +1,10 @@
 """In-memory keyword postings of the busiest resources, kept in step with the SQLite file.
 
-Scoring BM25 in Python over FTS5's candidates costs ~30 ms at 100k messages in one resource
-(and is only exact up to 1,000 matches). A `ResourcePostings` holds one resource's
-keyword index as numpy arrays (CSR postings: term -> documents and term frequencies,
-plus each document's length and thread), so a search is a few vectorised sums: the same
+Scoring BM25 in Python over FTS5's candidates costs ~20-60 ms at 100k messages in one
+resource (exact up to 1,000 matches, or when the rarer terms settle the best:
+`sqlite_fts.search`). A `ResourcePostings` holds one resource's keyword index as numpy
+arrays (CSR postings: term -> documents and term frequencies, plus each document's
+length and thread), so a search is a few vectorised sums: the same
 BM25 as `keywords.rank_bm25` (same constants, the statistics of the search scope
 itself, the same floating-point operations in the same order, so the same scores to the
 last bit), over *every* match of the scope.

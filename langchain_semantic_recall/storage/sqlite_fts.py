@@ -20,14 +20,25 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
-from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
+from langchain_semantic_recall.keywords import (
+    BM25Params,
+    bm25_ceiling,
+    message_terms,
+    query_terms,
+    rank_bm25,
+)
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.sqlite_sql import from_iso, metadata_items
 
+Ranked: TypeAlias = list[tuple[str, float]]
+
 MIN_CANDIDATES: Final = 1000
 """A search re-scores at least this many FTS5 matches (every match, in most scopes)."""
+RARE_MOST: Final = 8000
+"""Most matches of a query's rarer terms a search scores to find its best exactly
+(~30 ms at 6,000; FTS5's ranking of 36,000 matches took 62 ms)."""
 
 KEYWORD_TABLES: Final = (
     "CREATE TABLE message_terms (doc INTEGER PRIMARY KEY, message_id TEXT NOT NULL UNIQUE, "
@@ -97,16 +108,21 @@ def _exact_scope(scope: ScopeFilter, table: str) -> tuple[str, list[str]]:
     return "".join(f" AND {table}.{c} = ?" for c, _ in kept), [v for _, v in kept]
 
 
-def candidates_sql(scope: ScopeFilter, terms: Sequence[str], limit: int) -> tuple[str, list[Any]]:
-    """FTS5's best `limit` matches inside `scope`: rows of (message id, terms).
+def candidates_sql(
+    scope: ScopeFilter, terms: Sequence[str], limit: int, *, ranked: bool = True
+) -> tuple[str, list[Any]]:
+    """Up to `limit` FTS5 matches inside `scope`: rows of (message id, terms).
 
+    `ranked`: FTS5's best by its own ranking (which scores every match first: 60 ms for
+    a term in 30,000 messages); otherwise any `limit` of them, as the index yields them.
     With a filter, rows are (message id, terms, created_at, metadata): `search` counts
     frequencies over every match of the scope, then keeps the filter's.
     """
     where, params = _exact_scope(scope, "m")
+    order = " ORDER BY rank" if ranked else ""
     sql = (
-        "WITH hits AS (SELECT rowid AS doc FROM message_fts WHERE message_fts MATCH ? "
-        "ORDER BY rank LIMIT ?) "
+        f"WITH hits AS (SELECT rowid AS doc FROM message_fts WHERE message_fts MATCH ?{order} "
+        "LIMIT ?) "
         f"SELECT t.message_id, t.terms{', m.created_at, m.metadata' if scope.narrowed else ''} "
         "FROM hits JOIN message_terms AS t ON t.doc = hits.doc "
         f"JOIN messages AS m ON m.id = t.message_id WHERE 1 = 1{where}"
@@ -196,9 +212,11 @@ def search(
 ) -> list[tuple[str, float]]:
     """(message id, BM25 score) of the best `limit` keyword matches inside `scope`.
 
-    When the scope has at most `max(10 * limit, MIN_CANDIDATES)` matches (nearly
-    always), every match is scored, so the result is exact BM25 over the scope; beyond,
-    FTS5's own ranking chooses which matches are re-scored.
+    Exact BM25 over the scope (what the in-memory postings give) when the scope has
+    fewer than `max(10 * limit, MIN_CANDIDATES)` matches (nearly always), or when the
+    query's rarer terms have fewer than `RARE_MOST` and their matches, all scored, settle
+    the best `limit`: the last one outscores any message holding only the other terms
+    (`bm25_ceiling`). Otherwise FTS5's own ranking chooses which matches are re-scored.
     """
     terms = query_terms(query)
     if not terms:
@@ -206,16 +224,66 @@ def search(
     docs, total = conn.execute(*stats_sql(scope)).fetchone()
     if not docs:
         return []
+
+    def score(rows: Sequence[tuple[Any, ...]], doc_freq: Mapping[str, int]) -> Ranked:
+        stats = {"docs": docs, "avg_length": total / docs, "params": params}
+        return _rank(terms, scope, rows, doc_freq, limit, **stats)
+
     cap = max(10 * limit, MIN_CANDIDATES)
+    # A busy scope counts each term's matches first (cheap: FTS5 reads the doclists).
+    doc_freq = _counts(conn, scope, terms) if docs >= cap else None
+    if doc_freq is None or sum(doc_freq.values()) < cap:
+        rows = conn.execute(*candidates_sql(scope, terms, cap, ranked=False)).fetchall()
+        if len(rows) < cap:  # every match
+            return score(rows, _frequencies(terms, {row[0]: row[1].split() for row in rows}))
+    doc_freq = doc_freq or _counts(conn, scope, terms)
+    # Scoring a match here costs about twice what FTS5's ranking of one does.
+    rare = _rare(terms, doc_freq, most=min(RARE_MOST, sum(doc_freq.values()) // 2))
+    if rare:
+        rows = conn.execute(*candidates_sql(scope, rare, RARE_MOST, ranked=False)).fetchall()
+        common = [term for term in terms if term not in rare]
+        ceiling = bm25_ceiling(common, doc_freq=doc_freq, docs=docs, params=params)
+        settled = score(rows, doc_freq) if len(rows) < RARE_MOST else []
+        if len(settled) == limit and settled[-1][1] > ceiling * (1.0 + 1e-9):
+            return settled  # no message without a rarer term can reach its last one
     rows = conn.execute(*candidates_sql(scope, terms, cap)).fetchall()
+    return score(rows, doc_freq)
+
+
+def _counts(conn: sqlite3.Connection, scope: ScopeFilter, terms: Sequence[str]) -> dict[str, int]:
+    """Each term's matches in the scope, as FTS5 counts them."""
+    match = _COUNT_MATCHES
+    return {term: conn.execute(match, (fts_match(scope, [term]),)).fetchone()[0] for term in terms}
+
+
+def _rare(terms: Sequence[str], doc_freq: Mapping[str, int], most: int) -> list[str]:
+    """The rarest terms, while their matches stay under `most` (none: FTS5 ranks them all).
+
+    Also none when that would be every term: nothing would be left to bound.
+    """
+    rare: list[str] = []
+    held = 0
+    for term in sorted(terms, key=lambda t: (doc_freq[t], t)):
+        if held + doc_freq[term] >= most:
+            break
+        rare.append(term)
+        held += doc_freq[term]
+    return rare if len(rare) < len(terms) else []
+
+
+def _rank(
+    terms: Sequence[str],
+    scope: ScopeFilter,
+    rows: Sequence[tuple[Any, ...]],
+    doc_freq: Mapping[str, int],
+    limit: int,
+    *,
+    docs: int,
+    avg_length: float,
+    params: BM25Params,
+) -> Ranked:
+    """`rank_bm25` over the rows of `candidates_sql`, less what the scope's filter drops."""
     candidates = {row[0]: row[1].split() for row in rows}
-    if len(rows) < cap:
-        doc_freq = _frequencies(terms, candidates)
-    else:
-        doc_freq = {
-            term: conn.execute(_COUNT_MATCHES, (fts_match(scope, [term]),)).fetchone()[0]
-            for term in terms
-        }
     if scope.narrowed:  # BM25's statistics are the scope's; the filter drops candidates
         kept = {row[0] for row in rows if scope.matches(metadata_items(row[3]), from_iso(row[2]))}
         candidates = {key: value for key, value in candidates.items() if key in kept}
@@ -224,7 +292,7 @@ def search(
         candidates,
         doc_freq=doc_freq,
         docs=docs,
-        avg_length=total / docs,
+        avg_length=avg_length,
         params=params,
         limit=limit,
     )

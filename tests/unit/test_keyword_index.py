@@ -426,3 +426,64 @@ def test_sees_a_retention_through_itself(pair: tuple[SQLiteStorage, SQLiteStorag
     for scope in scopes():
         found = memory.keyword_search("apple paint dog", scope=scope, limit=500)
         assert {i for i, _ in found} <= kept
+
+
+def _statements(storage: SQLiteStorage) -> list[str]:
+    """The SQL the storage runs from now on."""
+    seen: list[str] = []
+    storage._conn.set_trace_callback(seen.append)
+    return seen
+
+
+def busy_resource(rng: random.Random, rare: dict[str, int]) -> list[MessageRecord]:
+    """1,500 messages holding 'apple' (more than a search's 1,000 candidates), and
+    `rare[word]` of them holding `word` as well, the longer ones more often."""
+    texts = [
+        " ".join(["apple", *rng.choices(WORDS[1:9], k=rng.randint(0, 14))]) for _ in range(1500)
+    ]
+    for word, count in rare.items():
+        for n in rng.sample(range(1500), count):
+            texts[n] += f" {word}" * rng.randint(1, 2)
+    return [record(n, f"t{n % 5}", "r0", text) for n, text in enumerate(texts)]
+
+
+@pytest.mark.parametrize("limit", [1, 10, 40])
+def test_rare_terms_settle_a_busy_scope_exactly(
+    pair: tuple[SQLiteStorage, SQLiteStorage], limit: int
+) -> None:
+    """Past 1,000 matches, SQL scores every match of the rarer terms, not FTS5's top 1,000.
+
+    What it returns is proved to be the exact best (no message with only 'apple' can
+    reach it), so SQL and the postings (exact over every match) agree, and FTS5's own
+    ranking of all 1,500 matches (60 ms for 30,000) is never asked for.
+    """
+    sql, memory = pair
+    sql.put(busy_resource(random.Random(7), {"zebra": 60, "yak": 90}))
+    scope = ScopeFilter(resource_id="r0")
+    memory.keyword_search("apple", scope=scope, limit=1)  # starts the build
+    assert memory._postings.join(timeout=30)
+    statements = _statements(sql)
+    found = sql.keyword_search("apple zebra yak", scope=scope, limit=limit)
+    assert found == memory.keyword_search("apple zebra yak", scope=scope, limit=limit)
+    assert len(found) == limit
+    assert not any("ORDER BY rank" in statement for statement in statements)
+    filtered = ScopeFilter(resource_id="r0", thread_id="t1")
+    assert sql.keyword_search("apple yak", scope=filtered, limit=limit) == memory.keyword_search(
+        "apple yak", scope=filtered, limit=limit
+    )
+
+
+def test_too_few_rare_matches_fall_back_to_fts5s_ranking(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    """When the rarer terms hold fewer messages than asked for, 'apple' alone decides
+    the rest: FTS5 ranks the 1,500 matches and its best 1,000 are scored (as before)."""
+    sql, _ = pair
+    sql.put(busy_resource(random.Random(8), {"zebra": 3}))
+    scope = ScopeFilter(resource_id="r0")
+    statements = _statements(sql)
+    found = sql.keyword_search("apple zebra", scope=scope, limit=20)
+    assert any("ORDER BY rank" in statement for statement in statements)
+    assert len(found) == 20
+    zebras = {r.id for r in busy_resource(random.Random(8), {"zebra": 3}) if "zebra" in r.text}
+    assert {message_id for message_id, _ in found[:3]} == zebras
