@@ -160,15 +160,14 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
 
     The index (name, model, dimension) is the one the engine would open, refused as it
     would be when built with another model (`EmbeddingMismatchError`); its message ids
-    are those `ChromaVectorIndex.message_ids` gives (`vectors.chroma_file`). None when
-    the file cannot tell them (unreadable, another shape, an index not created yet, an
-    embedder whose dimension only a probe tells): the caller asks chromadb.
+    are those the index gives (`settings.local_message_ids`). None when the file cannot
+    tell them (unreadable, another shape, an index not created yet, an embedder whose
+    dimension only a probe tells): the caller asks chromadb.
     """
     from langchain_semantic_recall.engine.maintenance_ops import read_stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
     from langchain_semantic_recall.engine.vector_space import named_index
-    from langchain_semantic_recall.vectors.chroma_file import ChromaFile
-    from langchain_semantic_recall.vectors.chroma_layout import check_model
+    from langchain_semantic_recall.settings import local_message_ids
 
     with open_storage(args) as storage:
         scope, relevance = _scope_and_relevance(args, storage)
@@ -178,18 +177,13 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
 
             embeddings = LocalEmbeddings()
         info = named_index(embeddings)
-        found = (
-            None
-            if info is None
-            else ChromaFile(store_path(args) / "chroma").index(info.name, scope)
-        )
-        if info is None or found is None:
+        have = None if info is None else local_message_ids(store_path(args), info, scope)
+        if info is None or have is None:
             return None
-        check_model(info.name, found.model, found.dimension, info.model, info.dimension)
         # The operation asks the storage alone: a vector step would fail on this missing
         # space, never read an empty index.
         backends = Backends(storage, cast("VectorSpace", None))
-        stats = drive(read_stats_op(info, found.message_ids, scope, relevance), backends)
+        stats = drive(read_stats_op(info, have, scope, relevance), backends)
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
         return stats

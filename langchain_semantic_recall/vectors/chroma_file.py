@@ -199,8 +199,9 @@ def _message_ids(
 
     As `ChromaCollections.rows` then `ChromaVectorIndex._message_ids`: a thread scope's
     `where` keeps the records whose `thread_id` is that text; then a record whose
-    metadata names another resource or thread is left out (`ScopeFilter.admits`). A
-    record's message is its `message_id`, else its own id (one vector of a message).
+    metadata names another resource or thread is left out (`ScopeFilter.admits`, which
+    tells the same for text values, the only ones read). A record's message is its
+    `message_id`, else its own id (one vector of a message).
     """
     segments = cursor.execute(_SEGMENT, (collection_id,)).fetchall()
     if len(segments) != 1:
@@ -214,11 +215,8 @@ def _message_ids(
         ):
             return None
         message_id, resource_id, thread_id = (None if v is _ABSENT else v for v in values)
-        if scope is not None:
-            if scope.thread_id is not None and thread_id != scope.thread_id:
-                continue  # outside the `where` (and `admits`)
-            if not scope.admits(str(resource_id), str(thread_id)):
-                continue
+        if scope is not None and not scope.admits(str(resource_id), str(thread_id)):
+            continue  # a thread's `where` (text only: checked above), then `admits`
         ids.add(str(vector_id if message_id is None else message_id))
     return ids
 
