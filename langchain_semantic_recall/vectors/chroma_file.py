@@ -86,7 +86,13 @@ class _Collection:
     id: str
     name: str
     metadata: dict[str, object]
-    cosine: bool
+    config: object
+    schema: object
+
+    @property
+    def cosine(self) -> bool:
+        """Whether it is in cosine space (parsed when asked: only the collections read)."""
+        return _cosine(self.config, self.schema, self.metadata)
 
 
 class ChromaFile:
@@ -163,7 +169,7 @@ def _collection(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> _Collection 
         if not isinstance(key, str) or value is _OTHER or value is _ABSENT:
             return None
         metadata[key] = value
-    return _Collection(collection_id, name, metadata, _cosine(config, schema, metadata))
+    return _Collection(collection_id, name, metadata, config, schema)
 
 
 def _cosine(config: object, schema: object, metadata: dict[str, object]) -> bool:
