@@ -167,6 +167,42 @@ def test_long_messages_forgets_and_retention_in_one_store(tmp_path: Path) -> Non
         memory.close()
 
 
+@pytest.mark.parametrize("index_name", [None, "i" * 500])  # 500: the prefix is shortened
+def test_many_resources_and_two_indexes(tmp_path: Path, index_name: str | None) -> None:
+    """30 resources' collections; a second index in the same folder is never counted."""
+    memory = SemanticRecall.local(
+        tmp_path, embeddings=FakeEmbeddings(dimension=16), index_name=index_name
+    )
+    other = SemanticRecall.local(
+        tmp_path, embeddings=FakeEmbeddings(dimension=8, model="other"), index_name="other-index"
+    )
+    owners: dict[str, str] = {}
+    try:
+        for n in range(30):
+            resource = f"user-{n}"
+            for engine in (memory, other):
+                engine.index(
+                    [HumanMessage(f"note {n}", id=f"{resource}-{engine is other}")],
+                    thread_id=f"{resource}-t",
+                    resource_id=resource,
+                )
+            owners[f"{resource}-False"] = resource
+        memory.forget_resource("user-7")
+        index, name = index_of(memory)
+        reader = ChromaFile(tmp_path / "chroma")
+        for scope in (None, ScopeFilter(resource_id="user-3"), ScopeFilter(resource_id="user-7")):
+            found = reader.index(name, scope)
+            assert found is not None
+            assert set(found.message_ids) == index.message_ids(name, scope)
+        everything = reader.index(name, None)
+        assert everything is not None
+        assert len(everything.message_ids) == 29
+        assert all(owners[m] != "user-7" for m in everything.message_ids)
+    finally:
+        memory.close()
+        other.close()
+
+
 # --- a vector outside its collection's resource, and files of another shape -----------------
 
 
