@@ -10,6 +10,7 @@ then answers through chromadb, with the same output.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sqlite3
@@ -26,7 +27,8 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
-from langchain_semantic_recall.cli import admin, main
+from langchain_semantic_recall.cli import admin, common, main
+from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 from langchain_semantic_recall.vectors.chroma_file import ChromaFile
@@ -307,3 +309,29 @@ def test_stats_on_a_file_of_another_shape_answers_through_chromadb(
     # chromadb reads the number as the message id "7": one vector less, one orphan more
     assert (after["vectors"], after["orphan_vectors"]) == (before["vectors"] - 1, 2)
     assert after["missing_vectors"] == before["missing_vectors"] + 1
+
+
+def test_an_embedder_whose_dimension_needs_a_probe_is_counted_through_chromadb(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only embedding a text would name its index: the file is not read, chromadb answers."""
+    asked: list[object] = []
+    client_stats = admin._client_stats
+
+    def through_client(args: argparse.Namespace) -> RecallStats:
+        asked.append(args)
+        return client_stats(args)
+
+    monkeypatch.setattr(admin, "_client_stats", through_client)
+    monkeypatch.setattr(common, "create_embeddings", FakeEmbeddings)
+    assert stats_json(capsys, store)["vectors"] == 4
+    assert asked == []  # read from the file
+
+    def probed() -> FakeEmbeddings:
+        fake = FakeEmbeddings()
+        fake.dimension = None
+        return fake
+
+    monkeypatch.setattr(common, "create_embeddings", probed)
+    assert stats_json(capsys, store)["vectors"] == 4
+    assert len(asked) == 1
