@@ -6,7 +6,9 @@ demo store (``semantic-recall demo --path``: two users, six conversations, built
 the real model), in turn with the baselines so a busy machine slows all alike:
 
 * ``python -c pass``: the interpreter alone;
-* ``import chromadb``: what ``stats`` cannot avoid (it counts the vectors);
+* ``import chromadb``: what ``stats`` imported to count the vectors, before it read an
+  embedded store's from Chroma's own file (``vectors/chroma_file.py``; it still does when
+  that file cannot tell, or for a store on servers);
 * with ``--baseline-src DIR`` (e.g. ``git archive f8ddf1b langchain_semantic_recall | tar
   -x -C DIR``): every command again from that source tree, the "before" column.
 

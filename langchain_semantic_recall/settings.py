@@ -51,6 +51,8 @@ from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
 if TYPE_CHECKING:
+    from langchain_semantic_recall.engine.vector_space import IndexInfo
+    from langchain_semantic_recall.records import ScopeFilter
     from langchain_semantic_recall.storage.base import MessageStorage
 
 __all__ = [
@@ -131,6 +133,30 @@ def _embedded_chroma(
     return ChromaVectorIndex.persistent(
         path, read_only=read_only, workarounds=workarounds, snapshots_from=snapshots_from
     )
+
+
+def local_message_ids(
+    path: str | PathLike[str], info: IndexInfo, scope: ScopeFilter | None
+) -> frozenset[str] | None:
+    """The messages holding a vector in `scope` of index `info`, in the embedded store `path`.
+
+    Read from Chroma's own file, read only, without importing chromadb
+    (`vectors.chroma_file`): what `ChromaVectorIndex.message_ids` gives once the index
+    is open. None when the file cannot tell (unreadable, another shape, an index not
+    created yet): open the index (`local_backends`) and ask it.
+
+    Raises:
+        EmbeddingMismatchError: the index was built with another model or dimension,
+            as opening it would say.
+    """
+    from langchain_semantic_recall.vectors.chroma_file import ChromaFile
+    from langchain_semantic_recall.vectors.chroma_layout import check_model
+
+    found = ChromaFile(Path(path) / "chroma").index(info.name, scope)
+    if found is None:
+        return None
+    check_model(info.name, found.model, found.dimension, info.model, info.dimension)
+    return found.message_ids
 
 
 def _workarounds(value: ChromaWorkarounds | bool, cpu_gate: CpuGate | None) -> ChromaWorkarounds:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from langchain_semantic_recall.cli import common
 from langchain_semantic_recall.cli.common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -31,6 +32,10 @@ from langchain_semantic_recall.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
+    from langchain_semantic_recall.engine.vector_space import VectorSpace
+    from langchain_semantic_recall.records import ScopeFilter
+    from langchain_semantic_recall.relevance.model import RelevanceModel
+    from langchain_semantic_recall.storage.base import MessageStorage
 
 
 def register(subparsers: Any) -> None:
@@ -118,34 +123,87 @@ def _stats(args: argparse.Namespace) -> RecallStats:
     """`SemanticRecall.stats` on the store's backends, without the engine class.
 
     The engine class is a LangChain `Runnable`: its import alone took a third of the
-    command's time.
+    command's time. An embedded store's vectors are read from Chroma's file when it
+    can tell them (`_file_stats`), without importing chromadb (most of the rest).
     """
-    from langchain_semantic_recall.embeddings import EmbeddingCache
-    from langchain_semantic_recall.engine.maintenance_ops import maintenance_scope, stats_op
-    from langchain_semantic_recall.engine.steps import Backends, drive
-    from langchain_semantic_recall.engine.vector_space import VectorSpace
+    if store_urls(args) is None:
+        stats = _file_stats(args)
+        if stats is not None:
+            return stats
+    return _client_stats(args)
+
+
+def _scope_and_relevance(
+    args: argparse.Namespace, storage: MessageStorage
+) -> tuple[ScopeFilter | None, RelevanceModel | None]:
+    """The command's scope (an unknown thread is not found: exit 3) and relevance model."""
+    from langchain_semantic_recall.engine.maintenance_ops import maintenance_scope
     from langchain_semantic_recall.options import DEFAULT_SEARCH_MODE
     from langchain_semantic_recall.search import resolve
+
+    if args.thread is not None:
+        require_thread(storage, args.thread, args.resource)
+    plan = resolve(  # the command line's engines: the package's default options
+        search_mode=DEFAULT_SEARCH_MODE,
+        keyword_search=storage.supports_keyword_search,
+        top_k=None,
+        message_range=None,
+        message_budget="auto",
+        threshold=None,
+    )
+    scope = maintenance_scope(args.resource, args.thread)
+    return scope, plan.relevance if plan.calibrated else None
+
+
+def _file_stats(args: argparse.Namespace) -> RecallStats | None:
+    """`stats` of an embedded store, its vectors read from Chroma's file (no chromadb).
+
+    The index (name, model, dimension) is the one the engine would open, refused as it
+    would be when built with another model (`EmbeddingMismatchError`); its message ids
+    are those the index gives (`settings.local_message_ids`). None when the file cannot
+    tell them (unreadable, another shape, an index not created yet, an embedder whose
+    dimension only a probe tells): the caller asks chromadb.
+    """
+    from langchain_semantic_recall.engine.maintenance_ops import read_stats_op
+    from langchain_semantic_recall.engine.steps import Backends, drive
+    from langchain_semantic_recall.engine.vector_space import named_index
+    from langchain_semantic_recall.settings import local_message_ids
+
+    with open_storage(args) as storage:
+        scope, relevance = _scope_and_relevance(args, storage)
+        embeddings = common.create_embeddings()  # looked up now: the tests replace it
+        if embeddings is None:
+            from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+            embeddings = LocalEmbeddings()
+        info = named_index(embeddings)
+        have = None if info is None else local_message_ids(store_path(args), info, scope)
+        if info is None or have is None:
+            return None
+        # The operation asks the storage alone: a vector step would fail on this missing
+        # space, never read an empty index.
+        backends = Backends(storage, cast("VectorSpace", None))
+        stats = drive(read_stats_op(info, have, scope, relevance), backends)
+        if args.thread is None and args.resource is not None and not _anything(stats):
+            require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
+        return stats
+
+
+def _client_stats(args: argparse.Namespace) -> RecallStats:
+    """`stats` through the vector index's own client (chromadb for an embedded store)."""
+    from langchain_semantic_recall.embeddings import EmbeddingCache
+    from langchain_semantic_recall.engine.maintenance_ops import stats_op
+    from langchain_semantic_recall.engine.steps import Backends, drive
+    from langchain_semantic_recall.engine.vector_space import VectorSpace
     from langchain_semantic_recall.settings import as_vector_index
 
     backends = open_backends(args, read_only=True)
     storage = backends["storage"]
     try:
-        if args.thread is not None:  # an unknown thread is not found, not zero (exit 3)
-            require_thread(storage, args.thread, args.resource)
+        scope, relevance = _scope_and_relevance(args, storage)
         space = VectorSpace(
             backends["embeddings"], as_vector_index(backends["vector_store"]), EmbeddingCache(1)
         )
-        scope = maintenance_scope(args.resource, args.thread)
-        plan = resolve(  # the command line's engines: the package's default options
-            search_mode=DEFAULT_SEARCH_MODE,
-            keyword_search=storage.supports_keyword_search,
-            top_k=None,
-            message_range=None,
-            message_budget="auto",
-            threshold=None,
-        )
-        relevance = plan.relevance if plan.calibrated else None
         stats = drive(stats_op(space, scope, relevance), Backends(storage, space))
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)

@@ -10,7 +10,7 @@ counted or deleted; without one (no source gave a resource) the call covers ever
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from langchain_semantic_recall.engine import steps
@@ -284,6 +284,32 @@ def stats_op(
     yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = yield steps.VectorMessageIds(info, scope)
+    return (yield from _counted(info, have, scope, relevance))
+
+
+def read_stats_op(
+    info: IndexInfo,
+    have: Set[str],
+    scope: ScopeFilter | None,
+    relevance: RelevanceModel | None = None,
+) -> Op[RecallStats]:
+    """`stats_op` with the index and its message ids in `scope` read beforehand.
+
+    For a reader that tells them without the vector index's client (`cli stats` reads
+    an embedded store's from Chroma's file: `vectors.chroma_file`); the storage side is
+    counted as `stats_op` counts it.
+
+    Raises:
+        OwnershipError: the scope names a thread of another resource than its own.
+    """
+    yield from _check_scope(scope)
+    return (yield from _counted(info, have, scope, relevance))
+
+
+def _counted(
+    info: IndexInfo, have: Set[str], scope: ScopeFilter | None, relevance: RelevanceModel | None
+) -> Op[RecallStats]:
+    """The stored messages in `scope` counted against the message ids holding a vector."""
     messages = 0
     threads: set[str] = set()
     resources: set[str] = set()

@@ -93,17 +93,15 @@ class VectorSpace:
         return self._info
 
     def _info_for(self, dimension: int) -> IndexInfo:
-        model = embedding_model_name(self.embeddings)
-        name = self.index_name or default_index_name(model, dimension)
-        return IndexInfo(name=name, model=model, dimension=dimension)
+        return _index_info(self.embeddings, self.index_name, dimension)
 
     def resolve(self) -> Op[IndexInfo]:
         """Resolve and open the index (once; later calls return it at no cost)."""
         if self._info is not None:
             return self._info
-        dimension = getattr(self.embeddings, "dimension", None)
-        if isinstance(dimension, int) and not isinstance(dimension, bool) and dimension > 0:
-            info = self._info_for(dimension)
+        known = named_index(self.embeddings, self.index_name)
+        if known is not None:
+            info = known
         else:
             info = self._info_for(_probed_dimension((yield steps.ProbeDimension())))
         yield steps.OpenIndex(info)  # opening twice (two first calls at once) is harmless
@@ -135,6 +133,24 @@ class VectorSpace:
                 f"holds {info.dimension}-d vectors of {info.model!r}; use another "
                 "index_name or run reindex with the new embedder"
             )
+
+
+def named_index(embeddings: Embeddings, index_name: str | None = None) -> IndexInfo | None:
+    """The index `VectorSpace.resolve` opens for `embeddings`, when told without embedding.
+
+    Known when the embedder has a `dimension` attribute (an int >= 1, as the local
+    model); None when only embedding a probe text would tell. Nothing is opened.
+    """
+    dimension = getattr(embeddings, "dimension", None)
+    if isinstance(dimension, int) and not isinstance(dimension, bool) and dimension > 0:
+        return _index_info(embeddings, index_name, dimension)
+    return None
+
+
+def _index_info(embeddings: Embeddings, index_name: str | None, dimension: int) -> IndexInfo:
+    model = embedding_model_name(embeddings)
+    name = index_name or default_index_name(model, dimension)
+    return IndexInfo(name=name, model=model, dimension=dimension)
 
 
 def _probed_dimension(probe: object) -> int:

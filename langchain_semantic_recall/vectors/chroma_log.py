@@ -27,7 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeGuard, TypeVar
 
-__all__ = ["ADD", "DELETE", "UPDATE", "UPSERT", "ChromaLog", "LogRecord", "Stamp"]
+__all__ = [
+    "ADD",
+    "DELETE",
+    "UPDATE",
+    "UPSERT",
+    "ChromaLog",
+    "LogRecord",
+    "Stamp",
+    "read_chroma_file",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -111,21 +120,29 @@ class ChromaLog:
         return self._read(lambda cursor: _live(cursor, collection_id))
 
     def _read(self, read: Callable[[sqlite3.Cursor], _T | None]) -> _T | None:
-        """`read(cursor)` inside one read transaction; None (logged) if it cannot be read."""
-        if not self._path.is_file():
-            return None
-        uri = f"{self._path.resolve().as_uri()}?mode=ro"
-        try:
-            with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as connection:
-                cursor = connection.cursor()
-                cursor.execute("BEGIN")
-                try:
-                    return read(cursor)
-                finally:
-                    connection.rollback()
-        except (sqlite3.Error, TypeError, ValueError) as exc:
-            logger.debug("cannot read Chroma's log in %s: %s", self._path, exc)
-            return None
+        """`read(cursor)` on this folder's file (`read_chroma_file`); None if unreadable."""
+        return read_chroma_file(self._path, read)
+
+
+def read_chroma_file(path: Path, read: Callable[[sqlite3.Cursor], _T | None]) -> _T | None:
+    """`read(cursor)` on Chroma's SQLite file `path`, read only, in one read transaction.
+
+    None (logged) if the file is missing or the read fails (another version's tables).
+    """
+    if not path.is_file():
+        return None
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as connection:
+            cursor = connection.cursor()
+            cursor.execute("BEGIN")
+            try:
+                return read(cursor)
+            finally:
+                connection.rollback()
+    except (sqlite3.Error, TypeError, ValueError) as exc:
+        logger.debug("cannot read Chroma's file %s: %s", path, exc)
+        return None
 
 
 def _tail(

@@ -10,8 +10,9 @@ Then what each command loads, run in a fresh interpreter (issue 24: ``--help`` i
 ``threads`` / ``show`` / ``stats`` in 1 s): ``--help`` loads none of LangChain, numpy or
 chromadb; ``threads`` and ``show`` read the SQLite file alone (none of chromadb,
 LangChain or numpy: ~0.2 s in all, where those imports took 0.5-1.4 s more); ``stats``
-opens the vector index but neither the engine class (a LangChain ``Runnable``: its import
-loads the tracers, ~0.3 s) nor the model.
+reads an embedded store's vectors from Chroma's file (no chromadb: ~0.6-0.9 s to import)
+and loads neither the engine class (a LangChain ``Runnable``: its import loads the
+tracers, ~0.3 s) nor the model, and says what it said through chromadb.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.embeddings import embedding_model_name
+from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 from tests.fakes import FakeEmbeddings
 from tests.unit.test_cli_imports import FORBIDDEN, MODULES
 
@@ -87,9 +90,15 @@ def loaded_by(argv: list[str], prefixes: tuple[str, ...]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An embedded store (SQLite + Chroma) holding one two-message thread."""
+    """An embedded store (SQLite + Chroma) holding one two-message thread.
+
+    Its index is the local model's (name, model and dimension; the vectors are the fake
+    embedder's), as the commands run here open it with the default embedder.
+    """
     path = tmp_path_factory.mktemp("store")
-    memory = SemanticRecall.local(path, embeddings=FakeEmbeddings())
+    local = LocalEmbeddings()
+    fake = FakeEmbeddings(dimension=local.dimension, model=embedding_model_name(local))
+    memory = SemanticRecall.local(path, embeddings=fake)
     memory.index(
         [HumanMessage("I water the tomatoes at dawn"), AIMessage("Noted: tomatoes at dawn.")],
         thread_id="garden",
@@ -120,6 +129,49 @@ def test_export_reads_the_messages_alone(store: Path, tmp_path: Path) -> None:
     assert "tomatoes at dawn" in (tmp_path / "x.jsonl").read_text()
 
 
-def test_stats_loads_neither_the_engine_class_nor_the_model(store: Path) -> None:
-    loaded = loaded_by(["--path", str(store), "stats"], ("chromadb", *ENGINE))
-    assert loaded == ["chromadb"]  # it counts the vectors
+def test_stats_loads_neither_chromadb_nor_the_engine_class_nor_the_model(store: Path) -> None:
+    """It counts an embedded store's vectors from Chroma's file (`vectors.chroma_file`)."""
+    assert loaded_by(["--path", str(store), "stats"], ("chromadb", *ENGINE)) == []
+
+
+def stats_output(argv: list[str], *, through_chromadb: bool) -> tuple[str, list[str]]:
+    """`stats` in a fresh interpreter: its output, and whether it loaded chromadb."""
+    ask_chromadb = "admin._file_stats = lambda args: None" if through_chromadb else ""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from langchain_semantic_recall.cli import admin, main
+        {ask_chromadb}
+        code = main({argv!r})
+        print(json.dumps([code, sorted(m for m in sys.modules if m == "chromadb")]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    *lines, last = done.stdout.strip().splitlines()
+    code, loaded = json.loads(last)
+    assert code == 0, done.stdout
+    return "\n".join(lines), list(loaded)
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        [],
+        ["--resource", "alice"],
+        ["--thread", "garden"],
+        ["--thread", "garden", "--resource", "alice"],
+    ],
+)
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_stats_says_what_it_said_through_chromadb(
+    store: Path, scope: list[str], output: list[str]
+) -> None:
+    argv = ["--path", str(store), "stats", *scope, *output]
+    fast, loaded = stats_output(argv, through_chromadb=False)
+    slow, through = stats_output(argv, through_chromadb=True)
+    assert (loaded, through) == ([], ["chromadb"])
+    assert fast == slow
+    assert "vectors    2 of 2" in fast or '"vectors": 2' in fast
