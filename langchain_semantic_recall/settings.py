@@ -159,6 +159,20 @@ def local_message_ids(
     return found.message_ids
 
 
+def settle_snapshots(index: VectorIndex) -> int:
+    """Leave the resources this process wrote a vector snapshot the next process can use.
+
+    For a process ending after many writes (`semantic-recall ingest`): an embedded Chroma
+    index's `ColdSnapshots.settle`. Returns how many resources have one (0 for another
+    index, or with snapshots off).
+    """
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    if not isinstance(index, ChromaVectorIndex) or index.snapshots is None:
+        return 0
+    return index.snapshots.settle()
+
+
 def _workarounds(value: ChromaWorkarounds | bool, cpu_gate: CpuGate | None) -> ChromaWorkarounds:
     """`True`: the defaults of the embedded store (`DEFAULT_MAX_LOADED`, the shared gate)."""
     if value is True:

@@ -61,6 +61,8 @@ class IngestSummary:
     vectors_missing: int = 0
     """Stored messages of the store still without a vector after this run."""
     vectors_repaired: int = 0
+    snapshots: int = 0
+    """Resources written with a vector snapshot for the next process's first search."""
     unreadable: int = 0
     """Lines (JSONL) or conversations (ChatGPT) that could not be read."""
     skipped: Counter[str] = field(default_factory=Counter)
@@ -96,6 +98,7 @@ class IngestSummary:
             "vectors_failed": self.vectors_failed,
             "vectors_repaired": self.vectors_repaired,
             "vectors_missing": self.vectors_missing,
+            "snapshots_ready": self.snapshots,
             "unreadable": self.unreadable,
             "skipped": dict(self.skipped),
             "stored_without_vector": dict(self.not_embedded),
@@ -314,6 +317,9 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
         print(style(f"             ... and {len(summary.refusals) - 10} more refusals", "dim"))
     if summary.vectors_repaired:
         print(f"  repaired   {summary.vectors_repaired} missing vector(s) written")
+    if summary.snapshots:
+        ready = f"{summary.snapshots} resource(s) ready for a fast first search"
+        print(f"  snapshots  {ready} (their vectors saved in one file each)")
     if summary.vectors_failed:
         print(
             style(f"  warning    {summary.vectors_failed} message(s) stored without vectors", "red")
@@ -354,6 +360,9 @@ def run(args: argparse.Namespace) -> int:
         with progress_bar(summary.vectors_missing, "msg", "repair") as bar:
             summary.vectors_repaired = memory.reindex(missing_only=True, progress=bar.update)
         summary.vectors_missing = memory.stats().missing_vectors
+    from langchain_semantic_recall.settings import settle_snapshots
+
+    summary.snapshots = settle_snapshots(memory.vector_store)
     if args.json:
         print_json({**summary.as_json(), "store": store_label(args)})
     else:

@@ -109,6 +109,7 @@ class ColdSnapshots:
         self._checking: set[str] = set()  # collections with a `_check` queued
         self._built_at: dict[str, float] = {}  # collection name -> monotonic time
         self._short: dict[str, int] = {}  # collection name -> vectors short of a snapshot
+        self._written_here: dict[str, Collection] = {}  # collections written (for `settle`)
         self._idle = threading.Condition(self._lock)
         _OPEN.add(self)
 
@@ -155,6 +156,7 @@ class ColdSnapshots:
         written since could have brought it there.
         """
         with self._lock:
+            self._written_here[collection.name] = collection
             short = self._short.get(collection.name, 0) - vectors
             if short > 0:
                 self._short[collection.name] = short
@@ -164,6 +166,39 @@ class ColdSnapshots:
                 return
             self._checking.add(collection.name)
         self._submit(partial(self._check, collection))
+
+    def settle(self) -> int:
+        """Leave every collection this process wrote a snapshot the next process can use.
+
+        For a process about to end after many writes (`semantic-recall ingest`): its
+        checks ran in the background, a full build at most once a minute per collection,
+        and what is queued at exit never runs, so the next process could find no snapshot
+        Chroma's log vouches for and wait for Chroma's load (0.3-0.7 s at 100k, and every
+        time for a read-only process, which builds none). Here nothing is throttled: a
+        refresh where it suffices, else a full build (3-8 s at 100k), on the caller's
+        thread. Returns how many of those collections now have one (collections under
+        `snapshots_from` vectors get none).
+        """
+        self.wait()  # the checks already queued first
+        with self._lock:
+            collections = list(self._written_here.values())
+            self._written_here.clear()
+        ready = 0
+        for collection in collections:
+            if not self.building or self._closing.is_set():
+                break
+            self._check(collection, throttled=False)
+            ready += self._usable(collection)
+        return ready
+
+    def _usable(self, collection: Collection) -> bool:
+        """Whether the next process can start from the collection's snapshot file."""
+        snapshot = Snapshot.load(self._files, collection.name)
+        return (
+            snapshot is not None
+            and snapshot.collection_id == str(collection.id)
+            and self._log.holds(snapshot.collection_id, snapshot.seq)
+        )
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the background loads and builds have ended (benchmarks and tests)."""
@@ -197,6 +232,7 @@ class ColdSnapshots:
             self._serving.clear()
             self._chroma.clear()
             self._short.clear()
+            self._written_here.clear()
             self._built_at.clear()
 
     def close(self, *, finish_checks: bool = True) -> None:
@@ -294,8 +330,12 @@ class ColdSnapshots:
                     self._pending -= 1
                     self._idle.notify_all()
 
-    def _check(self, collection: Collection) -> None:
-        """Build a snapshot if the collection's cannot be brought up to date (`written`)."""
+    def _check(self, collection: Collection, *, throttled: bool = True) -> None:
+        """Build a snapshot if the collection's cannot be brought up to date (`written`).
+
+        `throttled`: a full build at most once per `REBUILD_EVERY` seconds (`settle`
+        asks for one regardless).
+        """
         name = collection.name
         with self._lock:
             self._checking.discard(name)
@@ -306,7 +346,8 @@ class ColdSnapshots:
             if self._refresh(collection, snapshot):
                 return  # once per purge of the log at most: no throttle
         with self._lock:  # a full build reads every vector: at most once a while
-            if time.monotonic() - self._built_at.get(name, -REBUILD_EVERY) < REBUILD_EVERY:
+            last = self._built_at.get(name, -REBUILD_EVERY)
+            if throttled and time.monotonic() - last < REBUILD_EVERY:
                 return
         if self._build_one(collection):  # else (written meanwhile) the next write retries
             with self._lock:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -720,3 +721,51 @@ def test_close_at_exit_then_close_again_still_drops(tmp_path: Path) -> None:
     again.join(30)
     index.close()
     assert ran == []
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_settle_leaves_the_next_process_a_snapshot_the_throttle_held_back(
+    built: tuple[Path, dict[str, np.ndarray]],
+    chroma_asked: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    settled: bool,
+) -> None:
+    """A bulk writer: past the log's purge, too many changes for a refresh, and a full
+    build ran a moment ago (the throttle holds the next one back). Exiting as is leaves
+    the next process to Chroma's load; `settle` builds the snapshot first."""
+    folder, rows = built
+    name = resource_collection_name(NAME, "r1")
+    monkeypatch.setattr(snapshots_module, "_REFRESH_MOST", 5)  # ten changes: a full build
+    index = opened(folder)
+    snapshots = index.snapshots
+    assert snapshots is not None
+    snapshots._built_at[name] = time.monotonic()  # a build just ran: throttled
+    latest = {**rows, **_rewrite_ten_records_past_the_log_purge(index)}
+    snapshots.wait(60)
+    assert (snapshots.settle() if settled else 0) == int(settled)
+    snapshots.close(finish_checks=False)  # what interpreter exit does
+    index.close()
+    chroma_asked.clear()
+    fresh = opened(folder)
+    found = fresh.nearest(NAME, list(map(float, latest["m3"])), k=5, scope=SCOPE)
+    fresh.close()
+    assert chroma_asked == ([] if settled else [name])
+    assert [m for m, _ in found] == [m for m, _ in best(latest, latest["m3"], 5)]
+
+
+def test_settle_skips_collections_too_small_and_counts_those_ready(tmp_path: Path) -> None:
+    folder = tmp_path / "chroma"
+    index = opened(folder, snapshots_from=50)
+    big = dict(zip([f"b{i}" for i in range(60)], vectors_of(21, 60), strict=True))
+    index.upsert(NAME, [record(m, list(map(float, v)), resource_id="r1") for m, v in big.items()])
+    small = [
+        record(f"s{i}", list(map(float, v)), thread_id="t2", resource_id="r2")
+        for i, v in enumerate(vectors_of(22, 5))
+    ]
+    index.upsert(NAME, small)
+    assert index.snapshots is not None
+    assert index.snapshots.settle() == 1  # r1's; r2 holds 5 vectors, under 50
+    assert snapshot_file(folder, "r1").exists()
+    assert not snapshot_file(folder, "r2").exists()
+    assert index.snapshots.settle() == 0  # nothing written since
+    index.close()

@@ -86,6 +86,30 @@ def test_servers_by_url_instead_of_a_path(
     assert "--storage and --vector go together" in capsys.readouterr().err
 
 
+def test_ingest_leaves_big_resources_a_snapshot_for_the_next_first_search(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, embedder: Embedder
+) -> None:
+    """A resource of `snapshots_from` vectors or more gets a current snapshot before the
+    command ends (here 20; 20,000 by default), so the next command's first search of it
+    does not wait for Chroma's load; a smaller one gets none."""
+    store = tmp_path / "snap"
+    urls = ["--storage", f"sqlite:///{store}/messages.sqlite3"]
+    urls += ["--vector", f"chroma:///{store}/chroma?snapshots_from=20"]
+    path = tmp_path / "history.jsonl"
+    rows = [
+        {"resource": resource, "thread": f"{resource}-t", "role": "user", "content": f"note {n}"}
+        for resource, count in (("alice", 30), ("bob", 5))
+        for n in range(count)
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    assert main([*urls, "ingest", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["snapshots_ready"] == 1
+    files = sorted(p.name for p in (store / "chroma" / "semantic-recall-snapshots").iterdir())
+    assert len(files) == 1
+    assert main([*urls, "ingest", str(path)]) == 0  # nothing new: nothing to settle
+    assert "snapshots" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "command",
     [
