@@ -221,8 +221,11 @@ def _message_ids(
         ):
             return None
         message_id, resource_id, thread_id = (None if v is _ABSENT else v for v in values)
-        if scope is not None and not scope.admits(str(resource_id), str(thread_id)):
-            continue  # a thread's `where` (text only: checked above), then `admits`
+        if scope is not None and (
+            (scope.thread_id is not None and thread_id is None)
+            or not scope.admits(str(resource_id), str(thread_id))
+        ):
+            continue  # a thread's `where` (a text, checked above: never a missing key), `admits`
         ids.add(str(vector_id if message_id is None else message_id))
     return ids
 

@@ -335,3 +335,25 @@ def test_an_embedder_whose_dimension_needs_a_probe_is_counted_through_chromadb(
     monkeypatch.setattr(common, "create_embeddings", probed)
     assert stats_json(capsys, store)["vectors"] == 4
     assert len(asked) == 1
+
+
+def test_a_record_without_a_thread_is_in_no_threads_scope(store: Path) -> None:
+    """A thread's `where` leaves out a record without `thread_id`, also for a thread
+    named "None" (what `str` makes of a missing value)."""
+    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings())
+    try:
+        index, name = index_of(memory)
+        alice = index._collections.get(name, "alice", create=False)
+        assert alice is not None
+        alice.add(
+            ids=["stray"],
+            embeddings=np.eye(1, 128, dtype=np.float32),
+            metadatas=[{"message_id": "stray", "resource_id": "alice"}],
+        )
+        for scope in (ScopeFilter(thread_id="None"), ScopeFilter(resource_id="alice")):
+            found = ChromaFile(store / "chroma").index(name, scope)
+            assert found is not None
+            assert set(found.message_ids) == index.message_ids(name, scope), scope
+        assert "stray" in index.message_ids(name, ScopeFilter(resource_id="alice"))
+    finally:
+        memory.close()
