@@ -581,3 +581,29 @@ def test_a_term_fts5_reads_as_a_phrase_is_counted_exactly(
         found = sql.keyword_search("apple zebra", scope=R0, limit=limit)
         assert found == memory.keyword_search("apple zebra", scope=R0, limit=limit)
     assert not any("ORDER BY rank" in statement for statement in statements)
+
+
+def test_a_busy_scopes_sql_search_reads_one_snapshot(tmp_path: Path) -> None:
+    """Another connection commits while SQL counts the terms: the answer is still the
+    one of the state it began on (statistics, counts and matches of one snapshot)."""
+    path = tmp_path / "m.db"
+    sql, other = SQLiteStorage(path, keyword_cache_docs=0), SQLiteStorage(path)
+    try:
+        texts = ["apple" + (" zebra" if n < 40 else "") for n in range(1500)]
+        sql.put([record(n, f"t{n % 3}", "r0", text) for n, text in enumerate(texts)])
+        before = sql.keyword_search("apple zebra", scope=R0, limit=5)
+        later = [record(n, "t0", "r0", "apple zebra zebra") for n in range(2000, 2600)]
+
+        def write_meanwhile(statement: str) -> None:
+            if "COUNT(*)" in statement and later:
+                other.put([later.pop() for _ in range(len(later))])
+
+        sql._conn.set_trace_callback(write_meanwhile)
+        found = sql.keyword_search("apple zebra", scope=R0, limit=5)
+        sql._conn.set_trace_callback(None)
+        assert not later  # written during the search
+        assert found == before
+        assert sql.keyword_search("apple zebra", scope=R0, limit=5) != before
+    finally:
+        sql.close()
+        other.close()
