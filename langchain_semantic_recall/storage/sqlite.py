@@ -452,13 +452,8 @@ class SQLiteStorage(MessageStorage):
             postings = None
             if scope.resource_id is not None:
                 postings = self._postings.get(conn, scope.resource_id)
-            if postings is None:  # one read transaction: counts and matches of one state
-                conn.execute("BEGIN")
-                try:
-                    return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
-                finally:
-                    if conn.in_transaction:  # nothing written: ends the read
-                        conn.execute("ROLLBACK")
+            if postings is None:
+                return fts.search(conn, query, scope=scope, limit=limit, params=self._bm25)
             return postings.search(
                 query_terms(query), scope.thread_id, limit, self._bm25, scope=scope
             )

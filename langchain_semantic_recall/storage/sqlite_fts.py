@@ -12,7 +12,8 @@ Schema (version 2 of the file):
   length.
 
 Every function here runs inside the caller's transaction: a message and its keyword
-index are written, rewritten and deleted together. SQL is built by pure functions.
+index are written, rewritten and deleted together (`search`, called outside one, reads in
+its own). SQL is built by pure functions.
 """
 
 from __future__ import annotations
@@ -220,7 +221,23 @@ def search(
     One gap: a stored term with a letter unicode61 takes for a mark (on SQLite 3.40, 21
     code points: New Tai Lue vowel signs, two Vedic signs) is its parts to FTS5, which
     then counts it as holding a common term equal to a part: that term's idf is off.
+
+    Its statements read one snapshot: in the caller's transaction, else in a read
+    transaction of its own (another connection's commit between them would mix states).
     """
+    if conn.in_transaction:
+        return _search(conn, query, scope=scope, limit=limit, params=params)
+    conn.execute("BEGIN")
+    try:
+        return _search(conn, query, scope=scope, limit=limit, params=params)
+    finally:
+        if conn.in_transaction:  # nothing written: ends the read
+            conn.execute("ROLLBACK")
+
+
+def _search(
+    conn: sqlite3.Connection, query: str, *, scope: ScopeFilter, limit: int, params: BM25Params
+) -> Ranked:
     terms = query_terms(query)
     if not terms:
         return []
