@@ -12,7 +12,8 @@ Schema (version 2 of the file):
   length.
 
 Every function here runs inside the caller's transaction: a message and its keyword
-index are written, rewritten and deleted together. SQL is built by pure functions.
+index are written, rewritten and deleted together (`search`, called outside one, reads in
+its own). SQL is built by pure functions.
 """
 
 from __future__ import annotations
@@ -217,7 +218,26 @@ def search(
     query's rarer terms have fewer than `RARE_MOST` and their matches, all scored, settle
     the best `limit`: the last one outscores any message holding only the other terms
     (`bm25_ceiling`). Otherwise FTS5's own ranking chooses which matches are re-scored.
+    One gap: a stored term with a letter unicode61 takes for a mark (on SQLite 3.40, 21
+    code points: New Tai Lue vowel signs, two Vedic signs) is its parts to FTS5, which
+    then counts it as holding a common term equal to a part: that term's idf is off.
+
+    Its statements read one snapshot: in the caller's transaction, else in a read
+    transaction of its own (another connection's commit between them would mix states).
     """
+    if conn.in_transaction:
+        return _search(conn, query, scope=scope, limit=limit, params=params)
+    conn.execute("BEGIN")
+    try:
+        return _search(conn, query, scope=scope, limit=limit, params=params)
+    finally:
+        if conn.in_transaction:  # nothing written: ends the read
+            conn.execute("ROLLBACK")
+
+
+def _search(
+    conn: sqlite3.Connection, query: str, *, scope: ScopeFilter, limit: int, params: BM25Params
+) -> Ranked:
     terms = query_terms(query)
     if not terms:
         return []
@@ -241,6 +261,10 @@ def search(
     rare = _rare(terms, doc_freq, most=min(RARE_MOST, sum(doc_freq.values()) // 2))
     if rare:
         rows = conn.execute(*candidates_sql(scope, rare, RARE_MOST, ranked=False)).fetchall()
+        # FTS5 counts a term it reads as a phrase (a few letters are marks to unicode61)
+        # in messages without it; the rows hold every message with it: count them exactly.
+        found = _frequencies(rare, {row[0]: row[1].split() for row in rows})
+        doc_freq = {**doc_freq, **{term: found.get(term, 0) for term in rare}}
         common = [term for term in terms if term not in rare]
         ceiling = bm25_ceiling(common, doc_freq=doc_freq, docs=docs, params=params)
         settled = score(rows, doc_freq) if len(rows) < RARE_MOST else []

@@ -12,7 +12,9 @@ test_chroma_file.py` compares the two on stores the package wrote):
   only when given that way);
 * its live records are the rows of `embeddings` of its one METADATA segment, each
   record's metadata rows of `embedding_metadata` (one per key, typed columns), written
-  as each write is made (`chroma_log`).
+  as each write is made (`chroma_log`): logged in `embeddings_queue`, then applied in a
+  second transaction; while the log holds a write the segment has not applied
+  (`max_seq_id`), chromadb would apply it first, and the file gives None.
 
 These are Chroma's internal tables: a read that fails or finds another shape (a
 collection not in cosine space, a metadata value of another type, an index without our
@@ -50,7 +52,13 @@ _METADATA: Final = """
 SELECT m.key, m.str_value, m.int_value, m.float_value, m.bool_value
 FROM collection_metadata AS m WHERE m.collection_id = ?
 """
-_SEGMENT: Final = "SELECT s.id FROM segments AS s WHERE s.collection = ? AND s.scope = 'METADATA'"
+_SEGMENT: Final = """
+SELECT s.id, m.seq_id FROM segments AS s LEFT JOIN max_seq_id AS m ON m.segment_id = s.id
+WHERE s.collection = ? AND s.scope = 'METADATA'
+"""
+_LOGGED: Final = """
+SELECT q.topic, max(q.seq_id) FROM embeddings_queue AS q WHERE q.seq_id > ? GROUP BY q.topic
+"""
 _KEYS: Final = ("message_id", "resource_id", "thread_id")
 """The metadata `message_ids` reads of a record, in this order."""
 _COLUMNS: Final = ", ".join(
@@ -149,13 +157,17 @@ def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> File
             if c.name.startswith(prefix) and c.metadata.get(INDEX_KEY) == name
         ]
     ids: set[str] = set()
+    applied: dict[str, int] = {}
     for collection in reached:
         if not collection.cosine:
             return None
         read = _message_ids(cursor, collection.id, scope)
         if read is None:
             return None
-        ids |= read
+        applied[collection.id], held = read
+        ids |= held
+    if _pending(cursor, applied):
+        return None  # chromadb applies them before it reads: it tells
     return FileIndex(model, dimension, frozenset(ids))
 
 
@@ -200,8 +212,10 @@ def _cosine(config: object, schema: object, metadata: dict[str, object]) -> bool
 
 def _message_ids(
     cursor: sqlite3.Cursor, collection_id: str, scope: ScopeFilter | None
-) -> set[str] | None:
-    """The message ids of one collection's records inside `scope` (None: another shape).
+) -> tuple[int, set[str]] | None:
+    """One collection's last write applied, and its records' message ids inside `scope`.
+
+    None: another shape.
 
     As `ChromaCollections.rows` then `ChromaVectorIndex._message_ids`: a thread scope's
     `where` keeps the records whose `thread_id` is that text; then a record whose
@@ -212,8 +226,12 @@ def _message_ids(
     segments = cursor.execute(_SEGMENT, (collection_id,)).fetchall()
     if len(segments) != 1:
         return None
+    segment, applied = segments[0]
+    applied = 0 if applied is None else applied  # never written
+    if not isinstance(applied, int) or isinstance(applied, bool):
+        return None  # another version's encoding
     ids: set[str] = set()
-    for row in cursor.execute(_ROWS, segments[0]):
+    for row in cursor.execute(_ROWS, (segment,)):
         vector_id = row[0]
         values = [_value(row[1 + 5 * i], row[2 + 5 * i : 6 + 5 * i]) for i in range(len(_KEYS))]
         if not isinstance(vector_id, str) or any(
@@ -221,10 +239,31 @@ def _message_ids(
         ):
             return None
         message_id, resource_id, thread_id = (None if v is _ABSENT else v for v in values)
-        if scope is not None and not scope.admits(str(resource_id), str(thread_id)):
-            continue  # a thread's `where` (text only: checked above), then `admits`
+        if scope is not None and (
+            (scope.thread_id is not None and thread_id is None)
+            or not scope.admits(str(resource_id), str(thread_id))
+        ):
+            continue  # a thread's `where` (a text, checked above: never a missing key), `admits`
         ids.add(str(vector_id if message_id is None else message_id))
-    return ids
+    return applied, ids
+
+
+def _pending(cursor: sqlite3.Cursor, applied: dict[str, int]) -> bool:
+    """Whether the log holds a write of a collection after the last one it applied.
+
+    `applied`: collection id -> the last write its metadata segment applied. Chroma logs
+    a write, then applies it in another transaction: a read may fall between, or a
+    writer stop there. chromadb applies such writes before it reads.
+    """
+    if not applied:
+        return False
+    for topic, last in cursor.execute(_LOGGED, (min(applied.values()),)):
+        if not isinstance(topic, str) or not isinstance(last, int):
+            return True  # another shape: the file cannot tell
+        collection = topic.rsplit("/", 1)[-1]
+        if collection in applied and last > applied[collection]:
+            return True
+    return False
 
 
 def _value(key: object, typed: tuple[object, ...] | list[object]) -> object:

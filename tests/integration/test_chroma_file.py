@@ -335,3 +335,72 @@ def test_an_embedder_whose_dimension_needs_a_probe_is_counted_through_chromadb(
     monkeypatch.setattr(common, "create_embeddings", probed)
     assert stats_json(capsys, store)["vectors"] == 4
     assert len(asked) == 1
+
+
+# --- what chromadb would apply first, and records without a thread -------------------------
+
+
+def last_writes_unapplied(folder: Path, after: int) -> None:
+    """Chroma's state between its two transactions of a write: the records written after
+    write `after` are in the log, not yet in the metadata segment (a writer stopped there,
+    or a read taken meanwhile: a reader polling during 1,500 adds saw it in 25 % of reads)."""
+    with sqlite3.connect(folder / "chroma.sqlite3") as connection:
+        rows = connection.execute("SELECT id FROM embeddings WHERE seq_id > ?", (after,))
+        for (row,) in rows.fetchall():
+            for table in ("embedding_metadata", "embedding_fulltext_search"):
+                column = "rowid" if table == "embedding_fulltext_search" else "id"
+                connection.execute(f"DELETE FROM {table} WHERE {column} = ?", (row,))
+            connection.execute("DELETE FROM embeddings WHERE id = ?", (row,))
+        connection.execute("UPDATE max_seq_id SET seq_id = ? WHERE seq_id > ?", (after, after))
+
+
+def last_write(folder: Path) -> int:
+    with sqlite3.connect(f"file:{folder / 'chroma.sqlite3'}?mode=ro", uri=True) as connection:
+        return int(connection.execute("SELECT max(seq_id) FROM embeddings_queue").fetchone()[0])
+
+
+def test_a_write_in_the_log_but_not_applied_is_never_left_out(tmp_path: Path) -> None:
+    """chromadb applies the log's newer records before it reads: the file must not answer
+    without them (it gives None, and `stats` asks chromadb)."""
+    memory = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings(dimension=16))
+    try:
+        play(memory, [("turn", "alice", 0, 1, "lisbon", False)])
+        before = last_write(tmp_path / "chroma")
+        play(memory, [("forget_before", 0), ("turn", "alice", 1, 2, "tomato", False)])
+        name = memory.ensure_index().name
+    finally:
+        memory.close()
+    last_writes_unapplied(tmp_path / "chroma", before)
+    scopes = [None, ScopeFilter(resource_id="alice"), ScopeFilter(thread_id="alice-t1")]
+    read = [ChromaFile(tmp_path / "chroma").index(name, scope) for scope in scopes]
+    memory = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings(dimension=16))
+    try:
+        index, _ = index_of(memory)
+        for scope, found in zip(scopes, read, strict=True):
+            expected = index.message_ids(name, scope)
+            assert {"m1-alice-a", "m1-alice-q"} <= expected  # chromadb applied the log
+            assert found is None or set(found.message_ids) == expected, scope
+    finally:
+        memory.close()
+
+
+def test_a_record_without_a_thread_is_in_no_threads_scope(store: Path) -> None:
+    """A thread's `where` leaves out a record without `thread_id`, also for a thread
+    named "None" (what `str` makes of a missing value)."""
+    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings())
+    try:
+        index, name = index_of(memory)
+        alice = index._collections.get(name, "alice", create=False)
+        assert alice is not None
+        alice.add(
+            ids=["stray"],
+            embeddings=np.eye(1, 128, dtype=np.float32),
+            metadatas=[{"message_id": "stray", "resource_id": "alice"}],
+        )
+        for scope in (ScopeFilter(thread_id="None"), ScopeFilter(resource_id="alice")):
+            found = ChromaFile(store / "chroma").index(name, scope)
+            assert found is not None
+            assert set(found.message_ids) == index.message_ids(name, scope), scope
+        assert "stray" in index.message_ids(name, ScopeFilter(resource_id="alice"))
+    finally:
+        memory.close()

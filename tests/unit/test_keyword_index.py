@@ -487,3 +487,123 @@ def test_too_few_rare_matches_fall_back_to_fts5s_ranking(
     assert len(found) == 20
     zebras = {r.id for r in busy_resource(random.Random(8), {"zebra": 3}) if "zebra" in r.text}
     assert {message_id for message_id, _ in found[:3]} == zebras
+
+
+RARE_WORDS = ["zebra", "yak", "walrus"]
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 2**16),
+    rare=st.tuples(*(st.integers(0, 400) for _ in RARE_WORDS)),
+    tagged=st.sampled_from([0.1, 0.5, 0.9]),
+)
+def test_busy_scopes_answer_as_the_postings_whenever_sql_claims_exactness(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, rare: tuple[int, ...], tagged: float
+) -> None:
+    """Over 1,000 matches of 'apple' (in every message): when SQL does not ask FTS5 to rank
+    (it then claims its answer exact), it equals the postings', across limits, threads and
+    filters; otherwise it stays inside the scope and its filter."""
+    path = tmp_path_factory.mktemp("busy") / "m.db"
+    sql = SQLiteStorage(path, keyword_cache_docs=0)
+    memory = SQLiteStorage(path, keyword_cache_min_docs=1)
+    rng = random.Random(seed)
+    records = []
+    for n in range(1300):  # r0: 1,200 messages in 3 threads; r1: 100 holding every word
+        words = ["apple", *rng.choices(WORDS[1:6], k=rng.randint(0, 3))]
+        words += [
+            w for w, count in zip(RARE_WORDS, rare, strict=True) if rng.random() < count / 1200
+        ]
+        resource = "r0" if n < 1200 else "r1"
+        tag = "a" if rng.random() < tagged else "b"
+        records.append(
+            dataclasses.replace(
+                record(n, f"{resource}/t{n % 3}", resource, " ".join(words)),
+                created_at=datetime(2024, 1, 1 + n % 28, tzinfo=UTC),
+                metadata=(("tag", tag),),
+            )
+        )
+    try:
+        sql.put(records)
+        where = {r.id: r for r in records}
+        memory.keyword_search("apple", scope=ScopeFilter(resource_id="r0"), limit=1)
+        assert memory._postings.join(timeout=30)
+        statements = _statements(sql)
+        exact = 0
+        for thread in (None, "r0/t1"):
+            for narrowed in (
+                {},
+                {"metadata": (("tag", ("a",)),)},
+                {"since": datetime(2024, 1, 15, tzinfo=UTC)},
+            ):
+                scope = ScopeFilter(resource_id="r0", thread_id=thread, **narrowed)
+                for query in ("apple zebra", "apple zebra yak walrus", "banana apple yak"):
+                    for limit in (1, 7, 50, 300):
+                        statements.clear()
+                        found = sql.keyword_search(query, scope=scope, limit=limit)
+                        assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+                        for message_id, _ in found:
+                            held = where[message_id]
+                            assert held.resource_id == "r0"
+                            assert thread is None or held.thread_id == thread
+                            assert scope.matches(held.metadata, held.created_at)
+                        if not any("ORDER BY rank" in s for s in statements):
+                            exact += 1
+                            assert found == memory.keyword_search(query, scope=scope, limit=limit)
+        assert len(memory._postings) == 1  # the answers compared were the postings'
+        assert exact  # always some: scopes under 1,000 matches, or settled by rarer terms
+    finally:
+        sql.close()
+        memory.close()
+
+
+def test_a_term_fts5_reads_as_a_phrase_is_counted_exactly(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    """FTS5's tokenizer reads U+19B1 (a New Tai Lue vowel sign, a letter to Python) as a
+    separator, so FTS5 counts the 360 messages holding 'zebraᦱ' as holding 'zebra' too.
+    The 40 that hold 'zebra' settle the best, with zebra's idf from its 40 messages."""
+    sql, memory = pair
+    rng = random.Random(11)
+    texts = [
+        " ".join(["apple", *rng.choices(WORDS[1:4], k=rng.randint(0, 4))]) for _ in range(1500)
+    ]
+    texts = [
+        t + (" zebra" if n < 40 else " zebra\u19b1" if n < 400 else "") for n, t in enumerate(texts)
+    ]
+    sql.put([record(n, f"t{n % 3}", "r0", text) for n, text in enumerate(texts)])
+    memory.keyword_search("apple", scope=R0, limit=1)  # starts the build
+    assert memory._postings.join(timeout=30)
+    statements = _statements(sql)
+    for limit in (1, 5, 30):
+        found = sql.keyword_search("apple zebra", scope=R0, limit=limit)
+        assert found == memory.keyword_search("apple zebra", scope=R0, limit=limit)
+    assert not any("ORDER BY rank" in statement for statement in statements)
+
+
+def test_a_busy_scopes_sql_search_reads_one_snapshot(tmp_path: Path) -> None:
+    """Another connection commits while SQL counts the terms: the answer is still the
+    one of the state it began on (statistics, counts and matches of one snapshot)."""
+    path = tmp_path / "m.db"
+    sql, other = SQLiteStorage(path, keyword_cache_docs=0), SQLiteStorage(path)
+    try:
+        texts = ["apple" + (" zebra" if n < 40 else "") for n in range(1500)]
+        sql.put([record(n, f"t{n % 3}", "r0", text) for n, text in enumerate(texts)])
+        before = sql.keyword_search("apple zebra", scope=R0, limit=5)
+        later = [record(n, "t0", "r0", "apple zebra zebra") for n in range(2000, 2600)]
+
+        def write_meanwhile(statement: str) -> None:
+            if "COUNT(*)" in statement and later:
+                other.put([later.pop() for _ in range(len(later))])
+
+        sql._conn.set_trace_callback(write_meanwhile)
+        found = sql.keyword_search("apple zebra", scope=R0, limit=5)
+        sql._conn.set_trace_callback(None)
+        assert not later  # written during the search
+        assert found == before
+        assert sql.keyword_search("apple zebra", scope=R0, limit=5) != before
+    finally:
+        sql.close()
+        other.close()
