@@ -10,7 +10,10 @@ Measured with chromadb 1.5.9 (`tests/integration/test_chroma_snapshots.py` check
   number of the last one in `max_seq_id`; its rows in `embeddings` are the live records,
   each with the number of its last write (an upsert or update renumbers it; never purged);
 * the log is purged from the oldest rows once the HNSW segment has persisted them (every
-  `sync_threshold` records); a collection's newest row is kept.
+  `sync_threshold` records); a collection's newest row is kept;
+* a write is logged, then applied in a second transaction: a read between the two (or
+  after a writer stopped there) finds log rows past `max_seq_id`, which chromadb applies
+  before it reads (`ahead`).
 
 These are Chroma's internal tables: a read that fails or finds another shape gives
 `None` (no snapshot is used), never a guess.
@@ -54,6 +57,9 @@ WHERE s.collection = ? AND s.scope = 'METADATA'
 _COUNT: Final = "SELECT count(*) FROM embeddings WHERE segment_id = ?"
 _LIVE: Final = "SELECT embedding_id, seq_id FROM embeddings WHERE segment_id = ?"
 _HOLDS: Final = "SELECT count(*) FROM embeddings_queue WHERE seq_id = ? AND topic LIKE ?"
+_UNAPPLIED: Final = (
+    "SELECT EXISTS (SELECT 1 FROM embeddings_queue WHERE seq_id > ? AND topic LIKE ?)"
+)
 _TAIL: Final = """
 SELECT seq_id, operation, id, vector, encoding, metadata FROM embeddings_queue
 WHERE seq_id > ? AND seq_id <= ? AND topic LIKE ? ORDER BY seq_id
@@ -110,6 +116,16 @@ class ChromaLog:
         Neither the rows since nor the count are read: a writer asks after every write.
         """
         return bool(self._read(lambda cursor: _holds(cursor, collection_id, after)))
+
+    def ahead(self, collection_id: str, seq: int) -> bool:
+        """Whether the log holds a write of the collection after write `seq` (or cannot tell).
+
+        A reader's check: a write logged and not applied yet, which chromadb applies
+        before it reads, is in no snapshot of the applied state.
+        """
+        topic = f"%/{collection_id}"
+        ahead = self._read(lambda cursor: cursor.execute(_UNAPPLIED, (seq, topic)).fetchone())
+        return ahead is None or bool(ahead[0])
 
     def live(self, collection_id: str) -> tuple[Stamp, dict[str, int]] | None:
         """The collection's state and the number of each live record's last write.

@@ -265,8 +265,8 @@ class ColdSnapshots:
         if snapshot is None or snapshot.collection_id != str(collection.id):
             return None
         tail = self._log.tail(snapshot.collection_id, snapshot.seq)
-        if tail is None:
-            return None
+        if tail is None or self._log.ahead(snapshot.collection_id, tail[0].seq):
+            return None  # (ahead: logged writes not applied yet, which chromadb applies)
         stamp, records = tail
         if not records:
             return snapshot if stamp.count == len(snapshot) else None

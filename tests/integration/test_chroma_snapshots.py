@@ -10,6 +10,7 @@ tests/unit/test_chroma_snapshot.py.
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -769,3 +770,33 @@ def test_settle_skips_collections_too_small_and_counts_those_ready(tmp_path: Pat
     assert not snapshot_file(folder, "r2").exists()
     assert index.snapshots.settle() == 0  # nothing written since
     index.close()
+
+
+def test_a_write_logged_but_not_applied_is_never_missed_by_a_snapshot(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """Chroma logs a write, then applies it in a second transaction; a writer stopped in
+    between leaves the log ahead of the collection. chromadb applies the log before it
+    reads, so Chroma finds the record; a snapshot at the applied state would not."""
+    folder, _ = built
+    name = resource_collection_name(NAME, "r1")
+    snapshot = Snapshot.load(folder / FOLDER, name)
+    assert snapshot is not None
+    extra = vectors_of(31, 1)[0]
+    index = opened(folder)
+    index.upsert(NAME, [record("late", list(map(float, extra)))])
+    index.close()
+    with sqlite3.connect(folder / "chroma.sqlite3") as connection:  # undo the apply step
+        (row,) = connection.execute("SELECT id FROM embeddings WHERE embedding_id = 'late'")
+        connection.execute("DELETE FROM embedding_metadata WHERE id = ?", row)
+        connection.execute("DELETE FROM embeddings WHERE id = ?", row)
+        connection.execute(
+            "UPDATE max_seq_id SET seq_id = ? WHERE seq_id > ?", (snapshot.seq, snapshot.seq)
+        )
+    assert ChromaLog(folder).ahead(snapshot.collection_id, snapshot.seq)  # not applied yet
+    chroma_asked.clear()
+    fresh = opened(folder)
+    found = fresh.nearest(NAME, list(map(float, extra)), k=3, scope=SCOPE)
+    fresh.close()
+    assert chroma_asked == [name]
+    assert found[0][0] == "late"
