@@ -271,11 +271,25 @@ def _write(
         return
     summary.messages_added += sum(f.fate == "stored" for f in result.fates)
     summary.messages_updated += sum(f.fate == "updated" for f in result.fates)
+    for fate in result.fates:  # a line given twice: the later one is kept, this one counted
+        if fate.fate == "skipped":
+            summary.skipped[_file_reason(fate.reason)] += 1
+        elif fate.fate == "unchanged":  # its id written by an earlier batch of this file
+            summary.skipped["already stored"] += 1
     summary.vectors += len(result.embedded)
     for reason in result.skipped.values():
         summary.not_embedded[reason] += 1
     if result.error is not None:
         summary.vectors_failed += len(result.stored) - len(result.skipped)
+
+
+def _file_reason(reason: str | None) -> str:
+    """Why `index` skipped a message, said of the file's lines rather than of one call."""
+    from langchain_semantic_recall.engine.index_ops import REPEATED_ID
+
+    if reason == REPEATED_ID:
+        return "the same id appears later in this file"
+    return reason or "skipped"
 
 
 def _counts(counter: Counter[str]) -> str:

@@ -162,10 +162,11 @@ class _Turn:
             else f
             for f in self.fates
         )
+        last = {f.message_id: f for f in fates if f.message_id}  # a repeated id: the kept one
         return IndexResult(
             stored=tuple(r.id for r in self.records.values()) if not forgotten else (),
             embedded=tuple(embedded),
-            skipped={f.message_id: f.reason for f in fates if f.message_id and f.reason},
+            skipped={i: f.reason for i, f in last.items() if f.reason},
             error=error,
             fates=fates,
             forgotten=forgotten,
@@ -178,6 +179,10 @@ class _Turn:
         ]
         self.records, self.unchanged = {}, {}
         return self.result(forgotten=reason == FORGOTTEN)
+
+
+REPEATED_ID = "the same id appears later in this call"
+"""Why a message was not stored: a later message of the same call has its id (it wins)."""
 
 
 def plan_turn(
@@ -206,9 +211,7 @@ def plan_turn(
         )
         if (earlier := last_of.get(record.id)) is not None:  # the last of equal ids wins
             del turn.records[earlier]
-            turn.fates[earlier] = MessageFate(
-                earlier, record.id, "skipped", "the same id appears later in this call"
-            )
+            turn.fates[earlier] = MessageFate(earlier, record.id, "skipped", REPEATED_ID)
         last_of[record.id] = position
         turn.records[position] = record
         if CREATED_AT_KEY in message.additional_kwargs:

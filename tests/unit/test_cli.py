@@ -535,3 +535,24 @@ def test_a_message_without_text_is_shown_by_what_it_holds() -> None:
         "(no text; image_url)",
         "(no text)",
     ]
+
+
+def test_ingest_counts_a_repeated_line_as_skipped_not_as_stored_without_a_vector(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """A line given twice (same id) said `vectors 1 written (stored without a vector: the
+    same id appears later in this call: 1)` and `skipped 0`: one line vanished uncounted,
+    and a message said to lack a vector had one (stats: missing 0)."""
+    store = on_urls
+    line = LINE | {"id": "m1"}
+    path = jsonl(tmp_path / "h.jsonl", line, line)
+    result = run(capsys, *store, "ingest", str(path))
+    assert result.code == 0, result.err
+    assert "messages   1 added" in result.out
+    assert "stored without a vector" not in result.out
+    assert "  skipped    1 (the same id appears later in this file: 1)" in result.out
+    again = line | {"id": "m2"}
+    path = jsonl(tmp_path / "j.jsonl", again, again)
+    as_json = run(capsys, *store, "ingest", str(path), "--json").json()
+    assert as_json["stored_without_vector"] == {}
+    assert as_json["skipped"] == {"the same id appears later in this file": 1}

@@ -165,3 +165,20 @@ async def test_two_writers_of_the_same_ids_do_not_both_report_stored(
     assert result.stored == ()
     assert [f.fate for f in result.fates] == ["unchanged", "unchanged"]
     assert first.storage.count() == 2
+
+
+async def test_a_repeated_id_is_not_reported_as_left_without_a_vector() -> None:
+    """`skipped` said the kept (and embedded) message got no vector, since its dropped
+    earlier copy's reason was keyed by the same id."""
+    for asynchronous in (False, True):
+        memory = SemanticRecall(
+            storage=InMemoryStorage(),
+            vector_store=InMemoryVectorIndex(),
+            embeddings=FakeEmbeddings(),
+        )
+        turn = [HumanMessage("first", id="m1"), HumanMessage("kept", id="m1")]
+        result = await memory.aindex(turn, **IDS) if asynchronous else memory.index(turn, **IDS)
+        assert result.embedded == ("m1",)
+        assert result.skipped == {}
+        assert [f.fate for f in result.fates] == ["skipped", "stored"]
+        assert result.fates[0].reason == "the same id appears later in this call"
