@@ -112,9 +112,7 @@ def _message(
     if full is not None:
         message = _from_full(full, role, kwargs)
     else:
-        content = row.get("content")
-        if not isinstance(content, str):
-            raise ValueError("'content' must be a string")
+        content = _content(row)
         if role == "tool":
             raise ValueError("a 'tool' line needs the 'message' field (its tool call id)")
         message = ROLES[role](content=content, additional_kwargs=kwargs)
@@ -126,6 +124,24 @@ def _message(
         raise ValueError("'id' must be a non-empty string when given")
     check_id("'id'", message_id)
     return resource, thread, message.model_copy(update={"id": message_id})
+
+
+def _content(row: Mapping[str, Any]) -> str | list[str | dict[str, Any]]:
+    """A line's `content`: a string, or LangChain's list of parts (text, image, ...)."""
+    if "content" not in row:
+        raise ValueError("'content' is missing")
+    content = row["content"]
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, str) or (isinstance(p, dict) and isinstance(p.get("type"), str))
+        for p in content
+    ):
+        return content
+    raise ValueError(
+        "'content' must be a string, or a list of content parts (strings, or objects "
+        'with a "type" such as {"type": "text", "text": "..."})'
+    )
 
 
 def _check_keys(row: Mapping[str, Any]) -> None:

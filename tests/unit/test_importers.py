@@ -668,3 +668,23 @@ def test_docs_cli_lists_exactly_the_keys_and_roles_the_reader_accepts() -> None:
         assert f"`{key}`" in section, key
     for role in JSONL_ROLES:
         assert f"`{role}`" in section, role
+
+
+def test_jsonl_content_may_be_a_list_of_parts_as_langchain_gives_it() -> None:
+    """An image message's content (LangChain's list of parts) was a bad line, "'content'
+    must be a string", which named neither the shape it takes nor what to do; a line
+    without 'content' said the same."""
+    parts = [
+        {"type": "text", "text": "What is in this picture of my cat?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+    ]
+    row = {"resource": "r", "thread": "t", "role": "user", "content": parts}
+    report = read_jsonl_lines([json.dumps(row)])
+    assert report.skipped == []
+    (conversation,) = report.conversations
+    assert conversation.messages[0].content == parts
+    assert "picture of my cat" in conversation.messages[0].text
+    missing = read_jsonl_lines([json.dumps({"resource": "r", "thread": "t", "role": "user"})])
+    assert [s.reason for s in missing.skipped] == ["'content' is missing"]
+    bad = read_jsonl_lines([json.dumps(row | {"content": [{"text": "no type"}]})])
+    assert "a list of content parts" in bad.skipped[0].reason
