@@ -69,6 +69,8 @@ class IngestSummary:
     """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
     not_embedded: Counter[str] = field(default_factory=Counter)
     """Stored without a vector (system messages, no text): reason -> count."""
+    bad_lines: list[tuple[str, str]] = field(default_factory=list)
+    """(where in the file, why) of each line or conversation that could not be read."""
     refusals: list[tuple[str, str]] = field(default_factory=list)
     """(where in the file, why) of each refusal: a whole thread, or one message."""
 
@@ -100,6 +102,7 @@ class IngestSummary:
             "vectors_missing": self.vectors_missing,
             "snapshots_ready": self.snapshots,
             "unreadable": self.unreadable,
+            "unreadable_lines": [{"where": w, "reason": r} for w, r in self.bad_lines],
             "skipped": dict(self.skipped),
             "stored_without_vector": dict(self.not_embedded),
         }
@@ -358,7 +361,9 @@ def run(args: argparse.Namespace) -> int:
     summary = IngestSummary(file=args.file, format=report.format)
     for item in report.skipped:
         summary.skipped[item.reason] += 1
-        summary.unreadable += _unreadable(report, item.reason)
+        if _unreadable(report, item.reason):
+            summary.unreadable += 1
+            summary.bad_lines.append((item.where, item.reason))
     if not report.conversations and not report.skipped:
         raise InvalidInputError(f"{args.file} holds no conversations")
     memory = open_memory(args, create=True)
@@ -381,27 +386,32 @@ def run(args: argparse.Namespace) -> int:
         print_json({**summary.as_json(), "store": store_label(args)})
     else:
         _print_summary(summary, report)
-    return _outcome(summary, report)
+    return _outcome(summary, report, as_json=args.json)
 
 
-def _outcome(summary: IngestSummary, report: ImportReport) -> int:
-    """The exit code, with one error line for each reason it is not 0."""
+def _outcome(summary: IngestSummary, report: ImportReport, *, as_json: bool = False) -> int:
+    """The exit code, with one error line for each reason it is not 0, and where it is listed."""
+    bad = "in the JSON's 'unreadable_lines'" if as_json else "above"
+    refused = "in the JSON's 'refused'" if as_json else "above"
     code = EXIT_OK
     if not report.conversations:
-        error(f"nothing in {summary.file} could be imported (reasons listed above)")
+        error(f"nothing in {summary.file} could be imported (reasons listed {bad})")
         return EXIT_ERROR
     if summary.messages_refused:
         if not summary.messages_added and not summary.skipped["already stored"]:
-            error(f"nothing in {summary.file} was imported: every message was refused (above)")
+            error(
+                f"nothing in {summary.file} was imported: every message was refused "
+                f"(listed {refused})"
+            )
             return EXIT_ERROR
         error(
             f"{summary.messages_refused} message(s) of {summary.file} were refused (listed "
-            "above with where they are)"
+            f"{refused} with where they are)"
         )
         code = EXIT_ERROR
     if summary.unreadable:
         what = "line(s)" if report.format == "jsonl" else "conversation(s)"
-        error(f"{summary.unreadable} {what} of {summary.file} could not be read (listed above)")
+        error(f"{summary.unreadable} {what} of {summary.file} could not be read (listed {bad})")
         code = EXIT_ERROR
     if summary.vectors_failed or summary.vectors_missing:
         error(

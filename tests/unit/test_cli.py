@@ -556,3 +556,22 @@ def test_ingest_counts_a_repeated_line_as_skipped_not_as_stored_without_a_vector
     as_json = run(capsys, *store, "ingest", str(path), "--json").json()
     assert as_json["stored_without_vector"] == {}
     assert as_json["skipped"] == {"the same id appears later in this file": 1}
+
+
+def test_ingest_json_says_which_lines_could_not_be_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """With --json the bad lines' numbers were nowhere (the JSON counted reasons only),
+    and standard error still said they were "listed above"."""
+    store = on_urls
+    path = jsonl(tmp_path / "h.jsonl", LINE, LINE | {"text": "typo"}, {"role": "user"})
+    result = run(capsys, *store, "ingest", str(path), "--json")
+    assert result.code == 1
+    bad = result.json()["unreadable_lines"]
+    assert [item["where"] for item in bad] == ["line 2", "line 3"]
+    assert bad[0]["reason"].startswith("unknown key 'text'")
+    assert "listed above" not in result.err
+    assert "2 line(s) of" in result.err
+    assert "'unreadable_lines'" in result.err
+    plain = run(capsys, *store, "ingest", str(path))
+    assert "(listed above)" in plain.err
