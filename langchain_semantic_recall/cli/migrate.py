@@ -61,9 +61,9 @@ class MigrationReport:
     messages: int
     """Messages copied (written to the target)."""
     vectors_copied: int
-    """Vectors copied as they were."""
+    """Vectors copied as they were (one per chunk: a long message has several)."""
     vectors_embedded: int
-    """Vectors embedded again from the messages (all of them with `reembed`)."""
+    """Messages embedded again (all of them with `reembed`)."""
     source_messages: int
     target_messages: int
     index_name: str
@@ -312,8 +312,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"migrated {report.messages} messages ({report.messages_new} new, "
             f"{report.target_messages} now in the target); vectors of index "
-            f"{report.index_name!r}: {report.vectors_copied} copied, "
-            f"{report.vectors_embedded} embedded"
+            f"{report.index_name!r}: {report.vectors_copied} vector(s) copied (one per chunk "
+            f"of a message's text), {report.vectors_embedded} message(s) embedded again"
             + ("" if report.vectors_listable else " (the source cannot list its vectors)")
         )
     return EXIT_OK

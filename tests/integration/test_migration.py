@@ -228,3 +228,23 @@ def test_a_source_that_cannot_list_its_vectors_is_embedded_again() -> None:
     assert (report.vectors_copied, report.vectors_embedded) == (0, embeddable)
     assert messages_of(target) == messages_of(source)
     assert results(target) == results(source)
+
+
+def test_migrate_says_its_copied_vectors_are_not_messages(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`migrate` printed "vectors ...: 31 copied, 0 embedded" for 8 messages, where stats
+    and ingest count 8 vectors: a long message has several (one per chunk), and "embedded"
+    counts messages."""
+    monkeypatch.delenv("SEMANTIC_RECALL_PATH", raising=False)
+    source = SemanticRecall.local(tmp_path / "embedded", embeddings=FakeEmbeddings())
+    fill(source)
+    stored = source.storage.count()
+    source.close()
+    argv = ["--path", str(tmp_path / "embedded"), "migrate", "--to-storage"]
+    argv += [f"sqlite:///{tmp_path / 'target.sqlite3'}", "--to-vector", "memory://"]
+    assert main([*argv, "--embeddings", "tests.fakes:FakeEmbeddings"]) == 0
+    out = capsys.readouterr().out
+    assert f"migrated {stored} messages" in out
+    assert "vector(s) copied (one per chunk of a message's text)" in out
+    assert "0 message(s) embedded again" in out
