@@ -244,6 +244,10 @@ Fate: TypeAlias = Literal["stored", "updated", "unchanged", "skipped"]
 """
 
 
+REPEATED_ID = "the same id appears later in this call"
+"""Why a message was not stored: a later message of the same call has its id (it wins)."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageFate:
     """The fate of one input message of an `index` call."""

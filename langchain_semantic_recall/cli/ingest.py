@@ -288,7 +288,7 @@ def _write(
 
 def _file_reason(reason: str | None) -> str:
     """Why `index` skipped a message, said of the file's lines rather than of one call."""
-    from langchain_semantic_recall.engine.index_ops import REPEATED_ID
+    from langchain_semantic_recall.records import REPEATED_ID
 
     if reason == REPEATED_ID:
         return "the same id appears later in this file"

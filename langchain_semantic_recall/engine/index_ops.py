@@ -40,6 +40,7 @@ from langchain_semantic_recall.messages import (
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
+    REPEATED_ID,
     IndexResult,
     MessageFate,
     MessageRecord,
@@ -179,10 +180,6 @@ class _Turn:
         ]
         self.records, self.unchanged = {}, {}
         return self.result(forgotten=reason == FORGOTTEN)
-
-
-REPEATED_ID = "the same id appears later in this call"
-"""Why a message was not stored: a later message of the same call has its id (it wins)."""
 
 
 def plan_turn(
