@@ -575,3 +575,17 @@ def test_ingest_json_says_which_lines_could_not_be_read(
     assert "'unreadable_lines'" in result.err
     plain = run(capsys, *store, "ingest", str(path))
     assert "(listed above)" in plain.err
+
+
+def test_python_dash_m_runs_the_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m langchain_semantic_recall.cli --version` said the package "cannot be
+    directly executed": a venv without its scripts on PATH had no way in."""
+    import runpy
+
+    monkeypatch.setattr(sys, "argv", ["semantic-recall", "--version"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("langchain_semantic_recall.cli", run_name="__main__")
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith("semantic-recall ")
