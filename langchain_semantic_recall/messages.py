@@ -155,6 +155,15 @@ def tag_as_memory(message: BaseMessage) -> BaseMessage:
     return message.model_copy(update={"additional_kwargs": kwargs})
 
 
+def _milliseconds_hint(value: float) -> str:
+    """What an epoch in milliseconds (JavaScript's `Date.now()`) would mean in seconds."""
+    try:
+        seconds = datetime.fromtimestamp(float(value) / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return ""
+    return f" (milliseconds? divide by 1000: {seconds.isoformat().replace('+00:00', 'Z')})"
+
+
 def parse_time(value: object) -> datetime:
     """A timezone-aware UTC datetime from a datetime, ISO 8601 text or epoch seconds.
 
@@ -166,7 +175,10 @@ def parse_time(value: object) -> datetime:
         try:
             return datetime.fromtimestamp(float(value), tz=UTC)
         except (OverflowError, OSError, ValueError) as error:
-            raise InvalidInputError(f"created_at {value!r} is not a valid time") from error
+            raise InvalidInputError(
+                f"created_at {value!r} is not a valid time: epoch seconds are expected"
+                + _milliseconds_hint(value)
+            ) from error
     elif isinstance(value, str):
         try:
             moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))

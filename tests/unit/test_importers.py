@@ -688,3 +688,15 @@ def test_jsonl_content_may_be_a_list_of_parts_as_langchain_gives_it() -> None:
     assert [s.reason for s in missing.skipped] == ["'content' is missing"]
     bad = read_jsonl_lines([json.dumps(row | {"content": [{"text": "no type"}]})])
     assert "a list of content parts" in bad.skipped[0].reason
+
+
+def test_an_epoch_in_milliseconds_is_refused_with_its_reading_in_seconds() -> None:
+    """`created_at: 1700000000000` (JavaScript's Date.now()) was "not a valid time", with
+    no word of the unit the reader expects."""
+    row = {"resource": "r", "thread": "t", "role": "user", "content": "x"}
+    report = read_jsonl_lines([json.dumps(row | {"created_at": 1_700_000_000_000})])
+    (skipped,) = report.skipped
+    assert "epoch seconds are expected" in skipped.reason
+    assert "milliseconds? divide by 1000: 2023-11-14T22:13:20Z" in skipped.reason
+    huge = read_jsonl_lines([json.dumps(row | {"created_at": 10**30})])
+    assert huge.skipped[0].reason.endswith("epoch seconds are expected")
