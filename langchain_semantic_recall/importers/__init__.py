@@ -63,6 +63,7 @@ def detect_format(path: str | PathLike[str]) -> Format:
     head = _decode_head(raw, source)
     text = head.lstrip()
     if text.startswith("["):
+        _refuse_rows_in_an_array(text, source)
         return "chatgpt"
     if text.startswith("{"):
         try:
@@ -72,6 +73,23 @@ def detect_format(path: str | PathLike[str]) -> Format:
         if isinstance(first, dict) and "mapping" in first:
             return "chatgpt"
     return "jsonl"
+
+
+def _refuse_rows_in_an_array(text: str, source: Path) -> None:
+    """Refuse a JSON array whose first item is a line of our JSONL format, with the fix.
+
+    Read as a ChatGPT export, each row would be skipped ("no 'mapping' of messages").
+    """
+    try:
+        first, _ = json.JSONDecoder().raw_decode(text[1:].lstrip())
+    except json.JSONDecodeError:  # a first item longer than the head: a ChatGPT export
+        return
+    if isinstance(first, dict) and "role" in first and "mapping" not in first:
+        raise InvalidInputError(
+            f"{source.name} is a JSON array of messages; ingest reads our format as one "
+            f"JSON object a line (JSONL): rewrite it, e.g. jq -c '.[]' {source.name} > "
+            f"{source.stem}.jsonl"
+        )
 
 
 def _decode_head(raw: bytes, source: Path) -> str:

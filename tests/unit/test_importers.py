@@ -700,3 +700,23 @@ def test_an_epoch_in_milliseconds_is_refused_with_its_reading_in_seconds() -> No
     assert "milliseconds? divide by 1000: 2023-11-14T22:13:20Z" in skipped.reason
     huge = read_jsonl_lines([json.dumps(row | {"created_at": 10**30})])
     assert huge.skipped[0].reason.endswith("epoch seconds are expected")
+
+
+def test_a_json_array_of_our_lines_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """A JSON array of JSONL rows was taken for a ChatGPT export: ingest asked for
+    --resource, then skipped every row ("no 'mapping' of messages") into a new empty store."""
+    rows = [
+        {"resource": "a", "thread": "t", "role": "user", "content": "hello"},
+        {"resource": "a", "thread": "t", "role": "assistant", "content": "hi"},
+    ]
+    for name, text in {
+        "rows.json": json.dumps(rows),
+        "pretty.json": json.dumps(rows, indent=2),
+    }.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(InvalidInputError, match="one JSON object a line") as refused:
+            detect_format(path)
+        assert f"jq -c '.[]' {name}" in str(refused.value)
+    (tmp_path / "list.json").write_text(json.dumps(sample_export()), encoding="utf-8")
+    assert detect_format(tmp_path / "list.json") == "chatgpt"
