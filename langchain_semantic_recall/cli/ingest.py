@@ -69,6 +69,10 @@ class IngestSummary:
     """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
     not_embedded: Counter[str] = field(default_factory=Counter)
     """Stored without a vector (system messages, no text): reason -> count."""
+    resource_unused: str | None = None
+    """`--resource` of a JSONL file whose every line names its own resource (no effect)."""
+    line_resources: list[str] = field(default_factory=list)
+    """The resources the lines name, when `--resource` was used by none of them."""
     bad_lines: list[tuple[str, str]] = field(default_factory=list)
     """(where in the file, why) of each line or conversation that could not be read."""
     refusals: list[tuple[str, str]] = field(default_factory=list)
@@ -101,6 +105,7 @@ class IngestSummary:
             "vectors_repaired": self.vectors_repaired,
             "vectors_missing": self.vectors_missing,
             "snapshots_ready": self.snapshots,
+            "resource_unused": self.resource_unused,
             "unreadable": self.unreadable,
             "unreadable_lines": [{"where": w, "reason": r} for w, r in self.bad_lines],
             "skipped": dict(self.skipped),
@@ -299,6 +304,18 @@ def _counts(counter: Counter[str]) -> str:
     return "; ".join(f"{reason}: {n}" for reason, n in counter.most_common())
 
 
+def _print_unused_resource(summary: IngestSummary) -> None:
+    """Say that `--resource` had no effect: every line named its own."""
+    if summary.resource_unused is None:
+        return
+    named = ", ".join(summary.line_resources[:3])
+    named += ", ..." if len(summary.line_resources) > 3 else ""
+    print(
+        f"  note       --resource {summary.resource_unused} was used by no line: every "
+        f"line names its own resource ({named})"
+    )
+
+
 def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
     name = _FORMAT_NAMES.get(summary.format, summary.format)
     print(style(f"Ingested {summary.file} ({name})", "bold"))
@@ -332,6 +349,7 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
         print(style(f"             refused {where}: {reason}", "dim"))
     if len(summary.refusals) > 10:
         print(style(f"             ... and {len(summary.refusals) - 10} more refusals", "dim"))
+    _print_unused_resource(summary)
     if summary.vectors_repaired:
         print(f"  repaired   {summary.vectors_repaired} missing vector(s) written")
     if summary.snapshots:
@@ -366,6 +384,9 @@ def run(args: argparse.Namespace) -> int:
             summary.bad_lines.append((item.where, item.reason))
     if not report.conversations and not report.skipped:
         raise InvalidInputError(f"{args.file} holds no conversations")
+    named = sorted({c.resource_id for c in report.conversations})
+    if args.resource and report.format == "jsonl" and named and args.resource not in named:
+        summary.resource_unused, summary.line_resources = args.resource, named
     memory = open_memory(args, create=True)
     if memory.read_only:  # its index would skip every message: say why, write nothing
         raise ReadOnlyError(

@@ -589,3 +589,25 @@ def test_python_dash_m_runs_the_command(
         runpy.run_module("langchain_semantic_recall.cli", run_name="__main__")
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith("semantic-recall ")
+
+
+def test_ingest_says_when_resource_was_given_to_no_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """`ingest bob.jsonl --resource alice`, every line naming bob, loaded bob's lines and
+    said nothing of the option it ignored: the user believed alice's memory filled."""
+    store = on_urls
+    path = jsonl(tmp_path / "h.jsonl", LINE)
+    result = run(capsys, *store, "ingest", str(path), "--resource", "alice")
+    assert result.code == 0, result.err
+    assert (
+        "  note       --resource alice was used by no line: every line names its own "
+        "resource (carol)"
+    ) in result.out
+    again = run(capsys, *store, "ingest", str(path), "--resource", "alice", "--json")
+    assert again.json()["resource_unused"] == "alice"
+    unnamed = {k: v for k, v in LINE.items() if k != "resource"} | {"thread": "t2"}
+    used = jsonl(tmp_path / "u.jsonl", unnamed)
+    fills = run(capsys, *store, "ingest", str(used), "--resource", "alice", "--json")
+    assert fills.json()["resource_unused"] is None
+    assert run(capsys, *store, "threads", "--resource", "alice").code == 0
