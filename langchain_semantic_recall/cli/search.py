@@ -204,6 +204,8 @@ def run_search(args: argparse.Namespace) -> int:
     """`semantic-recall search`: the hits for a query, with their windows."""
     if args.resource is None and args.thread is None:
         raise UsageError("pass --resource R (every conversation of R) or --thread T (one)")
+    if not args.query.strip():  # e.g. an unset shell variable: no hit could ever match it
+        raise UsageError("QUERY is empty: give the words to look for")
     narrowing = narrowing_options(args)
     options = _options(args, *_RECALL_OPTIONS)
     if args.thread is not None:

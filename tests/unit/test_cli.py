@@ -611,3 +611,13 @@ def test_ingest_says_when_resource_was_given_to_no_line(
     fills = run(capsys, *store, "ingest", str(used), "--resource", "alice", "--json")
     assert fills.json()["resource_unused"] is None
     assert run(capsys, *store, "threads", "--resource", "alice").code == 0
+
+
+def test_search_for_an_empty_query_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`search "" --resource alice` (an unset shell variable) printed `0 hit(s)` and exit 0,
+    as if the memory held nothing relevant."""
+    for query in ("", "   "):
+        result = run(capsys, "search", query, "--resource", "alice")
+        assert result.code == 2
+        assert "QUERY is empty" in result.err
+        assert result.out == ""
