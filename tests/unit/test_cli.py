@@ -621,3 +621,17 @@ def test_search_for_an_empty_query_is_a_usage_error(capsys: pytest.CaptureFixtur
         assert result.code == 2
         assert "QUERY is empty" in result.err
         assert result.out == ""
+
+
+def test_ingest_counts_a_line_repeated_in_a_later_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """A line repeated 64+ lines later (another `index` call) was counted nowhere:
+    `messages 65 added`, `skipped 0`, for 66 lines."""
+    store = on_urls
+    first = LINE | {"id": "m1"}
+    others = [LINE | {"id": f"o{n}", "content": f"other {n}"} for n in range(64)]
+    result = run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", first, *others, first)))
+    assert result.code == 0, result.err
+    assert "messages   65 added" in result.out
+    assert "  skipped    1 (already stored: 1)" in result.out
