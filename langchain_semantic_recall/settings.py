@@ -135,6 +135,21 @@ def _embedded_chroma(
     )
 
 
+def other_embedders(path: str | PathLike[str], info: IndexInfo) -> str | None:
+    """Why the embedded store at `path` has no vectors for index `info`: others made them.
+
+    Read from Chroma's own file (`vectors.chroma_file`). None when the store holds
+    `info`'s index, holds none yet, or the file cannot tell.
+    """
+    from langchain_semantic_recall.vectors.chroma_file import ChromaFile
+
+    found = ChromaFile(Path(path) / "chroma").indexes()
+    if not found or info.name in found:
+        return None
+    made = "; ".join(f"{m} ({d}-d, index {name})" for name, (m, d) in sorted(found.items()))
+    return f"its vectors were made by {made}, not by {info.model} ({info.dimension}-d)"
+
+
 def local_message_ids(
     path: str | PathLike[str], info: IndexInfo, scope: ScopeFilter | None
 ) -> frozenset[str] | None:

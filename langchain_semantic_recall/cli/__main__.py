@@ -4,4 +4,5 @@ import sys
 
 from langchain_semantic_recall.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # (importing the module, as a module scan does, runs nothing)
+    sys.exit(main())

@@ -191,7 +191,40 @@ def open_backends(
     path = store_path(args)
     if not create:
         _require_store(path)
-    return local_backends(path, create_embeddings(), read_only=read_only)
+    backends = local_backends(path, create_embeddings(), read_only=read_only)
+    try:
+        require_own_vectors(path, backends["embeddings"])
+    except BaseException:
+        for part in ("vector_store", "storage"):
+            backends[part].close()
+        raise
+    return backends
+
+
+def require_own_vectors(path: Path, embeddings: Embeddings) -> None:
+    """Refuse a store whose vectors another embedder made: every command would miss them.
+
+    A search would find nothing, `stats` would call every vector missing, `reindex` would
+    embed the store again beside them, and `forget` would leave them behind.
+
+    Raises:
+        EmbeddingMismatchError: the store holds indexes of other embedders only.
+    """
+    from langchain_semantic_recall.engine.vector_space import named_index
+    from langchain_semantic_recall.errors import EmbeddingMismatchError
+    from langchain_semantic_recall.settings import other_embedders
+
+    info = named_index(embeddings)
+    why = None if info is None else other_embedders(path, info)
+    if why is not None:
+        raise EmbeddingMismatchError(
+            f"the store at {path} was not embedded by the command line's model: {why}. "
+            "Open it from Python with the embedder that made it "
+            "(SemanticRecall.local(path, embeddings=...)), or copy it with its messages "
+            f"embedded again by the local model: semantic-recall migrate --path {path} "
+            "--to-storage sqlite:///NEW/messages.sqlite3 --to-vector chroma:///NEW/chroma "
+            "--vectors reembed"
+        )
 
 
 @contextmanager

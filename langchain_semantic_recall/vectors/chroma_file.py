@@ -128,24 +128,53 @@ class ChromaFile:
             return None
         return read_chroma_file(self._path, lambda cursor: _index(cursor, name, scope))
 
+    def indexes(self) -> dict[str, tuple[str, int]] | None:
+        """Our indexes in the folder: name -> (embedding model, dimension).
 
-def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> FileIndex | None:
+        None when the file cannot be read or holds a collection in another shape; an
+        empty dict when it holds none (or does not exist yet).
+        """
+        if not self._path.is_file():
+            return {}
+
+        def read(cursor: sqlite3.Cursor) -> dict[str, tuple[str, int]] | None:
+            by_name = _collections(cursor)
+            if by_name is None:
+                return None
+            roots = {name: _root(c) for name, c in by_name.items()}
+            return {name: root for name, root in roots.items() if root is not None}
+
+        return read_chroma_file(self._path, read)
+
+
+def _collections(cursor: sqlite3.Cursor) -> dict[str, _Collection] | None:
+    """Every collection by name; None if one reads in another shape (or a name twice)."""
     databases = cursor.execute(_DATABASE).fetchall()
     if len(databases) != 1:
         return None
     listed = cursor.execute(_COLLECTIONS, databases[0]).fetchall()  # one cursor: read whole
     collections = [_collection(cursor, row) for row in listed]
     by_name = {c.name: c for c in collections if c is not None}
-    if len(by_name) != len(collections):
-        return None  # a collection read in another shape (or a name twice)
-    root = by_name.get(name)
-    if root is None or not root.cosine:
-        return None
-    model, dimension = root.metadata.get("embedding_model"), root.metadata.get("dimension")
-    if root.metadata.get("layout") != LAYOUT or not isinstance(model, str) or not model:
+    return by_name if len(by_name) == len(collections) else None
+
+
+def _root(collection: _Collection) -> tuple[str, int] | None:
+    """(model, dimension) of one of our indexes' root collections; None for another."""
+    model = collection.metadata.get("embedding_model")
+    dimension = collection.metadata.get("dimension")
+    if collection.metadata.get("layout") != LAYOUT or not isinstance(model, str) or not model:
         return None
     if not isinstance(dimension, int) or isinstance(dimension, bool) or dimension <= 0:
         return None
+    return model, dimension
+
+
+def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> FileIndex | None:
+    by_name = _collections(cursor)
+    root = None if by_name is None else by_name.get(name)
+    if by_name is None or root is None or not root.cosine or (made := _root(root)) is None:
+        return None
+    model, dimension = made
     if scope is not None and scope.resource_id is not None:
         found = by_name.get(resource_collection_name(name, scope.resource_id))
         reached = [] if found is None else [found]

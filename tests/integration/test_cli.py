@@ -1000,3 +1000,30 @@ def test_the_demo_says_what_to_run_next_and_each_command_works(
         assert capsys.readouterr().out
     assert main(["demo"]) == 0
     assert "semantic-recall demo --path DIR" in capsys.readouterr().out
+
+
+def test_a_store_another_embedder_made_is_refused_not_searched_empty(
+    cli: Cli, export_file: Path
+) -> None:
+    """Every command that reads vectors would miss them all: a search finds nothing,
+    stats calls each one missing, reindex embeds the store again beside them and forget
+    leaves them behind. It says so instead; the message-only commands still work."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    with SemanticRecall.local(cli.store, embeddings=FakeEmbeddings(16, "another-model")) as m:
+        m.index(["I keep bees on the roof."], thread_id="t1", resource_id="alice")
+    for command in (
+        ["stats"],
+        ["search", "bees", "--resource", "alice"],
+        ["reindex", "--missing-only"],
+        ["forget", "--thread", "t1", "--yes"],
+        ["ingest", str(export_file), "--resource", "alice"],
+    ):
+        result = cli(*command)
+        assert result.code == 1, command
+        assert "was not embedded by the command line's model" in result.err, command
+        assert "another-model (16-d" in result.err
+        assert "--vectors reembed" in result.err
+    assert "t1" in cli("threads").out
+    assert cli("stats", "--json").code == 1
