@@ -372,6 +372,9 @@ def run_reindex(args: argparse.Namespace) -> int:
         else None
     )
     total = memory.storage.count(scope)
+    # --missing-only also deletes the vectors whose message is gone: count them to say so
+    scoped = {"resource_id": args.resource, "thread_id": args.thread}
+    orphans = memory.stats(**scoped).orphan_vectors if args.missing_only else 0
     with progress_bar(total, "msg", "reindex") as bar:
         written = memory.reindex(
             resource_id=args.resource,
@@ -382,4 +385,6 @@ def run_reindex(args: argparse.Namespace) -> int:
     index = memory.ensure_index().name
     kind = "missing vector(s)" if args.missing_only else "vector(s)"
     print(f"Wrote {written} {kind} for {total} stored message(s) into index {index}.")
+    if orphans:
+        print(f"Deleted {orphans} vector(s) whose message is no longer stored.")
     return EXIT_OK
