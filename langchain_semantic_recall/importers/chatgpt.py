@@ -229,7 +229,9 @@ def read_chatgpt_export(path: str | PathLike[str], *, resource_id: str) -> Impor
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InvalidInputError(f"{path} is not JSON: {error}") from error
+        # several values, one a line: our JSONL given as an export (`--format chatgpt`)
+        hint = "; it looks like JSON lines (the jsonl format)" if error.msg == "Extra data" else ""
+        raise InvalidInputError(f"{path} is not JSON: {error}{hint}") from error
     except RecursionError as error:
         raise InvalidInputError(
             f"{path} is JSON nested too deeply to read; it is not a ChatGPT export"

@@ -367,8 +367,13 @@ def test_chatgpt_export_reads_json_files_and_zip_archives(tmp_path: Path) -> Non
         read_chatgpt_export(empty_zip, resource_id="u")
     broken = tmp_path / "broken.json"
     broken.write_text("[{", encoding="utf-8")
-    with pytest.raises(InvalidInputError, match="is not JSON"):
+    with pytest.raises(InvalidInputError, match="is not JSON") as failure:
         read_chatgpt_export(broken, resource_id="u")
+    assert "JSON lines" not in str(failure.value)
+    lines = tmp_path / "history.jsonl"  # our JSONL, read as an export (`--format chatgpt`)
+    lines.write_text('{"role": "user"}\n{"role": "user"}\n', encoding="utf-8")
+    with pytest.raises(InvalidInputError, match="it looks like JSON lines"):
+        read_chatgpt_export(lines, resource_id="u")
 
 
 # --- detection and dispatch --------------------------------------------------------------
