@@ -212,5 +212,6 @@ def _next_steps(kept: Path | None) -> str:
         f"\nThe store stays in {kept}. Look inside it:\n"
         f"  semantic-recall --path {where} threads\n"
         f'  semantic-recall --path {where} search "peanut allergy" --resource alice\n'
-        f'  semantic-recall --path {where} inspect --thread new-chat "any snack ideas?"'
+        f"  semantic-recall --path {where} inspect --resource alice --thread new-chat "
+        '"any snack ideas?"'
     )

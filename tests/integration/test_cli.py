@@ -1009,6 +1009,7 @@ def test_the_demo_says_what_to_run_next_and_each_command_works(
     assert f"The store stays in {kept}." in out
     commands = [line.strip() for line in out.splitlines() if line.startswith("  semantic-recall ")]
     assert len(commands) == 3
+    assert "inspect --resource alice --thread new-chat" in commands[2]  # as docs/cli.md
     for command in commands:
         argv = shlex.split(command)
         assert argv[:3] == ["semantic-recall", "--path", str(kept)]
