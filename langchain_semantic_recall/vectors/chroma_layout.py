@@ -187,13 +187,10 @@ def scope_of(resource_id: str | None, thread_id: str | None) -> ScopeFilter | No
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
-def vector_metadata(record: VectorRecord) -> dict[str, str | int | float | bool]:
-    """The Chroma metadata stored with a vector (ids, role, text, time, filters).
-
-    Each key is a row Chroma writes and indexes with the vector, in every upsert. The
-    model and dimension are the index's, on its root collection (records written by
-    0.3.0 carry them too; nothing reads them).
-    """
+def vector_metadata(
+    record: VectorRecord, model: str, dimension: int
+) -> dict[str, str | int | float | bool]:
+    """The Chroma metadata stored with a vector (ids, role, text, time, model, filters)."""
     return {
         **filter_metadata(record),
         "message_id": record.message_id,
@@ -202,6 +199,8 @@ def vector_metadata(record: VectorRecord) -> dict[str, str | int | float | bool]
         "role": record.role,
         "content": record.content,
         "created_at": created_at_text(record.created_at),
+        "embedding_model": model,
+        "dimension": dimension,
     }
 
 

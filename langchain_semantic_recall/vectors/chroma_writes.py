@@ -48,7 +48,7 @@ def planned_writes(
         rows = list(unique.values())
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
-            writes.append(partial(_write, collections, name, resource_id, batch))
+            writes.append(partial(_write, collections, name, resource_id, batch, root=root))
     return writes
 
 
@@ -57,13 +57,16 @@ def _write(
     name: str,
     resource_id: str,
     batch: list[VectorRecord],
+    *,
+    root: tuple[str, int],
 ) -> None:
     from chromadb.errors import NotFoundError
 
+    model, dimension = root
     rows: dict[str, Any] = {
         "ids": [record.id for record in batch],
         "embeddings": [floats(record.vector) for record in batch],
-        "metadatas": [vector_metadata(record) for record in batch],
+        "metadatas": [vector_metadata(record, model, dimension) for record in batch],
     }
     for attempt in (1, 2):
         collection = collections.writable(name, resource_id)

@@ -157,7 +157,9 @@ def test_metadata_of_a_vector(chroma: ChromaVectorIndex) -> None:
             "resource_id": "r1",
             "role": "user",
             "content": "hello there",
-            "created_at": "2024-01-15T10:31:00+00:00",  # (the model is the root's: no key)
+            "created_at": "2024-01-15T10:31:00+00:00",
+            "embedding_model": MODEL,
+            "dimension": DIMENSION,
             "created_ts": 1705314660.0,  # the same time, for time-range filters
             "filterable": True,  # carries created_ts and the message's meta_<key> entries
         }
