@@ -135,15 +135,23 @@ def _embedded_chroma(
     )
 
 
+def local_indexes(path: str | PathLike[str]) -> dict[str, tuple[str, int]]:
+    """The indexes of the embedded store at `path`: name -> (model, dimension).
+
+    Read from Chroma's own file (`vectors.chroma_file`); empty when it cannot tell.
+    """
+    from langchain_semantic_recall.vectors.chroma_file import ChromaFile
+
+    return ChromaFile(Path(path) / "chroma").indexes() or {}
+
+
 def other_embedders(path: str | PathLike[str], info: IndexInfo) -> str | None:
     """Why the embedded store at `path` has no vectors for index `info`: others made them.
 
     Read from Chroma's own file (`vectors.chroma_file`). None when the store holds
     `info`'s index, holds none yet, or the file cannot tell.
     """
-    from langchain_semantic_recall.vectors.chroma_file import ChromaFile
-
-    found = ChromaFile(Path(path) / "chroma").indexes()
+    found = local_indexes(path)
     if not found or info.name in found:
         return None
     made = "; ".join(f"{m} ({d}-d, index {name})" for name, (m, d) in sorted(found.items()))

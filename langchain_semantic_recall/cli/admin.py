@@ -77,6 +77,7 @@ def run_stats(args: argparse.Namespace) -> int:
     stats = _stats(args)
     local = store_urls(args) is None
     size = disk_usage(store_path(args)) if local else None
+    others = _other_indexes(args, stats.index_name) if local else []
     label = store_label(args)
     scope = [f"resource {args.resource}"] if args.resource else []
     scope += [f"thread {args.thread}"] if args.thread else []
@@ -96,6 +97,10 @@ def run_stats(args: argparse.Namespace) -> int:
                 "model": stats.model,
                 "dimension": stats.dimension,
                 "relevance": stats.relevance,
+                "other_indexes": [
+                    {"name": name, "model": model, "dimension": dimension}
+                    for name, model, dimension in others
+                ],
                 "disk_bytes": size,
             }
         )
@@ -112,11 +117,22 @@ def run_stats(args: argparse.Namespace) -> int:
     print(f"  model      {stats.model} ({stats.dimension} dimensions)")
     line = f"  relevance  {stats.relevance}"
     print(style(line, "yellow") if stats.relevance.startswith("not fitted") else line)
+    for name, model, dimension in others:  # vectors these commands neither see nor count
+        line = f"  also       index {name} ({model}, {dimension} dimensions): not counted here"
+        print(style(line, "yellow"))
     if size is not None:
         print(f"  disk       {human_bytes(size)} (the whole store)")
     if stats.missing_vectors or stats.orphan_vectors:
         print(style("  repair     semantic-recall reindex --missing-only", "yellow"))
     return EXIT_OK
+
+
+def _other_indexes(args: argparse.Namespace, counted: str) -> list[tuple[str, str, int]]:
+    """The embedded store's other indexes (another embedder's), as (name, model, dimension)."""
+    from langchain_semantic_recall.settings import local_indexes
+
+    found = local_indexes(store_path(args))
+    return [(name, *found[name]) for name in sorted(found) if name != counted]
 
 
 def _stats(args: argparse.Namespace) -> RecallStats:

@@ -1044,3 +1044,24 @@ def test_a_store_another_embedder_made_is_refused_not_searched_empty(
         assert "--vectors reembed" in result.err
     assert "t1" in cli("threads").out
     assert cli("stats", "--json").code == 1
+
+
+def test_stats_names_the_indexes_of_other_embedders_it_does_not_count(
+    loaded: Cli,
+) -> None:
+    """A store indexed by the command line's model and, from Python, by another: stats
+    counts the first and says the second is there (its vectors are in no count)."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    assert loaded("stats", "--json").json()["other_indexes"] == []
+    with SemanticRecall.local(loaded.store, embeddings=FakeEmbeddings(16, "another-model")) as m:
+        m.reindex()  # every stored message, into the other model's own index
+    both = loaded("stats", "--json").json()
+    assert both["vectors"] == 6
+    assert both["other_indexes"] == [
+        {"name": "semantic-recall-another-model-16", "model": "another-model", "dimension": 16}
+    ]
+    text = loaded("stats").out
+    line = "  also       index semantic-recall-another-model-16 (another-model, 16 dimensions)"
+    assert line + ": not counted here" in text
