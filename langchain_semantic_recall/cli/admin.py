@@ -27,7 +27,7 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
 )
 from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
-from langchain_semantic_recall.cli.render import style
+from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidOptionError
 
 if TYPE_CHECKING:
@@ -317,7 +317,23 @@ def run_forget(args: argparse.Namespace) -> int:
     else:
         deleted = memory.forget_resource(args.resource)
     print(f"Forgot {target}: {deleted} message(s) and their vectors deleted.")
-    return EXIT_OK
+    return _left_in_other_indexes(args, memory.ensure_index().name)
+
+
+def _left_in_other_indexes(args: argparse.Namespace, index_name: str) -> int:
+    """A forget deletes vectors of the command line's index only: say what others keep.
+
+    The exit code: 1 when another embedder's index may still hold the forgotten
+    messages' vectors (docs/data-handling.md, *Other indexes*), else 0.
+    """
+    others = _other_indexes(args, index_name) if store_urls(args) is None else []
+    for name, model, _ in others:
+        error(
+            f"index {name} ({model}) of this store may still hold the vectors of what was "
+            "forgotten: forget it again through an engine on that index "
+            "(SemanticRecall.local(path, embeddings=...)), or drop the index"
+        )
+    return EXIT_ERROR if others else EXIT_OK
 
 
 def _forget_by_date(args: argparse.Namespace) -> int:
@@ -348,7 +364,7 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     )
     if result.threads_emptied:
         print(f"Threads left empty: {', '.join(result.threads_emptied)}.")
-    return EXIT_OK
+    return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
 # --- reindex -----------------------------------------------------------------------------

@@ -1065,3 +1065,20 @@ def test_stats_names_the_indexes_of_other_embedders_it_does_not_count(
     text = loaded("stats").out
     line = "  also       index semantic-recall-another-model-16 (another-model, 16 dimensions)"
     assert line + ": not counted here" in text
+
+
+def test_forget_says_when_another_embedders_index_may_keep_the_vectors(loaded: Cli) -> None:
+    """A forget deletes the vectors of the command line's index; another index of the
+    store (docs/data-handling.md, *Other indexes*) keeps its own: exit 1, and why."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    with SemanticRecall.local(loaded.store, embeddings=FakeEmbeddings(16, "another-model")) as m:
+        m.reindex()
+    forgot = loaded("forget", "--thread", "conv-garden", "--yes")
+    assert forgot.code == 1
+    assert "Forgot thread conv-garden" in forgot.out
+    assert "index semantic-recall-another-model-16 (another-model) of this store" in forgot.err
+    aged = loaded("forget", "--older-than", "1d", "--yes")
+    assert aged.code == 1
+    assert "another-model" in aged.err
