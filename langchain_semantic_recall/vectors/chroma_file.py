@@ -37,7 +37,11 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     collection_prefix,
     resource_collection_name,
 )
-from langchain_semantic_recall.vectors.chroma_log import read_chroma_file
+from langchain_semantic_recall.vectors.chroma_log import (
+    logged_after,
+    metadata_segment,
+    read_chroma_file,
+)
 
 __all__ = ["ChromaFile", "FileIndex"]
 
@@ -52,12 +56,12 @@ _METADATA: Final = """
 SELECT m.key, m.str_value, m.int_value, m.float_value, m.bool_value
 FROM collection_metadata AS m WHERE m.collection_id = ?
 """
-_SEGMENT: Final = """
-SELECT s.id, m.seq_id FROM segments AS s LEFT JOIN max_seq_id AS m ON m.segment_id = s.id
-WHERE s.collection = ? AND s.scope = 'METADATA'
-"""
-_LOGGED: Final = """
-SELECT q.topic, max(q.seq_id) FROM embeddings_queue AS q WHERE q.seq_id > ? GROUP BY q.topic
+_ROOTS: Final = """
+SELECT c.name, m.key, m.str_value, m.int_value, m.float_value, m.bool_value
+FROM collections AS c JOIN collection_metadata AS m ON m.collection_id = c.id
+WHERE c.database_id = ? AND c.id IN (
+    SELECT collection_id FROM collection_metadata WHERE key = 'layout'
+)
 """
 _KEYS: Final = ("message_id", "resource_id", "thread_id")
 """The metadata `message_ids` reads of a record, in this order."""
@@ -131,20 +135,13 @@ class ChromaFile:
     def indexes(self) -> dict[str, tuple[str, int]] | None:
         """Our indexes in the folder: name -> (embedding model, dimension).
 
-        None when the file cannot be read or holds a collection in another shape; an
-        empty dict when it holds none (or does not exist yet).
+        Only the root collections (those recording a layout) are read: one query, however
+        many resources the store holds. None when the file cannot be read or a root's
+        metadata has another shape; an empty dict when it holds none (or does not exist).
         """
         if not self._path.is_file():
             return {}
-
-        def read(cursor: sqlite3.Cursor) -> dict[str, tuple[str, int]] | None:
-            by_name = _collections(cursor)
-            if by_name is None:
-                return None
-            roots = {name: _root(c) for name, c in by_name.items()}
-            return {name: root for name, root in roots.items() if root is not None}
-
-        return read_chroma_file(self._path, read)
+        return read_chroma_file(self._path, _indexes)
 
 
 def _collections(cursor: sqlite3.Cursor) -> dict[str, _Collection] | None:
@@ -158,11 +155,25 @@ def _collections(cursor: sqlite3.Cursor) -> dict[str, _Collection] | None:
     return by_name if len(by_name) == len(collections) else None
 
 
-def _root(collection: _Collection) -> tuple[str, int] | None:
+def _indexes(cursor: sqlite3.Cursor) -> dict[str, tuple[str, int]] | None:
+    databases = cursor.execute(_DATABASE).fetchall()
+    if len(databases) != 1:
+        return None
+    metadata: dict[str, dict[str, object]] = {}
+    for name, key, *typed in cursor.execute(_ROOTS, databases[0]).fetchall():
+        value = _value(key, typed)
+        if not isinstance(name, str) or not isinstance(key, str) or value is _OTHER:
+            return None
+        metadata.setdefault(name, {})[key] = value
+    roots = {name: _root(held) for name, held in metadata.items()}
+    return {name: root for name, root in roots.items() if root is not None}
+
+
+def _root(metadata: dict[str, object]) -> tuple[str, int] | None:
     """(model, dimension) of one of our indexes' root collections; None for another."""
-    model = collection.metadata.get("embedding_model")
-    dimension = collection.metadata.get("dimension")
-    if collection.metadata.get("layout") != LAYOUT or not isinstance(model, str) or not model:
+    model = metadata.get("embedding_model")
+    dimension = metadata.get("dimension")
+    if metadata.get("layout") != LAYOUT or not isinstance(model, str) or not model:
         return None
     if not isinstance(dimension, int) or isinstance(dimension, bool) or dimension <= 0:
         return None
@@ -172,7 +183,7 @@ def _root(collection: _Collection) -> tuple[str, int] | None:
 def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> FileIndex | None:
     by_name = _collections(cursor)
     root = None if by_name is None else by_name.get(name)
-    if by_name is None or root is None or not root.cosine or (made := _root(root)) is None:
+    if by_name is None or root is None or not root.cosine or (made := _root(root.metadata)) is None:
         return None
     model, dimension = made
     if scope is not None and scope.resource_id is not None:
@@ -195,7 +206,7 @@ def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> File
             return None
         applied[collection.id], held = read
         ids |= held
-    if _pending(cursor, applied):
+    if logged_after(cursor, applied):
         return None  # chromadb applies them before it reads: it tells
     return FileIndex(model, dimension, frozenset(ids))
 
@@ -252,13 +263,10 @@ def _message_ids(
     tells the same for text values, the only ones read). A record's message is its
     `message_id`, else its own id (one vector of a message).
     """
-    segments = cursor.execute(_SEGMENT, (collection_id,)).fetchall()
-    if len(segments) != 1:
+    found = metadata_segment(cursor, collection_id)
+    if found is None:
         return None
-    segment, applied = segments[0]
-    applied = 0 if applied is None else applied  # never written
-    if not isinstance(applied, int) or isinstance(applied, bool):
-        return None  # another version's encoding
+    segment, applied = found
     ids: set[str] = set()
     for row in cursor.execute(_ROWS, (segment,)):
         vector_id = row[0]
@@ -275,24 +283,6 @@ def _message_ids(
             continue  # a thread's `where` (a text, checked above: never a missing key), `admits`
         ids.add(str(vector_id if message_id is None else message_id))
     return applied, ids
-
-
-def _pending(cursor: sqlite3.Cursor, applied: dict[str, int]) -> bool:
-    """Whether the log holds a write of a collection after the last one it applied.
-
-    `applied`: collection id -> the last write its metadata segment applied. Chroma logs
-    a write, then applies it in another transaction: a read may fall between, or a
-    writer stop there. chromadb applies such writes before it reads.
-    """
-    if not applied:
-        return False
-    for topic, last in cursor.execute(_LOGGED, (min(applied.values()),)):
-        if not isinstance(topic, str) or not isinstance(last, int):
-            return True  # another shape: the file cannot tell
-        collection = topic.rsplit("/", 1)[-1]
-        if collection in applied and last > applied[collection]:
-            return True
-    return False
 
 
 def _value(key: object, typed: tuple[object, ...] | list[object]) -> object:

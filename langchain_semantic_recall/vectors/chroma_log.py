@@ -38,6 +38,8 @@ __all__ = [
     "ChromaLog",
     "LogRecord",
     "Stamp",
+    "logged_after",
+    "metadata_segment",
     "read_chroma_file",
 ]
 
@@ -57,9 +59,9 @@ WHERE s.collection = ? AND s.scope = 'METADATA'
 _COUNT: Final = "SELECT count(*) FROM embeddings WHERE segment_id = ?"
 _LIVE: Final = "SELECT embedding_id, seq_id FROM embeddings WHERE segment_id = ?"
 _HOLDS: Final = "SELECT count(*) FROM embeddings_queue WHERE seq_id = ? AND topic LIKE ?"
-_UNAPPLIED: Final = (
-    "SELECT EXISTS (SELECT 1 FROM embeddings_queue WHERE seq_id > ? AND topic LIKE ?)"
-)
+_LOGGED: Final = """
+SELECT q.topic, max(q.seq_id) FROM embeddings_queue AS q WHERE q.seq_id > ? GROUP BY q.topic
+"""
 _TAIL: Final = """
 SELECT seq_id, operation, id, vector, encoding, metadata FROM embeddings_queue
 WHERE seq_id > ? AND seq_id <= ? AND topic LIKE ? ORDER BY seq_id
@@ -123,9 +125,8 @@ class ChromaLog:
         A reader's check: a write logged and not applied yet, which chromadb applies
         before it reads, is in no snapshot of the applied state.
         """
-        topic = f"%/{collection_id}"
-        ahead = self._read(lambda cursor: cursor.execute(_UNAPPLIED, (seq, topic)).fetchone())
-        return ahead is None or bool(ahead[0])
+        ahead = self._read(lambda cursor: logged_after(cursor, {collection_id: seq}))
+        return ahead is None or ahead
 
     def live(self, collection_id: str) -> tuple[Stamp, dict[str, int]] | None:
         """The collection's state and the number of each live record's last write.
@@ -178,7 +179,7 @@ def _tail(
 
 
 def _holds(cursor: sqlite3.Cursor, collection_id: str, after: int) -> bool:
-    found = _segment(cursor, collection_id)
+    found = metadata_segment(cursor, collection_id)
     if found is None or found[1] < after:
         return False
     return found[1] == after or _logged(cursor, collection_id, after)
@@ -190,7 +191,7 @@ def _logged(cursor: sqlite3.Cursor, collection_id: str, seq: int) -> bool:
 
 
 def _stamp(cursor: sqlite3.Cursor, collection_id: str) -> Stamp | None:
-    found = _segment(cursor, collection_id)
+    found = metadata_segment(cursor, collection_id)
     if found is None:
         return None
     segment, seq = found
@@ -199,7 +200,7 @@ def _stamp(cursor: sqlite3.Cursor, collection_id: str) -> Stamp | None:
 
 
 def _live(cursor: sqlite3.Cursor, collection_id: str) -> tuple[Stamp, dict[str, int]] | None:
-    found = _segment(cursor, collection_id)
+    found = metadata_segment(cursor, collection_id)
     if found is None:
         return None
     segment, seq = found
@@ -211,7 +212,26 @@ def _live(cursor: sqlite3.Cursor, collection_id: str) -> tuple[Stamp, dict[str, 
     return Stamp(collection_id, seq, len(written)), written
 
 
-def _segment(cursor: sqlite3.Cursor, collection_id: str) -> tuple[str, int] | None:
+def logged_after(cursor: sqlite3.Cursor, applied: dict[str, int]) -> bool:
+    """Whether the log holds a write of a collection after the last one it applied.
+
+    `applied`: collection id -> the last write its metadata segment applied. Chroma logs
+    a write, then applies it in another transaction: a read may fall between, or a
+    writer stop there. chromadb applies such writes before it reads. True also when a
+    row has another shape (the file cannot tell).
+    """
+    if not applied:
+        return False
+    for topic, last in cursor.execute(_LOGGED, (min(applied.values()),)):
+        if not isinstance(topic, str) or not _is_number(last):
+            return True
+        collection = topic.rsplit("/", 1)[-1]
+        if collection in applied and last > applied[collection]:
+            return True
+    return False
+
+
+def metadata_segment(cursor: sqlite3.Cursor, collection_id: str) -> tuple[str, int] | None:
     """The collection's metadata segment and the number of its last write (0: none)."""
     rows = cursor.execute(_STAMP, (collection_id,)).fetchall()
     if len(rows) != 1:
