@@ -34,6 +34,7 @@ __all__ = [
     "STOP_WORDS",
     "BM25Params",
     "bm25_ceiling",
+    "bm25_idf",
     "bm25_score",
     "index_terms",
     "message_terms",
@@ -121,11 +122,12 @@ def bm25_ceiling(
     A search that has scored every document holding its other terms can stop when its
     `limit`-th best is above this: a document holding none of them scores less.
     """
-    ceiling = 0.0
-    for term in terms:
-        df = doc_freq.get(term, 0)
-        ceiling += math.log(1.0 + (docs - df + 0.5) / (df + 0.5)) * (params.k1 + 1.0)
-    return ceiling
+    return sum(bm25_idf(doc_freq.get(term, 0), docs) * (params.k1 + 1.0) for term in terms)
+
+
+def bm25_idf(doc_freq: int, docs: int) -> float:
+    """BM25's idf of a term held by `doc_freq` of `docs` documents (never negative)."""
+    return math.log(1.0 + (docs - doc_freq + 0.5) / (doc_freq + 0.5))
 
 
 def bm25_score(
@@ -156,8 +158,7 @@ def bm25_score(
         tf = counts.get(term, 0)
         if not tf:
             continue
-        df = doc_freq.get(term, 0)
-        idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+        idf = bm25_idf(doc_freq.get(term, 0), docs)
         score += idf * tf * (k1 + 1.0) / (tf + norm)
     return score
 
@@ -179,10 +180,7 @@ def rank_bm25(
     order. Candidates that share no term with the query are left out.
     """
     k1, b = params.k1, params.b
-    idf = {
-        term: math.log(1.0 + (docs - doc_freq.get(term, 0) + 0.5) / (doc_freq.get(term, 0) + 0.5))
-        for term in terms
-    }
+    idf = {term: bm25_idf(doc_freq.get(term, 0), docs) for term in terms}
     scored: list[tuple[str, float]] = []
     for doc_id, doc_terms in candidates.items():
         counts: dict[str, int] = {}

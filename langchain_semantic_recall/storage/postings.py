@@ -10,7 +10,6 @@ floating-point operations in the same order, so the same scores to the last bit)
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,7 +18,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from langchain_semantic_recall.keywords import BM25Params
+from langchain_semantic_recall.keywords import BM25Params, bm25_idf
 from langchain_semantic_recall.records import ScopeFilter
 
 __all__ = ["Document", "ResourcePostings"]
@@ -210,7 +209,7 @@ class ResourcePostings:
             df = len(slots)
             if not df:
                 continue
-            idf = math.log(1.0 + (docs - df + 0.5) / (df + 0.5))
+            idf = bm25_idf(df, docs)
             norm = k1 * ((1.0 - b) + (b * self.length[slots]) / avg_length)
             scores[slots] += ((idf * tf) * (k1 + 1.0)) / (tf + norm)
             matched = True

@@ -245,9 +245,11 @@ def _search(
     if not docs:
         return []
 
-    def score(rows: Sequence[tuple[Any, ...]], doc_freq: Mapping[str, int]) -> Ranked:
-        stats = {"docs": docs, "avg_length": total / docs, "params": params}
-        return _rank(terms, scope, rows, doc_freq, limit, **stats)
+    def score(
+        rows: Sequence[tuple[Any, ...]], held: dict[str, list[str]], doc_freq: Mapping[str, int]
+    ) -> Ranked:
+        stats = {"limit": limit, "docs": docs, "avg_length": total / docs, "params": params}
+        return _rank(terms, scope, rows, held, doc_freq, **stats)
 
     cap = max(10 * limit, MIN_CANDIDATES)
     # A busy scope counts each term's matches first (cheap: FTS5 reads the doclists).
@@ -255,7 +257,8 @@ def _search(
     if doc_freq is None or sum(doc_freq.values()) < cap:
         rows = conn.execute(*candidates_sql(scope, terms, cap, ranked=False)).fetchall()
         if len(rows) < cap:  # every match
-            return score(rows, _frequencies(terms, {row[0]: row[1].split() for row in rows}))
+            held = _held(rows)
+            return score(rows, held, _frequencies(terms, held))
     doc_freq = doc_freq or _counts(conn, scope, terms)
     # Scoring a match here costs about twice what FTS5's ranking of one does.
     rare = _rare(terms, doc_freq, most=min(RARE_MOST, sum(doc_freq.values()) // 2))
@@ -263,15 +266,21 @@ def _search(
         rows = conn.execute(*candidates_sql(scope, rare, RARE_MOST, ranked=False)).fetchall()
         # FTS5 counts a term it reads as a phrase (a few letters are marks to unicode61)
         # in messages without it; the rows hold every message with it: count them exactly.
-        found = _frequencies(rare, {row[0]: row[1].split() for row in rows})
+        held = _held(rows)
+        found = _frequencies(rare, held)
         doc_freq = {**doc_freq, **{term: found.get(term, 0) for term in rare}}
         common = [term for term in terms if term not in rare]
         ceiling = bm25_ceiling(common, doc_freq=doc_freq, docs=docs, params=params)
-        settled = score(rows, doc_freq) if len(rows) < RARE_MOST else []
+        settled = score(rows, held, doc_freq) if len(rows) < RARE_MOST else []
         if len(settled) == limit and settled[-1][1] > ceiling * (1.0 + 1e-9):
             return settled  # no message without a rarer term can reach its last one
     rows = conn.execute(*candidates_sql(scope, terms, cap)).fetchall()
-    return score(rows, doc_freq)
+    return score(rows, _held(rows), doc_freq)
+
+
+def _held(rows: Sequence[tuple[Any, ...]]) -> dict[str, list[str]]:
+    """Message id -> its indexed terms, from rows of `candidates_sql`."""
+    return {row[0]: row[1].split() for row in rows}
 
 
 def _counts(conn: sqlite3.Connection, scope: ScopeFilter, terms: Sequence[str]) -> dict[str, int]:
@@ -299,15 +308,18 @@ def _rank(
     terms: Sequence[str],
     scope: ScopeFilter,
     rows: Sequence[tuple[Any, ...]],
+    candidates: dict[str, list[str]],
     doc_freq: Mapping[str, int],
-    limit: int,
     *,
+    limit: int,
     docs: int,
     avg_length: float,
     params: BM25Params,
 ) -> Ranked:
-    """`rank_bm25` over the rows of `candidates_sql`, less what the scope's filter drops."""
-    candidates = {row[0]: row[1].split() for row in rows}
+    """`rank_bm25` over the rows of `candidates_sql`, less what the scope's filter drops.
+
+    `candidates`: the rows' message ids -> their terms (`_held`).
+    """
     if scope.narrowed:  # BM25's statistics are the scope's; the filter drops candidates
         kept = {row[0] for row in rows if scope.matches(metadata_items(row[3]), from_iso(row[2]))}
         candidates = {key: value for key, value in candidates.items() if key in kept}
