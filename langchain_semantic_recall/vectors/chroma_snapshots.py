@@ -187,18 +187,8 @@ class ColdSnapshots:
         for collection in collections:
             if not self.building or self._closing.is_set():
                 break
-            self._check(collection, throttled=False)
-            ready += self._usable(collection)
+            ready += self._check(collection, throttled=False)
         return ready
-
-    def _usable(self, collection: Collection) -> bool:
-        """Whether the next process can start from the collection's snapshot file."""
-        snapshot = Snapshot.load(self._files, collection.name)
-        return (
-            snapshot is not None
-            and snapshot.collection_id == str(collection.id)
-            and self._log.holds(snapshot.collection_id, snapshot.seq)
-        )
 
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the background loads and builds have ended (benchmarks and tests)."""
@@ -330,11 +320,12 @@ class ColdSnapshots:
                     self._pending -= 1
                     self._idle.notify_all()
 
-    def _check(self, collection: Collection, *, throttled: bool = True) -> None:
+    def _check(self, collection: Collection, *, throttled: bool = True) -> bool:
         """Build a snapshot if the collection's cannot be brought up to date (`written`).
 
         `throttled`: a full build at most once per `REBUILD_EVERY` seconds (`settle`
-        asks for one regardless).
+        asks for one regardless). Returns whether the next process can start from the
+        collection's snapshot now.
         """
         name = collection.name
         with self._lock:
@@ -342,16 +333,18 @@ class ColdSnapshots:
         snapshot = Snapshot.load(self._files, name)
         if snapshot is not None and snapshot.collection_id == str(collection.id):
             if self._log.holds(snapshot.collection_id, snapshot.seq):
-                return  # the next process applies the writes since
+                return True  # the next process applies the writes since
             if self._refresh(collection, snapshot):
-                return  # once per purge of the log at most: no throttle
+                return True  # once per purge of the log at most: no throttle
         with self._lock:  # a full build reads every vector: at most once a while
             last = self._built_at.get(name, -REBUILD_EVERY)
             if throttled and time.monotonic() - last < REBUILD_EVERY:
-                return
-        if self._build_one(collection):  # else (written meanwhile) the next write retries
-            with self._lock:
-                self._built_at[name] = time.monotonic()
+                return False
+        if not self._build_one(collection):  # written meanwhile: the next write retries
+            return False
+        with self._lock:
+            self._built_at[name] = time.monotonic()
+        return True
 
     def _build_one(self, collection: Collection) -> bool:
         """Read the collection page by page, then apply what was written meanwhile.
