@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli import common
 from langchain_semantic_recall.cli.common import (
@@ -32,7 +32,6 @@ from langchain_semantic_recall.errors import InvalidOptionError
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
-    from langchain_semantic_recall.engine.vector_space import VectorSpace
     from langchain_semantic_recall.records import ScopeFilter
     from langchain_semantic_recall.relevance.model import RelevanceModel
     from langchain_semantic_recall.storage.base import MessageStorage
@@ -196,10 +195,9 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
         have = None if info is None else local_message_ids(store_path(args), info, scope)
         if info is None or have is None:
             return None
-        # The operation asks the storage alone: a vector step would fail on this missing
-        # space, never read an empty index.
-        backends = Backends(storage, cast("VectorSpace", None))
-        stats = drive(read_stats_op(info, have, scope, relevance), backends)
+        # The operation asks the storage alone: a vector step would fail loudly here
+        # (`Backends.space`), never read an empty index.
+        stats = drive(read_stats_op(info, have, scope, relevance), Backends(storage))
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
         return stats

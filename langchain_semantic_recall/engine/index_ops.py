@@ -101,12 +101,9 @@ def embed_records(
     for record in records:
         if over := over_cap(record, max_chars):
             logger.warning(
-                "message %r has %d characters; only the first %d are embedded "
-                "(max_index_chars), the other %d are stored but not embedded",
-                record.id,
-                len(record.text),
-                max_chars,
-                over,
+                "message %r (%s, thread %r) has %d characters; only the first %d are "
+                "embedded (max_index_chars), the other %d are stored but not embedded",
+                *(record.id, record.role, record.thread_id, len(record.text), max_chars, over),
             )
     pending = pending_vectors(space.embeddings, records, max_chars)
     vectors = yield steps.Embed(info, [p.content for p in pending])

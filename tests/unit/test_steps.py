@@ -190,3 +190,22 @@ async def test_a_failed_background_write_is_attached_to_the_operations_error() -
     for error in (raised.value, araised.value):
         assert isinstance(error.__context__, ConnectionError)
         assert any("vector store down" in note for note in error.__notes__)
+
+
+def test_backends_of_the_storage_alone_refuse_a_vector_step_loudly() -> None:
+    """`cli stats` drives an operation on the storage alone: a vector step must fail."""
+    from langchain_semantic_recall.engine.vector_space import IndexInfo
+    from langchain_semantic_recall.records import ScopeFilter
+    from langchain_semantic_recall.storage.memory import InMemoryStorage
+
+    backends = Backends(InMemoryStorage())
+    assert backends.storage is not None
+    step = steps.NearestMessages(
+        IndexInfo("idx", "model", 2), [1.0, 0.0], k=1, scope=ScopeFilter(resource_id="u")
+    )
+    with pytest.raises(RuntimeError, match="storage alone"):
+        drive(_one(step), backends)
+
+
+def _one(step: Step[Any]) -> Op[Any]:
+    return (yield step)

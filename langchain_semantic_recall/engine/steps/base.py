@@ -20,7 +20,16 @@ class Backends:
     """What steps run against: the message storage and the vector space."""
 
     storage: MessageStorage
-    space: VectorSpace
+    vector_space: VectorSpace | None = None
+    """None for an operation that asks the storage alone (`cli stats` of an embedded
+    store reads the vectors' ids from Chroma's file): a vector step then fails loudly."""
+
+    @property
+    def space(self) -> VectorSpace:
+        """The vector space (RuntimeError when these backends are the storage alone)."""
+        if self.vector_space is None:
+            raise RuntimeError("a vector step ran on backends made of the storage alone")
+        return self.vector_space
 
 
 class Step(ABC, Generic[R_co]):
