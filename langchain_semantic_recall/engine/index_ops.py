@@ -13,15 +13,18 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage
 
-from langchain_semantic_recall.embeddings import split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import write_owned, write_vectors
+from langchain_semantic_recall.engine.vector_writes import (
+    embed_records,
+    over_cap,
+    write_owned,
+    write_vectors,
+)
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
@@ -49,65 +52,9 @@ from langchain_semantic_recall.records import (
     VectorRecord,
 )
 from langchain_semantic_recall.storable import check_id
-from langchain_semantic_recall.vectors.base import chunk_id
 
 FORGOTTEN = "thread forgotten"
 READ_ONLY = "read-only engine"
-
-
-def over_cap(record: MessageRecord, max_chars: int | None) -> int:
-    """Characters of the record's text past `max_chars` (stored, never embedded)."""
-    return 0 if max_chars is None else max(0, len(record.text) - max_chars)
-
-
-def pending_vectors(
-    embeddings: Embeddings, records: Sequence[MessageRecord], max_chars: int | None = None
-) -> list[VectorRecord]:
-    """One vector record per chunk of each record, vector still empty (filled once embedded).
-
-    Only the first `max_chars` characters of a text are chunked (None: all of them). The
-    first chunk's id is the message id, later ones `<message_id>#<n>`.
-    """
-    return [
-        VectorRecord(
-            id=chunk_id(record.id, n),
-            vector=[],
-            message_id=record.id,
-            thread_id=record.thread_id,
-            resource_id=record.resource_id,
-            role=record.role,
-            content=piece,
-            created_at=record.created_at,
-            metadata=record.metadata,
-        )
-        for record in records
-        for n, piece in enumerate(split_for_embedding(embeddings, record.text[:max_chars]))
-    ]
-
-
-def embed_records(
-    info: IndexInfo,
-    space: VectorSpace,
-    records: Sequence[MessageRecord],
-    *,
-    max_chars: int | None,
-    logger: logging.Logger,
-) -> Op[list[VectorRecord]]:
-    """The records' vector rows, embedded in one batched call through the cache.
-
-    A text longer than `max_chars` is embedded up to it only (logged: the message is
-    stored whole, but words past the cap are found by keyword search alone).
-    """
-    for record in records:
-        if over := over_cap(record, max_chars):
-            logger.warning(
-                "message %r (%s, thread %r) has %d characters; only the first %d are "
-                "embedded (max_index_chars), the other %d are stored but not embedded",
-                *(record.id, record.role, record.thread_id, len(record.text), max_chars, over),
-            )
-    pending = pending_vectors(space.embeddings, records, max_chars)
-    vectors = yield steps.Embed(info, [p.content for p in pending])
-    return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
 
 
 # --- one turn ------------------------------------------------------------------------------
@@ -123,6 +70,8 @@ class _Turn:
     """Input position -> record, for the messages to write."""
     carried_time: set[int] = field(default_factory=set)
     """Positions of the messages that carry their own creation time."""
+    fresh_ids: set[int] = field(default_factory=set)
+    """Positions of the messages given a new random id here: none can be stored yet."""
 
     unchanged: dict[int, MessageRecord] = field(default_factory=dict)
     """Input position -> record, for messages stored before exactly as they are."""
@@ -210,6 +159,8 @@ def plan_turn(
         turn.records[position] = record
         if CREATED_AT_KEY in message.additional_kwargs:
             turn.carried_time.add(position)
+        elif not message.id:
+            turn.fresh_ids.add(position)  # `record_for`'s uuid4, with `fresh_id`
         turn.fates.append(MessageFate(position, record.id, "stored", skip_reason(record, message)))
     return turn
 
@@ -289,10 +240,16 @@ def index_op(
         return turn.refuse_all(READ_ONLY)
     if not turn.records:
         return turn.result()
-    ids = [r.id for r in turn.records.values()]
+    ids = [r.id for position, r in turn.records.items() if position not in turn.fresh_ids]
     try:  # which are stored already: only to skip unchanged ones and report their fate
-        known = yield steps.ReadWindows(
-            ids, before=0, after=0, scope=ScopeFilter(thread_id=thread_id)
+        known = (
+            (
+                yield steps.ReadWindows(
+                    ids, before=0, after=0, scope=ScopeFilter(thread_id=thread_id)
+                )
+            )
+            if ids
+            else {}
         )
     except Exception:
         logger.warning("could not read which messages are stored; writing all", exc_info=True)

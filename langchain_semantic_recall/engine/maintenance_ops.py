@@ -14,10 +14,9 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.index_ops import embed_records
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import write_vectors
+from langchain_semantic_recall.engine.vector_writes import embed_records, write_vectors
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import skip_reason
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage

@@ -123,7 +123,7 @@ def _shown(hits: Sequence[RecallHit]) -> list[RecallHit]:
     for hit in hits:
         window = tuple(m for m in hit.window if _showable(m))
         if window and _showable(hit.message):
-            kept.append(replace(hit, window=window))
+            kept.append(hit if len(window) == len(hit.window) else replace(hit, window=window))
     return kept
 
 

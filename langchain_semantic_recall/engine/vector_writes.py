@@ -1,10 +1,11 @@
-"""Vector writes that a failure or a concurrent move never leaves looking whole.
+"""Vector rows made from stored messages, and writes a failure never leaves looking whole.
 
-`index` stores messages first and reports a failed vector write; `stats` and
-`reindex(missing_only=True)` find the messages without a vector. A write can land in
-part, and a message of several chunks with one chunk written *has* a vector: it would
-look whole to both, and the chunks not written would never be. So after a failed write
-every chunk of such a message is deleted, and the repair sees it as missing
+A message's text (up to `max_index_chars`) is chunked and embedded in one batched call
+(`embed_records`). `index` stores messages first and reports a failed vector write;
+`stats` and `reindex(missing_only=True)` find the messages without a vector. A write can
+land in part, and a message of several chunks with one chunk written *has* a vector: it
+would look whole to both, and the chunks not written would never be. So after a failed
+write every chunk of such a message is deleted, and the repair sees it as missing
 (`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
 (`write_owned`).
 """
@@ -16,10 +17,69 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
+from langchain_core.embeddings import Embeddings
+
+from langchain_semantic_recall.embeddings import split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.engine.vector_space import IndexInfo
-from langchain_semantic_recall.records import VectorRecord
+from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.records import MessageRecord, VectorRecord
+from langchain_semantic_recall.vectors.base import chunk_id
+
+
+def over_cap(record: MessageRecord, max_chars: int | None) -> int:
+    """Characters of the record's text past `max_chars` (stored, never embedded)."""
+    return 0 if max_chars is None else max(0, len(record.text) - max_chars)
+
+
+def pending_vectors(
+    embeddings: Embeddings, records: Sequence[MessageRecord], max_chars: int | None = None
+) -> list[VectorRecord]:
+    """One vector record per chunk of each record, vector still empty (filled once embedded).
+
+    Only the first `max_chars` characters of a text are chunked (None: all of them). The
+    first chunk's id is the message id, later ones `<message_id>#<n>`.
+    """
+    return [
+        VectorRecord(
+            id=chunk_id(record.id, n),
+            vector=[],
+            message_id=record.id,
+            thread_id=record.thread_id,
+            resource_id=record.resource_id,
+            role=record.role,
+            content=piece,
+            created_at=record.created_at,
+            metadata=record.metadata,
+        )
+        for record in records
+        for n, piece in enumerate(split_for_embedding(embeddings, record.text[:max_chars]))
+    ]
+
+
+def embed_records(
+    info: IndexInfo,
+    space: VectorSpace,
+    records: Sequence[MessageRecord],
+    *,
+    max_chars: int | None,
+    logger: logging.Logger,
+) -> Op[list[VectorRecord]]:
+    """The records' vector rows, embedded in one batched call through the cache.
+
+    A text longer than `max_chars` is embedded up to it only (logged: the message is
+    stored whole, but words past the cap are found by keyword search alone).
+    """
+    for record in records:
+        if over := over_cap(record, max_chars):
+            logger.warning(
+                "message %r (%s, thread %r) has %d characters; only the first %d are "
+                "embedded (max_index_chars), the other %d are stored but not embedded",
+                *(record.id, record.role, record.thread_id, len(record.text), max_chars, over),
+            )
+    pending = pending_vectors(space.embeddings, records, max_chars)
+    vectors = yield steps.Embed(info, [p.content for p in pending])
+    return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
 
 
 def write_vectors(

@@ -182,3 +182,30 @@ async def test_a_repeated_id_is_not_reported_as_left_without_a_vector() -> None:
         assert result.skipped == {}
         assert [f.fate for f in result.fates] == ["skipped", "stored"]
         assert result.fates[0].reason == "the same id appears later in this call"
+
+
+async def test_a_turn_without_ids_skips_the_read_for_stored_ids_but_one_with_ids_makes_it() -> None:
+    """Messages without ids get new random ones: nothing can be stored under them yet."""
+    from tests.fakes import RecordingStorage
+
+    storage = RecordingStorage(InMemoryStorage())
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(8)
+    )
+    for asynchronous in (False, True):
+        storage.calls.clear()
+        turn = [HumanMessage("the garden"), AIMessage("the tomatoes")]
+        done = await memory.aindex(turn, **IDS) if asynchronous else memory.index(turn, **IDS)
+        assert [f.fate for f in done.fates] == ["stored", "stored"]
+        assert "get_windows" not in storage.names()
+    # With ids, the read is made: the same turn again is unchanged, not stored twice.
+    turn = [HumanMessage("hello", id="h1"), AIMessage("hi", id="a1")]
+    assert [f.fate for f in memory.index(turn, **IDS).fates] == ["stored", "stored"]
+    storage.calls.clear()
+    assert [f.fate for f in memory.index(turn, **IDS).fates] == ["unchanged", "unchanged"]
+    assert "get_windows" in storage.names()
+    # One message with an id and one without: the read names the one with an id only.
+    storage.calls.clear()
+    memory.index([HumanMessage("again", id="h2"), AIMessage("no id")], **IDS)
+    reads = [kwargs for name, kwargs in storage.calls if name == "get_windows"]
+    assert [read["message_ids"] for read in reads] == [["h2"]]
