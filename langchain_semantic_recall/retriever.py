@@ -38,6 +38,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_semantic_recall.engine.identity import with_signed_in_user
 from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
@@ -330,11 +331,17 @@ class MemorySearchTool(BaseTool):
     """The `filter`, `since` and `until` of every search (`create_memory_search_tool`)."""
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """`BaseTool.run`; its `ToolMessage` is tagged as the memory tool's answer."""
+        """`BaseTool.run`; its `ToolMessage` is tagged as the memory tool's answer.
+
+        The tool's own run starts from the config it is given: the signed-in user of the
+        run it is called in is carried into it, so that config cannot name another user.
+        """
+        kwargs["config"] = with_signed_in_user(self.memory.keys, kwargs.get("config"))
         return _tagged(super().run(*args, **kwargs))
 
     async def arun(self, *args: Any, **kwargs: Any) -> Any:
         """Async twin of `run`."""
+        kwargs["config"] = with_signed_in_user(self.memory.keys, kwargs.get("config"))
         return _tagged(await super().arun(*args, **kwargs))
 
     def _run(

@@ -370,3 +370,58 @@ def test_a_reused_chat_history_never_reads_another_users_session(
         assert snapshot(memory) == before, name
     owners = memory.chat_history(history.session_id, resource_id=victim)
     assert [m.text for m in owners.messages] == [text, f"noted: {text}"]  # still its owner's
+
+
+def _config_of(target: Target) -> RunnableConfig:
+    """A fresh run config naming another resource's thread (no signed-in user in it)."""
+    return {"configurable": {"thread_id": target.thread, "resource_id": target.resource}}
+
+
+def _thread_config(target: Target) -> RunnableConfig:
+    return {"configurable": {"thread_id": target.thread}}
+
+
+# A call given its own `config=` inside a signed-in run: LangChain's `ensure_config`
+# lets that config's `configurable` replace the run's, signed-in user included.
+CONFIG_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object] | object]] = {
+    "index(config=other)": lambda m, t: m.index(turn("planted"), config=_config_of(t)),
+    "index(config=thread)": lambda m, t: m.index(turn("planted"), config=_thread_config(t)),
+    "aindex(config=other)": lambda m, t: m.aindex(turn("planted"), config=_config_of(t)),
+    "search(config=other)": lambda m, t: m.search("garden", config=_config_of(t)),
+    "asearch(config=other)": lambda m, t: m.asearch("garden", config=_config_of(t)),
+    "recall(config=other)": lambda m, t: m.recall([HumanMessage("garden")], config=_config_of(t)),
+    "invoke(other config)": lambda m, t: m.invoke([HumanMessage("garden")], _config_of(t)),
+    "ainvoke(other config)": lambda m, t: m.ainvoke([HumanMessage("garden")], _config_of(t)),
+    "retriever.invoke(other config)": lambda m, t: m.as_retriever().invoke("garden", _config_of(t)),
+    "retriever.ainvoke(other config)": lambda m, t: m.as_retriever().ainvoke(
+        "garden", _config_of(t)
+    ),
+    "tool.invoke(other config)": lambda m, t: m.as_tool().invoke(
+        {"query": "garden"}, _config_of(t)
+    ),
+    "tool.ainvoke(other config)": lambda m, t: m.as_tool().ainvoke(
+        {"query": "garden"}, _config_of(t)
+    ),
+}
+
+
+@pytest.mark.parametrize("scope", ["resource", "thread"])
+@pytest.mark.parametrize("name", sorted(CONFIG_CALLS))
+def test_a_config_given_inside_a_signed_in_run_keeps_the_signed_in_user(
+    name: str, scope: str
+) -> None:
+    """A call's own `config=` replaced the run's, signed-in user and all: inside alice's
+    run, `index(..., config={"configurable": {"thread_id": <bob's>}})` wrote into bob's
+    thread and `search(config=<bob's>)` read bob's memory."""
+    memory = engine(scope)
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    target = Target(resource="bob", thread="bob/t0")
+    before = snapshot(memory)
+
+    async def acall() -> object:
+        result = CONFIG_CALLS[name](memory, target)
+        return await result if isinstance(result, Awaitable) else result
+
+    with pytest.raises(OwnershipError):
+        asigned_in(USER, acall)
+    assert snapshot(memory) == before
