@@ -53,10 +53,41 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
 
+TURN_START_KEY = "recall_turn_start"
+"""The per-run channel holding the conversation as the turn began (indexed at its end)."""
+
+
 class RecallAgentState(AgentState[Any]):
-    """The agent state plus the per-run `recalled_memory` channel (private, untracked)."""
+    """The agent state plus two private per-run channels (untracked).
+
+    `recalled_memory` holds this turn's recall; `recall_turn_start` the conversation as
+    the turn began, indexed with what the turn added when the agent finishes.
+    """
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue, PrivateStateAttr]]
+    recall_turn_start: NotRequired[
+        Annotated[tuple[AnyMessage, ...] | None, UntrackedValue, PrivateStateAttr]
+    ]
+
+
+def _turn_messages(state: RecallAgentState) -> list[AnyMessage]:
+    """The turn's conversation to index: as it began, then what the turn added.
+
+    Another middleware may replace the state's messages during the turn (LangChain's
+    `SummarizationMiddleware` swaps them for a summary and the newest few): the user's
+    message, not stored yet, would then be lost. Messages still in the state come in
+    their current version (an edit in place is kept).
+    """
+    now = list(state["messages"])
+    start = state.get("recall_turn_start") or ()
+    if not start:  # resumed after an interrupt: the per-run channel is empty
+        return now
+    current = {m.id: m for m in now if m.id}
+    began = {m.id for m in start if m.id}
+    return [
+        *(current.get(m.id, m) if m.id else m for m in start),
+        *(m for m in now if m.id not in began),
+    ]
 
 
 def _with_recall(request: ModelRequest[Any], recalled: RecalledMemory) -> ModelRequest[Any]:
@@ -141,13 +172,13 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     def before_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Recall for this turn into the per-run channel."""
         recalled = recall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled}
+        return {RECALL_KEY: recalled, TURN_START_KEY: tuple(state["messages"])}
 
     @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Async twin of `before_agent`."""
         recalled = await arecall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled}
+        return {RECALL_KEY: recalled, TURN_START_KEY: tuple(state["messages"])}
 
     # --- every model call: inject, write nothing ----------------------------------------
 
@@ -185,12 +216,12 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     @override
     def after_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
         """Store the turn's new messages and embed their text."""
-        index_new_messages(self.memory, state["messages"])
+        index_new_messages(self.memory, _turn_messages(state))
 
     @override
     async def aafter_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
         """Async twin of `after_agent`."""
-        await aindex_new_messages(self.memory, state["messages"])
+        await aindex_new_messages(self.memory, _turn_messages(state))
 
 
-__all__ = ["RecallAgentState", "SemanticRecallMiddleware"]
+__all__ = ["TURN_START_KEY", "RecallAgentState", "SemanticRecallMiddleware"]

@@ -234,12 +234,25 @@ def _added(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> tuple
     return tuple(m for m in after if id(m) not in present)
 
 
+def _is_summary(message: BaseMessage) -> bool:
+    """A summary LangChain's `SummarizationMiddleware` put in the state as a user message.
+
+    Nobody said it: stored, it would be recalled as the user's words.
+    """
+    return message.additional_kwargs.get("lc_source") == "summarization"
+
+
 def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
-    """The messages the storage keeps, each with an id (positional if it had none)."""
+    """The messages the storage keeps, each with an id (positional if it had none).
+
+    Recalled messages and summaries of the conversation are not part of it.
+    """
     kept: list[BaseMessage] = []
     for position, message in enumerate(messages):
         role = role_of(message)
         if role is None or isinstance(message, RemoveMessage) or is_recalled(message):
+            continue
+        if _is_summary(message):
             continue
         if message.id:
             kept.append(message)
