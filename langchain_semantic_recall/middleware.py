@@ -183,8 +183,11 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     # --- every model call: inject, write nothing ----------------------------------------
 
     def _turn_recall(self, request: ModelRequest[Any]) -> RecalledMemory | None:
-        messages: list[BaseMessage] = list(request.state.get("messages") or request.messages)
-        return recalled_for_turn(request.state, messages)
+        state = cast("RecallAgentState", request.state)
+        messages: list[BaseMessage] = (
+            list(_turn_messages(state)) if state.get("messages") else list(request.messages)
+        )
+        return recalled_for_turn(state, messages)
 
     @override
     def wrap_model_call(

@@ -115,7 +115,18 @@ def state_messages(state: Any, key: str = "messages") -> list[BaseMessage]:
     return to_messages(value)
 
 
+def _is_summary(message: BaseMessage) -> bool:
+    """A summary LangChain's `SummarizationMiddleware` put in the state as a user message.
+
+    Nobody said it: stored, it would be recalled as the user's words.
+    """
+    return message.additional_kwargs.get("lc_source") == "summarization"
+
+
 def _is_user(message: BaseMessage) -> bool:
+    """A message the user wrote (a summary in a user message's place is not one)."""
+    if _is_summary(message):
+        return False
     return isinstance(message, HumanMessage) or (
         isinstance(message, ChatMessage) and role_of(message) == "user"
     )
@@ -232,14 +243,6 @@ def with_recall(
 def _added(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> tuple[BaseMessage, ...]:
     present = {id(m) for m in before}
     return tuple(m for m in after if id(m) not in present)
-
-
-def _is_summary(message: BaseMessage) -> bool:
-    """A summary LangChain's `SummarizationMiddleware` put in the state as a user message.
-
-    Nobody said it: stored, it would be recalled as the user's words.
-    """
-    return message.additional_kwargs.get("lc_source") == "summarization"
 
 
 def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
