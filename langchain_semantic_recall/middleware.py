@@ -47,6 +47,7 @@ from langchain_semantic_recall.turns import (
     index_new_messages,
     recall_turn,
     recalled_for_turn,
+    turn_messages,
 )
 
 if TYPE_CHECKING:
@@ -54,14 +55,14 @@ if TYPE_CHECKING:
 
 
 TURN_START_KEY = "recall_turn_start"
-"""The per-run channel holding the conversation as the turn began (indexed at its end)."""
+"""The per-run channel holding the turn's messages as it began (indexed at its end)."""
 
 
 class RecallAgentState(AgentState[Any]):
     """The agent state plus two private per-run channels (untracked).
 
-    `recalled_memory` holds this turn's recall; `recall_turn_start` the conversation as
-    the turn began, indexed with what the turn added when the agent finishes.
+    `recalled_memory` holds this turn's recall; `recall_turn_start` the turn's messages
+    as it began (its user message), indexed with the rest when the agent finishes.
     """
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue, PrivateStateAttr]]
@@ -71,23 +72,16 @@ class RecallAgentState(AgentState[Any]):
 
 
 def _turn_messages(state: RecallAgentState) -> list[AnyMessage]:
-    """The turn's conversation to index: as it began, then what the turn added.
+    """The conversation to index: the state's, after the turn's messages it lost.
 
     Another middleware may replace the state's messages during the turn (LangChain's
     `SummarizationMiddleware` swaps them for a summary and the newest few): the user's
-    message, not stored yet, would then be lost. Messages still in the state come in
-    their current version (an edit in place is kept).
+    message, not stored yet, would then be lost. It is put back in front of them.
     """
     now = list(state["messages"])
-    start = state.get("recall_turn_start") or ()
-    if not start:  # resumed after an interrupt: the per-run channel is empty
-        return now
-    current = {m.id: m for m in now if m.id}
-    began = {m.id for m in start if m.id}
-    return [
-        *(current.get(m.id, m) if m.id else m for m in start),
-        *(m for m in now if m.id not in began),
-    ]
+    present = {m.id for m in now}
+    lost = [m for m in state.get("recall_turn_start") or () if m.id not in present]
+    return [*lost, *now] if lost else now
 
 
 def _with_recall(request: ModelRequest[Any], recalled: RecalledMemory) -> ModelRequest[Any]:
@@ -172,13 +166,13 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     def before_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Recall for this turn into the per-run channel."""
         recalled = recall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled, TURN_START_KEY: tuple(state["messages"])}
+        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(state["messages"])}
 
     @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Async twin of `before_agent`."""
         recalled = await arecall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled, TURN_START_KEY: tuple(state["messages"])}
+        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(state["messages"])}
 
     # --- every model call: inject, write nothing ----------------------------------------
 

@@ -145,6 +145,18 @@ def current_turn(messages: Sequence[BaseMessage]) -> str | None:
     return None
 
 
+def turn_messages(messages: Sequence[BaseMessage]) -> tuple[BaseMessage, ...]:
+    """The current turn: the newest user message and what follows it (empty: none).
+
+    Args:
+        messages: The conversation so far.
+    """
+    for position in range(len(messages) - 1, -1, -1):
+        if _is_user(messages[position]):
+            return tuple(messages[position:])
+    return ()
+
+
 def inject_recalled(
     messages: Sequence[BaseMessage], recalled: Sequence[BaseMessage]
 ) -> list[BaseMessage]:
