@@ -27,7 +27,13 @@ from langchain_semantic_recall.formatting import (
     cross_thread_block,
     fit_texts,
 )
-from langchain_semantic_recall.messages import MEMORY_SOURCE, tag_as_memory
+from langchain_semantic_recall.messages import (
+    MEMORY_SOURCE,
+    clean_text,
+    role_of,
+    tag_as_memory,
+    text_of,
+)
 from langchain_semantic_recall.recall_report import RecallReport, build_report
 from langchain_semantic_recall.records import RecallHit, StoredMessage, conversation_title
 
@@ -191,6 +197,22 @@ def inject(
     return injected
 
 
+def _live_without_ids(messages: Sequence[BaseMessage]) -> set[tuple[str | None, str]]:
+    """(role, text) of the input's id-less messages before the newest user message.
+
+    A loop that keeps its own history sends its messages without ids, and `index`
+    stored them under new ones: the same message recalled into its own thread would sit
+    beside itself. Such a stored message is known by its role and text (only to keep
+    it out of this turn's same-thread recall; a stored message keeps its own id). The
+    newest user message is the turn being asked, a new message even when its words
+    repeat an old one: the old one and its answer are still recalled.
+    """
+    roles = [role_of(m) for m in messages]
+    turn = max((p for p, role in enumerate(roles) if role == "user"), default=len(messages))
+    earlier = messages[:turn]
+    return {(role_of(m), clean_text(text_of(m, "\n"))) for m in earlier if not m.id}
+
+
 def inject_reported(
     messages: Sequence[BaseMessage],
     hits: Sequence[RecallHit],
@@ -201,10 +223,19 @@ def inject_reported(
     max_block_chars: int | None = None,
     labels: dict[str, str] | None = None,
 ) -> tuple[list[BaseMessage], RecallReport]:
-    """`inject`, and the report of what it injected (`recall_report.RecallReport`)."""
+    """`inject`, and the report of what it injected (`recall_report.RecallReport`).
+
+    A same-thread message already in the input is left out: by id, or, for an input
+    message without an id, by role and text (`_live_without_ids`).
+    """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
-    own = [(s, m) for s in same if (m := as_recalled_message(s)) is not None]
+    live = _live_without_ids(messages)
+    own = [
+        (s, m)
+        for s in same
+        if (s.role, s.text) not in live and (m := as_recalled_message(s)) is not None
+    ]
     block_cap = None
     if max_block_chars is not None:  # same-thread text may take up to half the budget
         need = sum(len(_text(stored, message)) for stored, message in own)

@@ -51,9 +51,15 @@ def _input_text(memory: SemanticRecall, inputs: object) -> str:
     key = memory.input_key
     if key is None:
         candidates = [k for k in values if k not in (memory.memory_key, "stop")]
-        if len(candidates) != 1:
+        if not candidates:
             raise InvalidInputError(
-                f"cannot tell which input holds the user's text among {candidates}; set input_key"
+                f"no input holds the user's text (got {list(values)}): pass it, e.g. "
+                "{'input': 'What am I allergic to?'}"
+            )
+        if len(candidates) > 1:
+            raise InvalidInputError(
+                f"several inputs {candidates}: cannot tell which holds the user's text; "
+                "set input_key"
             )
         key = candidates[0]
     value = values.get(key)
@@ -66,8 +72,14 @@ def _output_text(memory: SemanticRecall, outputs: object) -> str:
     values = _check_mapping("outputs", outputs)
     key = memory.output_key
     if key is None:
-        if len(values) != 1:
-            raise InvalidInputError(f"several outputs {list(values)}; set output_key")
+        if not values:
+            raise InvalidInputError(
+                "no output: save_context needs the answer, e.g. {'output': 'Noted.'}"
+            )
+        if len(values) > 1:
+            raise InvalidInputError(
+                f"several outputs {list(values)}: cannot tell which is the answer; set output_key"
+            )
         key = next(iter(values))
     value = values.get(key)
     if isinstance(value, BaseMessage):

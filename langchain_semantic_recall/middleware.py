@@ -47,16 +47,41 @@ from langchain_semantic_recall.turns import (
     index_new_messages,
     recall_turn,
     recalled_for_turn,
+    turn_messages,
 )
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
 
+TURN_START_KEY = "recall_turn_start"
+"""The per-run channel holding the turn's messages as it began (indexed at its end)."""
+
+
 class RecallAgentState(AgentState[Any]):
-    """The agent state plus the per-run `recalled_memory` channel (private, untracked)."""
+    """The agent state plus two private per-run channels (untracked).
+
+    `recalled_memory` holds this turn's recall; `recall_turn_start` the turn's messages
+    as it began (its user message), indexed with the rest when the agent finishes.
+    """
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue, PrivateStateAttr]]
+    recall_turn_start: NotRequired[
+        Annotated[tuple[AnyMessage, ...] | None, UntrackedValue, PrivateStateAttr]
+    ]
+
+
+def _turn_messages(state: RecallAgentState) -> list[AnyMessage]:
+    """The conversation to index: the state's, after the turn's messages it lost.
+
+    Another middleware may replace the state's messages during the turn (LangChain's
+    `SummarizationMiddleware` swaps them for a summary and the newest few): the user's
+    message, not stored yet, would then be lost. It is put back in front of them.
+    """
+    now = list(state["messages"])
+    present = {m.id for m in now}
+    lost = [m for m in state.get("recall_turn_start") or () if m.id not in present]
+    return [*lost, *now] if lost else now
 
 
 def _with_recall(request: ModelRequest[Any], recalled: RecalledMemory) -> ModelRequest[Any]:
@@ -141,19 +166,22 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     def before_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Recall for this turn into the per-run channel."""
         recalled = recall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled}
+        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(state["messages"])}
 
     @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Async twin of `before_agent`."""
         recalled = await arecall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled}
+        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(state["messages"])}
 
     # --- every model call: inject, write nothing ----------------------------------------
 
     def _turn_recall(self, request: ModelRequest[Any]) -> RecalledMemory | None:
-        messages: list[BaseMessage] = list(request.state.get("messages") or request.messages)
-        return recalled_for_turn(request.state, messages)
+        state = cast("RecallAgentState", request.state)
+        messages: list[BaseMessage] = (
+            list(_turn_messages(state)) if state.get("messages") else list(request.messages)
+        )
+        return recalled_for_turn(state, messages)
 
     @override
     def wrap_model_call(
@@ -185,12 +213,12 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     @override
     def after_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
         """Store the turn's new messages and embed their text."""
-        index_new_messages(self.memory, state["messages"])
+        index_new_messages(self.memory, _turn_messages(state))
 
     @override
     async def aafter_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> None:
         """Async twin of `after_agent`."""
-        await aindex_new_messages(self.memory, state["messages"])
+        await aindex_new_messages(self.memory, _turn_messages(state))
 
 
-__all__ = ["RecallAgentState", "SemanticRecallMiddleware"]
+__all__ = ["TURN_START_KEY", "RecallAgentState", "SemanticRecallMiddleware"]

@@ -38,6 +38,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
+from langchain_semantic_recall.engine.identity import with_signed_in_user
 from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
@@ -242,8 +243,9 @@ class SemanticRecallRetriever(BaseRetriever):
         """Search the memory (`k` may be given per call).
 
         Raises:
-            InvalidInputError: a per-call `k` that is not an int >= 1.
+            InvalidInputError: a per-call `k` that is not an int >= 1; another keyword.
         """
+        _refuse_keywords(kwargs)
         kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return super().invoke(input, config, **kwargs)
 
@@ -251,6 +253,7 @@ class SemanticRecallRetriever(BaseRetriever):
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
         """Async twin of `invoke`."""
+        _refuse_keywords(kwargs)
         kwargs["options"] = self._options(config, kwargs.pop("k", None))
         return await super().ainvoke(input, config, **kwargs)
 
@@ -279,6 +282,21 @@ class SemanticRecallRetriever(BaseRetriever):
         return [hit_to_document(hit) for hit in hits[:k]]
 
 
+_CALL_KEYWORDS = frozenset({"k", "run_id"})
+"""What a retriever call takes besides the query and config (`run_id`: LangChain's)."""
+
+
+def _refuse_keywords(kwargs: Mapping[str, Any]) -> None:
+    """A retriever call's other keywords would reach LangChain as a bare `TypeError`."""
+    unknown = sorted(set(kwargs) - _CALL_KEYWORDS)
+    if unknown:
+        raise InvalidInputError(
+            f"a retriever call takes only k (documents to return), got {unknown}: give "
+            "thread_id, resource_id and scope to as_retriever(...), or the ids in "
+            "config['configurable']"
+        )
+
+
 def _tagged(output: Any) -> Any:
     """A tool call's `ToolMessage` tagged `source: memory_search` (other outputs unchanged).
 
@@ -303,7 +321,14 @@ def _wider(options: dict[str, Any], top_k: int) -> int | None:
 
 
 class MemorySearchInput(BaseModel):
-    """The only argument the model gives: what to look for."""
+    """The only argument the model gives: what to look for.
+
+    Anything else the model adds (a `resource_id`, a `thread_id`, options) is refused
+    (`Extra inputs are not permitted`, under its name), never dropped: the scope is the
+    caller's, and a `ToolNode` shows the model which argument to leave out.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     query: str = Field(description="What to look for in past conversations, in a few words.")
 
@@ -330,11 +355,17 @@ class MemorySearchTool(BaseTool):
     """The `filter`, `since` and `until` of every search (`create_memory_search_tool`)."""
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """`BaseTool.run`; its `ToolMessage` is tagged as the memory tool's answer."""
+        """`BaseTool.run`; its `ToolMessage` is tagged as the memory tool's answer.
+
+        The tool's own run starts from the config it is given: the signed-in user of the
+        run it is called in is carried into it, so that config cannot name another user.
+        """
+        kwargs["config"] = with_signed_in_user(self.memory.keys, kwargs.get("config"))
         return _tagged(super().run(*args, **kwargs))
 
     async def arun(self, *args: Any, **kwargs: Any) -> Any:
         """Async twin of `run`."""
+        kwargs["config"] = with_signed_in_user(self.memory.keys, kwargs.get("config"))
         return _tagged(await super().arun(*args, **kwargs))
 
     def _run(

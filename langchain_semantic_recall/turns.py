@@ -115,7 +115,18 @@ def state_messages(state: Any, key: str = "messages") -> list[BaseMessage]:
     return to_messages(value)
 
 
+def _is_summary(message: BaseMessage) -> bool:
+    """A summary LangChain's `SummarizationMiddleware` put in the state as a user message.
+
+    Nobody said it: stored, it would be recalled as the user's words.
+    """
+    return message.additional_kwargs.get("lc_source") == "summarization"
+
+
 def _is_user(message: BaseMessage) -> bool:
+    """A message the user wrote (a summary in a user message's place is not one)."""
+    if _is_summary(message):
+        return False
     return isinstance(message, HumanMessage) or (
         isinstance(message, ChatMessage) and role_of(message) == "user"
     )
@@ -132,6 +143,18 @@ def current_turn(messages: Sequence[BaseMessage]) -> str | None:
         if _is_user(message):
             return message.id or f"@{position}"
     return None
+
+
+def turn_messages(messages: Sequence[BaseMessage]) -> tuple[BaseMessage, ...]:
+    """The current turn: the newest user message and what follows it (empty: none).
+
+    Args:
+        messages: The conversation so far.
+    """
+    for position in range(len(messages) - 1, -1, -1):
+        if _is_user(messages[position]):
+            return tuple(messages[position:])
+    return ()
 
 
 def inject_recalled(
@@ -235,11 +258,16 @@ def _added(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> tuple
 
 
 def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
-    """The messages the storage keeps, each with an id (positional if it had none)."""
+    """The messages the storage keeps, each with an id (positional if it had none).
+
+    Recalled messages and summaries of the conversation are not part of it.
+    """
     kept: list[BaseMessage] = []
     for position, message in enumerate(messages):
         role = role_of(message)
         if role is None or isinstance(message, RemoveMessage) or is_recalled(message):
+            continue
+        if _is_summary(message):
             continue
         if message.id:
             kept.append(message)

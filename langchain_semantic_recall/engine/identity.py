@@ -160,6 +160,33 @@ def _first(*values: str | None) -> str | None:
     return next((v for v in values if v is not None), None)
 
 
+def _signed_in_user(
+    keys: IdentityKeys, configurable: Mapping[str, Any], *, given: bool
+) -> str | None:
+    """The signed-in user of the call: its config's, and the surrounding run's.
+
+    A config given to the call replaces the run's `configurable` (LangChain's
+    `ensure_config`), so a call inside a signed-in run that passes its own config would
+    drop the user: the run's user is read too, and two different users are refused.
+
+    Raises:
+        IdentityMismatchError: the call's config and the run name different users.
+    """
+    if not keys.auth_user:
+        return None
+    user = as_id(keys.auth_user, configurable.get(keys.auth_user))
+    if not given:  # `configurable` is the run's own
+        return user
+    ambient = ensure_config(None).get("configurable") or {}
+    run_user = as_id(keys.auth_user, ambient.get(keys.auth_user))
+    if user is not None and run_user is not None and user != run_user:
+        raise IdentityMismatchError(
+            f"the run is authenticated as {run_user!r} but a call in it gave a config "
+            f"authenticated as {user!r}: a call inside a signed-in run acts for its user"
+        )
+    return user if user is not None else run_user
+
+
 def resolve_identity(
     keys: IdentityKeys,
     *,
@@ -175,7 +202,8 @@ def resolve_identity(
         thread_id: explicit thread id (wins over every other source).
         resource_id: explicit resource id (wins, except over an authenticated user).
         config: the run config; when None, the config of the run this call is part of
-            (LangChain's context), so an authenticated user is enforced everywhere.
+            (LangChain's context). The authenticated user of that run holds either way,
+            so a call that passes its own config inside a signed-in run stays its user's.
         context: the runtime context; when None, that of the current LangGraph run.
 
     Raises:
@@ -196,7 +224,7 @@ def resolve_identity(
         as_id(keys.resource, configurable.get(keys.resource)),
         as_id(keys.resource, _context_value(context, keys.resource)),
     )
-    user = as_id(keys.auth_user, configurable.get(keys.auth_user)) if keys.auth_user else None
+    user = _signed_in_user(keys, configurable, given=config is not None)
     if user is None:
         return Identity(thread, resource)
     if resource is not None and resource != user:
@@ -205,6 +233,24 @@ def resolve_identity(
             "on an authenticated server the resource is always the signed-in user"
         )
     return Identity(thread, user, authenticated=True)
+
+
+def with_signed_in_user(keys: IdentityKeys, config: RunnableConfig | None) -> RunnableConfig | None:
+    """`config`, carrying the signed-in user of the run it is given in.
+
+    For a surface that starts its own run from the config it is given (a tool): inside
+    that run the surrounding run's user is no longer in sight.
+
+    Raises:
+        IdentityMismatchError: `config` and the surrounding run name different users.
+    """
+    if config is None or not keys.auth_user:
+        return config
+    configurable: Mapping[str, Any] = config.get("configurable") or {}
+    user = _signed_in_user(keys, configurable, given=True)
+    if user is None or configurable.get(keys.auth_user) == user:
+        return config
+    return {**config, "configurable": {**configurable, keys.auth_user: user}}
 
 
 def search_scope(
@@ -241,4 +287,5 @@ __all__ = [
     "as_id",
     "resolve_identity",
     "search_scope",
+    "with_signed_in_user",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -474,6 +475,27 @@ def test_memory_contract(make_engine: EngineFactory) -> None:
     assert "Lisbon" in history[0].content
     alice.clear()
     assert engine.stats().messages == 0
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "message"),
+    [
+        ({}, {"output": "ok"}, "no input holds"),
+        ({"stop": ["x"]}, {"output": "ok"}, "no input holds"),
+        ({"input": "hi", "lang": "en"}, {"output": "ok"}, "several inputs"),
+        ({"input": "hi"}, {}, "no output"),
+        ({"input": "hi"}, {"output": "ok", "extra": "x"}, "several outputs"),
+    ],
+)
+def test_memory_contract_says_whether_a_key_is_missing_or_ambiguous(
+    make_engine: EngineFactory, inputs: dict[str, Any], outputs: dict[str, Any], message: str
+) -> None:
+    """An empty output read "several outputs []; set output_key": setting the key
+    would not have helped, the output was missing."""
+    view = make_engine().for_thread("t1", "alice")
+    with pytest.raises(InvalidInputError, match=message):
+        view.save_context(inputs, outputs)
+    assert view.stats().messages == 0
 
 
 async def test_memory_contract_async(make_engine: EngineFactory) -> None:

@@ -207,3 +207,36 @@ def test_a_wrong_engine_key_or_search_tool_is_refused_when_built(memory: FactsMe
     with pytest.raises(InvalidOptionError, match="messages_key"):
         IndexNode(engine, messages_key=5)  # type: ignore[arg-type]
     assert SemanticRecallMiddleware(engine, search_tool=True).tools
+
+
+async def test_a_turn_summarized_away_before_it_ends_is_still_stored(memory: FactsMemory) -> None:
+    """With LangChain's `SummarizationMiddleware`, a turn long enough to be summarized
+    before it ended was stored without the user's message (replaced in the state by the
+    summary) and with the summary stored as if the user had said it; the model calls
+    after the summary recalled again, for the summary's text."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    summary = "Here is a summary of the conversation to date"
+    model = FakeChatModel(
+        tool_rounds=lambda question: 0 if summary in question else 3, reply=lambda _: "done"
+    )
+    summarize = SummarizationMiddleware(
+        model=GenericFakeChatModel(messages=iter(["They asked about a garden."] * 4)),
+        trigger=("messages", 4),
+        keep=("messages", 2),
+    )
+    middleware: list[Any] = [SemanticRecallMiddleware(memory.engine), summarize]
+    agent: Any = create_agent(
+        model, tools=[lookup], middleware=middleware, checkpointer=InMemorySaver()
+    )
+    for run, topic in ((agent.invoke, "garden"), (agent.ainvoke, "piano")):
+        searches = memory.searches()
+        result = run(ask(topic), thread(topic), context={"resource_id": "alice"})
+        if not isinstance(result, dict):
+            result = await result
+        assert memory.searches() - searches == 1  # one recall for the turn, summary or not
+        assert summary in result["messages"][0].text  # the state lost the user's message
+        stored = memory.stored(topic)
+        assert [m.text for m in stored if m.role == "user"] == [f"{topic}?"]
+        assert not any(summary in m.text for m in stored)

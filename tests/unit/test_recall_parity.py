@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -164,6 +165,31 @@ def test_messages_already_in_the_input_are_not_recalled_twice(
     ids = [m.id for m in result if m.id]
     assert len(ids) == len(set(ids))
     assert {m.id for m in recalled(result)} <= {"a-0", "a-1"}
+
+
+@pytest.mark.parametrize("scope", ["thread", "resource"])
+async def test_a_live_message_without_an_id_is_not_recalled_beside_itself(
+    make_engine: EngineFactory, scope: str
+) -> None:
+    """A loop that keeps its own history (the runnable recipe: `invoke`, then `index`)
+    sends messages without ids; `index` stores them under new ids, so the next turn's
+    recall handed the model the user's own earlier words twice, once as memory."""
+    engine = make_engine(scope=scope, threshold=0)
+    config = {"configurable": {"thread_id": "t1", "resource_id": "r"}}
+    history: list[Any] = []
+    for text, answer in zip(TRIP[::2], TRIP[1::2], strict=True):
+        history.append(HumanMessage(text))
+        engine.index([history[-1]], **config["configurable"])
+        history.append(AIMessage(answer))
+        engine.index([history[-1]], **config["configurable"])
+    question = [*history, HumanMessage("Lisbon in March: which neighbourhood?")]
+    for result in (
+        engine.invoke(question, config),
+        await engine.ainvoke(question, config),
+        engine.recall(question, thread_id="t1", resource_id="r"),
+    ):
+        assert result[-len(question) :] == question
+        assert recalled(result) == []  # every recalled message is already in the input
 
 
 def test_custom_before_after_window(make_engine: EngineFactory, storage: RecordingStorage) -> None:

@@ -147,7 +147,7 @@ async def test_tool_is_scoped_to_the_caller_whatever_the_model_says(memory: Fact
     assert (tool.name, tool.description) == ("recall_notes", "Notes.")
     call = {
         "name": "recall_notes",
-        "args": {"query": "garden", "resource_id": "alice", "thread_id": "alice-notes"},
+        "args": {"query": "garden"},
         "id": "call_1",
         "type": "tool_call",
     }
@@ -159,6 +159,41 @@ async def test_tool_is_scoped_to_the_caller_whatever_the_model_says(memory: Fact
     sync = tool.invoke(call, ALICE)
     assert SECRETS[0] in sync.text
     assert BOB_SECRETS[0] not in sync.text
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"query": "garden", "resource_id": "alice"},
+        {"query": "garden", "thread_id": "alice-notes"},
+        {"query": "garden", "scope": "resource", "k": 3},
+    ],
+)
+async def test_ids_or_options_the_model_adds_to_a_tool_call_are_refused(
+    memory: FactsMemory, args: dict[str, Any]
+) -> None:
+    """The model's `resource_id` was dropped without a word: it read bob's memory as
+    if it were alice's. Now the call is refused under the argument's name (a `ToolNode`
+    hands the error back to the model, which retries with the query alone)."""
+    tool = memory.engine.as_tool()
+    call = {"name": tool.name, "args": args, "id": "call_1", "type": "tool_call"}
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        tool.invoke(call, BOB)
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        await tool.ainvoke(args, BOB)
+
+
+@pytest.mark.parametrize("keyword", ["resource_id", "thread_id", "scope", "top_k"])
+async def test_a_retriever_call_refuses_keywords_it_does_not_take(
+    memory: FactsMemory, keyword: str
+) -> None:
+    """`retriever.invoke(q, config, resource_id="bob")` raised a bare TypeError from deep
+    inside LangChain; it now says what a call takes and where ids go."""
+    retriever = memory.engine.as_retriever()
+    with pytest.raises(InvalidInputError, match="takes only k"):
+        retriever.invoke("garden", ALICE, **{keyword: "bob"})
+    with pytest.raises(InvalidInputError, match="takes only k"):
+        await retriever.ainvoke("garden", ALICE, **{keyword: "bob"})
 
 
 @pytest.mark.parametrize(

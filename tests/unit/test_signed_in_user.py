@@ -72,6 +72,15 @@ def turn(text: str) -> list[Any]:
     return [HumanMessage(text), AIMessage(f"noted: {text}")]
 
 
+def _config_of(target: Target) -> RunnableConfig:
+    """A fresh run config naming another resource's thread (no signed-in user in it)."""
+    return {"configurable": {"thread_id": target.thread, "resource_id": target.resource}}
+
+
+def _thread_config(target: Target) -> RunnableConfig:
+    return {"configurable": {"thread_id": target.thread}}
+
+
 # Every call that deletes, counts, lists or writes, by surface; each names the target.
 SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
     "clear_thread": lambda m, t: m.clear_thread(t.thread),
@@ -98,6 +107,10 @@ SYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], object]] = {
     "own view.move_thread": lambda m, t: m.for_thread(OWN_THREAD).move_thread(t.thread, to=USER),
     "restore_thread": lambda m, t: m.restore_thread(t.thread),
     "index": lambda m, t: m.index(turn("planted"), thread_id=t.thread),
+    "index(config=other)": lambda m, t: m.index(turn("planted"), config=_config_of(t)),
+    "index(config=thread)": lambda m, t: m.index(turn("planted"), config=_thread_config(t)),
+    "search(config=other)": lambda m, t: m.search("planted", config=_config_of(t)),
+    "tool(config=other)": lambda m, t: m.as_tool().invoke({"query": "x"}, _config_of(t)),
     "view.clear": lambda m, t: m.for_thread(t.thread).clear(),
     "view(other).clear": lambda m, t: m.for_thread(t.thread, t.resource).clear(),
     "view.with_options.clear": lambda m, t: m.for_thread(t.thread).with_options(top_k=1).clear(),
@@ -138,6 +151,10 @@ ASYNC_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object]]] = 
     "amove_thread(give)": lambda m, t: m.amove_thread(OWN_THREAD, to=t.resource),
     "arestore_thread": lambda m, t: m.arestore_thread(t.thread),
     "aindex": lambda m, t: m.aindex(turn("planted"), thread_id=t.thread),
+    "aindex(config=other)": lambda m, t: m.aindex(turn("planted"), config=_config_of(t)),
+    "retriever.ainvoke(config=other)": lambda m, t: m.as_retriever().ainvoke(
+        "planted", _config_of(t)
+    ),
     "view.aclear": lambda m, t: m.for_thread(t.thread).aclear(),
     "view.with_options.aclear": lambda m, t: m.for_thread(t.thread).with_options(top_k=1).aclear(),
     "own view.aforget_thread": lambda m, t: m.for_thread(OWN_THREAD).aforget_thread(t.thread),
@@ -370,3 +387,49 @@ def test_a_reused_chat_history_never_reads_another_users_session(
         assert snapshot(memory) == before, name
     owners = memory.chat_history(history.session_id, resource_id=victim)
     assert [m.text for m in owners.messages] == [text, f"noted: {text}"]  # still its owner's
+
+
+# A call given its own `config=` inside a signed-in run: LangChain's `ensure_config`
+# lets that config's `configurable` replace the run's, signed-in user included.
+CONFIG_CALLS: dict[str, Callable[[SemanticRecall, Target], Awaitable[object] | object]] = {
+    "index(config=other)": lambda m, t: m.index(turn("planted"), config=_config_of(t)),
+    "index(config=thread)": lambda m, t: m.index(turn("planted"), config=_thread_config(t)),
+    "aindex(config=other)": lambda m, t: m.aindex(turn("planted"), config=_config_of(t)),
+    "search(config=other)": lambda m, t: m.search("garden", config=_config_of(t)),
+    "asearch(config=other)": lambda m, t: m.asearch("garden", config=_config_of(t)),
+    "recall(config=other)": lambda m, t: m.recall([HumanMessage("garden")], config=_config_of(t)),
+    "invoke(other config)": lambda m, t: m.invoke([HumanMessage("garden")], _config_of(t)),
+    "ainvoke(other config)": lambda m, t: m.ainvoke([HumanMessage("garden")], _config_of(t)),
+    "retriever.invoke(other config)": lambda m, t: m.as_retriever().invoke("garden", _config_of(t)),
+    "retriever.ainvoke(other config)": lambda m, t: m.as_retriever().ainvoke(
+        "garden", _config_of(t)
+    ),
+    "tool.invoke(other config)": lambda m, t: m.as_tool().invoke(
+        {"query": "garden"}, _config_of(t)
+    ),
+    "tool.ainvoke(other config)": lambda m, t: m.as_tool().ainvoke(
+        {"query": "garden"}, _config_of(t)
+    ),
+}
+
+
+@pytest.mark.parametrize("scope", ["resource", "thread"])
+@pytest.mark.parametrize("name", sorted(CONFIG_CALLS))
+def test_a_config_given_inside_a_signed_in_run_keeps_the_signed_in_user(
+    name: str, scope: str
+) -> None:
+    """A call's own `config=` replaced the run's, signed-in user and all: inside alice's
+    run, `index(..., config={"configurable": {"thread_id": <bob's>}})` wrote into bob's
+    thread and `search(config=<bob's>)` read bob's memory."""
+    memory = engine(scope)
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    target = Target(resource="bob", thread="bob/t0")
+    before = snapshot(memory)
+
+    async def acall() -> object:
+        result = CONFIG_CALLS[name](memory, target)
+        return await result if isinstance(result, Awaitable) else result
+
+    with pytest.raises(OwnershipError):
+        asigned_in(USER, acall)
+    assert snapshot(memory) == before
