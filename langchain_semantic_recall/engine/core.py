@@ -290,7 +290,8 @@ class EngineCore:
             plan = dataclasses.replace(plan, threshold=check_mode_threshold(plan.mode, threshold))
         scope = self.plan.scope if scope is None else check_scope(scope)
         limits = narrowing or Narrowing()
-        return SearchRequest(query, who, scope, plan, self.plan.max_block_chars, limits)
+        block, cap = self.plan.max_block_chars, self.plan.max_index_chars
+        return SearchRequest(query, who, scope, plan, block, limits, max_query_chars=cap)
 
     def search(self, query: str, options: SearchOptions) -> Op[list[RecallHit]]:
         """The search operation: `options` checked, identity resolved, request built."""

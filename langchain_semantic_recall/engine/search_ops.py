@@ -30,6 +30,8 @@ from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.search import SearchPlan
 
+logger = logging.getLogger(__name__)
+
 LOOKS: Final = (256, 1024)
 """Nearest vectors a filtered search reads unfiltered, in turn, when the storage has no
 estimate of the share its filter keeps (`_dense_with_vector`); the last is the widest."""
@@ -57,6 +59,9 @@ class SearchRequest:
     """The call's metadata filter and time range (`engine.narrowing`)."""
     now: datetime | None = None
     """The turn's own time, for relative periods (None: now)."""
+    max_query_chars: int | None = None
+    """A longer query is searched by its first this many characters (`max_index_chars`:
+    a message is embedded up to it too; None: all of it)."""
 
 
 def search_op(
@@ -101,6 +106,12 @@ def hits_op(
     scope = _scope(request, keys, what)
     if not request.query.strip():
         return []  # documented: an empty query finds nothing
+    if (cap := request.max_query_chars) is not None and len(request.query) > cap:
+        logger.warning(  # a pasted document: its terms alone took seconds to weigh
+            "the query has %d characters; it is searched by its first %d (max_index_chars)",
+            *(len(request.query), cap),
+        )
+        request = replace(request, query=request.query[:cap])
     if scope is None:  # thread scope, owner unknown to the caller: the storage knows it
         thread_id = request.identity.require_thread(keys, what)
         owner = yield steps.ThreadOwner(thread_id)

@@ -206,3 +206,34 @@ def test_fit_texts_drops_what_cannot_show_a_head() -> None:
     assert fitted[0] is not None
     assert fit_texts(["a" * 1_000], 0) == [None]
     assert fit_texts(["", "x"], 0) == ["", None]
+
+
+async def test_a_huge_query_is_searched_by_its_first_max_index_chars(
+    make_engine: EngineFactory, embeddings: FakeEmbeddings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pasted document as the question: its start is searched, and the log says so."""
+    engine = make_engine(max_index_chars=200)
+    engine.index(
+        [HumanMessage("I am allergic to peanuts."), AIMessage("Noted.")],
+        thread_id="t1",
+        resource_id="r",
+    )
+    tail = " ".join(f"word{n}" for n in range(50_000))
+    for call in ("search", "asearch", "recall", "arecall"):
+        huge = f"{call}: am I allergic to peanuts? {tail}"  # no embedding cached for it
+        embeddings.calls.clear()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            if call in ("search", "asearch"):
+                run = getattr(engine, call)(huge, resource_id="r")
+                hits = await run if call == "asearch" else run
+                assert any("peanuts" in h.message.text for h in hits)
+            else:
+                turn = [HumanMessage(huge)]
+                run = getattr(engine, call)(turn, thread_id="t2", resource_id="r")
+                out = await run if call == "arecall" else run
+                assert "allergic to peanuts" in _injected(out)[0].text
+                assert out[-1].text == huge  # the input itself is never cut
+        assert embeddings.embedded_texts  # the query was embedded ...
+        assert max(len(t) for t in embeddings.embedded_texts) <= 200  # ... by its start
+        assert f"has {len(huge)} characters; it is searched by its first 200" in caplog.text
