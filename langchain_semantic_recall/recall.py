@@ -298,7 +298,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         Traced as the `semantic_recall` child run (outputs: what was injected). No human
         text or no hit: the input unchanged. A failure of the embedder, vector index or
         storage is logged and recalls nothing; configuration errors (missing ids,
-        dimension mismatch, a bad `filter`/`since`/`until`) are raised.
+        dimension mismatch, a bad `filter`/`since`/`until`) are raised, and so is
+        `OwnershipError` in a thread another resource owns (its turn could not be stored).
 
         Args:
             messages: The conversation so far; its newest human message is the query.

@@ -297,14 +297,17 @@ def recall_op(
     messages: Sequence[BaseMessage],
     request: SearchRequest,
     logger: logging.Logger,
+    *,
+    owner_checked: bool = False,
 ) -> Op[tuple[list[BaseMessage], RecallReport]]:
     """`messages` with the recalled messages injected, and the report of what was.
 
     `request.query` is ignored. No human text: the input unchanged (documented no-op).
     A failure of the embedder, vector index or storage is logged and recalls nothing (the
-    report says `"failed"`); configuration errors (missing ids, dimension mismatch) and
-    programming errors (`errors.PROGRAMMING_ERRORS`: `TypeError`, `AttributeError`, ...)
-    are raised.
+    report says `"failed"`); configuration errors (missing ids, dimension mismatch), a
+    thread of another resource (`OwnershipError`, unless `owner_checked`: the caller did)
+    and programming errors (`errors.PROGRAMMING_ERRORS`: `TypeError`, `AttributeError`,
+    ...) are raised.
     """
     from langchain_semantic_recall.errors import PROGRAMMING_ERRORS
 
@@ -315,9 +318,12 @@ def recall_op(
     if query is None:
         return items, RecallReport("no query", None, who.thread_id, who.resource_id)
     try:
+        if not owner_checked and who.thread_id is not None and who.resource_id is not None:
+            owner = yield steps.ThreadOwner(who.thread_id)
+            _check_owner(who.thread_id, owner, who.resource_id)
         turn = replace(request, query=query, now=request.now or turn_time(items))
         hits = yield from hits_op(space, keys, turn)
-    except CONFIGURATION_ERRORS:
+    except (*CONFIGURATION_ERRORS, OwnershipError):
         raise
     except PROGRAMMING_ERRORS:  # a bug is never read as "nothing to remember"
         raise
@@ -375,11 +381,23 @@ def turn_recall_op(
             "would not be stored: start the conversation under a new thread id (and delete "
             "its checkpoint, which still holds the old messages)"
         )
-    resource_id = request.identity.resource_id
-    # A thread stored without a resource is adopted by the turn's write (`index`).
-    if owner not in (None, NO_RESOURCE) and resource_id is not None and owner != resource_id:
+    if (resource_id := request.identity.resource_id) is not None:
+        _check_owner(thread_id, owner, resource_id)
+    return (yield from recall_op(space, keys, messages, request, logger, owner_checked=True))
+
+
+def _check_owner(thread_id: str, owner: str | None, resource_id: str) -> None:
+    """Refuse recall for `resource_id` in a thread another resource owns.
+
+    Nothing of that thread would be recalled (the search keeps to the caller's resource),
+    but the turn could not be stored either: it is refused before the model runs. A
+    thread stored without a resource is adopted by the turn's write (`index`).
+
+    Raises:
+        OwnershipError: `owner` is another resource.
+    """
+    if owner not in (None, NO_RESOURCE, resource_id):
         raise OwnershipError(
             f"thread {thread_id!r} belongs to another resource, not {resource_id!r}: a "
             f"conversation keeps one owner. Start a new thread id for {resource_id!r}"
         )
-    return (yield from recall_op(space, keys, messages, request, logger))

@@ -598,10 +598,17 @@ class IsolationMachine(RuleBasedStateMachine):
             return
         effective_scope = scope
         shown: set[str] = set()
-        # Recall never raises, even with a backend failing (it then recalls nothing).
-        out = engine.recall(
-            [HumanMessage(query, id="live")], thread_id=thread, resource_id=resource
-        )
+        # Recall raises for another resource's thread only, never for a backend failing
+        # (it then recalls nothing).
+        refused = resource is not None and owner not in (None, NO_RESOURCE, resource)
+        try:
+            out = engine.recall(
+                [HumanMessage(query, id="live")], thread_id=thread, resource_id=resource
+            )
+            assert not refused, "a recall in another resource's thread was not refused"
+        except OwnershipError:
+            assert refused, "a recall in the caller's own thread was refused"
+            out = []
         for message in out:
             if message.additional_kwargs.get("source") == MEMORY_SOURCE:
                 shown |= markers(message.content)

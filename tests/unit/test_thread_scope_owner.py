@@ -177,3 +177,28 @@ def test_a_thread_search_for_a_resource_that_does_not_own_the_thread_is_refused(
     assert search("bob")  # its owner finds it
     memory.index(NEW, thread_id="unowned")  # thread scope without a resource: nobody's yet
     assert memory.search("garden", thread_id="unowned", resource_id="alice") == []
+
+
+@pytest.mark.parametrize("scope", ["thread", "resource"])
+def test_a_recall_for_a_resource_in_another_resources_thread_is_refused_on_every_surface(
+    backend: Backend, tmp_path: Path, scope: str
+) -> None:
+    """As the graph and the middleware refuse the turn (`test_graph`): the runnable did
+    not, and its turn then failed only at `index`, after the model had answered."""
+    memory = engine(backend, tmp_path).with_options(scope=scope)
+    memory.index(OLD, thread_id="t", resource_id="bob")
+    turn = [HumanMessage("where does my sister live?")]
+    config = {"configurable": {"thread_id": "t", "resource_id": "alice"}}
+    calls = {
+        "recall": lambda: memory.recall(turn, thread_id="t", resource_id="alice"),
+        "arecall": lambda: asyncio.run(memory.arecall(turn, thread_id="t", resource_id="alice")),
+        "invoke": lambda: memory.invoke(turn, config),
+        "ainvoke": lambda: asyncio.run(memory.ainvoke(turn, config)),
+    }
+    for call in calls.values():
+        with pytest.raises(OwnershipError, match="belongs to another resource, not 'alice'"):
+            call()
+    # Its owner recalls in it, and a thread nobody owns yet is anyone's first turn.
+    assert memory.recall(turn, thread_id="t", resource_id="bob")[-1] == turn[-1]
+    assert memory.recall(turn, thread_id="new", resource_id="alice") == turn
+    assert memory.storage.get_thread_owner("t") == "bob"
