@@ -38,7 +38,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field
 
-from langchain_semantic_recall.engine.identity import with_signed_in_user
+from langchain_semantic_recall.engine.identity import as_id, with_signed_in_user
 from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.messages import MEMORY_SOURCE, MEMORY_TOOL_SOURCE
@@ -214,6 +214,9 @@ class SemanticRecallRetriever(BaseRetriever):
             check_mode_threshold(mode, kwargs["score_threshold"])
         if data.get("scope") is not None:
             check_scope(data["scope"])
+        for key in ("thread_id", "resource_id"):  # as every call takes them: an int is text
+            if key in data:
+                data[key] = as_id(key, data[key])
         if data.get("filter") is not None and kwargs.get("filter") is not None:
             raise InvalidOptionError("give the filter once: filter= or search_kwargs['filter']")
         given = data.get("filter", kwargs.get("filter"))

@@ -359,3 +359,15 @@ async def test_the_tools_answer_is_stored_but_never_recalled(memory: FactsMemory
     ):
         assert {"q0", "q1"} <= {m.id for hit in hits for m in hit.window}
         assert not {"tool-out0", "tool-out1"} & {m.id for hit in hits for m in hit.window}
+
+
+def test_as_retriever_takes_integer_ids_as_every_call_does() -> None:
+    """`index(..., thread_id=5)` stores thread "5": `as_retriever(thread_id=5)` reads it."""
+    engine = FactsMemory().engine
+    engine.index(
+        [HumanMessage("the ramen place on Elm Street", id="r1")], thread_id=5, resource_id=7
+    )
+    retriever = engine.as_retriever(thread_id=5, resource_id=7, scope="thread")
+    assert [d.id for d in retriever.invoke("ramen Elm Street")] == ["r1"]
+    with pytest.raises(InvalidInputError, match="thread_id must be text"):
+        engine.as_retriever(thread_id=5.0)
