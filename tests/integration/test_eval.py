@@ -371,3 +371,16 @@ def test_quality_relevance_benchmark_smoke(locomo_file: Path, tmp_path: Path) ->
     assert "plain BM25 top 15" in out
     assert "rescaled" in out
     assert "DIFFERENT" not in out
+
+
+@pytest.mark.slow
+def test_quality_loss_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None:
+    """The pairwise fit runs end to end on all three sets' formats and prints its table."""
+    _tiny_sets(tmp_path / "data", locomo_file)
+    args = ["--data", str(tmp_path / "data"), "--cache", str(tmp_path / "cache"), "--quick"]
+    args += ["--loss", "pairwise", "--models", "both", "--balance", "0.5"]
+    out = _run_benchmark("quality_loss.py", args, tmp_path)
+    assert "## loss pairwise (both), balance 0.5" in out
+    for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
+        assert name in out
+    assert "DIFFERENT" not in out
