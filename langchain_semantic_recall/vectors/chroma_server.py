@@ -23,7 +23,7 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
@@ -51,19 +51,40 @@ class ChromaURL:
     def parse(cls, url: str) -> ChromaURL:
         """Parse `http://host:port` (port 8000 by default, 443 for https).
 
+        The URL names the server only: a path, query parameters, a fragment or
+        credentials would not reach the client, so they are refused rather than dropped
+        (a `?tenant=` ignored would write into Chroma's default tenant).
+
         Raises:
-            InvalidOptionError: not an http(s) URL with a host.
+            InvalidOptionError: not an http(s) URL with a host, or one carrying more.
         """
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidOptionError(
-                f"a Chroma server URL looks like http://127.0.0.1:8000, got {url!r}"
+                f"a Chroma server URL looks like http://127.0.0.1:8000, got {_shown(url)!r}"
             )
         ssl = parts.scheme == "https"
         try:
             port = parts.port or (443 if ssl else 8000)
         except ValueError as exc:
-            raise InvalidOptionError(f"bad port in Chroma server URL {url!r}") from exc
+            raise InvalidOptionError(f"bad port in Chroma server URL {_shown(url)!r}") from exc
+        extra = [
+            what
+            for what, given in (
+                ("a path", parts.path not in ("", "/")),
+                ("query parameters", bool(parts.query)),
+                ("a fragment", bool(parts.fragment)),
+                ("credentials", "@" in parts.netloc),
+            )
+            if given
+        ]
+        if extra:
+            raise InvalidOptionError(
+                f"the Chroma server URL {_shown(url)!r} carries {' and '.join(extra)}, which "
+                "it cannot pass on: give http(s)://host:port only, and tenant, database and "
+                "an auth token as ChromaServerVectorIndex(url, tenant=..., database=..., "
+                "headers={'x-chroma-token': ...})"
+            )
         return cls(host=parts.hostname, port=port, ssl=ssl)
 
     @property
@@ -71,6 +92,14 @@ class ChromaURL:
         """The server's URL (`http://host:port`, IPv6 hosts bracketed)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.ssl else 'http'}://{host}:{self.port}"
+
+
+def _shown(url: str) -> str:
+    """`url` without any credentials in it (for messages)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _heartbeat(url: str, headers: Mapping[str, str], timeout: float) -> bool:
