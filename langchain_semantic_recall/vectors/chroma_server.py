@@ -20,12 +20,14 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 if TYPE_CHECKING:
@@ -233,6 +235,73 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+    # --- every hook: a server out of reach is a StorageError naming it -----------------
+    # (the async twins run these in the executor, so they are covered too)
+
+    @contextmanager
+    def _reachable(self, action: str) -> Iterator[None]:
+        import httpx
+
+        try:
+            yield
+        except httpx.TransportError as exc:
+            raise StorageError(
+                f"the Chroma server at {self.url} could not be reached to {action} ({exc!r}); "
+                "check that it runs (chroma run --host HOST --port PORT --path DIR) and is "
+                "reachable, then call again"
+            ) from exc
+
+    def _open(self, name: str, *, dimension: int, model: str) -> None:
+        with self._reachable("open the index"):
+            super()._open(name, dimension=dimension, model=model)
+
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        with self._reachable("write vectors"):
+            super()._upsert(name, records)
+
+    def _query(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[VectorHit]:
+        with self._reachable("search"):
+            return super()._query(name, vector, k=k, scope=scope)
+
+    def _nearest(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[tuple[str, float]]:
+        with self._reachable("search"):
+            return super()._nearest(name, vector, k=k, scope=scope)
+
+    def _delete(
+        self,
+        name: str,
+        *,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
+    ) -> None:
+        with self._reachable("delete vectors"):
+            super()._delete(
+                name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids
+            )
+
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        with self._reachable("list vectors"):
+            return super()._message_ids(name, scope)
+
+    def _count(self, name: str, scope: ScopeFilter | None) -> int:
+        with self._reachable("count vectors"):
+            return super()._count(name, scope)
+
+    def _export(
+        self, name: str, scope: ScopeFilter | None, *, batch_size: int
+    ) -> Iterator[VectorRecord]:
+        with self._reachable("list vectors"):
+            yield from super()._export(name, scope, batch_size=batch_size)
+
+    def _compact(self, name: str) -> CompactResult:
+        with self._reachable("rebuild the index"):
+            return super()._compact(name)
 
     def heartbeat(self, timeout: float = 2.0) -> bool:
         """Whether the server answers right now.
