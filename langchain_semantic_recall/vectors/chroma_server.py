@@ -150,9 +150,14 @@ def connect_chroma(
     """A `chromadb.HttpClient` for `url`, built once the heartbeat answers.
 
     Telemetry is off. `tenant` and `database` default to Chroma's own defaults.
+
+    Raises:
+        StorageError: the server did not answer within `timeout`.
+        InvalidOptionError: the server has no such tenant or database.
     """
     import chromadb
     from chromadb.config import Settings
+    from chromadb.errors import NotFoundError
 
     where = ChromaURL.parse(url)
     wait_for_chroma(where.url, timeout=timeout, headers=headers)
@@ -161,14 +166,21 @@ def connect_chroma(
         extra["tenant"] = tenant
     if database is not None:
         extra["database"] = database
-    return chromadb.HttpClient(
-        host=where.host,
-        port=where.port,
-        ssl=where.ssl,
-        headers=dict(headers or {}),
-        settings=Settings(anonymized_telemetry=False),
-        **extra,
-    )
+    try:
+        return chromadb.HttpClient(
+            host=where.host,
+            port=where.port,
+            ssl=where.ssl,
+            headers=dict(headers or {}),
+            settings=Settings(anonymized_telemetry=False),
+            **extra,
+        )
+    except NotFoundError as exc:  # the client checks the tenant and database it is given
+        raise InvalidOptionError(
+            f"the Chroma server at {where.url} has no tenant {tenant or 'default_tenant'!r} "
+            f"with database {database or 'default_database'!r} ({exc}); create them on the "
+            "server (chromadb.AdminClient) or give ones it has"
+        ) from exc
 
 
 class ChromaServerVectorIndex(ChromaVectorIndex):
@@ -223,6 +235,8 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
 
         Raises:
             StorageError: the server did not answer within `timeout`.
+            InvalidOptionError: a URL with more than a host and port, or a tenant or
+                database the server does not have.
         """
         self.url = ChromaURL.parse(url).url
         self._headers = dict(headers or {})

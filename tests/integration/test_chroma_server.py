@@ -62,3 +62,13 @@ def test_heartbeat(chroma_url: str) -> None:
     index = ChromaServerVectorIndex(chroma_url)
     assert index.heartbeat()
     assert repr(index) == f"ChromaServerVectorIndex({chroma_url!r})"
+
+
+@pytest.mark.parametrize("where", [{"tenant": "no-such-tenant"}, {"database": "no-such-db"}])
+def test_a_tenant_or_database_the_server_lacks_is_an_option_error(
+    chroma_url: str, where: dict[str, str]
+) -> None:
+    (value,) = where.values()
+    with pytest.raises(InvalidOptionError, match=value) as refused:
+        ChromaServerVectorIndex(chroma_url, **where)
+    assert chroma_url in str(refused.value)
