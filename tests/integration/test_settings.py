@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,26 @@ def test_passwords_are_redacted() -> None:
     assert redact("postgresql://app:s3cret@db/x") == "postgresql://app:***@db/x"
     assert "s3cret" not in repr(RecallSettings("postgresql://app:s3cret@db/x", "memory://"))
     assert redact("memory://") == "memory://"
+
+
+def test_a_postgres_server_that_never_answers_fails_after_the_timeout() -> None:
+    """A port that accepts connections and says nothing (a stuck server, a wrong service)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/db"
+        raised: list[BaseException] = []
+
+        def open_storage() -> None:
+            try:
+                PostgresStorage(url, timeout=2).close()
+            except BaseException as exc:
+                raised.append(exc)
+
+        opener = threading.Thread(target=open_storage, daemon=True)
+        opener.start()
+        opener.join(timeout=60)
+        assert not opener.is_alive(), "PostgresStorage waited for a silent server for 60 s"
+    assert len(raised) == 1
+    assert isinstance(raised[0], StorageError)
+    assert "cannot open PostgreSQL" in str(raised[0])

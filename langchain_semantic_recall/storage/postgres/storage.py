@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
@@ -107,6 +108,18 @@ def _rowcount_steps(sql: str, value: str) -> Steps[int]:
     return (yield Query(sql, (value,))).rowcount
 
 
+def _sets_connect_timeout(conninfo: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the caller chose libpq's `connect_timeout` (in the URL or the kwargs)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if "connect_timeout" in kwargs:
+        return True
+    try:
+        return "connect_timeout" in conninfo_to_dict(conninfo)
+    except Exception:  # an unparsable conninfo: connecting says what is wrong with it
+        return False
+
+
 def _redacted(conninfo: str) -> str:
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -173,7 +186,9 @@ class PostgresStorage(MessageStorage):
             min_size: Connections each pool keeps open.
             max_size: Most connections each pool opens (one sync pool, one async pool
                 per event loop, closed when that loop shuts down).
-            timeout: Seconds to wait for a free connection before failing.
+            timeout: Seconds to wait for a free connection before failing; also libpq's
+                `connect_timeout` (at least 2 s) unless the URL or `connection_kwargs`
+                set it, so a server that accepts and never answers fails instead of hanging.
             pool: A sync pool of your own (autocommit connections); not closed here.
             async_pool: An async pool of your own (autocommit connections, opened);
                 used from every event loop and not closed here.
@@ -199,6 +214,9 @@ class PostgresStorage(MessageStorage):
         self._kwargs: dict[str, Any] = {"autocommit": True, **(connection_kwargs or {})}
         if "application_name=" not in conninfo and "application_name" not in self._kwargs:
             self._kwargs["application_name"] = "langchain-semantic-recall"
+        if not _sets_connect_timeout(conninfo, self._kwargs):
+            # libpq waits forever for a server that accepts and never answers
+            self._kwargs["connect_timeout"] = max(2, math.ceil(timeout))
         self._bm25 = bm25 or BM25Params()
         self._user_apool = async_pool
         self._apools = LoopPools(self._new_apool)
