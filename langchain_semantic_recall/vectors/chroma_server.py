@@ -38,6 +38,8 @@ __all__ = ["ChromaServerVectorIndex", "ChromaURL", "connect_chroma", "wait_for_c
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_PATH = "/api/v2/heartbeat"
+DEFAULT_REQUEST_TIMEOUT = 60.0
+"""Seconds a request to the server may take (a write of Chroma's largest batch included)."""
 _POLL_S = 0.1
 
 
@@ -146,10 +148,12 @@ def connect_chroma(
     headers: Mapping[str, str] | None = None,
     tenant: str | None = None,
     database: str | None = None,
+    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
 ) -> ClientAPI:
     """A `chromadb.HttpClient` for `url`, built once the heartbeat answers.
 
-    Telemetry is off. `tenant` and `database` default to Chroma's own defaults.
+    Telemetry is off. `tenant` and `database` default to Chroma's own defaults. Each
+    request waits at most `request_timeout` seconds (`_bound_requests`; None: forever).
 
     Raises:
         StorageError: the server did not answer within `timeout`.
@@ -167,7 +171,7 @@ def connect_chroma(
     if database is not None:
         extra["database"] = database
     try:
-        return chromadb.HttpClient(
+        client = chromadb.HttpClient(
             host=where.host,
             port=where.port,
             ssl=where.ssl,
@@ -181,6 +185,31 @@ def connect_chroma(
             f"with database {database or 'default_database'!r} ({exc}); create them on the "
             "server (chromadb.AdminClient) or give ones it has"
         ) from exc
+    _bound_requests(client, request_timeout)
+    return client
+
+
+def _bound_requests(client: ClientAPI, seconds: float | None) -> None:
+    """Give the client's HTTP requests a deadline.
+
+    chromadb's `HttpClient` (1.5) sends every request with `httpx.Client(timeout=None)`:
+    a server that accepts and never answers (stopped, overloaded) holds the call, and a
+    recall, forever. Its session is the `_session` of the client's `_server`; if a later
+    chromadb moves it, requests stay unbounded and this says so.
+    """
+    if seconds is None:
+        return
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if not isinstance(session, httpx.Client):
+        logger.warning(
+            "cannot bound the Chroma client's requests to %g s (this chromadb keeps its "
+            "HTTP session elsewhere): a server that stops answering holds calls",
+            seconds,
+        )
+        return
+    session.timeout = httpx.Timeout(seconds)
 
 
 class ChromaServerVectorIndex(ChromaVectorIndex):
@@ -222,6 +251,7 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         tenant: str | None = None,
         database: str | None = None,
         hnsw: Mapping[str, Any] | None = None,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         """Wait for the server's heartbeat, then connect.
 
@@ -232,6 +262,8 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             tenant: Chroma tenant (Chroma's default when None).
             database: Chroma database (Chroma's default when None).
             hnsw: HNSW settings for new collections (see `ChromaVectorIndex`).
+            request_timeout: Seconds each request may take; a call that waits longer
+                raises `StorageError` (recall goes on without memory). None: no bound.
 
         Raises:
             StorageError: the server did not answer within `timeout`.
@@ -241,7 +273,12 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         self.url = ChromaURL.parse(url).url
         self._headers = dict(headers or {})
         client = connect_chroma(
-            self.url, timeout=timeout, headers=self._headers, tenant=tenant, database=database
+            self.url,
+            timeout=timeout,
+            headers=self._headers,
+            tenant=tenant,
+            database=database,
+            request_timeout=request_timeout,
         )
         super().__init__(client, hnsw=hnsw)
         self._owned_client = client  # built here: `close` closes it

@@ -10,7 +10,9 @@ writes exactly the missing ones.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -139,3 +141,46 @@ def test_calls_while_the_server_is_down_say_so_and_a_second_forget_finishes(
     assert memory.reindex(missing_only=True) == 2
     stats = memory.stats()
     assert (stats.messages, stats.missing_vectors, stats.orphan_vectors) == (4, 0, 0)
+
+
+def _within(seconds: float, call: Callable[[], object]) -> object:
+    """`call()`'s result or exception, failing the test if it is still running after `seconds`."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except Exception as exc:
+            done.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout=seconds)
+    assert done, f"still waiting for the stuck Chroma server after {seconds:.0f} s"
+    return done[0]
+
+
+def test_a_stuck_server_fails_a_call_after_the_request_timeout(
+    pg_url: str, chroma_server: ChromaServer
+) -> None:
+    """A server that accepts and never answers (stopped, overloaded): calls end, recall too."""
+    vectors = ChromaServerVectorIndex(chroma_server.url, request_timeout=1.0)
+    memory = SemanticRecall(
+        storage=PostgresStorage(pg_url), vector_store=vectors, embeddings=FakeEmbeddings(64)
+    )
+    process = chroma_server.process
+    assert process is not None
+    try:
+        memory.index(turn(1), thread_id="a1", resource_id="alice")
+        os.killpg(process.pid, signal.SIGSTOP)
+        searched = _within(30, lambda: memory.search("subject1", resource_id="alice"))
+        assert isinstance(searched, StorageError)
+        assert chroma_server.url in str(searched)
+        question = [HumanMessage("subject1")]
+        recalled = _within(30, lambda: memory.recall(question, thread_id="a2", resource_id="alice"))
+        assert recalled == question  # the turn goes on without memory
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
+        memory.close()
+        vectors.close()
+        memory.storage.close()
