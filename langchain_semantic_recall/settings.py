@@ -205,6 +205,7 @@ def _workarounds(value: ChromaWorkarounds | bool, cpu_gate: CpuGate | None) -> C
 
 def _postgres(url: str) -> MessageStorage:
     from langchain_semantic_recall.storage.postgres import PostgresStorage
+    from langchain_semantic_recall.storage.postgres.conninfo import check_conninfo
 
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
@@ -226,6 +227,7 @@ def _postgres(url: str) -> MessageStorage:
             "and max >= 1"
         )
     conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
+    check_conninfo(conninfo, redact(url))
     return PostgresStorage(conninfo, min_size=low, max_size=high)
 
 

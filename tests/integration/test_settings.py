@@ -85,6 +85,8 @@ def test_in_memory_urls() -> None:
         ("memory://", "redis://localhost"),
         ("sqlite://", "chroma://"),
         ("postgresql://h/db?pool_max_size=many", "memory://"),
+        ("postgresql://h/db?pool_size=5", "memory://"),  # not a pool or libpq parameter
+        ("postgresql://h/db?pool_max_size=5&sslmod=require", "memory://"),
         ("memory", "memory://"),
     ],
 )

@@ -41,6 +41,7 @@ from langchain_semantic_recall.records import (
     ThreadInfo,
 )
 from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.postgres.conninfo import redacted, sets_connect_timeout
 from langchain_semantic_recall.storage.postgres.lifecycle import (
     UNRETIRE_SQL,
     adopt_steps,
@@ -106,29 +107,6 @@ async def _adrive(cursor: AsyncCursor[Any], steps: Steps[T]) -> T:
 
 def _rowcount_steps(sql: str, value: str) -> Steps[int]:
     return (yield Query(sql, (value,))).rowcount
-
-
-def _sets_connect_timeout(conninfo: str, kwargs: Mapping[str, Any]) -> bool:
-    """Whether the caller chose libpq's `connect_timeout` (in the URL or the kwargs)."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    if "connect_timeout" in kwargs:
-        return True
-    try:
-        return "connect_timeout" in conninfo_to_dict(conninfo)
-    except Exception:  # an unparsable conninfo: connecting says what is wrong with it
-        return False
-
-
-def _redacted(conninfo: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    try:
-        parts = conninfo_to_dict(conninfo)
-    except Exception:
-        return "<unparsable conninfo>"
-    parts.pop("password", None)
-    return make_conninfo("", **parts)
 
 
 class PostgresStorage(MessageStorage):
@@ -209,12 +187,12 @@ class PostgresStorage(MessageStorage):
         if not conninfo and pool is None and async_pool is None:
             raise InvalidInputError("PostgresStorage needs a conninfo URL or a pool")
         self._conninfo = conninfo
-        self._where = _redacted(conninfo) if conninfo else "a caller's pool"
+        self._where = redacted(conninfo) if conninfo else "a caller's pool"
         self._sizes = (min_size, max_size, timeout)
         self._kwargs: dict[str, Any] = {"autocommit": True, **(connection_kwargs or {})}
         if "application_name=" not in conninfo and "application_name" not in self._kwargs:
             self._kwargs["application_name"] = "langchain-semantic-recall"
-        if not _sets_connect_timeout(conninfo, self._kwargs):
+        if not sets_connect_timeout(conninfo, self._kwargs):
             # libpq waits forever for a server that accepts and never answers
             self._kwargs["connect_timeout"] = max(2, math.ceil(timeout))
         self._bm25 = bm25 or BM25Params()
