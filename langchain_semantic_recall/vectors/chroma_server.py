@@ -300,7 +300,7 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             raise StorageError(
                 f"the Chroma server at {self.url} could not be reached to {action} ({exc!r}); "
                 "check that it runs (chroma run --host HOST --port PORT --path DIR) and is "
-                "reachable, then call again"
+                "reachable"
             ) from exc
 
     def _open(self, name: str, *, dimension: int, model: str) -> None:
