@@ -64,11 +64,13 @@ def test_heartbeat(chroma_url: str) -> None:
     assert repr(index) == f"ChromaServerVectorIndex({chroma_url!r})"
 
 
-@pytest.mark.parametrize("where", [{"tenant": "no-such-tenant"}, {"database": "no-such-db"}])
+@pytest.mark.parametrize(
+    ("tenant", "database", "missing"),
+    [("no-such-tenant", None, "no-such-tenant"), (None, "no-such-db", "no-such-db")],
+)
 def test_a_tenant_or_database_the_server_lacks_is_an_option_error(
-    chroma_url: str, where: dict[str, str]
+    chroma_url: str, tenant: str | None, database: str | None, missing: str
 ) -> None:
-    (value,) = where.values()
-    with pytest.raises(InvalidOptionError, match=value) as refused:
-        ChromaServerVectorIndex(chroma_url, **where)
+    with pytest.raises(InvalidOptionError, match=missing) as refused:
+        ChromaServerVectorIndex(chroma_url, tenant=tenant, database=database)
     assert chroma_url in str(refused.value)
