@@ -1,0 +1,60 @@
+"""The forgetting and fault suites on the servers: PostgreSQL storage and a Chroma server.
+
+`tests/faults.py` says other backends join the suites with a `Backend`; this is that
+backend. Every rig gets a new database on the session's PostgreSQL server (dropped when
+the module ends) and its own index on the session's Chroma server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.postgres import PostgresStorage
+from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
+from tests.faults import Backend
+from tests.integration.conftest import create_database, drop_database
+from tests.unit.test_faults import FaultSuite
+from tests.unit.test_forgetting import ForgettingSuite
+
+pytestmark = pytest.mark.integration
+
+_SERVERS: dict[str, str] = {}
+_DATABASES: list[str] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _servers(pg_admin_url: str, chroma_url: str) -> Iterator[None]:
+    _SERVERS.update(pg=pg_admin_url, chroma=chroma_url)
+    yield
+    for url in _DATABASES:
+        drop_database(pg_admin_url, url)
+    _DATABASES.clear()
+
+
+def _postgres(_: Path) -> MessageStorage:
+    url = create_database(_SERVERS["pg"])
+    _DATABASES.append(url)
+    return PostgresStorage(url, max_size=4)
+
+
+def _chroma_server(_: Path) -> VectorIndex:
+    return ChromaServerVectorIndex(_SERVERS["chroma"])
+
+
+POSTGRES_CHROMA_SERVER = Backend(
+    "postgres+chroma-server", _postgres, _chroma_server, shared_vectors=True
+)
+
+
+class TestForgettingOnServers(ForgettingSuite):
+    backend = POSTGRES_CHROMA_SERVER
+
+
+class TestFaultsOnServers(FaultSuite):
+    backend = POSTGRES_CHROMA_SERVER
+    examples = 8
