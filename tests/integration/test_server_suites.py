@@ -1,4 +1,4 @@
-"""The forgetting and fault suites on the servers: PostgreSQL storage and a Chroma server.
+"""The forgetting, isolation and fault suites on PostgreSQL storage and a Chroma server.
 
 `tests/faults.py` says other backends join the suites with a `Backend`; this is that
 backend. Every rig gets a new database on the session's PostgreSQL server (dropped when
@@ -19,7 +19,7 @@ from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIn
 from tests.faults import Backend
 from tests.integration.conftest import create_database, drop_database
 from tests.unit.test_faults import FaultSuite
-from tests.unit.test_forgetting import ForgettingSuite
+from tests.unit.test_forgetting import ForgettingSuite, isolation_machine, machine_settings
 
 pytestmark = pytest.mark.integration
 
@@ -58,3 +58,7 @@ class TestForgettingOnServers(ForgettingSuite):
 class TestFaultsOnServers(FaultSuite):
     backend = POSTGRES_CHROMA_SERVER
     examples = 8
+
+
+TestIsolationOnServers = isolation_machine(POSTGRES_CHROMA_SERVER).TestCase
+TestIsolationOnServers.settings = machine_settings(15, 25)
