@@ -1,15 +1,17 @@
 """The forgetting, isolation and fault suites on PostgreSQL storage and a Chroma server.
 
 `tests/faults.py` says other backends join the suites with a `Backend`; this is that
-backend. Every rig gets a new database on the session's PostgreSQL server (dropped when
-the module ends) and its own index on the session's Chroma server.
+backend. Every rig gets a schema of its own in one database of the session's PostgreSQL
+server (dropped when the module ends) and an index of its own on its Chroma server.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -24,22 +26,22 @@ from tests.unit.test_forgetting import ForgettingSuite, isolation_machine, machi
 pytestmark = pytest.mark.integration
 
 _SERVERS: dict[str, str] = {}
-_DATABASES: list[str] = []
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _servers(pg_admin_url: str, chroma_url: str) -> Iterator[None]:
-    _SERVERS.update(pg=pg_admin_url, chroma=chroma_url)
+    database = create_database(pg_admin_url)
+    _SERVERS.update(pg=database, chroma=chroma_url)
     yield
-    for url in _DATABASES:
-        drop_database(pg_admin_url, url)
-    _DATABASES.clear()
+    drop_database(pg_admin_url, database)
 
 
 def _postgres(_: Path) -> MessageStorage:
-    url = create_database(_SERVERS["pg"])
-    _DATABASES.append(url)
-    return PostgresStorage(url, max_size=4)
+    """A new schema of the module's database (cheaper than a database per rig)."""
+    schema = f"rig_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_SERVERS["pg"], autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    return PostgresStorage(f"{_SERVERS['pg']}?options=-csearch_path%3D{schema}", max_size=4)
 
 
 def _chroma_server(_: Path) -> VectorIndex:
