@@ -144,3 +144,19 @@ def test_a_postgres_server_that_never_answers_fails_after_the_timeout() -> None:
     assert len(raised) == 1
     assert isinstance(raised[0], StorageError)
     assert "cannot open PostgreSQL" in str(raised[0])
+
+
+def test_the_pool_timeout_is_a_url_parameter(pg_url: str) -> None:
+    """A storage server gone away fails each call after pool_timeout, not 30 s."""
+    storage = create_storage(f"{pg_url}?pool_max_size=1&pool_timeout=1.5")
+    assert isinstance(storage, PostgresStorage)
+    try:
+        pool = storage._pool  # the one connection is taken: the next call must wait
+        assert pool is not None
+        with pool.connection(), pytest.raises(StorageError, match=r"after 1\.50 sec"):
+            storage.count(None)
+    finally:
+        storage.close()
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(InvalidOptionError, match="pool_timeout"):
+            create_storage(f"{pg_url}?pool_timeout={bad}")

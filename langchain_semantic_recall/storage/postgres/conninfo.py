@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from langchain_semantic_recall.errors import InvalidOptionError
 
-__all__ = ["check_conninfo", "redacted", "sets_connect_timeout"]
+__all__ = ["check_conninfo", "pool_number", "redacted", "sets_connect_timeout"]
 
 
 def check_conninfo(conninfo: str, shown: str) -> None:
@@ -23,8 +24,8 @@ def check_conninfo(conninfo: str, shown: str) -> None:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
         raise InvalidOptionError(
-            f"{shown!r}: {str(exc).strip()}; its parameters are pool_min_size, pool_max_size "
-            "and libpq's (sslmode, options, connect_timeout...: https://www.postgresql.org/"
+            f"{shown!r}: {str(exc).strip()}; its parameters are pool_min_size, pool_max_size, "
+            "pool_timeout and libpq's (sslmode, options, connect_timeout...: https://www.postgresql.org/"
             "docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS)"
         ) from exc
 
@@ -51,3 +52,24 @@ def redacted(conninfo: str) -> str:
         return "<unparsable conninfo>"
     parts.pop("password", None)
     return make_conninfo("", **parts)
+
+
+def pool_number(key: str, value: str) -> float:
+    """A pool parameter of a URL's value, checked.
+
+    `pool_min_size` / `pool_max_size` are integers >= 0, `pool_timeout` seconds > 0.
+
+    Raises:
+        InvalidOptionError: another value.
+    """
+    if key != "pool_timeout":
+        if not value.isdigit():
+            raise InvalidOptionError(f"{key} must be an integer >= 0, got {value!r}")
+        return int(value)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise InvalidOptionError(f"pool_timeout must be a number of seconds > 0, got {value!r}")
+    return seconds
