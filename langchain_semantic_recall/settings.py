@@ -7,7 +7,8 @@ Storage URLs:
   query parameters: they are refused, never read as part of the file name);
 - `postgresql://user:password@host:5432/db` (also `postgres://` and
   `postgresql+psycopg://`); `pool_min_size` / `pool_max_size` query parameters size
-  the connection pools, every other parameter goes to libpq (`sslmode`, `options`...);
+  the connection pools, `pool_timeout` is the seconds a call waits for a connection (30),
+  every other parameter goes to libpq (`sslmode`, `options`...);
 - `memory://`: `InMemoryStorage` (tests, notebooks).
 
 Vector URLs:
@@ -75,7 +76,11 @@ VECTOR_URL_ENV: Final = "SEMANTIC_RECALL_VECTOR_URL"
 DEFAULT_STORAGE_URL: Final = "sqlite:///semantic-recall-data/messages.sqlite3"
 DEFAULT_VECTOR_URL: Final = "chroma:///semantic-recall-data/chroma"
 _POSTGRES_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
-_POOL_PARAMS: Final = {"pool_min_size": "min_size", "pool_max_size": "max_size"}
+_POOL_PARAMS: Final = {
+    "pool_min_size": "min_size",
+    "pool_max_size": "max_size",
+    "pool_timeout": "timeout",
+}
 
 
 def redact(url: str) -> str:
@@ -205,28 +210,29 @@ def _workarounds(value: ChromaWorkarounds | bool, cpu_gate: CpuGate | None) -> C
 
 def _postgres(url: str) -> MessageStorage:
     from langchain_semantic_recall.storage.postgres import PostgresStorage
+    from langchain_semantic_recall.storage.postgres.conninfo import check_conninfo, pool_number
 
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    sizes: dict[str, int] = {}
+    sizes: dict[str, float] = {}
     kept: list[tuple[str, str]] = []
     for key, value in query:
         if key in _POOL_PARAMS:
             if _POOL_PARAMS[key] in sizes:
                 raise InvalidOptionError(f"{key} is given twice in {redact(url)!r}: give it once")
-            if not value.isdigit():
-                raise InvalidOptionError(f"{key} must be an integer >= 0, got {value!r}")
-            sizes[_POOL_PARAMS[key]] = int(value)
+            sizes[_POOL_PARAMS[key]] = pool_number(key, value)
         else:
             kept.append((key, value))
-    low, high = sizes.get("min_size", 1), sizes.get("max_size", 10)
+    low, high = int(sizes.get("min_size", 1)), int(sizes.get("max_size", 10))
     if high < 1 or low > high:
         raise InvalidOptionError(
             f"pool_min_size={low} and pool_max_size={high}: a pool needs 0 <= min <= max "
             "and max >= 1"
         )
     conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
-    return PostgresStorage(conninfo, min_size=low, max_size=high)
+    check_conninfo(conninfo, redact(url))
+    timeout = sizes.get("timeout", 30.0)
+    return PostgresStorage(conninfo, min_size=low, max_size=high, timeout=timeout)
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -20,12 +20,14 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
+from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 if TYPE_CHECKING:
@@ -36,6 +38,8 @@ __all__ = ["ChromaServerVectorIndex", "ChromaURL", "connect_chroma", "wait_for_c
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_PATH = "/api/v2/heartbeat"
+DEFAULT_REQUEST_TIMEOUT = 60.0
+"""Seconds a request to the server may take (a write of Chroma's largest batch included)."""
 _POLL_S = 0.1
 
 
@@ -51,19 +55,40 @@ class ChromaURL:
     def parse(cls, url: str) -> ChromaURL:
         """Parse `http://host:port` (port 8000 by default, 443 for https).
 
+        The URL names the server only: a path, query parameters, a fragment or
+        credentials would not reach the client, so they are refused rather than dropped
+        (a `?tenant=` ignored would write into Chroma's default tenant).
+
         Raises:
-            InvalidOptionError: not an http(s) URL with a host.
+            InvalidOptionError: not an http(s) URL with a host, or one carrying more.
         """
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise InvalidOptionError(
-                f"a Chroma server URL looks like http://127.0.0.1:8000, got {url!r}"
+                f"a Chroma server URL looks like http://127.0.0.1:8000, got {_shown(url)!r}"
             )
         ssl = parts.scheme == "https"
         try:
             port = parts.port or (443 if ssl else 8000)
         except ValueError as exc:
-            raise InvalidOptionError(f"bad port in Chroma server URL {url!r}") from exc
+            raise InvalidOptionError(f"bad port in Chroma server URL {_shown(url)!r}") from exc
+        extra = [
+            what
+            for what, given in (
+                ("a path", parts.path not in ("", "/")),
+                ("query parameters", bool(parts.query)),
+                ("a fragment", bool(parts.fragment)),
+                ("credentials", "@" in parts.netloc),
+            )
+            if given
+        ]
+        if extra:
+            raise InvalidOptionError(
+                f"the Chroma server URL {_shown(url)!r} carries {' and '.join(extra)}, which "
+                "it cannot pass on: give http(s)://host:port only, and tenant, database and "
+                "an auth token as ChromaServerVectorIndex(url, tenant=..., database=..., "
+                "headers={'x-chroma-token': ...})"
+            )
         return cls(host=parts.hostname, port=port, ssl=ssl)
 
     @property
@@ -71,6 +96,14 @@ class ChromaURL:
         """The server's URL (`http://host:port`, IPv6 hosts bracketed)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.ssl else 'http'}://{host}:{self.port}"
+
+
+def _shown(url: str) -> str:
+    """`url` without any credentials in it (for messages)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 def _heartbeat(url: str, headers: Mapping[str, str], timeout: float) -> bool:
@@ -115,13 +148,20 @@ def connect_chroma(
     headers: Mapping[str, str] | None = None,
     tenant: str | None = None,
     database: str | None = None,
+    request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
 ) -> ClientAPI:
     """A `chromadb.HttpClient` for `url`, built once the heartbeat answers.
 
-    Telemetry is off. `tenant` and `database` default to Chroma's own defaults.
+    Telemetry is off. `tenant` and `database` default to Chroma's own defaults. Each
+    request waits at most `request_timeout` seconds (`_bound_requests`; None: forever).
+
+    Raises:
+        StorageError: the server did not answer within `timeout`.
+        InvalidOptionError: the server has no such tenant or database.
     """
     import chromadb
     from chromadb.config import Settings
+    from chromadb.errors import NotFoundError
 
     where = ChromaURL.parse(url)
     wait_for_chroma(where.url, timeout=timeout, headers=headers)
@@ -130,14 +170,46 @@ def connect_chroma(
         extra["tenant"] = tenant
     if database is not None:
         extra["database"] = database
-    return chromadb.HttpClient(
-        host=where.host,
-        port=where.port,
-        ssl=where.ssl,
-        headers=dict(headers or {}),
-        settings=Settings(anonymized_telemetry=False),
-        **extra,
-    )
+    try:
+        client = chromadb.HttpClient(
+            host=where.host,
+            port=where.port,
+            ssl=where.ssl,
+            headers=dict(headers or {}),
+            settings=Settings(anonymized_telemetry=False),
+            **extra,
+        )
+    except NotFoundError as exc:  # the client checks the tenant and database it is given
+        raise InvalidOptionError(
+            f"the Chroma server at {where.url} has no tenant {tenant or 'default_tenant'!r} "
+            f"with database {database or 'default_database'!r} ({exc}); create them on the "
+            "server (chromadb.AdminClient) or give ones it has"
+        ) from exc
+    _bound_requests(client, request_timeout)
+    return client
+
+
+def _bound_requests(client: ClientAPI, seconds: float | None) -> None:
+    """Give the client's HTTP requests a deadline.
+
+    chromadb's `HttpClient` (1.5) sends every request with `httpx.Client(timeout=None)`:
+    a server that accepts and never answers (stopped, overloaded) holds the call, and a
+    recall, forever. Its session is the `_session` of the client's `_server`; if a later
+    chromadb moves it, requests stay unbounded and this says so.
+    """
+    if seconds is None:
+        return
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if not isinstance(session, httpx.Client):
+        logger.warning(
+            "cannot bound the Chroma client's requests to %g s (this chromadb keeps its "
+            "HTTP session elsewhere): a server that stops answering holds calls",
+            seconds,
+        )
+        return
+    session.timeout = httpx.Timeout(seconds)
 
 
 class ChromaServerVectorIndex(ChromaVectorIndex):
@@ -179,6 +251,7 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         tenant: str | None = None,
         database: str | None = None,
         hnsw: Mapping[str, Any] | None = None,
+        request_timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
     ) -> None:
         """Wait for the server's heartbeat, then connect.
 
@@ -189,14 +262,23 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             tenant: Chroma tenant (Chroma's default when None).
             database: Chroma database (Chroma's default when None).
             hnsw: HNSW settings for new collections (see `ChromaVectorIndex`).
+            request_timeout: Seconds each request may take; a call that waits longer
+                raises `StorageError` (recall goes on without memory). None: no bound.
 
         Raises:
             StorageError: the server did not answer within `timeout`.
+            InvalidOptionError: a URL with more than a host and port, or a tenant or
+                database the server does not have.
         """
         self.url = ChromaURL.parse(url).url
         self._headers = dict(headers or {})
         client = connect_chroma(
-            self.url, timeout=timeout, headers=self._headers, tenant=tenant, database=database
+            self.url,
+            timeout=timeout,
+            headers=self._headers,
+            tenant=tenant,
+            database=database,
+            request_timeout=request_timeout,
         )
         super().__init__(client, hnsw=hnsw)
         self._owned_client = client  # built here: `close` closes it
@@ -204,6 +286,73 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+    # --- every hook: a server out of reach is a StorageError naming it -----------------
+    # (the async twins run these in the executor, so they are covered too)
+
+    @contextmanager
+    def _reachable(self, action: str) -> Iterator[None]:
+        import httpx
+
+        try:
+            yield
+        except httpx.TransportError as exc:
+            raise StorageError(
+                f"the Chroma server at {self.url} could not be reached to {action} ({exc!r}); "
+                "check that it runs (chroma run --host HOST --port PORT --path DIR) and is "
+                "reachable"
+            ) from exc
+
+    def _open(self, name: str, *, dimension: int, model: str) -> None:
+        with self._reachable("open the index"):
+            super()._open(name, dimension=dimension, model=model)
+
+    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        with self._reachable("write vectors"):
+            super()._upsert(name, records)
+
+    def _query(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[VectorHit]:
+        with self._reachable("search"):
+            return super()._query(name, vector, k=k, scope=scope)
+
+    def _nearest(
+        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
+    ) -> list[tuple[str, float]]:
+        with self._reachable("search"):
+            return super()._nearest(name, vector, k=k, scope=scope)
+
+    def _delete(
+        self,
+        name: str,
+        *,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
+    ) -> None:
+        with self._reachable("delete vectors"):
+            super()._delete(
+                name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids
+            )
+
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        with self._reachable("list vectors"):
+            return super()._message_ids(name, scope)
+
+    def _count(self, name: str, scope: ScopeFilter | None) -> int:
+        with self._reachable("count vectors"):
+            return super()._count(name, scope)
+
+    def _export(
+        self, name: str, scope: ScopeFilter | None, *, batch_size: int
+    ) -> Iterator[VectorRecord]:
+        with self._reachable("list vectors"):
+            yield from super()._export(name, scope, batch_size=batch_size)
+
+    def _compact(self, name: str) -> CompactResult:
+        with self._reachable("rebuild the index"):
+            return super()._compact(name)
 
     def heartbeat(self, timeout: float = 2.0) -> bool:
         """Whether the server answers right now.

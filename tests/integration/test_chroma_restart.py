@@ -9,14 +9,19 @@ writes exactly the missing ones.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import IndexResult, SemanticRecall
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
@@ -100,3 +105,82 @@ def test_restart_mid_run_loses_nothing(memory: SemanticRecall, chroma_server: Ch
     lost = BEFORE + 1  # a turn indexed while the server was down
     hits = memory.search(f"subject{lost}", thread_id="th9", resource_id="u")
     assert f"t{lost}-u" in {m.id for hit in hits for m in hit.window}
+
+
+def test_calls_while_the_server_is_down_say_so_and_a_second_forget_finishes(
+    memory: SemanticRecall, chroma_server: ChromaServer
+) -> None:
+    memory.index(turn(1), thread_id="a1", resource_id="alice")
+    memory.index(turn(2), thread_id="b1", resource_id="bob")
+    memory.index(turn(3), thread_id="c1", resource_id="carol")
+    chroma_server.stop()
+
+    down = memory.index(turn(4), thread_id="a1", resource_id="alice")
+    assert down.stored == ("t4-u", "t4-a")
+    assert down.error is not None
+    assert chroma_server.url in down.error
+    calls: dict[str, Callable[[], object]] = {
+        "search": lambda: memory.search("subject1", resource_id="alice"),
+        "asearch": lambda: asyncio.run(memory.asearch("subject1", resource_id="alice")),
+        "stats": lambda: memory.stats(resource_id="alice"),
+        "reindex": lambda: memory.reindex(missing_only=True),
+        "move_thread": lambda: memory.move_thread("a1", to="dan", resource_id="alice"),
+        "forget_thread": lambda: memory.forget_thread("b1", resource_id="bob"),
+        "aforget_resource": lambda: asyncio.run(memory.aforget_resource("carol")),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StorageError, match=re.escape(chroma_server.url)) as raised:
+            call()
+        assert "chroma run" in str(raised.value), name
+
+    chroma_server.start()
+    assert memory.stats(resource_id="alice").missing_vectors == 2  # the move did not happen
+    assert memory.stats().orphan_vectors == 4  # bob's and carol's, their messages gone
+    assert memory.forget_thread("b1", resource_id="bob") == 0  # called again: it finishes
+    assert memory.forget_resource("carol") == 0
+    assert memory.reindex(missing_only=True) == 2
+    stats = memory.stats()
+    assert (stats.messages, stats.missing_vectors, stats.orphan_vectors) == (4, 0, 0)
+
+
+def _within(seconds: float, call: Callable[[], object]) -> object:
+    """`call()`'s result or exception, failing the test if it is still running after `seconds`."""
+    done: list[object] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except Exception as exc:
+            done.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
+    runner.join(timeout=seconds)
+    assert done, f"still waiting for the stuck Chroma server after {seconds:.0f} s"
+    return done[0]
+
+
+def test_a_stuck_server_fails_a_call_after_the_request_timeout(
+    pg_url: str, chroma_server: ChromaServer
+) -> None:
+    """A server that accepts and never answers (stopped, overloaded): calls end, recall too."""
+    vectors = ChromaServerVectorIndex(chroma_server.url, request_timeout=1.0)
+    memory = SemanticRecall(
+        storage=PostgresStorage(pg_url), vector_store=vectors, embeddings=FakeEmbeddings(64)
+    )
+    process = chroma_server.process
+    assert process is not None
+    try:
+        memory.index(turn(1), thread_id="a1", resource_id="alice")
+        os.killpg(process.pid, signal.SIGSTOP)
+        searched = _within(30, lambda: memory.search("subject1", resource_id="alice"))
+        assert isinstance(searched, StorageError)
+        assert chroma_server.url in str(searched)
+        question = [HumanMessage("subject1")]
+        recalled = _within(30, lambda: memory.recall(question, thread_id="a2", resource_id="alice"))
+        assert recalled == question  # the turn goes on without memory
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
+        memory.close()
+        vectors.close()
+        memory.storage.close()

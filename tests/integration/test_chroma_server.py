@@ -31,9 +31,26 @@ def test_urls_are_parsed() -> None:
     assert ChromaURL.parse("http://127.0.0.1:8123") == ChromaURL("127.0.0.1", 8123, ssl=False)
     assert ChromaURL.parse("https://chroma.example") == ChromaURL("chroma.example", 443, True)
     assert ChromaURL.parse("http://localhost").port == 8000
+    assert ChromaURL.parse("http://127.0.0.1:8123/") == ChromaURL("127.0.0.1", 8123, ssl=False)
     for bad in ("chroma:///tmp/x", "http://", "127.0.0.1:8000"):
         with pytest.raises(InvalidOptionError):
             ChromaURL.parse(bad)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/?tenant=acme",  # tenant= of the constructor, never read here
+        "http://127.0.0.1:8000?database=memory",
+        "http://127.0.0.1:8000/chroma",  # a path the client would not use
+        "http://token:secret@127.0.0.1:8000",  # credentials go in headers=
+        "http://127.0.0.1:8000/#frag",
+    ],
+)
+def test_what_a_chroma_url_cannot_carry_is_refused_not_dropped(url: str) -> None:
+    with pytest.raises(InvalidOptionError, match="ChromaServerVectorIndex") as refused:
+        ChromaURL.parse(url)
+    assert "secret" not in str(refused.value)
 
 
 def test_a_silent_server_fails_after_the_timeout() -> None:
@@ -45,3 +62,15 @@ def test_heartbeat(chroma_url: str) -> None:
     index = ChromaServerVectorIndex(chroma_url)
     assert index.heartbeat()
     assert repr(index) == f"ChromaServerVectorIndex({chroma_url!r})"
+
+
+@pytest.mark.parametrize(
+    ("tenant", "database", "missing"),
+    [("no-such-tenant", None, "no-such-tenant"), (None, "no-such-db", "no-such-db")],
+)
+def test_a_tenant_or_database_the_server_lacks_is_an_option_error(
+    chroma_url: str, tenant: str | None, database: str | None, missing: str
+) -> None:
+    with pytest.raises(InvalidOptionError, match=missing) as refused:
+        ChromaServerVectorIndex(chroma_url, tenant=tenant, database=database)
+    assert chroma_url in str(refused.value)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,8 @@ def test_in_memory_urls() -> None:
         ("memory://", "redis://localhost"),
         ("sqlite://", "chroma://"),
         ("postgresql://h/db?pool_max_size=many", "memory://"),
+        ("postgresql://h/db?pool_size=5", "memory://"),  # not a pool or libpq parameter
+        ("postgresql://h/db?pool_max_size=5&sslmod=require", "memory://"),
         ("memory", "memory://"),
     ],
 )
@@ -117,3 +121,42 @@ def test_passwords_are_redacted() -> None:
     assert redact("postgresql://app:s3cret@db/x") == "postgresql://app:***@db/x"
     assert "s3cret" not in repr(RecallSettings("postgresql://app:s3cret@db/x", "memory://"))
     assert redact("memory://") == "memory://"
+
+
+def test_a_postgres_server_that_never_answers_fails_after_the_timeout() -> None:
+    """A port that accepts connections and says nothing (a stuck server, a wrong service)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/db"
+        raised: list[BaseException] = []
+
+        def open_storage() -> None:
+            try:
+                PostgresStorage(url, timeout=2).close()
+            except BaseException as exc:
+                raised.append(exc)
+
+        opener = threading.Thread(target=open_storage, daemon=True)
+        opener.start()
+        opener.join(timeout=60)
+        assert not opener.is_alive(), "PostgresStorage waited for a silent server for 60 s"
+    assert len(raised) == 1
+    assert isinstance(raised[0], StorageError)
+    assert "cannot open PostgreSQL" in str(raised[0])
+
+
+def test_the_pool_timeout_is_a_url_parameter(pg_url: str) -> None:
+    """A storage server gone away fails each call after pool_timeout, not 30 s."""
+    storage = create_storage(f"{pg_url}?pool_max_size=1&pool_timeout=1.5")
+    assert isinstance(storage, PostgresStorage)
+    try:
+        pool = storage._pool  # the one connection is taken: the next call must wait
+        assert pool is not None
+        with pool.connection(), pytest.raises(StorageError, match=r"after 1\.50 sec"):
+            storage.count(None)
+    finally:
+        storage.close()
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        with pytest.raises(InvalidOptionError, match="pool_timeout"):
+            create_storage(f"{pg_url}?pool_timeout={bad}")

@@ -101,12 +101,15 @@ UNRETIRE_SQL: Final = f"DELETE FROM {_F} WHERE thread_id = %s"
 
 def delete_resource_steps(resource_id: str) -> Steps[int]:
     """Delete every thread of a resource and retire their ids; the messages deleted."""
-    rows = yield Query(f"SELECT thread_id FROM {_T} WHERE resource_id = %s", (resource_id,))
-    threads = [row[0] for row in rows.rows]
+    sql = f"SELECT thread_id FROM {_T} WHERE resource_id = %s"
+    threads = [row[0] for row in (yield Query(sql, (resource_id,))).rows]
     if not threads:
         return 0
     yield from _lock_steps(threads)
-    # Only the threads locked above: a thread created meanwhile is a new one, and stays.
+    # Only the threads locked above: a thread created meanwhile is a new one, and stays;
+    # one moved to another resource while we waited for its lock is that resource's.
+    still = yield Query(f"{sql} AND thread_id = ANY(%s)", (resource_id, threads))
+    threads = [row[0] for row in still.rows]
     yield Query(
         f"INSERT INTO {_F} (thread_id, resource_id) SELECT t, %s FROM unnest(%s::text[]) "
         "AS t ON CONFLICT DO NOTHING",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
@@ -40,6 +41,7 @@ from langchain_semantic_recall.records import (
     ThreadInfo,
 )
 from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.postgres.conninfo import redacted, sets_connect_timeout
 from langchain_semantic_recall.storage.postgres.lifecycle import (
     UNRETIRE_SQL,
     adopt_steps,
@@ -107,17 +109,6 @@ def _rowcount_steps(sql: str, value: str) -> Steps[int]:
     return (yield Query(sql, (value,))).rowcount
 
 
-def _redacted(conninfo: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    try:
-        parts = conninfo_to_dict(conninfo)
-    except Exception:
-        return "<unparsable conninfo>"
-    parts.pop("password", None)
-    return make_conninfo("", **parts)
-
-
 class PostgresStorage(MessageStorage):
     """Message storage in PostgreSQL, pooled, with native sync and async access.
 
@@ -173,7 +164,9 @@ class PostgresStorage(MessageStorage):
             min_size: Connections each pool keeps open.
             max_size: Most connections each pool opens (one sync pool, one async pool
                 per event loop, closed when that loop shuts down).
-            timeout: Seconds to wait for a free connection before failing.
+            timeout: Seconds to wait for a free connection before failing; also libpq's
+                `connect_timeout` (at least 2 s) unless the URL or `connection_kwargs`
+                set it, so a server that accepts and never answers fails instead of hanging.
             pool: A sync pool of your own (autocommit connections); not closed here.
             async_pool: An async pool of your own (autocommit connections, opened);
                 used from every event loop and not closed here.
@@ -194,11 +187,14 @@ class PostgresStorage(MessageStorage):
         if not conninfo and pool is None and async_pool is None:
             raise InvalidInputError("PostgresStorage needs a conninfo URL or a pool")
         self._conninfo = conninfo
-        self._where = _redacted(conninfo) if conninfo else "a caller's pool"
+        self._where = redacted(conninfo) if conninfo else "a caller's pool"
         self._sizes = (min_size, max_size, timeout)
         self._kwargs: dict[str, Any] = {"autocommit": True, **(connection_kwargs or {})}
         if "application_name=" not in conninfo and "application_name" not in self._kwargs:
             self._kwargs["application_name"] = "langchain-semantic-recall"
+        if not sets_connect_timeout(conninfo, self._kwargs):
+            # libpq waits forever for a server that accepts and never answers
+            self._kwargs["connect_timeout"] = max(2, math.ceil(timeout))
         self._bm25 = bm25 or BM25Params()
         self._user_apool = async_pool
         self._apools = LoopPools(self._new_apool)

@@ -1,0 +1,75 @@
+"""A PostgreSQL connection string: checked before connecting, and shown without password."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_semantic_recall.errors import InvalidOptionError
+
+__all__ = ["check_conninfo", "pool_number", "redacted", "sets_connect_timeout"]
+
+
+def check_conninfo(conninfo: str, shown: str) -> None:
+    """Refuse a parameter libpq does not know (a typo) before anything connects.
+
+    Raises:
+        InvalidOptionError: naming the parameter; `shown` is the URL without password.
+    """
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidOptionError(
+            f"{shown!r}: {str(exc).strip()}; its parameters are pool_min_size, pool_max_size, "
+            "pool_timeout and libpq's (sslmode, options, connect_timeout...: https://www.postgresql.org/"
+            "docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS)"
+        ) from exc
+
+
+def sets_connect_timeout(conninfo: str, kwargs: Mapping[str, Any]) -> bool:
+    """Whether the caller chose libpq's `connect_timeout` (in the URL or the kwargs)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    if "connect_timeout" in kwargs:
+        return True
+    try:
+        return "connect_timeout" in conninfo_to_dict(conninfo)
+    except Exception:  # an unparsable conninfo: connecting says what is wrong with it
+        return False
+
+
+def redacted(conninfo: str) -> str:
+    """`conninfo` without its password (for messages and logs)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except Exception:
+        return "<unparsable conninfo>"
+    parts.pop("password", None)
+    return make_conninfo("", **parts)
+
+
+def pool_number(key: str, value: str) -> float:
+    """A pool parameter of a URL's value, checked.
+
+    `pool_min_size` / `pool_max_size` are integers >= 0, `pool_timeout` seconds > 0.
+
+    Raises:
+        InvalidOptionError: another value.
+    """
+    if key != "pool_timeout":
+        if not value.isdigit():
+            raise InvalidOptionError(f"{key} must be an integer >= 0, got {value!r}")
+        return int(value)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise InvalidOptionError(f"pool_timeout must be a number of seconds > 0, got {value!r}")
+    return seconds
