@@ -131,7 +131,13 @@ def wait_for_chroma(
     """
     target = ChromaURL.parse(url).url
     deadline = time.monotonic() + timeout
+    waiting = False
     while not _heartbeat(target, headers or {}, timeout=min(2.0, max(timeout, 0.1))):
+        if not waiting and timeout > 1.0:  # said once: the command line would sit silent
+            logger.warning(
+                "the Chroma server at %s does not answer yet; waiting up to %g s", target, timeout
+            )
+            waiting = True
         if time.monotonic() >= deadline:
             raise StorageError(
                 f"the Chroma server at {target} did not answer {HEARTBEAT_PATH} within "

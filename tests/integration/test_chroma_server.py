@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -53,9 +54,14 @@ def test_what_a_chroma_url_cannot_carry_is_refused_not_dropped(url: str) -> None
     assert "secret" not in str(refused.value)
 
 
-def test_a_silent_server_fails_after_the_timeout() -> None:
+def test_a_silent_server_fails_after_the_timeout(caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(StorageError, match="did not answer"):
         wait_for_chroma(f"http://127.0.0.1:{free_port()}", timeout=0.3)
+    assert "does not answer yet" not in caplog.text  # too short a wait to announce
+    url = f"http://127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.WARNING), pytest.raises(StorageError, match="did not answer"):
+        wait_for_chroma(url, timeout=1.2)  # the command line's wait (30 s) is said, once
+    assert caplog.text.count(f"the Chroma server at {url} does not answer yet") == 1
 
 
 def test_heartbeat(chroma_url: str) -> None:
