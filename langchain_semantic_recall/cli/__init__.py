@@ -23,6 +23,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_USAGE,
     PATH_ENV,
     CommandError,
+    command_scope,
     failure_message,
     store_path,
 )
@@ -120,7 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        with command_scope():
+            return func(args)
     except CommandError as failure:
         error(str(failure))
         return failure.code

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,33 @@ EXIT_NOT_FOUND = 3
 """No such store, thread, resource or input file."""
 EXIT_INTERRUPTED = 130
 """Interrupted with Ctrl-C."""
+
+logger = logging.getLogger(__name__)
+
+_OPENED: ContextVar[list[Callable[[], object]] | None] = ContextVar("opened", default=None)
+"""The closers of the backends the running command opened (`command_scope`)."""
+
+
+@contextmanager
+def command_scope() -> Iterator[None]:
+    """Close every backend the command opens (`open_backends`) when it ends, however.
+
+    A process that runs commands in turn (a notebook, a test, a script calling `main`)
+    would otherwise keep their SQLite connections until the garbage collector found
+    them, and a `purge` after a `forget` would find the store open elsewhere.
+    """
+    closers: list[Callable[[], object]] = []
+    token = _OPENED.set(closers)
+    try:
+        yield
+    finally:
+        _OPENED.reset(token)
+        for close in reversed(closers):  # each is safe to call twice
+            try:
+                close()
+            except Exception:
+                logger.warning("could not close a backend the command opened", exc_info=True)
+
 
 EXIT_CODES_HELP = """\
 servers: --storage URL --vector URL (before the command) instead of --path, e.g.
@@ -187,17 +216,26 @@ def open_backends(
     if urls is not None:
         if not create:
             require_url_store(urls[0])
-        return url_backends(urls[0], urls[1], create_embeddings())
+        return _closed_at_the_end(url_backends(urls[0], urls[1], create_embeddings()))
     path = store_path(args)
     if not create:
         _require_store(path)
     backends = local_backends(path, create_embeddings(), read_only=read_only)
+    _closed_at_the_end(backends)
     try:
         require_own_vectors(path, backends["embeddings"])
     except BaseException:
         for part in ("vector_store", "storage"):
             backends[part].close()
         raise
+    return backends
+
+
+def _closed_at_the_end(backends: dict[str, Any]) -> dict[str, Any]:
+    """Register the backends' `close` with the running command (`command_scope`)."""
+    closers = _OPENED.get()
+    if closers is not None:
+        closers += [backends[part].close for part in ("storage", "vector_store")]
     return backends
 
 

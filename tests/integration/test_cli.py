@@ -1082,3 +1082,32 @@ def test_forget_says_when_another_embedders_index_may_keep_the_vectors(loaded: C
     aged = loaded("forget", "--older-than", "1d", "--yes")
     assert aged.code == 1
     assert "another-model" in aged.err
+
+
+def test_every_command_closes_the_store_it_opened(loaded: Cli) -> None:
+    """Commands run one after another in one process (a notebook, a script calling `main`):
+    each leaves the store closed, without waiting for the garbage collector. A `purge`
+    after a `forget` found the store "open elsewhere" when a collection had not run."""
+    import gc
+
+    from langchain_semantic_recall.storage.sqlite_schema import in_use
+
+    file = loaded.store / "messages.sqlite3"
+    commands = [
+        ("stats",),
+        ("threads",),
+        ("search", "garden", "--resource", "alice"),
+        ("inspect", "what about the garden?", "--resource", "alice", "--thread", "new"),
+        ("reindex", "--missing-only"),
+        ("forget", "--older-than", "3650d", "--yes"),
+        ("forget", "--before", "2000-01-01", "--resource", "alice", "--yes"),
+        ("purge",),
+    ]
+    gc.disable()  # a connection left in a reference cycle stays open
+    try:
+        for argv in commands:
+            result = loaded(*argv)
+            assert result.code == 0, (argv, result.err)
+            assert not in_use(file), f"{argv[0]} left the store open"
+    finally:
+        gc.enable()
