@@ -12,7 +12,8 @@ features, the budget rule's grid, leave one dataset out, leave one conversation 
   shows, and what `threshold` cuts) keep their meaning; `--models messages` (the message
   model only) or `both` (the candidate model too);
 - `--balance ALPHA`: each question weighs `n ** -ALPHA`, n the questions of its set (0:
-  the shipped weighting; 1: every set weighs the same).
+  the shipped weighting; 1: every set weighs the same);
+- `--alternative NAME`: a column rewrite of `quality_alternatives.py` as well.
 
 `docs/quality.md` (*Where LoCoMo's recall goes*) quotes the runs.
 
@@ -147,12 +148,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=None, help="folder for cached vectors")
     parser.add_argument("--data", type=Path, default=None, help="the shared/data folder")
     parser.add_argument("--quick", action="store_true", help="no leave-one-out folds (smoke)")
+    parser.add_argument(
+        "--alternative", default=None, help="a column rewrite of quality_alternatives.py too"
+    )
     args = parser.parse_args(argv)
     print(f"## loss {args.loss} ({args.models}), balance {args.balance}")
     qr.fit = fit_with(args.loss, args.models)  # read by qr.main and qr.report
     qr.weight_of = balanced(args.balance)
     rest = ["--cache", str(args.cache)] if args.cache else []
     rest += ["--data", str(args.data)] if args.data else []
+    if args.alternative is not None:  # its rewrite, under this fit
+        import quality_alternatives
+
+        return quality_alternatives.main([*rest, "--alternative", args.alternative])
     return qr.main([*rest, *(["--quick"] if args.quick else [])])
 
 
