@@ -55,25 +55,16 @@ def pairwise(groups: Sequence[Group], ridge: float = 1.0) -> np.ndarray:
     d, w = np.vstack(diffs), np.concatenate(weights)
     w = w * len(w) / w.sum()
     penalty = ridge * np.eye(d.shape[1])
-    beta = np.zeros(d.shape[1])
 
     def loss(b: np.ndarray) -> float:
         return float(np.sum(w * np.logaddexp(0, -(d @ b))) + 0.5 * b @ penalty @ b)
 
-    current = loss(beta)
-    for _ in range(60):
-        wrong = 1 / (1 + np.exp(np.clip(d @ beta, -50, 50)))  # P(the pair is misordered)
-        gradient = -(d.T @ (w * wrong)) + penalty @ beta
-        hessian = (d.T * (w * wrong * (1 - wrong))) @ d + penalty + 1e-9 * np.eye(len(beta))
-        step, t = np.linalg.solve(hessian, gradient), 1.0
-        while t > 1e-4 and loss(beta - t * step) > current:
-            t /= 2
-        beta = beta - t * step
-        new = loss(beta)
-        if abs(current - new) < 1e-7 * max(1.0, abs(current)):
-            break
-        current = new
-    return beta
+    def derivatives(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        wrong = 1 / (1 + np.exp(np.clip(d @ b, -50, 50)))  # P(the pair is misordered)
+        gradient = -(d.T @ (w * wrong)) + penalty @ b
+        return gradient, (d.T * (w * wrong * (1 - wrong))) @ d + penalty
+
+    return qr.damped_newton(loss, derivatives, d.shape[1])
 
 
 def _fitted(cases: list[tuple[qr.Corpus, qr.Case]], rows: Rows, size_cap: int, pairs: bool):

@@ -377,22 +377,20 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
 # --- fitting -------------------------------------------------------------------------------
 
 
-def logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """Weighted logistic regression (damped Newton, L2 1.0 on the weights): intercept first."""
-    xb = np.hstack([np.ones((len(x), 1)), x])
-    ridge = np.diag([0.0] + [1.0] * x.shape[1])
-    beta = np.zeros(xb.shape[1])
+def damped_newton(
+    loss: Callable[[np.ndarray], float],
+    derivatives: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    size: int,
+) -> np.ndarray:
+    """The minimum of a convex `loss` from zero: Newton steps halved until the loss falls.
 
-    def loss(b: np.ndarray) -> float:
-        z = xb @ b + offset
-        return float(np.sum(w * (np.logaddexp(0, z) - y * z)) + 0.5 * b @ ridge @ b)
-
+    `derivatives(b)` gives the gradient and the Hessian at `b`.
+    """
+    beta = np.zeros(size)
     current = loss(beta)
     for _ in range(60):
-        p = 1 / (1 + np.exp(-np.clip(xb @ beta + offset, -50, 50)))
-        gradient = xb.T @ (w * (p - y)) + ridge @ beta
-        hessian = (xb.T * (w * p * (1 - p))) @ xb + ridge + 1e-9 * np.eye(len(beta))
-        step, t = np.linalg.solve(hessian, gradient), 1.0
+        gradient, hessian = derivatives(beta)
+        step, t = np.linalg.solve(hessian + 1e-9 * np.eye(size), gradient), 1.0
         while t > 1e-4 and loss(beta - t * step) > current:
             t /= 2
         beta = beta - t * step
@@ -401,6 +399,22 @@ def logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, offset: np.ndarray) ->
             break
         current = new
     return beta
+
+
+def logistic(x: np.ndarray, y: np.ndarray, w: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Weighted logistic regression (damped Newton, L2 1.0 on the weights): intercept first."""
+    xb = np.hstack([np.ones((len(x), 1)), x])
+    ridge = np.diag([0.0] + [1.0] * x.shape[1])
+
+    def loss(b: np.ndarray) -> float:
+        z = xb @ b + offset
+        return float(np.sum(w * (np.logaddexp(0, z) - y * z)) + 0.5 * b @ ridge @ b)
+
+    def derivatives(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        p = 1 / (1 + np.exp(-np.clip(xb @ b + offset, -50, 50)))
+        return xb.T @ (w * (p - y)) + ridge @ b, (xb.T * (w * p * (1 - p))) @ xb + ridge
+
+    return damped_newton(loss, derivatives, xb.shape[1])
 
 
 def weight_of(corpus: Corpus) -> float:
