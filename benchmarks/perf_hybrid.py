@@ -16,7 +16,11 @@ lookup), in one loop so a noisy machine slows all alike:
   its index; the keyword postings are built in the background while SQL answers; the
   process then waits for the snapshots it builds, as a long-running one would, and
   indexes ten turns, as an agent's session would), then in the next fresh process, which
-  reads those snapshots and applies the turns written since from Chroma's log
+  reads those snapshots and applies the turns written since from Chroma's log (the
+  process before closes its index, as `SemanticRecall.local`'s engine does, so the
+  snapshot checks its last writes queued run: one refreshes a snapshot whose log Chroma
+  purged meanwhile; a process that exits without closing leaves them undone, and about
+  one run in three then found no usable snapshot)
   (``vectors/chroma_snapshots.py``); beside Chroma's own cold first query of the same
   collections (``collection.query`` in another fresh process, no package code), and the
   time to read the biggest resource's vectors from a file into memory (what loading any
@@ -132,6 +136,7 @@ def cold(corpus: pc.Corpus, work: Path, args: argparse.Namespace) -> dict[str, A
         turn = [HumanMessage(f"earlier question {n} about the garden"), AIMessage(f"answer {n}")]
         hybrid.index(turn, thread_id=thread, resource_id=resource)
     hybrid.close()
+    vectors.close()  # as `SemanticRecall.local`'s close does: the checks those writes queued run
     return {"cold_ms": times}
 
 
