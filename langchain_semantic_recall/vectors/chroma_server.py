@@ -20,14 +20,12 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
-from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 if TYPE_CHECKING:
@@ -159,7 +157,8 @@ def connect_chroma(
     """A `chromadb.HttpClient` for `url`, built once the heartbeat answers.
 
     Telemetry is off. `tenant` and `database` default to Chroma's own defaults. Each
-    request waits at most `request_timeout` seconds (`_bound_requests`; None: forever).
+    request waits at most `request_timeout` seconds (None: forever), and one the server
+    cannot answer raises `StorageError` naming it (`_guard_requests`).
 
     Raises:
         StorageError: the server did not answer within `timeout`.
@@ -191,31 +190,46 @@ def connect_chroma(
             f"with database {database or 'default_database'!r} ({exc}); create them on the "
             "server (chromadb.AdminClient) or give ones it has"
         ) from exc
-    _bound_requests(client, request_timeout)
+    _guard_requests(client, where.url, request_timeout)
     return client
 
 
-def _bound_requests(client: ClientAPI, seconds: float | None) -> None:
-    """Give the client's HTTP requests a deadline.
+def _guard_requests(client: ClientAPI, url: str, seconds: float | None) -> None:
+    """Give the client's HTTP requests a deadline, and name the server when one fails.
 
-    chromadb's `HttpClient` (1.5) sends every request with `httpx.Client(timeout=None)`:
-    a server that accepts and never answers (stopped, overloaded) holds the call, and a
-    recall, forever. Its session is the `_session` of the client's `_server`; if a later
-    chromadb moves it, requests stay unbounded and this says so.
+    chromadb's `HttpClient` (1.5) sends every request through one `httpx.Client` (the
+    `_session` of its `_server`), with `timeout=None`: a server that accepts and never
+    answers (stopped, overloaded) held the call, and a recall, forever; one that is down
+    raised httpx's bare `ConnectError` from every call. Here every request waits at most
+    `seconds` (None: forever), and a transport failure (refused, reset, timed out) is a
+    `StorageError` naming the server, whichever call made it (the async twins run the
+    same client in an executor). If a later chromadb moves the session, this says so.
     """
-    if seconds is None:
-        return
     import httpx
 
     session = getattr(getattr(client, "_server", None), "_session", None)
     if not isinstance(session, httpx.Client):
         logger.warning(
-            "cannot bound the Chroma client's requests to %g s (this chromadb keeps its "
-            "HTTP session elsewhere): a server that stops answering holds calls",
-            seconds,
+            "cannot guard the Chroma client's requests (this chromadb keeps its HTTP "
+            "session elsewhere): a server that stops answering holds calls, and one that "
+            "is down raises httpx's errors"
         )
         return
-    session.timeout = httpx.Timeout(seconds)
+    if seconds is not None:
+        session.timeout = httpx.Timeout(seconds)
+    send = session.request
+
+    def request(method: str, target: Any, **kwargs: Any) -> httpx.Response:
+        try:
+            return send(method, target, **kwargs)
+        except httpx.TransportError as exc:
+            raise StorageError(
+                f"the Chroma server at {url} could not be reached ({method.upper()} "
+                f"{urlsplit(str(target)).path}: {exc!r}); check that it runs (chroma run "
+                "--host HOST --port PORT --path DIR) and is reachable"
+            ) from exc
+
+    session.request = request  # type: ignore[method-assign,assignment]
 
 
 class ChromaServerVectorIndex(ChromaVectorIndex):
@@ -292,73 +306,6 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
-
-    # --- every hook: a server out of reach is a StorageError naming it -----------------
-    # (the async twins run these in the executor, so they are covered too)
-
-    @contextmanager
-    def _reachable(self, action: str) -> Iterator[None]:
-        import httpx
-
-        try:
-            yield
-        except httpx.TransportError as exc:
-            raise StorageError(
-                f"the Chroma server at {self.url} could not be reached to {action} ({exc!r}); "
-                "check that it runs (chroma run --host HOST --port PORT --path DIR) and is "
-                "reachable"
-            ) from exc
-
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
-        with self._reachable("open the index"):
-            super()._open(name, dimension=dimension, model=model)
-
-    def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        with self._reachable("write vectors"):
-            super()._upsert(name, records)
-
-    def _query(
-        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
-    ) -> list[VectorHit]:
-        with self._reachable("search"):
-            return super()._query(name, vector, k=k, scope=scope)
-
-    def _nearest(
-        self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
-    ) -> list[tuple[str, float]]:
-        with self._reachable("search"):
-            return super()._nearest(name, vector, k=k, scope=scope)
-
-    def _delete(
-        self,
-        name: str,
-        *,
-        thread_id: str | None,
-        resource_id: str | None,
-        message_ids: list[str] | None,
-    ) -> None:
-        with self._reachable("delete vectors"):
-            super()._delete(
-                name, thread_id=thread_id, resource_id=resource_id, message_ids=message_ids
-            )
-
-    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
-        with self._reachable("list vectors"):
-            return super()._message_ids(name, scope)
-
-    def _count(self, name: str, scope: ScopeFilter | None) -> int:
-        with self._reachable("count vectors"):
-            return super()._count(name, scope)
-
-    def _export(
-        self, name: str, scope: ScopeFilter | None, *, batch_size: int
-    ) -> Iterator[VectorRecord]:
-        with self._reachable("list vectors"):
-            yield from super()._export(name, scope, batch_size=batch_size)
-
-    def _compact(self, name: str) -> CompactResult:
-        with self._reachable("rebuild the index"):
-            return super()._compact(name)
 
     def heartbeat(self, timeout: float = 2.0) -> bool:
         """Whether the server answers right now.
