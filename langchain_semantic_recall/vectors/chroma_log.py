@@ -112,6 +112,20 @@ class ChromaLog:
         """
         return self._read(lambda cursor: _tail(cursor, collection_id, after))
 
+    def applied_tail(self, collection_id: str, after: int) -> tuple[Stamp, list[LogRecord]] | None:
+        """`tail`, for a reader: None also while the log is `ahead` of what was applied.
+
+        Both are read in one transaction, so the rows and the check see one state.
+        """
+
+        def read(cursor: sqlite3.Cursor) -> tuple[Stamp, list[LogRecord]] | None:
+            found = _tail(cursor, collection_id, after)
+            if found is None or logged_after(cursor, {collection_id: found[0].seq}):
+                return None
+            return found
+
+        return self._read(read)
+
     def holds(self, collection_id: str, after: int) -> bool:
         """Whether the log still holds write `after` (what `tail` needs), read cheaply.
 

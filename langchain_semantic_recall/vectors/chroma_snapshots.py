@@ -254,9 +254,9 @@ class ColdSnapshots:
         snapshot = Snapshot.load(self._files, name)
         if snapshot is None or snapshot.collection_id != str(collection.id):
             return None
-        tail = self._log.tail(snapshot.collection_id, snapshot.seq)
-        if tail is None or self._log.ahead(snapshot.collection_id, tail[0].seq):
-            return None  # (ahead: logged writes not applied yet, which chromadb applies)
+        tail = self._log.applied_tail(snapshot.collection_id, snapshot.seq)
+        if tail is None:  # (or logged writes not applied yet, which chromadb applies first)
+            return None
         stamp, records = tail
         if not records:
             return snapshot if stamp.count == len(snapshot) else None
