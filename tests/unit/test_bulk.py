@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
-from langchain_semantic_recall.bulk import bulk_index
+from langchain_semantic_recall.bulk import BulkResult, bulk_index
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -72,10 +73,35 @@ def test_bulk_index_is_idempotent_and_skips_forgotten_threads() -> None:
     memory.forget_thread("t1")
     again = bulk_index(memory, conversations)
     assert again.forgotten_threads == ["t1"]
-    assert again.stored == 3  # t2 once more, unchanged
+    assert (again.stored, again.updated, again.unchanged) == (0, 0, 3)  # t2 as it was
     assert memory.storage.count() == 3
     info = memory.ensure_index()
     assert memory.vector_store.message_ids(info.name) == {"b-0", "b-1"}
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_importing_again_says_what_it_did_and_keeps_each_messages_time(twin: str) -> None:
+    """A second import of the same conversations stores nothing new and says so; an
+    edited message is counted as updated; and no message's creation time moves to the
+    second import's "now" (retention counts a message's age from it)."""
+    memory = _engine(FakeEmbeddings())
+
+    def run(messages: list[BaseMessage]) -> BulkResult:
+        conversations = [("t1", "alice", messages)]
+        if twin == "sync":
+            return memory.bulk_index(conversations)
+        return asyncio.run(memory.abulk_index(conversations))
+
+    first = run([HumanMessage("hi", id="a1"), AIMessage("hello", id="a2")])
+    times = {m.id: m.created_at for m in memory.storage.list_messages()}
+    again = run([HumanMessage("hi", id="a1"), AIMessage("hello", id="a2")])
+    edited = run([HumanMessage("hi, edited", id="a1"), AIMessage("hello", id="a2")])
+    assert (first.stored, first.updated, first.unchanged) == (2, 0, 0)
+    assert (again.stored, again.updated, again.unchanged) == (0, 0, 2)
+    assert (edited.stored, edited.updated, edited.unchanged) == (0, 1, 1)
+    stored = memory.storage.list_messages()
+    assert {m.id: m.created_at for m in stored} == times
+    assert [(m.id, m.text, m.seq) for m in stored] == [("a1", "hi, edited", 0), ("a2", "hello", 1)]
 
 
 def test_bulk_index_surfaces_vector_write_errors() -> None:
