@@ -29,6 +29,7 @@ from langchain_semantic_recall.cli.common import (
 from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
 from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
@@ -314,7 +315,7 @@ def run_forget(args: argparse.Namespace) -> int:
         deleted = memory.forget_thread(args.thread)
     else:
         deleted = memory.forget_resource(args.resource)
-    print(f"Forgot {target}: {deleted} message(s) and their vectors deleted.")
+    print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
     return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
@@ -355,13 +356,14 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     else:
         result = memory.forget_before(cutoff, resource_id=args.resource)
     per = ", ".join(f"{resource} {count}" for resource, count in result.deleted.items())
-    print(
+    said = (
         f"Forgot {result.messages} message(s) created before "
         f"{result.cutoff:%Y-%m-%d %H:%M} UTC {whose}, and their vectors"
         + (f" ({per})." if per else ".")
     )
+    print(printable(said))
     if result.threads_emptied:
-        print(f"Threads left empty: {', '.join(result.threads_emptied)}.")
+        print(printable(f"Threads left empty: {', '.join(result.threads_emptied)}."))
     return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
