@@ -227,7 +227,7 @@ def _ingest_conversation(
     have = {m.id: m for m in thread_messages(storage, thread)} if owner is not None else {}
     new = [
         (n, m)
-        for n, m in enumerate(conversation.messages)
+        for n, m in enumerate(_as_stored(conversation, have))
         if m.id not in have or _edited(have[m.id], m)  # an edit is written, as index does
     ]
     if len(new) < len(conversation):
@@ -247,6 +247,20 @@ def _ingest_conversation(
         summary.threads_restored += forgotten
     else:
         summary.threads_updated += 1
+
+
+def _as_stored(conversation: Conversation, have: dict[str, StoredMessage]) -> list[BaseMessage]:
+    """The conversation's messages, each under the id it is stored with.
+
+    A JSONL line without an id imported by an earlier version is stored under the id
+    derived from its line number (`Conversation.legacy_ids`): it keeps that id, so it is
+    found (and compared) rather than stored a second time.
+    """
+    messages = list(conversation.messages)
+    for n, legacy in conversation.legacy_ids.items():
+        if messages[n].id not in have and legacy in have:
+            messages[n] = messages[n].model_copy(update={"id": legacy})
+    return messages
 
 
 def _edited(stored: StoredMessage, message: BaseMessage) -> bool:

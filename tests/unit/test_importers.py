@@ -32,7 +32,7 @@ from langchain_semantic_recall.importers import (
     read_jsonl_lines,
 )
 from langchain_semantic_recall.importers.jsonl import JSONL_KEYS, JSONL_ROLES
-from langchain_semantic_recall.messages import build_records
+from langchain_semantic_recall.messages import build_records, stable_id
 
 JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
 
@@ -156,6 +156,44 @@ def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
     again = read_jsonl_lines([line, line]).conversations[0].messages
     assert [m.id for m in first] == [m.id for m in again]
     assert first[0].id != first[1].id  # the same text twice is two messages
+
+
+def _line(thread: str, role: str, content: str) -> str:
+    return json.dumps({"resource": "a", "thread": thread, "role": role, "content": content})
+
+
+def test_a_derived_id_does_not_depend_on_the_other_lines_of_the_file() -> None:
+    """Lines without an id keep theirs when the file changes around them: another
+    thread's lines before them, a blank line, a bad line fixed or removed, the threads
+    in another order. Only a line's own thread, role, time and text (and which repeat of
+    the same text in its thread it is) make its id, so such a file imported again adds
+    nothing."""
+    chat = [_line("t1", "user", "I like tea"), _line("t1", "assistant", "noted")]
+    chat += [_line("t1", "user", "ok"), _line("t1", "user", "ok")]  # a repeat: two messages
+
+    def ids(lines: list[str]) -> list[str | None]:
+        report = read_jsonl_lines(lines)
+        return [m.id for c in report.conversations if c.thread_id == "t1" for m in c.messages]
+
+    first = ids(chat)
+    assert len(set(first)) == 4
+    assert ids([_line("t0", "user", "another chat"), "", *chat]) == first
+    assert ids([chat[0], "not json", *chat[1:]]) == first  # a bad line, fixed later
+    assert ids([chat[0], _line("t0", "user", "x"), *chat[1:]]) == first
+
+
+def test_a_derived_id_names_the_line_it_had_before_so_no_store_holds_it_twice() -> None:
+    """A store may hold lines imported before their ids stopped depending on the line
+    number: each derived id comes with that earlier id (`legacy_ids`), so ingest finds
+    the message stored under it instead of writing it again."""
+    lines = ["", _line("t1", "user", "I like tea"), _line("t1", "assistant", "noted")]
+    conversation = read_jsonl_lines(lines).conversations[0]
+    assert conversation.legacy_ids == {
+        0: stable_id("t1", "user", "I like tea", "", 2),
+        1: stable_id("t1", "assistant", "noted", "", 3),
+    }
+    given = json.dumps({"resource": "a", "thread": "t2", "role": "user", "content": "x", "id": "m"})
+    assert read_jsonl_lines([given]).conversations[0].legacy_ids == {}  # its own id: none
 
 
 @pytest.mark.parametrize(
