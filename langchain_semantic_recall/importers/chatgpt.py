@@ -5,8 +5,10 @@ An export is a list of conversations, each with a `title`, a `create_time`, a
 `create_time`, and a `parent`) and a `current_node`. The main branch is the
 `current_node`'s chain of parents (edits and regenerations left on other branches are not
 imported). User and assistant text messages are kept; hidden, tool, code and reasoning
-messages are reported as skipped. The thread id is the conversation's id and message ids
-are ChatGPT's own, so importing a later export of the same account adds only what is new.
+messages are reported as skipped, and so is each image, file or attachment of a kept
+message (its text is kept; images and files are not imported). The thread id is the
+conversation's id and message ids are ChatGPT's own, so importing a later export of the
+same account adds only what is new.
 The export names no user: the caller gives the resource id.
 """
 
@@ -76,6 +78,20 @@ def _node_time(node: object) -> float:
     return float(when) if isinstance(when, int | float) else 0.0
 
 
+PART_LEFT_OUT = "image, file or attachment left out (its message's text is kept)"
+"""The reason reported for each non-text part or attachment of a message that is kept."""
+
+
+def _parts_left_out(message: Mapping[str, Any]) -> int:
+    """A kept message's parts that are not text (images, files) and its attachments."""
+    content = message.get("content")
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    other = sum(not isinstance(p, str) for p in parts) if isinstance(parts, list) else 0
+    metadata = message.get("metadata")
+    attached = metadata.get("attachments") if isinstance(metadata, Mapping) else None
+    return other + (len(attached) if isinstance(attached, list) else 0)
+
+
 def _chatgpt_text(content: Mapping[str, Any]) -> str:
     parts = content.get("parts")
     if isinstance(parts, list):
@@ -132,6 +148,7 @@ def _conversation(
                 report.skipped.append(Skipped(where, reason))
             continue
         content = message["content"]
+        report.skipped.extend([Skipped(where, PART_LEFT_OUT)] * _parts_left_out(message))
         kwargs: dict[str, Any] = {}
         when = message.get("create_time") or fallback_time
         if isinstance(when, int | float | str) and not isinstance(when, bool):

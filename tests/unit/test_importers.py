@@ -353,6 +353,7 @@ def test_chatgpt_content_kinds_and_missing_fields() -> None:
     reasons = [s.reason for s in report.skipped]
     assert reasons == [
         "no text (image or file only)",
+        PART_LEFT_OUT,
         "code run by a tool",
         "model reasoning",
         "custom instructions",
@@ -360,6 +361,29 @@ def test_chatgpt_content_kinds_and_missing_fields() -> None:
         "message from 'critic'",
     ]
     assert {s.where for s in report.skipped} == {"conversation #1"}
+
+
+PART_LEFT_OUT = "image, file or attachment left out (its message's text is kept)"
+
+
+def test_images_and_attachments_beside_text_are_counted_not_dropped_unseen() -> None:
+    """A message with text and an image (or a file, or an attachment) keeps its text;
+    each part left out is reported, so the summary says the export held more."""
+    image = {"content_type": "image_asset_pointer", "asset_pointer": "file-service://x"}
+    turns: list[Turn] = [
+        ("user", "", {"content": {"content_type": "multimodal_text", "parts": [image, "what?"]}}),
+        ("assistant", "a cat"),
+        ("user", "summarise it", {"metadata": {"attachments": [{"name": "a.pdf"}, {"id": 2}]}}),
+        ("assistant", "cited", {"content": {"content_type": "text", "parts": ["x", {"c": 1}]}}),
+    ]
+    report = read_chatgpt_conversations([chatgpt_conversation("c", "C", turns)], resource_id="u")
+    assert [m.content for m in report.conversations[0].messages] == [
+        "what?",
+        "a cat",
+        "summarise it",
+        "x",
+    ]
+    assert [s.reason for s in report.skipped] == [PART_LEFT_OUT] * 4
 
 
 def test_chatgpt_conversations_without_text_or_mapping_are_reported() -> None:
