@@ -23,6 +23,7 @@ from langchain_semantic_recall.cli.common import (
 )
 from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError, ReadOnlyError
+from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -77,6 +78,9 @@ class IngestSummary:
     """(where in the file, why) of each line or conversation that could not be read."""
     refusals: list[tuple[str, str]] = field(default_factory=list)
     """(where in the file, why) of each refusal: a whole thread, or one message."""
+    off_branch: list[tuple[str, int]] = field(default_factory=list)
+    """(conversation, messages) of a ChatGPT export's conversations whose stored messages
+    are not all in the file: a branch abandoned since (an edit, a regeneration)."""
 
     def refuse(self, where: str, reason: str, messages: int) -> None:
         """Record `messages` refused for `reason`, found at `where` in the file."""
@@ -100,6 +104,7 @@ class IngestSummary:
             "messages_updated": self.messages_updated,
             "messages_refused": self.messages_refused,
             "refused": [{"where": w, "reason": r} for w, r in self.refusals],
+            "off_branch": [{"where": w, "messages": n} for w, n in self.off_branch],
             "vectors_written": self.vectors,
             "vectors_failed": self.vectors_failed,
             "vectors_repaired": self.vectors_repaired,
@@ -213,7 +218,13 @@ def _ingest_conversation(
     bar: Any,
     *,
     restore: bool,
+    whole: bool = False,
 ) -> None:
+    """Write one conversation's new and edited messages; count and report what it did.
+
+    `whole`: the file holds the whole conversation (a ChatGPT export's main branch), so
+    stored messages it lacks are reported (`IngestSummary.off_branch`).
+    """
     storage = memory.storage
     thread = conversation.thread_id
     owner = storage.get_thread_owner(thread)
@@ -225,9 +236,14 @@ def _ingest_conversation(
         bar.update(len(conversation))
         return
     have = {m.id: m for m in thread_messages(storage, thread)} if owner is not None else {}
+    messages = _as_stored(conversation, have)
+    if whole:  # the file holds the whole conversation: what else is stored left its branch
+        stale = len(have.keys() - {m.id for m in messages})
+        if stale:
+            summary.off_branch.append((f"{_span(conversation)} (thread {thread!r})", stale))
     new = [
         (n, m)
-        for n, m in enumerate(_as_stored(conversation, have))
+        for n, m in enumerate(messages)
         if m.id not in have or _edited(have[m.id], m)  # an edit is written, as index does
     ]
     if len(new) < len(conversation):
@@ -324,10 +340,25 @@ def _print_unused_resource(summary: IngestSummary) -> None:
         return
     named = ", ".join(summary.line_resources[:3])
     named += ", ..." if len(summary.line_resources) > 3 else ""
-    print(
+    said = (
         f"  note       --resource {summary.resource_unused} was used by no line: every "
         f"line names its own resource ({named})"
     )
+    print(printable(said))
+
+
+def _print_off_branch(summary: IngestSummary) -> None:
+    """Name the conversations that keep stored messages their branch in the file lacks."""
+    for where, count in summary.off_branch[:10]:
+        print(
+            style("  note", "yellow")
+            + printable(f"       {count} stored message(s) of {where} are not ")
+            + "on its branch in this file (edited or regenerated in ChatGPT since): they are "
+            "kept beside it; to keep only this branch, 'forget --thread' it, then ingest "
+            "again with --restore"
+        )
+    if len(summary.off_branch) > 10:
+        print(f"             ... and {len(summary.off_branch) - 10} more conversations")
 
 
 def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
@@ -356,14 +387,15 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
     print(skipped)
     bad = [item for item in report.skipped if _unreadable(report, item.reason)]
     for item in bad[:5]:  # what could not be read: say where it is
-        print(style(f"             {item.where}: {item.reason}", "dim"))
+        print(style(printable(f"             {item.where}: {item.reason}"), "dim"))
     if len(bad) > 5:
         print(style(f"             ... and {len(bad) - 5} more", "dim"))
     for where, reason in summary.refusals[:10]:  # what was refused: say where it is
-        print(style(f"             refused {where}: {reason}", "dim"))
+        print(style(printable(f"             refused {where}: {reason}"), "dim"))
     if len(summary.refusals) > 10:
         print(style(f"             ... and {len(summary.refusals) - 10} more refusals", "dim"))
     _print_unused_resource(summary)
+    _print_off_branch(summary)
     if summary.vectors_repaired:
         print(f"  repaired   {summary.vectors_repaired} missing vector(s) written")
     if summary.snapshots:
@@ -408,7 +440,14 @@ def run(args: argparse.Namespace) -> int:
         )
     with progress_bar(report.message_count, "msg", "ingest") as bar:
         for conversation in report.conversations:
-            _ingest_conversation(memory, conversation, summary, bar, restore=args.restore)
+            _ingest_conversation(
+                memory,
+                conversation,
+                summary,
+                bar,
+                restore=args.restore,
+                whole=report.format == "chatgpt",
+            )
     summary.vectors_missing = memory.stats().missing_vectors
     if args.repair and summary.vectors_missing:
         with progress_bar(summary.vectors_missing, "msg", "repair") as bar:

@@ -7,6 +7,7 @@ fake embedder, as tests/integration/test_cli.py does.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from langchain_semantic_recall.messages import stable_id
 from tests.unit import test_cli as unit
 from tests.unit.test_cli import Cli
 from tests.unit.test_cli_stored_text import RAW
+from tests.unit.test_importers import JAN_15, Turn, chatgpt_conversation
 
 cli = unit.cli
 embedder = unit.embedder
@@ -68,3 +70,59 @@ def test_lines_without_ids_are_imported_once_whatever_else_the_file_gained(
     once = cli("ingest", str(_jsonl(tmp_path / "plain.jsonl", plain)), "--json").json()
     assert (once["messages_added"], once["skipped"]) == (0, {"already stored": 2})
     assert cli("stats", "--json").json()["messages"] == 5
+
+
+def test_a_later_export_whose_branch_was_edited_says_what_it_left_stored(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A conversation edited in ChatGPT after an import follows another branch in the
+    next export: its new messages are added, and the stored ones of the abandoned
+    branch (no longer in the file) are named in the summary, with the way to drop them,
+    instead of sitting beside the new ones unseen (two contradicting facts)."""
+    turns: list[Turn] = [("user", "Where to stay?"), ("assistant", "Alfama")]
+    turns += [("user", "I am allergic to peanuts"), ("assistant", "Noted: peanuts")]
+    first = chatgpt_conversation("conv", "Trip", turns)
+    edited = copy.deepcopy(first)
+    mapping = edited["mapping"]
+    for node, parent, role, text in [
+        ("conv-2b", "conv-1", "user", "I am allergic to shellfish"),
+        ("conv-3b", "conv-2b", "assistant", "Noted: shellfish"),
+    ]:
+        message = {"id": node, "author": {"role": role}, "create_time": JAN_15 + 900}
+        message["content"] = {"content_type": "text", "parts": [text]}
+        mapping[node] = {"id": node, "parent": parent, "children": [], "message": message}
+        mapping[parent]["children"].append(node)
+    edited["current_node"] = "conv-3b"
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_text(json.dumps([first]), encoding="utf-8")
+    new.write_text(json.dumps([edited]), encoding="utf-8")
+    assert cli("ingest", str(old), "--resource", "alice").code == 0
+    again = cli("ingest", str(new), "--resource", "alice")
+    assert again.code == 0, again.err
+    assert (
+        "2 stored message(s) of conversation \"Trip\" (thread 'conv') are not on its "
+        "branch in this file" in again.out
+    )
+    summary = cli("ingest", str(new), "--resource", "alice", "--json").json()
+    assert summary["off_branch"] == [
+        {"where": "conversation \"Trip\" (thread 'conv')", "messages": 2}
+    ]
+    assert cli("forget", "--thread", "conv", "--yes").code == 0  # the way the summary gives
+    assert cli("ingest", str(new), "--resource", "alice", "--restore").code == 0
+    shown = cli("show", "conv").out
+    assert "shellfish" in shown
+    assert "peanuts" not in shown
+
+
+def test_ingest_names_a_hostile_title_without_running_it(cli: Cli, tmp_path: Path) -> None:
+    """The summary names conversations by their title (refusals, branches left): a
+    title is the file's text, printed through `quoting.printable` as stored text is."""
+    title = "Trip\x1b[2J\x1b]52;c;ZXZpbA==\x07"
+    export = tmp_path / "conversations.json"
+    conversation = chatgpt_conversation("conv", title, [("user", "hi"), ("assistant", "hello")])
+    export.write_text(json.dumps([conversation]), encoding="utf-8")
+    assert cli("ingest", str(export), "--resource", "alice").code == 0
+    refused = cli("ingest", str(export), "--resource", "bob")
+    assert refused.code == 1
+    assert 'refused conversation "Trip␛[2J' in refused.out
+    assert not RAW.findall(refused.out + refused.err)
