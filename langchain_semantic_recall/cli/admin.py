@@ -377,9 +377,9 @@ def _register_reindex(subparsers: Any) -> None:
         help="embed stored messages again (repair missing vectors, or after a model change)",
         description=(
             "Embed stored user and assistant messages into the index again. With "
-            "--missing-only, only messages without a vector (after an embedding failure), "
-            "and vectors whose message is gone are removed. Idempotent: vector ids are "
-            "message ids."
+            "--missing-only, only messages without a vector (after an embedding failure). "
+            "Either way, vectors whose message is gone (a forget that failed half way) are "
+            "deleted. Idempotent: vector ids are message ids."
         ),
     )
     parser.add_argument(
@@ -404,9 +404,9 @@ def run_reindex(args: argparse.Namespace) -> int:
         else None
     )
     total = memory.storage.count(scope)
-    # --missing-only also deletes the vectors whose message is gone: count them to say so
+    # reindex also deletes the vectors whose message is gone: count them to say so
     scoped = {"resource_id": args.resource, "thread_id": args.thread}
-    orphans = memory.stats(**scoped).orphan_vectors if args.missing_only else 0
+    orphans = memory.stats(**scoped).orphan_vectors
     with progress_bar(total, "msg", "reindex") as bar:
         written = memory.reindex(
             resource_id=args.resource,
