@@ -52,7 +52,7 @@ from langchain_semantic_recall.messages import (
     text_of,
 )
 from langchain_semantic_recall.records import TITLE_KEY, StoredMessage
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import check_id, encodable
 
 __all__ = ["JSONL_KEYS", "JSONL_ROLES", "export_lines", "read_jsonl", "read_jsonl_lines"]
 
@@ -284,7 +284,8 @@ def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
     """Stored messages as lines of our JSONL format (no newline at the end of each).
 
     Reading the lines back with `read_jsonl_lines` gives the same messages, with
-    the same ids and times, so an export re-imports into any store.
+    the same ids and times, so an export re-imports into any store. Every line is
+    UTF-8-encodable: one holding a lone surrogate is written with JSON escapes.
 
     Args:
         messages: Stored messages, in thread order.
@@ -310,7 +311,10 @@ def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
             plain_cls(content=stored.text, id=stored.id, additional_kwargs=_plain_kwargs(title)),
         ):
             row["message"] = _without_time(message_to_dict(message))
-        yield json.dumps(row, ensure_ascii=False, default=str)
+        line = json.dumps(row, ensure_ascii=False, default=str)
+        # A lone surrogate (stored from an import's JSON escape) has no UTF-8 form: JSON
+        # escapes carry it, and read it back the same.
+        yield line if encodable(line) else json.dumps(row, ensure_ascii=True, default=str)
 
 
 def _plain_kwargs(title: object) -> dict[str, Any]:

@@ -595,6 +595,19 @@ def test_export_round_trips_tool_calls_and_rich_content() -> None:
     assert [json.loads(line) for line in export_lines(again)] == rows
 
 
+def test_export_writes_text_utf8_cannot_hold_as_escapes_and_reads_it_back() -> None:
+    """A lone surrogate (a ChatGPT export's JSON may hold one: `"\\ud800"`) is stored;
+    its export line is JSON escapes, so the file is UTF-8 and reads back as the same
+    message (it stopped `export` half way, leaving a cut file)."""
+    originals = [HumanMessage("lone \ud800 half", id="u"), AIMessage("fine 😀", id="a")]
+    lines = list(export_lines(_stored(originals)))
+    for line in lines:
+        line.encode("utf-8")  # raises on a lone surrogate
+    assert "😀" in lines[1]  # only the line that needs them is escaped
+    (conversation,) = read_jsonl_lines(lines).conversations
+    assert [m.content for m in conversation.messages] == ["lone \ud800 half", "fine 😀"]
+
+
 def test_the_public_names_stay_importable_from_importers() -> None:
     """One module per format, one place to import from: the split moved nothing."""
     from langchain_semantic_recall import importers
