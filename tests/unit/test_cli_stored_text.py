@@ -67,3 +67,29 @@ def test_threads_prints_no_terminal_control_either(
 ) -> None:
     assert main(["--path", str(store), "threads"]) == 0
     assert not RAW.findall(capsys.readouterr().out)
+
+
+def test_json_output_carries_a_lone_surrogate_as_an_escape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A title may hold a lone surrogate (a ChatGPT export's JSON escape, stored as is):
+    `--json` writes it as `\\ud800`, which reads back the same, instead of failing on
+    standard output with 'a file is not UTF-8 text'."""
+    storage = SQLiteStorage(tmp_path / "store" / "messages.sqlite3")
+    title = "bad \ud800 title"
+    payload = json.dumps(json.loads(_payload("hi", title)))  # ASCII: the escape, as stored
+    record = MessageRecord(
+        id="m1",
+        thread_id="t",
+        resource_id="alice",
+        role="user",
+        text="hi",
+        created_at=datetime(2024, 1, 1, tzinfo=UTC),
+        payload=payload,
+    )
+    storage.put([record])
+    storage.close()
+    assert main(["--path", str(tmp_path / "store"), "threads", "--json"]) == 0
+    out = capsys.readouterr().out
+    out.encode("utf-8")
+    assert title in json.dumps(json.loads(out), ensure_ascii=False)
