@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,7 @@ from langchain_semantic_recall.cli.common import (
     store_options,
     thread_messages,
 )
+from langchain_semantic_recall.cli.ingest_summary import IngestSummary
 from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError, ReadOnlyError
 from langchain_semantic_recall.quoting import printable
@@ -36,86 +36,10 @@ BATCH = 64
 """Messages per `index` call: one batched embedding call each, and a progress step."""
 
 FORGOTTEN = "thread was forgotten (its id is retired)"
+REPEATED, STORED = "the same id appears later in this file", "already stored"
 UNREADABLE = frozenset({"not a JSON object", "no 'mapping' of messages"})
 """Reasons a ChatGPT export's conversation could not be read (an error, unlike tool output)."""
 _FORMAT_NAMES = {"jsonl": "JSONL", "chatgpt": "ChatGPT export"}
-
-
-@dataclass
-class IngestSummary:
-    """What one ingest did: counts, and reasons for everything not imported."""
-
-    file: str
-    format: str
-    threads_new: int = 0
-    threads_updated: int = 0
-    threads_unchanged: int = 0
-    threads_refused: int = 0
-    threads_restored: int = 0
-    messages_added: int = 0
-    messages_updated: int = 0
-    """Messages stored before under their id with another role or text: the file's now."""
-    messages_refused: int = 0
-    """Messages that could not be written (another owner, a reused id, a forgotten thread)."""
-    vectors: int = 0
-    vectors_failed: int = 0
-    vectors_missing: int = 0
-    """Stored messages of the store still without a vector after this run."""
-    vectors_repaired: int = 0
-    snapshots: int = 0
-    """Resources written with a vector snapshot for the next process's first search."""
-    unreadable: int = 0
-    """Lines (JSONL) or conversations (ChatGPT) that could not be read."""
-    skipped: Counter[str] = field(default_factory=Counter)
-    """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
-    not_embedded: Counter[str] = field(default_factory=Counter)
-    """Stored without a vector (system messages, no text): reason -> count."""
-    resource_unused: str | None = None
-    """`--resource` of a JSONL file whose every line names its own resource (no effect)."""
-    line_resources: list[str] = field(default_factory=list)
-    """The resources the lines name, when `--resource` was used by none of them."""
-    bad_lines: list[tuple[str, str]] = field(default_factory=list)
-    """(where in the file, why) of each line or conversation that could not be read."""
-    refusals: list[tuple[str, str]] = field(default_factory=list)
-    """(where in the file, why) of each refusal: a whole thread, or one message."""
-    off_branch: list[tuple[str, int]] = field(default_factory=list)
-    """(conversation, messages) of a ChatGPT export's conversations whose stored messages
-    are not all in the file: a branch abandoned since (an edit, a regeneration)."""
-
-    def refuse(self, where: str, reason: str, messages: int) -> None:
-        """Record `messages` refused for `reason`, found at `where` in the file."""
-        self.messages_refused += messages
-        self.skipped[reason] += messages
-        self.refusals.append((where, reason))
-
-    def as_json(self) -> dict[str, Any]:
-        """The summary as plain JSON data (the `--json` output)."""
-        return {
-            "file": self.file,
-            "format": self.format,
-            "threads": {
-                "new": self.threads_new,
-                "updated": self.threads_updated,
-                "unchanged": self.threads_unchanged,
-                "refused": self.threads_refused,
-                "restored": self.threads_restored,
-            },
-            "messages_added": self.messages_added,
-            "messages_updated": self.messages_updated,
-            "messages_refused": self.messages_refused,
-            "refused": [{"where": w, "reason": r} for w, r in self.refusals],
-            "off_branch": [{"where": w, "messages": n} for w, n in self.off_branch],
-            "vectors_written": self.vectors,
-            "vectors_failed": self.vectors_failed,
-            "vectors_repaired": self.vectors_repaired,
-            "vectors_missing": self.vectors_missing,
-            "snapshots_ready": self.snapshots,
-            "resource_unused": self.resource_unused,
-            "unreadable": self.unreadable,
-            "unreadable_lines": [{"where": w, "reason": r} for w, r in self.bad_lines],
-            "skipped": dict(self.skipped),
-            "stored_without_vector": dict(self.not_embedded),
-        }
 
 
 def register(subparsers: Any) -> None:
@@ -241,14 +165,20 @@ def _ingest_conversation(
         stale = len(have.keys() - {m.id for m in messages})
         if stale:
             summary.off_branch.append((f"{_span(conversation)} (thread {thread!r})", stale))
+    last = {m.id: n for n, m in enumerate(messages)}  # an id given twice: the last line wins
     new = [
         (n, m)
         for n, m in enumerate(messages)
-        if m.id not in have or _edited(have[m.id], m)  # an edit is written, as index does
+        if last[m.id] == n and (m.id not in have or _edited(have[m.id], m))  # an edit too
     ]
-    if len(new) < len(conversation):
-        summary.skipped["already stored"] += len(conversation) - len(new)
-        bar.update(len(conversation) - len(new))
+    summary.skipped.update(
+        {
+            r: n
+            for r, n in ((REPEATED, len(messages) - len(last)), (STORED, len(last) - len(new)))
+            if n
+        }
+    )
+    bar.update(len(conversation) - len(new))
     if not new:
         summary.threads_unchanged += 1
         return
@@ -313,7 +243,7 @@ def _write(
         if fate.fate == "skipped":
             summary.skipped[_file_reason(fate.reason)] += 1
         elif fate.fate == "unchanged":  # its id written by an earlier batch of this file
-            summary.skipped["already stored"] += 1
+            summary.skipped[STORED] += 1
     summary.vectors += len(result.embedded)
     for reason in result.skipped.values():
         summary.not_embedded[reason] += 1
@@ -326,7 +256,7 @@ def _file_reason(reason: str | None) -> str:
     from langchain_semantic_recall.records import REPEATED_ID
 
     if reason == REPEATED_ID:
-        return "the same id appears later in this file"
+        return REPEATED
     return reason or "skipped"
 
 
@@ -472,7 +402,7 @@ def _outcome(summary: IngestSummary, report: ImportReport, *, as_json: bool = Fa
         error(f"nothing in {summary.file} could be imported (reasons listed {bad})")
         return EXIT_ERROR
     if summary.messages_refused:
-        if not summary.messages_added and not summary.skipped["already stored"]:
+        if not summary.messages_added and not summary.skipped[STORED]:
             error(
                 f"nothing in {summary.file} was imported: every message was refused "
                 f"(listed {refused})"
