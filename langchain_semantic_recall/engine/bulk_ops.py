@@ -52,6 +52,9 @@ class BulkResult:
     unchanged: int = 0
     """Messages stored before exactly as given: not written again (their vectors are,
     which repairs a vector lost to a failure)."""
+    repeated: int = 0
+    """Messages skipped because a later message of their conversation has the same id
+    (the last is kept, as `index` does)."""
     embedded: int = 0
     """Messages whose vectors were written."""
     forgotten_threads: list[str] = field(default_factory=list)
@@ -88,8 +91,14 @@ def as_conversations(conversations: object) -> Iterator[Conversation]:
         yield thread_id, resource_id, messages
 
 
-def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[tuple[_Batch, _Carried]]:
-    """Records of whole conversations, grouped into batches of about `size` messages."""
+def _batches(
+    conversations: Iterable[Conversation], size: int, result: BulkResult
+) -> Iterable[tuple[_Batch, _Carried]]:
+    """Records of whole conversations, grouped into batches of about `size` messages.
+
+    Of the messages of one conversation that share an id, only the last is kept (counted
+    in `result.repeated`), as `index` keeps it.
+    """
     batch: _Batch = []
     carried: _Carried = set()
     count = 0
@@ -99,6 +108,9 @@ def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[tuple
         records = build_records(items, thread_id=thread_id, resource_id=resource_id, now=now)
         kept = [m for m in items if not_stored_reason(m) is None]  # as build_records keeps
         carried.update(r.id for r, m in zip(records, kept, strict=True) if _carries_time(m))
+        last = {r.id: n for n, r in enumerate(records)}
+        result.repeated += len(records) - len(last)
+        records = [r for n, r in enumerate(records) if last[r.id] == n]
         batch.append((thread_id, records))
         count += len(records)
         if count >= size:
@@ -226,7 +238,7 @@ def bulk_index_op(
     """
     info = yield from space.resolve()
     result = BulkResult()
-    for batch, carried in _batches(conversations, batch_size):
+    for batch, carried in _batches(conversations, batch_size, result):
         kept = yield from _store_batch(batch, carried, result, logger)
         if progress is not None:
             progress(sum(len(records) for _, records in batch))

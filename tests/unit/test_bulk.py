@@ -104,6 +104,21 @@ def test_importing_again_says_what_it_did_and_keeps_each_messages_time(twin: str
     assert [(m.id, m.text, m.seq) for m in stored] == [("a1", "hi, edited", 0), ("a2", "hello", 1)]
 
 
+def test_an_id_given_twice_keeps_the_last_message_on_every_import() -> None:
+    """As `index` does: the earlier message of a repeated id is skipped and counted. The
+    first import stored the last text, the next wrote the first over it, the third the
+    last again: the store flipped on every run of the same input."""
+    memory = _engine(FakeEmbeddings())
+    twice = [("t1", "alice", [HumanMessage("first", id="x"), HumanMessage("second", id="x")])]
+    results = [memory.bulk_index(twice) for _ in range(3)]
+    assert [(r.stored, r.updated, r.unchanged, r.repeated) for r in results] == [
+        (1, 0, 0, 1),
+        (0, 0, 1, 1),
+        (0, 0, 1, 1),
+    ]
+    assert [(m.id, m.text) for m in memory.storage.list_messages()] == [("x", "second")]
+
+
 def test_bulk_index_surfaces_vector_write_errors() -> None:
     memory = _engine(FakeEmbeddings())
 
