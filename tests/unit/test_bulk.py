@@ -6,10 +6,13 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
 from langchain_semantic_recall.bulk import BulkResult, bulk_index
+from langchain_semantic_recall.errors import OwnershipError
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -205,3 +208,48 @@ async def test_anything_but_triples_is_refused_and_nothing_is_stored(
         with refused:
             engine.bulk_index(conversations)  # type: ignore[arg-type]
     assert engine.stats().messages == 0
+
+
+# --- isolation, generated ------------------------------------------------------------------
+
+_IMPORT = st.tuples(
+    st.sampled_from(["alice", "bob", "ａlice"]),  # a look-alike resource among them
+    st.sampled_from(["t1", "t2", "t3"]),
+    st.lists(
+        st.tuples(st.sampled_from(["m1", "m2", "m3", "m4"]), st.sampled_from(["x", "y", "z"])),
+        min_size=1,
+        max_size=4,
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(imports=st.lists(_IMPORT, min_size=1, max_size=8))
+def test_an_import_never_changes_or_counts_another_resources_messages(
+    imports: list[tuple[str, str, list[tuple[str, str]]]],
+) -> None:
+    """Imports by several resources whose thread and message ids collide: each either
+    writes only its own resource's messages (another's are unchanged: text, time,
+    thread, owner) and counts only its own, or is refused whole (`OwnershipError`) and
+    changes nothing; and a resource's stored messages are exactly what its imports gave
+    (the last text of each id)."""
+    memory = _engine(FakeEmbeddings())
+    expected: dict[str, tuple[str, str, str]] = {}  # id -> (thread, resource, text)
+    for resource, thread, pairs in imports:
+        before = {m.id: m for m in memory.storage.list_messages()}
+        messages = [HumanMessage(text, id=message_id) for message_id, text in pairs]
+        try:
+            result = memory.bulk_index([(thread, resource, messages)])
+        except OwnershipError:
+            assert {m.id: m for m in memory.storage.list_messages()} == before
+            continue
+        after = {m.id: m for m in memory.storage.list_messages()}
+        for message_id, old in before.items():
+            if old.resource_id != resource:
+                assert after[message_id] == old
+        counted = result.stored + result.updated + result.unchanged + result.repeated
+        assert counted == len(messages)
+        assert result.stored == len(after.keys() - before.keys())
+        for message_id, text in pairs:
+            expected[message_id] = (thread, resource, text)
+        assert {i: (m.thread_id, m.resource_id, m.text) for i, m in after.items()} == expected
