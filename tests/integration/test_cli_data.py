@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from langchain_semantic_recall.messages import stable_id
@@ -16,6 +20,8 @@ from tests.unit import test_cli as unit
 from tests.unit.test_cli import Cli
 from tests.unit.test_cli_stored_text import RAW
 from tests.unit.test_importers import JAN_15, Turn, chatgpt_conversation
+
+ROOT = Path(__file__).resolve().parents[2]
 
 cli = unit.cli
 embedder = unit.embedder
@@ -126,3 +132,70 @@ def test_ingest_names_a_hostile_title_without_running_it(cli: Cli, tmp_path: Pat
     assert refused.code == 1
     assert 'refused conversation "Trip␛[2J' in refused.out
     assert not RAW.findall(refused.out + refused.err)
+
+
+_STOPPING_CLI = """
+import sys
+from langchain_semantic_recall.cli import common, main
+from tests.fakes import FakeEmbeddings
+
+class Stopping(FakeEmbeddings):
+    def embed_documents(self, texts):
+        if len(self.calls) == 3:  # batches before it stored and embedded; this one stored
+            print("stopped", flush=True)
+            sys.stdin.readline()  # until the parent kills this process
+        return super().embed_documents(texts)
+
+common.create_embeddings = Stopping
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_an_ingest_killed_half_way_finishes_on_a_rerun_and_stats_and_repair_agree(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """SIGKILL while a batch is stored but not embedded: the store opens, holds whole
+    batches only; the rerun adds the rest once and says which vectors are missing (exit
+    1); `stats` counts exactly the vectors `reindex --missing-only` then writes, and the
+    store ends with every line once, each with its vector."""
+    rows = [
+        {"resource": f"r{t % 2}", "thread": f"t{t}", "role": "user", "content": f"note {t} {n}"}
+        for t in range(6)
+        for n in range(50)
+    ]
+    path = _jsonl(tmp_path / "history.jsonl", rows)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ANONYMIZED_TELEMETRY": "False"}
+    argv = ["--path", str(cli.store), "ingest", str(path)]
+    child = subprocess.Popen(
+        [sys.executable, "-c", _STOPPING_CLI, *argv],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "stopped"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert child.returncode == -signal.SIGKILL
+    killed = cli("stats", "--json").json()
+    assert 0 < killed["messages"] < len(rows)
+    assert killed["messages"] % 50 == 0  # whole index calls (a thread of 50 is one), none cut
+    assert killed["missing_vectors"] > 0
+    rerun = cli("ingest", str(path), "--json")
+    assert rerun.code == 1  # missing vectors: said, with the fix
+    summary = rerun.json()
+    assert summary["messages_added"] == len(rows) - killed["messages"]
+    assert summary["skipped"] == {"already stored": killed["messages"]}
+    missing = cli("stats", "--json").json()["missing_vectors"]
+    assert missing == summary["vectors_missing"] == killed["missing_vectors"]
+    repaired = cli("reindex", "--missing-only")
+    assert f"Wrote {missing} missing vector(s)" in repaired.out
+    final = cli("stats", "--json").json()
+    assert (final["messages"], final["vectors"], final["missing_vectors"]) == (300, 300, 0)
+    assert final["orphan_vectors"] == 0
+    assert cli("ingest", str(path), "--json").json()["messages_added"] == 0
