@@ -358,6 +358,26 @@ def test_eval_refuses_the_global_server_urls(
     assert not (tmp_path / "m.db").exists()
 
 
+def test_eval_refuses_a_global_path_rather_than_measure_another_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--path mystore eval ...` measured a temporary store and said nothing: a user
+    reading the numbers as their store's was misled. --store is eval's folder; the
+    environment's default path is no choice, so it is still ignored."""
+    dataset = tmp_path / "set.jsonl"
+    dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
+    mine = tmp_path / "mine"
+    assert main(["--path", str(mine), "eval", "jsonl", str(dataset)]) == 2
+    err = capsys.readouterr().err
+    assert "eval does not read the store at --path" in err
+    assert "--store DIR" in err
+    assert not mine.exists()
+    monkeypatch.setenv(common.PATH_ENV, str(mine))
+    parser = build_parser()
+    args = parser.parse_args(["eval", "jsonl", str(dataset)])
+    assert getattr(args, "path", None) is None  # the environment's default: not refused
+
+
 def test_demo_openai_without_a_key_is_refused_not_answered_offline(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
