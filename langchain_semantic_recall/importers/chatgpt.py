@@ -8,7 +8,8 @@ imported). User and assistant text messages are kept; hidden, tool, code and rea
 messages are reported as skipped, and so is each image, file or attachment of a kept
 message (its text is kept; images and files are not imported). The thread id is the
 conversation's id and message ids are ChatGPT's own, so importing a later export of the
-same account adds only what is new.
+same account adds only what is new; an id that is missing, blank or that no storage can
+hold (NUL, a lone surrogate) is derived from the conversation, the same on every import.
 The export names no user: the caller gives the resource id.
 """
 
@@ -19,7 +20,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.importers.report import (
@@ -31,6 +32,7 @@ from langchain_semantic_recall.importers.report import (
 )
 from langchain_semantic_recall.messages import CREATED_AT_KEY, parse_time, stable_id
 from langchain_semantic_recall.records import TITLE_KEY
+from langchain_semantic_recall.storable import storable
 
 __all__ = ["read_chatgpt_conversations", "read_chatgpt_export"]
 
@@ -122,6 +124,11 @@ def _skip_reason(message: Mapping[str, Any], role: object) -> str | None:
     return None
 
 
+def _usable_id(value: object) -> TypeGuard[str]:
+    """Whether an export's id can be a thread or message id (`storable.check_id`)."""
+    return isinstance(value, str) and bool(value.strip()) and storable(value)
+
+
 def _conversation(
     raw: Mapping[str, Any], index: int, resource_id: str, report: ImportReport
 ) -> Conversation | None:
@@ -132,7 +139,7 @@ def _conversation(
         report.skipped.append(Skipped(where, "no 'mapping' of messages"))
         return None
     thread = raw.get("conversation_id") or raw.get("id")
-    if not isinstance(thread, str) or not thread.strip():
+    if not _usable_id(thread):  # missing, or no storage can hold it: derived
         thread = stable_id("chatgpt", title or "", str(raw.get("create_time")), "", index)
     conversation = Conversation(resource_id, thread, title=title)
     fallback_time = raw.get("create_time")
@@ -159,8 +166,8 @@ def _conversation(
         if title:
             kwargs[TITLE_KEY] = title
         text = _chatgpt_text(content)
-        message_id = message.get("id") or node.get("id")
-        if not isinstance(message_id, str) or not message_id:
+        message_id = next((i for i in (message.get("id"), node.get("id")) if _usable_id(i)), None)
+        if message_id is None:
             message_id = stable_id(thread, str(role), text, str(when or ""), position)
         cls = ROLES[str(role)]
         conversation.messages.append(cls(content=text, id=message_id, additional_kwargs=kwargs))

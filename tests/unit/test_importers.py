@@ -33,6 +33,7 @@ from langchain_semantic_recall.importers import (
 )
 from langchain_semantic_recall.importers.jsonl import JSONL_KEYS, JSONL_ROLES
 from langchain_semantic_recall.messages import build_records, stable_id
+from langchain_semantic_recall.storable import storable
 
 JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
 
@@ -384,6 +385,29 @@ def test_images_and_attachments_beside_text_are_counted_not_dropped_unseen() -> 
         "x",
     ]
     assert [s.reason for s in report.skipped] == [PART_LEFT_OUT] * 4
+
+
+def test_chatgpt_ids_no_storage_can_hold_are_derived_like_missing_ones() -> None:
+    """A conversation or message id holding NUL or a lone surrogate (an export's JSON
+    may) was passed on, and the first write refused it: the whole ingest stopped there
+    with nothing imported. It is derived as a missing id is, so every conversation loads
+    (the same on every import of the file)."""
+    bad = chatgpt_conversation("bad\x00id", "Nul", [("user", "hi"), ("assistant", "yo")])
+    odd = chatgpt_conversation("odd", "Odd", [("user", "hello")])
+    odd["mapping"]["odd-0"]["message"]["id"] = "m\ud800"
+    odd["mapping"]["odd-0"]["id"] = "n\x00"
+    fine = chatgpt_conversation("fine", "Fine", [("user", "ok")])
+    first = read_chatgpt_conversations([bad, odd, fine], resource_id="u")
+    again = read_chatgpt_conversations([bad, odd, fine], resource_id="u")
+    assert len(first.conversations) == 3
+    assert first.skipped == []
+    ids = [c.thread_id for c in first.conversations]
+    ids += [m.id for c in first.conversations for m in c.messages if m.id is not None]
+    assert all(storable(i) for i in ids)
+    assert ids == [c.thread_id for c in again.conversations] + [
+        m.id for c in again.conversations for m in c.messages if m.id is not None
+    ]
+    assert ids[1:3] == ["odd", "fine"]
 
 
 def test_chatgpt_conversations_without_text_or_mapping_are_reported() -> None:
