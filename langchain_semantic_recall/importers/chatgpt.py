@@ -5,8 +5,9 @@ An export is a list of conversations, each with a `title`, a `create_time`, a
 `create_time`, and a `parent`) and a `current_node`. The main branch is the
 `current_node`'s chain of parents (edits and regenerations left on other branches are not
 imported). User and assistant text messages are kept; hidden, tool, code and reasoning
-messages are reported as skipped, and so is each image, file or attachment of a kept
-message (its text is kept; images and files are not imported). The thread id is the
+messages are reported as skipped, and so is each image, audio, file or attachment of a
+kept message (its text is kept, a spoken turn's transcript too; the media are not
+imported). The thread id is the
 conversation's id and message ids are ChatGPT's own, so importing a later export of the
 same account adds only what is new; an id that is missing, blank or that no storage can
 hold (NUL, a lone surrogate) is derived from the conversation, the same on every import.
@@ -80,15 +81,29 @@ def _node_time(node: object) -> float:
     return float(when) if isinstance(when, int | float) else 0.0
 
 
-PART_LEFT_OUT = "image, file or attachment left out (its message's text is kept)"
+PART_LEFT_OUT = "image, audio, file or attachment left out (its message's text is kept)"
 """The reason reported for each non-text part or attachment of a message that is kept."""
 
 
+def _part_text(part: object) -> str | None:
+    """A content part's text: a string, or a spoken turn's transcript; None for the rest.
+
+    ChatGPT exports a voice turn as `multimodal_text` whose parts are an
+    `audio_transcription` (`text`: what was said) and a pointer to the audio.
+    """
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Mapping) and part.get("content_type") == "audio_transcription":
+        text = part.get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
 def _parts_left_out(message: Mapping[str, Any]) -> int:
-    """A kept message's parts that are not text (images, files) and its attachments."""
+    """A kept message's parts that are not text (images, audio, files), and its attachments."""
     content = message.get("content")
     parts = content.get("parts") if isinstance(content, Mapping) else None
-    other = sum(not isinstance(p, str) for p in parts) if isinstance(parts, list) else 0
+    other = sum(_part_text(p) is None for p in parts) if isinstance(parts, list) else 0
     metadata = message.get("metadata")
     attached = metadata.get("attachments") if isinstance(metadata, Mapping) else None
     return other + (len(attached) if isinstance(attached, list) else 0)
@@ -97,7 +112,7 @@ def _parts_left_out(message: Mapping[str, Any]) -> int:
 def _chatgpt_text(content: Mapping[str, Any]) -> str:
     parts = content.get("parts")
     if isinstance(parts, list):
-        texts = [p for p in parts if isinstance(p, str) and p.strip()]
+        texts = [t for t in map(_part_text, parts) if t is not None and t.strip()]
         return "\n".join(texts)
     text = content.get("text")
     return text if isinstance(text, str) else ""
@@ -120,7 +135,7 @@ def _skip_reason(message: Mapping[str, Any], role: object) -> str | None:
     if kind not in ("text", "multimodal_text"):
         return _SKIPPED_CONTENT.get(str(kind), f"{kind} content")
     if not _chatgpt_text(content).strip():
-        return "no text (image or file only)" if kind == "multimodal_text" else "no text"
+        return "no text (image, audio or file only)" if kind == "multimodal_text" else "no text"
     return None
 
 

@@ -353,7 +353,7 @@ def test_chatgpt_content_kinds_and_missing_fields() -> None:
     assert only.messages[1].additional_kwargs["created_at"] == "2024-01-15T10:30:00+00:00"
     reasons = [s.reason for s in report.skipped]
     assert reasons == [
-        "no text (image or file only)",
+        "no text (image, audio or file only)",
         PART_LEFT_OUT,
         "code run by a tool",
         "model reasoning",
@@ -364,7 +364,7 @@ def test_chatgpt_content_kinds_and_missing_fields() -> None:
     assert {s.where for s in report.skipped} == {"conversation #1"}
 
 
-PART_LEFT_OUT = "image, file or attachment left out (its message's text is kept)"
+PART_LEFT_OUT = "image, audio, file or attachment left out (its message's text is kept)"
 
 
 def test_images_and_attachments_beside_text_are_counted_not_dropped_unseen() -> None:
@@ -385,6 +385,35 @@ def test_images_and_attachments_beside_text_are_counted_not_dropped_unseen() -> 
         "x",
     ]
     assert [s.reason for s in report.skipped] == [PART_LEFT_OUT] * 4
+
+
+def test_a_voice_conversation_keeps_its_transcripts() -> None:
+    """ChatGPT exports a spoken turn as `multimodal_text` with an `audio_transcription`
+    part (its text) beside the audio's pointer: the transcript was dropped with the
+    audio, and a voice conversation was reported as images only, with nothing imported."""
+    audio = {"content_type": "audio_asset_pointer", "asset_pointer": "sediment://file_1"}
+    live = {
+        "content_type": "real_time_user_audio_video_asset_pointer",
+        "audio_asset_pointer": audio,
+    }
+
+    def spoken(text: str, direction: str, pointer: dict[str, Any]) -> dict[str, Any]:
+        said = {"content_type": "audio_transcription", "text": text, "direction": direction}
+        return {"content": {"content_type": "multimodal_text", "parts": [said, pointer]}}
+
+    turns: list[Turn] = [
+        ("user", "", spoken("Where should we stay in Lisbon?", "in", audio)),
+        ("assistant", "", spoken("Try Alfama.", "out", live)),
+    ]
+    report = read_chatgpt_conversations(
+        [chatgpt_conversation("v", "Voice", turns)], resource_id="u"
+    )
+    (conversation,) = report.conversations
+    assert [m.content for m in conversation.messages] == [
+        "Where should we stay in Lisbon?",
+        "Try Alfama.",
+    ]
+    assert [s.reason for s in report.skipped] == [PART_LEFT_OUT] * 2  # the audio of each
 
 
 def test_chatgpt_ids_no_storage_can_hold_are_derived_like_missing_ones() -> None:
