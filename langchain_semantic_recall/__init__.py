@@ -31,7 +31,7 @@ from langchain_semantic_recall.errors import (
 if TYPE_CHECKING:  # imported on first use, see `_LAZY`
     from langchain_semantic_recall.chat_history import SemanticRecallChatHistory
     from langchain_semantic_recall.embeddings import EmbeddingCache
-    from langchain_semantic_recall.engine.index_ops import BulkResult
+    from langchain_semantic_recall.engine.bulk_ops import BulkResult
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
     from langchain_semantic_recall.engine.retention_ops import RetentionResult
     from langchain_semantic_recall.graph import (
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # imported on first use, see `_LAZY`
 _LAZY = {
     "SemanticRecallChatHistory": "chat_history",
     "EmbeddingCache": "embeddings",
-    "BulkResult": "engine.index_ops",
+    "BulkResult": "engine.bulk_ops",
     "RecallStats": "engine.maintenance_ops",
     "RetentionResult": "engine.retention_ops",
     "IndexNode": "graph",

@@ -1,6 +1,6 @@
 """Bulk import: many conversations into an engine at the embedder's own speed.
 
-The operation lives in `langchain_semantic_recall.engine.index_ops` (`bulk_index_op`):
+The operation lives in `langchain_semantic_recall.engine.bulk_ops` (`bulk_index_op`):
 it stores a whole batch of conversations in one storage transaction, embeds every text of
 the batch in ONE call through the engine's cache, and writes batch *n*'s vectors in the
 background while batch *n + 1* is embedded. It keeps `index`'s rules (the same records
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Unpack
 
+from langchain_semantic_recall.engine.bulk_ops import BulkResult, Conversation
 from langchain_semantic_recall.engine.call_options import BulkOptions
-from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall

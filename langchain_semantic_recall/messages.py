@@ -200,13 +200,18 @@ def parse_time(value: object) -> datetime:
         ) from error
 
 
-def stable_id(thread_id: str, role: str, text: str, created_at: str, position: int) -> str:
+def stable_id(
+    thread_id: str, role: str, text: str, created_at: str, position: int, *, kind: str = ""
+) -> str:
     """A deterministic id from a message's place in its conversation (imports, graph state).
 
     Never from the text alone: `position` is the message's place in the whole imported
-    conversation or graph state, so two equal texts are two messages.
+    conversation or graph state, so two equal texts are two messages. `kind` names
+    another meaning of `position` (a JSONL line's: how many lines of its thread before
+    it hold the same text, `"jsonl"`), so ids of two derivations never meet.
     """
-    key = "\x1f".join((thread_id, role, created_at, str(position), text))
+    parts = (thread_id, role, created_at, str(position), text)
+    key = "\x1f".join((kind, *parts) if kind else parts)
     return str(uuid.uuid5(_ID_NAMESPACE, key))
 
 

@@ -22,6 +22,7 @@ from langchain_semantic_recall import maintenance, memory_contract, visible
 from langchain_semantic_recall import options as defaults
 from langchain_semantic_recall.embeddings import EmbeddingCache
 from langchain_semantic_recall.engine import lifecycle
+from langchain_semantic_recall.engine.bulk_ops import BulkResult, Conversation
 from langchain_semantic_recall.engine.call_options import (
     BulkOptions,
     IndexOptions,
@@ -38,7 +39,6 @@ from langchain_semantic_recall.engine.core import (
     warn_if_unfitted,
 )
 from langchain_semantic_recall.engine.identity import IdentityKeys
-from langchain_semantic_recall.engine.index_ops import BulkResult, Conversation
 from langchain_semantic_recall.engine.maintenance_ops import RecallStats
 from langchain_semantic_recall.engine.steps import Backends
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace

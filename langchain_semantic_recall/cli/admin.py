@@ -29,6 +29,7 @@ from langchain_semantic_recall.cli.common import (
 from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
 from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
@@ -314,7 +315,7 @@ def run_forget(args: argparse.Namespace) -> int:
         deleted = memory.forget_thread(args.thread)
     else:
         deleted = memory.forget_resource(args.resource)
-    print(f"Forgot {target}: {deleted} message(s) and their vectors deleted.")
+    print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
     return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
@@ -355,13 +356,14 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     else:
         result = memory.forget_before(cutoff, resource_id=args.resource)
     per = ", ".join(f"{resource} {count}" for resource, count in result.deleted.items())
-    print(
+    said = (
         f"Forgot {result.messages} message(s) created before "
         f"{result.cutoff:%Y-%m-%d %H:%M} UTC {whose}, and their vectors"
         + (f" ({per})." if per else ".")
     )
+    print(printable(said))
     if result.threads_emptied:
-        print(f"Threads left empty: {', '.join(result.threads_emptied)}.")
+        print(printable(f"Threads left empty: {', '.join(result.threads_emptied)}."))
     return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
@@ -375,9 +377,9 @@ def _register_reindex(subparsers: Any) -> None:
         help="embed stored messages again (repair missing vectors, or after a model change)",
         description=(
             "Embed stored user and assistant messages into the index again. With "
-            "--missing-only, only messages without a vector (after an embedding failure), "
-            "and vectors whose message is gone are removed. Idempotent: vector ids are "
-            "message ids."
+            "--missing-only, only messages without a vector (after an embedding failure). "
+            "Either way, vectors whose message is gone (a forget that failed half way) are "
+            "deleted. Idempotent: vector ids are message ids."
         ),
     )
     parser.add_argument(
@@ -402,9 +404,9 @@ def run_reindex(args: argparse.Namespace) -> int:
         else None
     )
     total = memory.storage.count(scope)
-    # --missing-only also deletes the vectors whose message is gone: count them to say so
+    # reindex also deletes the vectors whose message is gone: count them to say so
     scoped = {"resource_id": args.resource, "thread_id": args.thread}
-    orphans = memory.stats(**scoped).orphan_vectors if args.missing_only else 0
+    orphans = memory.stats(**scoped).orphan_vectors
     with progress_bar(total, "msg", "reindex") as bar:
         written = memory.reindex(
             resource_id=args.resource,

@@ -401,8 +401,17 @@ def message_json(message: StoredMessage) -> dict[str, Any]:
 
 
 def print_json(value: object) -> None:
-    """Print `value` as indented JSON (non-ASCII kept, unknown types as text)."""
-    print(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+    """Print `value` as indented JSON (non-ASCII kept, unknown types as text).
+
+    Text UTF-8 cannot hold (a lone surrogate, stored from an import's JSON escape) is
+    written as JSON escapes, which read back the same.
+    """
+    text = json.dumps(value, ensure_ascii=False, indent=2, default=str)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, indent=2, default=str)
+    print(text)
 
 
 def confirm(question: str) -> bool:

@@ -76,8 +76,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
             "search recall uses, and prints per category and overall: recall (share of\n"
             "evidence messages returned), hit_all, hit_any, messages returned per question and\n"
             "search latency (query embedding included). Options left out take the package\n"
-            "defaults. The global --path is not used (--storage / --vector are refused): the\n"
-            "store is temporary unless --store."
+            "defaults. The global --path, --storage and --vector are refused (eval never\n"
+            "reads or writes a store of yours): the store is temporary unless --store."
         ),
         epilog=(
             "JSONL format: the ingest format (one message a line, with an 'id' on every\n"
@@ -404,6 +404,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "eval loads the dataset into a fresh embedded store and does not use "
             "--storage / --vector: leave them out (--store DIR keeps the store)"
+        )
+    if getattr(args, "path", None) is not None:  # given; $SEMANTIC_RECALL_PATH is no choice
+        raise UsageError(
+            "eval does not read the store at --path: it measures recall on a labelled "
+            "dataset it loads into a fresh store; leave --path out (--store DIR keeps that "
+            "store, in a new or empty folder)"
         )
     path = Path(args.dataset)
     dataset, busy = _read(args, path)

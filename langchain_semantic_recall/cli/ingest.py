@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +20,10 @@ from langchain_semantic_recall.cli.common import (
     store_options,
     thread_messages,
 )
+from langchain_semantic_recall.cli.ingest_summary import IngestSummary
 from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError, ReadOnlyError
+from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
     from langchain_core.messages import BaseMessage
@@ -35,82 +36,10 @@ BATCH = 64
 """Messages per `index` call: one batched embedding call each, and a progress step."""
 
 FORGOTTEN = "thread was forgotten (its id is retired)"
+REPEATED, STORED = "the same id appears later in this file", "already stored"
 UNREADABLE = frozenset({"not a JSON object", "no 'mapping' of messages"})
 """Reasons a ChatGPT export's conversation could not be read (an error, unlike tool output)."""
 _FORMAT_NAMES = {"jsonl": "JSONL", "chatgpt": "ChatGPT export"}
-
-
-@dataclass
-class IngestSummary:
-    """What one ingest did: counts, and reasons for everything not imported."""
-
-    file: str
-    format: str
-    threads_new: int = 0
-    threads_updated: int = 0
-    threads_unchanged: int = 0
-    threads_refused: int = 0
-    threads_restored: int = 0
-    messages_added: int = 0
-    messages_updated: int = 0
-    """Messages stored before under their id with another role or text: the file's now."""
-    messages_refused: int = 0
-    """Messages that could not be written (another owner, a reused id, a forgotten thread)."""
-    vectors: int = 0
-    vectors_failed: int = 0
-    vectors_missing: int = 0
-    """Stored messages of the store still without a vector after this run."""
-    vectors_repaired: int = 0
-    snapshots: int = 0
-    """Resources written with a vector snapshot for the next process's first search."""
-    unreadable: int = 0
-    """Lines (JSONL) or conversations (ChatGPT) that could not be read."""
-    skipped: Counter[str] = field(default_factory=Counter)
-    """Not stored: reason -> count (bad lines, tool output, already stored, ...)."""
-    not_embedded: Counter[str] = field(default_factory=Counter)
-    """Stored without a vector (system messages, no text): reason -> count."""
-    resource_unused: str | None = None
-    """`--resource` of a JSONL file whose every line names its own resource (no effect)."""
-    line_resources: list[str] = field(default_factory=list)
-    """The resources the lines name, when `--resource` was used by none of them."""
-    bad_lines: list[tuple[str, str]] = field(default_factory=list)
-    """(where in the file, why) of each line or conversation that could not be read."""
-    refusals: list[tuple[str, str]] = field(default_factory=list)
-    """(where in the file, why) of each refusal: a whole thread, or one message."""
-
-    def refuse(self, where: str, reason: str, messages: int) -> None:
-        """Record `messages` refused for `reason`, found at `where` in the file."""
-        self.messages_refused += messages
-        self.skipped[reason] += messages
-        self.refusals.append((where, reason))
-
-    def as_json(self) -> dict[str, Any]:
-        """The summary as plain JSON data (the `--json` output)."""
-        return {
-            "file": self.file,
-            "format": self.format,
-            "threads": {
-                "new": self.threads_new,
-                "updated": self.threads_updated,
-                "unchanged": self.threads_unchanged,
-                "refused": self.threads_refused,
-                "restored": self.threads_restored,
-            },
-            "messages_added": self.messages_added,
-            "messages_updated": self.messages_updated,
-            "messages_refused": self.messages_refused,
-            "refused": [{"where": w, "reason": r} for w, r in self.refusals],
-            "vectors_written": self.vectors,
-            "vectors_failed": self.vectors_failed,
-            "vectors_repaired": self.vectors_repaired,
-            "vectors_missing": self.vectors_missing,
-            "snapshots_ready": self.snapshots,
-            "resource_unused": self.resource_unused,
-            "unreadable": self.unreadable,
-            "unreadable_lines": [{"where": w, "reason": r} for w, r in self.bad_lines],
-            "skipped": dict(self.skipped),
-            "stored_without_vector": dict(self.not_embedded),
-        }
 
 
 def register(subparsers: Any) -> None:
@@ -213,7 +142,13 @@ def _ingest_conversation(
     bar: Any,
     *,
     restore: bool,
+    whole: bool = False,
 ) -> None:
+    """Write one conversation's new and edited messages; count and report what it did.
+
+    `whole`: the file holds the whole conversation (a ChatGPT export's main branch), so
+    stored messages it lacks are reported (`IngestSummary.off_branch`).
+    """
     storage = memory.storage
     thread = conversation.thread_id
     owner = storage.get_thread_owner(thread)
@@ -225,14 +160,25 @@ def _ingest_conversation(
         bar.update(len(conversation))
         return
     have = {m.id: m for m in thread_messages(storage, thread)} if owner is not None else {}
+    messages = _as_stored(conversation, have)
+    if whole:  # the file holds the whole conversation: what else is stored left its branch
+        stale = len(have.keys() - {m.id for m in messages})
+        if stale:
+            summary.off_branch.append((f"{_span(conversation)} (thread {thread!r})", stale))
+    last = {m.id: n for n, m in enumerate(messages)}  # an id given twice: the last line wins
     new = [
         (n, m)
-        for n, m in enumerate(conversation.messages)
-        if m.id not in have or _edited(have[m.id], m)  # an edit is written, as index does
+        for n, m in enumerate(messages)
+        if last[m.id] == n and (m.id not in have or _edited(have[m.id], m))  # an edit too
     ]
-    if len(new) < len(conversation):
-        summary.skipped["already stored"] += len(conversation) - len(new)
-        bar.update(len(conversation) - len(new))
+    summary.skipped.update(
+        {
+            r: n
+            for r, n in ((REPEATED, len(messages) - len(last)), (STORED, len(last) - len(new)))
+            if n
+        }
+    )
+    bar.update(len(conversation) - len(new))
     if not new:
         summary.threads_unchanged += 1
         return
@@ -247,6 +193,20 @@ def _ingest_conversation(
         summary.threads_restored += forgotten
     else:
         summary.threads_updated += 1
+
+
+def _as_stored(conversation: Conversation, have: dict[str, StoredMessage]) -> list[BaseMessage]:
+    """The conversation's messages, each under the id it is stored with.
+
+    A JSONL line without an id imported by an earlier version is stored under the id
+    derived from its line number (`Conversation.legacy_ids`): it keeps that id, so it is
+    found (and compared) rather than stored a second time.
+    """
+    messages = list(conversation.messages)
+    for n, legacy in conversation.legacy_ids.items():
+        if messages[n].id not in have and legacy in have:
+            messages[n] = messages[n].model_copy(update={"id": legacy})
+    return messages
 
 
 def _edited(stored: StoredMessage, message: BaseMessage) -> bool:
@@ -283,7 +243,7 @@ def _write(
         if fate.fate == "skipped":
             summary.skipped[_file_reason(fate.reason)] += 1
         elif fate.fate == "unchanged":  # its id written by an earlier batch of this file
-            summary.skipped["already stored"] += 1
+            summary.skipped[STORED] += 1
     summary.vectors += len(result.embedded)
     for reason in result.skipped.values():
         summary.not_embedded[reason] += 1
@@ -296,7 +256,7 @@ def _file_reason(reason: str | None) -> str:
     from langchain_semantic_recall.records import REPEATED_ID
 
     if reason == REPEATED_ID:
-        return "the same id appears later in this file"
+        return REPEATED
     return reason or "skipped"
 
 
@@ -310,10 +270,25 @@ def _print_unused_resource(summary: IngestSummary) -> None:
         return
     named = ", ".join(summary.line_resources[:3])
     named += ", ..." if len(summary.line_resources) > 3 else ""
-    print(
+    said = (
         f"  note       --resource {summary.resource_unused} was used by no line: every "
         f"line names its own resource ({named})"
     )
+    print(printable(said))
+
+
+def _print_off_branch(summary: IngestSummary) -> None:
+    """Name the conversations that keep stored messages their branch in the file lacks."""
+    for where, count in summary.off_branch[:10]:
+        print(
+            style("  note", "yellow")
+            + printable(f"       {count} stored message(s) of {where} are not ")
+            + "on its branch in this file (edited or regenerated in ChatGPT since): they are "
+            "kept beside it; to keep only this branch, 'forget --thread' it, then ingest "
+            "again with --restore"
+        )
+    if len(summary.off_branch) > 10:
+        print(f"             ... and {len(summary.off_branch) - 10} more conversations")
 
 
 def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
@@ -342,14 +317,15 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
     print(skipped)
     bad = [item for item in report.skipped if _unreadable(report, item.reason)]
     for item in bad[:5]:  # what could not be read: say where it is
-        print(style(f"             {item.where}: {item.reason}", "dim"))
+        print(style(printable(f"             {item.where}: {item.reason}"), "dim"))
     if len(bad) > 5:
         print(style(f"             ... and {len(bad) - 5} more", "dim"))
     for where, reason in summary.refusals[:10]:  # what was refused: say where it is
-        print(style(f"             refused {where}: {reason}", "dim"))
+        print(style(printable(f"             refused {where}: {reason}"), "dim"))
     if len(summary.refusals) > 10:
         print(style(f"             ... and {len(summary.refusals) - 10} more refusals", "dim"))
     _print_unused_resource(summary)
+    _print_off_branch(summary)
     if summary.vectors_repaired:
         print(f"  repaired   {summary.vectors_repaired} missing vector(s) written")
     if summary.snapshots:
@@ -394,7 +370,14 @@ def run(args: argparse.Namespace) -> int:
         )
     with progress_bar(report.message_count, "msg", "ingest") as bar:
         for conversation in report.conversations:
-            _ingest_conversation(memory, conversation, summary, bar, restore=args.restore)
+            _ingest_conversation(
+                memory,
+                conversation,
+                summary,
+                bar,
+                restore=args.restore,
+                whole=report.format == "chatgpt",
+            )
     summary.vectors_missing = memory.stats().missing_vectors
     if args.repair and summary.vectors_missing:
         with progress_bar(summary.vectors_missing, "msg", "repair") as bar:
@@ -419,7 +402,7 @@ def _outcome(summary: IngestSummary, report: ImportReport, *, as_json: bool = Fa
         error(f"nothing in {summary.file} could be imported (reasons listed {bad})")
         return EXIT_ERROR
     if summary.messages_refused:
-        if not summary.messages_added and not summary.skipped["already stored"]:
+        if not summary.messages_added and not summary.skipped[STORED]:
             error(
                 f"nothing in {summary.file} was imported: every message was refused "
                 f"(listed {refused})"

@@ -20,6 +20,7 @@ from langchain_semantic_recall.cli.common import (
     thread_titles,
 )
 from langchain_semantic_recall.cli.render import shown_text, style, table, when, width
+from langchain_semantic_recall.quoting import printable
 
 
 def register(subparsers: Any) -> None:
@@ -105,11 +106,11 @@ def run_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     title = conversation_title(messages[0]) if messages else None
     header = f"Thread {args.thread} of {owner}" + (f' · "{title}"' if title else "")
-    print(style(f"{header} · {len(messages)} message(s)", "bold"))
+    print(style(printable(f"{header} · {len(messages)} message(s)"), "bold"))
     for message in messages:
         print()
         print(style(f"{when(message.created_at)}  {message.role}", "cyan"))
-        text = shown_text(message)  # blank: say what it holds instead
+        text = printable(shown_text(message))  # blank: say what it holds instead
         for paragraph in text.splitlines():
             print(textwrap.fill(paragraph, width(), initial_indent="  ", subsequent_indent="  "))
     return EXIT_OK
@@ -146,7 +147,8 @@ def run_move(args: argparse.Namespace) -> int:
     owner = require_thread(memory.storage, args.thread, args.owner)
     moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
     if owner == args.to:
-        print(f"Thread {args.thread} already belongs to {args.to}: nothing moved.")
+        print(printable(f"Thread {args.thread} already belongs to {args.to}: nothing moved."))
     else:
-        print(f"Moved thread {args.thread} from {owner} to {args.to}: {moved} message(s).")
+        said = f"Moved thread {args.thread} from {owner} to {args.to}: {moved} message(s)."
+        print(printable(said))
     return EXIT_OK

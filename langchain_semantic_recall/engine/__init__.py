@@ -5,7 +5,7 @@
   and dimension, resolved once;
 - `steps`: the I/O steps an operation asks for, and the two drivers (sync, async)
   that perform them;
-- `search_ops`, `index_ops`, `maintenance_ops`: every operation as a
+- `search_ops`, `index_ops`, `bulk_ops`, `maintenance_ops`: every operation as a
   generator of steps, so that `x` and `ax` share every decision and differ only in
   the driver that runs them.
 """

@@ -18,6 +18,12 @@ from typing import Any, Generic, Protocol, TypeVar
 from langchain_core.messages import BaseMessage
 
 from langchain_semantic_recall.embeddings import embedding_model_name
+from langchain_semantic_recall.engine.bulk_ops import (
+    BulkResult,
+    Conversation,
+    as_conversations,
+    bulk_index_op,
+)
 from langchain_semantic_recall.engine.call_options import (
     CALL_ID_KEYS,
     BulkOptions,
@@ -30,13 +36,7 @@ from langchain_semantic_recall.engine.call_options import (
     split_narrowing,
 )
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, resolve_identity
-from langchain_semantic_recall.engine.index_ops import (
-    BulkResult,
-    Conversation,
-    as_conversations,
-    bulk_index_op,
-    index_op,
-)
+from langchain_semantic_recall.engine.index_ops import index_op
 from langchain_semantic_recall.engine.lifecycle import Lifecycle
 from langchain_semantic_recall.engine.maintenance_ops import (
     RecallStats,

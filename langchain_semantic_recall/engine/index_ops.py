@@ -1,4 +1,4 @@
-"""Index (one turn) and bulk import, each written once as a generator of steps.
+"""Index (one turn), written once as a generator of steps (bulk import: `bulk_ops`).
 
 Every message is written to storage first (all roles); user and assistant text is then
 chunked, embedded in one batched call through the shared cache and upserted. A failure
@@ -9,7 +9,7 @@ after the storage write is logged and reported, never raised: the messages are k
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -28,13 +28,11 @@ from langchain_semantic_recall.engine.vector_writes import (
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
-    InvalidInputError,
     OwnershipError,
 )
 from langchain_semantic_recall.filters import MetadataValue
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
-    build_records,
     not_stored_reason,
     record_for,
     skip_reason,
@@ -49,7 +47,6 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
-    VectorRecord,
 )
 from langchain_semantic_recall.storable import check_id
 
@@ -332,123 +329,3 @@ def _move_vectors(
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_vectors(info, rows, logger)
-
-
-# --- bulk import ---------------------------------------------------------------------------
-
-Conversation = tuple[str, str, Sequence[BaseMessage]]
-"""`(thread_id, resource_id, messages)`: one thread of one resource, in order."""
-
-
-@dataclass(slots=True)
-class BulkResult:
-    """What a bulk import did."""
-
-    stored: int = 0
-    """Messages written to storage."""
-    embedded: int = 0
-    """Messages whose vectors were written."""
-    forgotten_threads: list[str] = field(default_factory=list)
-    """Threads skipped because they were forgotten (their ids are retired)."""
-
-
-_Batch = list[tuple[str, list[MessageRecord]]]
-
-
-def as_conversations(conversations: object) -> Iterator[Conversation]:
-    """Each of `conversations` as a `(thread_id, resource_id, messages)` triple.
-
-    Checked one by one as the import reads them: a dict (or any other three-item
-    iterable, such as a three-letter string) would otherwise unpack into junk ids.
-
-    Raises:
-        InvalidInputError: `conversations` is not an iterable of triples.
-    """
-    if isinstance(conversations, str | bytes | Mapping) or not isinstance(conversations, Iterable):
-        raise InvalidInputError(
-            "bulk_index takes an iterable of (thread_id, resource_id, messages) triples, "
-            f"got {type(conversations).__name__}"
-        )
-    for position, conversation in enumerate(conversations):
-        if not isinstance(conversation, tuple | list) or len(conversation) != 3:
-            raise InvalidInputError(
-                f"conversation {position} must be a (thread_id, resource_id, messages) "
-                f"triple, got {type(conversation).__name__}: pass a list of triples, e.g. "
-                "[('chat-1', 'alice', messages)]"
-            )
-        thread_id, resource_id, messages = conversation
-        yield thread_id, resource_id, messages
-
-
-def _batches(conversations: Iterable[Conversation], size: int) -> Iterable[_Batch]:
-    """Records of whole conversations, grouped into batches of about `size` messages."""
-    batch: _Batch = []
-    count = 0
-    now = datetime.now(UTC)
-    for thread_id, resource_id, messages in conversations:
-        items = to_messages(messages)
-        records = build_records(items, thread_id=thread_id, resource_id=resource_id, now=now)
-        batch.append((thread_id, records))
-        count += len(records)
-        if count >= size:
-            yield batch
-            batch, count = [], 0
-    if batch:
-        yield batch
-
-
-def _store_batch(batch: _Batch, result: BulkResult, logger: logging.Logger) -> Op[_Batch]:
-    """Store a batch in one transaction (thread by thread if one was forgotten)."""
-    try:
-        yield steps.PutMessages([r for _, records in batch for r in records])
-        kept = batch
-    except ForgottenThreadError:
-        kept = []
-        for thread_id, records in batch:
-            try:
-                yield steps.PutMessages(records)
-            except ForgottenThreadError:
-                logger.warning("thread %r was forgotten; not imported again", thread_id)
-                result.forgotten_threads.append(thread_id)
-                continue
-            kept.append((thread_id, records))
-    result.stored += sum(len(records) for _, records in kept)
-    return kept
-
-
-def _write_and_recheck(
-    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
-) -> Op[None]:
-    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
-    yield from write_vectors(info, rows, logger)
-    owners = {row.thread_id: row.resource_id for row in rows}
-    for thread_id, resource_id in owners.items():
-        if (yield steps.IsForgotten(thread_id)):
-            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=resource_id)
-
-
-def bulk_index_op(
-    space: VectorSpace,
-    conversations: Iterable[Conversation],
-    *,
-    batch_size: int,
-    progress: steps.Progress | None,
-    max_chars: int | None,
-    logger: logging.Logger,
-) -> Op[BulkResult]:
-    """Store and embed many conversations.
-
-    Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
-    """
-    info = yield from space.resolve()
-    result = BulkResult()
-    for batch in _batches(conversations, batch_size):
-        kept = yield from _store_batch(batch, result, logger)
-        if progress is not None:
-            progress(sum(len(records) for _, records in batch))
-        to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
-        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, logger)))
-        result.embedded += len(to_embed)
-    yield steps.Settle()
-    return result

@@ -218,22 +218,24 @@ def reindex_op(
 
     As `index` does, only the first `max_chars` characters of a text are embedded.
 
-    With `missing_only`, only messages without a vector, and vectors whose message is
-    gone are removed. A thread forgotten while this runs keeps no vector.
+    With `missing_only`, only messages without a vector are embedded. Either way the
+    scope's vectors whose message is gone (a forget whose vector delete failed) are
+    removed: a full reindex repairs at least what the partial one does. A thread
+    forgotten while this runs keeps no vector.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
     info = yield from space.resolve()
-    have: set[str] = (yield steps.VectorMessageIds(info, scope)) if missing_only else set()
+    have: set[str] = yield steps.VectorMessageIds(info, scope)
     stored_ids: set[str] = set()
     written = 0
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=batch_size)):
         after = (page[-1].thread_id, page[-1].seq)
         stored_ids.update(m.id for m in page)
-        todo = [m for m in _embeddable(page) if m.id not in have]
+        todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_vectors(info, rows, logger)

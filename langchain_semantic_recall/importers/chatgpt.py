@@ -5,8 +5,12 @@ An export is a list of conversations, each with a `title`, a `create_time`, a
 `create_time`, and a `parent`) and a `current_node`. The main branch is the
 `current_node`'s chain of parents (edits and regenerations left on other branches are not
 imported). User and assistant text messages are kept; hidden, tool, code and reasoning
-messages are reported as skipped. The thread id is the conversation's id and message ids
-are ChatGPT's own, so importing a later export of the same account adds only what is new.
+messages are reported as skipped, and so is each image, audio, file or attachment of a
+kept message (its text is kept, a spoken turn's transcript too; the media are not
+imported). The thread id is the
+conversation's id and message ids are ChatGPT's own, so importing a later export of the
+same account adds only what is new; an id that is missing, blank or that no storage can
+hold (NUL, a lone surrogate) is derived from the conversation, the same on every import.
 The export names no user: the caller gives the resource id.
 """
 
@@ -17,7 +21,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.importers.report import (
@@ -29,6 +33,7 @@ from langchain_semantic_recall.importers.report import (
 )
 from langchain_semantic_recall.messages import CREATED_AT_KEY, parse_time, stable_id
 from langchain_semantic_recall.records import TITLE_KEY
+from langchain_semantic_recall.storable import storable
 
 __all__ = ["read_chatgpt_conversations", "read_chatgpt_export"]
 
@@ -76,10 +81,38 @@ def _node_time(node: object) -> float:
     return float(when) if isinstance(when, int | float) else 0.0
 
 
+PART_LEFT_OUT = "image, audio, file or attachment left out (its message's text is kept)"
+"""The reason reported for each non-text part or attachment of a message that is kept."""
+
+
+def _part_text(part: object) -> str | None:
+    """A content part's text: a string, or a spoken turn's transcript; None for the rest.
+
+    ChatGPT exports a voice turn as `multimodal_text` whose parts are an
+    `audio_transcription` (`text`: what was said) and a pointer to the audio.
+    """
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Mapping) and part.get("content_type") == "audio_transcription":
+        text = part.get("text")
+        return text if isinstance(text, str) else None
+    return None
+
+
+def _parts_left_out(message: Mapping[str, Any]) -> int:
+    """A kept message's parts that are not text (images, audio, files), and its attachments."""
+    content = message.get("content")
+    parts = content.get("parts") if isinstance(content, Mapping) else None
+    other = sum(_part_text(p) is None for p in parts) if isinstance(parts, list) else 0
+    metadata = message.get("metadata")
+    attached = metadata.get("attachments") if isinstance(metadata, Mapping) else None
+    return other + (len(attached) if isinstance(attached, list) else 0)
+
+
 def _chatgpt_text(content: Mapping[str, Any]) -> str:
     parts = content.get("parts")
     if isinstance(parts, list):
-        texts = [p for p in parts if isinstance(p, str) and p.strip()]
+        texts = [t for t in map(_part_text, parts) if t is not None and t.strip()]
         return "\n".join(texts)
     text = content.get("text")
     return text if isinstance(text, str) else ""
@@ -102,8 +135,13 @@ def _skip_reason(message: Mapping[str, Any], role: object) -> str | None:
     if kind not in ("text", "multimodal_text"):
         return _SKIPPED_CONTENT.get(str(kind), f"{kind} content")
     if not _chatgpt_text(content).strip():
-        return "no text (image or file only)" if kind == "multimodal_text" else "no text"
+        return "no text (image, audio or file only)" if kind == "multimodal_text" else "no text"
     return None
+
+
+def _usable_id(value: object) -> TypeGuard[str]:
+    """Whether an export's id can be a thread or message id (`storable.check_id`)."""
+    return isinstance(value, str) and bool(value.strip()) and storable(value)
 
 
 def _conversation(
@@ -116,7 +154,7 @@ def _conversation(
         report.skipped.append(Skipped(where, "no 'mapping' of messages"))
         return None
     thread = raw.get("conversation_id") or raw.get("id")
-    if not isinstance(thread, str) or not thread.strip():
+    if not _usable_id(thread):  # missing, or no storage can hold it: derived
         thread = stable_id("chatgpt", title or "", str(raw.get("create_time")), "", index)
     conversation = Conversation(resource_id, thread, title=title)
     fallback_time = raw.get("create_time")
@@ -132,6 +170,7 @@ def _conversation(
                 report.skipped.append(Skipped(where, reason))
             continue
         content = message["content"]
+        report.skipped.extend([Skipped(where, PART_LEFT_OUT)] * _parts_left_out(message))
         kwargs: dict[str, Any] = {}
         when = message.get("create_time") or fallback_time
         if isinstance(when, int | float | str) and not isinstance(when, bool):
@@ -142,8 +181,8 @@ def _conversation(
         if title:
             kwargs[TITLE_KEY] = title
         text = _chatgpt_text(content)
-        message_id = message.get("id") or node.get("id")
-        if not isinstance(message_id, str) or not message_id:
+        message_id = next((i for i in (message.get("id"), node.get("id")) if _usable_id(i)), None)
+        if message_id is None:
             message_id = stable_id(thread, str(role), text, str(when or ""), position)
         cls = ROLES[str(role)]
         conversation.messages.append(cls(content=text, id=message_id, additional_kwargs=kwargs))

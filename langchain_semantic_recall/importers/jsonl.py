@@ -13,8 +13,10 @@ Each line is a JSON object:
 `metadata` (the message's filterable metadata, docs/filtering.md) are optional. A line
 with any other key (`JSONL_KEYS` lists them) is a bad line, reported with the key it
 may have meant: a misspelt `created_at` would otherwise be dropped unseen. Without
-an id, one is derived from the line's content and position, so importing the same file
-twice adds nothing. `message` (optional) is the full LangChain
+an id, one is derived from the line's thread, role, `created_at` and text, and from how
+many lines of its thread before it hold the same (so "ok" twice is two messages): never
+from the line number, so importing the file again adds nothing, also after lines were
+added, fixed or removed elsewhere in it. `message` (optional) is the full LangChain
 message as `langchain_core.messages.message_to_dict` writes it: `export_lines` adds
 it when role and content do not describe the message completely (tool calls, tool results,
 multimodal content), so an export reads back as exactly the same messages. Lines keep their
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from os import PathLike
 from pathlib import Path
@@ -49,7 +52,7 @@ from langchain_semantic_recall.messages import (
     text_of,
 )
 from langchain_semantic_recall.records import TITLE_KEY, StoredMessage
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import check_id, encodable
 
 __all__ = ["JSONL_KEYS", "JSONL_ROLES", "export_lines", "read_jsonl", "read_jsonl_lines"]
 
@@ -88,8 +91,13 @@ def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) ->
 
 
 def _message(
-    row: Mapping[str, Any], line_no: int, default_resource: str | None
-) -> tuple[str, str, BaseMessage]:
+    row: Mapping[str, Any], default_resource: str | None
+) -> tuple[str, str, BaseMessage, tuple[str, str, str] | None]:
+    """A line's resource, thread and message; without an id, what its id derives from.
+
+    The message of a line without an id has none yet: `_derive_ids` gives it one
+    from the returned (role as written, text, `created_at` as written).
+    """
     _check_keys(row)
     resource = _text_field(row, "resource", default_resource)
     thread = _text_field(row, "thread")
@@ -118,12 +126,11 @@ def _message(
         message = ROLES[role](content=content, additional_kwargs=kwargs)
     message_id = row.get("id", message.id)
     if message_id is None:
-        text = text_of(message, "\n")
-        message_id = stable_id(thread, given_role, text, str(created or ""), line_no)
+        return resource, thread, message, (given_role, text_of(message, "\n"), str(created or ""))
     if not isinstance(message_id, str) or not message_id.strip():
         raise ValueError("'id' must be a non-empty string when given")
     check_id("'id'", message_id)
-    return resource, thread, message.model_copy(update={"id": message_id})
+    return resource, thread, message.model_copy(update={"id": message_id}), None
 
 
 def _content(row: Mapping[str, Any]) -> str | list[str | dict[str, Any]]:
@@ -191,6 +198,8 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
     """
     report = ImportReport(format="jsonl")
     by_thread: dict[str, Conversation] = {}
+    repeats: Counter[tuple[str, str, str, str]] = Counter()
+    """(thread, role, text, created_at) -> lines of it read so far: a derived id's repeat."""
     for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -198,7 +207,7 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
             row = json.loads(line.removeprefix("\ufeff") if line_no == 1 else line)
             if not isinstance(row, dict):
                 raise ValueError("a line must be a JSON object")
-            resource, thread, message = _message(row, line_no, default_resource)
+            resource, thread, message, derived = _message(row, default_resource)
         except RecursionError:
             report.skipped.append(Skipped(f"line {line_no}", "JSON nested too deeply"))
             continue
@@ -217,6 +226,15 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
                 )
             )
             continue
+        if derived is not None:
+            repeat = repeats[thread, *derived]
+            repeats[thread, *derived] += 1
+            role, text, created = derived
+            message = message.model_copy(
+                update={"id": stable_id(thread, role, text, created, repeat, kind="jsonl")}
+            )
+            legacy = stable_id(thread, role, text, created, line_no)  # 0.3's: the line's number
+            conversation.legacy_ids[len(conversation.messages)] = legacy
         title = message.additional_kwargs.get(TITLE_KEY)
         if title and conversation.title is None:
             conversation.title = title
@@ -266,7 +284,8 @@ def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
     """Stored messages as lines of our JSONL format (no newline at the end of each).
 
     Reading the lines back with `read_jsonl_lines` gives the same messages, with
-    the same ids and times, so an export re-imports into any store.
+    the same ids and times, so an export re-imports into any store. Every line is
+    UTF-8-encodable: one holding a lone surrogate is written with JSON escapes.
 
     Args:
         messages: Stored messages, in thread order.
@@ -292,7 +311,10 @@ def export_lines(messages: Iterable[StoredMessage]) -> Iterator[str]:
             plain_cls(content=stored.text, id=stored.id, additional_kwargs=_plain_kwargs(title)),
         ):
             row["message"] = _without_time(message_to_dict(message))
-        yield json.dumps(row, ensure_ascii=False, default=str)
+        line = json.dumps(row, ensure_ascii=False, default=str)
+        # A lone surrogate (stored from an import's JSON escape) has no UTF-8 form: JSON
+        # escapes carry it, and read it back the same.
+        yield line if encodable(line) else json.dumps(row, ensure_ascii=True, default=str)
 
 
 def _plain_kwargs(title: object) -> dict[str, Any]:

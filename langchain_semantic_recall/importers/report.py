@@ -49,6 +49,10 @@ class Conversation:
     title: str | None = None
     where: list[str] = field(default_factory=list)
     """Where each message is in the file (`line 7`, `conversation "Title"`), in order."""
+    legacy_ids: dict[int, str] = field(default_factory=dict)
+    """Position -> the id an earlier version derived for that message (from its line
+    number), for each JSONL line without an id: `ingest` finds a message stored under it
+    rather than storing it twice."""
 
     def __len__(self) -> int:
         return len(self.messages)

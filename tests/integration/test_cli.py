@@ -703,20 +703,24 @@ def test_reindex_everything_or_one_scope(loaded: Cli) -> None:
     assert loaded("stats", "--json").json()["vectors"] == 6
 
 
-def test_reindex_missing_only_says_what_orphaned_vectors_it_deleted(loaded: Cli) -> None:
-    """It deletes the vectors whose message is gone; it once said only what it wrote."""
+@pytest.mark.parametrize("missing_only", [["--missing-only"], []])
+def test_reindex_says_what_orphaned_vectors_it_deleted(
+    loaded: Cli, missing_only: list[str]
+) -> None:
+    """Both reindexes delete the vectors whose message is gone (the full one once left
+    them) and say so; --missing-only once said only what it wrote."""
     from langchain_semantic_recall import SQLiteStorage
 
     storage = SQLiteStorage(loaded.store / "messages.sqlite3")
     storage.delete_thread("conv-garden", retire=False)  # the messages alone: 2 orphans
     storage.close()
     assert loaded("stats", "--json").json()["orphan_vectors"] == 2
-    repaired = loaded("reindex", "--missing-only")
+    repaired = loaded("reindex", *missing_only)
     assert repaired.code == 0
-    assert "Wrote 0 missing vector(s)" in repaired.out
+    assert ("Wrote 0 missing vector(s)" if missing_only else "Wrote 4 vector(s)") in repaired.out
     assert "Deleted 2 vector(s) whose message is no longer stored." in repaired.out
     assert loaded("stats", "--json").json()["orphan_vectors"] == 0
-    assert "Deleted" not in loaded("reindex", "--missing-only").out
+    assert "Deleted" not in loaded("reindex", *missing_only).out
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
-from langchain_semantic_recall.bulk import bulk_index
+from langchain_semantic_recall.bulk import BulkResult, bulk_index
+from langchain_semantic_recall.errors import OwnershipError
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -72,10 +76,50 @@ def test_bulk_index_is_idempotent_and_skips_forgotten_threads() -> None:
     memory.forget_thread("t1")
     again = bulk_index(memory, conversations)
     assert again.forgotten_threads == ["t1"]
-    assert again.stored == 3  # t2 once more, unchanged
+    assert (again.stored, again.updated, again.unchanged) == (0, 0, 3)  # t2 as it was
     assert memory.storage.count() == 3
     info = memory.ensure_index()
     assert memory.vector_store.message_ids(info.name) == {"b-0", "b-1"}
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_importing_again_says_what_it_did_and_keeps_each_messages_time(twin: str) -> None:
+    """A second import of the same conversations stores nothing new and says so; an
+    edited message is counted as updated; and no message's creation time moves to the
+    second import's "now" (retention counts a message's age from it)."""
+    memory = _engine(FakeEmbeddings())
+
+    def run(messages: list[BaseMessage]) -> BulkResult:
+        conversations = [("t1", "alice", messages)]
+        if twin == "sync":
+            return memory.bulk_index(conversations)
+        return asyncio.run(memory.abulk_index(conversations))
+
+    first = run([HumanMessage("hi", id="a1"), AIMessage("hello", id="a2")])
+    times = {m.id: m.created_at for m in memory.storage.list_messages()}
+    again = run([HumanMessage("hi", id="a1"), AIMessage("hello", id="a2")])
+    edited = run([HumanMessage("hi, edited", id="a1"), AIMessage("hello", id="a2")])
+    assert (first.stored, first.updated, first.unchanged) == (2, 0, 0)
+    assert (again.stored, again.updated, again.unchanged) == (0, 0, 2)
+    assert (edited.stored, edited.updated, edited.unchanged) == (0, 1, 1)
+    stored = memory.storage.list_messages()
+    assert {m.id: m.created_at for m in stored} == times
+    assert [(m.id, m.text, m.seq) for m in stored] == [("a1", "hi, edited", 0), ("a2", "hello", 1)]
+
+
+def test_an_id_given_twice_keeps_the_last_message_on_every_import() -> None:
+    """As `index` does: the earlier message of a repeated id is skipped and counted. The
+    first import stored the last text, the next wrote the first over it, the third the
+    last again: the store flipped on every run of the same input."""
+    memory = _engine(FakeEmbeddings())
+    twice = [("t1", "alice", [HumanMessage("first", id="x"), HumanMessage("second", id="x")])]
+    results = [memory.bulk_index(twice) for _ in range(3)]
+    assert [(r.stored, r.updated, r.unchanged, r.repeated) for r in results] == [
+        (1, 0, 0, 1),
+        (0, 0, 1, 1),
+        (0, 0, 1, 1),
+    ]
+    assert [(m.id, m.text) for m in memory.storage.list_messages()] == [("x", "second")]
 
 
 def test_bulk_index_surfaces_vector_write_errors() -> None:
@@ -164,3 +208,48 @@ async def test_anything_but_triples_is_refused_and_nothing_is_stored(
         with refused:
             engine.bulk_index(conversations)  # type: ignore[arg-type]
     assert engine.stats().messages == 0
+
+
+# --- isolation, generated ------------------------------------------------------------------
+
+_IMPORT = st.tuples(
+    st.sampled_from(["alice", "bob", "ａlice"]),  # a look-alike resource among them
+    st.sampled_from(["t1", "t2", "t3"]),
+    st.lists(
+        st.tuples(st.sampled_from(["m1", "m2", "m3", "m4"]), st.sampled_from(["x", "y", "z"])),
+        min_size=1,
+        max_size=4,
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(imports=st.lists(_IMPORT, min_size=1, max_size=8))
+def test_an_import_never_changes_or_counts_another_resources_messages(
+    imports: list[tuple[str, str, list[tuple[str, str]]]],
+) -> None:
+    """Imports by several resources whose thread and message ids collide: each either
+    writes only its own resource's messages (another's are unchanged: text, time,
+    thread, owner) and counts only its own, or is refused whole (`OwnershipError`) and
+    changes nothing; and a resource's stored messages are exactly what its imports gave
+    (the last text of each id)."""
+    memory = _engine(FakeEmbeddings())
+    expected: dict[str, tuple[str, str, str]] = {}  # id -> (thread, resource, text)
+    for resource, thread, pairs in imports:
+        before = {m.id: m for m in memory.storage.list_messages()}
+        messages = [HumanMessage(text, id=message_id) for message_id, text in pairs]
+        try:
+            result = memory.bulk_index([(thread, resource, messages)])
+        except OwnershipError:
+            assert {m.id: m for m in memory.storage.list_messages()} == before
+            continue
+        after = {m.id: m for m in memory.storage.list_messages()}
+        for message_id, old in before.items():
+            if old.resource_id != resource:
+                assert after[message_id] == old
+        counted = result.stored + result.updated + result.unchanged + result.repeated
+        assert counted == len(messages)
+        assert result.stored == len(after.keys() - before.keys())
+        for message_id, text in pairs:
+            expected[message_id] = (thread, resource, text)
+        assert {i: (m.thread_id, m.resource_id, m.text) for i, m in after.items()} == expected

@@ -358,6 +358,26 @@ def test_eval_refuses_the_global_server_urls(
     assert not (tmp_path / "m.db").exists()
 
 
+def test_eval_refuses_a_global_path_rather_than_measure_another_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--path mystore eval ...` measured a temporary store and said nothing: a user
+    reading the numbers as their store's was misled. --store is eval's folder; the
+    environment's default path is no choice, so it is still ignored."""
+    dataset = tmp_path / "set.jsonl"
+    dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
+    mine = tmp_path / "mine"
+    assert main(["--path", str(mine), "eval", "jsonl", str(dataset)]) == 2
+    err = capsys.readouterr().err
+    assert "eval does not read the store at --path" in err
+    assert "--store DIR" in err
+    assert not mine.exists()
+    monkeypatch.setenv(common.PATH_ENV, str(mine))
+    parser = build_parser()
+    args = parser.parse_args(["eval", "jsonl", str(dataset)])
+    assert getattr(args, "path", None) is None  # the environment's default: not refused
+
+
 def test_demo_openai_without_a_key_is_refused_not_answered_offline(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -634,4 +654,23 @@ def test_ingest_counts_a_line_repeated_in_a_later_batch(
     result = run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", first, *others, first)))
     assert result.code == 0, result.err
     assert "messages   65 added" in result.out
-    assert "  skipped    1 (already stored: 1)" in result.out
+    assert "  skipped    1 (the same id appears later in this file: 1)" in result.out
+
+
+def test_a_file_that_repeats_an_id_with_another_text_settles_on_the_last(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """Two lines with one id and two texts: the last is stored, and ingesting the file
+    again changes nothing. The second run wrote the first line over the stored last one
+    ('1 updated'), the third the last again: the store flipped on every run."""
+    store = on_urls
+    path = jsonl(tmp_path / "h.jsonl", LINE | {"id": "m1", "content": "first"}, LINE | {"id": "m1"})
+    for _ in range(3):
+        result = run(capsys, *store, "ingest", str(path), "--json")
+        assert result.code == 0, result.err
+        summary = result.json()
+        assert (summary["messages_added"] + summary["messages_updated"]) <= 1
+        assert summary["skipped"]["the same id appears later in this file"] == 1
+        shown = run(capsys, *store, "show", "t1", "--json").json()
+        assert [m["text"] for m in shown] == ["hello there"]
+    assert summary["messages_updated"] == 0

@@ -32,7 +32,8 @@ from langchain_semantic_recall.importers import (
     read_jsonl_lines,
 )
 from langchain_semantic_recall.importers.jsonl import JSONL_KEYS, JSONL_ROLES
-from langchain_semantic_recall.messages import build_records
+from langchain_semantic_recall.messages import build_records, stable_id
+from langchain_semantic_recall.storable import storable
 
 JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
 
@@ -156,6 +157,44 @@ def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
     again = read_jsonl_lines([line, line]).conversations[0].messages
     assert [m.id for m in first] == [m.id for m in again]
     assert first[0].id != first[1].id  # the same text twice is two messages
+
+
+def _line(thread: str, role: str, content: str) -> str:
+    return json.dumps({"resource": "a", "thread": thread, "role": role, "content": content})
+
+
+def test_a_derived_id_does_not_depend_on_the_other_lines_of_the_file() -> None:
+    """Lines without an id keep theirs when the file changes around them: another
+    thread's lines before them, a blank line, a bad line fixed or removed, the threads
+    in another order. Only a line's own thread, role, time and text (and which repeat of
+    the same text in its thread it is) make its id, so such a file imported again adds
+    nothing."""
+    chat = [_line("t1", "user", "I like tea"), _line("t1", "assistant", "noted")]
+    chat += [_line("t1", "user", "ok"), _line("t1", "user", "ok")]  # a repeat: two messages
+
+    def ids(lines: list[str]) -> list[str | None]:
+        report = read_jsonl_lines(lines)
+        return [m.id for c in report.conversations if c.thread_id == "t1" for m in c.messages]
+
+    first = ids(chat)
+    assert len(set(first)) == 4
+    assert ids([_line("t0", "user", "another chat"), "", *chat]) == first
+    assert ids([chat[0], "not json", *chat[1:]]) == first  # a bad line, fixed later
+    assert ids([chat[0], _line("t0", "user", "x"), *chat[1:]]) == first
+
+
+def test_a_derived_id_names_the_line_it_had_before_so_no_store_holds_it_twice() -> None:
+    """A store may hold lines imported before their ids stopped depending on the line
+    number: each derived id comes with that earlier id (`legacy_ids`), so ingest finds
+    the message stored under it instead of writing it again."""
+    lines = ["", _line("t1", "user", "I like tea"), _line("t1", "assistant", "noted")]
+    conversation = read_jsonl_lines(lines).conversations[0]
+    assert conversation.legacy_ids == {
+        0: stable_id("t1", "user", "I like tea", "", 2),
+        1: stable_id("t1", "assistant", "noted", "", 3),
+    }
+    given = json.dumps({"resource": "a", "thread": "t2", "role": "user", "content": "x", "id": "m"})
+    assert read_jsonl_lines([given]).conversations[0].legacy_ids == {}  # its own id: none
 
 
 @pytest.mark.parametrize(
@@ -314,7 +353,8 @@ def test_chatgpt_content_kinds_and_missing_fields() -> None:
     assert only.messages[1].additional_kwargs["created_at"] == "2024-01-15T10:30:00+00:00"
     reasons = [s.reason for s in report.skipped]
     assert reasons == [
-        "no text (image or file only)",
+        "no text (image, audio or file only)",
+        PART_LEFT_OUT,
         "code run by a tool",
         "model reasoning",
         "custom instructions",
@@ -322,6 +362,81 @@ def test_chatgpt_content_kinds_and_missing_fields() -> None:
         "message from 'critic'",
     ]
     assert {s.where for s in report.skipped} == {"conversation #1"}
+
+
+PART_LEFT_OUT = "image, audio, file or attachment left out (its message's text is kept)"
+
+
+def test_images_and_attachments_beside_text_are_counted_not_dropped_unseen() -> None:
+    """A message with text and an image (or a file, or an attachment) keeps its text;
+    each part left out is reported, so the summary says the export held more."""
+    image = {"content_type": "image_asset_pointer", "asset_pointer": "file-service://x"}
+    turns: list[Turn] = [
+        ("user", "", {"content": {"content_type": "multimodal_text", "parts": [image, "what?"]}}),
+        ("assistant", "a cat"),
+        ("user", "summarise it", {"metadata": {"attachments": [{"name": "a.pdf"}, {"id": 2}]}}),
+        ("assistant", "cited", {"content": {"content_type": "text", "parts": ["x", {"c": 1}]}}),
+    ]
+    report = read_chatgpt_conversations([chatgpt_conversation("c", "C", turns)], resource_id="u")
+    assert [m.content for m in report.conversations[0].messages] == [
+        "what?",
+        "a cat",
+        "summarise it",
+        "x",
+    ]
+    assert [s.reason for s in report.skipped] == [PART_LEFT_OUT] * 4
+
+
+def test_a_voice_conversation_keeps_its_transcripts() -> None:
+    """ChatGPT exports a spoken turn as `multimodal_text` with an `audio_transcription`
+    part (its text) beside the audio's pointer: the transcript was dropped with the
+    audio, and a voice conversation was reported as images only, with nothing imported."""
+    audio = {"content_type": "audio_asset_pointer", "asset_pointer": "sediment://file_1"}
+    live = {
+        "content_type": "real_time_user_audio_video_asset_pointer",
+        "audio_asset_pointer": audio,
+    }
+
+    def spoken(text: str, direction: str, pointer: dict[str, Any]) -> dict[str, Any]:
+        said = {"content_type": "audio_transcription", "text": text, "direction": direction}
+        return {"content": {"content_type": "multimodal_text", "parts": [said, pointer]}}
+
+    turns: list[Turn] = [
+        ("user", "", spoken("Where should we stay in Lisbon?", "in", audio)),
+        ("assistant", "", spoken("Try Alfama.", "out", live)),
+    ]
+    report = read_chatgpt_conversations(
+        [chatgpt_conversation("v", "Voice", turns)], resource_id="u"
+    )
+    (conversation,) = report.conversations
+    assert [m.content for m in conversation.messages] == [
+        "Where should we stay in Lisbon?",
+        "Try Alfama.",
+    ]
+    assert [s.reason for s in report.skipped] == [PART_LEFT_OUT] * 2  # the audio of each
+
+
+def test_chatgpt_ids_no_storage_can_hold_are_derived_like_missing_ones() -> None:
+    """A conversation or message id holding NUL or a lone surrogate (an export's JSON
+    may) was passed on, and the first write refused it: the whole ingest stopped there
+    with nothing imported. It is derived as a missing id is, so every conversation loads
+    (the same on every import of the file)."""
+    bad = chatgpt_conversation("bad\x00id", "Nul", [("user", "hi"), ("assistant", "yo")])
+    odd = chatgpt_conversation("odd", "Odd", [("user", "hello")])
+    odd["mapping"]["odd-0"]["message"]["id"] = "m\ud800"
+    odd["mapping"]["odd-0"]["id"] = "n\x00"
+    fine = chatgpt_conversation("fine", "Fine", [("user", "ok")])
+    first = read_chatgpt_conversations([bad, odd, fine], resource_id="u")
+    again = read_chatgpt_conversations([bad, odd, fine], resource_id="u")
+    assert len(first.conversations) == 3
+    assert first.skipped == []
+    ids = [c.thread_id for c in first.conversations]
+    ids += [m.id for c in first.conversations for m in c.messages if m.id is not None]
+    assert all(storable(i) for i in ids)
+    assert ids == [c.thread_id for c in again.conversations] + [
+        m.id for c in again.conversations for m in c.messages if m.id is not None
+    ]
+    assert ids[1:3] == ["odd", "fine"]
 
 
 def test_chatgpt_conversations_without_text_or_mapping_are_reported() -> None:
@@ -531,6 +646,19 @@ def test_export_round_trips_tool_calls_and_rich_content() -> None:
     # Written again, the restored messages give the same lines (a fixed point).
     again = _stored(back)
     assert [json.loads(line) for line in export_lines(again)] == rows
+
+
+def test_export_writes_text_utf8_cannot_hold_as_escapes_and_reads_it_back() -> None:
+    """A lone surrogate (a ChatGPT export's JSON may hold one: `"\\ud800"`) is stored;
+    its export line is JSON escapes, so the file is UTF-8 and reads back as the same
+    message (it stopped `export` half way, leaving a cut file)."""
+    originals = [HumanMessage("lone \ud800 half", id="u"), AIMessage("fine 😀", id="a")]
+    lines = list(export_lines(_stored(originals)))
+    for line in lines:
+        line.encode("utf-8")  # raises on a lone surrogate
+    assert "😀" in lines[1]  # only the line that needs them is escaped
+    (conversation,) = read_jsonl_lines(lines).conversations
+    assert [m.content for m in conversation.messages] == ["lone \ud800 half", "fine 😀"]
 
 
 def test_the_public_names_stay_importable_from_importers() -> None:

@@ -1,0 +1,250 @@
+"""Bulk import: many conversations stored and embedded in big batches, as steps.
+
+It keeps `index`'s rules (the same records and ids, so importing again adds nothing;
+system, tool and recalled messages stored but not embedded; long messages chunked;
+forgotten threads skipped and reported) and says what it did: messages new, updated
+(another text under a stored id) and unchanged, each stored message keeping its
+creation time. Batch *n*'s vectors are written in the background while batch *n + 1*
+is embedded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from langchain_core.messages import BaseMessage
+
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.engine.vector_writes import embed_records, write_vectors
+from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
+from langchain_semantic_recall.messages import (
+    CREATED_AT_KEY,
+    build_records,
+    not_stored_reason,
+    skip_reason,
+    to_messages,
+)
+from langchain_semantic_recall.records import (
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+    VectorRecord,
+)
+
+Conversation = tuple[str, str, Sequence[BaseMessage]]
+"""`(thread_id, resource_id, messages)`: one thread of one resource, in order."""
+
+
+@dataclass(slots=True)
+class BulkResult:
+    """What a bulk import did."""
+
+    stored: int = 0
+    """Messages new to the storage (their ids were not stored before)."""
+    updated: int = 0
+    """Messages stored before under their id with another role, text, metadata or
+    content: written again (keeping their creation time unless they carry one)."""
+    unchanged: int = 0
+    """Messages stored before exactly as given: not written again (their vectors are,
+    which repairs a vector lost to a failure)."""
+    repeated: int = 0
+    """Messages skipped because a later message of their conversation has the same id
+    (the last is kept, as `index` does)."""
+    embedded: int = 0
+    """Messages whose vectors were written."""
+    forgotten_threads: list[str] = field(default_factory=list)
+    """Threads skipped because they were forgotten (their ids are retired)."""
+
+
+_Batch = list[tuple[str, list[MessageRecord]]]
+_Carried = set[str]
+"""Ids of a batch's messages that carry their own creation time (`created_at`)."""
+
+
+def as_conversations(conversations: object) -> Iterator[Conversation]:
+    """Each of `conversations` as a `(thread_id, resource_id, messages)` triple.
+
+    Checked one by one as the import reads them: a dict (or any other three-item
+    iterable, such as a three-letter string) would otherwise unpack into junk ids.
+
+    Raises:
+        InvalidInputError: `conversations` is not an iterable of triples.
+    """
+    if isinstance(conversations, str | bytes | Mapping) or not isinstance(conversations, Iterable):
+        raise InvalidInputError(
+            "bulk_index takes an iterable of (thread_id, resource_id, messages) triples, "
+            f"got {type(conversations).__name__}"
+        )
+    for position, conversation in enumerate(conversations):
+        if not isinstance(conversation, tuple | list) or len(conversation) != 3:
+            raise InvalidInputError(
+                f"conversation {position} must be a (thread_id, resource_id, messages) "
+                f"triple, got {type(conversation).__name__}: pass a list of triples, e.g. "
+                "[('chat-1', 'alice', messages)]"
+            )
+        thread_id, resource_id, messages = conversation
+        yield thread_id, resource_id, messages
+
+
+def _batches(
+    conversations: Iterable[Conversation], size: int, result: BulkResult
+) -> Iterable[tuple[_Batch, _Carried]]:
+    """Records of whole conversations, grouped into batches of about `size` messages.
+
+    Of the messages of one conversation that share an id, only the last is kept (counted
+    in `result.repeated`), as `index` keeps it.
+    """
+    batch: _Batch = []
+    carried: _Carried = set()
+    count = 0
+    now = datetime.now(UTC)
+    for thread_id, resource_id, messages in conversations:
+        items = to_messages(messages)
+        records = build_records(items, thread_id=thread_id, resource_id=resource_id, now=now)
+        kept = [m for m in items if not_stored_reason(m) is None]  # as build_records keeps
+        carried.update(r.id for r, m in zip(records, kept, strict=True) if _carries_time(m))
+        last = {r.id: n for n, r in enumerate(records)}
+        result.repeated += len(records) - len(last)
+        records = [r for n, r in enumerate(records) if last[r.id] == n]
+        batch.append((thread_id, records))
+        count += len(records)
+        if count >= size:
+            yield batch, carried
+            batch, carried, count = [], set(), 0
+    if batch:
+        yield batch, carried
+
+
+def _carries_time(message: BaseMessage) -> bool:
+    return message.additional_kwargs.get(CREATED_AT_KEY) is not None
+
+
+def _stored_before(batch: _Batch) -> Op[dict[str, StoredMessage]]:
+    """The batch's messages stored already, by id (one read per resource)."""
+    by_resource: dict[str, list[str]] = {}
+    for _, records in batch:
+        for record in records:
+            by_resource.setdefault(record.resource_id, []).append(record.id)
+    known: dict[str, StoredMessage] = {}
+    for resource_id, ids in by_resource.items():
+        scope = ScopeFilter(resource_id=resource_id)
+        windows = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
+        known.update({i: window[0] for i, window in windows.items() if window})
+    return known
+
+
+def _settle_batch(
+    batch: _Batch, known: Mapping[str, StoredMessage], carried: _Carried
+) -> tuple[_Batch, _Batch, set[str]]:
+    """What to write, what is stored exactly as given, and the ids of the edits (pure).
+
+    An edit keeps its stored creation time unless it carries one; a message stored as
+    given is not written again. As for `index` (`_settle_known`), a message stored in
+    another thread or under another resource is left to the write, which refuses it.
+    """
+    write: _Batch = []
+    same: _Batch = []
+    edits: set[str] = set()
+    for thread_id, records in batch:
+        to_write, as_stored = [], []
+        for record in records:
+            before = known.get(record.id)
+            if before is None or (before.thread_id, before.resource_id) != (
+                record.thread_id,
+                record.resource_id,
+            ):
+                to_write.append(record)
+            elif (before.role, before.text, before.payload, before.metadata) == (
+                record.role,
+                record.text,
+                record.payload,
+                record.metadata,
+            ):
+                as_stored.append(record)
+            else:
+                edits.add(record.id)
+                kept_time = record.id in carried
+                to_write.append(
+                    record if kept_time else replace(record, created_at=before.created_at)
+                )
+        write.append((thread_id, to_write))
+        same.append((thread_id, as_stored))
+    return write, same, edits
+
+
+def _store_batch(
+    batch: _Batch, carried: _Carried, result: BulkResult, logger: logging.Logger
+) -> Op[_Batch]:
+    """Store a batch in one transaction (thread by thread if one was forgotten).
+
+    Returns the records of the threads kept (written, or stored already as they are).
+    """
+    known = yield from _stored_before(batch)
+    write, same, edits = _settle_batch(batch, known, carried)
+    rows: list[StoredMessage] = []
+    try:
+        rows = yield steps.PutMessages([r for _, records in write for r in records])
+        kept = batch
+    except ForgottenThreadError:
+        kept = []
+        for (thread_id, records), (_, to_write) in zip(batch, write, strict=True):
+            try:
+                rows += yield steps.PutMessages(to_write)
+            except ForgottenThreadError:
+                logger.warning("thread %r was forgotten; not imported again", thread_id)
+                result.forgotten_threads.append(thread_id)
+                continue
+            kept.append((thread_id, records))
+    kept_threads = {thread_id for thread_id, _ in kept}
+    result.unchanged += sum(len(r) for t, r in same if t in kept_threads)
+    for row in rows:  # stored meanwhile by another writer: as index counts it, unchanged
+        if row.created:
+            result.stored += 1
+        elif row.id in edits:
+            result.updated += 1
+        else:
+            result.unchanged += 1
+    return kept
+
+
+def _write_and_recheck(
+    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
+) -> Op[None]:
+    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
+    yield from write_vectors(info, rows, logger)
+    owners = {row.thread_id: row.resource_id for row in rows}
+    for thread_id, resource_id in owners.items():
+        if (yield steps.IsForgotten(thread_id)):
+            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=resource_id)
+
+
+def bulk_index_op(
+    space: VectorSpace,
+    conversations: Iterable[Conversation],
+    *,
+    batch_size: int,
+    progress: steps.Progress | None,
+    max_chars: int | None,
+    logger: logging.Logger,
+) -> Op[BulkResult]:
+    """Store and embed many conversations.
+
+    Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
+    """
+    info = yield from space.resolve()
+    result = BulkResult()
+    for batch, carried in _batches(conversations, batch_size, result):
+        kept = yield from _store_batch(batch, carried, result, logger)
+        if progress is not None:
+            progress(sum(len(records) for _, records in batch))
+        to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
+        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
+        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, logger)))
+        result.embedded += len(to_embed)
+    yield steps.Settle()
+    return result
