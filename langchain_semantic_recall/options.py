@@ -69,6 +69,11 @@ Budget: TypeAlias = "int | Literal['auto'] | None"
 _INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 
 
+MAX_MESSAGE_RANGE = 10_000
+"""Most neighbours a window reaches on one side: each position has its own weight, and a
+window is read per hit, so an unbounded reach (`message_range=10**12`) exhausted memory."""
+
+
 @dataclass(frozen=True, slots=True)
 class MessageRange:
     """How many neighbouring messages to fetch around each hit, in the hit's own thread."""
@@ -79,8 +84,15 @@ class MessageRange:
     def __post_init__(self) -> None:
         for name in ("before", "after"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidOptionError(f"message_range.{name} must be an int >= 0, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 0 <= value <= MAX_MESSAGE_RANGE
+            ):
+                raise InvalidOptionError(
+                    f"message_range.{name} must be an int from 0 to {MAX_MESSAGE_RANGE:,}, "
+                    f"got {value!r}"
+                )
 
 
 MessageRangeLike: TypeAlias = "int | MessageRange | Mapping[str, int] | tuple[int, int]"

@@ -10,7 +10,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_semantic_recall import InvalidOptionError
 from langchain_semantic_recall.formatting import MIN_SHOWN_CHARS, fit_texts
 from langchain_semantic_recall.messages import is_recalled
-from langchain_semantic_recall.options import DEFAULT_MAX_BLOCK_CHARS, DEFAULT_MAX_INDEX_CHARS
+from langchain_semantic_recall.options import (
+    DEFAULT_MAX_BLOCK_CHARS,
+    DEFAULT_MAX_INDEX_CHARS,
+    MAX_MESSAGE_RANGE,
+)
 from langchain_semantic_recall.records import ScopeFilter
 from tests.fakes import FakeEmbeddings, RecordingStorage, RecordingVectors
 from tests.unit.conftest import EngineFactory
@@ -237,3 +241,32 @@ async def test_a_huge_query_is_searched_by_its_first_max_index_chars(
         assert embeddings.embedded_texts  # the query was embedded ...
         assert max(len(t) for t in embeddings.embedded_texts) <= 200  # ... by its start
         assert f"has {len(huge)} characters; it is searched by its first 200" in caplog.text
+
+
+# --- windows: a reach that fits in memory ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value", [MAX_MESSAGE_RANGE + 1, 10**12, (0, 2**70), {"before": 10**9, "after": 1}]
+)
+def test_a_window_past_its_bound_is_refused_at_construction(
+    make_engine: EngineFactory, value: object
+) -> None:
+    """`message_range=10**12` once built a weight per position and exhausted memory."""
+    with pytest.raises(InvalidOptionError, match="from 0 to 10,000"):
+        make_engine(message_range=value)
+
+
+def test_a_window_past_its_bound_is_refused_by_with_options(make_engine: EngineFactory) -> None:
+    engine = make_engine()
+    with pytest.raises(InvalidOptionError, match="from 0 to 10,000"):
+        engine.with_options(message_range=10**12)
+    with pytest.raises(InvalidOptionError, match="from 0 to 10,000"):
+        engine.with_options(message_range=(2**70, 0))
+
+
+def test_the_widest_window_allowed_still_recalls(make_engine: EngineFactory) -> None:
+    engine = make_engine(message_range=MAX_MESSAGE_RANGE)
+    engine.index([HumanMessage("Lisbon in May", id="m1")], thread_id="t", resource_id="r")
+    out = engine.recall([HumanMessage("Lisbon in May?")], thread_id="t2", resource_id="r")
+    assert any("Lisbon" in m.text for m in _injected(out))
