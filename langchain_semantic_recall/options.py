@@ -69,6 +69,9 @@ Budget: TypeAlias = "int | Literal['auto'] | None"
 _INDEX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 
 
+MAX_TOP_K = 10_000
+"""Most hits one search asks for: the vector index's bindings take a machine integer
+(`top_k=2**70` raised a bare OverflowError from deep in a search)."""
 MAX_MESSAGE_RANGE = 10_000
 """Most neighbours a window reaches on one side: each position has its own weight, and a
 window is read per hit, so an unbounded reach (`message_range=10**12`) exhausted memory."""
@@ -134,9 +137,9 @@ def to_message_range(value: MessageRangeLike) -> MessageRange:
 
 
 def check_top_k(value: object) -> int:
-    """`value` if it is an int >= 1, else `InvalidOptionError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidOptionError(f"top_k must be an int >= 1, got {value!r}")
+    """`value` if it is an int from 1 to `MAX_TOP_K`, else `InvalidOptionError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
+        raise InvalidOptionError(f"top_k must be an int from 1 to {MAX_TOP_K:,}, got {value!r}")
     return value
 
 

@@ -14,6 +14,7 @@ from langchain_semantic_recall.options import (
     DEFAULT_MAX_BLOCK_CHARS,
     DEFAULT_MAX_INDEX_CHARS,
     MAX_MESSAGE_RANGE,
+    MAX_TOP_K,
 )
 from langchain_semantic_recall.records import ScopeFilter
 from tests.fakes import FakeEmbeddings, RecordingStorage, RecordingVectors
@@ -270,3 +271,15 @@ def test_the_widest_window_allowed_still_recalls(make_engine: EngineFactory) -> 
     engine.index([HumanMessage("Lisbon in May", id="m1")], thread_id="t", resource_id="r")
     out = engine.recall([HumanMessage("Lisbon in May?")], thread_id="t2", resource_id="r")
     assert any("Lisbon" in m.text for m in _injected(out))
+
+
+@pytest.mark.parametrize("value", [MAX_TOP_K + 1, 2**70])
+def test_a_top_k_past_its_bound_is_refused(make_engine: EngineFactory, value: int) -> None:
+    """`top_k=2**70` reached the vector index and raised a bare OverflowError there."""
+    with pytest.raises(InvalidOptionError, match="from 1 to 10,000"):
+        make_engine(top_k=value)
+    engine = make_engine()
+    engine.index([HumanMessage("Lisbon in May", id="m1")], thread_id="t", resource_id="r")
+    with pytest.raises(InvalidOptionError, match="from 1 to 10,000"):
+        engine.search("Lisbon", resource_id="r", top_k=value)
+    assert engine.search("Lisbon", resource_id="r", top_k=MAX_TOP_K)
