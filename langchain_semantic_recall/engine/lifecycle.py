@@ -10,14 +10,24 @@ connection and `SqliteSaver(conn)` does not).
 An engine and its views (`with_options`, `for_thread`) share one `Lifecycle`: closing any
 of them closes all, and every call after that raises `EngineClosedError`. Closing twice
 is a no-op.
+
+A close waits for the calls in flight (on other threads, or other tasks for `aclose`) to
+finish, then closes the backends: a call is never cut off half way, its storage or vector
+index closed under it. A call begun once the close began is refused. A `close()` that
+cannot wait, because calls in flight run on its own thread (async calls on the event loop
+that calls it), returns at once and the last of those calls closes the backends as it
+leaves (a failure to close is then logged: no caller is left to raise it to).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -28,6 +38,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_INSIDE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "semantic_recall_inside", default=frozenset()
+)
+"""The engines (their `Lifecycle`'s id) whose call the current context is inside."""
+
 
 class Lifecycle:
     """The backends an engine built itself, and whether it was closed."""
@@ -36,10 +51,13 @@ class Lifecycle:
         self._owned: list[object] = []
         self._closed = False
         self._lock = threading.Lock()
+        self._left = threading.Condition(self._lock)  # notified as each call leaves
+        self._calls: Counter[int] = Counter()  # calls in flight, by the thread entering them
+        self._last_call_closes = False
 
     @property
     def closed(self) -> bool:
-        """Whether `close` / `aclose` ran."""
+        """Whether `close` / `aclose` ran (or began: it may be waiting for calls)."""
         return self._closed
 
     def own(self, *parts: object) -> None:
@@ -64,17 +82,77 @@ class Lifecycle:
                 "SemanticRecall.local(path), to go on"
             )
 
-    def _take(self) -> list[object]:
-        """Mark closed; the owned parts, last built first (nothing the second time)."""
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """A call in flight: a close waits for it to leave.
+
+        Raises:
+            EngineClosedError: `close` or `aclose` ran or began.
+        """
+        me = threading.get_ident()
         with self._lock:
-            if self._closed:
-                return []
-            self._closed = True
+            self.check()
+            self._calls[me] += 1
+        inside = _INSIDE.set(_INSIDE.get() | {id(self)})
+        try:
+            yield
+        finally:
+            _INSIDE.reset(inside)
+            self._leave(me)
+
+    @contextlib.asynccontextmanager
+    async def acall(self) -> AsyncIterator[None]:
+        """Async twin of `call` (counted on the event loop's thread)."""
+        with self.call():
+            yield
+
+    def _leave(self, thread: int) -> None:
+        with self._lock:
+            self._calls[thread] -= 1
+            if self._calls[thread] <= 0:
+                del self._calls[thread]
+            self._left.notify_all()
+            last = self._last_call_closes and not self._calls
+        if last:  # a close() on this loop's thread left the closing to the last call
+            try:
+                self._close_parts()
+            except Exception as failure:
+                logger.error("closing the engine failed: %r", failure, exc_info=failure)
+
+    def _take(self) -> list[object]:
+        """The owned parts, last built first (nothing the second time)."""
+        with self._lock:
             parts, self._owned = self._owned[::-1], []
         return parts
 
+    def _begin(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    def _wait_for_calls(self) -> bool:
+        """Wait for the calls of other threads; False if this thread's own are in flight."""
+        me = threading.get_ident()
+        with self._lock:
+            if id(self) in _INSIDE.get():
+                self._last_call_closes = True
+                return False
+            while set(self._calls) - {me}:
+                self._left.wait()
+            if self._calls:
+                self._last_call_closes = True
+                return False
+        return True
+
     def close(self) -> None:
-        """Close every owned part, even if one fails; then raise the first failure."""
+        """Wait for the calls in flight, then close every owned part, even if one fails.
+
+        Raises the first failure.
+        """
+        self._begin()
+        if self._wait_for_calls():
+            self._close_parts()
+
+    def _close_parts(self) -> None:
         failures = []
         for part in self._take():
             close: Callable[[], object] | None = getattr(part, "close", None)
@@ -86,17 +164,32 @@ class Lifecycle:
         _raise_first(failures)
 
     async def aclose(self) -> None:
-        """Async twin of `close`: a part's `aclose` if it has one, else `close` off the loop."""
+        """Async twin of `close`: a part's `aclose` if it has one, else `close` off the loop.
+
+        Waits for the calls in flight, this loop's tasks included (off the loop).
+        """
+        self._begin()
+        loop = asyncio.get_running_loop()
+        if id(self) in _INSIDE.get():  # closed from inside a call: it cannot be waited for
+            with self._lock:
+                self._last_call_closes = True
+            return
+        await loop.run_in_executor(None, self._wait_all_calls)
         failures = []
         for part in self._take():
             try:
                 if hasattr(part, "aclose"):
                     await part.aclose()
                 elif hasattr(part, "close"):
-                    await asyncio.get_running_loop().run_in_executor(None, part.close)
+                    await loop.run_in_executor(None, part.close)
             except Exception as failure:
                 failures.append(failure)
         _raise_first(failures)
+
+    def _wait_all_calls(self) -> None:
+        with self._lock:
+            while self._calls:
+                self._left.wait()
 
 
 def _raise_first(failures: list[Exception]) -> None:
