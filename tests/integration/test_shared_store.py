@@ -1,0 +1,70 @@
+"""Two engines on one embedded store: what one forgets, the other reads as gone.
+
+An app keeps `SemanticRecall.local(path)` open while `semantic-recall forget` (another
+process, another engine) deletes a resource: the forget drops the resource's Chroma
+collection, which the app's engine had cached. Reads through the stale handle raised
+chromadb's own `NotFoundError` ("Collection [...] does not exist.") from `stats`,
+`message_ids`, `export` and a thread-scoped search, until the app restarted. They must
+read the resource as it now is: gone, or written anew in another collection. The two
+engines here share one process (chromadb shares its system per path); the same holds
+with the command line in another process (checked by hand with `semantic-recall forget`
+while an app searched and counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.storage import ScopeFilter
+from tests.fakes import FakeEmbeddings
+
+ALICE = ScopeFilter(resource_id="alice")
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[tuple[SemanticRecall, SemanticRecall]]:
+    app = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings(64), search_mode="dense")
+    other = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings(64), search_mode="dense")
+    yield app, other
+    app.close()
+    other.close()
+
+
+def test_a_resource_forgotten_by_another_engine_reads_as_gone(
+    engines: tuple[SemanticRecall, SemanticRecall],
+) -> None:
+    app, other = engines
+    app.index(
+        [HumanMessage("we fly to lisbon in may"), AIMessage("lisbon in may, noted")],
+        thread_id="t1",
+        resource_id="alice",
+    )
+    app.index([HumanMessage("bob likes lisbon too")], thread_id="b1", resource_id="bob")
+    assert app.search("lisbon", thread_id="t1", resource_id="alice", scope="thread")
+    assert app.stats(resource_id="alice").vectors == 2  # the app caches alice's collection
+
+    assert other.forget_resource("alice") == 2
+
+    name = app.ensure_index().name
+    stats = app.stats(resource_id="alice")
+    assert (stats.messages, stats.vectors, stats.missing_vectors, stats.orphan_vectors) == (
+        0,
+        0,
+        0,
+        0,
+    )
+    assert app.search("lisbon", thread_id="t1", resource_id="alice", scope="thread") == []
+    assert app.vector_store.message_ids(name, ALICE) == set()
+    assert list(app.vector_store.export(name, ALICE)) == []
+    assert app.stats().vectors == 1  # bob's
+
+    other.index([HumanMessage("alice moved to porto")], thread_id="t2", resource_id="alice")
+    assert app.stats(resource_id="alice").vectors == 1  # the new collection, not the old
+    assert len(app.vector_store.message_ids(name, ALICE)) == 1
+    hits = app.search("porto", thread_id="t2", resource_id="alice", scope="thread")
+    assert [h.message.text for h in hits] == ["alice moved to porto"]
