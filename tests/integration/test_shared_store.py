@@ -13,6 +13,7 @@ while an app searched and counted).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.storage import ScopeFilter
 from tests.fakes import FakeEmbeddings
+from tests.unit import test_cli as unit
+from tests.unit.test_cli import Cli
+from tests.unit.test_importers import sample_export
 
 ALICE = ScopeFilter(resource_id="alice")
 
@@ -68,3 +72,46 @@ def test_a_resource_forgotten_by_another_engine_reads_as_gone(
     assert len(app.vector_store.message_ids(name, ALICE)) == 1
     hits = app.search("porto", thread_id="t2", resource_id="alice", scope="thread")
     assert [h.message.text for h in hits] == ["alice moved to porto"]
+
+
+# --- the command line while an app holds the store open ---------------------------------
+
+cli = unit.cli
+embedder = unit.embedder
+plain_terminal = unit.plain_terminal
+
+SHARED_NOTE = "is open in another process"
+
+
+@pytest.fixture
+def export_file(tmp_path: Path) -> Path:
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(sample_export()), encoding="utf-8")
+    return path
+
+
+def test_vector_writing_commands_say_a_running_app_will_not_see_their_vectors(
+    cli: Cli, export_file: Path
+) -> None:
+    """`ingest`, `reindex`, `move` on a store an app holds open: the app's searches miss
+    what they write (embedded Chroma; docs/data-handling.md), so each says so on stderr.
+    """
+    assert cli("ingest", str(export_file), "--resource", "alice").code == 0
+    app = cli.engine()  # the app: its SQLite connection holds the file open
+    try:
+        assert app.search("Lisbon", resource_id="alice") is not None
+        ingest = cli("ingest", str(export_file), "--resource", "alice")
+        reindex = cli("reindex", "--missing-only")
+        move = cli("move", "--thread", "conv-trip", "--to", "bob")
+        reading = [cli("stats"), cli("threads"), cli("forget", "--thread", "conv-garden", "--yes")]
+    finally:
+        app.close()
+    for result in (ingest, reindex, move):
+        assert result.code == 0, result.err
+        assert SHARED_NOTE in result.err
+        assert "restart" in result.err
+    for result in reading:  # reading and forgetting are safe: no note
+        assert SHARED_NOTE not in result.err
+    alone = cli("reindex", "--missing-only")  # the app closed: nothing to say
+    assert alone.code == 0
+    assert SHARED_NOTE not in alone.err
