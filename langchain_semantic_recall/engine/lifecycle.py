@@ -174,7 +174,15 @@ class Lifecycle:
             with self._lock:
                 self._last_call_closes = True
             return
-        await loop.run_in_executor(None, self._wait_all_calls)
+        try:
+            await loop.run_in_executor(None, self._wait_all_calls)
+        except asyncio.CancelledError:  # e.g. a wait_for timeout: the last call closes
+            with self._lock:
+                self._last_call_closes = True
+                idle = not self._calls
+            if idle:  # (the last one left meanwhile)
+                self._close_parts()
+            raise
         failures = []
         for part in self._take():
             try:

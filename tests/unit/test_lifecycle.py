@@ -337,3 +337,21 @@ async def test_close_on_the_loop_thread_leaves_the_closing_to_the_last_call(
     result = await asyncio.wait_for(call, 30)
     assert result.error is None
     assert vectors.is_closed
+
+
+async def test_a_cancelled_aclose_leaves_the_closing_to_the_last_call(tmp_path: Path) -> None:
+    """`asyncio.wait_for(memory.aclose(), 1)` timing out while a call runs: still closed."""
+    import asyncio
+
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    call = asyncio.ensure_future(memory.aindex(LATER, thread_id="t1", resource_id="alice"))
+    assert await asyncio.to_thread(embeddings.entered.wait, 30)
+    began = _closing_began(memory)
+    closing = asyncio.ensure_future(memory.aclose())
+    assert await asyncio.to_thread(began.wait, 30)
+    closing.cancel()
+    assert (await asyncio.gather(closing, return_exceptions=True))[0] is not None
+    assert not vectors.is_closed
+    embeddings.release.set()
+    assert (await asyncio.wait_for(call, 30)).error is None
+    assert vectors.is_closed  # closed by the call as it left
