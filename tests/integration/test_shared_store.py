@@ -14,6 +14,9 @@ while an app searched and counted).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from tests.unit.test_cli import Cli
 from tests.unit.test_importers import sample_export
 
 ALICE = ScopeFilter(resource_id="alice")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -115,3 +119,57 @@ def test_vector_writing_commands_say_a_running_app_will_not_see_their_vectors(
     alone = cli("reindex", "--missing-only")  # the app closed: nothing to say
     assert alone.code == 0
     assert SHARED_NOTE not in alone.err
+
+
+# --- a forget in another process, of vectors this process has loaded ---------------------
+
+FORGET_IN_A_CHILD = """
+import sys
+from langchain_semantic_recall import SemanticRecall
+from tests.fakes import FakeEmbeddings
+memory = SemanticRecall.local(sys.argv[1], embeddings=FakeEmbeddings(64))
+print(memory.forget_thread(sys.argv[2], resource_id=sys.argv[3]))
+memory.close()
+"""
+
+
+def test_vectors_another_process_deleted_are_not_hits(tmp_path: Path) -> None:
+    """`semantic-recall forget --thread` while the app runs: the app's loaded index still
+    holds the deleted vectors (embedded Chroma reads another process's writes only when it
+    loads an index), and Chroma returns them with no metadata. A query that reads the
+    hits' metadata (resource scope through `query`, and the wide first query of a
+    thread-scoped or filtered search in a resource of over 5,000 vectors) raised
+    `AttributeError` ('NoneType' object has no attribute 'get'), which recall raises as a
+    bug: such a user's thread-scoped recall failed on every turn until the app restarted
+    (checked by hand with 5,100 vectors: `search(scope="thread")` and a thread-scope
+    engine's `recall`). They are gone: no hit.
+    """
+    app = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings(64), search_mode="dense")
+    try:
+        for thread in ("t1", "t2"):
+            app.index(
+                [HumanMessage(f"{thread} we fly to lisbon in may"), AIMessage(f"{thread} noted")],
+                thread_id=thread,
+                resource_id="alice",
+            )
+        name = app.ensure_index().name
+        vector = app.embeddings.embed_query("lisbon in may")
+        assert len(app.vector_store.query(name, vector, k=10, scope=ALICE)) == 4  # loaded
+        child = subprocess.run(
+            [sys.executable, "-c", FORGET_IN_A_CHILD, str(tmp_path), "t1", "alice"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "ANONYMIZED_TELEMETRY": "False"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert child.returncode == 0, child.stderr
+        assert child.stdout.strip() == "2"
+        hits = app.vector_store.query(name, vector, k=10, scope=ALICE)
+        assert {h.thread_id for h in hits} == {"t2"}
+        question = HumanMessage("when do we fly to lisbon?")
+        recalled = app.recall([question], thread_id="t3", resource_id="alice")
+        assert "t1 we fly" not in str([m.content for m in recalled])
+    finally:
+        app.close()
