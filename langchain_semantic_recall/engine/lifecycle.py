@@ -12,7 +12,8 @@ of them closes all, and every call after that raises `EngineClosedError`. Closin
 is a no-op.
 
 A close waits for the calls in flight (on other threads, or other tasks for `aclose`) to
-finish, then closes the backends: a call is never cut off half way, its storage or vector
+finish (`CLOSE_WAIT_S` at most, then it closes under them and logs it), then closes the
+backends: a call is never cut off half way, its storage or vector
 index closed under it. A call begun once the close began is refused. A `close()` that
 cannot wait, because calls in flight run on its own thread (async calls on the event loop
 that calls it), returns at once and the last of those calls closes the backends as it
@@ -26,6 +27,7 @@ import contextlib
 import contextvars
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
@@ -37,6 +39,10 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.engine.core import EngineCore
 
 logger = logging.getLogger(__name__)
+
+CLOSE_WAIT_S: float = 60.0
+"""How long a close waits for the calls in flight before it closes the backends anyway
+(a hung embedder, a task of an event loop that was abandoned mid-call)."""
 
 _INSIDE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "semantic_recall_inside", default=frozenset()
@@ -136,11 +142,27 @@ class Lifecycle:
             if id(self) in _INSIDE.get():
                 self._last_call_closes = True
                 return False
-            while set(self._calls) - {me}:
-                self._left.wait()
+            if not self._wait_while(lambda: bool(set(self._calls) - {me})):
+                return True  # waited long enough: close under the calls (logged)
             if self._calls:
                 self._last_call_closes = True
                 return False
+        return True
+
+    def _wait_while(self, busy: Callable[[], bool]) -> bool:
+        """Wait (holding the lock) while `busy()`, `CLOSE_WAIT_S` at most; False if cut off."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while busy():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.warning(
+                    "closing the engine with %d call(s) still in flight after %.0f s: they "
+                    "will fail as they go on",
+                    sum(self._calls.values()),
+                    CLOSE_WAIT_S,
+                )
+                return False
+            self._left.wait(left)
         return True
 
     def close(self) -> None:
@@ -196,8 +218,7 @@ class Lifecycle:
 
     def _wait_all_calls(self) -> None:
         with self._lock:
-            while self._calls:
-                self._left.wait()
+            self._wait_while(lambda: bool(self._calls))
 
 
 def _raise_first(failures: list[Exception]) -> None:

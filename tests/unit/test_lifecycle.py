@@ -355,3 +355,26 @@ async def test_a_cancelled_aclose_leaves_the_closing_to_the_last_call(tmp_path: 
     embeddings.release.set()
     assert (await asyncio.wait_for(call, 30)).error is None
     assert vectors.is_closed  # closed by the call as it left
+
+
+def test_a_call_that_never_ends_holds_a_close_for_a_bounded_time_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hung embedder, a task of an abandoned event loop: the close goes on after
+    `CLOSE_WAIT_S` (shortened here) and says how many calls it closed under."""
+    from langchain_semantic_recall.engine import lifecycle
+
+    monkeypatch.setattr(lifecycle, "CLOSE_WAIT_S", 0.05)
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    call = threading.Thread(
+        target=lambda: memory.index(LATER, thread_id="t1", resource_id="alice"), daemon=True
+    )
+    call.start()
+    assert embeddings.entered.wait(30)
+    try:
+        memory.close()  # returns: the held call is still in flight
+        assert vectors.is_closed
+        assert "1 call(s) still in flight" in caplog.text
+    finally:
+        embeddings.release.set()
+        call.join(30)
