@@ -14,6 +14,7 @@ from langchain_semantic_recall.cli.common import (
     confirm,
     disk_usage,
     human_bytes,
+    note_if_open_elsewhere,
     open_backends,
     open_memory,
     open_storage,
@@ -393,6 +394,7 @@ def run_reindex(args: argparse.Namespace) -> int:
     """`semantic-recall reindex`: embed again the messages in scope (or missing ones)."""
     from langchain_semantic_recall.records import ScopeFilter
 
+    note_if_open_elsewhere(args, "reindex")
     memory = open_memory(args)
     if args.thread is not None:  # a misspelt id is not found, never "0 vectors written"
         require_thread(memory.storage, args.thread, args.resource)

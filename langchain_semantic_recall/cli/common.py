@@ -202,6 +202,29 @@ def open_memory(
         raise
 
 
+def note_if_open_elsewhere(args: argparse.Namespace, command: str) -> None:
+    """Say on stderr that an app holding the local store open will not see these vectors.
+
+    Embedded Chroma shows another process's new vectors to a process only when it loads
+    that resource's index again (docs/data-handling.md, *Several processes on one
+    embedded store*). Called before the command opens the store itself.
+    """
+    from langchain_semantic_recall.cli.render import note
+    from langchain_semantic_recall.storage.sqlite_schema import in_use, is_writable
+
+    if store_urls(args) is not None:
+        return
+    path = store_path(args)
+    file = path / "messages.sqlite3"
+    if file.exists() and is_writable(file) and in_use(file):
+        note(
+            f"note: the store {path} is open in another process (a running app?): its "
+            f"searches will not see the vectors '{command}' writes into resources it has "
+            "already searched, and two processes writing one resource can lose vectors; "
+            "restart it after this command, or stop it first (docs/data-handling.md)"
+        )
+
+
 def open_backends(
     args: argparse.Namespace, *, create: bool = False, read_only: bool | None = None
 ) -> dict[str, Any]:

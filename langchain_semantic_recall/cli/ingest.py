@@ -13,6 +13,7 @@ from langchain_semantic_recall.cli.common import (
     NotFoundError,
     UsageError,
     an_id,
+    note_if_open_elsewhere,
     open_memory,
     print_json,
     progress_bar,
@@ -363,6 +364,7 @@ def run(args: argparse.Namespace) -> int:
     named = sorted({c.resource_id for c in report.conversations})
     if args.resource and report.format == "jsonl" and named and args.resource not in named:
         summary.resource_unused, summary.line_resources = args.resource, named
+    note_if_open_elsewhere(args, "ingest")
     memory = open_memory(args, create=True)
     if memory.read_only:  # its index would skip every message: say why, write nothing
         raise ReadOnlyError(

@@ -10,6 +10,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     an_id,
     message_json,
+    note_if_open_elsewhere,
     open_memory,
     open_storage,
     print_json,
@@ -143,6 +144,7 @@ def _register_move(subparsers: Any) -> None:
 
 def run_move(args: argparse.Namespace) -> int:
     """`semantic-recall move`: give a conversation to another resource."""
+    note_if_open_elsewhere(args, "move")
     memory = open_memory(args)
     owner = require_thread(memory.storage, args.thread, args.owner)
     moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)

@@ -220,8 +220,8 @@ class EngineCore:
         Raises:
             EngineClosedError: the engine was closed.
         """
-        self.life.check()
-        return drive(op, self.backends)
+        with self.life.call():
+            return drive(op, self.backends)
 
     async def arun(self, op: Op[T]) -> T:
         """Perform an operation with the backends' async twins.
@@ -229,8 +229,8 @@ class EngineCore:
         Raises:
             EngineClosedError: the engine was closed.
         """
-        self.life.check()
-        return await adrive(op, self.backends)
+        async with self.life.acall():
+            return await adrive(op, self.backends)
 
     def identity(self, ids: CallIds | Mapping[str, Any], context: Any = None) -> Identity:
         """Who is asking: the call's ids, then the bound view's, the config, the context."""

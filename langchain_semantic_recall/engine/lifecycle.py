@@ -10,14 +10,26 @@ connection and `SqliteSaver(conn)` does not).
 An engine and its views (`with_options`, `for_thread`) share one `Lifecycle`: closing any
 of them closes all, and every call after that raises `EngineClosedError`. Closing twice
 is a no-op.
+
+A close waits for the calls in flight (on other threads, or other tasks for `aclose`) to
+finish (`CLOSE_WAIT_S` at most, then it closes under them and logs it), then closes the
+backends: a call is never cut off half way, its storage or vector
+index closed under it. A call begun once the close began is refused. A `close()` that
+cannot wait, because calls in flight run on its own thread (async calls on the event loop
+that calls it), returns at once and the last of those calls closes the backends as it
+leaves (a failure to close is then logged: no caller is left to raise it to).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -28,6 +40,15 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+CLOSE_WAIT_S: float = 60.0
+"""How long a close waits for the calls in flight before it closes the backends anyway
+(a hung embedder, a task of an event loop that was abandoned mid-call)."""
+
+_INSIDE: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "semantic_recall_inside", default=frozenset()
+)
+"""The engines (their `Lifecycle`'s id) whose call the current context is inside."""
+
 
 class Lifecycle:
     """The backends an engine built itself, and whether it was closed."""
@@ -36,10 +57,13 @@ class Lifecycle:
         self._owned: list[object] = []
         self._closed = False
         self._lock = threading.Lock()
+        self._left = threading.Condition(self._lock)  # notified as each call leaves
+        self._calls: Counter[int] = Counter()  # calls in flight, by the thread entering them
+        self._last_call_closes = False
 
     @property
     def closed(self) -> bool:
-        """Whether `close` / `aclose` ran."""
+        """Whether `close` / `aclose` ran (or began: it may be waiting for calls)."""
         return self._closed
 
     def own(self, *parts: object) -> None:
@@ -64,17 +88,93 @@ class Lifecycle:
                 "SemanticRecall.local(path), to go on"
             )
 
-    def _take(self) -> list[object]:
-        """Mark closed; the owned parts, last built first (nothing the second time)."""
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """A call in flight: a close waits for it to leave.
+
+        Raises:
+            EngineClosedError: `close` or `aclose` ran or began.
+        """
+        me = threading.get_ident()
         with self._lock:
-            if self._closed:
-                return []
-            self._closed = True
+            self.check()
+            self._calls[me] += 1
+        inside = _INSIDE.set(_INSIDE.get() | {id(self)})
+        try:
+            yield
+        finally:
+            _INSIDE.reset(inside)
+            self._leave(me)
+
+    @contextlib.asynccontextmanager
+    async def acall(self) -> AsyncIterator[None]:
+        """Async twin of `call` (counted on the event loop's thread)."""
+        with self.call():
+            yield
+
+    def _leave(self, thread: int) -> None:
+        with self._lock:
+            self._calls[thread] -= 1
+            if self._calls[thread] <= 0:
+                del self._calls[thread]
+            self._left.notify_all()
+            last = self._last_call_closes and not self._calls
+        if last:  # a close() on this loop's thread left the closing to the last call
+            try:
+                self._close_parts()
+            except Exception as failure:
+                logger.error("closing the engine failed: %r", failure, exc_info=failure)
+
+    def _take(self) -> list[object]:
+        """The owned parts, last built first (nothing the second time)."""
+        with self._lock:
             parts, self._owned = self._owned[::-1], []
         return parts
 
+    def _begin(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    def _wait_for_calls(self) -> bool:
+        """Wait for the calls of other threads; False if this thread's own are in flight."""
+        me = threading.get_ident()
+        with self._lock:
+            if id(self) in _INSIDE.get():
+                self._last_call_closes = True
+                return False
+            if not self._wait_while(lambda: bool(set(self._calls) - {me})):
+                return True  # waited long enough: close under the calls (logged)
+            if self._calls:
+                self._last_call_closes = True
+                return False
+        return True
+
+    def _wait_while(self, busy: Callable[[], bool]) -> bool:
+        """Wait (holding the lock) while `busy()`, `CLOSE_WAIT_S` at most; False if cut off."""
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while busy():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                logger.warning(
+                    "closing the engine with %d call(s) still in flight after %.0f s: they "
+                    "will fail as they go on",
+                    sum(self._calls.values()),
+                    CLOSE_WAIT_S,
+                )
+                return False
+            self._left.wait(left)
+        return True
+
     def close(self) -> None:
-        """Close every owned part, even if one fails; then raise the first failure."""
+        """Wait for the calls in flight, then close every owned part, even if one fails.
+
+        Raises the first failure.
+        """
+        self._begin()
+        if self._wait_for_calls():
+            self._close_parts()
+
+    def _close_parts(self) -> None:
         failures = []
         for part in self._take():
             close: Callable[[], object] | None = getattr(part, "close", None)
@@ -86,17 +186,39 @@ class Lifecycle:
         _raise_first(failures)
 
     async def aclose(self) -> None:
-        """Async twin of `close`: a part's `aclose` if it has one, else `close` off the loop."""
+        """Async twin of `close`: a part's `aclose` if it has one, else `close` off the loop.
+
+        Waits for the calls in flight, this loop's tasks included (off the loop).
+        """
+        self._begin()
+        loop = asyncio.get_running_loop()
+        if id(self) in _INSIDE.get():  # closed from inside a call: it cannot be waited for
+            with self._lock:
+                self._last_call_closes = True
+            return
+        try:
+            await loop.run_in_executor(None, self._wait_all_calls)
+        except asyncio.CancelledError:  # e.g. a wait_for timeout: the last call closes
+            with self._lock:
+                self._last_call_closes = True
+                idle = not self._calls
+            if idle:  # (the last one left meanwhile)
+                self._close_parts()
+            raise
         failures = []
         for part in self._take():
             try:
                 if hasattr(part, "aclose"):
                     await part.aclose()
                 elif hasattr(part, "close"):
-                    await asyncio.get_running_loop().run_in_executor(None, part.close)
+                    await loop.run_in_executor(None, part.close)
             except Exception as failure:
                 failures.append(failure)
         _raise_first(failures)
+
+    def _wait_all_calls(self) -> None:
+        with self._lock:
+            self._wait_while(lambda: bool(self._calls))
 
 
 def _raise_first(failures: list[Exception]) -> None:

@@ -148,8 +148,10 @@ def move_thread_op(
 ) -> Op[int]:
     """Give a thread (messages, keyword index, vectors) to `to_resource`; returns moved.
 
-    The storage moves it in one transaction; its vectors are then deleted under the old
-    owner and embedded again under the new one (from the cache where it can). Moving a
+    Its vectors are deleted under the old owner, the storage moves it in one transaction,
+    its vectors under the old owner are deleted again (those of a turn indexed meanwhile:
+    `vector_writes.write_owned` follows a move it sees, this catches the one it did not
+    see), then they are embedded again under the new one (from the cache where it can). Moving a
     thread to its owner moves nothing and writes the vectors it lacks: run it again if
     it raised (with `resource_id` the new owner, if the storage had moved it).
 
@@ -182,6 +184,9 @@ def move_thread_op(
         yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
         moved = yield steps.MoveThread(thread_id, to_resource=to_resource)
         yield steps.ClearCaches()  # it holds recent texts under the old owner
+        # Again: a turn indexed meanwhile may have written under the old owner after the
+        # first delete, and read that owner before the storage move (so it did not follow).
+        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
     scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
     yield from reindex_op(
         space,

@@ -413,23 +413,20 @@ class ChromaVectorIndex(VectorIndex):
         Raises:
             EmbeddingMismatchError: the vector has another dimension than the index.
         """
-        from chromadb.errors import NotFoundError
-
         root = self._roots.get(name)
         if root is None:
             return []
         check_vector(name, root[1], len(vector))
         embedding = floats(vector)
-        found: list[_T] = []
-        for resource_id, collection in self._collections.scoped(name, scope):
+        plain = scope.thread_id is None and not scope.narrowed
+
+        def one(resource_id: str, collection: Collection) -> list[_T]:
             # the size picks the thread-search strategy; a resource search needs none
-            plain = scope.thread_id is None and not scope.narrowed
             size = 0 if plain else self._collections.size(name, resource_id)
-            try:
-                found.extend(self._collections.read(partial(search, collection, embedding, size)))
-            except NotFoundError:  # forgotten by another process since we cached it
-                self._collections.forget(name, resource_id)
-        return found
+            return self._collections.read(partial(search, collection, embedding, size))
+
+        # a collection forgotten by another process since we cached it: read anew, or none
+        return [hit for hits in self._collections.each(name, scope, one) for hit in hits]
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         return {
@@ -443,7 +440,7 @@ class ChromaVectorIndex(VectorIndex):
         if self._roots.get(name) is None:
             return 0
         if scope is None or (scope.thread_id is None and not scope.narrowed):
-            return sum(int(c.count()) for _, c in self._collections.scoped(name, scope))
+            return sum(self._collections.each(name, scope, lambda _, c: int(c.count())))
         if scope.narrowed:  # the `where` may let older rows through: each is checked
             rows = self._rows(name, scope, metadata=True)
             return sum(1 for _, meta, _ in rows if row_admitted(scope, meta))

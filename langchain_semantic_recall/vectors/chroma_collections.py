@@ -17,6 +17,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -166,8 +167,7 @@ class ChromaCollections:
             known = self._sizes.get(key)
         if known is not None:
             return known
-        collection = self.get(name, resource_id, create=False)
-        counted = 0 if collection is None else int(collection.count())
+        counted = sum(self.each(name, ScopeFilter(resource_id=resource_id), _count))
         with self._lock:
             return self._sizes.setdefault(key, counted)
 
@@ -198,19 +198,80 @@ class ChromaCollections:
         if embeddings:
             include.append("embeddings")
         size = min(page, self.max_batch())
-        for _, collection in self.scoped(name, scope):
-            for result in _pages(collection, where, include, size, self._delays):
+        for resource_id, collection in self.scoped(name, scope):
+            for result in self._pages(
+                name, resource_id, collection, where=where, include=include, size=size
+            ):
                 ids = result["ids"]
                 metadatas = result["metadatas"] or [{} for _ in ids]
                 vectors = result["embeddings"] if embeddings else None
                 for i, vector_id in enumerate(ids):
                     yield vector_id, metadatas[i], None if vectors is None else vectors[i]
 
+    def each(
+        self,
+        name: str,
+        scope: ScopeFilter | None,
+        use: Callable[[str, Collection], _T],
+    ) -> Iterator[_T]:
+        """`use(resource id, collection)` for each collection `scope` reaches.
+
+        A cached collection dropped since (a forget by another engine or process on the
+        same folder: chromadb raises `NotFoundError`) is looked up again by name: gone,
+        it is skipped; written anew since (another collection under its name), that one
+        is used.
+        """
+        from chromadb.errors import NotFoundError
+
+        for resource_id, collection in self.scoped(name, scope):
+            try:
+                yield use(resource_id, collection)
+                continue
+            except NotFoundError:
+                self.forget(name, resource_id)
+            again = self.get(name, resource_id, create=False)
+            if again is None or again.id == collection.id:
+                continue
+            with suppress(NotFoundError):  # dropped once more meanwhile: gone
+                yield use(resource_id, again)
+
+    def _pages(
+        self,
+        name: str,
+        resource_id: str,
+        collection: Collection,
+        *,
+        where: Where | None,
+        include: Include,
+        size: int,
+    ) -> Iterator[GetResult]:
+        """`_pages` of the collection; of its new self if it was dropped before the first."""
+        from chromadb.errors import NotFoundError
+
+        read: Collection | None = collection
+        while read is not None:
+            started = False
+            try:
+                for result in _pages(read, where, include, size, self._delays):
+                    started = True
+                    yield result
+                return
+            except NotFoundError:  # dropped since cached (see `each`)
+                self.forget(name, resource_id)
+                if started:
+                    return  # dropped half way through: the rest is gone
+            again = self.get(name, resource_id, create=False)
+            read = None if again is None or again.id == read.id else again
+
     def clear(self) -> None:
         """Forget every cached handle."""
         with self._lock:
             self._handles.clear()
             self._sizes.clear()
+
+
+def _count(_: str, collection: Collection) -> int:
+    return int(collection.count())
 
 
 def _pages(

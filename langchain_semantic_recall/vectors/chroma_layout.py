@@ -158,12 +158,18 @@ def scoped_hits(
     """The rows of a query result that lie in `scope`, as hits (best first).
 
     A row of another resource (or, unless expected, another thread) is dropped with a
-    warning: defence in depth, whatever the collection or the filter returned.
+    warning: defence in depth, whatever the collection or the filter returned. A row
+    without metadata is a vector deleted since this process loaded the index (by another
+    process on the same folder: embedded Chroma's loaded index does not see it) and is no
+    hit.
     """
     ids = result["ids"][0]
     metadatas = (result["metadatas"] or [[]])[0]
     distances = (result["distances"] or [[]])[0]
     for vector_id, meta, distance in zip(ids, metadatas, distances, strict=True):
+        if meta is None:
+            logger.debug("skipped hit %r of %r: deleted by another process", vector_id, name)
+            continue
         resource_id, thread_id = str(meta.get("resource_id")), str(meta.get("thread_id"))
         if not scope.admits(resource_id, thread_id):
             if not (other_threads_expected and scope.admits(resource_id, str(scope.thread_id))):

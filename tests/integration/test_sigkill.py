@@ -119,13 +119,38 @@ class PausingVectors(RecordingVectors):
             wait_for_the_kill()
 
 
+class PausingDeletes(RecordingVectors):
+    """Deletes as the wrapped index does, but first reports and waits to be killed."""
+
+    def _delete(
+        self,
+        name: str,
+        *,
+        thread_id: str | None,
+        resource_id: str | None,
+        message_ids: list[str] | None,
+    ) -> None:
+        say(f"deleting vectors of {thread_id}")
+        wait_for_the_kill()
+
+
 def child_main(path: str, mode: str, pause: int) -> None:
-    """Import every turn into ``SemanticRecall.local(path)``, pausing as ``mode`` says."""
+    """Import every turn into ``SemanticRecall.local(path)``, pausing as ``mode`` says.
+
+    ``forget``: forget the thread of turn ``pause`` instead, killed once its messages are
+    deleted and before its vectors are.
+    """
     backends = local_backends(path, PausingEmbeddings(pause if mode == "embedding" else None))
     if mode == "upserted":
         backends["vector_store"] = PausingVectors(backends["vector_store"], pause)
+    if mode == "forget":
+        backends["vector_store"] = PausingDeletes(backends["vector_store"])
     memory = SemanticRecall(**backends)
     say("ready")
+    if mode == "forget":
+        thread, resource, _ = conversation(pause)
+        memory.forget_thread(thread, resource_id=resource)
+        raise SystemExit("the forget returned before its vectors were deleted")
     for k in range(TURNS):
         thread, resource, messages = conversation(k)
         say(f"turn {k}")
@@ -259,3 +284,37 @@ def check_after_the_kills(memory: SemanticRecall, reported: set[int]) -> None:
         seqs = [m.seq for m in in_thread]
         assert len(seqs) == len(set(seqs)), "a sequence number was reused"
         assert memory.search("lisbon trip", thread_id="new", resource_id=in_thread[0].resource_id)
+
+
+def test_sigkill_inside_a_forget_leaves_no_message_and_a_retired_thread(tmp_path: Path) -> None:
+    """Killed between a forget's storage delete and its vector delete.
+
+    The messages are gone and the thread retired (SQLite committed both); the vectors
+    left behind are counted as orphans, never returned by a search; calling the forget
+    again, as docs/data-handling.md says, deletes them.
+    """
+    store = tmp_path / "memory"
+    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings(), search_mode="dense")
+    for k in range(6):
+        thread, resource, messages = conversation(k)
+        memory.index(messages, thread_id=thread, resource_id=resource)
+    memory.close()
+    thread, resource, messages = conversation(0)  # user-0/chat-0 (turn 0 alone of the six)
+    child = Child(store, "forget", 0, tmp_path / "child-forget.log")
+    child.kill_on(f"deleting vectors of {thread}")
+
+    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings(), search_mode="dense")
+    try:
+        assert memory.storage.list_messages(ScopeFilter(thread_id=thread)) == []
+        stats = memory.stats(resource_id=resource)
+        assert stats.orphan_vectors > 0, "the kill was before the storage delete"
+        text = str(messages[-1].content)
+        for hit in memory.search(text, resource_id=resource):
+            assert hit.message.thread_id != thread
+        late = memory.index(messages, thread_id=thread, resource_id=resource)
+        assert late.forgotten, "the thread was not retired"
+        assert memory.forget_thread(thread, resource_id=resource) == 0  # again: nothing left
+        after = memory.stats(resource_id=resource)
+        assert (after.orphan_vectors, after.missing_vectors) == (0, 0)
+    finally:
+        memory.close()

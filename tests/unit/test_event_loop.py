@@ -172,3 +172,25 @@ def test_busy_side_threads_fall_back_to_one_after_the_other(
     monkeypatch.setattr(drivers, "_SIDE", drivers._SidePool(workers=0))
     assert drivers._SIDE.submit(lambda: None) is None
     assert memory.search("tomatoes garden", resource_id="alice") == expected
+
+
+async def test_sync_twins_work_inside_a_running_event_loop() -> None:
+    """A Jupyter cell runs in a loop: the sync calls never start or need one of their own."""
+    memory = SemanticRecall(
+        storage=SQLiteStorage(":memory:"),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="dense",
+        threshold=0.0,
+    )
+    ids = {"thread_id": "t", "resource_id": "alice"}
+    assert memory.index(turn(1), **ids).error is None
+    assert memory.search("tomatoes garden", resource_id="alice")
+    question = HumanMessage("what about the garden tomatoes?")
+    assert len(memory.recall([question], **ids)) > 1  # the memory block, then the question
+    config = {"configurable": ids}
+    assert memory.invoke([question], config)
+    assert memory.as_retriever().invoke("tomatoes", {"configurable": {"resource_id": "alice"}})
+    assert memory.stats(resource_id="alice").messages == 2
+    assert memory.forget_thread("t", resource_id="alice") == 2
+    memory.close()

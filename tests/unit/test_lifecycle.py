@@ -21,7 +21,7 @@ from langchain_semantic_recall import (
     SQLiteStorage,
     StorageError,
 )
-from langchain_semantic_recall.engine.lifecycle import Lifecycle
+from langchain_semantic_recall.engine.lifecycle import Lifecycle, owning
 from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postings import ResourcePostings
 from langchain_semantic_recall.vectors import InMemoryVectorIndex
@@ -206,3 +206,175 @@ def test_a_failing_part_does_not_keep_the_others_open() -> None:
     assert closed == ["embeddings", "vectors", "storage"]
     life.close()  # closed once: nothing is closed twice
     assert closed == ["embeddings", "vectors", "storage"]
+
+
+class HeldEmbeddings(FakeEmbeddings):
+    """Embeds as the fake does; while `held`, each call waits for `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = False
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        if self.held:
+            self.entered.set()
+            assert self.release.wait(30)
+        return super().embed_documents(texts)
+
+
+class CloseRecordingVectors(InMemoryVectorIndex):
+    """In-memory vectors that refuse every write once closed, as Chroma's client does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_closed = False
+
+    def _upsert(self, name: str, records: Any) -> None:
+        assert not self.is_closed, "a write reached the vector index after it was closed"
+        super()._upsert(name, records)
+
+    def _close(self) -> None:
+        self.is_closed = True
+
+    async def _aclose(self) -> None:
+        self.is_closed = True
+
+
+LATER = [HumanMessage("We fly to Lisbon in May"), AIMessage("Noted: Lisbon, May.")]
+"""A turn not embedded yet (the engine caches the vectors of texts it embedded)."""
+
+
+def _held_engine(tmp_path: Path) -> tuple[SemanticRecall, HeldEmbeddings, CloseRecordingVectors]:
+    embeddings, vectors = HeldEmbeddings(), CloseRecordingVectors()
+    backends = {
+        "storage": SQLiteStorage(tmp_path / "m.sqlite3"),
+        "vector_store": vectors,
+        "embeddings": embeddings,
+    }
+    memory = owning(SemanticRecall, backends, {}, embeddings_given=True)
+    memory.index(TURN, thread_id="t0", resource_id="alice")  # the index exists
+    embeddings.held = True
+    return memory, embeddings, vectors
+
+
+def _closing_began(memory: SemanticRecall) -> threading.Event:
+    """Set once a close of `memory` marked it closed (and goes on to wait for calls)."""
+    life, began = memory._core.life, threading.Event()
+    begin = life._begin
+
+    def begin_and_tell() -> None:
+        begin()
+        began.set()
+
+    life._begin = begin_and_tell  # type: ignore[method-assign]
+    return began
+
+
+def test_close_waits_for_the_calls_in_flight(tmp_path: Path) -> None:
+    """A close on another thread lets a call in flight finish whole, then closes.
+
+    Before: the close closed the storage and the vector index under the call, which
+    stored the turn and then failed its vector write (on embedded Chroma: an
+    `AttributeError` from inside chromadb in the result's `error`).
+    """
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    outcome: dict[str, Any] = {}
+    call = threading.Thread(
+        target=lambda: outcome.setdefault(
+            "result", memory.index(LATER, thread_id="t1", resource_id="alice")
+        )
+    )
+    call.start()
+    assert embeddings.entered.wait(30)
+    began = _closing_began(memory)
+    closer = threading.Thread(target=memory.close)
+    closer.start()
+    assert began.wait(30)
+    with pytest.raises(EngineClosedError):  # a new call is refused at once
+        memory.search("peanuts", resource_id="alice")
+    assert closer.is_alive()  # waiting for the call
+    assert not vectors.is_closed
+    embeddings.release.set()
+    call.join(30)
+    closer.join(30)
+    assert not closer.is_alive()
+    assert outcome["result"].error is None
+    assert vectors.is_closed
+
+
+async def test_aclose_waits_for_the_calls_in_flight(tmp_path: Path) -> None:
+    import asyncio
+
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    call = asyncio.ensure_future(memory.aindex(LATER, thread_id="t1", resource_id="alice"))
+    assert await asyncio.to_thread(embeddings.entered.wait, 30)
+    began = _closing_began(memory)
+    closing = asyncio.ensure_future(memory.aclose())
+    assert await asyncio.to_thread(began.wait, 30)
+    assert not closing.done()
+    assert not vectors.is_closed
+    embeddings.release.set()
+    result = await asyncio.wait_for(call, 30)
+    await asyncio.wait_for(closing, 30)
+    assert result.error is None
+    assert vectors.is_closed
+
+
+async def test_close_on_the_loop_thread_leaves_the_closing_to_the_last_call(
+    tmp_path: Path,
+) -> None:
+    """`close()` cannot block the loop its own calls run on: the last call out closes."""
+    import asyncio
+
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    call = asyncio.ensure_future(memory.aindex(LATER, thread_id="t1", resource_id="alice"))
+    assert await asyncio.to_thread(embeddings.entered.wait, 30)
+    memory.close()  # returns at once: waiting here would hang the loop
+    assert memory.closed
+    assert not vectors.is_closed
+    embeddings.release.set()
+    result = await asyncio.wait_for(call, 30)
+    assert result.error is None
+    assert vectors.is_closed
+
+
+async def test_a_cancelled_aclose_leaves_the_closing_to_the_last_call(tmp_path: Path) -> None:
+    """`asyncio.wait_for(memory.aclose(), 1)` timing out while a call runs: still closed."""
+    import asyncio
+
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    call = asyncio.ensure_future(memory.aindex(LATER, thread_id="t1", resource_id="alice"))
+    assert await asyncio.to_thread(embeddings.entered.wait, 30)
+    began = _closing_began(memory)
+    closing = asyncio.ensure_future(memory.aclose())
+    assert await asyncio.to_thread(began.wait, 30)
+    closing.cancel()
+    assert (await asyncio.gather(closing, return_exceptions=True))[0] is not None
+    assert not vectors.is_closed
+    embeddings.release.set()
+    assert (await asyncio.wait_for(call, 30)).error is None
+    assert vectors.is_closed  # closed by the call as it left
+
+
+def test_a_call_that_never_ends_holds_a_close_for_a_bounded_time_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hung embedder, a task of an abandoned event loop: the close goes on after
+    `CLOSE_WAIT_S` (shortened here) and says how many calls it closed under."""
+    from langchain_semantic_recall.engine import lifecycle
+
+    monkeypatch.setattr(lifecycle, "CLOSE_WAIT_S", 0.05)
+    memory, embeddings, vectors = _held_engine(tmp_path)
+    call = threading.Thread(
+        target=lambda: memory.index(LATER, thread_id="t1", resource_id="alice"), daemon=True
+    )
+    call.start()
+    assert embeddings.entered.wait(30)
+    try:
+        memory.close()  # returns: the held call is still in flight
+        assert vectors.is_closed
+        assert "1 call(s) still in flight" in caplog.text
+    finally:
+        embeddings.release.set()
+        call.join(30)
