@@ -136,9 +136,9 @@ class RecordingStorage(MessageStorage):
         self._record("list_threads", resource_id=resource_id)
         return self.inner.list_threads(resource_id)
 
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
+    def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         self._record("delete_thread", thread_id=thread_id)
-        return self.inner.delete_thread(thread_id, retire=retire)
+        return self.inner.delete_thread(thread_id, retire=retire, owner=owner)
 
     def _delete_resource(self, resource_id: str) -> int:
         self._record("delete_resource", resource_id=resource_id)

@@ -361,12 +361,12 @@ class FaultyStorage(RecordingStorage):
             lambda: self.inner.get_windows(ids, before=before, after=after, scope=scope),
         )
 
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
+    def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         self._record("delete_thread", thread_id=thread_id)
         return self.faults.call(
             "delete_thread",
             {"thread_id": thread_id},
-            lambda: self.inner.delete_thread(thread_id, retire=retire),
+            lambda: self.inner.delete_thread(thread_id, retire=retire, owner=owner),
         )
 
     def _delete_resource(self, resource_id: str) -> int:

@@ -119,7 +119,9 @@ def forget_thread_op(
         # id that another resource's conversation may start under. (A forgotten one goes
         # on: a retry after a failure still deletes its vectors.)
         return 0
-    deleted = yield steps.DeleteThread(thread_id, retire=retire)
+    # The delete holds to the owner just read: a move landing meanwhile is refused there,
+    # not deleted with the thread (nor its vectors left under the new owner).
+    deleted = yield steps.DeleteThread(thread_id, retire=retire, owner=owner)
     yield steps.ClearCaches()  # it holds recent texts
     info = yield from space.resolve()
     # The owner lets a vector layout partitioned by resource touch one partition.

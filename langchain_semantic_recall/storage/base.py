@@ -82,6 +82,14 @@ def thread_of_another(thread_id: str, resource_id: str) -> OwnershipError:
     )
 
 
+def moved_away(thread_id: str, owner: str) -> OwnershipError:
+    """Every backend's refusal to delete a thread that no longer belongs to `owner`."""
+    return OwnershipError(
+        f"thread {thread_id!r} no longer belongs to {owner!r} (it was moved while it was "
+        "being forgotten); nothing was deleted"
+    )
+
+
 def message_id_of_another(message_id: str, thread_id: str | None = None) -> OwnershipError:
     """Every backend's refusal of a write reusing a message id another thread holds."""
     than = "" if thread_id is None else f" than {thread_id!r}"
@@ -162,7 +170,9 @@ class MessageStorage(StorageHooks):
         move_thread_input(thread_id, resource_id)
         return await self._aadopt_thread(thread_id, resource_id)
 
-    def delete_thread(self, thread_id: str, *, retire: bool = True) -> int:
+    def delete_thread(
+        self, thread_id: str, *, retire: bool = True, owner: str | None = None
+    ) -> int:
         """Delete a thread's messages; returns the number deleted.
 
         Args:
@@ -170,16 +180,25 @@ class MessageStorage(StorageHooks):
             retire: True (forget): the id is retired, even if never written; later writes
                 raise `ForgottenThreadError`. False (empty): messages and owner go, later
                 writes succeed under any resource (a retired id stays retired).
+            owner: The resource the caller found owning the thread (None: any). The
+                delete checks it in its own transaction, so a move made since the
+                caller's check is never deleted with it.
+
+        Raises:
+            OwnershipError: `owner` is given and the thread now belongs to another
+                resource; nothing is deleted.
         """
-        delete_thread_input(thread_id, retire)
-        deleted = self._delete_thread(thread_id, retire=retire)
+        delete_thread_input(thread_id, retire, owner)
+        deleted = self._delete_thread(thread_id, retire=retire, owner=owner)
         _log_delete("thread", thread_id, deleted, retire=retire)
         return deleted
 
-    async def adelete_thread(self, thread_id: str, *, retire: bool = True) -> int:
+    async def adelete_thread(
+        self, thread_id: str, *, retire: bool = True, owner: str | None = None
+    ) -> int:
         """Async twin of `delete_thread`."""
-        delete_thread_input(thread_id, retire)
-        deleted = await self._adelete_thread(thread_id, retire=retire)
+        delete_thread_input(thread_id, retire, owner)
+        deleted = await self._adelete_thread(thread_id, retire=retire, owner=owner)
         _log_delete("thread", thread_id, deleted, retire=retire)
         return deleted
 

@@ -168,10 +168,12 @@ def keyword_input(query: object, scope: object, limit: object) -> None:
     check_limit(limit)
 
 
-def delete_thread_input(thread_id: object, retire: object) -> None:
+def delete_thread_input(thread_id: object, retire: object, owner: object = None) -> None:
     """`delete_thread`'s input."""
     check_id("thread_id", thread_id)
     check_flag("retire", retire)
+    if owner is not None:
+        check_id("owner", owner)
 
 
 def move_thread_input(thread_id: object, to_resource: object) -> None:

@@ -60,8 +60,12 @@ class StorageHooks(ABC):
         """Thread summaries, ordered by thread id."""
 
     @abstractmethod
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
-        """Delete the thread's messages, keyword index and owner; retire the id if asked."""
+    def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
+        """Delete the thread's messages, keyword index and owner; retire the id if asked.
+
+        With `owner`, first check in the same transaction that the thread (if stored)
+        still belongs to it, else raise `OwnershipError` (`owner_mismatch`).
+        """
 
     @abstractmethod
     def _delete_resource(self, resource_id: str) -> int:
@@ -183,8 +187,10 @@ class StorageHooks(ABC):
     async def _alist_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         return await run_in_executor(None, self._list_threads, resource_id)
 
-    async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
-        return await run_in_executor(None, lambda: self._delete_thread(thread_id, retire=retire))
+    async def _adelete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
+        return await run_in_executor(
+            None, lambda: self._delete_thread(thread_id, retire=retire, owner=owner)
+        )
 
     async def _adelete_resource(self, resource_id: str) -> int:
         return await run_in_executor(None, self._delete_resource, resource_id)

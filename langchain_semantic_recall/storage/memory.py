@@ -40,6 +40,7 @@ from langchain_semantic_recall.records import (
 from langchain_semantic_recall.storage.base import (
     MessageStorage,
     message_id_of_another,
+    moved_away,
     thread_of_another,
 )
 
@@ -186,8 +187,11 @@ class InMemoryStorage(MessageStorage):
         thread.searchable -= 1
         thread.term_count -= len(terms)
 
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
+    def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         with self._lock:
+            held = self._threads.get(thread_id)
+            if owner is not None and held is not None and held.resource_id != owner:
+                raise moved_away(thread_id, owner)
             thread = self._threads.pop(thread_id, None)
             if retire:
                 self._forgotten.setdefault(thread_id, thread.resource_id if thread else None)
@@ -244,7 +248,10 @@ class InMemoryStorage(MessageStorage):
     def _delete_resource(self, resource_id: str) -> int:
         with self._lock:
             owned = [tid for tid, t in self._threads.items() if t.resource_id == resource_id]
-            return sum(self._delete_thread(thread_id, retire=True) for thread_id in owned)
+            return sum(
+                self._delete_thread(thread_id, retire=True, owner=resource_id)
+                for thread_id in owned
+            )
 
     # --- reads ------------------------------------------------------------------------
 

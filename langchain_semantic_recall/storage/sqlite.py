@@ -41,6 +41,7 @@ from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.base import (
     MessageStorage,
     message_id_of_another,
+    moved_away,
     thread_of_another,
 )
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
@@ -49,6 +50,7 @@ from langchain_semantic_recall.storage.sqlite_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     connect,
+    file_bytes,
     is_writable,
     prepare_path,
 )
@@ -69,12 +71,6 @@ _MIGRATIONS: Final = MIGRATIONS
 _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
 
 # --- conversions --------------------------------------------------------------------
-
-
-def _file_bytes(path: str) -> int:
-    """Bytes of the database file and its write-ahead log (and shared-memory index)."""
-    files = (path, f"{path}-wal", f"{path}-shm")
-    return sum(os.path.getsize(f) for f in files if os.path.exists(f))
 
 
 def _to_message(row: Sequence[Any]) -> StoredMessage:
@@ -288,16 +284,19 @@ class SQLiteStorage(MessageStorage):
         conn.execute(sql.INSERT_THREAD, (record.thread_id, record.resource_id, now))
         return _ThreadState(owner=record.resource_id, next_seq=0)
 
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
+    def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         now = sql.iso_text(datetime.now(UTC))
         with self._write(keywords_hooked=True) as conn:
-            owner = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
-            self._postings.deleted(owner[0] if owner else None, thread_id)
+            row = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
+            found = row[0] if row else None
+            if owner is not None and found not in {None, owner}:
+                raise moved_away(thread_id, owner)
+            self._postings.deleted(found, thread_id)
             fts.forget(conn, "thread_id", thread_id)  # before the rows it joins on
             deleted = conn.execute(sql.DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
             conn.execute(sql.DELETE_THREAD, (thread_id,))
             if retire:
-                conn.execute(sql.FORGET_THREAD, (thread_id, owner[0] if owner else None, now))
+                conn.execute(sql.FORGET_THREAD, (thread_id, found, now))
         return int(deleted)
 
     def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
@@ -473,7 +472,7 @@ class SQLiteStorage(MessageStorage):
             if self._read_only:
                 raise StorageError(f"SQLite storage {self._path} was opened read-only")
             return CompactResult(backend=type(self).__name__, done=("in-memory database",))
-        before = _file_bytes(self._path)
+        before = file_bytes(self._path)
         with self._lock, self._errors("compact"):
             self._conn.execute("PRAGMA secure_delete = ON")
             self._conn.execute(fts.OPTIMIZE)
@@ -486,7 +485,7 @@ class SQLiteStorage(MessageStorage):
                 "using this store and run the purge again"
             )
         done = ("PRAGMA secure_delete = ON", "FTS5 optimize", "VACUUM", "wal_checkpoint(TRUNCATE)")
-        return CompactResult(type(self).__name__, done, before, _file_bytes(self._path))
+        return CompactResult(type(self).__name__, done, before, file_bytes(self._path))
 
     def _close(self) -> None:
         """Close the connection, after the background postings builds; later calls raise.

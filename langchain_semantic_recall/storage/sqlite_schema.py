@@ -100,6 +100,12 @@ def prepare_path(path: str | os.PathLike[str], *, read_only: bool = False) -> st
     return str(target)
 
 
+def file_bytes(path: str) -> int:
+    """Bytes of the database file and its write-ahead log (and shared-memory index)."""
+    files = (path, f"{path}-wal", f"{path}-shm")
+    return sum(os.path.getsize(f) for f in files if os.path.exists(f))
+
+
 def is_writable(path: str | os.PathLike[str]) -> bool:
     """Whether SQLite can write the file at `path` (and its journal next to it).
 

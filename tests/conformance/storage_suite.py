@@ -147,6 +147,10 @@ def delete_thread__id_kept(m: Callable[..., Any], bad: object) -> Any:
     return m(bad, retire=False)
 
 
+def delete_thread__owner(m: Callable[..., Any], bad: object) -> Any:
+    return m("t1", owner=_optional(bad))
+
+
 def delete_resource__id(m: Callable[..., Any], bad: object) -> Any:
     return m(bad)
 
@@ -193,6 +197,7 @@ ID_CALLS: list[Call] = [
     is_forgotten__id,
     delete_thread__id,
     delete_thread__id_kept,
+    delete_thread__owner,
     delete_resource__id,
     get_windows__message_id,
     get_windows__scope_resource,
@@ -560,6 +565,33 @@ class StorageConformance(StorageFilterConformance):
         )
         assert set(windows) == {"t2-m0"}
         assert storage.delete_thread("t1") == 0
+
+    def test_delete_thread_holds_to_the_owner_the_caller_found(
+        self, storage: MessageStorage
+    ) -> None:
+        """A forget checks the owner, then deletes: a move landing between must not go."""
+        storage.put(make_thread(3, "t1"))  # r1's
+        storage.move_thread("t1", to_resource="r2")  # moved after r1's forget read the owner
+        with pytest.raises(OwnershipError, match="no longer belongs to 'r1'"):
+            storage.delete_thread("t1", owner="r1")
+        assert storage.count(ScopeFilter(thread_id="t1")) == 3
+        assert storage.get_thread_owner("t1") == "r2"
+        assert not storage.is_forgotten("t1")
+        assert storage.delete_thread("t1", owner="r2") == 3
+        assert storage.is_forgotten("t1")
+        assert storage.delete_thread("t1", owner="r1") == 0  # gone: nothing to refuse
+        assert storage.delete_thread("never-written", owner="r1") == 0
+
+    async def test_adelete_thread_holds_to_the_owner_the_caller_found(
+        self, storage: MessageStorage
+    ) -> None:
+        storage.put(make_thread(2, "t1"))
+        storage.move_thread("t1", to_resource="r2")
+        with pytest.raises(OwnershipError, match="no longer belongs"):
+            await storage.adelete_thread("t1", owner="r1", retire=False)
+        assert storage.count(ScopeFilter(thread_id="t1")) == 2
+        assert await storage.adelete_thread("t1", owner="r2", retire=False) == 2
+        assert not storage.is_forgotten("t1")
 
     def test_forgotten_thread_rejects_later_writes(self, storage: MessageStorage) -> None:
         storage.put(make_thread(2, "t1"))

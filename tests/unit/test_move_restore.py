@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import (
+    InMemoryStorage,
     InvalidInputError,
     OwnershipError,
     ReadOnlyError,
@@ -199,3 +200,45 @@ async def test_a_move_that_raised_after_the_storage_moved_says_how_to_finish(
     with pytest.raises(OwnershipError) as refused:  # a thread moved elsewhere: no such hint
         memory.move_thread("t1", to="carol", resource_id="alice")
     assert "move_thread again" not in str(refused.value)
+
+
+# --- a forget racing a move ------------------------------------------------------------------
+
+
+class _MovesAfterTheOwnerIsRead(InMemoryStorage):
+    """Moves `thread` to `to` right after its owner is first read: a move by another
+    request landing between a forget's owner check and its delete."""
+
+    def __init__(self, thread: str, to: str) -> None:
+        super().__init__()
+        self.race: tuple[str, str] | None = None
+        self._thread, self._to = thread, to
+
+    def _get_thread_owner(self, thread_id: str) -> str | None:
+        owner = super()._get_thread_owner(thread_id)
+        if self.race == (thread_id, owner) and thread_id == self._thread:
+            self.race = None
+            self.move_thread(thread_id, to_resource=self._to)
+        return owner
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_forget_never_deletes_a_thread_moved_to_another_user_meanwhile(twin: str) -> None:
+    storage = _MovesAfterTheOwnerIsRead("chat", to="bob")
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    memory.index(
+        [HumanMessage("My passport number ends in 42.")], thread_id="chat", resource_id="alice"
+    )
+    storage.race = ("chat", "alice")
+    forget = (
+        (lambda: memory.forget_thread("chat", resource_id="alice"))
+        if twin == "sync"
+        else (lambda: asyncio.run(memory.aforget_thread("chat", resource_id="alice")))
+    )
+    with pytest.raises(OwnershipError, match="no longer belongs to 'alice'"):
+        forget()
+    assert storage.get_thread_owner("chat") == "bob"
+    assert storage.count(ScopeFilter(thread_id="chat")) == 1
+    assert not storage.is_forgotten("chat")

@@ -243,19 +243,22 @@ class UnretireThread(Step[bool]):
 
 @dataclass(frozen=True, slots=True)
 class DeleteThread(Step[int]):
-    """Delete a thread's messages; `retire` also retires its id."""
+    """Delete a thread's messages; `retire` also retires its id; only `owner`'s if given."""
 
     thread_id: str
     _: KW_ONLY
     retire: bool
+    owner: str | None = None
 
     @override
     def run(self, backends: Backends) -> int:
-        return backends.storage.delete_thread(self.thread_id, retire=self.retire)
+        storage = backends.storage
+        return storage.delete_thread(self.thread_id, retire=self.retire, owner=self.owner)
 
     @override
     async def arun(self, backends: Backends) -> int:
-        return await backends.storage.adelete_thread(self.thread_id, retire=self.retire)
+        storage = backends.storage
+        return await storage.adelete_thread(self.thread_id, retire=self.retire, owner=self.owner)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from langchain_semantic_recall.records import (
     DeletedMessage,
     ScopeFilter,
 )
+from langchain_semantic_recall.storage.base import moved_away
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MESSAGES,
@@ -39,21 +40,26 @@ __all__ = [
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN
 
 
-def delete_thread_steps(thread_id: str, *, retire: bool) -> Steps[int]:
+def delete_thread_steps(thread_id: str, *, retire: bool, owner: str | None = None) -> Steps[int]:
     """Delete the thread's messages (their keyword terms with them) and its row.
 
     With `retire`, also retire its id, under the thread's lock (late writers queue
-    behind).
+    behind). With `owner`, only while the thread (if stored) still belongs to it.
+
+    Raises:
+        OwnershipError: the thread now belongs to another resource than `owner`.
     """
     yield from _lock_steps([thread_id])
-    owner = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
+    found = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
+    if owner is not None and found.rows and found.rows[0][0] != owner:
+        raise moved_away(thread_id, owner)
     deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = %s", (thread_id,))).rowcount
     yield Query(f"DELETE FROM {_T} WHERE thread_id = %s", (thread_id,))
     if not retire:
         return deleted
     yield Query(
         f"INSERT INTO {_F} (thread_id, resource_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-        (thread_id, owner.rows[0][0] if owner.rows else None),
+        (thread_id, found.rows[0][0] if found.rows else None),
     )
     return deleted
 

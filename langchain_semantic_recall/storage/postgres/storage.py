@@ -371,11 +371,12 @@ class PostgresStorage(MessageStorage):
     async def _acount_up_to(self, scope: ScopeFilter | None, up_to: int) -> int:
         return await self._arun(count_steps(scope, up_to), "read")
 
-    def _delete_thread(self, thread_id: str, *, retire: bool) -> int:
-        return self._run(delete_thread_steps(thread_id, retire=retire), "delete", write=True)
+    def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
+        steps = delete_thread_steps(thread_id, retire=retire, owner=owner)
+        return self._run(steps, "delete", write=True)
 
-    async def _adelete_thread(self, thread_id: str, *, retire: bool) -> int:
-        steps = delete_thread_steps(thread_id, retire=retire)
+    async def _adelete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
+        steps = delete_thread_steps(thread_id, retire=retire, owner=owner)
         return await self._arun(steps, "delete", write=True)
 
     def _delete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
