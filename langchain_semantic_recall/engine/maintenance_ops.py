@@ -184,7 +184,7 @@ def move_thread_op(
     moved = 0
     if owner != to_resource:
         yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-        moved = yield steps.MoveThread(thread_id, to_resource=to_resource)
+        moved = yield steps.MoveThread(thread_id, to_resource=to_resource, owner=owner)
         yield steps.ClearCaches()  # it holds recent texts under the old owner
         # Again: a turn indexed meanwhile may have written under the old owner after the
         # first delete, and read that owner before the storage move (so it did not follow).

@@ -82,14 +82,6 @@ def thread_of_another(thread_id: str, resource_id: str) -> OwnershipError:
     )
 
 
-def moved_away(thread_id: str, owner: str) -> OwnershipError:
-    """Every backend's refusal to delete a thread that no longer belongs to `owner`."""
-    return OwnershipError(
-        f"thread {thread_id!r} no longer belongs to {owner!r} (it was moved while it was "
-        "being forgotten); nothing was deleted"
-    )
-
-
 def message_id_of_another(message_id: str, thread_id: str | None = None) -> OwnershipError:
     """Every backend's refusal of a write reusing a message id another thread holds."""
     than = "" if thread_id is None else f" than {thread_id!r}"
@@ -233,7 +225,7 @@ class MessageStorage(StorageHooks):
         """Async twin of `delete_before`."""
         return await self._adelete_before(before_input(cutoff, scope), scope)
 
-    def move_thread(self, thread_id: str, *, to_resource: str) -> int:
+    def move_thread(self, thread_id: str, *, to_resource: str, owner: str | None = None) -> int:
         """Give a thread and its messages to another resource, atomically; returns moved.
 
         Ids, order, content and the keyword index follow; an unknown (or forgotten) thread
@@ -243,16 +235,23 @@ class MessageStorage(StorageHooks):
         Args:
             thread_id: The thread to move.
             to_resource: The resource that owns it afterwards.
+            owner: The resource the caller found owning it (None: any), checked in the
+                move's own transaction.
+
+        Raises:
+            OwnershipError: `owner` is given and the thread now belongs to another one.
         """
-        move_thread_input(thread_id, to_resource)
-        moved = self._move_thread(thread_id, to_resource)
+        move_thread_input(thread_id, to_resource, owner)
+        moved = self._move_thread(thread_id, to_resource, owner)
         logger.info("moved thread %r to resource %r (%d messages)", thread_id, to_resource, moved)
         return moved
 
-    async def amove_thread(self, thread_id: str, *, to_resource: str) -> int:
+    async def amove_thread(
+        self, thread_id: str, *, to_resource: str, owner: str | None = None
+    ) -> int:
         """Async twin of `move_thread`."""
-        move_thread_input(thread_id, to_resource)
-        moved = await self._amove_thread(thread_id, to_resource)
+        move_thread_input(thread_id, to_resource, owner)
+        moved = await self._amove_thread(thread_id, to_resource, owner)
         logger.info("moved thread %r to resource %r (%d messages)", thread_id, to_resource, moved)
         return moved
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeGuard
 
-from langchain_semantic_recall.errors import InvalidInputError
+from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
 from langchain_semantic_recall.storable import check_id, check_ids
 
@@ -176,10 +176,12 @@ def delete_thread_input(thread_id: object, retire: object, owner: object = None)
         check_id("owner", owner)
 
 
-def move_thread_input(thread_id: object, to_resource: object) -> None:
+def move_thread_input(thread_id: object, to_resource: object, owner: object = None) -> None:
     """`move_thread`'s input."""
     check_id("thread_id", thread_id)
     check_id("to_resource", to_resource)
+    if owner is not None:
+        check_id("owner", owner)
 
 
 def before_input(cutoff: object, scope: object) -> datetime:
@@ -210,3 +212,19 @@ def count_input(scope: object, up_to: object) -> None:
     check_scope(scope, optional=True)
     if up_to is not None:
         check_limit(up_to)
+
+
+def check_still_owned(thread_id: str, found: str | None, owner: str | None) -> None:
+    """Every backend's check, inside its delete or move, that `owner` still holds a thread.
+
+    `owner` is the owner the caller read (None: any); `found` the thread's owner now,
+    read in the same transaction (None: not stored).
+
+    Raises:
+        OwnershipError: another call moved the thread since the caller read its owner.
+    """
+    if owner is not None and found is not None and found != owner:
+        raise OwnershipError(
+            f"thread {thread_id!r} no longer belongs to {owner!r} (another call moved it "
+            "since this one read its owner); nothing was deleted or moved"
+        )

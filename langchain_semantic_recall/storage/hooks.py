@@ -64,7 +64,7 @@ class StorageHooks(ABC):
         """Delete the thread's messages, keyword index and owner; retire the id if asked.
 
         With `owner`, first check in the same transaction that the thread (if stored)
-        still belongs to it, else raise `OwnershipError` (`owner_mismatch`).
+        still belongs to it (`checks.check_still_owned`).
         """
 
     @abstractmethod
@@ -89,8 +89,12 @@ class StorageHooks(ABC):
         """Delete older messages; threads keep owner and seqs (an emptied one stays, empty)."""
         raise NotImplementedError(f"{type(self).__name__} cannot delete messages by date")
 
-    def _move_thread(self, thread_id: str, to_resource: str) -> int:
-        """Reassign the thread (override, with `supports_move = True`, with the next)."""
+    def _move_thread(self, thread_id: str, to_resource: str, owner: str | None) -> int:
+        """Reassign the thread (override, with `supports_move = True`, with the next).
+
+        With `owner`, check in the same transaction that the thread (if stored) still
+        belongs to it (`checks.check_still_owned`).
+        """
         raise NotImplementedError(f"{type(self).__name__} cannot move threads")
 
     def _unretire_thread(self, thread_id: str) -> bool:
@@ -231,8 +235,8 @@ class StorageHooks(ABC):
     async def _adelete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
         return await run_in_executor(None, self._delete_before, cutoff, scope)
 
-    async def _amove_thread(self, thread_id: str, to_resource: str) -> int:
-        return await run_in_executor(None, self._move_thread, thread_id, to_resource)
+    async def _amove_thread(self, thread_id: str, to_resource: str, owner: str | None) -> int:
+        return await run_in_executor(None, self._move_thread, thread_id, to_resource, owner)
 
     async def _aunretire_thread(self, thread_id: str) -> bool:
         return await run_in_executor(None, self._unretire_thread, thread_id)

@@ -40,9 +40,9 @@ from langchain_semantic_recall.records import (
 from langchain_semantic_recall.storage.base import (
     MessageStorage,
     message_id_of_another,
-    moved_away,
     thread_of_another,
 )
+from langchain_semantic_recall.storage.checks import check_still_owned
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,7 @@ class InMemoryStorage(MessageStorage):
     def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         with self._lock:
             held = self._threads.get(thread_id)
-            if owner is not None and held is not None and held.resource_id != owner:
-                raise moved_away(thread_id, owner)
+            check_still_owned(thread_id, held.resource_id if held else None, owner)
             thread = self._threads.pop(thread_id, None)
             if retire:
                 self._forgotten.setdefault(thread_id, thread.resource_id if thread else None)
@@ -232,11 +231,12 @@ class InMemoryStorage(MessageStorage):
             thread.messages = [replace(m, resource_id=resource_id) for m in thread.messages]
             return len(thread.messages)
 
-    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+    def _move_thread(self, thread_id: str, to_resource: str, owner: str | None) -> int:
         with self._lock:
             thread = self._threads.get(thread_id)
             if thread is None:
                 return 0
+            check_still_owned(thread_id, thread.resource_id, owner)
             thread.resource_id = to_resource
             thread.messages = [replace(m, resource_id=to_resource) for m in thread.messages]
             return len(thread.messages)

@@ -41,9 +41,9 @@ from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.base import (
     MessageStorage,
     message_id_of_another,
-    moved_away,
     thread_of_another,
 )
+from langchain_semantic_recall.storage.checks import check_still_owned
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
@@ -288,9 +288,7 @@ class SQLiteStorage(MessageStorage):
         now = sql.iso_text(datetime.now(UTC))
         with self._write(keywords_hooked=True) as conn:
             row = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
-            found = row[0] if row else None
-            if owner is not None and found not in {None, owner}:
-                raise moved_away(thread_id, owner)
+            check_still_owned(thread_id, found := row[0] if row else None, owner)
             self._postings.deleted(found, thread_id)
             fts.forget(conn, "thread_id", thread_id)  # before the rows it joins on
             deleted = conn.execute(sql.DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
@@ -321,11 +319,12 @@ class SQLiteStorage(MessageStorage):
             conn.execute(sql.SET_THREAD_OWNER, (resource_id, thread_id))
             return int(conn.execute(sql.SET_MESSAGES_OWNER, (resource_id, thread_id)).rowcount)
 
-    def _move_thread(self, thread_id: str, to_resource: str) -> int:
+    def _move_thread(self, thread_id: str, to_resource: str, owner: str | None) -> int:
         """One transaction: the owner, every message's resource and their keyword index."""
         with self._write() as conn:  # the in-memory postings are rebuilt at the next search
-            if conn.execute(sql.GET_THREAD, (thread_id,)).fetchone() is None:
+            if (row := conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()) is None:
                 return 0
+            check_still_owned(thread_id, row[0], owner)
             rows = conn.execute(sql.THREAD_MESSAGES, (thread_id,)).fetchall()
             fts.forget(conn, "thread_id", thread_id)  # indexed under the old resource
             conn.execute(sql.SET_THREAD_OWNER, (to_resource, thread_id))

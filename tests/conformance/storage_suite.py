@@ -151,6 +151,10 @@ def delete_thread__owner(m: Callable[..., Any], bad: object) -> Any:
     return m("t1", owner=_optional(bad))
 
 
+def move_thread__owner(m: Callable[..., Any], bad: object) -> Any:
+    return m("t1", to_resource="r2", owner=_optional(bad))
+
+
 def delete_resource__id(m: Callable[..., Any], bad: object) -> Any:
     return m(bad)
 
@@ -198,6 +202,7 @@ ID_CALLS: list[Call] = [
     delete_thread__id,
     delete_thread__id_kept,
     delete_thread__owner,
+    move_thread__owner,
     delete_resource__id,
     get_windows__message_id,
     get_windows__scope_resource,
@@ -581,6 +586,20 @@ class StorageConformance(StorageFilterConformance):
         assert storage.is_forgotten("t1")
         assert storage.delete_thread("t1", owner="r1") == 0  # gone: nothing to refuse
         assert storage.delete_thread("never-written", owner="r1") == 0
+
+    def test_move_thread_holds_to_the_owner_the_caller_found(self, storage: MessageStorage) -> None:
+        """Two moves read the owner, then move: the later must not take the thread on."""
+        storage.put(make_thread(2, "t1"))  # r1's
+        if not storage.supports_move:
+            with pytest.raises(NotImplementedError):
+                storage.move_thread("t1", to_resource="r2", owner="r1")
+            return
+        assert storage.move_thread("t1", to_resource="r2", owner="r1") == 2
+        with pytest.raises(OwnershipError, match="no longer belongs to 'r1'"):
+            storage.move_thread("t1", to_resource="r3", owner="r1")  # read before the first
+        assert storage.get_thread_owner("t1") == "r2"
+        assert storage.count(ScopeFilter(resource_id="r2")) == 2
+        assert storage.move_thread("never-written", to_resource="r3", owner="r1") == 0
 
     async def test_adelete_thread_holds_to_the_owner_the_caller_found(
         self, storage: MessageStorage

@@ -242,3 +242,22 @@ def test_a_forget_never_deletes_a_thread_moved_to_another_user_meanwhile(twin: s
     assert storage.get_thread_owner("chat") == "bob"
     assert storage.count(ScopeFilter(thread_id="chat")) == 1
     assert not storage.is_forgotten("chat")
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_move_never_takes_a_thread_another_move_gave_away_meanwhile(twin: str) -> None:
+    storage = _MovesAfterTheOwnerIsRead("chat", to="carol")
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    memory.index([HumanMessage("The gate code is 1234.")], thread_id="chat", resource_id="alice")
+    storage.race = ("chat", "alice")  # alice's other request gives it to carol meanwhile
+    move = (
+        (lambda: memory.move_thread("chat", to="bob", resource_id="alice"))
+        if twin == "sync"
+        else (lambda: asyncio.run(memory.amove_thread("chat", to="bob", resource_id="alice")))
+    )
+    with pytest.raises(OwnershipError, match="no longer belongs to 'alice'"):
+        move()
+    assert storage.get_thread_owner("chat") == "carol"
+    assert storage.count(ScopeFilter(resource_id="bob")) == 0

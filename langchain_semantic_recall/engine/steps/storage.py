@@ -211,19 +211,22 @@ class AdoptThread(Step[int]):
 
 @dataclass(frozen=True, slots=True)
 class MoveThread(Step[int]):
-    """Give a thread to another resource (`MessageStorage.move_thread`)."""
+    """Give a thread to another resource (`MessageStorage.move_thread`), only `owner`'s."""
 
     thread_id: str
     _: KW_ONLY
     to_resource: str
+    owner: str | None = None
 
     @override
     def run(self, backends: Backends) -> int:
-        return backends.storage.move_thread(self.thread_id, to_resource=self.to_resource)
+        storage = backends.storage
+        return storage.move_thread(self.thread_id, to_resource=self.to_resource, owner=self.owner)
 
     @override
     async def arun(self, backends: Backends) -> int:
-        return await backends.storage.amove_thread(self.thread_id, to_resource=self.to_resource)
+        to, owner = self.to_resource, self.owner
+        return await backends.storage.amove_thread(self.thread_id, to_resource=to, owner=owner)
 
 
 @dataclass(frozen=True, slots=True)

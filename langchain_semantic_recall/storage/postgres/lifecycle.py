@@ -16,7 +16,7 @@ from langchain_semantic_recall.records import (
     DeletedMessage,
     ScopeFilter,
 )
-from langchain_semantic_recall.storage.base import moved_away
+from langchain_semantic_recall.storage.checks import check_still_owned
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MESSAGES,
@@ -51,8 +51,7 @@ def delete_thread_steps(thread_id: str, *, retire: bool, owner: str | None = Non
     """
     yield from _lock_steps([thread_id])
     found = yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))
-    if owner is not None and found.rows and found.rows[0][0] != owner:
-        raise moved_away(thread_id, owner)
+    check_still_owned(thread_id, found.rows[0][0] if found.rows else None, owner)
     deleted = (yield Query(f"DELETE FROM {_M} WHERE thread_id = %s", (thread_id,))).rowcount
     yield Query(f"DELETE FROM {_T} WHERE thread_id = %s", (thread_id,))
     if not retire:
@@ -81,13 +80,18 @@ def adopt_steps(thread_id: str, resource_id: str) -> Steps[int]:
     return (yield from _reassign_steps(thread_id, owner[0][0], resource_id))
 
 
-def move_thread_steps(thread_id: str, to_resource: str) -> Steps[int]:
-    """Give the thread to `to_resource`: its row, its messages and their scope lexeme."""
+def move_thread_steps(thread_id: str, to_resource: str, owner: str | None = None) -> Steps[int]:
+    """Give the thread to `to_resource`: its row, its messages and their scope lexeme.
+
+    Raises:
+        OwnershipError: `owner` is given and the thread now belongs to another resource.
+    """
     yield from _lock_steps([thread_id])
-    owner = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
-    if not owner:
+    found = (yield Query(f"SELECT resource_id FROM {_T} WHERE thread_id = %s", (thread_id,))).rows
+    if not found:
         return 0
-    return (yield from _reassign_steps(thread_id, owner[0][0], to_resource))
+    check_still_owned(thread_id, found[0][0], owner)
+    return (yield from _reassign_steps(thread_id, found[0][0], to_resource))
 
 
 def _reassign_steps(thread_id: str, old: str, new: str) -> Steps[int]:

@@ -397,8 +397,8 @@ class PostgresStorage(MessageStorage):
     async def _adelete_resource(self, resource_id: str) -> int:
         return await self._arun(delete_resource_steps(resource_id), "delete", write=True)
 
-    def _move_thread(self, thread_id: str, to_resource: str) -> int:
-        return self._run(move_thread_steps(thread_id, to_resource), "move", write=True)
+    def _move_thread(self, thread_id: str, to_resource: str, owner: str | None) -> int:
+        return self._run(move_thread_steps(thread_id, to_resource, owner), "move", write=True)
 
     def _unretire_thread(self, thread_id: str) -> bool:
         steps = _rowcount_steps(UNRETIRE_SQL, thread_id)
