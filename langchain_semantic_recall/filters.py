@@ -37,6 +37,7 @@ __all__ = [
     "check_bound",
     "check_horizon",
     "check_metadata",
+    "in_utc",
     "is_reserved_key",
     "matches_metadata",
     "metadata_conditions",
@@ -235,8 +236,9 @@ def check_bound(name: str, value: object, now: datetime) -> datetime | None:
     A `timedelta` reaching before year 1 is no bound as `since` (every message is newer).
 
     Raises:
-        InvalidInputError: a naive datetime, a negative timedelta, another type, or an
-            `until` reaching before year 1 (no message is older).
+        InvalidInputError: a naive datetime, a negative timedelta, another type, an
+            `until` reaching before year 1 (no message is older), or a datetime outside
+            years 1-9999 in UTC.
     """
     if value is None:
         return None
@@ -263,7 +265,23 @@ def check_bound(name: str, value: object, now: datetime) -> datetime | None:
             f"{name}={value.isoformat()} has no time zone; pass an aware datetime such as "
             "datetime(2024, 1, 1, tzinfo=UTC)"
         )
-    return value.astimezone(UTC)
+    return in_utc(value, name)
+
+
+def in_utc(moment: datetime, what: str) -> datetime:
+    """An aware `moment` in UTC.
+
+    Raises:
+        InvalidInputError: it lies outside years 1-9999 in UTC (year 1 at +01:00 is in
+            year 0 in UTC; Python's datetime holds neither end).
+    """
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInputError(
+            f"{what}={moment.isoformat()} lies outside the range of dates (years 1-9999 in "
+            "UTC); pass a date inside it, or no bound"
+        ) from None
 
 
 def time_range(

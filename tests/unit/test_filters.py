@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -132,6 +132,26 @@ async def test_bounds_before_year_one_are_options_not_crashes(memory: SemanticRe
     ask = [HumanMessage("lighthouse keeper apollo?")]
     got = forever.recall(ask, thread_id="t2", resource_id="alice")
     assert "keeper apollo" in recalled(got)  # recalled, not a logged failure
+
+
+async def test_aware_bounds_outside_the_utc_calendar_are_input_errors(
+    memory: SemanticRecall,
+) -> None:
+    """Year 1 at +01:00 lies before year 1 in UTC: it once raised a bare OverflowError."""
+    early = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    late = datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))
+    cases: list[dict[str, Any]] = [
+        {"since": early},
+        {"until": late},
+        {"since": early, "until": NOW},
+    ]
+    for bounds in cases:
+        with pytest.raises(InvalidInputError, match="years 1-9999 in UTC"):
+            memory.search("lighthouse", resource_id="alice", **bounds)
+        with pytest.raises(InvalidInputError, match="years 1-9999 in UTC"):
+            await memory.asearch("lighthouse", resource_id="alice", **bounds)
+    with pytest.raises(InvalidOptionError, match="years 1-9999 in UTC"):
+        RecallNode(memory, since=early)
 
 
 # --- index: which metadata is kept --------------------------------------------------------
