@@ -1,0 +1,147 @@
+"""Generated metadata and filters, and the check that a storage keeps what the rule keeps.
+
+Hypothesis draws metadata and filters near the edges of "values compare by kind" (0 and
+False, -0.0, 2**53 as an int and a float, look-alike and empty texts, quotes and JSON's
+own characters); `check_reads` holds a storage to `filters.matches_metadata` through
+every read that takes a scope (ids, windows, keyword search, counts, pages). Used by
+`tests/unit/test_filter_backends.py` (in-memory, SQLite) and
+`tests/integration/test_postgres_storage.py` (PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import strategies as st
+
+from langchain_semantic_recall.filters import matches_metadata, metadata_conditions
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.storage.base import MessageStorage
+from tests.conformance.storage_suite import make_record
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+KEYS = ("project", "n", "Tag", "tag")
+VALUES = st.sampled_from(
+    [
+        0,
+        1,
+        -1,
+        2**53,
+        -(2**53),
+        0.0,
+        -0.0,
+        1.0,
+        0.1,
+        0.30000000000000004,
+        1e16,
+        2.0**53,
+        1e-300,
+        True,
+        False,
+        "",
+        "0",
+        "1",
+        "true",
+        "false",
+        "1.0",
+        "apollo",
+        "Apollo",
+        "apollo ",
+        "é",
+        "e\u0301",
+        "ß",
+        "SS",
+        "İ",
+        "a'b",
+        'a"b',
+        "a\\b",
+        "%",
+        "_",
+        "$.n",
+        "null",
+        "🚀",
+    ]
+)
+METADATA = st.dictionaries(st.sampled_from(KEYS), VALUES, max_size=3)
+FILTERS = st.dictionaries(
+    st.sampled_from(KEYS),
+    st.one_of(
+        VALUES,
+        VALUES.map(lambda value: {"$eq": value}),
+        st.lists(VALUES, min_size=1, max_size=4).map(lambda values: {"$in": values}),
+    ),
+    min_size=1,
+    max_size=2,
+)
+ROWS = st.lists(st.tuples(METADATA, st.integers(0, 5)), min_size=1, max_size=8)
+
+
+Row = tuple[dict[str, Any], int]
+"""A message's metadata and its day after `T0`."""
+
+
+def _reads(storage: MessageStorage, scope: ScopeFilter, ids: list[str]) -> dict[str, set[str]]:
+    """What each read of `storage` keeps of `ids` under `scope`."""
+    windows = storage.get_windows(ids, before=0, after=0, scope=scope)
+    found = {
+        "ids_in_scope": storage.ids_in_scope(ids, scope),
+        "get_windows": set(windows),
+        "keyword_search": {
+            i for i, _ in storage.keyword_search("lighthouse", scope=scope, limit=50)
+        },
+        "list_messages": {m.id for m in storage.list_messages(scope=scope)},
+    }
+    found["count"] = (
+        set(found["list_messages"])
+        if storage.count(scope) == len(found["list_messages"])
+        else {"count differs"}
+    )
+    return found
+
+
+def check_reads(
+    storage: MessageStorage,
+    owner: str,
+    rows: list[Row],
+    *,
+    filter: dict[str, Any],
+    since: int | None,
+    span: int,
+) -> None:
+    """Store `rows` as `owner`'s (and one other resource's look-alike), then read them back.
+
+    Every read under `filter` and the range `[T0 + since, T0 + since + span)` days keeps
+    exactly the messages `filters.matches_metadata` and the range keep.
+    """
+    records = [
+        replace(
+            make_record(f"{owner}-m{n}", f"{owner}-t{n % 2}", owner, text=f"lighthouse words {n}"),
+            created_at=T0 + timedelta(days=day),
+            metadata=tuple(sorted(meta.items())),
+        )
+        for n, (meta, day) in enumerate(rows)
+    ]
+    other = make_record(f"{owner}-x", f"{owner}-tx", f"{owner}-other", text="lighthouse words")
+    stranger = [
+        replace(
+            other, created_at=T0, metadata=(rows[0][0] and tuple(sorted(rows[0][0].items()))) or ()
+        )
+    ]
+    storage.put(records)
+    storage.put(stranger)
+    conditions = metadata_conditions(filter)
+    start = None if since is None else T0 + timedelta(days=since)
+    end = None if since is None else T0 + timedelta(days=since + span)
+    scope = ScopeFilter(owner, metadata=conditions, since=start, until=end)
+    moments = [T0 + timedelta(days=day) for _, day in rows]
+    expected = {
+        f"{owner}-m{n}"
+        for n, (meta, _) in enumerate(rows)
+        if matches_metadata(meta, conditions)
+        and (start is None or end is None or start <= moments[n] < end)
+    }
+    ids = [record.id for record in records] + [other.id]
+    for read, found in _reads(storage, scope, ids).items():
+        assert found == expected, (read, filter, rows)
