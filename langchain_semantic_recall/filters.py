@@ -57,7 +57,7 @@ METADATA_KEY: Final = "metadata"
 VECTOR_PREFIX: Final = "meta_"
 """Vector backends store a metadata key `k` as `meta_k` (never a key of their own)."""
 KEY_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-"""A metadata key: a letter, then up to 63 letters, digits or underscores."""
+"""A metadata key: an ASCII letter, then up to 63 ASCII letters, digits or underscores."""
 MAX_KEYS: Final = 32
 """Most metadata keys on one message (and conditions in one filter)."""
 _MAX_TEXT: Final = 1000
@@ -91,10 +91,16 @@ def is_reserved_key(key: str) -> bool:
 
 
 def _check_key(key: object, where: str) -> str:
+    if key in ("$and", "$or"):
+        raise InvalidInputError(
+            f"{where}: $and and $or are not supported: every key must match already (put "
+            "them in one mapping), and {'key': {'$in': [...]}} matches any of one key's "
+            "values; for any of several keys, search once per key"
+        )
     if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
         raise InvalidInputError(
-            f"{where}: key {key!r} is not a metadata key; use a letter then up to 63 "
-            "letters, digits or underscores (e.g. 'project', 'tag_2')"
+            f"{where}: key {key!r} is not a metadata key; use an ASCII letter then up to 63 "
+            "ASCII letters, digits or underscores (e.g. 'project', 'tag_2')"
         )
     if is_reserved_key(key):
         raise InvalidInputError(

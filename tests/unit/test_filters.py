@@ -89,6 +89,9 @@ def test_values_match_by_kind() -> None:
         ({"thread_id": "x"}, "reserved"),
         ({"meta_x": "x"}, "reserved"),
         ({"x y": 1}, "not a metadata key"),
+        ({"café": 1}, "an ASCII letter"),  # "a letter" once, and é is one
+        ({"$and": [{"x": 1}]}, r"\$and and \$or are not supported: every key must match"),
+        ({"$or": [{"x": 1}, {"y": 2}]}, r"\$or.*\$in"),
         ({"x": [1]}, "list values are not kept"),
         ({"x": {"$gt": 1}}, r"\$gt"),
         ({"x": {"$in": []}}, "at least one"),
