@@ -236,6 +236,48 @@ def test_relative_periods_count_from_now() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [  # the table of docs/filtering.md ("Periods named in a query"), with now on Wednesday
+        ("7th of July, 2023", datetime(2023, 7, 7), datetime(2023, 7, 8)),
+        ("July 7, 2023", datetime(2023, 7, 7), datetime(2023, 7, 8)),
+        ("Sept. 2023", datetime(2023, 9, 1), datetime(2023, 10, 1)),
+        ("since 2023", datetime(2023, 1, 1), datetime(2024, 1, 1)),
+        ("this week", datetime(2026, 11, 30), datetime(2026, 12, 7)),
+        ("the previous week", datetime(2026, 11, 23), datetime(2026, 11, 30)),
+        ("last month", datetime(2026, 11, 1), datetime(2026, 12, 1)),
+    ],
+)
+def test_the_documented_periods(query: str, start: datetime, end: datetime) -> None:
+    now = datetime(2026, 12, 2, 23, 30, tzinfo=UTC)
+    assert named_period(query, now) == Period(start.replace(tzinfo=UTC), end.replace(tzinfo=UTC))
+    for month in ("during March", "last May", "on July 7th", "since March", "before March"):
+        assert named_period(month, now) == Period(month=_MONTHS[month.split()[1][:3].lower()])
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "07/07/2023",
+        "7.7.2023",
+        "two days ago",
+        "a week ago",
+        "last Tuesday",
+        "this morning",
+        "last night",
+        "last summer",
+        "ayer",
+        "la semaine dernière",
+        "im März 2023",
+    ],
+)
+def test_the_documented_forms_that_name_no_period(query: str) -> None:
+    assert named_period(query, datetime(2026, 12, 2, tzinfo=UTC)) is None
+
+
+_MONTHS = {"mar": 3, "may": 5, "jul": 7}
+
+
 def test_boost_period_lifts_the_messages_of_the_period() -> None:
     may = thread("may", 2, start=datetime(2023, 5, 3, tzinfo=UTC))
     june = thread("june", 2, start=datetime(2023, 6, 3, tzinfo=UTC))
