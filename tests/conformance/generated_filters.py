@@ -5,7 +5,9 @@ False, -0.0, 2**53 as an int and a float, look-alike and empty texts, quotes and
 own characters); `check_reads` holds a storage to `filters.matches_metadata` through
 every read that takes a scope (ids, windows, keyword search, counts, pages). Used by
 `tests/unit/test_filter_backends.py` (in-memory, SQLite) and
-`tests/integration/test_postgres_storage.py` (PostgreSQL).
+`tests/integration/test_postgres_storage.py` (PostgreSQL); `check_vector_reads` does the
+same for vector indexes (in-memory in the unit tier, Chroma in
+`tests/integration/test_vectors_chroma.py`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from typing import Any
 from hypothesis import strategies as st
 
 from langchain_semantic_recall.filters import matches_metadata, metadata_conditions
-from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.records import ScopeFilter, VectorRecord
 from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.vectors.base import VectorIndex
 from tests.conformance.storage_suite import make_record
+from tests.conformance.vector_suite import DIMENSION, MODEL, unit
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 KEYS = ("project", "n", "Tag", "tag")
@@ -145,3 +149,51 @@ def check_reads(
     ids = [record.id for record in records] + [other.id]
     for read, found in _reads(storage, scope, ids).items():
         assert found == expected, (read, filter, rows)
+
+
+def check_vector_reads(
+    vectors: VectorIndex,
+    owner: str,
+    rows: list[Row],
+    *,
+    filter: dict[str, Any],
+    since: int | None,
+    span: int,
+) -> None:
+    """`check_reads` for a vector index: query, nearest, ids and counts under the scope."""
+    name = f"gen_{owner}"
+    vectors.open(name, dimension=DIMENSION, model=MODEL)
+    records = [
+        VectorRecord(
+            id=f"{owner}-m{n}",
+            vector=unit(1.0, 0.1 * n),
+            message_id=f"{owner}-m{n}",
+            thread_id=f"{owner}-t{n % 2}",
+            resource_id=owner,
+            role="user",
+            content=f"lighthouse words {n}",
+            created_at=T0 + timedelta(days=day),
+            metadata=tuple(sorted(meta.items())),
+        )
+        for n, (meta, day) in enumerate(rows)
+    ]
+    stranger = replace(records[0], id="x", message_id="x", resource_id="other", thread_id="tx")
+    vectors.upsert(name, [*records, stranger])
+    conditions = metadata_conditions(filter)
+    start = None if since is None else T0 + timedelta(days=since)
+    end = None if since is None else T0 + timedelta(days=since + span)
+    scope = ScopeFilter(owner, metadata=conditions, since=start, until=end)
+    expected = {
+        record.message_id
+        for record, (meta, _) in zip(records, rows, strict=True)
+        if matches_metadata(meta, conditions)
+        and (start is None or end is None or start <= record.created_at < end)
+    }
+    found = {
+        "query": {hit.message_id for hit in vectors.query(name, unit(1.0), k=50, scope=scope)},
+        "nearest": {mid for mid, _ in vectors.nearest(name, unit(1.0), k=50, scope=scope)},
+        "message_ids": vectors.message_ids(name, scope),
+    }
+    for read, ids in found.items():
+        assert ids == expected, (read, filter, rows)
+    assert vectors.count(name, scope) == len(expected), ("count", filter, rows)

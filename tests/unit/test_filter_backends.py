@@ -14,10 +14,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_semantic_recall import InMemoryStorage, SQLiteStorage
 from langchain_semantic_recall.storage.base import MessageStorage
-from tests.conformance.generated_filters import FILTERS, ROWS, Row, check_reads
+from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.conformance.generated_filters import FILTERS, ROWS, Row, check_reads, check_vector_reads
+from tests.fakes import FakeEmbeddings
 
 RUNS = itertools.count()
 
@@ -52,3 +56,14 @@ def test_every_read_keeps_what_the_rule_keeps(
 ) -> None:
     owner = f"alice{next(RUNS)}"  # one storage, many examples: a resource each
     check_reads(storage, owner, rows, filter=filter, since=since, span=span)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=ROWS, filter=FILTERS, since=st.none() | st.integers(0, 5), span=st.integers(1, 6))
+def test_the_in_memory_vector_indexes_keep_what_the_rule_keeps(
+    rows: list[Row], filter: dict[str, Any], since: int | None, span: int
+) -> None:
+    """Ours, and LangChain's `InMemoryVectorStore` through the adapter."""
+    store = InMemoryVectorStore(embedding=FakeEmbeddings(8))
+    for vectors in (InMemoryVectorIndex(), LangChainVectorIndex(store)):
+        check_vector_reads(vectors, "alice", rows, filter=filter, since=since, span=span)
