@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langchain_semantic_recall.fusion import (
     NeighbourWeights,
@@ -273,6 +276,43 @@ def test_the_documented_periods(query: str, start: datetime, end: datetime) -> N
 )
 def test_the_documented_forms_that_name_no_period(query: str) -> None:
     assert named_period(query, datetime(2026, 12, 2, tzinfo=UTC)) is None
+
+
+@given(
+    now=st.datetimes(
+        min_value=datetime(1990, 1, 2),
+        max_value=datetime(2099, 12, 30),
+        timezones=st.sampled_from([UTC, ZoneInfo("America/New_York"), ZoneInfo("Pacific/Chatham")]),
+    )
+)
+def test_relative_periods_tile_time_at_every_clock(now: datetime) -> None:
+    """Any turn time (year ends, DST changes, odd offsets): "this" holds it, "last" ends
+    where "this" starts, and each is one whole UTC day, week, month or year."""
+    utc = now.astimezone(UTC)
+    for unit, this_word in (
+        ("day", "today"),
+        ("week", "this week"),
+        ("month", "this month"),
+        ("year", "this year"),
+    ):
+        this = named_period(this_word, now)
+        last = named_period("yesterday" if unit == "day" else f"last {unit}", now)
+        assert this is not None
+        assert last is not None
+        assert utc in this
+        assert last.end == this.start
+        for period in (this, last):
+            assert period.start is not None
+            assert period.end is not None
+            assert period.start.tzinfo is UTC
+            assert period.start.time() == datetime.min.time()
+            days = (period.end - period.start).days
+            assert (
+                days
+                in {"day": {1}, "week": {7}, "month": {28, 29, 30, 31}, "year": {365, 366}}[unit]
+            )
+        if unit == "week":
+            assert this.start.weekday() == 0
 
 
 _MONTHS = {"mar": 3, "may": 5, "jul": 7}
