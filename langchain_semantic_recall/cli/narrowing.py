@@ -143,6 +143,11 @@ def filter_item(text: str) -> tuple[str, tuple[MetadataValue, ...]]:
         raise argparse.ArgumentTypeError(
             f"expected KEY=VALUE, e.g. project=apollo (repeat the flag for more), got {text!r}"
         )
+    if key.startswith("$"):  # the library's $in/$and/$or name Python's syntax
+        raise argparse.ArgumentTypeError(
+            f"{key!r} is not a metadata key; operators are not written here: repeat --filter: "
+            "for other keys every one must match, for the same key any of its values may"
+        )
     if is_reserved_key(key):
         raise argparse.ArgumentTypeError(
             f"{key!r} is not a metadata key the command can filter on: the store uses it "

@@ -229,6 +229,7 @@ def test_a_filter_value_matches_its_text_and_the_number_or_boolean_it_spells() -
         ("resource_id=bob", "the store uses it itself"),
         ("meta_project=x", "the store uses it itself"),
         ("9lives=x", "is not a metadata key"),
+        ("$or=x", "repeat --filter: for other keys every one must match"),  # not Python's $in
         ("note=" + "x" * 1001, "at most 1000 characters"),
     ):
         with pytest.raises(argparse.ArgumentTypeError, match=message):
