@@ -101,13 +101,23 @@ class Narrowing:
             InvalidInputError: an empty range (`since` not before `until`, all ranges
                 taken together).
         """
-        since, until = time_range(self.since, self.until, now=now, horizon=self.horizon)
-        for outer_since, outer_until in self.ranges:
-            start, end = time_range(outer_since, outer_until, now=now)
-            since = start if since is None or (start is not None and start > since) else since
-            until = end if until is None or (end is not None and end < until) else until
-        if self.ranges:
-            since, until = time_range(since, until, now=now)  # empty together: refused
+        if not self.ranges:
+            since, until = time_range(self.since, self.until, now=now, horizon=self.horizon)
+            return replace(scope, metadata=self.metadata or (), since=since, until=until)
+        starts, ends = [], []
+        for start, end in ((self.since, self.until), *self.ranges):
+            starts.append(check_bound("since", start, now))
+            ends.append(check_bound("until", end, now))
+        since = max((bound for bound in starts if bound is not None), default=None)
+        until = min((bound for bound in ends if bound is not None), default=None)
+        if since is None and self.horizon is not None:  # the horizon: a default since
+            since = check_bound("since", self.horizon, now)
+        if since is not None and until is not None and since >= until:
+            raise InvalidInputError(
+                f"the call's time range and the run's (recall_since / recall_until) together "
+                f"hold nothing: since {since.isoformat()} is not before until "
+                f"{until.isoformat()}; drop or widen one of them"
+            )
         return replace(scope, metadata=self.metadata or (), since=since, until=until)
 
 

@@ -383,6 +383,15 @@ async def test_the_calls_narrowing_and_the_runs_both_hold_on_every_surface(
                     options,
                     got,
                 )
+    # the horizon still bounds a recall whose call and run both give only an until
+    near = memory.with_options(horizon=timedelta(days=30))
+    late: Any = {"configurable": {**ids, "recall_until": NOW + timedelta(days=2)}}
+    for got in (
+        recalled(near.recall(ask, config=late, until=NOW + timedelta(days=1))),
+        recalled(await near.arecall(ask, config=late, until=NOW + timedelta(days=1))),
+    ):
+        assert "lamp gemini" in got
+        assert "keeper apollo" not in got
     # on one key, no value both allow: an error, never a silent empty answer
     config = {"configurable": {**ids, "recall_filter": APOLLO}}
     with pytest.raises(InvalidInputError, match=r"'project'.*no value"):

@@ -339,7 +339,7 @@ def _refused(
     starts = [n for n in (call[1], run[1]) if n is not None]
     ends = [n for n in (call[2], run[2]) if n is not None]
     if starts and ends and max(starts) >= min(ends):
-        return "before until"
+        return "together hold nothing"
     return None
 
 
