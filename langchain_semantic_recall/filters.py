@@ -37,6 +37,7 @@ __all__ = [
     "check_bound",
     "check_horizon",
     "check_metadata",
+    "in_utc",
     "is_reserved_key",
     "matches_metadata",
     "metadata_conditions",
@@ -56,7 +57,7 @@ METADATA_KEY: Final = "metadata"
 VECTOR_PREFIX: Final = "meta_"
 """Vector backends store a metadata key `k` as `meta_k` (never a key of their own)."""
 KEY_PATTERN: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}")
-"""A metadata key: a letter, then up to 63 letters, digits or underscores."""
+"""A metadata key: an ASCII letter, then up to 63 ASCII letters, digits or underscores."""
 MAX_KEYS: Final = 32
 """Most metadata keys on one message (and conditions in one filter)."""
 _MAX_TEXT: Final = 1000
@@ -90,10 +91,16 @@ def is_reserved_key(key: str) -> bool:
 
 
 def _check_key(key: object, where: str) -> str:
+    if key in ("$and", "$or"):
+        raise InvalidInputError(
+            f"{where}: $and and $or are not supported: every key must match already (put "
+            "them in one mapping), and {'key': {'$in': [...]}} matches any of one key's "
+            "values; for any of several keys, search once per key"
+        )
     if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
         raise InvalidInputError(
-            f"{where}: key {key!r} is not a metadata key; use a letter then up to 63 "
-            "letters, digits or underscores (e.g. 'project', 'tag_2')"
+            f"{where}: key {key!r} is not a metadata key; use an ASCII letter then up to 63 "
+            "ASCII letters, digits or underscores (e.g. 'project', 'tag_2')"
         )
     if is_reserved_key(key):
         raise InvalidInputError(
@@ -235,8 +242,9 @@ def check_bound(name: str, value: object, now: datetime) -> datetime | None:
     A `timedelta` reaching before year 1 is no bound as `since` (every message is newer).
 
     Raises:
-        InvalidInputError: a naive datetime, a negative timedelta, another type, or an
-            `until` reaching before year 1 (no message is older).
+        InvalidInputError: a naive datetime, a negative timedelta, another type, an
+            `until` reaching before year 1 (no message is older), or a datetime outside
+            years 1-9999 in UTC.
     """
     if value is None:
         return None
@@ -263,7 +271,23 @@ def check_bound(name: str, value: object, now: datetime) -> datetime | None:
             f"{name}={value.isoformat()} has no time zone; pass an aware datetime such as "
             "datetime(2024, 1, 1, tzinfo=UTC)"
         )
-    return value.astimezone(UTC)
+    return in_utc(value, name)
+
+
+def in_utc(moment: datetime, what: str) -> datetime:
+    """An aware `moment` in UTC.
+
+    Raises:
+        InvalidInputError: it lies outside years 1-9999 in UTC (year 1 at +01:00 is in
+            year 0 in UTC; Python's datetime holds neither end).
+    """
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInputError(
+            f"{what}={moment.isoformat()} lies outside the range of dates (years 1-9999 in "
+            "UTC); pass a date inside it, or no bound"
+        ) from None
 
 
 def time_range(

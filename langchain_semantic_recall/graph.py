@@ -124,7 +124,7 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
         messages_key: the state channel holding the conversation.
         recall_key: the channel to write (declare it as in `RecallState`).
         filter: metadata filter of every recall (docs/filtering.md); a run may give
-            one in `config["configurable"]["recall_filter"]` (this option comes first).
+            one in `config["configurable"]["recall_filter"]` too (both hold).
         since: only messages created at or after this (a timedelta: back from the
             turn's own time); `until`: only before it (`recall_since`, `recall_until`).
         horizon: recall only this recent (over the engine's `horizon`; `recall_horizon`).
@@ -311,9 +311,9 @@ def create_recall_graph(
         checkpointer: a LangGraph checkpointer (`InMemorySaver`, `SqliteSaver`, ...).
         name: name of the compiled graph.
         filter: metadata filter of every recall (docs/filtering.md). This and the next
-            three are the recall node's options (`RecallNode`): each comes before the
-            run's `config["configurable"]` (`recall_filter`, `recall_since`,
-            `recall_until`, `recall_horizon`), which gives those not set here.
+            three are the recall node's options (`RecallNode`): the run's
+            `config["configurable"]` (`recall_filter`, `recall_since`, `recall_until`)
+            narrows further (both hold), and gives the horizon if not set here.
         since: only messages created at or after this (a timedelta: back from the
             turn's own time).
         until: only messages created before this.

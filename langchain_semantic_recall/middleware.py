@@ -123,7 +123,7 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
             the model searches on purpose in the same index (with the same filter,
             since and until).
         filter: metadata filter of every recall (docs/filtering.md); a run may give
-            one in `config["configurable"]["recall_filter"]` (this option comes first).
+            one in `config["configurable"]["recall_filter"]` too (both hold).
         since: only messages created at or after this (a timedelta: back from the
             turn's own time); `until`: only before it (`recall_since`, `recall_until`).
         horizon: recall only this recent (over the engine's `horizon`; `recall_horizon`).

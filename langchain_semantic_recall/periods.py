@@ -1,9 +1,10 @@
 """The period of time a query names, for time-aware recall (pure, no I/O).
 
 `"What did I do in May 2023?"` names May 2023; `"on 7 July, 2023"` a day; `"last
-week"` the seven days before `now`. Hybrid search favours messages written in the named
-period (`docs/quality.md`: +0.02 recall on locomo-dev, whose questions often name a
-month or a day).
+week"` the calendar week (Monday to Sunday) before the one of `now`. Every period is in
+UTC; docs/filtering.md ("Periods named in a query") lists the forms for users. Hybrid
+search favours messages written in the named period (`docs/quality.md`: +0.02 recall
+on locomo-dev, whose questions often name a month or a day).
 
 Recognised (English, case-insensitive):
 
@@ -12,7 +13,8 @@ Recognised (English, case-insensitive):
   `of`/`early`/`late`/`mid` and the like before the month name): without a year,
   that month of any year (a conversation may span years; the recent one is among them);
 - a year: `in 2023`, `during 2023`;
-- relative: `today`, `yesterday`, `this` / `last` `week` / `month` / `year`.
+- relative: `today`, `yesterday`, `this` / `last` (or `past`, `previous`) `week` /
+  `month` / `year`: calendar weeks (from Monday), months and years.
 
 A bare `may` or `march` without such context is never read as a month.
 """

@@ -298,8 +298,8 @@ def recall_turn(
 ) -> RecalledMemory:
     """Recall for the current turn of `messages` (no state is written).
 
-    `narrowing` (a node's or the middleware's filter, range and horizon) comes before
-    the run's `config["configurable"]` (`engine.narrowing`), then the engine's horizon.
+    `narrowing` (a node's or the middleware's filter, range and horizon) and the run's
+    `config["configurable"]` both hold (`engine.narrowing`); the engine's horizon last.
 
     Args:
         memory: The engine.
@@ -340,8 +340,8 @@ async def arecall_turn(
 
 
 def _narrowed(narrowing: Narrowing | None, ids: CallIds) -> Narrowing:
-    """A turn's narrowing: the given one (a node's, the middleware's) over the run's."""
-    return (narrowing or Narrowing()).over(from_config(ids.get("config")))
+    """A turn's narrowing: the given one (a node's, the middleware's) within the run's."""
+    return (narrowing or Narrowing()).within(from_config(ids.get("config")))
 
 
 def _probes(count: int) -> list[tuple[int, int]]:

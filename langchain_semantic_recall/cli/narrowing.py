@@ -62,12 +62,20 @@ def _age(text: str) -> timedelta | None:
 
 
 def _date(text: str) -> datetime | None:
-    """An ISO date or date-time in UTC (none given: UTC); None if it is not one."""
+    """An ISO date or date-time in UTC (none given: UTC); None if it is not one.
+
+    None too for one outside years 1-9999 in UTC (`0001-01-01T00:00+01:00`).
+    """
     try:
         parsed = datetime.fromisoformat(text.strip())
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        return None
 
 
 def parse_age(text: str, flag: str = "--older-than") -> timedelta:
@@ -134,6 +142,11 @@ def filter_item(text: str) -> tuple[str, tuple[MetadataValue, ...]]:
     if not equals or not key:
         raise argparse.ArgumentTypeError(
             f"expected KEY=VALUE, e.g. project=apollo (repeat the flag for more), got {text!r}"
+        )
+    if key.startswith("$"):  # the library's $in/$and/$or name Python's syntax
+        raise argparse.ArgumentTypeError(
+            f"{key!r} is not a metadata key; operators are not written here: repeat --filter: "
+            "for other keys every one must match, for the same key any of its values may"
         )
     if is_reserved_key(key):
         raise argparse.ArgumentTypeError(

@@ -93,10 +93,10 @@ _NARROWING = ("filter", "since", "until")
 
 
 def split_narrowing(options: Mapping[str, Any]) -> tuple[dict[str, Any], Narrowing]:
-    """A call's ids apart, and its narrowing over the run config's (`engine.narrowing`)."""
+    """A call's ids apart, and its narrowing within the run config's (`engine.narrowing`)."""
     ids = {k: v for k, v in options.items() if k not in _NARROWING}
     given = narrowing_of(*(options.get(k) for k in _NARROWING))
-    return ids, given.over(from_config(options.get("config")))
+    return ids, given.within(from_config(options.get("config")))
 
 
 def checked(options: Mapping[str, Any], kind: type) -> dict[str, Any]:

@@ -313,7 +313,7 @@ class EngineCore:
     ) -> Op[tuple[list[BaseMessage], RecallReport]]:
         """The recall operation for `messages` (`turn`: once per user turn), and its report.
 
-        `narrowing` (the call's over the run's) falls back on the engine's `horizon`.
+        `narrowing` (the call's within the run's) falls back on the engine's `horizon`.
         """
         op = turn_recall_op if turn else recall_op
         items = to_messages(messages)

@@ -24,6 +24,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import VectorSpace
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
+from langchain_semantic_recall.filters import in_utc
 from langchain_semantic_recall.records import DeletedMessage, ScopeFilter
 
 VECTOR_BATCH: Final = 1000
@@ -75,18 +76,22 @@ def check_cutoff(cutoff: object) -> datetime:
     """The cutoff in UTC, if it is a timezone-aware datetime.
 
     Raises:
-        InvalidInputError: a naive datetime, or not a datetime.
+        InvalidInputError: a naive datetime, not a datetime, or one outside years
+            1-9999 in UTC.
     """
     if not isinstance(cutoff, datetime) or cutoff.utcoffset() is None:
         raise InvalidInputError(
             f"cutoff must be a timezone-aware datetime (e.g. datetime(2025, 1, 1, "
             f"tzinfo=UTC)), got {cutoff!r}"
         )
-    return cutoff.astimezone(UTC)
+    return in_utc(cutoff, "cutoff")
 
 
 def retention_cutoff(retention: timedelta | None) -> datetime:
-    """`now - retention`, now being the current time (UTC).
+    """`now - retention`, now being the current time (UTC); year 1 if that is earlier.
+
+    A policy reaching before year 1 deletes nothing (no message is that old), as a `since`
+    that far back is no bound (`filters.check_bound`).
 
     Raises:
         InvalidOptionError: the engine has no retention policy.
@@ -96,7 +101,10 @@ def retention_cutoff(retention: timedelta | None) -> datetime:
             "this engine has no retention policy: build it with retention=timedelta(days=90) "
             "(SemanticRecall.local(path, retention=...)), or call forget_before(cutoff)"
         )
-    return datetime.now(UTC) - retention
+    try:
+        return datetime.now(UTC) - retention
+    except OverflowError:
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def forget_before_op(

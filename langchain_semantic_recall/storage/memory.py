@@ -366,11 +366,11 @@ class InMemoryStorage(MessageStorage):
                     thread = self._threads[thread_id]
                     if not scope.admits(thread.resource_id, thread_id):
                         continue
+                    doc_freq[term] = doc_freq.get(term, 0) + 1  # the scope's, filter or not
                     if scope.narrowed:  # seqs have gaps after retention: find the position
                         message = thread.messages[_position(thread, seq)]
                         if not scope.admits_message(message):
                             continue
-                    doc_freq[term] = doc_freq.get(term, 0) + 1
                     candidates[message_id] = self._terms[message_id]
             avg_length = sum(t.term_count for t in threads) / docs
         return rank_bm25(

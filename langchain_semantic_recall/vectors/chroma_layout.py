@@ -91,11 +91,14 @@ def thread_where(scope: ScopeFilter) -> dict[str, Any] | None:
 
 
 def in_where(key: str, values: Sequence[object]) -> dict[str, Any]:
-    """`key` equal to one of `values` (one `$in` per kind: Chroma keeps kinds apart)."""
+    """`key` equal to one of `values` (one `$in` per Python type).
+
+    Chroma refuses an `$in` whose values differ in type, ints and floats too ("all values
+    of the same type"); it compares an int with a float as numbers (`2` matches `2.0`).
+    """
     kinds: dict[type, list[object]] = {}
     for value in values:
-        kind = bool if isinstance(value, bool) else str if isinstance(value, str) else float
-        kinds.setdefault(kind, []).append(value)
+        kinds.setdefault(type(value), []).append(value)
     clauses = [
         {key: group[0]} if len(group) == 1 else {key: {"$in": group}} for group in kinds.values()
     ]

@@ -106,6 +106,27 @@ class StorageFilterConformance:
         assert {i for i, _ in sync} == expected
         assert await filled.akeyword_search("lighthouse words", scope=scope, limit=10) == sync
 
+    async def test_a_filter_leaves_keyword_scores_as_they_were(
+        self, filled: MessageStorage
+    ) -> None:
+        """BM25's statistics are the scope's (docs/filtering.md): a filter only drops
+        candidates. The in-memory storage once counted document frequencies on the
+        filtered messages alone, so a filter raised the scores it kept."""
+        whole = dict(filled.keyword_search("lighthouse words", scope=scoped(), limit=10))
+        for scope in (
+            *(scoped(filter=where) for where, _ in CASES),
+            scoped(since=day(1), until=day(3)),
+            scoped(thread="t1", filter={"project": "apollo"}),
+        ):
+            kept = await filled.akeyword_search("lighthouse words", scope=scope, limit=10)
+            if scope.thread_id is None:
+                assert kept == [(i, pytest.approx(whole[i])) for i, _ in kept]
+            else:
+                thread = dict(
+                    filled.keyword_search("lighthouse words", scope=scoped(thread="t1"), limit=10)
+                )
+                assert kept == [(i, pytest.approx(thread[i])) for i, _ in kept]
+
     async def test_time_range_since_inclusive_until_exclusive(self, filled: MessageStorage) -> None:
         scope = scoped(since=day(1), until=day(3))
         found = filled.keyword_search("lighthouse", scope=scope, limit=10)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import zipfile
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -557,6 +558,92 @@ def test_search_narrows_by_metadata_and_creation_time(tagged: Cli) -> None:
     assert summary["until"] is None
     shown = tagged("search", "launch", "--resource", "alice", "--until", "2024-03-02")
     assert "until 2024-03-02 00:00 UTC)" in shown.out.splitlines()[0]
+
+
+def _hit(thread: str, message: str, window: list[str], score: float) -> tuple[Any, ...]:
+    """A hit to compare: of one scoring 0, only its score.
+
+    The fake embedder's orthogonal vectors tie at 0, and Chroma returns ties in any order.
+    """
+    return (score,) if score == 0 else (thread, message, window, score)
+
+
+@pytest.mark.parametrize(
+    ("argv", "options", "narrowing"),
+    [
+        ([], {}, {}),
+        (
+            ["--search-mode", "keyword", "--range", "0"],
+            {"search_mode": "keyword", "message_range": 0},
+            {},
+        ),
+        (
+            ["--search-mode", "dense", "--top-k", "2", "--range", "1,0"],
+            {"search_mode": "dense", "top_k": 2, "message_range": (1, 0)},
+            {},
+        ),
+        (
+            ["--threshold", "0", "--message-budget", "none"],
+            {"threshold": 0.0, "message_budget": None},
+            {},
+        ),
+        (
+            [
+                "--message-budget",
+                "3",
+                "--threshold",
+                "0",
+                "--filter",
+                "project=apollo",
+                "--filter",
+                "project=gemini",
+            ],
+            {"message_budget": 3, "threshold": 0.0},
+            {"filter": {"project": {"$in": ["apollo", "gemini"]}}},
+        ),
+        (
+            [
+                "--top-k",
+                "5",
+                "--range",
+                "2",
+                "--threshold",
+                "0.01",
+                "--since",
+                "2024-01-15T10:32",
+                "--until",
+                "2024-03-02",
+            ],
+            {"top_k": 5, "message_range": 2, "threshold": 0.01},
+            {
+                "since": datetime(2024, 1, 15, 10, 32, tzinfo=UTC),
+                "until": datetime(2024, 3, 2, tzinfo=UTC),
+            },
+        ),
+    ],
+)
+def test_search_flags_give_what_the_python_search_gives(
+    tagged: Cli, argv: list[str], options: dict[str, Any], narrowing: dict[str, Any]
+) -> None:
+    """The same question asked with flags and from Python: the same hits, windows and scores."""
+    for query in ("launch review", "Lisbon in March", "tomato seedlings"):
+        result = tagged("search", query, "--resource", "alice", "--json", *argv)
+        assert result.code == 0, result.err
+        assert result.json()["filter"] == narrowing.get("filter")
+        shown = [
+            _hit(h["thread"], h["message"]["id"], [m["id"] for m in h["window"]], h["score"])
+            for h in result.json()["hits"]
+        ]
+        engine = tagged.engine()
+        try:
+            hits = engine.with_options(**options).search(query, resource_id="alice", **narrowing)
+        finally:
+            engine.close()
+        expected = [
+            _hit(h.thread_id, h.message.id, [m.id for m in h.window], round(h.score, 4))
+            for h in hits
+        ]
+        assert shown == expected, (query, argv)
 
 
 def test_inspect_recalls_only_what_the_filter_and_range_keep(tagged: Cli) -> None:

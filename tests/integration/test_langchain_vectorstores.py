@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 import chromadb
 import pytest
 from chromadb.config import Settings
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from langchain_chroma import Chroma
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -25,6 +27,7 @@ from langchain_semantic_recall.vectors.langchain import (
     LangChainVectorIndex,
     chroma_where,
 )
+from tests.conformance.generated_filters import FILTERS, ROWS, Row, check_vector_reads
 from tests.conformance.vector_suite import (
     DIMENSION,
     MODEL,
@@ -158,3 +161,29 @@ def test_recall_through_a_langchain_store(kind: str, chroma_url: str) -> None:
     assert memory.search("cat", thread_id="t3", resource_id="alice") == []
     scope = ScopeFilter(resource_id="bob")
     assert memory.vector_store.message_ids(memory.ensure_index().name, scope) == {"u2"}
+
+
+COSINE = {"hnsw": {"space": "cosine"}}
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=ROWS, filter=FILTERS, since=st.none() | st.integers(0, 5), span=st.integers(1, 6))
+@example(rows=[({"n": 1}, 0)], filter={"n": {"$in": [0, 1.0]}}, since=None, span=1)
+def test_generated_filters_through_langchain_chroma_keep_what_the_rule_keeps(
+    rows: list[Row], filter: dict[str, Any], since: int | None, span: int
+) -> None:
+    """`chroma_where` matches as `filters.matches_metadata` (an int and a float in one `$in`)."""
+    store = Chroma(
+        collection_name=f"lc-{uuid.uuid4().hex[:12]}",
+        embedding_function=FakeEmbeddings(8),
+        client=chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False)),
+        collection_configuration=cast(
+            "CreateCollectionConfiguration", {"hnsw": {"space": "cosine"}}
+        ),
+    )
+    try:
+        check_vector_reads(
+            LangChainVectorIndex(store), "alice", rows, filter=filter, since=since, span=span
+        )
+    finally:
+        store.delete_collection()

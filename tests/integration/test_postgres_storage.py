@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -10,6 +11,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
@@ -18,6 +21,7 @@ from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres import SCHEMA_VERSION, PostgresStorage
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.conformance.generated_filters import FILTERS, ROWS, Row, check_reads
 from tests.conformance.storage_suite import StorageConformance, make_record, make_thread
 from tests.fakes import FakeEmbeddings
 
@@ -397,3 +401,22 @@ def test_retention_beside_rewrites_of_the_same_threads_finishes_whole(
     left, counts = asyncio.run(run())
     assert left == 0
     assert counts == [0] * 6
+
+
+RUNS = itertools.count()
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rows=ROWS, filter=FILTERS, since=st.none() | st.integers(0, 5), span=st.integers(1, 6))
+def test_generated_filters_keep_what_the_rule_keeps(
+    storage: PostgresStorage,
+    rows: list[Row],
+    filter: dict[str, Any],
+    since: int | None,
+    span: int,
+) -> None:
+    """JSONB containment matches as `filters.matches_metadata` (tests/unit: SQLite, memory)."""
+    owner = f"alice{next(RUNS)}"  # one database, many examples: a resource each
+    check_reads(storage, owner, rows, filter=filter, since=since, span=span)

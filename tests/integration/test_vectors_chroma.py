@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import chromadb
 import numpy as np
 import pytest
 from chromadb.api.models.Collection import Collection
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import HumanMessage
 
@@ -31,6 +34,7 @@ from langchain_semantic_recall.vectors.chroma import (
     resource_collection_name,
 )
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+from tests.conformance.generated_filters import FILTERS, ROWS, Row, check_vector_reads
 from tests.conformance.vector_suite import (
     DIMENSION,
     MODEL,
@@ -39,6 +43,7 @@ from tests.conformance.vector_suite import (
     new_name,
     record,
 )
+from tests.fakes import FakeEmbeddings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -619,3 +624,45 @@ def test_the_same_relative_path_from_two_working_directories_is_two_stores(
     assert (tmp_path / "b" / "chroma" / "chroma.sqlite3").is_file()
     first.close()
     second.close()
+
+
+RUNS = itertools.count()
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(rows=ROWS, filter=FILTERS, since=st.none() | st.integers(0, 5), span=st.integers(1, 6))
+@example(rows=[({"n": 1}, 0)], filter={"n": {"$in": [0, 1.0]}}, since=None, span=1)
+def test_generated_filters_keep_what_the_rule_keeps(
+    chroma: ChromaVectorIndex,
+    rows: list[Row],
+    filter: dict[str, Any],
+    since: int | None,
+    span: int,
+) -> None:
+    """Chroma's `where` matches as `filters.matches_metadata` (0 and False, 2 and 2.0, ...)."""
+    owner = f"alice{next(RUNS)}"  # one store, many examples: an index each
+    check_vector_reads(chroma, owner, rows, filter=filter, since=since, span=span)
+
+
+async def test_a_filter_on_an_int_and_a_float_searches_and_recalls() -> None:
+    """`{"n": {"$in": [1, 2.5]}}` once raised chromadb's ValueError from search, and recall
+    logged it and recalled nothing: Chroma's `$in` takes values of one type only."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=ChromaVectorIndex.ephemeral(),
+        embeddings=FakeEmbeddings(),
+        search_mode="dense",  # fewer than top_k pass: the index filters itself
+    )
+    for n in range(5):
+        note = [HumanMessage(f"lighthouse note {n}")]
+        memory.index(note, thread_id="t", resource_id="alice", metadata={"n": n})
+    numbers = {"n": {"$in": [1, 2.5]}}
+    hits = memory.search("lighthouse", resource_id="alice", filter=numbers)
+    assert [hit.message.text for hit in hits] == ["lighthouse note 1"]
+    hits = await memory.asearch("lighthouse", resource_id="alice", filter=numbers)
+    assert [hit.message.text for hit in hits] == ["lighthouse note 1"]
+    ask = [HumanMessage("lighthouse?")]
+    recalled = memory.recall(ask, thread_id="new", resource_id="alice", filter=numbers)
+    assert "lighthouse note 1" in "\n".join(m.text for m in recalled)

@@ -24,6 +24,7 @@ from langchain_semantic_recall.cli import (
     narrowing,
     render,
 )
+from langchain_semantic_recall.errors import InvalidOptionError
 from tests.fakes import FakeEmbeddings
 
 
@@ -203,6 +204,12 @@ def test_since_and_until_take_a_date_or_an_age() -> None:
     for bad in ("yesterday", "0d", "3m", "-2d", "", "99999999999d"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected an ISO 8601 date"):
             narrowing.time_bound(bad)
+    # outside years 1-9999 in UTC: once an OverflowError at the search (exit 1, a traceback)
+    for bad in ("0001-01-01T00:00+01:00", "9999-12-31T23:00-05:00"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected an ISO 8601 date"):
+            narrowing.time_bound(bad)
+        with pytest.raises(InvalidOptionError, match="--before takes"):
+            narrowing.parse_date(bad)
 
 
 def test_a_filter_value_matches_its_text_and_the_number_or_boolean_it_spells() -> None:
@@ -222,6 +229,7 @@ def test_a_filter_value_matches_its_text_and_the_number_or_boolean_it_spells() -
         ("resource_id=bob", "the store uses it itself"),
         ("meta_project=x", "the store uses it itself"),
         ("9lives=x", "is not a metadata key"),
+        ("$or=x", "repeat --filter: for other keys every one must match"),  # not Python's $in
         ("note=" + "x" * 1001, "at most 1000 characters"),
     ):
         with pytest.raises(argparse.ArgumentTypeError, match=message):

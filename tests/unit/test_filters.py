@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -89,6 +89,9 @@ def test_values_match_by_kind() -> None:
         ({"thread_id": "x"}, "reserved"),
         ({"meta_x": "x"}, "reserved"),
         ({"x y": 1}, "not a metadata key"),
+        ({"café": 1}, "an ASCII letter"),  # "a letter" once, and é is one
+        ({"$and": [{"x": 1}]}, r"\$and and \$or are not supported: every key must match"),
+        ({"$or": [{"x": 1}, {"y": 2}]}, r"\$or.*\$in"),
         ({"x": [1]}, "list values are not kept"),
         ({"x": {"$gt": 1}}, r"\$gt"),
         ({"x": {"$in": []}}, "at least one"),
@@ -132,6 +135,26 @@ async def test_bounds_before_year_one_are_options_not_crashes(memory: SemanticRe
     ask = [HumanMessage("lighthouse keeper apollo?")]
     got = forever.recall(ask, thread_id="t2", resource_id="alice")
     assert "keeper apollo" in recalled(got)  # recalled, not a logged failure
+
+
+async def test_aware_bounds_outside_the_utc_calendar_are_input_errors(
+    memory: SemanticRecall,
+) -> None:
+    """Year 1 at +01:00 lies before year 1 in UTC: it once raised a bare OverflowError."""
+    early = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    late = datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))
+    cases: list[dict[str, Any]] = [
+        {"since": early},
+        {"until": late},
+        {"since": early, "until": NOW},
+    ]
+    for bounds in cases:
+        with pytest.raises(InvalidInputError, match="years 1-9999 in UTC"):
+            memory.search("lighthouse", resource_id="alice", **bounds)
+        with pytest.raises(InvalidInputError, match="years 1-9999 in UTC"):
+            await memory.asearch("lighthouse", resource_id="alice", **bounds)
+    with pytest.raises(InvalidOptionError, match="years 1-9999 in UTC"):
+        RecallNode(memory, since=early)
 
 
 # --- index: which metadata is kept --------------------------------------------------------
@@ -276,10 +299,8 @@ async def test_the_run_config_narrows_runnable_search_and_recall(memory: Semanti
     assert texts(await memory.asearch("lighthouse", config=config)) == {
         "the lighthouse keeper apollo"
     }
-    # an explicit filter comes before the config's
-    assert texts(memory.search("lighthouse", config=config, filter={"urgent": True})) == {
-        "the lighthouse lamp gemini"
-    }
+    # an explicit filter narrows the config's further (apollo's message is not urgent)
+    assert texts(memory.search("lighthouse", config=config, filter={"urgent": True})) == set()
     ask = [HumanMessage("lighthouse?")]
     assert "keeper" in recalled(memory.invoke(ask, config))
     assert "postcard" not in recalled(memory.invoke(ask, config))
@@ -289,6 +310,94 @@ async def test_the_run_config_narrows_runnable_search_and_recall(memory: Semanti
         memory.search("lighthouse", config=bad)
     with pytest.raises(InvalidInputError, match="reserved"):
         memory.invoke(ask, bad)
+
+
+async def test_the_calls_narrowing_and_the_runs_both_hold_on_every_surface(
+    memory: SemanticRecall,
+) -> None:
+    """A filter or range given on a call or a component narrows the run's further.
+
+    It once replaced the run's: `recall_filter={"project": "apollo"}` in the config and
+    `filter={"urgent": True}` on the retriever found gemini's message, outside the run's
+    filter; `recall_since=timedelta(days=30)` and `since=timedelta(days=365)` found a
+    message of 200 days ago.
+    """
+    ids = {"resource_id": "alice", "thread_id": "t9"}
+    ask = [HumanMessage("lighthouse keeper lamp?")]
+    runs: list[tuple[dict[str, Any], dict[str, Any], set[str]]] = [
+        ({"recall_filter": APOLLO}, {"filter": {"urgent": True}}, set()),
+        (
+            {"recall_since": timedelta(days=30)},
+            {"since": timedelta(days=365)},
+            {"the lighthouse lamp gemini", "a lighthouse postcard"},
+        ),
+        (
+            {"recall_filter": {"project": {"$in": ["apollo", "gemini"]}}},
+            {"filter": {"project": {"$in": ["gemini", "zeus"]}}},
+            {"the lighthouse lamp gemini"},
+        ),
+        (
+            {"recall_until": NOW - timedelta(days=30)},
+            {"until": NOW, "filter": APOLLO},
+            {"the lighthouse keeper apollo"},
+        ),
+    ]
+    for configurable, options, expected in runs:
+        config: Any = {"configurable": {**ids, **configurable}}
+        assert texts(memory.search("lighthouse", config=config, **options)) == expected
+        assert texts(await memory.asearch("lighthouse", config=config, **options)) == expected
+        retriever = memory.as_retriever(**options)
+        for docs in (
+            retriever.invoke("lighthouse", config),
+            await retriever.ainvoke("lighthouse", config),
+        ):
+            assert {d.metadata["text"] for d in docs} == expected
+        tool = create_memory_search_tool(memory, **options)
+        for answer in (
+            tool.invoke({"query": "lighthouse"}, config),
+            await tool.ainvoke({"query": "lighthouse"}, config),
+        ):
+            assert all(text in answer for text in expected)
+            assert not any(
+                text in answer
+                for text in texts(memory.search("lighthouse", resource_id="alice")) - expected
+            )
+        shown = [
+            recalled(memory.recall(ask, config=config, **options)),
+            recalled(await memory.arecall(ask, config=config, **options)),
+            recalled(
+                graph_with(memory, **options)
+                .invoke({"messages": ask}, config)["recalled_memory"]
+                .messages
+            ),
+            recalled(
+                (await graph_with(memory, **options).ainvoke({"messages": ask}, config))[
+                    "recalled_memory"
+                ].messages
+            ),
+        ]
+        for got in shown:
+            for text in ("keeper apollo", "lamp gemini", "postcard"):
+                assert (text in got) == any(text in e for e in expected), (
+                    configurable,
+                    options,
+                    got,
+                )
+    # the horizon still bounds a recall whose call and run both give only an until
+    near = memory.with_options(horizon=timedelta(days=30))
+    late: Any = {"configurable": {**ids, "recall_until": NOW + timedelta(days=2)}}
+    for got in (
+        recalled(near.recall(ask, config=late, until=NOW + timedelta(days=1))),
+        recalled(await near.arecall(ask, config=late, until=NOW + timedelta(days=1))),
+    ):
+        assert "lamp gemini" in got
+        assert "keeper apollo" not in got
+    # on one key, no value both allow: an error, never a silent empty answer
+    config = {"configurable": {**ids, "recall_filter": APOLLO}}
+    with pytest.raises(InvalidInputError, match=r"'project'.*no value"):
+        memory.search("lighthouse", config=config, filter={"project": "gemini"})
+    with pytest.raises(InvalidInputError, match=r"'project'.*no value"):
+        await graph_with(memory, filter={"project": "gemini"}).ainvoke({"messages": ask}, config)
 
 
 @pytest.mark.parametrize("key", ["recall_filters", "recall_fitler", "recall_sinse", "recall_from"])
@@ -421,11 +530,9 @@ async def test_create_recall_graph_takes_the_nodes_options_sync_and_async(
         graph.invoke(ask, {"configurable": {"resource_id": "alice", **configurable}})
         return recalled(model.calls[-1])
 
-    # the graph's own filter comes before the config's
+    # the graph's own filter and the config's both hold (apollo's message is not urgent)
     urgent = {"recall_filter": {"urgent": True}}
-    shown = shown_by(graph, model, {"thread_id": "g2", **urgent})
-    assert "keeper apollo" in shown
-    assert "gemini" not in shown
+    assert shown_by(graph, model, {"thread_id": "g2", **urgent}) == ""
     # a graph without options takes the config's filter
     plain_model = FakeChatModel()
     plain = create_recall_graph(plain_model, memory)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langchain_semantic_recall.fusion import (
     NeighbourWeights,
@@ -234,6 +237,85 @@ def test_relative_periods_count_from_now() -> None:
     assert named_period("today", now) == Period(
         datetime(2024, 3, 13, tzinfo=UTC), datetime(2024, 3, 14, tzinfo=UTC)
     )
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [  # the table of docs/filtering.md ("Periods named in a query"), with now on Wednesday
+        ("7th of July, 2023", datetime(2023, 7, 7), datetime(2023, 7, 8)),
+        ("July 7, 2023", datetime(2023, 7, 7), datetime(2023, 7, 8)),
+        ("Sept. 2023", datetime(2023, 9, 1), datetime(2023, 10, 1)),
+        ("since 2023", datetime(2023, 1, 1), datetime(2024, 1, 1)),
+        ("this week", datetime(2026, 11, 30), datetime(2026, 12, 7)),
+        ("the previous week", datetime(2026, 11, 23), datetime(2026, 11, 30)),
+        ("last month", datetime(2026, 11, 1), datetime(2026, 12, 1)),
+    ],
+)
+def test_the_documented_periods(query: str, start: datetime, end: datetime) -> None:
+    now = datetime(2026, 12, 2, 23, 30, tzinfo=UTC)
+    assert named_period(query, now) == Period(start.replace(tzinfo=UTC), end.replace(tzinfo=UTC))
+    for month in ("during March", "last May", "on July 7th", "since March", "before March"):
+        assert named_period(month, now) == Period(month=_MONTHS[month.split()[1][:3].lower()])
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "07/07/2023",
+        "7.7.2023",
+        "two days ago",
+        "a week ago",
+        "last Tuesday",
+        "this morning",
+        "last night",
+        "last summer",
+        "ayer",
+        "la semaine dernière",
+        "im März 2023",
+    ],
+)
+def test_the_documented_forms_that_name_no_period(query: str) -> None:
+    assert named_period(query, datetime(2026, 12, 2, tzinfo=UTC)) is None
+
+
+@given(
+    now=st.datetimes(
+        min_value=datetime(1990, 1, 2),
+        max_value=datetime(2099, 12, 30),
+        timezones=st.sampled_from([UTC, ZoneInfo("America/New_York"), ZoneInfo("Pacific/Chatham")]),
+    )
+)
+def test_relative_periods_tile_time_at_every_clock(now: datetime) -> None:
+    """Any turn time (year ends, DST changes, odd offsets): "this" holds it, "last" ends
+    where "this" starts, and each is one whole UTC day, week, month or year."""
+    utc = now.astimezone(UTC)
+    for unit, this_word in (
+        ("day", "today"),
+        ("week", "this week"),
+        ("month", "this month"),
+        ("year", "this year"),
+    ):
+        this = named_period(this_word, now)
+        last = named_period("yesterday" if unit == "day" else f"last {unit}", now)
+        assert this is not None
+        assert last is not None
+        assert utc in this
+        assert last.end == this.start
+        for period in (this, last):
+            assert period.start is not None
+            assert period.end is not None
+            assert period.start.tzinfo is UTC
+            assert period.start.time() == datetime.min.time()
+            days = (period.end - period.start).days
+            assert (
+                days
+                in {"day": {1}, "week": {7}, "month": {28, 29, 30, 31}, "year": {365, 366}}[unit]
+            )
+        if unit == "week":
+            assert this.start.weekday() == 0
+
+
+_MONTHS = {"mar": 3, "may": 5, "jul": 7}
 
 
 def test_boost_period_lifts_the_messages_of_the_period() -> None:

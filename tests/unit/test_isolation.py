@@ -309,6 +309,111 @@ def test_the_graphs_filter_never_widens_the_scope(
                 assert tag.get(item.message_id) in allowed
 
 
+def _passes(
+    narrowing: tuple[dict[str, object] | None, int | None, int | None],
+    project: str | None,
+    on: int,
+) -> bool:
+    """Whether a message tagged `project`, of day `on`, passes `narrowing` (a `narrowings`)."""
+    where, since_day, until_day = narrowing
+    if where is not None:
+        wanted = where["project"]
+        allowed = {wanted} if isinstance(wanted, str) else set(wanted["$in"])  # type: ignore[index]
+        if project not in allowed:
+            return False
+    return (since_day is None or on >= since_day) and (until_day is None or on < until_day)
+
+
+def _refused(
+    call: tuple[dict[str, object] | None, int | None, int | None],
+    run: tuple[dict[str, object] | None, int | None, int | None],
+) -> str | None:
+    """What error a search narrowed by both must raise (None: none), as a `match`."""
+    if call[0] is not None and run[0] is not None:
+        allowed = [
+            {w} if isinstance(w := where["project"], str) else set(w["$in"])  # type: ignore[index]
+            for where in (call[0], run[0])
+        ]
+        if not allowed[0] & allowed[1]:
+            return "no value both allow"
+    starts = [n for n in (call[1], run[1]) if n is not None]
+    ends = [n for n in (call[2], run[2]) if n is not None]
+    if starts and ends and max(starts) >= min(ends):
+        return "together hold nothing"
+    return None
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=tagged_history,
+    asks=queries,
+    call=narrowings,
+    run=narrowings,
+    leaky=st.booleans(),
+)
+def test_a_calls_narrowing_never_widens_its_runs(
+    rows: list[tuple[str, int, str, str | None, int]],
+    asks: list[tuple[str, int, str, str]],
+    call: tuple[dict[str, object] | None, int | None, int | None],
+    run: tuple[dict[str, object] | None, int | None, int | None],
+    leaky: bool,
+) -> None:
+    """A call's filter and range under a run's `recall_*`: every hit passes both, or an error.
+
+    The call's once replaced the run's, so `filter=` on a call found what the run's
+    `recall_filter` kept out.
+    """
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=IgnoresScope() if leaky else InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        top_k=8,
+        message_range=1,
+    )
+    kept: dict[str, tuple[str | None, int]] = {}
+    for n, (resource, thread_n, text, project, on) in enumerate(rows):
+        when = (start + timedelta(days=on)).isoformat()
+        said = HumanMessage(text, id=f"m{n}", additional_kwargs={"created_at": when})
+        engine.index(
+            [said],
+            thread_id=thread_of(resource, thread_n),
+            resource_id=resource,
+            metadata=None if project is None else {"project": project},
+        )
+        kept[f"m{n}"] = (project, on)
+
+    def day(n: int | None) -> datetime | None:
+        return None if n is None else start + timedelta(days=n)
+
+    assume(call[1] is None or call[2] is None or call[1] < call[2])
+    assume(run[1] is None or run[2] is None or run[1] < run[2])
+    for resource, thread_n, scope, text in asks:
+        configurable = {"thread_id": thread_of(resource, thread_n), "resource_id": resource}
+        config: Any = {
+            "configurable": {
+                **configurable,
+                "recall_filter": run[0],
+                "recall_since": day(run[1]),
+                "recall_until": day(run[2]),
+            }
+        }
+        search = engine.with_options(scope=scope).search
+        narrowed = {"filter": call[0], "since": day(call[1]), "until": day(call[2])}
+        refused = _refused(call, run)
+        if refused is not None:  # nothing could pass both: an error, never a silent []
+            with pytest.raises(InvalidInputError, match=refused):
+                search(text, config=config, **narrowed)
+            continue
+        hits = search(text, config=config, **narrowed)
+        for hit in hits:
+            for message in hit.window:
+                assert _passes(call, *kept[message.id]), (call, kept[message.id])
+                assert _passes(run, *kept[message.id]), (run, kept[message.id])
+
+
 async def _updates(graph: Any, turn: Any, config: Any) -> list[Any]:
     return [update async for update in graph.astream(turn, config, stream_mode="updates")]
 

@@ -8,7 +8,7 @@ conformance suite (`delete_before`); purge after retention is checked on the emb
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -124,6 +124,23 @@ def test_the_policy_is_checked_and_needed(make_engine: EngineFactory) -> None:
         memory.forget_before(datetime(2024, 1, 1))
     with pytest.raises(InvalidInputError, match="timezone-aware"):
         memory.forget_before("2024-01-01")  # type: ignore[arg-type]
+
+
+def test_cutoffs_at_the_ends_of_the_calendar_are_errors_or_no_ops(
+    make_engine: EngineFactory,
+) -> None:
+    """They once raised a bare OverflowError (an aware year 1, a policy of 3,000 years)."""
+    memory = make_engine()
+    seed(memory)
+    early = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+    with pytest.raises(InvalidInputError, match="years 1-9999 in UTC"):
+        memory.forget_before(early)
+    with pytest.raises(InvalidInputError, match="years 1-9999 in UTC"):
+        asyncio.run(memory.aforget_before(early))
+    ages = memory.with_options(retention=timedelta(days=10**6))  # nothing is that old
+    assert ages.apply_retention().deleted == {}
+    assert asyncio.run(ages.aapply_retention()).deleted == {}
+    assert len(stored_ids(memory)) == 8
 
 
 def test_a_read_only_engine_refuses_and_deletes_nothing(make_engine: EngineFactory) -> None:

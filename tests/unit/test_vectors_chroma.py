@@ -48,3 +48,28 @@ def test_resource_collection_names_are_legal_and_distinct(name: str, resource_id
     assert collection == resource_collection_name(name, resource_id)
     assert collection != resource_collection_name(name, resource_id + "x")
     assert collection != resource_collection_name(name + "x", resource_id)
+
+
+def test_every_in_of_a_where_holds_one_python_type() -> None:
+    """Chroma refuses `$in: [0, 1.0]` ("all values of the same type"): a filter on an int
+    and a float once raised chromadb's ValueError from a filtered search."""
+    from langchain_semantic_recall.vectors.chroma_layout import in_where
+
+    def ins(where: dict[str, object]) -> list[list[object]]:
+        found: list[list[object]] = []
+        for key, value in where.items():
+            if key in ("$or", "$and"):
+                for clause in value:  # type: ignore[attr-defined]
+                    found += ins(clause)
+            elif isinstance(value, dict) and "$in" in value:
+                found.append(value["$in"])
+            else:
+                found.append([value])
+        return found
+
+    where = in_where("meta_n", [0, 1.0, 2, True, "2", 2.5, "x", False])
+    groups = ins(where)
+    assert all(len({type(v) for v in group}) == 1 for group in groups), groups
+    assert sorted(map(repr, (v for group in groups for v in group))) == sorted(
+        map(repr, [0, 1.0, 2, True, "2", 2.5, "x", False])
+    )
