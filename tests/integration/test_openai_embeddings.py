@@ -177,3 +177,55 @@ def test_a_wrong_dimension_on_the_first_call_does_not_bind_the_process_to_it(
     assert memory.stats(resource_id="alice").missing_vectors == 2  # the first turn's
     assert memory.reindex(missing_only=True) == 2
     assert memory.stats(resource_id="alice").missing_vectors == 0
+
+
+def test_rate_limits_timeouts_and_short_batches_are_said_and_repaired(
+    fake: FakeOpenAIEmbeddings, servers: tuple[PostgresStorage, ChromaServerVectorIndex]
+) -> None:
+    """Checked (all hold): a 429 within the client's `max_retries` is retried by it; one
+    past them, a timeout, or a batch one vector short leaves the turn stored with its
+    `error` naming the failure and no message marked embedded; recall goes on without
+    memory; `stats` counts the missing vectors and `reindex(missing_only=True)` writes them.
+    """
+    model = f"text-embedding-{uuid.uuid4().hex[:8]}"
+    retrying = engine(servers, openai(fake, model=model, max_retries=2))
+    fake.plan = ["ok", 429, 429]  # the probe, then two refusals of the turn's batch
+    assert retrying.index(chat(0), thread_id="t1", resource_id="alice").error is None
+    assert len(fake.requests) == 4
+
+    memory = engine(servers, openai(fake, model=model, timeout=1))
+    memory.ensure_index()
+    for n, step in enumerate([429, "slow", "short"], start=1):
+        fake.plan, _ = [step], fake.release.clear()
+        result = memory.index(chat(n), thread_id="t1", resource_id="alice")
+        assert result.stored and not result.embedded, step
+        assert not any(fate.embedded for fate in result.fates)
+        expected = {429: "RateLimitError", "slow": "APITimeoutError", "short": "1 vectors for 2"}
+        assert result.error is not None and expected[step] in result.error
+        fake.release.set()
+    fake.plan = [429]
+    question = [HumanMessage("lisbon trip")]
+    assert memory.recall(question, thread_id="t2", resource_id="alice") == question
+    assert memory.stats(resource_id="alice").missing_vectors == 6
+    assert memory.reindex(missing_only=True) == 6
+    stats = memory.stats(resource_id="alice")
+    assert (stats.messages, stats.vectors, stats.missing_vectors) == (8, 8, 0)
+
+
+def test_another_model_on_a_named_index_fails_closed_and_says_so(
+    fake: FakeOpenAIEmbeddings, servers: tuple[PostgresStorage, ChromaServerVectorIndex]
+) -> None:
+    """Checked (holds): a replica deployed with another model (same dimension) on the same
+    `index_name` refuses to write or search it, naming both models; recall goes on without
+    memory only for failures, so it raises too (a configuration error).
+    """
+    name = f"oai-{uuid.uuid4().hex[:8]}"
+    old = engine(servers, openai(fake, model="text-embedding-3-small"), index_name=name)
+    assert old.index(chat(1), thread_id="t1", resource_id="alice").error is None
+    new = engine(servers, openai(fake, model="text-embedding-ada-002"), index_name=name)
+    for call in (
+        lambda: new.index(chat(2), thread_id="t1", resource_id="alice"),
+        lambda: new.recall([HumanMessage("lisbon")], thread_id="t2", resource_id="alice"),
+    ):
+        with pytest.raises(EmbeddingMismatchError, match="text-embedding-3-small"):
+            call()
