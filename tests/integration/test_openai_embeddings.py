@@ -196,12 +196,15 @@ def test_rate_limits_timeouts_and_short_batches_are_said_and_repaired(
     memory = engine(servers, openai(fake, model=model, timeout=1))
     memory.ensure_index()
     for n, step in enumerate([429, "slow", "short"], start=1):
-        fake.plan, _ = [step], fake.release.clear()
+        fake.release.clear()
+        fake.plan = [step]
         result = memory.index(chat(n), thread_id="t1", resource_id="alice")
-        assert result.stored and not result.embedded, step
+        assert result.stored, step
+        assert not result.embedded, step
         assert not any(fate.embedded for fate in result.fates)
         expected = {429: "RateLimitError", "slow": "APITimeoutError", "short": "1 vectors for 2"}
-        assert result.error is not None and expected[step] in result.error
+        assert result.error is not None
+        assert expected[step] in result.error
         fake.release.set()
     fake.plan = [429]
     question = [HumanMessage("lisbon trip")]
