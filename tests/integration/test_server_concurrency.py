@@ -35,12 +35,12 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import IndexResult, SemanticRecall
-from langchain_semantic_recall.errors import OwnershipError
+from langchain_semantic_recall.errors import EngineClosedError, OwnershipError
 from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 from tests.fakes import FakeEmbeddings
-from tests.faults import FaultyVectors
+from tests.faults import FaultyEmbeddings, FaultyVectors
 
 pytestmark = pytest.mark.integration
 
@@ -333,3 +333,57 @@ def test_a_move_overtaken_before_its_vectors_says_it_moved_the_thread(
         assert first.result(timeout=60) == 2
     ids = {"t1-1-u", "t1-1-a"}
     assert _vector_owners(memory, vectors) == {"alice": set(), "bob": set(), "carol": ids}
+
+
+# --- closing while calls run ---------------------------------------------------------------
+
+
+def test_aclose_waits_for_the_calls_in_flight_on_the_servers(pg_url: str, chroma_url: str) -> None:
+    """Checked (holds): an engine of `from_url` (it owns its PostgreSQL pools and Chroma
+    client) closed while turns are being indexed and recalled, from its event loop and
+    from another thread: the close waits, every call finishes whole, later calls raise
+    `EngineClosedError`, and the pools are closed.
+    """
+    embedder = FaultyEmbeddings(64)
+    memory = SemanticRecall.from_url(
+        storage=pg_url,
+        vector=chroma_url,
+        embeddings=embedder,
+        search_mode="dense",
+        index_name=f"close-{uuid.uuid4().hex[:10]}",
+    )
+    memory.index(turn("", "t0", 0), thread_id="t0", resource_id="alice")
+    storage = memory.storage
+    assert isinstance(storage, PostgresStorage)
+
+    async def main() -> list[object]:
+        held = embedder.faults.gate("embed_documents")
+        calls = [
+            asyncio.create_task(
+                memory.aindex(turn("", "t1", 1), thread_id="t1", resource_id="alice")
+            ),
+            asyncio.create_task(
+                memory.arecall([HumanMessage("lisbon")], thread_id="t2", resource_id="alice")
+            ),
+        ]
+        await held.await_entered()
+        sync_turn = asyncio.create_task(
+            asyncio.to_thread(memory.index, turn("", "t3", 3), thread_id="t3", resource_id="alice")
+        )
+        closing = asyncio.create_task(memory.aclose())
+        await asyncio.sleep(0)
+        assert not closing.done()
+        held.release()
+        done = await asyncio.gather(*calls, sync_turn, return_exceptions=True)
+        await closing
+        return done
+
+    indexed, recalled, sync_indexed = asyncio.run(main())
+    assert isinstance(indexed, IndexResult)
+    assert len(indexed.embedded) == 2
+    assert isinstance(recalled, list)
+    assert isinstance(sync_indexed, (IndexResult, EngineClosedError))
+    with pytest.raises(EngineClosedError):
+        memory.index(turn("", "t4", 4), thread_id="t4", resource_id="alice")
+    assert storage._pool is not None and storage._pool.closed
+    assert len(storage._apools) == 0
