@@ -385,5 +385,6 @@ def test_aclose_waits_for_the_calls_in_flight_on_the_servers(pg_url: str, chroma
     assert isinstance(sync_indexed, (IndexResult, EngineClosedError))
     with pytest.raises(EngineClosedError):
         memory.index(turn("", "t4", 4), thread_id="t4", resource_id="alice")
-    assert storage._pool is not None and storage._pool.closed
+    assert storage._pool is not None
+    assert storage._pool.closed
     assert len(storage._apools) == 0
