@@ -388,3 +388,34 @@ def test_aclose_waits_for_the_calls_in_flight_on_the_servers(pg_url: str, chroma
     assert storage._pool is not None
     assert storage._pool.closed
     assert len(storage._apools) == 0
+
+
+def test_a_turn_indexed_while_its_thread_moves_twice_follows_it_to_the_end(
+    gated: tuple[SemanticRecall, FaultyVectors],
+) -> None:
+    """A turn's vectors follow a move made while it was indexed (`write_owned`) by one
+    hop only: moved again (another replica) while they were written under the first
+    new owner, they stayed there, in bob's collection, for a thread that was carol's.
+    """
+    memory, vectors = gated
+    late = turn("", "late", 1)
+    ids = {m.id for m in late}
+
+    def late_under(resource: str) -> Any:
+        return lambda a: (
+            a["records"][0].message_id in ids and a["records"][0].resource_id == resource
+        )
+
+    first = vectors.faults.gate("upsert", match=late_under("alice"))
+    with ThreadPoolExecutor(1) as pool:
+        indexed = pool.submit(memory.index, late, thread_id="t1", resource_id="alice")
+        first.wait_entered()
+        assert memory.move_thread("t1", to="bob") == 4  # the turn is stored already
+        second = vectors.faults.gate("upsert", match=late_under("bob"))
+        first.release()
+        second.wait_entered()  # following the move: written again under bob...
+        assert memory.move_thread("t1", to="carol") == 4  # ...as the thread moves on
+        second.release()
+        assert indexed.result(timeout=60).embedded == ("late-1-u", "late-1-a")
+    every = {"t1-1-u", "t1-1-a", *ids}
+    assert _vector_owners(memory, vectors) == {"alice": set(), "bob": set(), "carol": every}
