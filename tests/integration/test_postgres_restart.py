@@ -3,7 +3,8 @@
 The cluster is this module's own (the test stops it). While it is down every call that
 needs it fails with `StorageError` after `pool_timeout`, recall goes on without memory;
 once it is back, the same engine's sync and async pools serve again (psycopg's pool
-checks each connection it hands out), and nothing written before is lost.
+checks each connection it hands out; after an outage, when its backed-off reconnection
+comes round: docs/scale.md), and nothing written before is lost.
 """
 
 from __future__ import annotations
@@ -53,6 +54,24 @@ def chat(n: int) -> list[HumanMessage | AIMessage]:
     ]
 
 
+async def back(storage: PostgresStorage, within: float = 120.0) -> None:
+    """Wait until both pools serve again (each failed call waits `pool_timeout`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+
+    async def sync_pool() -> int:
+        return await asyncio.to_thread(storage.count, None)
+
+    for call in (sync_pool, lambda: storage.acount(None)):
+        while True:
+            try:
+                await call()
+                break
+            except StorageError:
+                if loop.time() > deadline:
+                    raise
+
+
 def test_a_restart_and_an_outage_lose_nothing_and_the_pools_recover(
     cluster: Restartable, chroma_url: str
 ) -> None:
@@ -85,6 +104,7 @@ def test_a_restart_and_an_outage_lose_nothing_and_the_pools_recover(
             memory.stats()
 
         cluster.pg_ctl("start")
+        await back(storage)  # the pools' reconnection backs off while the server is down
         assert (await memory.aindex(chat(6), thread_id="t1", resource_id="alice")).error is None
         assert memory.index(chat(7), thread_id="t1", resource_id="alice").error is None
         hits = await memory.asearch("number1", resource_id="alice")
