@@ -158,7 +158,9 @@ def move_thread_op(
     `vector_writes.write_owned` follows a move it sees, this catches the one it did not
     see), then they are embedded again under the new one (from the cache where it can). Moving a
     thread to its owner moves nothing and writes the vectors it lacks: run it again if
-    it raised (with `resource_id` the new owner, if the storage had moved it).
+    it raised (with `resource_id` the new owner, if the storage had moved it). A move
+    that another call (another process) overtakes, moving the thread on before this one
+    wrote its vectors, returns what it moved: the vectors follow the last owner.
 
     Raises:
         InvalidInputError: the thread is not stored.
