@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import embed_records, write_vectors
+from langchain_semantic_recall.engine.vector_writes import embed_records, write_owned
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.messages import skip_reason
-from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import (
+    NO_RESOURCE,
+    ScopeFilter,
+    StoredMessage,
+    VectorRecord,
+)
 from langchain_semantic_recall.relevance.model import RelevanceModel
 from langchain_semantic_recall.storable import check_id
 
@@ -155,7 +160,9 @@ def move_thread_op(
     `vector_writes.write_owned` follows a move it sees, this catches the one it did not
     see), then they are embedded again under the new one (from the cache where it can). Moving a
     thread to its owner moves nothing and writes the vectors it lacks: run it again if
-    it raised (with `resource_id` the new owner, if the storage had moved it).
+    it raised (with `resource_id` the new owner, if the storage had moved it). A move
+    that another call (another process) overtakes, moving the thread on before this one
+    wrote its vectors, returns what it moved: the vectors follow the last owner.
 
     Raises:
         InvalidInputError: the thread is not stored.
@@ -190,15 +197,27 @@ def move_thread_op(
         # first delete, and read that owner before the storage move (so it did not follow).
         yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
     scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
-    yield from reindex_op(
-        space,
-        scope=scope,
-        missing_only=not moved,
-        batch_size=256,
-        progress=None,
-        max_chars=max_chars,
-        logger=logger,
-    )
+    try:
+        yield from reindex_op(
+            space,
+            scope=scope,
+            missing_only=not moved,
+            batch_size=256,
+            progress=None,
+            max_chars=max_chars,
+            logger=logger,
+        )
+    except OwnershipError:
+        # Another move (another process) took the thread on from `to_resource` after
+        # ours: that move writes its vectors; ours is done.
+        if (yield steps.ThreadOwner(thread_id)) == to_resource:
+            raise
+        logger.warning(
+            "thread %r was moved on by another call while it moved to %r; its vectors "
+            "follow its owner",
+            thread_id,
+            to_resource,
+        )
     return moved
 
 
@@ -245,7 +264,7 @@ def reindex_op(
         todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield from write_vectors(info, rows, logger)
+            yield from _write_following_owners(info, rows, logger)
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
@@ -258,6 +277,22 @@ def reindex_op(
             thread_id=None if scope is None else scope.thread_id,
         )
     return written
+
+
+def _write_following_owners(
+    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
+) -> Op[None]:
+    """Write each thread's rows under the owner it was read with, then follow a move.
+
+    A `move_thread` (in this or another process) between the page's read and the write
+    would leave the rows under the former owner, out of reach of the new owner's forget
+    (`vector_writes.write_owned`).
+    """
+    groups: dict[tuple[str, str], list[VectorRecord]] = {}
+    for row in rows:
+        groups.setdefault((row.thread_id, row.resource_id), []).append(row)
+    for (thread_id, resource_id), group in groups.items():
+        yield from write_owned(info, group, thread_id, resource_id, logger)
 
 
 def _check_scope(scope: ScopeFilter | None) -> Op[None]:

@@ -78,6 +78,7 @@ class VectorSpace:
         self.index_name = None if index_name is None else check_index_name(index_name)
         self._lock = threading.Lock()
         self._info: IndexInfo | None = None
+        self._probed = False  # the dimension of `_info` is one probe's answer
         self._reference: Reference | None = None
         self.texts = TermCache()
         """The terms of messages hybrid search has scored (keys are their text)."""
@@ -108,7 +109,20 @@ class VectorSpace:
         with self._lock:
             if self._info is None:
                 self._info = info
+                self._probed = known is None
             return self._info
+
+    def embedded_another_dimension(self, info: IndexInfo) -> None:
+        """The embedder answered `info` with vectors of another dimension.
+
+        If `info`'s dimension was learnt from one probe (an embedder without a
+        `dimension`, such as `OpenAIEmbeddings`), that answer is no longer trusted: the
+        next call probes again, instead of this process keeping an index of the probe's
+        dimension (one odd answer of a remote embedder) until it restarts.
+        """
+        with self._lock:
+            if self._probed and self._info == info:
+                self._info = None
 
     def reference(self, info: IndexInfo) -> Op[Reference]:
         """This embedder's view of unrelated text and small talk (embedded once, cached).

@@ -109,19 +109,25 @@ def write_owned(
     A `move_thread` (or an adoption) between this call's read of the owner and its write
     would leave the vectors under the old owner: the new one's search would not find
     them by meaning, and the old one's index would hold the thread's text. They are
-    written again under the thread's owner now, or deleted if the thread is gone.
+    written again under the thread's owner now, or deleted if the thread is gone, as
+    often as it moves meanwhile (several processes may move it in turn).
     """
     if not rows:
         return
     yield from write_vectors(info, rows, logger)
-    owner: str | None = yield steps.ThreadOwner(thread_id)
-    if owner == resource_id:
-        return
-    logger.warning("thread %r changed owner while it was indexed; its vectors follow", thread_id)
     ids = sorted({row.message_id for row in rows})
-    yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
-    if owner is not None:
+    written = resource_id
+    # Until the owner read after a write is the one written under: the thread may move
+    # again (another process) while its vectors follow the last move.
+    while (owner := (yield steps.ThreadOwner(thread_id))) != written:
+        logger.warning(
+            "thread %r changed owner while it was indexed; its vectors follow", thread_id
+        )
+        yield steps.DeleteVectors(info, message_ids=ids, resource_id=written)
+        if owner is None:
+            return
         yield from write_vectors(info, [replace(row, resource_id=owner) for row in rows], logger)
+        written = owner
 
 
 def _drop_split(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger) -> Op[None]:

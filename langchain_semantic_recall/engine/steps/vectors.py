@@ -10,6 +10,7 @@ from typing_extensions import override
 
 from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
 from langchain_semantic_recall.engine.steps.base import Backends, Step
+from langchain_semantic_recall.errors import EmbeddingMismatchError
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorRecord
 
 if TYPE_CHECKING:
@@ -31,16 +32,32 @@ class Embed(Step[Vectors]):
     @override
     def run(self, backends: Backends) -> Vectors:
         space = backends.space
-        return embed_with_cache(
-            space.embeddings, space.cache, self.info.name, self.texts, dimension=self.info.dimension
-        )
+        try:
+            return embed_with_cache(
+                space.embeddings,
+                space.cache,
+                self.info.name,
+                self.texts,
+                dimension=self.info.dimension,
+            )
+        except EmbeddingMismatchError:
+            space.embedded_another_dimension(self.info)
+            raise
 
     @override
     async def arun(self, backends: Backends) -> Vectors:
         space = backends.space
-        return await aembed_with_cache(
-            space.embeddings, space.cache, self.info.name, self.texts, dimension=self.info.dimension
-        )
+        try:
+            return await aembed_with_cache(
+                space.embeddings,
+                space.cache,
+                self.info.name,
+                self.texts,
+                dimension=self.info.dimension,
+            )
+        except EmbeddingMismatchError:
+            space.embedded_another_dimension(self.info)
+            raise
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,120 @@
+"""PostgreSQL stopped and started again while an app runs on it (with a Chroma server).
+
+The cluster is this module's own (the test stops it). While it is down every call that
+needs it fails with `StorageError` after `pool_timeout`, recall goes on without memory;
+once it is back, the same engine's sync and async pools serve again (psycopg's pool
+checks each connection it hands out; after an outage, when its backed-off reconnection
+comes round: docs/scale.md), and nothing written before is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.errors import StorageError
+from langchain_semantic_recall.storage.postgres import PostgresStorage
+from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
+from tests.fakes import FakeEmbeddings
+from tests.integration.conftest import PostgresCluster, create_database
+
+pytestmark = pytest.mark.integration
+
+
+class Restartable(PostgresCluster):
+    """The conftest's cluster, stopped and started again on the same port."""
+
+    def pg_ctl(self, *argv: str) -> None:
+        data = str(self.root / "data")
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        command = [str(self.bindir / "pg_ctl"), "-D", data, "-o", options]
+        command += ["-l", str(self.root / "server.log"), "-m", "fast", "-w", *argv]
+        subprocess.run(self._as_user(*command), check=True, stdout=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def cluster() -> Iterator[Restartable]:
+    made = Restartable()
+    try:
+        yield made.start()  # type: ignore[misc]
+    finally:
+        made.stop()
+
+
+def chat(n: int) -> list[HumanMessage | AIMessage]:
+    return [
+        HumanMessage(f"lisbon trip number{n}", id=f"m{n}-u"),
+        AIMessage(f"noted trip number{n}", id=f"m{n}-a"),
+    ]
+
+
+async def back(storage: PostgresStorage, within: float = 120.0) -> None:
+    """Wait until both pools serve again (each failed call waits `pool_timeout`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+
+    async def sync_pool() -> int:
+        return await asyncio.to_thread(storage.count, None)
+
+    for call in (sync_pool, lambda: storage.acount(None)):
+        while True:
+            try:
+                await call()
+                break
+            except StorageError:
+                if loop.time() > deadline:
+                    raise
+
+
+def test_a_restart_and_an_outage_lose_nothing_and_the_pools_recover(
+    cluster: Restartable, chroma_url: str
+) -> None:
+    storage = PostgresStorage(create_database(cluster.url()), timeout=2.0, max_size=3)
+    memory = SemanticRecall(
+        storage=storage,
+        vector_store=ChromaServerVectorIndex(chroma_url),
+        embeddings=FakeEmbeddings(64),
+        search_mode="dense",
+        threshold=0.0,
+        index_name=f"pg-restart-{uuid.uuid4().hex[:8]}",
+    )
+
+    async def run() -> None:
+        assert (await memory.aindex(chat(1), thread_id="t1", resource_id="alice")).error is None
+        assert memory.index(chat(2), thread_id="t1", resource_id="alice").error is None
+
+        cluster.pg_ctl("restart")  # every pooled connection is cut
+        assert (await memory.aindex(chat(3), thread_id="t1", resource_id="alice")).error is None
+        assert memory.index(chat(4), thread_id="t1", resource_id="alice").error is None
+
+        cluster.pg_ctl("stop")
+        with pytest.raises(StorageError, match="PostgreSQL"):
+            await memory.aindex(chat(5), thread_id="t1", resource_id="alice")
+        with pytest.raises(StorageError, match="PostgreSQL"):
+            memory.index(chat(5), thread_id="t1", resource_id="alice")
+        question = [HumanMessage("lisbon trip")]
+        assert await memory.arecall(question, thread_id="t2", resource_id="alice") == question
+        with pytest.raises(StorageError):
+            memory.stats()
+
+        cluster.pg_ctl("start")
+        await back(storage)  # the pools' reconnection backs off while the server is down
+        assert (await memory.aindex(chat(6), thread_id="t1", resource_id="alice")).error is None
+        assert memory.index(chat(7), thread_id="t1", resource_id="alice").error is None
+        hits = await memory.asearch("number1", resource_id="alice")
+        assert "m1-u" in {hit.message.id for hit in hits}
+
+    try:
+        asyncio.run(run())
+        stats = memory.stats(resource_id="alice")
+        assert (stats.messages, stats.vectors, stats.missing_vectors) == (12, 12, 0)
+    finally:
+        memory.close()
+        memory.vector_store.close()
+        storage.close()
