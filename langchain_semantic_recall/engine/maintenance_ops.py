@@ -166,7 +166,8 @@ def move_thread_op(
 
     Raises:
         InvalidInputError: the thread is not stored.
-        OwnershipError: `resource_id` is given and the thread belongs to another one.
+        OwnershipError: `resource_id` is given and the thread belongs to another one;
+            or another call moved it between this one's read and its move (nothing moved).
         NotImplementedError: the storage cannot move threads.
     """
     check_id("thread_id", thread_id)

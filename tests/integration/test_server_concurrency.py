@@ -127,8 +127,14 @@ class Run:
             else:
                 replica.memory.forget_thread(thread, resource_id=owner)
         elif replica.storage.get_thread_owner(self.moving) is not None:
-            # move the shared thread (an administrator's call: no resource)
-            replica.memory.move_thread(self.moving, to=f"{self.tag}{step[1]}")
+            # move the shared thread (an administrator's call: no resource); another
+            # replica's move landing between this one's read of the owner and its own
+            # move is refused, nothing moved (the storage holds the move to that owner)
+            try:
+                replica.memory.move_thread(self.moving, to=f"{self.tag}{step[1]}")
+            except OwnershipError as refused:
+                if "no longer belongs" not in str(refused):
+                    raise
 
     def _index(self, memory: SemanticRecall, step: tuple[Any, ...]) -> None:
         if step[0] == "index":
