@@ -279,6 +279,20 @@ def not_stored_reason(message: BaseMessage) -> str | None:
     return None
 
 
+def stored_as_given(before: StoredMessage, record: MessageRecord) -> bool:
+    """Whether writing `record` over `before` (same id) would change nothing stored.
+
+    `index` and `bulk_index` leave such a message unwritten ("unchanged"); any other
+    difference is an edit, which keeps `before`'s creation time unless it carries one.
+    """
+    return (before.role, before.text, before.payload, before.metadata) == (
+        record.role,
+        record.text,
+        record.payload,
+        record.metadata,
+    )
+
+
 def record_for(
     message: BaseMessage,
     *,

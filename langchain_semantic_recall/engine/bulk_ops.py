@@ -27,6 +27,7 @@ from langchain_semantic_recall.messages import (
     build_records,
     not_stored_reason,
     skip_reason,
+    stored_as_given,
     to_messages,
 )
 from langchain_semantic_recall.records import (
@@ -159,12 +160,7 @@ def _settle_batch(
                 record.resource_id,
             ):
                 to_write.append(record)
-            elif (before.role, before.text, before.payload, before.metadata) == (
-                record.role,
-                record.text,
-                record.payload,
-                record.metadata,
-            ):
+            elif stored_as_given(before, record):
                 as_stored.append(record)
             else:
                 edits.add(record.id)

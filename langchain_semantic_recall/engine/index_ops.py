@@ -36,6 +36,7 @@ from langchain_semantic_recall.messages import (
     not_stored_reason,
     record_for,
     skip_reason,
+    stored_as_given,
     to_messages,
 )
 from langchain_semantic_recall.options import Scope
@@ -175,8 +176,7 @@ def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> N
         if not window or window[0].resource_id != record.resource_id:
             continue
         before = window[0]
-        same = (before.role, before.text, before.payload, before.metadata)
-        if same == (record.role, record.text, record.payload, record.metadata):
+        if stored_as_given(before, record):
             turn.unchanged[position] = turn.records.pop(position)
             turn.fates[position] = replace(turn.fates[position], fate="unchanged")
         else:  # new content, same message: it keeps its time unless it carries one
@@ -270,7 +270,7 @@ def index_op(
                 info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
             )
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield from write_owned(info, rows, thread_id, resource_id, logger)
+        yield from write_owned(info, rows, logger)
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
             yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)

@@ -23,7 +23,6 @@ from langchain_semantic_recall.records import (
     NO_RESOURCE,
     ScopeFilter,
     StoredMessage,
-    VectorRecord,
 )
 from langchain_semantic_recall.relevance.model import RelevanceModel
 from langchain_semantic_recall.storable import check_id
@@ -265,7 +264,7 @@ def reindex_op(
         todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield from _write_following_owners(info, rows, logger)
+            yield from write_owned(info, rows, logger)  # each thread's follows a move
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
@@ -278,22 +277,6 @@ def reindex_op(
             thread_id=None if scope is None else scope.thread_id,
         )
     return written
-
-
-def _write_following_owners(
-    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
-) -> Op[None]:
-    """Write each thread's rows under the owner it was read with, then follow a move.
-
-    A `move_thread` (in this or another process) between the page's read and the write
-    would leave the rows under the former owner, out of reach of the new owner's forget
-    (`vector_writes.write_owned`).
-    """
-    groups: dict[tuple[str, str], list[VectorRecord]] = {}
-    for row in rows:
-        groups.setdefault((row.thread_id, row.resource_id), []).append(row)
-    for (thread_id, resource_id), group in groups.items():
-        yield from write_owned(info, group, thread_id, resource_id, logger)
 
 
 def _check_scope(scope: ScopeFilter | None) -> Op[None]:

@@ -97,28 +97,34 @@ def write_vectors(
         raise
 
 
-def write_owned(
-    info: IndexInfo,
-    rows: Sequence[VectorRecord],
-    thread_id: str,
-    resource_id: str,
-    logger: logging.Logger,
-) -> Op[None]:
-    """Write one thread's `rows` under `resource_id`, then follow a move made meanwhile.
+def write_owned(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger) -> Op[None]:
+    """Write `rows` in one upsert, then make each thread's follow a move made meanwhile.
 
-    A `move_thread` (or an adoption) between this call's read of the owner and its write
-    would leave the vectors under the old owner: the new one's search would not find
-    them by meaning, and the old one's index would hold the thread's text. They are
-    written again under the thread's owner now, or deleted if the thread is gone, as
+    A `move_thread` (or an adoption) between the caller's read of a thread's owner and
+    this write would leave its vectors under the old owner: the new one's search would
+    not find them by meaning, and the old one's index would hold the thread's text. They
+    are written again under the thread's owner now, or deleted if the thread is gone, as
     often as it moves meanwhile (several processes may move it in turn).
     """
     if not rows:
         return
     yield from write_vectors(info, rows, logger)
+    groups: dict[tuple[str, str], list[VectorRecord]] = {}
+    for row in rows:
+        groups.setdefault((row.thread_id, row.resource_id), []).append(row)
+    for (thread_id, resource_id), group in groups.items():
+        yield from _follow_owner(info, group, thread_id, resource_id, logger)
+
+
+def _follow_owner(
+    info: IndexInfo,
+    rows: Sequence[VectorRecord],
+    thread_id: str,
+    written: str,
+    logger: logging.Logger,
+) -> Op[None]:
+    """Until the owner read after a write is the one `rows` were written under, move them."""
     ids = sorted({row.message_id for row in rows})
-    written = resource_id
-    # Until the owner read after a write is the one written under: the thread may move
-    # again (another process) while its vectors follow the last move.
     while (owner := (yield steps.ThreadOwner(thread_id))) != written:
         logger.warning(
             "thread %r changed owner while it was indexed; its vectors follow", thread_id
