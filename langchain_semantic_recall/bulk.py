@@ -5,7 +5,8 @@ it stores a whole batch of conversations in one storage transaction, embeds ever
 the batch in ONE call through the engine's cache, and writes batch *n*'s vectors in the
 background while batch *n + 1* is embedded. It keeps `index`'s rules (the same records
 and ids, so re-importing adds nothing; system, tool and recalled messages stored but not
-embedded; long messages chunked; forgotten threads skipped and reported). These functions
+embedded; long messages chunked; forgotten threads skipped and reported). Re-importing
+embeds only the messages whose vectors are gone. These functions
 are the engine's `bulk_index` twins, for code that imports from here.
 """
 

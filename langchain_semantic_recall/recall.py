@@ -354,8 +354,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """Store and embed many `(thread_id, resource_id, messages)` conversations.
 
         Vector writes of one batch overlap the embedding of the next. Importing the same
-        conversations again adds nothing (messages without ids get ids from their thread
-        and position). Raises `ReadOnlyError` on a read-only engine.
+        conversations again adds and embeds nothing (only a message whose vectors are gone
+        is embedded again). Raises `ReadOnlyError` on a read-only engine.
 
         Args:
             conversations: `(thread_id, resource_id, messages)` triples.

@@ -4,8 +4,9 @@ It keeps `index`'s rules (the same records and ids, so importing again adds noth
 system, tool and recalled messages stored but not embedded; long messages chunked;
 forgotten threads skipped and reported) and says what it did: messages new, updated
 (another text under a stored id) and unchanged, each stored message keeping its
-creation time. Batch *n*'s vectors are written in the background while batch *n + 1*
-is embedded.
+creation time. An unchanged message is embedded again only when its vectors are gone,
+so importing the same export twice costs one read per thread, not its embedding.
+Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
 """
 
 from __future__ import annotations
@@ -51,13 +52,13 @@ class BulkResult:
     """Messages stored before under their id with another role, text, metadata or
     content: written again (keeping their creation time unless they carry one)."""
     unchanged: int = 0
-    """Messages stored before exactly as given: not written again (their vectors are,
-    which repairs a vector lost to a failure)."""
+    """Messages stored before exactly as given: not written again, nor embedded again
+    unless the index has no vector of theirs (a vector lost to a failure is repaired)."""
     repeated: int = 0
     """Messages skipped because a later message of their conversation has the same id
     (the last is kept, as `index` does)."""
     embedded: int = 0
-    """Messages whose vectors were written."""
+    """Messages whose vectors were written (new, updated, or unchanged without vectors)."""
     forgotten_threads: list[str] = field(default_factory=list)
     """Threads skipped because they were forgotten (their ids are retired)."""
 
@@ -175,10 +176,11 @@ def _settle_batch(
 
 def _store_batch(
     batch: _Batch, carried: _Carried, result: BulkResult, logger: logging.Logger
-) -> Op[_Batch]:
+) -> Op[tuple[_Batch, _Batch]]:
     """Store a batch in one transaction (thread by thread if one was forgotten).
 
-    Returns the records of the threads kept (written, or stored already as they are).
+    Returns the records of the threads kept (written, or stored already as they are),
+    and of those the records stored before exactly as given.
     """
     known = yield from _stored_before(batch)
     write, same, edits = _settle_batch(batch, known, carried)
@@ -197,7 +199,8 @@ def _store_batch(
                 continue
             kept.append((thread_id, records))
     kept_threads = {thread_id for thread_id, _ in kept}
-    result.unchanged += sum(len(r) for t, r in same if t in kept_threads)
+    same = [(thread_id, records) for thread_id, records in same if thread_id in kept_threads]
+    result.unchanged += sum(len(records) for _, records in same)
     for row in rows:  # stored meanwhile by another writer: as index counts it, unchanged
         if row.created:
             result.stored += 1
@@ -205,7 +208,17 @@ def _store_batch(
             result.updated += 1
         else:
             result.unchanged += 1
-    return kept
+    return kept, same
+
+
+def _embedded_before(info: IndexInfo, same: _Batch) -> Op[set[str]]:
+    """Of the messages stored as given, those the index holds vectors of (a read a thread)."""
+    held: set[str] = set()
+    for thread_id, records in same:
+        if records:
+            scope = ScopeFilter(resource_id=records[0].resource_id, thread_id=thread_id)
+            held |= (yield steps.VectorMessageIds(info, scope)) & {r.id for r in records}
+    return held
 
 
 def _write_and_recheck(
@@ -235,10 +248,13 @@ def bulk_index_op(
     info = yield from space.resolve()
     result = BulkResult()
     for batch, carried in _batches(conversations, batch_size, result):
-        kept = yield from _store_batch(batch, carried, result, logger)
+        kept, same = yield from _store_batch(batch, carried, result, logger)
         if progress is not None:
             progress(sum(len(records) for _, records in batch))
-        to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
+        held = yield from _embedded_before(info, same)
+        to_embed = [
+            r for _, records in kept for r in records if skip_reason(r) is None and r.id not in held
+        ]
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
         yield steps.Background(steps.Nested(_write_and_recheck(info, rows, logger)))
         result.embedded += len(to_embed)

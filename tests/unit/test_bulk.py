@@ -107,6 +107,44 @@ def test_importing_again_says_what_it_did_and_keeps_each_messages_time(twin: str
     assert [(m.id, m.text, m.seq) for m in stored] == [("a1", "hi, edited", 0), ("a2", "hello", 1)]
 
 
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_importing_again_embeds_only_what_has_no_vector(twin: str) -> None:
+    """A second import of the same conversations, by a new process, embeds nothing (it
+    embedded every message again: minutes of work for a big export); an edited message
+    is embedded, and so is an unchanged one whose vector was lost."""
+    first_engine = _engine(FakeEmbeddings())
+    conversations = [("t1", "alice", _conversation("a", 4)), ("t2", "bob", _conversation("b", 3))]
+    assert first_engine.bulk_index(conversations).embedded == 7
+    embedder = FakeEmbeddings()  # a new engine on the same store: no vectors cached
+    memory = SemanticRecall(
+        storage=first_engine.storage,
+        vector_store=first_engine.vector_store,
+        embeddings=embedder,
+        search_mode="dense",
+    )
+
+    def run(items: list[tuple[str, str, list[BaseMessage]]]) -> tuple[BulkResult, list[str]]:
+        embedder.calls.clear()
+        if twin == "sync":
+            result = memory.bulk_index(items)
+        else:
+            result = asyncio.run(memory.abulk_index(items))
+        return result, [t for call in embedder.calls if call != ["dimension probe"] for t in call]
+
+    again, texts = run(conversations)
+    assert (again.unchanged, again.embedded, texts) == (9, 0, [])
+    info = memory.ensure_index()
+    memory.vector_store.delete(info.name, message_ids=["a-1"])  # a vector lost to a failure
+    edited = [("t1", "alice", [*_conversation("a", 2), AIMessage("edited", id="a-2")])]
+    repaired, texts = run([*edited, conversations[1]])
+    assert sorted(texts) == ["a message number 1 about topic1", "edited"]
+    assert (repaired.updated, repaired.unchanged, repaired.embedded) == (1, 7, 2)
+    assert memory.vector_store.message_ids(info.name) == {
+        *("a-0", "a-1", "a-2", "a-3"),
+        *("b-0", "b-1", "b-2"),
+    }
+
+
 def test_an_id_given_twice_keeps_the_last_message_on_every_import() -> None:
     """As `index` does: the earlier message of a repeated id is skipped and counted. The
     first import stored the last text, the next wrote the first over it, the third the
