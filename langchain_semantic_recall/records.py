@@ -238,7 +238,7 @@ Fate: TypeAlias = Literal["stored", "updated", "unchanged", "skipped"]
 - `"stored"`: a new message, written (and embedded if it has user or assistant text);
 - `"updated"`: its id was stored with other content, now replaced (keeps its place);
 - `"unchanged"`: the same message (same id and content) was already stored: nothing
-  written or embedded again;
+  written or embedded again (unless the index lost its vectors: then they are written);
 - `"skipped"`: not written; `reason` says why (recalled memory, not a message type
   the storage keeps, a read-only engine, a forgotten thread, repeated later in the call).
 """
@@ -260,7 +260,8 @@ class MessageFate:
     reason: str | None = None
     """Why it was skipped, or why a stored message got no vector (e.g. "system message")."""
     embedded: bool = False
-    """Whether its vectors were written by this call."""
+    """Whether its vectors were written by this call (an unchanged message's only when
+    the index had lost them)."""
     truncated_chars: int = 0
     """Characters past `max_index_chars`: stored, but not embedded (0: all of its text)."""
 

@@ -80,9 +80,8 @@ class _Turn:
     def to_embed(self) -> list[MessageRecord]:
         """New and changed messages with text, and unchanged ones too.
 
-        An unchanged message's vector may have been lost to a failure, and writing a
-        vector again is idempotent (the cache makes embedding it again free), so indexing
-        again is always a repair.
+        An unchanged message's vector may have been lost to a failure: those the index
+        holds are left out later (`_without_vectors`), so indexing again is a repair.
         """
         both = [*self.records.values(), *self.unchanged.values()]
         return [r for r in both if skip_reason(r) is None]
@@ -269,6 +268,10 @@ def index_op(
             yield from _move_vectors(
                 info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
             )
+        else:
+            to_embed = yield from _without_vectors(info, turn, to_embed, resource_id)
+        if not to_embed and not adopted:
+            return turn.result()
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
         yield from write_owned(info, rows, logger)
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
@@ -287,6 +290,23 @@ def index_op(
         )
         return turn.result(error=repr(error))
     return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
+
+
+def _without_vectors(
+    info: IndexInfo, turn: _Turn, to_embed: list[MessageRecord], resource_id: str
+) -> Op[list[MessageRecord]]:
+    """`to_embed` less the unchanged messages whose vectors the index holds.
+
+    A loop that sends its whole history each turn would otherwise write every earlier
+    vector again on every turn (and embed it again after a restart). An unchanged
+    message without vectors (lost to a failure) is still embedded: a repair.
+    """
+    unchanged = {r.id for r in turn.unchanged.values()}
+    if not unchanged.intersection(r.id for r in to_embed):
+        return to_embed
+    scope = ScopeFilter(resource_id=resource_id, thread_id=to_embed[0].thread_id)
+    held = unchanged & (yield steps.VectorMessageIds(info, scope))
+    return [r for r in to_embed if r.id not in held]
 
 
 def _put_adopting(

@@ -235,7 +235,8 @@ def test_replicas_at_once_keep_users_apart_and_lose_or_duplicate_nothing(
             assert {f.reason for f in result.fates} == {"thread forgotten"}
             continue
         assert {f.fate for f in result.fates} <= {"stored", "unchanged", "updated"}, result
-        assert all(f.embedded for f in result.fates), result
+        # every message's vectors written, or held already (an unchanged message)
+        assert all(f.embedded or f.fate == "unchanged" for f in result.fates), result
         inserted.update(f.message_id for f in result.fates if f.fate == "stored" and f.message_id)
     assert [mid for mid, n in inserted.items() if n > 1] == []
 

@@ -250,10 +250,16 @@ def test_messages_without_ids_are_new_messages_and_messages_with_ids_are_stored_
     embedded_before = len(engine.embeddings.calls)  # type: ignore[attr-defined]
     again = engine.index(with_ids, thread_id="t", resource_id="r")
     assert [f.fate for f in again.fates] == ["unchanged", "unchanged"]
-    assert again.stored == ()  # not written again...
-    assert again.embedded == ("h1", "a1")  # ...but its vectors are made whole (a repair)
-    assert len(engine.embeddings.calls) == embedded_before  # from the cache: no embedding
+    assert again.stored == ()  # not written again, nor its vectors: the index holds them
+    assert again.embedded == ()
+    assert len(engine.embeddings.calls) == embedded_before
     assert storage.inner.count() == 8
+    info = engine.ensure_index()
+    engine.vector_store.delete(info.name, message_ids=["h1"])  # a vector lost to a failure
+    repaired = engine.index(with_ids, thread_id="t", resource_id="r")
+    assert repaired.embedded == ("h1",)  # indexing again is a repair
+    assert [f.embedded for f in repaired.fates] == [True, False]
+    assert {"h1", "a1"} <= engine.vector_store.message_ids(info.name)
 
 
 def test_non_string_ids_are_refused(make_engine: EngineFactory) -> None:
