@@ -264,12 +264,9 @@ def index_op(
         return turn.result()
     try:
         info = yield from space.resolve()
-        if adopted:  # its earlier vectors were written under no resource
-            yield from _move_vectors(
-                info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
-            )
-        else:
-            to_embed = yield from _without_vectors(info, turn, to_embed, resource_id)
+        to_embed = yield from _vectors_to_write(
+            info, space, turn, to_embed, adopted=adopted, max_chars=max_chars, logger=logger
+        )
         if not to_embed and not adopted:
             return turn.result()
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
@@ -292,19 +289,34 @@ def index_op(
     return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
 
 
-def _without_vectors(
-    info: IndexInfo, turn: _Turn, to_embed: list[MessageRecord], resource_id: str
+def _vectors_to_write(
+    info: IndexInfo,
+    space: VectorSpace,
+    turn: _Turn,
+    to_embed: list[MessageRecord],
+    *,
+    adopted: bool,
+    max_chars: int | None,
+    logger: logging.Logger,
 ) -> Op[list[MessageRecord]]:
-    """`to_embed` less the unchanged messages whose vectors the index holds.
+    """The turn's messages to embed now.
 
-    A loop that sends its whole history each turn would otherwise write every earlier
+    A thread just adopted by a resource has its earlier vectors written again under it
+    (`_move_vectors`). Otherwise the unchanged messages whose vectors the index holds
+    are left out: a loop that sends its whole history each turn would write every earlier
     vector again on every turn (and embed it again after a restart). An unchanged
     message without vectors (lost to a failure) is still embedded: a repair.
     """
+    if adopted:
+        thread_id = turn.thread_id
+        yield from _move_vectors(
+            info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
+        )
+        return to_embed
     unchanged = {r.id for r in turn.unchanged.values()}
     if not unchanged.intersection(r.id for r in to_embed):
         return to_embed
-    scope = ScopeFilter(resource_id=resource_id, thread_id=to_embed[0].thread_id)
+    scope = ScopeFilter(resource_id=to_embed[0].resource_id, thread_id=to_embed[0].thread_id)
     held = unchanged & (yield steps.VectorMessageIds(info, scope))
     return [r for r in to_embed if r.id not in held]
 
