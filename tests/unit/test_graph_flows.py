@@ -86,3 +86,40 @@ def test_a_copy_of_another_users_thread_is_still_refused(memory: FactsMemory) ->
         graph.invoke(ask("piano?"), config("bobs", "bob"))
     assert texts(memory, "alices") == ["garden?", "ok: garden?"]
     assert texts(memory, "bobs") == []
+
+
+# --- an earlier message edited in the state ----------------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_earlier_message_edited_in_the_state_is_updated_in_memory(
+    memory: FactsMemory, asynchronous: bool
+) -> None:
+    """`update_state` with an earlier message's id and new text (a redaction) changed the
+    conversation, but memory kept, embedded and recalled the old text: only the messages
+    after the newest stored one were handed to `index`."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("my pin is zebra99", id="pin")]}, config("c"))
+    graph.invoke(ask("garden?"), config("c"))
+    redacted = HumanMessage("my pin is [redacted]", id="pin")
+    graph.update_state(config("c"), {"messages": [redacted]}, as_node="index")
+    if asynchronous:
+        asyncio.run(graph.ainvoke(ask("piano?"), config("c")))
+    else:
+        graph.invoke(ask("piano?"), config("c"))
+    state = graph.get_state(config("c")).values["messages"]
+    assert [(m.id, m.text) for m in memory.stored("c")] == [(m.id, m.text) for m in state]
+    hits = memory.engine.search("redacted", thread_id="c", resource_id="alice", scope="thread")
+    assert "pin" in {h.message.id for h in hits}  # its vector holds the new text
+
+
+def test_an_earlier_message_edited_in_an_agents_state_is_updated(memory: FactsMemory) -> None:
+    agent: Any = create_agent(
+        FakeChatModel(),
+        middleware=[SemanticRecallMiddleware(memory.engine)],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke({"messages": [HumanMessage("my pin is zebra99", id="pin")]}, config("c"))
+    agent.update_state(config("c"), {"messages": [HumanMessage("my pin is [redacted]", id="pin")]})
+    agent.invoke(ask("garden?"), config("c"))
+    assert texts(memory, "c")[0] == "my pin is [redacted]"
