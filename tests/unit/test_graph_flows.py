@@ -7,18 +7,26 @@ middleware) on a LangGraph checkpointer and checks what memory holds afterwards.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import HumanMessage
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.types import Command
 
 from langchain_semantic_recall import OwnershipError
 from langchain_semantic_recall.graph import create_recall_graph
+from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
-from tests.fakes import FactsMemory, FakeChatModel
+from tests.fakes import SECRETS, FactsMemory, FakeChatModel, lookup
 
 
 @pytest.fixture
@@ -123,3 +131,155 @@ def test_an_earlier_message_edited_in_an_agents_state_is_updated(memory: FactsMe
     agent.update_state(config("c"), {"messages": [HumanMessage("my pin is [redacted]", id="pin")]})
     agent.invoke(ask("garden?"), config("c"))
     assert texts(memory, "c")[0] == "my pin is [redacted]"
+
+
+# --- time travel: a run resumed from an earlier checkpoint -------------------------------
+
+
+def fork_after_first_turn(graph: Any, thread_id: str) -> RunnableConfig:
+    """The config of the checkpoint that ended the thread's first turn."""
+    history = list(graph.get_state_history(config(thread_id)))
+    first = next(s for s in history if len(s.values.get("messages", ())) == 2 and not s.next)
+    fork: RunnableConfig = first.config
+    fork["configurable"]["resource_id"] = "alice"
+    return fork
+
+
+def test_a_fork_keeps_the_abandoned_branch_in_memory_as_documented() -> None:
+    """docs/surfaces.md: memory is a log of what was said in a thread, not a tree of
+    checkpoints; a run resumed from an earlier checkpoint leaves the abandoned turns in
+    memory, and same-thread recall can bring them back."""
+    memory = FactsMemory(scope="thread")
+    model = FakeChatModel()
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("t"))
+    graph.invoke(ask("piano alpha1x"), config("t"))  # the turn the fork abandons
+    graph.invoke(ask("piano?"), fork_after_first_turn(graph, "t"))
+    state = [m.text for m in graph.get_state(config("t")).values["messages"]]
+    assert state == ["garden?", "ok: garden?", "piano?", "ok: piano?"]
+    assert "piano alpha1x" in texts(memory, "t")
+    assert any("piano alpha1x" in m.text for m in model.calls[-1] if m.type == "human")
+
+
+def test_clearing_the_thread_after_a_fork_makes_memory_follow_the_branch() -> None:
+    """The recipe of docs/surfaces.md: `clear_thread`, and the next turn stores the
+    branch the checkpoint holds."""
+    memory = FactsMemory(scope="thread")
+    model = FakeChatModel()
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("t"))
+    graph.invoke(ask("piano alpha1x"), config("t"))
+    fork = fork_after_first_turn(graph, "t")
+    memory.engine.clear_thread("t", resource_id="alice")
+    graph.invoke(ask("piano?"), fork)
+    state = [m.text for m in graph.get_state(config("t")).values["messages"]]
+    assert texts(memory, "t") == state
+    assert not any("alpha1x" in m.text for call in model.calls[2:] for m in call)
+
+
+# --- messages removed from the state ------------------------------------------------------
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_removing_messages_from_the_state_trims_the_context_not_memory(
+    memory: FactsMemory, everything: bool
+) -> None:
+    """docs/surfaces.md: `RemoveMessage` (one id, or `REMOVE_ALL_MESSAGES`) shortens the
+    checkpointed conversation; memory keeps what was said, and recall brings it back
+    (`clear_thread` / `forget_thread` delete it)."""
+    model = FakeChatModel()
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("piano alpha1x", id="said")]}, config("t"))
+    gone = RemoveMessage(id=REMOVE_ALL_MESSAGES if everything else "said")
+    graph.update_state(config("t"), {"messages": [gone]}, as_node="index")
+    graph.invoke(ask("piano?"), config("t"))
+    assert "said" not in {m.id for m in graph.get_state(config("t")).values["messages"]}
+    assert texts(memory, "t")[0] == "piano alpha1x"
+    assert any(m.id == "said" and is_recalled(m) for m in model.calls[-1])
+
+
+# --- what streams and what is checkpointed -----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["messages", "updates", "values"])
+def test_streamed_conversation_never_carries_recalled_messages(
+    memory: FactsMemory, mode: str
+) -> None:
+    """The `messages` channel and the model's streamed output hold real turns only
+    (a graph's "updates" and "values" show the recall under its own key)."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    agent: Any = create_agent(
+        FakeChatModel(),
+        middleware=[SemanticRecallMiddleware(memory.engine)],
+        checkpointer=InMemorySaver(),
+    )
+    for runnable in (graph, agent):
+        parts = list(runnable.stream(ask("garden?"), config(f"s-{id(runnable)}"), stream_mode=mode))
+        if mode == "messages":
+            conversation = [chunk for chunk, _ in parts]
+        elif mode == "values":
+            conversation = [m for part in parts for m in part["messages"]]
+        else:
+            updates = [u for part in parts for u in part.values() if isinstance(u, dict)]
+            conversation = [m for update in updates for m in update.get("messages", [])]
+        assert [m.text for m in conversation][-1] == "ok: garden?"
+        assert not any(is_recalled(m) or SECRETS[0] in m.text for m in conversation)
+
+
+def test_an_interrupted_agent_checkpoints_no_memory(memory: FactsMemory, tmp_path: Path) -> None:
+    """Stopped by a human-in-the-loop interrupt and resumed: memory reaches both model
+    calls, never the checkpoint (nor its pending writes); the turn is stored once."""
+    path = tmp_path / "checkpoints.sqlite"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    model = FakeChatModel(tool_rounds=1)
+    approve = HumanInTheLoopMiddleware(interrupt_on={"lookup": True})
+    agent: Any = create_agent(
+        model,
+        tools=[lookup],
+        middleware=[SemanticRecallMiddleware(memory.engine), approve],
+        checkpointer=SqliteSaver(connection),
+    )
+    try:
+        stopped = agent.invoke(ask("garden?"), config("hitl"))
+        assert "__interrupt__" in stopped
+        assert texts(memory, "hitl") == []  # stored when the agent finishes
+        agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config("hitl"))
+    finally:
+        connection.close()
+    assert len(model.calls) == 2
+    assert all(any(SECRETS[0] in m.text for m in call if is_recalled(m)) for call in model.calls)
+    assert len(memory.puts("hitl")) == 1
+    assert [m.role for m in memory.stored("hitl")] == ["user", "assistant", "tool", "assistant"]
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT * FROM checkpoints").fetchall()
+        rows += raw.execute("SELECT * FROM writes").fetchall()
+    blob = b"".join(v if isinstance(v, bytes) else str(v).encode() for row in rows for v in row)
+    assert rows
+    assert SECRETS[0].encode() not in blob
+
+
+# --- a sub-agent inside a tool ------------------------------------------------------------
+
+
+def test_a_sub_agent_on_a_read_only_view_recalls_and_stores_nothing(memory: FactsMemory) -> None:
+    """A sub-agent run inside a tool inherits the run's thread: with the middleware on
+    the engine, its task ("SUBAGENT: ...") was stored as the user's words. On a
+    read-only view (docs/surfaces.md) it recalls the user's memory and stores nothing."""
+    sub_model = FakeChatModel()
+    sub: Any = create_agent(
+        sub_model, middleware=[SemanticRecallMiddleware(memory.engine.with_options(read_only=True))]
+    )
+
+    @tool
+    def research(query: str) -> str:
+        """Ask the research sub-agent."""
+        answer = sub.invoke({"messages": [HumanMessage(f"SUBAGENT: {query}")]})
+        return str(answer["messages"][-1].content)
+
+    graph: Any = create_recall_graph(
+        FakeChatModel(tool_rounds=1), memory.engine, tools=[research], checkpointer=InMemorySaver()
+    )
+    graph.invoke(ask("garden?"), config("main"))
+    assert any(SECRETS[0] in m.text for m in sub_model.calls[0] if is_recalled(m))
+    users = [m.text for m in memory.stored("main") if m.role == "user"]
+    assert users == ["garden?"]
