@@ -19,11 +19,18 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
-from langgraph.types import Command
+from langgraph.types import Command, RetryPolicy
 
 from langchain_semantic_recall import OwnershipError
-from langchain_semantic_recall.graph import create_recall_graph
+from langchain_semantic_recall.graph import (
+    IndexNode,
+    RecallNode,
+    RecallState,
+    create_recall_graph,
+    with_recall,
+)
 from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
 from tests.fakes import SECRETS, FactsMemory, FakeChatModel, lookup
@@ -283,3 +290,72 @@ def test_a_sub_agent_on_a_read_only_view_recalls_and_stores_nothing(memory: Fact
     assert any(SECRETS[0] in m.text for m in sub_model.calls[0] if is_recalled(m))
     users = [m.text for m in memory.stored("main") if m.role == "user"]
     assert users == ["garden?"]
+
+
+# --- retries and middleware order --------------------------------------------------------
+
+
+class FlakyError(Exception):
+    """A failure a RetryPolicy retries."""
+
+
+def test_nodes_retried_by_a_retry_policy_store_nothing_twice(memory: FactsMemory) -> None:
+    model = FakeChatModel()
+    failures = {"model": 1, "index": 1}
+
+    def answer(state: Any) -> dict[str, Any]:
+        if failures["model"]:
+            failures["model"] -= 1
+            raise FlakyError("the model is down")
+        return {"messages": [model.invoke(with_recall(state))]}
+
+    class IndexThenFail(IndexNode):
+        def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> dict[str, Any]:
+            done = super().invoke(input, config)
+            if failures["index"]:  # fails after its write: the retry writes again
+                failures["index"] -= 1
+                raise FlakyError("lost the answer")
+            return done
+
+    retry = RetryPolicy(retry_on=FlakyError, initial_interval=0.001, jitter=False)
+    builder: Any = StateGraph(RecallState)
+    builder.add_node("recall", RecallNode(memory.engine))
+    builder.add_node("model", answer, retry_policy=retry)
+    builder.add_node("index", IndexThenFail(memory.engine), retry_policy=retry)
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "model")
+    builder.add_edge("model", "index")
+    builder.add_edge("index", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("retried"))
+    assert failures == {"model": 0, "index": 0}
+    assert len(model.calls) == 1
+    assert texts(memory, "retried") == ["garden?", "ok: garden?"]
+    assert len(memory.puts("retried")) == 1
+
+
+def test_summarization_before_our_middleware_loses_no_user_message(memory: FactsMemory) -> None:
+    """The other order than tests/unit/test_middleware.py's summarization test."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    summary = "Here is a summary of the conversation to date"
+    model = FakeChatModel(
+        tool_rounds=lambda question: 0 if summary in question else 3, reply=lambda _: "done"
+    )
+    summarize = SummarizationMiddleware(
+        model=GenericFakeChatModel(messages=iter(["They asked about a garden."] * 4)),
+        trigger=("messages", 4),
+        keep=("messages", 2),
+    )
+    middleware: list[Any] = [summarize, SemanticRecallMiddleware(memory.engine)]
+    agent: Any = create_agent(
+        model, tools=[lookup], middleware=middleware, checkpointer=InMemorySaver()
+    )
+    searches = memory.searches()
+    result = agent.invoke(ask("garden?"), config("g"))
+    assert summary in result["messages"][0].text
+    assert memory.searches() - searches == 1
+    stored = memory.stored("g")
+    assert [m.text for m in stored if m.role == "user"] == ["garden?"]
+    assert all(any(SECRETS[0] in m.text for m in call if is_recalled(m)) for call in model.calls)
