@@ -21,7 +21,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
-from langgraph.types import Command, RetryPolicy
+from langgraph.types import Command, RetryPolicy, interrupt
 
 from langchain_semantic_recall import OwnershipError
 from langchain_semantic_recall.graph import (
@@ -257,12 +257,7 @@ def test_an_interrupted_agent_checkpoints_no_memory(memory: FactsMemory, tmp_pat
     assert all(any(SECRETS[0] in m.text for m in call if is_recalled(m)) for call in model.calls)
     assert len(memory.puts("hitl")) == 1
     assert [m.role for m in memory.stored("hitl")] == ["user", "assistant", "tool", "assistant"]
-    with sqlite3.connect(path) as raw:
-        rows = raw.execute("SELECT * FROM checkpoints").fetchall()
-        rows += raw.execute("SELECT * FROM writes").fetchall()
-    blob = b"".join(v if isinstance(v, bytes) else str(v).encode() for row in rows for v in row)
-    assert rows
-    assert SECRETS[0].encode() not in blob
+    assert SECRETS[0].encode() not in checkpointed_bytes(path)
 
 
 # --- a sub-agent inside a tool ------------------------------------------------------------
@@ -359,3 +354,64 @@ def test_summarization_before_our_middleware_loses_no_user_message(memory: Facts
     stored = memory.stored("g")
     assert [m.text for m in stored if m.role == "user"] == ["garden?"]
     assert all(any(SECRETS[0] in m.text for m in call if is_recalled(m)) for call in model.calls)
+
+
+# --- a resumed run recalls once ----------------------------------------------------------
+
+
+def checkpointed_bytes(path: Path) -> bytes:
+    """Everything a SQLite checkpointer wrote: checkpoints and pending writes."""
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT * FROM checkpoints").fetchall()
+        rows += raw.execute("SELECT * FROM writes").fetchall()
+    assert rows
+    return b"".join(v if isinstance(v, bytes) else str(v).encode() for row in rows for v in row)
+
+
+@pytest.mark.parametrize("kind", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_resumed_run_recalls_once_for_all_its_model_calls(
+    memory: FactsMemory, kind: str, asynchronous: bool, tmp_path: Path
+) -> None:
+    """Resumed after an interrupt, the middleware recalled again before every model call
+    of the run (three searches for three calls: the per-run channel stayed empty), where
+    the graph recalls once; README: "recall once per user turn". The recall it keeps
+    for the run is not checkpointed either."""
+    resumed: dict[str, str] = {}
+
+    @tool
+    def check(query: str) -> str:
+        """Ask a human once, then go on."""
+        if "answer" not in resumed:
+            resumed["answer"] = interrupt(query)
+        return "checked"
+
+    model = FakeChatModel(tool_rounds=3)
+    connection = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
+    saver: Any = InMemorySaver() if asynchronous else SqliteSaver(connection)
+    runnable: Any = (
+        create_recall_graph(model, memory.engine, tools=[check], checkpointer=saver)
+        if kind == "graph"
+        else create_agent(
+            model,
+            tools=[check],
+            middleware=[SemanticRecallMiddleware(memory.engine)],
+            checkpointer=saver,
+        )
+    )
+    before = memory.searches()
+    try:
+        for step in (ask("garden?"), Command(resume="yes")):
+            if asynchronous:
+                asyncio.run(runnable.ainvoke(step, config("resumed")))
+            else:
+                runnable.invoke(step, config("resumed"))
+    finally:
+        connection.close()
+    assert len(model.calls) == 4  # one before the interrupt, three after
+    assert memory.searches() - before == 2  # once per run
+    for call in model.calls:
+        assert any(SECRETS[0] in m.text for m in call if is_recalled(m))
+    assert len(memory.puts("resumed")) == 1
+    if not asynchronous:
+        assert SECRETS[0].encode() not in checkpointed_bytes(tmp_path / "checkpoints.sqlite")
