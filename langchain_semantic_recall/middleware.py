@@ -59,20 +59,21 @@ if TYPE_CHECKING:
 
 
 TURN_START_KEY = "recall_turn_start"
-"""The per-run channel holding the turn's messages as it began (indexed at its end)."""
+"""The private channel holding the turn's messages as it began (indexed at its end)."""
 
 
 class RecallAgentState(AgentState[Any]):
-    """The agent state plus two private per-run channels (untracked).
+    """The agent state plus two private channels.
 
-    `recalled_memory` holds this turn's recall; `recall_turn_start` the turn's messages
-    as it began (its user message), indexed with the rest when the agent finishes.
+    `recalled_memory` holds this turn's recall: per run, never checkpointed.
+    `recall_turn_start` holds the turn's messages as it began (its user message), indexed
+    with the rest when the agent finishes. It is checkpointed (the user's own messages,
+    nothing recalled), so a run resumed after an interrupt still has them when another
+    middleware took them out of `messages` in the meantime.
     """
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue, PrivateStateAttr]]
-    recall_turn_start: NotRequired[
-        Annotated[tuple[AnyMessage, ...] | None, UntrackedValue, PrivateStateAttr]
-    ]
+    recall_turn_start: NotRequired[Annotated[tuple[AnyMessage, ...] | None, PrivateStateAttr]]
 
 
 def _turn_messages(state: RecallAgentState) -> list[AnyMessage]:

@@ -415,3 +415,44 @@ def test_a_resumed_run_recalls_once_for_all_its_model_calls(
     assert len(memory.puts("resumed")) == 1
     if not asynchronous:
         assert SECRETS[0].encode() not in checkpointed_bytes(tmp_path / "checkpoints.sqlite")
+
+
+@pytest.mark.parametrize("ours_first", [True, False])
+def test_a_turn_summarized_away_after_a_resume_is_still_stored(
+    memory: FactsMemory, ours_first: bool
+) -> None:
+    """Interrupted, then summarized in the resumed run: the user's message (not stored
+    before the turn ends) left the state, and the turn's messages as it began, kept in a
+    per-run channel, were gone with the first run; memory never got the message."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    resumed: dict[str, str] = {}
+
+    @tool
+    def check(query: str) -> str:
+        """Ask a human once, then go on."""
+        if "answer" not in resumed:
+            resumed["answer"] = interrupt(query)
+        return "checked"
+
+    summary = "Here is a summary of the conversation to date"
+    model = FakeChatModel(
+        tool_rounds=lambda question: 0 if summary in question else 4, reply=lambda _: "done"
+    )
+    summarize = SummarizationMiddleware(
+        model=GenericFakeChatModel(messages=iter(["They asked about a garden."] * 4)),
+        trigger=("messages", 5),
+        keep=("messages", 2),
+    )
+    ours = SemanticRecallMiddleware(memory.engine)
+    middleware: list[Any] = [ours, summarize] if ours_first else [summarize, ours]
+    agent: Any = create_agent(
+        model, tools=[check], middleware=middleware, checkpointer=InMemorySaver()
+    )
+    agent.invoke(ask("garden?"), config("g"))
+    result = agent.invoke(Command(resume="yes"), config("g"))
+    assert summary in result["messages"][0].text  # the state lost the user's message
+    stored = memory.stored("g")
+    assert [m.text for m in stored if m.role == "user"] == ["garden?"]
+    assert not any(summary in m.text for m in stored)
