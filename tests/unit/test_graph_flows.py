@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain_core.messages import HumanMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -33,6 +35,7 @@ from langchain_semantic_recall.graph import (
 )
 from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+from langchain_semantic_recall.turns import index_new_messages
 from tests.fakes import SECRETS, FactsMemory, FakeChatModel, lookup
 
 
@@ -456,3 +459,48 @@ def test_a_turn_summarized_away_after_a_resume_is_still_stored(
     stored = memory.stored("g")
     assert [m.text for m in stored if m.role == "user"] == ["garden?"]
     assert not any(summary in m.text for m in stored)
+
+
+# --- copies, generated: nothing ever moves between threads or owners ---------------------
+
+Copy = tuple[str, int, str]
+"""(owner of the copied thread, which of its threads, owner of the copy)."""
+
+
+USERS = st.sampled_from(["alice", "bob"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(USERS, st.integers(0, 2), USERS), min_size=1, max_size=8))
+def test_generated_copies_keep_every_message_where_it_was_said(copies: list[Copy]) -> None:
+    """A copy within one owner goes on and stores only its own turn; a copy into another
+    owner's thread is refused and stores nothing; no message changes thread or owner."""
+    memory = FactsMemory()
+    engine = memory.engine
+    states: dict[str, list[BaseMessage]] = {}
+    said_in: dict[str, str] = {}  # message id -> the thread it was first said in
+    for n, (owner, which, copier) in enumerate(copies):
+        source = f"{owner}-{which}"
+        if source not in states:
+            states[source] = [
+                HumanMessage(f"first of {source}", id=f"{source}-q"),
+                AIMessage("ok", id=f"{source}-a"),
+            ]
+            index_new_messages(engine, states[source], thread_id=source, resource_id=owner)
+            said_in |= {m.id or "": source for m in states[source]}
+        copy = f"{copier}-copy{n}"
+        turn = HumanMessage(f"turn {n}", id=f"{copy}-q")
+        try:
+            index_new_messages(engine, [*states[source], turn], thread_id=copy, resource_id=copier)
+        except OwnershipError:
+            assert copier != owner
+            assert memory.stored(copy) == []
+            continue
+        assert copier == owner
+        states[copy] = [*states[source], turn]
+        said_in[turn.id or ""] = copy
+        assert [m.id for m in memory.stored(copy)] == [turn.id]
+    for thread_id in states:
+        for stored in memory.stored(thread_id):
+            assert said_in[stored.id] == thread_id
+            assert stored.resource_id == thread_id.split("-")[0]
