@@ -4,8 +4,9 @@
   per-run `recalled_memory` channel (an `UntrackedValue`: never checkpointed, empty at
   the start of every run);
 - `wrap_model_call` (every model call, tool loop included): the model request gets the
-  recalled messages with `request.override(messages=...)`; the agent state is not
-  written, so the `messages` channel only ever holds real turns;
+  recalled messages with `request.override(messages=...)`; the `messages` channel is
+  not written, so it only ever holds real turns (a run resumed after an interrupt
+  recalls at its first model call and keeps that in `recalled_memory` for the others);
 - `after_agent` (once, when the agent finishes): store the turn's new messages (tool
   calls and results too) and embed the user and assistant text.
 
