@@ -504,3 +504,42 @@ def test_generated_copies_keep_every_message_where_it_was_said(copies: list[Copy
         for stored in memory.stored(thread_id):
             assert said_in[stored.id] == thread_id
             assert stored.resource_id == thread_id.split("-")[0]
+
+
+def test_a_before_agent_redaction_listed_first_keeps_pii_from_the_embedder(
+    memory: FactsMemory,
+) -> None:
+    """docs/surfaces.md: `PIIMiddleware` redacts before each model call, after recall
+    searched for the message as sent; a `before_agent` redaction listed first does not."""
+    from langchain.agents.middleware import AgentMiddleware, PIIMiddleware
+
+    class RedactFirst(AgentMiddleware[Any, Any, Any]):
+        def before_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+            last = state["messages"][-1]
+            text = last.text.replace("alice@example.com", "[email]")
+            return {"messages": [HumanMessage(text, id=last.id)]}
+
+    embedded: list[str] = []
+    embed_documents, embed_query = memory.embeddings.embed_documents, memory.embeddings.embed_query
+
+    def documents(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return embed_documents(texts)
+
+    def query(text: str) -> list[float]:
+        embedded.append(text)
+        return embed_query(text)
+
+    memory.embeddings.__dict__.update(embed_documents=documents, embed_query=query)
+    question = {"messages": [HumanMessage("garden? mail alice@example.com")]}
+    for first, thread_id in (
+        (PIIMiddleware("email", strategy="redact"), "pii"),
+        (RedactFirst(), "own"),
+    ):
+        agent: Any = create_agent(
+            FakeChatModel(), middleware=[first, SemanticRecallMiddleware(memory.engine)]
+        )
+        embedded.clear()
+        agent.invoke(question, config(thread_id))
+        assert not any("@" in m.text for m in memory.stored(thread_id))
+        assert any("alice@example.com" in t for t in embedded) == (thread_id == "pii")
