@@ -18,7 +18,11 @@ user turn however many times a tool loop calls the model.
 
 The index node asks the storage which of the newest messages it already holds and stores
 only those after the last stored one, so it stores each message once whether it runs once
-per turn, after every model call, or in two concurrent runs of one thread.
+per turn, after every model call, or in two concurrent runs of one thread. An earlier
+message whose text the state changed (`update_state` with its id) is updated; a copied
+thread's history stays stored under the thread it was said in. Memory is a log of each
+thread, not a tree of checkpoints: a run resumed from an earlier checkpoint leaves the
+abandoned turns stored (docs/surfaces.md, "With checkpoints").
 
 Thread and resource come from the engine's one rule: `config["configurable"]`
 (`thread_id`, `resource_id`), then the runtime context (`graph.invoke(...,

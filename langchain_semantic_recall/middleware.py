@@ -4,8 +4,9 @@
   per-run `recalled_memory` channel (an `UntrackedValue`: never checkpointed, empty at
   the start of every run);
 - `wrap_model_call` (every model call, tool loop included): the model request gets the
-  recalled messages with `request.override(messages=...)`; the agent state is not
-  written, so the `messages` channel only ever holds real turns;
+  recalled messages with `request.override(messages=...)`; the `messages` channel is
+  not written, so it only ever holds real turns (a run resumed after an interrupt
+  recalls at its first model call and keeps that in `recalled_memory` for the others);
 - `after_agent` (once, when the agent finishes): store the turn's new messages (tool
   calls and results too) and embed the user and assistant text.
 
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired, cast
 
+from langchain.agents.middleware import types as agent_types
 from langchain.agents.middleware.types import (
     AgentMiddleware,
     AgentState,
@@ -33,6 +35,7 @@ from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.tools import BaseTool
 from langgraph.channels import UntrackedValue
 from langgraph.runtime import Runtime
+from langgraph.types import Command
 from typing_extensions import override
 
 from langchain_semantic_recall.engine.narrowing import narrowing_option
@@ -51,24 +54,27 @@ from langchain_semantic_recall.turns import (
 )
 
 if TYPE_CHECKING:
+    from langchain.agents.middleware.types import ExtendedModelResponse
+
     from langchain_semantic_recall.recall import SemanticRecall
 
 
 TURN_START_KEY = "recall_turn_start"
-"""The per-run channel holding the turn's messages as it began (indexed at its end)."""
+"""The private channel holding the turn's messages as it began (indexed at its end)."""
 
 
 class RecallAgentState(AgentState[Any]):
-    """The agent state plus two private per-run channels (untracked).
+    """The agent state plus two private channels.
 
-    `recalled_memory` holds this turn's recall; `recall_turn_start` the turn's messages
-    as it began (its user message), indexed with the rest when the agent finishes.
+    `recalled_memory` holds this turn's recall: per run, never checkpointed.
+    `recall_turn_start` holds the turn's messages as it began (its user message), indexed
+    with the rest when the agent finishes. It is checkpointed (the user's own messages,
+    nothing recalled), so a run resumed after an interrupt still has them when another
+    middleware took them out of `messages` in the meantime.
     """
 
     recalled_memory: NotRequired[Annotated[RecalledMemory | None, UntrackedValue, PrivateStateAttr]]
-    recall_turn_start: NotRequired[
-        Annotated[tuple[AnyMessage, ...] | None, UntrackedValue, PrivateStateAttr]
-    ]
+    recall_turn_start: NotRequired[Annotated[tuple[AnyMessage, ...] | None, PrivateStateAttr]]
 
 
 def _turn_messages(state: RecallAgentState) -> list[AnyMessage]:
@@ -82,6 +88,27 @@ def _turn_messages(state: RecallAgentState) -> list[AnyMessage]:
     present = {m.id for m in now}
     lost = [m for m in state.get("recall_turn_start") or () if m.id not in present]
     return [*lost, *now] if lost else now
+
+
+_EXTENDED: type[ExtendedModelResponse[Any]] | None = getattr(
+    agent_types, "ExtendedModelResponse", None
+)
+"""LangChain's answer-plus-state-update of `wrap_model_call`, where it has one (else None)."""
+
+
+def _keeping(
+    response: ModelResponse[Any], recalled: RecalledMemory
+) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
+    """`response`, with `recalled` written to the per-run channel for the next model calls.
+
+    A run resumed after an interrupt starts with the channel empty and recalls at its
+    first model call: kept there, the recall serves the run's other calls too (one recall
+    per run, as in the graph). A LangChain without `ExtendedModelResponse` cannot write
+    state from `wrap_model_call`: each model call of such a run recalls again.
+    """
+    if _EXTENDED is None:
+        return response
+    return _EXTENDED(model_response=response, command=Command(update={RECALL_KEY: recalled}))
 
 
 def _with_recall(request: ModelRequest[Any], recalled: RecalledMemory) -> ModelRequest[Any]:
@@ -188,25 +215,29 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
-    ) -> ModelResponse[Any]:
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """Call the model with this turn's recalled messages added to the request."""
         recalled = self._turn_recall(request)
-        if recalled is None:  # resumed after an interrupt: the per-run channel is empty
-            recalled = recall_turn(self.memory, list(request.state["messages"]), self.narrowing)
-        return handler(_with_recall(request, recalled))
+        if recalled is not None:
+            return handler(_with_recall(request, recalled))
+        # Resumed after an interrupt: the per-run channel is empty. Recall, and keep it.
+        recalled = recall_turn(self.memory, list(request.state["messages"]), self.narrowing)
+        return _keeping(handler(_with_recall(request, recalled)), recalled)
 
     @override
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
-    ) -> ModelResponse[Any]:
+    ) -> ModelResponse[Any] | ExtendedModelResponse[Any]:
         """Async twin of `wrap_model_call`."""
         recalled = self._turn_recall(request)
-        if recalled is None:
-            messages = list(request.state["messages"])
-            recalled = await arecall_turn(self.memory, messages, self.narrowing)
-        return await handler(_with_recall(request, recalled))
+        if recalled is not None:
+            return await handler(_with_recall(request, recalled))
+        messages = list(request.state["messages"])
+        recalled = await arecall_turn(self.memory, messages, self.narrowing)
+        response = await handler(_with_recall(request, recalled))
+        return _keeping(response, recalled)
 
     # --- after the agent: index the turn ------------------------------------------------
 

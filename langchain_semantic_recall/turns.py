@@ -32,9 +32,16 @@ from langchain_semantic_recall.errors import (
     InvalidInputError,
     InvalidOptionError,
 )
-from langchain_semantic_recall.messages import is_recalled, role_of, stable_id, text_of, to_messages
+from langchain_semantic_recall.messages import (
+    clean_text,
+    is_recalled,
+    role_of,
+    stable_id,
+    text_of,
+    to_messages,
+)
 from langchain_semantic_recall.recall_report import RecallReport
-from langchain_semantic_recall.records import IndexResult, ScopeFilter
+from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
@@ -349,6 +356,40 @@ def _probes(count: int) -> list[tuple[int, int]]:
     return [(max(0, end - _PROBE), end) for end in range(count, 0, -_PROBE)]
 
 
+def _edited(
+    checked: Sequence[BaseMessage], stored: Mapping[str, Any], handed: set[str | None]
+) -> list[BaseMessage]:
+    """The messages of `checked` stored with another text, not already in `handed`."""
+    return [
+        m
+        for m in checked
+        if m.id not in handed
+        and (rows := stored.get(m.id or ""))
+        and rows[0].text != clean_text(text_of(m, "\n"))
+    ]
+
+
+def _said_in_this_thread(
+    candidates: Sequence[BaseMessage], thread_id: str, who: Identity
+) -> Op[list[BaseMessage]]:
+    """`candidates` without the messages stored in another thread of the same owner.
+
+    A thread copied with its checkpoint (LangGraph server's `threads.copy`, or
+    `update_state` on a new thread with another's values) holds the other thread's
+    messages with their ids; message ids are unique across threads, so storing them again
+    would fail every turn of the copy. They stay where they were said (resource-scope recall
+    finds them there); the copy's own turns are stored under the copy. A message of
+    another owner is left in, for the write to refuse (`OwnershipError`).
+    """
+    ids = [m.id for m in candidates if m.id]
+    if not ids:
+        return list(candidates)
+    owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
+    found = yield steps.ReadWindows(ids, before=0, after=0, scope=ScopeFilter(resource_id=owner))
+    elsewhere = {key for key, rows in found.items() if rows and rows[0].thread_id != thread_id}
+    return [m for m in candidates if m.id not in elsewhere]
+
+
 def _index_new_op(
     core: EngineCore, messages: Sequence[BaseMessage], who: Identity
 ) -> Op[IndexResult]:
@@ -357,7 +398,9 @@ def _index_new_op(
     The current turn (from its user message on) is always handed to `index`, which
     leaves unchanged messages alone: a user message edited in place (the same id sent
     again with new text, as LangGraph's `add_messages` replaces it) is updated, not
-    silently kept with its old text.
+    silently kept with its old text. So is an earlier message whose text the state
+    changed (`update_state` with its id: a correction, a redaction) among the newest
+    `_PROBE` checked against the storage.
     """
     thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
     candidates = _storable(messages, thread_id)
@@ -367,8 +410,12 @@ def _index_new_op(
         ids = [m.id for m in candidates[start:end] if m.id]
         found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
         if (cut := _after_last_stored(candidates, start, end, found)) is not None:
-            candidates = candidates[cut if turn is None else min(cut, turn) :]
+            rest = candidates[cut if turn is None else min(cut, turn) :]
+            edited = _edited(candidates[start:end], found, {m.id for m in rest})
+            candidates = [*edited, *rest]
             break
+    else:  # nothing of it stored in this thread: a new thread, or a copy of another
+        candidates = yield from _said_in_this_thread(candidates, thread_id, who)
     result: IndexResult = yield from core.index(candidates, who)
     if result.forgotten:
         raise ForgottenThreadError(

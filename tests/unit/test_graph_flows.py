@@ -1,0 +1,545 @@
+"""LangGraph flows real apps use: copies of a thread, forks, edits, sub-agents.
+
+Each test runs a real graph (`create_recall_graph`) or agent (`create_agent` with the
+middleware) on a LangGraph checkpointer and checks what memory holds afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.types import Command, RetryPolicy, interrupt
+
+from langchain_semantic_recall import OwnershipError
+from langchain_semantic_recall.graph import (
+    IndexNode,
+    RecallNode,
+    RecallState,
+    create_recall_graph,
+    with_recall,
+)
+from langchain_semantic_recall.messages import is_recalled
+from langchain_semantic_recall.middleware import SemanticRecallMiddleware
+from langchain_semantic_recall.turns import index_new_messages
+from tests.fakes import SECRETS, FactsMemory, FakeChatModel, lookup
+
+
+@pytest.fixture
+def memory() -> FactsMemory:
+    return FactsMemory()
+
+
+def config(thread_id: str, resource_id: str = "alice") -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "resource_id": resource_id}}
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"messages": [HumanMessage(text)]}
+
+
+def texts(memory: FactsMemory, thread_id: str) -> list[str]:
+    return [m.text for m in memory.stored(thread_id)]
+
+
+# --- a copy of a thread (LangGraph's threads.copy, or update_state on a new thread) -------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_copied_thread_goes_on_and_stores_only_its_own_turns(
+    memory: FactsMemory, asynchronous: bool
+) -> None:
+    """A thread copied with its checkpoint (the copy's messages keep their ids) failed
+    every later turn at the index node: OwnershipError, "message id already belongs to
+    another thread". Its history stays stored under the thread it was said in."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("original"))
+    graph.update_state(config("copy"), graph.get_state(config("original")).values, as_node="index")
+    for text in ("piano?", "tennis?"):
+        if asynchronous:
+            asyncio.run(graph.ainvoke(ask(text), config("copy")))
+        else:
+            graph.invoke(ask(text), config("copy"))
+    state = graph.get_state(config("copy")).values["messages"]
+    assert [m.text for m in state][-2:] == ["tennis?", "ok: tennis?"]
+    assert texts(memory, "original") == ["garden?", "ok: garden?"]
+    assert texts(memory, "copy") == ["piano?", "ok: piano?", "tennis?", "ok: tennis?"]
+    hits = memory.engine.search("garden", resource_id="alice")
+    assert [h.thread_id for h in hits if h.message.text == "garden?"] == ["original"]
+
+
+def test_a_copied_agent_thread_goes_on(memory: FactsMemory) -> None:
+    agent: Any = create_agent(
+        FakeChatModel(),
+        middleware=[SemanticRecallMiddleware(memory.engine)],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke(ask("garden?"), config("original"))
+    agent.update_state(config("copy"), agent.get_state(config("original")).values)
+    agent.invoke(ask("piano?"), config("copy"))
+    assert texts(memory, "original") == ["garden?", "ok: garden?"]
+    assert texts(memory, "copy") == ["piano?", "ok: piano?"]
+
+
+def test_a_copy_of_another_users_thread_is_still_refused(memory: FactsMemory) -> None:
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("alices"))
+    values = graph.get_state(config("alices")).values
+    graph.update_state(config("bobs", "bob"), values, as_node="index")
+    with pytest.raises(OwnershipError, match="another thread"):
+        graph.invoke(ask("piano?"), config("bobs", "bob"))
+    assert texts(memory, "alices") == ["garden?", "ok: garden?"]
+    assert texts(memory, "bobs") == []
+
+
+# --- an earlier message edited in the state ----------------------------------------------
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_an_earlier_message_edited_in_the_state_is_updated_in_memory(
+    memory: FactsMemory, asynchronous: bool
+) -> None:
+    """`update_state` with an earlier message's id and new text (a redaction) changed the
+    conversation, but memory kept, embedded and recalled the old text: only the messages
+    after the newest stored one were handed to `index`."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("my pin is zebra99", id="pin")]}, config("c"))
+    graph.invoke(ask("garden?"), config("c"))
+    redacted = HumanMessage("my pin is [redacted]", id="pin")
+    graph.update_state(config("c"), {"messages": [redacted]}, as_node="index")
+    if asynchronous:
+        asyncio.run(graph.ainvoke(ask("piano?"), config("c")))
+    else:
+        graph.invoke(ask("piano?"), config("c"))
+    state = graph.get_state(config("c")).values["messages"]
+    assert [(m.id, m.text) for m in memory.stored("c")] == [(m.id, m.text) for m in state]
+    hits = memory.engine.search("redacted", thread_id="c", resource_id="alice", scope="thread")
+    assert "pin" in {h.message.id for h in hits}  # its vector holds the new text
+
+
+def test_an_earlier_message_edited_in_an_agents_state_is_updated(memory: FactsMemory) -> None:
+    agent: Any = create_agent(
+        FakeChatModel(),
+        middleware=[SemanticRecallMiddleware(memory.engine)],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke({"messages": [HumanMessage("my pin is zebra99", id="pin")]}, config("c"))
+    agent.update_state(config("c"), {"messages": [HumanMessage("my pin is [redacted]", id="pin")]})
+    agent.invoke(ask("garden?"), config("c"))
+    assert texts(memory, "c")[0] == "my pin is [redacted]"
+
+
+# --- time travel: a run resumed from an earlier checkpoint -------------------------------
+
+
+def fork_after_first_turn(graph: Any, thread_id: str) -> RunnableConfig:
+    """The config of the checkpoint that ended the thread's first turn."""
+    history = list(graph.get_state_history(config(thread_id)))
+    first = next(s for s in history if len(s.values.get("messages", ())) == 2 and not s.next)
+    fork: RunnableConfig = first.config
+    fork["configurable"]["resource_id"] = "alice"
+    return fork
+
+
+def test_a_fork_keeps_the_abandoned_branch_in_memory_as_documented() -> None:
+    """docs/surfaces.md: memory is a log of what was said in a thread, not a tree of
+    checkpoints; a run resumed from an earlier checkpoint leaves the abandoned turns in
+    memory, and same-thread recall can bring them back."""
+    memory = FactsMemory(scope="thread")
+    model = FakeChatModel()
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("t"))
+    graph.invoke(ask("piano alpha1x"), config("t"))  # the turn the fork abandons
+    graph.invoke(ask("piano?"), fork_after_first_turn(graph, "t"))
+    state = [m.text for m in graph.get_state(config("t")).values["messages"]]
+    assert state == ["garden?", "ok: garden?", "piano?", "ok: piano?"]
+    assert "piano alpha1x" in texts(memory, "t")
+    assert any("piano alpha1x" in m.text for m in model.calls[-1] if m.type == "human")
+
+
+def test_clearing_the_thread_after_a_fork_makes_memory_follow_the_branch() -> None:
+    """The recipe of docs/surfaces.md: `clear_thread`, and the next turn stores the
+    branch the checkpoint holds."""
+    memory = FactsMemory(scope="thread")
+    model = FakeChatModel()
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("t"))
+    graph.invoke(ask("piano alpha1x"), config("t"))
+    fork = fork_after_first_turn(graph, "t")
+    memory.engine.clear_thread("t", resource_id="alice")
+    graph.invoke(ask("piano?"), fork)
+    state = [m.text for m in graph.get_state(config("t")).values["messages"]]
+    assert texts(memory, "t") == state
+    assert not any("alpha1x" in m.text for call in model.calls[2:] for m in call)
+
+
+# --- messages removed from the state ------------------------------------------------------
+
+
+@pytest.mark.parametrize("everything", [False, True])
+def test_removing_messages_from_the_state_trims_the_context_not_memory(
+    memory: FactsMemory, everything: bool
+) -> None:
+    """docs/surfaces.md: `RemoveMessage` (one id, or `REMOVE_ALL_MESSAGES`) shortens the
+    checkpointed conversation; memory keeps what was said, and recall brings it back
+    (`clear_thread` / `forget_thread` delete it)."""
+    model = FakeChatModel()
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke({"messages": [HumanMessage("piano alpha1x", id="said")]}, config("t"))
+    gone = RemoveMessage(id=REMOVE_ALL_MESSAGES if everything else "said")
+    graph.update_state(config("t"), {"messages": [gone]}, as_node="index")
+    graph.invoke(ask("piano?"), config("t"))
+    assert "said" not in {m.id for m in graph.get_state(config("t")).values["messages"]}
+    assert texts(memory, "t")[0] == "piano alpha1x"
+    assert any(m.id == "said" and is_recalled(m) for m in model.calls[-1])
+
+
+# --- what streams and what is checkpointed -----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["messages", "updates", "values"])
+def test_streamed_conversation_never_carries_recalled_messages(
+    memory: FactsMemory, mode: str
+) -> None:
+    """The `messages` channel and the model's streamed output hold real turns only
+    (a graph's "updates" and "values" show the recall under its own key)."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    agent: Any = create_agent(
+        FakeChatModel(),
+        middleware=[SemanticRecallMiddleware(memory.engine)],
+        checkpointer=InMemorySaver(),
+    )
+    for runnable in (graph, agent):
+        parts = list(runnable.stream(ask("garden?"), config(f"s-{id(runnable)}"), stream_mode=mode))
+        if mode == "messages":
+            conversation = [chunk for chunk, _ in parts]
+        elif mode == "values":
+            conversation = [m for part in parts for m in part["messages"]]
+        else:
+            updates = [u for part in parts for u in part.values() if isinstance(u, dict)]
+            conversation = [m for update in updates for m in update.get("messages", [])]
+        assert [m.text for m in conversation][-1] == "ok: garden?"
+        assert not any(is_recalled(m) or SECRETS[0] in m.text for m in conversation)
+
+
+def test_an_interrupted_agent_checkpoints_no_memory(memory: FactsMemory, tmp_path: Path) -> None:
+    """Stopped by a human-in-the-loop interrupt and resumed: memory reaches both model
+    calls, never the checkpoint (nor its pending writes); the turn is stored once."""
+    path = tmp_path / "checkpoints.sqlite"
+    connection = sqlite3.connect(path, check_same_thread=False)
+    model = FakeChatModel(tool_rounds=1)
+    approve = HumanInTheLoopMiddleware(interrupt_on={"lookup": True})
+    agent: Any = create_agent(
+        model,
+        tools=[lookup],
+        middleware=[SemanticRecallMiddleware(memory.engine), approve],
+        checkpointer=SqliteSaver(connection),
+    )
+    try:
+        stopped = agent.invoke(ask("garden?"), config("hitl"))
+        assert "__interrupt__" in stopped
+        assert texts(memory, "hitl") == []  # stored when the agent finishes
+        agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config("hitl"))
+    finally:
+        connection.close()
+    assert len(model.calls) == 2
+    assert all(any(SECRETS[0] in m.text for m in call if is_recalled(m)) for call in model.calls)
+    assert len(memory.puts("hitl")) == 1
+    assert [m.role for m in memory.stored("hitl")] == ["user", "assistant", "tool", "assistant"]
+    assert SECRETS[0].encode() not in checkpointed_bytes(path)
+
+
+# --- a sub-agent inside a tool ------------------------------------------------------------
+
+
+def test_a_sub_agent_on_a_read_only_view_recalls_and_stores_nothing(memory: FactsMemory) -> None:
+    """A sub-agent run inside a tool inherits the run's thread: with the middleware on
+    the engine, its task ("SUBAGENT: ...") was stored as the user's words. On a
+    read-only view (docs/surfaces.md) it recalls the user's memory and stores nothing."""
+    sub_model = FakeChatModel()
+    sub: Any = create_agent(
+        sub_model, middleware=[SemanticRecallMiddleware(memory.engine.with_options(read_only=True))]
+    )
+
+    @tool
+    def research(query: str) -> str:
+        """Ask the research sub-agent."""
+        answer = sub.invoke({"messages": [HumanMessage(f"SUBAGENT: {query}")]})
+        return str(answer["messages"][-1].content)
+
+    graph: Any = create_recall_graph(
+        FakeChatModel(tool_rounds=1), memory.engine, tools=[research], checkpointer=InMemorySaver()
+    )
+    graph.invoke(ask("garden?"), config("main"))
+    assert any(SECRETS[0] in m.text for m in sub_model.calls[0] if is_recalled(m))
+    users = [m.text for m in memory.stored("main") if m.role == "user"]
+    assert users == ["garden?"]
+
+
+# --- retries and middleware order --------------------------------------------------------
+
+
+class FlakyError(Exception):
+    """A failure a RetryPolicy retries."""
+
+
+def test_nodes_retried_by_a_retry_policy_store_nothing_twice(memory: FactsMemory) -> None:
+    model = FakeChatModel()
+    failures = {"model": 1, "index": 1}
+
+    def answer(state: Any) -> dict[str, Any]:
+        if failures["model"]:
+            failures["model"] -= 1
+            raise FlakyError("the model is down")
+        return {"messages": [model.invoke(with_recall(state))]}
+
+    class IndexThenFail(IndexNode):
+        def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> dict[str, Any]:
+            done = super().invoke(input, config)
+            if failures["index"]:  # fails after its write: the retry writes again
+                failures["index"] -= 1
+                raise FlakyError("lost the answer")
+            return done
+
+    retry = RetryPolicy(retry_on=FlakyError, initial_interval=0.001, jitter=False)
+    builder: Any = StateGraph(RecallState)
+    builder.add_node("recall", RecallNode(memory.engine))
+    builder.add_node("model", answer, retry_policy=retry)
+    builder.add_node("index", IndexThenFail(memory.engine), retry_policy=retry)
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "model")
+    builder.add_edge("model", "index")
+    builder.add_edge("index", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("retried"))
+    assert failures == {"model": 0, "index": 0}
+    assert len(model.calls) == 1
+    assert texts(memory, "retried") == ["garden?", "ok: garden?"]
+    assert len(memory.puts("retried")) == 1
+
+
+def test_summarization_before_our_middleware_loses_no_user_message(memory: FactsMemory) -> None:
+    """The other order than tests/unit/test_middleware.py's summarization test."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    summary = "Here is a summary of the conversation to date"
+    model = FakeChatModel(
+        tool_rounds=lambda question: 0 if summary in question else 3, reply=lambda _: "done"
+    )
+    summarize = SummarizationMiddleware(
+        model=GenericFakeChatModel(messages=iter(["They asked about a garden."] * 4)),
+        trigger=("messages", 4),
+        keep=("messages", 2),
+    )
+    middleware: list[Any] = [summarize, SemanticRecallMiddleware(memory.engine)]
+    agent: Any = create_agent(
+        model, tools=[lookup], middleware=middleware, checkpointer=InMemorySaver()
+    )
+    searches = memory.searches()
+    result = agent.invoke(ask("garden?"), config("g"))
+    assert summary in result["messages"][0].text
+    assert memory.searches() - searches == 1
+    stored = memory.stored("g")
+    assert [m.text for m in stored if m.role == "user"] == ["garden?"]
+    assert all(any(SECRETS[0] in m.text for m in call if is_recalled(m)) for call in model.calls)
+
+
+# --- a resumed run recalls once ----------------------------------------------------------
+
+
+def checkpointed_bytes(path: Path) -> bytes:
+    """Everything a SQLite checkpointer wrote: checkpoints and pending writes."""
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute("SELECT * FROM checkpoints").fetchall()
+        rows += raw.execute("SELECT * FROM writes").fetchall()
+    assert rows
+    return b"".join(v if isinstance(v, bytes) else str(v).encode() for row in rows for v in row)
+
+
+@pytest.mark.parametrize("kind", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_resumed_run_recalls_once_for_all_its_model_calls(
+    memory: FactsMemory, kind: str, asynchronous: bool, tmp_path: Path
+) -> None:
+    """Resumed after an interrupt, the middleware recalled again before every model call
+    of the run (three searches for three calls: the per-run channel stayed empty), where
+    the graph recalls once; README: "recall once per user turn". The recall it keeps
+    for the run is not checkpointed either."""
+    resumed: dict[str, str] = {}
+
+    @tool
+    def check(query: str) -> str:
+        """Ask a human once, then go on."""
+        if "answer" not in resumed:
+            resumed["answer"] = interrupt(query)
+        return "checked"
+
+    model = FakeChatModel(tool_rounds=3)
+    connection = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
+    saver: Any = InMemorySaver() if asynchronous else SqliteSaver(connection)
+    runnable: Any = (
+        create_recall_graph(model, memory.engine, tools=[check], checkpointer=saver)
+        if kind == "graph"
+        else create_agent(
+            model,
+            tools=[check],
+            middleware=[SemanticRecallMiddleware(memory.engine)],
+            checkpointer=saver,
+        )
+    )
+    before = memory.searches()
+    try:
+        for step in (ask("garden?"), Command(resume="yes")):
+            if asynchronous:
+                asyncio.run(runnable.ainvoke(step, config("resumed")))
+            else:
+                runnable.invoke(step, config("resumed"))
+    finally:
+        connection.close()
+    assert len(model.calls) == 4  # one before the interrupt, three after
+    assert memory.searches() - before == 2  # once per run
+    for call in model.calls:
+        assert any(SECRETS[0] in m.text for m in call if is_recalled(m))
+    assert len(memory.puts("resumed")) == 1
+    if not asynchronous:
+        assert SECRETS[0].encode() not in checkpointed_bytes(tmp_path / "checkpoints.sqlite")
+
+
+@pytest.mark.parametrize("ours_first", [True, False])
+def test_a_turn_summarized_away_after_a_resume_is_still_stored(
+    memory: FactsMemory, ours_first: bool
+) -> None:
+    """Interrupted, then summarized in the resumed run: the user's message (not stored
+    before the turn ends) left the state, and the turn's messages as it began, kept in a
+    per-run channel, were gone with the first run; memory never got the message."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    resumed: dict[str, str] = {}
+
+    @tool
+    def check(query: str) -> str:
+        """Ask a human once, then go on."""
+        if "answer" not in resumed:
+            resumed["answer"] = interrupt(query)
+        return "checked"
+
+    summary = "Here is a summary of the conversation to date"
+    model = FakeChatModel(
+        tool_rounds=lambda question: 0 if summary in question else 4, reply=lambda _: "done"
+    )
+    summarize = SummarizationMiddleware(
+        model=GenericFakeChatModel(messages=iter(["They asked about a garden."] * 4)),
+        trigger=("messages", 5),
+        keep=("messages", 2),
+    )
+    ours = SemanticRecallMiddleware(memory.engine)
+    middleware: list[Any] = [ours, summarize] if ours_first else [summarize, ours]
+    agent: Any = create_agent(
+        model, tools=[check], middleware=middleware, checkpointer=InMemorySaver()
+    )
+    agent.invoke(ask("garden?"), config("g"))
+    result = agent.invoke(Command(resume="yes"), config("g"))
+    assert summary in result["messages"][0].text  # the state lost the user's message
+    stored = memory.stored("g")
+    assert [m.text for m in stored if m.role == "user"] == ["garden?"]
+    assert not any(summary in m.text for m in stored)
+
+
+# --- copies, generated: nothing ever moves between threads or owners ---------------------
+
+Copy = tuple[str, int, str]
+"""(owner of the copied thread, which of its threads, owner of the copy)."""
+
+
+USERS = st.sampled_from(["alice", "bob"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(USERS, st.integers(0, 2), USERS), min_size=1, max_size=8))
+def test_generated_copies_keep_every_message_where_it_was_said(copies: list[Copy]) -> None:
+    """A copy within one owner goes on and stores only its own turn; a copy into another
+    owner's thread is refused and stores nothing; no message changes thread or owner."""
+    memory = FactsMemory()
+    engine = memory.engine
+    states: dict[str, list[BaseMessage]] = {}
+    said_in: dict[str, str] = {}  # message id -> the thread it was first said in
+    for n, (owner, which, copier) in enumerate(copies):
+        source = f"{owner}-{which}"
+        if source not in states:
+            states[source] = [
+                HumanMessage(f"first of {source}", id=f"{source}-q"),
+                AIMessage("ok", id=f"{source}-a"),
+            ]
+            index_new_messages(engine, states[source], thread_id=source, resource_id=owner)
+            said_in |= {m.id or "": source for m in states[source]}
+        copy = f"{copier}-copy{n}"
+        turn = HumanMessage(f"turn {n}", id=f"{copy}-q")
+        try:
+            index_new_messages(engine, [*states[source], turn], thread_id=copy, resource_id=copier)
+        except OwnershipError:
+            assert copier != owner
+            assert memory.stored(copy) == []
+            continue
+        assert copier == owner
+        states[copy] = [*states[source], turn]
+        said_in[turn.id or ""] = copy
+        assert [m.id for m in memory.stored(copy)] == [turn.id]
+    for thread_id in states:
+        for stored in memory.stored(thread_id):
+            assert said_in[stored.id] == thread_id
+            assert stored.resource_id == thread_id.split("-")[0]
+
+
+def test_a_before_agent_redaction_listed_first_keeps_pii_from_the_embedder(
+    memory: FactsMemory,
+) -> None:
+    """docs/surfaces.md: `PIIMiddleware` redacts before each model call, after recall
+    searched for the message as sent; a `before_agent` redaction listed first does not."""
+    from langchain.agents.middleware import AgentMiddleware, PIIMiddleware
+
+    class RedactFirst(AgentMiddleware[Any, Any, Any]):
+        def before_agent(self, state: Any, runtime: Any) -> dict[str, Any]:
+            last = state["messages"][-1]
+            text = last.text.replace("alice@example.com", "[email]")
+            return {"messages": [HumanMessage(text, id=last.id)]}
+
+    embedded: list[str] = []
+    embed_documents, embed_query = memory.embeddings.embed_documents, memory.embeddings.embed_query
+
+    def documents(texts: list[str]) -> list[list[float]]:
+        embedded.extend(texts)
+        return embed_documents(texts)
+
+    def query(text: str) -> list[float]:
+        embedded.append(text)
+        return embed_query(text)
+
+    memory.embeddings.__dict__.update(embed_documents=documents, embed_query=query)
+    question = {"messages": [HumanMessage("garden? mail alice@example.com")]}
+    for first, thread_id in (
+        (PIIMiddleware("email", strategy="redact"), "pii"),
+        (RedactFirst(), "own"),
+    ):
+        agent: Any = create_agent(
+            FakeChatModel(), middleware=[first, SemanticRecallMiddleware(memory.engine)]
+        )
+        embedded.clear()
+        agent.invoke(question, config(thread_id))
+        assert not any("@" in m.text for m in memory.stored(thread_id))
+        assert any("alice@example.com" in t for t in embedded) == (thread_id == "pii")
