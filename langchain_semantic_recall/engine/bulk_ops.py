@@ -26,6 +26,7 @@ from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     build_records,
     not_stored_reason,
+    rewrites_vectors,
     skip_reason,
     stored_as_given,
     to_messages,
@@ -141,8 +142,11 @@ def _stored_before(batch: _Batch) -> Op[dict[str, StoredMessage]]:
 
 def _settle_batch(
     batch: _Batch, known: Mapping[str, StoredMessage], carried: _Carried
-) -> tuple[_Batch, _Batch, set[str]]:
-    """What to write, what is stored exactly as given, and the ids of the edits (pure).
+) -> tuple[_Batch, _Batch, dict[str, bool]]:
+    """What to write, what is stored exactly as given, and the edits (pure).
+
+    The edits map each edited id to whether its old vectors go before its new ones are
+    written (`rewrites_vectors`).
 
     An edit keeps its stored creation time unless it carries one; a message stored as
     given is not written again. As for `index` (`_settle_known`), a message stored in
@@ -150,7 +154,7 @@ def _settle_batch(
     """
     write: _Batch = []
     same: _Batch = []
-    edits: set[str] = set()
+    edits: dict[str, bool] = {}
     for thread_id, records in batch:
         to_write, as_stored = [], []
         for record in records:
@@ -163,7 +167,7 @@ def _settle_batch(
             elif stored_as_given(before, record):
                 as_stored.append(record)
             else:
-                edits.add(record.id)
+                edits[record.id] = rewrites_vectors(before, record)
                 kept_time = record.id in carried
                 to_write.append(
                     record if kept_time else replace(record, created_at=before.created_at)
@@ -175,10 +179,11 @@ def _settle_batch(
 
 def _store_batch(
     batch: _Batch, carried: _Carried, result: BulkResult, logger: logging.Logger
-) -> Op[_Batch]:
+) -> Op[tuple[_Batch, dict[str, list[str]]]]:
     """Store a batch in one transaction (thread by thread if one was forgotten).
 
-    Returns the records of the threads kept (written, or stored already as they are).
+    Returns the records of the threads kept (written, or stored already as they are),
+    and the edits written whose old vectors must go (resource id -> message ids).
     """
     known = yield from _stored_before(batch)
     write, same, edits = _settle_batch(batch, known, carried)
@@ -198,20 +203,31 @@ def _store_batch(
             kept.append((thread_id, records))
     kept_threads = {thread_id for thread_id, _ in kept}
     result.unchanged += sum(len(r) for t, r in same if t in kept_threads)
+    rewritten: dict[str, list[str]] = {}
     for row in rows:  # stored meanwhile by another writer: as index counts it, unchanged
         if row.created:
             result.stored += 1
         elif row.id in edits:
             result.updated += 1
+            if edits[row.id]:
+                rewritten.setdefault(row.resource_id, []).append(row.id)
         else:
             result.unchanged += 1
-    return kept
+    return kept, rewritten
 
 
 def _write_and_recheck(
-    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
+    info: IndexInfo,
+    rows: Sequence[VectorRecord],
+    rewritten: Mapping[str, Sequence[str]],
+    logger: logging.Logger,
 ) -> Op[None]:
-    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
+    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does).
+
+    The edits' old vectors (`rewritten`: resource id -> message ids) are deleted first.
+    """
+    for resource_id, ids in sorted(rewritten.items()):
+        yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
     yield from write_vectors(info, rows, logger)
     owners = {row.thread_id: row.resource_id for row in rows}
     for thread_id, resource_id in owners.items():
@@ -235,12 +251,12 @@ def bulk_index_op(
     info = yield from space.resolve()
     result = BulkResult()
     for batch, carried in _batches(conversations, batch_size, result):
-        kept = yield from _store_batch(batch, carried, result, logger)
+        kept, rewritten = yield from _store_batch(batch, carried, result, logger)
         if progress is not None:
             progress(sum(len(records) for _, records in batch))
         to_embed = [r for _, records in kept for r in records if skip_reason(r) is None]
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, logger)))
+        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
         result.embedded += len(to_embed)
     yield steps.Settle()
     return result

@@ -376,6 +376,51 @@ class ForgettingSuite:
         rig.engine.forget_thread("t1")
         assert len(rig.engine.cache) == 0
 
+    # --- an edited message keeps no vector of its old text -------------------------------
+
+    def _vector_texts(self, rig: Rig, message_id: str) -> list[str]:
+        scope = ScopeFilter(resource_id="alice")
+        found = rig.vectors.inner.export(rig.index_name, scope)
+        return sorted(v.content for v in found if v.message_id == message_id)
+
+    @pytest.mark.parametrize(
+        "edited",
+        [
+            HumanMessage("peanut sister q401z", id="long"),  # shorter: fewer chunks
+            HumanMessage("", id="long"),  # emptied: no vector at all
+            AIMessage("", id="long", tool_calls=[{"name": "f", "args": {}, "id": "c"}]),
+        ],
+        ids=["shorter", "emptied", "tool-calls-only"],
+    )
+    @pytest.mark.parametrize("how", ["index", "bulk_index"])
+    def test_an_edit_leaves_no_vector_of_the_old_text(
+        self, rig: Rig, edited: BaseMessage, how: str
+    ) -> None:
+        """A message edited (same id, new text) is found by its new text only.
+
+        A long message is embedded as several chunks: the edit's upsert overwrote the
+        first ones only, and an edit to a message with no text wrote none, so the old
+        text stayed in the index (and in every purge's copy of it), and search found
+        the message by words it no longer holds.
+        """
+        role = HumanMessage if isinstance(edited, HumanMessage) else AIMessage
+        long = role(" ".join(["garden"] * 1500 + [text(400, "lisbon")]), id="long")
+        rig.engine.index([long], thread_id="t2", resource_id="alice")
+        assert any("q400z" in t for t in self._vector_texts(rig, "long"))
+        if how == "index":
+            result = rig.engine.index([edited], thread_id="t2", resource_id="alice")
+            assert [f.fate for f in result.fates] == ["updated"]
+        else:
+            assert rig.engine.bulk_index([("t2", "alice", [edited])]).updated == 1
+        left = self._vector_texts(rig, "long")
+        assert not [t for t in left if "q400z" in t or "garden" in t]
+        assert left == ([str(edited.content)] if edited.content else [])
+        for mode in search_modes(rig):
+            hits = rig.engine_with(search_mode=mode).search("lisbon q400z", resource_id="alice")
+            assert "long" not in {h.message.id for h in hits}
+        stats = rig.engine.stats(resource_id="alice")
+        assert (stats.missing_vectors, stats.orphan_vectors) == (0, 0)
+
 
 class TestForgettingInMemory(ForgettingSuite):
     backend = MEMORY
