@@ -224,10 +224,13 @@ def _write_and_recheck(
 ) -> Op[None]:
     """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does).
 
-    The edits' old vectors (`rewritten`: resource id -> message ids) are deleted first.
+    The edits' old vectors (`rewritten`: resource id -> message ids) are deleted first,
+    and the caches keyed by text emptied.
     """
     for resource_id, ids in sorted(rewritten.items()):
         yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
+    if rewritten:
+        yield steps.ClearCaches()  # they hold the old text, as after a forget
     yield from write_vectors(info, rows, logger)
     owners = {row.thread_id: row.resource_id for row in rows}
     for thread_id, resource_id in owners.items():

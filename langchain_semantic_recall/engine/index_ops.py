@@ -301,9 +301,11 @@ def _drop_old_text(info: IndexInfo, rewritten: Sequence[str], resource_id: str) 
 
     A long text's later chunks, or every chunk when the new text gets no vector
     (`messages.rewrites_vectors`): left, they kept the old text searchable and on disk.
+    The caches keyed by text are emptied too.
     """
     if rewritten:
         yield steps.DeleteVectors(info, message_ids=rewritten, resource_id=resource_id)
+        yield steps.ClearCaches()  # they hold the old text, as after a forget
 
 
 def _put_adopting(

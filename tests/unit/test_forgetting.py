@@ -47,6 +47,7 @@ from langchain_semantic_recall import (
     OwnershipError,
     SemanticRecall,
 )
+from langchain_semantic_recall.embeddings import split_for_embedding
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import NO_RESOURCE
 from langchain_semantic_recall.storage import ScopeFilter
@@ -396,7 +397,8 @@ class ForgettingSuite:
     def test_an_edit_leaves_no_vector_of_the_old_text(
         self, rig: Rig, edited: BaseMessage, how: str
     ) -> None:
-        """A message edited (same id, new text) is found by its new text only.
+        """A message edited (same id, new text) is found by its new text only, and the
+        embedding cache no longer holds its old text.
 
         A long message is embedded as several chunks: the edit's upsert overwrote the
         first ones only, and an edit to a message with no text wrote none, so the old
@@ -407,6 +409,8 @@ class ForgettingSuite:
         long = role(" ".join(["garden"] * 1500 + [text(400, "lisbon")]), id="long")
         rig.engine.index([long], thread_id="t2", resource_id="alice")
         assert any("q400z" in t for t in self._vector_texts(rig, "long"))
+        pieces = split_for_embedding(rig.embeddings, str(long.content))
+        assert all(rig.engine.cache.get(rig.index_name, p) for p in pieces)
         if how == "index":
             result = rig.engine.index([edited], thread_id="t2", resource_id="alice")
             assert [f.fate for f in result.fates] == ["updated"]
@@ -415,6 +419,7 @@ class ForgettingSuite:
         left = self._vector_texts(rig, "long")
         assert not [t for t in left if "q400z" in t or "garden" in t]
         assert left == ([str(edited.content)] if edited.content else [])
+        assert not [p for p in pieces if rig.engine.cache.get(rig.index_name, p)]  # (memory)
         for mode in search_modes(rig):
             hits = rig.engine_with(search_mode=mode).search("lisbon q400z", resource_id="alice")
             assert "long" not in {h.message.id for h in hits}
