@@ -48,6 +48,7 @@ from langchain_semantic_recall import (
     SemanticRecall,
 )
 from langchain_semantic_recall.embeddings import split_for_embedding
+from langchain_semantic_recall.engine import index_ops
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import NO_RESOURCE
 from langchain_semantic_recall.storage import ScopeFilter
@@ -425,6 +426,27 @@ class ForgettingSuite:
             assert "long" not in {h.message.id for h in hits}
         stats = rig.engine.stats(resource_id="alice")
         assert (stats.missing_vectors, stats.orphan_vectors) == (0, 0)
+
+    @pytest.mark.parametrize("missing_only", [True, False])
+    def test_the_repair_drops_the_vectors_of_a_message_edited_to_no_text(
+        self, rig: Rig, monkeypatch: pytest.MonkeyPatch, missing_only: bool
+    ) -> None:
+        """Stores edited by a version that kept the old vectors: either reindex drops them."""
+        rig.engine.index(
+            [AIMessage(text(400, "lisbon"), id="e")], thread_id="t2", resource_id="alice"
+        )
+        monkeypatch.setattr(index_ops, "rewrites_vectors", lambda *_: False)  # that version
+        emptied = AIMessage("", id="e", tool_calls=[{"name": "f", "args": {}, "id": "c"}])
+        rig.engine.index([emptied], thread_id="t2", resource_id="alice")
+        assert self._vector_texts(rig, "e") == [text(400, "lisbon")]
+        rig.engine.reindex(missing_only=missing_only)
+        assert self._vector_texts(rig, "e") == []
+        assert rig.vector_ids(ScopeFilter(resource_id="alice")) == {
+            "keep-100",
+            "keep-101",
+            "old-300",
+            "old-301",
+        }
 
 
 class TestForgettingInMemory(ForgettingSuite):
