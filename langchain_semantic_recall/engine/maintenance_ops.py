@@ -37,7 +37,10 @@ class RecallStats:
     dimension: int
     messages: int
     threads: int
+    """Threads holding a message: one emptied by retention is listed (`list_threads`,
+    `semantic-recall threads`, with 0 messages) but not counted."""
     resources: int
+    """Resources holding a message."""
     embeddable: int
     """Messages that should have a vector (user and assistant messages with text)."""
     vectors: int
