@@ -40,7 +40,14 @@ if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
     from chromadb.api.types import GetResult, Include, Where
 
-__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "Row", "open_persistent", "temporary_copy"]
+__all__ = [
+    "CACHED_COLLECTIONS",
+    "ChromaCollections",
+    "Row",
+    "open_persistent",
+    "sweep_copies",
+    "temporary_copy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +55,8 @@ CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 _LIST_PAGE: Final = 1000
 """Collections per `list_collections` page."""
+COPY_PREFIX: Final = "semantic-recall-read-only-"
+"""Name of a read-only open's temporary copy: this, its process's id, "-" and a random tail."""
 _T = TypeVar("_T")
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
@@ -346,7 +355,8 @@ def temporary_copy(folder: str) -> str:
         raise StorageError(f"no Chroma index at {folder} to open read-only; check the path")
     from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER
 
-    copy = tempfile.mkdtemp(prefix="semantic-recall-read-only-")
+    sweep_copies()
+    copy = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{os.getpid()}-")
     skip = shutil.ignore_patterns(FOLDER)  # the snapshots are read in place (`ColdSnapshots`)
     try:
         shutil.copytree(
@@ -361,3 +371,53 @@ def temporary_copy(folder: str) -> str:
             "in the temporary folder (set TMPDIR) or open a writable copy of the store"
         ) from exc
     return copy
+
+
+def sweep_copies(root: str | None = None) -> list[str]:
+    """Delete the read-only copies that processes killed before their exit left behind.
+
+    A copy holds the whole Chroma folder: every message's text, and what a forget left
+    until `purge`. It is removed with its index or at exit, which a process stopped by
+    SIGKILL (or a library user's SIGTERM) never reaches. Its name carries its process's
+    id: a copy of this user whose process is gone is deleted (on POSIX; elsewhere none
+    is). Called by every read-only open and by `purge`.
+
+    Args:
+        root: The temporary folder (default: `tempfile.gettempdir()`).
+
+    Returns:
+        The folders deleted.
+    """
+    if os.name != "posix":  # os.kill(pid, 0) would end the process on Windows
+        return []
+    root = root or tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    swept: list[str] = []
+    for name in names:
+        pid = name.removeprefix(COPY_PREFIX).split("-", 1)[0]
+        if not name.startswith(COPY_PREFIX) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        path = os.path.join(root, name)
+        with suppress(OSError):
+            if os.lstat(path).st_uid == os.getuid():
+                shutil.rmtree(path)
+                swept.append(path)
+    if swept:
+        logger.warning("deleted %d read-only copies left by killed processes", len(swept))
+    return swept
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (one of another user counts as alive)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it exists
+        return True
+    return True
