@@ -111,7 +111,7 @@ def _rebuild_folder(client: ClientAPI, folder: str, name: str, size: int) -> tup
     server = getattr(client, "_server", None)
     restart_around(server, lambda: swap_folders(folder))
     prefix = collection_prefix(name)
-    mine = [k for k in expected if k.startswith(prefix)]
+    mine = [k for k in expected if k == name or k.startswith(prefix)]  # (its own root too)
     rebuilt = sum(expected[k] for k in mine)
     others = len(expected) - len(mine)
     done.append(f"rebuilt {len(mine)} collection(s) of index {name!r} ({rebuilt} vectors)")
