@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,12 +62,12 @@ def store(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The temporary folder of this test and of the processes it starts."""
     folder = tmp_path / "tmp"
     folder.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    yield folder
+    return folder
 
 
 def _copies(scratch: Path) -> list[Path]:
