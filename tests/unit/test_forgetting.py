@@ -38,7 +38,13 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall import (
@@ -426,6 +432,26 @@ class ForgettingSuite:
             assert "long" not in {h.message.id for h in hits}
         stats = rig.engine.stats(resource_id="alice")
         assert (stats.missing_vectors, stats.orphan_vectors) == (0, 0)
+
+    @pytest.mark.parametrize(
+        ("first", "then"),
+        [
+            (SystemMessage("be brief", id="s"), SystemMessage("be long", id="s")),
+            (HumanMessage("lisbon q402z", id="s"), HumanMessage("lisbon q402z", id="s", name="x")),
+        ],
+        ids=["no-vector-before", "same-text"],
+    )
+    def test_an_edit_that_leaves_no_old_text_deletes_nothing(
+        self, rig: Rig, first: BaseMessage, then: BaseMessage
+    ) -> None:
+        """Only an edit of embedded text costs a delete (and empties the caches)."""
+        rig.engine.index([first], thread_id="t2", resource_id="alice")
+        cached = len(rig.engine.cache)
+        rig.vectors.calls.clear()
+        result = rig.engine.index([then], thread_id="t2", resource_id="alice")
+        assert [f.fate for f in result.fates] == ["updated"]
+        assert "delete" not in rig.vectors.names()
+        assert len(rig.engine.cache) == cached
 
     @pytest.mark.parametrize("missing_only", [True, False])
     def test_the_repair_drops_the_vectors_of_a_message_edited_to_no_text(
