@@ -45,6 +45,7 @@ __all__ = [
     "ChromaCollections",
     "Row",
     "open_persistent",
+    "remove_copy",
     "sweep_copies",
     "temporary_copy",
 ]
@@ -57,6 +58,10 @@ _LIST_PAGE: Final = 1000
 """Collections per `list_collections` page."""
 COPY_PREFIX: Final = "semantic-recall-read-only-"
 """Name of a read-only open's temporary copy: this, its process's id, "-" and a random tail."""
+_COPY_LOCK: Final = ".semantic-recall-copy.lock"
+"""The file of a copy that its process keeps locked while it uses the copy (`_hold`)."""
+_HELD: dict[str, int] = {}
+"""This process's copies -> the descriptor holding each one's lock."""
 _T = TypeVar("_T")
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
@@ -340,7 +345,7 @@ def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | N
         )
     except Exception as exc:  # chromadb raises its own InternalError, or ValueError
         if copy is not None:
-            shutil.rmtree(copy, ignore_errors=True)
+            remove_copy(copy)
         raise StorageError(
             f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); if "
             "it is damaged, restore it from a backup, or move it aside and rebuild it "
@@ -359,13 +364,14 @@ def temporary_copy(folder: str) -> str:
     copy = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{os.getpid()}-")
     skip = shutil.ignore_patterns(FOLDER)  # the snapshots are read in place (`ColdSnapshots`)
     try:
+        _hold(copy)
         shutil.copytree(
             folder, copy, dirs_exist_ok=True, copy_function=shutil.copyfile, ignore=skip
         )
         for root, _dirs, _files in os.walk(copy):  # copytree kept the folders' read-only modes
             os.chmod(root, 0o700)
     except OSError as exc:
-        shutil.rmtree(copy, ignore_errors=True)
+        remove_copy(copy)
         raise StorageError(
             f"cannot copy the read-only Chroma index {folder} to {copy} ({exc}); free space "
             "in the temporary folder (set TMPDIR) or open a writable copy of the store"
@@ -378,9 +384,10 @@ def sweep_copies(root: str | None = None) -> list[str]:
 
     A copy holds the whole Chroma folder: every message's text, and what a forget left
     until `purge`. It is removed with its index or at exit, which a process stopped by
-    SIGKILL (or a library user's SIGTERM) never reaches. Its name carries its process's
-    id: a copy of this user whose process is gone is deleted (on POSIX; elsewhere none
-    is). Called by every read-only open and by `purge`.
+    SIGKILL (or a library user's SIGTERM) never reaches. Its process holds a lock on a
+    file inside it for as long as it uses it (the system drops the lock when the process
+    ends, whatever ends it): a copy of this user whose lock is free is deleted (on POSIX;
+    elsewhere none is). Called by every read-only open and by `purge`.
 
     Args:
         root: The temporary folder (default: `tempfile.gettempdir()`).
@@ -388,7 +395,7 @@ def sweep_copies(root: str | None = None) -> list[str]:
     Returns:
         The folders deleted.
     """
-    if os.name != "posix":  # os.kill(pid, 0) would end the process on Windows
+    if os.name != "posix":
         return []
     root = root or tempfile.gettempdir()
     try:
@@ -397,27 +404,57 @@ def sweep_copies(root: str | None = None) -> list[str]:
         return []
     swept: list[str] = []
     for name in names:
-        pid = name.removeprefix(COPY_PREFIX).split("-", 1)[0]
-        if not name.startswith(COPY_PREFIX) or not pid.isdigit() or _alive(int(pid)):
-            continue
         path = os.path.join(root, name)
-        with suppress(OSError):
-            if os.lstat(path).st_uid == os.getuid():
-                shutil.rmtree(path)
-                swept.append(path)
+        if not name.startswith(COPY_PREFIX) or path in _HELD or not _abandoned(path):
+            continue
+        try:
+            shutil.rmtree(path)
+        except OSError:
+            logger.warning("could not delete the abandoned read-only copy %s", path, exc_info=True)
+        else:
+            swept.append(path)
     if swept:
         logger.warning("deleted %d read-only copies left by killed processes", len(swept))
     return swept
 
 
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists (one of another user counts as alive)."""
-    if pid == os.getpid():
-        return True
+def remove_copy(copy: str) -> None:
+    """Delete a read-only copy this process made, and release its lock."""
+    fd = _HELD.pop(copy, None)
+    shutil.rmtree(copy, ignore_errors=True)
+    if fd is not None:
+        os.close(fd)
+
+
+def _hold(copy: str) -> None:
+    """Lock the copy's lock file for as long as this process uses the copy (POSIX)."""
+    if os.name != "posix":
+        return
+    import fcntl
+
+    fd = os.open(os.path.join(copy, _COPY_LOCK), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _HELD[copy] = fd
+
+
+def _abandoned(path: str) -> bool:
+    """Whether a copy is this user's and no process holds its lock (its maker is gone).
+
+    A copy without a lock file (made by an earlier version, or being made right now)
+    is left alone.
+    """
+    import fcntl
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if os.lstat(path).st_uid != os.getuid():
+            return False
+        fd = os.open(os.path.join(path, _COPY_LOCK), os.O_RDWR)
+    except OSError:
         return False
-    except OSError:  # PermissionError: it exists
-        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its process is alive
+    finally:
+        os.close(fd)  # (releases ours)
     return True
