@@ -293,6 +293,20 @@ def stored_as_given(before: StoredMessage, record: MessageRecord) -> bool:
     )
 
 
+def rewrites_vectors(before: StoredMessage, record: MessageRecord) -> bool:
+    """Whether an edit (`record` over `before`, same id) leaves vectors of the old text.
+
+    A new text may be embedded as fewer chunks than the old one, or not at all (no text,
+    a system message): the upsert overwrites only the chunks it writes, so the message's
+    old vectors, and the text they carry, are deleted before its new ones are written.
+    A message that had none (a system or tool message, no text) has none to delete.
+    """
+    return skip_reason(before) is None and (before.role, before.text) != (
+        record.role,
+        record.text,
+    )
+
+
 def record_for(
     message: BaseMessage,
     *,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from langchain_semantic_recall.cli.common import (
     EXIT_CODES_HELP,
@@ -110,6 +113,29 @@ def _version() -> str:
     return str(langchain_semantic_recall.__version__)
 
 
+@contextmanager
+def _sigterm_ends_the_command() -> Iterator[None]:
+    """SIGTERM ends the command as Ctrl-C does: what it opened is closed, exit code 143.
+
+    Its default action ends the process where it stands, so a read-only open (`search`,
+    `inspect`) left its private copy of the Chroma folder, every message's text, in the
+    temporary folder. Only in the main thread (where Python handles signals); the
+    previous handler is put back after the command.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (see `--help`)."""
     parser = build_parser(sys.argv[1:] if argv is None else argv)
@@ -121,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        with command_scope():
+        with _sigterm_ends_the_command(), command_scope():
             return func(args)
     except CommandError as failure:
         error(str(failure))

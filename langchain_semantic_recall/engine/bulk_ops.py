@@ -27,6 +27,7 @@ from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     build_records,
     not_stored_reason,
+    rewrites_vectors,
     skip_reason,
     stored_as_given,
     to_messages,
@@ -142,8 +143,11 @@ def _stored_before(batch: _Batch) -> Op[dict[str, StoredMessage]]:
 
 def _settle_batch(
     batch: _Batch, known: Mapping[str, StoredMessage], carried: _Carried
-) -> tuple[_Batch, _Batch, set[str]]:
-    """What to write, what is stored exactly as given, and the ids of the edits (pure).
+) -> tuple[_Batch, _Batch, dict[str, bool]]:
+    """What to write, what is stored exactly as given, and the edits (pure).
+
+    The edits map each edited id to whether its old vectors go before its new ones are
+    written (`rewrites_vectors`).
 
     An edit keeps its stored creation time unless it carries one; a message stored as
     given is not written again. As for `index` (`_settle_known`), a message stored in
@@ -151,7 +155,7 @@ def _settle_batch(
     """
     write: _Batch = []
     same: _Batch = []
-    edits: set[str] = set()
+    edits: dict[str, bool] = {}
     for thread_id, records in batch:
         to_write, as_stored = [], []
         for record in records:
@@ -164,7 +168,7 @@ def _settle_batch(
             elif stored_as_given(before, record):
                 as_stored.append(record)
             else:
-                edits.add(record.id)
+                edits[record.id] = rewrites_vectors(before, record)
                 kept_time = record.id in carried
                 to_write.append(
                     record if kept_time else replace(record, created_at=before.created_at)
@@ -176,11 +180,12 @@ def _settle_batch(
 
 def _store_batch(
     batch: _Batch, carried: _Carried, result: BulkResult, logger: logging.Logger
-) -> Op[tuple[_Batch, _Batch]]:
+) -> Op[tuple[_Batch, _Batch, dict[str, list[str]]]]:
     """Store a batch in one transaction (thread by thread if one was forgotten).
 
-    Returns the records of the threads kept (written, or stored already as they are),
-    and of those the records stored before exactly as given.
+    Returns the records of the threads kept (written, or stored already as they are), of
+    those the records stored before exactly as given, and the edits written whose old
+    vectors must go (resource id -> message ids).
     """
     known = yield from _stored_before(batch)
     write, same, edits = _settle_batch(batch, known, carried)
@@ -201,14 +206,17 @@ def _store_batch(
     kept_threads = {thread_id for thread_id, _ in kept}
     same = [(thread_id, records) for thread_id, records in same if thread_id in kept_threads]
     result.unchanged += sum(len(records) for _, records in same)
+    rewritten: dict[str, list[str]] = {}
     for row in rows:  # stored meanwhile by another writer: as index counts it, unchanged
         if row.created:
             result.stored += 1
         elif row.id in edits:
             result.updated += 1
+            if edits[row.id]:
+                rewritten.setdefault(row.resource_id, []).append(row.id)
         else:
             result.unchanged += 1
-    return kept, same
+    return kept, same, rewritten
 
 
 def _embedded_before(info: IndexInfo, same: _Batch) -> Op[set[str]]:
@@ -222,9 +230,20 @@ def _embedded_before(info: IndexInfo, same: _Batch) -> Op[set[str]]:
 
 
 def _write_and_recheck(
-    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
+    info: IndexInfo,
+    rows: Sequence[VectorRecord],
+    rewritten: Mapping[str, Sequence[str]],
+    logger: logging.Logger,
 ) -> Op[None]:
-    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does)."""
+    """Upsert, then drop the vectors of any thread forgotten meanwhile (as `index` does).
+
+    The edits' old vectors (`rewritten`: resource id -> message ids) are deleted first,
+    and the caches keyed by text emptied.
+    """
+    for resource_id, ids in sorted(rewritten.items()):
+        yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
+    if rewritten:
+        yield steps.ClearCaches()  # they hold the old text, as after a forget
     yield from write_vectors(info, rows, logger)
     owners = {row.thread_id: row.resource_id for row in rows}
     for thread_id, resource_id in owners.items():
@@ -248,7 +267,7 @@ def bulk_index_op(
     info = yield from space.resolve()
     result = BulkResult()
     for batch, carried in _batches(conversations, batch_size, result):
-        kept, same = yield from _store_batch(batch, carried, result, logger)
+        kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
         if progress is not None:
             progress(sum(len(records) for _, records in batch))
         held = yield from _embedded_before(info, same)
@@ -256,7 +275,7 @@ def bulk_index_op(
             r for _, records in kept for r in records if skip_reason(r) is None and r.id not in held
         ]
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, logger)))
+        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
         result.embedded += len(to_embed)
     yield steps.Settle()
     return result

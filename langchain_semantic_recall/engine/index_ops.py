@@ -35,6 +35,7 @@ from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
     not_stored_reason,
     record_for,
+    rewrites_vectors,
     skip_reason,
     stored_as_given,
     to_messages,
@@ -73,6 +74,8 @@ class _Turn:
 
     unchanged: dict[int, MessageRecord] = field(default_factory=dict)
     """Input position -> record, for messages stored before exactly as they are."""
+    rewritten: set[str] = field(default_factory=set)
+    """Ids of the edits whose old vectors go before their new ones (`rewrites_vectors`)."""
 
     def to_write(self) -> list[MessageRecord]:
         return list(self.records.values())
@@ -182,6 +185,8 @@ def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> N
             if position not in turn.carried_time:
                 turn.records[position] = replace(record, created_at=before.created_at)
             turn.fates[position] = replace(turn.fates[position], fate="updated")
+            if rewrites_vectors(before, record):
+                turn.rewritten.add(record.id)
 
 
 def _settle_written(turn: _Turn, written: Sequence[StoredMessage]) -> None:
@@ -260,10 +265,12 @@ def index_op(
         logger.warning("thread %r was forgotten; nothing of this call was stored", thread_id)
         return turn.refuse_all(FORGOTTEN)
     to_embed = turn.to_embed()
-    if not to_embed and not adopted:
+    rewritten = sorted(turn.rewritten & {r.id for r in turn.to_write()})
+    if not to_embed and not adopted and not rewritten:
         return turn.result()
     try:
         info = yield from space.resolve()
+        yield from _drop_old_text(info, rewritten, resource_id)
         to_embed = yield from _vectors_to_write(
             info, space, turn, to_embed, adopted=adopted, max_chars=max_chars, logger=logger
         )
@@ -319,6 +326,18 @@ def _vectors_to_write(
     scope = ScopeFilter(resource_id=to_embed[0].resource_id, thread_id=to_embed[0].thread_id)
     held = unchanged & (yield steps.VectorMessageIds(info, scope))
     return [r for r in to_embed if r.id not in held]
+
+
+def _drop_old_text(info: IndexInfo, rewritten: Sequence[str], resource_id: str) -> Op[None]:
+    """Delete the vectors of edits whose new text would not overwrite them all.
+
+    A long text's later chunks, or every chunk when the new text gets no vector
+    (`messages.rewrites_vectors`): left, they kept the old text searchable and on disk.
+    The caches keyed by text are emptied too.
+    """
+    if rewritten:
+        yield steps.DeleteVectors(info, message_ids=rewritten, resource_id=resource_id)
+        yield steps.ClearCaches()  # they hold the old text, as after a forget
 
 
 def _put_adopting(

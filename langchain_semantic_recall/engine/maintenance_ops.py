@@ -37,7 +37,10 @@ class RecallStats:
     dimension: int
     messages: int
     threads: int
+    """Threads holding a message: one emptied by retention is listed (`list_threads`,
+    `semantic-recall threads`, with 0 messages) but not counted."""
     resources: int
+    """Resources holding a message."""
     embeddable: int
     """Messages that should have a vector (user and assistant messages with text)."""
     vectors: int
@@ -246,8 +249,9 @@ def reindex_op(
 
     With `missing_only`, only messages without a vector are embedded. Either way the
     scope's vectors whose message is gone (a forget whose vector delete failed) are
-    removed: a full reindex repairs at least what the partial one does. A thread
-    forgotten while this runs keeps no vector.
+    removed, and so are those of a message that gets none (edited to no text by a
+    version that kept the old text's vectors): a full reindex repairs at least what the
+    partial one does. A thread forgotten while this runs keeps no vector.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
@@ -261,6 +265,7 @@ def reindex_op(
     while page := (yield steps.ListMessages(scope, after=after, limit=batch_size)):
         after = (page[-1].thread_id, page[-1].seq)
         stored_ids.update(m.id for m in page)
+        yield from _drop_unembeddable(info, page, have)
         todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
@@ -277,6 +282,16 @@ def reindex_op(
             thread_id=None if scope is None else scope.thread_id,
         )
     return written
+
+
+def _drop_unembeddable(info: IndexInfo, page: Sequence[StoredMessage], have: Set[str]) -> Op[None]:
+    """Delete the vectors of the page's messages that get none (each under its resource)."""
+    stray: dict[str, list[str]] = {}
+    for message in page:
+        if message.id in have and skip_reason(message) is not None:
+            stray.setdefault(message.resource_id, []).append(message.id)
+    for resource_id, ids in sorted(stray.items()):
+        yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
 
 
 def _check_scope(scope: ScopeFilter | None) -> Op[None]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import weakref
 from collections import Counter
@@ -38,6 +37,7 @@ from langchain_semantic_recall.vectors.chroma_collections import (
     ChromaCollections,
     Row,
     open_persistent,
+    remove_copy,
 )
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
@@ -194,7 +194,7 @@ class ChromaVectorIndex(VectorIndex):
         index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
         index._owned_client = client
         if copy is not None:
-            weakref.finalize(index, shutil.rmtree, copy, True)
+            weakref.finalize(index, remove_copy, copy)
             index._snapshot_files = None  # never delete in `path`
             if index._snapshots:  # the copy has none: read the store's own, never built
                 index._snapshots.read_in_place(path)

@@ -40,7 +40,15 @@ if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
     from chromadb.api.types import GetResult, Include, Where
 
-__all__ = ["CACHED_COLLECTIONS", "ChromaCollections", "Row", "open_persistent", "temporary_copy"]
+__all__ = [
+    "CACHED_COLLECTIONS",
+    "ChromaCollections",
+    "Row",
+    "open_persistent",
+    "remove_copy",
+    "sweep_copies",
+    "temporary_copy",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +56,12 @@ CACHED_COLLECTIONS: Final = 4096
 """Resource collection handles kept per instance (a handle is a few hundred bytes)."""
 _LIST_PAGE: Final = 1000
 """Collections per `list_collections` page."""
+COPY_PREFIX: Final = "semantic-recall-read-only-"
+"""Name of a read-only open's temporary copy: this, its process's id, "-" and a random tail."""
+_COPY_LOCK: Final = ".semantic-recall-copy.lock"
+"""The file of a copy that its process keeps locked while it uses the copy (`_hold`)."""
+_HELD: dict[str, int] = {}
+"""This process's copies -> the descriptor holding each one's lock."""
 _T = TypeVar("_T")
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
@@ -331,7 +345,7 @@ def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | N
         )
     except Exception as exc:  # chromadb raises its own InternalError, or ValueError
         if copy is not None:
-            shutil.rmtree(copy, ignore_errors=True)
+            remove_copy(copy)
         raise StorageError(
             f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); if "
             "it is damaged, restore it from a backup, or move it aside and rebuild it "
@@ -346,18 +360,101 @@ def temporary_copy(folder: str) -> str:
         raise StorageError(f"no Chroma index at {folder} to open read-only; check the path")
     from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER
 
-    copy = tempfile.mkdtemp(prefix="semantic-recall-read-only-")
+    sweep_copies()
+    copy = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{os.getpid()}-")
     skip = shutil.ignore_patterns(FOLDER)  # the snapshots are read in place (`ColdSnapshots`)
     try:
+        _hold(copy)
         shutil.copytree(
             folder, copy, dirs_exist_ok=True, copy_function=shutil.copyfile, ignore=skip
         )
         for root, _dirs, _files in os.walk(copy):  # copytree kept the folders' read-only modes
             os.chmod(root, 0o700)
     except OSError as exc:
-        shutil.rmtree(copy, ignore_errors=True)
+        remove_copy(copy)
         raise StorageError(
             f"cannot copy the read-only Chroma index {folder} to {copy} ({exc}); free space "
             "in the temporary folder (set TMPDIR) or open a writable copy of the store"
         ) from exc
     return copy
+
+
+def sweep_copies(root: str | None = None) -> list[str]:
+    """Delete the read-only copies that processes killed before their exit left behind.
+
+    A copy holds the whole Chroma folder: every message's text, and what a forget left
+    until `purge`. It is removed with its index or at exit, which a process stopped by
+    SIGKILL (or a library user's SIGTERM) never reaches. Its process holds a lock on a
+    file inside it for as long as it uses it (the system drops the lock when the process
+    ends, whatever ends it): a copy of this user whose lock is free is deleted (on POSIX;
+    elsewhere none is). Called by every read-only open and by `purge`.
+
+    Args:
+        root: The temporary folder (default: `tempfile.gettempdir()`).
+
+    Returns:
+        The folders deleted.
+    """
+    if os.name != "posix":
+        return []
+    root = root or tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    swept: list[str] = []
+    for name in names:
+        path = os.path.join(root, name)
+        if not name.startswith(COPY_PREFIX) or path in _HELD or not _abandoned(path):
+            continue
+        try:
+            shutil.rmtree(path)
+        except OSError:
+            logger.warning("could not delete the abandoned read-only copy %s", path, exc_info=True)
+        else:
+            swept.append(path)
+    if swept:
+        logger.warning("deleted %d read-only copies left by killed processes", len(swept))
+    return swept
+
+
+def remove_copy(copy: str) -> None:
+    """Delete a read-only copy this process made, and release its lock."""
+    fd = _HELD.pop(copy, None)
+    shutil.rmtree(copy, ignore_errors=True)
+    if fd is not None:
+        os.close(fd)
+
+
+def _hold(copy: str) -> None:
+    """Lock the copy's lock file for as long as this process uses the copy (POSIX)."""
+    if os.name != "posix":
+        return
+    import fcntl
+
+    fd = os.open(os.path.join(copy, _COPY_LOCK), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _HELD[copy] = fd
+
+
+def _abandoned(path: str) -> bool:
+    """Whether a copy is this user's and no process holds its lock (its maker is gone).
+
+    A copy without a lock file (made by an earlier version, or being made right now)
+    is left alone.
+    """
+    import fcntl
+
+    try:
+        if os.lstat(path).st_uid != os.getuid():
+            return False
+        fd = os.open(os.path.join(path, _COPY_LOCK), os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its process is alive
+    finally:
+        os.close(fd)  # (releases ours)
+    return True

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import CompactResult
+from langchain_semantic_recall.vectors.chroma_collections import sweep_copies
 from langchain_semantic_recall.vectors.chroma_layout import collection_prefix
 from langchain_semantic_recall.vectors.chroma_rebuild import (
     READY,
@@ -110,12 +111,14 @@ def _rebuild_folder(client: ClientAPI, folder: str, name: str, size: int) -> tup
     server = getattr(client, "_server", None)
     restart_around(server, lambda: swap_folders(folder))
     prefix = collection_prefix(name)
-    mine = [k for k in expected if k.startswith(prefix)]
+    mine = [k for k in expected if k == name or k.startswith(prefix)]  # (its own root too)
     rebuilt = sum(expected[k] for k in mine)
     others = len(expected) - len(mine)
     done.append(f"rebuilt {len(mine)} collection(s) of index {name!r} ({rebuilt} vectors)")
     done.append(f"copied {others} other collection(s) into the new folder")
     done.append("replaced the Chroma folder by its rebuilt copy (the old one deleted)")
+    if swept := sweep_copies():
+        done.append(f"deleted {len(swept)} read-only copies of a store left by killed processes")
     return done, rebuilt
 
 

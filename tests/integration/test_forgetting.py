@@ -76,6 +76,30 @@ def test_the_documented_purge_leaves_no_byte_of_the_content_on_disk(tmp_path: Pa
     memory.storage.close()
 
 
+@pytest.mark.parametrize("new", ["peanut q301z", ""])
+def test_an_edited_messages_old_text_leaves_no_byte_after_the_purge(
+    tmp_path: Path, new: str
+) -> None:
+    """A long message edited to a short one, or to none: its old text is gone from every file.
+
+    ``docs/data-handling.md``, "One message". Its old chunks stayed in Chroma as live
+    rows (the edit's upsert overwrote the first only, or none), so the purge, which
+    copies the live rows, kept the old text on disk.
+    """
+    store = tmp_path / "memory"
+    memory = SemanticRecall.local(store, embeddings=FaultyEmbeddings(), search_mode="dense")
+    old = " ".join(["garden"] * 1500 + ["lisbon q300z"])
+    memory.index([HumanMessage(old, id="m1")], thread_id="t1", resource_id="alice")
+    edit = memory.index([HumanMessage(new, id="m1")], thread_id="t1", resource_id="alice")
+    assert [f.fate for f in edit.fates] == ["updated"]
+    memory.purge()
+    memory.close()
+    files = [f for f in store.rglob("*") if f.is_file()]
+    assert not [f for f in files if b"q300z" in f.read_bytes()]
+    if new:
+        assert [f for f in files if b"q301z" in f.read_bytes()], "the new text is still there"
+
+
 def test_a_repair_for_one_resource_never_deletes_another_resources_vector() -> None:
     """Chroma keeps a collection per resource, so two resources can hold the same vector id.
 

@@ -224,6 +224,15 @@ def test_apurge_is_the_async_twin(tmp_path: Path) -> None:
     memory.storage.close()
 
 
+def test_the_purge_counts_the_index_own_collection_as_its_own(tmp_path: Path) -> None:
+    """The index's root collection (no vector) was reported as "1 other collection", which
+    reads as another index whose vectors the purge kept (docs/data-handling.md, "Scope")."""
+    memory = small_store(tmp_path / "memory")
+    done = memory.purge().vectors.done
+    assert "copied 0 other collection(s) into the new folder" in done
+    memory.storage.close()
+
+
 def test_purge_of_an_empty_store_does_nothing_wrong(tmp_path: Path) -> None:
     memory = SemanticRecall.local(tmp_path / "memory", embeddings=SignEmbeddings())
     result = memory.purge()

@@ -38,7 +38,13 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall import (
@@ -47,6 +53,8 @@ from langchain_semantic_recall import (
     OwnershipError,
     SemanticRecall,
 )
+from langchain_semantic_recall.embeddings import split_for_embedding
+from langchain_semantic_recall.engine import index_ops
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import NO_RESOURCE
 from langchain_semantic_recall.storage import ScopeFilter
@@ -375,6 +383,96 @@ class ForgettingSuite:
         assert len(rig.engine.cache) > 0
         rig.engine.forget_thread("t1")
         assert len(rig.engine.cache) == 0
+
+    # --- an edited message keeps no vector of its old text -------------------------------
+
+    def _vector_texts(self, rig: Rig, message_id: str) -> list[str]:
+        scope = ScopeFilter(resource_id="alice")
+        found = rig.vectors.inner.export(rig.index_name, scope)
+        return sorted(v.content for v in found if v.message_id == message_id)
+
+    @pytest.mark.parametrize(
+        "edited",
+        [
+            HumanMessage("peanut sister q401z", id="long"),  # shorter: fewer chunks
+            HumanMessage("", id="long"),  # emptied: no vector at all
+            AIMessage("", id="long", tool_calls=[{"name": "f", "args": {}, "id": "c"}]),
+        ],
+        ids=["shorter", "emptied", "tool-calls-only"],
+    )
+    @pytest.mark.parametrize("how", ["index", "bulk_index"])
+    def test_an_edit_leaves_no_vector_of_the_old_text(
+        self, rig: Rig, edited: BaseMessage, how: str
+    ) -> None:
+        """A message edited (same id, new text) is found by its new text only, and the
+        embedding cache no longer holds its old text.
+
+        A long message is embedded as several chunks: the edit's upsert overwrote the
+        first ones only, and an edit to a message with no text wrote none, so the old
+        text stayed in the index (and in every purge's copy of it), and search found
+        the message by words it no longer holds.
+        """
+        role = HumanMessage if isinstance(edited, HumanMessage) else AIMessage
+        long = role(" ".join(["garden"] * 1500 + [text(400, "lisbon")]), id="long")
+        rig.engine.index([long], thread_id="t2", resource_id="alice")
+        assert any("q400z" in t for t in self._vector_texts(rig, "long"))
+        pieces = split_for_embedding(rig.embeddings, str(long.content))
+        assert all(rig.engine.cache.get(rig.index_name, p) for p in pieces)
+        if how == "index":
+            result = rig.engine.index([edited], thread_id="t2", resource_id="alice")
+            assert [f.fate for f in result.fates] == ["updated"]
+        else:
+            assert rig.engine.bulk_index([("t2", "alice", [edited])]).updated == 1
+        left = self._vector_texts(rig, "long")
+        assert not [t for t in left if "q400z" in t or "garden" in t]
+        assert left == ([str(edited.content)] if edited.content else [])
+        assert not [p for p in pieces if rig.engine.cache.get(rig.index_name, p)]  # (memory)
+        for mode in search_modes(rig):
+            hits = rig.engine_with(search_mode=mode).search("lisbon q400z", resource_id="alice")
+            assert "long" not in {h.message.id for h in hits}
+        stats = rig.engine.stats(resource_id="alice")
+        assert (stats.missing_vectors, stats.orphan_vectors) == (0, 0)
+
+    @pytest.mark.parametrize(
+        ("first", "then"),
+        [
+            (SystemMessage("be brief", id="s"), SystemMessage("be long", id="s")),
+            (HumanMessage("lisbon q402z", id="s"), HumanMessage("lisbon q402z", id="s", name="x")),
+        ],
+        ids=["no-vector-before", "same-text"],
+    )
+    def test_an_edit_that_leaves_no_old_text_deletes_nothing(
+        self, rig: Rig, first: BaseMessage, then: BaseMessage
+    ) -> None:
+        """Only an edit of embedded text costs a delete (and empties the caches)."""
+        rig.engine.index([first], thread_id="t2", resource_id="alice")
+        cached = len(rig.engine.cache)
+        rig.vectors.calls.clear()
+        result = rig.engine.index([then], thread_id="t2", resource_id="alice")
+        assert [f.fate for f in result.fates] == ["updated"]
+        assert "delete" not in rig.vectors.names()
+        assert len(rig.engine.cache) == cached
+
+    @pytest.mark.parametrize("missing_only", [True, False])
+    def test_the_repair_drops_the_vectors_of_a_message_edited_to_no_text(
+        self, rig: Rig, monkeypatch: pytest.MonkeyPatch, missing_only: bool
+    ) -> None:
+        """Stores edited by a version that kept the old vectors: either reindex drops them."""
+        rig.engine.index(
+            [AIMessage(text(400, "lisbon"), id="e")], thread_id="t2", resource_id="alice"
+        )
+        monkeypatch.setattr(index_ops, "rewrites_vectors", lambda *_: False)  # that version
+        emptied = AIMessage("", id="e", tool_calls=[{"name": "f", "args": {}, "id": "c"}])
+        rig.engine.index([emptied], thread_id="t2", resource_id="alice")
+        assert self._vector_texts(rig, "e") == [text(400, "lisbon")]
+        rig.engine.reindex(missing_only=missing_only)
+        assert self._vector_texts(rig, "e") == []
+        assert rig.vector_ids(ScopeFilter(resource_id="alice")) == {
+            "keep-100",
+            "keep-101",
+            "old-300",
+            "old-301",
+        }
 
 
 class TestForgettingInMemory(ForgettingSuite):

@@ -1,0 +1,138 @@
+"""A read-only open's copy of the Chroma folder never outlives its process for long.
+
+A read-only open (`semantic-recall stats`, `search`, `inspect`; `read_only=True`) works
+on a private copy of `PATH/chroma` in the temporary folder: every message's text, and
+what a forget left there until `purge`. It was removed only at a normal exit, so a
+command stopped by SIGTERM (`timeout`, a service manager) or a process killed left the
+copy behind for good, where no `purge` reached it. Now the command line ends on SIGTERM
+as on Ctrl-C, and a copy whose process is gone is deleted by the next read-only open and
+by `purge`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall import SemanticRecall
+from tests.fakes import FakeEmbeddings
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = b"q517z"
+
+_HELD = """
+import sys
+from langchain_semantic_recall.cli import common, main
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+from tests.fakes import FakeEmbeddings
+
+common.create_embeddings = FakeEmbeddings
+opened = ChromaVectorIndex.persistent.__func__
+
+
+def held(cls, *args, **kwargs):  # the command's index is open: wait for the test's signal
+    index = opened(cls, *args, **kwargs)
+    print("open", flush=True)
+    sys.stdin.readline()
+    return index
+
+
+ChromaVectorIndex.persistent = classmethod(held)
+if sys.argv[1] == "cli":
+    raise SystemExit(main(sys.argv[2:]))
+from langchain_semantic_recall import SemanticRecall
+
+SemanticRecall.local(sys.argv[2], read_only=True, embeddings=FakeEmbeddings())
+"""
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "memory"
+    with SemanticRecall.local(path, embeddings=FakeEmbeddings()) as memory:
+        memory.index([HumanMessage("lisbon q517z", id="m1")], thread_id="t1", resource_id="a")
+    return path
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary folder of this test and of the processes it starts."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def _copies(scratch: Path) -> list[Path]:
+    return sorted(scratch.glob("semantic-recall-read-only-*"))
+
+
+def _held_open(scratch: Path, *argv: str) -> subprocess.Popen[str]:
+    """A process holding a read-only open of the store (its copy made), until signalled."""
+    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HELD, *argv],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:  # (a command may print a heading first)
+        if line == "open\n":
+            break
+    else:
+        pytest.fail(f"the process ended ({process.wait()}) before its index was open")
+    copies = _copies(scratch)
+    assert len(copies) == 1
+    assert any(MARKER in f.read_bytes() for f in copies[0].rglob("*") if f.is_file())
+    return process
+
+
+def test_a_command_stopped_by_sigterm_deletes_its_copy(store: Path, scratch: Path) -> None:
+    process = _held_open(
+        scratch, "cli", "search", "lisbon", "--resource", "a", "--path", str(store)
+    )
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert _copies(scratch) == []
+
+
+@pytest.mark.parametrize("then", ["read-only open", "purge"])
+def test_a_copy_a_killed_process_left_is_deleted_by_the_next_open_or_purge(
+    store: Path, scratch: Path, then: str
+) -> None:
+    process = _held_open(scratch, "library", str(store))
+    process.kill()
+    process.wait(timeout=60)
+    left = _copies(scratch)
+    assert len(left) == 1, "a killed process cannot delete its copy"
+
+    if then == "purge":
+        with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as memory:
+            done = memory.purge().vectors.done
+        assert any("read-only copies" in step for step in done)
+        assert _copies(scratch) == []
+    else:
+        with SemanticRecall.local(store, embeddings=FakeEmbeddings(), read_only=True) as memory:
+            assert memory.stats().messages == 1
+            assert [p.name for p in _copies(scratch)] != [left[0].name]  # only its own
+        assert not left[0].exists()
+
+
+def test_the_copy_of_a_live_process_is_kept(store: Path, scratch: Path) -> None:
+    process = _held_open(scratch, "library", str(store))
+    try:
+        with SemanticRecall.local(store, embeddings=FakeEmbeddings(), read_only=True):
+            assert len(_copies(scratch)) == 2
+    finally:
+        process.kill()
+        process.wait(timeout=60)
