@@ -1,0 +1,102 @@
+"""A store an earlier release wrote, opened by this one: nothing lost or unsearchable.
+
+The old stores are built by writing this release's store and taking it back to the
+earlier schema, as the migrations' own tests do (SQLite schema 2 and PostgreSQL schema 3
+are the current tables less the `metadata` column): 0.1 and 0.2 wrote SQLite schema 2.
+Checked by hand beside these tests: stores written through the public API of 27f000c
+(0.1.0) and 26779ab (0.2.0) search, count, list, export, forget and move alike after the
+upgrade (docs/migration-0.3.md).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.postgres import PostgresStorage
+from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+
+pytestmark = pytest.mark.integration
+
+
+TRAVEL = (("project", "travel"),)
+START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def turn() -> list[BaseMessage]:
+    """Messages as 0.1 and 0.2 stored them: metadata in `additional_kwargs` only."""
+    travel = {"metadata": {"project": "travel"}}
+    return [
+        HumanMessage("Plan my Lisbon trip in May", id="trip-1", additional_kwargs=travel),
+        AIMessage("Lisbon in May is warm", id="trip-2"),
+    ]
+
+
+def records() -> list[MessageRecord]:
+    """`turn()` as stored, and a message whose metadata today's `index` refuses (nested)."""
+    nested = HumanMessage("Lisbon, a nested note", additional_kwargs={"metadata": {"a": {}}})
+    messages = [*turn(), nested]
+    return [
+        MessageRecord(
+            f"trip-{n}",
+            "trip",
+            "alice",
+            "user",
+            str(message.content),
+            START,
+            MessageRecord.dump(message),
+        )
+        for n, message in enumerate(messages, start=1)
+    ]
+
+
+def to_sqlite_schema_2(file: Path) -> None:
+    """Take a SQLite store back to schema 2, the one 0.1 and 0.2 wrote."""
+    raw = sqlite3.connect(file)
+    raw.execute("ALTER TABLE messages DROP COLUMN metadata")
+    raw.execute("UPDATE schema_version SET version = 2")
+    raw.commit()
+    raw.close()
+
+
+def test_a_schema_2_sqlite_file_keeps_the_metadata_its_messages_carry(tmp_path: Path) -> None:
+    """The migration added an empty column: every filter passed the older messages by."""
+    file = tmp_path / "messages.sqlite3"
+    storage = SQLiteStorage(file)
+    storage.put(records())
+    storage.close()
+    to_sqlite_schema_2(file)
+    check_kept(SQLiteStorage(file))
+
+
+def check_kept(migrated: MessageStorage) -> None:
+    """The carried metadata is the message's; a filter finds it (and only it)."""
+    try:
+        scope = ScopeFilter("alice")
+        ids = ["trip-1", "trip-2", "trip-3"]
+        windows = migrated.get_windows(ids, before=0, after=0, scope=scope)
+        assert [windows[i][0].metadata for i in ids] == [TRAVEL, (), ()]
+        travel = ScopeFilter("alice", metadata=(("project", ("travel",)),))
+        hits = migrated.keyword_search("lisbon", scope=travel, limit=5)
+        assert [message_id for message_id, _ in hits] == ["trip-1"]
+    finally:
+        migrated.close()
+
+
+def test_a_version_3_postgres_database_keeps_the_metadata_its_messages_carry(
+    pg_url: str,
+) -> None:
+    storage = PostgresStorage(pg_url)
+    storage.put(records())
+    storage.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to a version-3 database
+        conn.execute("ALTER TABLE semantic_recall_messages DROP COLUMN metadata")
+        conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 3")
+    check_kept(PostgresStorage(pg_url))
