@@ -174,6 +174,32 @@ def in_use(path: str | os.PathLike[str]) -> bool:
     return False
 
 
+def migrate_older(path: str | os.PathLike[str]) -> int | None:
+    """Bring a writable file of an earlier schema up to date; the version it had.
+
+    For a caller that then opens the file read-only (the command line's inspection
+    commands), which would refuse an older schema. None, and nothing done, when the
+    file is current, newer, missing, not a store, or cannot be written.
+    """
+    target = os.fspath(path)
+    if not os.path.isfile(target) or not is_writable(target):
+        return None
+    probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+    try:
+        found = probe.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        version = int(probe.execute(_GET_VERSION).fetchone()[0] or 0) if found else None
+    except sqlite3.Error:
+        return None  # the open that follows says what is wrong with the file
+    finally:
+        probe.close()
+    if version is None or version >= SCHEMA_VERSION:
+        return None
+    connect(target).close()
+    return version
+
+
 def connect(path: str, *, read_only: bool = False) -> sqlite3.Connection:
     """An autocommit connection to a prepared path, its schema brought up to date.
 
@@ -244,9 +270,10 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
                     f"newer than this package understands ({SCHEMA_VERSION}); upgrade "
                     "langchain-semantic-recall"
                     if version > SCHEMA_VERSION
-                    else f"older than this package's ({SCHEMA_VERSION}), and a read-only "
-                    "store cannot be migrated; open a writable copy once (any command "
-                    "migrates it) or use the release that wrote it"
+                    else f"older than this package's ({SCHEMA_VERSION}), and a store opened "
+                    "read-only cannot be migrated; open it (or a writable copy) once without "
+                    "read_only: SemanticRecall.local(path) or any semantic-recall command "
+                    "migrates it (docs/migration-0.3.md)"
                 )
             )
         logger.debug("opened SQLite storage %s read-only (%s)", path, uri)

@@ -10,6 +10,7 @@ upgrade (docs/migration-0.3.md).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,13 +19,21 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+from tests.fakes import FakeEmbeddings
+from tests.unit import test_cli as unit
+from tests.unit.test_cli import Cli, Embedder
 
 pytestmark = pytest.mark.integration
 
+# The fixtures of tests/unit/test_cli.py: the CLI's fake embedder, a plain terminal.
+embedder = unit.embedder
+plain_terminal = unit.plain_terminal
 
 TRAVEL = (("project", "travel"),)
 START = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
@@ -66,6 +75,16 @@ def to_sqlite_schema_2(file: Path) -> None:
     raw.close()
 
 
+@pytest.fixture
+def old_store(tmp_path: Path) -> Path:
+    """An embedded store (SQLite + Chroma, fake embedder) as 0.2 left it."""
+    store = tmp_path / "store"
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as memory:
+        memory.index(turn()[:2], thread_id="trip", resource_id="alice")
+    to_sqlite_schema_2(store / "messages.sqlite3")
+    return store
+
+
 def test_a_schema_2_sqlite_file_keeps_the_metadata_its_messages_carry(tmp_path: Path) -> None:
     """The migration added an empty column: every filter passed the older messages by."""
     file = tmp_path / "messages.sqlite3"
@@ -88,6 +107,55 @@ def check_kept(migrated: MessageStorage) -> None:
         assert [message_id for message_id, _ in hits] == ["trip-1"]
     finally:
         migrated.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (("threads",), "trip"),
+        (("show", "trip"), "Lisbon in May is warm"),
+        (("export", "--resource", "alice"), '"id": "trip-1"'),
+        (("stats",), "2 of 2 embeddable"),
+        (("search", "Lisbon trip", "--resource", "alice", "--threshold", "0"), "Lisbon"),
+    ],
+    ids=lambda value: value[0] if isinstance(value, tuple) else "",
+)
+def test_inspection_commands_work_on_a_store_an_earlier_release_wrote(
+    old_store: Path,
+    capsys: pytest.CaptureFixture[str],
+    embedder: Embedder,
+    command: tuple[str, ...],
+    shown: str,
+) -> None:
+    """They open the store read-only, which refused the older schema ('a read-only store
+    cannot be migrated; ... any command migrates it') until a command that writes ran."""
+    cli = Cli(capsys, old_store)
+    result = cli(*command)
+    assert result.code == 0, result.err
+    assert shown in result.out
+    assert "migrated it to schema 3" in result.err
+    again = cli(*command)
+    assert (again.code, again.out) == (0, result.out)
+    assert "migrated" not in again.err
+
+
+def test_export_of_an_upgraded_store_keeps_the_metadata(
+    old_store: Path, capsys: pytest.CaptureFixture[str], embedder: Embedder, tmp_path: Path
+) -> None:
+    out = tmp_path / "alice.jsonl"
+    cli = Cli(capsys, old_store)
+    assert cli("export", "--resource", "alice", "--output", str(out)).code == 0
+    lines = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert lines["trip-1"]["metadata"] == {"project": "travel"}
+    assert "metadata" not in lines["trip-2"]
+
+
+def test_a_read_only_open_of_an_older_store_says_how_to_migrate(old_store: Path) -> None:
+    file = old_store / "messages.sqlite3"
+    before = file.read_bytes()
+    with pytest.raises(StorageError, match=r"SemanticRecall\.local\(path\) or any semantic-recall"):
+        SQLiteStorage(file, read_only=True)
+    assert file.read_bytes() == before
 
 
 def test_a_version_3_postgres_database_keeps_the_metadata_its_messages_carry(
