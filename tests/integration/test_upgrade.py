@@ -10,6 +10,7 @@ upgrade (docs/migration-0.3.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from datetime import UTC, datetime
@@ -168,3 +169,57 @@ def test_a_version_3_postgres_database_keeps_the_metadata_its_messages_carry(
         conn.execute("ALTER TABLE semantic_recall_messages DROP COLUMN metadata")
         conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 3")
     check_kept(PostgresStorage(pg_url))
+
+
+def strip_filter_fields(chroma: Path) -> int:
+    """Make every vector as 0.1 and 0.2 wrote it: no created_ts, filterable or meta_<key>."""
+    import chromadb
+    from chromadb.config import Settings
+
+    client = chromadb.PersistentClient(str(chroma), settings=Settings(anonymized_telemetry=False))
+    stripped = 0
+    for collection in client.list_collections():
+        rows = collection.get(include=["embeddings", "metadatas", "documents"])
+        if not rows["ids"]:
+            continue
+        old = [
+            {k: v for k, v in meta.items() if k not in ("created_ts", "filterable")}
+            for meta in rows["metadatas"] or []
+        ]
+        old = [{k: v for k, v in meta.items() if not k.startswith("meta_")} for meta in old]
+        collection.delete(ids=rows["ids"])
+        collection.add(
+            ids=rows["ids"],
+            embeddings=rows["embeddings"],
+            metadatas=old,  # type: ignore[arg-type]
+            documents=rows["documents"],
+        )
+        stripped += len(rows["ids"])
+    return stripped
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_reindex_missing_only_gives_older_vectors_their_metadata(tmp_path: Path, twin: str) -> None:
+    """After the migration the messages had their metadata, their vectors not: a dense
+    search filtered on it passed them by, and `reindex(missing_only=True)` (the repair
+    the docs name) wrote nothing, since every message had a vector."""
+    store = tmp_path / "store"
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as memory:
+        memory.index(turn(), thread_id="trip", resource_id="alice")
+        memory.index([HumanMessage("unrelated", id="other")], thread_id="t2", resource_id="bob")
+    assert strip_filter_fields(store / "chroma") == 3
+    to_sqlite_schema_2(store / "messages.sqlite3")
+    travel = {"project": "travel"}
+    with SemanticRecall.local(
+        store, embeddings=FakeEmbeddings(), search_mode="dense", threshold=0
+    ) as memory:
+        assert memory.search("Lisbon", resource_id="alice", filter=travel) == []
+        if twin == "sync":
+            written = memory.reindex(missing_only=True)
+        else:
+            written = asyncio.run(memory.areindex(missing_only=True))
+        assert written == 1  # trip-1; trip-2 and bob's message carry no metadata
+        hits = memory.search("Lisbon", resource_id="alice", filter=travel)
+        assert [hit.message.id for hit in hits] == ["trip-1"]
+        assert memory.reindex(missing_only=True) == 0
+        assert memory.stats().missing_vectors == 0
