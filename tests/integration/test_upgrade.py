@@ -3,9 +3,11 @@
 The old stores are built by writing this release's store and taking it back to the
 earlier schema, as the migrations' own tests do (SQLite schema 2 and PostgreSQL schema 3
 are the current tables less the `metadata` column): 0.1 and 0.2 wrote SQLite schema 2.
-Checked by hand beside these tests: stores written through the public API of 27f000c
-(0.1.0) and 26779ab (0.2.0) search, count, list, export, forget and move alike after the
-upgrade (docs/migration-0.3.md).
+Checked by hand beside these tests: embedded stores written through the public API of
+27f000c (0.1.0) and 26779ab (0.2.0), and PostgreSQL + a Chroma server written by
+26779ab, search, count, list, export, forget, move and purge alike after the upgrade; a
+store of af9fda1 (0.1.0, one shared Chroma collection) is refused until its index is
+rebuilt (docs/migration-0.2.md, docs/migration-0.3.md).
 """
 
 from __future__ import annotations
