@@ -159,9 +159,10 @@ def reindex(self: SemanticRecall, **options: Unpack[ReindexOptions]) -> int:
     """Embed stored messages again into this engine's index; returns vectors written.
 
     After switching embedder (a new index fills from storage), or with
-    `missing_only=True` to repair vectors lost to a failure. Either way the vectors
-    whose message is gone (orphans) are removed. Idempotent. Raises `ReadOnlyError` on
-    a read-only engine.
+    `missing_only=True` to repair vectors lost to a failure (and to give vectors
+    written before 0.3 their message's metadata). Either way the vectors whose message
+    is gone (orphans) are removed. Idempotent. Raises `ReadOnlyError` on a read-only
+    engine.
 
     Args:
         **options: `resource_id` / `thread_id` (what to cover), `missing_only` (a repair),

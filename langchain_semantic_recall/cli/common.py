@@ -243,6 +243,8 @@ def open_backends(
     path = store_path(args)
     if not create:
         _require_store(path)
+    if read_only:
+        _migrate_older(path)
     backends = local_backends(path, create_embeddings(), read_only=read_only)
     _closed_at_the_end(backends)
     try:
@@ -308,6 +310,7 @@ def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
 
         path = store_path(args)
         _require_store(path)
+        _migrate_older(path)
         storage = SQLiteStorage(path / "messages.sqlite3", read_only=True)
     try:
         yield storage
@@ -328,6 +331,25 @@ def require_url_store(url: str) -> None:
         raise NotFoundError(
             f"no SQLite store at {file.resolve()} (sqlite:///relative/path, "
             "sqlite:////absolute/path; 'semantic-recall ingest' creates one)"
+        )
+
+
+def _migrate_older(path: Path) -> None:
+    """Migrate a writable store an earlier release wrote, before a read-only open.
+
+    The inspection commands open the store read-only, which refuses an older schema:
+    after an upgrade, `stats`, `threads` or `search` would fail until a command that
+    writes had run. A store that cannot be written is left to that error.
+    """
+    from langchain_semantic_recall.cli.render import note
+    from langchain_semantic_recall.storage.sqlite_schema import SCHEMA_VERSION, migrate_older
+
+    old = migrate_older(path / "messages.sqlite3")
+    if old is not None:
+        note(
+            f"note: the store {path} was written by an earlier release (schema {old}); "
+            f"migrated it to schema {SCHEMA_VERSION}, which releases before 0.3 cannot "
+            "open (docs/migration-0.3.md)"
         )
 
 

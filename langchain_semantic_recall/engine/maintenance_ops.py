@@ -18,6 +18,7 @@ from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import embed_records, write_owned
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.filters import MAX_IN, MetadataValue
 from langchain_semantic_recall.messages import skip_reason
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
@@ -247,7 +248,9 @@ def reindex_op(
 
     As `index` does, only the first `max_chars` characters of a text are embedded.
 
-    With `missing_only`, only messages without a vector are embedded. Either way the
+    With `missing_only`, only messages without a vector are embedded, and those with
+    metadata whose vectors lack it (written before 0.3, whose migration gave the stored
+    messages their metadata: a filtered vector search passed them by). Either way the
     scope's vectors whose message is gone (a forget whose vector delete failed) are
     removed, and so are those of a message that gets none (edited to no text by a
     version that kept the old text's vectors): a full reindex repairs at least what the
@@ -260,6 +263,7 @@ def reindex_op(
     info = yield from space.resolve()
     have: set[str] = yield steps.VectorMessageIds(info, scope)
     stored_ids: set[str] = set()
+    carried: list[tuple[str, str, str, MetadataValue]] = []  # (resource, id, first item)
     written = 0
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=batch_size)):
@@ -267,12 +271,27 @@ def reindex_op(
         stored_ids.update(m.id for m in page)
         yield from _drop_unembeddable(info, page, have)
         todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
+        if missing_only:  # the messages with metadata that have vectors: do these carry it?
+            carried += [
+                (m.resource_id, m.id, *m.metadata[0])
+                for m in _embeddable(page)
+                if m.metadata and m.id in have and m.resource_id != NO_RESOURCE
+            ]
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_owned(info, rows, logger)  # each thread's follows a move
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
+    for resource_id, ids in (yield from _without_metadata(info, carried)).items():
+        for start in range(0, len(ids), batch_size):
+            windows = yield steps.ReadWindows(
+                ids[start : start + batch_size], before=0, after=0, scope=ScopeFilter(resource_id)
+            )
+            todo = [window[0] for window in windows.values() if window]
+            rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
+            yield from write_owned(info, rows, logger)
+            written += len(todo) - (yield from _drop_forgotten(info, todo))
     orphans = have - stored_ids
     if orphans:  # only the scope's own rows: another resource may hold a vector of that id
         yield steps.DeleteVectors(
@@ -292,6 +311,34 @@ def _drop_unembeddable(info: IndexInfo, page: Sequence[StoredMessage], have: Set
             stray.setdefault(message.resource_id, []).append(message.id)
     for resource_id, ids in sorted(stray.items()):
         yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
+
+
+def _without_metadata(
+    info: IndexInfo, carried: Sequence[tuple[str, str, str, MetadataValue]]
+) -> Op[dict[str, list[str]]]:
+    """Resource -> its messages (of `carried`) whose vectors lack their metadata.
+
+    `carried`: (resource, message id, first metadata key, its value) of messages with a
+    vector. Per resource and key, the index says which vectors a filter on those values
+    finds: one written with its message's metadata carries every key, one written
+    before 0.3 none. A few reads per resource, not one per message or thread.
+    """
+    groups: dict[tuple[str, str], list[tuple[str, MetadataValue]]] = {}
+    for resource_id, message_id, key, value in carried:
+        groups.setdefault((resource_id, key), []).append((message_id, value))
+    lacking: dict[str, list[str]] = {}
+    for (resource_id, key), members in groups.items():
+        values = list({(type(v), v): v for _, v in members}.values())
+        found: set[str] = set()
+        for start in range(0, len(values), MAX_IN):
+            condition = ((key, tuple(values[start : start + MAX_IN])),)
+            found |= yield steps.VectorMessageIds(
+                info, ScopeFilter(resource_id, metadata=condition)
+            )
+        missed = [message_id for message_id, _ in members if message_id not in found]
+        if missed:
+            lacking.setdefault(resource_id, []).extend(missed)
+    return lacking
 
 
 def _check_scope(scope: ScopeFilter | None) -> Op[None]:

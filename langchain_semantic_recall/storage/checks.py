@@ -8,12 +8,14 @@ surrogates: an id one backend stores, all do).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeGuard
 
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, check_metadata
 from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
 from langchain_semantic_recall.storable import check_id, check_ids
 
@@ -228,3 +230,28 @@ def check_still_owned(thread_id: str, found: str | None, owner: str | None) -> N
             f"thread {thread_id!r} no longer belongs to {owner!r} (another call moved it "
             "since this one read its owner); nothing was deleted or moved"
         )
+
+
+def payload_metadata(payload: str, message_id: str) -> dict[str, MetadataValue]:
+    """The metadata a stored message carries in its payload (`additional_kwargs["metadata"]`).
+
+    What `messages.build_records` keeps as the message's metadata today; a message stored
+    before the storages had a metadata column (SQLite schema 3, PostgreSQL schema 4)
+    carries it in its payload alone, and their migrations copy it from here.
+
+    Args:
+        payload: The stored payload (`MessageRecord.dump`: `message_to_dict` as JSON).
+        message_id: The message's id, for the error.
+
+    Raises:
+        InvalidInputError: the payload's metadata is not valid metadata
+            (`filters.check_metadata`): today's `index` would refuse the message.
+    """
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        return {}
+    data = document.get("data") if isinstance(document, dict) else None
+    extra = data.get("additional_kwargs") if isinstance(data, dict) else None
+    carried = extra.get(METADATA_KEY) if isinstance(extra, dict) else None
+    return check_metadata(carried, f"message {message_id!r}: additional_kwargs['metadata']")

@@ -14,6 +14,7 @@ opened `immutable`: nothing can change it while we read.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -22,8 +23,10 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-from langchain_semantic_recall.errors import StorageError
+from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.filters import METADATA_KEY
 from langchain_semantic_recall.storage import sqlite_fts as fts
+from langchain_semantic_recall.storage.checks import payload_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +35,41 @@ SCHEMA_VERSION: Final = 3
 _BUSY_TIMEOUT_S: Final = 30.0
 
 Migration = str | Callable[[sqlite3.Connection], None]
+
+
+def backfill_metadata(conn: sqlite3.Connection) -> None:
+    """Copy the metadata of messages stored before version 3 into their column.
+
+    A message's `additional_kwargs["metadata"]` is its filterable metadata since version
+    3 (`filters`); one stored before kept it in its payload only, so every filter would
+    pass it by. A message whose metadata today's `index` would refuse keeps none (a
+    warning counts them).
+    """
+    page = (
+        "SELECT rowid, id, payload FROM messages WHERE rowid > ? AND instr(payload, ?) > 0 "
+        "ORDER BY rowid LIMIT 1000"
+    )
+    refused: list[str] = []
+    after = 0
+    while rows := conn.execute(page, (after, f'"{METADATA_KEY}"')).fetchall():
+        for _, message_id, payload in rows:
+            try:
+                metadata = payload_metadata(payload, message_id)
+            except InvalidInputError:
+                refused.append(message_id)
+                continue
+            if metadata:
+                text = json.dumps(dict(sorted(metadata.items())), ensure_ascii=False)
+                conn.execute("UPDATE messages SET metadata = ? WHERE id = ?", (text, message_id))
+        after = rows[-1][0]
+    if refused:
+        logger.warning(
+            "SQLite storage: %d message(s) carry additional_kwargs['metadata'] that is not "
+            "valid metadata (docs/filtering.md); they keep none (first: %r)",
+            len(refused),
+            refused[0],
+        )
+
 
 MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
     1: (
@@ -48,8 +86,9 @@ MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
         "forgotten_at TEXT NOT NULL)",
     ),
     2: (*fts.KEYWORD_TABLES, fts.backfill),
-    # Version 3: message metadata (JSON text, NULL for none), for search filters.
-    3: ("ALTER TABLE messages ADD COLUMN metadata TEXT",),
+    # Version 3: message metadata (JSON text, NULL for none), for search filters; the
+    # metadata older messages carry in their payload is copied into it.
+    3: ("ALTER TABLE messages ADD COLUMN metadata TEXT", backfill_metadata),
 }
 """Version -> the statements (or functions) that bring a file from the previous version."""
 
@@ -135,6 +174,32 @@ def in_use(path: str | os.PathLike[str]) -> bool:
     return False
 
 
+def migrate_older(path: str | os.PathLike[str]) -> int | None:
+    """Bring a writable file of an earlier schema up to date; the version it had.
+
+    For a caller that then opens the file read-only (the command line's inspection
+    commands), which would refuse an older schema. None, and nothing done, when the
+    file is current, newer, missing, not a store, or cannot be written.
+    """
+    target = os.fspath(path)
+    if not os.path.isfile(target) or not is_writable(target):
+        return None
+    probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+    try:
+        found = probe.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+        ).fetchone()
+        version = int(probe.execute(_GET_VERSION).fetchone()[0] or 0) if found else None
+    except sqlite3.Error:
+        return None  # the open that follows says what is wrong with the file
+    finally:
+        probe.close()
+    if version is None or version >= SCHEMA_VERSION:
+        return None
+    connect(target).close()
+    return version
+
+
 def connect(path: str, *, read_only: bool = False) -> sqlite3.Connection:
     """An autocommit connection to a prepared path, its schema brought up to date.
 
@@ -205,9 +270,10 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
                     f"newer than this package understands ({SCHEMA_VERSION}); upgrade "
                     "langchain-semantic-recall"
                     if version > SCHEMA_VERSION
-                    else f"older than this package's ({SCHEMA_VERSION}), and a read-only "
-                    "store cannot be migrated; open a writable copy once (any command "
-                    "migrates it) or use the release that wrote it"
+                    else f"older than this package's ({SCHEMA_VERSION}), and a store opened "
+                    "read-only cannot be migrated; open it (or a writable copy) once without "
+                    "read_only: SemanticRecall.local(path) or any semantic-recall command "
+                    "migrates it (docs/migration-0.3.md)"
                 )
             )
         logger.debug("opened SQLite storage %s read-only (%s)", path, uri)

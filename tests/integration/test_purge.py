@@ -262,7 +262,7 @@ def test_the_cli_purges_and_prints_the_sizes(
     assert main(["purge", "--path", str(store)]) == 0
     out = capsys.readouterr().out
     assert "replaced the Chroma folder by its rebuilt copy" in out
-    assert "rebuilt 2 collection(s)" in out
+    assert "rebuilt 3 collection(s)" in out  # two resources and the index's own root
     assert " -> " in out
     engine = SemanticRecall.local(store, embeddings=SignEmbeddings())
     try:

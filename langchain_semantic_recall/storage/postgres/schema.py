@@ -9,11 +9,14 @@ generator of statements that `storage` runs on a sync or an async connection.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Final
 
-from langchain_semantic_recall.errors import StorageError
+from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.filters import METADATA_KEY
 from langchain_semantic_recall.keywords import message_terms
+from langchain_semantic_recall.storage.checks import payload_metadata
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MAX_LEXEME_BYTES,
@@ -83,6 +86,8 @@ def setup_steps() -> Steps[int]:
             yield from _backfill_terms()
         if target == 3:
             yield from _index_long_terms()
+        if target == 4:
+            yield from _backfill_metadata()
         yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (%s)", (target,))
         logger.info("PostgreSQL storage: schema migrated to v%d", target)
     return int(version)
@@ -133,3 +138,43 @@ def _index_long_terms() -> Steps[None]:
         )
     if rows:
         logger.info("PostgreSQL storage: %d messages with long terms re-indexed", len(rows))
+
+
+def _backfill_metadata() -> Steps[None]:
+    """Copy the metadata of messages stored before schema version 4 into their column.
+
+    A message's `additional_kwargs["metadata"]` is its filterable metadata since then;
+    one stored before kept it in its payload only, where every filter passed it by. One
+    whose metadata today's `index` would refuse keeps none (a warning counts them).
+    """
+    after = ""
+    refused: list[str] = []
+    sql = f"SELECT id, payload FROM {_M} WHERE id > %s AND strpos(payload, %s) > 0 "
+    while True:
+        page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after, f'"{METADATA_KEY}"'))).rows
+        if not page:
+            break
+        ids, texts = [], []
+        for id_, payload in page:
+            try:
+                metadata = payload_metadata(payload, id_)
+            except InvalidInputError:
+                refused.append(id_)
+                continue
+            if metadata:
+                ids.append(id_)
+                texts.append(json.dumps(dict(sorted(metadata.items())), ensure_ascii=False))
+        if ids:
+            yield Query(
+                f"UPDATE {_M} AS m SET metadata = u.j::jsonb "
+                "FROM unnest(%s::text[], %s::text[]) AS u(i, j) WHERE m.id = u.i",
+                (ids, texts),
+            )
+        after = page[-1][0]
+    if refused:
+        logger.warning(
+            "PostgreSQL storage: %d message(s) carry additional_kwargs['metadata'] that is "
+            "not valid metadata (docs/filtering.md); they keep none (first: %r)",
+            len(refused),
+            refused[0],
+        )
