@@ -26,6 +26,7 @@ from typing import Any, Final, Literal, TypeAlias
 from langchain_semantic_recall.keywords import (
     BM25Params,
     bm25_ceiling,
+    has_cjk,
     message_terms,
     query_terms,
     rank_bm25,
@@ -197,6 +198,20 @@ def backfill(conn: sqlite3.Connection) -> None:
     rows = conn.execute("SELECT id, thread_id, resource_id, role, text FROM messages")
     for message_id, thread_id, resource_id, role, text in rows.fetchall():
         _add(conn, message_id, thread_id, resource_id, (role, text))
+
+
+def reindex_cjk(conn: sqlite3.Connection) -> None:
+    """Index anew the messages holding CJK text (the migration to version 4).
+
+    Until version 3, a run of CJK characters was one term (a whole clause, which no
+    other sentence repeats); it is now cut into pairs (`keywords.tokenize`). Other
+    messages' terms are unchanged, so they are left as they are.
+    """
+    rows = conn.execute("SELECT id, thread_id, resource_id, role, text FROM messages")
+    for message_id, thread_id, resource_id, role, text in rows.fetchall():
+        if has_cjk(text):
+            drop_terms(conn, message_id, thread_id)
+            _add(conn, message_id, thread_id, resource_id, (role, text))
 
 
 def _frequencies(terms: Sequence[str], docs: Mapping[str, Sequence[str]]) -> dict[str, int]:

@@ -28,7 +28,7 @@ from langchain_semantic_recall.storage import sqlite_fts as fts
 logger = logging.getLogger(__name__)
 
 MEMORY_PATH: Final = ":memory:"
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 _BUSY_TIMEOUT_S: Final = 30.0
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -50,6 +50,8 @@ MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
     2: (*fts.KEYWORD_TABLES, fts.backfill),
     # Version 3: message metadata (JSON text, NULL for none), for search filters.
     3: ("ALTER TABLE messages ADD COLUMN metadata TEXT",),
+    # Version 4: CJK text is indexed by character pairs (`keywords.tokenize`).
+    4: (fts.reindex_cjk,),
 }
 """Version -> the statements (or functions) that bring a file from the previous version."""
 

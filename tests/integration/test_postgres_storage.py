@@ -117,6 +117,37 @@ def test_a_version_3_database_gains_metadata_and_keeps_its_rows(pg_url: str) -> 
         migrated.close()
 
 
+def test_a_version_4_database_indexes_its_cjk_messages_anew(pg_url: str) -> None:
+    """Schema 4 held a run of CJK characters as one term, which no question repeats;
+    the migration re-indexes those messages by character pairs, and only them."""
+    storage = PostgresStorage(pg_url)
+    storage.put(
+        [
+            make_record("zh", text="我对花生过敏，请记住。"),
+            make_record("en", text="the lighthouse keeper"),
+        ]
+    )
+    storage.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to a version-4 database
+        conn.execute(
+            "UPDATE semantic_recall_messages SET terms = %s, term_count = 2, "
+            "tsv = array_to_tsvector(%s) WHERE id = 'zh'",
+            (["我对花生过敏", "请记住"], ["我对花生过敏", "请记住"]),
+        )
+        conn.execute("UPDATE semantic_recall_messages SET term_count = 99 WHERE id = 'en'")
+        conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 4")
+    migrated = PostgresStorage(pg_url)
+    try:
+        hits = migrated.keyword_search("我对什么过敏？", scope=ScopeFilter("r1"), limit=5)
+        assert [message_id for message_id, _ in hits] == ["zh"]
+    finally:
+        migrated.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, term_count FROM semantic_recall_messages").fetchall()
+    counts: dict[str, int] = dict(rows)
+    assert counts == {"zh": 7, "en": 99}  # the other message left as it was
+
+
 def test_newer_schema_is_refused(storage: PostgresStorage, pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("INSERT INTO semantic_recall_schema_version (version) VALUES (99)")

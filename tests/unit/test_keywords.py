@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given
@@ -12,6 +13,7 @@ from langchain_semantic_recall.keywords import (
     STOP_WORDS,
     BM25Params,
     bm25_score,
+    has_cjk,
     index_terms,
     message_terms,
     query_terms,
@@ -101,6 +103,48 @@ def test_tokenize_folds_case_drops_possessives_and_apostrophes() -> None:
         "zoë",
     ]
     assert tokenize("snake_case and 8 May, 2023") == ["snake", "case", "and", "8", "may", "2023"]
+
+
+def test_cjk_runs_are_cut_into_overlapping_pairs() -> None:
+    """Chinese and Japanese have no spaces, Korean glues particles to words: a run was one
+    term (a whole clause, matching nothing else); its pairs match the same words in any
+    sentence. Latin words and digits inside a run are words of their own."""
+    assert tokenize("我对花生过敏，请记住。") == [
+        "我对",
+        "对花",
+        "花生",
+        "生过",
+        "过敏",
+        "请记",
+        "记住",
+    ]
+    assert set(query_terms("我对什么过敏？")) & set(index_terms("我对花生过敏")) == {"我对", "过敏"}
+    assert tokenize("存在PostgreSQL16里") == ["存在", "postgresql16", "里"]
+    assert tokenize("ピーナッツ") == ["ピー", "ーナ", "ナッ", "ッツ"]
+    assert tokenize("땅콩은 좋아") == ["땅콩", "콩은", "좋아"]
+    assert tokenize("中 a") == ["中", "a"]
+    assert has_cjk("ok 谢谢")
+    assert has_cjk("ㅋㅋ")
+    assert not has_cjk("café ½ 😀 مرحبا")
+
+
+_OLD_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def _tokenize_before_cjk(text: str) -> list[str]:
+    """`tokenize` as it was before CJK pairs (schema 3 / 4 indexes hold its terms)."""
+    words = []
+    for raw in _OLD_WORD.findall(text.casefold()):
+        word = re.sub(r"['’]", "", re.sub(r"['’]s$", "", raw))
+        if word:
+            words.append(word)
+    return words
+
+
+@given(st.text(max_size=80).filter(lambda text: not has_cjk(text)))
+def test_text_without_cjk_is_cut_as_before(text: str) -> None:
+    """Only messages holding CJK text have new terms: the migration re-indexes them alone."""
+    assert tokenize(text) == _tokenize_before_cjk(text)
 
 
 def test_index_terms_drop_stop_words_and_keep_repeats() -> None:
@@ -206,6 +250,6 @@ def test_rank_bm25_equals_bm25_score_and_breaks_ties_by_id() -> None:
     )
 
 
-@given(st.text(alphabet=st.sampled_from("abcdeiostyz'’ ,.?!-_ÉéÅ1"), max_size=60))
+@given(st.text(alphabet=st.sampled_from("abcdeiostyz'’ ,.?!-_ÉéÅ1花生过敏ピー땅콩"), max_size=60))
 def test_term_set_is_the_set_of_index_terms(text: str) -> None:
     assert term_set(text) == frozenset(index_terms(text))

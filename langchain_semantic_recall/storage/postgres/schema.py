@@ -13,7 +13,7 @@ import logging
 from typing import Final
 
 from langchain_semantic_recall.errors import StorageError
-from langchain_semantic_recall.keywords import message_terms
+from langchain_semantic_recall.keywords import has_cjk, message_terms
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MAX_LEXEME_BYTES,
@@ -26,7 +26,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 VERSIONS: Final = "semantic_recall_schema_version"
 _LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
@@ -59,6 +59,9 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     3: (),
     # Message metadata (NULL for none), for search filters (`sql._filter_sql`).
     4: (f"ALTER TABLE {_M} ADD COLUMN metadata JSONB",),
+    # CJK text is indexed by character pairs (`keywords.tokenize`): the messages holding
+    # some get their terms anew from _backfill_terms, no statement of its own.
+    5: (),
 }
 """Version -> the statements that bring a database from the previous version to it."""
 
@@ -83,13 +86,18 @@ def setup_steps() -> Steps[int]:
             yield from _backfill_terms()
         if target == 3:
             yield from _index_long_terms()
+        if target == 5:
+            yield from _backfill_terms(cjk_only=True)
         yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (%s)", (target,))
         logger.info("PostgreSQL storage: schema migrated to v%d", target)
     return int(version)
 
 
-def _backfill_terms() -> Steps[None]:
-    """Index the keyword terms of messages written before schema version 2."""
+def _backfill_terms(*, cjk_only: bool = False) -> Steps[None]:
+    """Index the keyword terms of messages written before schema version 2.
+
+    `cjk_only`: only those holding CJK text, whose terms changed in version 5.
+    """
     after = ""
     while True:
         sql = f"SELECT id, role, text, resource_id, thread_id FROM {_M} WHERE id > %s "
@@ -98,6 +106,8 @@ def _backfill_terms() -> Steps[None]:
             return
         ids, terms, counts, words = [], [], [], []
         for id_, role, text, resource_id, thread_id in page:
+            if cjk_only and not has_cjk(text):
+                continue
             found = message_terms(role, text)
             ids.append(id_)
             terms.append(found)
