@@ -156,6 +156,40 @@ def test_content_terms_and_questions() -> None:
     assert not is_question("a list [1, 2]")
 
 
+@pytest.mark.parametrize(
+    "turn",
+    [
+        "谢谢!",
+        "好的",
+        "你好",
+        "ありがとう！",
+        "了解",
+        "こんにちは",
+        "고마워요!",
+        "안녕하세요",
+        "شكرا!",
+        "مرحبا",
+        "תודה!",
+        "שלום",
+        "merci !",
+        "d'accord",
+        "danke!",
+        "hola",
+        "ok 👍",
+        "🙏",
+    ],
+)
+def test_small_talk_in_other_languages_has_no_content_term(turn: str) -> None:
+    """Thanks and greetings in the languages users write most are small talk too: with
+    a content term left, the English-fitted gate recalled memory for a "谢谢!"."""
+    assert content_terms(turn) == []
+
+
+def test_other_languages_keep_their_content_terms() -> None:
+    assert content_terms("谢谢，我对什么过敏？") == ["我对", "对什", "什么", "么过", "过敏"]
+    assert content_terms("merci, where is my passport?") == ["passport"]
+
+
 @given(
     st.text(alphabet=st.sampled_from("ab ?[]\n"), max_size=12),
     st.sampled_from(["", " ", "\n", "[x]", " [a b] \n", "?", "? [x]"]),
