@@ -8,11 +8,12 @@ Every storage that searches by keyword indexes the same terms, so the embedded d
   `dont`);
 - Chinese, Japanese and Korean are written without spaces between words (or, in Korean,
   with particles glued to them), so a run of their characters is cut into overlapping
-  pairs (`CJK`: `"我对花生过敏"` -> `我对 对花 花生 生过 过敏`; a lone character stays one
-  term), as search engines index CJK when they have no dictionary: `花生` then matches
-  whatever sentence it is written in. Latin letters or digits inside such a run are words
-  of their own (`"存在PostgreSQL里"` -> `存在 postgresql 里`). Text without these
-  characters is cut exactly as before;
+  pairs (`CJK`: `"花生过敏"` -> `花生 生过 过敏`), as search engines index CJK when they
+  have no dictionary: `花生` then matches whatever sentence it is written in. Each Han
+  character and Hangul syllable of the run is a term too (`花 生 过 敏`): one is often a
+  word (`娘`, `딸`) with a particle glued to it (`娘は`, `딸은`), while a kana is a sound.
+  Latin letters or digits inside such a run are words of their own (`"存在PostgreSQL里"`
+  -> `存在 postgresql 里`). Text without these characters is cut exactly as before;
 - common English function words (`STOP_WORDS`) are dropped: they match nearly every
   message, carry no evidence and would only make the candidate lists long;
 - each remaining word is reduced by the Porter stemmer (M.F. Porter, "An algorithm for
@@ -65,6 +66,10 @@ CJK: str = (
 )
 """Character ranges (a regex class body) written without spaces between words: Han
 ideographs, Hiragana, Katakana (and the half-width forms) and Hangul (syllables, jamo)."""
+_WORD_CHARACTER = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f]"
+)
+"""The `CJK` characters that are a term on their own too: Han ideographs, Hangul syllables."""
 _HAS_CJK = re.compile(f"[{CJK}]")
 _CJK_OR_NOT = re.compile(f"[{CJK}]+|[^{CJK}]+")
 
@@ -99,7 +104,8 @@ class BM25Params:
 def tokenize(text: str) -> list[str]:
     """Case-folded words of `text` (possessives dropped, apostrophes removed).
 
-    A run of `CJK` characters gives its overlapping pairs instead (a lone one, itself).
+    A run of `CJK` characters gives its overlapping pairs and its Han and Hangul
+    characters instead (a lone character, itself).
     """
     found: list[str] = _WORD.findall(text.casefold())
     if "'" in text or "’" in text:
@@ -122,7 +128,7 @@ def has_cjk(text: str) -> bool:
 
 
 def _cjk_terms(word: str) -> list[str]:
-    """`word` itself, or, when it holds `CJK` characters, its pairs and other parts."""
+    """`word`, or its CJK pairs, Han and Hangul characters and other parts."""
     if _HAS_CJK.search(word) is None:
         return [word]
     terms: list[str] = []
@@ -131,6 +137,7 @@ def _cjk_terms(word: str) -> list[str]:
             terms.append(part)
         else:
             terms.extend(part[i : i + 2] for i in range(len(part) - 1))
+            terms.extend(c for c in part if _WORD_CHARACTER.match(c))
     return terms
 
 

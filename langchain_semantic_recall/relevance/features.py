@@ -88,8 +88,8 @@ CONVERSATIONAL: frozenset[str] = frozenset(
         "again there here that this something anything "
         # The same in the languages users write to the package most after English
         # (each phrase's CJK pairs, `keywords.tokenize`): a "谢谢!" is small talk too.
-        "谢谢 多谢 谢啦 好的 好吧 你好 您好 再见 拜拜 没问题 是的 嗯嗯 哈哈 明白 知道了 "
-        "不客气 没事 早上好 晚安 行吧 可以 "
+        "谢谢 多谢 谢啦 好的 好吧 你好 您好 再见 拜拜 是的 嗯嗯 哈哈 明白 知道了 "
+        "不客气 没事 早上好 晚安 "
         "ありがとう ありがとうございます どうも 了解 はい いいえ こんにちは こんばんは "
         "おはよう さようなら すみません ごめん なるほど 大丈夫 よろしく "
         "고마워 고마워요 감사합니다 감사해요 안녕 안녕하세요 알겠어요 알겠습니다 좋아요 "

@@ -609,6 +609,26 @@ def test_a_busy_scopes_sql_search_reads_one_snapshot(tmp_path: Path) -> None:
         other.close()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(alphabet=st.sampled_from("花生过敏娘は今ピーナッツー땅콩은ㅋ丽𠀀 a1，。"), max_size=30)
+)
+def test_every_cjk_term_is_one_fts5_token(text: str) -> None:
+    """FTS5 (unicode61) re-reads the stored terms: each CJK pair or character must stay
+    one token, or the SQL path would count other terms than the in-memory postings."""
+    from langchain_semantic_recall.keywords import index_terms
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE f USING fts5(terms, tokenize = 'unicode61 remove_diacritics 0')"
+    )
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, 'row')")
+    terms = index_terms(text)
+    conn.execute("INSERT INTO f (terms) VALUES (?)", (" ".join(terms),))
+    assert {row[0] for row in conn.execute("SELECT term FROM v")} == set(terms)
+    conn.close()
+
+
 CJK_FACTS = [
     "我对花生过敏，请记住。",
     "我女儿小美上周刚满五岁。",

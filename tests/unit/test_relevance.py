@@ -186,7 +186,8 @@ def test_small_talk_in_other_languages_has_no_content_term(turn: str) -> None:
 
 
 def test_other_languages_keep_their_content_terms() -> None:
-    assert content_terms("谢谢，我对什么过敏？") == ["我对", "对什", "什么", "么过", "过敏"]
+    assert {"我对", "什么", "过敏", "敏"} <= set(content_terms("谢谢，我对什么过敏？"))
+    assert "谢谢" not in content_terms("谢谢，我对什么过敏？")
     assert content_terms("merci, where is my passport?") == ["passport"]
 
 
