@@ -30,6 +30,7 @@ from langchain_semantic_recall.formatting import (
 from langchain_semantic_recall.messages import (
     MEMORY_SOURCE,
     clean_text,
+    has_text,
     role_of,
     tag_as_memory,
     text_of,
@@ -83,7 +84,7 @@ def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
             )
         return None
     if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
-        if not stored.text.strip():
+        if not has_text(stored.text):
             return None
         kwargs = {k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"}
         message = message.model_copy(
@@ -108,7 +109,7 @@ def _readable(stored: StoredMessage) -> BaseMessage | None:
             exc_info=True,
         )
     rebuild = _BY_ROLE.get(stored.role)
-    if rebuild is None or not stored.text.strip():
+    if rebuild is None or not has_text(stored.text):
         return None
     return rebuild(content=stored.text, id=stored.id)
 
