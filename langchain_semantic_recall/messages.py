@@ -5,6 +5,7 @@ No I/O here: everything is deterministic and tested directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -226,7 +227,11 @@ def stable_id(
     """
     parts = (thread_id, role, created_at, str(position), text)
     key = "\x1f".join((kind, *parts) if kind else parts)
-    return str(uuid.uuid5(_ID_NAMESPACE, key))
+    # uuid5 itself, but a lone surrogate (a JSON "\\ud800" escape) keeps its bytes
+    # instead of failing to encode: the same id as uuid5 for every other text.
+    name = key.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(_ID_NAMESPACE.bytes + name, usedforsecurity=False).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def _not_json(value: object) -> object:
