@@ -38,6 +38,7 @@ __all__ = [
     "context_rows",
     "direct_rows",
     "is_question",
+    "other_script",
     "text_facts",
 ]
 
@@ -109,6 +110,25 @@ _TRAILING_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")
 def content_terms(query: str) -> list[str]:
     """The query's distinct terms that are not `CONVERSATIONAL`."""
     return [term for term in query_terms(query) if term not in CONVERSATIONAL]
+
+
+_LETTER = re.compile(r"[^\W\d_]")
+_LATIN = re.compile(r"[A-Za-z\u00aa\u00ba\u00c0-\u024f\u1e00-\u1eff\u2c60-\u2c7f\ua720-\ua7ff]")
+
+
+def other_script(text: str, *, sample: int = 200) -> bool:
+    """Whether most letters of `text` (its first `sample` characters) are not Latin.
+
+    The shipped numbers were fitted on English conversations; with the default
+    embedder, text in another script (CJK, Arabic, Hebrew, Cyrillic, ...) reads as
+    related to any other text of that script, so recall is rarely silent for it
+    (`docs/quality.md`, "Other languages"). Text without letters is not counted.
+    """
+    head = text[:sample]
+    if head.isascii():
+        return False  # the common case, at no cost (stats reads every message)
+    letters = len(_LETTER.findall(head))
+    return letters > 0 and 2 * len(_LATIN.findall(head)) < letters
 
 
 def is_question(text: str) -> bool:

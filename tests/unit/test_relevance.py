@@ -372,6 +372,29 @@ def test_a_data_file_missing_a_weight_is_refused() -> None:
         RelevanceModel.from_json(data)
 
 
+def test_stats_say_when_memory_holds_text_the_model_was_not_fitted_on() -> None:
+    """Measured (docs/quality.md, "Other languages"): for text outside the Latin script
+    recall is rarely silent, since every sentence of that script looks related to the
+    English-fitted numbers. The engine says so where the fit is described."""
+    memory = engine()
+    memory.index(
+        [
+            HumanMessage("我对花生过敏，请记住。"),
+            AIMessage("好的，我记住了。"),
+            HumanMessage("أنا أعاني من حساسية الفول السوداني"),
+            HumanMessage("I'm allergic to peanuts, 花生."),
+            HumanMessage("Je suis allergique aux cacahuètes."),
+        ],
+        thread_id="t1",
+        resource_id="r",
+    )
+    note = memory.stats(resource_id="r").relevance
+    assert "3 of 5 messages are mostly in another script than Latin" in note
+    memory.forget_thread("t1", resource_id="r")
+    memory.index([HumanMessage("Je suis allergique.")], thread_id="t2", resource_id="r")
+    assert "script" not in memory.stats(resource_id="r").relevance
+
+
 def test_another_embedder_is_named_once_at_construction_and_in_stats(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
