@@ -55,6 +55,11 @@ MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
 }
 """Version -> the statements (or functions) that bring a file from the previous version."""
 
+READ_AS_IS: Final = frozenset({3})
+"""Older versions a read-only open reads as they are: version 4 only indexed CJK text
+anew (character pairs), so a version-3 file answers as before, its CJK keyword search
+coarser, until a writable open migrates it."""
+
 _CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
 _GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
 _CLEAR_VERSION: Final = "DELETE FROM schema_version"
@@ -199,7 +204,7 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
         except StorageError:
             conn.close()
             raise
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and version not in READ_AS_IS:
             conn.close()
             raise StorageError(
                 f"SQLite storage {path} has schema version {version}, "
