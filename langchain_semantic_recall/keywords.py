@@ -5,7 +5,10 @@ Every storage that searches by keyword indexes the same terms, so the embedded d
 
 - text is case-folded and cut into runs of letters and digits; a possessive `'s` is
   dropped (`"John's"` -> `john`) and other apostrophes are removed (`don't` ->
-  `dont`);
+  `dont`). Text that is not ASCII is read in NFKC first, so the same words typed in
+  another form are the same terms: an accent typed as a combining mark (NFD, which would
+  cut the word at the mark), fullwidth Latin and digits (`U+FF33 U+FF31` -> `sq`, from CJK
+  input methods), half-width katakana;
 - Chinese, Japanese and Korean are written without spaces between words (or, in Korean,
   with particles glued to them), so a run of their characters is cut into overlapping
   pairs (`CJK`: `"花生过敏"` -> `花生 生过 过敏`), as search engines index CJK when they
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -102,12 +106,15 @@ class BM25Params:
 
 
 def tokenize(text: str) -> list[str]:
-    """Case-folded words of `text` (possessives dropped, apostrophes removed).
+    """Case-folded words of `text` in NFKC (possessives dropped, apostrophes removed).
 
     A run of `CJK` characters gives its overlapping pairs and its Han and Hangul
     characters instead (a lone character, itself).
     """
-    found: list[str] = _WORD.findall(text.casefold())
+    text = text.casefold()
+    if not text.isascii():  # one form for the same words (see the module doc)
+        text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    found: list[str] = _WORD.findall(text)
     if "'" in text or "’" in text:
         words: list[str] = []
         for raw in found:

@@ -26,7 +26,6 @@ from typing import Any, Final, Literal, TypeAlias
 from langchain_semantic_recall.keywords import (
     BM25Params,
     bm25_ceiling,
-    has_cjk,
     message_terms,
     query_terms,
     rank_bm25,
@@ -200,18 +199,24 @@ def backfill(conn: sqlite3.Connection) -> None:
         _add(conn, message_id, thread_id, resource_id, (role, text))
 
 
-def reindex_cjk(conn: sqlite3.Connection) -> None:
-    """Index anew the messages holding CJK text (the migration to version 4).
+def reindex_changed(conn: sqlite3.Connection) -> None:
+    """Index anew the messages whose terms changed (the migration to version 4).
 
     Until version 3, a run of CJK characters was one term (a whole clause, which no
-    other sentence repeats); it is now cut into pairs (`keywords.tokenize`). Other
-    messages' terms are unchanged, so they are left as they are.
+    other sentence repeats), and text was not read in NFKC (an accent typed as a
+    combining mark cut its word in two); `keywords.tokenize` now cuts CJK into pairs and
+    reads NFKC. ASCII text is cut as before; other messages are indexed anew only when
+    their terms differ.
     """
-    rows = conn.execute("SELECT id, thread_id, resource_id, role, text FROM messages")
-    for message_id, thread_id, resource_id, role, text in rows.fetchall():
-        if has_cjk(text):
-            drop_terms(conn, message_id, thread_id)
-            _add(conn, message_id, thread_id, resource_id, (role, text))
+    rows = conn.execute(
+        "SELECT m.id, m.thread_id, m.resource_id, m.role, m.text, t.terms FROM messages AS m "
+        "LEFT JOIN message_terms AS t ON t.message_id = m.id"
+    )
+    for message_id, thread_id, resource_id, role, text, stored in rows.fetchall():
+        if text.isascii() or message_terms(role, text) == (stored.split() if stored else []):
+            continue
+        drop_terms(conn, message_id, thread_id)
+        _add(conn, message_id, thread_id, resource_id, (role, text))
 
 
 def _frequencies(terms: Sequence[str], docs: Mapping[str, Sequence[str]]) -> dict[str, int]:

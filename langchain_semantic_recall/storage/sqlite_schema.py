@@ -50,15 +50,16 @@ MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
     2: (*fts.KEYWORD_TABLES, fts.backfill),
     # Version 3: message metadata (JSON text, NULL for none), for search filters.
     3: ("ALTER TABLE messages ADD COLUMN metadata TEXT",),
-    # Version 4: CJK text is indexed by character pairs (`keywords.tokenize`).
-    4: (fts.reindex_cjk,),
+    # Version 4: CJK text is indexed by character pairs, other text in NFKC
+    # (`keywords.tokenize`).
+    4: (fts.reindex_changed,),
 }
 """Version -> the statements (or functions) that bring a file from the previous version."""
 
 READ_AS_IS: Final = frozenset({3})
-"""Older versions a read-only open reads as they are: version 4 only indexed CJK text
-anew (character pairs), so a version-3 file answers as before, its CJK keyword search
-coarser, until a writable open migrates it."""
+"""Older versions a read-only open reads as they are: version 4 only indexed CJK and
+non-NFKC text anew, so a version-3 file answers as before, its keyword search of such
+text coarser, until a writable open migrates it."""
 
 _CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
 _GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"

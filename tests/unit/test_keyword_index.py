@@ -611,7 +611,10 @@ def test_a_busy_scopes_sql_search_reads_one_snapshot(tmp_path: Path) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.text(alphabet=st.sampled_from("花生过敏娘は今ピーナッツー땅콩은ㅋ丽𠀀 a1，。"), max_size=30)
+    st.text(
+        alphabet=st.sampled_from("花生过敏娘は今ピーナッツー땅콩은ㅋ丽𠀀 a1，。é\u0301ＳＱ１ﾋﾟ'’ß"),
+        max_size=30,
+    )
 )
 def test_every_cjk_term_is_one_fts5_token(text: str) -> None:
     """FTS5 (unicode61) re-reads the stored terms: each CJK pair or character must stay

@@ -6,7 +6,7 @@ import math
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from langchain_semantic_recall.keywords import (
@@ -128,11 +128,24 @@ def test_cjk_runs_are_cut_into_overlapping_pairs() -> None:
     assert not has_cjk("café ½ 😀 مرحبا")
 
 
+def test_text_is_read_in_one_unicode_form() -> None:
+    """The same words typed in another Unicode form are the same terms: accents typed as
+    combining marks (NFD, as macOS and some clients send them) cut a word in two at the
+    mark, and fullwidth Latin (CJK input methods) matched no plain Latin."""
+    import unicodedata
+
+    sentence = "Je suis allergique aux cacahuètes, café, 땅콩 알레르기"
+    assert index_terms(unicodedata.normalize("NFD", sentence)) == index_terms(sentence)
+    assert "cacahuètes" in index_terms(unicodedata.normalize("NFD", sentence))
+    assert query_terms("ＰｏｓｔｇｒｅＳＱＬ　１６") == ["postgresql", "16"]
+    assert tokenize("ﾋﾟｰﾅｯﾂ") == tokenize("ピーナッツ")  # half-width katakana
+
+
 _OLD_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 
 
 def _tokenize_before_cjk(text: str) -> list[str]:
-    """`tokenize` as it was before CJK pairs (schema 3 / 4 indexes hold its terms)."""
+    """`tokenize` as it was before CJK pairs and NFKC (schema 3 / 4 indexes hold its terms)."""
     words = []
     for raw in _OLD_WORD.findall(text.casefold()):
         word = re.sub(r"['’]", "", re.sub(r"['’]s$", "", raw))
@@ -142,8 +155,13 @@ def _tokenize_before_cjk(text: str) -> list[str]:
 
 
 @given(st.text(max_size=80).filter(lambda text: not has_cjk(text)))
-def test_text_without_cjk_is_cut_as_before(text: str) -> None:
-    """Only messages holding CJK text have new terms: the migration re-indexes them alone."""
+def test_text_without_cjk_in_one_form_is_cut_as_before(text: str) -> None:
+    """Only text holding CJK or not in NFKC has new terms: ASCII never has, and the
+    migration re-indexes the messages whose terms changed, and only them."""
+    import unicodedata
+
+    assume(unicodedata.is_normalized("NFKC", text))
+    assume(unicodedata.is_normalized("NFKC", text.casefold()))
     assert tokenize(text) == _tokenize_before_cjk(text)
 
 

@@ -13,7 +13,7 @@ import logging
 from typing import Final
 
 from langchain_semantic_recall.errors import StorageError
-from langchain_semantic_recall.keywords import has_cjk, message_terms
+from langchain_semantic_recall.keywords import message_terms
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MAX_LEXEME_BYTES,
@@ -59,8 +59,8 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     3: (),
     # Message metadata (NULL for none), for search filters (`sql._filter_sql`).
     4: (f"ALTER TABLE {_M} ADD COLUMN metadata JSONB",),
-    # CJK text is indexed by character pairs (`keywords.tokenize`): the messages holding
-    # some get their terms anew from _backfill_terms, no statement of its own.
+    # CJK text is indexed by character pairs, other text in NFKC (`keywords.tokenize`):
+    # the messages whose terms changed get them anew (_backfill_terms), no statement.
     5: (),
 }
 """Version -> the statements that bring a database from the previous version to it."""
@@ -87,28 +87,31 @@ def setup_steps() -> Steps[int]:
         if target == 3:
             yield from _index_long_terms()
         if target == 5:
-            yield from _backfill_terms(cjk_only=True)
+            yield from _backfill_terms(changed_only=True)
         yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (%s)", (target,))
         logger.info("PostgreSQL storage: schema migrated to v%d", target)
     return int(version)
 
 
-def _backfill_terms(*, cjk_only: bool = False) -> Steps[None]:
+def _backfill_terms(*, changed_only: bool = False) -> Steps[None]:
     """Index the keyword terms of messages written before schema version 2.
 
-    `cjk_only`: only those holding CJK text, whose terms changed in version 5.
+    `changed_only`: only those whose terms changed in version 5 (CJK text cut into
+    pairs, text read in NFKC; ASCII text is cut as before).
     """
     after = ""
     while True:
-        sql = f"SELECT id, role, text, resource_id, thread_id FROM {_M} WHERE id > %s "
+        sql = f"SELECT id, role, text, resource_id, thread_id, terms FROM {_M} WHERE id > %s "
         page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after,))).rows
         if not page:
             return
         ids, terms, counts, words = [], [], [], []
-        for id_, role, text, resource_id, thread_id in page:
-            if cjk_only and not has_cjk(text):
+        for id_, role, text, resource_id, thread_id, stored in page:
+            if changed_only and text.isascii():
                 continue
             found = message_terms(role, text)
+            if changed_only and found == list(stored or ()):
+                continue
             ids.append(id_)
             terms.append(found)
             counts.append(len(found))
