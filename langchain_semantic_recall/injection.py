@@ -30,6 +30,7 @@ from langchain_semantic_recall.formatting import (
 from langchain_semantic_recall.messages import (
     MEMORY_SOURCE,
     clean_text,
+    has_text,
     role_of,
     tag_as_memory,
     text_of,
@@ -64,6 +65,11 @@ def split_recalled(
     return same, other
 
 
+_CALL_KWARGS = ("tool_calls", "function_call")
+"""Where a provider's raw calls sit in `additional_kwargs` (OpenAI's tools, and its older
+function calling): a recalled message keeps neither."""
+
+
 def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
     """A same-thread message, as itself, tagged `source: memory`; None if left out.
 
@@ -82,10 +88,14 @@ def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
                 "stored message %r is not a %s message: left out", stored.id, stored.role
             )
         return None
-    if isinstance(message, AIMessage) and (message.tool_calls or message.invalid_tool_calls):
-        if not stored.text.strip():
+    if isinstance(message, AIMessage) and (
+        message.tool_calls
+        or message.invalid_tool_calls
+        or any(key in message.additional_kwargs for key in _CALL_KWARGS)
+    ):
+        if not has_text(stored.text):
             return None
-        kwargs = {k: v for k, v in message.additional_kwargs.items() if k != "tool_calls"}
+        kwargs = {k: v for k, v in message.additional_kwargs.items() if k not in _CALL_KWARGS}
         message = message.model_copy(
             update={"tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": kwargs}
         )
@@ -108,7 +118,7 @@ def _readable(stored: StoredMessage) -> BaseMessage | None:
             exc_info=True,
         )
     rebuild = _BY_ROLE.get(stored.role)
-    if rebuild is None or not stored.text.strip():
+    if rebuild is None or not has_text(stored.text):
         return None
     return rebuild(content=stored.text, id=stored.id)
 

@@ -5,7 +5,18 @@ Every storage that searches by keyword indexes the same terms, so the embedded d
 
 - text is case-folded and cut into runs of letters and digits; a possessive `'s` is
   dropped (`"John's"` -> `john`) and other apostrophes are removed (`don't` ->
-  `dont`);
+  `dont`). Text that is not ASCII is read in NFKC first, so the same words typed in
+  another form are the same terms: an accent typed as a combining mark (NFD, which would
+  cut the word at the mark), fullwidth Latin and digits (`U+FF33 U+FF31` -> `sq`, from CJK
+  input methods), half-width katakana;
+- Chinese, Japanese and Korean are written without spaces between words (or, in Korean,
+  with particles glued to them), so a run of their characters is cut into overlapping
+  pairs (`CJK`: `"花生过敏"` -> `花生 生过 过敏`), as search engines index CJK when they
+  have no dictionary: `花生` then matches whatever sentence it is written in. Each Han
+  character and Hangul syllable of the run is a term too (`花 生 过 敏`): one is often a
+  word (`娘`, `딸`) with a particle glued to it (`娘は`, `딸은`), while a kana is a sound.
+  Latin letters or digits inside such a run are words of their own (`"存在PostgreSQL里"`
+  -> `存在 postgresql 里`). Text without these characters is cut exactly as before;
 - common English function words (`STOP_WORDS`) are dropped: they match nearly every
   message, carry no evidence and would only make the candidate lists long;
 - each remaining word is reduced by the Porter stemmer (M.F. Porter, "An algorithm for
@@ -25,17 +36,20 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 __all__ = [
+    "CJK",
     "KEYWORD_ROLES",
     "STOP_WORDS",
     "BM25Params",
     "bm25_ceiling",
     "bm25_idf",
     "bm25_score",
+    "has_cjk",
     "index_terms",
     "message_terms",
     "query_terms",
@@ -48,6 +62,20 @@ __all__ = [
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _POSSESSIVE = re.compile(r"['’]s$")
 _APOSTROPHE = re.compile(r"['’]")
+
+CJK: str = (
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\uf900-\ufaff\uff66-\uff9f"
+    "\U00020000-\U0003134f"
+)
+"""Character ranges (a regex class body) written without spaces between words: Han
+ideographs, Hiragana, Katakana (and the half-width forms) and Hangul (syllables, jamo)."""
+_WORD_CHARACTER = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0003134f]"
+)
+"""The `CJK` characters that are a term on their own too: Han ideographs, Hangul syllables."""
+_HAS_CJK = re.compile(f"[{CJK}]")
+_CJK_OR_NOT = re.compile(f"[{CJK}]+|[^{CJK}]+")
 
 STOP_WORDS: frozenset[str] = frozenset(
     """
@@ -78,16 +106,46 @@ class BM25Params:
 
 
 def tokenize(text: str) -> list[str]:
-    """Case-folded words of `text` (possessives dropped, apostrophes removed)."""
-    found: list[str] = _WORD.findall(text.casefold())
-    if "'" not in text and "’" not in text:
-        return found  # the common case: nothing to strip
-    words: list[str] = []
-    for raw in found:
-        word = _APOSTROPHE.sub("", _POSSESSIVE.sub("", raw)) if "'" in raw or "’" in raw else raw
-        if word:
-            words.append(word)
-    return words
+    """Case-folded words of `text` in NFKC (possessives dropped, apostrophes removed).
+
+    A run of `CJK` characters gives its overlapping pairs and its Han and Hangul
+    characters instead (a lone character, itself).
+    """
+    text = text.casefold()
+    if not text.isascii():  # one form for the same words (see the module doc)
+        text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    found: list[str] = _WORD.findall(text)
+    if "'" in text or "’" in text:
+        words: list[str] = []
+        for raw in found:
+            word = (
+                _APOSTROPHE.sub("", _POSSESSIVE.sub("", raw)) if "'" in raw or "’" in raw else raw
+            )
+            if word:
+                words.append(word)
+        found = words
+    if _HAS_CJK.search(text) is None:
+        return found  # the common case: words are cut by spaces and punctuation
+    return [term for word in found for term in _cjk_terms(word)]
+
+
+def has_cjk(text: str) -> bool:
+    """Whether `text` holds a `CJK` character (its terms changed in schema 4 / 5)."""
+    return _HAS_CJK.search(text) is not None
+
+
+def _cjk_terms(word: str) -> list[str]:
+    """`word`, or its CJK pairs, Han and Hangul characters and other parts."""
+    if _HAS_CJK.search(word) is None:
+        return [word]
+    terms: list[str] = []
+    for part in _CJK_OR_NOT.findall(word):
+        if _HAS_CJK.match(part) is None or len(part) == 1:
+            terms.append(part)
+        else:
+            terms.extend(part[i : i + 2] for i in range(len(part) - 1))
+            terms.extend(c for c in part if _WORD_CHARACTER.match(c))
+    return terms
 
 
 def index_terms(text: str) -> list[str]:

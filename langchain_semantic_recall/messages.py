@@ -5,6 +5,7 @@ No I/O here: everything is deterministic and tested directly.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ from langchain_core.messages import (
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, message_metadata
+from langchain_semantic_recall.quoting import BIDI_CONTROLS, INVISIBLE
 from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
 from langchain_semantic_recall.storable import check_id, encodable
 
@@ -50,6 +52,19 @@ _CHAT_ROLES: dict[str, Role] = {
     "tool": "tool",
     "function": "tool",
 }
+
+
+_UNSEEN = dict.fromkeys(map(ord, INVISIBLE | BIDI_CONTROLS))
+
+
+def has_text(text: str) -> bool:
+    """Whether `text` shows anything: not only spaces, zero-width or bidi characters.
+
+    The memory block removes those (`quoting.INVISIBLE`, `BIDI_CONTROLS`), so a message of
+    nothing else would be an empty line there, and its vector the vector of no text.
+    """
+    stripped = text.strip()
+    return bool(stripped) and (stripped.isascii() or bool(stripped.translate(_UNSEEN).strip()))
 
 
 def clean_text(text: str) -> str:
@@ -131,7 +146,7 @@ def query_text(messages: Sequence[BaseMessage]) -> str | None:
             isinstance(message, ChatMessage) and role_of(message) == "user"
         ):
             text = clean_text(text_of(message, " ")).strip()
-            if text:
+            if has_text(text):
                 return text
     return None
 
@@ -212,7 +227,11 @@ def stable_id(
     """
     parts = (thread_id, role, created_at, str(position), text)
     key = "\x1f".join((kind, *parts) if kind else parts)
-    return str(uuid.uuid5(_ID_NAMESPACE, key))
+    # uuid5 itself, but a lone surrogate (a JSON "\\ud800" escape) keeps its bytes
+    # instead of failing to encode: the same id as uuid5 for every other text.
+    name = key.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha1(_ID_NAMESPACE.bytes + name, usedforsecurity=False).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
 def _not_json(value: object) -> object:
@@ -406,7 +425,7 @@ def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> st
         return "system message"
     if record.role == "tool":
         return "tool message"
-    if not record.text.strip():
+    if not has_text(record.text):
         if isinstance(message, AIMessage) and message.tool_calls:
             return "tool calls only"
         return "no text"

@@ -62,11 +62,19 @@ class BulkResult:
     """Messages whose vectors were written (new, updated, or unchanged without vectors)."""
     forgotten_threads: list[str] = field(default_factory=list)
     """Threads skipped because they were forgotten (their ids are retired)."""
+    not_stored: dict[str, int] = field(default_factory=dict)
+    """Messages given but not stored, counted by reason (a `RemoveMessage`: a state
+    instruction, not a message)."""
+    not_embedded: dict[str, int] = field(default_factory=dict)
+    """Messages stored without a vector, counted by reason (`IndexResult.skipped`'s
+    reasons: system and tool messages, tool calls only, no text)."""
 
 
 _Batch = list[tuple[str, list[MessageRecord]]]
 _Carried = set[str]
 """Ids of a batch's messages that carry their own creation time (`created_at`)."""
+_Unembedded = dict[str, str]
+"""Id -> why a batch's message gets no vector (`skip_reason`)."""
 
 
 def as_conversations(conversations: object) -> Iterator[Conversation]:
@@ -96,31 +104,42 @@ def as_conversations(conversations: object) -> Iterator[Conversation]:
 
 def _batches(
     conversations: Iterable[Conversation], size: int, result: BulkResult
-) -> Iterable[tuple[_Batch, _Carried]]:
+) -> Iterable[tuple[_Batch, _Carried, _Unembedded]]:
     """Records of whole conversations, grouped into batches of about `size` messages.
 
     Of the messages of one conversation that share an id, only the last is kept (counted
-    in `result.repeated`), as `index` keeps it.
+    in `result.repeated`), as `index` keeps it. Messages not stored are counted in
+    `result.not_stored`.
     """
     batch: _Batch = []
     carried: _Carried = set()
+    unembedded: _Unembedded = {}
     count = 0
     now = datetime.now(UTC)
     for thread_id, resource_id, messages in conversations:
         items = to_messages(messages)
         records = build_records(items, thread_id=thread_id, resource_id=resource_id, now=now)
-        kept = [m for m in items if not_stored_reason(m) is None]  # as build_records keeps
-        carried.update(r.id for r, m in zip(records, kept, strict=True) if _carries_time(m))
+        kept = []  # as build_records keeps them
+        for message in items:
+            if (reason := not_stored_reason(message)) is None:
+                kept.append(message)
+            else:
+                result.not_stored[reason] = result.not_stored.get(reason, 0) + 1
+        for record, message in zip(records, kept, strict=True):
+            if _carries_time(message):
+                carried.add(record.id)
+            if (reason := skip_reason(record, message)) is not None:
+                unembedded[record.id] = reason
         last = {r.id: n for n, r in enumerate(records)}
         result.repeated += len(records) - len(last)
         records = [r for n, r in enumerate(records) if last[r.id] == n]
         batch.append((thread_id, records))
         count += len(records)
         if count >= size:
-            yield batch, carried
-            batch, carried, count = [], set(), 0
+            yield batch, carried, unembedded
+            batch, carried, unembedded, count = [], set(), {}, 0
     if batch:
-        yield batch, carried
+        yield batch, carried, unembedded
 
 
 def _carries_time(message: BaseMessage) -> bool:
@@ -266,14 +285,17 @@ def bulk_index_op(
     """
     info = yield from space.resolve()
     result = BulkResult()
-    for batch, carried in _batches(conversations, batch_size, result):
+    for batch, carried, unembedded in _batches(conversations, batch_size, result):
         kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
         if progress is not None:
             progress(sum(len(records) for _, records in batch))
         held = yield from _embedded_before(info, same)
-        to_embed = [
-            r for _, records in kept for r in records if skip_reason(r) is None and r.id not in held
-        ]
+        to_embed = []
+        for record in (r for _, records in kept for r in records):
+            if (reason := unembedded.get(record.id)) is not None:
+                result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
+            elif record.id not in held:  # an unchanged message whose vectors are held: done
+                to_embed.append(record)
         rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
         yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
         result.embedded += len(to_embed)

@@ -25,6 +25,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
 )
+from langchain_semantic_recall.relevance.features import other_script
 from langchain_semantic_recall.relevance.model import RelevanceModel
 from langchain_semantic_recall.storable import check_id
 
@@ -404,6 +405,7 @@ def _counted(
     resources: set[str] = set()
     stored: set[str] = set()
     embeddable: set[str] = set()
+    foreign = 0  # embeddable messages mostly in another script than the fit's (Latin)
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
         after = (page[-1].thread_id, page[-1].seq)
@@ -411,7 +413,9 @@ def _counted(
         threads.update(m.thread_id for m in page)
         resources.update(m.resource_id for m in page)
         stored.update(m.id for m in page)
-        embeddable.update(m.id for m in _embeddable(page))
+        for message in _embeddable(page):
+            embeddable.add(message.id)
+            foreign += relevance is not None and other_script(message.text)
     return RecallStats(
         index_name=info.name,
         model=info.model,
@@ -423,12 +427,32 @@ def _counted(
         vectors=len(have & stored),
         missing_vectors=len(embeddable - have),
         orphan_vectors=len(have - stored),
-        relevance=relevance_note(relevance, info.model, info.dimension),
+        relevance=relevance_note(
+            relevance, info.model, info.dimension, other_script=(foreign, len(embeddable))
+        ),
     )
 
 
-def relevance_note(model: RelevanceModel | None, embedder: str, dimension: int | None) -> str:
-    """One line on whether `model`'s numbers were fitted for this embedder."""
+def relevance_note(
+    model: RelevanceModel | None,
+    embedder: str,
+    dimension: int | None,
+    *,
+    other_script: tuple[int, int] = (0, 0),
+) -> str:
+    """One line on whether `model`'s numbers were fitted for this embedder and this text.
+
+    `other_script`: (how many, of how many) embeddable messages are mostly in another
+    script than Latin (`relevance.features.other_script`), said when there are some.
+    """
     if model is None:
         return "not used (dense or keyword mode)"
-    return model.unfitted_note(embedder, dimension) or model.describe()
+    note = model.unfitted_note(embedder, dimension) or model.describe()
+    foreign, of = other_script
+    if foreign:
+        note += (
+            f"; {foreign} of {of} messages are mostly in another script than Latin, and "
+            "the numbers were fitted on English: recall is rarely silent for such text "
+            "(docs/quality.md, 'Other languages')"
+        )
+    return note

@@ -24,7 +24,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     OwnershipError,
 )
-from langchain_semantic_recall.messages import echoes_memory, query_text
+from langchain_semantic_recall.messages import echoes_memory, has_text, query_text
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
@@ -104,7 +104,7 @@ def hits_op(
     The scope still holds the caller's resource, so another's thread finds nothing.
     """
     scope = _scope(request, keys, what)
-    if not request.query.strip():
+    if not has_text(request.query):
         return []  # documented: an empty query finds nothing
     if (cap := request.max_query_chars) is not None and len(request.query) > cap:
         logger.warning(  # a pasted document: its terms alone took seconds to weigh
@@ -139,7 +139,7 @@ def _shown(hits: Sequence[RecallHit]) -> list[RecallHit]:
 
 
 def _showable(message: StoredMessage) -> bool:
-    return bool(message.text.strip()) and not echoes_memory(message)
+    return has_text(message.text) and not echoes_memory(message)
 
 
 def _search_in(

@@ -38,6 +38,7 @@ __all__ = [
     "context_rows",
     "direct_rows",
     "is_question",
+    "other_script",
     "text_facts",
 ]
 
@@ -85,7 +86,19 @@ CONVERSATIONAL: frozenset[str] = frozenset(
         "great cool nice awesome perfect wow lol haha hmm um uh oh ah well so anyway got it "
         "sounds understood agreed indeed exactly true really how going doing what up you me "
         "i can could would will help question continue go on tell more think mind never "
-        "again there here that this something anything"
+        "again there here that this something anything "
+        # The same in the languages users write to the package most after English
+        # (each phrase's CJK pairs, `keywords.tokenize`): a "谢谢!" is small talk too.
+        "谢谢 多谢 谢啦 好的 好吧 你好 您好 再见 拜拜 是的 嗯嗯 哈哈 明白 知道了 "
+        "不客气 没事 早上好 晚安 "
+        "ありがとう ありがとうございます どうも 了解 はい いいえ こんにちは こんばんは "
+        "おはよう さようなら すみません ごめん なるほど 大丈夫 よろしく "
+        "고마워 고마워요 감사합니다 감사해요 안녕 안녕하세요 알겠어요 알겠습니다 좋아요 "
+        "괜찮아요 미안해요 죄송합니다 네 ㅋㅋ ㅎㅎ "
+        "شكرا شكراً مرحبا أهلا سلام حسنا نعم تمام ممتاز "
+        "תודה שלום בסדר כן אוקיי סבבה מעולה "
+        "merci daccord bonjour salut bonsoir oui danke hallo tschüss gracias hola adiós "
+        "obrigado obrigada olá grazie ciao спасибо привет пока"
     )
 )
 """Stems of greetings, thanks, acknowledgements and the like: not content terms."""
@@ -97,6 +110,25 @@ _TRAILING_NOTE = re.compile(r"\s*\[[^\]]*\]\s*$")
 def content_terms(query: str) -> list[str]:
     """The query's distinct terms that are not `CONVERSATIONAL`."""
     return [term for term in query_terms(query) if term not in CONVERSATIONAL]
+
+
+_LETTER = re.compile(r"[^\W\d_]")
+_LATIN = re.compile(r"[A-Za-z\u00aa\u00ba\u00c0-\u024f\u1e00-\u1eff\u2c60-\u2c7f\ua720-\ua7ff]")
+
+
+def other_script(text: str, *, sample: int = 200) -> bool:
+    """Whether most letters of `text` (its first `sample` characters) are not Latin.
+
+    The shipped numbers were fitted on English conversations; with the default
+    embedder, text in another script (CJK, Arabic, Hebrew, Cyrillic, ...) reads as
+    related to any other text of that script, so recall is rarely silent for it
+    (`docs/quality.md`, "Other languages"). Text without letters is not counted.
+    """
+    head = text[:sample]
+    if head.isascii():
+        return False  # the common case, at no cost (stats reads every message)
+    letters = len(_LETTER.findall(head))
+    return letters > 0 and 2 * len(_LATIN.findall(head)) < letters
 
 
 def is_question(text: str) -> bool:

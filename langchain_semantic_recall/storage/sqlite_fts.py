@@ -199,6 +199,26 @@ def backfill(conn: sqlite3.Connection) -> None:
         _add(conn, message_id, thread_id, resource_id, (role, text))
 
 
+def reindex_changed(conn: sqlite3.Connection) -> None:
+    """Index anew the messages whose terms changed (the migration to version 4).
+
+    Until version 3, a run of CJK characters was one term (a whole clause, which no
+    other sentence repeats), and text was not read in NFKC (an accent typed as a
+    combining mark cut its word in two); `keywords.tokenize` now cuts CJK into pairs and
+    reads NFKC. ASCII text is cut as before; other messages are indexed anew only when
+    their terms differ.
+    """
+    rows = conn.execute(
+        "SELECT m.id, m.thread_id, m.resource_id, m.role, m.text, t.terms FROM messages AS m "
+        "LEFT JOIN message_terms AS t ON t.message_id = m.id"
+    )
+    for message_id, thread_id, resource_id, role, text, stored in rows.fetchall():
+        if text.isascii() or message_terms(role, text) == (stored.split() if stored else []):
+            continue
+        drop_terms(conn, message_id, thread_id)
+        _add(conn, message_id, thread_id, resource_id, (role, text))
+
+
 def _frequencies(terms: Sequence[str], docs: Mapping[str, Sequence[str]]) -> dict[str, int]:
     wanted = set(terms)
     counts: dict[str, int] = {}

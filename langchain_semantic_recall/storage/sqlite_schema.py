@@ -31,7 +31,7 @@ from langchain_semantic_recall.storage.checks import payload_metadata
 logger = logging.getLogger(__name__)
 
 MEMORY_PATH: Final = ":memory:"
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 _BUSY_TIMEOUT_S: Final = 30.0
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -89,8 +89,16 @@ MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
     # Version 3: message metadata (JSON text, NULL for none), for search filters; the
     # metadata older messages carry in their payload is copied into it.
     3: ("ALTER TABLE messages ADD COLUMN metadata TEXT", backfill_metadata),
+    # Version 4: CJK text is indexed by character pairs, other text in NFKC
+    # (`keywords.tokenize`).
+    4: (fts.reindex_changed,),
 }
 """Version -> the statements (or functions) that bring a file from the previous version."""
+
+READ_AS_IS: Final = frozenset({3})
+"""Older versions a read-only open reads as they are: version 4 only indexed CJK and
+non-NFKC text anew, so a version-3 file answers as before, its keyword search of such
+text coarser, until a writable open migrates it."""
 
 _CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
 _GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
@@ -262,7 +270,7 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
         except StorageError:
             conn.close()
             raise
-        if version != SCHEMA_VERSION:
+        if version != SCHEMA_VERSION and version not in READ_AS_IS:
             conn.close()
             raise StorageError(
                 f"SQLite storage {path} has schema version {version}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import unicodedata
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -115,6 +116,51 @@ def test_a_version_3_database_gains_metadata_and_keeps_its_rows(pg_url: str) -> 
         assert [message_id for message_id, _ in hits] == ["new"]
     finally:
         migrated.close()
+
+
+def test_a_version_4_database_indexes_its_cjk_messages_anew(pg_url: str) -> None:
+    """Schema 4 held a run of CJK characters as one term, which no question repeats, and
+    cut a word at an accent typed as a combining mark (NFD); the migration re-indexes
+    the messages whose terms changed, and only them."""
+    storage = PostgresStorage(pg_url)
+    storage.put(
+        [
+            make_record("zh", text="我对花生过敏，请记住。"),
+            make_record("en", text="the lighthouse keeper"),
+            make_record("fr", text="un café crème"),
+            make_record("nfd", text=unicodedata.normalize("NFD", "aux cacahuètes")),
+        ]
+    )
+    storage.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # back to a version-4 database
+        conn.execute(
+            "UPDATE semantic_recall_messages SET terms = %s, term_count = 2, "
+            "tsv = array_to_tsvector(%s) WHERE id = 'zh'",
+            (["我对花生过敏", "请记住"], ["我对花生过敏", "请记住"]),
+        )
+        conn.execute(
+            "UPDATE semantic_recall_messages SET terms = %s, term_count = 3, "
+            "tsv = array_to_tsvector(%s) WHERE id = 'nfd'",
+            (["aux", "cacahu", "te"], ["aux", "cacahu", "te"]),
+        )
+        conn.execute("UPDATE semantic_recall_messages SET term_count = 99 WHERE id IN ('en', 'fr')")
+        conn.execute("DELETE FROM semantic_recall_schema_version WHERE version > 4")
+    migrated = PostgresStorage(pg_url)
+    try:
+        hits = migrated.keyword_search("我对什么过敏？", scope=ScopeFilter("r1"), limit=5)
+        assert [message_id for message_id, _ in hits] == ["zh"]
+        hits = migrated.keyword_search("cacahuètes", scope=ScopeFilter("r1"), limit=5)
+        assert [message_id for message_id, _ in hits] == ["nfd"]
+    finally:
+        migrated.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, term_count FROM semantic_recall_messages").fetchall()
+    counts: dict[str, int] = dict(rows)
+    from langchain_semantic_recall.keywords import message_terms
+
+    zh = len(message_terms("user", "我对花生过敏，请记住。"))
+    nfd = len(message_terms("user", "aux cacahuètes"))
+    assert counts == {"zh": zh, "nfd": nfd, "en": 99, "fr": 99}  # the others left as they were
 
 
 def test_newer_schema_is_refused(storage: PostgresStorage, pg_url: str) -> None:

@@ -160,6 +160,32 @@ def test_an_id_given_twice_keeps_the_last_message_on_every_import() -> None:
     assert [(m.id, m.text) for m in memory.storage.list_messages()] == [("x", "second")]
 
 
+def test_the_result_says_what_was_not_stored_or_not_embedded_and_why() -> None:
+    """A RemoveMessage (a state instruction) was dropped without a word, and the messages
+    stored without a vector were only a gap between `stored` and `embedded`."""
+    from langchain_core.messages import RemoveMessage, ToolMessage
+
+    embeddings = FakeEmbeddings()
+    messages = [
+        HumanMessage("What is the weather in Oslo?"),
+        AIMessage("", tool_calls=[{"name": "weather", "args": {}, "id": "c1"}]),
+        ToolMessage("rain", tool_call_id="c1"),
+        AIMessage("It rains in Oslo."),
+        HumanMessage("\u200b "),
+        SystemMessage("be brief"),
+        RemoveMessage(id="gone"),
+    ]
+    result = _engine(embeddings).bulk_index([("t", "r", messages)])
+    assert (result.stored, result.embedded) == (6, 2)
+    assert result.not_stored == {"a RemoveMessage (a state instruction, not a message)": 1}
+    assert result.not_embedded == {
+        "tool calls only": 1,
+        "tool message": 1,
+        "no text": 1,
+        "system message": 1,
+    }
+
+
 def test_bulk_index_surfaces_vector_write_errors() -> None:
     memory = _engine(FakeEmbeddings())
 

@@ -235,6 +235,29 @@ def test_recalled_tool_pairs_never_reach_the_model_half_cut(make_engine: EngineF
     assert "checking" in [m.content for m in out]
 
 
+def test_a_recalled_legacy_function_call_is_reduced_to_its_text(
+    make_engine: EngineFactory,
+) -> None:
+    """OpenAI's older function calling keeps the call in `additional_kwargs`; recalled as
+    it was, the model was shown a call it never made (and providers want its result)."""
+    engine = make_engine(scope="thread", message_range=2)
+    call = {"name": "transfer_money", "arguments": '{"to": "eve"}'}
+    engine.index(
+        [
+            HumanMessage("weather in Lisbon", id="h"),
+            AIMessage("checking", id="c", additional_kwargs={"function_call": call}),
+            AIMessage("", id="bare", additional_kwargs={"function_call": call}),
+            AIMessage("Sunny!", id="a"),
+        ],
+        thread_id="t",
+        resource_id="r",
+    )
+    out = recalled(engine.recall([HumanMessage("weather in Lisbon today")], thread_id="t"))
+    assert "checking" in [m.content for m in out]
+    assert all("function_call" not in m.additional_kwargs for m in out)
+    assert "bare" not in [m.id for m in out]
+
+
 def test_messages_without_ids_are_new_messages_and_messages_with_ids_are_stored_once(
     make_engine: EngineFactory, storage: RecordingStorage
 ) -> None:

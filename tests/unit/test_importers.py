@@ -159,6 +159,24 @@ def test_jsonl_ids_are_stable_so_a_second_read_is_identical() -> None:
     assert first[0].id != first[1].id  # the same text twice is two messages
 
 
+def test_a_json_escaped_lone_surrogate_is_imported_not_fatal() -> None:
+    """`"\\ud800"` is valid JSON in a valid UTF-8 file; deriving its id crashed the whole
+    ingest ("a file is not UTF-8 text ... convert it to UTF-8"), every other line lost."""
+    lines = [
+        '{"resource": "a", "thread": "t", "role": "user", "content": "lone \\ud800 half"}',
+        _line("t", "assistant", "fine"),
+    ]
+    first = read_jsonl_lines(lines)
+    assert not first.skipped
+    messages = first.conversations[0].messages
+    assert [m.content for m in messages] == ["lone \ud800 half", "fine"]
+    assert [m.id for m in read_jsonl_lines(lines).conversations[0].messages] == [
+        m.id for m in messages
+    ]
+    assert stable_id("t", "user", "ok", "", 0) == stable_id("t", "user", "ok", "", 0)
+    assert stable_id("t", "user", "a\ud800", "", 0) != stable_id("t", "user", "a\ud801", "", 0)
+
+
 def _line(thread: str, role: str, content: str) -> str:
     return json.dumps({"resource": "a", "thread": thread, "role": role, "content": content})
 

@@ -607,3 +607,67 @@ def test_a_busy_scopes_sql_search_reads_one_snapshot(tmp_path: Path) -> None:
     finally:
         sql.close()
         other.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from("花生过敏娘は今ピーナッツー땅콩은ㅋ丽𠀀 a1，。é\u0301ＳＱ１ﾋﾟ'’ß"),
+        max_size=30,
+    )
+)
+def test_every_cjk_term_is_one_fts5_token(text: str) -> None:
+    """FTS5 (unicode61) re-reads the stored terms: each CJK pair or character must stay
+    one token, or the SQL path would count other terms than the in-memory postings."""
+    from langchain_semantic_recall.keywords import index_terms
+
+    conn = sqlite3.connect(":memory:")
+    conn.execute(
+        "CREATE VIRTUAL TABLE f USING fts5(terms, tokenize = 'unicode61 remove_diacritics 0')"
+    )
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(f, 'row')")
+    terms = index_terms(text)
+    conn.execute("INSERT INTO f (terms) VALUES (?)", (" ".join(terms),))
+    assert {row[0] for row in conn.execute("SELECT term FROM v")} == set(terms)
+    conn.close()
+
+
+CJK_FACTS = [
+    "我对花生过敏，请记住。",
+    "我女儿小美上周刚满五岁。",
+    "我们的项目把所有数据都存在PostgreSQL 16里。",
+    "私の犬の名前はビスケットで、ビーグルです。",
+    "저는 땅콩 알레르기가 있어요.",
+    "Our project stores everything in PostgreSQL 16.",
+]
+CJK_QUESTIONS = {
+    "我对什么过敏？": "m0",
+    "小美现在几岁了？": "m1",
+    "我们的项目用什么数据库？": "m2",
+    "私の犬の名前は何ですか？": "m3",
+    "제가 무슨 알레르기가 있죠?": "m4",
+}
+
+
+def test_a_cjk_question_finds_its_sentence_alike_in_sql_postings_and_memory(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    """A question written without spaces shares words, not whole clauses, with the
+    message it asks about: the CJK pairs of both keyword paths find it, with one score."""
+    from langchain_semantic_recall.storage.memory import InMemoryStorage
+
+    sql, memory = pair
+    reference = InMemoryStorage()
+    records = [record(n, f"t{n}", "r0", text) for n, text in enumerate(CJK_FACTS)]
+    sql.put(records)
+    reference.put(records)
+    memory.keyword_search("花生", scope=R0, limit=1)  # starts the build
+    assert memory._postings.join(timeout=30)
+    for question, expected in CJK_QUESTIONS.items():
+        found = sql.keyword_search(question, scope=R0, limit=3)
+        assert found, question
+        assert found[0][0] == expected, question
+        assert memory.keyword_search(question, scope=R0, limit=3) == found
+        assert [i for i, _ in reference.keyword_search(question, scope=R0, limit=3)] == [
+            i for i, _ in found
+        ]

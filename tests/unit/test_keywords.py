@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from langchain_semantic_recall.keywords import (
     STOP_WORDS,
     BM25Params,
     bm25_score,
+    has_cjk,
     index_terms,
     message_terms,
     query_terms,
@@ -101,6 +103,66 @@ def test_tokenize_folds_case_drops_possessives_and_apostrophes() -> None:
         "zoë",
     ]
     assert tokenize("snake_case and 8 May, 2023") == ["snake", "case", "and", "8", "may", "2023"]
+
+
+def test_cjk_runs_are_cut_into_overlapping_pairs() -> None:
+    """Chinese and Japanese have no spaces, Korean glues particles to words: a run was one
+    term (a whole clause, matching nothing else); its pairs, and its Han and Hangul
+    characters, match the same words in any sentence. Latin words and digits inside a
+    run are words of their own."""
+    assert tokenize("花生过敏。请记住") == [
+        *("花生", "生过", "过敏", "花", "生", "过", "敏"),
+        *("请记", "记住", "请", "记", "住"),
+    ]
+    assert {"我对", "过敏", "过", "敏"} <= set(query_terms("我对什么过敏？"))
+    assert set(query_terms("我对什么过敏？")) & set(index_terms("我对花生过敏")) == {
+        *("我对", "过敏", "我", "对", "过", "敏"),
+    }
+    assert tokenize("存在PostgreSQL16里") == ["存在", "存", "在", "postgresql16", "里"]
+    assert tokenize("ピーナッツ") == ["ピー", "ーナ", "ナッ", "ッツ"]  # kana are sounds
+    assert tokenize("娘は") == ["娘は", "娘"]
+    assert tokenize("딸은 좋아") == ["딸은", "딸", "은", "좋아", "좋", "아"]
+    assert tokenize("中 a") == ["中", "a"]
+    assert has_cjk("ok 谢谢")
+    assert has_cjk("ㅋㅋ")
+    assert not has_cjk("café ½ 😀 مرحبا")
+
+
+def test_text_is_read_in_one_unicode_form() -> None:
+    """The same words typed in another Unicode form are the same terms: accents typed as
+    combining marks (NFD, as macOS and some clients send them) cut a word in two at the
+    mark, and fullwidth Latin (CJK input methods) matched no plain Latin."""
+    import unicodedata
+
+    sentence = "Je suis allergique aux cacahuètes, café, 땅콩 알레르기"
+    assert index_terms(unicodedata.normalize("NFD", sentence)) == index_terms(sentence)
+    assert "cacahuètes" in index_terms(unicodedata.normalize("NFD", sentence))
+    assert query_terms("ＰｏｓｔｇｒｅＳＱＬ　１６") == ["postgresql", "16"]
+    assert tokenize("ﾋﾟｰﾅｯﾂ") == tokenize("ピーナッツ")  # half-width katakana
+
+
+_OLD_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+def _tokenize_before_cjk(text: str) -> list[str]:
+    """`tokenize` as it was before CJK pairs and NFKC (schema 3 / 4 indexes hold its terms)."""
+    words = []
+    for raw in _OLD_WORD.findall(text.casefold()):
+        word = re.sub(r"['’]", "", re.sub(r"['’]s$", "", raw))
+        if word:
+            words.append(word)
+    return words
+
+
+@given(st.text(max_size=80).filter(lambda text: not has_cjk(text)))
+def test_text_without_cjk_in_one_form_is_cut_as_before(text: str) -> None:
+    """Only text holding CJK or not in NFKC has new terms: ASCII never has, and the
+    migration re-indexes the messages whose terms changed, and only them."""
+    import unicodedata
+
+    assume(unicodedata.is_normalized("NFKC", text))
+    assume(unicodedata.is_normalized("NFKC", text.casefold()))
+    assert tokenize(text) == _tokenize_before_cjk(text)
 
 
 def test_index_terms_drop_stop_words_and_keep_repeats() -> None:
@@ -206,6 +268,6 @@ def test_rank_bm25_equals_bm25_score_and_breaks_ties_by_id() -> None:
     )
 
 
-@given(st.text(alphabet=st.sampled_from("abcdeiostyz'’ ,.?!-_ÉéÅ1"), max_size=60))
+@given(st.text(alphabet=st.sampled_from("abcdeiostyz'’ ,.?!-_ÉéÅ1花生过敏ピー땅콩"), max_size=60))
 def test_term_set_is_the_set_of_index_terms(text: str) -> None:
     assert term_set(text) == frozenset(index_terms(text))

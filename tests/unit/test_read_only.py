@@ -60,6 +60,25 @@ def test_a_read_only_open_refuses_to_migrate_an_old_schema(tmp_path: Path) -> No
     assert not (tmp_path / "missing.db").exists()
 
 
+def test_a_read_only_open_reads_a_version_3_file_as_it_is(tmp_path: Path) -> None:
+    """Version 4 only indexed CJK text anew (character pairs): a file of the release
+    before still answers a read-only open (the CLI's `threads`, `show`, `search`, `stats`),
+    its CJK keyword search coarser until a writable open migrates it."""
+    path = tmp_path / "v3.db"
+    SQLiteStorage(path).close()
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE schema_version SET version = 3")
+    raw.close()
+    before = path.read_bytes()
+    storage = SQLiteStorage(path, read_only=True)
+    storage.close()
+    assert path.read_bytes() == before
+    SQLiteStorage(path).close()  # a writable open migrates it
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
+    raw.close()
+
+
 def test_with_options_cannot_make_an_engine_on_a_read_only_storage_writable(
     tmp_path: Path,
 ) -> None:

@@ -328,6 +328,44 @@ def test_empty_text_is_stored_but_not_embedded(
     assert result.skipped == {"e": "no text", "f": "no text"}
 
 
+def test_invisible_only_text_is_stored_but_not_embedded_nor_recalled(
+    make_engine: EngineFactory, embeddings: FakeEmbeddings
+) -> None:
+    """Zero-width and bidi characters are removed from the memory block: a message of
+    nothing else was embedded (a vector of no text) and came back as an empty line."""
+    engine = make_engine()
+    invisible = "\u200b\u200c\u200d\ufeff \u2060\u202e"
+    result = engine.index(
+        [HumanMessage(invisible, id="z"), AIMessage("\u200b", id="y")],
+        thread_id="t",
+        resource_id="r",
+    )
+    assert embeddings.calls == []
+    assert result.stored == ("z", "y")
+    assert result.skipped == {"z": "no text", "y": "no text"}
+    assert engine.recall([HumanMessage("\u200b\u200b")], thread_id="t2", resource_id="r") == [
+        HumanMessage("\u200b\u200b")
+    ]
+    assert embeddings.calls == []  # nor is a query of nothing else embedded
+    assert engine.search("\u200b", resource_id="r") == []
+
+
+def test_an_invisible_only_neighbour_is_left_out_of_windows_and_the_block(
+    make_engine: EngineFactory,
+) -> None:
+    engine = make_engine()
+    engine.index(
+        [HumanMessage("I love hiking in the Alps", id="h"), HumanMessage("\u200b\u2060", id="z")],
+        thread_id="a",
+        resource_id="r",
+    )
+    hits = engine.search("hiking Alps", resource_id="r")
+    assert [m.id for hit in hits for m in hit.window] == ["h"]
+    block = engine.recall([HumanMessage("hiking Alps?")], thread_id="b", resource_id="r")[0]
+    assert "I love hiking" in block.content
+    assert "User: \n" not in block.content
+
+
 def test_index_opens_the_index_with_a_custom_name(
     make_engine: EngineFactory, vectors: RecordingVectors
 ) -> None:

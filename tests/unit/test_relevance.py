@@ -156,6 +156,41 @@ def test_content_terms_and_questions() -> None:
     assert not is_question("a list [1, 2]")
 
 
+@pytest.mark.parametrize(
+    "turn",
+    [
+        "谢谢!",
+        "好的",
+        "你好",
+        "ありがとう！",
+        "了解",
+        "こんにちは",
+        "고마워요!",
+        "안녕하세요",
+        "شكرا!",
+        "مرحبا",
+        "תודה!",
+        "שלום",
+        "merci !",
+        "d'accord",
+        "danke!",
+        "hola",
+        "ok 👍",
+        "🙏",
+    ],
+)
+def test_small_talk_in_other_languages_has_no_content_term(turn: str) -> None:
+    """Thanks and greetings in the languages users write most are small talk too: with
+    a content term left, the English-fitted gate recalled memory for a "谢谢!"."""
+    assert content_terms(turn) == []
+
+
+def test_other_languages_keep_their_content_terms() -> None:
+    assert {"我对", "什么", "过敏", "敏"} <= set(content_terms("谢谢，我对什么过敏？"))
+    assert "谢谢" not in content_terms("谢谢，我对什么过敏？")
+    assert content_terms("merci, where is my passport?") == ["passport"]
+
+
 @given(
     st.text(alphabet=st.sampled_from("ab ?[]\n"), max_size=12),
     st.sampled_from(["", " ", "\n", "[x]", " [a b] \n", "?", "? [x]"]),
@@ -335,6 +370,29 @@ def test_a_data_file_missing_a_weight_is_refused() -> None:
     del data["direct"]["z"]
     with pytest.raises(ValueError, match="lacks weights"):
         RelevanceModel.from_json(data)
+
+
+def test_stats_say_when_memory_holds_text_the_model_was_not_fitted_on() -> None:
+    """Measured (docs/quality.md, "Other languages"): for text outside the Latin script
+    recall is rarely silent, since every sentence of that script looks related to the
+    English-fitted numbers. The engine says so where the fit is described."""
+    memory = engine()
+    memory.index(
+        [
+            HumanMessage("我对花生过敏，请记住。"),
+            AIMessage("好的，我记住了。"),
+            HumanMessage("أنا أعاني من حساسية الفول السوداني"),
+            HumanMessage("I'm allergic to peanuts, 花生."),
+            HumanMessage("Je suis allergique aux cacahuètes."),
+        ],
+        thread_id="t1",
+        resource_id="r",
+    )
+    note = memory.stats(resource_id="r").relevance
+    assert "3 of 5 messages are mostly in another script than Latin" in note
+    memory.forget_thread("t1", resource_id="r")
+    memory.index([HumanMessage("Je suis allergique.")], thread_id="t2", resource_id="r")
+    assert "script" not in memory.stats(resource_id="r").relevance
 
 
 def test_another_embedder_is_named_once_at_construction_and_in_stats(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sqlite3
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -104,8 +106,75 @@ def test_a_version_2_file_gains_metadata_and_keeps_its_rows(db_path: Path) -> No
     finally:
         storage.close()
     with sqlite3.connect(db_path) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     raw.close()
+
+
+def test_a_version_3_file_indexes_its_cjk_messages_anew(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schema 3 held a run of CJK characters as one term, which no question repeats, and
+    cut a word at an accent typed as a combining mark (NFD); opening the file re-indexes
+    the messages whose terms changed, and only them."""
+    from langchain_semantic_recall.storage import sqlite_fts
+    from langchain_semantic_recall.storage.sqlite import _MIGRATIONS
+
+    raw = sqlite3.connect(db_path)
+    for version in (1, 2, 3):
+        for step in _MIGRATIONS[version]:
+            raw.execute(step) if isinstance(step, str) else step(raw)
+    raw.execute("CREATE TABLE schema_version (version INTEGER)")
+    raw.execute("INSERT INTO schema_version VALUES (3)")
+    raw.execute("INSERT INTO threads VALUES ('t1', 'r1', 3, '2024-01-15T10:30:00.000000+00:00')")
+    texts = {
+        "zh": "我对花生过敏，请记住。",
+        "en": "the lighthouse keeper",
+        "ko": "땅콩은 싫어요",
+        "nfd": unicodedata.normalize("NFD", "allergique aux cacahuètes"),
+        "fr": "un café crème",  # not ASCII, but its terms are the same: left as it was
+    }
+    for seq, (message_id, text) in enumerate(texts.items()):
+        raw.execute(
+            "INSERT INTO messages (id, thread_id, resource_id, role, text, created_at, "
+            "payload, seq) VALUES (?, 't1', 'r1', 'user', ?, "
+            "'2024-01-15T10:30:00.000000+00:00', ?, ?)",
+            (message_id, text, make_record(message_id, text=text).payload, seq),
+        )
+    with monkeypatch.context() as old:  # the terms schema 3 wrote: whole runs
+        old.setattr(sqlite_fts, "message_terms", lambda _role, text: text_runs(text))
+        sqlite_fts.backfill(raw)
+    kept = "SELECT message_id, doc FROM message_terms WHERE message_id IN ('en', 'fr')"
+    unchanged = raw.execute(kept).fetchall()
+    raw.commit()
+    raw.close()
+    storage = SQLiteStorage(db_path)
+    try:
+        scope = ScopeFilter("r1")
+        assert [i for i, _ in storage.keyword_search("我对什么过敏？", scope=scope, limit=5)] == [
+            "zh"
+        ]
+        assert [i for i, _ in storage.keyword_search("땅콩", scope=scope, limit=5)] == ["ko"]
+        assert [i for i, _ in storage.keyword_search("lighthouse", scope=scope, limit=5)] == ["en"]
+        found = storage.keyword_search("cacahuètes", scope=scope, limit=5)
+        assert [i for i, _ in found] == ["nfd"]
+    finally:
+        storage.close()
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert raw.execute(kept).fetchall() == unchanged  # left as they were
+        totals = raw.execute("SELECT docs, terms FROM thread_terms").fetchall()
+    raw.close()
+    from langchain_semantic_recall.keywords import message_terms
+
+    assert totals == [(5, sum(len(message_terms("user", t)) for t in texts.values()))]
+
+
+def text_runs(text: str) -> list[str]:
+    """Schema 3's terms of these texts: stems of whole runs of letters and digits."""
+    from langchain_semantic_recall.keywords import STOP_WORDS, stem
+
+    runs = re.findall(r"[^\W_]+", text.casefold())
+    return [stem(run) for run in runs if run not in STOP_WORDS]
 
 
 def test_data_survives_reopening(db_path: Path) -> None:
@@ -155,11 +224,11 @@ def test_wal_and_schema_version_are_on_disk(db_path: Path) -> None:
     SQLiteStorage(db_path).close()
     with sqlite3.connect(db_path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(3,)]
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     raw.close()
     assert {"threads", "messages", "forgotten_threads", "schema_version"} <= tables
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
 
 
 def test_newer_schema_is_refused(db_path: Path) -> None:

@@ -29,7 +29,7 @@ from langchain_semantic_recall.storage.postgres.sql import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 VERSIONS: Final = "semantic_recall_schema_version"
 _LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
@@ -62,6 +62,9 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     3: (),
     # Message metadata (NULL for none), for search filters (`sql._filter_sql`).
     4: (f"ALTER TABLE {_M} ADD COLUMN metadata JSONB",),
+    # CJK text is indexed by character pairs, other text in NFKC (`keywords.tokenize`):
+    # the messages whose terms changed get them anew (_backfill_terms), no statement.
+    5: (),
 }
 """Version -> the statements that bring a database from the previous version to it."""
 
@@ -88,22 +91,32 @@ def setup_steps() -> Steps[int]:
             yield from _index_long_terms()
         if target == 4:
             yield from _backfill_metadata()
+        if target == 5:
+            yield from _backfill_terms(changed_only=True)
         yield Query(f"INSERT INTO {VERSIONS} (version) VALUES (%s)", (target,))
         logger.info("PostgreSQL storage: schema migrated to v%d", target)
     return int(version)
 
 
-def _backfill_terms() -> Steps[None]:
-    """Index the keyword terms of messages written before schema version 2."""
+def _backfill_terms(*, changed_only: bool = False) -> Steps[None]:
+    """Index the keyword terms of messages written before schema version 2.
+
+    `changed_only`: only those whose terms changed in version 5 (CJK text cut into
+    pairs, text read in NFKC; ASCII text is cut as before).
+    """
     after = ""
     while True:
-        sql = f"SELECT id, role, text, resource_id, thread_id FROM {_M} WHERE id > %s "
+        sql = f"SELECT id, role, text, resource_id, thread_id, terms FROM {_M} WHERE id > %s "
         page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after,))).rows
         if not page:
             return
         ids, terms, counts, words = [], [], [], []
-        for id_, role, text, resource_id, thread_id in page:
+        for id_, role, text, resource_id, thread_id, stored in page:
+            if changed_only and text.isascii():
+                continue
             found = message_terms(role, text)
+            if changed_only and found == list(stored or ()):
+                continue
             ids.append(id_)
             terms.append(found)
             counts.append(len(found))
