@@ -176,7 +176,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
         "--busy",
         metavar="LOCOMO_JSON",
         help=f"paraphrase: add at least {BUSY_MESSAGES} messages of LoCoMo sessions to each "
-        "persona's resource (persona i takes LoCoMo conversation i's sessions in order)",
+        "persona's resource (of n personas, persona i takes sessions i, i+n, i+2n, ...: "
+        "the busy store of benchmarks/quality_relevance.py)",
     )
     parser.add_argument("--json-out", metavar="FILE", help="write settings, summary, questions")
     parser.add_argument(

@@ -198,7 +198,7 @@ def test_eval_paraphrase_reports_found_per_kind_and_probes(
     assert probes["off-topic"]["overall"]["questions"] == 2
 
 
-def test_eval_paraphrase_busy_puts_at_least_300_messages_in_each_persona(
+def test_eval_paraphrase_busy_puts_at_least_330_messages_in_each_persona(
     tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     locomo = big_locomo(tmp_path / "busy.json", samples=2, turns=110)
@@ -207,7 +207,7 @@ def test_eval_paraphrase_busy_puts_at_least_300_messages_in_each_persona(
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "Loading 668 messages" in printed  # 8 of the set + 2 x 330 of LoCoMo
-    assert "p1: 3 sessions, conv-0/session_1 to conv-0/session_3" in printed
+    assert "p1: 3 sessions, conv-0/session_1 to conv-1/session_2" in printed
     assert main(["eval", "jsonl", str(locomo), "--busy", str(locomo)]) == 2
 
 

@@ -16,7 +16,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
 from langchain_semantic_recall.cli import common, main
-from langchain_semantic_recall.eval_paraphrase import add_busy, read_paraphrase
+from langchain_semantic_recall.eval_paraphrase import BUSY_MESSAGES, add_busy, read_paraphrase
 from langchain_semantic_recall.evaluation import (
     QUERY_THREAD,
     Dataset,
@@ -496,9 +496,11 @@ def test_busy_adds_locomo_sessions_to_each_persona_deterministically(tmp_path: P
     locomo = big_locomo(tmp_path / "busy.json", samples=3, turns=4)
     dataset = read_paraphrase(paraphrase_set(tmp_path / "para"))
     chosen = add_busy(dataset, locomo, messages=10)
-    assert chosen == {  # persona i: conversation i's sessions, in order, until >= 10 messages
-        "p1": ["conv-0/session_1", "conv-0/session_2", "conv-0/session_3"],
-        "p2": ["conv-1/session_1", "conv-1/session_2", "conv-1/session_3"],
+    # of 2 personas, persona i takes sessions i, i + 2, i + 4, ... until >= 10 messages:
+    # the busy store of benchmarks/quality_relevance.py, whose figures docs/quality.md gives
+    assert chosen == {
+        "p1": ["conv-0/session_1", "conv-0/session_3", "conv-1/session_2"],
+        "p2": ["conv-0/session_2", "conv-1/session_1", "conv-1/session_3"],
     }
     busy = [c for c in dataset.conversations if c.thread_id.startswith("busy/")]
     assert [c.resource_id for c in busy] == ["p1"] * 3 + ["p2"] * 3
@@ -507,6 +509,16 @@ def test_busy_adds_locomo_sessions_to_each_persona_deterministically(tmp_path: P
     assert add_busy(read_paraphrase(tmp_path / "para"), locomo, messages=10) == chosen
     with pytest.raises(InvalidInputError, match="fewer than"):
         add_busy(dataset, locomo, messages=1000)
+
+
+def test_busy_defaults_to_the_benchmarks_busy_store(tmp_path: Path) -> None:
+    locomo = big_locomo(tmp_path / "busy.json", samples=2, turns=110)  # 6 sessions of 110
+    chosen = add_busy(read_paraphrase(paraphrase_set(tmp_path / "para")), locomo)
+    assert BUSY_MESSAGES == 330  # benchmarks/quality_relevance.py's busy store
+    assert chosen == {
+        "p1": ["conv-0/session_1", "conv-0/session_3", "conv-1/session_2"],
+        "p2": ["conv-0/session_2", "conv-1/session_1", "conv-1/session_3"],
+    }
 
 
 def test_eval_foreign_refuses_data_with_one_resource(
