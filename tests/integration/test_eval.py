@@ -384,3 +384,18 @@ def test_quality_loss_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None
     for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
         assert name in out
     assert "DIFFERENT" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alternative", ["reply-length", "length-within-role-everywhere"])
+def test_quality_alternatives_benchmark_smoke(
+    alternative: str, locomo_file: Path, tmp_path: Path
+) -> None:
+    """Each kind of rewrite (message model; candidate model too) runs the whole pipeline."""
+    _tiny_sets(tmp_path / "data", locomo_file)
+    args = ["--data", str(tmp_path / "data"), "--cache", str(tmp_path / "cache")]
+    out = _run_benchmark("quality_alternatives.py", [*args, "--alternative", alternative], tmp_path)
+    assert f"## alternative: {alternative}" in out
+    for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
+        assert name in out
+    assert "DIFFERENT" not in out
