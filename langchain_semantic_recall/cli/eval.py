@@ -31,12 +31,18 @@ _MODES = ("hybrid", "keyword", "dense")
 
 
 def _budget(value: str) -> int | None:
-    if value.lower() in {"none", "off", "0"}:
+    """A number of messages (1 or more), or `none` for whole windows, as `search` takes."""
+    if value.lower() == "none":
         return None
     try:
-        return int(value)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {value!r}") from error
+        budget = int(value)
+    except ValueError:
+        budget = 0
+    if budget < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of messages (1 or more) or 'none' (whole windows), got {value!r}"
+        )
+    return budget
 
 
 def _by_mode(read: Callable[[SearchPlan], object]) -> str:

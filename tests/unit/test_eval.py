@@ -330,6 +330,8 @@ def test_eval_refuses_missing_files_and_bad_values(
 ) -> None:
     assert main(["eval", "locomo", str(tmp_path / "missing.json"), "--no-progress"]) == 3
     assert main(["eval", "locomo", str(locomo_file), "--message-budget", "lots"]) == 2
+    for budget in ("0", "off", "-3"):  # 0 read as 'none' (whole windows) ran, unbudgeted
+        assert main(["eval", "locomo", str(locomo_file), "--message-budget", budget]) == 2
     assert main(["eval", "locomo", str(locomo_file), "--no-progress", "--keyword-weight", "2"]) == 2
 
 
