@@ -170,7 +170,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     probes.add_argument(
         "--small-talk",
         action="store_true",
-        help="also ask built-in small-talk turns ('hi', 'thanks', 'ok', ...) of every resource",
+        help="also ask built-in small-talk turns ('hi', 'thanks', 'ok', ...) of every resource "
+        "that has questions",
     )
     probes.add_argument(
         "--folds", action="store_true", help="also report recall per conversation (resource)"
