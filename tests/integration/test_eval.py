@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from langchain_semantic_recall.cli import common, main
-from langchain_semantic_recall.cli.eval_store import MANIFEST
+from langchain_semantic_recall.cli.eval_store import EMBEDDER_PROBE, MANIFEST
 from langchain_semantic_recall.evaluation import (
     read_locomo,
 )
@@ -237,7 +237,8 @@ def test_eval_store_is_reused_without_embedding_the_messages_again(
     assert "Reusing" in capsys.readouterr().out
     embedded = {text for call in embedder.calls for text in call}
     questions = {q.question for q in read_locomo(locomo_file).questions}
-    assert embedded <= questions | {*reference.UNRELATED, *reference.SMALL_TALK}  # + reference
+    reference_texts = {*reference.UNRELATED, *reference.SMALL_TALK}
+    assert embedded <= questions | reference_texts | {EMBEDDER_PROBE}  # + which embedder
     again = json.loads(out.read_text(encoding="utf-8"))
     assert [r["returned"] for r in again["questions"]] == [
         r["returned"] for r in first["questions"]
@@ -399,3 +400,22 @@ def test_quality_alternatives_benchmark_smoke(
     for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
         assert name in out
     assert "DIFFERENT" not in out
+
+
+def test_eval_store_refuses_vectors_of_another_embedder_of_the_same_name(
+    locomo_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Same name, other vectors (another build of the model): a reuse would search stale ones."""
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    monkeypatch.setattr(common, "create_embeddings", lambda: FakeEmbeddings(dimension=128))
+    assert main(argv) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(common, "create_embeddings", lambda: FakeEmbeddings(dimension=96))
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "fake-bow" in error
+    assert "vectors differ" in error
