@@ -46,6 +46,7 @@ __all__ = [
     "add_busy",
     "busy_sessions",
     "read_paraphrase",
+    "read_probe_files",
 ]
 
 PARAPHRASE_FILE = "paraphrase_dev.jsonl"
@@ -124,13 +125,24 @@ def read_paraphrase(directory: str | PathLike[str]) -> Dataset:
         dataset.questions.append(
             EvalQuestion(persona, question, kind, (f"{fact_id}/fact",), answer_terms=terms)
         )
+    dataset.probes.extend(read_probe_files(folder))
+    return dataset
+
+
+def read_probe_files(directory: str | PathLike[str]) -> list[EvalProbe]:
+    """The small-talk and off-topic lines of the set's folder (`PROBE_FILES`), as probes.
+
+    `eval --probes DIR` asks them of any dataset's resources, as the benchmark does.
+    """
+    folder = Path(directory)
+    probes = []
     for kind, name in PROBE_FILES.items():
         for line_no, row in _rows(folder / name):
             text = row.get("text")
             if not isinstance(text, str) or not text.strip():
                 raise InvalidInputError(f"{folder / name}, line {line_no}: needs 'text'")
-            dataset.probes.append(EvalProbe(kind, text))
-    return dataset
+            probes.append(EvalProbe(kind, text))
+    return probes
 
 
 def busy_sessions(

@@ -174,6 +174,13 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
         "that has questions",
     )
     probes.add_argument(
+        "--probes",
+        metavar="PATH",
+        help="also ask these probe lines of every resource that holds messages: a JSONL "
+        'file of {"probe", "kind"} lines, or the paraphrase set\'s folder (its '
+        "small-talk and off-topic files, as docs/quality.md asks them of every set)",
+    )
+    probes.add_argument(
         "--folds", action="store_true", help="also report recall per conversation (resource)"
     )
     parser.add_argument(
@@ -421,6 +428,10 @@ def run(args: argparse.Namespace) -> int:
         )
     path = Path(args.dataset)
     dataset, busy = _read(args, path)
+    if args.probes:
+        if not Path(args.probes).exists():
+            raise NotFoundError(f"no probe file or folder {args.probes} (--probes)")
+        dataset.probes.extend(evaluation.read_probes(args.probes, dataset.resources))
     _check(args, dataset, path)
     options = _options(args)
     progress = not args.no_progress and sys.stderr.isatty()  # a log file gets no bar redraws

@@ -198,6 +198,22 @@ def test_eval_paraphrase_reports_found_per_kind_and_probes(
     assert probes["off-topic"]["overall"]["questions"] == 2
 
 
+def test_eval_probes_asks_the_paraphrase_sets_lines_of_any_dataset(
+    locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/quality.md's small-talk and off-topic rows on LoCoMo: `eval locomo --probes`."""
+    folder = paraphrase_set(tmp_path / "para")
+    out = tmp_path / "locomo.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--probes", str(folder)]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "false memories, small talk" in printed
+    assert "false memories, off-topic" in printed
+    probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
+    assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 conversations
+    assert set(probes["off-topic"]["by_resource"]) == {"conv-1", "conv-2"}
+
+
 def test_eval_paraphrase_busy_puts_at_least_330_messages_in_each_persona(
     tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
 ) -> None:

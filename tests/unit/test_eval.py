@@ -31,6 +31,7 @@ from langchain_semantic_recall.evaluation import (
     normalise_evidence,
     read_eval_jsonl,
     read_locomo,
+    read_probes,
     summarize,
 )
 from langchain_semantic_recall.false_memory import (
@@ -590,3 +591,35 @@ def test_eval_help_prints_the_engines_defaults(capsys: pytest.CaptureFixture[str
     assert f"(default: {DEFAULT_SEARCH_MODE}, which is hybrid" in " ".join(text.split())
     assert engines["hybrid"].with_options(search_mode=DEFAULT_SEARCH_MODE).search_mode == "hybrid"
     assert _help_default(text, "--scope") == SemanticRecall.__init__.__kwdefaults__["scope"]
+
+
+def test_probes_are_read_from_a_file_of_probe_lines_or_the_paraphrase_sets_folder(
+    tmp_path: Path,
+) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    assert [(p.kind, p.text) for p in read_probes(folder, ["p1"])] == [
+        ("small talk", "thanks!"),
+        ("small talk", "good morning"),
+        ("off-topic", "How do black holes form?"),
+    ]
+    lines = [{"probe": "hmm", "kind": "filler"}, {"probe": "ok", "kind": "x", "resource": "a"}]
+    path = jsonl(tmp_path / "probes.jsonl", lines)
+    assert [(p.kind, p.text, p.resource) for p in read_probes(path, ["a", "b"])] == [
+        ("filler", "hmm", None),
+        ("x", "ok", "a"),
+    ]
+    with pytest.raises(InvalidInputError, match="no message"):
+        read_probes(path, ["b"])  # the line names a resource the dataset does not hold
+    message = jsonl(tmp_path / "message.jsonl", [{"resource": "a", "thread": "t", "role": "user"}])
+    with pytest.raises(InvalidInputError, match="line 1: expected a probe line"):
+        read_probes(message, ["a"])  # a message line is not silently skipped
+
+
+def test_eval_probes_option_is_checked_before_loading(
+    locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--probes"]
+    assert main([*argv, str(tmp_path / "missing")]) == 3
+    bad = jsonl(tmp_path / "bad.jsonl", [{"probe": "hi"}])  # no kind
+    assert main([*argv, str(bad)]) == 1
+    assert "needs a 'kind'" in capsys.readouterr().err
