@@ -431,7 +431,9 @@ def run(args: argparse.Namespace) -> int:
     if args.probes:
         if not Path(args.probes).exists():
             raise NotFoundError(f"no probe file or folder {args.probes} (--probes)")
-        dataset.probes.extend(evaluation.read_probes(args.probes, dataset.resources))
+        asked = set(dataset.probes)  # the paraphrase set's own lines are not asked twice
+        more = evaluation.read_probes(args.probes, dataset.resources)
+        dataset.probes.extend(p for p in more if p not in asked)
     _check(args, dataset, path)
     options = _options(args)
     progress = not args.no_progress and sys.stderr.isatty()  # a log file gets no bar redraws

@@ -435,3 +435,14 @@ def test_eval_store_refuses_vectors_of_another_embedder_of_the_same_name(
     error = capsys.readouterr().err
     assert "fake-bow" in error
     assert "vectors differ" in error
+
+
+def test_eval_paraphrase_with_its_own_folder_as_probes_asks_each_line_once(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    out = tmp_path / "para.json"
+    argv = ["eval", "paraphrase", str(folder), "--no-progress", "--probes", str(folder)]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
+    assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 personas, once
