@@ -1,6 +1,6 @@
 """`eval --store DIR`: load a dataset once, reuse its stored vectors and messages after.
 
-Loading embeds every message (LongMemEval's 3,712 take about half an hour on two cores),
+Loading embeds every message (LongMemEval's 3,712 took 10.4 min on two shared cores),
 so `eval --store DIR` writes a manifest beside the store, `semantic-recall-eval.json`:
 a fingerprint of the messages loaded (sha256 of every conversation's resource, thread and
 messages, ids and times included), their count and the embedder: its name and a
