@@ -11,7 +11,7 @@ sentences), then fits and measures with the package's own code (`relevance.featu
 - **locomo**: locomo-dev, 5 long two-person conversations (each a resource);
 - **lme**: longmemeval-dev, 168 LongMemEval_S questions pooled into 8 memories;
 - **para**: paraphrase-dev, 80 questions sharing no word with the fact, asked of a small
-  store (the facts alone) and of a busy one (the facts among >= 300 LoCoMo messages).
+  store (the facts alone) and of a busy one (the facts among >= 330 LoCoMo messages).
 
 Every set also asks its resources the paraphrase set's small-talk and off-topic lines, and
 each question of another resource (foreign: nothing there is evidence for it).
@@ -58,6 +58,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from relevance_020 import select_020
 
 from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.eval_paraphrase import busy_sessions
 from langchain_semantic_recall.evaluation import (
     Dataset,
     EvalConversation,
@@ -167,7 +168,7 @@ class HashingEmbeddings(Embeddings):
 
 
 def paraphrase_dataset(busy: bool) -> Dataset:
-    """Each persona a resource, each fact + reply a thread; busy: + >= 300 LoCoMo messages."""
+    """Each persona a resource, each fact + reply a thread; busy: + >= 330 LoCoMo messages."""
     rows = [json.loads(line) for line in (DATA / "paraphrase-dev/paraphrase_dev.jsonl").open()]
     start = datetime(2024, 3, 1, tzinfo=UTC)
     conversations, questions = [], []
@@ -188,18 +189,15 @@ def paraphrase_dataset(busy: bool) -> Dataset:
     if busy:
         sessions = read_locomo(DATA / "locomo-dev/locomo_dev.json").conversations
         personas = sorted({row["persona"] for row in rows})
-        for j, persona in enumerate(personas):
-            added = 0
-            for session in sessions[j :: len(personas)]:
+        # the sessions `eval paraphrase --busy` adds too, so its figures are these
+        for persona, picked in busy_sessions(sessions, personas).items():
+            for session in picked:
                 copies = [
                     m.model_copy(update={"id": f"{persona}-busy:{m.id}"}) for m in session.messages
                 ]
                 conversations.append(
                     EvalConversation(persona, f"{persona}-busy-{session.thread_id}", copies)
                 )
-                added += len(copies)
-                if added >= 330:
-                    break
     return Dataset(conversations, questions)
 
 

@@ -14,7 +14,9 @@ The set is a folder of three files:
   answers, asked of every persona as probes of kind `"small talk"` and `"off-topic"`.
 
 `add_busy` adds unrelated LoCoMo sessions to each persona's resource, so the facts sit
-among a few hundred messages of other chat, as they do in a real memory.
+among a few hundred messages of other chat, as they do in a real memory. It picks them
+with `busy_sessions`, the rule `benchmarks/quality_relevance.py` uses for its busy store,
+so that `eval paraphrase --busy` measures the store whose figures docs/quality.md gives.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ __all__ = [
     "PARAPHRASE_FILE",
     "PROBE_FILES",
     "add_busy",
+    "busy_sessions",
     "read_paraphrase",
+    "read_probe_files",
 ]
 
 PARAPHRASE_FILE = "paraphrase_dev.jsonl"
@@ -52,8 +56,8 @@ PROBE_FILES: dict[str, str] = {
     "off-topic": "offtopic_dev.jsonl",
 }
 """Probe kind -> the file of the set's folder that holds its `{text}` lines."""
-BUSY_MESSAGES = 300
-"""Fewest unrelated messages `add_busy` adds to each persona's resource."""
+BUSY_MESSAGES = 330
+"""Fewest unrelated messages `add_busy` adds to each persona's resource (the benchmark's)."""
 
 _FIRST_FACT = datetime(2024, 1, 1, tzinfo=UTC)
 _FIELDS = ("id", "persona", "fact", "reply", "question", "kind")
@@ -121,13 +125,44 @@ def read_paraphrase(directory: str | PathLike[str]) -> Dataset:
         dataset.questions.append(
             EvalQuestion(persona, question, kind, (f"{fact_id}/fact",), answer_terms=terms)
         )
+    dataset.probes.extend(read_probe_files(folder))
+    return dataset
+
+
+def read_probe_files(directory: str | PathLike[str]) -> list[EvalProbe]:
+    """The small-talk and off-topic lines of the set's folder (`PROBE_FILES`), as probes.
+
+    `eval --probes DIR` asks them of any dataset's resources, as the benchmark does.
+    """
+    folder = Path(directory)
+    probes = []
     for kind, name in PROBE_FILES.items():
         for line_no, row in _rows(folder / name):
             text = row.get("text")
             if not isinstance(text, str) or not text.strip():
                 raise InvalidInputError(f"{folder / name}, line {line_no}: needs 'text'")
-            dataset.probes.append(EvalProbe(kind, text))
-    return dataset
+            probes.append(EvalProbe(kind, text))
+    return probes
+
+
+def busy_sessions(
+    sessions: list[EvalConversation], resources: list[str], messages: int = BUSY_MESSAGES
+) -> dict[str, list[EvalConversation]]:
+    """The LoCoMo sessions each resource gets to make its store busy.
+
+    With n resources, the i-th takes sessions i, i + n, i + 2n, ... of `sessions` (in the
+    file's order, so each resource gets sessions of every conversation, none shared) until
+    it has at least `messages` messages, or its share runs out (`add_busy` refuses that).
+    """
+    chosen: dict[str, list[EvalConversation]] = {}
+    for index, resource in enumerate(resources):
+        picked: list[EvalConversation] = []
+        for session in sessions[index :: len(resources)]:
+            picked.append(session)
+            if sum(len(s.messages) for s in picked) >= messages:
+                break
+        chosen[resource] = picked
+    return chosen
 
 
 def add_busy(
@@ -135,36 +170,29 @@ def add_busy(
 ) -> dict[str, list[str]]:
     """Add unrelated LoCoMo sessions to every resource of `dataset`; say which.
 
-    The choice is fixed: the i-th resource (in the order they first appear) takes the
-    sessions of the i-th LoCoMo conversation of the file (cyclically), in order, until
-    it has at least `messages` new ones, going on to the next conversation if one runs
-    out. Their threads and message ids are prefixed with `busy/<resource>/`, so they
+    The choice is fixed (`busy_sessions`, over the resources in the order they first
+    appear). Their threads and message ids are prefixed with `busy/<resource>/`, so they
     never collide with the set's own. Returns resource -> the LoCoMo threads it got.
     """
     sessions = read_locomo(locomo).conversations
-    samples = list(dict.fromkeys(c.resource_id for c in sessions))
-    if not samples:
+    if not sessions:
         raise InvalidInputError(f"{locomo} has no LoCoMo conversation to make the store busy")
-    total = sum(len(c.messages) for c in sessions)
-    if total < messages:
+    picks = busy_sessions(sessions, dataset.resources, messages)
+    short = {r: sum(len(s.messages) for s in p) for r, p in picks.items()}
+    short = {r: n for r, n in short.items() if n < messages}
+    if short:
         raise InvalidInputError(
-            f"{locomo} has {total} messages, fewer than the {messages} each resource needs"
+            f"{locomo} has too few messages to make every store busy: of {len(picks)} "
+            f"resources, each takes every {len(picks)}th session, and {short} got fewer "
+            f"than the {messages} each resource needs"
         )
-    starts: dict[str, int] = {}  # read_locomo keeps each conversation's sessions together
-    for position, session in enumerate(sessions):
-        starts.setdefault(session.resource_id, position)
     chosen: dict[str, list[str]] = {}
-    for index, resource in enumerate(dataset.resources):
-        at, added, names = starts[samples[index % len(samples)]], 0, []
-        while added < messages:
-            session = sessions[at % len(sessions)]
-            prefix = f"busy/{resource}/"
+    for resource, picked in picks.items():
+        prefix = f"busy/{resource}/"
+        for session in picked:
             copies = [m.model_copy(update={"id": prefix + str(m.id)}) for m in session.messages]
             dataset.conversations.append(
                 EvalConversation(resource, prefix + session.thread_id, copies)
             )
-            names.append(session.thread_id)
-            added += len(copies)
-            at += 1
-        chosen[resource] = names
+        chosen[resource] = [session.thread_id for session in picked]
     return chosen

@@ -103,6 +103,7 @@ __all__ = [
     "normalise_evidence",
     "read_eval_jsonl",
     "read_locomo",
+    "read_probes",
     "summarize",
 ]
 
@@ -188,6 +189,42 @@ def _question_line(
         return None
     category, thread = str(row.get("category", "all")), str(row.get("thread") or QUERY_THREAD)
     return EvalQuestion(resource, question, category, tuple(evidence), thread)
+
+
+def read_probes(path: str | PathLike[str], resources: Sequence[str]) -> list[EvalProbe]:
+    """Probe lines to ask of any dataset (`eval --probes PATH`).
+
+    Args:
+        path: A JSONL file of probe lines (`{"probe": ..., "kind": ...}`, see the module
+            docstring; nothing else), or a folder holding the paraphrase set's
+            small-talk and off-topic files (`eval_paraphrase.PROBE_FILES`).
+        resources: The dataset's resources: a probe line may only name one of them.
+    """
+    from langchain_semantic_recall.eval_paraphrase import read_probe_files
+
+    source = Path(path)
+    if source.is_dir():
+        return read_probe_files(source)
+    probes = []
+    with source.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{source}, line {line_no}"
+            try:
+                row = json.loads(line)
+            except ValueError as error:
+                raise InvalidInputError(f"{where}: not JSON ({error})") from error
+            if not isinstance(row, dict) or "probe" not in row:
+                raise InvalidInputError(f'{where}: expected a probe line {{"probe", "kind"}}')
+            probes.append(_probe_line(row, where))
+    unknown = {p.resource for p in probes if p.resource is not None} - set(resources)
+    if unknown:
+        raise InvalidInputError(
+            f"{source}: probe lines name resource(s) with no message: {sorted(unknown)}; "
+            "leave 'resource' out to ask every resource"
+        )
+    return probes
 
 
 def _probe_line(row: dict[str, Any], where: str) -> EvalProbe:

@@ -1,4 +1,4 @@
-"""A tiny run of each ``benchmarks/perf_*.py`` script: they run, print and write results.
+"""A tiny run of each ``benchmarks/perf_*.py`` script and of the other scripts run by hand.
 
 The real benchmarks are run by hand (see ``benchmarks/README.md``); these smoke runs use
 a few hundred messages, write into a temporary folder and leave the tree untouched.
@@ -205,3 +205,19 @@ def test_perf_first_search_smoke(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "perf_first_search.json").read_text())
     assert set(results) == {"shipped", "embedded"}
     assert all(results[kind]["first"]["n"] == 1 for kind in results)
+
+
+def test_embedded_default_smoke() -> None:
+    out = _run("embedded_default.py", "--messages", "400", "--queries", "5")
+    assert "400 messages in 200 threads of 20 resources, then 100 more" in out
+    assert "500 vectors, 0 missing" in out
+    row = next(line for line in out.splitlines() if "minus its raw query embeddings" in line)
+    assert float(row.split()[-1]) > 0  # a recall costs more than its embedding alone
+    assert "index, one thread per call" in out
+
+
+def test_two_writers_embedded_smoke() -> None:
+    out = _run("two_writers_embedded.py", "--writes", "300", "--late", "5")
+    assert "one process (baseline)   300 vectors listed, 0 never returned" in out
+    assert "two processes at once" in out  # vectors listed, or "a writer failed" (measured)
+    assert "of 4 vectors another process wrote are searchable" in out  # two a call: 4 of 5

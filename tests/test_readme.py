@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
-from langchain_semantic_recall.cli import main
+from langchain_semantic_recall.cli import build_parser, main
 from langchain_semantic_recall.importers import read_jsonl_lines
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -156,6 +156,48 @@ def test_every_docs_page_with_python_runs_or_says_why_not() -> None:
     unaccounted = [p for p in with_python if p not in PAGES and p not in SNIPPET_PAGES]
     assert unaccounted == [], "add them to PAGES (run) or SNIPPET_PAGES (with the reason)"
     assert [p for p in PAGES if not (ROOT / p).is_file()] == []
+
+
+_BENCHMARK_COMMAND = re.compile(r"python[ \t]+benchmarks/(\w+\.py)([^\n#`]*)")
+
+
+def test_every_benchmark_command_the_docs_show_names_a_script_and_its_options() -> None:
+    """The pages' benchmark commands (not run here: minutes to hours; smoke runs are in
+    tests/test_benchmarks_smoke.py) name a script of benchmarks/ and options it has."""
+    pages = [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    shared = (ROOT / "benchmarks" / "perf_common.py").read_text(encoding="utf-8")
+    found, wrong = 0, []
+    for page in pages:
+        for match in _BENCHMARK_COMMAND.finditer(page.read_text(encoding="utf-8")):
+            found += 1
+            script = ROOT / "benchmarks" / match.group(1)
+            if not script.is_file():
+                wrong.append(f"{page.name}: {match.group(0).strip()}: no such script")
+                continue
+            source = script.read_text(encoding="utf-8") + shared
+            wrong += [
+                f"{page.name}: {match.group(0).strip()}: the script has no {flag}"
+                for flag in re.findall(r"--[\w-]+", match.group(2))
+                if f'"{flag}"' not in source
+            ]
+    assert found >= 40
+    assert wrong == []
+
+
+def test_the_eval_commands_of_the_quality_page_parse() -> None:
+    """docs/quality.md's `semantic-recall eval` lines (minutes each: not run here)."""
+    lines = [
+        line
+        for block in blocks("docs/quality.md")
+        if block.language == "bash"
+        for line in bash_lines(block)
+        if line.startswith("semantic-recall ")
+    ]
+    assert len(lines) >= 6
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        args = build_parser(argv).parse_args(argv)  # SystemExit(2) on an unknown option
+        assert args.command == "eval", line
 
 
 def test_the_readme_stays_short_and_links_every_run_page() -> None:

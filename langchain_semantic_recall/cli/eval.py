@@ -31,12 +31,18 @@ _MODES = ("hybrid", "keyword", "dense")
 
 
 def _budget(value: str) -> int | None:
-    if value.lower() in {"none", "off", "0"}:
+    """A number of messages (1 or more), or `none` for whole windows, as `search` takes."""
+    if value.lower() == "none":
         return None
     try:
-        return int(value)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected a number or 'none', got {value!r}") from error
+        budget = int(value)
+    except ValueError:
+        budget = 0
+    if budget < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of messages (1 or more) or 'none' (whole windows), got {value!r}"
+        )
+    return budget
 
 
 def _by_mode(read: Callable[[SearchPlan], object]) -> str:
@@ -164,7 +170,15 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     probes.add_argument(
         "--small-talk",
         action="store_true",
-        help="also ask built-in small-talk turns ('hi', 'thanks', 'ok', ...) of every resource",
+        help="also ask built-in small-talk turns ('hi', 'thanks', 'ok', ...) of every resource "
+        "that has questions",
+    )
+    probes.add_argument(
+        "--probes",
+        metavar="PATH",
+        help="also ask these probe lines of every resource that holds messages: a JSONL "
+        'file of {"probe", "kind"} lines, or the paraphrase set\'s folder (its '
+        "small-talk and off-topic files, as docs/quality.md asks them of every set)",
     )
     probes.add_argument(
         "--folds", action="store_true", help="also report recall per conversation (resource)"
@@ -176,7 +190,8 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
         "--busy",
         metavar="LOCOMO_JSON",
         help=f"paraphrase: add at least {BUSY_MESSAGES} messages of LoCoMo sessions to each "
-        "persona's resource (persona i takes LoCoMo conversation i's sessions in order)",
+        "persona's resource (of n personas, persona i takes sessions i, i+n, i+2n, ...: "
+        "the busy store of benchmarks/quality_relevance.py)",
     )
     parser.add_argument("--json-out", metavar="FILE", help="write settings, summary, questions")
     parser.add_argument(
@@ -413,6 +428,12 @@ def run(args: argparse.Namespace) -> int:
         )
     path = Path(args.dataset)
     dataset, busy = _read(args, path)
+    if args.probes:
+        if not Path(args.probes).exists():
+            raise NotFoundError(f"no probe file or folder {args.probes} (--probes)")
+        asked = set(dataset.probes)  # the paraphrase set's own lines are not asked twice
+        more = evaluation.read_probes(args.probes, dataset.resources)
+        dataset.probes.extend(p for p in more if p not in asked)
     _check(args, dataset, path)
     options = _options(args)
     progress = not args.no_progress and sys.stderr.isatty()  # a log file gets no bar redraws

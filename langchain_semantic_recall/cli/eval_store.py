@@ -1,10 +1,11 @@
 """`eval --store DIR`: load a dataset once, reuse its stored vectors and messages after.
 
-Loading embeds every message (LongMemEval's 3,712 take about half an hour on two cores),
+Loading embeds every message (LongMemEval's 3,712 took 10.4 min on two shared cores),
 so `eval --store DIR` writes a manifest beside the store, `semantic-recall-eval.json`:
 a fingerprint of the messages loaded (sha256 of every conversation's resource, thread and
-messages, ids and times included), their count and the embedder. The next run with the
-same DIR:
+messages, ids and times included), their count and the embedder: its name and a
+fingerprint of its vector for a fixed text (`embedder_fingerprint`), since another build
+of a model can keep its name. The next run with the same DIR:
 
 - same messages and embedder, load finished: nothing is loaded or embedded again;
 - anything else (another dataset, the same one loaded differently such as `--scope
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.embeddings import Embeddings
 from langchain_core.messages import message_to_dict
 
 from langchain_semantic_recall.cli.common import UsageError
@@ -28,12 +30,32 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.eval_records import Dataset
     from langchain_semantic_recall.recall import SemanticRecall
 
-__all__ = ["MANIFEST", "fingerprint", "load_or_reuse", "read_manifest", "reusable"]
+__all__ = [
+    "EMBEDDER_PROBE",
+    "MANIFEST",
+    "embedder_fingerprint",
+    "fingerprint",
+    "load_or_reuse",
+    "read_manifest",
+    "reusable",
+]
 
 MANIFEST = "semantic-recall-eval.json"
 """The manifest's file name in the store folder."""
 _KIND = "semantic-recall eval store"
-_COMPARED = ("messages_sha256", "messages", "embeddings")
+_COMPARED = ("messages_sha256", "messages", "embeddings", "embedder_sha256")
+EMBEDDER_PROBE = "semantic-recall eval: is this the embedder that wrote the stored vectors?"
+"""The text whose vector fingerprints the embedder (`embedder_fingerprint`)."""
+
+
+def embedder_fingerprint(embeddings: Embeddings) -> str:
+    """sha256 of the embedder's vector for a fixed text, rounded to 3 decimals.
+
+    Tells apart embedders of the same name whose vectors differ (another build or size
+    of the model), while the float noise of one model on two machines rounds away.
+    """
+    vector = [round(float(x), 3) + 0.0 for x in embeddings.embed_query(EMBEDDER_PROBE)]
+    return hashlib.sha256(json.dumps(vector).encode()).hexdigest()
 
 
 def fingerprint(dataset: Dataset) -> str:
@@ -81,6 +103,15 @@ def reusable(store: Path, manifest: dict[str, Any] | None, wanted: dict[str, Any
         raise UsageError(
             f"an earlier load into --store {store} did not finish; delete the folder (or "
             "give another) and run again"
+        )
+    if manifest.get("embeddings") == wanted.get("embeddings") and manifest.get(
+        "embedder_sha256"
+    ) != wanted.get("embedder_sha256"):
+        raise UsageError(
+            f"--store {store} holds vectors of {wanted.get('embeddings')}, but this run's "
+            f"{wanted.get('embeddings')} vectors differ from them (another build or size of "
+            "the model, or a store from before eval checked vectors): searching them would "
+            "score stale vectors; give another folder, or delete this one to load it again"
         )
     if any(manifest.get(key) != wanted.get(key) for key in _COMPARED):
         raise UsageError(
@@ -135,6 +166,8 @@ def load_or_reuse(
         "version": __version__,
         **source,
     }
+    if store is not None:  # one query embedding; a temporary store is never reused
+        facts["embedder_sha256"] = embedder_fingerprint(memory.embeddings)
     if store is not None and reusable(store, manifest, facts):
         print(
             f"Reusing {store}: it holds these {dataset.message_count} messages, embedded with "

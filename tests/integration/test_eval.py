@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from langchain_semantic_recall.cli import common, main
-from langchain_semantic_recall.cli.eval_store import MANIFEST
+from langchain_semantic_recall.cli.eval_store import EMBEDDER_PROBE, MANIFEST
 from langchain_semantic_recall.evaluation import (
     read_locomo,
 )
@@ -198,7 +198,23 @@ def test_eval_paraphrase_reports_found_per_kind_and_probes(
     assert probes["off-topic"]["overall"]["questions"] == 2
 
 
-def test_eval_paraphrase_busy_puts_at_least_300_messages_in_each_persona(
+def test_eval_probes_asks_the_paraphrase_sets_lines_of_any_dataset(
+    locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/quality.md's small-talk and off-topic rows on LoCoMo: `eval locomo --probes`."""
+    folder = paraphrase_set(tmp_path / "para")
+    out = tmp_path / "locomo.json"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--probes", str(folder)]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "false memories, small talk" in printed
+    assert "false memories, off-topic" in printed
+    probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
+    assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 conversations
+    assert set(probes["off-topic"]["by_resource"]) == {"conv-1", "conv-2"}
+
+
+def test_eval_paraphrase_busy_puts_at_least_330_messages_in_each_persona(
     tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     locomo = big_locomo(tmp_path / "busy.json", samples=2, turns=110)
@@ -207,7 +223,7 @@ def test_eval_paraphrase_busy_puts_at_least_300_messages_in_each_persona(
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "Loading 668 messages" in printed  # 8 of the set + 2 x 330 of LoCoMo
-    assert "p1: 3 sessions, conv-0/session_1 to conv-0/session_3" in printed
+    assert "p1: 3 sessions, conv-0/session_1 to conv-1/session_2" in printed
     assert main(["eval", "jsonl", str(locomo), "--busy", str(locomo)]) == 2
 
 
@@ -237,7 +253,8 @@ def test_eval_store_is_reused_without_embedding_the_messages_again(
     assert "Reusing" in capsys.readouterr().out
     embedded = {text for call in embedder.calls for text in call}
     questions = {q.question for q in read_locomo(locomo_file).questions}
-    assert embedded <= questions | {*reference.UNRELATED, *reference.SMALL_TALK}  # + reference
+    reference_texts = {*reference.UNRELATED, *reference.SMALL_TALK}
+    assert embedded <= questions | reference_texts | {EMBEDDER_PROBE}  # + which embedder
     again = json.loads(out.read_text(encoding="utf-8"))
     assert [r["returned"] for r in again["questions"]] == [
         r["returned"] for r in first["questions"]
@@ -384,3 +401,48 @@ def test_quality_loss_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None
     for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
         assert name in out
     assert "DIFFERENT" not in out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("alternative", ["reply-length", "length-within-role-everywhere"])
+def test_quality_alternatives_benchmark_smoke(
+    alternative: str, locomo_file: Path, tmp_path: Path
+) -> None:
+    """Each kind of rewrite (message model; candidate model too) runs the whole pipeline."""
+    _tiny_sets(tmp_path / "data", locomo_file)
+    args = ["--data", str(tmp_path / "data"), "--cache", str(tmp_path / "cache")]
+    out = _run_benchmark("quality_alternatives.py", [*args, "--alternative", alternative], tmp_path)
+    assert f"## alternative: {alternative}" in out
+    for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
+        assert name in out
+    assert "DIFFERENT" not in out
+
+
+def test_eval_store_refuses_vectors_of_another_embedder_of_the_same_name(
+    locomo_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Same name, other vectors (another build of the model): a reuse would search stale ones."""
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    monkeypatch.setattr(common, "create_embeddings", lambda: FakeEmbeddings(dimension=128))
+    assert main(argv) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(common, "create_embeddings", lambda: FakeEmbeddings(dimension=96))
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "fake-bow" in error
+    assert "vectors differ" in error
+
+
+def test_eval_paraphrase_with_its_own_folder_as_probes_asks_each_line_once(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    out = tmp_path / "para.json"
+    argv = ["eval", "paraphrase", str(folder), "--no-progress", "--probes", str(folder)]
+    assert main([*argv, "--json-out", str(out)]) == 0
+    probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
+    assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 personas, once

@@ -16,7 +16,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, InvalidInputError, SemanticRecall
 from langchain_semantic_recall.cli import common, main
-from langchain_semantic_recall.eval_paraphrase import add_busy, read_paraphrase
+from langchain_semantic_recall.eval_paraphrase import BUSY_MESSAGES, add_busy, read_paraphrase
 from langchain_semantic_recall.evaluation import (
     QUERY_THREAD,
     Dataset,
@@ -31,6 +31,7 @@ from langchain_semantic_recall.evaluation import (
     normalise_evidence,
     read_eval_jsonl,
     read_locomo,
+    read_probes,
     summarize,
 )
 from langchain_semantic_recall.false_memory import (
@@ -330,6 +331,8 @@ def test_eval_refuses_missing_files_and_bad_values(
 ) -> None:
     assert main(["eval", "locomo", str(tmp_path / "missing.json"), "--no-progress"]) == 3
     assert main(["eval", "locomo", str(locomo_file), "--message-budget", "lots"]) == 2
+    for budget in ("0", "off", "-3"):  # 0 read as 'none' (whole windows) ran, unbudgeted
+        assert main(["eval", "locomo", str(locomo_file), "--message-budget", budget]) == 2
     assert main(["eval", "locomo", str(locomo_file), "--no-progress", "--keyword-weight", "2"]) == 2
 
 
@@ -496,9 +499,11 @@ def test_busy_adds_locomo_sessions_to_each_persona_deterministically(tmp_path: P
     locomo = big_locomo(tmp_path / "busy.json", samples=3, turns=4)
     dataset = read_paraphrase(paraphrase_set(tmp_path / "para"))
     chosen = add_busy(dataset, locomo, messages=10)
-    assert chosen == {  # persona i: conversation i's sessions, in order, until >= 10 messages
-        "p1": ["conv-0/session_1", "conv-0/session_2", "conv-0/session_3"],
-        "p2": ["conv-1/session_1", "conv-1/session_2", "conv-1/session_3"],
+    # of 2 personas, persona i takes sessions i, i + 2, i + 4, ... until >= 10 messages:
+    # the busy store of benchmarks/quality_relevance.py, whose figures docs/quality.md gives
+    assert chosen == {
+        "p1": ["conv-0/session_1", "conv-0/session_3", "conv-1/session_2"],
+        "p2": ["conv-0/session_2", "conv-1/session_1", "conv-1/session_3"],
     }
     busy = [c for c in dataset.conversations if c.thread_id.startswith("busy/")]
     assert [c.resource_id for c in busy] == ["p1"] * 3 + ["p2"] * 3
@@ -507,6 +512,16 @@ def test_busy_adds_locomo_sessions_to_each_persona_deterministically(tmp_path: P
     assert add_busy(read_paraphrase(tmp_path / "para"), locomo, messages=10) == chosen
     with pytest.raises(InvalidInputError, match="fewer than"):
         add_busy(dataset, locomo, messages=1000)
+
+
+def test_busy_defaults_to_the_benchmarks_busy_store(tmp_path: Path) -> None:
+    locomo = big_locomo(tmp_path / "busy.json", samples=2, turns=110)  # 6 sessions of 110
+    chosen = add_busy(read_paraphrase(paraphrase_set(tmp_path / "para")), locomo)
+    assert BUSY_MESSAGES == 330  # benchmarks/quality_relevance.py's busy store
+    assert chosen == {
+        "p1": ["conv-0/session_1", "conv-0/session_3", "conv-1/session_2"],
+        "p2": ["conv-0/session_2", "conv-1/session_1", "conv-1/session_3"],
+    }
 
 
 def test_eval_foreign_refuses_data_with_one_resource(
@@ -576,3 +591,35 @@ def test_eval_help_prints_the_engines_defaults(capsys: pytest.CaptureFixture[str
     assert f"(default: {DEFAULT_SEARCH_MODE}, which is hybrid" in " ".join(text.split())
     assert engines["hybrid"].with_options(search_mode=DEFAULT_SEARCH_MODE).search_mode == "hybrid"
     assert _help_default(text, "--scope") == SemanticRecall.__init__.__kwdefaults__["scope"]
+
+
+def test_probes_are_read_from_a_file_of_probe_lines_or_the_paraphrase_sets_folder(
+    tmp_path: Path,
+) -> None:
+    folder = paraphrase_set(tmp_path / "para")
+    assert [(p.kind, p.text) for p in read_probes(folder, ["p1"])] == [
+        ("small talk", "thanks!"),
+        ("small talk", "good morning"),
+        ("off-topic", "How do black holes form?"),
+    ]
+    lines = [{"probe": "hmm", "kind": "filler"}, {"probe": "ok", "kind": "x", "resource": "a"}]
+    path = jsonl(tmp_path / "probes.jsonl", lines)
+    assert [(p.kind, p.text, p.resource) for p in read_probes(path, ["a", "b"])] == [
+        ("filler", "hmm", None),
+        ("x", "ok", "a"),
+    ]
+    with pytest.raises(InvalidInputError, match="no message"):
+        read_probes(path, ["b"])  # the line names a resource the dataset does not hold
+    message = jsonl(tmp_path / "message.jsonl", [{"resource": "a", "thread": "t", "role": "user"}])
+    with pytest.raises(InvalidInputError, match="line 1: expected a probe line"):
+        read_probes(message, ["a"])  # a message line is not silently skipped
+
+
+def test_eval_probes_option_is_checked_before_loading(
+    locomo_file: Path, tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--probes"]
+    assert main([*argv, str(tmp_path / "missing")]) == 3
+    bad = jsonl(tmp_path / "bad.jsonl", [{"probe": "hi"}])  # no kind
+    assert main([*argv, str(bad)]) == 1
+    assert "needs a 'kind'" in capsys.readouterr().err
