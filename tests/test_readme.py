@@ -52,6 +52,7 @@ SNIPPET_PAGES = {
     "docs/deploy.md": "connects to PostgreSQL and a Chroma server",
     "docs/scale.md": "connects to PostgreSQL and a Chroma server",
     "docs/chroma-workarounds.md": "a maintainer's commands to test another chromadb version",
+    "docs/migration-0.2.md": "drops the index of a store the first 0.1 builds wrote (PATH)",
 }
 """Pages whose Python blocks are fragments, shown but not run, and why."""
 OPTIONS_PAGE = ROOT / "docs" / "guide.md"
