@@ -27,7 +27,7 @@ from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres import PostgresStorage
-from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+from langchain_semantic_recall.storage.sqlite import SCHEMA_VERSION, SQLiteStorage
 from tests.fakes import FakeEmbeddings
 from tests.unit import test_cli as unit
 from tests.unit.test_cli import Cli, Embedder
@@ -136,7 +136,7 @@ def test_inspection_commands_work_on_a_store_an_earlier_release_wrote(
     result = cli(*command)
     assert result.code == 0, result.err
     assert shown in result.out
-    assert "migrated it to schema 3" in result.err
+    assert f"migrated it to schema {SCHEMA_VERSION}" in result.err
     again = cli(*command)
     assert (again.code, again.out) == (0, result.out)
     assert "migrated" not in again.err
