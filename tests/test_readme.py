@@ -211,16 +211,35 @@ def test_the_readme_stays_short_and_links_every_run_page() -> None:
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def _prose(text: str) -> str:
+    """The page without its fenced blocks (a `# comment` in a bash block is no heading)."""
+    return _FENCE.sub("", text)
+
+
 def _anchors(page: Path) -> set[str]:
     """GitHub's anchors of a page's headings."""
-    headings = re.findall(r"(?m)^#+ (.*)$", page.read_text(encoding="utf-8"))
+    headings = re.findall(r"(?m)^#+ (.*)$", _prose(page.read_text(encoding="utf-8")))
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_a_comment_in_a_code_block_is_no_anchor(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n```bash\n# other languages\nx\n```\n", encoding="utf-8")
+    assert _anchors(page) == {"title"}
+
+
+LINKED_PAGES = (
+    README,
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "examples" / "langgraph_server" / "README.md",
+)
+"""Pages outside docs/ whose links are checked too."""
 
 
 def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
     broken = []
-    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
-        for link in _LINK.findall(page.read_text(encoding="utf-8")):
+    for page in [*LINKED_PAGES, *sorted((ROOT / "docs").glob("*.md"))]:
+        for link in _LINK.findall(_prose(page.read_text(encoding="utf-8"))):
             if link.startswith(("http://", "https://", "mailto:")):
                 continue
             path, _, anchor = link.partition("#")
@@ -406,3 +425,23 @@ def test_every_block_of_the_page_runs_in_order(
             continue
         ran += 1
     assert ran == sum(b.language in {"python", "console", "bash"} for b in blocks(page))
+
+
+_DOCS_MENTION = re.compile(r"\bdocs/([\w.-]+\.md)(?:#([\w-]+))?")
+
+
+def test_every_docs_page_the_code_names_exists_with_its_heading() -> None:
+    """Docstrings and messages point readers to `docs/page.md#heading`: both must exist."""
+    sources = [*(ROOT / "langchain_semantic_recall").rglob("*.py")]
+    sources += [*(ROOT / "benchmarks").glob("*.py"), ROOT / "Makefile"]
+    broken, found = [], 0
+    for source in sources:
+        for page, anchor in _DOCS_MENTION.findall(source.read_text(encoding="utf-8")):
+            found += 1
+            target = ROOT / "docs" / page
+            if not target.is_file():
+                broken.append(f"{source.name}: docs/{page}")
+            elif anchor and anchor not in _anchors(target):
+                broken.append(f"{source.name}: docs/{page}#{anchor} (no such heading)")
+    assert found >= 20
+    assert broken == []
