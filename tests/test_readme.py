@@ -17,8 +17,10 @@ blocks is either in `PAGES` or in `SNIPPET_PAGES` with the reason it cannot run 
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import inspect
+import io
 import re
 import shlex
 import tomllib
@@ -445,3 +447,43 @@ def test_every_docs_page_the_code_names_exists_with_its_heading() -> None:
                 broken.append(f"{source.name}: docs/{page}#{anchor} (no such heading)")
     assert found >= 20
     assert broken == []
+
+
+_INLINE_COMMAND = re.compile(r"`(semantic-recall [^`]+)`")
+
+
+def _parse_error(argv: list[str]) -> str | None:
+    """argparse's complaint about `argv` (None: it parses)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser(argv).parse_args(argv)
+    except SystemExit as exit_:
+        if exit_.code:
+            return err.getvalue().strip() or f"exit {exit_.code}"
+    return None
+
+
+def test_every_command_the_pages_name_has_the_options_they_give_it() -> None:
+    """An inline `semantic-recall ...` may leave out what a command requires (it names the
+    command in prose), but not name a command or an option the command line lacks."""
+    pages = [*LINKED_PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+    found, wrong = 0, []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for match in _INLINE_COMMAND.finditer(text):
+            found += 1
+            argv = shlex.split(re.sub(r"[\[\]]", "", match.group(1)))[1:]
+            error = _parse_error(argv)
+            if error and ("unrecognized arguments" in error or "invalid choice" in error):
+                line = text.count("\n", 0, match.start()) + 1
+                wrong.append(f"{page.name}:{line}: {match.group(1)}: {error.splitlines()[-1]}")
+    assert found >= 30
+    assert wrong == []
+
+
+def test_the_command_check_finds_an_unknown_option() -> None:
+    error = _parse_error(["search", "q", "--resource", "r", "--treshold", "0.5"])
+    assert error is not None
+    assert "unrecognized arguments" in error
+    assert _parse_error(["search", "q", "--resource", "r"]) is None
