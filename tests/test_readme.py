@@ -487,3 +487,27 @@ def test_the_command_check_finds_an_unknown_option() -> None:
     assert error is not None
     assert "unrecognized arguments" in error
     assert _parse_error(["search", "q", "--resource", "r"]) is None
+
+
+def test_every_test_the_pages_cite_exists() -> None:
+    """A page or docstring citing `test_x` (a file or a test) as its proof names a real one."""
+    tests = ROOT / "tests"
+    names = {p.stem for p in tests.rglob("test_*.py")}
+    for path in tests.rglob("*.py"):
+        names |= set(
+            re.findall(
+                r"(?m)^\s*(?:async )?(?:def|class) (test_\w+)", path.read_text(encoding="utf-8")
+            )
+        )
+    sources = [
+        README,
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "langchain_semantic_recall").rglob("*.py"),
+    ]
+    cited = {
+        (source.name, name)
+        for source in sources
+        for name in re.findall(r"\btest_[a-z0-9_]+\b", source.read_text(encoding="utf-8"))
+    }
+    assert len(cited) >= 20
+    assert sorted((page, name) for page, name in cited if name not in names) == []
