@@ -322,11 +322,11 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         """Persist a turn's messages and embed their user and assistant text.
 
         Every input message gets a fate in `result.fates`: stored, updated, unchanged
-        (same id and content stored before) or skipped with a reason (recalled memory, a
-        read-only engine, a forgotten thread: `result.forgotten`); each fate's
-        `truncated_chars` counts its text past `max_index_chars`. A message without an
-        id is new. Dates to
-        import go in `additional_kwargs["created_at"]`; metadata in `metadata=` or
+        (stored before as given: not written, nor embedded unless its vectors are gone) or
+        skipped with a reason (recalled memory, a read-only engine, a forgotten thread:
+        `result.forgotten`); each fate's `truncated_chars` counts its text past
+        `max_index_chars`. A message without an id is new. Dates to import go in
+        `additional_kwargs["created_at"]`; metadata in `metadata=` or
         `additional_kwargs["metadata"]` (docs/filtering.md). Embedding failures are
         logged (`result.error`); the messages stay stored, `reindex(missing_only=True)`.
 

@@ -17,8 +17,10 @@ blocks is either in `PAGES` or in `SNIPPET_PAGES` with the reason it cannot run 
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import inspect
+import io
 import re
 import shlex
 import tomllib
@@ -211,16 +213,35 @@ def test_the_readme_stays_short_and_links_every_run_page() -> None:
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+def _prose(text: str) -> str:
+    """The page without its fenced blocks (a `# comment` in a bash block is no heading)."""
+    return _FENCE.sub("", text)
+
+
 def _anchors(page: Path) -> set[str]:
     """GitHub's anchors of a page's headings."""
-    headings = re.findall(r"(?m)^#+ (.*)$", page.read_text(encoding="utf-8"))
+    headings = re.findall(r"(?m)^#+ (.*)$", _prose(page.read_text(encoding="utf-8")))
     return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_a_comment_in_a_code_block_is_no_anchor(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n```bash\n# other languages\nx\n```\n", encoding="utf-8")
+    assert _anchors(page) == {"title"}
+
+
+LINKED_PAGES = (
+    README,
+    ROOT / "benchmarks" / "README.md",
+    ROOT / "examples" / "langgraph_server" / "README.md",
+)
+"""Pages outside docs/ whose links are checked too."""
 
 
 def test_every_relative_link_of_the_readme_and_docs_resolves() -> None:
     broken = []
-    for page in [README, *sorted((ROOT / "docs").glob("*.md"))]:
-        for link in _LINK.findall(page.read_text(encoding="utf-8")):
+    for page in [*LINKED_PAGES, *sorted((ROOT / "docs").glob("*.md"))]:
+        for link in _LINK.findall(_prose(page.read_text(encoding="utf-8"))):
             if link.startswith(("http://", "https://", "mailto:")):
                 continue
             path, _, anchor = link.partition("#")
@@ -406,3 +427,87 @@ def test_every_block_of_the_page_runs_in_order(
             continue
         ran += 1
     assert ran == sum(b.language in {"python", "console", "bash"} for b in blocks(page))
+
+
+_DOCS_MENTION = re.compile(r"\bdocs/([\w.-]+\.md)(?:#([\w-]+))?")
+
+
+def test_every_docs_page_the_code_names_exists_with_its_heading() -> None:
+    """Docstrings and messages point readers to `docs/page.md#heading`: both must exist."""
+    sources = [*(ROOT / "langchain_semantic_recall").rglob("*.py")]
+    sources += [*(ROOT / "benchmarks").glob("*.py"), ROOT / "Makefile"]
+    broken, found = [], 0
+    for source in sources:
+        for page, anchor in _DOCS_MENTION.findall(source.read_text(encoding="utf-8")):
+            found += 1
+            target = ROOT / "docs" / page
+            if not target.is_file():
+                broken.append(f"{source.name}: docs/{page}")
+            elif anchor and anchor not in _anchors(target):
+                broken.append(f"{source.name}: docs/{page}#{anchor} (no such heading)")
+    assert found >= 20
+    assert broken == []
+
+
+_INLINE_COMMAND = re.compile(r"`(semantic-recall [^`]+)`")
+
+
+def _parse_error(argv: list[str]) -> str | None:
+    """argparse's complaint about `argv` (None: it parses)."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser(argv).parse_args(argv)
+    except SystemExit as exit_:
+        if exit_.code:
+            return err.getvalue().strip() or f"exit {exit_.code}"
+    return None
+
+
+def test_every_command_the_pages_name_has_the_options_they_give_it() -> None:
+    """An inline `semantic-recall ...` may leave out what a command requires (it names the
+    command in prose), but not name a command or an option the command line lacks."""
+    pages = [*LINKED_PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+    found, wrong = 0, []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for match in _INLINE_COMMAND.finditer(text):
+            found += 1
+            argv = shlex.split(re.sub(r"[\[\]]", "", match.group(1)))[1:]
+            error = _parse_error(argv)
+            if error and ("unrecognized arguments" in error or "invalid choice" in error):
+                line = text.count("\n", 0, match.start()) + 1
+                wrong.append(f"{page.name}:{line}: {match.group(1)}: {error.splitlines()[-1]}")
+    assert found >= 30
+    assert wrong == []
+
+
+def test_the_command_check_finds_an_unknown_option() -> None:
+    error = _parse_error(["search", "q", "--resource", "r", "--treshold", "0.5"])
+    assert error is not None
+    assert "unrecognized arguments" in error
+    assert _parse_error(["search", "q", "--resource", "r"]) is None
+
+
+def test_every_test_the_pages_cite_exists() -> None:
+    """A page or docstring citing `test_x` (a file or a test) as its proof names a real one."""
+    tests = ROOT / "tests"
+    names = {p.stem for p in tests.rglob("test_*.py")}
+    for path in tests.rglob("*.py"):
+        names |= set(
+            re.findall(
+                r"(?m)^\s*(?:async )?(?:def|class) (test_\w+)", path.read_text(encoding="utf-8")
+            )
+        )
+    sources = [
+        README,
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "langchain_semantic_recall").rglob("*.py"),
+    ]
+    cited = {
+        (source.name, name)
+        for source in sources
+        for name in re.findall(r"\btest_[a-z0-9_]+\b", source.read_text(encoding="utf-8"))
+    }
+    assert len(cited) >= 20
+    assert sorted((page, name) for page, name in cited if name not in names) == []

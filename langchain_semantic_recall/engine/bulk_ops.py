@@ -1,11 +1,12 @@
 """Bulk import: many conversations stored and embedded in big batches, as steps.
 
 It keeps `index`'s rules (the same records and ids, so importing again adds nothing;
-system, tool and recalled messages stored but not embedded; long messages chunked;
-forgotten threads skipped and reported) and says what it did: messages new, updated
-(another text under a stored id) and unchanged, each stored message keeping its
-creation time. An unchanged message is embedded again only when its vectors are gone,
-so importing the same export twice costs one read per thread, not its embedding.
+system and tool messages stored but not embedded, recalled memory and `RemoveMessage`s
+not stored; long messages chunked; forgotten threads skipped and reported) and says
+what it did: messages new, updated (another text under a stored id) and unchanged, each
+stored message keeping its creation time. An unchanged message is embedded again only
+when its vectors are gone, so importing the same export twice costs one read per thread,
+not its embedding.
 Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
 """
 
@@ -63,8 +64,8 @@ class BulkResult:
     forgotten_threads: list[str] = field(default_factory=list)
     """Threads skipped because they were forgotten (their ids are retired)."""
     not_stored: dict[str, int] = field(default_factory=dict)
-    """Messages given but not stored, counted by reason (a `RemoveMessage`: a state
-    instruction, not a message)."""
+    """Messages given but not stored, counted by reason (`not_stored_reason`: a
+    `RemoveMessage`, recalled memory, a message type the storage does not keep)."""
     not_embedded: dict[str, int] = field(default_factory=dict)
     """Messages stored without a vector, counted by reason (`IndexResult.skipped`'s
     reasons: system and tool messages, tool calls only, no text)."""

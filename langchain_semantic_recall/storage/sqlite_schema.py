@@ -8,8 +8,9 @@ backfill come from `sqlite_fts`.
 
 A read-only open (`connect(path, read_only=True)`, e.g. a backup on a read-only mount)
 uses a `mode=ro` URI: it sets no pragma, migrates nothing, and refuses a file whose schema
-is not the current one. A WAL file whose `-shm` cannot be created (a read-only folder) is
-opened `immutable`: nothing can change it while we read.
+is not the current one, but for the versions it reads as they are (`READ_AS_IS`). A WAL
+file whose `-shm` cannot be created (a read-only folder) is opened `immutable`: nothing
+can change it while we read.
 """
 
 from __future__ import annotations

@@ -129,3 +129,22 @@ async def test_a_share_outside_zero_to_one_is_no_estimate(estimate: object) -> N
     assert Odd().kept_share(scope) is None
     assert await Odd().akept_share(scope) is None
     assert Odd().kept_share(ScopeFilter("r1")) == 1.0  # no filter: all of it, unasked
+
+
+def _hooks(hooks: type) -> set[str]:
+    """The sync hooks of a hooks class: protected methods with an `_a` async twin."""
+    return {
+        name
+        for name in vars(hooks)
+        if name.startswith("_") and not name.startswith("__") and f"_a{name[1:]}" in vars(hooks)
+    }
+
+
+@pytest.mark.parametrize("section", list(BASES))
+def test_the_doc_names_every_hook(section: str) -> None:
+    """A hook added to `hooks.py` (abstract or not) gets its row in the doc's table."""
+    _, hooks = BASES[section]
+    assert _hooks(hooks) - set(_table(section)) == set()
+    assert {"_put", "_adopt_thread"} <= _hooks(StorageHooks)
+    assert "_aput" not in _hooks(StorageHooks)
+    assert "_export" in _hooks(VectorHooks)

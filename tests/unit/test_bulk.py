@@ -317,3 +317,15 @@ def test_an_import_never_changes_or_counts_another_resources_messages(
         for message_id, text in pairs:
             expected[message_id] = (thread, resource, text)
         assert {i: (m.thread_id, m.resource_id, m.text) for i, m in after.items()} == expected
+
+
+def test_recalled_memory_is_not_stored_and_is_counted() -> None:
+    """As `index` does (bulk.py's docstring said it was stored but not embedded)."""
+    from langchain_semantic_recall.messages import MEMORY_SOURCE
+
+    recalled = AIMessage("you like tea", additional_kwargs={"source": MEMORY_SOURCE})
+    memory = _engine(FakeEmbeddings())
+    result = memory.bulk_index([("t", "r", [HumanMessage("hi"), recalled])])
+    assert (result.stored, result.embedded) == (1, 1)
+    assert result.not_stored == {"recalled memory (source: memory)": 1}
+    assert [m.text for m in memory.storage.list_messages()] == ["hi"]

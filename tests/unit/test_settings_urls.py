@@ -125,3 +125,18 @@ def test_from_env_with_neither_or_both_set() -> None:
         "storage": "memory://",
         "vector": "memory://",
     }
+
+
+def test_the_docs_name_the_folder_from_env_defaults_to() -> None:
+    """`RecallSettings.from_env()` without the variables is not the CLI's default store."""
+    from langchain_semantic_recall.cli.common import DEFAULT_PATH
+    from langchain_semantic_recall.settings import RecallSettings
+
+    settings = RecallSettings.from_env({})
+    folder = settings.storage_url.removeprefix("sqlite:///").rsplit("/", 1)[0]
+    assert settings.vector_url == f"chroma:///{folder}/chroma"
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    for page in ("guide.md", "scale.md"):
+        text = " ".join((docs / page).read_text(encoding="utf-8").split())
+        assert f"under `./{folder}`" in text, page
+    assert f"its own default is `{DEFAULT_PATH}`" in (docs / "scale.md").read_text(encoding="utf-8")
