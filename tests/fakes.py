@@ -35,10 +35,11 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
     VectorHit,
     VectorRecord,
 )
-from langchain_semantic_recall.storage.base import MessageStorage, ThreadInfo
+from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.vectors.base import VectorIndex
 
 _WORD = re.compile(r"[a-z0-9]+")
