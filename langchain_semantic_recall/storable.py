@@ -7,11 +7,12 @@ modules (`filters`, `messages`, the storages) share them without loading LangCha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from langchain_semantic_recall.errors import InvalidInputError
 
-__all__ = ["check_id", "check_ids", "encodable", "storable"]
+__all__ = ["check_id", "check_ids", "check_message_id", "encodable", "storable"]
 
 
 def encodable(text: str) -> bool:
@@ -45,6 +46,32 @@ def check_id(name: str, value: object) -> str:
             "backends cannot hold; use ids of ordinary text"
         )
     return value
+
+
+_CHUNK_SUFFIX = re.compile(r"#[1-9][0-9]*")
+
+
+def check_message_id(value: object) -> str:
+    """`value` if it is a usable id for a new message: `check_id`, and no chunk's name.
+
+    A message's later chunks are stored as `<id>#<n>` (`vectors.rows.chunk_id`), so a
+    message called `m#1` would be the vector of chunk 1 of message `m`: writing one
+    overwrote the other, in the resource's own index or, in an index shared by resources,
+    another resource's. Such ids are refused where messages come in; one stored before
+    this check stays readable and forgettable.
+
+    Raises:
+        InvalidInputError: as `check_id`, or the id ends in `#` and a number above 0.
+    """
+    message_id = check_id("message id", value)
+    head, mark, tail = message_id.rpartition("#")
+    if mark and head and _CHUNK_SUFFIX.fullmatch(mark + tail):
+        raise InvalidInputError(
+            f"message id {message_id!r} ends like the vector of chunk {tail} of message "
+            f"{head!r} ('<id>#<n>'), which would overwrite it; use another id (such as "
+            f"{head + '-' + tail!r})"
+        )
+    return message_id
 
 
 def check_ids(name: str, values: Iterable[object]) -> list[str]:

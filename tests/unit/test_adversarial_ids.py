@@ -1,0 +1,209 @@
+"""Ids as an attack surface: two resources whose ids look alike never share anything.
+
+`test_isolation` generates histories over a few look-alike ids and checks what a
+search returns. Here the pairs are built to collide wherever an id becomes a name:
+case, Unicode normalisation (NFC/NFD, NFKC's full-width and compatibility forms),
+spaces, zero-width characters, long ids sharing a prefix, the separators names are
+built with, a vector id of a later chunk (`m#1`), path traversal, the reserved
+`(no resource)` mark, SQL wildcards. Every operation (index, search, stats, counts,
+listing, forget, move) must leave the other resource exactly as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import unicodedata
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall, SQLiteStorage
+from langchain_semantic_recall.errors import InvalidInputError, SemanticRecallError
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
+
+
+class SplitEmbeddings(FakeEmbeddings):
+    """Splits a text at `|`: a message of two pieces has two vectors (`m`, `m#1`)."""
+
+    def split_text(self, text: str) -> list[str]:
+        return text.split("|")
+
+
+def _fullwidth(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+# How the second id of a pair is made from the first: each a name some layer might
+# fold, trim, truncate, escape or split.
+TWISTS: list[Callable[[str], str]] = [
+    str.upper,
+    str.lower,
+    str.swapcase,
+    lambda s: unicodedata.normalize("NFD", s + "é"),
+    lambda s: unicodedata.normalize("NFC", s + "e\u0301"),
+    _fullwidth,
+    lambda s: s + "\ufb01",  # the "fi" ligature NFKC folds to "fi"
+    lambda s: s + "fi",
+    lambda s: s + "\u2460",  # circled one, NFKC "1"
+    lambda s: s + " ",
+    lambda s: " " + s,
+    lambda s: s + "\t",
+    lambda s: s + "\u200b",
+    lambda s: "\ufeff" + s,
+    lambda s: s * 300 + "a",  # long ids sharing a prefix of 300 copies
+    lambda s: s * 300 + "b",
+    lambda s: s + "#1",  # the vector id of chunk 1 of message `s`
+    lambda s: s + "#2",
+    lambda s: s + "-1",
+    lambda s: s + "_1",
+    lambda s: s + ".1",
+    lambda s: s + "/1",
+    lambda s: s + ":1",
+    lambda s: s + "--r",
+    lambda s: "../" + s,
+    lambda s: s + "/..",
+    lambda s: s + "%",
+    lambda s: s.replace(s[0], "_", 1),
+    lambda s: s + "' OR '1'='1",
+    lambda s: NO_RESOURCE,
+]
+
+bases = st.text(alphabet=st.sampled_from("aAeé1-_.#:/ %"), min_size=1, max_size=6).filter(
+    lambda s: bool(s.strip())
+)
+pairs = st.tuples(bases, st.sampled_from(TWISTS)).map(lambda p: (p[0], p[1](p[0])))
+
+
+def _engine(sqlite: bool) -> SemanticRecall:
+    return SemanticRecall(
+        storage=SQLiteStorage(":memory:") if sqlite else InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),  # one index for every resource: ids may meet
+        embeddings=SplitEmbeddings(),
+        top_k=8,
+        message_range=1,
+    )
+
+
+def _state(memory: SemanticRecall, resource: str) -> tuple[Any, ...]:
+    """All a resource has: messages, threads, vectors (with their rows' owners) and stats."""
+    name = memory.ensure_index().name
+    scope = ScopeFilter(resource_id=resource)
+    messages = sorted(
+        (m.id, m.thread_id, m.resource_id, m.text)
+        for m in memory.storage.list_messages(scope, limit=1000)
+    )
+    exported = sorted(
+        (r.id, r.message_id, r.thread_id, r.resource_id, r.content)
+        for r in memory.vector_store.export(name, scope)
+    )
+    threads = sorted(t.thread_id for t in memory.storage.list_threads(resource))
+    stats = memory.stats(resource_id=resource)
+    return messages, exported, threads, stats.messages, stats.missing_vectors
+
+
+def _index(memory: SemanticRecall, resource: str, thread: str, message_id: str) -> bool:
+    """Index a two-chunk message; False when the id is refused (nothing of it stored)."""
+    said = HumanMessage("lisbon tomato|garden peanut", id=message_id)
+    try:
+        memory.index([said], thread_id=thread, resource_id=resource)
+    except InvalidInputError:
+        return False
+    return True
+
+
+def _only_own(memory: SemanticRecall, resource: str, thread: str) -> None:
+    for scope in ("resource", "thread"):
+        for query in ("lisbon", "peanut garden"):
+            hits = memory.with_options(scope=scope).search(
+                query, thread_id=thread, resource_id=resource
+            )
+            for hit in hits:
+                for message in hit.window:
+                    assert message.resource_id == resource
+                    assert memory.storage.get_thread_owner(message.thread_id) == resource
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pair=pairs, sqlite=st.booleans(), op=st.integers(0, 4))
+@example(pair=("m", "m#1"), sqlite=False, op=0)  # a message id naming the other's chunk
+@example(pair=("m#1", "m"), sqlite=True, op=0)
+@example(pair=("Alice", "alice"), sqlite=True, op=3)
+@example(pair=("e\u0301", "\u00e9"), sqlite=True, op=2)
+@example(pair=("a", "a" * 300 + "b"), sqlite=False, op=4)
+@example(pair=("x", NO_RESOURCE), sqlite=True, op=3)
+def test_look_alike_ids_share_nothing(pair: tuple[str, str], sqlite: bool, op: int) -> None:
+    """Ids of one pair as resource, thread and message ids: each side keeps its own."""
+    a, b = pair
+    if a == b:
+        return
+    memory = _engine(sqlite)
+    ids = {a: f"t:{a}", b: f"t:{b}"}  # threads as distinct as the resources
+    stored = {x: _index(memory, x, ids[x], x) for x in (a, b)}
+    for x in (a, b):  # the message id is the resource id: twists of each other
+        assert stored[x] or x.rstrip("0123456789").endswith("#")  # only a chunk's name
+        assert len(_state(memory, x)[0]) == int(stored[x])
+        assert len(_state(memory, x)[1]) == 2 * int(stored[x])
+        if x != NO_RESOURCE:
+            _only_own(memory, x, ids[x])
+    before = _state(memory, b)
+    operations: list[Callable[[], object]] = [
+        lambda: memory.forget_thread(ids[b], resource_id=a),  # another's thread
+        lambda: memory.move_thread(ids[b], resource_id=a, to=a),
+        lambda: memory.forget_resource(a),
+        lambda: memory.forget_thread(ids[a], resource_id=a),
+        lambda: memory.clear_thread(ids[a], resource_id=a),
+    ]
+    with contextlib.suppress(SemanticRecallError):  # refused or not: what it leaves counts
+        operations[op]()
+    assert _state(memory, b) == before
+    if op in (2, 3):  # a's thread is gone: b may not take its id over either
+        assert _state(memory, a)[:3] == ([], [], [])
+        if _index(memory, b, ids[a], b + "!") and b != NO_RESOURCE:
+            _only_own(memory, b, ids[a])
+        assert _state(memory, a)[:3] == ([], [], [])
+
+
+@pytest.mark.parametrize("first", ["owner", "other"])
+@pytest.mark.parametrize("sqlite", [False, True])
+def test_a_message_id_naming_another_messages_chunk_is_refused(first: str, sqlite: bool) -> None:
+    """`m#1` is the vector id of chunk 1 of message `m`: in an index shared by resources,
+    bob's message `m#1` replaced alice's chunk (her search no longer found it, and her
+    stats counted no missing vector), or her chunk replaced his message's vector."""
+    memory = _engine(sqlite)
+
+    def alice() -> None:
+        memory.index(
+            [HumanMessage("lisbon trip|tomato garden", id="m")], thread_id="ta", resource_id="alice"
+        )
+
+    def bob() -> None:
+        memory.index([HumanMessage("peanut allergy", id="m#1")], thread_id="tb", resource_id="bob")
+
+    if first == "owner":
+        alice()
+        with pytest.raises(InvalidInputError, match="chunk 1 of message 'm'"):
+            bob()
+    else:
+        with pytest.raises(InvalidInputError, match="chunk 1 of message 'm'"):
+            bob()
+        alice()
+    rows = memory.vector_store.export(memory.ensure_index().name)
+    assert sorted((r.id, r.message_id, r.resource_id) for r in rows) == [
+        ("m", "m", "alice"),
+        ("m#1", "m", "alice"),
+    ]
+    assert memory.stats(resource_id="bob").messages == 0
+
+
+@pytest.mark.parametrize("message_id", ["m#0", "m#01", "#1", "m#1a", "m#", "a#b", "m#1 "])
+def test_ids_that_name_no_chunk_are_kept(message_id: str) -> None:
+    """Only `<id>#<n>` with n a chunk number (1, 2, ...) is a chunk's vector id."""
+    memory = _engine(False)
+    memory.index([HumanMessage("lisbon", id=message_id)], thread_id="t", resource_id="alice")
+    assert memory.stats(resource_id="alice").messages == 1
