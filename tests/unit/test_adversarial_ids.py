@@ -20,10 +20,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
+from langchain_core.vectorstores import InMemoryVectorStore
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.errors import InvalidInputError, SemanticRecallError
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
+from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -80,11 +82,21 @@ bases = st.text(alphabet=st.sampled_from("aAeé1-_.#:/ %"), min_size=1, max_size
 pairs = st.tuples(bases, st.sampled_from(TWISTS)).map(lambda p: (p[0], p[1](p[0])))
 
 
-def _engine(sqlite: bool) -> SemanticRecall:
+def _engine(sqlite: bool, *, postings: bool = False, langchain: bool = False) -> SemanticRecall:
+    """One vector index for every resource (ids may meet there); `postings`: SQLite with
+    every resource's keyword postings in memory, built at its first search."""
+    storage: InMemoryStorage | SQLiteStorage = InMemoryStorage()
+    if sqlite or postings:
+        storage = SQLiteStorage(":memory:", keyword_cache_min_docs=1 if postings else 500)
+        storage._postings.first_search_in_sql = not postings
+    embeddings = SplitEmbeddings()
+    vectors: InMemoryVectorIndex | LangChainVectorIndex = InMemoryVectorIndex()
+    if langchain:
+        vectors = LangChainVectorIndex(InMemoryVectorStore(embedding=embeddings))
     return SemanticRecall(
-        storage=SQLiteStorage(":memory:") if sqlite else InMemoryStorage(),
-        vector_store=InMemoryVectorIndex(),  # one index for every resource: ids may meet
-        embeddings=SplitEmbeddings(),
+        storage=storage,
+        vector_store=vectors,
+        embeddings=embeddings,
         top_k=8,
         message_range=1,
     )
@@ -130,19 +142,29 @@ def _only_own(memory: SemanticRecall, resource: str, thread: str) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(pair=pairs, sqlite=st.booleans(), op=st.integers(0, 4))
-@example(pair=("m", "m#1"), sqlite=False, op=0)  # a message id naming the other's chunk
-@example(pair=("m#1", "m"), sqlite=True, op=0)
-@example(pair=("Alice", "alice"), sqlite=True, op=3)
-@example(pair=("e\u0301", "\u00e9"), sqlite=True, op=2)
-@example(pair=("a", "a" * 300 + "b"), sqlite=False, op=4)
-@example(pair=("x", NO_RESOURCE), sqlite=True, op=3)
-def test_look_alike_ids_share_nothing(pair: tuple[str, str], sqlite: bool, op: int) -> None:
+@given(
+    pair=pairs,
+    sqlite=st.booleans(),
+    postings=st.booleans(),
+    langchain=st.booleans(),
+    op=st.integers(0, 4),
+)
+# a message id naming the other's chunk, in a shared in-memory or LangChain index
+@example(pair=("m", "m#1"), postings=False, sqlite=False, langchain=True, op=0)
+@example(pair=("m", "m#1"), postings=False, langchain=False, sqlite=False, op=0)
+@example(pair=("m#1", "m"), postings=False, langchain=False, sqlite=True, op=0)
+@example(pair=("Alice", "alice"), langchain=False, sqlite=True, postings=True, op=3)
+@example(pair=("e\u0301", "\u00e9"), postings=False, langchain=False, sqlite=True, op=2)
+@example(pair=("a", "a" * 300 + "b"), postings=False, langchain=False, sqlite=False, op=4)
+@example(pair=("x", NO_RESOURCE), postings=False, langchain=False, sqlite=True, op=3)
+def test_look_alike_ids_share_nothing(
+    *, pair: tuple[str, str], sqlite: bool, postings: bool, langchain: bool, op: int
+) -> None:
     """Ids of one pair as resource, thread and message ids: each side keeps its own."""
     a, b = pair
     if a == b:
         return
-    memory = _engine(sqlite)
+    memory = _engine(sqlite, postings=postings, langchain=langchain)
     ids = {a: f"t:{a}", b: f"t:{b}"}  # threads as distinct as the resources
     stored = {x: _index(memory, x, ids[x], x) for x in (a, b)}
     for x in (a, b):  # the message id is the resource id: twists of each other
@@ -207,3 +229,25 @@ def test_ids_that_name_no_chunk_are_kept(message_id: str) -> None:
     memory = _engine(False)
     memory.index([HumanMessage("lisbon", id=message_id)], thread_id="t", resource_id="alice")
     assert memory.stats(resource_id="alice").messages == 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_signed_in_user_named_like_the_no_owner_mark_is_refused(asynchronous: bool) -> None:
+    """A user signed in as "(no resource)" once stored threads with no owner: the next
+    user to write such a thread id adopted it and read every message of it."""
+    from langchain_core.runnables import RunnableLambda
+
+    memory = _engine(True)
+
+    def index() -> object:
+        said = [HumanMessage("my secret lisbon", id="s1")]
+        if asynchronous:
+            import asyncio
+
+            return asyncio.run(memory.aindex(said, thread_id="mine"))
+        return memory.index(said, thread_id="mine")
+
+    signed_in: RunnableLambda[None, object] = RunnableLambda(lambda _: index())
+    with pytest.raises(InvalidInputError, match="mark of threads stored without a resource"):
+        signed_in.invoke(None, {"configurable": {"langgraph_auth_user_id": NO_RESOURCE}})
+    assert memory.storage.get_thread_owner("mine") is None
