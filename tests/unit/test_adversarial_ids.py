@@ -161,10 +161,14 @@ def test_look_alike_ids_share_nothing(
     *, pair: tuple[str, str], sqlite: bool, postings: bool, langchain: bool, op: int
 ) -> None:
     """Ids of one pair as resource, thread and message ids: each side keeps its own."""
-    a, b = pair
-    if a == b:
-        return
-    memory = _engine(sqlite, postings=postings, langchain=langchain)
+    if pair[0] != pair[1]:
+        check_pair(_engine(sqlite, postings=postings, langchain=langchain), *pair, op=op)
+
+
+def check_pair(memory: SemanticRecall, a: str, b: str, *, op: int) -> None:
+    """Index a two-chunk message for `a` and for `b` (each id is its resource's, thread's
+    and message's), check each sees only its own, run operation `op` (0-4) as `a`, and
+    check that `b` kept exactly what it had (the integration tier runs it on its backends)."""
     ids = {a: f"t:{a}", b: f"t:{b}"}  # threads as distinct as the resources
     stored = {x: _index(memory, x, ids[x], x) for x in (a, b)}
     for x in (a, b):  # the message id is the resource id: twists of each other
