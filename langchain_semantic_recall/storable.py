@@ -12,7 +12,20 @@ from collections.abc import Iterable
 
 from langchain_semantic_recall.errors import InvalidInputError
 
-__all__ = ["check_id", "check_ids", "check_message_id", "encodable", "storable"]
+__all__ = [
+    "MAX_ID_BYTES",
+    "check_id",
+    "check_ids",
+    "check_message_id",
+    "check_new_id",
+    "encodable",
+    "storable",
+]
+
+
+MAX_ID_BYTES = 1024
+"""Longest id a write takes, in UTF-8 bytes: PostgreSQL indexes a thread's resource and
+thread ids in one B-tree entry, which holds at most 2,704 bytes."""
 
 
 def encodable(text: str) -> bool:
@@ -46,6 +59,26 @@ def check_id(name: str, value: object) -> str:
             "backends cannot hold; use ids of ordinary text"
         )
     return value
+
+
+def check_new_id(name: str, value: object) -> str:
+    """`value` if it is a usable id to write: `check_id`, and at most `MAX_ID_BYTES` long.
+
+    Longer ids once stored on SQLite and in memory but not on PostgreSQL (a `StorageError`
+    about the server's index row size). Only writes are held to it: an id stored before
+    this check stays readable, searchable and forgettable.
+
+    Raises:
+        InvalidInputError: as `check_id`, or longer than `MAX_ID_BYTES` in UTF-8.
+    """
+    text = check_id(name, value)
+    if len(text) * 4 > MAX_ID_BYTES and (size := len(text.encode("utf-8"))) > MAX_ID_BYTES:
+        raise InvalidInputError(
+            f"{name} {text[:40]!r}... is {size:,} bytes in UTF-8; ids are at most "
+            f"{MAX_ID_BYTES:,} (every backend indexes them): use a shorter id, or a hash "
+            "of this one"
+        )
+    return text
 
 
 _CHUNK_SUFFIX = re.compile(r"#[1-9][0-9]*")

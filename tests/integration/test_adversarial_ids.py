@@ -8,15 +8,20 @@ PostgreSQL scope token (a digest of it): look-alike ids must still share nothing
 
 from __future__ import annotations
 
+import random
+import string
 import tempfile
 import uuid
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.records import NO_RESOURCE
+from langchain_semantic_recall.storable import MAX_ID_BYTES
 from tests.unit.test_adversarial_ids import SplitEmbeddings, check_pair, pairs
 
 pytestmark = pytest.mark.integration
@@ -65,5 +70,29 @@ def test_look_alike_ids_share_nothing_on_the_servers(
     )
     try:
         check_pair(memory, prefix + pair[0], prefix + pair[1], op=op)
+    finally:
+        memory.close()
+
+
+def test_the_longest_ids_a_write_takes_fit_postgresql(pg_url: str, chroma_url: str) -> None:
+    """`MAX_ID_BYTES` for the resource, thread and message ids at once (random, so that
+    PostgreSQL cannot compress them) fits its indexes; one byte more is refused first."""
+    letters = string.ascii_letters + string.digits
+    rng = random.Random(7)
+
+    def longest() -> str:
+        return "".join(rng.choice(letters) for _ in range(MAX_ID_BYTES))
+
+    memory = SemanticRecall.from_url(
+        storage=pg_url, vector=chroma_url, embeddings=SplitEmbeddings(), index_name="longest"
+    )
+    try:
+        resource, thread, message = longest(), longest(), longest()
+        said = HumanMessage("lisbon|garden", id=message)
+        memory.index([said], thread_id=thread, resource_id=resource)
+        assert memory.stats(resource_id=resource).messages == 1
+        assert [h.message.id for h in memory.search("lisbon", resource_id=resource)] == [message]
+        with pytest.raises(InvalidInputError, match="bytes in UTF-8"):
+            memory.index([HumanMessage("x", id="m2")], thread_id=thread + "x", resource_id="r")
     finally:
         memory.close()

@@ -25,6 +25,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.errors import InvalidInputError, SemanticRecallError
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
+from langchain_semantic_recall.storable import MAX_ID_BYTES
 from langchain_semantic_recall.vectors.langchain import LangChainVectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -58,8 +59,10 @@ TWISTS: list[Callable[[str], str]] = [
     lambda s: s + "\t",
     lambda s: s + "\u200b",
     lambda s: "\ufeff" + s,
-    lambda s: s * 300 + "a",  # long ids sharing a prefix of 300 copies
+    lambda s: s * 300 + "a",  # long ids sharing a prefix (refused past MAX_ID_BYTES)
     lambda s: s * 300 + "b",
+    lambda s: s * 80 + "a",
+    lambda s: s * 80 + "b",
     lambda s: s + "#1",  # the vector id of chunk 1 of message `s`
     lambda s: s + "#2",
     lambda s: s + "-1",
@@ -172,7 +175,9 @@ def check_pair(memory: SemanticRecall, a: str, b: str, *, op: int) -> None:
     ids = {a: f"t:{a}", b: f"t:{b}"}  # threads as distinct as the resources
     stored = {x: _index(memory, x, ids[x], x) for x in (a, b)}
     for x in (a, b):  # the message id is the resource id: twists of each other
-        assert stored[x] or x.rstrip("0123456789").endswith("#")  # only a chunk's name
+        # refused only as a chunk's name, or longer than any backend takes
+        chunk_name = x.rstrip("0123456789").endswith("#")
+        assert stored[x] or chunk_name or len(ids[x].encode()) > MAX_ID_BYTES
         assert len(_state(memory, x)[0]) == int(stored[x])
         assert len(_state(memory, x)[1]) == 2 * int(stored[x])
         if x != NO_RESOURCE:
@@ -255,3 +260,29 @@ def test_a_signed_in_user_named_like_the_no_owner_mark_is_refused(asynchronous: 
     with pytest.raises(InvalidInputError, match="mark of threads stored without a resource"):
         signed_in.invoke(None, {"configurable": {"langgraph_auth_user_id": NO_RESOURCE}})
     assert memory.storage.get_thread_owner("mine") is None
+
+
+@pytest.mark.parametrize("which", ["resource", "thread", "message", "to"])
+@pytest.mark.parametrize("sqlite", [False, True])
+def test_an_id_too_long_for_every_backend_is_refused_on_write(which: str, sqlite: bool) -> None:
+    """An id over 2.7 KB stored here but failed on PostgreSQL ("index row size exceeds
+    btree maximum", reported as a StorageError about the server): one rule for all."""
+    memory = _engine(sqlite)
+    longest = "é" * (MAX_ID_BYTES // 2)  # two bytes a character
+    ids = {"resource": "r", "thread": "t", "message": "m"}
+    memory.index([HumanMessage("lisbon", id="m0")], thread_id="t0", resource_id="r")
+    if which == "to":
+        memory.move_thread("t0", resource_id="r", to=longest)
+        assert memory.stats(resource_id=longest).messages == 1
+        with pytest.raises(InvalidInputError, match="bytes in UTF-8"):
+            memory.move_thread("t0", resource_id=longest, to=longest + "x")
+        assert memory.storage.get_thread_owner("t0") == longest
+        return
+    ids[which] = longest
+    said = HumanMessage("lisbon", id=ids["message"])
+    memory.index([said], thread_id=ids["thread"], resource_id=ids["resource"])
+    ids = {"resource": "r", "thread": "t", "message": "m2", which: longest + "x"}
+    said = HumanMessage("lisbon", id=ids["message"])
+    with pytest.raises(InvalidInputError, match=f"is {MAX_ID_BYTES + 1:,} bytes in UTF-8"):
+        memory.index([said], thread_id=ids["thread"], resource_id=ids["resource"])
+    assert memory.stats(resource_id="r").messages == 1 + (which != "resource")
