@@ -84,8 +84,8 @@ def check_new_id(name: str, value: object) -> str:
 _CHUNK_SUFFIX = re.compile(r"#[1-9][0-9]*")
 
 
-def check_message_id(value: object) -> str:
-    """`value` if it is a usable id for a new message: `check_id`, and no chunk's name.
+def check_message_id(value: object, name: str = "message id") -> str:
+    """`value` if it is a usable id for a new message: `check_new_id`, and no chunk's name.
 
     A message's later chunks are stored as `<id>#<n>` (`vectors.rows.chunk_id`), so a
     message called `m#1` would be the vector of chunk 1 of message `m`: writing one
@@ -94,13 +94,13 @@ def check_message_id(value: object) -> str:
     this check stays readable and forgettable.
 
     Raises:
-        InvalidInputError: as `check_id`, or the id ends in `#` and a number above 0.
+        InvalidInputError: as `check_new_id`, or the id ends in `#` and a number above 0.
     """
-    message_id = check_id("message id", value)
+    message_id = check_new_id(name, value)
     head, mark, tail = message_id.rpartition("#")
     if mark and head and _CHUNK_SUFFIX.fullmatch(mark + tail):
         raise InvalidInputError(
-            f"message id {message_id!r} ends like the vector of chunk {tail} of message "
+            f"{name} {message_id!r} ends like the vector of chunk {tail} of message "
             f"{head!r} ('<id>#<n>'), which would overwrite it; use another id (such as "
             f"{head + '-' + tail!r})"
         )

@@ -286,3 +286,27 @@ def test_an_id_too_long_for_every_backend_is_refused_on_write(which: str, sqlite
     with pytest.raises(InvalidInputError, match=f"is {MAX_ID_BYTES + 1:,} bytes in UTF-8"):
         memory.index([said], thread_id=ids["thread"], resource_id=ids["resource"])
     assert memory.stats(resource_id="r").messages == 1 + (which != "resource")
+
+
+def test_a_jsonl_import_skips_the_lines_whose_ids_a_write_refuses() -> None:
+    """A chunk's name or a too long id skips its line (reported), not the whole import."""
+    import json
+
+    from langchain_semantic_recall.importers.jsonl import read_jsonl_lines
+
+    def line(**fields: str) -> str:
+        return json.dumps({"resource": "r", "thread": "t", "role": "user", **fields})
+
+    report = read_jsonl_lines(
+        [
+            line(content="kept", id="m"),
+            line(content="a chunk's name", id="m#1"),
+            line(content="long thread", thread="t" * (MAX_ID_BYTES + 1)),
+            line(content="long resource", resource="r" * (MAX_ID_BYTES + 1)),
+        ]
+    )
+    assert [m.id for c in report.conversations for m in c.messages] == ["m"]
+    reasons = [s.reason for s in report.skipped]
+    assert len(reasons) == 3, reasons
+    assert "chunk 1 of message 'm'" in reasons[0]
+    assert all("bytes in UTF-8" in reason for reason in reasons[1:])
