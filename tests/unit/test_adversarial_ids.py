@@ -77,6 +77,7 @@ TWISTS: list[Callable[[str], str]] = [
     lambda s: s.replace(s[0], "_", 1),
     lambda s: s + "' OR '1'='1",
     lambda s: NO_RESOURCE,
+    lambda s: f"t:{s}",  # the other's thread id (`check_pair` names threads `t:<id>`)
 ]
 
 bases = st.text(alphabet=st.sampled_from("aAeé1-_.#:/ %"), min_size=1, max_size=6).filter(
