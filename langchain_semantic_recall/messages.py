@@ -29,7 +29,7 @@ from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, message_metadata
 from langchain_semantic_recall.quoting import BIDI_CONTROLS, INVISIBLE
 from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
-from langchain_semantic_recall.storable import check_id, encodable
+from langchain_semantic_recall.storable import check_id, check_message_id, encodable
 
 MEMORY_SOURCE = "memory"
 """Value of `additional_kwargs["source"]` on every message that recall injects."""
@@ -97,7 +97,7 @@ def to_messages(value: object) -> list[BaseMessage]:
                 f"message ids must be strings, got {type(message.id).__name__} {message.id!r}"
             )
         if message.id:
-            check_id("message id", message.id)
+            check_message_id(message.id)
     return messages
 
 

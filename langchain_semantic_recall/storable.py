@@ -7,11 +7,25 @@ modules (`filters`, `messages`, the storages) share them without loading LangCha
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from langchain_semantic_recall.errors import InvalidInputError
 
-__all__ = ["check_id", "check_ids", "encodable", "storable"]
+__all__ = [
+    "MAX_ID_BYTES",
+    "check_id",
+    "check_ids",
+    "check_message_id",
+    "check_new_id",
+    "encodable",
+    "storable",
+]
+
+
+MAX_ID_BYTES = 1024
+"""Longest id a write takes, in UTF-8 bytes: PostgreSQL indexes a thread's resource and
+thread ids in one B-tree entry, which holds at most 2,704 bytes."""
 
 
 def encodable(text: str) -> bool:
@@ -45,6 +59,52 @@ def check_id(name: str, value: object) -> str:
             "backends cannot hold; use ids of ordinary text"
         )
     return value
+
+
+def check_new_id(name: str, value: object) -> str:
+    """`value` if it is a usable id to write: `check_id`, and at most `MAX_ID_BYTES` long.
+
+    Longer ids once stored on SQLite and in memory but not on PostgreSQL (a `StorageError`
+    about the server's index row size). Only writes are held to it: an id stored before
+    this check stays readable, searchable and forgettable.
+
+    Raises:
+        InvalidInputError: as `check_id`, or longer than `MAX_ID_BYTES` in UTF-8.
+    """
+    text = check_id(name, value)
+    if len(text) * 4 > MAX_ID_BYTES and (size := len(text.encode("utf-8"))) > MAX_ID_BYTES:
+        raise InvalidInputError(
+            f"{name} {text[:40]!r}... is {size:,} bytes in UTF-8; ids are at most "
+            f"{MAX_ID_BYTES:,} (every backend indexes them): use a shorter id, or a hash "
+            "of this one"
+        )
+    return text
+
+
+_CHUNK_SUFFIX = re.compile(r"#[1-9][0-9]*")
+
+
+def check_message_id(value: object, name: str = "message id") -> str:
+    """`value` if it is a usable id for a new message: `check_new_id`, and no chunk's name.
+
+    A message's later chunks are stored as `<id>#<n>` (`vectors.rows.chunk_id`), so a
+    message called `m#1` would be the vector of chunk 1 of message `m`: writing one
+    overwrote the other, in the resource's own index or, in an index shared by resources,
+    another resource's. Such ids are refused where messages come in; one stored before
+    this check stays readable and forgettable.
+
+    Raises:
+        InvalidInputError: as `check_new_id`, or the id ends in `#` and a number above 0.
+    """
+    message_id = check_new_id(name, value)
+    head, mark, tail = message_id.rpartition("#")
+    if mark and head and _CHUNK_SUFFIX.fullmatch(mark + tail):
+        raise InvalidInputError(
+            f"{name} {message_id!r} ends like the vector of chunk {tail} of message "
+            f"{head!r} ('<id>#<n>'), which would overwrite it; use another id (such as "
+            f"{head + '-' + tail!r})"
+        )
+    return message_id
 
 
 def check_ids(name: str, values: Iterable[object]) -> list[str]:

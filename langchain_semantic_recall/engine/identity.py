@@ -160,6 +160,26 @@ def _first(*values: str | None) -> str | None:
     return next((v for v in values if v is not None), None)
 
 
+def _user_id(key: str, value: object) -> str | None:
+    """A signed-in user's id (`as_id`), never the mark of threads without an owner.
+
+    Threads stored for `NO_RESOURCE` are nobody's: the next write naming a resource
+    adopts them. A user signed in under that id would have stored nobody's threads,
+    for any other user to adopt and read (and would forget every unowned thread).
+
+    Raises:
+        InvalidInputError: not text, or `NO_RESOURCE`.
+    """
+    user = as_id(key, value)
+    if user == NO_RESOURCE:
+        raise InvalidInputError(
+            f"the signed-in user id {NO_RESOURCE!r} ({key!r}) is the mark of threads stored "
+            "without a resource, which any other user's write adopts: give this user "
+            "another id in the server's authentication"
+        )
+    return user
+
+
 def _signed_in_user(
     keys: IdentityKeys, configurable: Mapping[str, Any], *, given: bool
 ) -> str | None:
@@ -171,14 +191,15 @@ def _signed_in_user(
 
     Raises:
         IdentityMismatchError: the call's config and the run name different users.
+        InvalidInputError: a user id that is `NO_RESOURCE` (`_user_id`).
     """
     if not keys.auth_user:
         return None
-    user = as_id(keys.auth_user, configurable.get(keys.auth_user))
+    user = _user_id(keys.auth_user, configurable.get(keys.auth_user))
     if not given:  # `configurable` is the run's own
         return user
     ambient = ensure_config(None).get("configurable") or {}
-    run_user = as_id(keys.auth_user, ambient.get(keys.auth_user))
+    run_user = _user_id(keys.auth_user, ambient.get(keys.auth_user))
     if user is not None and run_user is not None and user != run_user:
         raise IdentityMismatchError(
             f"the run is authenticated as {run_user!r} but a call in it gave a config "

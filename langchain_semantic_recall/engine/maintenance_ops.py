@@ -27,7 +27,7 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.relevance.features import other_script
 from langchain_semantic_recall.relevance.model import RelevanceModel
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import check_id, check_new_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +175,7 @@ def move_thread_op(
         NotImplementedError: the storage cannot move threads.
     """
     check_id("thread_id", thread_id)
-    check_id("to_resource", to_resource)
+    check_new_id("to_resource", to_resource)
     if resource_id is not None:
         check_id("resource_id", resource_id)
     owner = yield steps.ThreadOwner(thread_id)

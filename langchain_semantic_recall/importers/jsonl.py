@@ -52,7 +52,7 @@ from langchain_semantic_recall.messages import (
     text_of,
 )
 from langchain_semantic_recall.records import TITLE_KEY, StoredMessage
-from langchain_semantic_recall.storable import check_id, encodable
+from langchain_semantic_recall.storable import check_message_id, check_new_id, encodable
 
 __all__ = ["JSONL_KEYS", "JSONL_ROLES", "export_lines", "read_jsonl", "read_jsonl_lines"]
 
@@ -87,7 +87,7 @@ def _text_field(row: Mapping[str, Any], key: str, default: str | None = None) ->
         raise ValueError(f"'{key}' is missing")
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"'{key}' must be a non-empty string")
-    return check_id(f"'{key}'", value)
+    return check_new_id(f"'{key}'", value)
 
 
 def _message(
@@ -129,7 +129,7 @@ def _message(
         return resource, thread, message, (given_role, text_of(message, "\n"), str(created or ""))
     if not isinstance(message_id, str) or not message_id.strip():
         raise ValueError("'id' must be a non-empty string when given")
-    check_id("'id'", message_id)
+    check_message_id(message_id, "'id'")
     return resource, thread, message.model_copy(update={"id": message_id}), None
 
 

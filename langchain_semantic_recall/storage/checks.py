@@ -17,7 +17,7 @@ from typing import TypeGuard
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, check_metadata
 from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
-from langchain_semantic_recall.storable import check_id, check_ids
+from langchain_semantic_recall.storable import check_id, check_ids, check_new_id
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -36,9 +36,9 @@ def checked_record(record: object) -> MessageRecord:
             f"storage writes MessageRecord objects, got {type(record).__name__}; build "
             "records with messages.build_records(...)"
         )
-    check_id("message id", record.id)
-    check_id("thread_id", record.thread_id)
-    check_id("resource_id", record.resource_id)
+    check_new_id("message id", record.id)
+    check_new_id("thread_id", record.thread_id)
+    check_new_id("resource_id", record.resource_id)
     if record.role not in ROLE_ORDER:
         raise InvalidInputError(
             f"message {record.id!r}: role {record.role!r} is not one of {sorted(ROLE_ORDER)}"
