@@ -270,7 +270,8 @@ class RelevanceModel:
         Returns:
             One hit per kept candidate that keeps a message, best first: its `message` is
             the likeliest kept message of its window, its `score` that message's
-            probability, its `window` the kept messages in reach of it, in thread order.
+            probability, its `window` the kept messages within `before` / `after` of that
+            message (and of the candidate), in thread order.
         """
         share = self.share(query, threshold, scope_size)
         if share <= 0.0:
@@ -336,8 +337,11 @@ def _group(
         ]
         if not mine:
             continue
-        placed.update(m.id for m in mine)
         top = min(mine, key=lambda m: (-chosen[m.id], m.id))
+        # The hit is its likeliest message: its window keeps the range around it (the rest
+        # may join a later candidate's window).
+        mine = [m for m in mine if -before <= m.seq - top.seq <= after]
+        placed.update(m.id for m in mine)
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
     return sorted(hits, key=lambda h: (-_tie(h.score), h.message.id))
 

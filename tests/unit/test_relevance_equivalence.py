@@ -268,8 +268,9 @@ def old_select(  # noqa: PLR0917
         ]
         if not mine:
             continue
-        placed.update(m.id for m in mine)
         top = min(mine, key=lambda m: (-chosen[m.id], m.id))
+        mine = [m for m in mine if -model.before <= m.seq - top.seq <= model.after]
+        placed.update(m.id for m in mine)
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
     return sorted(hits, key=lambda h: (-round(h.score, 9), h.message.id))
 
