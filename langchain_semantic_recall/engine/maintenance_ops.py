@@ -284,7 +284,7 @@ def reindex_op(
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
-    for resource_id, ids in (yield from _without_metadata(info, carried)).items():
+    for resource_id, ids in (yield from _without_metadata(info, carried, scope)).items():
         for start in range(0, len(ids), batch_size):
             windows = yield steps.ReadWindows(
                 ids[start : start + batch_size], before=0, after=0, scope=ScopeFilter(resource_id)
@@ -330,15 +330,19 @@ def _carried(
 
 
 def _without_metadata(
-    info: IndexInfo, carried: Sequence[tuple[str, str, str, MetadataValue]]
+    info: IndexInfo,
+    carried: Sequence[tuple[str, str, str, MetadataValue]],
+    scope: ScopeFilter | None,
 ) -> Op[dict[str, list[str]]]:
     """Resource -> its messages (of `carried`) whose vectors lack their metadata.
 
     `carried`: (resource, message id, first metadata key, its value) of messages with a
-    vector. Per resource and key, the index says which vectors a filter on those values
-    finds: one written with its message's metadata carries every key, one written
-    before 0.3 none. A few reads per resource, not one per message or thread.
+    vector in `scope` (the reads stay in its thread, if any). Per resource and
+    key, the index says which vectors a filter on those values finds: one written with
+    its message's metadata carries every key, one written before 0.3 none. A few reads
+    per resource, not one per message or thread.
     """
+    thread_id = None if scope is None else scope.thread_id
     groups: dict[tuple[str, str], list[tuple[str, MetadataValue]]] = {}
     for resource_id, message_id, key, value in carried:
         groups.setdefault((resource_id, key), []).append((message_id, value))
@@ -349,7 +353,7 @@ def _without_metadata(
         for start in range(0, len(values), MAX_IN):
             condition = ((key, tuple(values[start : start + MAX_IN])),)
             found |= yield steps.VectorMessageIds(
-                info, ScopeFilter(resource_id, metadata=condition)
+                info, ScopeFilter(resource_id, thread_id, metadata=condition)
             )
         missed = [message_id for message_id, _ in members if message_id not in found]
         if missed:
@@ -451,7 +455,7 @@ def _counted(
     if carrying is not None:
         lacking = sum(message_id not in carrying for _, message_id, _, _ in carried)
     else:
-        lacking = sum(map(len, (yield from _without_metadata(info, carried)).values()))
+        lacking = sum(map(len, (yield from _without_metadata(info, carried, scope)).values()))
     return RecallStats(
         index_name=info.name,
         model=info.model,

@@ -134,3 +134,35 @@ def test_stats_counts_the_vectors_that_lack_their_messages_metadata(twin: str) -
     assert stats("alice").vectors_without_metadata == 1
     assert memory.reindex(missing_only=True) == 1
     assert stats().vectors_without_metadata == 0
+
+
+class _Recording(InMemoryVectorIndex):
+    """Records the scopes of `message_ids` reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scopes: list[ScopeFilter | None] = []
+
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        self.scopes.append(scope)
+        return super()._message_ids(name, scope)
+
+
+def test_a_threads_stats_reads_only_that_threads_vectors_for_the_metadata_check() -> None:
+    """`stats(thread_id=...)` of one thread of a big resource stays as cheap as before:
+    the metadata check reads the thread's vectors, not the whole resource's."""
+    index = _Recording()
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=index, embeddings=FakeEmbeddings()
+    )
+    travel = {"metadata": {"project": "travel"}}
+    for thread in ("t1", "t2"):
+        memory.index(
+            [HumanMessage(f"note {thread}", id=f"{thread}-m", additional_kwargs=travel)],
+            thread_id=thread,
+            resource_id="alice",
+        )
+    index.scopes.clear()
+    assert memory.stats(thread_id="t1", resource_id="alice").vectors_without_metadata == 0
+    assert index.scopes
+    assert all(scope is not None and scope.thread_id == "t1" for scope in index.scopes)
