@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.engine.vector_space import IndexInfo
     from langchain_semantic_recall.records import ScopeFilter
     from langchain_semantic_recall.storage.base import MessageStorage
+    from langchain_semantic_recall.vectors.chroma_file import FileIndex
 
 __all__ = [
     "DEFAULT_MAX_LOADED",
@@ -163,15 +164,16 @@ def other_embedders(path: str | PathLike[str], info: IndexInfo) -> str | None:
     return f"its vectors were made by {made}, not by {info.model} ({info.dimension}-d)"
 
 
-def local_message_ids(
+def local_file_index(
     path: str | PathLike[str], info: IndexInfo, scope: ScopeFilter | None
-) -> frozenset[str] | None:
+) -> FileIndex | None:
     """The messages holding a vector in `scope` of index `info`, in the embedded store `path`.
 
     Read from Chroma's own file, read only, without importing chromadb
     (`vectors.chroma_file`): what `ChromaVectorIndex.message_ids` gives once the index
-    is open. None when the file cannot tell (unreadable, another shape, an index not
-    created yet): open the index (`local_backends`) and ask it.
+    is open, and which of them carry message metadata. None when the file cannot tell
+    (unreadable, another shape, an index not created yet): open the index
+    (`local_backends`) and ask it.
 
     Raises:
         EmbeddingMismatchError: the index was built with another model or dimension,
@@ -184,7 +186,7 @@ def local_message_ids(
     if found is None:
         return None
     check_model(info.name, found.model, found.dimension, info.model, info.dimension)
-    return found.message_ids
+    return found
 
 
 def settle_snapshots(index: VectorIndex) -> int:

@@ -221,3 +221,16 @@ def test_two_writers_embedded_smoke() -> None:
     assert "one process (baseline)   300 vectors listed, 0 never returned" in out
     assert "two processes at once" in out  # vectors listed, or "a writer failed" (measured)
     assert "of 4 vectors another process wrote are searchable" in out  # two a call: 4 of 5
+
+
+def test_perf_stats_smoke(tmp_path: Path) -> None:
+    args = ("--size", "tiny", "--runs", "1", "--rounds", "1", "--work", str(tmp_path / "work"))
+    out = _run("perf_stats.py", *args, "--out", str(tmp_path))
+    assert "| tag4 | file |" in out
+    results = json.loads((tmp_path / "perf_stats.json").read_text())
+    assert set(results["ms"]) == {
+        f"{kind} {way} (ours)" for kind in ("plain", "tag4", "unique") for way in ("engine", "file")
+    }
+    assert results["vectors_without_metadata"] == dict.fromkeys(
+        ("plain (ours)", "tag4 (ours)", "unique (ours)"), 0
+    )

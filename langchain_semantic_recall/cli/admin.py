@@ -94,6 +94,7 @@ def run_stats(args: argparse.Namespace) -> int:
                 "vectors": stats.vectors,
                 "missing_vectors": stats.missing_vectors,
                 "orphan_vectors": stats.orphan_vectors,
+                "vectors_without_metadata": stats.vectors_without_metadata,
                 "index_name": stats.index_name,
                 "model": stats.model,
                 "dimension": stats.dimension,
@@ -113,7 +114,10 @@ def run_stats(args: argparse.Namespace) -> int:
         f"{stats.resources} resource(s)"
     )
     vectors = f"  vectors    {stats.vectors} of {stats.embeddable} embeddable message(s)"
-    print(vectors + f", missing {stats.missing_vectors}, orphaned {stats.orphan_vectors}")
+    vectors += f", missing {stats.missing_vectors}, orphaned {stats.orphan_vectors}"
+    if stats.vectors_without_metadata:  # written before 0.3: a filtered search passes them by
+        vectors += f", {stats.vectors_without_metadata} without their message's metadata"
+    print(vectors)
     print(f"  index      {stats.index_name}")
     print(f"  model      {stats.model} ({stats.dimension} dimensions)")
     line = f"  relevance  {stats.relevance}"
@@ -123,7 +127,7 @@ def run_stats(args: argparse.Namespace) -> int:
         print(style(line, "yellow"))
     if size is not None:
         print(f"  disk       {human_bytes(size)} (the whole store)")
-    if stats.missing_vectors or stats.orphan_vectors:
+    if stats.missing_vectors or stats.orphan_vectors or stats.vectors_without_metadata:
         print(style("  repair     semantic-recall reindex --missing-only", "yellow"))
     return EXIT_OK
 
@@ -177,14 +181,14 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
 
     The index (name, model, dimension) is the one the engine would open, refused as it
     would be when built with another model (`EmbeddingMismatchError`); its message ids
-    are those the index gives (`settings.local_message_ids`). None when the file cannot
+    are those the index gives (`settings.local_file_index`). None when the file cannot
     tell them (unreadable, another shape, an index not created yet, an embedder whose
     dimension only a probe tells): the caller asks chromadb.
     """
     from langchain_semantic_recall.engine.maintenance_ops import read_stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
     from langchain_semantic_recall.engine.vector_space import named_index
-    from langchain_semantic_recall.settings import local_message_ids
+    from langchain_semantic_recall.settings import local_file_index
 
     with open_storage(args) as storage:
         scope, relevance = _scope_and_relevance(args, storage)
@@ -194,12 +198,15 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
 
             embeddings = LocalEmbeddings()
         info = named_index(embeddings)
-        have = None if info is None else local_message_ids(store_path(args), info, scope)
-        if info is None or have is None:
+        found = None if info is None else local_file_index(store_path(args), info, scope)
+        if info is None or found is None:
             return None
         # The operation asks the storage alone: a vector step would fail loudly here
         # (`Backends.space`), never read an empty index.
-        stats = drive(read_stats_op(info, have, scope, relevance), Backends(storage))
+        stats = drive(
+            read_stats_op(info, found.message_ids, scope, relevance, carrying=found.carrying),
+            Backends(storage),
+        )
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
         return stats

@@ -100,8 +100,9 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
             "a conversation, each question asked in a new one; found = an answer term in the\n"
             "returned text), smalltalk_dev.jsonl and offtopic_dev.jsonl (probes of every\n"
             "persona); --busy LOCOMO_JSON adds unrelated LoCoMo sessions to each persona.\n"
-            "--store DIR keeps the store and a manifest; a later run with the same dataset\n"
-            "and embedder reuses it without embedding again. See docs/quality.md."
+            "--store DIR keeps the store and a manifest; a later run with the same dataset,\n"
+            "embedder and package version reuses it without embedding again. See\n"
+            "docs/quality.md."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -5,9 +5,17 @@ so `eval --store DIR` writes a manifest beside the store, `semantic-recall-eval.
 a fingerprint of the messages loaded (sha256 of every conversation's resource, thread and
 messages, ids and times included), their count and the embedder: its name and a
 fingerprint of its vector for a fixed text (`embedder_fingerprint`), since another build
-of a model can keep its name. The next run with the same DIR:
+of a model can keep its name; and what wrote them: the package version and a fingerprint
+of the keyword terms (`keywords_fingerprint`), since the keyword index holds the terms
+of the version that loaded it (a development checkout can change them under one version
+number). The next run with the same DIR:
 
-- same messages and embedder, load finished: nothing is loaded or embedded again;
+- same messages and embedder, written by this version, load finished: nothing is loaded
+  or embedded again;
+- a store another version wrote (or other keyword terms): a `UsageError` before the store
+  is opened, saying to load it again; its messages, keyword index or vectors may differ
+  from what this version writes (0.3 cut CJK text into pairs, put message metadata beside
+  the vectors), and its figures would mix the two;
 - anything else (another dataset, the same one loaded differently such as `--scope
   thread` or `--busy`, another embedder, a load that never finished, a folder that holds
   files but no manifest): a `UsageError` saying what differs, never a mixed store.
@@ -35,6 +43,7 @@ __all__ = [
     "MANIFEST",
     "embedder_fingerprint",
     "fingerprint",
+    "keywords_fingerprint",
     "load_or_reuse",
     "read_manifest",
     "reusable",
@@ -46,6 +55,13 @@ _KIND = "semantic-recall eval store"
 _COMPARED = ("messages_sha256", "messages", "embeddings", "embedder_sha256")
 EMBEDDER_PROBE = "semantic-recall eval: is this the embedder that wrote the stored vectors?"
 """The text whose vector fingerprints the embedder (`embedder_fingerprint`)."""
+KEYWORD_PROBE = (
+    "John's cats don't like painting; cacahue\u0300tes \uff33\uff31\uff2c \uff83\uff7d\uff84 "
+    "\u6211\u5bf9\u82b1\u751f\u8fc7\u654f \u5b58\u5728PostgreSQL\u91cc \ub538\uc740"
+)
+"""The text whose keyword terms fingerprint the tokenizer (`keywords_fingerprint`): a
+possessive, an apostrophe, stop words, stems, NFD, fullwidth Latin, half-width katakana,
+Chinese with Latin inside, Korean with a particle."""
 
 
 def embedder_fingerprint(embeddings: Embeddings) -> str:
@@ -56,6 +72,15 @@ def embedder_fingerprint(embeddings: Embeddings) -> str:
     """
     vector = [round(float(x), 3) + 0.0 for x in embeddings.embed_query(EMBEDDER_PROBE)]
     return hashlib.sha256(json.dumps(vector).encode()).hexdigest()
+
+
+def keywords_fingerprint() -> str:
+    """sha256 of the keyword terms a message of each role gets for `KEYWORD_PROBE`."""
+    from langchain_semantic_recall.keywords import message_terms
+
+    roles = ("user", "assistant", "system", "tool")
+    terms = {role: message_terms(role, KEYWORD_PROBE) for role in roles}
+    return hashlib.sha256(json.dumps(terms, ensure_ascii=False).encode()).hexdigest()
 
 
 def fingerprint(dataset: Dataset) -> str:
@@ -72,8 +97,10 @@ def fingerprint(dataset: Dataset) -> str:
 def read_manifest(store: Path) -> dict[str, Any] | None:
     """The manifest in `store`; None when the folder is missing or empty.
 
-    Raises `UsageError` when the folder holds files but no readable manifest: it is not
-    a store `eval` made, and loading into it would mix datasets.
+    Raises `UsageError` when the folder holds files but no readable manifest (it is not
+    a store `eval` made, and loading into it would mix datasets), or a manifest another
+    package version or other keyword terms wrote (`_check_writer`): read it before the
+    engine opens the store, so a refused store is left as it was (not migrated).
     """
     if not store.exists() or (store.is_dir() and not any(store.iterdir())):
         return None
@@ -89,7 +116,28 @@ def read_manifest(store: Path) -> dict[str, Any] | None:
             f"--store {store} holds files but no eval manifest ({MANIFEST}), so what it "
             "holds is unknown; give an empty or new folder"
         )
+    _check_writer(store, manifest)
     return manifest
+
+
+def _check_writer(store: Path, manifest: dict[str, Any]) -> None:
+    from langchain_semantic_recall import __version__
+
+    built = manifest.get("version")
+    if built != __version__:
+        differs = f"was built by langchain-semantic-recall {built}, and this is {__version__}"
+    elif manifest.get("keywords_sha256") != keywords_fingerprint():
+        differs = (
+            "holds keyword terms this checkout cuts otherwise (same version, other "
+            "tokenizing; or a store from before eval checked keyword terms)"
+        )
+    else:
+        return
+    raise UsageError(
+        f"--store {store} {differs}: its messages, keyword index or vectors may differ "
+        "from what this version writes, and the figures would mix the two; give another "
+        "folder, or delete this one to load it again"
+    )
 
 
 def reusable(store: Path, manifest: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
@@ -131,7 +179,7 @@ def _describe(facts: dict[str, Any]) -> str:
 
 
 def write_manifest(store: Path, facts: dict[str, Any], *, complete: bool) -> None:
-    """Write the manifest: `facts` (see `_COMPARED`) and whether the load finished."""
+    """Write the manifest: `facts` (`_COMPARED`, `_check_writer`), whether the load finished."""
     manifest = {"kind": _KIND, "status": "complete" if complete else "loading", **facts}
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     (store / MANIFEST).write_text(text, encoding="utf-8")
@@ -164,6 +212,7 @@ def load_or_reuse(
         "messages": dataset.message_count,
         "embeddings": embedding_model_name(memory.embeddings),
         "version": __version__,
+        "keywords_sha256": keywords_fingerprint(),
         **source,
     }
     if store is not None:  # one query embedding; a temporary store is never reused

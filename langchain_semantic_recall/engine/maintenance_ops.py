@@ -51,6 +51,10 @@ class RecallStats:
     """Embeddable messages without a vector (repair with `reindex(missing_only=True)`)."""
     orphan_vectors: int
     """Vectors whose message is no longer stored (removed by the repair too)."""
+    vectors_without_metadata: int = 0
+    """Messages with metadata whose vectors lack it (written before 0.3, whose migration
+    gave the stored messages their metadata): a filtered vector search passes them by
+    (repair with `reindex(missing_only=True)`)."""
     relevance: str = ""
     """Whether hybrid search's relevance model was fitted for this embedder (`relevance`)."""
 
@@ -273,18 +277,14 @@ def reindex_op(
         yield from _drop_unembeddable(info, page, have)
         todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
         if missing_only:  # the messages with metadata that have vectors: do these carry it?
-            carried += [
-                (m.resource_id, m.id, *m.metadata[0])
-                for m in _embeddable(page)
-                if m.metadata and m.id in have and m.resource_id != NO_RESOURCE
-            ]
+            carried += _carried(page, have)
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_owned(info, rows, logger)  # each thread's follows a move
             written += len(todo) - (yield from _drop_forgotten(info, todo))
         if progress is not None:
             progress(len(page))
-    for resource_id, ids in (yield from _without_metadata(info, carried)).items():
+    for resource_id, ids in (yield from _without_metadata(info, carried, scope)).items():
         for start in range(0, len(ids), batch_size):
             windows = yield steps.ReadWindows(
                 ids[start : start + batch_size], before=0, after=0, scope=ScopeFilter(resource_id)
@@ -314,16 +314,35 @@ def _drop_unembeddable(info: IndexInfo, page: Sequence[StoredMessage], have: Set
         yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
 
 
+def _carried(
+    page: Sequence[StoredMessage], have: Set[str]
+) -> list[tuple[str, str, str, MetadataValue]]:
+    """The page's messages whose vectors may lack their metadata (`_without_metadata`).
+
+    (resource, id, first metadata key, its value) of each embeddable message with
+    metadata and a vector.
+    """
+    return [
+        (m.resource_id, m.id, *m.metadata[0])
+        for m in _embeddable(page)
+        if m.metadata and m.id in have and m.resource_id != NO_RESOURCE
+    ]
+
+
 def _without_metadata(
-    info: IndexInfo, carried: Sequence[tuple[str, str, str, MetadataValue]]
+    info: IndexInfo,
+    carried: Sequence[tuple[str, str, str, MetadataValue]],
+    scope: ScopeFilter | None,
 ) -> Op[dict[str, list[str]]]:
     """Resource -> its messages (of `carried`) whose vectors lack their metadata.
 
     `carried`: (resource, message id, first metadata key, its value) of messages with a
-    vector. Per resource and key, the index says which vectors a filter on those values
-    finds: one written with its message's metadata carries every key, one written
-    before 0.3 none. A few reads per resource, not one per message or thread.
+    vector in `scope` (the reads stay in its thread, if any). Per resource and
+    key, the index says which vectors a filter on those values finds: one written with
+    its message's metadata carries every key, one written before 0.3 none. A few reads
+    per resource, not one per message or thread.
     """
+    thread_id = None if scope is None else scope.thread_id
     groups: dict[tuple[str, str], list[tuple[str, MetadataValue]]] = {}
     for resource_id, message_id, key, value in carried:
         groups.setdefault((resource_id, key), []).append((message_id, value))
@@ -334,7 +353,7 @@ def _without_metadata(
         for start in range(0, len(values), MAX_IN):
             condition = ((key, tuple(values[start : start + MAX_IN])),)
             found |= yield steps.VectorMessageIds(
-                info, ScopeFilter(resource_id, metadata=condition)
+                info, ScopeFilter(resource_id, thread_id, metadata=condition)
             )
         missed = [message_id for message_id, _ in members if message_id not in found]
         if missed:
@@ -368,6 +387,10 @@ def stats_op(
 ) -> Op[RecallStats]:
     """Counts of messages, threads and vectors, and how many vectors are missing.
 
+    Where messages carry metadata, whether their vectors carry it too: the few reads per
+    resource and key that `reindex(missing_only=True)` makes (`_without_metadata`); none
+    where no message carries metadata.
+
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
@@ -382,30 +405,42 @@ def read_stats_op(
     have: Set[str],
     scope: ScopeFilter | None,
     relevance: RelevanceModel | None = None,
+    *,
+    carrying: Set[str],
 ) -> Op[RecallStats]:
     """`stats_op` with the index and its message ids in `scope` read beforehand.
 
     For a reader that tells them without the vector index's client (`cli stats` reads
     an embedded store's from Chroma's file: `vectors.chroma_file`); the storage side is
-    counted as `stats_op` counts it.
+    counted as `stats_op` counts it. `carrying`: the messages of `have` whose vectors
+    carry message metadata (a vector written before 0.3 carries none).
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
-    return (yield from _counted(info, have, scope, relevance))
+    return (yield from _counted(info, have, scope, relevance, carrying))
 
 
 def _counted(
-    info: IndexInfo, have: Set[str], scope: ScopeFilter | None, relevance: RelevanceModel | None
+    info: IndexInfo,
+    have: Set[str],
+    scope: ScopeFilter | None,
+    relevance: RelevanceModel | None,
+    carrying: Set[str] | None = None,
 ) -> Op[RecallStats]:
-    """The stored messages in `scope` counted against the message ids holding a vector."""
+    """The stored messages in `scope` counted against the message ids holding a vector.
+
+    `carrying`: the message ids whose vectors carry metadata, when read beforehand; None
+    asks the index, as `reindex` does.
+    """
     messages = 0
     threads: set[str] = set()
     resources: set[str] = set()
     stored: set[str] = set()
     embeddable: set[str] = set()
     foreign = 0  # embeddable messages mostly in another script than the fit's (Latin)
+    carried: list[tuple[str, str, str, MetadataValue]] = []
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
         after = (page[-1].thread_id, page[-1].seq)
@@ -416,6 +451,11 @@ def _counted(
         for message in _embeddable(page):
             embeddable.add(message.id)
             foreign += relevance is not None and other_script(message.text)
+        carried += _carried(page, have)
+    if carrying is not None:
+        lacking = sum(message_id not in carrying for _, message_id, _, _ in carried)
+    else:
+        lacking = sum(map(len, (yield from _without_metadata(info, carried, scope)).values()))
     return RecallStats(
         index_name=info.name,
         model=info.model,
@@ -427,6 +467,7 @@ def _counted(
         vectors=len(have & stored),
         missing_vectors=len(embeddable - have),
         orphan_vectors=len(have - stored),
+        vectors_without_metadata=lacking,
         relevance=relevance_note(
             relevance, info.model, info.dimension, other_script=(foreign, len(embeddable))
         ),

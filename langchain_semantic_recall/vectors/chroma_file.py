@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from langchain_semantic_recall.filters import VECTOR_PREFIX
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors.chroma_layout import (
     INDEX_KEY,
@@ -70,13 +71,18 @@ _COLUMNS: Final = ", ".join(
     for t in ("m", "r", "t")
 )
 _ROWS: Final = f"""
-SELECT e.embedding_id, {_COLUMNS}
+SELECT e.embedding_id, {_COLUMNS}, EXISTS (
+    SELECT 1 FROM embedding_metadata AS x WHERE x.id = e.id AND x.key >= ? AND x.key < ?
+)
 FROM embeddings AS e
 LEFT JOIN embedding_metadata AS m ON m.id = e.id AND m.key = '{_KEYS[0]}'
 LEFT JOIN embedding_metadata AS r ON r.id = e.id AND r.key = '{_KEYS[1]}'
 LEFT JOIN embedding_metadata AS t ON t.id = e.id AND t.key = '{_KEYS[2]}'
 WHERE e.segment_id = ?
 """
+_PREFIXED: Final = (VECTOR_PREFIX, VECTOR_PREFIX[:-1] + chr(ord(VECTOR_PREFIX[-1]) + 1))
+"""The key range of a message's metadata on its vector (`meta_<key>`): a seek per record
+on `embedding_metadata`'s primary key (id, key)."""
 _ABSENT: Final = object()
 """A metadata key a row does not hold (distinct from a value of another type)."""
 _OTHER: Final = object()
@@ -91,6 +97,9 @@ class FileIndex:
     dimension: int
     message_ids: frozenset[str]
     """The messages holding at least one vector in the scope read (`message_ids`)."""
+    carrying: frozenset[str] = frozenset()
+    """Those of `message_ids` with a vector that carries message metadata (a `meta_<key>`;
+    one written before 0.3 carries none)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,7 @@ def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> File
             if c.name.startswith(prefix) and c.metadata.get(INDEX_KEY) == name
         ]
     ids: set[str] = set()
+    carrying: set[str] = set()
     applied: dict[str, int] = {}
     for collection in reached:
         if not collection.cosine:
@@ -204,11 +214,12 @@ def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> File
         read = _message_ids(cursor, collection.id, scope)
         if read is None:
             return None
-        applied[collection.id], held = read
+        applied[collection.id], held, with_metadata = read
         ids |= held
+        carrying |= with_metadata
     if logged_after(cursor, applied):
         return None  # chromadb applies them before it reads: it tells
-    return FileIndex(model, dimension, frozenset(ids))
+    return FileIndex(model, dimension, frozenset(ids), frozenset(carrying))
 
 
 def _collection(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> _Collection | None:
@@ -252,9 +263,10 @@ def _cosine(config: object, schema: object, metadata: dict[str, object]) -> bool
 
 def _message_ids(
     cursor: sqlite3.Cursor, collection_id: str, scope: ScopeFilter | None
-) -> tuple[int, set[str]] | None:
-    """One collection's last write applied, and its records' message ids inside `scope`.
+) -> tuple[int, set[str], set[str]] | None:
+    """One collection's last write applied, its message ids in `scope`, those with metadata.
 
+    The last are the messages whose record carries message metadata (`FileIndex.carrying`).
     None: another shape.
 
     As `ChromaCollections.rows` then `ChromaVectorIndex._message_ids`: a thread scope's
@@ -268,7 +280,8 @@ def _message_ids(
         return None
     segment, applied = found
     ids: set[str] = set()
-    for row in cursor.execute(_ROWS, (segment,)):
+    carrying: set[str] = set()
+    for row in cursor.execute(_ROWS, (*_PREFIXED, segment)):
         vector_id = row[0]
         values = [_value(row[1 + 5 * i], row[2 + 5 * i : 6 + 5 * i]) for i in range(len(_KEYS))]
         if not isinstance(vector_id, str) or any(
@@ -281,8 +294,11 @@ def _message_ids(
             or not scope.admits(str(resource_id), str(thread_id))
         ):
             continue  # a thread's `where` (a text, checked above: never a missing key), `admits`
-        ids.add(str(vector_id if message_id is None else message_id))
-    return applied, ids
+        message = str(vector_id if message_id is None else message_id)
+        ids.add(message)
+        if row[-1]:
+            carrying.add(message)
+    return applied, ids, carrying
 
 
 def _value(key: object, typed: tuple[object, ...] | list[object]) -> object:

@@ -81,8 +81,9 @@ def play(memory: SemanticRecall, history: list[tuple[Any, ...]]) -> dict[str, st
             created = {"created_at": (START + timedelta(days=day)).isoformat()}
             text = f"{word} " * (LONG // (len(word) + 1)) if long else f"about {word}"
             ids = [f"m{step}-{resource}-q", f"m{step}-{resource}-a"]
+            tagged = {**created, "metadata": {"topic": word}} if day % 2 else created
             messages = [
-                HumanMessage(text, id=ids[0], additional_kwargs=created),
+                HumanMessage(text, id=ids[0], additional_kwargs=tagged),
                 AIMessage(f"noted: {word}", id=ids[1], additional_kwargs=created),
             ]
             result = memory.index(
@@ -121,6 +122,8 @@ def assert_file_agrees(folder: Path, memory: SemanticRecall, owners: dict[str, s
         assert found is not None, scope
         assert (found.model, found.dimension) == (info.model, info.dimension)
         assert set(found.message_ids) == index.message_ids(name, scope), scope
+        carrying = {r.message_id for r in index.export(name, scope) if r.metadata}
+        assert set(found.carrying) == carrying, scope  # stats: vectors lacking metadata
         if scope is not None and scope.resource_id is not None:  # isolation
             assert {owners[m] for m in found.message_ids} <= {scope.resource_id}, scope
 

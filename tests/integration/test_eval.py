@@ -446,3 +446,40 @@ def test_eval_paraphrase_with_its_own_folder_as_probes_asks_each_line_once(
     assert main([*argv, "--json-out", str(out)]) == 0
     probes = json.loads(out.read_text(encoding="utf-8"))["summary"]["false_memories"]
     assert probes["small talk"]["overall"]["questions"] == 4  # 2 lines x 2 personas, once
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("version", "0.2.0", "built by langchain-semantic-recall 0.2.0"),
+        ("keywords_sha256", "0" * 64, "keyword terms"),
+        ("keywords_sha256", None, "keyword terms"),  # a manifest from before the check
+    ],
+)
+def test_eval_store_refuses_a_store_another_package_version_built(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+    change: tuple[str, str | None, str],
+) -> None:
+    """Its keyword index (terms), messages or vectors were written another way: reusing it
+    would mix the two versions' figures. Refused before the store is opened (migrated)."""
+    key, value, says = change
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main(argv) == 0
+    manifest_path = store / MANIFEST
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    if value is None:
+        manifest.pop(key, None)
+    else:
+        manifest[key] = value
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    files = {p.name: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert says in error
+    assert "delete this one to load it again" in error
+    assert {p.name: p.read_bytes() for p in store.rglob("*") if p.is_file()} == files

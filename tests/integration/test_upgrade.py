@@ -225,3 +225,49 @@ def test_reindex_missing_only_gives_older_vectors_their_metadata(tmp_path: Path,
         assert [hit.message.id for hit in hits] == ["trip-1"]
         assert memory.reindex(missing_only=True) == 0
         assert memory.stats().missing_vectors == 0
+
+
+def test_stats_counts_older_vectors_lacking_their_metadata_until_the_repair(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`stats` said "missing 0" while the vectors written before 0.3 lacked their
+    message's metadata: nothing told a user that `reindex --missing-only` had work.
+    Both readers count them: Chroma's file (no chromadb) and chromadb."""
+    from langchain_semantic_recall.cli import admin
+
+    store = tmp_path / "store"
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as memory:
+        memory.index(turn(), thread_id="trip", resource_id="alice")
+        memory.index([HumanMessage("unrelated", id="other")], thread_id="t2", resource_id="bob")
+    strip_filter_fields(store / "chroma")
+    to_sqlite_schema_2(store / "messages.sqlite3")
+    cli = Cli(capsys, store)
+    shown = cli("stats")
+    assert shown.code == 0, shown.err
+    assert "1 without their message's metadata" in shown.out
+    assert "repair     semantic-recall reindex --missing-only" in shown.out
+
+    def counted(*scope: str) -> int:
+        result = cli("stats", "--json", *scope)
+        assert result.code == 0, result.err
+        return int(json.loads(result.out)["vectors_without_metadata"])
+
+    assert (counted(), counted("--resource", "alice"), counted("--resource", "bob")) == (1, 1, 0)
+    assert counted("--thread", "trip") == 1
+    file_stats = admin._file_stats
+    through_chromadb = {"file": 0}
+
+    def no_file(args: object) -> None:
+        through_chromadb["file"] += 1
+
+    monkeypatch.setattr(admin, "_file_stats", no_file)
+    assert (counted(), counted("--resource", "alice"), counted("--resource", "bob")) == (1, 1, 0)
+    assert through_chromadb["file"] == 3
+    assert cli("reindex", "--missing-only").code == 0
+    assert counted() == 0
+    monkeypatch.setattr(admin, "_file_stats", file_stats)
+    assert counted() == 0
+    assert "without their message's metadata" not in cli("stats").out

@@ -623,3 +623,17 @@ def test_eval_probes_option_is_checked_before_loading(
     bad = jsonl(tmp_path / "bad.jsonl", [{"probe": "hi"}])  # no kind
     assert main([*argv, str(bad)]) == 1
     assert "needs a 'kind'" in capsys.readouterr().err
+
+
+def test_the_keyword_fingerprint_changes_with_the_keyword_terms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`eval --store` refuses a store whose keyword index holds other terms: the fingerprint
+    must move when tokenizing does (here: CJK runs as one term, as before pairs)."""
+    from langchain_semantic_recall import keywords
+    from langchain_semantic_recall.cli.eval_store import keywords_fingerprint
+
+    now = keywords_fingerprint()
+    assert keywords_fingerprint() == now
+    monkeypatch.setattr(keywords, "tokenize", lambda text: text.casefold().split())
+    assert keywords_fingerprint() != now

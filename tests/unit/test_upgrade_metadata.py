@@ -8,19 +8,25 @@ metadata (valid, nested, reserved keys, odd values), each migrated message holds
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import tempfile
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.messages import HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 
+from langchain_semantic_recall import InMemoryStorage, RecallStats, SemanticRecall
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.messages import record_for
 from langchain_semantic_recall.records import MessageRecord, MetadataItems, ScopeFilter
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
 
 NOW = datetime(2025, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -89,3 +95,74 @@ def test_migrated_messages_hold_the_metadata_index_keeps(carried: list[object]) 
         finally:
             migrated.close()
     assert found == [kept_today(message) for message in messages]
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_stats_counts_the_vectors_that_lack_their_messages_metadata(twin: str) -> None:
+    """Vectors written before 0.3 lack the metadata the migration gave their messages: a
+    filtered vector search passes them by, yet `stats` said "missing 0", so nothing told
+    a user that `reindex(missing_only=True)` had work to do."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    travel = {"metadata": {"project": "travel"}}
+    memory.index(
+        [HumanMessage("Plan my Lisbon trip", id="trip-1", additional_kwargs=travel)],
+        thread_id="trip",
+        resource_id="alice",
+    )
+    memory.index([AIMessage("Lisbon is warm", id="trip-2")], thread_id="trip", resource_id="alice")
+    memory.index(
+        [HumanMessage("Bob's trip", id="bob-1", additional_kwargs=travel)],
+        thread_id="b",
+        resource_id="bob",
+    )
+
+    def stats(resource_id: str | None = None) -> RecallStats:
+        if twin == "sync":
+            return memory.stats(resource_id=resource_id)
+        return asyncio.run(memory.astats(resource_id=resource_id))
+
+    assert stats().vectors_without_metadata == 0
+    name = memory.ensure_index().name
+    index = memory.vector_store
+    assert isinstance(index, InMemoryVectorIndex)
+    rows = [r for r in index.export(name, ScopeFilter("alice")) if r.message_id == "trip-1"]
+    index.upsert(name, [replace(r, metadata=()) for r in rows])  # as 0.2 wrote it
+    assert (stats().vectors_without_metadata, stats().missing_vectors) == (1, 0)
+    assert stats("bob").vectors_without_metadata == 0
+    assert stats("alice").vectors_without_metadata == 1
+    assert memory.reindex(missing_only=True) == 1
+    assert stats().vectors_without_metadata == 0
+
+
+class _Recording(InMemoryVectorIndex):
+    """Records the scopes of `message_ids` reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scopes: list[ScopeFilter | None] = []
+
+    def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        self.scopes.append(scope)
+        return super()._message_ids(name, scope)
+
+
+def test_a_threads_stats_reads_only_that_threads_vectors_for_the_metadata_check() -> None:
+    """`stats(thread_id=...)` of one thread of a big resource stays as cheap as before:
+    the metadata check reads the thread's vectors, not the whole resource's."""
+    index = _Recording()
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=index, embeddings=FakeEmbeddings()
+    )
+    travel = {"metadata": {"project": "travel"}}
+    for thread in ("t1", "t2"):
+        memory.index(
+            [HumanMessage(f"note {thread}", id=f"{thread}-m", additional_kwargs=travel)],
+            thread_id=thread,
+            resource_id="alice",
+        )
+    index.scopes.clear()
+    assert memory.stats(thread_id="t1", resource_id="alice").vectors_without_metadata == 0
+    assert index.scopes
+    assert all(scope is not None and scope.thread_id == "t1" for scope in index.scopes)
