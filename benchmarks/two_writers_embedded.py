@@ -73,6 +73,10 @@ def write(folder: str, prefix: str, calls: int, seed: int) -> None:
     print(json.dumps({"written": len(batch)}), flush=True)
 
 
+WRITER_TIMEOUT_S = 60
+"""How long a writing process may take (two embedded writers have hung each other)."""
+
+
 class WriterFailedError(RuntimeError):
     """A writing process exited with an error (two writers: one outcome measured)."""
 
@@ -96,10 +100,20 @@ def writers(folder: str, prefixes: list[str], calls: int) -> None:
         assert child.stdin is not None
         child.stdin.write("go\n")
         child.stdin.flush()
-    for child in children:
-        child.communicate()
-        if child.returncode != 0:
-            raise WriterFailedError(f"a writer failed (exit {child.returncode}, its error above)")
+    try:
+        for child in children:
+            child.communicate(timeout=WRITER_TIMEOUT_S)
+            if child.returncode != 0:
+                raise WriterFailedError(
+                    f"a writer failed (exit {child.returncode}, its error above)"
+                )
+    except subprocess.TimeoutExpired as hung:  # two writers can also wait on each other
+        raise WriterFailedError(f"a writer hung (no end in {WRITER_TIMEOUT_S} s)") from hung
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def lost(processes: int, calls: int) -> tuple[int, int]:
@@ -147,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:<24} {error}")
             continue
         print(f"{label:<24} {listed} vectors listed, {missing} never returned by a search")
-    written, seen = stale(args.late)
+    try:
+        written, seen = stale(args.late)
+    except WriterFailedError as error:  # the other process could not write beside ours
+        print(f"a loaded resource: {error}")
+        return 0
     print(f"a loaded resource: {seen} of {written} vectors another process wrote are searchable")
     return 0
 

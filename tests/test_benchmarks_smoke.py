@@ -220,7 +220,11 @@ def test_two_writers_embedded_smoke() -> None:
     out = _run("two_writers_embedded.py", "--writes", "300", "--late", "5")
     assert "one process (baseline)   300 vectors listed, 0 never returned" in out
     assert "two processes at once" in out  # vectors listed, or "a writer failed" (measured)
-    assert "of 4 vectors another process wrote are searchable" in out  # two a call: 4 of 5
+    # two a call: 4 of 5; or the other process failed beside ours (Chroma, measured)
+    assert (
+        "of 4 vectors another process wrote are searchable" in out
+        or "a loaded resource: a writer failed" in out
+    ), out
 
 
 def test_perf_stats_smoke(tmp_path: Path) -> None:
