@@ -255,3 +255,35 @@ def payload_metadata(payload: str, message_id: str) -> dict[str, MetadataValue]:
     extra = data.get("additional_kwargs") if isinstance(data, dict) else None
     carried = extra.get(METADATA_KEY) if isinstance(extra, dict) else None
     return check_metadata(carried, f"message {message_id!r}: additional_kwargs['metadata']")
+
+
+def payload_metadata_columns(
+    rows: Iterable[tuple[str, str]],
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The metadata column (JSON text) of each `(id, payload)` row that carries metadata.
+
+    The migrations' shared step (SQLite schema 3, PostgreSQL schema 4): returns the
+    `(id, column text)` pairs to write, and the ids whose metadata today's `index` would
+    refuse (they keep none; `refused_metadata_note` says so).
+    """
+    columns: list[tuple[str, str]] = []
+    refused: list[str] = []
+    for message_id, payload in rows:
+        try:
+            metadata = payload_metadata(payload, message_id)
+        except InvalidInputError:
+            refused.append(message_id)
+            continue
+        if metadata:
+            columns.append(
+                (message_id, json.dumps(dict(sorted(metadata.items())), ensure_ascii=False))
+            )
+    return columns, refused
+
+
+def refused_metadata_note(refused: Sequence[str]) -> str:
+    """What a migration tells of the messages whose payload metadata it could not keep."""
+    return (
+        f"{len(refused)} message(s) carry additional_kwargs['metadata'] that is not valid "
+        f"metadata (docs/filtering.md); they keep none (first: {refused[0]!r})"
+    )

@@ -15,7 +15,6 @@ can change it while we read.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
@@ -24,10 +23,13 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import quote
 
-from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.filters import METADATA_KEY
 from langchain_semantic_recall.storage import sqlite_fts as fts
-from langchain_semantic_recall.storage.checks import payload_metadata
+from langchain_semantic_recall.storage.checks import (
+    payload_metadata_columns,
+    refused_metadata_note,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,23 +55,14 @@ def backfill_metadata(conn: sqlite3.Connection) -> None:
     refused: list[str] = []
     after = 0
     while rows := conn.execute(page, (after, f'"{METADATA_KEY}"')).fetchall():
-        for _, message_id, payload in rows:
-            try:
-                metadata = payload_metadata(payload, message_id)
-            except InvalidInputError:
-                refused.append(message_id)
-                continue
-            if metadata:
-                text = json.dumps(dict(sorted(metadata.items())), ensure_ascii=False)
-                conn.execute("UPDATE messages SET metadata = ? WHERE id = ?", (text, message_id))
+        columns, invalid = payload_metadata_columns((id_, payload) for _, id_, payload in rows)
+        conn.executemany(
+            "UPDATE messages SET metadata = ? WHERE id = ?", [(t, i) for i, t in columns]
+        )
+        refused += invalid
         after = rows[-1][0]
     if refused:
-        logger.warning(
-            "SQLite storage: %d message(s) carry additional_kwargs['metadata'] that is not "
-            "valid metadata (docs/filtering.md); they keep none (first: %r)",
-            len(refused),
-            refused[0],
-        )
+        logger.warning("SQLite storage: %s", refused_metadata_note(refused))
 
 
 MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {

@@ -9,14 +9,16 @@ generator of statements that `storage` runs on a sync or an async connection.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Final
 
-from langchain_semantic_recall.errors import InvalidInputError, StorageError
+from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.filters import METADATA_KEY
 from langchain_semantic_recall.keywords import message_terms
-from langchain_semantic_recall.storage.checks import payload_metadata
+from langchain_semantic_recall.storage.checks import (
+    payload_metadata_columns,
+    refused_metadata_note,
+)
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MAX_LEXEME_BYTES,
@@ -167,27 +169,15 @@ def _backfill_metadata() -> Steps[None]:
         page = (yield Query(sql + "ORDER BY id LIMIT 1000", (after, f'"{METADATA_KEY}"'))).rows
         if not page:
             break
-        ids, texts = [], []
-        for id_, payload in page:
-            try:
-                metadata = payload_metadata(payload, id_)
-            except InvalidInputError:
-                refused.append(id_)
-                continue
-            if metadata:
-                ids.append(id_)
-                texts.append(json.dumps(dict(sorted(metadata.items())), ensure_ascii=False))
-        if ids:
+        columns, invalid = payload_metadata_columns(page)
+        refused += invalid
+        if columns:
+            ids, texts = zip(*columns, strict=True)
             yield Query(
                 f"UPDATE {_M} AS m SET metadata = u.j::jsonb "
                 "FROM unnest(%s::text[], %s::text[]) AS u(i, j) WHERE m.id = u.i",
-                (ids, texts),
+                (list(ids), list(texts)),
             )
         after = page[-1][0]
     if refused:
-        logger.warning(
-            "PostgreSQL storage: %d message(s) carry additional_kwargs['metadata'] that is "
-            "not valid metadata (docs/filtering.md); they keep none (first: %r)",
-            len(refused),
-            refused[0],
-        )
+        logger.warning("PostgreSQL storage: %s", refused_metadata_note(refused))
