@@ -22,7 +22,11 @@ from langchain_core.messages import BaseMessage
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import embed_records, write_vectors
+from langchain_semantic_recall.engine.vector_writes import (
+    embed_records,
+    held_vectors,
+    write_vectors,
+)
 from langchain_semantic_recall.errors import ForgottenThreadError, InvalidInputError
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
@@ -239,16 +243,6 @@ def _store_batch(
     return kept, same, rewritten
 
 
-def _embedded_before(info: IndexInfo, same: _Batch) -> Op[set[str]]:
-    """Of the messages stored as given, those the index holds vectors of (a read a thread)."""
-    held: set[str] = set()
-    for thread_id, records in same:
-        if records:
-            scope = ScopeFilter(resource_id=records[0].resource_id, thread_id=thread_id)
-            held |= (yield steps.VectorMessageIds(info, scope)) & {r.id for r in records}
-    return held
-
-
 def _write_and_recheck(
     info: IndexInfo,
     rows: Sequence[VectorRecord],
@@ -290,7 +284,9 @@ def bulk_index_op(
         kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
         if progress is not None:
             progress(sum(len(records) for _, records in batch))
-        held = yield from _embedded_before(info, same)
+        held: set[str] = set()  # of the messages stored as given (a read a thread)
+        for _, records in same:
+            held |= yield from held_vectors(info, records)
         to_embed = []
         for record in (r for _, records in kept for r in records):
             if (reason := unembedded.get(record.id)) is not None:

@@ -21,6 +21,7 @@ from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
     embed_records,
+    held_vectors,
     over_cap,
     write_owned,
     write_vectors,
@@ -321,10 +322,7 @@ def _vectors_to_write(
         )
         return to_embed
     unchanged = {r.id for r in turn.unchanged.values()}
-    if not unchanged.intersection(r.id for r in to_embed):
-        return to_embed
-    scope = ScopeFilter(resource_id=to_embed[0].resource_id, thread_id=to_embed[0].thread_id)
-    held = unchanged & (yield steps.VectorMessageIds(info, scope))
+    held = yield from held_vectors(info, [r for r in to_embed if r.id in unchanged])
     return [r for r in to_embed if r.id not in held]
 
 

@@ -23,7 +23,7 @@ from langchain_semantic_recall.embeddings import split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.records import MessageRecord, VectorRecord
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
 from langchain_semantic_recall.vectors.base import chunk_id
 
 
@@ -80,6 +80,20 @@ def embed_records(
     pending = pending_vectors(space.embeddings, records, max_chars)
     vectors = yield steps.Embed(info, [p.content for p in pending])
     return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
+
+
+def held_vectors(info: IndexInfo, records: Sequence[MessageRecord]) -> Op[set[str]]:
+    """Ids of `records` (messages of one thread) whose vectors the index already holds.
+
+    One read of the thread's vector ids: `index` and `bulk_index` embed an unchanged
+    message again only when this leaves it out (its vectors were lost).
+    """
+    if not records:
+        return set()
+    first = records[0]
+    scope = ScopeFilter(resource_id=first.resource_id, thread_id=first.thread_id)
+    held: set[str] = yield steps.VectorMessageIds(info, scope)
+    return held & {record.id for record in records}
 
 
 def write_vectors(
