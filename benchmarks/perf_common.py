@@ -70,11 +70,20 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_child(script: Path, args: Sequence[str], *, timeout: float | None = None) -> Any:
-    """Run ``script`` with ``args`` in a child process; its last stdout line is JSON."""
+def run_child(
+    script: Path,
+    args: Sequence[str],
+    *,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """Run ``script`` with ``args`` in a child process; its last stdout line is JSON.
+
+    ``env``: the child's environment (default ``child_env()``).
+    """
     done = subprocess.run(
         [sys.executable, str(script), *args],
-        env=child_env(),
+        env=child_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,

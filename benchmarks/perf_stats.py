@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -92,16 +89,7 @@ def child(source: Path, argv: list[str], work: Path) -> Any:
     """Run this script's phase in a fresh interpreter importing the package from `source`."""
     env = pc.child_env()
     env["PYTHONPATH"] = os.pathsep.join([str(source), str(SCRIPT.parent)])
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *argv, "--work", str(work)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{argv} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return pc.run_child(SCRIPT, [*argv, "--work", str(work)], env=env)
 
 
 def build(folder: Path, size: str, kind: str) -> dict[str, Any]:
