@@ -1,0 +1,133 @@
+"""Write paths with a failure injected at one step: nothing is dropped unseen or left astray.
+
+Each test makes one backend fail (or the call be cancelled) at one step of a write that
+`test_faults.py` does not reach, then checks what the caller saw, what the store holds,
+and that the documented next step (call again, `reindex(missing_only=True)`, `purge`)
+makes it whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall, StorageError
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeChatModel, FakeEmbeddings
+from tests.faults import FaultyStorage, InjectedError
+
+SESSION: RunnableConfig = {"configurable": {"session_id": "chat-9", "resource_id": "alice"}}
+
+
+# --- the chat history under RunnableWithMessageHistory ------------------------------------
+
+
+@pytest.fixture
+def faulty() -> tuple[SemanticRecall, FaultyStorage, FakeChatModel]:
+    storage = FaultyStorage(InMemoryStorage())
+    memory = SemanticRecall(
+        storage=storage,
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=32),
+        search_mode="dense",
+    )
+    return memory, storage, FakeChatModel()
+
+
+def history_chain(memory: SemanticRecall, model: FakeChatModel) -> Any:
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{q}")])
+    with warnings.catch_warnings():  # langchain-core marks it deprecated; still widely used
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return RunnableWithMessageHistory(
+            prompt | memory | model,
+            lambda session_id: memory.chat_history(session_id, last=20),
+            input_messages_key="q",
+            history_messages_key="history",
+        )
+
+
+def stored_texts(storage: FaultyStorage) -> list[str]:
+    return [m.text for m in storage.inner.list_messages(ScopeFilter(thread_id="chat-9"))]
+
+
+def ask(chain: Any, text: str, asynchronous: bool) -> BaseMessage:
+    if asynchronous:
+        return asyncio.run(chain.ainvoke({"q": text}, SESSION))  # type: ignore[no-any-return]
+    return chain.invoke({"q": text}, SESSION)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_turn_the_history_could_not_store_is_stored_by_the_next_turn(
+    faulty: tuple[SemanticRecall, FaultyStorage, FakeChatModel], asynchronous: bool
+) -> None:
+    """`RunnableWithMessageHistory` only logs what `add_messages` raises after the run:
+    the turn's messages would be lost unseen. The next turn stores them first, in order."""
+    memory, storage, model = faulty
+    chain = history_chain(memory, model)
+    storage.faults.fail("put", StorageError("disk full"))
+    assert ask(chain, "I'm allergic to peanuts", asynchronous).content  # the user got an answer
+    assert stored_texts(storage) == []
+    ask(chain, "Snack ideas?", asynchronous)
+    assert stored_texts(storage) == [
+        "I'm allergic to peanuts",
+        "ok: I'm allergic to peanuts",
+        "Snack ideas?",
+        "ok: Snack ideas?",
+    ]
+    stats = memory.stats()
+    assert (stats.messages, stats.missing_vectors) == (4, 0)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_turn_still_unstored_refuses_the_next_turn_until_the_storage_is_back(
+    faulty: tuple[SemanticRecall, FaultyStorage, FakeChatModel], asynchronous: bool
+) -> None:
+    memory, storage, model = faulty
+    chain = history_chain(memory, model)
+    storage.faults.fail("put", InjectedError("connection lost"), times=2)
+    ask(chain, "I'm allergic to peanuts", asynchronous)
+    calls = len(model.calls)
+    earlier = r"2 message\(s\) of an earlier turn of session 'chat-9'"
+    with pytest.raises(StorageError, match=earlier):
+        ask(chain, "Snack ideas?", asynchronous)
+    assert len(model.calls) == calls  # refused before the model ran
+    ask(chain, "Snack ideas?", asynchronous)
+    assert stored_texts(storage) == [
+        "I'm allergic to peanuts",
+        "ok: I'm allergic to peanuts",
+        "Snack ideas?",
+        "ok: Snack ideas?",
+    ]
+
+
+def test_a_write_whose_answer_was_lost_is_not_stored_twice(
+    faulty: tuple[SemanticRecall, FaultyStorage, FakeChatModel],
+) -> None:
+    """Stored, then the storage's answer lost: the held copy is the same messages (ids)."""
+    memory, storage, model = faulty
+    chain = history_chain(memory, model)
+    storage.faults.fail("put", TimeoutError("answer lost"), after=True)
+    ask(chain, "I'm allergic to peanuts", False)
+    ask(chain, "Snack ideas?", False)
+    assert len(stored_texts(storage)) == 4
+
+
+def test_a_caller_that_stores_the_turn_again_itself_gets_no_duplicate(
+    faulty: tuple[SemanticRecall, FaultyStorage, FakeChatModel],
+) -> None:
+    memory, storage, _ = faulty
+    history = memory.chat_history("chat-9", resource_id="alice")
+    turn = [HumanMessage("I'm allergic to peanuts"), AIMessage("Noted.")]
+    storage.faults.fail("put")
+    with pytest.raises(InjectedError):
+        history.add_messages(turn)
+    history.add_messages(turn)  # the caller's own retry
+    assert [m.text for m in history.messages] == ["I'm allergic to peanuts", "Noted."]
