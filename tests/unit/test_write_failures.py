@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -131,3 +132,50 @@ def test_a_caller_that_stores_the_turn_again_itself_gets_no_duplicate(
         history.add_messages(turn)
     history.add_messages(turn)  # the caller's own retry
     assert [m.text for m in history.messages] == ["I'm allergic to peanuts", "Noted."]
+
+
+# --- purge after a forget whose vector delete failed --------------------------------------
+
+
+def plain_memory() -> SemanticRecall:
+    return SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=32),
+        search_mode="dense",
+    )
+
+
+def failing_deletes(monkeypatch: pytest.MonkeyPatch) -> None:
+    def down(*_: object, **__: object) -> None:
+        raise InjectedError("vector index unreachable")
+
+    monkeypatch.setattr(InMemoryVectorIndex, "_delete", down)
+
+
+FORGETS = {
+    "forget_thread": lambda m: m.forget_thread("t1", resource_id="alice"),
+    "forget_resource": lambda m: m.forget_resource("alice"),
+    "forget_before": lambda m: m.forget_before(datetime.now(UTC) + timedelta(days=1)),
+}
+
+
+@pytest.mark.parametrize("forget", sorted(FORGETS))
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_purge_erases_the_vectors_a_failed_forget_left(
+    monkeypatch: pytest.MonkeyPatch, forget: str, asynchronous: bool
+) -> None:
+    """A forget (or retention) whose vector delete failed, not called again: its messages
+    are gone, their vectors (with their text) stay. `purge` erases what was forgotten,
+    so it deletes them too instead of copying them into the rebuilt index."""
+    memory = plain_memory()
+    memory.index([HumanMessage("my secret plan", id="s1")], thread_id="t1", resource_id="alice")
+    with monkeypatch.context() as patch:
+        failing_deletes(patch)
+        with pytest.raises(InjectedError):
+            FORGETS[forget](memory)
+    assert memory.stats().orphan_vectors == 1
+    result = asyncio.run(memory.apurge()) if asynchronous else memory.purge()
+    assert memory.vector_store.message_ids(memory.ensure_index().name) == set()
+    assert memory.stats().orphan_vectors == 0
+    assert any("1 vector(s) of messages no longer stored" in line for line in result.vectors.done)
