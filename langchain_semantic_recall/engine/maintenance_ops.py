@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import embed_records, write_owned
+from langchain_semantic_recall.engine.vector_writes import (
+    embed_records,
+    strays_of,
+    unowned_vectors,
+    write_owned,
+)
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.filters import MAX_IN, MetadataValue
 from langchain_semantic_recall.messages import skip_reason
@@ -26,7 +31,7 @@ from langchain_semantic_recall.records import (
     StoredMessage,
 )
 from langchain_semantic_recall.relevance.features import other_script
-from langchain_semantic_recall.relevance.model import RelevanceModel
+from langchain_semantic_recall.relevance.model import RelevanceModel, relevance_note
 from langchain_semantic_recall.storable import check_id, check_new_id
 
 
@@ -48,7 +53,8 @@ class RecallStats:
     vectors: int
     """Messages that have at least one vector."""
     missing_vectors: int
-    """Embeddable messages without a vector (repair with `reindex(missing_only=True)`)."""
+    """Embeddable messages without a vector under their owner, where its searches look
+    (repair with `reindex(missing_only=True)`)."""
     orphan_vectors: int
     """Vectors whose message is no longer stored (removed by the repair too)."""
     vectors_without_metadata: int = 0
@@ -259,7 +265,9 @@ def reindex_op(
     scope's vectors whose message is gone (a forget whose vector delete failed) are
     removed, and so are those of a message that gets none (edited to no text by a
     version that kept the old text's vectors): a full reindex repairs at least what the
-    partial one does. A thread forgotten while this runs keeps no vector.
+    partial one does. A thread forgotten while this runs keeps no vector. Messages whose
+    vectors an adoption left under no resource (`vector_writes.unowned_vectors`) are
+    embedded again under their owner, and the stray copies deleted.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
@@ -267,6 +275,7 @@ def reindex_op(
     yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = yield steps.VectorMessageIds(info, scope)
+    unowned = yield from unowned_vectors(info, scope)
     stored_ids: set[str] = set()
     carried: list[tuple[str, str, str, MetadataValue]] = []  # (resource, id, first item)
     written = 0
@@ -275,13 +284,18 @@ def reindex_op(
         after = (page[-1].thread_id, page[-1].seq)
         stored_ids.update(m.id for m in page)
         yield from _drop_unembeddable(info, page, have)
-        todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
+        strays = strays_of(page, unowned)
+        todo = [
+            m for m in _embeddable(page) if not missing_only or m.id not in have or m.id in strays
+        ]
         if missing_only:  # the messages with metadata that have vectors: do these carry it?
             carried += _carried(page, have)
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_owned(info, rows, logger)  # each thread's follows a move
             written += len(todo) - (yield from _drop_forgotten(info, todo))
+        if strays:  # written again under their owner (above): the copies nobody searches go
+            yield steps.DeleteVectors(info, message_ids=sorted(strays), resource_id=NO_RESOURCE)
         if progress is not None:
             progress(len(page))
     for resource_id, ids in (yield from _without_metadata(info, carried, scope)).items():
@@ -397,7 +411,8 @@ def stats_op(
     yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = yield steps.VectorMessageIds(info, scope)
-    return (yield from _counted(info, have, scope, relevance))
+    unowned = yield from unowned_vectors(info, scope)
+    return (yield from _counted(info, have, scope, relevance, unowned=unowned))
 
 
 def read_stats_op(
@@ -407,19 +422,21 @@ def read_stats_op(
     relevance: RelevanceModel | None = None,
     *,
     carrying: Set[str],
+    unowned: Set[str],
 ) -> Op[RecallStats]:
     """`stats_op` with the index and its message ids in `scope` read beforehand.
 
     For a reader that tells them without the vector index's client (`cli stats` reads
     an embedded store's from Chroma's file: `vectors.chroma_file`); the storage side is
     counted as `stats_op` counts it. `carrying`: the messages of `have` whose vectors
-    carry message metadata (a vector written before 0.3 carries none).
+    carry message metadata (a vector written before 0.3 carries none); `unowned`: those
+    with a vector under `NO_RESOURCE` in the scope's thread (`vector_writes.unowned_vectors`).
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
-    return (yield from _counted(info, have, scope, relevance, carrying))
+    return (yield from _counted(info, have, scope, relevance, carrying, unowned=unowned))
 
 
 def _counted(
@@ -428,11 +445,15 @@ def _counted(
     scope: ScopeFilter | None,
     relevance: RelevanceModel | None,
     carrying: Set[str] | None = None,
+    *,
+    unowned: Set[str],
 ) -> Op[RecallStats]:
     """The stored messages in `scope` counted against the message ids holding a vector.
 
     `carrying`: the message ids whose vectors carry metadata, when read beforehand; None
-    asks the index, as `reindex` does.
+    asks the index, as `reindex` does. A message of a resource whose vector is under
+    `NO_RESOURCE` (`unowned`: an adoption's strays) counts as missing: none of its
+    owner's searches finds it.
     """
     messages = 0
     threads: set[str] = set()
@@ -441,6 +462,7 @@ def _counted(
     embeddable: set[str] = set()
     foreign = 0  # embeddable messages mostly in another script than the fit's (Latin)
     carried: list[tuple[str, str, str, MetadataValue]] = []
+    strays: set[str] = set()
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
         after = (page[-1].thread_id, page[-1].seq)
@@ -448,10 +470,13 @@ def _counted(
         threads.update(m.thread_id for m in page)
         resources.update(m.resource_id for m in page)
         stored.update(m.id for m in page)
+        if scope is None or scope.resource_id is None:  # `have` holds the strays too
+            strays |= strays_of(page, unowned)
         for message in _embeddable(page):
             embeddable.add(message.id)
             foreign += relevance is not None and other_script(message.text)
-        carried += _carried(page, have)
+        carried += [item for item in _carried(page, have) if item[1] not in strays]
+    held = have - strays if strays else have
     if carrying is not None:
         lacking = sum(message_id not in carrying for _, message_id, _, _ in carried)
     else:
@@ -464,36 +489,11 @@ def _counted(
         threads=len(threads),
         resources=len(resources),
         embeddable=len(embeddable),
-        vectors=len(have & stored),
-        missing_vectors=len(embeddable - have),
+        vectors=len(held & stored),
+        missing_vectors=len(embeddable - held),
         orphan_vectors=len(have - stored),
         vectors_without_metadata=lacking,
         relevance=relevance_note(
             relevance, info.model, info.dimension, other_script=(foreign, len(embeddable))
         ),
     )
-
-
-def relevance_note(
-    model: RelevanceModel | None,
-    embedder: str,
-    dimension: int | None,
-    *,
-    other_script: tuple[int, int] = (0, 0),
-) -> str:
-    """One line on whether `model`'s numbers were fitted for this embedder and this text.
-
-    `other_script`: (how many, of how many) embeddable messages are mostly in another
-    script than Latin (`relevance.features.other_script`), said when there are some.
-    """
-    if model is None:
-        return "not used (dense or keyword mode)"
-    note = model.unfitted_note(embedder, dimension) or model.describe()
-    foreign, of = other_script
-    if foreign:
-        note += (
-            f"; {foreign} of {of} messages are mostly in another script than Latin, and "
-            "the numbers were fitted on English: recall is rarely silent for such text "
-            "(docs/quality.md, 'Other languages')"
-        )
-    return note

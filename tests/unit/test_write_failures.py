@@ -20,10 +20,10 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall, StorageError
-from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeChatModel, FakeEmbeddings
-from tests.faults import FaultyStorage, InjectedError
+from tests.faults import MEMORY, SQLITE_MEMORY, Backend, FaultyStorage, InjectedError, open_rig
 
 SESSION: RunnableConfig = {"configurable": {"session_id": "chat-9", "resource_id": "alice"}}
 
@@ -179,3 +179,55 @@ def test_purge_erases_the_vectors_a_failed_forget_left(
     assert memory.vector_store.message_ids(memory.ensure_index().name) == set()
     assert memory.stats().orphan_vectors == 0
     assert any("1 vector(s) of messages no longer stored" in line for line in result.vectors.done)
+
+
+# --- a thread adopted by a resource while its vectors could not follow --------------------
+
+OLD = [HumanMessage("I sail old wooden boats on the lake", id="o1"), AIMessage("Lovely", id="o2")]
+NEW = [HumanMessage("what about kayaks", id="n1")]
+
+
+def _second_put() -> Any:
+    calls = iter(range(1 << 30))
+    return lambda _: next(calls) == 1  # the first put is refused: the thread has no owner
+
+
+ADOPTION_FAULTS = {
+    # the write under the new owner, after the storage adopted the thread
+    "put": lambda rig: rig.storage.faults.fail("put", match=_second_put()),
+    # deleting the thread's vectors stored without a resource (before writing them again)
+    "delete": lambda rig: rig.vectors.faults.fail("delete"),
+    # writing them again under the owner
+    "embed": lambda rig: rig.embeddings.faults.fail("embed_documents"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(ADOPTION_FAULTS))
+@pytest.mark.parametrize("backend", [MEMORY, SQLITE_MEMORY], ids=str)
+def test_an_adoption_whose_vectors_failed_to_follow_is_counted_and_repaired(
+    backend: Backend, fault: str
+) -> None:
+    """A thread written without a resource, then by alice: the storage gives it to alice,
+    then its vectors are written again under her. A failure in between left them under
+    no resource, where her searches never look, while `stats` counted them as present and
+    `reindex(missing_only=True)` passed them by."""
+    with open_rig(backend, search_mode="dense", scope="thread") as rig:
+        rig.engine.index(OLD, thread_id="t1")
+        ADOPTION_FAULTS[fault](rig)
+        try:
+            rig.engine.index(NEW, thread_id="t1", resource_id="alice")
+        except InjectedError:
+            rig.clear_faults()
+            rig.engine.index(NEW, thread_id="t1", resource_id="alice")  # the caller retries
+        rig.clear_faults()
+        assert rig.storage.inner.get_thread_owner("t1") == "alice"
+        unseen = {"o1", "o2", "n1"} - rig.vector_ids(ScopeFilter(resource_id="alice"))
+        assert rig.engine.stats().missing_vectors == len(unseen)  # none counted as present
+        assert rig.engine.reindex(missing_only=True) == len(unseen)
+        assert rig.vector_ids(ScopeFilter(resource_id="alice")) == {"o1", "o2", "n1"}
+        assert rig.vector_ids(ScopeFilter(resource_id=NO_RESOURCE)) == set()
+        stats = rig.engine.stats()
+        assert (stats.messages, stats.missing_vectors, stats.orphan_vectors) == (3, 0, 0)
+        alice = rig.engine_with(search_mode="dense")
+        hits = alice.search("old wooden boats", resource_id="alice", top_k=1)
+        assert [h.message.id for h in hits] == ["o1"]
