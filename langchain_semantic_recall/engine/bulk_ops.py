@@ -277,24 +277,36 @@ def bulk_index_op(
     """Store and embed many conversations.
 
     Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
+    An error is raised with a note on what was stored before it, and what to do.
     """
     info = yield from space.resolve()
     result = BulkResult()
-    for batch, carried, unembedded in _batches(conversations, batch_size, result):
-        kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
-        if progress is not None:
-            progress(sum(len(records) for _, records in batch))
-        held: set[str] = set()  # of the messages stored as given (a read a thread)
-        for _, records in same:
-            held |= yield from held_vectors(info, records)
-        to_embed = []
-        for record in (r for _, records in kept for r in records):
-            if (reason := unembedded.get(record.id)) is not None:
-                result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
-            elif record.id not in held:  # an unchanged message whose vectors are held: done
-                to_embed.append(record)
-        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
-        result.embedded += len(to_embed)
-    yield steps.Settle()
+    try:
+        for batch, carried, unembedded in _batches(conversations, batch_size, result):
+            kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
+            if progress is not None:
+                progress(sum(len(records) for _, records in batch))
+            held: set[str] = set()  # of the messages stored as given (a read a thread)
+            for _, records in same:
+                held |= yield from held_vectors(info, records)
+            to_embed = []
+            for record in (r for _, records in kept for r in records):
+                if (reason := unembedded.get(record.id)) is not None:
+                    result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
+                elif record.id not in held:  # an unchanged message whose vectors are held: done
+                    to_embed.append(record)
+            rows = yield from embed_records(
+                info, space, to_embed, max_chars=max_chars, logger=logger
+            )
+            yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
+            result.embedded += len(to_embed)
+        yield steps.Settle()
+    except Exception as failure:
+        if written := result.stored + result.updated:
+            failure.add_note(
+                f"this import stored {written} message(s) before it failed, the last ones "
+                "perhaps without vectors: run the same import again (it stores nothing "
+                "twice and embeds what has no vector), or reindex(missing_only=True)"
+            )
+        raise
     return result

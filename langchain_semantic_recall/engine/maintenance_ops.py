@@ -1,4 +1,4 @@
-"""Forgetting, emptying, reindexing and stats, each written once as a generator of steps.
+"""Moving, reindexing and stats, each written once as a generator of steps.
 
 Each operation acts for an owner: the resource the engine resolved for the call (its
 argument, a `for_thread` view's, the run's config or context, and on an authenticated
@@ -115,49 +115,6 @@ def _embeddable(page: Sequence[StoredMessage]) -> list[StoredMessage]:
     return [m for m in page if skip_reason(m) is None]
 
 
-# --- forgetting ------------------------------------------------------------------------------
-
-
-def forget_thread_op(
-    space: VectorSpace, thread_id: str, resource_id: str | None, *, retire: bool
-) -> Op[int]:
-    """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
-
-    A thread id that holds nothing and was never forgotten is left as it is (returns 0).
-
-    Raises:
-        OwnershipError: `resource_id` (the call's owner) is given and the thread
-            belongs to another one; nothing is deleted.
-    """
-    check_id("thread_id", thread_id)
-    if resource_id is not None:
-        check_id("resource_id", resource_id)
-    owner = yield from owned_thread(thread_id, resource_id)
-    if owner is None and retire and not (yield steps.IsForgotten(thread_id)):
-        # Nothing was ever stored under it: retiring it would let any caller reserve an
-        # id that another resource's conversation may start under. (A forgotten one goes
-        # on: a retry after a failure still deletes its vectors.)
-        return 0
-    # The delete holds to the owner just read: a move landing meanwhile is refused there,
-    # not deleted with the thread (nor its vectors left under the new owner).
-    deleted = yield steps.DeleteThread(thread_id, retire=retire, owner=owner)
-    yield steps.ClearCaches()  # it holds recent texts
-    info = yield from space.resolve()
-    # The owner lets a vector layout partitioned by resource touch one partition.
-    yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-    return int(deleted)
-
-
-def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
-    """Delete every thread of a resource (messages and vectors), retiring their ids."""
-    check_id("resource_id", resource_id)
-    deleted = yield steps.DeleteResource(resource_id)
-    yield steps.ClearCaches()
-    info = yield from space.resolve()
-    yield steps.DeleteVectors(info, resource_id=resource_id)
-    return int(deleted)
-
-
 def move_thread_op(
     space: VectorSpace,
     thread_id: str,
@@ -204,36 +161,55 @@ def move_thread_op(
         )
     info = yield from space.resolve()
     moved = 0
-    if owner != to_resource:
-        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-        moved = yield steps.MoveThread(thread_id, to_resource=to_resource, owner=owner)
-        yield steps.ClearCaches()  # it holds recent texts under the old owner
-        # Again: a turn indexed meanwhile may have written under the old owner after the
-        # first delete, and read that owner before the storage move (so it did not follow).
-        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-    scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
     try:
-        yield from reindex_op(
-            space,
-            scope=scope,
-            missing_only=not moved,
-            batch_size=256,
-            progress=None,
-            max_chars=max_chars,
-            logger=logger,
-        )
-    except OwnershipError:
-        # Another move (another process) took the thread on from `to_resource` after
-        # ours: that move writes its vectors; ours is done.
-        if (yield steps.ThreadOwner(thread_id)) == to_resource:
-            raise
-        logger.warning(
-            "thread %r was moved on by another call while it moved to %r; its vectors "
-            "follow its owner",
-            thread_id,
-            to_resource,
-        )
+        if owner != to_resource:
+            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+            moved = yield steps.MoveThread(thread_id, to_resource=to_resource, owner=owner)
+            yield steps.ClearCaches()  # it holds recent texts under the old owner
+            # Again: a turn indexed meanwhile may have written under the old owner after the
+            # first delete, and read that owner before the storage move (so it did not follow).
+            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+        scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
+        try:
+            yield from reindex_op(
+                space,
+                scope=scope,
+                missing_only=not moved,
+                batch_size=256,
+                progress=None,
+                max_chars=max_chars,
+                logger=logger,
+            )
+        except OwnershipError:
+            # Another move (another process) took the thread on from `to_resource` after
+            # ours: that move writes its vectors; ours is done.
+            if (yield steps.ThreadOwner(thread_id)) == to_resource:
+                raise
+            logger.warning(
+                "thread %r was moved on by another call while it moved to %r; its vectors "
+                "follow its owner",
+                thread_id,
+                to_resource,
+            )
+    except Exception as failure:
+        if not isinstance(failure, OwnershipError):
+            failure.add_note(
+                _unfinished_move(thread_id, to_resource, bool(moved) or owner == to_resource)
+            )
+        raise
     return moved
+
+
+def _unfinished_move(thread_id: str, to_resource: str, in_storage: bool) -> str:
+    """What a move that raised did, and what to do (a note on its error)."""
+    if in_storage:
+        done = (
+            f"is {to_resource!r}'s in the storage, but not all of its vectors were written "
+            f"under it: call move_thread again with resource_id={to_resource!r}"
+        )
+    else:
+        done = "was not moved, but some of its vectors may be deleted: call move_thread again"
+    return f"thread {thread_id!r} {done}, or reindex(missing_only=True)"
 
 
 def restore_thread_op(thread_id: str) -> Op[bool]:

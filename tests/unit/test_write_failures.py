@@ -231,3 +231,111 @@ def test_an_adoption_whose_vectors_failed_to_follow_is_counted_and_repaired(
         alice = rig.engine_with(search_mode="dense")
         hits = alice.search("old wooden boats", resource_id="alice", top_k=1)
         assert [h.message.id for h in hits] == ["o1"]
+
+
+# --- what a caller is told when a write fails half way ------------------------------------
+
+NOTED_FORGETS = {
+    "forget_thread": lambda m: m.forget_thread("t1", resource_id="alice"),
+    "clear_thread": lambda m: m.clear_thread("t1", resource_id="alice"),
+    "forget_resource": lambda m: m.forget_resource("alice"),
+}
+ASYNC_FORGETS = {
+    "forget_thread": lambda m: m.aforget_thread("t1", resource_id="alice"),
+    "clear_thread": lambda m: m.aclear_thread("t1", resource_id="alice"),
+    "forget_resource": lambda m: m.aforget_resource("alice"),
+}
+
+
+def forget_now(memory: SemanticRecall, forget: str, asynchronous: bool) -> None:
+    if asynchronous:
+        asyncio.run(ASYNC_FORGETS[forget](memory))
+    else:
+        NOTED_FORGETS[forget](memory)
+
+
+@pytest.mark.parametrize("forget", sorted(NOTED_FORGETS))
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_forget_whose_vectors_failed_says_what_was_deleted_and_what_to_do(
+    monkeypatch: pytest.MonkeyPatch, forget: str, asynchronous: bool
+) -> None:
+    """The vector index's own error said nothing of the messages already deleted, nor that
+    the same call again finishes (the command line even advised restoring a backup)."""
+    memory = plain_memory()
+    memory.index([HumanMessage("my secret plan", id="s1")], thread_id="t1", resource_id="alice")
+    with monkeypatch.context() as patch:
+        failing_deletes(patch)
+        with pytest.raises(InjectedError) as raised:
+            forget_now(memory, forget, asynchronous)
+    note = " ".join(raised.value.__notes__)
+    assert "1 message(s) were deleted from the storage, but not all of their vectors" in note
+    assert "call the same forget again" in note
+    assert memory.stats().orphan_vectors == 1
+    forget_now(memory, forget, asynchronous)  # as the note says
+    assert memory.stats().orphan_vectors == 0
+
+
+def test_a_bulk_import_that_failed_says_what_it_stored_and_how_to_finish() -> None:
+    with open_rig(MEMORY, search_mode="dense") as rig:
+        conversations = [
+            (f"t{n}", "alice", [HumanMessage(f"kites {n}", id=f"k{n}")]) for n in range(6)
+        ]
+        rig.embeddings.faults.fail("embed_documents", match=lambda a: "kites 4" in a["texts"])
+        with pytest.raises(InjectedError) as raised:
+            rig.engine.bulk_index(conversations, batch_size=2)
+        note = " ".join(raised.value.__notes__)
+        stats = rig.engine.stats()  # the last batch stored, not embedded
+        assert (stats.messages, stats.missing_vectors) == (6, 2)
+        assert "this import stored 6 message(s) before it failed" in note
+        assert "run the same import again" in note
+        rig.clear_faults()
+        rig.engine.bulk_index(conversations, batch_size=2)  # as the note says
+        stats = rig.engine.stats()
+        assert (stats.messages, stats.missing_vectors) == (6, 0)
+
+
+@pytest.mark.parametrize("step", ["first delete", "move", "write under the new owner"])
+def test_a_move_that_failed_says_where_the_thread_is_and_how_to_finish(step: str) -> None:
+    memory = plain_memory()
+    memory.index([HumanMessage("sailing boats", id="s1")], thread_id="t1", resource_id="alice")
+    storage = memory.storage
+    vectors = memory.vector_store
+    failure = InjectedError(step)
+
+    def fail(*_: object, **__: object) -> Any:
+        raise failure
+
+    original = {
+        "first delete": (type(vectors), "_delete"),
+        "move": (type(storage), "_move_thread"),
+        "write under the new owner": (type(vectors), "_upsert"),
+    }[step]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(*original, fail)
+        with pytest.raises(InjectedError) as raised:
+            memory.move_thread("t1", to="bob", resource_id="alice")
+    note = " ".join(raised.value.__notes__)
+    if step == "write under the new owner":
+        assert "is 'bob''s in the storage" in note
+        assert "call move_thread again with resource_id='bob'" in note
+        memory.move_thread("t1", to="bob", resource_id="bob")
+    else:
+        assert "was not moved" in note
+        memory.move_thread("t1", to="bob", resource_id="alice")
+    assert storage.get_thread_owner("t1") == "bob"
+    assert vectors.message_ids(memory.ensure_index().name, ScopeFilter("bob")) == {"s1"}
+    assert memory.stats().missing_vectors == 0
+
+
+def test_the_command_line_prints_a_writes_note_instead_of_guessing() -> None:
+    """A chromadb error was read as a damaged store ("restore it from a backup"): after a
+    forget, restoring a backup brings back what was forgotten."""
+    from langchain_semantic_recall.cli.common import failure_message
+
+    chromadb_error = type("InternalError", (Exception,), {"__module__": "chromadb.errors"})
+    failure = chromadb_error("Error in compaction")
+    assert "restore it from a backup" in failure_message(failure)
+    failure.add_note("thread 't1': 1 message(s) were deleted from the storage, but ...")
+    said = failure_message(failure)
+    assert "backup" not in said
+    assert said.startswith("InternalError: Error in compaction; thread 't1': 1 message(s)")
