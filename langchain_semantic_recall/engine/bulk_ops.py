@@ -305,8 +305,9 @@ def bulk_index_op(
         if written := result.stored + result.updated:
             failure.add_note(
                 f"this import stored {written} message(s) before it failed, the last ones "
-                "perhaps without vectors: run the same import again (it stores nothing "
-                "twice and embeds what has no vector), or reindex(missing_only=True)"
+                "perhaps without vectors: once the cause is fixed (a conversation it "
+                "refused: fix it or leave it out), run the same import again: it stores "
+                "nothing twice and embeds what has no vector"
             )
         raise
     return result
