@@ -281,12 +281,14 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
             raise
 
     def clear(self) -> None:
-        """Empty the session (messages and vectors); it keeps working afterwards."""
+        """Empty the session (messages and vectors, a held turn too); it keeps working."""
         self.memory.clear_thread(self.session_id, resource_id=self._identity().resource_id)
+        _held(self.memory).take(self._key())
 
     async def aclear(self) -> None:
         """Async twin of `clear`."""
         await self.memory.aclear_thread(self.session_id, resource_id=self._identity().resource_id)
+        _held(self.memory).take(self._key())
 
 
 __all__ = ["SemanticRecallChatHistory"]

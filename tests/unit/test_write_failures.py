@@ -134,6 +134,25 @@ def test_a_caller_that_stores_the_turn_again_itself_gets_no_duplicate(
     assert [m.text for m in history.messages] == ["I'm allergic to peanuts", "Noted."]
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_clearing_the_session_drops_a_turn_it_held(
+    faulty: tuple[SemanticRecall, FaultyStorage, FakeChatModel], asynchronous: bool
+) -> None:
+    """Else the next read would write back a turn of the conversation just emptied."""
+    memory, storage, model = faulty
+    chain = history_chain(memory, model)
+    ask(chain, "first", asynchronous)
+    storage.faults.fail("put")
+    ask(chain, "I'm allergic to peanuts", asynchronous)  # held
+    history = memory.chat_history("chat-9", resource_id="alice")
+    if asynchronous:
+        asyncio.run(history.aclear())
+    else:
+        history.clear()
+    assert history.messages == []
+    assert stored_texts(storage) == []
+
+
 # --- purge after a forget whose vector delete failed --------------------------------------
 
 
