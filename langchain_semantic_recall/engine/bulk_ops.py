@@ -203,16 +203,27 @@ def _settle_batch(
 
 
 def _store_batch(
-    batch: _Batch, carried: _Carried, result: BulkResult, logger: logging.Logger
+    info: IndexInfo,
+    batch: _Batch,
+    carried: _Carried,
+    result: BulkResult,
+    logger: logging.Logger,
 ) -> Op[tuple[_Batch, _Batch, dict[str, list[str]]]]:
     """Store a batch in one transaction (thread by thread if one was forgotten).
 
     Returns the records of the threads kept (written, or stored already as they are), of
     those the records stored before exactly as given, and the edits written whose old
-    vectors must go (resource id -> message ids).
+    vectors must go (resource id -> message ids). Those are deleted before the write
+    too: if that fails, nothing of the batch is written, and importing it again redoes
+    the edits (stored first, an edit whose old vectors stayed would look unchanged).
     """
     known = yield from _stored_before(batch)
     write, same, edits = _settle_batch(batch, known, carried)
+    stale: dict[str, list[str]] = {}
+    for record in (r for _, records in write for r in records if edits.get(r.id)):
+        stale.setdefault(record.resource_id, []).append(record.id)
+    for resource_id, ids in sorted(stale.items()):
+        yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
     rows: list[StoredMessage] = []
     try:
         rows = yield steps.PutMessages([r for _, records in write for r in records])
@@ -283,7 +294,7 @@ def bulk_index_op(
     result = BulkResult()
     try:
         for batch, carried, unembedded in _batches(conversations, batch_size, result):
-            kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
+            kept, same, rewritten = yield from _store_batch(info, batch, carried, result, logger)
             if progress is not None:
                 progress(sum(len(records) for _, records in batch))
             held: set[str] = set()  # of the messages stored as given (a read a thread)

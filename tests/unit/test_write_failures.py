@@ -358,3 +358,46 @@ def test_the_command_line_prints_a_writes_note_instead_of_guessing() -> None:
     said = failure_message(failure)
     assert "backup" not in said
     assert said.startswith("InternalError: Error in compaction; thread 't1': 1 message(s)")
+
+
+# --- an edit whose old text's vectors could not be deleted --------------------------------
+
+SECRET = [HumanMessage("my password is hunter2", id="p")]
+REDACTED = [HumanMessage("my password is redacted", id="p")]
+
+
+def vector_texts(rig: Any) -> list[str]:
+    return [row.content for row in rig.vectors.inner.export(rig.index_name)]
+
+
+EDITS = {
+    "index": lambda m, msgs: m.index(msgs, thread_id="t", resource_id="alice"),
+    "aindex": lambda m, msgs: asyncio.run(m.aindex(msgs, thread_id="t", resource_id="alice")),
+    "bulk_index": lambda m, msgs: m.bulk_index([("t", "alice", msgs)]),
+    "abulk_index": lambda m, msgs: asyncio.run(m.abulk_index([("t", "alice", msgs)])),
+}
+
+
+@pytest.mark.parametrize("write", sorted(EDITS))
+def test_an_edit_whose_old_vectors_could_not_be_deleted_is_not_stored(write: str) -> None:
+    """Indexing a message again with new text takes its old words out of memory. With the
+    old vectors' delete failing, the new text was stored all the same: the old text stayed
+    in the vector index while the message looked unchanged to a retry (`unchanged`), to
+    `stats` and to `reindex(missing_only=True)`, so nothing ever removed it. Now the edit is
+    not stored (reported), and doing it again finishes it."""
+    with open_rig(MEMORY, search_mode="dense") as rig:
+        rig.engine.index(SECRET, thread_id="t", resource_id="alice")
+        rig.vectors.faults.fail("delete")
+        try:
+            result = EDITS[write](rig.engine, REDACTED)
+        except InjectedError:
+            assert write.endswith("bulk_index")  # an import raises (with a note)
+        else:
+            assert result.error is not None
+            assert result.fates[0].fate == "skipped"
+            assert "index it again" in (result.fates[0].reason or "")
+        assert [m.text for m in rig.stored()] == ["my password is hunter2"]
+        rig.clear_faults()
+        EDITS[write](rig.engine, REDACTED)  # the same call again
+        assert [m.text for m in rig.stored()] == ["my password is redacted"]
+        assert vector_texts(rig) == ["my password is redacted"]
