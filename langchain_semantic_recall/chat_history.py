@@ -18,12 +18,22 @@ chain = RunnableWithMessageHistory(
 config = {"configurable": {"session_id": "s1", "resource_id": "alice"}}
 chain.invoke({"question": "What am I allergic to?"}, config)
 ```
+
+`RunnableWithMessageHistory` adds the turn's messages after the run, in a listener whose
+errors it only logs: a storage failure there would drop the turn unseen. So a failed
+`add_messages` is held (in this process) and written first by the session's next read,
+before the next turn runs; if that write fails too, the read raises (`StorageError`) and
+the turn is refused, never run on a history that lost a turn.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
@@ -33,15 +43,87 @@ from langchain_semantic_recall.engine.call_options import CallIds
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.maintenance_ops import owned_thread
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.errors import ForgottenThreadError
+from langchain_semantic_recall.errors import (
+    PROGRAMMING_ERRORS,
+    ForgottenThreadError,
+    SemanticRecallError,
+    StorageError,
+)
 from langchain_semantic_recall.memory_contract import check_saved
 from langchain_semantic_recall.options import check_positive
-from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter, StoredMessage
 
 if TYPE_CHECKING:
+    from langchain_semantic_recall.engine.vector_space import VectorSpace
     from langchain_semantic_recall.recall import SemanticRecall
 
+logger = logging.getLogger(__name__)
+
 _PAGE = 1000
+
+_Key = tuple[str, "str | None"]
+"""A session's thread id and resource id."""
+
+
+class _Held:
+    """The last failed `add_messages` of each session of one engine, until it is stored.
+
+    One batch per session: the next read writes it first (`RunnableWithMessageHistory`
+    always reads before it adds); a later `add_messages` that succeeds drops it (its
+    caller saw the error and went on); a failed one replaces it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._turns: dict[_Key, list[BaseMessage]] = {}
+
+    def hold(self, key: _Key, messages: list[BaseMessage]) -> None:
+        with self._lock:
+            self._turns[key] = messages
+
+    def take(self, key: _Key) -> list[BaseMessage]:
+        with self._lock:
+            return self._turns.pop(key, [])
+
+    def put_back(self, key: _Key, messages: list[BaseMessage]) -> None:
+        with self._lock:
+            self._turns.setdefault(key, messages)
+
+
+_HELD: WeakKeyDictionary[VectorSpace, _Held] = WeakKeyDictionary()
+_HELD_LOCK = threading.Lock()
+
+
+def _held(memory: SemanticRecall) -> _Held:
+    """The held turns of `memory`'s engine (shared by its views)."""
+    with _HELD_LOCK:
+        return _HELD.setdefault(memory.core.backends.space, _Held())
+
+
+def _retryable(error: Exception) -> bool:
+    """Whether writing the same messages again may work (a backend failure, not a refusal)."""
+    if isinstance(error, PROGRAMMING_ERRORS):
+        return False
+    return isinstance(error, StorageError) or not isinstance(error, SemanticRecallError)
+
+
+def _with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages, each with an id (a copy given a new one): a retry stores each once."""
+    return [m if m.id else m.model_copy(update={"id": str(uuid.uuid4())}) for m in messages]
+
+
+def _not_stored(error: Exception, count: int, session: str) -> Exception:
+    """The error a read raises when a held turn could not be written again."""
+    if not _retryable(error):  # refused for good (forgotten, another owner): say what it lost
+        error.add_note(
+            f"{count} message(s) of an earlier turn of session {session!r} were not stored"
+        )
+        return error
+    return StorageError(
+        f"{count} message(s) of an earlier turn of session {session!r} could not be stored "
+        f"when that turn ended, nor now ({error!r}); they are held in this process and "
+        "written before the session's next turn: retry when the storage is back"
+    )
 
 
 def _history_op(scope: ScopeFilter, last: int | None) -> Op[list[StoredMessage]]:
@@ -118,37 +200,95 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         who = self._identity()
         return {"thread_id": who.thread_id, "resource_id": who.resource_id}
 
+    def _key(self) -> _Key:
+        who = self._identity()
+        return (who.thread_id or self.session_id, who.resource_id)
+
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The stored messages of the session, in order (the `last` ones).
 
+        A turn whose `add_messages` failed is written first.
+
         Raises:
             OwnershipError: the session is a thread of another resource.
             ForgottenThreadError: the session was forgotten.
+            StorageError: a turn whose `add_messages` failed could not be written now.
         """
+        key = self._key()
+        if held := _held(self.memory).take(key):
+            try:
+                self._saved(key, self.memory.index(held, **self._ids()))
+            except Exception as error:
+                raise self._still_held(key, held, error) from error
         stored = self.memory.core.run(_history_op(self._scope(), self.last))
         return [m.to_message() for m in stored]
 
     async def aget_messages(self) -> list[BaseMessage]:
         """Async twin of `messages`."""
+        key = self._key()
+        if held := _held(self.memory).take(key):
+            try:
+                self._saved(key, await self.memory.aindex(held, **self._ids()))
+            except Exception as error:
+                raise self._still_held(key, held, error) from error
         stored = await self.memory.core.arun(_history_op(self._scope(), self.last))
         return [m.to_message() for m in stored]
 
+    def _saved(self, key: _Key, result: IndexResult) -> None:
+        """Check a write's result (forgotten: raise); nothing of the session stays held."""
+        check_saved(result)
+        _held(self.memory).take(key)
+
+    def _still_held(self, key: _Key, held: list[BaseMessage], error: Exception) -> Exception:
+        """The error of a read whose held turn failed again (kept held if it may work later)."""
+        if _retryable(error):
+            _held(self.memory).put_back(key, held)
+        return _not_stored(error, len(held), self.session_id)
+
+    def _failed(self, key: _Key, messages: list[BaseMessage], error: Exception) -> None:
+        """Hold the messages of a failed write that may work later (`_Held`)."""
+        if _retryable(error):
+            logger.warning(
+                "could not store %d message(s) of session %r (%r); held in this process "
+                "and written at the session's next read",
+                len(messages),
+                self.session_id,
+                error,
+            )
+            _held(self.memory).hold(key, messages)
+
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Store and embed the messages (each is a new message unless it has an id)."""
-        check_saved(self.memory.index(list(messages), **self._ids()))
+        """Store and embed the messages (each is a new message unless it has an id).
+
+        If the storage fails, the error is raised and the messages are also held and
+        written by the session's next read (see the module's docstring).
+        """
+        key, items = self._key(), _with_ids(messages)
+        try:
+            self._saved(key, self.memory.index(items, **self._ids()))
+        except Exception as error:
+            self._failed(key, items, error)
+            raise
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of `add_messages`."""
-        check_saved(await self.memory.aindex(list(messages), **self._ids()))
+        key, items = self._key(), _with_ids(messages)
+        try:
+            self._saved(key, await self.memory.aindex(items, **self._ids()))
+        except Exception as error:
+            self._failed(key, items, error)
+            raise
 
     def clear(self) -> None:
-        """Empty the session (messages and vectors); it keeps working afterwards."""
+        """Empty the session (messages and vectors, a held turn too); it keeps working."""
         self.memory.clear_thread(self.session_id, resource_id=self._identity().resource_id)
+        _held(self.memory).take(self._key())
 
     async def aclear(self) -> None:
         """Async twin of `clear`."""
         await self.memory.aclear_thread(self.session_id, resource_id=self._identity().resource_id)
+        _held(self.memory).take(self._key())
 
 
 __all__ = ["SemanticRecallChatHistory"]

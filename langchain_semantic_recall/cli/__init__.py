@@ -29,6 +29,7 @@ from langchain_semantic_recall.cli.common import (
     command_scope,
     failure_message,
     store_path,
+    with_notes,
 )
 from langchain_semantic_recall.cli.render import error
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
@@ -156,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(failure))
         return EXIT_USAGE
     except SemanticRecallError as failure:
-        error(str(failure))
+        error(with_notes(failure))
         return EXIT_ERROR
     except KeyboardInterrupt:
         error("interrupted")

@@ -34,6 +34,7 @@ from langchain_semantic_recall.quoting import printable
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
+    from langchain_semantic_recall.engine.vector_space import IndexInfo
     from langchain_semantic_recall.records import ScopeFilter
     from langchain_semantic_recall.relevance.model import RelevanceModel
     from langchain_semantic_recall.storage.base import MessageStorage
@@ -199,17 +200,34 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
             embeddings = LocalEmbeddings()
         info = named_index(embeddings)
         found = None if info is None else local_file_index(store_path(args), info, scope)
-        if info is None or found is None:
+        strays = None if info is None else _unowned_in_file(args, info, scope)
+        if info is None or found is None or strays is None:
             return None
         # The operation asks the storage alone: a vector step would fail loudly here
         # (`Backends.space`), never read an empty index.
         stats = drive(
-            read_stats_op(info, found.message_ids, scope, relevance, carrying=found.carrying),
+            read_stats_op(
+                info, found.message_ids, scope, relevance, carrying=found.carrying, unowned=strays
+            ),
             Backends(storage),
         )
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
         return stats
+
+
+def _unowned_in_file(
+    args: argparse.Namespace, info: IndexInfo, scope: ScopeFilter | None
+) -> frozenset[str] | None:
+    """The file's `vector_writes.unowned_vectors` (None: the file cannot tell)."""
+    from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
+    from langchain_semantic_recall.settings import local_file_index
+
+    if scope is not None and scope.resource_id == NO_RESOURCE:
+        return frozenset()
+    thread_id = None if scope is None else scope.thread_id
+    found = local_file_index(store_path(args), info, ScopeFilter(NO_RESOURCE, thread_id))
+    return None if found is None else found.message_ids
 
 
 def _client_stats(args: argparse.Namespace) -> RecallStats:

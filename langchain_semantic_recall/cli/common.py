@@ -82,6 +82,11 @@ DEFAULT_PATH = "./.semantic-recall"
 PATH_ENV = "SEMANTIC_RECALL_PATH"
 
 
+def with_notes(failure: BaseException) -> str:
+    """The failure's message and its notes (what a write did before it failed, and what to do)."""
+    return "; ".join([str(failure), *getattr(failure, "__notes__", ())])
+
+
 def failure_message(failure: Exception, *, verbose: bool = False) -> str:
     """One line for a failure no command turned into a `CommandError`, with a next step.
 
@@ -91,6 +96,8 @@ def failure_message(failure: Exception, *, verbose: bool = False) -> str:
     hint = "" if verbose else "; run with -v for the details"
     kind = type(failure).__name__
     module = type(failure).__module__
+    if getattr(failure, "__notes__", None):  # the package said what was done and what to do
+        return f"{kind}: {with_notes(failure)}{hint}"
     if isinstance(failure, UnicodeError):
         return f"a file is not UTF-8 text ({failure}); convert it to UTF-8 and try again"
     if isinstance(failure, RecursionError):

@@ -203,16 +203,27 @@ def _settle_batch(
 
 
 def _store_batch(
-    batch: _Batch, carried: _Carried, result: BulkResult, logger: logging.Logger
+    info: IndexInfo,
+    batch: _Batch,
+    carried: _Carried,
+    result: BulkResult,
+    logger: logging.Logger,
 ) -> Op[tuple[_Batch, _Batch, dict[str, list[str]]]]:
     """Store a batch in one transaction (thread by thread if one was forgotten).
 
     Returns the records of the threads kept (written, or stored already as they are), of
     those the records stored before exactly as given, and the edits written whose old
-    vectors must go (resource id -> message ids).
+    vectors must go (resource id -> message ids). Those are deleted before the write
+    too: if that fails, nothing of the batch is written, and importing it again redoes
+    the edits (stored first, an edit whose old vectors stayed would look unchanged).
     """
     known = yield from _stored_before(batch)
     write, same, edits = _settle_batch(batch, known, carried)
+    stale: dict[str, list[str]] = {}
+    for record in (r for _, records in write for r in records if edits.get(r.id)):
+        stale.setdefault(record.resource_id, []).append(record.id)
+    for resource_id, ids in sorted(stale.items()):
+        yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
     rows: list[StoredMessage] = []
     try:
         rows = yield steps.PutMessages([r for _, records in write for r in records])
@@ -277,24 +288,37 @@ def bulk_index_op(
     """Store and embed many conversations.
 
     Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
+    An error is raised with a note on what was stored before it, and what to do.
     """
     info = yield from space.resolve()
     result = BulkResult()
-    for batch, carried, unembedded in _batches(conversations, batch_size, result):
-        kept, same, rewritten = yield from _store_batch(batch, carried, result, logger)
-        if progress is not None:
-            progress(sum(len(records) for _, records in batch))
-        held: set[str] = set()  # of the messages stored as given (a read a thread)
-        for _, records in same:
-            held |= yield from held_vectors(info, records)
-        to_embed = []
-        for record in (r for _, records in kept for r in records):
-            if (reason := unembedded.get(record.id)) is not None:
-                result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
-            elif record.id not in held:  # an unchanged message whose vectors are held: done
-                to_embed.append(record)
-        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
-        result.embedded += len(to_embed)
-    yield steps.Settle()
+    try:
+        for batch, carried, unembedded in _batches(conversations, batch_size, result):
+            kept, same, rewritten = yield from _store_batch(info, batch, carried, result, logger)
+            if progress is not None:
+                progress(sum(len(records) for _, records in batch))
+            held: set[str] = set()  # of the messages stored as given (a read a thread)
+            for _, records in same:
+                held |= yield from held_vectors(info, records)
+            to_embed = []
+            for record in (r for _, records in kept for r in records):
+                if (reason := unembedded.get(record.id)) is not None:
+                    result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
+                elif record.id not in held:  # an unchanged message whose vectors are held: done
+                    to_embed.append(record)
+            rows = yield from embed_records(
+                info, space, to_embed, max_chars=max_chars, logger=logger
+            )
+            yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
+            result.embedded += len(to_embed)
+        yield steps.Settle()
+    except Exception as failure:
+        if written := result.stored + result.updated:
+            failure.add_note(
+                f"this import stored {written} message(s) before it failed, the last ones "
+                "perhaps without vectors: once the cause is fixed (a conversation it "
+                "refused: fix it or leave it out), run the same import again: it stores "
+                "nothing twice and embeds what has no vector"
+            )
+        raise
     return result

@@ -35,14 +35,13 @@ from langchain_semantic_recall.engine.call_options import (
     checked,
     split_narrowing,
 )
+from langchain_semantic_recall.engine.forget_ops import forget_resource_op, forget_thread_op
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, resolve_identity
 from langchain_semantic_recall.engine.index_ops import index_op
 from langchain_semantic_recall.engine.lifecycle import Lifecycle
 from langchain_semantic_recall.engine.maintenance_ops import (
     RecallStats,
     check_batch,
-    forget_resource_op,
-    forget_thread_op,
     maintenance_scope,
     move_thread_op,
     reindex_op,

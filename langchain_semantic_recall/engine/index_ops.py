@@ -55,6 +55,7 @@ from langchain_semantic_recall.storable import check_id
 
 FORGOTTEN = "thread forgotten"
 READ_ONLY = "read-only engine"
+NOT_EDITED = "not updated: the vectors of its stored text could not be deleted; index it again"
 
 
 # --- one turn ------------------------------------------------------------------------------
@@ -77,6 +78,8 @@ class _Turn:
     """Input position -> record, for messages stored before exactly as they are."""
     rewritten: set[str] = field(default_factory=set)
     """Ids of the edits whose old vectors go before their new ones (`rewrites_vectors`)."""
+    error: str | None = None
+    """A failure already met (reported in the result, whatever comes after)."""
 
     def to_write(self) -> list[MessageRecord]:
         return list(self.records.values())
@@ -115,10 +118,18 @@ class _Turn:
             stored=tuple(r.id for r in self.records.values()) if not forgotten else (),
             embedded=tuple(embedded),
             skipped={i: f.reason for i, f in last.items() if f.reason},
-            error=error,
+            error=error or self.error,
             fates=fates,
             forgotten=forgotten,
         )
+
+    def keep_stored(self, ids: set[str], reason: str) -> None:
+        """Leave the messages of `ids` as they are stored: not written, skipped for `reason`."""
+        for position, record in list(self.records.items()):
+            if record.id in ids:
+                del self.records[position]
+                self.fates[position] = MessageFate(position, record.id, "skipped", reason)
+        self.rewritten -= ids
 
     def refuse_all(self, reason: str) -> IndexResult:
         self.fates = [
@@ -257,6 +268,7 @@ def index_op(
         logger.warning("could not read which messages are stored; writing all", exc_info=True)
         known = {}
     _settle_known(turn, known)
+    yield from _drop_edited_first(space, turn, resource_id, logger)
     adopted = False
     try:
         if turn.records:
@@ -324,6 +336,35 @@ def _vectors_to_write(
     unchanged = {r.id for r in turn.unchanged.values()}
     held = yield from held_vectors(info, [r for r in to_embed if r.id in unchanged])
     return [r for r in to_embed if r.id not in held]
+
+
+def _drop_edited_first(
+    space: VectorSpace, turn: _Turn, resource_id: str, logger: logging.Logger
+) -> Op[None]:
+    """Delete the old vectors of the turn's edits before their new text is stored.
+
+    If the vector index fails, those edits are not stored (their fate says why, and the
+    result's error): stored, their old text's vectors would stay with nothing to tell, as
+    the message would look unchanged to a retry, to `stats` and to the repair. The
+    vectors are deleted again after the write (`_drop_old_text`), in case a `reindex`
+    wrote the old text's back in between.
+    """
+    if not turn.rewritten:
+        return
+    try:
+        info = yield from space.resolve()
+        yield steps.DeleteVectors(info, message_ids=sorted(turn.rewritten), resource_id=resource_id)
+    except EmbeddingMismatchError:
+        raise
+    except Exception as error:
+        logger.warning(
+            "could not delete the old vectors of %d edited message(s); they keep their "
+            "stored text (index them again)",
+            len(turn.rewritten),
+            exc_info=True,
+        )
+        turn.keep_stored(set(turn.rewritten), NOT_EDITED)
+        turn.error = repr(error)
 
 
 def _drop_old_text(info: IndexInfo, rewritten: Sequence[str], resource_id: str) -> Op[None]:

@@ -1,4 +1,4 @@
-"""Forgetting, emptying, reindexing and stats, each written once as a generator of steps.
+"""Moving, reindexing and stats, each written once as a generator of steps.
 
 Each operation acts for an owner: the resource the engine resolved for the call (its
 argument, a `for_thread` view's, the run's config or context, and on an authenticated
@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.engine.vector_writes import embed_records, write_owned
+from langchain_semantic_recall.engine.vector_writes import (
+    embed_records,
+    strays_of,
+    unowned_vectors,
+    write_owned,
+)
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.filters import MAX_IN, MetadataValue
 from langchain_semantic_recall.messages import skip_reason
@@ -26,7 +31,7 @@ from langchain_semantic_recall.records import (
     StoredMessage,
 )
 from langchain_semantic_recall.relevance.features import other_script
-from langchain_semantic_recall.relevance.model import RelevanceModel
+from langchain_semantic_recall.relevance.model import RelevanceModel, relevance_note
 from langchain_semantic_recall.storable import check_id, check_new_id
 
 
@@ -48,7 +53,8 @@ class RecallStats:
     vectors: int
     """Messages that have at least one vector."""
     missing_vectors: int
-    """Embeddable messages without a vector (repair with `reindex(missing_only=True)`)."""
+    """Embeddable messages without a vector under their owner, where its searches look
+    (repair with `reindex(missing_only=True)`)."""
     orphan_vectors: int
     """Vectors whose message is no longer stored (removed by the repair too)."""
     vectors_without_metadata: int = 0
@@ -109,49 +115,6 @@ def _embeddable(page: Sequence[StoredMessage]) -> list[StoredMessage]:
     return [m for m in page if skip_reason(m) is None]
 
 
-# --- forgetting ------------------------------------------------------------------------------
-
-
-def forget_thread_op(
-    space: VectorSpace, thread_id: str, resource_id: str | None, *, retire: bool
-) -> Op[int]:
-    """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
-
-    A thread id that holds nothing and was never forgotten is left as it is (returns 0).
-
-    Raises:
-        OwnershipError: `resource_id` (the call's owner) is given and the thread
-            belongs to another one; nothing is deleted.
-    """
-    check_id("thread_id", thread_id)
-    if resource_id is not None:
-        check_id("resource_id", resource_id)
-    owner = yield from owned_thread(thread_id, resource_id)
-    if owner is None and retire and not (yield steps.IsForgotten(thread_id)):
-        # Nothing was ever stored under it: retiring it would let any caller reserve an
-        # id that another resource's conversation may start under. (A forgotten one goes
-        # on: a retry after a failure still deletes its vectors.)
-        return 0
-    # The delete holds to the owner just read: a move landing meanwhile is refused there,
-    # not deleted with the thread (nor its vectors left under the new owner).
-    deleted = yield steps.DeleteThread(thread_id, retire=retire, owner=owner)
-    yield steps.ClearCaches()  # it holds recent texts
-    info = yield from space.resolve()
-    # The owner lets a vector layout partitioned by resource touch one partition.
-    yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-    return int(deleted)
-
-
-def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
-    """Delete every thread of a resource (messages and vectors), retiring their ids."""
-    check_id("resource_id", resource_id)
-    deleted = yield steps.DeleteResource(resource_id)
-    yield steps.ClearCaches()
-    info = yield from space.resolve()
-    yield steps.DeleteVectors(info, resource_id=resource_id)
-    return int(deleted)
-
-
 def move_thread_op(
     space: VectorSpace,
     thread_id: str,
@@ -198,36 +161,55 @@ def move_thread_op(
         )
     info = yield from space.resolve()
     moved = 0
-    if owner != to_resource:
-        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-        moved = yield steps.MoveThread(thread_id, to_resource=to_resource, owner=owner)
-        yield steps.ClearCaches()  # it holds recent texts under the old owner
-        # Again: a turn indexed meanwhile may have written under the old owner after the
-        # first delete, and read that owner before the storage move (so it did not follow).
-        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
-    scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
     try:
-        yield from reindex_op(
-            space,
-            scope=scope,
-            missing_only=not moved,
-            batch_size=256,
-            progress=None,
-            max_chars=max_chars,
-            logger=logger,
-        )
-    except OwnershipError:
-        # Another move (another process) took the thread on from `to_resource` after
-        # ours: that move writes its vectors; ours is done.
-        if (yield steps.ThreadOwner(thread_id)) == to_resource:
-            raise
-        logger.warning(
-            "thread %r was moved on by another call while it moved to %r; its vectors "
-            "follow its owner",
-            thread_id,
-            to_resource,
-        )
+        if owner != to_resource:
+            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+            moved = yield steps.MoveThread(thread_id, to_resource=to_resource, owner=owner)
+            yield steps.ClearCaches()  # it holds recent texts under the old owner
+            # Again: a turn indexed meanwhile may have written under the old owner after the
+            # first delete, and read that owner before the storage move (so it did not follow).
+            yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+        scope = ScopeFilter(resource_id=to_resource, thread_id=thread_id)
+        try:
+            yield from reindex_op(
+                space,
+                scope=scope,
+                missing_only=not moved,
+                batch_size=256,
+                progress=None,
+                max_chars=max_chars,
+                logger=logger,
+            )
+        except OwnershipError:
+            # Another move (another process) took the thread on from `to_resource` after
+            # ours: that move writes its vectors; ours is done.
+            if (yield steps.ThreadOwner(thread_id)) == to_resource:
+                raise
+            logger.warning(
+                "thread %r was moved on by another call while it moved to %r; its vectors "
+                "follow its owner",
+                thread_id,
+                to_resource,
+            )
+    except Exception as failure:
+        if not isinstance(failure, OwnershipError):
+            failure.add_note(
+                _unfinished_move(thread_id, to_resource, bool(moved) or owner == to_resource)
+            )
+        raise
     return moved
+
+
+def _unfinished_move(thread_id: str, to_resource: str, in_storage: bool) -> str:
+    """What a move that raised did, and what to do (a note on its error)."""
+    if in_storage:
+        done = (
+            f"is {to_resource!r}'s in the storage, but not all of its vectors were written "
+            f"under it: call move_thread again with resource_id={to_resource!r}"
+        )
+    else:
+        done = "was not moved, but some of its vectors may be deleted: call move_thread again"
+    return f"thread {thread_id!r} {done}, or reindex(missing_only=True)"
 
 
 def restore_thread_op(thread_id: str) -> Op[bool]:
@@ -259,7 +241,9 @@ def reindex_op(
     scope's vectors whose message is gone (a forget whose vector delete failed) are
     removed, and so are those of a message that gets none (edited to no text by a
     version that kept the old text's vectors): a full reindex repairs at least what the
-    partial one does. A thread forgotten while this runs keeps no vector.
+    partial one does. A thread forgotten while this runs keeps no vector. Messages whose
+    vectors an adoption left under no resource (`vector_writes.unowned_vectors`) are
+    embedded again under their owner, and the stray copies deleted.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
@@ -267,6 +251,7 @@ def reindex_op(
     yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = yield steps.VectorMessageIds(info, scope)
+    unowned = yield from unowned_vectors(info, scope)
     stored_ids: set[str] = set()
     carried: list[tuple[str, str, str, MetadataValue]] = []  # (resource, id, first item)
     written = 0
@@ -275,13 +260,18 @@ def reindex_op(
         after = (page[-1].thread_id, page[-1].seq)
         stored_ids.update(m.id for m in page)
         yield from _drop_unembeddable(info, page, have)
-        todo = [m for m in _embeddable(page) if not missing_only or m.id not in have]
+        strays = strays_of(page, unowned)
+        todo = [
+            m for m in _embeddable(page) if not missing_only or m.id not in have or m.id in strays
+        ]
         if missing_only:  # the messages with metadata that have vectors: do these carry it?
             carried += _carried(page, have)
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_owned(info, rows, logger)  # each thread's follows a move
             written += len(todo) - (yield from _drop_forgotten(info, todo))
+        if strays:  # written again under their owner (above): the copies nobody searches go
+            yield steps.DeleteVectors(info, message_ids=sorted(strays), resource_id=NO_RESOURCE)
         if progress is not None:
             progress(len(page))
     for resource_id, ids in (yield from _without_metadata(info, carried, scope)).items():
@@ -397,7 +387,8 @@ def stats_op(
     yield from _check_scope(scope)
     info = yield from space.resolve()
     have: set[str] = yield steps.VectorMessageIds(info, scope)
-    return (yield from _counted(info, have, scope, relevance))
+    unowned = yield from unowned_vectors(info, scope)
+    return (yield from _counted(info, have, scope, relevance, unowned=unowned))
 
 
 def read_stats_op(
@@ -407,19 +398,21 @@ def read_stats_op(
     relevance: RelevanceModel | None = None,
     *,
     carrying: Set[str],
+    unowned: Set[str],
 ) -> Op[RecallStats]:
     """`stats_op` with the index and its message ids in `scope` read beforehand.
 
     For a reader that tells them without the vector index's client (`cli stats` reads
     an embedded store's from Chroma's file: `vectors.chroma_file`); the storage side is
     counted as `stats_op` counts it. `carrying`: the messages of `have` whose vectors
-    carry message metadata (a vector written before 0.3 carries none).
+    carry message metadata (a vector written before 0.3 carries none); `unowned`: those
+    with a vector under `NO_RESOURCE` in the scope's thread (`vector_writes.unowned_vectors`).
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
-    return (yield from _counted(info, have, scope, relevance, carrying))
+    return (yield from _counted(info, have, scope, relevance, carrying, unowned=unowned))
 
 
 def _counted(
@@ -428,11 +421,15 @@ def _counted(
     scope: ScopeFilter | None,
     relevance: RelevanceModel | None,
     carrying: Set[str] | None = None,
+    *,
+    unowned: Set[str],
 ) -> Op[RecallStats]:
     """The stored messages in `scope` counted against the message ids holding a vector.
 
     `carrying`: the message ids whose vectors carry metadata, when read beforehand; None
-    asks the index, as `reindex` does.
+    asks the index, as `reindex` does. A message of a resource whose vector is under
+    `NO_RESOURCE` (`unowned`: an adoption's strays) counts as missing: none of its
+    owner's searches finds it.
     """
     messages = 0
     threads: set[str] = set()
@@ -441,6 +438,7 @@ def _counted(
     embeddable: set[str] = set()
     foreign = 0  # embeddable messages mostly in another script than the fit's (Latin)
     carried: list[tuple[str, str, str, MetadataValue]] = []
+    strays: set[str] = set()
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
         after = (page[-1].thread_id, page[-1].seq)
@@ -448,10 +446,13 @@ def _counted(
         threads.update(m.thread_id for m in page)
         resources.update(m.resource_id for m in page)
         stored.update(m.id for m in page)
+        if scope is None or scope.resource_id is None:  # `have` holds the strays too
+            strays |= strays_of(page, unowned)
         for message in _embeddable(page):
             embeddable.add(message.id)
             foreign += relevance is not None and other_script(message.text)
-        carried += _carried(page, have)
+        carried += [item for item in _carried(page, have) if item[1] not in strays]
+    held = have - strays if strays else have
     if carrying is not None:
         lacking = sum(message_id not in carrying for _, message_id, _, _ in carried)
     else:
@@ -464,36 +465,11 @@ def _counted(
         threads=len(threads),
         resources=len(resources),
         embeddable=len(embeddable),
-        vectors=len(have & stored),
-        missing_vectors=len(embeddable - have),
+        vectors=len(held & stored),
+        missing_vectors=len(embeddable - held),
         orphan_vectors=len(have - stored),
         vectors_without_metadata=lacking,
         relevance=relevance_note(
             relevance, info.model, info.dimension, other_script=(foreign, len(embeddable))
         ),
     )
-
-
-def relevance_note(
-    model: RelevanceModel | None,
-    embedder: str,
-    dimension: int | None,
-    *,
-    other_script: tuple[int, int] = (0, 0),
-) -> str:
-    """One line on whether `model`'s numbers were fitted for this embedder and this text.
-
-    `other_script`: (how many, of how many) embeddable messages are mostly in another
-    script than Latin (`relevance.features.other_script`), said when there are some.
-    """
-    if model is None:
-        return "not used (dense or keyword mode)"
-    note = model.unfitted_note(embedder, dimension) or model.describe()
-    foreign, of = other_script
-    if foreign:
-        note += (
-            f"; {foreign} of {of} messages are mostly in another script than Latin, and "
-            "the numbers were fitted on English: recall is rarely silent for such text "
-            "(docs/quality.md, 'Other languages')"
-        )
-    return note

@@ -7,14 +7,14 @@ land in part, and a message of several chunks with one chunk written *has* a vec
 would look whole to both, and the chunks not written would never be. So after a failed
 write every chunk of such a message is deleted, and the repair sees it as missing
 (`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
-(`write_owned`).
+(`write_owned`), and `unowned_vectors` finds those an adopted thread left behind.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import replace
 
 from langchain_core.embeddings import Embeddings
@@ -23,7 +23,13 @@ from langchain_semantic_recall.embeddings import split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter, VectorRecord
+from langchain_semantic_recall.records import (
+    NO_RESOURCE,
+    MessageRecord,
+    ScopeFilter,
+    StoredMessage,
+    VectorRecord,
+)
 from langchain_semantic_recall.vectors.base import chunk_id
 
 
@@ -94,6 +100,27 @@ def held_vectors(info: IndexInfo, records: Sequence[MessageRecord]) -> Op[set[st
     scope = ScopeFilter(resource_id=first.resource_id, thread_id=first.thread_id)
     held: set[str] = yield steps.VectorMessageIds(info, scope)
     return held & {record.id for record in records}
+
+
+def unowned_vectors(info: IndexInfo, scope: ScopeFilter | None) -> Op[set[str]]:
+    """Ids of the messages with a vector under `NO_RESOURCE` (in `scope`'s thread, if any).
+
+    A thread stored without a resource is adopted by the first write naming one: the
+    storage gives it its owner, then its vectors are written again under the owner
+    (`index_ops._move_vectors`). A failure or an interruption in between leaves them under
+    `NO_RESOURCE`, where no search of the owner's looks: those of messages stored under a
+    resource now are strays, which `stats` counts as missing and `reindex` writes again.
+    """
+    if scope is not None and scope.resource_id == NO_RESOURCE:
+        return set()
+    thread_id = None if scope is None else scope.thread_id
+    found: set[str] = yield steps.VectorMessageIds(info, ScopeFilter(NO_RESOURCE, thread_id))
+    return found
+
+
+def strays_of(messages: Sequence[StoredMessage], unowned: Set[str]) -> set[str]:
+    """Ids of `messages` stored under a resource with a vector of `unowned` (pure)."""
+    return {m.id for m in messages if m.id in unowned and m.resource_id != NO_RESOURCE}
 
 
 def write_vectors(

@@ -49,7 +49,14 @@ from langchain_semantic_recall.relevance.features import (
     direct_rows,
 )
 
-__all__ = ["DEFAULT_MODEL_FILE", "Evidence", "FittedFor", "RelevanceModel", "default_model"]
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "Evidence",
+    "FittedFor",
+    "RelevanceModel",
+    "default_model",
+    "relevance_note",
+]
 
 DEFAULT_MODEL_FILE = "all-MiniLM-L6-v2.json"
 """The shipped model: fitted for the local default embedder."""
@@ -372,3 +379,28 @@ def default_model() -> RelevanceModel:
         .read_text(encoding="utf-8")
     )
     return RelevanceModel.from_json(json.loads(text))
+
+
+def relevance_note(
+    model: RelevanceModel | None,
+    embedder: str,
+    dimension: int | None,
+    *,
+    other_script: tuple[int, int] = (0, 0),
+) -> str:
+    """One line on whether `model`'s numbers were fitted for this embedder and this text.
+
+    `other_script`: (how many, of how many) embeddable messages are mostly in another
+    script than Latin (`relevance.features.other_script`), said when there are some.
+    """
+    if model is None:
+        return "not used (dense or keyword mode)"
+    note = model.unfitted_note(embedder, dimension) or model.describe()
+    foreign, of = other_script
+    if foreign:
+        note += (
+            f"; {foreign} of {of} messages are mostly in another script than Latin, and "
+            "the numbers were fitted on English: recall is rarely silent for such text "
+            "(docs/quality.md, 'Other languages')"
+        )
+    return note

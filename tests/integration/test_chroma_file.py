@@ -266,6 +266,40 @@ def test_stats_of_a_resource_never_counts_another_resources_vector(
     assert (alice["vectors"], alice["orphan_vectors"]) == (2, 0)
 
 
+@pytest.mark.usefixtures("embedder")
+def test_stats_count_an_adopted_threads_vectors_left_under_no_resource_as_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A thread written without a resource, adopted by alice while Chroma failed: its
+    earlier vectors stay in the collection of no resource, where her searches never look.
+    Both ways of counting say they are missing; `reindex --missing-only` moves them."""
+    store = tmp_path / "store"
+    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings(), scope="thread")
+    memory.index([HumanMessage("old tomatoes", id="o1"), AIMessage("ok", id="o2")], thread_id="t")
+    with monkeypatch.context() as patched:
+
+        def down(*_: object, **__: object) -> None:
+            raise ConnectionError("chroma unreachable")
+
+        patched.setattr(ChromaVectorIndex, "_delete", down)
+        result = memory.index([HumanMessage("new", id="n1")], thread_id="t", resource_id="alice")
+    assert result.error is not None
+    memory.close()
+    for argv in [(), ("--thread", "t"), ("--resource", "alice")]:
+        counted = stats_json(capsys, store, *argv)
+        assert counted == through_chromadb(monkeypatch, capsys, store, *argv)
+        assert counted["missing_vectors"] == 3, argv  # o1, o2 astray; n1 never written
+    assert main(["--path", str(store), "reindex", "--missing-only"]) == 0
+    capsys.readouterr()
+    counted = stats_json(capsys, store)
+    assert (counted["vectors"], counted["missing_vectors"], counted["orphan_vectors"]) == (3, 0, 0)
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings(), search_mode="dense") as again:
+        hits = again.search("old tomatoes", resource_id="alice", top_k=1)
+        assert [h.message.id for h in hits] == ["o1"]
+        name = again.ensure_index().name
+        assert again.vector_store.message_ids(name, ScopeFilter("(no resource)")) == set()
+
+
 def renamed_table(folder: Path) -> None:
     with sqlite3.connect(folder / "chroma.sqlite3") as connection:
         connection.execute("ALTER TABLE embedding_metadata RENAME TO embedding_metadata_v2")

@@ -755,6 +755,31 @@ def test_forget_asks_and_refuses_without_a_terminal(
     assert loaded("show", "conv-garden").code == 3
 
 
+def test_a_forget_whose_vector_delete_failed_says_so_and_never_advises_a_backup(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chroma's error alone was read as a damaged store: "restore it from a backup", which
+    after a forget brings back what was forgotten. The note says what was done instead."""
+    import chromadb.errors
+
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    def down(*_: object, **__: object) -> None:
+        raise chromadb.errors.InternalError("Error in compaction: no space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ChromaVectorIndex, "_delete", down)
+        failed = loaded("forget", "--thread", "conv-trip", "--yes")
+    assert failed.code == 1
+    assert "backup" not in failed.err
+    assert "message(s) were deleted from the storage, but not all of their vectors" in failed.err
+    assert "'semantic-recall reindex --missing-only'" in failed.err
+    repaired = loaded("reindex", "--missing-only")
+    assert repaired.code == 0
+    stats = loaded("stats", "--json").json()
+    assert (stats["orphan_vectors"], stats["missing_vectors"]) == (0, 0)
+
+
 def test_forget_a_resource_leaves_nothing_of_it(loaded: Cli, export_file: Path) -> None:
     bob = export_file.parent / "bob.json"
     bob.write_text(

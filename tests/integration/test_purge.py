@@ -214,6 +214,34 @@ def small_store(path: Path, *, forget: bool = True) -> SemanticRecall:
     return memory
 
 
+def test_a_forget_whose_vector_delete_failed_leaves_nothing_after_the_purge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forget raised after the storage delete (Chroma failed) and was not called
+    again: the purge still erases the forgotten vectors and their text."""
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    memory = small_store(tmp_path / "memory", forget=False)
+    forgotten = conversations()[0][2]  # alice-0
+    with monkeypatch.context() as patch:
+
+        def down(*_: object, **__: object) -> None:
+            raise ConnectionError("chroma unreachable")
+
+        patch.setattr(ChromaVectorIndex, "_delete", down)
+        with pytest.raises(ConnectionError):
+            memory.forget_thread("alice-0")
+    assert memory.stats().orphan_vectors == PER_THREAD
+    memory.purge()
+    memory.close()
+    tails = {marker_of(m)[-6:].encode() for m in forgotten}
+    vectors = {sign_key(SignEmbeddings.vector(str(m.content))) for m in forgotten}
+    assert leftovers(tmp_path / "memory", tails, vectors) == {}
+    with SemanticRecall.local(tmp_path / "memory", embeddings=SignEmbeddings()) as again:
+        stats = again.stats()
+        assert (stats.messages, stats.orphan_vectors, stats.missing_vectors) == (200, 0, 0)
+
+
 def test_apurge_is_the_async_twin(tmp_path: Path) -> None:
     memory = small_store(tmp_path / "memory")
     before = memory.stats()

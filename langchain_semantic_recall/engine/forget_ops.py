@@ -1,0 +1,76 @@
+"""Forgetting a thread or a resource, written once as generators of steps.
+
+The storage deletes first (one transaction, which retires the thread ids), then the vector
+index. A vector index failing after the storage deleted raises its error with a note that
+says so: the messages are gone (no search returns their vectors: every hit is read back
+through the storage), the same call again deletes the vectors, as do
+`reindex(missing_only=True)` and `purge`; `stats().orphan_vectors` counts them meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.maintenance_ops import owned_thread
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.engine.vector_space import VectorSpace
+from langchain_semantic_recall.storable import check_id
+
+
+@contextmanager
+def vectors_left(deleted: str) -> Iterator[None]:
+    """Note on an error of the vector index raised after the storage deleted `deleted`."""
+    try:
+        yield
+    except Exception as failure:
+        failure.add_note(
+            f"{deleted} deleted from the storage, but not all of their vectors: call the "
+            "same forget again, or reindex(missing_only=True) (on the command line: "
+            "'semantic-recall reindex --missing-only'), to delete them; no search returns "
+            "them meanwhile, and stats().orphan_vectors counts them"
+        )
+        raise
+
+
+def forget_thread_op(
+    space: VectorSpace, thread_id: str, resource_id: str | None, *, retire: bool
+) -> Op[int]:
+    """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
+
+    A thread id that holds nothing and was never forgotten is left as it is (returns 0).
+
+    Raises:
+        OwnershipError: `resource_id` (the call's owner) is given and the thread
+            belongs to another one; nothing is deleted.
+    """
+    check_id("thread_id", thread_id)
+    if resource_id is not None:
+        check_id("resource_id", resource_id)
+    owner = yield from owned_thread(thread_id, resource_id)
+    if owner is None and retire and not (yield steps.IsForgotten(thread_id)):
+        # Nothing was ever stored under it: retiring it would let any caller reserve an
+        # id that another resource's conversation may start under. (A forgotten one goes
+        # on: a retry after a failure still deletes its vectors.)
+        return 0
+    # The delete holds to the owner just read: a move landing meanwhile is refused there,
+    # not deleted with the thread (nor its vectors left under the new owner).
+    deleted = yield steps.DeleteThread(thread_id, retire=retire, owner=owner)
+    yield steps.ClearCaches()  # it holds recent texts
+    info = yield from space.resolve()
+    # The owner lets a vector layout partitioned by resource touch one partition.
+    with vectors_left(f"thread {thread_id!r}: {deleted} message(s) were"):
+        yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+    return int(deleted)
+
+
+def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
+    """Delete every thread of a resource (messages and vectors), retiring their ids."""
+    check_id("resource_id", resource_id)
+    deleted = yield steps.DeleteResource(resource_id)
+    yield steps.ClearCaches()
+    info = yield from space.resolve()
+    with vectors_left(f"resource {resource_id!r}: {deleted} message(s) were"):
+        yield steps.DeleteVectors(info, resource_id=resource_id)
+    return int(deleted)
