@@ -161,8 +161,9 @@ def reindex(self: SemanticRecall, **options: Unpack[ReindexOptions]) -> int:
     After switching embedder (a new index fills from storage), or with
     `missing_only=True` to repair vectors lost to a failure (and to give vectors
     written before 0.3 their message's metadata). Either way the vectors whose message
-    is gone (orphans) are removed. Idempotent. Raises `ReadOnlyError` on a read-only
-    engine.
+    is gone (orphans) are removed, and a message's vectors beyond the chunks its text
+    yields now (left by an edit to a shorter text in 0.3.0 or earlier) are deleted and
+    the message embedded again. Idempotent. Raises `ReadOnlyError` on a read-only engine.
 
     Args:
         **options: `resource_id` / `thread_id` (what to cover), `missing_only` (a repair),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
@@ -215,6 +216,38 @@ class VectorHit:
     thread_id: str
     resource_id: str
     score: float
+
+
+@dataclass(frozen=True, slots=True)
+class HeldVectors:
+    """The vectors an index holds inside a scope, by message (`VectorIndex.vector_ids`).
+
+    Most messages hold one vector, whose id is their own: `chunked` lists the others.
+    """
+
+    messages: frozenset[str] = frozenset()
+    """The messages holding at least one vector."""
+    carrying: frozenset[str] = frozenset()
+    """The messages with a vector that carries message metadata (a `meta_<key>` on the
+    row): one written before 0.3 carries none, and a filtered search passes it by."""
+    chunked: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The vector ids of each message holding any other vector than one with its own id
+    (a long text's chunks: `<message_id>`, `<message_id>#<n>`...)."""
+
+    def ids(self, message_id: str) -> frozenset[str]:
+        """The ids of a message's vectors (none if it holds no vector).
+
+        Args:
+            message_id: The message.
+        """
+        chunks = self.chunked.get(message_id)
+        if chunks is not None:
+            return chunks
+        return frozenset((message_id,)) if message_id in self.messages else frozenset()
+
+    def by_message(self) -> dict[str, frozenset[str]]:
+        """Message id -> the ids of its vectors."""
+        return {message_id: self.ids(message_id) for message_id in self.messages}
 
 
 @dataclass(frozen=True, slots=True)

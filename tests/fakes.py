@@ -32,6 +32,7 @@ from pydantic import Field
 
 from langchain_semantic_recall.records import (
     Deleted,
+    HeldVectors,
     MessageRecord,
     ScopeFilter,
     StoredMessage,
@@ -213,6 +214,10 @@ class RecordingVectors(VectorIndex):
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         self._record("message_ids", name=name, scope=scope)
         return self.inner.message_ids(name, scope)
+
+    def _vector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        self._record("vector_ids", name=name, scope=scope)
+        return self.inner.vector_ids(name, scope)
 
 
 # --- A fake chat model and a fake OpenAI server (graph, middleware, provider tests) ------

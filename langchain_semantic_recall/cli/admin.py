@@ -96,6 +96,7 @@ def run_stats(args: argparse.Namespace) -> int:
                 "missing_vectors": stats.missing_vectors,
                 "orphan_vectors": stats.orphan_vectors,
                 "vectors_without_metadata": stats.vectors_without_metadata,
+                "stray_vectors": stats.stray_vectors,
                 "index_name": stats.index_name,
                 "model": stats.model,
                 "dimension": stats.dimension,
@@ -118,6 +119,8 @@ def run_stats(args: argparse.Namespace) -> int:
     vectors += f", missing {stats.missing_vectors}, orphaned {stats.orphan_vectors}"
     if stats.vectors_without_metadata:  # written before 0.3: a filtered search passes them by
         vectors += f", {stats.vectors_without_metadata} without their message's metadata"
+    if stats.stray_vectors:  # beyond their message's chunks: found by words it no longer holds
+        vectors += f", {stats.stray_vectors} beyond their message's text"
     print(vectors)
     print(f"  index      {stats.index_name}")
     print(f"  model      {stats.model} ({stats.dimension} dimensions)")
@@ -128,7 +131,12 @@ def run_stats(args: argparse.Namespace) -> int:
         print(style(line, "yellow"))
     if size is not None:
         print(f"  disk       {human_bytes(size)} (the whole store)")
-    if stats.missing_vectors or stats.orphan_vectors or stats.vectors_without_metadata:
+    if (
+        stats.missing_vectors
+        or stats.orphan_vectors
+        or stats.vectors_without_metadata
+        or stats.stray_vectors
+    ):
         print(style("  repair     semantic-recall reindex --missing-only", "yellow"))
     return EXIT_OK
 
@@ -189,6 +197,8 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
     from langchain_semantic_recall.engine.maintenance_ops import read_stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
     from langchain_semantic_recall.engine.vector_space import named_index
+    from langchain_semantic_recall.engine.vector_writes import Chunking
+    from langchain_semantic_recall.options import DEFAULT_MAX_INDEX_CHARS
     from langchain_semantic_recall.settings import local_file_index
 
     with open_storage(args) as storage:
@@ -205,10 +215,9 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
             return None
         # The operation asks the storage alone: a vector step would fail loudly here
         # (`Backends.space`), never read an empty index.
+        chunking = Chunking(embeddings, DEFAULT_MAX_INDEX_CHARS)  # the engines' default
         stats = drive(
-            read_stats_op(
-                info, found.message_ids, scope, relevance, carrying=found.carrying, unowned=strays
-            ),
+            read_stats_op(info, found.held, scope, relevance, chunking=chunking, unowned=strays),
             Backends(storage),
         )
         if args.thread is None and args.resource is not None and not _anything(stats):
@@ -431,9 +440,9 @@ def run_reindex(args: argparse.Namespace) -> int:
         else None
     )
     total = memory.storage.count(scope)
-    # reindex also deletes the vectors whose message is gone: count them to say so
-    scoped = {"resource_id": args.resource, "thread_id": args.thread}
-    orphans = memory.stats(**scoped).orphan_vectors
+    # reindex also deletes the vectors whose message is gone, and those beyond a message's
+    # chunks: count them to say so
+    before = memory.stats(resource_id=args.resource, thread_id=args.thread)
     with progress_bar(total, "msg", "reindex") as bar:
         written = memory.reindex(
             resource_id=args.resource,
@@ -444,6 +453,8 @@ def run_reindex(args: argparse.Namespace) -> int:
     index = memory.ensure_index().name
     kind = "missing vector(s)" if args.missing_only else "vector(s)"
     print(f"Wrote {written} {kind} for {total} stored message(s) into index {index}.")
-    if orphans:
-        print(f"Deleted {orphans} vector(s) whose message is no longer stored.")
+    if before.orphan_vectors:
+        print(f"Deleted {before.orphan_vectors} vector(s) whose message is no longer stored.")
+    if before.stray_vectors:
+        print(f"Deleted {before.stray_vectors} vector(s) beyond their message's text.")
     return EXIT_OK

@@ -71,7 +71,9 @@ class ReindexOptions(TypedDict, total=False):
     thread_id: str | None
     """Only this thread's messages."""
     missing_only: bool
-    """Only messages without a vector (a repair); orphan vectors are removed too."""
+    """Only messages that need their vectors written (a repair): those without one, whose
+    vectors lack their metadata, or with vectors beyond their text's chunks. Orphan
+    vectors are removed too."""
     batch_size: int
     """Messages per embedding call (default 256)."""
     progress: Progress | None

@@ -458,8 +458,9 @@ class EngineCore:
     def stats(self, resource_id: str | None, thread_id: str | None) -> Op[RecallStats]:
         """Counts of messages, threads and vectors of the call's owner (`owner`) in scope."""
         scope = maintenance_scope(self.owner(resource_id), thread_id)
-        search = self.plan.search
-        return stats_op(self.backends.space, scope, search.relevance if search.calibrated else None)
+        plan = self.plan
+        relevance = plan.search.relevance if plan.search.calibrated else None
+        return stats_op(self.backends.space, scope, relevance, max_chars=plan.max_index_chars)
 
 
 def _held_to(conversations: Iterable[Conversation], who: Identity) -> Iterable[Conversation]:

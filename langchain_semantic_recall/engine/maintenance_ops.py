@@ -17,16 +17,18 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
+    Chunking,
     embed_records,
     strays_of,
     unowned_vectors,
     write_owned,
 )
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
-from langchain_semantic_recall.filters import MAX_IN, MetadataValue
 from langchain_semantic_recall.messages import skip_reason
+from langchain_semantic_recall.options import DEFAULT_MAX_INDEX_CHARS
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
+    HeldVectors,
     ScopeFilter,
     StoredMessage,
 )
@@ -61,6 +63,11 @@ class RecallStats:
     """Messages with metadata whose vectors lack it (written before 0.3, whose migration
     gave the stored messages their metadata): a filtered vector search passes them by
     (repair with `reindex(missing_only=True)`)."""
+    stray_vectors: int = 0
+    """Vectors of a message beyond the chunks its text yields now (left by an edit to a
+    shorter text in 0.3.0 or earlier, which kept the old text's later chunks): a search
+    finds the message by words it no longer holds (repair with `reindex(missing_only=True)`,
+    or a full `reindex()`)."""
     relevance: str = ""
     """Whether hybrid search's relevance model was fitted for this embedder (`relevance`)."""
 
@@ -235,55 +242,59 @@ def reindex_op(
 
     As `index` does, only the first `max_chars` characters of a text are embedded.
 
-    With `missing_only`, only messages without a vector are embedded, and those with
-    metadata whose vectors lack it (written before 0.3, whose migration gave the stored
-    messages their metadata: a filtered vector search passed them by). Either way the
-    scope's vectors whose message is gone (a forget whose vector delete failed) are
-    removed, and so are those of a message that gets none (edited to no text by a
-    version that kept the old text's vectors): a full reindex repairs at least what the
-    partial one does. A thread forgotten while this runs keeps no vector. Messages whose
-    vectors an adoption left under no resource (`vector_writes.unowned_vectors`) are
-    embedded again under their owner, and the stray copies deleted.
+    With `missing_only`, only the messages that need it are embedded: those without a
+    vector; those with metadata whose vectors carry none (written before 0.3, whose
+    migration gave the stored messages their metadata: a filtered vector search passed
+    them by); those with vectors beyond the chunks their text yields now (left by an
+    edit to a shorter text in 0.3.0 or earlier: a search found the message by words it
+    no longer holds), whose vectors are all deleted before their new ones are written;
+    and those whose vectors an adoption left under no resource
+    (`vector_writes.unowned_vectors`), embedded again under their owner and the stray
+    copies deleted. Either way the scope's vectors whose message is gone (a forget whose
+    vector delete failed) are removed, and so are those of a message that gets none
+    (edited to no text by a version that kept the old text's vectors): a full reindex
+    repairs at least what the partial one does. A thread forgotten while this runs keeps
+    no vector.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
     info = yield from space.resolve()
-    have: set[str] = yield steps.VectorMessageIds(info, scope)
+    held: HeldVectors = yield steps.VectorIds(info, scope)
     unowned = yield from unowned_vectors(info, scope)
+    chunking = Chunking(space.embeddings, max_chars)
     stored_ids: set[str] = set()
-    carried: list[tuple[str, str, str, MetadataValue]] = []  # (resource, id, first item)
     written = 0
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=batch_size)):
         after = (page[-1].thread_id, page[-1].seq)
         stored_ids.update(m.id for m in page)
-        yield from _drop_unembeddable(info, page, have)
-        strays = strays_of(page, unowned)
+        embeddable = _embeddable(page)
+        stray = {m.id for m in embeddable if _stray(held, chunking, m)}
+        # Vectors of a message that gets none now, and all of one that has too many (its
+        # new ones are written below): an upsert would leave those beyond its chunks.
+        unwanted = {m.id for m in page if m.id in held.messages and skip_reason(m) is not None}
+        yield from _drop_vectors(info, [m for m in page if m.id in stray | unwanted])
+        adopted = strays_of(page, unowned)  # vectors left under no resource
         todo = [
-            m for m in _embeddable(page) if not missing_only or m.id not in have or m.id in strays
+            m
+            for m in embeddable
+            if not missing_only
+            or m.id in stray
+            or m.id in adopted
+            or m.id not in held.messages
+            or _lacks(held, m)
         ]
-        if missing_only:  # the messages with metadata that have vectors: do these carry it?
-            carried += _carried(page, have)
         if todo:
             rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
             yield from write_owned(info, rows, logger)  # each thread's follows a move
             written += len(todo) - (yield from _drop_forgotten(info, todo))
-        if strays:  # written again under their owner (above): the copies nobody searches go
-            yield steps.DeleteVectors(info, message_ids=sorted(strays), resource_id=NO_RESOURCE)
+        if adopted:  # written again under their owner (above): the copies nobody searches go
+            yield steps.DeleteVectors(info, message_ids=sorted(adopted), resource_id=NO_RESOURCE)
         if progress is not None:
             progress(len(page))
-    for resource_id, ids in (yield from _without_metadata(info, carried, scope)).items():
-        for start in range(0, len(ids), batch_size):
-            windows = yield steps.ReadWindows(
-                ids[start : start + batch_size], before=0, after=0, scope=ScopeFilter(resource_id)
-            )
-            todo = [window[0] for window in windows.values() if window]
-            rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield from write_owned(info, rows, logger)
-            written += len(todo) - (yield from _drop_forgotten(info, todo))
-    orphans = have - stored_ids
+    orphans = held.messages - stored_ids
     if orphans:  # only the scope's own rows: another resource may hold a vector of that id
         yield steps.DeleteVectors(
             info,
@@ -294,61 +305,25 @@ def reindex_op(
     return written
 
 
-def _drop_unembeddable(info: IndexInfo, page: Sequence[StoredMessage], have: Set[str]) -> Op[None]:
-    """Delete the vectors of the page's messages that get none (each under its resource)."""
-    stray: dict[str, list[str]] = {}
-    for message in page:
-        if message.id in have and skip_reason(message) is not None:
-            stray.setdefault(message.resource_id, []).append(message.id)
-    for resource_id, ids in sorted(stray.items()):
+def _stray(held: HeldVectors, chunking: Chunking, message: StoredMessage) -> frozenset[str]:
+    """The message's vectors beyond the chunks its text yields now (`Chunking.stray`)."""
+    chunks = held.chunked.get(message.id)  # one vector of its own id: none beyond
+    return frozenset() if chunks is None else chunking.stray(message, chunks)
+
+
+def _lacks(held: HeldVectors, message: StoredMessage) -> bool:
+    """Whether the message has metadata and vectors that carry none (written before 0.3)."""
+    found = message.id in held.messages
+    return found and bool(message.metadata) and message.id not in held.carrying
+
+
+def _drop_vectors(info: IndexInfo, messages: Sequence[StoredMessage]) -> Op[None]:
+    """Delete every vector of `messages`, each under its resource."""
+    by_resource: dict[str, list[str]] = {}
+    for message in messages:
+        by_resource.setdefault(message.resource_id, []).append(message.id)
+    for resource_id, ids in sorted(by_resource.items()):
         yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
-
-
-def _carried(
-    page: Sequence[StoredMessage], have: Set[str]
-) -> list[tuple[str, str, str, MetadataValue]]:
-    """The page's messages whose vectors may lack their metadata (`_without_metadata`).
-
-    (resource, id, first metadata key, its value) of each embeddable message with
-    metadata and a vector.
-    """
-    return [
-        (m.resource_id, m.id, *m.metadata[0])
-        for m in _embeddable(page)
-        if m.metadata and m.id in have and m.resource_id != NO_RESOURCE
-    ]
-
-
-def _without_metadata(
-    info: IndexInfo,
-    carried: Sequence[tuple[str, str, str, MetadataValue]],
-    scope: ScopeFilter | None,
-) -> Op[dict[str, list[str]]]:
-    """Resource -> its messages (of `carried`) whose vectors lack their metadata.
-
-    `carried`: (resource, message id, first metadata key, its value) of messages with a
-    vector in `scope` (the reads stay in its thread, if any). Per resource and
-    key, the index says which vectors a filter on those values finds: one written with
-    its message's metadata carries every key, one written before 0.3 none. A few reads
-    per resource, not one per message or thread.
-    """
-    thread_id = None if scope is None else scope.thread_id
-    groups: dict[tuple[str, str], list[tuple[str, MetadataValue]]] = {}
-    for resource_id, message_id, key, value in carried:
-        groups.setdefault((resource_id, key), []).append((message_id, value))
-    lacking: dict[str, list[str]] = {}
-    for (resource_id, key), members in groups.items():
-        values = list({(type(v), v): v for _, v in members}.values())
-        found: set[str] = set()
-        for start in range(0, len(values), MAX_IN):
-            condition = ((key, tuple(values[start : start + MAX_IN])),)
-            found |= yield steps.VectorMessageIds(
-                info, ScopeFilter(resource_id, thread_id, metadata=condition)
-            )
-        missed = [message_id for message_id, _ in members if message_id not in found]
-        if missed:
-            lacking.setdefault(resource_id, []).extend(missed)
-    return lacking
 
 
 def _check_scope(scope: ScopeFilter | None) -> Op[None]:
@@ -373,71 +348,73 @@ def _drop_forgotten(info: IndexInfo, written: Sequence[StoredMessage]) -> Op[int
 
 
 def stats_op(
-    space: VectorSpace, scope: ScopeFilter | None, relevance: RelevanceModel | None = None
+    space: VectorSpace,
+    scope: ScopeFilter | None,
+    relevance: RelevanceModel | None = None,
+    *,
+    max_chars: int | None = DEFAULT_MAX_INDEX_CHARS,
 ) -> Op[RecallStats]:
     """Counts of messages, threads and vectors, and how many vectors are missing.
 
-    Where messages carry metadata, whether their vectors carry it too: the few reads per
-    resource and key that `reindex(missing_only=True)` makes (`_without_metadata`); none
-    where no message carries metadata.
+    One read of the index (`VectorIndex.vector_ids`: each message's vector ids, and
+    which carry message metadata) against the stored messages; a message's text is
+    split (`max_chars`, as `index` embeds it) only where it holds more than one vector.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
     info = yield from space.resolve()
-    have: set[str] = yield steps.VectorMessageIds(info, scope)
+    held: HeldVectors = yield steps.VectorIds(info, scope)
     unowned = yield from unowned_vectors(info, scope)
-    return (yield from _counted(info, have, scope, relevance, unowned=unowned))
+    chunking = Chunking(space.embeddings, max_chars)
+    return (yield from _counted(info, held, scope, relevance, chunking, unowned=unowned))
 
 
 def read_stats_op(
     info: IndexInfo,
-    have: Set[str],
+    held: HeldVectors,
     scope: ScopeFilter | None,
     relevance: RelevanceModel | None = None,
     *,
-    carrying: Set[str],
+    chunking: Chunking,
     unowned: Set[str],
 ) -> Op[RecallStats]:
-    """`stats_op` with the index and its message ids in `scope` read beforehand.
+    """`stats_op` with the index and its vectors in `scope` read beforehand.
 
     For a reader that tells them without the vector index's client (`cli stats` reads
     an embedded store's from Chroma's file: `vectors.chroma_file`); the storage side is
-    counted as `stats_op` counts it. `carrying`: the messages of `have` whose vectors
-    carry message metadata (a vector written before 0.3 carries none); `unowned`: those
-    with a vector under `NO_RESOURCE` in the scope's thread (`vector_writes.unowned_vectors`).
+    counted as `stats_op` counts it. `unowned`: the messages with a vector under
+    `NO_RESOURCE` in the scope's thread (`vector_writes.unowned_vectors`).
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
-    return (yield from _counted(info, have, scope, relevance, carrying, unowned=unowned))
+    return (yield from _counted(info, held, scope, relevance, chunking, unowned=unowned))
 
 
 def _counted(
     info: IndexInfo,
-    have: Set[str],
+    held: HeldVectors,
     scope: ScopeFilter | None,
     relevance: RelevanceModel | None,
-    carrying: Set[str] | None = None,
+    chunking: Chunking,
     *,
     unowned: Set[str],
 ) -> Op[RecallStats]:
-    """The stored messages in `scope` counted against the message ids holding a vector.
+    """The stored messages in `scope` counted against the vectors the index holds.
 
-    `carrying`: the message ids whose vectors carry metadata, when read beforehand; None
-    asks the index, as `reindex` does. A message of a resource whose vector is under
-    `NO_RESOURCE` (`unowned`: an adoption's strays) counts as missing: none of its
-    owner's searches finds it.
+    A message of a resource whose vector is under `NO_RESOURCE` (`unowned`: an
+    adoption's strays) counts as missing: none of its owner's searches finds it.
     """
-    messages = 0
+    have, carrying, chunked = held.messages, held.carrying, held.chunked
+    messages = lacking = stray = 0
     threads: set[str] = set()
     resources: set[str] = set()
     stored: set[str] = set()
     embeddable: set[str] = set()
     foreign = 0  # embeddable messages mostly in another script than the fit's (Latin)
-    carried: list[tuple[str, str, str, MetadataValue]] = []
     strays: set[str] = set()
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
@@ -451,12 +428,11 @@ def _counted(
         for message in _embeddable(page):
             embeddable.add(message.id)
             foreign += relevance is not None and other_script(message.text)
-        carried += [item for item in _carried(page, have) if item[1] not in strays]
-    held = have - strays if strays else have
-    if carrying is not None:
-        lacking = sum(message_id not in carrying for _, message_id, _, _ in carried)
-    else:
-        lacking = sum(map(len, (yield from _without_metadata(info, carried, scope)).values()))
+            if message.metadata and message.id in have and message.id not in carrying:
+                lacking += 1  # (`_lacks`, inline: 100,000 messages a call)
+            if message.id in chunked:
+                stray += len(chunking.stray(message, chunked[message.id]))
+    owned = have - strays if strays else have
     return RecallStats(
         index_name=info.name,
         model=info.model,
@@ -465,10 +441,11 @@ def _counted(
         threads=len(threads),
         resources=len(resources),
         embeddable=len(embeddable),
-        vectors=len(held & stored),
-        missing_vectors=len(embeddable - held),
+        vectors=len(owned & stored),
+        missing_vectors=len(embeddable - owned),
         orphan_vectors=len(have - stored),
         vectors_without_metadata=lacking,
+        stray_vectors=stray,
         relevance=relevance_note(
             relevance, info.model, info.dimension, other_script=(foreign, len(embeddable))
         ),

@@ -8,6 +8,7 @@ would look whole to both, and the chunks not written would never be. So after a 
 write every chunk of such a message is deleted, and the repair sees it as missing
 (`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
 (`write_owned`), and `unowned_vectors` finds those an adopted thread left behind.
+`Chunking` tells a message's vectors beyond the chunks its text yields.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence, Set
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from langchain_core.embeddings import Embeddings
 
@@ -61,6 +62,26 @@ def pending_vectors(
         for record in records
         for n, piece in enumerate(split_for_embedding(embeddings, record.text[:max_chars]))
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunking:
+    """The vector ids a message's text yields: chunks of its first `max_chars` characters."""
+
+    embeddings: Embeddings
+    max_chars: int | None
+
+    def stray(self, message: StoredMessage, held: frozenset[str]) -> frozenset[str]:
+        """Those of `held` (an embeddable message's vector ids) beyond its text's chunks.
+
+        An edit to a shorter text in 0.3.0 or earlier left them (it kept the old text's
+        later chunks): a search found the message by words it no longer holds. Only a message
+        holding an id other than its own has its text split (the common case costs none).
+        """
+        if not held or (len(held) == 1 and message.id in held):
+            return frozenset()
+        pieces = split_for_embedding(self.embeddings, message.text[: self.max_chars])
+        return held - {chunk_id(message.id, n) for n in range(len(pieces))}
 
 
 def embed_records(

@@ -7,7 +7,13 @@ this package stays cheap (no chromadb until a Chroma index is asked for).
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.errors import ExportNotSupportedError
-from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import (
+    CompactResult,
+    HeldVectors,
+    ScopeFilter,
+    VectorHit,
+    VectorRecord,
+)
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
@@ -38,6 +44,7 @@ __all__ = [
     "ChromaVectorIndex",
     "CompactResult",
     "ExportNotSupportedError",
+    "HeldVectors",
     "InMemoryVectorIndex",
     "ScopeFilter",
     "VectorHit",

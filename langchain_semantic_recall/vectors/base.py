@@ -13,6 +13,7 @@ storage work only:
 | `nearest` / `anearest`         | `_nearest`     | may (default: `query`)        |
 | `delete` / `adelete`           | `_delete`      | implements it                 |
 | `message_ids` / `amessage_ids` | `_message_ids` | implements it                 |
+| `vector_ids` / `avector_ids`   | `_vector_ids`  | may (default: list `export`)  |
 | `export` / `aexport`           | `_export`      | implements it if it can list  |
 | `count` / `acount`             | `_count`       | may (default: count `export`) |
 | `compact` / `acompact`         | `_compact`     | implements it if it can erase |
@@ -35,7 +36,13 @@ from langchain_semantic_recall.errors import (
     InvalidInputError,
 )
 from langchain_semantic_recall.options import check_index_name
-from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import (
+    CompactResult,
+    HeldVectors,
+    ScopeFilter,
+    VectorHit,
+    VectorRecord,
+)
 from langchain_semantic_recall.vectors.hooks import DEFAULT_EXPORT_BATCH, VectorHooks
 from langchain_semantic_recall.vectors.rows import chunk_id, record_from_metadata
 
@@ -201,6 +208,25 @@ class VectorIndex(VectorHooks):
         _check_scope(scope)
         return self._message_ids(name, scope)
 
+    def vector_ids(self, name: str, scope: ScopeFilter | None = None) -> HeldVectors:
+        """Each message's vector ids inside `scope`, and which carry message metadata.
+
+        What `stats` and `reindex` compare with the stored messages: a message's vectors
+        beyond the chunks its text yields now (left by an edit to a shorter text in 0.3.0
+        or earlier), and vectors written before 0.3 (no metadata). An index that does not
+        exist holds none.
+
+        Args:
+            name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
+            scope: Only vectors inside it; None means every vector.
+
+        Raises:
+            ExportNotSupportedError: the backend can neither list its vectors nor say this.
+        """
+        check_index_name(name)
+        _check_scope(scope)
+        return self._vector_ids(name, scope)
+
     def count(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Number of vectors (chunks, not messages) in the index, optionally inside `scope`.
 
@@ -326,6 +352,12 @@ class VectorIndex(VectorHooks):
         check_index_name(name)
         _check_scope(scope)
         return await self._amessage_ids(name, scope)
+
+    async def avector_ids(self, name: str, scope: ScopeFilter | None = None) -> HeldVectors:
+        """Async twin of `vector_ids`."""
+        check_index_name(name)
+        _check_scope(scope)
+        return await self._avector_ids(name, scope)
 
     async def acount(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Async twin of `count`."""

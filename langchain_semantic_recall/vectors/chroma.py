@@ -7,10 +7,10 @@ Any chromadb client works: the embedded `PersistentClient` (the package's defaul
 Layout (`docs/performance.md`): index `name` is a vector-less *root* collection recording
 the embedding model, dimension and layout version (a mismatched embedder fails closed),
 plus one collection per resource (`resource_collection_name`, handles in
-`ChromaCollections`). Resource scope is one unfiltered HNSW query; thread scope searches
-the owner's collection (`search_collection`); forgetting a resource drops its collection;
-scopes without a resource (maintenance, export) visit every collection. `DEFAULT_HNSW`
-(chosen by agreement with exact search) applies to collections created after it is set.
+`ChromaCollections`). Resource scope is one unfiltered HNSW query; thread scope searches the
+owner's collection (`search_collection`); forgetting a resource drops its collection; scopes
+without a resource (maintenance, export) visit every collection. `DEFAULT_HNSW` (chosen by
+agreement with exact search) applies to collections created after it is set.
 """
 
 from __future__ import annotations
@@ -60,12 +60,14 @@ from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER, SNAPSHOTS
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
 from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
-from langchain_semantic_recall.vectors.rows import row_admitted
+from langchain_semantic_recall.vectors.rows import carries_metadata, collect_held, row_admitted
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.collection_configuration import CreateCollectionConfiguration
     from chromadb.api.models.Collection import Collection
+
+    from langchain_semantic_recall.records import HeldVectors
 
 __all__ = [
     "DEFAULT_HNSW",
@@ -101,12 +103,11 @@ class ChromaVectorIndex(VectorIndex):
 
     Vectors are always passed in: collections are created with `embedding_function=None`
     (Chroma's default embedding function would download a model). Collection handles are
-    cached, so reopening is cheap; a collection deleted by another process is looked up
-    again on the next call. A message id belongs to one resource (the storage enforces it):
-    upserting it under another resource adds a vector there. Safe to share between threads.
-    Chroma's known problems are worked around as `workarounds` says (all on by default:
-    see `chroma_workarounds`).
-    `VectorIndex` checks the arguments of every call; the methods here do the Chroma work.
+    cached; a collection deleted by another process is looked up again on the next call.
+    A message id belongs to one resource (the storage enforces it): upserting it under
+    another resource adds a vector there. Safe to share between threads. Chroma's known
+    problems are worked around as `workarounds` says (all on by default). `VectorIndex`
+    checks the arguments of every call; the methods here do the Chroma work.
     """
 
     supports_compact = True
@@ -281,8 +282,7 @@ class ChromaVectorIndex(VectorIndex):
                 self._snapshots.written(collection, vectors)
 
     def _writes(self, name: str, records: Sequence[VectorRecord], size: int) -> list[Write]:
-        root = self._roots.get(name)
-        if root is None:
+        if (root := self._roots.get(name)) is None:
             raise InvalidInputError(
                 f"vector index {name!r} was never opened: call open(name, dimension=..., "
                 "model=...) before upsert"
@@ -389,9 +389,8 @@ class ChromaVectorIndex(VectorIndex):
         self, collection: Collection, vector: list[float], _size: int, *, k: int
     ) -> list[tuple[str, float]]:
         """From the collection's snapshot while Chroma has not loaded it, else from Chroma."""
-        found = (
-            self._snapshots.nearest(collection, vector, k) if self._snapshots is not None else None
-        )
+        snapshots = self._snapshots
+        found = None if snapshots is None else snapshots.nearest(collection, vector, k)
         return nearest_in_collection(collection, vector, k=k) if found is None else found
 
     def _forget_snapshot(self, collection_name: str) -> None:
@@ -429,11 +428,15 @@ class ChromaVectorIndex(VectorIndex):
         return [hit for hits in self._collections.each(name, scope, one) for hit in hits]
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
-        return {
-            str(meta.get("message_id", vector_id))
+        return set(self._vector_ids(name, scope).messages)
+
+    def _vector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        """Read with the rows' metadata (no embedding): one outside `scope` is left out."""
+        return collect_held(
+            (vector_id, str(meta.get("message_id", vector_id)), carries_metadata(meta))
             for vector_id, meta, _ in self._rows(name, scope, metadata=True)
             if scope is None or row_admitted(scope, meta)
-        }
+        )
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         """A resource's collections count themselves; a thread's vectors are listed."""
@@ -442,8 +445,7 @@ class ChromaVectorIndex(VectorIndex):
         if scope is None or (scope.thread_id is None and not scope.narrowed):
             return sum(self._collections.each(name, scope, lambda _, c: int(c.count())))
         if scope.narrowed:  # the `where` may let older rows through: each is checked
-            rows = self._rows(name, scope, metadata=True)
-            return sum(1 for _, meta, _ in rows if row_admitted(scope, meta))
+            return sum(map(len, self._vector_ids(name, scope).by_message().values()))
         return sum(1 for _ in self._rows(name, scope, metadata=False))
 
     def _export(

@@ -1,9 +1,9 @@
-"""Which messages hold a vector in an index of an embedded Chroma folder, read without chromadb.
+"""Which vectors of an index an embedded Chroma folder holds, read without chromadb.
 
 `semantic-recall stats` counts an embedded store's vectors from Chroma's own SQLite
 file: importing chromadb alone took 0.6-0.9 s, most of the command's time. It reads what
 `ChromaVectorIndex` would answer (`open`'s check of the index's model and dimension,
-then `message_ids`), as measured with chromadb 1.5.9 (`tests/integration/
+then `vector_ids`), as measured with chromadb 1.5.9 (`tests/integration/
 test_chroma_file.py` compares the two on stores the package wrote):
 
 * a collection is a row of `collections` in the default tenant's `default_database`,
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from langchain_semantic_recall.filters import VECTOR_PREFIX
-from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.records import HeldVectors, ScopeFilter
 from langchain_semantic_recall.vectors.chroma_layout import (
     INDEX_KEY,
     LAYOUT,
@@ -43,6 +43,7 @@ from langchain_semantic_recall.vectors.chroma_log import (
     metadata_segment,
     read_chroma_file,
 )
+from langchain_semantic_recall.vectors.rows import collect_held
 
 __all__ = ["ChromaFile", "FileIndex"]
 
@@ -65,7 +66,7 @@ WHERE c.database_id = ? AND c.id IN (
 )
 """
 _KEYS: Final = ("message_id", "resource_id", "thread_id")
-"""The metadata `message_ids` reads of a record, in this order."""
+"""The metadata `vector_ids` reads of a record, in this order."""
 _COLUMNS: Final = ", ".join(
     f"{t}.key, {t}.string_value, {t}.int_value, {t}.float_value, {t}.bool_value"
     for t in ("m", "r", "t")
@@ -95,11 +96,14 @@ class FileIndex:
 
     model: str
     dimension: int
-    message_ids: frozenset[str]
-    """The messages holding at least one vector in the scope read (`message_ids`)."""
-    carrying: frozenset[str] = frozenset()
-    """Those of `message_ids` with a vector that carries message metadata (a `meta_<key>`;
-    one written before 0.3 carries none)."""
+    held: HeldVectors
+    """Each message's vector ids in the scope read, and which carry message metadata (a
+    `meta_<key>`; one written before 0.3 carries none): what `vector_ids` answers."""
+
+    @property
+    def message_ids(self) -> frozenset[str]:
+        """The messages holding at least one vector in the scope read (`message_ids`)."""
+        return self.held.messages
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,9 @@ class ChromaFile:
         self._path = Path(folder) / "chroma.sqlite3"
 
     def index(self, name: str, scope: ScopeFilter | None) -> FileIndex | None:
-        """Index `name`'s model, dimension and the messages holding a vector in `scope`.
+        """Index `name`'s model, dimension and each message's vector ids in `scope`.
 
-        As `ChromaVectorIndex.message_ids(name, scope)` answers once the index is open:
+        As `ChromaVectorIndex.vector_ids(name, scope)` answers once the index is open:
         the collection of the scope's resource (by its name), or every collection of the
         index; rows outside the scope's resource or thread left out. None when the file
         cannot be read, or the index has no root collection of this layout (which opening
@@ -205,21 +209,19 @@ def _index(cursor: sqlite3.Cursor, name: str, scope: ScopeFilter | None) -> File
             for c in by_name.values()
             if c.name.startswith(prefix) and c.metadata.get(INDEX_KEY) == name
         ]
-    ids: set[str] = set()
-    carrying: set[str] = set()
+    rows: list[tuple[str, str, bool]] = []
     applied: dict[str, int] = {}
     for collection in reached:
         if not collection.cosine:
             return None
-        read = _message_ids(cursor, collection.id, scope)
+        read = _rows(cursor, collection.id, scope)
         if read is None:
             return None
-        applied[collection.id], held, with_metadata = read
-        ids |= held
-        carrying |= with_metadata
+        applied[collection.id], held = read
+        rows += held
     if logged_after(cursor, applied):
         return None  # chromadb applies them before it reads: it tells
-    return FileIndex(model, dimension, frozenset(ids), frozenset(carrying))
+    return FileIndex(model, dimension, collect_held(rows))
 
 
 def _collection(cursor: sqlite3.Cursor, row: tuple[object, ...]) -> _Collection | None:
@@ -261,15 +263,15 @@ def _cosine(config: object, schema: object, metadata: dict[str, object]) -> bool
     return legacy is None or legacy == "cosine"
 
 
-def _message_ids(
+def _rows(
     cursor: sqlite3.Cursor, collection_id: str, scope: ScopeFilter | None
-) -> tuple[int, set[str], set[str]] | None:
-    """One collection's last write applied, its message ids in `scope`, those with metadata.
+) -> tuple[int, list[tuple[str, str, bool]]] | None:
+    """One collection's last write applied, and its records in `scope`.
 
-    The last are the messages whose record carries message metadata (`FileIndex.carrying`).
-    None: another shape.
+    Each record as (vector id, message id, whether it carries message metadata), for
+    `rows.collect_held`. None: another shape.
 
-    As `ChromaCollections.rows` then `ChromaVectorIndex._message_ids`: a thread scope's
+    As `ChromaCollections.rows` then `ChromaVectorIndex._vector_ids`: a thread scope's
     `where` keeps the records whose `thread_id` is that text; then a record whose
     metadata names another resource or thread is left out (`ScopeFilter.admits`, which
     tells the same for text values, the only ones read). A record's message is its
@@ -279,8 +281,7 @@ def _message_ids(
     if found is None:
         return None
     segment, applied = found
-    ids: set[str] = set()
-    carrying: set[str] = set()
+    rows: list[tuple[str, str, bool]] = []
     for row in cursor.execute(_ROWS, (*_PREFIXED, segment)):
         vector_id = row[0]
         values = [_value(row[1 + 5 * i], row[2 + 5 * i : 6 + 5 * i]) for i in range(len(_KEYS))]
@@ -295,10 +296,8 @@ def _message_ids(
         ):
             continue  # a thread's `where` (a text, checked above: never a missing key), `admits`
         message = str(vector_id if message_id is None else message_id)
-        ids.add(message)
-        if row[-1]:
-            carrying.add(message)
-    return applied, ids, carrying
+        rows.append((vector_id, message, bool(row[-1])))
+    return applied, rows
 
 
 def _value(key: object, typed: tuple[object, ...] | list[object]) -> object:

@@ -7,7 +7,7 @@ contract, the same as `storage.hooks.StorageHooks`:
 - Abstract hooks are what every backend must write: `_open`, `_upsert`, `_query`,
   `_delete`, `_message_ids`. The others are optional: a capability (`_export` when the
   backend can list its vectors, `_compact` behind `supports_compact`), or a default a
-  backend may replace with something cheaper (`_nearest`, `_count`).
+  backend may replace with something cheaper (`_nearest`, `_count`, `_vector_ids`).
 - One async rule: `_a<hook>` runs `_<hook>` in the default executor unless a backend
   overrides it (embedded Chroma writes in pieces; see `vectors.chroma_writes`).
 
@@ -25,7 +25,14 @@ from typing import Final
 from langchain_semantic_recall.errors import ExportNotSupportedError
 from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.fusion import best_per_message
-from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import (
+    CompactResult,
+    HeldVectors,
+    ScopeFilter,
+    VectorHit,
+    VectorRecord,
+)
+from langchain_semantic_recall.vectors.rows import collect_held
 
 DEFAULT_EXPORT_BATCH: Final = 1000
 """Vectors read per round trip by `export` unless told otherwise."""
@@ -71,6 +78,26 @@ class VectorHooks(ABC):
     @abstractmethod
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         """Ids of the messages with a vector inside `scope` (every one when None)."""
+
+    def _vector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        """Each message's vector ids inside `scope`, read from `_export`; override cheaper.
+
+        A backend that cannot list its vectors implements this hook (without it,
+        `stats` and `reindex` raise `ExportNotSupportedError`).
+        """
+        try:
+            listed = self._export(name, scope, batch_size=DEFAULT_EXPORT_BATCH)
+        except ExportNotSupportedError as error:
+            raise ExportNotSupportedError(
+                f"{type(self).__name__} cannot list its vectors, so stats and reindex cannot "
+                f"tell which vectors index {name!r} holds: implement its _vector_ids hook "
+                "(docs/writing-a-backend.md)"
+            ) from error
+        return collect_held(
+            (r.id, r.message_id, bool(r.metadata))
+            for r in listed
+            if scope is None or scope.admits_message(r)
+        )
 
     def _compact(self, name: str) -> CompactResult:
         """Erase deleted vectors' bytes (override with `supports_compact = True`)."""
@@ -133,6 +160,9 @@ class VectorHooks(ABC):
 
     async def _amessage_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         return await run_in_executor(None, self._message_ids, name, scope)
+
+    async def _avector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        return await run_in_executor(None, self._vector_ids, name, scope)
 
     async def _acount(self, name: str, scope: ScopeFilter | None) -> int:
         return await run_in_executor(None, self._count, name, scope)

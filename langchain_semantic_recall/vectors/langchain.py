@@ -37,7 +37,7 @@ from langchain_core.vectorstores import VectorStore
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.filters import VECTOR_PREFIX
-from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import HeldVectors, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import (
     ExportNotSupportedError,
     VectorIndex,
@@ -54,7 +54,12 @@ from langchain_semantic_recall.vectors.langchain_dialects import (
     dialect_for,
     matches,
 )
-from langchain_semantic_recall.vectors.rows import filter_metadata, row_admitted
+from langchain_semantic_recall.vectors.rows import (
+    carries_metadata,
+    collect_held,
+    filter_metadata,
+    row_admitted,
+)
 
 __all__ = [
     "ChromaDialect",
@@ -285,14 +290,22 @@ class LangChainVectorIndex(VectorIndex):
                 logger.warning("dropped document %r of %r outside the selection", doc_id, name)
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
+        return set(self._vector_ids(name, scope).messages)
+
+    def _vector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        """The documents' metadata, read by `select` (no vectors)."""
         where = _where(name, scope)
         with self._guard():
             rows = list(self.dialect.select(self.store, where))
-        return {
-            str(meta.get("message_id", doc_id))
+        return collect_held(
+            (
+                str(meta.get("vector_id", doc_id)),
+                str(meta.get("message_id", doc_id)),
+                carries_metadata(meta),
+            )
             for doc_id, meta in rows
             if matches(meta, where) and _admitted(scope, meta)
-        }
+        )
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         where = _where(name, scope)

@@ -13,8 +13,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
-from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import (
+    CompactResult,
+    HeldVectors,
+    ScopeFilter,
+    VectorHit,
+    VectorRecord,
+)
 from langchain_semantic_recall.vectors.base import VectorIndex
+from langchain_semantic_recall.vectors.rows import collect_held
 
 
 @dataclass
@@ -153,6 +160,10 @@ class InMemoryVectorIndex(VectorIndex):
 
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         return {r.message_id for r in self._in_scope(name, scope)}
+
+    def _vector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        records = self._in_scope(name, scope)
+        return collect_held((r.id, r.message_id, bool(r.metadata)) for r in records)
 
     def _count(self, name: str, scope: ScopeFilter | None) -> int:
         return len(self._in_scope(name, scope))

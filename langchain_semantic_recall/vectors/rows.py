@@ -7,12 +7,20 @@ from datetime import UTC, datetime
 from typing import Any, Final, cast
 
 from langchain_semantic_recall.filters import VECTOR_PREFIX
-from langchain_semantic_recall.records import MetadataItems, Role, ScopeFilter, VectorRecord
+from langchain_semantic_recall.records import (
+    HeldVectors,
+    MetadataItems,
+    Role,
+    ScopeFilter,
+    VectorRecord,
+)
 
 __all__ = [
     "CREATED_TS",
     "FILTERABLE",
+    "carries_metadata",
     "chunk_id",
+    "collect_held",
     "filter_metadata",
     "record_from_metadata",
     "row_admitted",
@@ -31,6 +39,31 @@ _ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
 def chunk_id(message_id: str, n: int) -> str:
     """Vector id of chunk `n` of a message: the message id itself for the first chunk."""
     return message_id if n == 0 else f"{message_id}#{n}"
+
+
+def carries_metadata(metadata: Mapping[str, Any]) -> bool:
+    """Whether a stored row carries message metadata (a `meta_<key>`; rows before 0.3 none)."""
+    return any(key.startswith(VECTOR_PREFIX) for key in metadata)
+
+
+def collect_held(rows: Iterable[tuple[str, str, bool]]) -> HeldVectors:
+    """`HeldVectors` of (vector id, message id, carries message metadata) rows (pure).
+
+    Comprehensions over every row, and a loop over the few whose id is not their
+    message's: `stats` reads 100,000 rows, and a loop per row cost 3-4x as much.
+    """
+    listed = rows if isinstance(rows, list) else list(rows)
+    chunked: dict[str, set[str]] = {}
+    for vector_id, message_id in [(v, m) for v, m, _ in listed if v != m]:
+        chunked.setdefault(message_id, set()).add(vector_id)
+    if chunked:  # and those of them that hold a vector of their own id
+        for message_id in {m for v, m, _ in listed if v == m and m in chunked}:
+            chunked[message_id].add(message_id)
+    return HeldVectors(
+        frozenset([m for _, m, _ in listed]),
+        frozenset([m for _, m, carries in listed if carries]),
+        {message_id: frozenset(ids) for message_id, ids in chunked.items()},
+    )
 
 
 def record_from_metadata(

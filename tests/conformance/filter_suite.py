@@ -290,6 +290,13 @@ class VectorFilterConformance:
         assert vectors.count(name, apollo) == 3
         assert await vectors.acount(name, apollo) == 3
         assert vectors.message_ids(name, apollo) == {"p1", "p4", "p5"}
+        held = {"p1": frozenset({"p1"}), "p4": frozenset({"p4"}), "p5": frozenset({"p5"})}
+        assert vectors.vector_ids(name, apollo).by_message() == held
+        assert (await vectors.avector_ids(name, apollo)).by_message() == held
+        ranged = scoped(since=day(1), until=day(3))
+        assert vectors.vector_ids(name, ranged).by_message().keys() == {"p2", "p3"}
+        # the vectors that carry message metadata: all of alice's but p3's (it has none)
+        assert vectors.vector_ids(name, scoped()).carrying == {"p1", "p2", "p4", "p5"}
         exported = list(vectors.export(name, apollo))
         assert {r.id for r in exported} == {"p1", "p4", "p5"}
         assert {dict(r.metadata)["project"] for r in exported} == {"apollo"}

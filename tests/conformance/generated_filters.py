@@ -188,6 +188,7 @@ def check_vector_reads(
         "query": {hit.message_id for hit in vectors.query(name, unit(1.0), k=50, scope=scope)},
         "nearest": {mid for mid, _ in vectors.nearest(name, unit(1.0), k=50, scope=scope)},
         "message_ids": vectors.message_ids(name, scope),
+        "vector_ids": set(vectors.vector_ids(name, scope).by_message()),
     }
     for read, ids in found.items():
         assert ids == expected, (read, filter, rows)

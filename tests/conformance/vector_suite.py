@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from langchain_semantic_recall.errors import EmbeddingMismatchError, InvalidInputError
 from langchain_semantic_recall.fusion import best_per_message
-from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.records import HeldVectors, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, chunk_id
 from tests.conformance.filter_suite import VectorFilterConformance
 
@@ -432,6 +432,53 @@ class VectorIndexConformance(VectorFilterConformance):
         assert vectors.message_ids(name, ScopeFilter(thread_id="ta")) == {"a1", "a2"}
         assert vectors.message_ids(name, ScopeFilter(resource_id="bob", thread_id="ta")) == set()
 
+    def test_vector_ids_list_each_messages_chunks_by_scope(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        self._seed_export(vectors, name)
+        a1 = frozenset({"a1", "a1#1", "a1#2"})
+        alice = {"a1": a1, "a2": frozenset({"a2"}), "a3": frozenset({"a3"})}
+        everything = vectors.vector_ids(name)
+        assert everything.by_message() == {**alice, "b1": frozenset({"b1", "b1#1"})}
+        assert set(everything.chunked) == {"a1", "b1"}  # the others: one vector, their id
+        assert vectors.vector_ids(name, ScopeFilter(resource_id="alice")).by_message() == alice
+        thread = vectors.vector_ids(name, ScopeFilter(resource_id="alice", thread_id="ta"))
+        assert thread.by_message() == {"a1": a1, "a2": frozenset({"a2"})}
+        assert vectors.vector_ids(name, ScopeFilter(resource_id="bob", thread_id="ta")) == (
+            HeldVectors()
+        )
+        assert vectors.vector_ids(new_name()) == HeldVectors()  # never opened: none
+        # a later chunk left alone (its first chunk deleted) is still its message's
+        vectors.delete(name, message_ids=["a2"])
+        vectors.upsert(name, [record("a2", axis(1), thread_id="ta", resource_id="alice", n=3)])
+        assert vectors.vector_ids(name, ScopeFilter(thread_id="ta")).by_message() == {
+            "a1": a1,
+            "a2": frozenset({"a2#3"}),
+        }
+
+    async def test_vector_ids_tell_which_vectors_carry_message_metadata(
+        self, vectors: VectorIndex, name: str
+    ) -> None:
+        tagged = (("project", "apollo"),)
+        vectors.upsert(
+            name,
+            [
+                replace(record("m", axis(0)), metadata=tagged),
+                replace(record("m", axis(1), n=1), metadata=tagged),
+                record("plain", axis(2)),
+                replace(record("theirs", axis(3), resource_id="r2"), metadata=tagged),
+            ],
+        )
+        held = vectors.vector_ids(name, ScopeFilter(resource_id="r1"))
+        assert held.by_message() == {"m": frozenset({"m", "m#1"}), "plain": frozenset({"plain"})}
+        assert held.carrying == {"m"}
+        assert await vectors.avector_ids(name, ScopeFilter(resource_id="r1")) == held
+        assert (await vectors.avector_ids(name)).carrying == {"m", "theirs"}
+        with pytest.raises(InvalidInputError, match="ScopeFilter"):
+            await vectors.avector_ids(name, "r1")  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="index_name"):
+            vectors.vector_ids("x")
+
     # -- export and count ------------------------------------------------------------------
 
     def _seed_export(self, vectors: VectorIndex, name: str) -> list[VectorRecord]:
@@ -564,6 +611,8 @@ class VectorIndexConformance(VectorFilterConformance):
             assert_same_record(rec, inside[vector_id])
         assert vectors.count(name, corpus.scope) == len(inside)
         assert vectors.count(name) == len(corpus.records)
+        held = vectors.vector_ids(name, corpus.scope)
+        assert held.by_message() == {rec.message_id: frozenset({rec.id}) for rec in inside.values()}
 
     # -- async twins -----------------------------------------------------------------------
 

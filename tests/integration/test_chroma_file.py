@@ -1,9 +1,10 @@
-"""Chroma's own file tells `stats` what chromadb tells: the same message ids, or None.
+"""Chroma's own file tells `stats` what chromadb tells: the same vector ids, or None.
 
 `vectors/chroma_file.py` reads an embedded store's `chroma.sqlite3` without chromadb, for
 `semantic-recall stats`. Histories generated and written through the package (turns,
 long messages cut into chunks, forgotten threads and resources, retention) give, in every
-scope, exactly the ids `ChromaVectorIndex.message_ids` gives, and a resource's scope
+scope, exactly what `ChromaVectorIndex.vector_ids` gives (each message's vector ids, and
+which carry message metadata), and a resource's scope
 holds only that resource's messages. A file in another shape gives None, and `stats`
 then answers through chromadb, with the same output.
 """
@@ -121,9 +122,10 @@ def assert_file_agrees(folder: Path, memory: SemanticRecall, owners: dict[str, s
         found = reader.index(name, scope)
         assert found is not None, scope
         assert (found.model, found.dimension) == (info.model, info.dimension)
+        assert found.held == index.vector_ids(name, scope), scope  # each vector id, too
         assert set(found.message_ids) == index.message_ids(name, scope), scope
         carrying = {r.message_id for r in index.export(name, scope) if r.metadata}
-        assert set(found.carrying) == carrying, scope  # stats: vectors lacking metadata
+        assert found.held.carrying == carrying, scope  # stats: vectors lacking metadata
         if scope is not None and scope.resource_id is not None:  # isolation
             assert {owners[m] for m in found.message_ids} <= {scope.resource_id}, scope
 

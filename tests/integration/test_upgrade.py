@@ -12,6 +12,7 @@ rebuilt (docs/migration-0.2.md, docs/migration-0.3.md).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sqlite3
@@ -22,7 +23,7 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall import RecallStats, SemanticRecall
 from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -271,3 +272,73 @@ def test_stats_counts_older_vectors_lacking_their_metadata_until_the_repair(
     monkeypatch.setattr(admin, "_file_stats", file_stats)
     assert counted() == 0
     assert "without their message's metadata" not in cli("stats").out
+
+
+@pytest.mark.parametrize("repair", [("reindex", "--missing-only"), ("reindex",)], ids=" ".join)
+def test_chunks_an_edit_to_a_shorter_text_left_are_counted_and_removed(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+    repair: tuple[str, ...],
+) -> None:
+    """Before this release an edit to a shorter text overwrote its message's first chunk
+    only: the old text's later chunks stayed, a search found the message by words it no
+    longer holds, and no count or repair saw them. Both readers of `stats` count them
+    (Chroma's file and chromadb); either reindex removes them, on the embedded default."""
+    from langchain_semantic_recall.cli import admin
+    from tests.unit.test_stray_chunks import LONG, leave_old_chunks
+
+    store = tmp_path / "store"
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as memory:
+        memory.index(
+            [HumanMessage("Book the Lisbon hotel", id="edited"), HumanMessage(LONG, id="long")],
+            thread_id="trip",
+            resource_id="alice",
+        )
+        memory.index([HumanMessage("unrelated", id="other")], thread_id="t2", resource_id="bob")
+        leave_old_chunks(memory, "edited", "trip", "alice")
+    cli = Cli(capsys, store)
+
+    def found() -> list[str]:
+        with SemanticRecall.local(
+            store, embeddings=FakeEmbeddings(), search_mode="dense", threshold=0.5
+        ) as memory:
+            return [h.message.id for h in memory.search("zeppelin airship", resource_id="alice")]
+
+    def counted(*scope: str) -> int:
+        result = cli("stats", "--json", *scope)
+        assert result.code == 0, result.err
+        return int(json.loads(result.out)["stray_vectors"])
+
+    assert found() == ["edited"]
+    file_stats = admin._file_stats
+    read: list[bool] = []
+
+    def from_file(args: argparse.Namespace) -> RecallStats | None:
+        stats = file_stats(args)
+        read.append(stats is not None)
+        return stats
+
+    monkeypatch.setattr(admin, "_file_stats", from_file)
+    shown = cli("stats")
+    assert "2 beyond their message's text" in shown.out, shown.out
+    assert "repair     semantic-recall reindex --missing-only" in shown.out
+    assert (counted(), counted("--resource", "alice"), counted("--resource", "bob")) == (2, 2, 0)
+    assert read == [True] * 4  # Chroma's file told them
+    monkeypatch.setattr(admin, "_file_stats", lambda args: None)  # chromadb counts them
+    assert (counted(), counted("--resource", "alice"), counted("--thread", "trip")) == (2, 2, 2)
+    repaired = cli(*repair)
+    assert repaired.code == 0, repaired.err
+    assert "Deleted 2 vector(s) beyond their message's text." in repaired.out
+    assert counted() == 0
+    monkeypatch.setattr(admin, "_file_stats", file_stats)
+    assert counted() == 0
+    assert found() == []
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as memory:
+        name = memory.ensure_index().name
+        assert memory.vector_store.vector_ids(name).by_message() == {
+            "edited": frozenset({"edited"}),
+            "long": frozenset({"long", "long#1"}),
+            "other": frozenset({"other"}),
+        }

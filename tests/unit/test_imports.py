@@ -79,7 +79,7 @@ def test_backend_author_types_live_in_storage_and_vectors() -> None:
     for name in ("MessageRecord", "StoredMessage", "ScopeFilter", "CompactResult"):
         assert getattr(storage, name) is getattr(records, name), name
         assert name in storage.__all__
-    for name in ("VectorRecord", "VectorHit", "ScopeFilter", "CompactResult"):
+    for name in ("VectorRecord", "VectorHit", "HeldVectors", "ScopeFilter", "CompactResult"):
         assert getattr(vectors, name) is getattr(records, name), name
         assert name in vectors.__all__
 

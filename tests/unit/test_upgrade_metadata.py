@@ -23,7 +23,12 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_semantic_recall import InMemoryStorage, RecallStats, SemanticRecall
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.messages import record_for
-from langchain_semantic_recall.records import MessageRecord, MetadataItems, ScopeFilter
+from langchain_semantic_recall.records import (
+    HeldVectors,
+    MessageRecord,
+    MetadataItems,
+    ScopeFilter,
+)
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -137,7 +142,7 @@ def test_stats_counts_the_vectors_that_lack_their_messages_metadata(twin: str) -
 
 
 class _Recording(InMemoryVectorIndex):
-    """Records the scopes of `message_ids` reads."""
+    """Records the scopes of `message_ids` and `vector_ids` reads."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -146,6 +151,10 @@ class _Recording(InMemoryVectorIndex):
     def _message_ids(self, name: str, scope: ScopeFilter | None) -> set[str]:
         self.scopes.append(scope)
         return super()._message_ids(name, scope)
+
+    def _vector_ids(self, name: str, scope: ScopeFilter | None) -> HeldVectors:
+        self.scopes.append(scope)
+        return super()._vector_ids(name, scope)
 
 
 def test_a_threads_stats_reads_only_that_threads_vectors_for_the_metadata_check() -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from langchain_semantic_recall.errors import (
     InvalidInputError,
@@ -16,6 +19,7 @@ from langchain_semantic_recall.records import ScopeFilter, VectorHit, VectorReco
 from langchain_semantic_recall.vectors import ExportNotSupportedError
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from langchain_semantic_recall.vectors.rows import collect_held
 from tests.conformance.vector_suite import (
     DIMENSION,
     EPOCH,
@@ -166,6 +170,27 @@ def test_count_defaults_to_counting_the_export() -> None:
     assert index.count("idx", ScopeFilter(thread_id="t2")) == 1
 
 
+async def test_vector_ids_default_to_grouping_the_export() -> None:
+    """A backend that lists its vectors needs no `_vector_ids` of its own."""
+
+    class ExportOnly(_OnlyExports):
+        def _export(
+            self, name: str, scope: ScopeFilter | None, *, batch_size: int
+        ) -> Iterator[VectorRecord]:
+            tagged = replace(record("a", axis(1), n=1), metadata=(("project", "apollo"),))
+            rows = [record("a", axis(0)), tagged, record("b", axis(2), thread_id="t2")]
+            return iter([*rows, record("c", axis(3), resource_id="r9")])  # ignores the scope
+
+    index = ExportOnly()
+    held = index.vector_ids("idx", ScopeFilter(resource_id="r1"))
+    assert held.by_message() == {"a": frozenset({"a", "a#1"}), "b": frozenset({"b"})}
+    assert held.carrying == {"a"}
+    threaded = await index.avector_ids("idx", ScopeFilter(thread_id="t2"))
+    assert threaded.by_message() == {"b": frozenset({"b"})}
+    with pytest.raises(ExportNotSupportedError, match="_vector_ids"):
+        _OnlyExports().vector_ids("idx")  # cannot list: says which hook to write
+
+
 async def test_a_backend_that_cannot_list_raises_a_documented_error_at_the_call() -> None:
     wrapper = RecordingVectors(InMemoryVectorIndex())  # no _export hook of its own
     name = new_name()
@@ -223,3 +248,26 @@ def test_record_from_metadata() -> None:
     assert got == VectorRecord("m#1", [1.0, 2.0], "m", "t", "r", "assistant", "hi", EPOCH)
     assert record_from_metadata("x", [1.0], {"thread_id": "t"}, "") is None
     assert record_from_metadata("x", [1.0], {**meta, "created_at": "yesterday"}, "") is None
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["m", "m#1", "m#2", "n", "n#1", "x#1"]), st.booleans()),
+        max_size=12,
+    )
+)
+def test_collect_held_groups_any_rows_in_one_form(rows: list[tuple[str, bool]]) -> None:
+    """Any order, repeats (a vector under two resources), ids holding `#`: the same
+    `HeldVectors` as grouping each row by its message, `chunked` only where a message
+    holds any other vector than one of its own id."""
+    owner = {"m": "m", "m#1": "m", "m#2": "m", "n": "n", "n#1": "n", "x#1": "x#1"}
+    triples = [(vector_id, owner[vector_id], carries) for vector_id, carries in rows]
+    held = collect_held(triples)
+    grouped: dict[str, set[str]] = {}
+    for vector_id, message_id, _ in triples:
+        grouped.setdefault(message_id, set()).add(vector_id)
+    assert held.by_message() == grouped
+    assert held.carrying == {message_id for _, message_id, carries in triples if carries}
+    assert set(held.chunked) == {m for m, ids in grouped.items() if ids != {m}}
+    assert held == collect_held(list(reversed(triples)))
+    assert held.ids("absent") == frozenset()

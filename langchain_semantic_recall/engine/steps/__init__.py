@@ -58,6 +58,7 @@ from langchain_semantic_recall.engine.steps.vectors import (
     OpenIndex,
     ProbeDimension,
     UpsertVectors,
+    VectorIds,
     VectorMessageIds,
 )
 
@@ -95,6 +96,7 @@ __all__ = [
     "ThreadOwner",
     "UnretireThread",
     "UpsertVectors",
+    "VectorIds",
     "VectorMessageIds",
     "adrive",
     "drive",

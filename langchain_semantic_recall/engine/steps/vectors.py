@@ -11,7 +11,12 @@ from typing_extensions import override
 from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
 from langchain_semantic_recall.engine.steps.base import Backends, Step
 from langchain_semantic_recall.errors import EmbeddingMismatchError
-from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorRecord
+from langchain_semantic_recall.records import (
+    CompactResult,
+    HeldVectors,
+    ScopeFilter,
+    VectorRecord,
+)
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.vector_space import IndexInfo
@@ -183,6 +188,22 @@ class VectorMessageIds(Step[set[str]]):
     @override
     async def arun(self, backends: Backends) -> set[str]:
         return await backends.space.vectors.amessage_ids(self.info.name, self.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class VectorIds(Step[HeldVectors]):
+    """Each message's vector ids inside `scope`, and which carry message metadata."""
+
+    info: IndexInfo
+    scope: ScopeFilter | None
+
+    @override
+    def run(self, backends: Backends) -> HeldVectors:
+        return backends.space.vectors.vector_ids(self.info.name, self.scope)
+
+    @override
+    async def arun(self, backends: Backends) -> HeldVectors:
+        return await backends.space.vectors.avector_ids(self.info.name, self.scope)
 
 
 @dataclass(frozen=True, slots=True)
