@@ -22,6 +22,7 @@ from langchain_semantic_recall.cli.common import (
     progress_bar,
     require_resource,
     require_thread,
+    require_writable,
     store_label,
     store_options,
     store_path,
@@ -295,6 +296,7 @@ def run_forget(args: argparse.Namespace) -> int:
     """`semantic-recall forget`: delete a thread, a resource, or by date (asks first)."""
     from langchain_semantic_recall.records import ScopeFilter
 
+    require_writable(args, "nothing was forgotten")
     if args.before is not None or args.older_than is not None:
         return _forget_by_date(args)
     if args.thread is not None and args.resource is not None:
@@ -401,6 +403,7 @@ def run_reindex(args: argparse.Namespace) -> int:
     """`semantic-recall reindex`: embed again the messages in scope (or missing ones)."""
     from langchain_semantic_recall.records import ScopeFilter
 
+    require_writable(args, "nothing was embedded")
     note_if_open_elsewhere(args, "reindex")
     memory = open_memory(args)
     if args.thread is not None:  # a misspelt id is not found, never "0 vectors written"

@@ -225,6 +225,27 @@ def note_if_open_elsewhere(args: argparse.Namespace, command: str) -> None:
         )
 
 
+def require_writable(args: argparse.Namespace, undone: str) -> None:
+    """Refuse a writing command on a local store this user cannot write, before it asks.
+
+    The engine would open it read-only by itself and refuse the write only then, after
+    the confirmation, in words (`read_only=True`) the command line never offered.
+
+    Args:
+        args: Parsed arguments (`path`, `storage_url`, `vector_url`).
+        undone: What did not happen, e.g. "nothing was forgotten".
+    """
+    from langchain_semantic_recall.errors import ReadOnlyError
+    from langchain_semantic_recall.storage.sqlite_schema import is_writable
+
+    file = store_path(args) / "messages.sqlite3"
+    if store_urls(args) is None and file.exists() and not is_writable(file):
+        raise ReadOnlyError(
+            f"the store {file.parent} is read-only for this user (its files or folder, or a "
+            f"read-only mount): {undone}; the reading commands still work on it"
+        )
+
+
 def open_backends(
     args: argparse.Namespace, *, create: bool = False, read_only: bool | None = None
 ) -> dict[str, Any]:

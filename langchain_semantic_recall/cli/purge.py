@@ -11,6 +11,7 @@ from langchain_semantic_recall.cli.common import (
     disk_usage,
     human_bytes,
     open_memory,
+    require_writable,
     store_label,
     store_options,
     store_path,
@@ -46,6 +47,7 @@ def run_purge(args: argparse.Namespace) -> int:
     """`semantic-recall purge`: compact the storage and the vector index, print the sizes."""
     from langchain_semantic_recall.storage.sqlite_schema import in_use, is_writable
 
+    require_writable(args, "nothing was purged")
     local = store_urls(args) is None
     path = store_path(args)
     file = path / "messages.sqlite3"

@@ -16,6 +16,7 @@ from langchain_semantic_recall.cli.common import (
     print_json,
     require_resource,
     require_thread,
+    require_writable,
     store_options,
     thread_messages,
     thread_titles,
@@ -144,6 +145,7 @@ def _register_move(subparsers: Any) -> None:
 
 def run_move(args: argparse.Namespace) -> int:
     """`semantic-recall move`: give a conversation to another resource."""
+    require_writable(args, "nothing was moved")
     note_if_open_elsewhere(args, "move")
     memory = open_memory(args)
     owner = require_thread(memory.storage, args.thread, args.owner)

@@ -25,6 +25,8 @@ from langchain_semantic_recall.cli import (
     render,
 )
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.storage import sqlite_schema
+from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 from tests.fakes import FakeEmbeddings
 
 
@@ -682,3 +684,51 @@ def test_a_file_that_repeats_an_id_with_another_text_settles_on_the_last(
         shown = run(capsys, *store, "show", "t1", "--json").json()
         assert [m["text"] for m in shown] == ["hello there"]
     assert summary["messages_updated"] == 0
+
+
+# --- a store this user cannot write ---------------------------------------------------------
+
+
+@pytest.fixture
+def unwritable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A local store whose file this user cannot write (root ignores modes: patched)."""
+    store = tmp_path / "store"
+    SQLiteStorage(store / "messages.sqlite3").close()
+    monkeypatch.setattr(sqlite_schema, "is_writable", lambda path: False)
+    monkeypatch.setattr(
+        common, "create_embeddings", lambda: pytest.fail("the store was opened: too late")
+    )
+    return store
+
+
+@pytest.mark.parametrize(
+    ("argv", "undone"),
+    [
+        (["forget", "--thread", "t1", "--yes"], "nothing was forgotten"),
+        (["forget", "--resource", "carol"], "nothing was forgotten"),  # before it asks
+        (["forget", "--older-than", "30d"], "nothing was forgotten"),
+        (["reindex"], "nothing was embedded"),
+        (["move", "--thread", "t1", "--to", "dave"], "nothing was moved"),
+        (["purge"], "nothing was purged"),
+        (["ingest", "LINES"], "nothing was ingested"),
+    ],
+)
+def test_a_store_this_user_cannot_write_is_refused_in_plain_words(
+    unwritable: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    undone: str,
+) -> None:
+    """It said "reindex writes, and this engine was built with read_only=True" (an option
+    nobody passed), and `forget` asked for confirmation first (the reading commands on
+    such a store: tests/integration/test_read_only.py)."""
+    argv = [str(jsonl(tmp_path / "h.jsonl", LINE)) if a == "LINES" else a for a in argv]
+    result = run(capsys, "--path", str(unwritable), *argv)
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err == (
+        f"semantic-recall: error: the store {unwritable} is read-only for this user (its "
+        f"files or folder, or a read-only mount): {undone}; the reading commands still work "
+        "on it\n"
+    )
