@@ -113,6 +113,16 @@ def _version() -> str:
     return str(langchain_semantic_recall.__version__)
 
 
+class _Stopped(SystemExit):
+    """The command was stopped by SIGTERM (its exit code: 143)."""
+
+
+def _next_step(args: argparse.Namespace) -> str:
+    """What to do after the command was interrupted (its `interrupted` default), if any."""
+    hint = getattr(args, "interrupted", None)
+    return f": {hint}" if hint else ""
+
+
 @contextmanager
 def _sigterm_ends_the_command() -> Iterator[None]:
     """SIGTERM ends the command as Ctrl-C does: what it opened is closed, exit code 143.
@@ -127,7 +137,7 @@ def _sigterm_ends_the_command() -> Iterator[None]:
         return
 
     def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise _Stopped(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
@@ -159,8 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(failure))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        error("interrupted")
+        error("interrupted" + _next_step(args))
         return EXIT_INTERRUPTED
+    except _Stopped as stopped:
+        error("stopped by SIGTERM" + _next_step(args))
+        return int(stopped.code or 0)
     except BrokenPipeError:  # e.g. `semantic-recall export ... | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep the interpreter's flush quiet
         return EXIT_ERROR

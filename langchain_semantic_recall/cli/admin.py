@@ -289,7 +289,12 @@ def _register_forget(subparsers: Any) -> None:
         help="delete every conversation of R (or, by date, only R's)",
     )
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    parser.set_defaults(func=run_forget)
+    parser.set_defaults(
+        func=run_forget,
+        interrupted="run it again to finish; if it says there is no such thread or resource "
+        "now, its messages are gone, and 'semantic-recall reindex --missing-only' deletes any "
+        "vector left behind ('stats' counts them as orphaned)",
+    )
 
 
 def run_forget(args: argparse.Namespace) -> int:
@@ -396,7 +401,9 @@ def _register_reindex(subparsers: Any) -> None:
         "--missing-only", action="store_true", help="only messages that have no vector"
     )
     _scope_arguments(parser, "the messages")
-    parser.set_defaults(func=run_reindex)
+    parser.set_defaults(
+        func=run_reindex, interrupted="the vectors written so far stay: run it again to finish"
+    )
 
 
 def run_reindex(args: argparse.Namespace) -> int:

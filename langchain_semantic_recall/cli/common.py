@@ -76,6 +76,7 @@ exit codes:
   1  error (bad input file, store error, partial failure) or declined at the prompt
   2  usage error (bad arguments or values; forget without --yes and without a terminal)
   3  not found (no store at --path, unknown thread or resource, missing input file)
+  130 / 143  interrupted by Ctrl-C / stopped by SIGTERM (the error says how to finish)
 """
 
 DEFAULT_PATH = "./.semantic-recall"

@@ -92,7 +92,11 @@ def register(subparsers: Any) -> None:
         "are refused), e.g. to restore an export after 'forget'",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.set_defaults(func=run)
+    parser.set_defaults(
+        func=run,
+        interrupted="what was stored stays; run the same ingest again with --repair: it adds "
+        "the rest and embeds the messages stored without a vector",
+    )
 
 
 def _read(args: argparse.Namespace) -> ImportReport:

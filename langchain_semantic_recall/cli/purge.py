@@ -40,7 +40,10 @@ def register(subparsers: Any) -> None:
         epilog="example:\n  semantic-recall forget --resource alice --yes && semantic-recall purge",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.set_defaults(func=run_purge)
+    parser.set_defaults(
+        func=run_purge,
+        interrupted="run it again: the next purge (or open) finishes or undoes the step it was in",
+    )
 
 
 def run_purge(args: argparse.Namespace) -> int:

@@ -140,7 +140,11 @@ def _register_move(subparsers: Any) -> None:
     parser.add_argument(
         "--from", dest="owner", metavar="O", type=an_id, help="its current owner (checked)"
     )
-    parser.set_defaults(func=run_move)
+    parser.set_defaults(
+        func=run_move,
+        interrupted="run the same move again, without --from: it finishes, writing the vectors "
+        "still missing",
+    )
 
 
 def run_move(args: argparse.Namespace) -> int:

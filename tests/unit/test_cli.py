@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import io
 import json
+import os
+import signal
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -732,3 +734,74 @@ def test_a_store_this_user_cannot_write_is_refused_in_plain_words(
         f"files or folder, or a read-only mount): {undone}; the reading commands still work "
         "on it\n"
     )
+
+
+# --- interrupted: what it left, and how to finish -------------------------------------------
+
+WRITING = ["ingest", "forget", "reindex", "move", "purge", "migrate", "export"]
+"""The commands that write (export: a file): each says how to finish when interrupted."""
+
+
+def _interrupt(capsys: pytest.CaptureFixture[str], embedder: Embedder, *argv: str) -> Result:
+    embedder.fail = KeyboardInterrupt()  # raised by the embedder, mid-command
+    return run(capsys, *argv)
+
+
+def test_an_interrupted_ingest_says_how_to_finish(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
+) -> None:
+    """It said "interrupted" alone: the store held the messages without their vectors,
+    and running the same ingest again does not embed them (it says so, and asks for
+    --repair, only then)."""
+    lines = jsonl(tmp_path / "h.jsonl", LINE)
+    result = _interrupt(capsys, embedder, *on_urls, "ingest", str(lines))
+    assert result.code == 130
+    assert result.err == (
+        "semantic-recall: error: interrupted: what was stored stays; run the same ingest "
+        "again with --repair: it adds the rest and embeds the messages stored without a "
+        "vector\n"
+    )
+    embedder.fail = None
+    again = run(capsys, *on_urls, "ingest", str(lines), "--repair")
+    assert again.code == 0, again.err
+    stats = run(capsys, *on_urls, "stats", "--json").json()
+    assert (stats["messages"], stats["missing_vectors"]) == (1, 0)
+
+
+def test_a_reading_command_interrupted_says_only_that(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
+) -> None:
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    result = _interrupt(capsys, embedder, *on_urls, "search", "hello", "--resource", "carol")
+    assert result.code == 130
+    assert result.err == "semantic-recall: error: interrupted\n"
+
+
+def test_a_command_stopped_by_sigterm_says_so(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It exited 143 without a word: `timeout 60 semantic-recall reindex` looked like a
+    crash."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+
+    def terminated() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled on the main thread, at once
+
+    monkeypatch.setattr(common, "create_embeddings", terminated)
+    result = run(capsys, *on_urls, "reindex")
+    assert result.code == 143
+    assert result.err == (
+        "semantic-recall: error: stopped by SIGTERM: the vectors written so far stay: run it "
+        "again to finish\n"
+    )
+
+
+def test_every_writing_command_says_how_to_finish_when_interrupted() -> None:
+    parser = build_parser()
+    commands = next(a.choices for a in parser._actions if isinstance(a.choices, dict))
+    hints = {name: commands[name].get_default("interrupted") for name in commands}
+    assert [name for name in WRITING if not hints[name]] == []
+    assert sorted(name for name, hint in hints.items() if hint) == sorted(WRITING)
