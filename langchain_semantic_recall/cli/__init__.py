@@ -27,10 +27,9 @@ from langchain_semantic_recall.cli.common import (
     PATH_ENV,
     CommandError,
     command_scope,
-    failure_message,
     store_path,
 )
-from langchain_semantic_recall.cli.render import error
+from langchain_semantic_recall.cli.render import error, failure_message
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
 
 __all__ = [

@@ -83,29 +83,6 @@ DEFAULT_PATH = "./.semantic-recall"
 PATH_ENV = "SEMANTIC_RECALL_PATH"
 
 
-def failure_message(failure: Exception, *, verbose: bool = False) -> str:
-    """One line for a failure no command turned into a `CommandError`, with a next step.
-
-    The traceback stays behind `-v` (`main` prints it); the line names the kind of
-    problem (undecodable text, a damaged zip or store, input nested too deeply).
-    """
-    hint = "" if verbose else "; run with -v for the details"
-    kind = type(failure).__name__
-    module = type(failure).__module__
-    if isinstance(failure, UnicodeError):
-        return f"a file is not UTF-8 text ({failure}); convert it to UTF-8 and try again"
-    if isinstance(failure, RecursionError):
-        return "the input is nested too deeply to read; check that it is the right file"
-    if kind == "BadZipFile":
-        return f"a zip archive is damaged ({failure}); download or create it again"
-    if module.startswith(("sqlite3", "chromadb")):
-        return (
-            f"the store could not be read ({kind}: {failure}): it may be damaged; restore it "
-            f"from a backup, or rebuild the index with 'semantic-recall reindex'{hint}"
-        )
-    return f"internal error ({kind}: {failure}){hint}, and report it with the command you ran"
-
-
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -139,9 +116,19 @@ def store_options() -> argparse.ArgumentParser:
 
 
 def store_path(args: argparse.Namespace) -> Path:
-    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default."""
+    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default.
+
+    Raises:
+        NotFoundError: it names a file (the store is the folder of `messages.sqlite3`).
+    """
     given = getattr(args, "path", None)
-    return Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+    path = Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+    if path.is_file():
+        folder = "the folder that holds the store's messages.sqlite3 (a new one for ingest)"
+        if path.name == "messages.sqlite3":  # the store's database: its folder was meant
+            folder = f"its folder, --path {path.parent}"
+        raise NotFoundError(f"{path} is a file, not a store folder: give {folder}")
+    return path
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:

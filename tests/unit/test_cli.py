@@ -156,6 +156,36 @@ def test_a_missing_store_is_not_found_and_not_created(cli: Cli, argv: list[str])
     assert not cli.store.exists()
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "q", "--resource", "alice"],
+        ["threads"],
+        ["stats"],
+        ["forget", "--resource", "alice", "--yes"],
+        ["ingest", "history.jsonl"],
+        ["purge"],
+    ],
+)
+def test_a_file_given_as_the_store_folder_is_named_a_file(cli: Cli, argv: list[str]) -> None:
+    """It said "no store at FILE (load conversations with 'semantic-recall ingest' ...)",
+    and ingest then said "cannot create the folder FILE ... (File exists)"."""
+    cli.store.write_text("not a folder")
+    history = jsonl(cli.store.parent / "history.jsonl", LINE)
+    argv = [str(history) if a == "history.jsonl" else a for a in argv]
+    result = cli(*argv)
+    assert (result.code, result.out) == (3, "")
+    assert result.err == (
+        f"semantic-recall: error: {cli.store} is a file, not a store folder: give the folder "
+        "that holds the store's messages.sqlite3 (a new one for ingest)\n"
+    )
+    database = cli.store.parent / "messages.sqlite3"
+    database.write_bytes(b"")
+    meant = main(["--path", str(database), *argv])
+    assert meant == 3
+    assert f"give its folder, --path {cli.store.parent}" in cli.capsys.readouterr().err
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
