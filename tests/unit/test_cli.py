@@ -718,6 +718,24 @@ def test_a_file_that_repeats_an_id_with_another_text_settles_on_the_last(
     assert summary["messages_updated"] == 0
 
 
+def test_search_json_says_with_which_settings_it_searched_as_the_text_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """The text's summary line (mode, top, window, budget, threshold) had no JSON field."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    argv = ["search", "hello", "--resource", "carol", "--search-mode", "dense", "--range", "0,2"]
+    text = run(capsys, *on_urls, *argv, "--threshold", "0.1")
+    assert "(dense search, top 4, window 0 before / 2 after, threshold 0.1)" in text.out
+    settings = run(capsys, *on_urls, *argv, "--threshold", "0.1", "--json").json()["settings"]
+    assert settings == {
+        "search_mode": "dense",
+        "top_k": 4,
+        "window": {"before": 0, "after": 2},
+        "message_budget": None,
+        "threshold": 0.1,
+    }
+
+
 # --- a store this user cannot write ---------------------------------------------------------
 
 
