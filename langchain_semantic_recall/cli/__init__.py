@@ -25,6 +25,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     PATH_ENV,
+    VERBOSE_HELP,
     CommandError,
     command_scope,
     store_path,
@@ -92,7 +93,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         metavar="URL",
         help="vector index URL, with --storage (chroma:///..., http://host:8000)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from importlib import import_module

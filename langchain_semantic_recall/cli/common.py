@@ -81,6 +81,7 @@ exit codes:
 
 DEFAULT_PATH = "./.semantic-recall"
 PATH_ENV = "SEMANTIC_RECALL_PATH"
+VERBOSE_HELP = "log warnings and details, and show a failure's traceback"
 
 
 # --- the store ---------------------------------------------------------------------------
@@ -103,9 +104,18 @@ def an_id(value: str) -> str:
         ) from bad
 
 
-def store_options() -> argparse.ArgumentParser:
-    """A parent parser with `--path`, so it works before or after the subcommand."""
+def verbose_option() -> argparse.ArgumentParser:
+    """A parent parser with `-v`, so it works after the subcommand too (errors say "-v")."""
     parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
+    )
+    return parent
+
+
+def store_options() -> argparse.ArgumentParser:
+    """A parent parser with `--path` (and `-v`), so it works before or after the subcommand."""
+    parent = argparse.ArgumentParser(add_help=False, parents=[verbose_option()])
     parent.add_argument(
         "--path",
         default=argparse.SUPPRESS,

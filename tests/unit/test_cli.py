@@ -186,6 +186,28 @@ def test_a_file_given_as_the_store_folder_is_named_a_file(cli: Cli, argv: list[s
     assert f"give its folder, --path {cli.store.parent}" in cli.capsys.readouterr().err
 
 
+def test_the_v_the_error_line_asks_for_works_after_the_command_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "run with -v for the details", and `semantic-recall stats -v` said "unrecognized
+    arguments: -v" (only `semantic-recall -v stats` worked)."""
+
+    def boom(args: argparse.Namespace) -> int:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(admin, "run_stats", boom)
+    plain = run(capsys, "stats")
+    assert plain.code == 1
+    assert "run with -v for the details" in plain.err
+    for argv in (["stats", "-v"], ["-v", "stats"], ["stats", "--verbose"]):
+        verbose = run(capsys, *argv)
+        assert verbose.code == 1, argv
+        assert "Traceback" in verbose.err
+        assert "RuntimeError: disk on fire" in verbose.err
+    assert build_parser().parse_args(["demo", "-v"]).verbose
+    assert build_parser(["eval"]).parse_args(["eval", "jsonl", "x.jsonl", "-v"]).verbose
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
