@@ -51,6 +51,7 @@ from langchain_semantic_recall import (
     SemanticRecallMiddleware,
     SQLiteStorage,
     create_recall_graph,
+    memory_contract,
 )
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeChatModel, FakeEmbeddings
@@ -88,10 +89,11 @@ class _Frozen(datetime, metaclass=_Clock):
 
 
 class _Ids:
-    """LangGraph's `uuid` module as `add_messages` sees it: ids in order, from `start`.
+    """The `uuid` module as LangGraph's `add_messages` and `save_context` see it.
 
-    It gives a message without an id (a tool's result) a random one; both sides of a
-    step start from the same number, so the same messages get the same ids.
+    They give a new message (a tool's result, a saved exchange) a random id; here ids
+    come in order from `start`, and both sides of a step start from the same number, so
+    the same messages get the same ids.
     """
 
     def __init__(self) -> None:
@@ -194,7 +196,8 @@ class TwinEngines(RuleBasedStateMachine):
             module = importlib.import_module(f"langchain_semantic_recall.{name}")
             self.clock.enter_context(mock.patch.object(module, "datetime", _Frozen))
         self.ids = _Ids()
-        self.clock.enter_context(mock.patch.object(langgraph_messages, "uuid", self.ids))
+        for module in (langgraph_messages, memory_contract):  # ids of new messages
+            self.clock.enter_context(mock.patch.object(module, "uuid", self.ids))
 
     @initialize(
         mode=st.sampled_from(["hybrid", "dense", "keyword"]),
@@ -528,6 +531,17 @@ class TwinEngines(RuleBasedStateMachine):
                 lambda e: e.clear_thread(thread, resource_id=resource),
                 lambda e: e.aclear_thread(thread, resource_id=resource),
             )
+
+    @rule(thread=MAYBE_THREAD, resource=MAYBE_RESOURCE, said=TEXTS, answer=TEXTS)
+    def save_context(
+        self, thread: str | None, resource: str | None, said: str, answer: str
+    ) -> None:
+        inputs, outputs = {"input": said}, {"output": answer}
+        self.both(
+            "save_context",
+            lambda e: e.for_thread(thread, resource).save_context(inputs, outputs),
+            lambda e: e.for_thread(thread, resource).asave_context(inputs, outputs),
+        )
 
     @rule(thread=MAYBE_THREAD, resource=MAYBE_RESOURCE)
     def classic_clear(self, thread: str | None, resource: str | None) -> None:
