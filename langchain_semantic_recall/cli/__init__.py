@@ -25,13 +25,12 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     EXIT_USAGE,
     PATH_ENV,
+    VERBOSE_HELP,
     CommandError,
     command_scope,
-    failure_message,
     store_path,
-    with_notes,
 )
-from langchain_semantic_recall.cli.render import error
+from langchain_semantic_recall.cli.render import error, failure_message, with_notes
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
 
 __all__ = [
@@ -94,7 +93,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         metavar="URL",
         help="vector index URL, with --storage (chroma:///..., http://host:8000)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log warnings and details")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     from importlib import import_module
@@ -114,6 +113,16 @@ def _version() -> str:
     return str(langchain_semantic_recall.__version__)
 
 
+class _Stopped(SystemExit):
+    """The command was stopped by SIGTERM (its exit code: 143)."""
+
+
+def _next_step(args: argparse.Namespace) -> str:
+    """What to do after the command was interrupted (its `interrupted` default), if any."""
+    hint = getattr(args, "interrupted", None)
+    return f": {hint}" if hint else ""
+
+
 @contextmanager
 def _sigterm_ends_the_command() -> Iterator[None]:
     """SIGTERM ends the command as Ctrl-C does: what it opened is closed, exit code 143.
@@ -128,7 +137,7 @@ def _sigterm_ends_the_command() -> Iterator[None]:
         return
 
     def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+        raise _Stopped(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
@@ -160,8 +169,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(with_notes(failure))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        error("interrupted")
+        error("interrupted" + _next_step(args))
         return EXIT_INTERRUPTED
+    except _Stopped as stopped:
+        error("stopped by SIGTERM" + _next_step(args))
+        return int(stopped.code or 0)
     except BrokenPipeError:  # e.g. `semantic-recall export ... | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keep the interpreter's flush quiet
         return EXIT_ERROR

@@ -22,6 +22,7 @@ from langchain_semantic_recall.cli.common import (
     progress_bar,
     require_resource,
     require_thread,
+    require_writable,
     store_label,
     store_options,
     store_path,
@@ -315,13 +316,19 @@ def _register_forget(subparsers: Any) -> None:
         help="delete every conversation of R (or, by date, only R's)",
     )
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    parser.set_defaults(func=run_forget)
+    parser.set_defaults(
+        func=run_forget,
+        interrupted="run it again to finish; if it says there is no such thread or resource "
+        "now, its messages are gone, and 'semantic-recall reindex --missing-only' deletes any "
+        "vector left behind ('stats' counts them as orphaned)",
+    )
 
 
 def run_forget(args: argparse.Namespace) -> int:
     """`semantic-recall forget`: delete a thread, a resource, or by date (asks first)."""
     from langchain_semantic_recall.records import ScopeFilter
 
+    require_writable(args, "nothing was forgotten")
     if args.before is not None or args.older_than is not None:
         return _forget_by_date(args)
     if args.thread is not None and args.resource is not None:
@@ -421,13 +428,16 @@ def _register_reindex(subparsers: Any) -> None:
         "--missing-only", action="store_true", help="only messages that have no vector"
     )
     _scope_arguments(parser, "the messages")
-    parser.set_defaults(func=run_reindex)
+    parser.set_defaults(
+        func=run_reindex, interrupted="the vectors written so far stay: run it again to finish"
+    )
 
 
 def run_reindex(args: argparse.Namespace) -> int:
     """`semantic-recall reindex`: embed again the messages in scope (or missing ones)."""
     from langchain_semantic_recall.records import ScopeFilter
 
+    require_writable(args, "nothing was embedded")
     note_if_open_elsewhere(args, "reindex")
     memory = open_memory(args)
     if args.thread is not None:  # a misspelt id is not found, never "0 vectors written"

@@ -76,40 +76,12 @@ exit codes:
   1  error (bad input file, store error, partial failure) or declined at the prompt
   2  usage error (bad arguments or values; forget without --yes and without a terminal)
   3  not found (no store at --path, unknown thread or resource, missing input file)
+  130 / 143  interrupted by Ctrl-C / stopped by SIGTERM (the error says how to finish)
 """
 
 DEFAULT_PATH = "./.semantic-recall"
 PATH_ENV = "SEMANTIC_RECALL_PATH"
-
-
-def with_notes(failure: BaseException) -> str:
-    """The failure's message and its notes (what a write did before it failed, and what to do)."""
-    return "; ".join([str(failure), *getattr(failure, "__notes__", ())])
-
-
-def failure_message(failure: Exception, *, verbose: bool = False) -> str:
-    """One line for a failure no command turned into a `CommandError`, with a next step.
-
-    The traceback stays behind `-v` (`main` prints it); the line names the kind of
-    problem (undecodable text, a damaged zip or store, input nested too deeply).
-    """
-    hint = "" if verbose else "; run with -v for the details"
-    kind = type(failure).__name__
-    module = type(failure).__module__
-    if getattr(failure, "__notes__", None):  # the package said what was done and what to do
-        return f"{kind}: {with_notes(failure)}{hint}"
-    if isinstance(failure, UnicodeError):
-        return f"a file is not UTF-8 text ({failure}); convert it to UTF-8 and try again"
-    if isinstance(failure, RecursionError):
-        return "the input is nested too deeply to read; check that it is the right file"
-    if kind == "BadZipFile":
-        return f"a zip archive is damaged ({failure}); download or create it again"
-    if module.startswith(("sqlite3", "chromadb")):
-        return (
-            f"the store could not be read ({kind}: {failure}): it may be damaged; restore it "
-            f"from a backup, or rebuild the index with 'semantic-recall reindex'{hint}"
-        )
-    return f"internal error ({kind}: {failure}){hint}, and report it with the command you ran"
+VERBOSE_HELP = "log warnings and details, and show a failure's traceback"
 
 
 # --- the store ---------------------------------------------------------------------------
@@ -132,9 +104,18 @@ def an_id(value: str) -> str:
         ) from bad
 
 
-def store_options() -> argparse.ArgumentParser:
-    """A parent parser with `--path`, so it works before or after the subcommand."""
+def verbose_option() -> argparse.ArgumentParser:
+    """A parent parser with `-v`, so it works after the subcommand too (errors say "-v")."""
     parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
+    )
+    return parent
+
+
+def store_options() -> argparse.ArgumentParser:
+    """A parent parser with `--path` (and `-v`), so it works before or after the subcommand."""
+    parent = argparse.ArgumentParser(add_help=False, parents=[verbose_option()])
     parent.add_argument(
         "--path",
         default=argparse.SUPPRESS,
@@ -145,9 +126,19 @@ def store_options() -> argparse.ArgumentParser:
 
 
 def store_path(args: argparse.Namespace) -> Path:
-    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default."""
+    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default.
+
+    Raises:
+        NotFoundError: it names a file (the store is the folder of `messages.sqlite3`).
+    """
     given = getattr(args, "path", None)
-    return Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+    path = Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+    if path.is_file():
+        folder = "the folder that holds the store's messages.sqlite3 (a new one for ingest)"
+        if path.name == "messages.sqlite3":  # the store's database: its folder was meant
+            folder = f"its folder, --path {path.parent}"
+        raise NotFoundError(f"{path} is a file, not a store folder: give {folder}")
+    return path
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -229,6 +220,27 @@ def note_if_open_elsewhere(args: argparse.Namespace, command: str) -> None:
             f"searches will not see the vectors '{command}' writes into resources it has "
             "already searched, and two processes writing one resource can lose vectors; "
             "restart it after this command, or stop it first (docs/data-handling.md)"
+        )
+
+
+def require_writable(args: argparse.Namespace, undone: str) -> None:
+    """Refuse a writing command on a local store this user cannot write, before it asks.
+
+    The engine would open it read-only by itself and refuse the write only then, after
+    the confirmation, in words (`read_only=True`) the command line never offered.
+
+    Args:
+        args: Parsed arguments (`path`, `storage_url`, `vector_url`).
+        undone: What did not happen, e.g. "nothing was forgotten".
+    """
+    from langchain_semantic_recall.errors import ReadOnlyError
+    from langchain_semantic_recall.storage.sqlite_schema import is_writable
+
+    file = store_path(args) / "messages.sqlite3"
+    if store_urls(args) is None and file.exists() and not is_writable(file):
+        raise ReadOnlyError(
+            f"the store {file.parent} is read-only for this user (its files or folder, or a "
+            f"read-only mount): {undone}; the reading commands still work on it"
         )
 
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_semantic_recall.cli.common import UsageError, store_urls
+from langchain_semantic_recall.cli.common import UsageError, store_urls, verbose_option
 from langchain_semantic_recall.cli.render import boxed, rule, shorten, style
 
 if TYPE_CHECKING:  # LangChain loads slowly: imported by `run`, not by `--help`
@@ -48,6 +48,7 @@ def register(subparsers: Any) -> None:
     """Add the `demo` subcommand."""
     parser = subparsers.add_parser(
         "demo",
+        parents=[verbose_option()],
         help="watch a LangGraph agent with semantic recall, turn by turn",
         description=(
             "Loads a small shipped history (two users, four conversations) into a fresh "

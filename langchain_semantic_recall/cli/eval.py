@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli import common
-from langchain_semantic_recall.cli.common import NotFoundError, UsageError
+from langchain_semantic_recall.cli.common import NotFoundError, UsageError, verbose_option
 from langchain_semantic_recall.cli.render import style, table
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ HELP = "measure recall on a dataset with evidence labels (LoCoMo, our JSONL, par
 def register(subparsers: Any, *, detailed: bool = True) -> None:
     """Add the `eval` subcommand (only its name and help line unless `detailed`)."""
     if not detailed:
-        subparsers.add_parser("eval", help=HELP)
+        subparsers.add_parser("eval", help=HELP, parents=[verbose_option()])
         return
     from langchain_semantic_recall.eval_paraphrase import BUSY_MESSAGES
     from langchain_semantic_recall.evaluation import default_threshold, engine_defaults
@@ -76,6 +76,7 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     parser = subparsers.add_parser(
         "eval",
         help=HELP,
+        parents=[verbose_option()],
         description=(
             "Loads the conversations into a fresh embedded store (SQLite + embedded Chroma +\n"
             "the local model) with the engine's own index, asks every question with the same\n"

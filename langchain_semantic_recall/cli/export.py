@@ -50,7 +50,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-o", "--output", metavar="FILE", help="write to FILE (default: standard output)"
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(
+        func=run, interrupted="the output holds part of the export only: run it again"
+    )
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from langchain_semantic_recall.cli.common import (
     open_memory,
     print_json,
     progress_bar,
+    require_writable,
     store_label,
     store_options,
     thread_messages,
@@ -91,7 +92,11 @@ def register(subparsers: Any) -> None:
         "are refused), e.g. to restore an export after 'forget'",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
-    parser.set_defaults(func=run)
+    parser.set_defaults(
+        func=run,
+        interrupted="what was stored stays; run the same ingest again with --repair: it adds "
+        "the rest and embeds the messages stored without a vector",
+    )
 
 
 def _read(args: argparse.Namespace) -> ImportReport:
@@ -364,6 +369,7 @@ def run(args: argparse.Namespace) -> int:
     named = sorted({c.resource_id for c in report.conversations})
     if args.resource and report.format == "jsonl" and named and args.resource not in named:
         summary.resource_unused, summary.line_resources = args.resource, named
+    require_writable(args, "nothing was ingested")
     note_if_open_elsewhere(args, "ingest")
     memory = open_memory(args, create=True)
     if memory.read_only:  # its index would skip every message: say why, write nothing

@@ -223,7 +223,9 @@ def register(subparsers: Any) -> None:
         help="an Embeddings class or factory to import (default: the local model)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(func=run)
+    parser.set_defaults(
+        func=run, interrupted="run the same migrate again: it finishes an interrupted migration"
+    )
 
 
 def _embeddings(spec: str | None) -> Embeddings | None:

@@ -11,6 +11,7 @@ from langchain_semantic_recall.cli.common import (
     disk_usage,
     human_bytes,
     open_memory,
+    require_writable,
     store_label,
     store_options,
     store_path,
@@ -39,13 +40,17 @@ def register(subparsers: Any) -> None:
         epilog="example:\n  semantic-recall forget --resource alice --yes && semantic-recall purge",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.set_defaults(func=run_purge)
+    parser.set_defaults(
+        func=run_purge,
+        interrupted="run it again: the next purge (or open) finishes or undoes the step it was in",
+    )
 
 
 def run_purge(args: argparse.Namespace) -> int:
     """`semantic-recall purge`: compact the storage and the vector index, print the sizes."""
     from langchain_semantic_recall.storage.sqlite_schema import in_use, is_writable
 
+    require_writable(args, "nothing was purged")
     local = store_urls(args) is None
     path = store_path(args)
     file = path / "messages.sqlite3"

@@ -122,3 +122,33 @@ def error(message: str) -> None:
 def note(message: str) -> None:
     """A side remark on stderr (keeps stdout clean for pipes)."""
     print(style(message, "dim", stream=sys.stderr), file=sys.stderr)
+
+
+def with_notes(failure: BaseException) -> str:
+    """The failure's message and its notes (what a write did before it failed, and what to do)."""
+    return "; ".join([str(failure), *getattr(failure, "__notes__", ())])
+
+
+def failure_message(failure: Exception, *, verbose: bool = False) -> str:
+    """One line for a failure no command turned into a `CommandError`, with a next step.
+
+    The traceback stays behind `-v` (`main` prints it); the line names the kind of
+    problem (undecodable text, a damaged zip or store, input nested too deeply).
+    """
+    hint = "" if verbose else "; run with -v for the details"
+    kind = type(failure).__name__
+    module = type(failure).__module__
+    if getattr(failure, "__notes__", None):  # the package said what was done and what to do
+        return f"{kind}: {with_notes(failure)}{hint}"
+    if isinstance(failure, UnicodeError):
+        return f"a file is not UTF-8 text ({failure}); convert it to UTF-8 and try again"
+    if isinstance(failure, RecursionError):
+        return "the input is nested too deeply to read; check that it is the right file"
+    if kind == "BadZipFile":
+        return f"a zip archive is damaged ({failure}); download or create it again"
+    if module.startswith(("sqlite3", "chromadb")):
+        return (
+            f"the store could not be read ({kind}: {failure}): it may be damaged; restore it "
+            f"from a backup, or rebuild the index with 'semantic-recall reindex'{hint}"
+        )
+    return f"internal error ({kind}: {failure}){hint}, and report it with the command you ran"

@@ -122,6 +122,17 @@ def _options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     return chosen
 
 
+def _settings(memory: SemanticRecall) -> dict[str, Any]:
+    window = memory.message_range
+    return {
+        "search_mode": memory.search_mode,
+        "top_k": memory.top_k,
+        "window": {"before": window.before, "after": window.after},
+        "message_budget": memory.message_budget,
+        "threshold": memory.threshold,
+    }
+
+
 def _describe(memory: SemanticRecall, narrowing: dict[str, Any]) -> str:
     window = memory.message_range
     parts = [
@@ -239,6 +250,7 @@ def run_search(args: argparse.Namespace) -> int:
                     }
                     for rank, hit in enumerate(hits, start=1)
                 ],
+                "settings": _settings(memory),  # the text's summary line, as JSON
             }
         )
         return EXIT_OK

@@ -16,6 +16,7 @@ from langchain_semantic_recall.cli.common import (
     print_json,
     require_resource,
     require_thread,
+    require_writable,
     store_options,
     thread_messages,
     thread_titles,
@@ -139,11 +140,16 @@ def _register_move(subparsers: Any) -> None:
     parser.add_argument(
         "--from", dest="owner", metavar="O", type=an_id, help="its current owner (checked)"
     )
-    parser.set_defaults(func=run_move)
+    parser.set_defaults(
+        func=run_move,
+        interrupted="run the same move again, without --from: it finishes, writing the vectors "
+        "still missing",
+    )
 
 
 def run_move(args: argparse.Namespace) -> int:
     """`semantic-recall move`: give a conversation to another resource."""
+    require_writable(args, "nothing was moved")
     note_if_open_elsewhere(args, "move")
     memory = open_memory(args)
     owner = require_thread(memory.storage, args.thread, args.owner)

@@ -267,7 +267,10 @@ class EngineCore:
 
     def _writable(self, what: str) -> None:
         if self.plan.read_only:
-            raise ReadOnlyError(f"{what} writes, and this engine was built with read_only=True")
+            raise ReadOnlyError(
+                f"{what} writes, and this engine is read-only (read_only=True, or a store "
+                "this process cannot write, which local() opens read-only)"
+            )
 
     # --- operations ---------------------------------------------------------------------------
 

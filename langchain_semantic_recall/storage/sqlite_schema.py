@@ -9,8 +9,9 @@ backfill come from `sqlite_fts`.
 A read-only open (`connect(path, read_only=True)`, e.g. a backup on a read-only mount)
 uses a `mode=ro` URI: it sets no pragma, migrates nothing, and refuses a file whose schema
 is not the current one, but for the versions it reads as they are (`READ_AS_IS`). A WAL
-file whose `-shm` cannot be created (a read-only folder) is opened `immutable`: nothing
-can change it while we read.
+file whose `-shm` cannot be created is opened `immutable`: on a read-only mount nothing
+can change it while we read; in a folder this user may not write (a backup copied
+read-only), it is read as it stands, and a write its owner makes meanwhile is not seen.
 """
 
 from __future__ import annotations
@@ -247,6 +248,11 @@ def _open_error(path: str, exc: sqlite3.Error) -> StorageError:
     )
 
 
+_NO_SHM: Final = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY"})
+"""What SQLite says of a WAL file whose `-shm` cannot be made: a read-only mount (the
+first), a folder whose modes forbid this user to write (the second)."""
+
+
 def _connect_read_only(path: str) -> sqlite3.Connection:
     """A `mode=ro` connection, `immutable` if the WAL index cannot be created."""
     base = f"file:{quote(path)}?mode=ro"
@@ -258,8 +264,8 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
             version = _read_version(conn, path)
         except sqlite3.Error as exc:
             conn.close()
-            if getattr(exc, "sqlite_errorname", "") == "SQLITE_CANTOPEN" and uri == base:
-                continue  # WAL on a read-only folder: no -shm can be made
+            if getattr(exc, "sqlite_errorname", "") in _NO_SHM and uri == base:
+                continue  # WAL in a folder this user cannot write: no -shm can be made
             raise _open_error(path, exc) from exc
         except StorageError:
             conn.close()

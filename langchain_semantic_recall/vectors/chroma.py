@@ -142,13 +142,12 @@ class ChromaVectorIndex(VectorIndex):
                 f"hnsw space must be 'cosine' (got {settings['space']!r}): scores are cosine "
                 "similarity on every backend; remove 'space' from the hnsw options"
             )
-        fixes = ChromaWorkarounds.of(workarounds)
+        self._workarounds = fixes = ChromaWorkarounds.of(workarounds)
         self._client = client
         self._owned_client: ClientAPI | None = None  # built here (`persistent`): closed here
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
         self._roots = ChromaRoots(client, self._configuration())
-        self._workarounds = fixes
         self._collections = ChromaCollections(
             client, self._configuration(), retry_delays=fixes.delays
         )
@@ -305,12 +304,7 @@ class ChromaVectorIndex(VectorIndex):
         from chromadb.errors import NotFoundError
 
         if resource_id is not None and thread_id is None and message_ids is None:
-            self._collections.forget(name, resource_id)
-            dropped = resource_collection_name(name, resource_id)
-            self._forget_snapshot(dropped)
-            with suppress(NotFoundError):
-                self._client.delete_collection(dropped)
-            self._forget_snapshot(dropped)  # one a build wrote meanwhile (`ColdSnapshots._save`)
+            self._drop_collection(name, resource_id, resource_collection_name(name, resource_id))
             return
         thread = [] if thread_id is None else [{"thread_id": thread_id}]
         scope = scope_of(resource_id, thread_id)
@@ -339,17 +333,25 @@ class ChromaVectorIndex(VectorIndex):
 
         check_index_name(name)
         for resource_id, collection in list(self._collections.every(name)):
-            self._collections.forget(name, resource_id)
-            self._forget_snapshot(collection.name)
-            with suppress(NotFoundError):
-                self._client.delete_collection(collection.name)
-            self._forget_snapshot(collection.name)
+            self._drop_collection(name, resource_id, collection.name)
         self._roots.forget(name)
-        try:
+        with suppress(NotFoundError):
             self._client.delete_collection(name)
-        except NotFoundError:
-            return
-        logger.info("dropped vector index %r", name)
+            logger.info("dropped vector index %r", name)
+
+    async def adrop(self, name: str) -> None:
+        """Async twin of `drop`."""
+        await run_in_executor(None, self.drop, name)
+
+    def _drop_collection(self, name: str, resource_id: str, collection: str) -> None:
+        """Drop one resource's collection, and its snapshot (also one a build wrote meanwhile)."""
+        from chromadb.errors import NotFoundError
+
+        self._collections.forget(name, resource_id)
+        self._forget_snapshot(collection)
+        with suppress(NotFoundError):
+            self._client.delete_collection(collection)
+        self._forget_snapshot(collection)  # `ColdSnapshots._save` may have written one
 
     # -- reading ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
+from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 if TYPE_CHECKING:
@@ -314,3 +315,7 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             timeout: Seconds to wait for the answer.
         """
         return _heartbeat(self.url, self._headers, timeout=timeout)
+
+    async def aheartbeat(self, timeout: float = 2.0) -> bool:  # noqa: ASYNC109 - HTTP's timeout
+        """Async twin of `heartbeat`."""
+        return await run_in_executor(None, self.heartbeat, timeout)

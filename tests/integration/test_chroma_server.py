@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 
@@ -67,6 +68,7 @@ def test_a_silent_server_fails_after_the_timeout(caplog: pytest.LogCaptureFixtur
 def test_heartbeat(chroma_url: str) -> None:
     index = ChromaServerVectorIndex(chroma_url)
     assert index.heartbeat()
+    assert asyncio.run(index.aheartbeat())
     assert repr(index) == f"ChromaServerVectorIndex({chroma_url!r})"
 
 

@@ -16,6 +16,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,91 @@ def test_writing_to_a_read_only_store_says_so(read_only_store: Path, tmp_path: P
     assert "read-only" in done.stderr
     assert "chmod" not in done.stderr
     assert "unexpected" not in done.stderr
+
+
+@pytest.fixture
+def unwritable_store() -> Iterator[Path]:
+    """A store whose files and folder this user may not write (`chmod -R a-w`), no mount.
+
+    SQLite names that case differently from a read-only mount (SQLITE_READONLY_DIRECTORY,
+    not SQLITE_CANTOPEN: no `-shm` can be made). Root ignores file modes, so a test run
+    as root runs the commands as `nobody`: the folder is made outside pytest's own
+    temporary folder, which only its owner can enter.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="semantic-recall-unwritable-"))
+    folder.chmod(0o755)
+    history = folder / "history.jsonl"
+    rows = [
+        {"resource": "alice", "thread": "sea", "role": "user", "content": "the lighthouse keeper"},
+        {"resource": "alice", "thread": "cake", "role": "user", "content": "a lemon cake recipe"},
+    ]
+    history.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
+    store = folder / "store"
+    loaded = _run(_CLI, "--path", str(store), "ingest", str(history), store=None)
+    assert loaded.returncode == 0, loaded.stderr
+    subprocess.run(["chmod", "-R", "a-w,a+rX", str(store)], check=True)
+    yield store
+    subprocess.run(["chmod", "-R", "u+w", str(store)], check=True)
+    shutil.rmtree(folder)
+
+
+def _run_as_another_user(*argv: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """The command line as `nobody` when we are root (file modes bind it), else as we are."""
+    command = [sys.executable, "-c", _CLI, *argv]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1", "HOME": str(home)}
+    return subprocess.run(
+        command, capture_output=True, text=True, cwd=home, env=env, timeout=120, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["stats", "--json"], '"messages": 2'),
+        (["search", "lighthouse", "--resource", "alice", "--threshold", "0"], "lighthouse"),
+        (["threads"], "cake"),
+        (["show", "sea"], "the lighthouse keeper"),
+        (["export", "--resource", "alice"], "a lemon cake recipe"),
+    ],
+)
+def test_inspection_commands_work_in_a_folder_this_user_cannot_write(
+    unwritable_store: Path, argv: list[str], expected: str
+) -> None:
+    """Each of them failed: "cannot use SQLite storage ... (attempt to write a readonly
+    database); check that it is a SQLite database in a folder you can write"."""
+    before = _digest(unwritable_store)
+    done = _run_as_another_user(
+        "--path", str(unwritable_store), *argv, home=unwritable_store.parent
+    )
+    assert done.returncode == 0, done.stderr
+    assert expected in done.stdout
+    assert _digest(unwritable_store) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "undone"),
+    [
+        (["forget", "--thread", "sea", "--yes"], "nothing was forgotten"),
+        (["forget", "--older-than", "1d"], "nothing was forgotten"),  # refused before it asks
+        (["reindex"], "nothing was embedded"),
+        (["move", "--thread", "sea", "--to", "bob"], "nothing was moved"),
+        (["purge"], "nothing was purged"),
+    ],
+)
+def test_writing_commands_say_the_store_is_read_only_for_this_user(
+    unwritable_store: Path, argv: list[str], undone: str
+) -> None:
+    """They said "... writes, and this engine was built with read_only=True"."""
+    done = _run_as_another_user(
+        "--path", str(unwritable_store), *argv, home=unwritable_store.parent
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert f"is read-only for this user (its files or folder, or a read-only mount): {undone}" in (
+        done.stderr
+    )
 
 
 def test_a_store_found_read_only_gives_a_read_only_engine(

@@ -215,6 +215,18 @@ def test_count_and_drop(chroma: ChromaVectorIndex) -> None:
     chroma.open(name, dimension=DIMENSION * 2, model="other")  # a fresh index with the name
 
 
+async def test_async_drop_drops_like_drop(chroma: ChromaVectorIndex) -> None:
+    name = new_name()
+    await chroma.aopen(name, dimension=DIMENSION, model=MODEL)
+    await chroma.aupsert(
+        name, [record("a", axis(0)), record("c", axis(3), resource_id="r2", thread_id="t3")]
+    )
+    await chroma.adrop(name)
+    await chroma.adrop(name)  # no error when it is gone
+    assert await chroma.acount(name) == 0
+    await chroma.aopen(name, dimension=DIMENSION * 2, model="other")  # the name is free again
+
+
 async def test_async_count(chroma: ChromaVectorIndex) -> None:
     name = new_name()
     await chroma.aopen(name, dimension=DIMENSION, model=MODEL)

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import io
 import json
+import os
+import signal
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -25,6 +27,8 @@ from langchain_semantic_recall.cli import (
     render,
 )
 from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.storage import sqlite_schema
+from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 from tests.fakes import FakeEmbeddings
 
 
@@ -150,6 +154,58 @@ def test_a_missing_store_is_not_found_and_not_created(cli: Cli, argv: list[str])
     assert result.out == ""
     assert f"no store at {cli.store}" in result.err
     assert not cli.store.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "q", "--resource", "alice"],
+        ["threads"],
+        ["stats"],
+        ["forget", "--resource", "alice", "--yes"],
+        ["ingest", "history.jsonl"],
+        ["purge"],
+    ],
+)
+def test_a_file_given_as_the_store_folder_is_named_a_file(cli: Cli, argv: list[str]) -> None:
+    """It said "no store at FILE (load conversations with 'semantic-recall ingest' ...)",
+    and ingest then said "cannot create the folder FILE ... (File exists)"."""
+    cli.store.write_text("not a folder")
+    history = jsonl(cli.store.parent / "history.jsonl", LINE)
+    argv = [str(history) if a == "history.jsonl" else a for a in argv]
+    result = cli(*argv)
+    assert (result.code, result.out) == (3, "")
+    assert result.err == (
+        f"semantic-recall: error: {cli.store} is a file, not a store folder: give the folder "
+        "that holds the store's messages.sqlite3 (a new one for ingest)\n"
+    )
+    database = cli.store.parent / "messages.sqlite3"
+    database.write_bytes(b"")
+    meant = main(["--path", str(database), *argv])
+    assert meant == 3
+    assert f"give its folder, --path {cli.store.parent}" in cli.capsys.readouterr().err
+
+
+def test_the_v_the_error_line_asks_for_works_after_the_command_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "run with -v for the details", and `semantic-recall stats -v` said "unrecognized
+    arguments: -v" (only `semantic-recall -v stats` worked)."""
+
+    def boom(args: argparse.Namespace) -> int:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(admin, "run_stats", boom)
+    plain = run(capsys, "stats")
+    assert plain.code == 1
+    assert "run with -v for the details" in plain.err
+    for argv in (["stats", "-v"], ["-v", "stats"], ["stats", "--verbose"]):
+        verbose = run(capsys, *argv)
+        assert verbose.code == 1, argv
+        assert "Traceback" in verbose.err
+        assert "RuntimeError: disk on fire" in verbose.err
+    assert build_parser().parse_args(["demo", "-v"]).verbose
+    assert build_parser(["eval"]).parse_args(["eval", "jsonl", "x.jsonl", "-v"]).verbose
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(
@@ -682,3 +738,140 @@ def test_a_file_that_repeats_an_id_with_another_text_settles_on_the_last(
         shown = run(capsys, *store, "show", "t1", "--json").json()
         assert [m["text"] for m in shown] == ["hello there"]
     assert summary["messages_updated"] == 0
+
+
+def test_search_json_says_with_which_settings_it_searched_as_the_text_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """The text's summary line (mode, top, window, budget, threshold) had no JSON field."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    argv = ["search", "hello", "--resource", "carol", "--search-mode", "dense", "--range", "0,2"]
+    text = run(capsys, *on_urls, *argv, "--threshold", "0.1")
+    assert "(dense search, top 4, window 0 before / 2 after, threshold 0.1)" in text.out
+    settings = run(capsys, *on_urls, *argv, "--threshold", "0.1", "--json").json()["settings"]
+    assert settings == {
+        "search_mode": "dense",
+        "top_k": 4,
+        "window": {"before": 0, "after": 2},
+        "message_budget": None,
+        "threshold": 0.1,
+    }
+
+
+# --- a store this user cannot write ---------------------------------------------------------
+
+
+@pytest.fixture
+def unwritable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A local store whose file this user cannot write (root ignores modes: patched)."""
+    store = tmp_path / "store"
+    SQLiteStorage(store / "messages.sqlite3").close()
+    monkeypatch.setattr(sqlite_schema, "is_writable", lambda path: False)
+    monkeypatch.setattr(
+        common, "create_embeddings", lambda: pytest.fail("the store was opened: too late")
+    )
+    return store
+
+
+@pytest.mark.parametrize(
+    ("argv", "undone"),
+    [
+        (["forget", "--thread", "t1", "--yes"], "nothing was forgotten"),
+        (["forget", "--resource", "carol"], "nothing was forgotten"),  # before it asks
+        (["forget", "--older-than", "30d"], "nothing was forgotten"),
+        (["reindex"], "nothing was embedded"),
+        (["move", "--thread", "t1", "--to", "dave"], "nothing was moved"),
+        (["purge"], "nothing was purged"),
+        (["ingest", "LINES"], "nothing was ingested"),
+    ],
+)
+def test_a_store_this_user_cannot_write_is_refused_in_plain_words(
+    unwritable: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    undone: str,
+) -> None:
+    """It said "reindex writes, and this engine was built with read_only=True" (an option
+    nobody passed), and `forget` asked for confirmation first (the reading commands on
+    such a store: tests/integration/test_read_only.py)."""
+    argv = [str(jsonl(tmp_path / "h.jsonl", LINE)) if a == "LINES" else a for a in argv]
+    result = run(capsys, "--path", str(unwritable), *argv)
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err == (
+        f"semantic-recall: error: the store {unwritable} is read-only for this user (its "
+        f"files or folder, or a read-only mount): {undone}; the reading commands still work "
+        "on it\n"
+    )
+
+
+# --- interrupted: what it left, and how to finish -------------------------------------------
+
+WRITING = ["ingest", "forget", "reindex", "move", "purge", "migrate", "export"]
+"""The commands that write (export: a file): each says how to finish when interrupted."""
+
+
+def _interrupt(capsys: pytest.CaptureFixture[str], embedder: Embedder, *argv: str) -> Result:
+    embedder.fail = KeyboardInterrupt()  # raised by the embedder, mid-command
+    return run(capsys, *argv)
+
+
+def test_an_interrupted_ingest_says_how_to_finish(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
+) -> None:
+    """It said "interrupted" alone: the store held the messages without their vectors,
+    and running the same ingest again does not embed them (it says so, and asks for
+    --repair, only then)."""
+    lines = jsonl(tmp_path / "h.jsonl", LINE)
+    result = _interrupt(capsys, embedder, *on_urls, "ingest", str(lines))
+    assert result.code == 130
+    assert result.err == (
+        "semantic-recall: error: interrupted: what was stored stays; run the same ingest "
+        "again with --repair: it adds the rest and embeds the messages stored without a "
+        "vector\n"
+    )
+    embedder.fail = None
+    again = run(capsys, *on_urls, "ingest", str(lines), "--repair")
+    assert again.code == 0, again.err
+    stats = run(capsys, *on_urls, "stats", "--json").json()
+    assert (stats["messages"], stats["missing_vectors"]) == (1, 0)
+
+
+def test_a_reading_command_interrupted_says_only_that(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
+) -> None:
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    result = _interrupt(capsys, embedder, *on_urls, "search", "hello", "--resource", "carol")
+    assert result.code == 130
+    assert result.err == "semantic-recall: error: interrupted\n"
+
+
+def test_a_command_stopped_by_sigterm_says_so(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It exited 143 without a word: `timeout 60 semantic-recall reindex` looked like a
+    crash."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+
+    def terminated() -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled on the main thread, at once
+
+    monkeypatch.setattr(common, "create_embeddings", terminated)
+    result = run(capsys, *on_urls, "reindex")
+    assert result.code == 143
+    assert result.err == (
+        "semantic-recall: error: stopped by SIGTERM: the vectors written so far stay: run it "
+        "again to finish\n"
+    )
+
+
+def test_every_writing_command_says_how_to_finish_when_interrupted() -> None:
+    parser = build_parser()
+    commands = next(a.choices for a in parser._actions if isinstance(a.choices, dict))
+    hints = {name: commands[name].get_default("interrupted") for name in commands}
+    assert [name for name in WRITING if not hints[name]] == []
+    assert sorted(name for name, hint in hints.items() if hint) == sorted(WRITING)
