@@ -349,7 +349,7 @@ def test_a_move_that_failed_says_where_the_thread_is_and_how_to_finish(step: str
 def test_the_command_line_prints_a_writes_note_instead_of_guessing() -> None:
     """A chromadb error was read as a damaged store ("restore it from a backup"): after a
     forget, restoring a backup brings back what was forgotten."""
-    from langchain_semantic_recall.cli.common import failure_message
+    from langchain_semantic_recall.cli.render import failure_message
 
     chromadb_error = type("InternalError", (Exception,), {"__module__": "chromadb.errors"})
     failure = chromadb_error("Error in compaction")
