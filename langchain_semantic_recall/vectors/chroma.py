@@ -324,11 +324,7 @@ class ChromaVectorIndex(VectorIndex):
                 self._forget_snapshot(collection.name)  # one a build wrote meanwhile
 
     def drop(self, name: str) -> None:
-        """Delete a whole index (every collection of it); no error if it does not exist.
-
-        Args:
-            name: The index name.
-        """
+        """Delete the index `name` (every collection of it); no error if it does not exist."""
         from chromadb.errors import NotFoundError
 
         check_index_name(name)

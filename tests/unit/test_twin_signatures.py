@@ -76,6 +76,8 @@ SYNC_ONLY: dict[str, str] = {
     "inject_recalled": _PURE,
     "with_recall": _PURE,
     "RecalledMemory.apply": _PURE,
+    "HeldVectors.ids": _PURE,
+    "HeldVectors.by_message": _PURE,
     "RecallChannel.get": "a LangGraph channel's read of its value: no I/O",
     "RecallChannel.is_available": "a LangGraph channel's read of its value: no I/O",
     "EmbeddingCache.get": "an in-process LRU: no I/O",
