@@ -45,6 +45,7 @@ __all__ = [
     "ChromaCollections",
     "Row",
     "open_persistent",
+    "remember",
     "remove_copy",
     "sweep_copies",
     "temporary_copy",
@@ -282,6 +283,14 @@ class ChromaCollections:
         with self._lock:
             self._handles.clear()
             self._sizes.clear()
+
+
+def remember(known: dict[str, _T], key: str, value: _T, most: int) -> None:
+    """`known[key] = value` as its newest entry, the oldest dropped past `most` entries."""
+    known.pop(key, None)
+    known[key] = value
+    if len(known) > most:
+        del known[next(iter(known))]
 
 
 def _count(_: str, collection: Collection) -> int:

@@ -12,11 +12,10 @@ A snapshot is used only when it is exactly the collection's content by Chroma's 
 (`chroma_log`): the collection's id and last write match, or the writes since are all
 still in the log and, applied, leave as many vectors as Chroma counts. Otherwise Chroma
 answers, as without one, and a new snapshot is built in the background: a page of vectors
-at a time, then brought up to date from the log like a snapshot at load (a delete
-meanwhile can shift a row out of the pages: then none is kept). A process that writes
-past Chroma's purge of its log refreshes the snapshot instead of building it again:
-Chroma's live rows number each record's last write, so only the records written since
-are read (a record deleted since, or many changes, make it a full build). Deleting
+at a time, then brought up to date from the log like a snapshot at load. A process that
+writes past Chroma's purge of its log refreshes the snapshot instead of building it
+again: Chroma's live rows number each record's last write, so only the records written
+since are read (a record deleted since, or many changes, make it a full build). Deleting
 vectors through the index deletes the collection's snapshot, so a forgotten message's
 vector does not outlive it there; the purge (`compact`) replaces the whole folder,
 snapshots included. A process stops its builds and refreshes at exit (a page at most).
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
+from langchain_semantic_recall.vectors.chroma_collections import remember
 from langchain_semantic_recall.vectors.chroma_log import DELETE, ChromaLog
 from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of, positions
 from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
@@ -70,6 +70,9 @@ _IDLE: Final = 2.0
 """Seconds the builder thread waits for work before it ends."""
 _JOIN: Final = 30.0
 """Seconds `close` waits for a background load or build to stop."""
+KNOWN: Final = 4096
+"""Collections whose state in this process is remembered (the oldest first forgotten, then
+looked up again): a process serving many users grew ~9 KB per resource it ever wrote."""
 
 
 class ColdSnapshots:
@@ -99,7 +102,7 @@ class ColdSnapshots:
         self._delays = retry_delays
         self._lock = threading.Lock()
         self._serving: dict[str, Snapshot] = {}  # collection name -> until Chroma loaded it
-        self._chroma: set[str] = set()  # collections Chroma answers for in this process
+        self._chroma: dict[str, None] = {}  # collections Chroma answers for (the last KNOWN)
         self._threads: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
@@ -108,8 +111,8 @@ class ColdSnapshots:
         self._dropping = False  # `close(finish_checks=False)`: queued jobs are skipped
         self._checking: set[str] = set()  # collections with a `_check` queued
         self._built_at: dict[str, float] = {}  # collection name -> monotonic time
-        self._short: dict[str, int] = {}  # collection name -> vectors short of a snapshot
-        self._written_here: dict[str, Collection] = {}  # collections written (for `settle`)
+        self._short: dict[str, int] = {}  # name -> vectors short of a snapshot (the last KNOWN)
+        self._written_here: dict[str, Collection] = {}  # written, maybe big (for `settle`)
         self._idle = threading.Condition(self._lock)
         _OPEN.add(self)
 
@@ -151,17 +154,16 @@ class ColdSnapshots:
         writes apart): from then on the snapshot cannot be brought up to date, and the next
         process would wait for Chroma's load. The check then refreshes it (reads what
         was written since), or builds a new one at most once per `REBUILD_EVERY` seconds
-        per collection (a build reads every vector). A
-        collection counted below `snapshots_from` is not checked again until `vectors`
-        written since could have brought it there.
+        per collection (a build reads every vector). A collection counted below
+        `snapshots_from` is not checked again until `vectors` written since could have
+        brought it there.
         """
         with self._lock:
-            self._written_here[collection.name] = collection
-            short = self._short.get(collection.name, 0) - vectors
-            if short > 0:
-                self._short[collection.name] = short
+            short = self._short.pop(collection.name, 0) - vectors
+            if short > 0:  # (never big enough for `settle` either)
+                remember(self._short, collection.name, short, KNOWN)
                 return
-            self._short.pop(collection.name, None)
+            self._written_here[collection.name] = collection
             if collection.name in self._checking or not self.building:
                 return
             self._checking.add(collection.name)
@@ -172,12 +174,10 @@ class ColdSnapshots:
 
         For a process about to end after many writes (`semantic-recall ingest`): its
         checks ran in the background, a full build at most once a minute per collection,
-        and what is queued at exit never runs, so the next process could find no snapshot
-        Chroma's log vouches for and wait for Chroma's load (0.3-0.7 s at 100k, and every
-        time for a read-only process, which builds none). Here nothing is throttled: a
-        refresh where it suffices, else a full build (3-8 s at 100k), on the caller's
-        thread. Returns how many of those collections now have one (collections under
-        `snapshots_from` vectors get none).
+        and what is queued at exit never runs, so the next process could wait for
+        Chroma's load (0.3-0.7 s at 100k; every time if read-only). Here nothing is
+        throttled: a refresh where it suffices, else a full build (3-8 s at 100k), on the
+        caller's thread. Returns how many of those collections now have one.
         """
         self.wait()  # the checks already queued first
         with self._lock:
@@ -202,9 +202,12 @@ class ColdSnapshots:
         """Delete the snapshot of collection `name` (its vectors were deleted or dropped).
 
         Read only (`read_in_place`): only stop serving it; the copy's log has the delete.
+        What is known of it in memory goes too (a dropped collection's handle with it).
         """
         with self._lock:
-            self._serving.pop(name, None)
+            for known in (self._serving, self._chroma, self._short, self._built_at):
+                known.pop(name, None)
+            self._written_here.pop(name, None)
         if self.building:
             Snapshot.delete(self._files, name)
 
@@ -219,11 +222,9 @@ class ColdSnapshots:
     def clear(self) -> None:
         """Forget what is known in memory (the folder was replaced under the client)."""
         with self._lock:
-            self._serving.clear()
-            self._chroma.clear()
-            self._short.clear()
+            for known in (self._serving, self._chroma, self._short, self._built_at):
+                known.clear()
             self._written_here.clear()
-            self._built_at.clear()
 
     def close(self, *, finish_checks: bool = True) -> None:
         """Stop the builds and background loads (each stops after its current page).
@@ -285,7 +286,7 @@ class ColdSnapshots:
     def _chroma_answers(self, name: str) -> None:
         with self._lock:
             self._serving.pop(name, None)
-            self._chroma.add(name)
+            remember(self._chroma, name, None, KNOWN)
 
     # -- building a snapshot -----------------------------------------------------------------
 
@@ -316,6 +317,7 @@ class ColdSnapshots:
             except Exception as exc:  # a snapshot is an optimisation: Chroma still answers
                 logger.warning("could not write a vector snapshot: %s", exc)
             finally:
+                job = None  # an idle worker holds no collection's handle
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
@@ -357,7 +359,8 @@ class ColdSnapshots:
         if stamp is None or stamp.count < self.snapshots_from:
             if stamp is not None:
                 with self._lock:
-                    self._short[collection.name] = self.snapshots_from - stamp.count
+                    remember(self._short, collection.name, self.snapshots_from - stamp.count, KNOWN)
+                    self._written_here.pop(collection.name, None)
             return False
         rows: dict[str, np.ndarray] = {}
         offset = 0
@@ -383,10 +386,9 @@ class ColdSnapshots:
         Chroma's live records keep the number of their last write (`ChromaLog.live`): a
         record written after the snapshot is read from Chroma (this process has its index
         loaded), every other row is still exact. A record deleted since (the count tells)
-        or over `_REFRESH_MOST` changes leave it to a full build. The reads take ~0.1 s at
-        100k where a build's take 3-8 s (saving the file, as for a build, ~0.2-3 s more),
-        so it ends before a process that writes a few turns and closes. At interpreter
-        exit it stops between pages.
+        or over `_REFRESH_MOST` changes leave it to a full build. Its reads take ~0.1 s at
+        100k (a build's: 3-8 s; saving the file ~0.2-3 s more): it ends before a process
+        that writes a few turns and closes. At interpreter exit it stops between pages.
         """
         live = self._log.live(stale.collection_id)
         if live is None:
