@@ -47,7 +47,6 @@ __all__ = [
     "close_client",
     "open_persistent",
     "opened_persistent",
-    "remember",
     "remove_copy",
     "sweep_copies",
     "temporary_copy",
@@ -295,14 +294,6 @@ class ChromaCollections:
         with self._lock:
             self._handles.clear()
             self._sizes.clear()
-
-
-def remember(known: dict[str, _T], key: str, value: _T, most: int) -> None:
-    """`known[key] = value` as its newest entry, the oldest dropped past `most` entries."""
-    known.pop(key, None)
-    known[key] = value
-    if len(known) > most:
-        del known[next(iter(known))]
 
 
 def _count(_: str, collection: Collection) -> int:

@@ -34,11 +34,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from langchain_semantic_recall.vectors.chroma_collections import remember
 from langchain_semantic_recall.vectors.chroma_log import DELETE, ChromaLog
 from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of, positions
 from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
@@ -71,8 +70,7 @@ _IDLE: Final = 2.0
 _JOIN: Final = 30.0
 """Seconds `close` waits for a background load or build to stop."""
 KNOWN: Final = 4096
-"""Collections whose state in this process is remembered (the oldest first forgotten, then
-looked up again): a process serving many users grew ~9 KB per resource it ever wrote."""
+"""Collections whose state a process remembers (the oldest go first, then looked up again)."""
 
 
 class ColdSnapshots:
@@ -161,7 +159,7 @@ class ColdSnapshots:
         with self._lock:
             short = self._short.pop(collection.name, 0) - vectors
             if short > 0:  # (never big enough for `settle` either)
-                remember(self._short, collection.name, short, KNOWN)
+                _remember(self._short, collection.name, short)
                 return
             self._written_here[collection.name] = collection
             if collection.name in self._checking or not self.building:
@@ -267,11 +265,10 @@ class ColdSnapshots:
         return caught_up
 
     def _load(self, collection: Collection, embedding: list[float]) -> None:
-        """Have Chroma load the collection's index; from then on it answers.
+        """Have Chroma load the collection's index, after a pause; from then on it answers.
 
-        After `LOAD_AFTER` seconds: the search that read the snapshot is still running
-        (its keyword half, its ranking), and the load competes with it for the cores and
-        the memory bandwidth (+15-37 ms on a 100k first search on 2 cores, measured).
+        `LOAD_AFTER`: the search that read the snapshot is still running (its keyword half,
+        its ranking), and a load beside it cost +15-37 ms at 100k on 2 cores, measured.
         """
         if self._closing.wait(LOAD_AFTER):
             return
@@ -286,7 +283,7 @@ class ColdSnapshots:
     def _chroma_answers(self, name: str) -> None:
         with self._lock:
             self._serving.pop(name, None)
-            remember(self._chroma, name, None, KNOWN)
+            _remember(self._chroma, name, None)
 
     # -- building a snapshot -----------------------------------------------------------------
 
@@ -325,9 +322,8 @@ class ColdSnapshots:
     def _check(self, collection: Collection, *, throttled: bool = True) -> bool:
         """Build a snapshot if the collection's cannot be brought up to date (`written`).
 
-        `throttled`: a full build at most once per `REBUILD_EVERY` seconds (`settle`
-        asks for one regardless). Returns whether the next process can start from the
-        collection's snapshot now.
+        `throttled`: a full build at most once per `REBUILD_EVERY` seconds (`settle` asks
+        for one regardless). Returns whether the next process can start from it now.
         """
         name = collection.name
         with self._lock:
@@ -359,7 +355,7 @@ class ColdSnapshots:
         if stamp is None or stamp.count < self.snapshots_from:
             if stamp is not None:
                 with self._lock:
-                    remember(self._short, collection.name, self.snapshots_from - stamp.count, KNOWN)
+                    _remember(self._short, collection.name, self.snapshots_from - stamp.count)
                     self._written_here.pop(collection.name, None)
             return False
         rows: dict[str, np.ndarray] = {}
@@ -483,6 +479,14 @@ class ColdSnapshots:
         thread = threading.Thread(target=target, name="semantic-recall-snapshots", daemon=True)
         thread.start()
         return thread
+
+
+def _remember(known: dict[str, Any], name: str, value: object) -> None:
+    """`known[name] = value` as its newest entry, the oldest dropped past `KNOWN`."""
+    known.pop(name, None)
+    known[name] = value
+    if len(known) > KNOWN:
+        del known[next(iter(known))]
 
 
 _OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()
