@@ -18,9 +18,10 @@ import logging
 import math
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 from langchain_core.embeddings import Embeddings
@@ -55,7 +56,8 @@ DEFAULT_MAX_CHARS = 6000
 text (code, non-Latin scripts), while typical chat messages are never split.
 """
 
-_Vector = tuple[float, ...]
+_Vector: TypeAlias = "array[float]"
+"""A cached vector: packed doubles (8 bytes a value; a tuple of floats took ~32)."""
 
 
 class EmbeddingCache:
@@ -134,7 +136,7 @@ class EmbeddingCache:
             vector: Its embedding (copied).
         """
         key = (namespace, text)
-        frozen = tuple(float(x) for x in vector)
+        frozen = array("d", map(float, vector))  # (a copy no caller holds)
         with self._lock:
             self._entries[key] = frozen
             self._entries.move_to_end(key)

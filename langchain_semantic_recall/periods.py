@@ -142,4 +142,7 @@ def named_period(query: str, now: datetime | None = None) -> Period | None:
             period = _absolute(kind, match)
             if period is not None:
                 return period
-    return _relative(text, reference)
+    try:
+        return _relative(text, reference)
+    except (OverflowError, ValueError):  # before year 1 or after 9999: no period to name
+        return None

@@ -181,21 +181,22 @@ def build_plan(options: Mapping[str, Any], storage: MessageStorage) -> EnginePla
     )
 
 
-_NAMED: set[int] = set()
-"""Embedders already warned about (by id: a `with_options` copy shares its embedder)."""
+_NAMED: set[str] = set()
+"""The notes already logged: one per embedding model (not per embedder, which an engine
+built per request makes anew)."""
 
 
 def warn_if_unfitted(plan: EnginePlan, embeddings: Any) -> None:
-    """Say once per embedder when hybrid search's numbers were not fitted for it."""
-    if not plan.search.calibrated or id(embeddings) in _NAMED:
+    """Say once per embedding model when hybrid search's numbers were not fitted for it."""
+    if not plan.search.calibrated:
         return
     dimension = getattr(embeddings, "dimension", None)
     note = plan.search.relevance.unfitted_note(
         embedding_model_name(embeddings), dimension if isinstance(dimension, int) else None
     )
-    if note is None:
+    if note is None or note in _NAMED:
         return
-    _NAMED.add(id(embeddings))
+    _NAMED.add(note)
     plan.logger.warning(
         "hybrid search's relevance model is %s (docs/quality.md, 'Other embedders'); "
         "stats() says so too",

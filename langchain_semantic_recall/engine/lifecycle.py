@@ -103,8 +103,9 @@ class Lifecycle:
         try:
             yield
         finally:
-            _INSIDE.reset(inside)
             self._leave(me)
+            with contextlib.suppress(ValueError):  # an abandoned task's coroutine, collected
+                _INSIDE.reset(inside)  # outside its context (whose value goes with it)
 
     @contextlib.asynccontextmanager
     async def acall(self) -> AsyncIterator[None]:

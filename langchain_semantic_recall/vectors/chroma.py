@@ -36,7 +36,8 @@ from langchain_semantic_recall.vectors.base import VectorIndex, record_from_meta
 from langchain_semantic_recall.vectors.chroma_collections import (
     ChromaCollections,
     Row,
-    open_persistent,
+    close_client,
+    opened_persistent,
     remove_copy,
 )
 from langchain_semantic_recall.vectors.chroma_layout import (
@@ -190,8 +191,8 @@ class ChromaVectorIndex(VectorIndex):
         Raises:
             StorageError: The folder holds a damaged index, or cannot be opened.
         """
-        client, copy = open_persistent(os.fspath(path), read_only=read_only)
-        index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
+        with opened_persistent(os.fspath(path), read_only=read_only) as (client, copy):
+            index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
         index._owned_client = client
         if copy is not None:
             weakref.finalize(index, remove_copy, copy)
@@ -493,5 +494,5 @@ class ChromaVectorIndex(VectorIndex):
         self._collections.clear()
         if self._snapshots is not None:
             self._snapshots.close()
-        if client is not None and hasattr(client, "close"):  # chromadb >= 1.1
-            client.close()
+        if client is not None:
+            close_client(client)

@@ -12,11 +12,10 @@ A snapshot is used only when it is exactly the collection's content by Chroma's 
 (`chroma_log`): the collection's id and last write match, or the writes since are all
 still in the log and, applied, leave as many vectors as Chroma counts. Otherwise Chroma
 answers, as without one, and a new snapshot is built in the background: a page of vectors
-at a time, then brought up to date from the log like a snapshot at load (a delete
-meanwhile can shift a row out of the pages: then none is kept). A process that writes
-past Chroma's purge of its log refreshes the snapshot instead of building it again:
-Chroma's live rows number each record's last write, so only the records written since
-are read (a record deleted since, or many changes, make it a full build). Deleting
+at a time, then brought up to date from the log like a snapshot at load. A process that
+writes past Chroma's purge of its log refreshes the snapshot instead of building it
+again: Chroma's live rows number each record's last write, so only the records written
+since are read (a record deleted since, or many changes, make it a full build). Deleting
 vectors through the index deletes the collection's snapshot, so a forgotten message's
 vector does not outlive it there; the purge (`compact`) replaces the whole folder,
 snapshots included. A process stops its builds and refreshes at exit (a page at most).
@@ -35,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -70,6 +69,8 @@ _IDLE: Final = 2.0
 """Seconds the builder thread waits for work before it ends."""
 _JOIN: Final = 30.0
 """Seconds `close` waits for a background load or build to stop."""
+KNOWN: Final = 4096
+"""Collections whose state a process remembers (the oldest go first, then looked up again)."""
 
 
 class ColdSnapshots:
@@ -99,7 +100,7 @@ class ColdSnapshots:
         self._delays = retry_delays
         self._lock = threading.Lock()
         self._serving: dict[str, Snapshot] = {}  # collection name -> until Chroma loaded it
-        self._chroma: set[str] = set()  # collections Chroma answers for in this process
+        self._chroma: dict[str, None] = {}  # collections Chroma answers for (the last KNOWN)
         self._threads: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
@@ -108,8 +109,8 @@ class ColdSnapshots:
         self._dropping = False  # `close(finish_checks=False)`: queued jobs are skipped
         self._checking: set[str] = set()  # collections with a `_check` queued
         self._built_at: dict[str, float] = {}  # collection name -> monotonic time
-        self._short: dict[str, int] = {}  # collection name -> vectors short of a snapshot
-        self._written_here: dict[str, Collection] = {}  # collections written (for `settle`)
+        self._short: dict[str, int] = {}  # name -> vectors short of a snapshot (the last KNOWN)
+        self._written_here: dict[str, Collection] = {}  # written, maybe big (for `settle`)
         self._idle = threading.Condition(self._lock)
         _OPEN.add(self)
 
@@ -151,17 +152,16 @@ class ColdSnapshots:
         writes apart): from then on the snapshot cannot be brought up to date, and the next
         process would wait for Chroma's load. The check then refreshes it (reads what
         was written since), or builds a new one at most once per `REBUILD_EVERY` seconds
-        per collection (a build reads every vector). A
-        collection counted below `snapshots_from` is not checked again until `vectors`
-        written since could have brought it there.
+        per collection (a build reads every vector). A collection counted below
+        `snapshots_from` is not checked again until `vectors` written since could have
+        brought it there.
         """
         with self._lock:
-            self._written_here[collection.name] = collection
-            short = self._short.get(collection.name, 0) - vectors
-            if short > 0:
-                self._short[collection.name] = short
+            short = self._short.pop(collection.name, 0) - vectors
+            if short > 0:  # (never big enough for `settle` either)
+                _remember(self._short, collection.name, short)
                 return
-            self._short.pop(collection.name, None)
+            self._written_here[collection.name] = collection
             if collection.name in self._checking or not self.building:
                 return
             self._checking.add(collection.name)
@@ -172,12 +172,10 @@ class ColdSnapshots:
 
         For a process about to end after many writes (`semantic-recall ingest`): its
         checks ran in the background, a full build at most once a minute per collection,
-        and what is queued at exit never runs, so the next process could find no snapshot
-        Chroma's log vouches for and wait for Chroma's load (0.3-0.7 s at 100k, and every
-        time for a read-only process, which builds none). Here nothing is throttled: a
-        refresh where it suffices, else a full build (3-8 s at 100k), on the caller's
-        thread. Returns how many of those collections now have one (collections under
-        `snapshots_from` vectors get none).
+        and what is queued at exit never runs, so the next process could wait for
+        Chroma's load (0.3-0.7 s at 100k; every time if read-only). Here nothing is
+        throttled: a refresh where it suffices, else a full build (3-8 s at 100k), on the
+        caller's thread. Returns how many of those collections now have one.
         """
         self.wait()  # the checks already queued first
         with self._lock:
@@ -202,9 +200,12 @@ class ColdSnapshots:
         """Delete the snapshot of collection `name` (its vectors were deleted or dropped).
 
         Read only (`read_in_place`): only stop serving it; the copy's log has the delete.
+        What is known of it in memory goes too (a dropped collection's handle with it).
         """
         with self._lock:
-            self._serving.pop(name, None)
+            for known in (self._serving, self._chroma, self._short, self._built_at):
+                known.pop(name, None)
+            self._written_here.pop(name, None)
         if self.building:
             Snapshot.delete(self._files, name)
 
@@ -219,11 +220,9 @@ class ColdSnapshots:
     def clear(self) -> None:
         """Forget what is known in memory (the folder was replaced under the client)."""
         with self._lock:
-            self._serving.clear()
-            self._chroma.clear()
-            self._short.clear()
+            for known in (self._serving, self._chroma, self._short, self._built_at):
+                known.clear()
             self._written_here.clear()
-            self._built_at.clear()
 
     def close(self, *, finish_checks: bool = True) -> None:
         """Stop the builds and background loads (each stops after its current page).
@@ -266,11 +265,10 @@ class ColdSnapshots:
         return caught_up
 
     def _load(self, collection: Collection, embedding: list[float]) -> None:
-        """Have Chroma load the collection's index; from then on it answers.
+        """Have Chroma load the collection's index, after a pause; from then on it answers.
 
-        After `LOAD_AFTER` seconds: the search that read the snapshot is still running
-        (its keyword half, its ranking), and the load competes with it for the cores and
-        the memory bandwidth (+15-37 ms on a 100k first search on 2 cores, measured).
+        `LOAD_AFTER`: the search that read the snapshot is still running (its keyword half,
+        its ranking), and a load beside it cost +15-37 ms at 100k on 2 cores, measured.
         """
         if self._closing.wait(LOAD_AFTER):
             return
@@ -285,7 +283,7 @@ class ColdSnapshots:
     def _chroma_answers(self, name: str) -> None:
         with self._lock:
             self._serving.pop(name, None)
-            self._chroma.add(name)
+            _remember(self._chroma, name, None)
 
     # -- building a snapshot -----------------------------------------------------------------
 
@@ -316,6 +314,7 @@ class ColdSnapshots:
             except Exception as exc:  # a snapshot is an optimisation: Chroma still answers
                 logger.warning("could not write a vector snapshot: %s", exc)
             finally:
+                job = None  # an idle worker holds no collection's handle
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()
@@ -323,9 +322,8 @@ class ColdSnapshots:
     def _check(self, collection: Collection, *, throttled: bool = True) -> bool:
         """Build a snapshot if the collection's cannot be brought up to date (`written`).
 
-        `throttled`: a full build at most once per `REBUILD_EVERY` seconds (`settle`
-        asks for one regardless). Returns whether the next process can start from the
-        collection's snapshot now.
+        `throttled`: a full build at most once per `REBUILD_EVERY` seconds (`settle` asks
+        for one regardless). Returns whether the next process can start from it now.
         """
         name = collection.name
         with self._lock:
@@ -357,7 +355,8 @@ class ColdSnapshots:
         if stamp is None or stamp.count < self.snapshots_from:
             if stamp is not None:
                 with self._lock:
-                    self._short[collection.name] = self.snapshots_from - stamp.count
+                    _remember(self._short, collection.name, self.snapshots_from - stamp.count)
+                    self._written_here.pop(collection.name, None)
             return False
         rows: dict[str, np.ndarray] = {}
         offset = 0
@@ -383,10 +382,9 @@ class ColdSnapshots:
         Chroma's live records keep the number of their last write (`ChromaLog.live`): a
         record written after the snapshot is read from Chroma (this process has its index
         loaded), every other row is still exact. A record deleted since (the count tells)
-        or over `_REFRESH_MOST` changes leave it to a full build. The reads take ~0.1 s at
-        100k where a build's take 3-8 s (saving the file, as for a build, ~0.2-3 s more),
-        so it ends before a process that writes a few turns and closes. At interpreter
-        exit it stops between pages.
+        or over `_REFRESH_MOST` changes leave it to a full build. Its reads take ~0.1 s at
+        100k (a build's: 3-8 s; saving the file ~0.2-3 s more): it ends before a process
+        that writes a few turns and closes. At interpreter exit it stops between pages.
         """
         live = self._log.live(stale.collection_id)
         if live is None:
@@ -481,6 +479,14 @@ class ColdSnapshots:
         thread = threading.Thread(target=target, name="semantic-recall-snapshots", daemon=True)
         thread.start()
         return thread
+
+
+def _remember(known: dict[str, Any], name: str, value: object) -> None:
+    """`known[name] = value` as its newest entry, the oldest dropped past `KNOWN`."""
+    known.pop(name, None)
+    known[name] = value
+    if len(known) > KNOWN:
+        del known[next(iter(known))]
 
 
 _OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()

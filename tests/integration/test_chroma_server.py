@@ -82,3 +82,36 @@ def test_a_tenant_or_database_the_server_lacks_is_an_option_error(
     with pytest.raises(InvalidOptionError, match=missing) as refused:
         ChromaServerVectorIndex(chroma_url, tenant=tenant, database=database)
     assert chroma_url in str(refused.value)
+
+
+def test_an_index_closed_keeps_no_connection_nor_client_of_the_server(chroma_url: str) -> None:
+    """One index per request (one engine per request on servers): each closed, or
+    collected unclosed, leaves nothing behind. chromadb 1.5's `HttpClient.close()` leaves
+    its `httpx` sessions open and one `System` per client in its process-wide cache
+    (chroma-core/chroma#2702, #7533): before the workaround, each index closed kept a
+    connection to the server open (+1 file descriptor) and ~1 MB, for the process's life;
+    one never closed, two descriptors."""
+    import gc
+    import os
+
+    import httpx
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    def held() -> tuple[int, int, int]:
+        gc.collect()
+        sessions = sum(isinstance(o, httpx.Client) and not o.is_closed for o in gc.get_objects())
+        systems = len(SharedSystemClient._identifier_to_system)
+        return len(os.listdir("/proc/self/fd")), sessions, systems
+
+    ChromaServerVectorIndex(chroma_url).close()  # the imports and the first connection
+    before = held()
+    for _ in range(5):
+        index = ChromaServerVectorIndex(chroma_url)
+        index.count("no-such-index")  # a request: the session holds a connection
+        index.close()
+    assert held() == before
+    for _ in range(3):  # never closed, only dropped (and collected)
+        index = ChromaServerVectorIndex(chroma_url)
+        index.count("no-such-index")
+        del index
+    assert held() == before

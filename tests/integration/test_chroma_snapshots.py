@@ -9,10 +9,12 @@ tests/unit/test_chroma_snapshot.py.
 
 from __future__ import annotations
 
+import gc
 import shutil
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -800,3 +802,30 @@ def test_a_write_logged_but_not_applied_is_never_missed_by_a_snapshot(
     fresh.close()
     assert chroma_asked == [name]
     assert found[0][0] == "late"
+
+
+def test_what_an_index_keeps_of_the_resources_it_served_is_bounded_and_goes_with_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process serving many users remembers, per resource it wrote or searched, whether
+    Chroma answers for it and how far it is from a snapshot: at most `KNOWN` of them, and no
+    handle to the collection of a resource it no longer has."""
+    monkeypatch.setattr(snapshots_module, "KNOWN", 8)
+    index = opened(tmp_path / "chroma", snapshots_from=50)
+    snapshots = index.snapshots
+    assert snapshots is not None
+    handles = []
+    for n, vector in enumerate(vectors_of(41, 30)):
+        scope = ScopeFilter(resource_id=f"u{n}")
+        index.upsert(NAME, [record(f"m{n}", list(map(float, vector)), resource_id=f"u{n}")])
+        index.nearest(NAME, list(map(float, vector)), k=1, scope=scope)
+        handles.append(weakref.ref(index._collections.get(NAME, f"u{n}", create=False)))
+        snapshots.wait(60)
+    kept = ("_chroma", "_short", "_written_here", "_built_at")
+    assert all(len(getattr(snapshots, part)) <= 8 for part in kept)
+    for n in range(30):
+        index.delete(NAME, resource_id=f"u{n}")
+    gc.collect()
+    assert [n for n, handle in enumerate(handles) if handle() is not None] == []
+    assert all(len(getattr(snapshots, part)) == 0 for part in kept)
+    index.close()

@@ -75,3 +75,34 @@ def test_a_write_waits_for_the_run_in_progress_and_holds_back_the_runs_after_it(
     for thread in threads:
         thread.join(WAIT_S)
     assert log == ["run in", "run out", "write in", "write out", "late run in", "late run out"]
+
+
+def test_event_loops_that_wrote_through_the_async_gate_are_not_kept() -> None:
+    """Each `asyncio.run` that wrote through an index's async write gate (a script, a
+    worker that runs each job in its own loop) leaves nothing of its loop behind.
+
+    Before: the gate kept one `asyncio.Lock` per loop in a weak-keyed mapping, and a lock
+    that has made a writer wait holds its loop: every such loop, closed, stayed alive."""
+    import asyncio
+    import gc
+    import time
+    import weakref
+
+    from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import (
+        AsyncWriteGate,
+    )
+
+    gate = AsyncWriteGate()
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    def write() -> None:
+        time.sleep(0.01)
+
+    async def two_turns_at_once() -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await asyncio.gather(gate.run([write, write]), gate.run([write]))
+
+    for _ in range(3):
+        asyncio.run(two_turns_at_once())
+    gc.collect()
+    assert [loop for loop in loops if loop() is not None] == []

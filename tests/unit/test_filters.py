@@ -693,6 +693,29 @@ async def test_a_named_period_counts_from_the_turns_own_time() -> None:
     assert [h.message.text for h in today] == ["the lighthouse plan omega"]
 
 
+async def test_a_turn_dated_in_year_one_still_recalls() -> None:
+    """A client that sends its unset clock (`0001-01-01T00:00:00Z`) as the turn's time:
+    "last week" names no period there, and recall still runs. Before: `OverflowError`,
+    logged as "recall failed", and the turn went on without memory."""
+    engine = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="keyword",
+        message_range=0,
+        top_k=1,
+    )
+    said = HumanMessage("the lighthouse plan alpha")
+    engine.index([said], thread_id="old", resource_id="alice")
+    unset = {"created_at": "0001-01-01T00:00:00Z"}
+    ask = HumanMessage("what was the lighthouse plan last week?", additional_kwargs=unset)
+    for got in (
+        engine.recall([ask], thread_id="new", resource_id="alice"),
+        await engine.arecall([ask], thread_id="new", resource_id="alice"),
+    ):
+        assert "plan alpha" in recalled(got)
+
+
 class _Chunking(FakeEmbeddings):
     """Splits a message into chunks at `|`: a message may hold many vectors."""
 

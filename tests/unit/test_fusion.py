@@ -217,6 +217,30 @@ def test_an_impossible_day_falls_back_to_its_month() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "now",
+    [
+        datetime.min.replace(tzinfo=UTC),  # what a client's unset clock may send
+        datetime(1, 1, 3, tzinfo=UTC),
+        datetime.max.replace(tzinfo=UTC),
+        datetime(9999, 12, 28, tzinfo=UTC),
+    ],
+)
+@pytest.mark.parametrize(
+    "query",
+    [
+        *("yesterday", "today", "last week", "this week"),
+        *("last month", "this month", "last year", "this year"),
+    ],
+)
+def test_a_relative_period_past_the_ends_of_the_calendar_is_none(now: datetime, query: str) -> None:
+    """A turn dated at the edge of what `datetime` holds (year 1, year 9999): a period
+    that cannot be written is no period. Before: `OverflowError` / `ValueError`, and
+    recall logged "recall failed" and went on without memory for that turn."""
+    period = named_period(f"what did we say {query}?", now)
+    assert period is None or now in period or period.end is None or period.end <= now
+
+
 def test_relative_periods_count_from_now() -> None:
     now = datetime(2024, 3, 13, 15, 0, tzinfo=UTC)  # a Wednesday
     assert named_period("what did I say yesterday", now) == Period(

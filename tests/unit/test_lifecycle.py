@@ -378,3 +378,57 @@ def test_a_call_that_never_ends_holds_a_close_for_a_bounded_time_only(
     finally:
         embeddings.release.set()
         call.join(30)
+
+
+class LoopHeldEmbeddings(FakeEmbeddings):
+    """Embeds as the fake does, except that async calls wait on their loop for ever."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        import asyncio
+
+        self.entered.set()
+        await asyncio.Event().wait()  # never set: the loop is closed under it
+        raise AssertionError("unreachable")
+
+
+def test_an_async_call_abandoned_with_its_event_loop_leaves_once_collected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event loop closed with a call of the engine pending in one of its tasks (a
+    server's loop torn down, a script's `loop.close()`): once the task's coroutine is
+    closed (collected), the call has left. A close then closes at once.
+
+    Before: the call's exit raised `ValueError` (a context variable reset outside the
+    task's context; "Exception ignored in: <coroutine ...>" when collected) before it
+    counted itself out, so the engine counted it in flight for ever: a close on the
+    loop's thread left the closing to that call and closed nothing (its SQLite
+    connection and Chroma client stayed open), one on another thread waited
+    `CLOSE_WAIT_S` (60 s).
+    """
+    import asyncio
+
+    from langchain_semantic_recall.engine import lifecycle
+
+    monkeypatch.setattr(lifecycle, "CLOSE_WAIT_S", 5.0)
+    embeddings, vectors = LoopHeldEmbeddings(), CloseRecordingVectors()
+    backends = {
+        "storage": SQLiteStorage(tmp_path / "m.sqlite3"),
+        "vector_store": vectors,
+        "embeddings": embeddings,
+    }
+    memory = owning(SemanticRecall, backends, {}, embeddings_given=True)
+    memory.index(TURN, thread_id="t0", resource_id="alice")
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(memory.asearch("Lisbon in May", resource_id="alice"))
+    assert loop.run_until_complete(asyncio.to_thread(embeddings.entered.wait, 30))
+    loop.close()
+    task._log_destroy_pending = False  # type: ignore[attr-defined]  # (the test's own task)
+    task.get_coro().close()  # what collecting the abandoned task does
+    memory.close()
+    assert vectors.is_closed
+    with pytest.raises(StorageError):
+        memory.storage.count(ScopeFilter(resource_id="alice"))

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
+from langchain_semantic_recall.engine import core
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import StoredMessage
 from langchain_semantic_recall.relevance import (
@@ -396,8 +397,9 @@ def test_stats_say_when_memory_holds_text_the_model_was_not_fitted_on() -> None:
 
 
 def test_another_embedder_is_named_once_at_construction_and_in_stats(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(core, "_NAMED", set())  # (other tests named fake-bow before)
     with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
         memory = engine()
         memory.with_options(top_k=3)
@@ -406,6 +408,24 @@ def test_another_embedder_is_named_once_at_construction_and_in_stats(
     assert "fake-bow" in warned[0].getMessage()
     memory.index(conversation("h", HISTORY), thread_id="t1", resource_id="r")
     assert memory.stats(resource_id="r").relevance.startswith("not fitted for fake-bow")
+
+
+def test_engines_built_per_request_name_their_embedders_model_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One engine per request, each with its own embedder of one model (as a handler that
+    builds `OpenAIEmbeddings()` each time): one warning, and nothing kept per embedder.
+
+    Before: a warning per engine, and each embedder's id kept for the process's life."""
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        for _ in range(5):
+            SemanticRecall(
+                storage=InMemoryStorage(),
+                vector_store=InMemoryVectorIndex(),
+                embeddings=FakeEmbeddings(model="per-request-model"),
+            )
+    warned = [r for r in caplog.records if "per-request-model" in r.getMessage()]
+    assert len(warned) == 1
 
 
 def test_dense_and_keyword_modes_never_warn(caplog: pytest.LogCaptureFixture) -> None:

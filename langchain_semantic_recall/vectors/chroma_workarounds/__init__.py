@@ -18,8 +18,13 @@
   disk" while a collection's index is neither loaded nor saved: read again after a
   pause. Upstream: chroma-core/chroma#4212.
 
-All three are for the **embedded** client (`PersistentClient`, `EphemeralClient`); over
-HTTP the server is Chroma's own process and only `reads` applies. The purge
+- `http_close`: `HttpClient.close()` leaves its HTTP sessions open and its `System` in
+  chromadb's process-wide cache: `ChromaServerVectorIndex.close()` releases both (an index
+  built per request kept a connection and ~1 MB each). Upstream: chroma-core/chroma#2702,
+  #7533 (open).
+
+The first three are for the **embedded** client (`PersistentClient`, `EphemeralClient`);
+over HTTP the server is Chroma's own process and only `reads` and `http_close` apply. The purge
 (`chroma_purge`) is no workaround: it uses Chroma's public API only.
 
 Turned off (`ChromaWorkarounds.off()`, or `workarounds=False`), the index is plain Chroma:

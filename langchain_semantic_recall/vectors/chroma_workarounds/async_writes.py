@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
 
@@ -43,9 +42,10 @@ class AsyncWriteGate:
             cpu_gate: Held alone by each write (shared with the local model), if given.
         """
         self._cpu_gate = cpu_gate
-        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Each loop's lock and how many writes use it, kept only while some do: a lock
+        # that made a writer wait holds its loop, so a mapping kept after the writes (a
+        # weak-keyed one too) kept every loop that wrote, closed or not.
+        self._locks: dict[asyncio.AbstractEventLoop, tuple[asyncio.Lock, int]] = {}
 
     async def run(self, writes: Sequence[Write]) -> None:
         """Perform `writes` in order, each alone and off the loop; the first error stops.
@@ -72,13 +72,19 @@ class AsyncWriteGate:
             raise
 
     async def _pieces(self, writes: Sequence[Write]) -> None:
-        loop = asyncio.get_running_loop()
-        lock = self._locks.get(loop)
-        if lock is None:
-            lock = self._locks.setdefault(loop, asyncio.Lock())
-        for write in writes:
-            async with lock:
-                await run_in_executor(None, self._alone, write)
+        loop = asyncio.get_running_loop()  # (only this loop's thread uses its entry)
+        lock, users = self._locks.get(loop) or (asyncio.Lock(), 0)
+        self._locks[loop] = (lock, users + 1)
+        try:
+            for write in writes:
+                async with lock:
+                    await run_in_executor(None, self._alone, write)
+        finally:
+            lock, users = self._locks[loop]
+            if users > 1:
+                self._locks[loop] = (lock, users - 1)
+            else:
+                del self._locks[loop]
 
     def _alone(self, write: Write) -> None:
         # The piece's collection is looked up (or created: a Chroma write too) inside the gate.
