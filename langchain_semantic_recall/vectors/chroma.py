@@ -1,16 +1,15 @@
 """Chroma vector index: one Chroma collection per resource of each index.
 
 The `chroma*` modules alone import `chromadb`, inside functions (importing them is cheap).
-Any chromadb client works: the embedded `PersistentClient` (the package's default),
-`EphemeralClient` and `HttpClient`. `compact` is `chroma_purge`'s.
+Any client works: `PersistentClient` (the default), `EphemeralClient`, `HttpClient`.
 
 Layout (`docs/performance.md`): index `name` is a vector-less *root* collection recording
-the embedding model, dimension and layout version (a mismatched embedder fails closed),
-plus one collection per resource (`resource_collection_name`, handles in
-`ChromaCollections`). Resource scope is one unfiltered HNSW query; thread scope searches the
-owner's collection (`search_collection`); forgetting a resource drops its collection; scopes
-without a resource (maintenance, export) visit every collection. `DEFAULT_HNSW` (chosen by
-agreement with exact search) applies to collections created after it is set.
+the embedding model, dimension and layout version (a mismatched embedder fails closed), plus
+one collection per resource (`resource_collection_name`, handles in `ChromaCollections`).
+Resource scope is one unfiltered HNSW query; thread scope searches the owner's collection
+(`search_collection`); forgetting a resource drops its collection; scopes without a resource
+(maintenance, export) visit every collection. `DEFAULT_HNSW` (chosen by agreement with exact
+search) applies to new collections; `compact` is `chroma_purge`'s.
 """
 
 from __future__ import annotations
@@ -238,8 +237,6 @@ class ChromaVectorIndex(VectorIndex):
     def _configuration(self) -> CreateCollectionConfiguration:
         return cast("CreateCollectionConfiguration", {"hnsw": dict(self._hnsw)})
 
-    # -- the root collection ---------------------------------------------------------------
-
     def _open(self, name: str, *, dimension: int, model: str) -> None:
         """Create the root collection if missing, or check an existing one (`ChromaRoots`).
 
@@ -325,7 +322,11 @@ class ChromaVectorIndex(VectorIndex):
                 self._forget_snapshot(collection.name)  # one a build wrote meanwhile
 
     def drop(self, name: str) -> None:
-        """Delete the index `name` (every collection of it); no error if it does not exist."""
+        """Delete a whole index (every collection of it); no error if it does not exist.
+
+        Args:
+            name: The index name.
+        """
         from chromadb.errors import NotFoundError
 
         check_index_name(name)
