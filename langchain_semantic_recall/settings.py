@@ -72,7 +72,7 @@ __all__ = [
 
 STORAGE_URL_ENV: Final = "SEMANTIC_RECALL_STORAGE_URL"
 DEFAULT_MAX_LOADED: Final = 128
-"""Resources whose vector index embedded Chroma keeps loaded (~3 MB + ~2 KB per message each)."""
+"""Resources whose index embedded Chroma keeps loaded, at most the open-file limit / 5."""
 VECTOR_URL_ENV: Final = "SEMANTIC_RECALL_VECTOR_URL"
 DEFAULT_STORAGE_URL: Final = "sqlite:///semantic-recall-data/messages.sqlite3"
 DEFAULT_VECTOR_URL: Final = "chroma:///semantic-recall-data/chroma"

@@ -216,6 +216,20 @@ def test_embedded_default_smoke() -> None:
     assert "index, one thread per call" in out
 
 
+@pytest.mark.parametrize(
+    "scenario", [["--forget"], ["--scenario", "per-request", "--no-close"], ["--scenario", "async"]]
+)
+def test_soak_smoke(tmp_path: Path, scenario: list[str]) -> None:
+    out = _run("soak.py", "--rounds", "2", "--users", "3", *scenario, "--out", str(tmp_path))
+    assert "second half: {'objects_per_user'" in out
+    result = json.loads((tmp_path / "soak.json").read_text())
+    assert [row["users"] for row in result["rounds"]] == [0, 3, 6]
+    assert result["after_close"]["fds"] >= 0
+    if "async" in scenario:
+        assert result["aclose_under_load"]["stored_in_part"] == []
+        assert result["aclose_under_load"]["failed"] == []
+
+
 def test_two_writers_embedded_smoke() -> None:
     out = _run("two_writers_embedded.py", "--writes", "300", "--late", "5")
     assert "one process (baseline)   300 vectors listed, 0 never returned" in out

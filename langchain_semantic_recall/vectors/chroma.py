@@ -32,11 +32,10 @@ from langchain_semantic_recall.fusion import best_scores
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
+from langchain_semantic_recall.vectors.chroma_clients import close_client, opened_persistent, own
 from langchain_semantic_recall.vectors.chroma_collections import (
     ChromaCollections,
     Row,
-    close_client,
-    opened_persistent,
     remove_copy,
 )
 from langchain_semantic_recall.vectors.chroma_layout import (
@@ -144,7 +143,7 @@ class ChromaVectorIndex(VectorIndex):
             )
         self._workarounds = fixes = ChromaWorkarounds.of(workarounds)
         self._client = client
-        self._owned_client: ClientAPI | None = None  # built here (`persistent`): closed here
+        self._close_own: Callable[[], None] | None = None  # what `persistent` opened (`own`)
         self._hnsw: Mapping[str, Any] = settings
         self._lock = threading.Lock()
         self._roots = ChromaRoots(client, self._configuration())
@@ -192,7 +191,7 @@ class ChromaVectorIndex(VectorIndex):
         """
         with opened_persistent(os.fspath(path), read_only=read_only) as (client, copy):
             index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
-        index._owned_client = client
+        index._close_own = own(index, partial(close_client, client))
         if copy is not None:
             weakref.finalize(index, remove_copy, copy)
             index._snapshot_files = None  # never delete in `path`
@@ -491,9 +490,9 @@ class ChromaVectorIndex(VectorIndex):
         """Forget the cached collections; close the client if built here (not a caller's)."""
         self._roots.clear()
         with self._lock:
-            client, self._owned_client = self._owned_client, None
+            close, self._close_own = self._close_own, None
         self._collections.clear()
         if self._snapshots is not None:
             self._snapshots.close()
-        if client is not None:
-            close_client(client)
+        if close is not None:
+            close()

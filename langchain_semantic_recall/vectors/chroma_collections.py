@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -44,9 +44,7 @@ __all__ = [
     "CACHED_COLLECTIONS",
     "ChromaCollections",
     "Row",
-    "close_client",
     "open_persistent",
-    "opened_persistent",
     "remove_copy",
     "sweep_copies",
     "temporary_copy",
@@ -67,13 +65,6 @@ _COPY_LOCK: Final = ".semantic-recall-copy.lock"
 """The file of a copy that its process keeps locked while it uses the copy (`_hold`)."""
 _HELD: dict[str, int] = {}
 """This process's copies -> the descriptor holding each one's lock."""
-SYSTEMS: Final = threading.RLock()
-"""Held while this package opens and sets up, or closes, an embedded client. chromadb
-shares one `System` per folder in a process, and one client's open raced another's close
-(the last reference: the system stops): engines opened and closed at once on one folder
-failed to open ("'RustBindingsAPI' object has no attribute 'bindings'", a `KeyError` of
-the folder). Upstream: chroma-core/chroma#7533 (open) makes chromadb's own bookkeeping
-atomic."""
 _T = TypeVar("_T")
 
 Row = tuple[str, Mapping[str, Any], Iterable[float] | None]
@@ -327,20 +318,6 @@ def _pages(
     for start in range(0, len(ids), size):
         page = ids[start : start + size]
         yield read_retrying(partial(collection.get, ids=page, include=include), delays)
-
-
-@contextmanager
-def opened_persistent(folder: str, *, read_only: bool) -> Iterator[tuple[ClientAPI, str | None]]:
-    """`open_persistent` under `SYSTEMS`, held until the caller has set the client up."""
-    with SYSTEMS:
-        yield open_persistent(folder, read_only=read_only)
-
-
-def close_client(client: ClientAPI) -> None:
-    """Close a client this package opened (chromadb >= 1.1 has `close`), under `SYSTEMS`."""
-    if hasattr(client, "close"):
-        with SYSTEMS:
-            client.close()
 
 
 def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | None]:

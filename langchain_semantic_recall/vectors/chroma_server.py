@@ -20,15 +20,16 @@ import logging
 import time
 import urllib.error
 import urllib.request
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
 from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+from langchain_semantic_recall.vectors.chroma_clients import own
 from langchain_semantic_recall.vectors.chroma_workarounds.http_close import HttpResources
 
 if TYPE_CHECKING:
@@ -314,20 +315,14 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             request_timeout=request_timeout,
         )
         super().__init__(client, hnsw=hnsw)
-        self._owned_client = client  # built here: `close` closes it
         held = HttpResources.of(client) if self._workarounds.enabled else None
         # Closed with the index, or once it is collected unclosed (an engine per request):
         # chromadb's process-wide cache keeps each HTTP client's `System` until then.
-        self._release = weakref.finalize(self, _close_client, client, held)
+        self._close_own = own(self, partial(_close_client, client, held))
         logger.debug("connected to the Chroma server at %s", self.url)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
-
-    def _close(self) -> None:
-        """Close the client, and what chromadb's close leaves open (`http_close`)."""
-        super()._close()
-        self._release()  # (once: an index collected unclosed has run it already)
 
     def heartbeat(self, timeout: float = 2.0) -> bool:
         """Whether the server answers right now.

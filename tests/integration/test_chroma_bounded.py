@@ -125,3 +125,50 @@ def test_every_unload_hands_the_freed_memory_back(
     memory.close()
     assert restarts >= 3
     assert len(released) == restarts  # each start of the bindings, the first one too
+
+
+_LOW_LIMIT = """
+import resource, sys, tempfile
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_semantic_recall import SemanticRecall
+from tests.fakes import FakeEmbeddings
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+memory = SemanticRecall.local(tempfile.mkdtemp(), embeddings=FakeEmbeddings(), search_mode="dense")
+print("bound", memory.vector_store.client._server.bindings.limit)
+failed = 0
+for n in range(90):
+    turn = [HumanMessage(f"note {n} about the lisbon trip"), AIMessage(f"noted {n}")]
+    done = memory.index(turn, thread_id=f"t{n}", resource_id=f"user{n}")
+    found = memory.search(f"note {n}", resource_id=f"user{n}")
+    failed += done.error is not None or not found
+print("failed", failed)
+memory.close()
+"""
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="setrlimit in a child, as on Linux CI")
+def test_the_default_bound_fits_a_low_open_file_limit(tmp_path: Path) -> None:
+    """A process allowed 256 open files (macOS's default `ulimit -n`, some containers):
+    each loaded index holds 4 files open, so the default bound of 128 loaded indexes is
+    more than the process can hold; the bound is then Chroma's own capacity, the limit / 5.
+
+    Before: past ~55 resources every write failed ("unable to open database file", the
+    messages stored without vectors) and then any file the process opened ("Too many
+    open files").
+    """
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _LOW_LIMIT],
+        check=False,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "bound 51\n" in done.stdout
+    assert "failed 0\n" in done.stdout

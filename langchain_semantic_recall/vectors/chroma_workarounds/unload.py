@@ -179,7 +179,9 @@ def protect(server: Any, limit: int | None = None) -> RestartingBindings | None:
     Args:
         server: The client's `RustBindingsAPI` (`client._server`).
         limit: Most collections loaded; None keeps the current bound, or Chroma's own
-            capacity (the open-file limit / 5) on first use.
+            capacity (the open-file limit / 5) on first use. A bound over that capacity
+            is lowered to it (logged): each loaded index holds 4 files open, and past the
+            process's open-file limit every write and file open fails.
 
     Returns:
         The bindings, or None (nothing done) for any other client: an HTTP client of a
@@ -190,13 +192,23 @@ def protect(server: Any, limit: int | None = None) -> RestartingBindings | None:
         return None
     if not server._system.settings.is_persistent:
         return None
+    capacity = chroma_capacity()
+    if limit is not None and limit > capacity:
+        logger.info(
+            "keeping at most %d Chroma indexes loaded, not %d: the open-file limit (%d) / 5 "
+            "(raise `ulimit -n` for more)",
+            capacity,
+            limit,
+            capacity * 5,
+        )
+        limit = capacity
     with _LOCK:
         bindings = server.bindings
         if isinstance(bindings, RestartingBindings):
             if limit is not None and limit != bindings.limit:
                 bindings.limit = limit
             return bindings
-        return RestartingBindings(server, max(1, chroma_capacity() if limit is None else limit))
+        return RestartingBindings(server, max(1, capacity if limit is None else limit))
 
 
 def restart_around(server: Any, between: Callable[[], None]) -> None:
