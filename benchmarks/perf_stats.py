@@ -147,7 +147,15 @@ def measure(folder: Path, runs: int) -> dict[str, Any]:
         if hasattr(found, "held"):  # each message's vector ids (the stray chunks' count)
             writes = importlib.import_module("langchain_semantic_recall.engine.vector_writes")
             chunking = writes.Chunking(memory.embeddings, None)
-            op = maintenance_ops.read_stats_op(info, found.held, None, None, chunking=chunking)
+            # and the messages with a vector under no resource (an adoption's strays)
+            records = importlib.import_module("langchain_semantic_recall.records")
+            loose = ChromaFile(store / "chroma").index(
+                info.name, records.ScopeFilter(records.NO_RESOURCE)
+            )
+            unowned = frozenset() if loose is None else loose.message_ids
+            op = maintenance_ops.read_stats_op(
+                info, found.held, None, None, chunking=chunking, unowned=unowned
+            )
         else:
             extra = {"carrying": found.carrying} if newer else {}
             op = maintenance_ops.read_stats_op(info, found.message_ids, None, None, **extra)
