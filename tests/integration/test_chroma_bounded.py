@@ -128,13 +128,13 @@ def test_every_unload_hands_the_freed_memory_back(
 
 
 _LOW_LIMIT = """
-import resource, sys, tempfile
+import resource, sys
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_semantic_recall import SemanticRecall
 from tests.fakes import FakeEmbeddings
 
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-memory = SemanticRecall.local(tempfile.mkdtemp(), embeddings=FakeEmbeddings(), search_mode="dense")
+memory = SemanticRecall.local(sys.argv[1], embeddings=FakeEmbeddings(), search_mode="dense")
 print("bound", memory.vector_store.client._server.bindings.limit)
 failed = 0
 for n in range(90):
@@ -147,7 +147,6 @@ memory.close()
 """
 
 
-@pytest.mark.skipif(platform.system() != "Linux", reason="setrlimit in a child, as on Linux CI")
 def test_the_default_bound_fits_a_low_open_file_limit(tmp_path: Path) -> None:
     """A process allowed 256 open files (macOS's default `ulimit -n`, some containers):
     each loaded index holds 4 files open, so the default bound of 128 loaded indexes is
@@ -162,7 +161,7 @@ def test_the_default_bound_fits_a_low_open_file_limit(tmp_path: Path) -> None:
 
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-c", _LOW_LIMIT],
+        [sys.executable, "-c", _LOW_LIMIT, str(tmp_path / "memory")],
         check=False,
         cwd=root,
         capture_output=True,
