@@ -56,6 +56,7 @@ from langchain_semantic_recall.vectors.chroma_purge import compact_index, is_htt
 from langchain_semantic_recall.vectors.chroma_roots import ChromaRoots
 from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot
 from langchain_semantic_recall.vectors.chroma_snapshots import FOLDER, SNAPSHOTS_FROM, ColdSnapshots
+from langchain_semantic_recall.vectors.chroma_sqlite import release_unused
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
 from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
@@ -496,3 +497,4 @@ class ChromaVectorIndex(VectorIndex):
             self._snapshots.close()
         if close is not None:
             close()
+            release_unused()  # chromadb's file, once no client of ours has it

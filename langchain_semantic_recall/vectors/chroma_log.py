@@ -25,10 +25,11 @@ import logging
 import os
 import sqlite3
 from collections.abc import Callable
-from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeGuard, TypeVar
+
+from langchain_semantic_recall.vectors.chroma_sqlite import read_chroma_file
 
 __all__ = [
     "ADD",
@@ -153,27 +154,6 @@ class ChromaLog:
     def _read(self, read: Callable[[sqlite3.Cursor], _T | None]) -> _T | None:
         """`read(cursor)` on this folder's file (`read_chroma_file`); None if unreadable."""
         return read_chroma_file(self._path, read)
-
-
-def read_chroma_file(path: Path, read: Callable[[sqlite3.Cursor], _T | None]) -> _T | None:
-    """`read(cursor)` on Chroma's SQLite file `path`, read only, in one read transaction.
-
-    None (logged) if the file is missing or the read fails (another version's tables).
-    """
-    if not path.is_file():
-        return None
-    uri = f"{path.resolve().as_uri()}?mode=ro"
-    try:
-        with closing(sqlite3.connect(uri, uri=True, timeout=1.0)) as connection:
-            cursor = connection.cursor()
-            cursor.execute("BEGIN")
-            try:
-                return read(cursor)
-            finally:
-                connection.rollback()
-    except (sqlite3.Error, TypeError, ValueError) as exc:
-        logger.debug("cannot read Chroma's file %s: %s", path, exc)
-        return None
 
 
 def _tail(
