@@ -24,9 +24,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
@@ -145,9 +148,14 @@ def migrate(
         on_vectors: Called with the number of messages whose vectors were just handled.
 
     Raises:
+        InvalidOptionError: the target's storage and vector index are the source's.
         OwnershipError: a thread of the source belongs to another resource in the target.
         EmbeddingMismatchError: the target index was built with another embedder.
     """
+    if source.storage is target.storage and source.vector_store is target.vector_store:
+        from langchain_semantic_recall.errors import InvalidOptionError
+
+        raise InvalidOptionError("the target is the source: nothing would be migrated")
     copied = new = 0
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
@@ -262,6 +270,51 @@ def _source_urls(args: argparse.Namespace) -> tuple[str, str]:
     return f"sqlite:///{root / 'messages.sqlite3'}", f"chroma:///{root / 'chroma'}"
 
 
+def _place(url: str) -> tuple[str, ...] | None:
+    """Where a storage or vector URL keeps its data (None: in memory, a new place each time).
+
+    Only what names one place for certain: a file or folder by its real path (relative,
+    symlinked or with `..`), a server by its host, port and database or path. Two spellings
+    of one server (`localhost` and `127.0.0.1`) differ here: a refusal must never stop a
+    migration between two stores.
+    """
+    from langchain_semantic_recall.settings import sqlite_file
+
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("sqlite", "chroma"):
+        base = url.partition("?")[0] if scheme == "chroma" else url
+        path = sqlite_file(base) if scheme == "sqlite" else _chroma_folder(base)
+        return None if path is None else ("file", os.path.realpath(path))
+    if scheme in ("", "memory"):
+        return None
+    parts = urlsplit(url)
+    query = tuple(sorted((k, v) for k, v in parse_qsl(parts.query) if not k.startswith("pool_")))
+    host = (parts.hostname or "").lower()
+    return (scheme, host, str(parts.port or ""), parts.path.rstrip("/"), repr(query))
+
+
+def _chroma_folder(url: str) -> Path | None:
+    rest = url[len("chroma://") :]
+    rest = rest[1:] if rest.startswith("/") else rest
+    return Path(rest) if rest else None
+
+
+def _refuse_itself(source: tuple[str, str], target: tuple[str, str]) -> None:
+    """A target whose messages and vectors are the source's would copy nothing onto itself.
+
+    Raises:
+        UsageError: both URLs of the target name the source's places.
+    """
+    from langchain_semantic_recall.settings import redact
+
+    places = [(_place(a), _place(b)) for a, b in zip(source, target, strict=True)]
+    if all(here is not None and here == there for here, there in places):
+        raise UsageError(
+            f"the target is the source ({redact(source[0])} and {redact(source[1])}): "
+            "nothing would be migrated. Name the new store with --to-storage and --to-vector"
+        )
+
+
 def _advance(bar: Any, n: int, total: int) -> None:
     bar.update(n)
     if bar.n >= total:  # show the finished bar while the next phase runs
@@ -275,6 +328,7 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     from_storage, from_vector = _source_urls(args)
+    _refuse_itself((from_storage, from_vector), (args.to_storage, args.to_vector))
     embeddings = _embeddings(args.embeddings)
     options: dict[str, Any] = {"read_only": True}
     if args.index_name:

@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.cli import main
 from langchain_semantic_recall.cli.migrate import migrate
+from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings, RecordingVectors
@@ -248,3 +249,37 @@ def test_migrate_says_its_copied_vectors_are_not_messages(
     assert f"migrated {stored} messages" in out
     assert "vector(s) copied (one per chunk of a message's text)" in out
     assert "0 message(s) embedded again" in out
+
+
+def test_migrate_refuses_a_target_that_is_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Named again, however it is spelled, the source is refused before anything is written.
+
+    It used to report "migrated 2 messages" having copied the store onto itself.
+    """
+    store = tmp_path / "store"
+    memory = SemanticRecall.local(store, embeddings=FakeEmbeddings())
+    fill(memory)
+    held = memory.storage.count()
+    memory.close()
+    (tmp_path / "alias").symlink_to(store)
+    monkeypatch.chdir(tmp_path)
+    spellings = [
+        (f"sqlite:///{store / 'messages.sqlite3'}", f"chroma:///{store / 'chroma'}"),
+        ("sqlite:///alias/../store/messages.sqlite3", "chroma:///alias/chroma/?max_loaded=4"),
+    ]
+    for storage, vector in spellings:
+        argv = ["--path", str(store), "migrate", "--to-storage", storage, "--to-vector", vector]
+        assert main([*argv, "--embeddings", "tests.fakes:FakeEmbeddings"]) == 2
+        assert "the target is the source" in capsys.readouterr().err
+    # One half kept is a migration of the other (the vectors to a server, say): allowed.
+    kept = ["--path", str(store), "migrate", "--to-storage", spellings[0][0]]
+    kept += ["--to-vector", "memory://", "--embeddings", "tests.fakes:FakeEmbeddings", "--json"]
+    assert main(kept) == 0
+    assert json.loads(capsys.readouterr().out)["target_messages"] == held
+    engine = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    with pytest.raises(InvalidOptionError, match="the target is the source"):
+        migrate(engine, engine)
