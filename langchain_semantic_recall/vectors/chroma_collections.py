@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import suppress
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from langchain_semantic_recall.errors import InvalidInputError, StorageError
@@ -31,6 +32,7 @@ from langchain_semantic_recall.vectors.chroma_layout import (
     resource_collection_name,
     thread_where,
 )
+from langchain_semantic_recall.vectors.chroma_sqlite import copy_chroma_file
 from langchain_semantic_recall.vectors.chroma_workarounds import READ_RETRY_DELAYS
 from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
 
@@ -62,6 +64,8 @@ _LIST_PAGE: Final = 1000
 COPY_PREFIX: Final = "semantic-recall-read-only-"
 """Name of a read-only open's temporary copy: this, its process's id, "-" and a random tail."""
 _COPY_LOCK: Final = ".semantic-recall-copy.lock"
+SQLITE_FILE: Final = "chroma.sqlite3"
+"""Chroma's own SQLite file in its folder (copied whole, `chroma_sqlite.copy_chroma_file`)."""
 """The file of a copy that its process keeps locked while it uses the copy (`_hold`)."""
 _HELD: dict[str, int] = {}
 """This process's copies -> the descriptor holding each one's lock."""
@@ -365,7 +369,8 @@ def temporary_copy(folder: str) -> str:
 
     sweep_copies()
     copy = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{os.getpid()}-")
-    skip = shutil.ignore_patterns(FOLDER)  # the snapshots are read in place (`ColdSnapshots`)
+    # The snapshots are read in place (`ColdSnapshots`); Chroma's file is copied apart.
+    skip = shutil.ignore_patterns(FOLDER, f"{SQLITE_FILE}*")
     try:
         _hold(copy)
         shutil.copytree(
@@ -373,6 +378,14 @@ def temporary_copy(folder: str) -> str:
         )
         for root, _dirs, _files in os.walk(copy):  # copytree kept the folders' read-only modes
             os.chmod(root, 0o700)
+        source = Path(folder) / SQLITE_FILE
+        if source.is_file() and not copy_chroma_file(source, Path(copy) / SQLITE_FILE):
+            # A journal stays beside it (a writer stopped mid-write, or writes on and on):
+            # copied with it, as before, so Chroma rolls the copy back to a whole state.
+            logger.warning("Chroma's file in %s kept changing while it was copied", folder)
+            for name in (SQLITE_FILE, f"{SQLITE_FILE}-journal"):
+                if (Path(folder) / name).is_file():
+                    shutil.copyfile(Path(folder) / name, Path(copy) / name)
     except OSError as exc:
         remove_copy(copy)
         raise StorageError(

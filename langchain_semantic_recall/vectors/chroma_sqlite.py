@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TypeVar
 
-__all__ = ["read_chroma_file", "release_unused"]
+__all__ = ["copy_chroma_file", "read_chroma_file", "release_unused"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +106,26 @@ class _Reader:
         logger.debug("Chroma's file %s kept changing while it was read", self.path)
         return None
 
+    def copy_to(self, target: str) -> bool:
+        """Write the file, as no write was changing it, to `target` (False: it kept changing).
+
+        Read through the descriptor kept open: a copy opened and closed here would drop
+        chromadb's locks like a connection would.
+        """
+        for delay in (*RETRY_DELAYS, None):
+            before = self.version()
+            if before is not None and not self.closed:
+                with open(target, "wb") as out:
+                    offset = 0
+                    while chunk := os.pread(self.fd, 1 << 20, offset):
+                        out.write(chunk)
+                        offset += len(chunk)
+                if self.version() == before:
+                    return True
+            if delay is not None:
+                time.sleep(delay)
+        return False
+
     def close(self) -> None:
         self.closed = True
         self.connection.close()
@@ -135,6 +155,26 @@ def read_chroma_file(path: Path, read: Callable[[sqlite3.Cursor], _T | None]) ->
     except (OSError, sqlite3.Error, TypeError, ValueError) as exc:
         logger.debug("cannot read Chroma's file %s: %s", path, exc)
         return None
+    finally:
+        release_unused()
+
+
+def copy_chroma_file(path: Path, target: Path) -> bool:
+    """Copy Chroma's SQLite file `path` to `target` whole, as no write was changing it.
+
+    False (nothing to rely on in `target`) when writes kept changing it.
+
+    Args:
+        path: A `chroma.sqlite3`.
+        target: Where the copy goes (overwritten).
+
+    Raises:
+        OSError: `path` cannot be read or `target` written.
+    """
+    try:
+        reader = _reader(os.path.realpath(path))
+        with reader.lock:
+            return reader.copy_to(os.fspath(target))
     finally:
         release_unused()
 

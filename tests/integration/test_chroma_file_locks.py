@@ -153,3 +153,20 @@ def test_the_file_stays_open_while_chromadb_has_it_and_is_closed_after(tmp_path:
     assert key not in chroma_sqlite._READERS  # closed with the last client of the folder
     assert (read_chroma_file(path, tables) or 0) > 0  # and read (then closed) without one
     assert key not in chroma_sqlite._READERS
+
+
+def test_a_copy_of_the_file_is_whole_or_refused(tmp_path: Path) -> None:
+    """A read-only open copies Chroma's file through the reader: never mid-write."""
+    from langchain_semantic_recall.vectors.chroma_sqlite import copy_chroma_file
+
+    path = tmp_path / "chroma.sqlite3"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE embeddings (id INTEGER, text TEXT)")
+        connection.executemany(
+            "INSERT INTO embeddings VALUES (?, ?)", [(n, "x" * 500) for n in range(2000)]
+        )
+    connection.close()
+    assert copy_chroma_file(path, tmp_path / "copy.sqlite3")
+    assert (tmp_path / "copy.sqlite3").read_bytes() == path.read_bytes()
+    Path(f"{path}-journal").write_bytes(b"\x00" * 512)  # a write under way, or stopped
+    assert not copy_chroma_file(path, tmp_path / "again.sqlite3")
