@@ -424,6 +424,7 @@ def sweep_copies(root: str | None = None) -> list[str]:
         if not name.startswith(COPY_PREFIX) or path in _HELD or not _abandoned(path):
             continue
         try:
+            _writable(path)
             shutil.rmtree(path)
         except OSError:
             logger.warning("could not delete the abandoned read-only copy %s", path, exc_info=True)
@@ -437,9 +438,21 @@ def sweep_copies(root: str | None = None) -> list[str]:
 def remove_copy(copy: str) -> None:
     """Delete a read-only copy this process made, and release its lock."""
     fd = _HELD.pop(copy, None)
+    _writable(copy)
     shutil.rmtree(copy, ignore_errors=True)
     if fd is not None:
         os.close(fd)
+
+
+def _writable(copy: str) -> None:
+    """Make a copy's folders writable again, so that it can be deleted.
+
+    `copytree` gives each folder the store's read-only mode; a copy it left half made (a
+    full temporary folder) kept them, and then the text in it, for good.
+    """
+    for root, _dirs, _files in os.walk(copy):
+        with suppress(OSError):
+            os.chmod(root, 0o700)
 
 
 def _hold(copy: str) -> None:

@@ -136,3 +136,38 @@ def test_the_copy_of_a_live_process_is_kept(store: Path, scratch: Path) -> None:
     finally:
         process.kill()
         process.wait(timeout=60)
+
+
+_HALF_MADE = """
+import os, sys
+from langchain_semantic_recall.vectors import chroma_collections as cc
+
+copy = os.path.join(sys.argv[1], cc.COPY_PREFIX + "half-made")
+os.makedirs(os.path.join(copy, "segment"))
+with open(os.path.join(copy, "segment", "data.bin"), "wb") as out:
+    out.write(b"q517z remembered text")
+os.chmod(os.path.join(copy, "segment"), 0o555)  # the store's read-only mode, as copytree
+os.chmod(copy, 0o555)  # leaves it when it stops half way (a full temporary folder)
+cc.remove_copy(copy)
+print("gone" if not os.path.exists(copy) else "left")
+"""
+
+
+def test_a_copy_left_half_made_with_read_only_folders_is_still_deleted() -> None:
+    """As its owner (not root, whom file modes do not bind), or it keeps the text for good."""
+    scratch = Path(tempfile.mkdtemp(prefix="semantic-recall-half-"))  # outside pytest's tree
+    scratch.chmod(0o777)
+    command = [sys.executable, "-c", _HALF_MADE, str(scratch)]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "gone"
+    finally:
+        for root, _dirs, _files in os.walk(scratch):
+            os.chmod(root, 0o700)
+        subprocess.run(["rm", "-rf", str(scratch)], check=False)
