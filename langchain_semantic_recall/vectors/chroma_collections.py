@@ -64,9 +64,9 @@ _LIST_PAGE: Final = 1000
 COPY_PREFIX: Final = "semantic-recall-read-only-"
 """Name of a read-only open's temporary copy: this, its process's id, "-" and a random tail."""
 _COPY_LOCK: Final = ".semantic-recall-copy.lock"
+"""The file of a copy that its process keeps locked while it uses the copy (`_hold`)."""
 SQLITE_FILE: Final = "chroma.sqlite3"
 """Chroma's own SQLite file in its folder (copied whole, `chroma_sqlite.copy_chroma_file`)."""
-"""The file of a copy that its process keeps locked while it uses the copy (`_hold`)."""
 _HELD: dict[str, int] = {}
 """This process's copies -> the descriptor holding each one's lock."""
 _T = TypeVar("_T")
@@ -376,8 +376,7 @@ def temporary_copy(folder: str) -> str:
         shutil.copytree(
             folder, copy, dirs_exist_ok=True, copy_function=shutil.copyfile, ignore=skip
         )
-        for root, _dirs, _files in os.walk(copy):  # copytree kept the folders' read-only modes
-            os.chmod(root, 0o700)
+        _writable(copy)  # copytree kept the folders' read-only modes
         source = Path(folder) / SQLITE_FILE
         if source.is_file() and not copy_chroma_file(source, Path(copy) / SQLITE_FILE):
             # A journal stays beside it (a writer stopped mid-write, or writes on and on):
