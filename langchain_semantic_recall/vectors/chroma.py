@@ -33,11 +33,7 @@ from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
 from langchain_semantic_recall.vectors.chroma_clients import close_client, opened_persistent, own
-from langchain_semantic_recall.vectors.chroma_collections import (
-    ChromaCollections,
-    Row,
-    remove_copy,
-)
+from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, Row, remove_copy
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
     LAYOUT,
@@ -163,7 +159,10 @@ class ChromaVectorIndex(VectorIndex):
         if embedded and fixes.enabled:  # Chroma's own eviction loses vectors
             from langchain_semantic_recall.vectors.chroma_workarounds.unload import protect
 
-            protect(getattr(client, "_server", None), fixes.max_loaded)
+            bindings = protect(getattr(client, "_server", None), fixes.max_loaded)
+            if bindings is not None and self._snapshots is not None:  # (weak: the client's)
+                restarts = weakref.ref(bindings)
+                self._snapshots.follow_unloads(lambda: getattr(restarts(), "restarts", 0))
 
     @classmethod
     def persistent(

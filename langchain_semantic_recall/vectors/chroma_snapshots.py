@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from langchain_semantic_recall.vectors.chroma_log import DELETE, ChromaLog
-from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of, positions
+from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, positions
+from langchain_semantic_recall.vectors.chroma_snapshot_reads import read_every_vector, read_records
 from langchain_semantic_recall.vectors.chroma_workarounds.reads import read_retrying
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ REWRITE_AFTER: Final = 256
 _REFRESH_MOST: Final = 2000
 """Records written since a snapshot from which a refresh gives way to a full build (each
 is looked up in the file by binary search, ~55 us at 100k: ~0.1 s for 2,000)."""
-_PAGE: Final = 1000
-"""Vectors per `get` while building (each page holds the GIL ~25 ms at 100k)."""
 _IDLE: Final = 2.0
 """Seconds the builder thread waits for work before it ends."""
 _JOIN: Final = 30.0
@@ -100,7 +99,8 @@ class ColdSnapshots:
         self._delays = retry_delays
         self._lock = threading.Lock()
         self._serving: dict[str, Snapshot] = {}  # collection name -> until Chroma loaded it
-        self._chroma: dict[str, None] = {}  # collections Chroma answers for (the last KNOWN)
+        self._chroma: dict[str, int | None] = {}  # Chroma answers for: see `_chroma_answers`
+        self._unloads: Callable[[], int] = lambda: 0  # see `follow_unloads`
         self._threads: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
@@ -121,17 +121,24 @@ class ColdSnapshots:
 
         The first call for a collection reads its snapshot (and starts Chroma's load in
         the background); later calls use it until Chroma has loaded the index or a write
-        moved the collection past it.
+        moved the collection past it. Once Chroma unloads every index (`follow_unloads`),
+        the next call is a first call again.
         """
         name = collection.name
+        unloads = self._unloads()
         with self._lock:
-            if name in self._chroma or self._closing.is_set():
+            if self._closing.is_set():
                 return None
+            if name in self._chroma:
+                loaded = self._chroma[name]
+                if loaded is None or loaded == unloads:
+                    return None
+                del self._chroma[name]  # Chroma unloaded it since: the snapshot answers again
             snapshot = self._serving.get(name)
         if snapshot is None:
             snapshot = self._open(collection)
             if snapshot is None:
-                self._chroma_answers(name)
+                self._chroma_answers(name, has_snapshot=False)
                 self._submit(partial(self._build_one, collection))
                 return None
             with self._lock:
@@ -141,9 +148,18 @@ class ColdSnapshots:
             return found
         stamp = self._log.stamp(snapshot.collection_id)
         if stamp is None or stamp.seq != snapshot.seq:  # written since: Chroma has it
-            self._chroma_answers(name)
+            self._chroma_answers(name, has_snapshot=True)
             return None
         return snapshot.nearest(embedding, k)
+
+    def follow_unloads(self, unloads: Callable[[], int]) -> None:
+        """Serve the snapshots again each time Chroma unloads every index (`unloads()` counts).
+
+        The embedded default bounds the indexes loaded by starting Chroma's bindings again
+        (`chroma_workarounds.unload`): a big collection's next search would wait for
+        Chroma's load once more, which its snapshot spares, as at a process's first.
+        """
+        self._unloads = unloads
 
     def written(self, collection: Collection, vectors: int) -> None:
         """Vectors were written to `collection`: check its snapshot in the background.
@@ -278,12 +294,18 @@ class ColdSnapshots:
             read_retrying(query, self._delays)
         except Exception as exc:  # the next search asks Chroma, which reports it
             logger.debug("loading Chroma collection %r failed: %s", collection.name, exc)
-        self._chroma_answers(collection.name)
+        self._chroma_answers(collection.name, has_snapshot=True)
 
-    def _chroma_answers(self, name: str) -> None:
+    def _chroma_answers(self, name: str, *, has_snapshot: bool) -> None:
+        """Chroma answers for collection `name`: always, or until it unloads every index.
+
+        Kept as the unload count it loaded the collection at (`follow_unloads`), or None
+        when the collection has no snapshot to answer from.
+        """
+        loaded = self._unloads() if has_snapshot else None
         with self._lock:
             self._serving.pop(name, None)
-            _remember(self._chroma, name, None)
+            _remember(self._chroma, name, loaded)
 
     # -- building a snapshot -----------------------------------------------------------------
 
@@ -358,22 +380,11 @@ class ColdSnapshots:
                     _remember(self._short, collection.name, self.snapshots_from - stamp.count)
                     self._written_here.pop(collection.name, None)
             return False
-        rows: dict[str, np.ndarray] = {}
-        offset = 0
-        while offset < stamp.count:
-            if self._closing.wait(0.001):
-                return False
-            get = partial(collection.get, limit=_PAGE, offset=offset, include=["embeddings"])
-            got = read_retrying(get, self._delays)
-            if not got["ids"]:
-                break
-            vectors = np.asarray(got["embeddings"], dtype=np.float32)
-            rows.update(zip(got["ids"], vectors, strict=True))
-            offset += len(got["ids"])
-        ids = list(rows)
-        owners = self._owners(collection, [vector_id for vector_id in ids if "#" in vector_id])
-        matrix = np.vstack(list(rows.values()))
-        read = Snapshot.of(stamp, ids, [owners.get(i, i) for i in ids], matrix)
+        stop = partial(self._closing.wait, 0.001)  # (a pause between pages for searches)
+        rows = read_every_vector(collection, stamp.count, self._delays, stop)
+        if rows is None:
+            return False
+        read = Snapshot.of(stamp, *rows)
         return self._caught_up(collection.name, read)
 
     def _refresh(self, collection: Collection, stale: Snapshot) -> bool:
@@ -399,24 +410,11 @@ class ColdSnapshots:
             return False  # a row of the snapshot was deleted since: it must not stay
         hidden = np.zeros(len(flat), dtype=bool)
         hidden[list(rewritten.values())] = True
-        got: dict[str, tuple[np.ndarray, str]] = {}
-        for start in range(0, len(changed), _PAGE):
-            if self._dropping:  # interpreter exit: Chroma's client goes next
-                return False
-            page = changed[start : start + _PAGE]
-            get = partial(collection.get, ids=page, include=["embeddings", "metadatas"])
-            read = read_retrying(get, self._delays)
-            found = read["metadatas"]
-            metadatas: list[object] = list(found) if found else [None] * len(read["ids"])
-            vectors = np.asarray(read["embeddings"], dtype=np.float32)
-            for vector_id, vector, metadata in zip(read["ids"], vectors, metadatas, strict=True):
-                got[vector_id] = (vector, message_id_of(vector_id, metadata))
-        since = Snapshot.of(
-            stamp,
-            list(got),
-            [owner for _, owner in got.values()],
-            np.vstack([v for v, _ in got.values()]) if got else flat.vectors[:0],
-        )
+        dimension = flat.vectors.shape[1]
+        rows = read_records(collection, changed, self._delays, lambda: self._dropping, dimension)
+        if rows is None:  # interpreter exit: Chroma's client goes next
+            return False
+        since = Snapshot.of(stamp, *rows)
         if self._dropping:
             return False
         at_stamp = replace(
@@ -440,6 +438,9 @@ class ColdSnapshots:
             logger.debug("collection %r changed while read: no snapshot", name)
             return False
         self._save(name, snapshot)
+        with self._lock:
+            if name in self._chroma:  # Chroma answers until it unloads the index
+                self._chroma[name] = self._unloads()
         logger.info("wrote a snapshot of %d vectors of %r", len(snapshot), name)
         return True
 
@@ -458,16 +459,6 @@ class ColdSnapshots:
 
         if snapshot.save(self._files, name, still=unchanged) and not unchanged():
             Snapshot.delete(self._files, name)  # a forget by an older version, after ours
-
-    def _owners(self, collection: Collection, chunk_ids: list[str]) -> dict[str, str]:
-        owners: dict[str, str] = {}
-        for start in range(0, len(chunk_ids), _PAGE):
-            page = chunk_ids[start : start + _PAGE]
-            get = partial(collection.get, ids=page, include=["metadatas"])
-            got = read_retrying(get, self._delays)
-            for vector_id, meta in zip(got["ids"], got["metadatas"] or [], strict=False):
-                owners[vector_id] = message_id_of(vector_id, meta)
-        return owners
 
     def _start(self, target: Callable[..., None], *args: object) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ from langchain_core.messages import HumanMessage
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.vectors import chroma as chroma_module
+from langchain_semantic_recall.vectors import chroma_snapshot_reads as reads_module
 from langchain_semantic_recall.vectors import chroma_snapshots as snapshots_module
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex, resource_collection_name
 from langchain_semantic_recall.vectors.chroma_log import ChromaLog
@@ -325,9 +326,9 @@ def writing_between_pages(
 
     `monkeypatch` is a `MonkeyPatch.context()`: leaving it undoes only these two.
     """
-    from langchain_semantic_recall.vectors import chroma_snapshots
+    from langchain_semantic_recall.vectors import chroma_snapshot_reads as reads
 
-    real = chroma_snapshots.read_retrying
+    real = reads.read_retrying
     calls: list[int] = []
 
     def paged(read: Callable[[], Any], delays: tuple[float, ...]) -> Any:
@@ -339,8 +340,8 @@ def writing_between_pages(
             other.close()
         return result
 
-    monkeypatch.setattr(chroma_snapshots, "_PAGE", 50)
-    monkeypatch.setattr(chroma_snapshots, "read_retrying", paged)
+    monkeypatch.setattr(reads, "PAGE", 50)
+    monkeypatch.setattr(reads, "read_retrying", paged)
 
 
 def test_a_build_applies_what_was_written_while_it_read(
@@ -686,8 +687,8 @@ def test_a_refresh_stops_reading_at_exit(
     snapshots.building = True
     collection = index._collections.get(NAME, "r1", create=False)
     assert collection is not None
-    monkeypatch.setattr(snapshots_module, "_PAGE", 1)  # ten changed records: ten reads
-    real = snapshots_module.read_retrying
+    monkeypatch.setattr(reads_module, "PAGE", 1)  # ten changed records: ten reads
+    real = reads_module.read_retrying
     reads: list[bool] = []  # whether close had begun at each read
     entered = threading.Event()
 
@@ -697,7 +698,7 @@ def test_a_refresh_stops_reading_at_exit(
         reads.append(snapshots._dropping)
         return real(read, delays)
 
-    monkeypatch.setattr(snapshots_module, "read_retrying", spy)
+    monkeypatch.setattr(reads_module, "read_retrying", spy)
     snapshots._submit(partial(snapshots._check, collection))
     entered.wait(30)
     snapshots.close(finish_checks=False)  # what `_stop_all` does at interpreter exit
@@ -829,3 +830,35 @@ def test_what_an_index_keeps_of_the_resources_it_served_is_bounded_and_goes_with
     assert [n for n, handle in enumerate(handles) if handle() is not None] == []
     assert all(len(getattr(snapshots, part)) == 0 for part in kept)
     index.close()
+
+
+def test_after_chroma_unloads_every_index_the_snapshot_answers_again(
+    built: tuple[Path, dict[str, np.ndarray]], chroma_asked: list[str]
+) -> None:
+    """The embedded default bounds the indexes loaded by starting Chroma's bindings again
+    once more collections are touched (`max_loaded`): every index is unloaded, and a big
+    collection's next search would wait for Chroma's load, as at a process's first."""
+    from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+
+    folder, rows = built
+    index = opened(folder, workarounds=ChromaWorkarounds(max_loaded=1))
+    name = resource_collection_name(NAME, "r1")
+    query = vectors_of(3, 1)[0]
+    assert index.snapshots is not None
+    index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    index.snapshots.wait(60)  # Chroma loaded r1's index: it answers from now on
+    index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    assert chroma_asked == [name]
+    bindings: Any = index.client._server.bindings  # type: ignore[attr-defined]
+    restarts = bindings.restarts
+    other = record("other", list(map(float, query)), thread_id="t2", resource_id="r2")
+    index.upsert(NAME, [other])  # a second collection touched: every index unloaded
+    assert bindings.restarts == restarts + 1
+    chroma_asked.clear()
+    found = index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    assert chroma_asked == []  # r1's snapshot answered, while Chroma loads it again
+    assert [m for m, _ in found] == [m for m, _ in best(rows, query, 10)]
+    index.snapshots.wait(60)
+    index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    index.close()
+    assert chroma_asked == [name]
