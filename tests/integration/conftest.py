@@ -27,10 +27,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -60,6 +62,30 @@ def wait_until(condition: object, *, timeout: float, what: str, interval: float 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)  # polling interval of a condition with a deadline
+
+
+def run_at_once(jobs: Sequence[Callable[[], object]], *, timeout: float = 300) -> None:
+    """Run every job on its own thread, all released at once; fail with what any raised.
+
+    For the concurrency tests: the threads meet at a barrier first, so the jobs overlap.
+    """
+    start = threading.Barrier(len(jobs))
+    errors: list[BaseException] = []
+
+    def run(job: Callable[[], object]) -> None:
+        try:
+            start.wait(timeout=60)
+            job()
+        except BaseException as exc:  # collected: the test fails with it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+    assert not any(thread.is_alive() for thread in threads), f"a job ran over {timeout:.0f} s"
+    assert errors == [], [traceback.format_exception(error) for error in errors]
 
 
 def _pg_bindir() -> Path:

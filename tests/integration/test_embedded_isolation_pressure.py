@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import traceback
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from langchain_semantic_recall.vectors import chroma_collections
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 from tests.fakes import FakeEmbeddings
+from tests.integration.conftest import run_at_once
 
 USERS = ("ann", "ben", "cat")
 SAID = (  # every user says the same things
@@ -80,10 +81,13 @@ class Run:
         self.tag = f"p{uuid.uuid4().hex[:8]}-"
         self.lock = threading.Lock()
         self.leaks: list[str] = []
-        self.errors: list[BaseException] = []
 
     def owner(self, user: str) -> str:
         return f"{self.tag}{user}"
+
+    def do_all(self, memory: SemanticRecall, steps: list[tuple[Any, ...]]) -> None:
+        for step in steps:
+            self.do(memory, step)
 
     def do(self, memory: SemanticRecall, one: tuple[Any, ...]) -> None:
         kind, user = one[0], one[1]
@@ -124,16 +128,6 @@ class Run:
                 memory.forget_thread(thread, resource_id=owner)
 
 
-def _work(run: Run, memory: SemanticRecall, steps: list[Any], start: threading.Barrier) -> None:
-    try:
-        start.wait(timeout=60)
-        for one in steps:
-            run.do(memory, one)
-    except BaseException as exc:  # collected: the test fails with it
-        with run.lock:
-            run.errors.append(exc)
-
-
 @settings(
     max_examples=12,
     deadline=None,
@@ -147,14 +141,7 @@ def test_users_stay_apart_while_every_cache_churns(
     for user in USERS:  # each user starts with a few messages, the same words as the others'
         for said in SAID:
             run.do(memory, ("index", user, 0, SAID.index(said), False))
-    start = threading.Barrier(len(workers))
-    threads = [threading.Thread(target=_work, args=(run, memory, w, start)) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    assert not any(thread.is_alive() for thread in threads)
-    assert run.errors == [], [traceback.format_exception(e) for e in run.errors]
+    run_at_once([partial(run.do_all, memory, steps) for steps in workers])
     assert run.leaks == []
     name = memory.ensure_index().name
     for user in USERS:

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -66,21 +66,41 @@ def _can_mount_read_only(tmp_path: Path) -> bool:
     return done.returncode == 0 and not (probe / "x").exists()
 
 
+Rows = list[dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Rows], Path]:
+    """The store `semantic-recall ingest` makes of some rows, made once per module and rows.
+
+    Each test works on its own copy of it (a command a process takes ~4 s to run).
+    """
+    made: dict[str, Path] = {}
+
+    def store_of(rows: Rows) -> Path:
+        key = json.dumps(rows)
+        if key not in made:
+            folder = tmp_path_factory.mktemp("ingested")
+            history = folder / "history.jsonl"
+            history.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
+            loaded = _run(_CLI, "--path", str(folder / "store"), "ingest", str(history), store=None)
+            assert loaded.returncode == 0, loaded.stderr
+            made[key] = folder / "store"
+        return made[key]
+
+    return store_of
+
+
 @pytest.fixture
-def read_only_store(tmp_path: Path) -> Path:
+def read_only_store(tmp_path: Path, ingested: Callable[[Rows], Path]) -> Iterator[Path]:
     """A store of two conversations, copied, then made read-only (`chmod -R a-w`)."""
-    source = tmp_path / "source"
     lines = [
         {"resource": "alice", "thread": "sea", "role": "user", "content": "the lighthouse keeper"},
         {"resource": "alice", "thread": "sea", "role": "assistant", "content": "keeps the lamp"},
         {"resource": "alice", "thread": "cake", "role": "user", "content": "a lemon cake recipe"},
     ]
-    history = tmp_path / "history.jsonl"
-    history.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
-    loaded = _run(_CLI, "--path", str(source), "ingest", str(history), store=None)
-    assert loaded.returncode == 0, loaded.stderr
     store = tmp_path / "backup"
-    shutil.copytree(source, store)
+    shutil.copytree(ingested(lines), store)
     subprocess.run(["chmod", "-R", "a-w", str(store)], check=True)
     yield store
     subprocess.run(["chmod", "-R", "u+w", str(store)], check=True)
@@ -154,7 +174,7 @@ def test_writing_to_a_read_only_store_says_so(read_only_store: Path, tmp_path: P
 
 
 @pytest.fixture
-def unwritable_store() -> Iterator[Path]:
+def unwritable_store(ingested: Callable[[Rows], Path]) -> Iterator[Path]:
     """A store whose files and folder this user may not write (`chmod -R a-w`), no mount.
 
     SQLite names that case differently from a read-only mount (SQLITE_READONLY_DIRECTORY,
@@ -164,15 +184,12 @@ def unwritable_store() -> Iterator[Path]:
     """
     folder = Path(tempfile.mkdtemp(prefix="semantic-recall-unwritable-"))
     folder.chmod(0o755)
-    history = folder / "history.jsonl"
     rows = [
         {"resource": "alice", "thread": "sea", "role": "user", "content": "the lighthouse keeper"},
         {"resource": "alice", "thread": "cake", "role": "user", "content": "a lemon cake recipe"},
     ]
-    history.write_text("\n".join(json.dumps(row) for row in rows), encoding="utf-8")
     store = folder / "store"
-    loaded = _run(_CLI, "--path", str(store), "ingest", str(history), store=None)
-    assert loaded.returncode == 0, loaded.stderr
+    shutil.copytree(ingested(rows), store)
     subprocess.run(["chmod", "-R", "a-w,a+rX", str(store)], check=True)
     yield store
     subprocess.run(["chmod", "-R", "u+w", str(store)], check=True)

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import traceback
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pytest
@@ -41,6 +41,7 @@ from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 from tests.fakes import FakeEmbeddings
 from tests.faults import FaultyEmbeddings, FaultyVectors
+from tests.integration.conftest import run_at_once
 
 pytestmark = pytest.mark.integration
 
@@ -102,7 +103,6 @@ class Run:
         self.indexed: list[tuple[str, IndexResult]] = []  # (thread id, result)
         self.leaks: list[str] = []
         self.forgotten: set[str] = set()
-        self.errors: list[BaseException] = []
 
     def thread(self, user: str, n: int) -> str:
         return f"{self.tag}{user}-t{n}"
@@ -110,6 +110,10 @@ class Run:
     @property
     def moving(self) -> str:
         return f"{self.tag}moving"
+
+    def do_all(self, replica: Replica, steps: list[tuple[Any, ...]]) -> None:
+        for step in steps:
+            self.do(replica, step)
 
     def do(self, replica: Replica, step: tuple[Any, ...]) -> None:
         kind = step[0]
@@ -173,18 +177,6 @@ class Run:
                     self.leaks.append(f"{owner} got {found.id} of {found.resource_id}")
 
 
-def _work(
-    run: Run, replica: Replica, steps: list[tuple[Any, ...]], start: threading.Barrier
-) -> None:
-    try:
-        start.wait(timeout=60)
-        for one in steps:
-            run.do(replica, one)
-    except BaseException as exc:  # collected: the test fails with it
-        with run.lock:
-            run.errors.append(exc)
-
-
 @pytest.fixture(scope="module")
 def index_name() -> str:
     return f"conc-{uuid.uuid4().hex[:10]}"
@@ -214,17 +206,7 @@ def test_replicas_at_once_keep_users_apart_and_lose_or_duplicate_nothing(
         for n in (1, 2):
             thread = run.thread(user, n)
             first.index(turn(run.tag, thread, 9), thread_id=thread, resource_id=f"{run.tag}{user}")
-    start = threading.Barrier(len(workers))
-    runners = [
-        threading.Thread(target=_work, args=(run, replicas[i % 2], steps, start))
-        for i, steps in enumerate(workers)
-    ]
-    for runner in runners:
-        runner.start()
-    for runner in runners:
-        runner.join(timeout=300)
-    assert not any(runner.is_alive() for runner in runners)
-    assert run.errors == [], [traceback.format_exception(e) for e in run.errors]
+    run_at_once([partial(run.do_all, replicas[i % 2], steps) for i, steps in enumerate(workers)])
     assert run.leaks == []
 
     inserted: Counter[str] = Counter()
