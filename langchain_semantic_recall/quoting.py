@@ -60,6 +60,7 @@ __all__ = [
     "escape_label",
     "escape_memory_text",
     "fold",
+    "has_text",
     "looks_like_tag",
     "new_nonce",
     "printable",
@@ -116,6 +117,7 @@ INVISIBLE = frozenset(
     )
 )
 """Characters that show nothing: removed from remembered text."""
+_UNSEEN = dict.fromkeys(map(ord, INVISIBLE | BIDI_CONTROLS))
 _BAR = "|\uff5c"
 CONTROL_TOKEN = re.compile(
     rf"<(?=[{_BAR}])|(?<=[{_BAR}])>"
@@ -146,6 +148,16 @@ _CONTROLS = _controls()
 _SECRET = secrets.token_bytes(32)
 _NOT_ALNUM = re.compile("[^a-z0-9]")
 _ESCAPES = ("&lt;", "&gt;")
+
+
+def has_text(text: str) -> bool:
+    """Whether `text` shows anything: not only spaces, zero-width or bidi characters.
+
+    The memory block removes those (`INVISIBLE`, `BIDI_CONTROLS`), so a message of
+    nothing else would be an empty line there, and its vector the vector of no text.
+    """
+    stripped = text.strip()
+    return bool(stripped) and (stripped.isascii() or bool(stripped.translate(_UNSEEN).strip()))
 
 
 def fold(text: str) -> str:

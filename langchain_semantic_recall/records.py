@@ -13,6 +13,7 @@ from langchain_semantic_recall.filters import (
     MetadataValue,
     matches_metadata,
 )
+from langchain_semantic_recall.quoting import has_text
 
 if TYPE_CHECKING:  # loaded to (de)serialise a payload: the CLI's `threads` never needs it
     from langchain_core.messages import BaseMessage
@@ -355,3 +356,16 @@ def conversation_title(record: MessageRecord) -> str | None:
         return None
     title = kwargs.get(TITLE_KEY) if isinstance(kwargs, dict) else None
     return title if isinstance(title, str) and title.strip() else None
+
+
+def unembedded_reason(record: MessageRecord) -> str | None:
+    """Why a stored message gets no vector, or None if it is embedded.
+
+    Only user and assistant messages with text are embedded (`messages.skip_reason` also
+    names an assistant turn of tool calls alone).
+    """
+    if record.role == "system":
+        return "system message"
+    if record.role == "tool":
+        return "tool message"
+    return None if has_text(record.text) else "no text"

@@ -43,8 +43,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from langchain_core.embeddings import Embeddings
-
 from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import URL_OPTIONS, check_option_names
@@ -52,6 +50,8 @@ from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
 if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+
     from langchain_semantic_recall.engine.vector_space import IndexInfo
     from langchain_semantic_recall.records import ScopeFilter
     from langchain_semantic_recall.storage.base import MessageStorage

@@ -195,20 +195,20 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
     tell them (unreadable, another shape, an index not created yet, an embedder whose
     dimension only a probe tells): the caller asks chromadb.
     """
+    from langchain_semantic_recall.embeddings import Embedder
     from langchain_semantic_recall.engine.maintenance_ops import read_stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
     from langchain_semantic_recall.engine.vector_space import named_index
     from langchain_semantic_recall.engine.vector_writes import Chunking
+    from langchain_semantic_recall.local_model import LocalModel
     from langchain_semantic_recall.options import DEFAULT_MAX_INDEX_CHARS
     from langchain_semantic_recall.settings import local_file_index
 
     with open_storage(args) as storage:
         scope, relevance = _scope_and_relevance(args, storage)
-        embeddings = common.create_embeddings()  # looked up now: the tests replace it
-        if embeddings is None:
-            from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-            embeddings = LocalEmbeddings()
+        # The local model's name and tokenizer, not the embedder: its class is LangChain's
+        # (~0.3 s to import). `create_embeddings` is looked up now: the tests replace it.
+        embeddings: Embedder = common.create_embeddings() or LocalModel()
         info = named_index(embeddings)
         found = None if info is None else local_file_index(store_path(args), info, scope)
         strays = None if info is None else _unowned_in_file(args, info, scope)

@@ -24,13 +24,13 @@ from langchain_semantic_recall.engine.vector_writes import (
     write_owned,
 )
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
-from langchain_semantic_recall.messages import skip_reason
 from langchain_semantic_recall.options import DEFAULT_MAX_INDEX_CHARS
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
     HeldVectors,
     ScopeFilter,
     StoredMessage,
+    unembedded_reason,
 )
 from langchain_semantic_recall.relevance.features import other_script
 from langchain_semantic_recall.relevance.model import RelevanceModel, relevance_note
@@ -119,7 +119,7 @@ def check_batch(batch_size: object, progress: object) -> int:
 
 
 def _embeddable(page: Sequence[StoredMessage]) -> list[StoredMessage]:
-    return [m for m in page if skip_reason(m) is None]
+    return [m for m in page if unembedded_reason(m) is None]
 
 
 def move_thread_op(
@@ -274,7 +274,9 @@ def reindex_op(
         stray = {m.id for m in embeddable if _stray(held, chunking, m)}
         # Vectors of a message that gets none now, and all of one that has too many (its
         # new ones are written below): an upsert would leave those beyond its chunks.
-        unwanted = {m.id for m in page if m.id in held.messages and skip_reason(m) is not None}
+        unwanted = {
+            m.id for m in page if m.id in held.messages and unembedded_reason(m) is not None
+        }
         yield from _drop_vectors(info, [m for m in page if m.id in stray | unwanted])
         adopted = strays_of(page, unowned)  # vectors left under no resource
         todo = [

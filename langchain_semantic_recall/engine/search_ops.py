@@ -24,8 +24,9 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     OwnershipError,
 )
-from langchain_semantic_recall.messages import echoes_memory, has_text, query_text
+from langchain_semantic_recall.messages import echoes_memory, query_text
 from langchain_semantic_recall.options import Scope
+from langchain_semantic_recall.quoting import has_text
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
 from langchain_semantic_recall.search import SearchPlan

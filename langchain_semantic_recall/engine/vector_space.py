@@ -12,10 +12,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from langchain_core.embeddings import Embeddings
-
-from langchain_semantic_recall.embeddings import EmbeddingCache, embedding_model_name
+from langchain_semantic_recall.embeddings import Embedder, EmbeddingCache, embedding_model_name
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import (
@@ -32,6 +31,9 @@ from langchain_semantic_recall.relevance.reference import (
     shipped,
 )
 from langchain_semantic_recall.vectors.base import VectorIndex
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,8 @@ class VectorSpace:
         cache: EmbeddingCache,
         index_name: str | None = None,
     ) -> None:
+        from langchain_core.embeddings import Embeddings  # (not for `stats` alone: ~0.3 s)
+
         if not isinstance(embeddings, Embeddings):
             raise InvalidOptionError(
                 f"embeddings must be a LangChain Embeddings, got {embeddings!r}"
@@ -149,7 +153,7 @@ class VectorSpace:
             )
 
 
-def named_index(embeddings: Embeddings, index_name: str | None = None) -> IndexInfo | None:
+def named_index(embeddings: Embedder, index_name: str | None = None) -> IndexInfo | None:
     """The index `VectorSpace.resolve` opens for `embeddings`, when told without embedding.
 
     Known when the embedder has a `dimension` attribute (an int >= 1, as the local
@@ -161,7 +165,7 @@ def named_index(embeddings: Embeddings, index_name: str | None = None) -> IndexI
     return None
 
 
-def _index_info(embeddings: Embeddings, index_name: str | None, dimension: int) -> IndexInfo:
+def _index_info(embeddings: Embedder, index_name: str | None, dimension: int) -> IndexInfo:
     model = embedding_model_name(embeddings)
     name = index_name or default_index_name(model, dimension)
     return IndexInfo(name=name, model=model, dimension=dimension)

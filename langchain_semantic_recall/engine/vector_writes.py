@@ -17,10 +17,9 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence, Set
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from langchain_core.embeddings import Embeddings
-
-from langchain_semantic_recall.embeddings import split_for_embedding
+from langchain_semantic_recall.embeddings import Embedder, split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
@@ -32,6 +31,9 @@ from langchain_semantic_recall.records import (
     VectorRecord,
 )
 from langchain_semantic_recall.vectors.base import chunk_id
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
 
 def over_cap(record: MessageRecord, max_chars: int | None) -> int:
@@ -68,7 +70,7 @@ def pending_vectors(
 class Chunking:
     """The vector ids a message's text yields: chunks of its first `max_chars` characters."""
 
-    embeddings: Embeddings
+    embeddings: Embedder
     max_chars: int | None
 
     def stray(self, message: StoredMessage, held: frozenset[str]) -> frozenset[str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from langchain_semantic_recall import local_embeddings
+from langchain_semantic_recall import local_embeddings, local_model
 from langchain_semantic_recall.embeddings import embedding_model_name, split_for_embedding
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
 from langchain_semantic_recall.local_embeddings import LocalEmbeddings
@@ -105,9 +105,29 @@ def test_split_text_fits_the_model_and_covers_the_text(local: LocalEmbeddings) -
     assert local.split_text("") == [""]
 
 
-@pytest.mark.parametrize("constant", ["MODEL_SHA256", "TOKENIZER_SHA256"])
-def test_corrupt_file_is_refused(monkeypatch: pytest.MonkeyPatch, constant: str) -> None:
-    monkeypatch.setattr(local_embeddings, constant, "0" * 64)
+def test_the_local_models_description_names_and_splits_as_the_embedder_does(
+    local: LocalEmbeddings,
+) -> None:
+    """`stats` (the command line's) counts a message's chunks with `LocalModel`, not the
+    embedder (a LangChain class): both must cut every text the same."""
+    text = _long_text(3000)
+    described = local_model.LocalModel()
+    assert (described.model, described.dimension) == (local.model, local.dimension)
+    assert embedding_model_name(described) == embedding_model_name(local)
+    assert split_for_embedding(described, text) == split_for_embedding(local, text)
+    assert len(split_for_embedding(described, text)) > 5
+    overlapping = local_model.LocalModel(chunk_overlap_tokens=0)
+    assert overlapping.split_text(text) == LocalEmbeddings(chunk_overlap_tokens=0).split_text(text)
+
+
+@pytest.mark.parametrize(
+    ("module", "constant"),
+    [(local_embeddings, "MODEL_SHA256"), (local_model, "TOKENIZER_SHA256")],
+)
+def test_corrupt_file_is_refused(
+    monkeypatch: pytest.MonkeyPatch, module: object, constant: str
+) -> None:
+    monkeypatch.setattr(module, constant, "0" * 64)
     embedder = LocalEmbeddings()
     with pytest.raises(SemanticRecallError, match="integrity check"):
         embedder.embed_query("anything")

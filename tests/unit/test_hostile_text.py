@@ -31,7 +31,8 @@ from langchain_semantic_recall.formatting import (
     data_notice,
     open_tag,
 )
-from langchain_semantic_recall.messages import MEMORY_SOURCE, has_text
+from langchain_semantic_recall.messages import MEMORY_SOURCE
+from langchain_semantic_recall.quoting import has_text
 from tests.faults import (
     MEMORY,
     SQLITE_MEMORY,

@@ -14,10 +14,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from langchain_core.runnables.config import run_in_executor
 from typing_extensions import override
 
 from langchain_semantic_recall.engine.steps.base import Backends, Op, Step
+from langchain_semantic_recall.executor import run_in_executor
 
 T = TypeVar("T")
 
