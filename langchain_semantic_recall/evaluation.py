@@ -156,7 +156,12 @@ def _split_lines(
         for line_no, line in enumerate(handle, start=1):
             stripped = line.strip()
             if stripped.startswith("{") and ('"question"' in stripped or '"probe"' in stripped):
-                row = json.loads(stripped)
+                try:
+                    row = json.loads(stripped)
+                except json.JSONDecodeError as error:  # a broken question or probe line
+                    raise InvalidInputError(
+                        f"{path}, line {line_no}: not JSON ({error.msg})"
+                    ) from error
                 if isinstance(row, dict) and "question" in row:
                     rows.append((line_no, row))
                     continue

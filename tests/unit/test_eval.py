@@ -637,3 +637,24 @@ def test_the_keyword_fingerprint_changes_with_the_keyword_terms(
     assert keywords_fingerprint() == now
     monkeypatch.setattr(keywords, "tokenize", lambda text: text.casefold().split())
     assert keywords_fingerprint() != now
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"question": "When do we land?", "resource": "alice", "evidence": ["m1"]',
+        '{"probe": "thanks!", "kind": "small talk",}',
+    ],
+)
+def test_a_question_or_probe_line_that_is_not_json_is_named_by_its_line(
+    tmp_path: Path, line: str, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It once ended as "internal error (JSONDecodeError ...)", with no line number."""
+    path = two_resource_jsonl(tmp_path / "e.jsonl", [])
+    path.write_text(path.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"line 6: not JSON \("):
+        read_eval_jsonl(path)
+    assert main(["eval", "jsonl", str(path), "--no-progress"]) == 1
+    error = capsys.readouterr().err
+    assert "line 6: not JSON" in error
+    assert "internal error" not in error
