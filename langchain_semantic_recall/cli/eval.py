@@ -401,6 +401,18 @@ def _check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
     """Refuse, before anything is loaded, what the dataset cannot answer."""
     if not dataset.questions and not dataset.probes:
         raise UsageError(f"{path} has no question with evidence and no probe line to ask")
+    if not dataset.resources:
+        raise UsageError(
+            f"{path} holds no message: its probe lines would be asked of no resource; "
+            "add the conversations they are asked of"
+        )
+    if not dataset.questions:
+        for option, given in (("--small-talk", args.small_talk), ("--folds", args.folds)):
+            if given:
+                raise UsageError(
+                    f"{option} reports on the resources that have questions, and {path} has "
+                    "no question with evidence (probe lines only); drop it"
+                )
     asked = sorted({q.sample_id for q in dataset.questions})
     if args.foreign and len(asked) < 2:
         raise UsageError(
@@ -472,7 +484,7 @@ def run(args: argparse.Namespace) -> int:
             "bold",
         )
     )
-    print(render_summary(summary))
+    print(render_summary(summary) if results else "no question to score: probe lines only")
     if args.folds:
         print(_fold_table(summary["by_resource"]))
     for kind, report in probes.items():

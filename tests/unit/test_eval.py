@@ -658,3 +658,21 @@ def test_a_question_or_probe_line_that_is_not_json_is_named_by_its_line(
     error = capsys.readouterr().err
     assert "line 6: not JSON" in error
     assert "internal error" not in error
+
+
+def test_eval_refuses_what_a_dataset_without_questions_or_messages_leaves_empty(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A probe line with no message, or --small-talk / --folds with no question, once gave
+    an empty report and exit code 0."""
+    probe = {"probe": "thanks!", "kind": "small talk"}
+    alone = jsonl(tmp_path / "alone.jsonl", [probe])
+    assert main(["eval", "jsonl", str(alone), "--no-progress"]) == 2
+    assert "no message" in capsys.readouterr().err
+    message = {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"}
+    probes_only = jsonl(tmp_path / "probes.jsonl", [message, probe])
+    for option in ("--small-talk", "--folds"):
+        assert main(["eval", "jsonl", str(probes_only), "--no-progress", option]) == 2
+        captured = capsys.readouterr()
+        assert option in captured.err
+        assert "Loading" not in captured.out  # refused before loading anything
