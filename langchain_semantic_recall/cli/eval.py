@@ -413,6 +413,12 @@ def _check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
                     f"{option} reports on the resources that have questions, and {path} has "
                     "no question with evidence (probe lines only); drop it"
                 )
+    if args.json_out:  # before the load, which can take minutes
+        out = Path(args.json_out)
+        if out.is_dir():
+            raise UsageError(f"--json-out {out} is a folder; give a file name")
+        if not out.parent.is_dir():
+            raise UsageError(f"--json-out {out}: there is no folder {out.parent} to write it in")
     asked = sorted({q.sample_id for q in dataset.questions})
     if args.foreign and len(asked) < 2:
         raise UsageError(

@@ -676,3 +676,20 @@ def test_eval_refuses_what_a_dataset_without_questions_or_messages_leaves_empty(
         captured = capsys.readouterr()
         assert option in captured.err
         assert "Loading" not in captured.out  # refused before loading anything
+
+
+def test_eval_checks_json_out_before_loading(
+    tmp_path: Path, fake_embedder: None, locomo_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --json-out in a missing folder failed only after loading and asking everything
+    (10 minutes on LongMemEval), losing the run."""
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--json-out"]
+    assert main([*argv, str(tmp_path / "missing" / "out.json")]) == 2
+    captured = capsys.readouterr()
+    assert "--json-out" in captured.err
+    assert "missing" in captured.err
+    assert "Loading" not in captured.out
+    assert main([*argv, str(tmp_path)]) == 2  # a folder
+    captured = capsys.readouterr()
+    assert "is a folder" in captured.err
+    assert "Loading" not in captured.out
