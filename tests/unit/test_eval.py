@@ -693,3 +693,20 @@ def test_eval_checks_json_out_before_loading(
     captured = capsys.readouterr()
     assert "is a folder" in captured.err
     assert "Loading" not in captured.out
+
+
+@pytest.mark.parametrize("evidence", ["D1:1", None, 7])
+def test_locomo_evidence_that_is_not_a_list_is_an_input_error(
+    tmp_path: Path, evidence: object
+) -> None:
+    """A string was read letter by letter ("D1:1": 4 entries dropped as not ids, the
+    question skipped as without evidence), None ended as "TypeError: 'NoneType' ...")."""
+    sample = locomo_sample("c", "A", "B", "golf")
+    sample["qa"][0]["evidence"] = evidence
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([sample]), encoding="utf-8")
+    with pytest.raises(InvalidInputError) as raised:
+        read_locomo(path)
+    assert str(raised.value) == (
+        f"{path}: sample #1, question 1: 'evidence' must be a list of dia_ids, got {evidence!r}"
+    )
