@@ -7,6 +7,7 @@ is evaluation data, never a fixture).
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -710,3 +711,20 @@ def test_locomo_evidence_that_is_not_a_list_is_an_input_error(
     assert str(raised.value) == (
         f"{path}: sample #1, question 1: 'evidence' must be a list of dia_ids, got {evidence!r}"
     )
+
+
+def test_our_jsonl_is_read_in_the_encodings_ingest_reads(tmp_path: Path) -> None:
+    """UTF-16 (with its byte order mark), read by `ingest`, was an error naming no file
+    ("a file is not UTF-8 text"); a question on the first line after a UTF-8 byte order
+    mark was taken for a message line."""
+    path = two_resource_jsonl(tmp_path / "e.jsonl", [])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    text = "\n".join([lines[3], *lines[:3], lines[4]]) + "\n"  # a question first
+    for encoding in ("utf-16", "utf-8-sig"):
+        path.write_text(text, encoding=encoding)
+        dataset = read_eval_jsonl(path)
+        assert [q.question for q in dataset.questions] == ["the red kite?", "the blue boat?"]
+        assert dataset.message_count == 3
+    path.write_bytes(text.replace("red", "r\u00e9d").encode("latin-1"))
+    with pytest.raises(InvalidInputError, match=rf"^{re.escape(str(path))} is not UTF-8 text"):
+        read_eval_jsonl(path)
