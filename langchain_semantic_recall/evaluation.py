@@ -169,9 +169,11 @@ def _split_lines(
                 ) from error
             if isinstance(row, dict) and "question" in row:
                 rows.append((line_no, row))
+                message_lines.append("\n")  # a blank line: the importer counts it, skips it
                 continue
             if isinstance(row, dict) and "probe" in row:
                 probes.append(_probe_line(row, f"{path}, line {line_no}"))
+                message_lines.append("\n")
                 continue
         message_lines.append(line if stripped else "\n")
     return message_lines, rows, probes

@@ -728,3 +728,18 @@ def test_our_jsonl_is_read_in_the_encodings_ingest_reads(tmp_path: Path) -> None
     path.write_bytes(text.replace("red", "r\u00e9d").encode("latin-1"))
     with pytest.raises(InvalidInputError, match=rf"^{re.escape(str(path))} is not UTF-8 text"):
         read_eval_jsonl(path)
+
+
+def test_a_bad_message_line_after_question_lines_is_named_by_its_own_line(
+    tmp_path: Path,
+) -> None:
+    """The question and probe lines were taken out before the importer counted lines, so a
+    bad message line after them was named by a line number too small."""
+    rows: list[dict[str, Any]] = [
+        {"probe": "thanks!", "kind": "small talk"},
+        {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+        {"question": "the red kite?", "resource": "a", "evidence": ["m1"]},
+        {"resource": "a", "thread": "t", "role": "robot", "content": "x"},
+    ]
+    with pytest.raises(InvalidInputError, match=r"; line 4: 'role' must be one of"):
+        read_eval_jsonl(jsonl(tmp_path / "e.jsonl", rows))
