@@ -400,7 +400,14 @@ def _read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
 def _check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
     """Refuse, before anything is loaded, what the dataset cannot answer."""
     if not dataset.questions and not dataset.probes:
-        raise UsageError(f"{path} has no question with evidence and no probe line to ask")
+        skipped, examples = dataset.evidence.questions_without_evidence, dataset.evidence.examples
+        why = (
+            f" ({skipped} question(s) skipped: no evidence id of theirs names a message of "
+            f"their resource{f'; e.g. {examples[0]}' if examples else ''})"
+            if skipped
+            else ""
+        )
+        raise UsageError(f"{path} has no question with evidence and no probe line to ask{why}")
     if not dataset.resources:
         raise UsageError(
             f"{path} holds no message: its probe lines would be asked of no resource; "

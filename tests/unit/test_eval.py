@@ -743,3 +743,17 @@ def test_a_bad_message_line_after_question_lines_is_named_by_its_own_line(
     ]
     with pytest.raises(InvalidInputError, match=r"; line 4: 'role' must be one of"):
         read_eval_jsonl(jsonl(tmp_path / "e.jsonl", rows))
+
+
+def test_eval_says_why_no_question_has_evidence(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Questions whose evidence names no message were refused as if there were none."""
+    rows: list[dict[str, Any]] = [
+        {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+        {"question": "the red kite?", "resource": "a", "evidence": ["m9"]},
+    ]
+    assert main(["eval", "jsonl", str(jsonl(tmp_path / "e.jsonl", rows)), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "1 question(s) skipped: no evidence id of theirs names a message" in error
+    assert "'m9' dropped (no such message)" in error
