@@ -138,8 +138,8 @@ def read_locomo(
     for number, sample in enumerate(data, start=1):
         try:
             _read_sample(dataset, sample, include_adversarial, one_thread)
-        except InvalidInputError:  # already says what is wrong (a bad session date)
-            raise
+        except InvalidInputError as error:  # says what is wrong (a bad date, evidence)
+            raise InvalidInputError(f"{path}: sample #{number}, {error}") from error
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InvalidInputError(
                 f"{path}: sample #{number} is not a LoCoMo sample ({type(error).__name__}: {error})"
@@ -167,11 +167,16 @@ def _read_sample(
             threads[-1].messages.append(_turn_message(turn, user, created, prefix))
             known.add(str(turn["dia_id"]))
     dataset.conversations.extend(threads)
-    for qa in sample.get("qa", []):
+    for position, qa in enumerate(sample.get("qa", []), start=1):
         category = int(qa.get("category", 0))
         if category == ADVERSARIAL and not include_adversarial:
             continue
-        evidence = normalise_evidence(qa.get("evidence", []), known, dataset.evidence)
+        entries = qa.get("evidence", [])
+        if not isinstance(entries, list):  # a string would be read letter by letter
+            raise InvalidInputError(
+                f"question {position}: 'evidence' must be a list of dia_ids, got {entries!r}"
+            )
+        evidence = normalise_evidence(entries, known, dataset.evidence)
         if not evidence:
             dataset.evidence.questions_without_evidence += 1
             continue

@@ -148,22 +148,34 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
 def _split_lines(
     path: str | PathLike[str],
 ) -> tuple[list[str], list[tuple[int, dict[str, Any]]], list[EvalProbe]]:
-    """The message lines (for the importer), the question lines and the probes."""
+    """The message lines (for the importer), the question lines and the probes.
+
+    Read as `ingest` reads the format: UTF-8 (a byte order mark dropped) or UTF-16 with
+    its byte order mark, cut at line feeds only.
+    """
+    from langchain_semantic_recall.importers.report import read_text
+
     message_lines: list[str] = []
     rows: list[tuple[int, dict[str, Any]]] = []
     probes: list[EvalProbe] = []
-    with Path(path).open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            stripped = line.strip()
-            if stripped.startswith("{") and ('"question"' in stripped or '"probe"' in stripped):
+    for line_no, line in enumerate(read_text(Path(path)).split("\n"), start=1):
+        stripped = line.strip()
+        if stripped.startswith("{") and ('"question"' in stripped or '"probe"' in stripped):
+            try:
                 row = json.loads(stripped)
-                if isinstance(row, dict) and "question" in row:
-                    rows.append((line_no, row))
-                    continue
-                if isinstance(row, dict) and "probe" in row:
-                    probes.append(_probe_line(row, f"{path}, line {line_no}"))
-                    continue
-            message_lines.append(line if stripped else "\n")
+            except json.JSONDecodeError as error:  # a broken question or probe line
+                raise InvalidInputError(
+                    f"{path}, line {line_no}: not JSON ({error.msg})"
+                ) from error
+            if isinstance(row, dict) and "question" in row:
+                rows.append((line_no, row))
+                message_lines.append("\n")  # a blank line: the importer counts it, skips it
+                continue
+            if isinstance(row, dict) and "probe" in row:
+                probes.append(_probe_line(row, f"{path}, line {line_no}"))
+                message_lines.append("\n")
+                continue
+        message_lines.append(line if stripped else "\n")
     return message_lines, rows, probes
 
 

@@ -3,7 +3,8 @@
 `eval locomo PATH` reads LoCoMo; `eval jsonl PATH` reads our own JSONL format
 (see `langchain_semantic_recall.evaluation`); `eval paraphrase DIR` reads the paraphrase
 set (`langchain_semantic_recall.eval_paraphrase`). All load the conversations into a
-fresh embedded store with `index` (or reuse `--store DIR`, `cli.eval_store`) and answer
+fresh embedded store with `index` (or reuse `--store DIR`, `cli.eval_store`; the dataset
+is read and checked against the options first, `cli.eval_input`) and answer
 every question with the same `search` that recall uses, with the package defaults unless
 options say otherwise. The defaults `--help` prints are read from the engine
 (`evaluation.engine_defaults`).
@@ -362,59 +363,10 @@ def _evidence_line(report: Any) -> str:
     )
 
 
-def _read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
-    """The dataset (checked against the options) and a line saying what `--busy` added."""
-    from langchain_semantic_recall import eval_paraphrase, evaluation
-
-    if args.include_adversarial and args.format != "locomo":
-        raise UsageError("--include-adversarial is for LoCoMo (category 5); drop it")
-    if args.busy and args.format != "paraphrase":
-        raise UsageError("--busy is for 'eval paraphrase'; drop it")
-    if args.scope == "thread" and args.format != "locomo":
-        raise UsageError(
-            f"eval {args.format} asks in the question's own or a new thread; use --scope resource"
-        )
-    if args.format == "paraphrase":
-        if not path.is_dir():
-            raise NotFoundError(f"no paraphrase set folder {path}")
-        dataset = eval_paraphrase.read_paraphrase(path)
-        if not args.busy:
-            return dataset, None
-        if not Path(args.busy).is_file():
-            raise NotFoundError(f"no LoCoMo file {args.busy} (--busy)")
-        chosen = eval_paraphrase.add_busy(dataset, args.busy)
-        added = "; ".join(
-            f"{r}: {len(threads)} sessions, {threads[0]} to {threads[-1]}"
-            for r, threads in chosen.items()
-        )
-        return dataset, f"busy store: each persona also holds LoCoMo sessions ({added})"
-    if not path.is_file():
-        raise NotFoundError(f"no dataset file {path}")
-    if args.format == "locomo":
-        return evaluation.read_locomo(
-            path, include_adversarial=args.include_adversarial, one_thread=args.scope == "thread"
-        ), None
-    return evaluation.read_eval_jsonl(path), None
-
-
-def _check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
-    """Refuse, before anything is loaded, what the dataset cannot answer."""
-    if not dataset.questions and not dataset.probes:
-        raise UsageError(f"{path} has no question with evidence and no probe line to ask")
-    asked = sorted({q.sample_id for q in dataset.questions})
-    if args.foreign and len(asked) < 2:
-        raise UsageError(
-            f"--foreign asks each resource's questions of another resource, but {path} has "
-            f"questions of {len(asked)} resource(s) ({', '.join(asked) or 'none'}): they "
-            "would be asked of their own memory and correct answers counted as false "
-            "memories; drop --foreign or add questions of a second resource"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall eval`: load a labelled dataset, ask its questions, print scores."""
     from langchain_semantic_recall import evaluation
-    from langchain_semantic_recall.cli import eval_store
+    from langchain_semantic_recall.cli import eval_input, eval_store
     from langchain_semantic_recall.recall import SemanticRecall
 
     if common.store_urls(args) is not None:
@@ -429,14 +381,14 @@ def run(args: argparse.Namespace) -> int:
             "store, in a new or empty folder)"
         )
     path = Path(args.dataset)
-    dataset, busy = _read(args, path)
+    dataset, busy = eval_input.read(args, path)
     if args.probes:
         if not Path(args.probes).exists():
             raise NotFoundError(f"no probe file or folder {args.probes} (--probes)")
         asked = set(dataset.probes)  # the paraphrase set's own lines are not asked twice
         more = evaluation.read_probes(args.probes, dataset.resources)
         dataset.probes.extend(p for p in more if p not in asked)
-    _check(args, dataset, path)
+    eval_input.check(args, dataset, path)
     options = _options(args)
     progress = not args.no_progress and sys.stderr.isatty()  # a log file gets no bar redraws
     manifest = eval_store.read_manifest(Path(args.store)) if args.store else None
@@ -472,7 +424,7 @@ def run(args: argparse.Namespace) -> int:
             "bold",
         )
     )
-    print(render_summary(summary))
+    print(render_summary(summary) if results else "no question to score: probe lines only")
     if args.folds:
         print(_fold_table(summary["by_resource"]))
     for kind, report in probes.items():

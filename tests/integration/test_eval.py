@@ -483,3 +483,16 @@ def test_eval_store_refuses_a_store_another_package_version_built(
     assert says in error
     assert "delete this one to load it again" in error
     assert {p.name: p.read_bytes() for p in store.rglob("*") if p.is_file()} == files
+
+
+def test_eval_jsonl_of_probe_lines_only_says_there_is_no_question_to_score(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The questions' table was printed empty (a blank line) for a set of probe lines."""
+    message = {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"}
+    path = jsonl(tmp_path / "p.jsonl", [message, {"probe": "thanks!", "kind": "small talk"}])
+    assert main(["eval", "jsonl", str(path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "0 questions" in out
+    assert "no question to score: probe lines only" in out
+    assert "false memories, small talk" in out

@@ -7,6 +7,7 @@ is evaluation data, never a fixture).
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -637,3 +638,122 @@ def test_the_keyword_fingerprint_changes_with_the_keyword_terms(
     assert keywords_fingerprint() == now
     monkeypatch.setattr(keywords, "tokenize", lambda text: text.casefold().split())
     assert keywords_fingerprint() != now
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"question": "When do we land?", "resource": "alice", "evidence": ["m1"]',
+        '{"probe": "thanks!", "kind": "small talk",}',
+    ],
+)
+def test_a_question_or_probe_line_that_is_not_json_is_named_by_its_line(
+    tmp_path: Path, line: str, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It once ended as "internal error (JSONDecodeError ...)", with no line number."""
+    path = two_resource_jsonl(tmp_path / "e.jsonl", [])
+    path.write_text(path.read_text(encoding="utf-8") + line + "\n", encoding="utf-8")
+    with pytest.raises(InvalidInputError, match=r"line 6: not JSON \("):
+        read_eval_jsonl(path)
+    assert main(["eval", "jsonl", str(path), "--no-progress"]) == 1
+    error = capsys.readouterr().err
+    assert "line 6: not JSON" in error
+    assert "internal error" not in error
+
+
+def test_eval_refuses_what_a_dataset_without_questions_or_messages_leaves_empty(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A probe line with no message, or --small-talk / --folds with no question, once gave
+    an empty report and exit code 0."""
+    probe = {"probe": "thanks!", "kind": "small talk"}
+    alone = jsonl(tmp_path / "alone.jsonl", [probe])
+    assert main(["eval", "jsonl", str(alone), "--no-progress"]) == 2
+    assert "no message" in capsys.readouterr().err
+    message = {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"}
+    probes_only = jsonl(tmp_path / "probes.jsonl", [message, probe])
+    for option in ("--small-talk", "--folds"):
+        assert main(["eval", "jsonl", str(probes_only), "--no-progress", option]) == 2
+        captured = capsys.readouterr()
+        assert option in captured.err
+        assert "Loading" not in captured.out  # refused before loading anything
+
+
+def test_eval_checks_json_out_before_loading(
+    tmp_path: Path, fake_embedder: None, locomo_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --json-out in a missing folder failed only after loading and asking everything
+    (10 minutes on LongMemEval), losing the run."""
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--json-out"]
+    assert main([*argv, str(tmp_path / "missing" / "out.json")]) == 2
+    captured = capsys.readouterr()
+    assert "--json-out" in captured.err
+    assert "missing" in captured.err
+    assert "Loading" not in captured.out
+    assert main([*argv, str(tmp_path)]) == 2  # a folder
+    captured = capsys.readouterr()
+    assert "is a folder" in captured.err
+    assert "Loading" not in captured.out
+
+
+@pytest.mark.parametrize("evidence", ["D1:1", None, 7])
+def test_locomo_evidence_that_is_not_a_list_is_an_input_error(
+    tmp_path: Path, evidence: object
+) -> None:
+    """A string was read letter by letter ("D1:1": 4 entries dropped as not ids, the
+    question skipped as without evidence), None ended as "TypeError: 'NoneType' ...")."""
+    sample = locomo_sample("c", "A", "B", "golf")
+    sample["qa"][0]["evidence"] = evidence
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([sample]), encoding="utf-8")
+    with pytest.raises(InvalidInputError) as raised:
+        read_locomo(path)
+    assert str(raised.value) == (
+        f"{path}: sample #1, question 1: 'evidence' must be a list of dia_ids, got {evidence!r}"
+    )
+
+
+def test_our_jsonl_is_read_in_the_encodings_ingest_reads(tmp_path: Path) -> None:
+    """UTF-16 (with its byte order mark), read by `ingest`, was an error naming no file
+    ("a file is not UTF-8 text"); a question on the first line after a UTF-8 byte order
+    mark was taken for a message line."""
+    path = two_resource_jsonl(tmp_path / "e.jsonl", [])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    text = "\n".join([lines[3], *lines[:3], lines[4]]) + "\n"  # a question first
+    for encoding in ("utf-16", "utf-8-sig"):
+        path.write_text(text, encoding=encoding)
+        dataset = read_eval_jsonl(path)
+        assert [q.question for q in dataset.questions] == ["the red kite?", "the blue boat?"]
+        assert dataset.message_count == 3
+    path.write_bytes(text.replace("red", "r\u00e9d").encode("latin-1"))
+    with pytest.raises(InvalidInputError, match=rf"^{re.escape(str(path))} is not UTF-8 text"):
+        read_eval_jsonl(path)
+
+
+def test_a_bad_message_line_after_question_lines_is_named_by_its_own_line(
+    tmp_path: Path,
+) -> None:
+    """The question and probe lines were taken out before the importer counted lines, so a
+    bad message line after them was named by a line number too small."""
+    rows: list[dict[str, Any]] = [
+        {"probe": "thanks!", "kind": "small talk"},
+        {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+        {"question": "the red kite?", "resource": "a", "evidence": ["m1"]},
+        {"resource": "a", "thread": "t", "role": "robot", "content": "x"},
+    ]
+    with pytest.raises(InvalidInputError, match=r"; line 4: 'role' must be one of"):
+        read_eval_jsonl(jsonl(tmp_path / "e.jsonl", rows))
+
+
+def test_eval_says_why_no_question_has_evidence(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Questions whose evidence names no message were refused as if there were none."""
+    rows: list[dict[str, Any]] = [
+        {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+        {"question": "the red kite?", "resource": "a", "evidence": ["m9"]},
+    ]
+    assert main(["eval", "jsonl", str(jsonl(tmp_path / "e.jsonl", rows)), "--no-progress"]) == 2
+    error = capsys.readouterr().err
+    assert "1 question(s) skipped: no evidence id of theirs names a message" in error
+    assert "'m9' dropped (no such message)" in error

@@ -1,0 +1,90 @@
+"""`semantic-recall eval`: the dataset read and checked against the options, before loading.
+
+Everything here runs before the store is opened, so what the dataset cannot answer (or
+an option it does not use, or a `--json-out` that could not be written) is refused
+before minutes of embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from langchain_semantic_recall.cli.common import NotFoundError, UsageError
+
+__all__ = ["check", "read"]
+
+
+def read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
+    """The dataset (checked against the options) and a line saying what `--busy` added."""
+    from langchain_semantic_recall import eval_paraphrase, evaluation
+
+    if args.include_adversarial and args.format != "locomo":
+        raise UsageError("--include-adversarial is for LoCoMo (category 5); drop it")
+    if args.busy and args.format != "paraphrase":
+        raise UsageError("--busy is for 'eval paraphrase'; drop it")
+    if args.scope == "thread" and args.format != "locomo":
+        raise UsageError(
+            f"eval {args.format} asks in the question's own or a new thread; use --scope resource"
+        )
+    if args.format == "paraphrase":
+        if not path.is_dir():
+            raise NotFoundError(f"no paraphrase set folder {path}")
+        dataset = eval_paraphrase.read_paraphrase(path)
+        if not args.busy:
+            return dataset, None
+        if not Path(args.busy).is_file():
+            raise NotFoundError(f"no LoCoMo file {args.busy} (--busy)")
+        chosen = eval_paraphrase.add_busy(dataset, args.busy)
+        added = "; ".join(
+            f"{r}: {len(threads)} sessions, {threads[0]} to {threads[-1]}"
+            for r, threads in chosen.items()
+        )
+        return dataset, f"busy store: each persona also holds LoCoMo sessions ({added})"
+    if not path.is_file():
+        raise NotFoundError(f"no dataset file {path}")
+    if args.format == "locomo":
+        return evaluation.read_locomo(
+            path, include_adversarial=args.include_adversarial, one_thread=args.scope == "thread"
+        ), None
+    return evaluation.read_eval_jsonl(path), None
+
+
+def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
+    """Refuse, before anything is loaded, what the dataset cannot answer."""
+    if not dataset.questions and not dataset.probes:
+        skipped, examples = dataset.evidence.questions_without_evidence, dataset.evidence.examples
+        why = (
+            f" ({skipped} question(s) skipped: no evidence id of theirs names a message of "
+            f"their resource{f'; e.g. {examples[0]}' if examples else ''})"
+            if skipped
+            else ""
+        )
+        raise UsageError(f"{path} has no question with evidence and no probe line to ask{why}")
+    if not dataset.resources:
+        raise UsageError(
+            f"{path} holds no message: its probe lines would be asked of no resource; "
+            "add the conversations they are asked of"
+        )
+    if not dataset.questions:
+        for option, given in (("--small-talk", args.small_talk), ("--folds", args.folds)):
+            if given:
+                raise UsageError(
+                    f"{option} reports on the resources that have questions, and {path} has "
+                    "no question with evidence (probe lines only); drop it"
+                )
+    if args.json_out:  # before the load, which can take minutes
+        out = Path(args.json_out)
+        if out.is_dir():
+            raise UsageError(f"--json-out {out} is a folder; give a file name")
+        if not out.parent.is_dir():
+            raise UsageError(f"--json-out {out}: there is no folder {out.parent} to write it in")
+    asked = sorted({q.sample_id for q in dataset.questions})
+    if args.foreign and len(asked) < 2:
+        raise UsageError(
+            f"--foreign asks each resource's questions of another resource, but {path} has "
+            f"questions of {len(asked)} resource(s) ({', '.join(asked) or 'none'}): they "
+            "would be asked of their own memory and correct answers counted as false "
+            "memories; drop --foreign or add questions of a second resource"
+        )
