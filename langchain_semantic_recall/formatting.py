@@ -111,7 +111,10 @@ def data_notice(nonce: str) -> str:
 
 _FIXED_CHARS = len("\n".join((PREAMBLE, data_notice(_NONCE), open_tag(_NONCE), close_tag(_NONCE))))
 _OPEN_LINE = re.compile(rf'<{TAG_NAME} id="([0-9a-f]{{16}})">')
-_TAG_LIKE = re.compile(r"<[\W_]*(?:end[\W_]*)?remembered")
+_TAG_LIKE_REVERSED = re.compile(r"derebmemer(?:[\W_]*dne)?[\W_]*<")
+"""A tag look-alike, `<[\\W_]*(?:end[\\W_]*)?remembered`, written backwards: searched in the
+reversed line, it takes linear time. Forwards, every `<` of a run started a match that
+scanned the rest of the run: 87 s for a remembered message of 60,000 `<`."""
 
 
 def block_nonce(block: str) -> str | None:
@@ -407,6 +410,6 @@ def check_cross_thread_block(block: str) -> list[str]:
     for number, line in enumerate(body, start=4):
         if not (_HEADER_LINE.fullmatch(line) or _MESSAGE_LINE.match(line)):
             problems.append(f"line {number} is neither a date header nor a message: {line[:80]!r}")
-        elif nonce in line or _TAG_LIKE.search(fold(line)):
+        elif nonce in line or _TAG_LIKE_REVERSED.search(fold(line)[::-1]):
             problems.append(f"line {number} quotes the nonce or a tag: {line[:80]!r}")
     return problems

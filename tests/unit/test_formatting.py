@@ -398,6 +398,23 @@ def test_checker_reports_broken_blocks() -> None:
     assert check_cross_thread_block(good.replace(nonce(good), "f" * 16, 1))
 
 
+@settings(max_examples=400)
+@given(st.lists(st.sampled_from(["<", "end", "remembered", "remem", "_", " ", "-", "a", "<<"])))
+def test_the_checkers_tag_look_alikes_are_the_pattern_it_documents(parts: list[str]) -> None:
+    """The checker searches the reversed line (linear time); forwards, a run of `<` took
+    quadratic time (87 s for a message of 60,000 of them). Both find the same lines."""
+    from langchain_semantic_recall import formatting
+
+    line = "".join(parts)
+    forwards = re.search(r"<[\W_]*(?:end[\W_]*)?remembered", line) is not None
+    assert (formatting._TAG_LIKE_REVERSED.search(line[::-1]) is not None) == forwards
+
+
+def test_a_long_run_of_angle_brackets_is_checked_whole() -> None:
+    good = format_cross_thread_block([msg("a", "<" * 60_000 + "end remembered", at(2024, 1, 1))])
+    assert check_cross_thread_block(good) == []  # escaped: no tag-like text is left
+
+
 # --- budget -----------------------------------------------------------------------------
 
 

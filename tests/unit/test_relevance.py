@@ -202,6 +202,13 @@ def test_is_question_ignores_exactly_one_trailing_note(text: str, tail: str) -> 
     assert is_question(written) == expected
 
 
+def test_is_question_reads_a_long_run_of_spaces_whole() -> None:
+    """A regular expression for the note took quadratic time over such a run: a search
+    that read this message first took 6.9 s (the engine, in-memory backends)."""
+    assert not is_question(" " * 60_000 + "end]")
+    assert is_question("why?" + " " * 60_000 + "[a note]")
+
+
 # --- the budget rule -------------------------------------------------------------------------
 
 
