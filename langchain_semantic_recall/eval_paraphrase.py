@@ -183,7 +183,7 @@ def add_busy(
     if short:
         raise InvalidInputError(
             f"{locomo} has too few messages to make every store busy: of {len(picks)} "
-            f"resources, each takes every {len(picks)}th session, and {short} got fewer "
+            f"resources, each takes one session in {len(picks)}, and {short} got fewer "
             f"than the {messages} each resource needs"
         )
     chosen: dict[str, list[str]] = {}

@@ -31,6 +31,10 @@ def read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
     if args.format == "paraphrase":
         if not path.is_dir():
             raise NotFoundError(f"no paraphrase set folder {path}")
+        if not (path / eval_paraphrase.PARAPHRASE_FILE).is_file():
+            raise NotFoundError(
+                f"no {eval_paraphrase.PARAPHRASE_FILE} in the paraphrase set {path}"
+            )
         dataset = eval_paraphrase.read_paraphrase(path)
         if not args.busy:
             return dataset, None

@@ -551,6 +551,9 @@ def test_eval_refuses_options_its_format_does_not_use(
     assert "--include-adversarial is for LoCoMo" in capsys.readouterr().err
     assert main(["eval", "paraphrase", str(folder), "--scope", "thread"]) == 2
     assert main(["eval", "paraphrase", str(tmp_path / "missing")]) == 3
+    (tmp_path / "empty").mkdir()  # a folder without the set's file: not found, as the docs say
+    assert main(["eval", "paraphrase", str(tmp_path / "empty")]) == 3
+    assert "no paraphrase_dev.jsonl in the paraphrase set" in capsys.readouterr().err
     assert main(["eval", "paraphrase", str(folder), "--busy", str(tmp_path / "no.json")]) == 3
     assert "Loading" not in capsys.readouterr().out
 
