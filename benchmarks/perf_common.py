@@ -15,6 +15,7 @@ to one thread (:func:`child_env`), so each phase's memory and first-query costs 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -248,6 +249,25 @@ class TableEmbeddings(Embeddings):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         rows = [self.table.get(text, self._fallback) for text in texts]
         return np.asarray(rows, dtype=np.float32).tolist() if rows else []
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+class HashEmbeddings(Embeddings):
+    """A unit vector per text, seeded by its hash: deterministic, no model, any text."""
+
+    def __init__(self, dimension: int = DIMENSION) -> None:
+        self.dimension = dimension
+        self.model = f"bench-hash-{dimension}"
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        rows = []
+        for text in texts:  # (surrogatepass: a lone surrogate is text a user may send)
+            digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8)
+            rng = np.random.default_rng(int.from_bytes(digest.digest(), "big"))
+            rows.append(_unit(rng.standard_normal(self.dimension)).tolist())
+        return rows
 
     def embed_query(self, text: str) -> list[float]:
         return self.embed_documents([text])[0]

@@ -20,7 +20,6 @@ a seeded hash: the embedder is not what is measured). In the same run it times:
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import statistics
@@ -31,8 +30,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from langchain_core.embeddings import Embeddings
+import perf_common as pc
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
@@ -40,27 +38,8 @@ from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors.chroma_layout import resource_collection_name
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DIMENSION = 384
 THREAD, OTHER, RESOURCE = "long", "short", "owner"
 LAST = 20
-
-
-class HashEmbeddings(Embeddings):
-    """A 384-d unit vector per text, seeded by its hash (cheap, deterministic)."""
-
-    dimension = DIMENSION
-    model = "bench-hash-384"
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        rows = []
-        for text in texts:
-            seed = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
-            vector = np.random.default_rng(seed).standard_normal(DIMENSION)
-            rows.append((vector / np.linalg.norm(vector)).tolist())
-        return rows
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embed_documents([text])[0]
 
 
 def messages(count: int, prefix: str) -> Iterator[BaseMessage]:
@@ -146,7 +125,7 @@ def chroma_delete_floor(memory: SemanticRecall, count: int) -> float:
 
 
 def run(count: int, runs: int, work: Path) -> dict[str, Any]:
-    memory = SemanticRecall.local(work, embeddings=HashEmbeddings())
+    memory = SemanticRecall.local(work, embeddings=pc.HashEmbeddings())
     start = time.perf_counter()
     built = memory.bulk_index(
         [(THREAD, RESOURCE, list(messages(count, "m"))), (OTHER, RESOURCE, list(messages(50, "s")))]

@@ -12,40 +12,18 @@ the messages that are kept into a new store (what a purge has to write again at 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import perf_common as pc
-from langchain_core.embeddings import Embeddings
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from langchain_semantic_recall import SemanticRecall
 
 PER_THREAD = 50
-
-
-class HashEmbeddings(Embeddings):
-    """A unit vector from each text's sha256 (deterministic, no model)."""
-
-    def __init__(self, dimension: int) -> None:
-        self.dimension = dimension
-        self.model = f"hash-{dimension}"
-
-    def _vector(self, text: str) -> list[float]:
-        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-        values = np.random.default_rng(seed).standard_normal(self.dimension)
-        return [float(x) for x in values / np.linalg.norm(values)]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [self._vector(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self._vector(text)
 
 
 def threads(messages: int, resources: int) -> list[tuple[str, str, list[BaseMessage]]]:
@@ -61,7 +39,7 @@ def threads(messages: int, resources: int) -> list[tuple[str, str, list[BaseMess
 
 
 def timed_purge(path: Path, args: argparse.Namespace) -> tuple[float, int]:
-    embeddings = HashEmbeddings(args.dimension)
+    embeddings = pc.HashEmbeddings(args.dimension)
     memory = SemanticRecall.local(path, embeddings=embeddings, search_mode="dense")
     try:
         data = threads(args.messages, args.resources)
@@ -76,7 +54,7 @@ def timed_purge(path: Path, args: argparse.Namespace) -> tuple[float, int]:
 
 
 def timed_index(path: Path, args: argparse.Namespace) -> float:
-    embeddings = HashEmbeddings(args.dimension)
+    embeddings = pc.HashEmbeddings(args.dimension)
     data = threads(args.messages, args.resources)
     kept = [d for d in data if d[1] != "r0" and d[0] != data[1][0]]
     memory = SemanticRecall.local(path, embeddings=embeddings, search_mode="dense")

@@ -186,6 +186,17 @@ def test_perf_purge_smoke(tmp_path: Path) -> None:
     assert len(results["purge_s"]) == len(results["index_s"]) == 1
 
 
+def test_perf_long_text_smoke(tmp_path: Path) -> None:
+    fragments = ("--fragments", "<", " ", "x]")
+    out = _run("perf_long_text.py", "--length", "3000", *fragments, "--out", str(tmp_path))
+    assert "prose (the baseline)" in out
+    results = json.loads((tmp_path / "perf_long_text.json").read_text())
+    assert results["length"] == 3000
+    assert len(results["fragments"]) == 3
+    steps = {"index", "search", "long query", "recall", "check"}
+    assert all(set(seconds) == steps for seconds in results["fragments"].values())
+
+
 def test_perf_filter_smoke(tmp_path: Path) -> None:
     out = _run(
         "perf_filter.py",
