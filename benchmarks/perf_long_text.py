@@ -34,7 +34,7 @@ from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = [" ", "\t", "\n", "\r\n", "[", "]", "<", ">", "|", ".", ")", "(", "-", "_", "'", '"']
 RUNS += ["\\", "?", "*", "`", "@", "#", "1", "a", "é", "中", "\u200b", "\u2028", "a b", "x]"]
-RUNS += [" [", "Jan ", "of ", "2024 ", "last week ", "&lt;", "A. ", "Alice ", "http://a.b/"]
+RUNS += [" [", "Jan ", "of ", "2024 ", "last week ", "&lt;", "A. ", "Alice ", "www.a.b/?q=1&"]
 PROSE = "We walked to the harbour after lunch and talked about the trip. "
 STEPS = ("index", "search", "long query", "recall", "check")
 

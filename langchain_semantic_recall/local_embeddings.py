@@ -219,13 +219,22 @@ class LocalEmbeddings(Embeddings):
             check_int("num_threads", num_threads, 1, None)
         self._tokens = LocalModel(chunk_overlap_tokens=chunk_overlap_tokens)  # splitting
         self.batch_size = batch_size
-        self.chunk_overlap_tokens = chunk_overlap_tokens
         self.num_threads = num_threads or min(_usable_cores(), _MAX_THREADS)
         self._lock = threading.Lock()
         self._runs = threading.BoundedSemaphore(max(1, _usable_cores() // self.num_threads))
         self._loaded: _Runtime | None = None
         self.cpu_gate = cpu_gate
         """The gate model runs share with an embedded Chroma index's writes, if any."""
+
+    @property
+    def chunk_overlap_tokens(self) -> int:
+        """Tokens repeated between consecutive pieces of `split_text` (the tokenizer's)."""
+        return self._tokens.chunk_overlap_tokens
+
+    @chunk_overlap_tokens.setter
+    def chunk_overlap_tokens(self, tokens: int) -> None:
+        check_int("chunk_overlap_tokens", tokens, 0, self.max_tokens // 4)
+        self._tokens.chunk_overlap_tokens = tokens
 
     def __repr__(self) -> str:
         return (
