@@ -93,14 +93,20 @@ def writers(folder: str, prefixes: list[str], calls: int) -> None:
         )
         for seed, prefix in enumerate(prefixes)
     ]
-    for child in children:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-    for child in children:  # all at once
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
     try:
+        for child in children:
+            assert child.stdout is not None
+            if child.stdout.readline().strip() != "ready":
+                # Two processes creating one fresh folder race in Chroma's migrations
+                # ("table collections already exists"): an outcome, measured.
+                child.wait(timeout=WRITER_TIMEOUT_S)
+                raise WriterFailedError(
+                    f"a writer failed to open the folder (exit {child.returncode}, its error above)"
+                )
+        for child in children:  # all at once
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
         for child in children:
             child.communicate(timeout=WRITER_TIMEOUT_S)
             if child.returncode != 0:

@@ -252,6 +252,28 @@ def test_two_writers_embedded_smoke() -> None:
     ), out
 
 
+def test_two_writers_a_writer_that_cannot_open_is_reported(tmp_path: Path) -> None:
+    # Two writers opening one fresh folder can race in Chroma's migrations; the benchmark
+    # reports a writer that never got ready instead of dying (and orphaning the other).
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("not a Chroma folder")
+    code = (
+        "import sys, two_writers_embedded as t\n"
+        "try:\n    t.writers(sys.argv[1], ['a', 'b'], 1)\n"
+        "except t.WriterFailedError as error:\n    print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(not_a_folder)],
+        cwd=BENCHMARKS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "a writer failed to open the folder (exit 1" in done.stdout
+
+
 def test_perf_stats_smoke(tmp_path: Path) -> None:
     args = ("--size", "tiny", "--runs", "1", "--rounds", "1", "--work", str(tmp_path / "work"))
     out = _run("perf_stats.py", *args, "--out", str(tmp_path))
