@@ -7,6 +7,15 @@ on one folder failed to open ("'RustBindingsAPI' object has no attribute 'bindin
 clients under one lock, `SYSTEMS`. Upstream: chroma-core/chroma#7533 (open) makes
 chromadb's own bookkeeping atomic.
 
+chromadb also caches a folder's `System` before starting it, and keeps it when the start
+fails (a damaged `chroma.sqlite3`): every later client of that folder in the process
+failed ("... no attribute 'bindings'"), even once the folder was repaired as the error
+said, so a notebook had to restart. `open_persistent` drops such a system again. And two
+processes creating one fresh folder at once race in Chroma's migrations ("table
+collections already exists", or "database is locked" while the other makes them), so the
+open is tried again after a pause (`RACE_DELAYS`). Upstream: chroma-core/chroma#6499 (open; the cache keeps
+a client of a removed folder).
+
 An index closes the client it opened at its `close`, or once it is collected unclosed (an
 engine per request, dropped): `own` gives it the closing call. chromadb keeps each client's
 `System` (its threads, its open files) until then: a read-only engine (a private copy)
@@ -15,21 +24,29 @@ or an engine per tenant folder, dropped, kept ~8 threads and ~12 files for good.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final
 
-from langchain_semantic_recall.vectors.chroma_collections import open_persistent
+from langchain_semantic_recall.errors import StorageError
+from langchain_semantic_recall.vectors.chroma_collections import remove_copy, temporary_copy
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
 
-__all__ = ["SYSTEMS", "close_client", "opened_persistent", "own"]
+__all__ = ["RACE_DELAYS", "SYSTEMS", "close_client", "open_persistent", "opened_persistent", "own"]
+
+logger = logging.getLogger(__name__)
 
 SYSTEMS: Final = threading.RLock()
 """Held while this package opens and sets up, or closes, an embedded client."""
+RACE_DELAYS: Final = (0.1, 0.4, 1.0)
+"""Pauses before opening again a fresh folder that another process was creating."""
 
 
 @contextmanager
@@ -37,6 +54,64 @@ def opened_persistent(folder: str, *, read_only: bool) -> Iterator[tuple[ClientA
     """`open_persistent` under `SYSTEMS`, held until the caller has set the client up."""
     with SYSTEMS:
         yield open_persistent(folder, read_only=read_only)
+
+
+def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | None]:
+    """A `PersistentClient` on `folder` (telemetry off), and its temporary copy if any.
+
+    `read_only` opens a private temporary copy (`temporary_copy`); otherwise a purge a
+    crash cut short is finished first (`chroma_rebuild.recover_swap`).
+
+    Raises:
+        StorageError: The folder holds a damaged index, or cannot be opened.
+    """
+    from langchain_semantic_recall.vectors.chroma_rebuild import recover_swap
+
+    # Chroma caches one client system per path string in a process: a relative path read
+    # from another working directory would reach the first store's files.
+    folder = os.path.abspath(folder)
+    copy: str | None = None
+    if read_only:
+        copy = temporary_copy(folder)
+    elif recovered := recover_swap(folder):
+        logger.warning("Chroma folder %s: finished an interrupted purge: %s", folder, recovered)
+    delays = iter(RACE_DELAYS)
+    while True:
+        try:
+            return _started_client(copy or folder), copy
+        except Exception as exc:  # chromadb raises its own InternalError, or ValueError
+            delay = next(delays, None) if _racing(exc) else None
+            if delay is None:
+                if copy is not None:
+                    remove_copy(copy)
+                raise StorageError(
+                    f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); "
+                    "if it is damaged, restore it from a backup, or move it aside and "
+                    "rebuild it from the messages with 'semantic-recall reindex'"
+                ) from exc
+            logger.info("Chroma folder %s is being created elsewhere; opening again", folder)
+        time.sleep(delay)
+
+
+def _racing(error: Exception) -> bool:
+    """Whether a failed open is another process creating the folder (it may work soon)."""
+    return any(sign in str(error) for sign in ("already exists", "database is locked"))
+
+
+def _started_client(path: str) -> ClientAPI:
+    """`chromadb.PersistentClient(path)`; a system that fails to start leaves its cache."""
+    import chromadb
+    from chromadb.api.shared_system_client import SharedSystemClient
+    from chromadb.config import Settings
+
+    cache = getattr(SharedSystemClient, "_identifier_to_system", None)
+    cached = not isinstance(cache, dict) or path in cache  # a live system: never dropped
+    try:
+        return chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
+    except Exception:
+        if not cached:
+            cache.pop(path, None)  # type: ignore[union-attr]
+        raise
 
 
 def close_client(client: ClientAPI) -> None:

@@ -4,8 +4,8 @@
 the layout and why). This module owns the handles to those collections: a bounded cache
 (`CACHED_COLLECTIONS` of ~12 KB each), a size hint per collection (it picks the
 thread-search strategy), the listing of every collection of an index, and the client's
-batch limit; and the temporary copy a read-only open works on. chromadb is imported inside
-functions only.
+batch limit; and the temporary copy a read-only open works on (`chroma_clients` opens
+the clients). chromadb is imported inside functions only.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ __all__ = [
     "CACHED_COLLECTIONS",
     "ChromaCollections",
     "Row",
-    "open_persistent",
     "remove_copy",
     "sweep_copies",
     "temporary_copy",
@@ -322,43 +321,6 @@ def _pages(
     for start in range(0, len(ids), size):
         page = ids[start : start + size]
         yield read_retrying(partial(collection.get, ids=page, include=include), delays)
-
-
-def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | None]:
-    """A `PersistentClient` on `folder` (telemetry off), and its temporary copy if any.
-
-    `read_only` opens a private temporary copy (`temporary_copy`); otherwise a purge a
-    crash cut short is finished first (`chroma_rebuild.recover_swap`).
-
-    Raises:
-        StorageError: The folder holds a damaged index, or cannot be opened.
-    """
-    import chromadb
-    from chromadb.config import Settings
-
-    from langchain_semantic_recall.vectors.chroma_rebuild import recover_swap
-
-    # Chroma caches one client system per path string in a process: a relative path read
-    # from another working directory would reach the first store's files.
-    folder = os.path.abspath(folder)
-    copy: str | None = None
-    if read_only:
-        copy = temporary_copy(folder)
-    elif recovered := recover_swap(folder):
-        logger.warning("Chroma folder %s: finished an interrupted purge: %s", folder, recovered)
-    try:
-        client = chromadb.PersistentClient(
-            path=copy or folder, settings=Settings(anonymized_telemetry=False)
-        )
-    except Exception as exc:  # chromadb raises its own InternalError, or ValueError
-        if copy is not None:
-            remove_copy(copy)
-        raise StorageError(
-            f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); if "
-            "it is damaged, restore it from a backup, or move it aside and rebuild it "
-            "from the messages with 'semantic-recall reindex'"
-        ) from exc
-    return client, copy
 
 
 def temporary_copy(folder: str) -> str:
