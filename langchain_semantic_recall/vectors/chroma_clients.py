@@ -12,9 +12,9 @@ fails (a damaged `chroma.sqlite3`): every later client of that folder in the pro
 failed ("... no attribute 'bindings'"), even once the folder was repaired as the error
 said, so a notebook had to restart. `open_persistent` drops such a system again. And two
 processes creating one fresh folder at once race in Chroma's migrations ("table
-collections already exists", or "database is locked" while the other makes them), so the
-open is tried again after a pause (`RACE_DELAYS`). Upstream: chroma-core/chroma#6499 (open; the cache keeps
-a client of a removed folder).
+collections already exists", or "database is locked" while the other makes them), so
+the open is tried again after a pause (`RACE_DELAYS`). Upstream: chroma-core/chroma#6499
+(open; the cache keeps a client of a removed folder).
 
 An index closes the client it opened at its `close`, or once it is collected unclosed (an
 engine per request, dropped): `own` gives it the closing call. chromadb keeps each client's

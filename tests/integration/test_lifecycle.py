@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -147,35 +145,3 @@ def test_a_folder_that_failed_to_open_opens_in_the_same_process_once_repaired(
     with SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings()) as memory:
         assert memory.index(TURN, thread_id="t1", resource_id="alice").error is None
         assert memory.search("peanuts", resource_id="alice")
-
-
-def _open_fresh(folder: str, ready: Any, failures: Any) -> None:
-    import chromadb  # noqa: F401  (imported before the barrier: the opens race, not imports)
-
-    ready.wait()
-    try:
-        ChromaVectorIndex.persistent(folder).close()
-    except Exception as failure:  # reported by the parent
-        failures.put(f"{type(failure).__name__}: {failure}")
-
-
-def test_processes_creating_one_fresh_folder_at_once_all_open_it(tmp_path: Path) -> None:
-    """Chroma's migrations race ("table collections already exists", "database is
-    locked"); the open tries again.
-
-    Before: 3-5 of 60 such opens failed, and called the new folder damaged (measured,
-    30 pairs of processes released by one barrier).
-    """
-    context = multiprocessing.get_context("fork")
-    failures = context.Queue()
-    for pair in range(8):
-        folder, ready = str(tmp_path / f"f{pair}"), context.Barrier(2)
-        children = [
-            context.Process(target=_open_fresh, args=(folder, ready, failures)) for _ in "ab"
-        ]
-        for child in children:
-            child.start()
-        for child in children:
-            child.join(60)
-        assert [child.exitcode for child in children] == [0, 0]
-    assert failures.empty(), failures.get()
