@@ -20,7 +20,8 @@ from langchain_semantic_recall.vectors import ChromaVectorIndex
 from tests.fakes import FakeEmbeddings
 from tests.unit.test_lifecycle import TURN
 
-PAIRS = 8
+ROUNDS = 20
+"""New stores each pair of processes creates, one after another."""
 
 
 def _sqlite(folder: str) -> None:
@@ -42,14 +43,18 @@ def _engine(folder: str) -> None:
         assert done.error is None, done.error
 
 
-def _child(open_store: Callable[[str], None], folder: str, ready: Any, failures: Any) -> None:
-    import chromadb  # noqa: F401  (imported before the barrier: the opens race, not imports)
+def _child(
+    open_store: Callable[[str], None], folders: list[str], ready: Any, failures: Any
+) -> None:
+    """Open each folder in turn, released with the other child by `ready` each time."""
+    import chromadb  # noqa: F401  (imported before the first round: the opens race)
 
-    ready.wait()
-    try:
-        open_store(folder)
-    except BaseException as failure:  # reported by the parent, every one
-        failures.put(f"{type(failure).__name__}: {failure}")
+    for folder in folders:
+        ready.wait(60)
+        try:
+            open_store(folder)
+        except BaseException as failure:  # reported by the parent, every one
+            failures.put(f"{type(failure).__name__}: {failure}")
 
 
 @pytest.mark.parametrize(
@@ -61,17 +66,20 @@ def test_processes_creating_one_store_at_once_all_open_it(
     """Before: 3-7 of 120 SQLite opens failed "database is locked" (at `PRAGMA
     journal_mode = WAL`), and 3-5 of 60 Chroma opens "table collections already exists"
     or "database is locked", both called a file that might be damaged (measured, pairs
-    of processes released by one barrier)."""
-    context = multiprocessing.get_context("fork")
-    failures = context.Queue()
-    for pair in range(PAIRS):
-        folder, ready = str(tmp_path / f"store-{pair}"), context.Barrier(2)
-        children = [
-            context.Process(target=_child, args=(open_store, folder, ready, failures)) for _ in "ab"
-        ]
-        for child in children:
-            child.start()
-        for child in children:
-            child.join(60)
-        assert [child.exitcode for child in children] == [0, 0]
+    of processes released by one barrier).
+
+    The children are spawned, not forked: a fork of this process (its Chroma and model
+    threads) can copy a lock another thread holds, and both children hung on one in CI.
+    """
+    context = multiprocessing.get_context("spawn")
+    failures, ready = context.Queue(), context.Barrier(2)
+    folders = [str(tmp_path / f"store-{n}") for n in range(ROUNDS)]
+    children = [
+        context.Process(target=_child, args=(open_store, folders, ready, failures)) for _ in "ab"
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(180)
+    assert [child.exitcode for child in children] == [0, 0]
     assert failures.empty(), failures.get()
