@@ -91,6 +91,16 @@ class EngineClosedError(SemanticRecallError):
     """
 
 
+class ForkedEngineError(EngineClosedError):
+    """A `SemanticRecall` was used in a process forked from the one that opened it.
+
+    Its SQLite connection, Chroma client and threads do not cross a fork: a call there
+    hung (embedded Chroma) or could damage the store. Open one engine in each process,
+    when it starts (gunicorn's `post_fork`, Celery's `worker_process_init`), not at import
+    time under `gunicorn --preload`.
+    """
+
+
 class CommandError(SemanticRecallError):
     """A failure the `semantic-recall` command reports with a message and an exit code.
 
@@ -146,6 +156,7 @@ __all__ = [
     "EngineClosedError",
     "ExportNotSupportedError",
     "ForgottenThreadError",
+    "ForkedEngineError",
     "IdentityMismatchError",
     "InvalidInputError",
     "InvalidOptionError",

@@ -18,6 +18,12 @@ index closed under it. A call begun once the close began is refused. A `close()`
 cannot wait, because calls in flight run on its own thread (async calls on the event loop
 that calls it), returns at once and the last of those calls closes the backends as it
 leaves (a failure to close is then logged: no caller is left to raise it to).
+
+An engine belongs to the process that opened it. In a process forked from that one (a
+worker of `gunicorn --preload`, a `multiprocessing` fork), its connections and threads
+are copies that do not work (embedded Chroma hung): every call there raises
+`ForkedEngineError` before it touches a lock (the fork may have copied one held), and a
+close there closes nothing, the parent's backends being the parent's.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -33,7 +40,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from langchain_semantic_recall.errors import EngineClosedError
+from langchain_semantic_recall.errors import EngineClosedError, ForkedEngineError
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.core import EngineCore
@@ -54,6 +61,7 @@ class Lifecycle:
     """The backends an engine built itself, and whether it was closed."""
 
     def __init__(self) -> None:
+        self._pid = os.getpid()  # the process whose backends these are
         self._owned: list[object] = []
         self._closed = False
         self._lock = threading.Lock()
@@ -76,11 +84,13 @@ class Lifecycle:
             self._owned.extend(parts)
 
     def check(self) -> None:
-        """Refuse a call on a closed engine.
+        """Refuse a call on a closed engine, or in a forked process.
 
         Raises:
             EngineClosedError: `close` or `aclose` ran.
+            ForkedEngineError: this process is a fork of the one that opened the engine.
         """
+        self._check_process()
         if self._closed:
             raise EngineClosedError(
                 "this SemanticRecall was closed (close(), aclose() or the end of its with "
@@ -88,13 +98,32 @@ class Lifecycle:
                 "SemanticRecall.local(path), to go on"
             )
 
+    def _check_process(self) -> None:
+        if (pid := os.getpid()) != self._pid:
+            raise ForkedEngineError(
+                f"this SemanticRecall was opened in process {self._pid}, and this is "
+                f"process {pid}, a fork of it: its connections and threads do not cross a "
+                "fork. Open one engine in each process when it starts (gunicorn's "
+                "post_fork hook, Celery's worker_process_init), not at import time under "
+                "gunicorn --preload"
+            )
+
+    def _forked(self) -> bool:
+        """Whether this is a forked copy (a close here closes nothing: see the module)."""
+        if os.getpid() == self._pid:
+            return False
+        self._closed = True  # (no lock: the fork may have copied it held)
+        return True
+
     @contextlib.contextmanager
     def call(self) -> Iterator[None]:
         """A call in flight: a close waits for it to leave.
 
         Raises:
             EngineClosedError: `close` or `aclose` ran or began.
+            ForkedEngineError: this process is a fork of the one that opened the engine.
         """
+        self._check_process()  # before the lock, which a fork may have copied held
         me = threading.get_ident()
         with self._lock:
             self.check()
@@ -171,6 +200,8 @@ class Lifecycle:
 
         Raises the first failure.
         """
+        if self._forked():
+            return
         self._begin()
         if self._wait_for_calls():
             self._close_parts()
@@ -191,6 +222,8 @@ class Lifecycle:
 
         Waits for the calls in flight, this loop's tasks included (off the loop).
         """
+        if self._forked():
+            return
         self._begin()
         loop = asyncio.get_running_loop()
         if id(self) in _INSIDE.get():  # closed from inside a call: it cannot be waited for

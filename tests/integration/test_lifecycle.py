@@ -7,8 +7,9 @@ import threading
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import HumanMessage
 
-from langchain_semantic_recall import SemanticRecall, StorageError
+from langchain_semantic_recall import IndexNode, RecallNode, SemanticRecall, StorageError
 from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.vectors import ChromaVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -144,4 +145,64 @@ def test_a_folder_that_failed_to_open_opens_in_the_same_process_once_repaired(
     (chroma / "chroma.sqlite3").rename(tmp_path / "damaged.sqlite3")
     with SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings()) as memory:
         assert memory.index(TURN, thread_id="t1", resource_id="alice").error is None
+        assert memory.search("peanuts", resource_id="alice")
+
+
+def test_an_engine_used_in_a_forked_process_raises_and_the_parent_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """A worker forked after the engine was opened (`gunicorn --preload`): clear errors.
+
+    Before: the child's first call hung for good (embedded Chroma's threads are not
+    forked), and a close there would have closed the parent's connections.
+    """
+    import asyncio
+    import json
+    import time
+
+    memory = SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings())
+    memory.index(TURN, thread_id="t1", resource_id="alice")
+    retriever = memory.as_retriever(resource_id="alice")  # built here: no import after fork
+    recall, index = RecallNode(memory), IndexNode(memory)
+    state = {"messages": [*TURN, HumanMessage("What am I allergic to?")], "recalled_memory": None}
+    run = {"configurable": {"thread_id": "t1", "resource_id": "alice"}}
+    calls = {
+        "search": lambda: memory.search("peanuts", resource_id="alice"),
+        "asearch": lambda: asyncio.run(memory.asearch("peanuts", resource_id="alice")),
+        "index": lambda: memory.index(TURN, thread_id="t2", resource_id="alice"),
+        "retriever": lambda: retriever.invoke("peanuts"),
+        "with": memory.__enter__,
+        "recall node": lambda: recall.invoke(state, run),
+        "index node": lambda: index.invoke(state, run),
+    }
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what each call raised, then close (a no-op here)
+        seen = {}
+        for name, call in calls.items():
+            try:
+                call()
+                seen[name] = "returned"
+            except BaseException as error:
+                seen[name] = type(error).__name__
+        try:
+            memory.close()
+            seen["close"] = "returned"
+        except BaseException as error:
+            seen["close"] = type(error).__name__
+        os.write(write, json.dumps(seen).encode())
+        os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    with os.fdopen(read) as reader:
+        seen = json.loads(reader.read())
+    assert seen == {**dict.fromkeys(calls, "ForkedEngineError"), "close": "returned"}
+    with memory:  # the parent's engine was not closed by the child
+        assert memory.index(TURN, thread_id="t3", resource_id="alice").error is None
         assert memory.search("peanuts", resource_id="alice")

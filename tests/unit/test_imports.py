@@ -26,6 +26,7 @@ EXPECTED_ALL = [
     "EngineClosedError",
     "ExportNotSupportedError",
     "ForgottenThreadError",
+    "ForkedEngineError",
     "IdentityMismatchError",
     "InMemoryStorage",
     "IndexInfo",
