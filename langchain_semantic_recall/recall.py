@@ -174,7 +174,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         `chroma_workarounds` (True, False, or a `ChromaWorkarounds`): `settings.local_backends`.
 
         Args:
-            path: The store's folder (created if missing).
+            path: The store's folder (created if missing; `~` is the home folder).
             **options: The constructor's options, plus `embeddings`, `read_only` and
                 `chroma_workarounds`.
         """

@@ -148,7 +148,7 @@ def local_indexes(path: str | PathLike[str]) -> dict[str, tuple[str, int]]:
     """
     from langchain_semantic_recall.vectors.chroma_file import ChromaFile
 
-    return ChromaFile(Path(path) / "chroma").indexes() or {}
+    return ChromaFile(Path(path).expanduser() / "chroma").indexes() or {}
 
 
 def other_embedders(path: str | PathLike[str], info: IndexInfo) -> str | None:
@@ -182,7 +182,7 @@ def local_file_index(
     from langchain_semantic_recall.vectors.chroma_file import ChromaFile
     from langchain_semantic_recall.vectors.chroma_layout import check_model
 
-    found = ChromaFile(Path(path) / "chroma").index(info.name, scope)
+    found = ChromaFile(Path(path).expanduser() / "chroma").index(info.name, scope)
     if found is None:
         return None
     check_model(info.name, found.model, found.dimension, info.model, info.dimension)
@@ -373,7 +373,7 @@ def local_backends(
 
     if not isinstance(read_only, bool | None):  # "no" would read as True
         raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
-    root = Path(path)
+    root = Path(path).expanduser()  # as SQLite does: "~/memory" is one store, not two
     file = root / "messages.sqlite3"
     if read_only is None:
         read_only = file.exists() and not SQLiteStorage.is_writable(file)

@@ -132,7 +132,7 @@ def store_path(args: argparse.Namespace) -> Path:
         NotFoundError: it names a file (the store is the folder of `messages.sqlite3`).
     """
     given = getattr(args, "path", None)
-    path = Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH)
+    path = Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH).expanduser()
     if path.is_file():
         folder = "the folder that holds the store's messages.sqlite3 (a new one for ingest)"
         if path.name == "messages.sqlite3":  # the store's database: its folder was meant

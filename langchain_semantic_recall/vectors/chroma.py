@@ -189,7 +189,8 @@ class ChromaVectorIndex(VectorIndex):
         Raises:
             StorageError: The folder holds a damaged index, or cannot be opened.
         """
-        with opened_persistent(os.fspath(path), read_only=read_only) as (client, copy):
+        path = os.path.expanduser(path)  # "~": the home folder, as `SQLiteStorage` reads it
+        with opened_persistent(path, read_only=read_only) as (client, copy):
             index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
         index._close_own = own(index, partial(close_client, client))
         if copy is not None:

@@ -68,8 +68,9 @@ def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | N
     from langchain_semantic_recall.vectors.chroma_rebuild import recover_swap
 
     # Chroma caches one client system per path string in a process: a relative path read
-    # from another working directory would reach the first store's files.
-    folder = os.path.abspath(folder)
+    # from another working directory would reach the first store's files. "~" is the
+    # home folder, as for SQLite (Chroma made a folder named "~" in the working one).
+    folder = os.path.abspath(os.path.expanduser(folder))
     copy: str | None = None
     if read_only:
         copy = temporary_copy(folder)

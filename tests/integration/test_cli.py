@@ -1227,3 +1227,30 @@ def test_every_command_closes_the_store_it_opened(loaded: Cli) -> None:
             assert not in_use(file), f"{argv[0]} left the store open"
     finally:
         gc.enable()
+
+
+def test_a_store_path_under_a_tilde_is_one_store_in_the_home_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`local("~/memory")` split the store: SQLite in the home folder, Chroma in a folder
+    named "~" of the working one, so a run from elsewhere found no vector."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    home, work, elsewhere = tmp_path / "home", tmp_path / "work", tmp_path / "elsewhere"
+    for folder in (home, work, elsewhere):
+        folder.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    turn = [HumanMessage("I am allergic to peanuts"), AIMessage("Noted.")]
+    with SemanticRecall.local("~/memory", embeddings=FakeEmbeddings()) as memory:
+        memory.index(turn, thread_id="t1", resource_id="alice")
+    assert {"chroma", "messages.sqlite3"} <= {p.name for p in (home / "memory").iterdir()}
+    assert list(work.iterdir()) == []
+    monkeypatch.chdir(elsewhere)
+    with SemanticRecall.local("~/memory", embeddings=FakeEmbeddings()) as memory:
+        stats = memory.stats(resource_id="alice")
+        assert (stats.messages, stats.vectors, stats.missing_vectors) == (2, 2, 0)
+    assert main(["--path", "~/memory", "threads"]) == 0  # quoted: no shell expanded it
+    assert "t1" in capsys.readouterr().out
+    assert list(elsewhere.iterdir()) == []
