@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, TypeAlias
 
 from langchain_semantic_recall.errors import InvalidOptionError
@@ -204,6 +206,19 @@ def check_count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidOptionError(f"{name} must be an int >= 1, got {value!r}")
     return value
+
+
+def store_folder(value: object) -> Path:
+    """The folder of an embedded store (`SemanticRecall.local`), `~` read as the home folder.
+
+    Raises:
+        InvalidOptionError: not a path, or an empty one (which would be the working folder).
+    """
+    if not isinstance(value, str | os.PathLike) or not os.fspath(value):
+        raise InvalidOptionError(
+            f"the store's folder must be a path such as './memory', got {value!r}"
+        )
+    return Path(value).expanduser()  # as SQLite does: "~/memory" is one store, not two
 
 
 def check_index_name(value: object) -> str:

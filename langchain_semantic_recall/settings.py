@@ -45,7 +45,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.options import URL_OPTIONS, check_option_names
+from langchain_semantic_recall.options import URL_OPTIONS, check_option_names, store_folder
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
@@ -373,7 +373,7 @@ def local_backends(
 
     if not isinstance(read_only, bool | None):  # "no" would read as True
         raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
-    root = Path(path).expanduser()  # as SQLite does: "~/memory" is one store, not two
+    root = store_folder(path)
     file = root / "messages.sqlite3"
     if read_only is None:
         read_only = file.exists() and not SQLiteStorage.is_writable(file)

@@ -140,3 +140,16 @@ def test_the_docs_name_the_folder_from_env_defaults_to() -> None:
         text = " ".join((docs / page).read_text(encoding="utf-8").split())
         assert f"under `./{folder}`" in text, page
     assert f"its own default is `{DEFAULT_PATH}`" in (docs / "scale.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("path", ["", None, 3])
+def test_a_local_store_without_a_folder_is_an_option_error_not_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: object
+) -> None:
+    # "" was read as ".": `local(os.environ.get("MEMORY", ""))` filled the working folder.
+    from langchain_semantic_recall import SemanticRecall
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidOptionError, match="the store's folder must be a path"):
+        SemanticRecall.local(path, embeddings=FakeEmbeddings())  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
