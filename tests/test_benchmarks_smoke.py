@@ -20,13 +20,12 @@ pytestmark = pytest.mark.slow  # loads the real local model
 
 
 def _run(script: str, *args: str) -> str:
+    return _python(str(BENCHMARKS / script), *args)
+
+
+def _python(*argv: str, cwd: Path = ROOT) -> str:
     done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+        [sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -262,16 +261,8 @@ def test_two_writers_a_writer_that_cannot_open_is_reported(tmp_path: Path) -> No
         "try:\n    t.writers(sys.argv[1], ['a', 'b'], 1)\n"
         "except t.WriterFailedError as error:\n    print(error)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(not_a_folder)],
-        cwd=BENCHMARKS,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "a writer failed to open the folder (exit 1" in done.stdout
+    out = _python("-c", code, str(not_a_folder), cwd=BENCHMARKS)
+    assert "a writer failed to open the folder (exit 1" in out
 
 
 def test_perf_stats_smoke(tmp_path: Path) -> None:
