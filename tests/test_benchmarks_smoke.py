@@ -27,8 +27,17 @@ def _python(*argv: str, cwd: Path = ROOT) -> str:
     done = subprocess.run(
         [sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
     )
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, _ends(done.stderr)
     return done.stdout
+
+
+def _ends(text: str, size: int = 1500) -> str:
+    """Both ends of a long error output: the first error, and the last.
+
+    Stop 39's CI showed the last 3,000 characters only: a second process's error, which
+    hid the first (a writer that could not open the folder).
+    """
+    return text if len(text) <= 2 * size else f"{text[:size]}\n[...]\n{text[-size:]}"
 
 
 def test_perf_recall_smoke(tmp_path: Path) -> None:
