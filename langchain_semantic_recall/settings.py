@@ -104,7 +104,7 @@ def _file_path(url: str, scheme: str) -> str:
         rest = rest[1:]
     if not rest:
         raise InvalidOptionError(f"{url!r} has no path: write {scheme}:///relative/path")
-    return rest
+    return os.path.expanduser(rest)  # "~": the home folder, as for --path
 
 
 def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:

@@ -27,6 +27,7 @@ from langchain_semantic_recall.cli.common import (
     PATH_ENV,
     VERBOSE_HELP,
     CommandError,
+    a_path,
     command_scope,
     store_path,
 )
@@ -79,7 +80,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--path", metavar="DIR", help=f"the store (default: ${PATH_ENV}, else ./.semantic-recall)"
+        "--path",
+        metavar="DIR",
+        type=a_path,
+        help=f"the store (default: ${PATH_ENV}, else ./.semantic-recall)",
     )
     parser.add_argument(
         "--storage",

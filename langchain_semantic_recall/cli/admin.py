@@ -13,7 +13,6 @@ from langchain_semantic_recall.cli.common import (
     an_id,
     confirm,
     disk_usage,
-    human_bytes,
     note_if_open_elsewhere,
     open_backends,
     open_memory,
@@ -29,7 +28,7 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
 )
 from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
-from langchain_semantic_recall.cli.render import error, style
+from langchain_semantic_recall.cli.render import error, human_bytes, style
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.quoting import printable
 

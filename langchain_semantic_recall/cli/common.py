@@ -104,6 +104,11 @@ def an_id(value: str) -> str:
         ) from bad
 
 
+def a_path(value: str) -> str:
+    """Argparse `type=` of a file or folder: a quoted '~/memory' is in the home folder."""
+    return os.path.expanduser(value)
+
+
 def verbose_option() -> argparse.ArgumentParser:
     """A parent parser with `-v`, so it works after the subcommand too (errors say "-v")."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -119,6 +124,7 @@ def store_options() -> argparse.ArgumentParser:
     parent.add_argument(
         "--path",
         default=argparse.SUPPRESS,
+        type=a_path,
         metavar="DIR",
         help=f"the store (default: ${PATH_ENV}, else {DEFAULT_PATH})",
     )
@@ -390,15 +396,6 @@ def disk_usage(path: Path) -> int:
             except OSError:  # removed while we walked
                 continue
     return total
-
-
-def human_bytes(size: float) -> str:
-    """A byte count for people: `512 B`, `1.5 KB`, ... up to GB."""
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 # --- reading the store -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from langchain_semantic_recall.cli.common import UsageError, store_urls, verbose_option
+from langchain_semantic_recall.cli.common import UsageError, a_path, store_urls, verbose_option
 from langchain_semantic_recall.cli.render import boxed, rule, shorten, style
 
 if TYPE_CHECKING:  # LangChain loads slowly: imported by `run`, not by `--help`
@@ -59,6 +59,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--path",
         default=argparse.SUPPRESS,
+        type=a_path,
         help="a new or empty folder to keep the demo's store in (default: a temporary folder)",
     )
     parser.add_argument("--top-k", type=int, default=3, help="hits per turn (default: 3)")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli import common
-from langchain_semantic_recall.cli.common import NotFoundError, UsageError, verbose_option
+from langchain_semantic_recall.cli.common import NotFoundError, UsageError, a_path, verbose_option
 from langchain_semantic_recall.cli.render import style, table
 
 if TYPE_CHECKING:
@@ -110,7 +110,10 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     )
     parser.add_argument("format", choices=FORMATS, help="dataset format")
     parser.add_argument(
-        "dataset", metavar="PATH", help="the dataset file (paraphrase: the set's folder)"
+        "dataset",
+        metavar="PATH",
+        type=a_path,
+        help="the dataset file (paraphrase: the set's folder)",
     )
     engine = parser.add_argument_group("engine options (default: the package defaults)")
     engine.add_argument(
@@ -179,6 +182,7 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     probes.add_argument(
         "--probes",
         metavar="PATH",
+        type=a_path,
         help="also ask these probe lines of every resource that holds messages: a JSONL "
         'file of {"probe", "kind"} lines, or the paraphrase set\'s folder (its '
         "small-talk and off-topic files, as docs/quality.md asks them of every set)",
@@ -192,14 +196,18 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
     parser.add_argument(
         "--busy",
         metavar="LOCOMO_JSON",
+        type=a_path,
         help=f"paraphrase: add at least {BUSY_MESSAGES} messages of LoCoMo sessions to each "
         "persona's resource (of n personas, persona i takes sessions i, i+n, i+2n, ...: "
         "the busy store of benchmarks/quality_relevance.py)",
     )
-    parser.add_argument("--json-out", metavar="FILE", help="write settings, summary, questions")
+    parser.add_argument(
+        "--json-out", metavar="FILE", type=a_path, help="write settings, summary, questions"
+    )
     parser.add_argument(
         "--store",
         metavar="DIR",
+        type=a_path,
         help="load into DIR and keep it; a later run with the same dataset and embedder "
         "reuses it (no loading, no embedding), another dataset is refused",
     )

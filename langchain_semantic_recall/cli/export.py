@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
+    a_path,
     an_id,
     open_storage,
     require_resource,
@@ -48,7 +49,11 @@ def register(subparsers: Any) -> None:
         "--thread", metavar="T", type=an_id, help="only conversation T of the resource"
     )
     parser.add_argument(
-        "-o", "--output", metavar="FILE", help="write to FILE (default: standard output)"
+        "-o",
+        "--output",
+        metavar="FILE",
+        type=a_path,
+        help="write to FILE (default: standard output)",
     )
     parser.set_defaults(
         func=run, interrupted="the output holds part of the export only: run it again"

@@ -12,6 +12,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     NotFoundError,
     UsageError,
+    a_path,
     an_id,
     note_if_open_elsewhere,
     open_memory,
@@ -66,7 +67,7 @@ def register(subparsers: Any) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the file to load")
+    parser.add_argument("file", metavar="FILE", type=a_path, help="the file to load")
     parser.add_argument(
         "--format",
         choices=("jsonl", "chatgpt"),

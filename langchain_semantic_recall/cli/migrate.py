@@ -296,7 +296,7 @@ def _place(url: str) -> tuple[str, ...] | None:
 def _chroma_folder(url: str) -> Path | None:
     rest = url[len("chroma://") :]
     rest = rest[1:] if rest.startswith("/") else rest
-    return Path(rest) if rest else None
+    return Path(rest).expanduser() if rest else None
 
 
 def _refuse_itself(source: tuple[str, str], target: tuple[str, str]) -> None:

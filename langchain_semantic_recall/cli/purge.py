@@ -9,7 +9,6 @@ from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     CommandError,
     disk_usage,
-    human_bytes,
     open_memory,
     require_writable,
     store_label,
@@ -17,7 +16,7 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
-from langchain_semantic_recall.cli.render import style
+from langchain_semantic_recall.cli.render import human_bytes, style
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.records import CompactResult

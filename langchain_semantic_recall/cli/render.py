@@ -152,3 +152,12 @@ def failure_message(failure: Exception, *, verbose: bool = False) -> str:
             f"from a backup, or rebuild the index with 'semantic-recall reindex'{hint}"
         )
     return f"internal error ({kind}: {failure}){hint}, and report it with the command you ran"
+
+
+def human_bytes(size: float) -> str:
+    """A byte count for people: `512 B`, `1.5 KB`, ... up to GB."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

@@ -1254,3 +1254,37 @@ def test_a_store_path_under_a_tilde_is_one_store_in_the_home_folder(
     assert main(["--path", "~/memory", "threads"]) == 0  # quoted: no shell expanded it
     assert "t1" in capsys.readouterr().out
     assert list(elsewhere.iterdir()) == []
+
+
+def test_store_urls_and_command_paths_under_a_tilde_name_the_home_store(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    embedder: unit.Embedder,
+) -> None:
+    """`sqlite:///~/m/...` named a folder '~' of the working one (not found), so
+    `migrate` onto the same store through '~' URLs copied it onto itself, and
+    `demo --path '~/m'` loaded its history into the user's existing store."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    with SemanticRecall.local("~/m", embeddings=FakeEmbeddings()) as memory:
+        memory.index([HumanMessage("lisbon", id="h1")], thread_id="t1", resource_id="alice")
+    urls = ["--storage", "sqlite:///~/m/messages.sqlite3", "--vector", "chroma:///~/m/chroma"]
+    assert main([*urls, "threads"]) == 0
+    assert "t1" in capsys.readouterr().out
+
+    to = ["--to-storage", urls[1], "--to-vector", urls[3]]
+    assert main(["--path", "~/m", "migrate", *to]) == 2
+    assert "the target is the source" in capsys.readouterr().err
+
+    assert main(["demo", "--path", "~/m"]) == 2
+    assert "not an empty folder" in capsys.readouterr().err
+    assert list(work.iterdir()) == []
+    with SemanticRecall.local("~/m", embeddings=FakeEmbeddings()) as memory:
+        assert memory.stats().messages == 1

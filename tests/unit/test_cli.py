@@ -230,8 +230,8 @@ def test_tables_fit_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert text.splitlines()[1].endswith("…")
     assert render.table(["a"], []) == ""
     assert render.when(None) == "-"
-    assert common.human_bytes(512) == "512 B"
-    assert common.human_bytes(3 * 1024 * 1024) == "3.0 MB"
+    assert render.human_bytes(512) == "512 B"
+    assert render.human_bytes(3 * 1024 * 1024) == "3.0 MB"
 
 
 def test_parse_age_and_date() -> None:
@@ -875,3 +875,45 @@ def test_every_writing_command_says_how_to_finish_when_interrupted() -> None:
     hints = {name: commands[name].get_default("interrupted") for name in commands}
     assert [name for name in WRITING if not hints[name]] == []
     assert sorted(name for name, hint in hints.items() if hint) == sorted(WRITING)
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["--path", "~/m", "stats"], "path"),
+        (["stats", "--path", "~/m"], "path"),
+        (["ingest", "~/chats.json"], "file"),
+        (["export", "--resource", "a", "-o", "~/out.jsonl"], "output"),
+        (["demo", "--path", "~/m"], "path"),
+        (["eval", "locomo", "~/d.json", "--store", "~/m"], "dataset"),
+        (["eval", "locomo", "~/d.json", "--store", "~/m"], "store"),
+        (["eval", "locomo", "~/d.json", "--json-out", "~/r.json"], "json_out"),
+        (["eval", "paraphrase", "~/d", "--probes", "~/p"], "probes"),
+        (["eval", "paraphrase", "~/d", "--busy", "~/l.json"], "busy"),
+    ],
+)
+def test_a_quoted_tilde_in_a_path_argument_is_the_home_folder(
+    argv: list[str], field: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """No shell expands a quoted '~/m' (or --path=~/m): the command must, as SQLite does.
+
+    `demo --path '~/m'` checked a folder named '~' for being new, then loaded its demo
+    into the existing home store; `eval --store '~/m'` split its store in two.
+    """
+    monkeypatch.setenv("HOME", str(tmp_path))
+    args = build_parser(argv).parse_args(argv)
+    assert getattr(args, field).startswith(f"{tmp_path}/")
+
+
+def test_every_path_argument_reads_a_tilde() -> None:
+    """A new file or folder option gets the same `type` (the test above names each)."""
+    paths = {"DIR", "FILE", "PATH", "LOCOMO_JSON"}
+    parser = build_parser(["eval"])
+    sub = next(a for a in parser._actions if isinstance(a.choices, dict))
+    found = []
+    for command in (parser, *sub.choices.values()):
+        for action in command._actions:
+            if action.metavar in paths or (action.dest == "path" and action.metavar is None):
+                found.append((command.prog, action.dest, action.type))
+    assert len(found) >= 10
+    assert all(kind is common.a_path for _prog, _dest, kind in found), found
