@@ -87,16 +87,37 @@ def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | N
                     remove_copy(copy)
                 raise StorageError(
                     f"cannot open the Chroma index {folder} ({type(exc).__name__}: {exc}); "
-                    "if it is damaged, restore it from a backup, or move it aside and "
-                    "rebuild it from the messages with 'semantic-recall reindex'"
+                    + _remedy(exc)
                 ) from exc
             logger.info("Chroma folder %s is being created elsewhere; opening again", folder)
         time.sleep(delay)
 
 
 def _racing(error: Exception) -> bool:
-    """Whether a failed open is another process creating the folder (it may work soon)."""
-    return any(sign in str(error) for sign in ("already exists", "database is locked"))
+    """Whether a failed open is another process creating the folder (it may work soon).
+
+    Not chromadb's "An instance of Chroma already exists for PATH with different
+    settings": a client of this process holds the folder, and will until it is closed.
+    """
+    signs = ("already exists", "database is locked")
+    return not _other_settings(error) and any(sign in str(error) for sign in signs)
+
+
+def _other_settings(error: Exception) -> bool:
+    return "with different settings" in str(error)
+
+
+def _remedy(error: Exception) -> str:
+    """What the user can do about a failed open."""
+    if _other_settings(error):
+        return (
+            "a chromadb client of this process opened the folder with other settings: "
+            "close it first, or wrap it, ChromaVectorIndex(client)"
+        )
+    return (
+        "if it is damaged, restore it from a backup, or move it aside and rebuild it from "
+        "the messages with 'semantic-recall reindex'"
+    )
 
 
 def _started_client(path: str) -> ClientAPI:

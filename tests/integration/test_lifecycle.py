@@ -206,3 +206,28 @@ def test_an_engine_used_in_a_forked_process_raises_and_the_parent_keeps_it(
     with memory:  # the parent's engine was not closed by the child
         assert memory.index(TURN, thread_id="t3", resource_id="alice").error is None
         assert memory.search("peanuts", resource_id="alice")
+
+
+def test_a_folder_another_client_holds_with_other_settings_fails_at_once_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's own `chromadb.PersistentClient(path)` on the folder (other settings).
+
+    Before: chromadb's "already exists ... with different settings" read as another
+    process creating the folder: opened again after 1.5 s of pauses, then the error
+    advised restoring a damaged index from a backup.
+    """
+    import chromadb
+
+    from langchain_semantic_recall.vectors import chroma_clients
+
+    pauses: list[float] = []
+    monkeypatch.setattr(chroma_clients.time, "sleep", pauses.append)
+    own = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
+    try:
+        with pytest.raises(StorageError, match="opened the folder with other settings") as err:
+            SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings())
+        assert "backup" not in str(err.value)
+        assert pauses == []
+    finally:
+        own.close()
