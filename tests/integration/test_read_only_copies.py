@@ -27,7 +27,14 @@ from tests.fakes import FakeEmbeddings
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = b"q517z"
 
+# The held process waits for the test in short polls, not in one blocking read: the
+# kernel may hand SIGTERM to one of Chroma's threads, which does not interrupt the main
+# thread's read(), and Python runs the handler only once the main thread runs again. A
+# blocking read waited for good (CI; 1 run in 400 here; every run when the signal is sent
+# to another thread with tgkill). The command line itself never waits on input once a
+# store is open (its prompts come before the open).
 _HELD = """
+import select
 import sys
 from langchain_semantic_recall.cli import common, main
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
@@ -40,7 +47,8 @@ opened = ChromaVectorIndex.persistent.__func__
 def held(cls, *args, **kwargs):  # the command's index is open: wait for the test's signal
     index = opened(cls, *args, **kwargs)
     print("open", flush=True)
-    sys.stdin.readline()
+    while not select.select([sys.stdin], [], [], 0.05)[0]:
+        pass
     return index
 
 
