@@ -97,7 +97,8 @@ class ForkedEngineError(EngineClosedError):
     Its SQLite connection, Chroma client and threads do not cross a fork: a call there
     hung (embedded Chroma) or could damage the store. Open one engine in each process,
     when it starts (gunicorn's `post_fork`, Celery's `worker_process_init`), not at import
-    time under `gunicorn --preload`.
+    time under `gunicorn --preload`; with embedded Chroma, open none before the fork
+    (docs/guide.md).
     """
 
 

@@ -105,7 +105,7 @@ class Lifecycle:
                 f"process {pid}, a fork of it: its connections and threads do not cross a "
                 "fork. Open one engine in each process when it starts (gunicorn's "
                 "post_fork hook, Celery's worker_process_init), not at import time under "
-                "gunicorn --preload"
+                "gunicorn --preload; with embedded Chroma, open none before the fork"
             )
 
     def _forked(self) -> bool:

@@ -32,8 +32,13 @@ from langchain_semantic_recall.fusion import best_scores
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
-from langchain_semantic_recall.vectors.chroma_clients import close_client, opened_persistent, own
-from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, Row, remove_copy
+from langchain_semantic_recall.vectors.chroma_clients import (
+    close_client,
+    open_ephemeral,
+    opened_persistent,
+    own,
+)
+from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, Row
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
     LAYOUT,
@@ -192,9 +197,8 @@ class ChromaVectorIndex(VectorIndex):
         path = os.path.expanduser(path)  # "~": the home folder, as `SQLiteStorage` reads it
         with opened_persistent(path, read_only=read_only) as (client, copy):
             index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
-        index._close_own = own(index, partial(close_client, client))
+        index._close_own = own(index, partial(close_client, client), copy=copy)
         if copy is not None:
-            weakref.finalize(index, remove_copy, copy)
             index._snapshot_files = None  # never delete in `path`
             if index._snapshots:  # the copy has none: read the store's own, never built
                 index._snapshots.read_in_place(path)
@@ -213,11 +217,7 @@ class ChromaVectorIndex(VectorIndex):
             hnsw: HNSW settings for new collections (see `__init__`).
             workarounds: Chroma's workarounds (`ChromaWorkarounds`; True: the defaults).
         """
-        import chromadb
-        from chromadb.config import Settings
-
-        client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
-        return cls(client, hnsw=hnsw, workarounds=workarounds)
+        return cls(open_ephemeral(), hnsw=hnsw, workarounds=workarounds)
 
     @property
     def client(self) -> ClientAPI:

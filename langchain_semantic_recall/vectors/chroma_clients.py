@@ -20,6 +20,11 @@ An index closes the client it opened at its `close`, or once it is collected unc
 engine per request, dropped): `own` gives it the closing call. chromadb keeps each client's
 `System` (its threads, its open files) until then: a read-only engine (a private copy)
 or an engine per tenant folder, dropped, kept ~8 threads and ~12 files for good.
+
+Embedded Chroma does not survive a fork: its runtime's threads are not copied, and a
+process forked after its parent wrote an embedded folder hung in chromadb's first call
+on any folder (most runs). So a fork never closes or deletes what its parent opened
+(`in_this_process`), and refuses to open embedded Chroma once its parent had.
 """
 
 from __future__ import annotations
@@ -39,7 +44,17 @@ from langchain_semantic_recall.vectors.chroma_collections import remove_copy, te
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
 
-__all__ = ["RACE_DELAYS", "SYSTEMS", "close_client", "open_persistent", "opened_persistent", "own"]
+__all__ = [
+    "RACE_DELAYS",
+    "SYSTEMS",
+    "close_client",
+    "in_this_process",
+    "open_ephemeral",
+    "open_persistent",
+    "opened_persistent",
+    "own",
+    "refuse_in_a_fork",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +62,8 @@ SYSTEMS: Final = threading.RLock()
 """Held while this package opens and sets up, or closes, an embedded client."""
 RACE_DELAYS: Final = (0.1, 0.4, 1.0)
 """Pauses before opening again a fresh folder that another process was creating."""
+_STARTED_IN: list[int] = []
+"""The process that started embedded Chroma here, if any (a fork inherits the list)."""
 
 
 @contextmanager
@@ -71,6 +88,7 @@ def open_persistent(folder: str, *, read_only: bool) -> tuple[ClientAPI, str | N
     # from another working directory would reach the first store's files. "~" is the
     # home folder, as for SQLite (Chroma made a folder named "~" in the working one).
     folder = os.path.abspath(os.path.expanduser(folder))
+    refuse_in_a_fork()
     copy: str | None = None
     if read_only:
         copy = temporary_copy(folder)
@@ -129,11 +147,42 @@ def _started_client(path: str) -> ClientAPI:
     cache = getattr(SharedSystemClient, "_identifier_to_system", None)
     cached = not isinstance(cache, dict) or path in cache  # a live system: never dropped
     try:
-        return chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
+        client = chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
     except Exception:
         if not cached:
             cache.pop(path, None)  # type: ignore[union-attr]
         raise
+    _STARTED_IN[:] = _STARTED_IN or [os.getpid()]
+    return client
+
+
+def refuse_in_a_fork() -> None:
+    """Refuse to start embedded Chroma in a process forked from one that had started it.
+
+    Raises:
+        StorageError: this process is such a fork (its first chromadb call would hang).
+    """
+    if _STARTED_IN and _STARTED_IN[0] != os.getpid():
+        raise StorageError(
+            f"embedded Chroma cannot run in this process: it was forked from process "
+            f"{_STARTED_IN[0]} after that one had opened embedded Chroma, whose threads do "
+            "not cross a fork (chromadb's calls here hang). Open embedded stores only in "
+            "the processes that use them, after any fork (multiprocessing's 'spawn' start "
+            "method; gunicorn without --preload), or use a Chroma server"
+        )
+
+
+def open_ephemeral() -> ClientAPI:
+    """An `EphemeralClient` (telemetry off).
+
+    Raises:
+        StorageError: this process is a fork of one that ran embedded Chroma.
+    """
+    import chromadb
+    from chromadb.config import Settings
+
+    refuse_in_a_fork()
+    return chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
 
 
 def close_client(client: ClientAPI) -> None:
@@ -143,15 +192,24 @@ def close_client(client: ClientAPI) -> None:
             client.close()
 
 
-def own(index: object, close: Callable[[], object]) -> Callable[[], None]:
+def own(
+    index: object, close: Callable[[], object], *, copy: str | None = None
+) -> Callable[[], None]:
     """The call that closes what `index` opened (`close`), at the index's own close.
+
+    Its read-only `copy` (`open_persistent`) is removed once the index is collected, or
+    at exit.
 
     If the index is collected unclosed, `close` runs then, on a thread of its own: a
     finalizer runs inside whatever call collected the index, where waiting for `SYSTEMS`
-    or chromadb's locks could deadlock. `close` must not refer to `index`.
+    or chromadb's locks could deadlock. `close` must not refer to `index`. Neither runs
+    in a forked copy of the process (`in_this_process`).
     """
-    collected = weakref.finalize(index, _on_a_thread, close)
+    close = in_this_process(close)
+    collected = weakref.finalize(index, in_this_process(_on_a_thread), close)
     collected.atexit = False  # at exit, chromadb tears itself down
+    if copy is not None:
+        weakref.finalize(index, in_this_process(remove_copy), copy)
 
     def now() -> None:
         if collected.detach() is not None:  # (once: not again when collected)
@@ -162,3 +220,19 @@ def own(index: object, close: Callable[[], object]) -> Callable[[], None]:
 
 def _on_a_thread(close: Callable[[], object]) -> None:
     threading.Thread(target=close, name="semantic-recall-close", daemon=True).start()
+
+
+def in_this_process(call: Callable[..., object]) -> Callable[..., None]:
+    """`call`, done only in this process, never in a forked copy of it.
+
+    A fork must not close or delete what its parent still uses: a collected index closed
+    the parent's client (or hung, on a thread that never started), and a read-only
+    copy's cleanup at the fork's exit deleted the copy the parent was reading.
+    """
+    pid = os.getpid()
+
+    def here(*args: object) -> None:
+        if os.getpid() == pid:
+            call(*args)
+
+    return here

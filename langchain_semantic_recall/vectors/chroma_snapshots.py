@@ -481,6 +481,8 @@ def _remember(known: dict[str, Any], name: str, value: object) -> None:
 
 
 _OPEN: weakref.WeakSet[ColdSnapshots] = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):  # a fork stops none of its parent's (their locks may be held)
+    os.register_at_fork(after_in_child=_OPEN.clear)
 
 
 @atexit.register
