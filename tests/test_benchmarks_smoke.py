@@ -7,37 +7,19 @@ a few hundred messages, write into a temporary folder and leave the tree untouch
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.processes import ROOT, run_python
+
 BENCHMARKS = ROOT / "benchmarks"
 
 pytestmark = pytest.mark.slow  # loads the real local model
 
 
 def _run(script: str, *args: str) -> str:
-    return _python(str(BENCHMARKS / script), *args)
-
-
-def _python(*argv: str, cwd: Path = ROOT) -> str:
-    done = subprocess.run(
-        [sys.executable, *argv], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert done.returncode == 0, _ends(done.stderr)
-    return done.stdout
-
-
-def _ends(text: str, size: int = 1500) -> str:
-    """Both ends of a long error output: the first error, and the last.
-
-    Stop 39's CI showed the last 3,000 characters only: a second process's error, which
-    hid the first (a writer that could not open the folder).
-    """
-    return text if len(text) <= 2 * size else f"{text[:size]}\n[...]\n{text[-size:]}"
+    return run_python(str(BENCHMARKS / script), *args)
 
 
 def test_perf_recall_smoke(tmp_path: Path) -> None:
@@ -270,7 +252,7 @@ def test_two_writers_a_writer_that_cannot_open_is_reported(tmp_path: Path) -> No
         "try:\n    t.writers(sys.argv[1], ['a', 'b'], 1)\n"
         "except t.WriterFailedError as error:\n    print(error)\n"
     )
-    out = _python("-c", code, str(not_a_folder), cwd=BENCHMARKS)
+    out = run_python("-c", code, str(not_a_folder), cwd=BENCHMARKS)
     assert "a writer failed to open the folder (exit 1" in out
 
 

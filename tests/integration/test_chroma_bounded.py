@@ -156,18 +156,8 @@ def test_the_default_bound_fits_a_low_open_file_limit(tmp_path: Path) -> None:
     messages stored without vectors) and then any file the process opened ("Too many
     open files").
     """
-    import subprocess
-    import sys
+    from tests.processes import run_python
 
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", _LOW_LIMIT, str(tmp_path / "memory")],
-        check=False,
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "bound 51\n" in done.stdout
-    assert "failed 0\n" in done.stdout
+    out = run_python("-c", _LOW_LIMIT, str(tmp_path / "memory"))
+    assert "bound 51\n" in out
+    assert "failed 0\n" in out

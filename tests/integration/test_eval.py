@@ -298,20 +298,9 @@ def test_quality_locomo_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> No
 
 
 def _run_benchmark(script: str, args: list[str], cwd: Path) -> str:
-    import subprocess
-    import sys
+    from tests.processes import ROOT, run_python
 
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / script), *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return run_python(str(ROOT / "benchmarks" / script), *args, cwd=cwd)
 
 
 def _tiny_sets(folder: Path, locomo_file: Path) -> None:

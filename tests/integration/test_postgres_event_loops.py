@@ -30,6 +30,7 @@ from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.conformance.storage_suite import make_record
 from tests.fakes import FakeEmbeddings
 from tests.integration.conftest import wait_until
+from tests.processes import ends
 
 pytestmark = pytest.mark.integration
 
@@ -207,7 +208,7 @@ def _run_child(scenario: str, url: str) -> None:
             f"the {scenario!r} child hung for {DEADLINE_S} s (an event loop's shutdown "
             f"waiting on its async pool):\n{hung.stderr!s}"
         ) from None
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, ends(done.stderr)
     assert done.stdout.strip().splitlines()[-1:] == ["finished"], done.stdout
 
 

@@ -1,0 +1,37 @@
+"""Running a Python child in a test, and showing why it failed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(
+    *argv: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 300
+) -> str:
+    """`python *argv` in `cwd` (`-c` code imports this checkout's `tests` from ROOT), with
+    `env` added to this process's; its output, asserting it succeeded."""
+    done = subprocess.run(
+        [sys.executable, *argv],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, ends(done.stderr)
+    return done.stdout
+
+
+def ends(text: str, size: int = 1500) -> str:
+    """Both ends of a long error output: the first error, and the last.
+
+    Stop 39's CI showed the last 3,000 characters only: a second process's error, which
+    hid the first (a writer that could not open the folder).
+    """
+    return text if len(text) <= 2 * size else f"{text[:size]}\n[...]\n{text[-size:]}"
