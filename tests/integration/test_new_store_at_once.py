@@ -77,9 +77,15 @@ def test_processes_creating_one_store_at_once_all_open_it(
     children = [
         context.Process(target=_child, args=(open_store, folders, ready, failures)) for _ in "ab"
     ]
-    for child in children:
-        child.start()
-    for child in children:
-        child.join(180)
-    assert [child.exitcode for child in children] == [0, 0]
+    try:
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(180)
+        assert [child.exitcode for child in children] == [0, 0]
+    finally:  # a hung child must not outlive the test (the worker's exit would wait on it)
+        for child in children:
+            if child.is_alive():
+                child.kill()
+                child.join()
     assert failures.empty(), failures.get()
