@@ -31,13 +31,8 @@ from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.fusion import best_scores
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import CompactResult, ScopeFilter, VectorHit, VectorRecord
+from langchain_semantic_recall.vectors import chroma_clients as clients
 from langchain_semantic_recall.vectors.base import VectorIndex, record_from_metadata
-from langchain_semantic_recall.vectors.chroma_clients import (
-    close_client,
-    open_ephemeral,
-    opened_persistent,
-    own,
-)
 from langchain_semantic_recall.vectors.chroma_collections import ChromaCollections, Row
 from langchain_semantic_recall.vectors.chroma_layout import (
     DEFAULT_HNSW,
@@ -153,6 +148,8 @@ class ChromaVectorIndex(VectorIndex):
             client, self._configuration(), retry_delays=fixes.delays
         )
         embedded = not is_http(client)
+        if embedded:  # (a fork of a process that ran embedded Chroma hangs in it)
+            clients.embedded_here()
         self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
         folder = persist_folder(client)
         self._snapshot_files = Path(folder) / FOLDER if folder else None
@@ -195,9 +192,9 @@ class ChromaVectorIndex(VectorIndex):
             StorageError: The folder holds a damaged index, or cannot be opened.
         """
         path = os.path.expanduser(path)  # "~": the home folder, as `SQLiteStorage` reads it
-        with opened_persistent(path, read_only=read_only) as (client, copy):
+        with clients.opened_persistent(path, read_only=read_only) as (client, copy):
             index = cls(client, hnsw=hnsw, workarounds=workarounds, snapshots_from=snapshots_from)
-        index._close_own = own(index, partial(close_client, client), copy=copy)
+        index._close_own = clients.own(index, partial(clients.close_client, client), copy=copy)
         if copy is not None:
             index._snapshot_files = None  # never delete in `path`
             if index._snapshots:  # the copy has none: read the store's own, never built
@@ -217,7 +214,7 @@ class ChromaVectorIndex(VectorIndex):
             hnsw: HNSW settings for new collections (see `__init__`).
             workarounds: Chroma's workarounds (`ChromaWorkarounds`; True: the defaults).
         """
-        return cls(open_ephemeral(), hnsw=hnsw, workarounds=workarounds)
+        return cls(clients.open_ephemeral(), hnsw=hnsw, workarounds=workarounds)
 
     @property
     def client(self) -> ClientAPI:

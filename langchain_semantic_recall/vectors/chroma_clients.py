@@ -48,6 +48,7 @@ __all__ = [
     "RACE_DELAYS",
     "SYSTEMS",
     "close_client",
+    "embedded_here",
     "in_this_process",
     "open_ephemeral",
     "open_persistent",
@@ -68,7 +69,13 @@ _STARTED_IN: list[int] = []
 
 @contextmanager
 def opened_persistent(folder: str, *, read_only: bool) -> Iterator[tuple[ClientAPI, str | None]]:
-    """`open_persistent` under `SYSTEMS`, held until the caller has set the client up."""
+    """`open_persistent` under `SYSTEMS`, held until the caller has set the client up.
+
+    Raises:
+        StorageError: The folder cannot be opened, or this process is a fork of one that
+            ran embedded Chroma (checked first: the fork may have copied `SYSTEMS` held).
+    """
+    refuse_in_a_fork()
     with SYSTEMS:
         yield open_persistent(folder, read_only=read_only)
 
@@ -152,8 +159,18 @@ def _started_client(path: str) -> ClientAPI:
         if not cached:
             cache.pop(path, None)  # type: ignore[union-attr]
         raise
-    _STARTED_IN[:] = _STARTED_IN or [os.getpid()]
+    embedded_here()
     return client
+
+
+def embedded_here() -> None:
+    """Record that this process runs embedded Chroma (a client of ours, or the user's).
+
+    Raises:
+        StorageError: this process is a fork of one that ran it (`refuse_in_a_fork`).
+    """
+    refuse_in_a_fork()
+    _STARTED_IN[:] = _STARTED_IN or [os.getpid()]
 
 
 def refuse_in_a_fork() -> None:
@@ -182,7 +199,9 @@ def open_ephemeral() -> ClientAPI:
     from chromadb.config import Settings
 
     refuse_in_a_fork()
-    return chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+    client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+    embedded_here()
+    return client
 
 
 def close_client(client: ClientAPI) -> None:

@@ -223,7 +223,13 @@ def test_a_folder_another_client_holds_with_other_settings_fails_at_once_and_say
 
     pauses: list[float] = []
     monkeypatch.setattr(chroma_clients.time, "sleep", pauses.append)
-    own = chromadb.PersistentClient(path=str(tmp_path / "chroma"))
+    from chromadb.config import Settings
+
+    # Settings unlike ours whatever the environment (ANONYMIZED_TELEMETRY=False made
+    # chromadb's defaults equal to ours: it then shares one system, and nothing fails).
+    own = chromadb.PersistentClient(
+        path=str(tmp_path / "chroma"), settings=Settings(allow_reset=True)
+    )
     try:
         with pytest.raises(StorageError, match="opened the folder with other settings") as err:
             SemanticRecall.local(tmp_path, embeddings=FakeEmbeddings())
@@ -234,7 +240,7 @@ def test_a_folder_another_client_holds_with_other_settings_fails_at_once_and_say
 
 
 _FORKED_AFTER_OPEN = """
-import faulthandler, gc, json, os, sys, weakref
+import faulthandler, gc, glob, json, os, sys, weakref
 from langchain_semantic_recall import SemanticRecall, StorageError
 from tests.fakes import FakeEmbeddings
 from tests.unit.test_lifecycle import TURN
@@ -260,10 +266,11 @@ os.close(write)
 os.waitpid(pid, 0)
 with os.fdopen(read) as reader:
     opened = json.loads(reader.read() or '"hung"')
+copies = len(glob.glob(os.path.join(os.environ["TMPDIR"], "semantic-recall-read-only-*")))
 found = len(engines[0].search("peanuts", resource_id="alice"))
 wrote = None if read_only else engines[0].index(TURN, thread_id="t2", resource_id="alice").error
 engines[0].close()
-print(json.dumps({"child": opened, "found": found, "wrote": wrote}))
+print(json.dumps({"child": opened, "copies": copies, "found": found, "wrote": wrote}))
 """
 
 
@@ -290,6 +297,52 @@ def test_a_fork_leaves_its_parents_engine_alone_and_refuses_embedded_chroma(
     out = run_python("-c", _FORKED_AFTER_OPEN, *argv, env={"TMPDIR": str(scratch)})
     seen = json.loads(out.splitlines()[-1])
     assert "was forked from process" in seen["child"], seen
+    assert seen["copies"] == (1 if mode == "read-only" else 0)  # the child left it
     assert seen["found"] >= 1
     assert seen["wrote"] is None
     assert list(scratch.glob("semantic-recall-read-only-*")) == []  # removed by the parent
+
+
+_FORKED_AFTER_CHROMA = """
+import faulthandler, os, sys, threading
+import chromadb
+from chromadb.config import Settings
+from langchain_semantic_recall import StorageError
+from langchain_semantic_recall.vectors import ChromaVectorIndex, chroma_clients
+
+client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+ChromaVectorIndex(client).client.get_or_create_collection("notes").add(
+    ids=["a"], embeddings=[[0.1, 0.2]]
+)
+if sys.argv[2] == "while another thread opens one":  # it holds SYSTEMS at the fork
+    held, done = threading.Event(), threading.Event()
+    def opening():
+        with chroma_clients.SYSTEMS:
+            held.set()
+            done.wait()
+    threading.Thread(target=opening, daemon=True).start()
+    held.wait()
+pid = os.fork()
+if pid == 0:
+    faulthandler.dump_traceback_later(30, exit=True)
+    try:
+        ChromaVectorIndex.persistent(sys.argv[1])
+        os._exit(1)
+    except StorageError:
+        os._exit(7)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+@pytest.mark.parametrize("when", ["after a wrapped client", "while another thread opens one"])
+def test_a_fork_is_refused_after_any_embedded_chroma(tmp_path: Path, when: str) -> None:
+    """Embedded Chroma the parent ran through `ChromaVectorIndex(client)` (or `ephemeral`).
+
+    Before: only `persistent` opens were recorded, so such a fork was not refused, and
+    hung in its first bulk chromadb call (review: 5 of 5 runs, 3,000 vectors); and the
+    refusal came after taking the lock of opens, which a fork may copy held: it hung.
+    """
+    from tests.processes import run_python
+
+    out = run_python("-c", _FORKED_AFTER_CHROMA, str(tmp_path / "chroma"), when)
+    assert out.split() == ["7"], out
