@@ -25,7 +25,18 @@ Prints max and p99 stall (ms) per scenario, then the targets of issue 24 side by
 the worst stall of Chroma's own writes alone, of the framework alone (the agent without
 memory) and of ours (``engine``, ``graph``, ``middleware``); ours must stay within the
 larger baseline + 10 ms on embedded Chroma, and within 25 ms with a Chroma server
-(``--chroma-url``), where writes leave the GIL free. ``--only``
+(``--chroma-url``), where writes leave the GIL free.
+
+The package's own share of a framework turn: in ``graph`` and ``middleware`` the ticker
+also waits for LangGraph and the agent loop (the framework alone stalls it 30-140 ms), so
+each scenario also times the event loop's callbacks that run package code (``_OurSteps``:
+a callback stepping a task whose await chain holds a coroutine of the package, before or
+after the step, counted whole, framework code and GC pauses inside it included) and
+sums, per stall, those within it (several tasks' callbacks back to back stall the loop
+for their sum). With a Chroma server, where the framework's own stalls exceed the 25 ms
+bound, that share is ``graph``'s and ``middleware``'s figure (the whole turn's worst
+stall is printed beside it); ``engine`` runs no framework code and keeps the ticker's
+figure, which also counts the GIL its worker threads hold. ``--only``
 runs the scenarios whose names start with the given prefixes. Garbage
 collection pauses every thread: the longest pause is printed, and the max stall once the
 pauses are taken out of each tick. ``--gc-freeze`` calls ``gc.freeze()`` after the warm-up
@@ -62,6 +73,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+import langchain_semantic_recall
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.graph import create_recall_graph
 from langchain_semantic_recall.local_embeddings import LocalEmbeddings
@@ -85,6 +97,8 @@ MARGIN_MS = 10.0
 """Embedded Chroma: ours may exceed the larger baseline by this much."""
 SERVER_BOUND_MS = 25.0
 """With a Chroma server: ours stays under this."""
+PACKAGE = str(Path(langchain_semantic_recall.__file__).resolve().parent)
+"""A code object whose file lies under this folder is the package's."""
 _TOPICS = ("garden", "piano", "tennis", "paris trip", "allergy", "new job", "the dog", "bread")
 
 
@@ -133,6 +147,52 @@ class _GcPauses:
         return sum(max(0.0, min(b, end) - max(a, start)) for a, b in self.spans) * 1000
 
 
+def _awaits_ours(handle: asyncio.Handle) -> bool:
+    """Whether `handle` steps a task whose chain of awaited coroutines holds package code."""
+    task = getattr(handle._callback, "__self__", None)  # a task's step: its bound method
+    if not isinstance(task, asyncio.Task):
+        return False
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        code = getattr(awaited, "cr_code", None) or getattr(awaited, "gi_code", None)
+        if code is not None and code.co_filename.startswith(PACKAGE):
+            return True
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return False
+
+
+class _OurSteps:
+    """The loop's callbacks that ran package code, as (start, end): how long it held the loop.
+
+    `Handle._run` is wrapped while the context is entered (this benchmark's process only).
+    A callback counts when the task it steps awaits package code before the step (it
+    resumes inside the package) or after it (it entered the package and waits there).
+    """
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+
+    def __enter__(self) -> _OurSteps:
+        self._original = run = asyncio.events.Handle._run
+        spans = self.spans
+
+        def timed(handle: asyncio.Handle) -> None:
+            ours = _awaits_ours(handle)
+            start = time.perf_counter()
+            try:
+                run(handle)
+            finally:
+                end = time.perf_counter()
+                if ours or _awaits_ours(handle):
+                    spans.append((start, end))
+
+        asyncio.events.Handle._run = timed  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.events.Handle._run = self._original  # type: ignore[method-assign]
+
+
 Tick = tuple[float, float, float]
 """(start, end, stall ms) of one tick of the ticker."""
 
@@ -160,10 +220,16 @@ async def _measure(work: Callable[[], Awaitable[Any]]) -> list[Tick]:
     return stalls
 
 
-def _summary(ticks: list[Tick], pauses: _GcPauses, seconds: float) -> dict[str, float]:
+def _summary(
+    ticks: list[Tick], pauses: _GcPauses, ours: _OurSteps, seconds: float
+) -> dict[str, float]:
     data = np.asarray([stall for _, _, stall in ticks] or [0.0])
     outside = [max(0.0, stall - pauses.overlap_ms(start, end)) for start, end, stall in ticks]
+    shares = _shares(ticks, ours.spans, pauses)
     return {
+        "ours_on_loop_ms": max((share for share, _ in shares), default=0.0),
+        "ours_on_loop_outside_gc_ms": max((outside for _, outside in shares), default=0.0),
+        "ours_callbacks": len(ours.spans),
         "max_ms": float(data.max()),
         "p99_ms": float(np.percentile(data, 99)),
         "over_25ms": int((data > 25).sum()),
@@ -172,6 +238,32 @@ def _summary(ticks: list[Tick], pauses: _GcPauses, seconds: float) -> dict[str, 
         "seconds": seconds,
         "gc_max_ms": max(pauses.pauses, default=0.0),
     }
+
+
+def _shares(
+    ticks: list[Tick], spans: list[tuple[float, float]], pauses: _GcPauses
+) -> list[tuple[float, float]]:
+    """Per tick: how long package code held the loop within it, and that outside GC (ms).
+
+    Callbacks of several tasks of the package, back to back, stall the ticker for their
+    sum: each tick counts every callback span that overlaps it. Both lists are in time
+    order (the loop runs one callback at a time).
+    """
+    shares = []
+    first = 0
+    for start, end, stall in ticks:
+        while first < len(spans) and spans[first][1] <= start:
+            first += 1
+        held = paused = 0.0
+        for span_start, span_end in spans[first:]:
+            if span_start >= end:
+                break
+            a, b = max(span_start, start), min(span_end, end)
+            held += (b - a) * 1000
+            paused += pauses.overlap_ms(a, b)
+        held = min(held, stall)  # package code run while the ticker slept is no stall
+        shares.append((held, max(0.0, held - paused)))
+    return shares
 
 
 def _chosen(name: str, only: list[str] | None) -> bool:
@@ -328,11 +420,12 @@ async def _scenario(work: Callable[[], Awaitable[Any]], rounds: int) -> dict[str
     pauses = _GcPauses()
     gc.callbacks.append(pauses)
     try:
-        for _ in range(rounds):
-            stalls += await _measure(work)
+        with _OurSteps() as ours:
+            for _ in range(rounds):
+                stalls += await _measure(work)
     finally:
         gc.callbacks.remove(pauses)
-    return _summary(stalls, pauses, time.perf_counter() - start)
+    return _summary(stalls, pauses, ours, time.perf_counter() - start)
 
 
 def main() -> None:
@@ -369,14 +462,16 @@ def main() -> None:
     )
     print(
         "| scenario | max stall ms | p99 stall ms | stalls > 25 ms | max stall outside GC "
-        "| longest GC | ticks | seconds |"
+        "| longest GC | package code on the loop, most within one stall (outside GC) "
+        "| ticks | seconds |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         print(
             f"| {name} | {pc.fmt(r['max_ms'])} | {pc.fmt(r['p99_ms'])} | {r['over_25ms']} "
-            f"| {pc.fmt(r['max_outside_gc_ms'])} | {pc.fmt(r['gc_max_ms'])} | {r['ticks']} "
-            f"| {pc.fmt(r['seconds'], 1)} |"
+            f"| {pc.fmt(r['max_outside_gc_ms'])} | {pc.fmt(r['gc_max_ms'])} "
+            f"| {pc.fmt(r['ours_on_loop_ms'])} ({pc.fmt(r['ours_on_loop_outside_gc_ms'])}) "
+            f"| {r['ticks']} | {pc.fmt(r['seconds'], 1)} |"
         )
     verdict = targets(results, server=bool(args.chroma_url))
     print_targets(verdict)
@@ -391,7 +486,9 @@ def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
 
     Embedded Chroma: the bound is the larger of the two baselines' worst stalls (Chroma's
     own writes, the framework alone) + 10 ms; a missing baseline (``--only``) leaves no
-    bound. A Chroma server: 25 ms.
+    bound; each of ours is its worst stall. A Chroma server: 25 ms, for the package's own
+    share: ``engine``'s worst stall, and in ``graph`` and ``middleware`` the most package
+    code held the loop within one stall (the framework's turn around it is a baseline).
     """
     worst = {name: results[name]["max_ms"] for name in (CHROMA_ALONE, FRAMEWORK) if name in results}
     bound: float | None
@@ -402,14 +499,18 @@ def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
         rule = f"<= the larger baseline + {MARGIN_MS:.0f} ms (embedded Chroma)"
     else:
         bound, rule = None, "no bound: run both baselines (Chroma writes alone, agent alone)"
-    ours = {
-        name: {
-            "max_ms": results[name]["max_ms"],
-            "met": None if bound is None else results[name]["max_ms"] <= bound,
+    ours = {}
+    for name in OURS:
+        if name not in results:
+            continue
+        share = server and name != "engine"
+        figure = results[name]["ours_on_loop_ms" if share else "max_ms"]
+        ours[name] = {
+            "max_ms": figure,
+            "measure": "package code on the loop" if share else "worst stall",
+            "whole_turn_max_ms": results[name]["max_ms"],
+            "met": None if bound is None else figure <= bound,
         }
-        for name in OURS
-        if name in results
-    }
     return {"baselines_max_ms": worst, "bound_ms": bound, "rule": rule, "ours": ours}
 
 
@@ -417,15 +518,19 @@ def print_targets(verdict: dict[str, Any]) -> None:
     """The worst stalls side by side, with each of ours passed or failed."""
     bound = verdict["bound_ms"]
     print(f"\nTarget: ours {verdict['rule']}\n")
-    print("| worst stall, ms | Chroma writes alone | framework alone | ours | bound | met |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| worst stall, ms | Chroma writes alone | framework alone | ours | measured as "
+        "| whole turn's worst stall | bound | met |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     chroma = pc.fmt(verdict["baselines_max_ms"].get(CHROMA_ALONE))
     framework = pc.fmt(verdict["baselines_max_ms"].get(FRAMEWORK))
     for name, cell in verdict["ours"].items():
         met = {True: "yes", False: "**no**", None: "-"}[cell["met"]]
         print(
             f"| {name} | {chroma} | {framework} | **{pc.fmt(cell['max_ms'])}** "
-            f"| {pc.fmt(bound)} | {met} |"
+            f"| {cell['measure']} | {pc.fmt(cell['whole_turn_max_ms'])} | {pc.fmt(bound)} "
+            f"| {met} |"
         )
 
 

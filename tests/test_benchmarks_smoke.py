@@ -6,8 +6,11 @@ a few hundred messages, write into a temporary folder and leave the tree untouch
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -16,6 +19,20 @@ from tests.processes import ROOT, run_python
 BENCHMARKS = ROOT / "benchmarks"
 
 pytestmark = pytest.mark.slow  # loads the real local model
+
+
+def _load(name: str) -> ModuleType:
+    """A benchmark script imported as a module (its folder's helpers importable too)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCHMARKS))
 
 
 def _run(script: str, *args: str) -> str:
@@ -107,6 +124,70 @@ def test_perf_loop_smoke(tmp_path: Path) -> None:
         assert results[scenario]["ticks"] > 0
         assert results[scenario]["max_ms"] >= 0
         assert 0 <= results[scenario]["max_outside_gc_ms"] <= results[scenario]["max_ms"]
+        share = results[scenario]["ours_on_loop_ms"]  # within a stall, so never above it
+        assert 0 <= results[scenario]["ours_on_loop_outside_gc_ms"] <= share
+        assert share <= results[scenario]["max_ms"]
+    # the package's own share: found in each of ours, never in a baseline without it
+    for scenario in ("engine", "graph", "middleware"):
+        assert results[scenario]["ours_callbacks"] > 0
+    for scenario in (scenarios[0], *scenarios[-2:]):
+        assert results[scenario]["ours_callbacks"] == 0
+        assert results[scenario]["ours_on_loop_ms"] == 0
+
+
+_HOLD_THE_LOOP = """
+import sys, time
+sys.argv[0] = {script!r}
+sys.path.insert(0, {folder!r})
+import perf_loop
+from langchain_semantic_recall import graph, middleware
+
+original = graph.arecall_turn
+
+async def held(*args, **kwargs):  # package code that blocks the loop for 60 ms a turn
+    time.sleep(0.06)
+    return await original(*args, **kwargs)
+
+graph.arecall_turn = middleware.arecall_turn = held
+perf_loop.main()
+"""
+
+
+def test_perf_loop_counts_package_code_that_holds_the_loop(tmp_path: Path) -> None:
+    """A turn's recall that blocks the loop shows as the package's share of a stall.
+
+    The graph's and middleware's figure with a Chroma server is that share (the
+    framework's turn around it is a baseline): a measure that missed package code
+    would pass a package that stalls every turn.
+    """
+    code = _HOLD_THE_LOOP.format(script=str(BENCHMARKS / "perf_loop.py"), folder=str(BENCHMARKS))
+    args = ("--rounds", "1", "--concurrency", "2", "--only", "graph", "middleware", "agent")
+    run_python("-c", code, *args, "--out", str(tmp_path))
+    results = json.loads((tmp_path / "perf_loop.json").read_text())
+    for scenario in ("graph", "middleware"):
+        assert results[scenario]["ours_on_loop_ms"] >= 55  # one held turn, or both at once
+    assert results["agent alone (no memory)"]["ours_on_loop_ms"] == 0
+
+
+def test_perf_loop_judges_the_package_share_on_a_chroma_server() -> None:
+    """With a server, graph and middleware are judged by the package's share; engine whole."""
+    perf_loop = _load("perf_loop")
+    cell = {"max_ms": 90.0, "ours_on_loop_ms": 12.0}
+    results = {
+        "engine": {"max_ms": 24.0, "ours_on_loop_ms": 20.0},
+        "graph": cell,
+        "middleware": {"max_ms": 30.0, "ours_on_loop_ms": 26.0},
+        perf_loop.FRAMEWORK: {"max_ms": 80.0},
+        perf_loop.CHROMA_ALONE: {"max_ms": 3.0},
+    }
+    server = perf_loop.targets(results, server=True)["ours"]
+    assert (server["engine"]["max_ms"], server["engine"]["met"]) == (24.0, True)
+    assert (server["graph"]["max_ms"], server["graph"]["met"]) == (12.0, True)
+    assert server["graph"]["whole_turn_max_ms"] == 90.0
+    assert (server["middleware"]["max_ms"], server["middleware"]["met"]) == (26.0, False)
+    embedded = perf_loop.targets(results, server=False)  # the turn's worst stall, as before
+    assert embedded["bound_ms"] == 90.0
+    assert [embedded["ours"][n]["max_ms"] for n in ("engine", "graph")] == [24.0, 90.0]
 
 
 def test_perf_loop_runs_only_the_scenarios_asked(tmp_path: Path) -> None:
