@@ -36,7 +36,10 @@ sums, per stall, those within it (several tasks' callbacks back to back stall th
 for their sum). With a Chroma server, where the framework's own stalls exceed the 25 ms
 bound, that share is ``graph``'s and ``middleware``'s figure (the whole turn's worst
 stall is printed beside it); ``engine`` runs no framework code and keeps the ticker's
-figure, which also counts the GIL its worker threads hold. ``--only``
+figure, which also counts the GIL its worker threads hold. All three are judged there
+outside garbage-collection pauses, printed beside: a pause stops every thread, whoever
+allocated last, for a time set by the whole heap (mostly LangChain's and chromadb's
+objects; the framework alone pauses as long). ``--only``
 runs the scenarios whose names start with the given prefixes. Garbage
 collection pauses every thread: the longest pause is printed, and the max stall once the
 pauses are taken out of each tick. ``--gc-freeze`` calls ``gc.freeze()`` after the warm-up
@@ -487,8 +490,9 @@ def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
     Embedded Chroma: the bound is the larger of the two baselines' worst stalls (Chroma's
     own writes, the framework alone) + 10 ms; a missing baseline (``--only``) leaves no
     bound; each of ours is its worst stall. A Chroma server: 25 ms, for the package's own
-    share: ``engine``'s worst stall, and in ``graph`` and ``middleware`` the most package
-    code held the loop within one stall (the framework's turn around it is a baseline).
+    share outside GC pauses: ``engine``'s worst stall, and in ``graph`` and ``middleware``
+    the most package code held the loop within one stall (the framework's turn around it
+    is a baseline).
     """
     worst = {name: results[name]["max_ms"] for name in (CHROMA_ALONE, FRAMEWORK) if name in results}
     bound: float | None
@@ -504,10 +508,13 @@ def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
         if name not in results:
             continue
         share = server and name != "engine"
-        figure = results[name]["ours_on_loop_ms" if share else "max_ms"]
+        key = "ours_on_loop" if share else "max"
+        figure = results[name][f"{key}_outside_gc_ms" if server else f"{key}_ms"]
+        measure = "package code on the loop" if share else "worst stall"
         ours[name] = {
             "max_ms": figure,
-            "measure": "package code on the loop" if share else "worst stall",
+            "with_gc_ms": results[name][f"{key}_ms"],
+            "measure": measure + (", outside GC" if server else ""),
             "whole_turn_max_ms": results[name]["max_ms"],
             "met": None if bound is None else figure <= bound,
         }
@@ -520,17 +527,17 @@ def print_targets(verdict: dict[str, Any]) -> None:
     print(f"\nTarget: ours {verdict['rule']}\n")
     print(
         "| worst stall, ms | Chroma writes alone | framework alone | ours | measured as "
-        "| whole turn's worst stall | bound | met |"
+        "| with GC pauses | whole turn's worst stall | bound | met |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     chroma = pc.fmt(verdict["baselines_max_ms"].get(CHROMA_ALONE))
     framework = pc.fmt(verdict["baselines_max_ms"].get(FRAMEWORK))
     for name, cell in verdict["ours"].items():
         met = {True: "yes", False: "**no**", None: "-"}[cell["met"]]
         print(
             f"| {name} | {chroma} | {framework} | **{pc.fmt(cell['max_ms'])}** "
-            f"| {cell['measure']} | {pc.fmt(cell['whole_turn_max_ms'])} | {pc.fmt(bound)} "
-            f"| {met} |"
+            f"| {cell['measure']} | {pc.fmt(cell['with_gc_ms'])} "
+            f"| {pc.fmt(cell['whole_turn_max_ms'])} | {pc.fmt(bound)} | {met} |"
         )
 
 
