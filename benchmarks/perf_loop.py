@@ -258,7 +258,8 @@ def _shares(
         while first < len(spans) and spans[first][1] <= start:
             first += 1
         held = paused = 0.0
-        for span_start, span_end in spans[first:]:
+        for n in range(first, len(spans)):  # no copy of the list per tick
+            span_start, span_end = spans[n]
             if span_start >= end:
                 break
             a, b = max(span_start, start), min(span_end, end)

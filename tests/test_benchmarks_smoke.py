@@ -6,33 +6,16 @@ a few hundred messages, write into a temporary folder and leave the tree untouch
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.processes import ROOT, run_python
+from tests.processes import ROOT, load_script, run_python
 
 BENCHMARKS = ROOT / "benchmarks"
 
 pytestmark = pytest.mark.slow  # loads the real local model
-
-
-def _load(name: str) -> ModuleType:
-    """A benchmark script imported as a module (its folder's helpers importable too)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 def _run(script: str, *args: str) -> str:
@@ -144,8 +127,10 @@ from langchain_semantic_recall import graph, middleware
 
 original = graph.arecall_turn
 
-async def held(*args, **kwargs):  # package code that blocks the loop for 60 ms a turn
-    time.sleep(0.06)
+async def held(*args, **kwargs):  # package code that keeps the loop busy 60 ms a turn
+    busy_until = time.perf_counter() + 0.06
+    while time.perf_counter() < busy_until:
+        pass
     return await original(*args, **kwargs)
 
 graph.arecall_turn = middleware.arecall_turn = held
@@ -171,7 +156,7 @@ def test_perf_loop_counts_package_code_that_holds_the_loop(tmp_path: Path) -> No
 
 def test_perf_loop_judges_the_package_share_on_a_chroma_server() -> None:
     """With a server, graph and middleware are judged by the package's share, outside GC."""
-    perf_loop = _load("perf_loop")
+    perf_loop = load_script(BENCHMARKS / "perf_loop.py")
     results = {
         "engine": {"max_ms": 40.0, "max_outside_gc_ms": 24.0},
         "graph": {"max_ms": 90.0, "ours_on_loop_ms": 70.0, "ours_on_loop_outside_gc_ms": 12.0},

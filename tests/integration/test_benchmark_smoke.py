@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.processes import load_script
 
 pytestmark = pytest.mark.integration
 
@@ -17,14 +17,8 @@ def test_scale_benchmark_runs(
     pg_admin_url: str,
     chroma_url: str,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spec = importlib.util.spec_from_file_location("scale_backends", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
-    spec.loader.exec_module(module)
+    module = load_script(SCRIPT)
     argv = [
         "--messages",
         "200",

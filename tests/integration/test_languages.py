@@ -6,32 +6,18 @@ The data and the measurement are `benchmarks/quality_languages.py`'s (the table 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from langchain_semantic_recall import SemanticRecall
-
-
-def _load_benchmark() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "quality_languages.py"
-    spec = importlib.util.spec_from_file_location("quality_languages", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks itself up there
-    spec.loader.exec_module(module)
-    return module
-
+from tests.processes import load_script
 
 pytestmark = pytest.mark.slow  # loads the real local model
 
-BENCHMARK = _load_benchmark()
+BENCHMARK = load_script(Path(__file__).resolve().parents[2] / "benchmarks" / "quality_languages.py")
 WRITTEN = [language for language in BENCHMARK.LANGUAGES if language != "emoji"]
 
 
