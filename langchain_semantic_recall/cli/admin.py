@@ -438,7 +438,7 @@ def run_reindex(args: argparse.Namespace) -> int:
 
     require_writable(args, "nothing was embedded")
     note_if_open_elsewhere(args, "reindex")
-    memory = open_memory(args)
+    memory = open_memory(args, new_vectors=True)
     if args.thread is not None:  # a misspelt id is not found, never "0 vectors written"
         require_thread(memory.storage, args.thread, args.resource)
     elif args.resource is not None:

@@ -186,7 +186,7 @@ def create_embeddings() -> Embeddings | None:
 
 
 def open_memory(
-    args: argparse.Namespace, *, create: bool = False, **options: Any
+    args: argparse.Namespace, *, create: bool = False, new_vectors: bool = False, **options: Any
 ) -> SemanticRecall:
     """The engine over the store chosen by `--path` (or `--storage` and `--vector`).
 
@@ -194,11 +194,13 @@ def open_memory(
         args: Parsed arguments (`path`, `storage_url`, `vector_url`).
         create: Create a local store if it does not exist (`ingest`); otherwise a
             missing store is reported as not found rather than silently created empty.
+        new_vectors: The vector index may be new (`reindex` writes every vector again).
         options: Engine options (`top_k`, `scope`, ...).
     """
     from langchain_semantic_recall.recall import SemanticRecall
 
-    backends = open_backends(args, create=create, read_only=options.get("read_only"))
+    read_only = options.get("read_only")
+    backends = open_backends(args, create=create, new_vectors=new_vectors, read_only=read_only)
     try:
         return SemanticRecall(**backends, **options)
     except BaseException:
@@ -251,7 +253,11 @@ def require_writable(args: argparse.Namespace, undone: str) -> None:
 
 
 def open_backends(
-    args: argparse.Namespace, *, create: bool = False, read_only: bool | None = None
+    args: argparse.Namespace,
+    *,
+    create: bool = False,
+    new_vectors: bool = False,
+    read_only: bool | None = None,
 ) -> dict[str, Any]:
     """The storage, vector index and embedder of the store (`SemanticRecall`'s arguments).
 
@@ -262,8 +268,12 @@ def open_backends(
 
     urls = store_urls(args)
     if urls is not None:
-        if not create:
+        if not create:  # a mistyped path must not create a store, nor forget in one
+            from langchain_semantic_recall.cli.places import require_url_store, require_url_vectors
+
             require_url_store(urls[0])
+            if not new_vectors:
+                require_url_vectors(urls[1])
         return _closed_at_the_end(url_backends(urls[0], urls[1], create_embeddings()))
     path = store_path(args)
     if not create:
@@ -326,6 +336,7 @@ def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
     urls = store_urls(args)
     storage: MessageStorage
     if urls is not None:
+        from langchain_semantic_recall.cli.places import require_url_store
         from langchain_semantic_recall.settings import create_storage
 
         require_url_store(urls[0])
@@ -341,22 +352,6 @@ def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
         yield storage
     finally:
         storage.close()
-
-
-def require_url_store(url: str) -> None:
-    """Raise `NotFoundError` when a `sqlite:` URL names a file that does not exist.
-
-    Opening it would create an empty store there, and a mistyped path would read as a
-    store with nothing in it (`--path` is checked the same way, by `_require_store`).
-    """
-    from langchain_semantic_recall.settings import sqlite_file
-
-    file = sqlite_file(url)
-    if file is not None and not file.exists():
-        raise NotFoundError(
-            f"no SQLite store at {file.resolve()} (sqlite:///relative/path, "
-            "sqlite:////absolute/path; 'semantic-recall ingest' creates one)"
-        )
 
 
 def _migrate_older(path: Path) -> None:

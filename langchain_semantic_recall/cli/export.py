@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,8 +19,12 @@ from langchain_semantic_recall.cli.common import (
     require_resource,
     require_thread,
     store_options,
+    store_path,
+    store_urls,
     thread_messages,
 )
+from langchain_semantic_recall.cli.places import SQLITE_COMPANIONS, chroma_folder
+from langchain_semantic_recall.errors import UsageError
 
 
 def register(subparsers: Any) -> None:
@@ -56,23 +62,74 @@ def register(subparsers: Any) -> None:
         help="write to FILE (default: standard output)",
     )
     parser.set_defaults(
-        func=run, interrupted="the output holds part of the export only: run it again"
+        func=run,
+        interrupted=(
+            "the export stopped part way (an --output file is left as it was): run it again"
+        ),
     )
 
 
 @contextmanager
 def _output(path: str | None) -> Iterator[TextIO]:
+    """Standard output, or a file that is replaced only once the export is complete.
+
+    The export goes to a temporary file beside the target and is renamed into place at
+    the end: an interrupted or failed export leaves an earlier file of that name whole.
+    """
     if path is None:
         yield sys.stdout
         return
-    with Path(path).open("w", encoding="utf-8") as handle:
-        yield handle
+    target = Path(os.path.realpath(Path(path).expanduser()))  # through a link, to its file
+    if target.exists() and not target.is_file():  # /dev/null, a pipe: written in place
+        with target.open("w", encoding="utf-8") as handle:
+            yield handle
+        return
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("x", encoding="utf-8") as handle:
+            if target.exists():
+                shutil.copymode(target, partial)
+            yield handle
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
+    """Refuse an output file that is one of the store's own files (or inside its index).
+
+    Writing it would replace the data the command is reading.
+
+    Raises:
+        UsageError: `output` resolves to the store's database, a file SQLite keeps beside
+            it, or a path inside its Chroma folder.
+    """
+    from langchain_semantic_recall.settings import sqlite_file
+
+    urls = store_urls(args)
+    database: Path | None = None
+    folder: Path | None = None
+    if urls is None:
+        database, folder = store_path(args) / "messages.sqlite3", store_path(args) / "chroma"
+    else:
+        database, folder = sqlite_file(urls[0]), chroma_folder(urls[1])
+    target = os.path.realpath(Path(output).expanduser())
+    files = [] if database is None else [f"{database}{suffix}" for suffix in SQLITE_COMPANIONS]
+    if any(target == os.path.realpath(file) for file in files) or (
+        folder is not None and Path(target).is_relative_to(os.path.realpath(folder))
+    ):
+        raise UsageError(
+            f"{output} is a file of the store being read: writing it would destroy the "
+            "store. Choose another output file"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall export`: write a resource's messages as our JSONL format."""
     from langchain_semantic_recall.importers import export_lines
 
+    if args.output is not None:
+        _refuse_store_file(args, args.output)
     with open_storage(args) as storage:  # messages only: no vector index, no engine
         if args.thread is not None:
             require_thread(storage, args.thread, args.resource)

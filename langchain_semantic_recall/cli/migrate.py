@@ -24,12 +24,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import parse_qsl, urlsplit
 
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
@@ -38,11 +35,11 @@ from langchain_semantic_recall.cli.common import (
     create_embeddings,
     print_json,
     progress_bar,
-    require_url_store,
     store_options,
     store_path,
     store_urls,
 )
+from langchain_semantic_recall.cli.places import place, require_url_store, require_url_vectors
 from langchain_semantic_recall.errors import OwnershipError
 
 if TYPE_CHECKING:
@@ -260,43 +257,16 @@ def _source_urls(args: argparse.Namespace) -> tuple[str, str]:
                 "--from-storage/--from-vector; keep one"
             )
         require_url_store(servers[0])
+        require_url_vectors(servers[1])
         return servers
     if args.from_storage:
         require_url_store(args.from_storage)  # else an empty source, and nothing copied
+        require_url_vectors(args.from_vector)
         return args.from_storage, args.from_vector
     root = store_path(args).resolve()
     if not (root / "messages.sqlite3").exists():
         raise CommandError(f"no store at {root} to migrate (choose it with --path)", code=3)
     return f"sqlite:///{root / 'messages.sqlite3'}", f"chroma:///{root / 'chroma'}"
-
-
-def _place(url: str) -> tuple[str, ...] | None:
-    """Where a storage or vector URL keeps its data (None: in memory, a new place each time).
-
-    Only what names one place for certain: a file or folder by its real path (relative,
-    symlinked or with `..`), a server by its host, port and database or path. Two spellings
-    of one server (`localhost` and `127.0.0.1`) differ here: a refusal must never stop a
-    migration between two stores.
-    """
-    from langchain_semantic_recall.settings import sqlite_file
-
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    if scheme in ("sqlite", "chroma"):
-        base = url.partition("?")[0] if scheme == "chroma" else url
-        path = sqlite_file(base) if scheme == "sqlite" else _chroma_folder(base)
-        return None if path is None else ("file", os.path.realpath(path))
-    if scheme in ("", "memory"):
-        return None
-    parts = urlsplit(url)
-    query = tuple(sorted((k, v) for k, v in parse_qsl(parts.query) if not k.startswith("pool_")))
-    host = (parts.hostname or "").lower()
-    return (scheme, host, str(parts.port or ""), parts.path.rstrip("/"), repr(query))
-
-
-def _chroma_folder(url: str) -> Path | None:
-    rest = url[len("chroma://") :]
-    rest = rest[1:] if rest.startswith("/") else rest
-    return Path(rest).expanduser() if rest else None
 
 
 def _refuse_itself(source: tuple[str, str], target: tuple[str, str]) -> None:
@@ -307,7 +277,7 @@ def _refuse_itself(source: tuple[str, str], target: tuple[str, str]) -> None:
     """
     from langchain_semantic_recall.settings import redact
 
-    places = [(_place(a), _place(b)) for a, b in zip(source, target, strict=True)]
+    places = [(place(a), place(b)) for a, b in zip(source, target, strict=True)]
     if all(here is not None and here == there for here, there in places):
         raise UsageError(
             f"the target is the source ({redact(source[0])} and {redact(source[1])}): "

@@ -815,6 +815,23 @@ def test_reindex_everything_or_one_scope(loaded: Cli) -> None:
     assert loaded("stats", "--json").json()["vectors"] == 6
 
 
+def test_reindex_fills_a_new_chroma_folder_and_stats_then_reads_it(
+    loaded: Cli, tmp_path: Path
+) -> None:
+    """The reading commands refuse a chroma:// folder that holds no index; `reindex`, which
+    writes every vector, may create one (a lost or moved index, rebuilt from the messages)."""
+    fresh = tmp_path / "rebuilt"
+    urls = ["--storage", f"sqlite:///{loaded.store / 'messages.sqlite3'}"]
+    urls += ["--vector", f"chroma:///{fresh}"]
+    before = unit.run(loaded.capsys, *urls, "search", "garden", "--resource", "alice")
+    assert before.code == 3
+    assert not fresh.exists()
+    assert unit.run(loaded.capsys, *urls, "reindex").code == 0
+    after = unit.run(loaded.capsys, *urls, "stats", "--json")
+    assert after.code == 0
+    assert after.json()["vectors"] == loaded("stats", "--json").json()["vectors"] > 0
+
+
 @pytest.mark.parametrize("missing_only", [["--missing-only"], []])
 def test_reindex_says_what_orphaned_vectors_it_deleted(
     loaded: Cli, missing_only: list[str]
@@ -851,6 +868,20 @@ def test_reindex_of_an_unknown_scope_is_not_found(loaded: Cli, scope: list[str])
 
 
 # --- export ------------------------------------------------------------------------------
+
+
+def test_export_onto_a_file_of_the_local_store_is_refused(loaded: Cli) -> None:
+    """`export -o STORE/messages.sqlite3` emptied the store (with --path, as with URLs)."""
+    before = loaded("export", "--resource", "alice").out
+    assert before
+    for output in (loaded.store / "messages.sqlite3", loaded.store / "chroma" / "a.jsonl"):
+        result = loaded("export", "--resource", "alice", "-o", str(output))
+        assert (result.code, result.out) == (2, ""), output
+        assert "is a file of the store being read" in result.err
+    assert not (loaded.store / "chroma" / "a.jsonl").exists()
+    assert loaded("export", "--resource", "alice").out == before
+    beside = loaded("export", "--resource", "alice", "-o", str(loaded.store / "alice.jsonl"))
+    assert beside.code == 0  # beside the store's files is allowed
 
 
 def test_export_round_trips_through_ingest(loaded: Cli, tmp_path: Path) -> None:

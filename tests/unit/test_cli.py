@@ -758,6 +758,82 @@ def test_search_json_says_with_which_settings_it_searched_as_the_text_does(
     }
 
 
+def test_export_onto_the_stores_own_files_is_refused_and_the_store_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """`export -o` the store's own database emptied it: the file was opened for writing
+    before the export read it."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    database = tmp_path / "messages.sqlite3"
+    (tmp_path / "link.jsonl").symlink_to(database)
+    for output in (database, Path(f"{database}-wal"), tmp_path / "." / "link.jsonl"):
+        result = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(output))
+        assert result.code == 2, output
+        assert "is a file of the store being read" in result.err
+    kept = run(capsys, *on_urls, "export", "--resource", "carol")
+    assert [json.loads(line)["content"] for line in kept.out.splitlines()] == ["hello there"]
+
+
+def test_an_export_that_stops_part_way_leaves_the_earlier_file_whole(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The output file was truncated first, so an interrupted export lost the last one."""
+    from langchain_semantic_recall import importers
+
+    second = {**LINE, "content": "and again"}
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE, second))).code == 0
+    target = tmp_path / "out" / "carol.jsonl"
+    target.parent.mkdir()
+    target.write_text("yesterday's export\n", encoding="utf-8")
+    target.chmod(0o640)
+    real = importers.export_lines
+
+    def one_then_interrupted(messages: Any) -> Any:
+        yield next(iter(real(messages)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importers, "export_lines", one_then_interrupted)
+    stopped = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(target))
+    assert stopped.code == 130
+    assert "an --output file is left as it was" in stopped.err
+    assert target.read_text(encoding="utf-8") == "yesterday's export\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["carol.jsonl"]
+    monkeypatch.setattr(importers, "export_lines", real)
+    done = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(target))
+    assert done.code == 0
+    assert len(target.read_text(encoding="utf-8").splitlines()) == 2
+    assert target.stat().st_mode & 0o777 == 0o640  # replaced, with the file's permissions
+    assert sorted(p.name for p in target.parent.iterdir()) == ["carol.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["search", "hello", "--resource", "carol"],
+        ["inspect", "hello", "--resource", "carol", "--thread", "t1"],
+        ["stats"],
+        ["forget", "--resource", "carol", "--yes"],
+    ],
+)
+def test_a_mistyped_chroma_path_is_not_found_and_not_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], command: list[str]
+) -> None:
+    """A reading command created an empty index at the mistyped path and answered "0
+    hit(s)", exit 0; `forget` deleted the messages and left their vectors in the real
+    index."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    typo = tmp_path / "chorma"
+    urls = [on_urls[0], on_urls[1], "--vector", f"chroma:///{typo}"]
+    result = run(capsys, *urls, *command)
+    assert result.code == 3
+    assert f"no Chroma index at {typo}" in result.err
+    assert not typo.exists()
+    assert run(capsys, *on_urls, "threads", "--resource", "carol").code == 0  # nothing forgotten
+
+
 # --- a store this user cannot write ---------------------------------------------------------
 
 

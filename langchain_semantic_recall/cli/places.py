@@ -1,0 +1,78 @@
+"""Where a store keeps its data: the files, folders and servers its URLs name.
+
+For the checks that keep a command from writing over a store (`export -o` onto the
+store's own database, `migrate` onto its source) and from creating one where a reading
+command was given a mistyped path.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+from langchain_semantic_recall.errors import NotFoundError
+
+SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+"""A SQLite database's files: the database, and what SQLite writes beside it."""
+
+
+def chroma_folder(url: str) -> Path | None:
+    """The folder a `chroma://` URL names (None: another scheme, or no path)."""
+    if not url.lower().startswith("chroma://"):
+        return None
+    rest = url.partition("?")[0][len("chroma://") :]
+    rest = rest[1:] if rest.startswith("/") else rest
+    return Path(rest).expanduser() if rest else None
+
+
+def place(url: str) -> tuple[str, ...] | None:
+    """Where a storage or vector URL keeps its data (None: in memory, a new place each time).
+
+    Only what names one place for certain: a file or folder by its real path (relative,
+    symlinked or with `..`), a server by its host, port and database or path. Two spellings
+    of one server (`localhost` and `127.0.0.1`) differ here: a refusal must never stop a
+    migration between two stores.
+    """
+    from langchain_semantic_recall.settings import sqlite_file
+
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme in ("sqlite", "chroma"):
+        path = sqlite_file(url) if scheme == "sqlite" else chroma_folder(url)
+        return None if path is None else ("file", os.path.realpath(path))
+    if scheme in ("", "memory"):
+        return None
+    parts = urlsplit(url)
+    query = tuple(sorted((k, v) for k, v in parse_qsl(parts.query) if not k.startswith("pool_")))
+    host = (parts.hostname or "").lower()
+    return (scheme, host, str(parts.port or ""), parts.path.rstrip("/"), repr(query))
+
+
+def require_url_store(url: str) -> None:
+    """Raise `NotFoundError` when a `sqlite:` URL names a file that does not exist.
+
+    Opening it would create an empty store there, and a mistyped path would read as a
+    store with nothing in it (`--path` is checked the same way, by `_require_store`).
+    """
+    from langchain_semantic_recall.settings import sqlite_file
+
+    file = sqlite_file(url)
+    if file is not None and not file.exists():
+        raise NotFoundError(
+            f"no SQLite store at {file.resolve()} (sqlite:///relative/path, "
+            "sqlite:////absolute/path; 'semantic-recall ingest' creates one)"
+        )
+
+
+def require_url_vectors(url: str) -> None:
+    """Raise `NotFoundError` when a `chroma:` URL names a folder that holds no index.
+
+    Opening it would create an empty index there, and a reading command would answer
+    "0 hits" for a mistyped path (`require_url_store` checks the storage URL the same way).
+    """
+    folder = chroma_folder(url)
+    if folder is not None and not (folder / "chroma.sqlite3").exists():
+        raise NotFoundError(
+            f"no Chroma index at {folder.resolve()} (chroma:///relative/path, "
+            "chroma:////absolute/path; 'semantic-recall ingest' creates one)"
+        )
