@@ -209,7 +209,7 @@ class RelevanceModel:
     def best_candidates(self, query: Query, messages: Mapping[str, StoredMessage]) -> list[str]:
         """The `candidates` best matches by the candidate model, best first (ties by id)."""
         ids = [k for k in query.candidates if k in messages]
-        if not ids or not query.terms:
+        if not ids:
             return []
         x = direct_rows(query, [messages[k] for k in ids])
         logits = _linear(x, self.direct)
@@ -295,12 +295,13 @@ class RelevanceModel:
     def share(self, query: Query, threshold: float | None, scope_size: int) -> float:
         """The share of the budget to spend: the evidence's, or all of it under a threshold.
 
+        A threshold replaces the evidence rule whole, small talk included: a query of
+        stopwords only ("yes") is silent by the rule, and answered under `threshold=0`.
         `scope_size`: messages in the scope searched (counted up to `size_cap`).
         """
-        if not query.terms:
-            return 0.0
-        size = min(scope_size, self.size_cap)
-        return self.evidence.share(query, size) if threshold is None else 1.0
+        if threshold is not None:
+            return 1.0
+        return self.evidence.share(query, min(scope_size, self.size_cap))
 
     def describe(self) -> str:
         """One line naming what the numbers were fitted for."""

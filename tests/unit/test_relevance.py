@@ -119,6 +119,19 @@ def test_the_hybrid_default_has_no_threshold_and_a_threshold_only_removes(
     assert all(every[key] == value for key, value in kept.items())
 
 
+@pytest.mark.parametrize("turn", ["hello there", "yes", "ok, and then?"])
+def test_a_threshold_of_zero_answers_a_turn_of_stopwords_too(
+    memory: SemanticRecall, turn: str
+) -> None:
+    """`threshold=0` is documented to turn silence off; a turn without a content term
+    stayed silent under it (the rule that stops at no terms ran before the threshold)."""
+    assert memory.search(turn, resource_id="r") == []
+    hits = memory.search(turn, resource_id="r", threshold=0)
+    assert hits
+    assert sum(len(hit.window) for hit in hits) <= 15  # the budget, as for any query
+    assert memory.search(turn, resource_id="r", threshold=0.999999) == []
+
+
 @pytest.mark.parametrize("turn", ["hi", "Hello!", "thanks", "ok", "yes", "can you help me?"])
 def test_small_talk_recalls_nothing(memory: SemanticRecall, turn: str) -> None:
     assert memory.search(turn, resource_id="r") == []

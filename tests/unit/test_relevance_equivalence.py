@@ -194,7 +194,7 @@ def old_best_candidates(
     model: RelevanceModel, query: OldQuery, messages: Mapping[str, StoredMessage]
 ) -> list[str]:
     ids = [k for k in query.candidates if k in messages]
-    if not ids or not query.terms:
+    if not ids:  # a query without content terms too: a threshold may answer it
         return []
     x = old_direct_rows(query, [messages[k] for k in ids])
     order = np.argsort(-_linear(x, model.direct), kind="stable")[: model.candidates]
@@ -239,10 +239,10 @@ def old_select(  # noqa: PLR0917
     threshold: float | None,
 ) -> list[RecallHit]:
     share = (
-        (model.evidence.share(query, min(scope_size, model.size_cap)) if threshold is None else 1.0)
-        if query.terms
-        else 0.0
-    )  # type: ignore[arg-type]
+        model.evidence.share(query, min(scope_size, model.size_cap))  # type: ignore[arg-type]
+        if threshold is None
+        else 1.0
+    )
     if share <= 0.0:
         return []
     p = old_probabilities(model, query, kept, windows, scope_size)
