@@ -39,7 +39,8 @@ BATCH = 64
 """Messages per `index` call: one batched embedding call each, and a progress step."""
 
 FORGOTTEN = "thread was forgotten (its id is retired)"
-REPEATED, STORED = "the same id appears later in this file", "already stored"
+REPEATED, STORED = "the same line appears later in this file", "already stored"
+REUSED = "its id is given again, with another message, later in this file"
 UNREADABLE = frozenset({"not a JSON object", "no 'mapping' of messages"})
 """Reasons a ChatGPT export's conversation could not be read (an error, unlike tool output)."""
 _FORMAT_NAMES = {"jsonl": "JSONL", "chatgpt": "ChatGPT export"}
@@ -173,17 +174,14 @@ def _ingest_conversation(
         if stale:
             summary.off_branch.append((f"{_span(conversation)} (thread {thread!r})", stale))
     last = {m.id: n for n, m in enumerate(messages)}  # an id given twice: the last line wins
+    repeated = _repeated(conversation, messages, last, summary)
     new = [
         (n, m)
         for n, m in enumerate(messages)
         if last[m.id] == n and (m.id not in have or _edited(have[m.id], m))  # an edit too
     ]
     summary.skipped.update(
-        {
-            r: n
-            for r, n in ((REPEATED, len(messages) - len(last)), (STORED, len(last) - len(new)))
-            if n
-        }
+        {r: n for r, n in ((REPEATED, repeated), (STORED, len(last) - len(new))) if n}
     )
     bar.update(len(conversation) - len(new))
     if not new:
@@ -200,6 +198,36 @@ def _ingest_conversation(
         summary.threads_restored += forgotten
     else:
         summary.threads_updated += 1
+
+
+def _repeated(
+    conversation: Conversation,
+    messages: list[BaseMessage],
+    last: dict[str | None, int],
+    summary: IngestSummary,
+) -> int:
+    """Report the lines whose id a later line of the conversation reuses; the later wins.
+
+    A line repeated whole loses nothing and is counted (returned); one whose message
+    differs is refused where it is, so the exit code says a line of the file was dropped.
+    """
+    identical = 0
+    for n, message in enumerate(messages):
+        kept = last[message.id]
+        if kept == n:
+            continue
+        if message == messages[kept]:
+            identical += 1
+            continue
+        summary.refuse(
+            conversation.place(n),
+            f"its id {message.id!r} is given again, with another message, at "
+            f"{conversation.place(kept)}, which was imported instead: give each message "
+            "its own id",
+            1,
+            kind=REUSED,
+        )
+    return identical
 
 
 def _as_stored(conversation: Conversation, have: dict[str, StoredMessage]) -> list[BaseMessage]:

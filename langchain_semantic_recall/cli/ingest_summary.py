@@ -48,10 +48,14 @@ class IngestSummary:
     """(conversation, messages) of a ChatGPT export's conversations whose stored messages
     are not all in the file: a branch abandoned since (an edit, a regeneration)."""
 
-    def refuse(self, where: str, reason: str, messages: int) -> None:
-        """Record `messages` refused for `reason`, found at `where` in the file."""
+    def refuse(self, where: str, reason: str, messages: int, kind: str | None = None) -> None:
+        """Record `messages` refused for `reason`, found at `where` in the file.
+
+        `kind`: the reason as counted among the skipped (default: `reason` itself), when
+        `reason` names this place's particulars.
+        """
         self.messages_refused += messages
-        self.skipped[reason] += messages
+        self.skipped[kind or reason] += messages
         self.refusals.append((where, reason))
 
     def as_json(self) -> dict[str, Any]:

@@ -634,12 +634,12 @@ def test_ingest_counts_a_repeated_line_as_skipped_not_as_stored_without_a_vector
     assert result.code == 0, result.err
     assert "messages   1 added" in result.out
     assert "stored without a vector" not in result.out
-    assert "  skipped    1 (the same id appears later in this file: 1)" in result.out
+    assert "  skipped    1 (the same line appears later in this file: 1)" in result.out
     again = line | {"id": "m2"}
     path = jsonl(tmp_path / "j.jsonl", again, again)
     as_json = run(capsys, *store, "ingest", str(path), "--json").json()
     assert as_json["stored_without_vector"] == {}
-    assert as_json["skipped"] == {"the same id appears later in this file": 1}
+    assert as_json["skipped"] == {"the same line appears later in this file": 1}
 
 
 def test_ingest_json_says_which_lines_could_not_be_read(
@@ -718,26 +718,37 @@ def test_ingest_counts_a_line_repeated_in_a_later_batch(
     result = run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", first, *others, first)))
     assert result.code == 0, result.err
     assert "messages   65 added" in result.out
-    assert "  skipped    1 (the same id appears later in this file: 1)" in result.out
+    assert "  skipped    1 (the same line appears later in this file: 1)" in result.out
 
 
 def test_a_file_that_repeats_an_id_with_another_text_settles_on_the_last(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
 ) -> None:
-    """Two lines with one id and two texts: the last is stored, and ingesting the file
-    again changes nothing. The second run wrote the first line over the stored last one
-    ('1 updated'), the third the last again: the store flipped on every run."""
+    """Two lines with one id and two texts: the last is stored, ingesting the file again
+    changes nothing, and the dropped line is refused where it is, exit 1. The second run
+    wrote the first line over the stored last one ('1 updated'), the third the last again:
+    the store flipped on every run; then the first line was dropped with a count, exit 0."""
     store = on_urls
-    path = jsonl(tmp_path / "h.jsonl", LINE | {"id": "m1", "content": "first"}, LINE | {"id": "m1"})
+    first = LINE | {"id": "m1", "content": "first"}
+    path = jsonl(tmp_path / "h.jsonl", first, LINE | {"id": "m2"}, LINE | {"id": "m1"})
     for _ in range(3):
         result = run(capsys, *store, "ingest", str(path), "--json")
-        assert result.code == 0, result.err
+        assert result.code == 1, result.err
         summary = result.json()
-        assert (summary["messages_added"] + summary["messages_updated"]) <= 1
-        assert summary["skipped"]["the same id appears later in this file"] == 1
+        assert (summary["messages_added"] + summary["messages_updated"]) in (0, 2)
+        assert summary["refused"] == [
+            {
+                "where": "line 1",
+                "reason": "its id 'm1' is given again, with another message, at line 3, "
+                "which was imported instead: give each message its own id",
+            }
+        ]
+        assert "1 message(s) of" in result.err
         shown = run(capsys, *store, "show", "t1", "--json").json()
-        assert [m["text"] for m in shown] == ["hello there"]
+        assert [m["text"] for m in shown] == ["hello there", "hello there"]
     assert summary["messages_updated"] == 0
+    text = run(capsys, *store, "ingest", str(path))
+    assert "refused line 1: its id 'm1' is given again" in text.out
 
 
 def test_search_json_says_with_which_settings_it_searched_as_the_text_does(
