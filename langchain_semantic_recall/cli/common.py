@@ -407,16 +407,27 @@ def thread_messages(storage: MessageStorage, thread_id: str) -> Iterator[StoredM
         after = (page[-1].thread_id, page[-1].seq)
 
 
+TITLE_READ_LIMIT = 1000  # a title comes early; listing threads must not read every message
+
+
 def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:
-    """Conversation titles by thread id, for the threads that have one."""
-    from langchain_semantic_recall.records import ScopeFilter, conversation_title
+    """Titles by thread id: the first one among a thread's first `TITLE_READ_LIMIT` messages.
+
+    A JSONL file may give the title on any line of a conversation, not only the first.
+    """
+    from langchain_semantic_recall.records import TITLE_KEY, ScopeFilter, conversation_title
 
     titles: dict[str, str] = {}
     for thread_id in sorted(thread_ids):
-        first = storage.list_messages(ScopeFilter(thread_id=thread_id), limit=1)
-        title = conversation_title(first[0]) if first else None
-        if title:
-            titles[thread_id] = title
+        scope, after = ScopeFilter(thread_id=thread_id), None
+        for _ in range(0, TITLE_READ_LIMIT, 100):
+            page = storage.list_messages(scope, after=after, limit=100)
+            found = (conversation_title(m) for m in page if TITLE_KEY in m.payload)
+            if title := next((t for t in found if t), None):
+                titles[thread_id] = title
+            if title or len(page) < 100:
+                break
+            after = (page[-1].thread_id, page[-1].seq)
     return titles
 
 

@@ -106,7 +106,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json([message_json(m) for m in messages])
         return EXIT_OK
-    title = conversation_title(messages[0]) if messages else None
+    title = next((t for m in messages if (t := conversation_title(m))), None)
     header = f"Thread {args.thread} of {owner}" + (f' · "{title}"' if title else "")
     print(style(printable(f"{header} · {len(messages)} message(s)"), "bold"))
     for message in messages:
