@@ -86,7 +86,11 @@ def _output(path: str | None) -> Iterator[TextIO]:
         return
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        with partial.open("x", encoding="utf-8") as handle:
+        handle = partial.open("x", encoding="utf-8")
+    except OSError as exc:  # named by the file asked for, not by the temporary one
+        raise OSError(exc.errno, exc.strerror, path) from exc
+    try:
+        with handle:
             if target.exists():
                 shutil.copymode(target, partial)
             yield handle

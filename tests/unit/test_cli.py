@@ -837,6 +837,10 @@ def test_an_export_that_stops_part_way_leaves_the_earlier_file_whole(
     assert len(target.read_text(encoding="utf-8").splitlines()) == 2
     assert target.stat().st_mode & 0o777 == 0o640  # replaced, with the file's permissions
     assert sorted(p.name for p in target.parent.iterdir()) == ["carol.jsonl"]
+    nowhere = tmp_path / "nowhere" / "carol.jsonl"  # named as given, not the temporary file
+    missing = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(nowhere))
+    assert missing.code == 1
+    assert missing.err == f"semantic-recall: error: No such file or directory: {nowhere}\n"
 
 
 @pytest.mark.parametrize(
