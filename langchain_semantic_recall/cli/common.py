@@ -407,7 +407,7 @@ def thread_messages(storage: MessageStorage, thread_id: str) -> Iterator[StoredM
         after = (page[-1].thread_id, page[-1].seq)
 
 
-TITLE_READ_LIMIT = 1000  # a title comes early; listing threads must not read every message
+TITLE_READ_LIMIT = 100  # a title comes early; listing threads must not read every message
 
 
 def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:
@@ -419,15 +419,10 @@ def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, st
 
     titles: dict[str, str] = {}
     for thread_id in sorted(thread_ids):
-        scope, after = ScopeFilter(thread_id=thread_id), None
-        for _ in range(0, TITLE_READ_LIMIT, 100):
-            page = storage.list_messages(scope, after=after, limit=100)
-            found = (conversation_title(m) for m in page if TITLE_KEY in m.payload)
-            if title := next((t for t in found if t), None):
-                titles[thread_id] = title
-            if title or len(page) < 100:
-                break
-            after = (page[-1].thread_id, page[-1].seq)
+        page = storage.list_messages(ScopeFilter(thread_id=thread_id), limit=TITLE_READ_LIMIT)
+        found = (conversation_title(m) for m in page if TITLE_KEY in m.payload)
+        if title := next((t for t in found if t), None):
+            titles[thread_id] = title
     return titles
 
 

