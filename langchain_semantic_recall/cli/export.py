@@ -111,10 +111,11 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
     from langchain_semantic_recall.settings import sqlite_file
 
     urls = store_urls(args)
-    database: Path | None = None
-    folder: Path | None = None
+    database: Path | None
+    folder: Path | None
     if urls is None:
-        database, folder = store_path(args) / "messages.sqlite3", store_path(args) / "chroma"
+        root = store_path(args)
+        database, folder = root / "messages.sqlite3", root / "chroma"
     else:
         database, folder = sqlite_file(urls[0]), chroma_folder(urls[1])
     target = os.path.realpath(Path(output).expanduser())
