@@ -174,24 +174,24 @@ def _ingest_conversation(
         if stale:
             summary.off_branch.append((f"{_span(conversation)} (thread {thread!r})", stale))
     last = {m.id: n for n, m in enumerate(messages)}  # an id given twice: the last line wins
-    repeated = _repeated(conversation, messages, last, summary)
     new = [
         (n, m)
         for n, m in enumerate(messages)
         if last[m.id] == n and (m.id not in have or _edited(have[m.id], m))  # an edit too
     ]
+    stored = set(last.values()) - {n for n, _ in new}  # the kept lines stored as they are
+    bar.update(len(conversation) - len(new))
+    written = summary.messages_added + summary.messages_updated
+    for start in range(0, len(new), BATCH):
+        stored |= _write(memory, conversation, new[start : start + BATCH], summary)
+        bar.update(len(new[start : start + BATCH]))
+    repeated = _repeated(conversation, messages, last, summary, stored)  # what became of them
     summary.skipped.update(
         {r: n for r, n in ((REPEATED, repeated), (STORED, len(last) - len(new))) if n}
     )
-    bar.update(len(conversation) - len(new))
     if not new:
         summary.threads_unchanged += 1
-        return
-    written = summary.messages_added + summary.messages_updated
-    for start in range(0, len(new), BATCH):
-        _write(memory, conversation, new[start : start + BATCH], summary)
-        bar.update(len(new[start : start + BATCH]))
-    if summary.messages_added + summary.messages_updated == written:
+    elif summary.messages_added + summary.messages_updated == written:
         summary.threads_refused += 1
     elif owner is None:
         summary.threads_new += 1
@@ -205,11 +205,14 @@ def _repeated(
     messages: list[BaseMessage],
     last: dict[str | None, int],
     summary: IngestSummary,
+    stored: set[int],
 ) -> int:
     """Report the lines whose id a later line of the conversation reuses; the later wins.
 
     A line repeated whole loses nothing and is counted (returned); one whose message
     differs is refused where it is, so the exit code says a line of the file was dropped.
+    `stored`: the positions whose message is stored now, so the refusal says whether the
+    later line is (it may have been refused or skipped too).
     """
     identical = 0
     for n, message in enumerate(messages):
@@ -222,8 +225,9 @@ def _repeated(
         summary.refuse(
             conversation.place(n),
             f"its id {message.id!r} is given again, with another message, at "
-            f"{conversation.place(kept)}, which was imported instead: give each message "
-            "its own id",
+            f"{conversation.place(kept)}, "
+            + ("which was imported instead" if kept in stored else "which was not stored either")
+            + ": give each message its own id",
             1,
             kind=REUSED,
         )
@@ -257,21 +261,23 @@ def _write(
     conversation: Conversation,
     batch: list[tuple[int, BaseMessage]],
     summary: IngestSummary,
-) -> None:
-    """Index one batch; when it is refused, find the refused messages one by one."""
+) -> set[int]:
+    """Index one batch; when it is refused, find the refused messages one by one.
+
+    Returns the positions (in the conversation) of its messages that are stored now.
+    """
     thread, resource = conversation.thread_id, conversation.resource_id
     try:
         result = memory.index([m for _, m in batch], thread_id=thread, resource_id=resource)
     except OwnershipError as refused:
         if len(batch) == 1:
             summary.refuse(conversation.place(batch[0][0]), str(refused), 1)
-            return
-        for item in batch:  # e.g. one message id already used by another thread
-            _write(memory, conversation, [item], summary)
-        return
+            return set()
+        # e.g. one message id already used by another thread
+        return set().union(*(_write(memory, conversation, [item], summary) for item in batch))
     if result.forgotten:  # forgotten by someone else while we imported
         summary.refuse(conversation.place(batch[0][0]), FORGOTTEN, len(batch))
-        return
+        return set()
     summary.messages_added += sum(f.fate == "stored" for f in result.fates)
     summary.messages_updated += sum(f.fate == "updated" for f in result.fates)
     for fate in result.fates:  # a line given twice: the later one is kept, this one counted
@@ -284,6 +290,8 @@ def _write(
         summary.not_embedded[reason] += 1
     if result.error is not None:
         summary.vectors_failed += len(result.stored) - len(result.skipped)
+    kept = ("stored", "updated", "unchanged")
+    return {batch[f.position][0] for f in result.fates if f.fate in kept}
 
 
 def _file_reason(reason: str | None) -> str:

@@ -770,6 +770,34 @@ def test_a_file_that_repeats_an_id_with_another_text_settles_on_the_last(
     assert "refused line 1: its id 'm1' is given again" in text.out
 
 
+def test_a_repeated_id_whose_later_line_is_refused_too_is_not_said_to_be_imported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """The earlier line's refusal named the later line as 'imported instead' before it
+    was written: when the later line was refused too (its id is another thread's), the
+    report said a message was imported that no run stored."""
+    store = on_urls
+    elsewhere = LINE | {"thread": "t0", "id": "m1", "content": "stored elsewhere"}
+    assert run(capsys, *store, "ingest", str(jsonl(tmp_path / "a.jsonl", elsewhere))).code == 0
+    first, second = LINE | {"id": "m1", "content": "first"}, LINE | {"id": "m1"}
+    path = jsonl(tmp_path / "b.jsonl", first, LINE | {"id": "m2"}, second)
+    result = run(capsys, *store, "ingest", str(path), "--json")
+    assert result.code == 1, result.err
+    refused = {r["where"]: r["reason"] for r in result.json()["refused"]}
+    assert sorted(refused) == ["line 1", "line 3"]
+    assert refused["line 1"] == (
+        "its id 'm1' is given again, with another message, at line 3, which was not "
+        "stored either: give each message its own id"
+    )
+    assert "already belongs to another thread" in refused["line 3"]
+    assert [m["text"] for m in run(capsys, *store, "show", "t0", "--json").json()] == [
+        "stored elsewhere"
+    ]
+    assert [m["text"] for m in run(capsys, *store, "show", "t1", "--json").json()] == [
+        "hello there"
+    ]
+
+
 def test_search_json_says_with_which_settings_it_searched_as_the_text_does(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
 ) -> None:
