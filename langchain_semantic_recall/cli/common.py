@@ -413,16 +413,20 @@ TITLE_READ_LIMIT = 100  # a title comes early; listing threads must not read eve
 def thread_titles(storage: MessageStorage, thread_ids: set[str]) -> dict[str, str]:
     """Titles by thread id: the first one among a thread's first `TITLE_READ_LIMIT` messages.
 
-    A JSONL file may give the title on any line of a conversation, not only the first.
+    A JSONL file may give it on any line; most give it on the first (a ChatGPT export, on all).
     """
     from langchain_semantic_recall.records import TITLE_KEY, ScopeFilter, conversation_title
 
     titles: dict[str, str] = {}
     for thread_id in sorted(thread_ids):
-        page = storage.list_messages(ScopeFilter(thread_id=thread_id), limit=TITLE_READ_LIMIT)
-        found = (conversation_title(m) for m in page if TITLE_KEY in m.payload)
-        if title := next((t for t in found if t), None):
-            titles[thread_id] = title
+        scope = ScopeFilter(thread_id=thread_id)
+        for limit in (1, TITLE_READ_LIMIT):  # the first message alone, then the page
+            page = storage.list_messages(scope, limit=limit)
+            found = (conversation_title(m) for m in page if TITLE_KEY in m.payload)
+            if title := next((t for t in found if t), None):
+                titles[thread_id] = title
+            if title or len(page) < limit:
+                break
     return titles
 
 

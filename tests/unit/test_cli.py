@@ -524,6 +524,33 @@ def test_a_title_given_on_a_later_line_names_the_conversation(
     assert ' · "' not in run(capsys, *store, "show", "t3").out
 
 
+def test_threads_reads_no_further_than_a_first_message_that_has_the_title(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`threads` read a page of 100 messages of every thread for its title, also when the
+    first one had it (every message of a ChatGPT export does): 16 times the reading."""
+    store = on_urls
+    titled = [LINE | {"id": f"a{n}", "title": "Trip"} for n in range(150)]
+    late = [LINE | {"thread": "t2", "id": "b1"}, LINE | {"thread": "t2", "title": "Late"}]
+    assert run(capsys, *store, "ingest", str(jsonl(tmp_path / "h.jsonl", *titled, *late))).code == 0
+    read: dict[str, int] = {}
+    list_messages = SQLiteStorage.list_messages
+
+    def counted(self: SQLiteStorage, *args: Any, **kwargs: Any) -> Any:
+        page = list_messages(self, *args, **kwargs)
+        for message in page:
+            read[message.thread_id] = read.get(message.thread_id, 0) + 1
+        return page
+
+    monkeypatch.setattr(SQLiteStorage, "list_messages", counted)
+    listed = run(capsys, *store, "threads", "--json").json()
+    assert {t["thread"]: t["title"] for t in listed} == {"t1": "Trip", "t2": "Late"}
+    assert read == {"t1": 1, "t2": 1 + 2}  # its first message alone, then the page
+
+
 def test_path_and_server_urls_together_are_a_usage_error(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
