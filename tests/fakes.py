@@ -178,9 +178,9 @@ class RecordingVectors(VectorIndex):
     def of(self, name: str) -> list[dict[str, Any]]:
         return [kwargs for n, kwargs in self.calls if n == name]
 
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
+    def _open(self, name: str, *, dimension: int, model: str) -> bool:
         self._record("open", name=name, dimension=dimension, model=model)
-        self.inner.open(name, dimension=dimension, model=model)
+        return self.inner.open(name, dimension=dimension, model=model)
 
     def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         self._record("upsert", name=name, records=list(records))

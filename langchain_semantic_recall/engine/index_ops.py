@@ -282,7 +282,7 @@ def index_op(
     if not to_embed and not adopted and not rewritten:
         return turn.result()
     try:
-        info = yield from space.resolve()
+        info = yield from space.resolve(just_stored=len(turn.to_write()))
         yield from _drop_old_text(info, rewritten, resource_id)
         to_embed = yield from _vectors_to_write(
             info, space, turn, to_embed, adopted=adopted, max_chars=max_chars, logger=logger

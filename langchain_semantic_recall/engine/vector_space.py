@@ -9,6 +9,7 @@ opens (or creates) the index and fails closed if it was built with another model
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from langchain_semantic_recall.vectors.base import VectorIndex
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +104,16 @@ class VectorSpace:
     def _info_for(self, dimension: int) -> IndexInfo:
         return _index_info(self.embeddings, self.index_name, dimension)
 
-    def resolve(self) -> Op[IndexInfo]:
-        """Resolve and open the index (once; later calls return it at no cost)."""
+    def resolve(self, *, just_stored: int = 0, filling: bool = False) -> Op[IndexInfo]:
+        """Resolve and open the index (once; later calls return it at no cost).
+
+        An index created here over a store that already holds messages is warned of: its
+        history has no vectors in it, so recall would be silent about all of it.
+
+        Args:
+            just_stored: Messages the caller stored just before (not earlier history).
+            filling: The caller is filling the index from the store (reindex): no warning.
+        """
         if self._info is not None:
             return self._info
         known = named_index(self.embeddings, self.index_name)
@@ -109,7 +121,11 @@ class VectorSpace:
             info = known
         else:
             info = self._info_for(_probed_dimension((yield steps.ProbeDimension())))
-        yield steps.OpenIndex(info)  # opening twice (two first calls at once) is harmless
+        created = yield steps.OpenIndex(info)  # twice (two first calls at once) is harmless
+        if created and not filling:
+            held = yield steps.CountMessages(None, up_to=just_stored + 1)
+            if held > just_stored:
+                _warn_new_index(info)
         with self._lock:
             if self._info is None:
                 self._info = info
@@ -189,3 +205,21 @@ def _probed_dimension(probe: object) -> int:
             f"dimension (got {str(probe)[:80]}); check the embedder"
         )
     return len(probe[0])
+
+
+def _warn_new_index(info: IndexInfo) -> None:
+    """A new index over a store with messages: none of them can be recalled until reindex.
+
+    The usual cause is an embedder changed under a store whose index is named after the
+    model (the default), so the earlier vectors are in an index this engine does not read.
+    """
+    logger.warning(
+        "created vector index %r for %s (%d-d), but the store already holds messages and "
+        "this index has no vectors for them: recall and search find none of them until "
+        "`reindex` embeds them (memory.reindex(), or `semantic-recall reindex`). If the "
+        "embedder changed by mistake, use the earlier one; pin index_name= to have another "
+        "embedder refused instead (docs/deploy.md)",
+        info.name,
+        info.model,
+        info.dimension,
+    )

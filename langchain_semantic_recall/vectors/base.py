@@ -95,8 +95,11 @@ class VectorIndex(VectorHooks):
 
     # -- public, checked methods -----------------------------------------------------------
 
-    def open(self, name: str, *, dimension: int, model: str) -> None:
+    def open(self, name: str, *, dimension: int, model: str) -> bool:
         """Create the index if missing (cosine space), recording model and dimension.
+
+        Returns:
+            True when this call created it (False: it existed, or the backend can't tell).
 
         Args:
             name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
@@ -109,7 +112,7 @@ class VectorIndex(VectorHooks):
             EmbeddingMismatchError: the index exists with another model or dimension.
         """
         _check_open(name, dimension, model)
-        self._open(name, dimension=dimension, model=model)
+        return bool(self._open(name, dimension=dimension, model=model))
 
     def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         """Write vectors; an existing id is overwritten, never duplicated.
@@ -309,10 +312,10 @@ class VectorIndex(VectorHooks):
 
     # -- async twins: the same checks, then the hook's async twin --------------------------
 
-    async def aopen(self, name: str, *, dimension: int, model: str) -> None:
+    async def aopen(self, name: str, *, dimension: int, model: str) -> bool:
         """Async twin of `open`."""
         _check_open(name, dimension, model)
-        await self._aopen(name, dimension=dimension, model=model)
+        return bool(await self._aopen(name, dimension=dimension, model=model))
 
     async def aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         """Async twin of `upsert`."""

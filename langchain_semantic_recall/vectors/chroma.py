@@ -234,14 +234,14 @@ class ChromaVectorIndex(VectorIndex):
     def _configuration(self) -> CreateCollectionConfiguration:
         return cast("CreateCollectionConfiguration", {"hnsw": dict(self._hnsw)})
 
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
+    def _open(self, name: str, *, dimension: int, model: str) -> bool:
         """Create the root collection if missing, or check an existing one (`ChromaRoots`).
 
         Raises:
             EmbeddingMismatchError: the index was built with another model or dimension,
                 not in cosine space, or holds vectors of an earlier layout.
         """
-        self._roots.open(name, dimension=dimension, model=model)
+        return self._roots.open(name, dimension=dimension, model=model)
 
     # -- writing ---------------------------------------------------------------------------
 

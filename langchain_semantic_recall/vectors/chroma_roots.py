@@ -33,8 +33,11 @@ class ChromaRoots:
         self._lock = threading.Lock()
         self._roots: dict[str, tuple[str, int]] = {}
 
-    def open(self, name: str, *, dimension: int, model: str) -> None:
+    def open(self, name: str, *, dimension: int, model: str) -> bool:
         """Create the root collection if missing, or check an existing one.
+
+        Returns:
+            True when this call created it.
 
         Raises:
             EmbeddingMismatchError: the index was built with another model or dimension,
@@ -46,7 +49,8 @@ class ChromaRoots:
             known = self._roots.get(name)
         if known is not None:
             check_model(name, *known, model, dimension)
-            return
+            return False
+        created = False
         try:
             root = self._client.get_collection(name, embedding_function=None)
         except NotFoundError:
@@ -57,6 +61,7 @@ class ChromaRoots:
                 metadata={"embedding_model": model, "dimension": dimension, "layout": LAYOUT},
             )
             logger.info("created vector index %r (%s, %d-d)", name, model, dimension)
+            created = True
         entry = read_root(name, root, model)
         if entry is None:  # an empty collection made elsewhere or by an earlier version: adopt
             stored = dict(root.metadata or {})
@@ -69,6 +74,7 @@ class ChromaRoots:
         check_model(name, *entry, model, dimension)
         with self._lock:
             self._roots[name] = entry
+        return created
 
     def get(self, name: str) -> tuple[str, int] | None:
         """(model, dimension) of an opened or existing index; None if it does not exist."""

@@ -42,8 +42,12 @@ class VectorHooks(ABC):
     """The storage work a vector backend does; `VectorIndex` checks arguments first."""
 
     @abstractmethod
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
-        """Create the index if missing, or check its model and dimension."""
+    def _open(self, name: str, *, dimension: int, model: str) -> bool | None:
+        """Create the index if missing, or check its model and dimension.
+
+        Return True when this call created it (the engine then warns if the store already
+        holds messages, which the new index has no vectors for); None when it cannot tell.
+        """
 
     @abstractmethod
     def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
@@ -127,8 +131,10 @@ class VectorHooks(ABC):
 
     # --- async twins: by default the sync hook in the default executor ---------------------
 
-    async def _aopen(self, name: str, *, dimension: int, model: str) -> None:
-        await run_in_executor(None, lambda: self._open(name, dimension=dimension, model=model))
+    async def _aopen(self, name: str, *, dimension: int, model: str) -> bool | None:
+        return await run_in_executor(
+            None, lambda: self._open(name, dimension=dimension, model=model)
+        )
 
     async def _aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         await run_in_executor(None, self._upsert, name, records)

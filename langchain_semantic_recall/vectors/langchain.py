@@ -158,8 +158,12 @@ class LangChainVectorIndex(VectorIndex):
     def _guard(self) -> AbstractContextManager[Any]:
         return nullcontext() if self.dialect.thread_safe else self._lock
 
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
-        """Record the index's model and dimension, or check them against stored vectors."""
+    def _open(self, name: str, *, dimension: int, model: str) -> bool:
+        """Record the index's model and dimension, or check them against stored vectors.
+
+        A LangChain store keeps no index apart from its vectors: an index is created when
+        no vector of it is found the first time this process opens it.
+        """
         with self._lock:
             known = self._opened.get(name)
             if known is None:
@@ -173,13 +177,14 @@ class LangChainVectorIndex(VectorIndex):
                     self._opened[name] = known
             if known is None:
                 self._opened[name] = (model, dimension)
-                return
+                return True
         if known != (model, dimension):
             raise EmbeddingMismatchError(
                 f"vector index {name!r} was built with embedding model {known[0]!r} "
                 f"({known[1]}-d), but the embedder is {model!r} ({dimension}-d): use a new "
                 "index_name for this embedder, or run reindex to rebuild the index with it"
             )
+        return False
 
     def _model(self, name: str) -> tuple[str, int]:
         with self._lock:

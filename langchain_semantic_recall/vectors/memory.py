@@ -71,17 +71,19 @@ class InMemoryVectorIndex(VectorIndex):
             )
         return index
 
-    def _open(self, name: str, *, dimension: int, model: str) -> None:
+    def _open(self, name: str, *, dimension: int, model: str) -> bool:
         with self._lock:
             index = self._indexes.get(name)
             if index is None:
                 self._indexes[name] = _Index(model=model, dimension=dimension)
-            elif (index.model, index.dimension) != (model, dimension):
+                return True
+            if (index.model, index.dimension) != (model, dimension):
                 raise EmbeddingMismatchError(
                     f"index {name!r} holds {index.dimension}-d vectors of {index.model!r}, "
                     f"not {dimension}-d vectors of {model!r}: use another index_name, or "
                     "reindex into a new index"
                 )
+            return False
 
     def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         with self._lock:

@@ -16,6 +16,7 @@ Chroma, a server) works too. Vectors are tiny (``DIMENSION``) to keep the suite 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -195,6 +196,14 @@ class VectorIndexConformance(VectorFilterConformance):
         assert [hit.id for hit in hits] == ["a", "b"]
         assert hits[0].score == pytest.approx(1.0, abs=1e-5)
         assert hits[1].score == pytest.approx(0.0, abs=1e-5)
+
+    def test_open_says_whether_it_created_the_index(self, vectors: VectorIndex) -> None:
+        """The engine warns of a new index over a store with history on this answer."""
+        name, other = new_name(), new_name()
+        assert vectors.open(name, dimension=DIMENSION, model=MODEL) is True
+        assert vectors.open(name, dimension=DIMENSION, model=MODEL) is False
+        assert asyncio.run(vectors.aopen(other, dimension=DIMENSION, model=MODEL)) is True
+        assert asyncio.run(vectors.aopen(other, dimension=DIMENSION, model=MODEL)) is False
 
     def test_reopen_with_same_model_and_dimension(self, vectors: VectorIndex, name: str) -> None:
         vectors.upsert(name, [record("a", unit(1))])

@@ -437,8 +437,12 @@ class FaultSuite:
         assert rig.vector_ids() == before  # nothing mixed into the index
         assert memories(rig.engine.recall(ask("Lisbon"), thread_id="t4", resource_id="alice"))
 
-    def test_another_dimension_without_an_index_name_gets_its_own_index(self, rig: Rig) -> None:
-        seed(rig)
+    def test_another_dimension_without_an_index_name_gets_its_own_index(
+        self, rig: Rig, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        caplog.set_level(logging.WARNING)
+        seed(rig)  # a store's first messages make its index: nothing to warn of
+        assert not warned(caplog, "already holds messages")
         other = SemanticRecall(
             storage=rig.storage,
             vector_store=rig.vectors,
@@ -447,11 +451,15 @@ class FaultSuite:
             search_mode="dense",
         )
         assert other.ensure_index().name != rig.index_name
+        # Its index has none of the history: said, not left for recall to be silent about.
+        assert warned(caplog, "already holds messages")
+        caplog.clear()
         question = ask("Lisbon")
         assert other.recall(question, thread_id="t3", resource_id="alice") == question
         assert other.reindex() == 6  # filled from storage, the old index untouched
         assert memories(other.recall(question, thread_id="t3", resource_id="alice"))
         assert len(rig.vector_ids()) == 6
+        assert not warned(caplog, "already holds messages")  # said once, when it was made
 
     def test_vectors_of_the_wrong_dimension_fail_closed(self, rig: Rig) -> None:
         seed(rig)

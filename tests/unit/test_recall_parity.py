@@ -103,6 +103,10 @@ def test_no_results_leaves_input_unchanged_and_storage_untouched(
     engine = make_engine()
     messages = [HumanMessage("anything at all", id="q")]
     assert engine.recall(messages, thread_id="t1", resource_id="r") == messages
+    # Whose thread; and, as the index was created, whether the store held history for it.
+    assert storage.names() == ["get_thread_owner", "list_threads"]
+    storage.calls.clear()
+    assert engine.recall(messages, thread_id="t1", resource_id="r") == messages
     assert storage.names() == ["get_thread_owner"]  # its one read (whose thread); no write
 
 

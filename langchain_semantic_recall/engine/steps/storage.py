@@ -114,9 +114,9 @@ class KeywordSearch(Step[list[tuple[str, float]]]):
 
 @dataclass(frozen=True, slots=True)
 class CountMessages(Step[int]):
-    """The number of messages in `scope`, counting no further than `up_to`."""
+    """The number of messages in `scope` (None: the whole store), counting to `up_to`."""
 
-    scope: ScopeFilter
+    scope: ScopeFilter | None
     up_to: int
 
     @override

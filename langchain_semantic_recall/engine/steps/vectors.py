@@ -92,20 +92,22 @@ class ClearCaches(Step[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class OpenIndex(Step[None]):
-    """Open (create if needed) the vector index of `info`."""
+class OpenIndex(Step[bool]):
+    """Open (create if needed) the vector index of `info`; True when it was created."""
 
     info: IndexInfo
 
     @override
-    def run(self, backends: Backends) -> None:
+    def run(self, backends: Backends) -> bool:
         info = self.info
-        backends.space.vectors.open(info.name, dimension=info.dimension, model=info.model)
+        return backends.space.vectors.open(info.name, dimension=info.dimension, model=info.model)
 
     @override
-    async def arun(self, backends: Backends) -> None:
+    async def arun(self, backends: Backends) -> bool:
         info = self.info
-        await backends.space.vectors.aopen(info.name, dimension=info.dimension, model=info.model)
+        return await backends.space.vectors.aopen(
+            info.name, dimension=info.dimension, model=info.model
+        )
 
 
 @dataclass(frozen=True, slots=True)
