@@ -228,7 +228,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
 
         Args:
             thread_id: The conversation the view reads and writes.
-            resource_id: Its owner (needed in resource scope).
+            resource_id: Its owner (needed in resource scope); calls naming another fail.
         """
         bound = self._core.identity({"thread_id": thread_id, "resource_id": resource_id})
         bound.require_thread(self.keys, "for_thread")

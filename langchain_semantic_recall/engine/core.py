@@ -236,11 +236,10 @@ class EngineCore:
         """Who is asking: the call's ids, then the bound view's, the config, the context."""
         checked(ids, CallIds)  # a misspelt id (thread="t") is an error, never ignored
         thread_id = ids.get("thread_id")
-        resource_id = ids.get("resource_id")
         return resolve_identity(
             self.plan.keys,
             thread_id=thread_id if thread_id is not None else self.bound.thread_id,
-            resource_id=resource_id if resource_id is not None else self.bound.resource_id,
+            resource_id=self.bound.resource_for(ids.get("resource_id")),
             config=ids.get("config"),
             context=context,
         )
@@ -254,16 +253,17 @@ class EngineCore:
         """The resource a maintenance call acts for (None: no source gave one).
 
         The one identity rule, for the resource only: the call's `resource_id`, then a
-        `for_thread` view's, then the run's config and context; on an authenticated
-        LangGraph server the signed-in user, and a different `resource_id` is refused.
-        A call's thread never comes from the run: maintenance names it explicitly.
+        `for_thread` view's, then the run's config and context; a signed-in user (on an
+        authenticated LangGraph server) or a view's resource refuses another. A call's
+        thread never comes from the run: maintenance names it explicitly.
 
         Raises:
-            IdentityMismatchError: `resource_id` differs from the authenticated user.
+            IdentityMismatchError: `resource_id` differs from the authenticated user or
+                from the view's resource.
         """
         if resource_id is not None:
             check_id("resource_id", resource_id)  # text only, as maintenance always took
-        resolved = resource_id if resource_id is not None else self.bound.resource_id
+        resolved = self.bound.resource_for(resource_id)
         return resolve_identity(self.plan.keys, resource_id=resolved).resource_id
 
     def _writable(self, what: str) -> None:

@@ -104,6 +104,23 @@ class Identity:
     resource_id: str | None = None
     authenticated: bool = False
 
+    def resource_for(self, resource_id: object) -> object:
+        """A call's resource under these bound ids (a `for_thread` view's): the view's own.
+
+        A view bound to a resource acts for it alone, as a signed-in user does: a call
+        that names another resource is refused, never obeyed.
+
+        Raises:
+            IdentityMismatchError: `resource_id` differs from the bound resource.
+        """
+        if resource_id is None or self.resource_id in (None, resource_id):
+            return resource_id if resource_id is not None else self.resource_id
+        raise IdentityMismatchError(
+            f"this view is bound to resource {self.resource_id!r} (for_thread) but the call "
+            f"named resource {resource_id!r}: a view acts for its own resource only; call "
+            "the engine itself for another"
+        )
+
     def require_thread(self, keys: IdentityKeys, what: str) -> str:
         """The thread id, or a `MissingIdentityError` that says how to give one."""
         if self.thread_id is None:

@@ -1,0 +1,105 @@
+"""A `for_thread` view acts for its own resource only, as a signed-in user does.
+
+A view bound to alice (`memory.for_thread(t, "alice")`) refused every call that named
+bob's thread, but obeyed one that named bob himself: `search(resource_id="bob")`
+returned bob's memory, `forget_resource("bob")` deleted it. Every call of a view that
+names another resource is now refused with `IdentityMismatchError` and changes nothing;
+the victims (look-alikes of the view's resource among them) and histories are generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.errors import IdentityMismatchError
+from tests.unit.test_signed_in_user import (
+    FUTURE,
+    OWN_THREAD,
+    USER,
+    VICTIMS,
+    WORDS,
+    engine,
+    snapshot,
+    turn,
+)
+
+Call = Callable[[SemanticRecall, str], object]
+ACall = Callable[[SemanticRecall, str], Awaitable[object]]
+
+# Each call of a view bound to USER that names another resource `r` explicitly.
+SYNC_CALLS: dict[str, Call] = {
+    "search": lambda v, r: v.search("lisbon", resource_id=r),
+    "search(scope=resource)": lambda v, r: v.search("lisbon", resource_id=r, scope="resource"),
+    "index": lambda v, r: v.index(turn("planted"), thread_id="new", resource_id=r),
+    "stats": lambda v, r: v.stats(resource_id=r),
+    "reindex": lambda v, r: v.reindex(resource_id=r),
+    "forget_resource": lambda v, r: v.forget_resource(r),
+    "forget_before": lambda v, r: v.forget_before(FUTURE, resource_id=r),
+    "clear_thread": lambda v, r: v.clear_thread(f"{r}/t0", resource_id=r),
+    "forget_thread": lambda v, r: v.forget_thread(f"{r}/t0", resource_id=r),
+    "move_thread(give)": lambda v, r: v.move_thread(OWN_THREAD, to=r),
+    "chat_history.messages": lambda v, r: v.chat_history(f"{r}/t0", resource_id=r).messages,
+    "for_thread(other).clear": lambda v, r: v.for_thread(f"{r}/t0", r).clear(),
+}
+ASYNC_CALLS: dict[str, ACall] = {
+    "asearch": lambda v, r: v.asearch("lisbon", resource_id=r),
+    "aindex": lambda v, r: v.aindex(turn("planted"), thread_id="new", resource_id=r),
+    "astats": lambda v, r: v.astats(resource_id=r),
+    "aforget_resource": lambda v, r: v.aforget_resource(r),
+    "aforget_before": lambda v, r: v.aforget_before(FUTURE, resource_id=r),
+    "aclear_thread": lambda v, r: v.aclear_thread(f"{r}/t0", resource_id=r),
+}
+CALLS = [(name, False) for name in SYNC_CALLS] + [(name, True) for name in ASYNC_CALLS]
+
+
+def attempt(view: SemanticRecall, name: str, is_async: bool, victim: str) -> None:
+    if is_async:
+        asyncio.run(ASYNC_CALLS[name](view, victim))  # type: ignore[arg-type]
+    else:
+        SYNC_CALLS[name](view, victim)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    victims=st.lists(VICTIMS, min_size=1, max_size=4, unique=True),
+    words=st.lists(WORDS, min_size=1, max_size=3).map(" ".join),
+    order=st.permutations(CALLS),
+    pick=st.integers(0, 100),
+    view_options=st.sampled_from([{}, {"top_k": 1}]),
+)
+def test_a_view_refuses_every_call_that_names_another_resource(
+    victims: list[str],
+    words: str,
+    order: list[tuple[str, bool]],
+    pick: int,
+    view_options: dict[str, int],
+) -> None:
+    memory = engine("resource")
+    memory.index(turn(f"lisbon {words}"), thread_id=OWN_THREAD, resource_id=USER)
+    for victim in victims:
+        memory.index(turn(f"lisbon {words}"), thread_id=f"{victim}/t0", resource_id=victim)
+    view = memory.for_thread(OWN_THREAD, USER)
+    view = view.with_options(**view_options) if view_options else view  # keeps the ids
+    victim = victims[pick % len(victims)]
+    before = snapshot(memory)
+    for name, is_async in order:
+        with pytest.raises(IdentityMismatchError, match="bound to resource"):
+            attempt(view, name, is_async, victim)
+        assert snapshot(memory) == before, name
+
+
+def test_a_view_still_acts_for_its_own_resource_and_the_engine_for_any() -> None:
+    memory = engine("resource")
+    memory.index(turn("lisbon trip"), thread_id=OWN_THREAD, resource_id=USER)
+    memory.index(turn("lisbon flat"), thread_id="bob/t0", resource_id="bob")
+    view = memory.for_thread(OWN_THREAD, USER)
+    assert {hit.thread_id for hit in view.search("lisbon", resource_id=USER)} == {OWN_THREAD}
+    assert view.stats(resource_id=USER).messages == 2
+    assert {hit.thread_id for hit in memory.search("lisbon", resource_id="bob")} == {"bob/t0"}
+    assert memory.forget_resource("bob") == 2  # the engine itself is no view
