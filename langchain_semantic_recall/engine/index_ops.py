@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from langchain_core.messages import BaseMessage
 
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
+from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, check_owner
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
@@ -240,14 +240,7 @@ def index_op(
     """
     items = to_messages(messages)
     thread_id = identity.require_thread(keys, "index")
-    resource_id = identity.resource_id
-    if resource_id is None:
-        if scope == "resource":
-            identity.require_resource(keys, "index")
-        # Thread scope without users: the thread's owner, or none yet (`NO_RESOURCE`,
-        # until a write that names a resource adopts the thread).
-        resource_id = (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
-    check_id("resource_id", resource_id)
+    resource_id = yield from _writer(identity, keys, scope, thread_id)
     turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC), metadata)
     if read_only:
         return turn.refuse_all(READ_ONLY)
@@ -377,6 +370,23 @@ def _drop_old_text(info: IndexInfo, rewritten: Sequence[str], resource_id: str) 
     if rewritten:
         yield steps.DeleteVectors(info, message_ids=rewritten, resource_id=resource_id)
         yield steps.ClearCaches()  # they hold the old text, as after a forget
+
+
+def _writer(identity: Identity, keys: IdentityKeys, scope: Scope, thread_id: str) -> Op[str]:
+    """The resource an `index` call stores for.
+
+    Raises:
+        MissingIdentityError: no resource id in resource scope.
+        InvalidInputError: the resource id is the mark of threads without one.
+    """
+    if identity.resource_id is not None:
+        return check_owner("resource_id", identity.resource_id)
+    if scope == "resource":
+        identity.require_resource(keys, "index")
+    # Thread scope without users: the thread's owner, or none yet (`NO_RESOURCE`,
+    # until a write that names a resource adopts the thread).
+    owner = (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
+    return check_id("resource_id", owner)
 
 
 def _put_adopting(

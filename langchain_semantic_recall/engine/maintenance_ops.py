@@ -14,6 +14,7 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.identity import check_owner
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
@@ -34,7 +35,7 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.relevance.features import other_script
 from langchain_semantic_recall.relevance.model import RelevanceModel, relevance_note
-from langchain_semantic_recall.storable import check_id, check_new_id
+from langchain_semantic_recall.storable import check_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,7 @@ def move_thread_op(
         NotImplementedError: the storage cannot move threads.
     """
     check_id("thread_id", thread_id)
-    check_new_id("to_resource", to_resource)
+    check_owner("to_resource", to_resource)
     if resource_id is not None:
         check_id("resource_id", resource_id)
     owner = yield steps.ThreadOwner(thread_id)

@@ -147,9 +147,10 @@ def test_the_no_owner_mark_is_never_searched_as_one_resource(tmp_path: Path) -> 
 
 
 def test_an_export_of_an_unowned_thread_restores_unowned(tmp_path: Path) -> None:
-    """What an export says (resource "(no resource)") writes an unowned thread again."""
+    """What an export says (resource "(no resource)") an import writes unowned again;
+    a live write naming the mark is refused (`test_adversarial_ids`)."""
     memory = engine(MEMORY, tmp_path).with_options(scope="resource")
-    memory.index(OLD, thread_id="t1", resource_id=NO_RESOURCE)
+    memory.bulk_index([("t1", NO_RESOURCE, OLD)])
     assert memory.storage.get_thread_owner("t1") == NO_RESOURCE
     memory.index(NEW, thread_id="t1", resource_id="alice")
     assert memory.storage.get_thread_owner("t1") == "alice"
