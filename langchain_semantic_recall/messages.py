@@ -98,8 +98,8 @@ def role_of(message: BaseMessage) -> Role | None:
         return "system"
     if isinstance(message, ToolMessage | FunctionMessage):
         return "tool"
-    if isinstance(message, ChatMessage):
-        return _CHAT_ROLES.get(message.role.lower(), "user")
+    if isinstance(message, ChatMessage):  # a role we do not know is nobody's words to store
+        return _CHAT_ROLES.get(message.role.lower())  # (as "user" it became the query)
     return None  # RemoveMessage and unknown types
 
 
@@ -281,6 +281,11 @@ def not_stored_reason(message: BaseMessage) -> str | None:
     if is_recalled(message):
         return "recalled memory (source: memory)"
     if role_of(message) is None:
+        if isinstance(message, ChatMessage):
+            return (
+                f"a ChatMessage of role {message.role[:40]!r}, which the storage does not "
+                f"know (it keeps {', '.join(sorted(_CHAT_ROLES))})"
+            )
         return f"{type(message).__name__} is not a message type the storage keeps"
     return None
 

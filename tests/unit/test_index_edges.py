@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from langchain_core.embeddings import Embeddings
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage
 
 from langchain_semantic_recall import (
     EmbeddingMismatchError,
@@ -23,6 +23,7 @@ from langchain_semantic_recall import (
     SemanticRecallError,
     SQLiteStorage,
 )
+from langchain_semantic_recall.messages import query_text
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -209,3 +210,29 @@ async def test_a_turn_without_ids_skips_the_read_for_stored_ids_but_one_with_ids
     memory.index([HumanMessage("again", id="h2"), AIMessage("no id")], **IDS)
     reads = [kwargs for name, kwargs in storage.calls if name == "get_windows"]
     assert [read["message_ids"] for read in reads] == [["h2"]]
+
+
+def test_a_chat_message_of_an_unknown_role_is_skipped_and_never_the_query() -> None:
+    """`ChatMessage(role="moderator")` was stored as the user's words, recalled as
+    "User:", and, last in the input, searched as the user's question."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    memory.index([HumanMessage("we went to Lisbon in March", id="m1")], **IDS)
+    said = [
+        HumanMessage("where did we go in March?", id="q"),
+        ChatMessage(role="moderator", content="reminder: tomato garden rules", id="mod"),
+        ChatMessage(role="Human", content="and in May?", id="h2"),
+    ]
+    result = memory.index(said, **IDS)
+    assert [f.fate for f in result.fates] == ["stored", "skipped", "stored"]
+    reason = result.fates[1].reason or ""
+    assert "'moderator'" in reason
+    assert "does not know" in reason
+    assert [m.id for m in memory.chat_history("t1", resource_id="alice").messages] == [
+        "m1",
+        "q",
+        "h2",
+    ]
+    assert query_text(said[:2]) == "where did we go in March?"  # not the moderator's
+    assert query_text(said) == "and in May?"  # a known role's user is still the user
