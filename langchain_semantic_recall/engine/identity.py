@@ -27,6 +27,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig, ensure_config
 
+from langchain_semantic_recall.engine.narrowing import run_config
 from langchain_semantic_recall.errors import (
     IdentityMismatchError,
     InvalidInputError,
@@ -265,10 +266,10 @@ def resolve_identity(
         context: the runtime context; when None, that of the current LangGraph run.
 
     Raises:
-        InvalidInputError: an id that is not text.
+        InvalidInputError: an id that is not text, or a config that is not a mapping.
         IdentityMismatchError: a resource that differs from the authenticated user.
     """
-    configurable: Mapping[str, Any] = ensure_config(config).get("configurable") or {}
+    configurable: Mapping[str, Any] = run_config(config).get("configurable") or {}
     if context is None:
         context = _runtime_context()
     thread = _first(

@@ -193,6 +193,20 @@ def narrowing_option(
 _CONFIG_KEYS: Final = (FILTER_KEY, SINCE_KEY, UNTIL_KEY, HORIZON_KEY)
 
 
+def run_config(config: object) -> RunnableConfig:
+    """`config` as LangChain's `ensure_config` makes it (the current run's if None).
+
+    Raises:
+        InvalidInputError: `config` is not a mapping (a bare AttributeError, before).
+    """
+    if config is not None and not isinstance(config, Mapping):
+        raise InvalidInputError(
+            "config must be a RunnableConfig (a dict such as {'configurable': {'thread_id': "
+            f"...}}}}), got {type(config).__name__}"
+        )
+    return ensure_config(config)  # type: ignore[arg-type]
+
+
 def from_config(config: RunnableConfig | None) -> Narrowing:
     """The narrowing a run gives in `config["configurable"]` (the current run's if None).
 
@@ -200,7 +214,7 @@ def from_config(config: RunnableConfig | None) -> Narrowing:
         InvalidInputError: what `narrowing_of` refuses, or a `recall_` key that is none
             of the four (a misspelt `recall_filter` would recall unfiltered).
     """
-    configurable: Mapping[str, Any] = ensure_config(config).get("configurable") or {}
+    configurable: Mapping[str, Any] = run_config(config).get("configurable") or {}
     unknown = sorted(
         key
         for key in configurable

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
 
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.engine.identity import (
     Identity,
     IdentityKeys,
@@ -21,6 +24,8 @@ from langchain_semantic_recall.errors import (
     MissingIdentityError,
 )
 from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import FakeEmbeddings
 
 KEYS = IdentityKeys()
 ids = st.text(alphabet="abcxyz-1", min_size=1, max_size=6)
@@ -116,3 +121,21 @@ def test_missing_ids_are_loud_and_say_what_to_do() -> None:
         resource_id="r"
     )
     assert search_scope(Identity(thread_id="t"), "thread", KEYS, "x") is None  # owner lookup
+
+
+@pytest.mark.parametrize("config", ["thread-1", ["thread_id", "t"], 3])
+def test_a_config_that_is_not_a_mapping_is_a_clear_error(config: object) -> None:
+    """`config="t"` raised a bare AttributeError from deep in LangChain."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    calls = [
+        lambda: memory.search("lisbon", config=config),  # type: ignore[arg-type]
+        lambda: asyncio.run(memory.asearch("lisbon", config=config)),  # type: ignore[arg-type]
+        lambda: memory.index([HumanMessage("hi")], config=config),  # type: ignore[arg-type]
+        lambda: memory.recall([HumanMessage("hi")], config=config),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(InvalidInputError, match="config must be a RunnableConfig"):
+            call()
+    assert memory.stats().messages == 0
