@@ -17,6 +17,12 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+# Where the store is: defined in places.py, which must not import this module.
+from langchain_semantic_recall.cli.places import DEFAULT_PATH as DEFAULT_PATH  # noqa: PLC0414
+from langchain_semantic_recall.cli.places import PATH_ENV as PATH_ENV  # noqa: PLC0414
+from langchain_semantic_recall.cli.places import a_path as a_path  # noqa: PLC0414
+from langchain_semantic_recall.cli.places import store_path as store_path  # noqa: PLC0414
+
 # Defined in errors.py with every error class; re-exported: the subcommands import them here.
 from langchain_semantic_recall.errors import CommandError as CommandError  # noqa: PLC0414
 from langchain_semantic_recall.errors import NotFoundError as NotFoundError  # noqa: PLC0414
@@ -79,8 +85,6 @@ exit codes:
   130 / 143  interrupted by Ctrl-C / stopped by SIGTERM (the error says how to finish)
 """
 
-DEFAULT_PATH = "./.semantic-recall"
-PATH_ENV = "SEMANTIC_RECALL_PATH"
 VERBOSE_HELP = "log warnings and details, and show a failure's traceback"
 
 
@@ -104,11 +108,6 @@ def an_id(value: str) -> str:
         ) from bad
 
 
-def a_path(value: str) -> str:
-    """Argparse `type=` of a file or folder: a quoted '~/memory' is in the home folder."""
-    return os.path.expanduser(value)
-
-
 def verbose_option() -> argparse.ArgumentParser:
     """A parent parser with `-v`, so it works after the subcommand too (errors say "-v")."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -129,22 +128,6 @@ def store_options() -> argparse.ArgumentParser:
         help=f"the store (default: ${PATH_ENV}, else {DEFAULT_PATH})",
     )
     return parent
-
-
-def store_path(args: argparse.Namespace) -> Path:
-    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default.
-
-    Raises:
-        NotFoundError: it names a file (the store is the folder of `messages.sqlite3`).
-    """
-    given = getattr(args, "path", None)
-    path = Path(given or os.environ.get(PATH_ENV) or DEFAULT_PATH).expanduser()
-    if path.is_file():
-        folder = "the folder that holds the store's messages.sqlite3 (a new one for ingest)"
-        if path.name == "messages.sqlite3":  # the store's database: its folder was meant
-            folder = f"its folder, --path {path.parent}"
-        raise NotFoundError(f"{path} is a file, not a store folder: give {folder}")
-    return path
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:

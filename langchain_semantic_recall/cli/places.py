@@ -1,4 +1,4 @@
-"""Where a store keeps its data: the files, folders and servers its URLs name.
+"""Where a store is: the folder a command is given, and the places its URLs name.
 
 For the checks that keep a command from writing over a store (`export -o` onto the
 store's own database, `migrate` onto its source) and from creating one where a reading
@@ -7,14 +7,55 @@ command was given a mistyped path.
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from langchain_semantic_recall.errors import NotFoundError
+from langchain_semantic_recall.errors import NotFoundError, UsageError
+
+DEFAULT_PATH = "./.semantic-recall"
+"""The store without `--path` or `$SEMANTIC_RECALL_PATH`."""
+PATH_ENV = "SEMANTIC_RECALL_PATH"
 
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 """A SQLite database's files: the database, and what SQLite writes beside it."""
+
+
+def a_path(value: str) -> str:
+    """Argparse `type=` of a file or folder: a quoted '~/memory' is in the home folder.
+
+    An empty one is a usage error (exit 2): `--path "$STORE"` with `STORE` unset once
+    fell back to the default store, and `forget` deleted from a store not named.
+    """
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty path (a shell variable that is not set?): give a file or folder"
+        )
+    return os.path.expanduser(value)
+
+
+def store_path(args: argparse.Namespace) -> Path:
+    """The store folder: `--path`, else `$SEMANTIC_RECALL_PATH`, else the default.
+
+    Raises:
+        NotFoundError: it names a file (the store is the folder of `messages.sqlite3`).
+        UsageError: `$SEMANTIC_RECALL_PATH` is set but empty.
+    """
+    given = getattr(args, "path", None)
+    from_env = os.environ.get(PATH_ENV)
+    if given is None and from_env is not None and not from_env.strip():
+        raise UsageError(
+            f"${PATH_ENV} is set but empty (a shell variable that is not set?): give the "
+            f"store with --path, or unset ${PATH_ENV} for the default {DEFAULT_PATH}"
+        )
+    path = Path(given or from_env or DEFAULT_PATH).expanduser()
+    if path.is_file():
+        folder = "the folder that holds the store's messages.sqlite3 (a new one for ingest)"
+        if path.name == "messages.sqlite3":  # the store's database: its folder was meant
+            folder = f"its folder, --path {path.parent}"
+        raise NotFoundError(f"{path} is a file, not a store folder: give {folder}")
+    return path
 
 
 def chroma_folder(url: str) -> Path | None:

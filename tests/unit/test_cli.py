@@ -1082,3 +1082,26 @@ def test_every_path_argument_reads_a_tilde() -> None:
                 found.append((command.prog, action.dest, action.type))
     assert len(found) >= 10
     assert all(kind is common.a_path for _prog, _dest, kind in found), found
+
+
+@pytest.mark.parametrize("where", ["--path", "env"])
+def test_an_empty_store_path_is_a_usage_error_not_the_default_store(
+    where: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--path "$STORE"` with STORE unset (or `SEMANTIC_RECALL_PATH=` empty) ran on the
+    default store: `forget` deleted from a store the user did not name, exit 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".semantic-recall").mkdir()  # the default store's folder, to be left alone
+    argv = ["forget", "--thread", "trip", "--yes"]
+    if where == "--path":
+        argv = ["--path", "", *argv]
+    else:
+        monkeypatch.setenv(common.PATH_ENV, "")
+    result = run(capsys, *argv)
+    assert result.code == 2
+    assert "empty" in result.err
+    assert "not set?" in result.err
+    assert list((tmp_path / ".semantic-recall").iterdir()) == []
