@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import (
     MetadataCondition,
     MetadataValue,
     matches_metadata,
 )
 from langchain_semantic_recall.quoting import has_text
+from langchain_semantic_recall.storable import check_new_id
 
 if TYPE_CHECKING:  # loaded to (de)serialise a payload: the CLI's `threads` never needs it
     from langchain_core.messages import BaseMessage
@@ -33,6 +35,26 @@ NO_RESOURCE = "(no resource)"
 Reserved: never accepted as a caller's resource id. The first write that names a
 resource gives such a thread that owner (`MessageStorage.adopt_thread`).
 """
+
+
+def check_owner(name: str, value: object) -> str:
+    """`value` if a write may store messages for it: `check_new_id`, and not `NO_RESOURCE`.
+
+    The mark is the owner of threads stored without a resource, which the next write that
+    names a resource adopts: written on purpose, it would plant messages in another
+    resource's thread.
+
+    Raises:
+        InvalidInputError: as `check_new_id`, or the mark.
+    """
+    owner = check_new_id(name, value)
+    if owner == NO_RESOURCE:
+        raise InvalidInputError(
+            f"{name} {NO_RESOURCE!r} is the mark of threads stored without a resource, which "
+            "the next write naming a resource adopts: store for a real resource id, or give "
+            "none (thread scope)"
+        )
+    return owner
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
-from langchain_semantic_recall.storable import check_id, check_new_id
+from langchain_semantic_recall.storable import check_id
 
 AUTH_USER_KEY = "langgraph_auth_user_id"
 """Where a LangGraph server with custom authentication puts the authenticated user's id."""
@@ -176,26 +176,6 @@ def _runtime_context() -> Any:
 
 def _first(*values: str | None) -> str | None:
     return next((v for v in values if v is not None), None)
-
-
-def check_owner(name: str, value: object) -> str:
-    """`value` if a write may store messages for it: `check_new_id`, and not `NO_RESOURCE`.
-
-    The mark is the owner of threads stored without a resource, which the next write that
-    names a resource adopts: written on purpose, it would plant messages in another
-    resource's thread.
-
-    Raises:
-        InvalidInputError: as `check_new_id`, or the mark.
-    """
-    owner = check_new_id(name, value)
-    if owner == NO_RESOURCE:
-        raise InvalidInputError(
-            f"{name} {NO_RESOURCE!r} is the mark of threads stored without a resource, which "
-            "the next write naming a resource adopts: store for a real resource id, or give "
-            "none (thread scope)"
-        )
-    return owner
 
 
 def _user_id(key: str, value: object) -> str | None:

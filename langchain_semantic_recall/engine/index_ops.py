@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from langchain_core.messages import BaseMessage
 
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, check_owner
+from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
@@ -50,6 +50,7 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    check_owner,
 )
 from langchain_semantic_recall.storable import check_id
 

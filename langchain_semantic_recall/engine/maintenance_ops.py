@@ -14,7 +14,6 @@ from collections.abc import Sequence, Set
 from dataclasses import dataclass
 
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.identity import check_owner
 from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
@@ -31,6 +30,7 @@ from langchain_semantic_recall.records import (
     HeldVectors,
     ScopeFilter,
     StoredMessage,
+    check_owner,
     unembedded_reason,
 )
 from langchain_semantic_recall.relevance.features import other_script
