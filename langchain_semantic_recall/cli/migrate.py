@@ -153,6 +153,7 @@ def migrate(
         from langchain_semantic_recall.errors import InvalidOptionError
 
         raise InvalidOptionError("the target is the source: nothing would be migrated")
+    info = target.ensure_index()  # first: the messages copied next get their vectors
     copied = new = 0
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
@@ -161,7 +162,6 @@ def migrate(
         copied += len(page)
         if on_messages is not None:
             on_messages(len(page))
-    info = target.ensure_index()
     vectors_copied, listable = 0, True
     if vectors == "copy":
         vectors_copied, listable = _copy_vectors(

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from langchain_semantic_recall.embeddings import Embedder, EmbeddingCache, embedding_model_name
@@ -24,6 +25,7 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
 )
 from langchain_semantic_recall.options import check_index_name, default_index_name
+from langchain_semantic_recall.records import ThreadInfo
 from langchain_semantic_recall.relevance.features import TermCache
 from langchain_semantic_recall.relevance.reference import (
     SMALL_TALK,
@@ -86,6 +88,7 @@ class VectorSpace:
         self.index_name = None if index_name is None else check_index_name(index_name)
         self._lock = threading.Lock()
         self._info: IndexInfo | None = None
+        self._built = datetime.now(UTC)  # a new index warns of history from before this
         self._probed = False  # the dimension of `_info` is one probe's answer
         self._reference: Reference | None = None
         self.texts = TermCache()
@@ -122,15 +125,24 @@ class VectorSpace:
         else:
             info = self._info_for(_probed_dimension((yield steps.ProbeDimension())))
         created = yield steps.OpenIndex(info)  # twice (two first calls at once) is harmless
-        if created and not filling:
-            held = yield steps.CountMessages(None, up_to=just_stored + 1)
-            if held > just_stored:
-                _warn_new_index(info)
+        if created and not filling and (yield from self._history_before(just_stored)):
+            _warn_new_index(info)
         with self._lock:
             if self._info is None:
                 self._info = info
                 self._probed = known is None
             return self._info
+
+    def _history_before(self, just_stored: int) -> Op[bool]:
+        """Whether the store holds messages from before this engine was built.
+
+        Not the caller's own (`just_stored`), nor those that calls running beside it
+        (the first calls of a server on a new store) stored since: those get vectors.
+        """
+        if (yield steps.CountMessages(None, up_to=just_stored + 1)) <= just_stored:
+            return False
+        threads: list[ThreadInfo] = yield steps.ListThreads()
+        return any(t.first_at is not None and t.first_at < self._built for t in threads)
 
     def embedded_another_dimension(self, info: IndexInfo) -> None:
         """The embedder answered `info` with vectors of another dimension.
@@ -214,9 +226,10 @@ def _warn_new_index(info: IndexInfo) -> None:
     model (the default), so the earlier vectors are in an index this engine does not read.
     """
     logger.warning(
-        "created vector index %r for %s (%d-d), but the store already holds messages and "
-        "this index has no vectors for them: recall and search find none of them until "
-        "`reindex` embeds them (memory.reindex(), or `semantic-recall reindex`). If the "
+        "created vector index %r for %s (%d-d), but the store already holds messages "
+        "stored before this engine was built, and this index has no vectors for them: "
+        "recall and search find none of them until `reindex` embeds them "
+        "(memory.reindex(), or `semantic-recall reindex`). If the "
         "embedder changed by mistake, use the earlier one; pin index_name= to have another "
         "embedder refused instead (docs/deploy.md)",
         info.name,

@@ -6,6 +6,7 @@ recalled changed.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -236,3 +237,27 @@ def test_a_chat_message_of_an_unknown_role_is_skipped_and_never_the_query() -> N
     ]
     assert query_text(said[:2]) == "where did we go in March?"  # not the moderator's
     assert query_text(said) == "and in May?"  # a known role's user is still the user
+
+
+def test_a_new_index_warns_of_history_only_from_before_the_engine_was_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Messages another engine (another worker, a concurrent first call) stores once this
+    one is built get their vectors: no warning. History from before does: it has none."""
+    storage = InMemoryStorage()
+    memory = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    beside = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    beside.index([HumanMessage("bob's first words", id="b1")], thread_id="tb", resource_id="bob")
+    with caplog.at_level(logging.WARNING):
+        memory.index([HumanMessage("alice's first words", id="a1")], **IDS)
+    assert not [r for r in caplog.records if "already holds messages" in r.getMessage()]
+    later = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    with caplog.at_level(logging.WARNING):
+        later.search("first words", resource_id="alice")
+    assert [r for r in caplog.records if "already holds messages" in r.getMessage()]

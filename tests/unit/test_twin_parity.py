@@ -65,6 +65,7 @@ CLOCKS = (
     "engine.narrowing",
     "engine.retention_ops",
     "engine.search_ops",
+    "engine.vector_space",
     "memory_contract",
     "periods",
 )

@@ -16,6 +16,7 @@ from langchain_semantic_recall.records import (
     MessageRecord,
     ScopeFilter,
     StoredMessage,
+    ThreadInfo,
 )
 
 Windows = dict[str, tuple[StoredMessage, ...]]
@@ -126,6 +127,21 @@ class CountMessages(Step[int]):
     @override
     async def arun(self, backends: Backends) -> int:
         return await backends.storage.acount(self.scope, up_to=self.up_to)
+
+
+@dataclass(frozen=True, slots=True)
+class ListThreads(Step[list[ThreadInfo]]):
+    """A summary of every thread (of `resource_id`, if given)."""
+
+    resource_id: str | None = None
+
+    @override
+    def run(self, backends: Backends) -> list[ThreadInfo]:
+        return backends.storage.list_threads(self.resource_id)
+
+    @override
+    async def arun(self, backends: Backends) -> list[ThreadInfo]:
+        return await backends.storage.alist_threads(self.resource_id)
 
 
 @dataclass(frozen=True, slots=True)
