@@ -36,7 +36,12 @@ from langchain_semantic_recall.engine.call_options import (
     split_narrowing,
 )
 from langchain_semantic_recall.engine.forget_ops import forget_resource_op, forget_thread_op
-from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, resolve_identity
+from langchain_semantic_recall.engine.identity import (
+    Identity,
+    IdentityKeys,
+    held_to,
+    resolve_identity,
+)
 from langchain_semantic_recall.engine.index_ops import index_op
 from langchain_semantic_recall.engine.lifecycle import Lifecycle
 from langchain_semantic_recall.engine.maintenance_ops import (
@@ -65,7 +70,6 @@ from langchain_semantic_recall.engine.search_ops import (
 )
 from langchain_semantic_recall.engine.steps import Backends, Op, adrive, drive
 from langchain_semantic_recall.errors import (
-    IdentityMismatchError,
     InvalidInputError,
     InvalidOptionError,
     OwnershipError,
@@ -235,6 +239,7 @@ class EngineCore:
     def identity(self, ids: CallIds | Mapping[str, Any], context: Any = None) -> Identity:
         """Who is asking: the call's ids, then the bound view's, the config, the context."""
         checked(ids, CallIds)  # a misspelt id (thread="t") is an error, never ignored
+        self.bound.check_config(self.plan.keys, ids.get("config"))
         thread_id = ids.get("thread_id")
         return resolve_identity(
             self.plan.keys,
@@ -361,9 +366,9 @@ class EngineCore:
         progress = options.get("progress")
         size = check_batch(options.get("batch_size", 2048), progress)
         triples: Iterable[Conversation] = as_conversations(conversations)
-        who = resolve_identity(self.plan.keys)
-        if who.authenticated:  # a signed-in user imports only into their own memory
-            triples = _held_to(triples, who)
+        who = resolve_identity(self.plan.keys, resource_id=self.bound.resource_id)
+        if who.resource_id is not None:  # a signed-in user or a view: only into its own
+            triples = held_to(triples, who)
         return bulk_index_op(
             self.backends.space,
             triples,
@@ -465,18 +470,6 @@ class EngineCore:
         plan = self.plan
         relevance = plan.search.relevance if plan.search.calibrated else None
         return stats_op(self.backends.space, scope, relevance, max_chars=plan.max_index_chars)
-
-
-def _held_to(conversations: Iterable[Conversation], who: Identity) -> Iterable[Conversation]:
-    """The conversations, refusing one of another resource than the signed-in user's."""
-    for thread_id, resource_id, messages in conversations:
-        if resource_id != who.resource_id:
-            raise IdentityMismatchError(
-                f"the run is authenticated as {who.resource_id!r} but a conversation to "
-                f"import belongs to {resource_id!r}: a signed-in user imports only into "
-                "their own memory"
-            )
-        yield thread_id, resource_id, messages
 
 
 class _Engine(Protocol):

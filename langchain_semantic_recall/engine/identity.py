@@ -21,9 +21,9 @@ thread ids); anything else is an `InvalidInputError`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.runnables import RunnableConfig, ensure_config
 
@@ -40,6 +40,8 @@ from langchain_semantic_recall.storable import check_id
 
 AUTH_USER_KEY = "langgraph_auth_user_id"
 """Where a LangGraph server with custom authentication puts the authenticated user's id."""
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,27 @@ class Identity:
             f"named resource {resource_id!r}: a view acts for its own resource only; call "
             "the engine itself for another"
         )
+
+    def check_config(self, keys: IdentityKeys, config: object) -> None:
+        """Refuse a run config that names other ids than these bound ones (a view's).
+
+        The view's ids win over a config's, so a message meant for another conversation
+        would be filed in the view's without a word.
+
+        Raises:
+            IdentityMismatchError: `config` names another thread or resource.
+        """
+        configurable = config.get("configurable") if isinstance(config, Mapping) else None
+        if not isinstance(configurable, Mapping):
+            return
+        for key, bound in ((keys.thread, self.thread_id), (keys.resource, self.resource_id)):
+            named = configurable.get(key)
+            if bound is not None and named is not None and named != bound:
+                raise IdentityMismatchError(
+                    f"this view is bound to {key} {bound!r} (for_thread) but the run config "
+                    f"names {named!r}: a view acts for its own conversation only; call the "
+                    "engine itself with that config"
+                )
 
     def require_thread(self, keys: IdentityKeys, what: str) -> str:
         """The thread id, or a `MissingIdentityError` that says how to give one."""
@@ -328,3 +351,22 @@ __all__ = [
     "search_scope",
     "with_signed_in_user",
 ]
+
+
+def held_to(
+    conversations: Iterable[tuple[str, str, T]], who: Identity
+) -> Iterator[tuple[str, str, T]]:
+    """The conversations to import, refusing one of another resource than `who`'s.
+
+    Raises:
+        IdentityMismatchError: a conversation of another resource than the signed-in
+            user's, or the view's.
+    """
+    holder = "the run is authenticated as" if who.authenticated else "this view is bound to"
+    for thread_id, resource_id, messages in conversations:
+        if resource_id != who.resource_id:
+            raise IdentityMismatchError(
+                f"{holder} resource {who.resource_id!r} but a conversation to import "
+                f"belongs to {resource_id!r}: it imports only into its own memory"
+            )
+        yield thread_id, resource_id, messages

@@ -2,9 +2,11 @@
 
 A view bound to alice (`memory.for_thread(t, "alice")`) refused every call that named
 bob's thread, but obeyed one that named bob himself: `search(resource_id="bob")`
-returned bob's memory, `forget_resource("bob")` deleted it. Every call of a view that
-names another resource is now refused with `IdentityMismatchError` and changes nothing;
-the victims (look-alikes of the view's resource among them) and histories are generated.
+returned bob's memory, `forget_resource("bob")` deleted it, `bulk_index` imported into
+his; and a run config naming bob's conversation was ignored unsaid (a message meant for
+him was filed in alice's). Every such call of a view is now refused with
+`IdentityMismatchError` and changes nothing; the victims (look-alikes of the view's
+resource among them) and histories are generated.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from langchain_core.runnables import RunnableConfig
 
 from langchain_semantic_recall import SemanticRecall
 from langchain_semantic_recall.errors import IdentityMismatchError
@@ -46,6 +49,13 @@ SYNC_CALLS: dict[str, Call] = {
     "move_thread(give)": lambda v, r: v.move_thread(OWN_THREAD, to=r),
     "chat_history.messages": lambda v, r: v.chat_history(f"{r}/t0", resource_id=r).messages,
     "for_thread(other).clear": lambda v, r: v.for_thread(f"{r}/t0", r).clear(),
+    "bulk_index": lambda v, r: v.bulk_index([(f"{r}/t0", r, turn("planted"))]),
+    "index(config)": lambda v, r: v.index(turn("planted"), config=other_run(r)),
+    "recall(config)": lambda v, r: v.recall(turn("lisbon")[:1], config=other_run(r)),
+    "search(config)": lambda v, r: v.search("lisbon", config=other_run(r)),
+    "invoke(config)": lambda v, r: v.invoke(turn("lisbon")[:1], other_run(r)),
+    "retriever(config)": lambda v, r: v.as_retriever().invoke("lisbon", other_run(r)),
+    "tool(config)": lambda v, r: v.as_tool().invoke({"query": "lisbon"}, other_run(r)),
 }
 ASYNC_CALLS: dict[str, ACall] = {
     "asearch": lambda v, r: v.asearch("lisbon", resource_id=r),
@@ -54,7 +64,16 @@ ASYNC_CALLS: dict[str, ACall] = {
     "aforget_resource": lambda v, r: v.aforget_resource(r),
     "aforget_before": lambda v, r: v.aforget_before(FUTURE, resource_id=r),
     "aclear_thread": lambda v, r: v.aclear_thread(f"{r}/t0", resource_id=r),
+    "abulk_index": lambda v, r: v.abulk_index([(f"{r}/t0", r, turn("planted"))]),
+    "aindex(config)": lambda v, r: v.aindex(turn("planted"), config=other_run(r)),
 }
+
+
+def other_run(resource: str) -> RunnableConfig:
+    """A run config naming another resource's conversation (the view's ids won, unsaid)."""
+    return {"configurable": {"thread_id": f"{resource}/t0", "resource_id": resource}}
+
+
 CALLS = [(name, False) for name in SYNC_CALLS] + [(name, True) for name in ASYNC_CALLS]
 
 
@@ -89,7 +108,7 @@ def test_a_view_refuses_every_call_that_names_another_resource(
     victim = victims[pick % len(victims)]
     before = snapshot(memory)
     for name, is_async in order:
-        with pytest.raises(IdentityMismatchError, match="bound to resource"):
+        with pytest.raises(IdentityMismatchError, match="bound to"):
             attempt(view, name, is_async, victim)
         assert snapshot(memory) == before, name
 
