@@ -27,8 +27,10 @@ def forget_thread(self: SemanticRecall, thread_id: str, *, resource_id: str | No
     Its id is retired: a later `index` of it stores nothing and says so (`result.forgotten`);
     graph nodes and the middleware raise `ForgottenThreadError`. Idempotent: call it again
     if it raised. A thread of another resource than the call's raises `OwnershipError`.
-    An id under which nothing was ever stored is not retired (returns 0): no caller can
-    reserve the id of a conversation another resource has yet to start.
+    An id that holds nothing is not retired (returns 0): never written, or emptied by
+    `clear_thread`, which frees it. No caller can reserve the id of a conversation another
+    resource has yet to start. To empty a thread and refuse it later writes, forget it
+    (not clear, then forget).
 
     Args:
         thread_id: The thread to forget.
@@ -47,6 +49,9 @@ async def aforget_thread(
 
 def clear_thread(self: SemanticRecall, thread_id: str, *, resource_id: str | None = None) -> int:
     """Empty a thread (messages and vectors) but keep its id usable; returns deleted.
+
+    The id is freed with its messages, as if never written: the next write under it,
+    by any resource, starts the thread afresh and owns it (`forget_thread` retires it).
 
     Args:
         thread_id: The thread to empty.

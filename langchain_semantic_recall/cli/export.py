@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from langchain_semantic_recall.cli.common import (
+    EXIT_ERROR,
     EXIT_OK,
     a_path,
     an_id,
@@ -129,6 +130,19 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
         )
 
 
+def _would_empty(storage: Any, thread_ids: list[str], output: str) -> bool:
+    """Whether the export holds no message and `output` is a file with data in it.
+
+    A resource emptied by retention once replaced its last backup with an empty file.
+    """
+    from langchain_semantic_recall.records import ScopeFilter
+
+    target = Path(output).expanduser()
+    if not target.is_file() or target.stat().st_size == 0:
+        return False
+    return not any(storage.count(ScopeFilter(thread_id=t), up_to=1) for t in thread_ids)
+
+
 def run(args: argparse.Namespace) -> int:
     """`semantic-recall export`: write a resource's messages as our JSONL format."""
     from langchain_semantic_recall.importers import export_lines
@@ -142,6 +156,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             require_resource(storage, args.resource)
             thread_ids = [t.thread_id for t in storage.list_threads(args.resource)]
+        if args.output is not None and _would_empty(storage, thread_ids, args.output):
+            print(
+                f"Nothing to export (0 messages in {len(thread_ids)} thread(s)): "
+                f"{args.output} is left as it was, not replaced by an empty file."
+            )
+            return EXIT_ERROR
         count = 0
         with _output(args.output) as output:
             for thread_id in thread_ids:

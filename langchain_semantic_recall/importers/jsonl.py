@@ -198,6 +198,8 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
     """
     report = ImportReport(format="jsonl")
     by_thread: dict[str, Conversation] = {}
+    first_line: dict[str, int] = {}
+    """thread -> the line that named its resource first (a thread has one resource)."""
     repeats: Counter[tuple[str, str, str, str]] = Counter()
     """(thread, role, text, created_at) -> lines of it read so far: a derived id's repeat."""
     for line_no, line in enumerate(lines, start=1):
@@ -217,12 +219,15 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
         conversation = by_thread.get(thread)
         if conversation is None:
             conversation = by_thread[thread] = Conversation(resource, thread)
+            first_line[thread] = line_no
             report.conversations.append(conversation)
         elif conversation.resource_id != resource:
             report.skipped.append(
                 Skipped(
                     f"line {line_no}",
-                    f"thread {thread!r} already belongs to {conversation.resource_id!r}",
+                    f"thread {thread!r} is named for resource {resource!r} here but for "
+                    f"{conversation.resource_id!r} on line {first_line[thread]} of this "
+                    "file: a thread has one resource (correct one of the lines)",
                 )
             )
             continue

@@ -1105,3 +1105,25 @@ def test_an_empty_store_path_is_a_usage_error_not_the_default_store(
     assert "empty" in result.err
     assert "not set?" in result.err
     assert list((tmp_path / ".semantic-recall").iterdir()) == []
+
+
+def test_an_export_of_nothing_leaves_an_earlier_export_in_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """A resource emptied by retention (its threads kept, no message left) replaced its
+    last backup with an empty file, exit 0."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    backup = tmp_path / "carol.jsonl"
+    assert run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(backup)).code == 0
+    before = backup.read_text(encoding="utf-8")
+    assert "hello there" in before
+    forget = ["forget", "--before", "2100-01-01", "--resource", "carol", "--yes"]
+    assert run(capsys, *on_urls, *forget).code == 0
+    again = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(backup))
+    assert again.code == 1
+    assert "Nothing to export (0 messages in 1 thread(s))" in again.out
+    assert "left as it was" in again.out
+    assert backup.read_text(encoding="utf-8") == before
+    fresh = tmp_path / "fresh.jsonl"  # no earlier file to keep: an empty export is written
+    assert run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(fresh)).code == 0
+    assert fresh.read_text(encoding="utf-8") == ""
