@@ -257,6 +257,16 @@ def run_search(args: argparse.Namespace) -> int:
     print(style(f'{len(hits)} hit(s) for "{args.query}" in {where}', "bold"), end="")
     print(f" ({_describe(memory, narrowing)})\n")
     _print_hits(hits, titles)
+    if not hits and memory.search_mode == "hybrid" and memory.threshold is None:
+        held = memory.with_options(threshold=0).search(  # silence by the rule, or nothing?
+            args.query, thread_id=args.thread, resource_id=resource, **narrowing
+        )
+        if held:
+            print(
+                f"{len(held)} candidate(s) held back: none was strong enough evidence, and "
+                "search stays silent when nothing looks relevant (docs/quality.md). "
+                "--threshold 0 lists them."
+            )
     return EXIT_OK
 
 

@@ -1127,3 +1127,30 @@ def test_an_export_of_nothing_leaves_an_earlier_export_in_place(
     fresh = tmp_path / "fresh.jsonl"  # no earlier file to keep: an empty export is written
     assert run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(fresh)).code == 0
     assert fresh.read_text(encoding="utf-8") == ""
+
+
+def test_a_silent_search_says_when_candidates_were_held_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """`0 hit(s)` read as "nothing stored", where the evidence rule held back candidates
+    (a stranger's exact-text search found nothing, and nothing said --threshold 0)."""
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
+    silent = run(capsys, *on_urls, "search", "quantum chromodynamics", "--resource", "carol")
+    assert silent.code == 0
+    assert silent.out.startswith('0 hit(s) for "quantum chromodynamics"')
+    assert "1 candidate(s) held back" in silent.out
+    assert "--threshold 0 lists them" in silent.out
+    shown = run(
+        capsys,
+        *on_urls,
+        "search",
+        "quantum chromodynamics",
+        "--resource",
+        "carol",
+        "--threshold",
+        "0",
+    )
+    assert shown.out.startswith('1 hit(s) for "quantum chromodynamics"')
+    assert "held back" not in shown.out
+    none = run(capsys, *on_urls, "search", "hello", "--resource", "carol", "--filter", "x=y")
+    assert "held back" not in none.out  # nothing to hold back: no hint
