@@ -198,8 +198,9 @@ def register(subparsers: Any) -> None:
             "Copy every message of the source (the embedded store at --path, or "
             "--from-storage/--from-vector URLs, or the global --storage/--vector) into the "
             "target URLs, then copy its vectors "
-            "or embed them again. Storage URLs: sqlite:///path, postgresql://..., memory://. "
-            "Vector URLs: chroma:///path, http://host:port (a Chroma server), memory://. "
+            "or embed them again. Storage URLs: sqlite:///relative/path (sqlite:////abs/path "
+            "from the root), postgresql://..., memory://. Vector URLs: chroma:///relative "
+            "(chroma:////abs), http://host:port (a Chroma server), memory://. "
             "Running it again is harmless: it finishes an interrupted migration. Retired "
             "(forgotten) thread ids are not carried over."
         ),
