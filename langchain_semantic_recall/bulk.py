@@ -3,8 +3,10 @@
 The operation lives in `langchain_semantic_recall.engine.bulk_ops` (`bulk_index_op`):
 it stores a whole batch of conversations in one storage transaction, embeds every text of
 the batch in ONE call through the engine's cache, and writes batch *n*'s vectors in the
-background while batch *n + 1* is embedded. It keeps `index`'s rules (the same records
-and ids, so re-importing adds nothing; system and tool messages stored but not embedded,
+background while batch *n + 1* is embedded. It keeps `index`'s rules but one (a message
+without an id gets one from its conversation and position, so re-importing adds nothing,
+where `index`, which sees one turn at a time, gives it a fresh id: a repeated "yes" is a
+new message there; system and tool messages stored but not embedded,
 recalled memory and `RemoveMessage`s not stored, each counted by reason in
 `not_embedded` / `not_stored`; long messages chunked; forgotten threads skipped and
 reported). Re-importing embeds only the messages whose vectors are gone. These
