@@ -75,6 +75,15 @@ def shown_text(message: MessageRecord) -> str:
     return f"(no text; {', '.join(kinds)})" if kinds else "(no text)"
 
 
+def shown_id(value: str) -> str:
+    """An id on one line as it is stored: a line break or tab shows as its Control Picture.
+
+    A table folds whitespace: an id with a line break in it, shown with a space there,
+    named another (valid) id.
+    """
+    return printable(value).translate({0x0A: "\u240a", 0x09: "\u2409"})
+
+
 def shorten(text: str, limit: int) -> str:
     """`text` on one line, cut to `limit` characters (ending with `…`); `printable`."""
     text = " ".join(printable(text).split())

@@ -21,7 +21,7 @@ from langchain_semantic_recall.cli.common import (
     thread_messages,
     thread_titles,
 )
-from langchain_semantic_recall.cli.render import shown_text, style, table, when, width
+from langchain_semantic_recall.cli.render import shown_id, shown_text, style, table, when, width
 from langchain_semantic_recall.quoting import printable
 
 
@@ -71,8 +71,8 @@ def run_threads(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [
         [
-            t.thread_id,
-            t.resource_id,
+            shown_id(t.thread_id),
+            shown_id(t.resource_id),
             str(t.message_count),
             when(t.first_at),
             when(t.last_at),
@@ -107,7 +107,8 @@ def run_show(args: argparse.Namespace) -> int:
         print_json([message_json(m) for m in messages])
         return EXIT_OK
     title = next((t for m in messages if (t := conversation_title(m))), None)
-    header = f"Thread {args.thread} of {owner}" + (f' · "{title}"' if title else "")
+    header = f"Thread {shown_id(args.thread)} of {shown_id(owner)}"
+    header += f' · "{title}"' if title else ""
     print(style(printable(f"{header} · {len(messages)} message(s)"), "bold"))
     for message in messages:
         print()

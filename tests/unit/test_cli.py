@@ -1154,3 +1154,18 @@ def test_a_silent_search_says_when_candidates_were_held_back(
     assert "held back" not in shown.out
     none = run(capsys, *on_urls, "search", "hello", "--resource", "carol", "--filter", "x=y")
     assert "held back" not in none.out  # nothing to hold back: no hint
+
+
+def test_an_id_with_a_line_break_shows_the_same_in_threads_and_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """`threads` showed "esc\\nthread" as "esc thread" (another, valid id) and `show`'s
+    header broke the line there."""
+    odd = {**LINE, "thread": "esc\nthread"}
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", odd))).code == 0
+    listed = run(capsys, *on_urls, "threads")
+    assert "esc\u240athread" in listed.out
+    assert "esc thread" not in listed.out
+    shown = run(capsys, *on_urls, "show", "esc\nthread")
+    assert shown.code == 0
+    assert shown.out.splitlines()[0].startswith("Thread esc\u240athread of carol")
