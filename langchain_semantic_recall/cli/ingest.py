@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from langchain_semantic_recall.importers import Conversation, ImportReport
     from langchain_semantic_recall.recall import SemanticRecall
-    from langchain_semantic_recall.records import StoredMessage
+    from langchain_semantic_recall.records import IndexResult, StoredMessage
 
 BATCH = 64
 """Messages per `index` call: one batched embedding call each, and a progress step."""
@@ -256,6 +256,28 @@ def _edited(stored: StoredMessage, message: BaseMessage) -> bool:
     return stored.role != role_of(message) or stored.text != text
 
 
+def _index(
+    memory: SemanticRecall, messages: list[BaseMessage], thread: str, resource: str
+) -> IndexResult:
+    """`index` the messages; an unowned thread (an export says `NO_RESOURCE`) stays so.
+
+    A live write may not name the mark as its resource (`records.check_owner`): the
+    thread is written as thread scope writes one without a resource, after checking
+    that no resource owns it here.
+
+    Raises:
+        OwnershipError: the thread, or a message id, belongs to another owner.
+    """
+    from langchain_semantic_recall.records import NO_RESOURCE
+
+    if resource != NO_RESOURCE:
+        return memory.index(messages, thread_id=thread, resource_id=resource)
+    owner = memory.storage.get_thread_owner(thread)
+    if owner not in (None, NO_RESOURCE):
+        raise OwnershipError(f"thread {thread!r} belongs to a resource here, not to none")
+    return memory.with_options(scope="thread").index(messages, thread_id=thread)
+
+
 def _write(
     memory: SemanticRecall,
     conversation: Conversation,
@@ -268,7 +290,7 @@ def _write(
     """
     thread, resource = conversation.thread_id, conversation.resource_id
     try:
-        result = memory.index([m for _, m in batch], thread_id=thread, resource_id=resource)
+        result = _index(memory, [m for _, m in batch], thread, resource)
     except OwnershipError as refused:
         if len(batch) == 1:
             summary.refuse(conversation.place(batch[0][0]), str(refused), 1)

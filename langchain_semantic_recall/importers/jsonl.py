@@ -33,7 +33,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import BaseMessage, ChatMessage, message_to_dict, messages_from_dict
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, check_metadata
@@ -179,6 +179,10 @@ def _from_full(full: object, role: str, kwargs: dict[str, Any]) -> BaseMessage:
         message = messages_from_dict([full])[0]
     except (KeyError, ValueError, TypeError) as error:
         raise ValueError(f"'message' is not a LangChain message: {error}") from error
+    if isinstance(message, ChatMessage) and role_of(message) is None:
+        # A role the storage does not know, which earlier versions stored as the
+        # user's: it comes back as the role it was stored (and exported) with.
+        message = message.model_copy(update={"role": _canonical_role(role)})
     if (role_of(message) or "") != _canonical_role(role):
         raise ValueError(f"'message' is a {message.type} message but 'role' is {role!r}")
     extra = {**message.additional_kwargs, **kwargs}

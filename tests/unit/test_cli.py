@@ -1169,3 +1169,23 @@ def test_an_id_with_a_line_break_shows_the_same_in_threads_and_show(
     shown = run(capsys, *on_urls, "show", "esc\nthread")
     assert shown.code == 0
     assert shown.out.splitlines()[0].startswith("Thread esc\u240athread of carol")
+
+
+def test_an_export_of_an_unowned_thread_ingests_unowned_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """An export says `"(no resource)"` for a thread written without one; ingest wrote it
+    through `index`, which now refuses the mark as a live write's resource: exit 1."""
+    from langchain_semantic_recall.records import NO_RESOURCE
+
+    unowned = {**LINE, "resource": NO_RESOURCE, "thread": "anon", "id": "u1"}
+    result = run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "u.jsonl", unowned)))
+    assert result.code == 0, result.err
+    shown = run(capsys, *on_urls, "threads", "--json")
+    assert [(t["thread"], t["resource"]) for t in json.loads(shown.out)] == [("anon", NO_RESOURCE)]
+    owned = {**LINE, "thread": "mine", "id": "c1"}  # carol's: an unowned line may not join it
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "c.jsonl", owned))).code == 0
+    taken = {**unowned, "thread": "mine", "id": "u2"}
+    refused = run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "t.jsonl", taken)))
+    assert refused.code == 1
+    assert "belongs to another resource" in refused.out

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import (
     AIMessage,
+    ChatMessage,
     HumanMessage,
     SystemMessage,
     ToolMessage,
@@ -876,3 +877,23 @@ def test_a_json_array_of_our_lines_is_refused_with_the_fix(tmp_path: Path) -> No
         assert f"jq -c '.[]' {name}" in str(refused.value)
     (tmp_path / "list.json").write_text(json.dumps(sample_export()), encoding="utf-8")
     assert detect_format(tmp_path / "list.json") == "chatgpt"
+
+
+def test_an_exported_chat_message_of_a_role_now_skipped_imports_as_its_stored_role() -> None:
+    """Earlier versions stored `ChatMessage(role="critic")` as the user's; its export
+    carries the message whole, and the import refused it ("'message' is a chat message
+    but 'role' is 'user'"), so an old store's export did not re-import."""
+    old = ChatMessage(role="critic", content="too salty", id="c1")
+    line = {
+        "resource": "alice",
+        "thread": "t",
+        "role": "user",
+        "content": "too salty",
+        "id": "c1",
+        "message": message_to_dict(old),
+    }
+    report = read_jsonl_lines([json.dumps(line)])
+    assert report.skipped == []
+    [message] = report.conversations[0].messages
+    assert isinstance(message, ChatMessage)
+    assert (message.role, message.content, message.id) == ("user", "too salty", "c1")
