@@ -58,7 +58,7 @@ _SUBCOMMANDS = (
     "migrate",
 )
 
-DEFAULT_PATH = os.environ.get(PATH_ENV, "./.semantic-recall")
+DEFAULT_PATH = os.environ.get(PATH_ENV) or "./.semantic-recall"
 """The store used without `--path` (read at import; `store_path(args)` reads it per call)."""
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -76,12 +77,21 @@ def shown_text(message: MessageRecord) -> str:
 
 
 def shown_id(value: str) -> str:
-    """An id on one line as it is stored: a line break or tab shows as its Control Picture.
+    """An id on one line as it is stored, through a table's folding of whitespace.
 
-    A table folds whitespace: an id with a line break in it, shown with a space there,
-    named another (valid) id.
+    Single spaces between words stay; a line break or tab shows as its Control Picture,
+    other whitespace as its code point (`<U+00A0>`), and a space next to another, or at
+    either end, as `␠`: shown folded, "a  b" (or one with a line break) named another,
+    valid, id.
     """
-    return printable(value).translate({0x0A: "\u240a", 0x09: "\u2409"})
+    shown = _ODD_SPACE.sub(lambda m: _SPACE_PICTURES.get(m[0], f"<U+{ord(m[0]):04X}>"), value)
+    shown = _LONE_SPACE.sub(lambda m: m[0].replace(" ", "\u2420"), shown)
+    return printable(shown)
+
+
+_ODD_SPACE = re.compile(r"[^\S ]")
+_LONE_SPACE = re.compile(r"^ +| +$| {2,}")
+_SPACE_PICTURES = {"\n": "\u240a", "\t": "\u2409", "\r": "\u240d"}
 
 
 def shorten(text: str, limit: int) -> str:

@@ -1162,10 +1162,12 @@ def test_an_id_with_a_line_break_shows_the_same_in_threads_and_show(
     """`threads` showed "esc\\nthread" as "esc thread" (another, valid id) and `show`'s
     header broke the line there."""
     odd = {**LINE, "thread": "esc\nthread"}
-    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", odd))).code == 0
+    spaced = {**LINE, "thread": "two  spaces", "id": "s1"}
+    assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", odd, spaced))).code == 0
     listed = run(capsys, *on_urls, "threads")
     assert "esc\u240athread" in listed.out
     assert "esc thread" not in listed.out
+    assert "two\u2420\u2420spaces" in listed.out
     shown = run(capsys, *on_urls, "show", "esc\nthread")
     assert shown.code == 0
     assert shown.out.splitlines()[0].startswith("Thread esc\u240athread of carol")
