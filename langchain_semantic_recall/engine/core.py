@@ -367,7 +367,7 @@ class EngineCore:
         size = check_batch(options.get("batch_size", 2048), progress)
         triples: Iterable[Conversation] = as_conversations(conversations)
         who = resolve_identity(self.plan.keys, resource_id=self.bound.resource_id)
-        if who.resource_id is not None:  # a signed-in user or a view: only into its own
+        if who.authenticated or self.bound.resource_id is not None:  # only into its own
             triples = held_to(triples, who)
         return bulk_index_op(
             self.backends.space,
@@ -420,12 +420,13 @@ class EngineCore:
         refused; restore from an administrator's process (`ingest --restore`).
         """
         self._writable("restoring a thread")
-        who = resolve_identity(self.plan.keys)
-        if who.authenticated:
+        who = resolve_identity(self.plan.keys, resource_id=self.bound.resource_id)
+        if who.authenticated or self.bound.resource_id is not None:
             raise OwnershipError(
-                f"restore_thread({thread_id!r}) is refused in a run signed in as "
-                f"{who.resource_id!r}: a forgotten thread keeps no owner to check, so only "
-                "an administrator's process (outside a signed-in run) may restore one"
+                f"restore_thread({thread_id!r}) is refused for {who.resource_id!r} (a run "
+                "signed in, or a for_thread view): a forgotten thread keeps no owner to "
+                "check, so only an administrator's process (the engine itself, outside a "
+                "signed-in run) may restore one"
             )
         return restore_thread_op(thread_id)
 

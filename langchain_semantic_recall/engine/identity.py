@@ -116,8 +116,9 @@ class Identity:
         Raises:
             IdentityMismatchError: `resource_id` differs from the bound resource.
         """
-        if resource_id is None or self.resource_id in (None, resource_id):
-            return resource_id if resource_id is not None else self.resource_id
+        given = as_id("resource_id", resource_id)  # 7 and "7" name one resource
+        if given is None or self.resource_id in (None, given):
+            return given if given is not None else self.resource_id
         raise IdentityMismatchError(
             f"this view is bound to resource {self.resource_id!r} (for_thread) but the call "
             f"named resource {resource_id!r}: a view acts for its own resource only; call "
@@ -136,8 +137,14 @@ class Identity:
         configurable = config.get("configurable") if isinstance(config, Mapping) else None
         if not isinstance(configurable, Mapping):
             return
-        for key, bound in ((keys.thread, self.thread_id), (keys.resource, self.resource_id)):
-            named = configurable.get(key)
+        thread = _first(
+            *(as_id(k, configurable.get(k)) for k in (keys.thread, *keys.thread_fallbacks))
+        )
+        resource = as_id(keys.resource, configurable.get(keys.resource))
+        for key, bound, named in (
+            (keys.thread, self.thread_id, thread),
+            (keys.resource, self.resource_id, resource),
+        ):
             if bound is not None and named is not None and named != bound:
                 raise IdentityMismatchError(
                     f"this view is bound to {key} {bound!r} (for_thread) but the run config "

@@ -267,6 +267,7 @@ def index_op(
     try:
         if turn.records:
             adopted, written = yield from _put_adopting(turn.to_write(), thread_id, resource_id)
+            space.note_stored(sum(row.created for row in written))
             _settle_written(turn, written)
     except ForgottenThreadError:
         logger.warning("thread %r was forgotten; nothing of this call was stored", thread_id)
@@ -276,7 +277,7 @@ def index_op(
     if not to_embed and not adopted and not rewritten:
         return turn.result()
     try:
-        info = yield from space.resolve(just_stored=len(turn.to_write()))
+        info = yield from space.resolve()
         yield from _drop_old_text(info, rewritten, resource_id)
         to_embed = yield from _vectors_to_write(
             info, space, turn, to_embed, adopted=adopted, max_chars=max_chars, logger=logger

@@ -261,7 +261,7 @@ def reindex_op(
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
-    info = yield from space.resolve(filling=True)
+    info = yield from space.resolve(quiet=True)
     held: HeldVectors = yield steps.VectorIds(info, scope)
     unowned = yield from unowned_vectors(info, scope)
     chunking = Chunking(space.embeddings, max_chars)
@@ -367,7 +367,7 @@ def stats_op(
         OwnershipError: the scope names a thread of another resource than its own.
     """
     yield from _check_scope(scope)
-    info = yield from space.resolve()
+    info = yield from space.resolve(quiet=True)  # it counts what the index lacks
     held: HeldVectors = yield steps.VectorIds(info, scope)
     unowned = yield from unowned_vectors(info, scope)
     chunking = Chunking(space.embeddings, max_chars)

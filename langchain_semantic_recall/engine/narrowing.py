@@ -197,12 +197,16 @@ def run_config(config: object) -> RunnableConfig:
     """`config` as LangChain's `ensure_config` makes it (the current run's if None).
 
     Raises:
-        InvalidInputError: `config` is not a mapping (a bare AttributeError, before).
+        InvalidInputError: `config`, or its `configurable`, is not a mapping (a bare
+            AttributeError, before).
     """
-    if config is not None and not isinstance(config, Mapping):
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if (config is not None and not isinstance(config, Mapping)) or not isinstance(
+        configurable, Mapping | None
+    ):
         raise InvalidInputError(
             "config must be a RunnableConfig (a dict such as {'configurable': {'thread_id': "
-            f"...}}}}), got {type(config).__name__}"
+            f"...}}}}), got {config!r:.80}"
         )
     return ensure_config(config)  # type: ignore[arg-type]
 

@@ -89,6 +89,7 @@ class VectorSpace:
         self._lock = threading.Lock()
         self._info: IndexInfo | None = None
         self._built = datetime.now(UTC)  # a new index warns of history from before this
+        self._stored_unopened = 0  # messages this engine stored before opening its index
         self._probed = False  # the dimension of `_info` is one probe's answer
         self._reference: Reference | None = None
         self.texts = TermCache()
@@ -107,15 +108,15 @@ class VectorSpace:
     def _info_for(self, dimension: int) -> IndexInfo:
         return _index_info(self.embeddings, self.index_name, dimension)
 
-    def resolve(self, *, just_stored: int = 0, filling: bool = False) -> Op[IndexInfo]:
+    def resolve(self, *, quiet: bool = False) -> Op[IndexInfo]:
         """Resolve and open the index (once; later calls return it at no cost).
 
         An index created here over a store that already holds messages is warned of: its
         history has no vectors in it, so recall would be silent about all of it.
 
         Args:
-            just_stored: Messages the caller stored just before (not earlier history).
-            filling: The caller is filling the index from the store (reindex): no warning.
+            quiet: The caller fills the index from the store (reindex) or counts what it
+                lacks (stats): no warning.
         """
         if self._info is not None:
             return self._info
@@ -125,7 +126,7 @@ class VectorSpace:
         else:
             info = self._info_for(_probed_dimension((yield steps.ProbeDimension())))
         created = yield steps.OpenIndex(info)  # twice (two first calls at once) is harmless
-        if created and not filling and (yield from self._history_before(just_stored)):
+        if created and not quiet and (yield from self._history_before()):
             _warn_new_index(info)
         with self._lock:
             if self._info is None:
@@ -133,13 +134,21 @@ class VectorSpace:
                 self._probed = known is None
             return self._info
 
-    def _history_before(self, just_stored: int) -> Op[bool]:
+    def note_stored(self, count: int) -> None:
+        """`count` messages were stored by this engine (before its index may be open)."""
+        with self._lock:
+            if self._info is None:
+                self._stored_unopened += count
+
+    def _history_before(self) -> Op[bool]:
         """Whether the store holds messages from before this engine was built.
 
-        Not the caller's own (`just_stored`), nor those that calls running beside it
-        (the first calls of a server on a new store) stored since: those get vectors.
+        Not this engine's own (`note_stored`: a first import's dated messages too), nor
+        those other engines stored since it was built (the first calls of several
+        workers on a new store): those get their vectors.
         """
-        if (yield steps.CountMessages(None, up_to=just_stored + 1)) <= just_stored:
+        own = self._stored_unopened
+        if (yield steps.CountMessages(None, up_to=own + 1)) <= own:
             return False
         threads: list[ThreadInfo] = yield steps.ListThreads()
         return any(t.first_at is not None and t.first_at < self._built for t in threads)

@@ -123,7 +123,9 @@ def test_missing_ids_are_loud_and_say_what_to_do() -> None:
     assert search_scope(Identity(thread_id="t"), "thread", KEYS, "x") is None  # owner lookup
 
 
-@pytest.mark.parametrize("config", ["thread-1", ["thread_id", "t"], 3])
+@pytest.mark.parametrize(
+    "config", ["thread-1", ["thread_id", "t"], 3, {"configurable": "t"}, {"configurable": [1]}]
+)
 def test_a_config_that_is_not_a_mapping_is_a_clear_error(config: object) -> None:
     """`config="t"` raised a bare AttributeError from deep in LangChain."""
     memory = SemanticRecall(

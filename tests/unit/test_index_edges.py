@@ -261,3 +261,28 @@ def test_a_new_index_warns_of_history_only_from_before_the_engine_was_built(
     with caplog.at_level(logging.WARNING):
         later.search("first words", resource_id="alice")
     assert [r for r in caplog.records if "already holds messages" in r.getMessage()]
+
+
+def test_no_new_index_warning_for_an_engines_own_dated_messages_nor_for_stats(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A first import whose first conversation has nothing to embed (a system message,
+    dated) left it uncounted: the next conversation's index warned of "history"; and the
+    command line's reindex warned "until reindex" from the stats it reads first."""
+    from langchain_core.messages import SystemMessage
+
+    old = {"created_at": "2020-01-01T00:00:00+00:00"}
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    with caplog.at_level(logging.WARNING):
+        memory.index([SystemMessage("be kind", additional_kwargs=old)], **IDS)
+        memory.index(
+            [HumanMessage("lisbon", additional_kwargs=old)], thread_id="t2", resource_id="alice"
+        )
+        other = SemanticRecall(
+            storage=memory.storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(8)
+        )
+        assert other.stats().missing_vectors == 1  # said there, not warned of
+        assert other.reindex() == 1
+    assert not [r for r in caplog.records if "already holds messages" in r.getMessage()]

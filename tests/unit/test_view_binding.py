@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 
 from langchain_semantic_recall import SemanticRecall
-from langchain_semantic_recall.errors import IdentityMismatchError
+from langchain_semantic_recall.errors import IdentityMismatchError, OwnershipError
 from tests.unit.test_signed_in_user import (
     FUTURE,
     OWN_THREAD,
@@ -122,3 +122,40 @@ def test_a_view_still_acts_for_its_own_resource_and_the_engine_for_any() -> None
     assert view.stats(resource_id=USER).messages == 2
     assert {hit.thread_id for hit in memory.search("lisbon", resource_id="bob")} == {"bob/t0"}
     assert memory.forget_resource("bob") == 2  # the engine itself is no view
+
+
+def test_integer_ids_name_the_same_resource_and_thread_as_their_text() -> None:
+    """`for_thread(42, 7)` then `search(resource_id=7)` was refused: 7 is not "7"."""
+    memory = engine("resource")
+    memory.index(turn("lisbon trip"), thread_id="42", resource_id="7")
+    view = memory.for_thread(42, 7)  # type: ignore[arg-type]
+    assert view.search("lisbon", resource_id=7)  # type: ignore[arg-type]
+    assert view.for_thread(43, 7).stats().messages == 2  # type: ignore[arg-type]
+    view.index(turn("porto"), config={"configurable": {"thread_id": 42}})
+
+
+def test_a_view_may_not_restore_a_thread_nor_take_one_from_a_session_key() -> None:
+    """A view restored any forgotten thread (a signed-in user may not: a retired id keeps
+    no owner), and a config naming another thread under `session_id` was ignored."""
+    memory = engine("resource")
+    memory.index(turn("bob's plan"), thread_id="bob/t0", resource_id="bob")
+    memory.forget_thread("bob/t0")
+    view = memory.for_thread(OWN_THREAD, USER)
+    with pytest.raises(OwnershipError, match="for_thread view"):
+        view.restore_thread("bob/t0")
+    assert memory.storage.is_forgotten("bob/t0")
+    other_session: RunnableConfig = {"configurable": {"session_id": "s2"}}
+    with pytest.raises(IdentityMismatchError, match="bound to"):
+        view.search("lisbon", config=other_session)
+
+
+def test_the_engine_imports_for_anyone_inside_a_run_that_names_a_resource() -> None:
+    """Only a view or a signed-in user is held to one resource: an engine's bulk_index
+    inside a run whose config names alice still imports bob's conversation."""
+    memory = engine("resource")
+
+    def run(_: object) -> list[object]:
+        return [memory.bulk_index([("bob/t0", "bob", turn("bob's plan"))])]
+
+    RunnableLambda(run).invoke(None, {"configurable": {"resource_id": USER}})
+    assert memory.stats(resource_id="bob").messages == 2
