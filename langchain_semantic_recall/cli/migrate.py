@@ -145,15 +145,27 @@ def migrate(
         on_vectors: Called with the number of messages whose vectors were just handled.
 
     Raises:
-        InvalidOptionError: the target's storage and vector index are the source's.
+        InvalidOptionError: the target's storage and vector index are the source's; or
+            the target's index holds vectors while its storage holds no message (another
+            store's index: on a shared Chroma server, every store of one model shares one
+            by default), where a forget in either store would delete the other's vectors.
         OwnershipError: a thread of the source belongs to another resource in the target.
         EmbeddingMismatchError: the target index was built with another embedder.
     """
-    if source.storage is target.storage and source.vector_store is target.vector_store:
-        from langchain_semantic_recall.errors import InvalidOptionError
+    from langchain_semantic_recall.errors import InvalidOptionError
 
+    if source.storage is target.storage and source.vector_store is target.vector_store:
         raise InvalidOptionError("the target is the source: nothing would be migrated")
     info = target.ensure_index()  # first: the messages copied next get their vectors
+    if not target.storage.count(up_to=1) and target.vector_store.count(info.name):
+        raise InvalidOptionError(
+            f"the target's vector index {info.name!r} already holds vectors, and the "
+            "target storage no message: it is another store's index (on a shared Chroma "
+            "server, every store of one model uses the same one by default). Migrating "
+            "into it would mix the two stores, and a forget in either would delete the "
+            "other's vectors: give this store its own index (--to-index-name NAME on the "
+            "command line, index_name= of the target engine in Python)"
+        )
     copied = new = 0
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
@@ -223,6 +235,12 @@ def register(subparsers: Any) -> None:
         help="messages read and written at a time (default: 500)",
     )
     parser.add_argument("--index-name", metavar="NAME", help="the index to migrate")
+    parser.add_argument(
+        "--to-index-name",
+        metavar="NAME",
+        help="the target's index (default: the source's name), e.g. for a Chroma server "
+        "that another store's index of the same model already uses",
+    )
     parser.add_argument(
         "--embeddings",
         metavar="MODULE:NAME",
@@ -307,11 +325,14 @@ def run(args: argparse.Namespace) -> int:
     source = SemanticRecall.from_url(
         storage=from_storage, vector=from_vector, embeddings=embeddings, **options
     )
+    target_options = {k: v for k, v in options.items() if k != "read_only"}
+    if args.to_index_name:
+        target_options["index_name"] = args.to_index_name
     target = SemanticRecall.from_url(
         storage=args.to_storage,
         vector=args.to_vector,
         embeddings=source.embeddings,
-        **{k: v for k, v in options.items() if k != "read_only"},
+        **target_options,
     )
     total = source.storage.count()
     try:

@@ -283,3 +283,32 @@ def test_migrate_refuses_a_target_that_is_the_source(
     )
     with pytest.raises(InvalidOptionError, match="the target is the source"):
         migrate(engine, engine)
+
+
+def test_migrating_into_another_stores_index_is_refused() -> None:
+    """On one Chroma server every store of one model shares an index by default: migrate
+    wrote into one that held another store's vectors, exit 0, and a forget in either then
+    deleted the other's (a stranger's audit). An empty target storage over an index
+    holding vectors is refused; a target index of its own (`index_name`) migrates."""
+    shared = InMemoryVectorIndex()  # one server
+    other = in_memory(shared)  # another store already on it
+    fill(other)
+    source = in_memory(InMemoryVectorIndex())
+    fill(source)
+    name = source.ensure_index().name
+    before = {r.id for r in shared.export(name)}
+    target = in_memory(shared)
+    with pytest.raises(InvalidOptionError, match="another store's index"):
+        migrate(source, target, batch_size=7)
+    assert target.storage.count() == 0
+    assert {r.id for r in shared.export(name)} == before
+    own = SemanticRecall(
+        storage=target.storage,
+        vector_store=shared,
+        embeddings=target.embeddings,
+        index_name="target-own",
+    )
+    report = migrate(source, own, batch_size=7)
+    assert report.index_name == "target-own"
+    assert report.vectors_copied == source.vector_store.count(name)
+    assert {r.id for r in shared.export(name)} == before  # the other store's, untouched
