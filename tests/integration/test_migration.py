@@ -191,6 +191,10 @@ def test_the_global_storage_and_vector_urls_are_the_source(
     assert report["messages_new"] == expected
     assert main(argv) == 0  # a rerun writes nothing new, and says so
     assert json.loads(capsys.readouterr().out)["messages_new"] == 0
+    elsewhere = [*source, "migrate", "--to-storage", f"sqlite:///{tmp_path / 'own.sqlite3'}"]
+    elsewhere += ["--to-vector", "memory://", "--to-index-name", "own-index"]
+    assert main([*elsewhere, "--embeddings", "tests.fakes:FakeEmbeddings", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["index_name"] == "own-index"
     twice = [*argv, "--from-storage", "memory://", "--from-vector", "memory://"]
     assert main(twice) == 2
     assert "the source is given twice" in capsys.readouterr().err
