@@ -88,8 +88,9 @@ class ChromaURL:
             raise InvalidOptionError(
                 f"the Chroma server URL {_shown(url)!r} carries {' and '.join(extra)}, which "
                 "it cannot pass on: give http(s)://host:port only, and tenant, database and "
-                "an auth token as ChromaServerVectorIndex(url, tenant=..., database=..., "
-                "headers={'x-chroma-token': ...})"
+                "an auth token from Python, as ChromaServerVectorIndex(url, tenant=..., "
+                "database=..., headers={'x-chroma-token': ...}) (the command line takes "
+                "the server's default tenant and database, without a token)"
             )
         return cls(host=parts.hostname, port=port, ssl=ssl)
 
