@@ -349,17 +349,6 @@ def search_scope(
     return ScopeFilter(thread_id=thread, resource_id=identity.resource_id)
 
 
-__all__ = [
-    "AUTH_USER_KEY",
-    "Identity",
-    "IdentityKeys",
-    "as_id",
-    "resolve_identity",
-    "search_scope",
-    "with_signed_in_user",
-]
-
-
 def held_to(
     conversations: Iterable[tuple[str, str, T]], who: Identity
 ) -> Iterator[tuple[str, str, T]]:
@@ -377,3 +366,15 @@ def held_to(
                 f"belongs to {resource_id!r}: it imports only into its own memory"
             )
         yield thread_id, resource_id, messages
+
+
+__all__ = [
+    "AUTH_USER_KEY",
+    "Identity",
+    "IdentityKeys",
+    "as_id",
+    "held_to",
+    "resolve_identity",
+    "search_scope",
+    "with_signed_in_user",
+]
