@@ -132,6 +132,7 @@ def migrate(
     batch_size: int = 500,
     on_messages: Progress | None = None,
     on_vectors: Progress | None = None,
+    keeps_index: bool = False,
 ) -> MigrationReport:
     """Copy every message of `source` into `target`, then its vectors.
 
@@ -143,6 +144,8 @@ def migrate(
         batch_size: Messages per page (and per write).
         on_messages: Called with the number of messages just copied.
         on_vectors: Called with the number of messages whose vectors were just handled.
+        keeps_index: The target's vector index is the source's, kept in place (only the
+            messages move); so is one that is the same object under the same name.
 
     Raises:
         InvalidOptionError: the target's storage and vector index are the source's; or
@@ -157,7 +160,14 @@ def migrate(
     if source.storage is target.storage and source.vector_store is target.vector_store:
         raise InvalidOptionError("the target is the source: nothing would be migrated")
     info = target.ensure_index()  # first: the messages copied next get their vectors
-    if not target.storage.count(up_to=1) and target.vector_store.count(info.name):
+    keeps_index = keeps_index or (
+        target.vector_store is source.vector_store and source.ensure_index().name == info.name
+    )
+    if (
+        not keeps_index
+        and not target.storage.count(up_to=1)
+        and target.vector_store.count(info.name)
+    ):
         raise InvalidOptionError(
             f"the target's vector index {info.name!r} already holds vectors, and the "
             "target storage no message: it is another store's index (on a shared Chroma "
@@ -304,6 +314,15 @@ def _refuse_itself(source: tuple[str, str], target: tuple[str, str]) -> None:
         )
 
 
+def _keeps_index(from_vector: str, args: argparse.Namespace) -> bool:
+    """Whether the target keeps the source's vector index (one place, one name).
+
+    Only the messages move then, as docs/cli.md allows.
+    """
+    here = place(from_vector)
+    return here is not None and here == place(args.to_vector) and not args.to_index_name
+
+
 def _advance(bar: Any, n: int, total: int) -> None:
     bar.update(n)
     if bar.n >= total:  # show the finished bar while the next phase runs
@@ -347,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 on_messages=lambda n: _advance(messages, n, total),
                 on_vectors=vectors.update,
+                keeps_index=_keeps_index(from_vector, args),
             )
             vectors.update(max(0, total - vectors.n))  # copy mode counts embeddable only
     except OwnershipError as exc:

@@ -316,3 +316,25 @@ def test_migrating_into_another_stores_index_is_refused() -> None:
     assert report.index_name == "target-own"
     assert report.vectors_copied == source.vector_store.count(name)
     assert {r.id for r in shared.export(name)} == before  # the other store's, untouched
+
+
+def test_a_migration_that_keeps_the_source_index_in_place_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Moving only the messages (SQLite to another store) and keeping the vector index
+    is fine (docs/cli.md): the refusal of another store's index refused it too."""
+    shared = InMemoryVectorIndex()
+    source = in_memory(shared)
+    fill(source)
+    report = migrate(source, in_memory(shared), batch_size=7)  # one index object, one name
+    assert report.target_messages == report.source_messages > 0
+    monkeypatch.delenv("SEMANTIC_RECALL_PATH", raising=False)
+    store = SemanticRecall.local(tmp_path / "store", embeddings=FakeEmbeddings())
+    fill(store)
+    store.close()
+    argv = ["--path", str(tmp_path / "store"), "migrate"]
+    argv += ["--to-storage", f"sqlite:///{tmp_path / 'moved.sqlite3'}"]
+    argv += ["--to-vector", f"chroma:///{tmp_path / 'store' / 'chroma'}"]  # kept in place
+    assert main([*argv, "--embeddings", "tests.fakes:FakeEmbeddings", "--json"]) == 0
+    moved = json.loads(capsys.readouterr().out)
+    assert moved["target_messages"] == moved["source_messages"] > 0
