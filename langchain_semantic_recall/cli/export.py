@@ -130,17 +130,17 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
         )
 
 
-def _would_empty(storage: Any, thread_ids: list[str], output: str) -> bool:
-    """Whether the export holds no message and `output` is a file with data in it.
+def _would_empty(storage: Any, args: argparse.Namespace) -> bool:
+    """Whether the export holds no message and its output is a file with data in it.
 
     A resource emptied by retention once replaced its last backup with an empty file.
     """
     from langchain_semantic_recall.records import ScopeFilter
 
-    target = Path(output).expanduser()
+    target = Path(args.output).expanduser()
     if not target.is_file() or target.stat().st_size == 0:
         return False
-    return not any(storage.count(ScopeFilter(thread_id=t), up_to=1) for t in thread_ids)
+    return not storage.count(ScopeFilter(args.resource, args.thread), up_to=1)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             require_resource(storage, args.resource)
             thread_ids = [t.thread_id for t in storage.list_threads(args.resource)]
-        if args.output is not None and _would_empty(storage, thread_ids, args.output):
+        if args.output is not None and _would_empty(storage, args):
             print(
                 f"Nothing to export (0 messages in {len(thread_ids)} thread(s)): "
                 f"{args.output} is left as it was, not replaced by an empty file."

@@ -262,20 +262,17 @@ def _index(
     """`index` the messages; an unowned thread (an export says `NO_RESOURCE`) stays so.
 
     A live write may not name the mark as its resource (`records.check_owner`): the
-    thread is written as thread scope writes one without a resource, after checking
-    that no resource owns it here.
+    thread is written as thread scope writes one without a resource (`_refusal` has
+    refused it already if a resource owns it here).
 
     Raises:
         OwnershipError: the thread, or a message id, belongs to another owner.
     """
     from langchain_semantic_recall.records import NO_RESOURCE
 
-    if resource != NO_RESOURCE:
-        return memory.index(messages, thread_id=thread, resource_id=resource)
-    owner = memory.storage.get_thread_owner(thread)
-    if owner not in (None, NO_RESOURCE):
-        raise OwnershipError(f"thread {thread!r} belongs to a resource here, not to none")
-    return memory.with_options(scope="thread").index(messages, thread_id=thread)
+    if resource == NO_RESOURCE:
+        return memory.with_options(scope="thread").index(messages, thread_id=thread)
+    return memory.index(messages, thread_id=thread, resource_id=resource)
 
 
 def _write(

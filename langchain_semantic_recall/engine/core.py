@@ -271,6 +271,11 @@ class EngineCore:
         resolved = self.bound.resource_for(resource_id)
         return resolve_identity(self.plan.keys, resource_id=resolved).resource_id
 
+    def _held(self) -> Identity | None:
+        """Who a call is held to, if anyone: the signed-in user, or the view's resource."""
+        who = resolve_identity(self.plan.keys, resource_id=self.bound.resource_id)
+        return who if who.authenticated or self.bound.resource_id is not None else None
+
     def _writable(self, what: str) -> None:
         if self.plan.read_only:
             raise ReadOnlyError(
@@ -366,8 +371,7 @@ class EngineCore:
         progress = options.get("progress")
         size = check_batch(options.get("batch_size", 2048), progress)
         triples: Iterable[Conversation] = as_conversations(conversations)
-        who = resolve_identity(self.plan.keys, resource_id=self.bound.resource_id)
-        if who.authenticated or self.bound.resource_id is not None:  # only into its own
+        if (who := self._held()) is not None:  # only into its own memory
             triples = held_to(triples, who)
         return bulk_index_op(
             self.backends.space,
@@ -420,8 +424,7 @@ class EngineCore:
         refused; restore from an administrator's process (`ingest --restore`).
         """
         self._writable("restoring a thread")
-        who = resolve_identity(self.plan.keys, resource_id=self.bound.resource_id)
-        if who.authenticated or self.bound.resource_id is not None:
+        if (who := self._held()) is not None:
             raise OwnershipError(
                 f"restore_thread({thread_id!r}) is refused for {who.resource_id!r} (a run "
                 "signed in, or a for_thread view): a forgotten thread keeps no owner to "

@@ -137,10 +137,7 @@ class Identity:
         configurable = config.get("configurable") if isinstance(config, Mapping) else None
         if not isinstance(configurable, Mapping):
             return
-        thread = _first(
-            *(as_id(k, configurable.get(k)) for k in (keys.thread, *keys.thread_fallbacks))
-        )
-        resource = as_id(keys.resource, configurable.get(keys.resource))
+        thread, resource = _configured(keys, configurable)
         for key, bound, named in (
             (keys.thread, self.thread_id, thread),
             (keys.resource, self.resource_id, resource),
@@ -202,6 +199,16 @@ def _runtime_context() -> Any:
         return get_runtime().context
     except (RuntimeError, KeyError, AttributeError):  # not inside a graph run
         return None
+
+
+def _configured(
+    keys: IdentityKeys, configurable: Mapping[str, Any]
+) -> tuple[str | None, str | None]:
+    """The thread and resource a run config's `configurable` names (fallback keys last)."""
+    thread = _first(
+        *(as_id(key, configurable.get(key)) for key in (keys.thread, *keys.thread_fallbacks))
+    )
+    return thread, as_id(keys.resource, configurable.get(keys.resource))
 
 
 def _first(*values: str | None) -> str | None:
@@ -282,15 +289,15 @@ def resolve_identity(
     configurable: Mapping[str, Any] = run_config(config).get("configurable") or {}
     if context is None:
         context = _runtime_context()
+    thread_set, resource_set = _configured(keys, configurable)
     thread = _first(
         as_id("thread_id", thread_id),
-        as_id(keys.thread, configurable.get(keys.thread)),
-        *(as_id(key, configurable.get(key)) for key in keys.thread_fallbacks),
+        thread_set,
         as_id(keys.thread, _context_value(context, keys.thread)),
     )
     resource = _first(
         as_id("resource_id", resource_id),
-        as_id(keys.resource, configurable.get(keys.resource)),
+        resource_set,
         as_id(keys.resource, _context_value(context, keys.resource)),
     )
     user = _signed_in_user(keys, configurable, given=config is not None)
