@@ -6,6 +6,7 @@ tests/unit/test_eval.py has the dataset readers and the scoring.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -405,6 +406,18 @@ def test_quality_alternatives_benchmark_smoke(
     for name in ("### locomo", "### lme", "### para-small", "### para-busy"):
         assert name in out
     assert "DIFFERENT" not in out
+
+
+@pytest.mark.slow
+def test_quality_foreign_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None:
+    """Another user's questions are grouped by closeness, and the groups add up to them all."""
+    _tiny_sets(tmp_path / "data", locomo_file)
+    args = ["--data", str(tmp_path / "data"), "--cache", str(tmp_path / "cache")]
+    out = _run_benchmark("quality_foreign.py", args, tmp_path)
+    total = int(re.search(r"another user's questions: (\d+),", out).group(1))  # type: ignore[union-attr]
+    assert total > 0
+    grouped = re.findall(r"^\| [^|]+ \| (\d+) \| [\d.]+ \| \d+% \|$", out, re.MULTILINE)
+    assert sum(int(n) for n in grouped) == total
 
 
 def test_eval_store_refuses_vectors_of_another_embedder_of_the_same_name(
