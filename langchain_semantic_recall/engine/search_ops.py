@@ -70,21 +70,24 @@ def search_op(
 ) -> Op[list[RecallHit]]:
     """The hits for `request.query` within the caller's scope, with their windows.
 
-    A search made for a resource of a thread another resource owns is refused, as stats
-    and clear refuse it. Recall uses `hits_op`: a turn checks ownership before the model
-    (`turn_recall_op`), and its failures are not the search's.
+    A search made for a resource that names a thread another resource owns is refused,
+    in either scope, as recall, stats and clear refuse it (in resource scope the thread
+    would not narrow the search, but a caller naming it meant that conversation). Recall
+    uses `hits_op`: a turn checks ownership before the model (`turn_recall_op`), and its
+    failures are not the search's.
 
     Raises:
         InvalidInputError: the query is not text.
         MissingIdentityError: the scope's id is missing.
-        OwnershipError: thread scope, for a resource, on a thread another resource owns.
+        OwnershipError: for a resource, a thread named that another resource owns.
     """
     scope = _scope(request, keys, what)
-    if request.query.strip() and scope is not None and scope.thread_id is not None:
-        owner = yield steps.ThreadOwner(scope.thread_id)
+    named = None if scope is None else (scope.thread_id or request.identity.thread_id)
+    if request.query.strip() and scope is not None and named is not None:
+        owner = yield steps.ThreadOwner(named)
         if owner not in (None, NO_RESOURCE, scope.resource_id):
             raise OwnershipError(
-                f"thread {scope.thread_id!r} belongs to another resource, not "
+                f"thread {named!r} belongs to another resource, not "
                 f"{scope.resource_id!r}: a search made for a resource reads only its threads"
             )
     return (yield from hits_op(space, keys, request, what))

@@ -156,13 +156,17 @@ def test_an_export_of_an_unowned_thread_restores_unowned(tmp_path: Path) -> None
     assert memory.storage.get_thread_owner("t1") == "alice"
 
 
+@pytest.mark.parametrize("scope", ["thread", "resource"])
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_thread_search_for_a_resource_that_does_not_own_the_thread_is_refused(
-    backend: Backend, tmp_path: Path, asynchronous: bool
+    backend: Backend, tmp_path: Path, asynchronous: bool, scope: str
 ) -> None:
-    """It once returned [], while stats and clear of the same thread raise OwnershipError."""
-    memory = engine(backend, tmp_path)
+    """It once returned [], while stats and clear of the same thread raise OwnershipError;
+    in resource scope (where the thread does not narrow the search) search, the retriever
+    and the tool still answered [] for a call naming bob's conversation as alice's."""
+    memory = engine(backend, tmp_path).with_options(scope=scope)
     memory.index(OLD, thread_id="t", resource_id="bob")
+    alice_in_t = {"configurable": {"thread_id": "t", "resource_id": "alice"}}
 
     def search(resource: str) -> object:
         if asynchronous:
@@ -172,10 +176,14 @@ def test_a_thread_search_for_a_resource_that_does_not_own_the_thread_is_refused(
     with pytest.raises(OwnershipError, match="belongs to another resource, not 'alice'"):
         search("alice")
     with pytest.raises(OwnershipError):
-        memory.as_retriever().invoke(
-            "Lisbon", {"configurable": {"thread_id": "t", "resource_id": "alice"}}
-        )
+        memory.as_retriever().invoke("Lisbon", alice_in_t)
+    with pytest.raises(OwnershipError):
+        memory.as_tool().invoke({"query": "Lisbon"}, alice_in_t)
     assert search("bob")  # its owner finds it
+    if scope == "resource":  # alice's own search, naming no thread or her own, answers
+        assert memory.search("Lisbon", resource_id="alice") == []
+        assert memory.search("Lisbon", thread_id="hers", resource_id="alice") == []
+        return
     memory.index(NEW, thread_id="unowned")  # thread scope without a resource: nobody's yet
     assert memory.search("garden", thread_id="unowned", resource_id="alice") == []
 
