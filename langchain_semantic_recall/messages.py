@@ -274,9 +274,14 @@ def serialise(message: BaseMessage) -> str:
     return payload
 
 
+def is_removal(message: BaseMessage) -> bool:
+    """A LangGraph `RemoveMessage`: a state instruction, never stored."""
+    return isinstance(message, RemoveMessage)
+
+
 def not_stored_reason(message: BaseMessage) -> str | None:
     """Why the storage does not keep this message, or None if it does."""
-    if isinstance(message, RemoveMessage):
+    if is_removal(message):
         return "a RemoveMessage (a state instruction, not a message)"
     if is_recalled(message):
         return "recalled memory (source: memory)"

@@ -267,14 +267,17 @@ def _added(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> tuple
 def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
     """The messages the storage keeps, each with an id (positional if it had none).
 
-    Recalled messages and summaries of the conversation are not part of it.
+    Recalled messages and summaries of the conversation are not part of it. A message of
+    a role or type the storage does not know stays in, as it is: `index` skips it and
+    says so (its fate, and a warning, since these surfaces return no fates).
     """
     kept: list[BaseMessage] = []
     for position, message in enumerate(messages):
-        role = role_of(message)
-        if role is None or isinstance(message, RemoveMessage) or is_recalled(message):
+        if isinstance(message, RemoveMessage) or is_recalled(message) or _is_summary(message):
             continue
-        if _is_summary(message):
+        role = role_of(message)
+        if role is None:
+            kept.append(message)
             continue
         if message.id:
             kept.append(message)

@@ -34,6 +34,8 @@ from langchain_semantic_recall.errors import (
 from langchain_semantic_recall.filters import MetadataValue
 from langchain_semantic_recall.messages import (
     CREATED_AT_KEY,
+    is_recalled,
+    is_removal,
     not_stored_reason,
     record_for,
     rewrites_vectors,
@@ -178,6 +180,25 @@ def plan_turn(
     return turn
 
 
+def _warn_of_unexpected_skips(
+    items: Sequence[BaseMessage], turn: _Turn, logger: logging.Logger
+) -> None:
+    """Log the messages not stored for a reason a caller may not expect.
+
+    The chat history, the graph's store node and the middleware return no fates, so a
+    `ChatMessage` of an unknown role, another type, or a repeated id would otherwise be
+    dropped without a word. Recalled memory and `RemoveMessage`s are never stored, by
+    design, and are not logged.
+    """
+    for fate in turn.fates:
+        message = items[fate.position]
+        if fate.fate == "skipped" and not (is_recalled(message) or is_removal(message)):
+            logger.warning(
+                "message %d (id %r) of thread %r was not stored: %s",
+                *(fate.position, fate.message_id, turn.thread_id, fate.reason),
+            )
+
+
 def _settle_known(turn: _Turn, known: dict[str, tuple[StoredMessage, ...]]) -> None:
     """Mark messages stored before: unchanged ones are not written again (pure).
 
@@ -243,6 +264,7 @@ def index_op(
     thread_id = identity.require_thread(keys, "index")
     resource_id = yield from _writer(identity, keys, scope, thread_id)
     turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC), metadata)
+    _warn_of_unexpected_skips(items, turn, logger)
     if read_only:
         return turn.refuse_all(READ_ONLY)
     if not turn.records:

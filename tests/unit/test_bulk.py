@@ -63,9 +63,9 @@ def test_bulk_index_matches_index(batch_size: int) -> None:
     assert bulk.vector_store.message_ids(info.name) == one.vector_store.message_ids(
         one.ensure_index().name
     )
-    for resource in ("alice", "bob"):
-        hits = bulk.search("b message number 2", thread_id="t2", resource_id=resource)
-        expected = one.search("b message number 2", thread_id="t2", resource_id=resource)
+    for thread, resource in (("t2", "alice"), ("t3", "bob")):
+        hits = bulk.search("b message number 2", thread_id=thread, resource_id=resource)
+        expected = one.search("b message number 2", thread_id=thread, resource_id=resource)
         assert [h.message.id for h in hits] == [h.message.id for h in expected]
 
 

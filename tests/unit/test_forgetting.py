@@ -720,9 +720,8 @@ class IsolationMachine(RuleBasedStateMachine):
                     assert self.model.messages[str(message.id)].thread == thread
         config: RunnableConfig = {"configurable": {"thread_id": thread, "resource_id": resource}}
         call = {"name": "search_memory", "args": {"query": query}, "id": "c", "type": "tool_call"}
-        # A thread-scoped search for a resource that does not own the thread is refused.
-        foreign = scope == "thread" and resource is not None
-        foreign = foreign and owner not in (None, NO_RESOURCE, resource)
+        # A search for a resource naming a thread it does not own is refused (either scope).
+        foreign = refused
         try:  # search and the surfaces built on it raise a backend's failure
             for hit in engine.search(query, thread_id=thread, resource_id=resource):
                 shown |= markers([m.text for m in hit.window])

@@ -239,6 +239,47 @@ def test_a_chat_message_of_an_unknown_role_is_skipped_and_never_the_query() -> N
     assert query_text(said) == "and in May?"  # a known role's user is still the user
 
 
+def test_surfaces_without_fates_log_every_message_they_do_not_store(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The chat history and the graph's store node return no fates: a moderator's
+    `ChatMessage` or a message whose id comes again later in the call was dropped there
+    without a word. Recalled memory and `RemoveMessage`s, never stored by design, stay
+    quiet."""
+    from langchain_core.messages import RemoveMessage
+
+    from langchain_semantic_recall.graph import IndexNode
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(),
+        search_mode="dense",
+        threshold=0.0,
+    )
+    moderator = ChatMessage(role="moderator", content="tomato garden rules", id="mod")
+    memory.index([HumanMessage("we went to Lisbon in March", id="m1")], **IDS)
+    recalled = memory.recall([HumanMessage("where did we go?", id="q")], **IDS)[0]
+    assert recalled.id != "q"  # the memory block, as a graph state would hold it
+    quiet = [recalled, RemoveMessage(id="m1"), HumanMessage("fine", id="f")]
+
+    def warned(call: Any) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+            call()
+        return [r.getMessage() for r in caplog.records if "was not stored" in r.getMessage()]
+
+    history = memory.chat_history("t2", resource_id="alice")
+    (said,) = warned(lambda: history.add_messages([HumanMessage("hi", id="h"), moderator]))
+    assert "'mod'" in said and "'moderator'" in said and "'t2'" in said
+    (said,) = warned(lambda: history.add_messages([HumanMessage("a", id="x"), AIMessage("b", id="x")]))
+    assert "'x'" in said and "appears later" in said
+    config = {"configurable": {"thread_id": "t3", "resource_id": "alice"}}
+    (said,) = warned(lambda: IndexNode(memory).invoke({"messages": [moderator]}, config))
+    assert "'moderator'" in said
+    assert warned(lambda: memory.index(quiet, **IDS)) == []
+
+
 def test_a_new_index_warns_of_history_only_from_before_the_engine_was_built(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
