@@ -61,6 +61,19 @@ def check_id(name: str, value: object) -> str:
     return value
 
 
+def id_text(name: str, value: object) -> str:
+    """`check_id` of `value`, an int taken as its text, as every write takes it.
+
+    So an app that writes with `thread_id=5` can count, move and forget with it too.
+
+    Raises:
+        InvalidInputError: as `check_id`.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return check_id(name, value)
+
+
 def check_new_id(name: str, value: object) -> str:
     """`value` if it is a usable id to write: `check_id`, and at most `MAX_ID_BYTES` long.
 

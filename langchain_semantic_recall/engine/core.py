@@ -88,7 +88,7 @@ from langchain_semantic_recall.options import (
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import IndexResult, PurgeResult, RecallHit
 from langchain_semantic_recall.search import SearchPlan, check_mode_threshold, resolve
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import id_text
 from langchain_semantic_recall.storage.base import MessageStorage
 
 T = TypeVar("T")
@@ -266,8 +266,8 @@ class EngineCore:
             IdentityMismatchError: `resource_id` differs from the authenticated user or
                 from the view's resource.
         """
-        if resource_id is not None:
-            check_id("resource_id", resource_id)  # text only, as maintenance always took
+        if resource_id is not None:  # 7 and "7" name one resource, as writes take them
+            resource_id = id_text("resource_id", resource_id)
         resolved = self.bound.resource_for(resource_id)
         return resolve_identity(self.plan.keys, resource_id=resolved).resource_id
 
@@ -405,7 +405,8 @@ class EngineCore:
         """
         self._writable("moving a thread")
         owner = self.owner(resource_id)
-        self.owner(check_id("to_resource", to_resource))  # a signed-in user gives to no other
+        to_resource = id_text("to_resource", to_resource)
+        self.owner(to_resource)  # a signed-in user gives to no other
         plan = self.plan
         return move_thread_op(
             self.backends.space,

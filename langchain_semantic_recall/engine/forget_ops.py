@@ -16,7 +16,7 @@ from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.maintenance_ops import owned_thread
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import VectorSpace
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import id_text
 
 
 @contextmanager
@@ -45,9 +45,9 @@ def forget_thread_op(
         OwnershipError: `resource_id` (the call's owner) is given and the thread
             belongs to another one; nothing is deleted.
     """
-    check_id("thread_id", thread_id)
+    thread_id = id_text("thread_id", thread_id)
     if resource_id is not None:
-        check_id("resource_id", resource_id)
+        resource_id = id_text("resource_id", resource_id)
     owner = yield from owned_thread(thread_id, resource_id)
     if owner is None and retire and not (yield steps.IsForgotten(thread_id)):
         # Nothing was ever stored under it: retiring it would let any caller reserve an
@@ -67,7 +67,7 @@ def forget_thread_op(
 
 def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
     """Delete every thread of a resource (messages and vectors), retiring their ids."""
-    check_id("resource_id", resource_id)
+    resource_id = id_text("resource_id", resource_id)
     deleted = yield steps.DeleteResource(resource_id)
     yield steps.ClearCaches()
     info = yield from space.resolve()

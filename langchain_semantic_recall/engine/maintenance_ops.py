@@ -35,7 +35,7 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.relevance.features import other_script
 from langchain_semantic_recall.relevance.model import RelevanceModel, relevance_note
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import id_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +78,9 @@ def maintenance_scope(resource_id: str | None, thread_id: str | None) -> ScopeFi
     if resource_id is None and thread_id is None:
         return None
     if resource_id is not None:
-        check_id("resource_id", resource_id)
+        resource_id = id_text("resource_id", resource_id)
     if thread_id is not None:
-        check_id("thread_id", thread_id)
+        thread_id = id_text("thread_id", thread_id)
     return ScopeFilter(resource_id=resource_id, thread_id=thread_id)
 
 
@@ -149,10 +149,10 @@ def move_thread_op(
             or another call moved it between this one's read and its move (nothing moved).
         NotImplementedError: the storage cannot move threads.
     """
-    check_id("thread_id", thread_id)
-    check_owner("to_resource", to_resource)
+    thread_id = id_text("thread_id", thread_id)
+    to_resource = check_owner("to_resource", id_text("to_resource", to_resource))
     if resource_id is not None:
-        check_id("resource_id", resource_id)
+        resource_id = id_text("resource_id", resource_id)
     owner = yield steps.ThreadOwner(thread_id)
     if owner is None:
         raise InvalidInputError(f"thread {thread_id!r} is not stored: nothing to move")
@@ -222,8 +222,7 @@ def _unfinished_move(thread_id: str, to_resource: str, in_storage: bool) -> str:
 
 def restore_thread_op(thread_id: str) -> Op[bool]:
     """Lift a forget's retirement of `thread_id`; whether it was retired."""
-    check_id("thread_id", thread_id)
-    return bool((yield steps.UnretireThread(thread_id)))
+    return bool((yield steps.UnretireThread(id_text("thread_id", thread_id))))
 
 
 # --- reindex and stats -----------------------------------------------------------------------

@@ -341,3 +341,36 @@ def test_a_jsonl_import_skips_the_lines_whose_ids_a_write_refuses() -> None:
     assert len(reasons) == 3, reasons
     assert "chunk 1 of message 'm'" in reasons[0]
     assert all("bytes in UTF-8" in reason for reason in reasons[1:])
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_int_ids_a_write_took_reach_the_same_data_on_every_maintenance_call(
+    asynchronous: bool,
+) -> None:
+    """`index(thread_id=5, resource_id=7)` stores under "5" and "7", as every write takes
+    an int; stats, move, clear and forget refused the same ints, so an app writing with
+    them could not erase what it wrote without knowing to pass text."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+
+    def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        if asynchronous:
+            return asyncio.run(getattr(memory, f"a{name}")(*args, **kwargs))
+        return getattr(memory, name)(*args, **kwargs)
+
+    for thread in (5, 6, 8):
+        memory.index(
+            [HumanMessage(f"note {thread}", id=f"n{thread}")], thread_id=thread, resource_id=7
+        )
+    memory.index([HumanMessage("bob's", id="b")], thread_id=9, resource_id="bob")
+    assert call("stats", resource_id=7).messages == 3
+    assert call("stats", thread_id=5).messages == 1
+    assert call("move_thread", 8, to=70, resource_id=7) == 1
+    assert memory.storage.get_thread_owner("8") == "70"
+    assert call("clear_thread", 6, resource_id=7) == 1
+    assert call("forget_thread", 5, resource_id=7) == 1
+    assert call("forget_resource", 70) == 1
+    assert memory.storage.get_thread_owner("9") == "bob"  # the other resource untouched
+    with pytest.raises(InvalidInputError):
+        call("stats", resource_id=7.0)  # a float is not an id
