@@ -24,7 +24,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     OwnershipError,
 )
-from langchain_semantic_recall.messages import echoes_memory, query_text
+from langchain_semantic_recall.messages import clean_text, echoes_memory, query_text
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.quoting import has_text
 from langchain_semantic_recall.recall_report import RecallReport
@@ -110,6 +110,9 @@ def hits_op(
     scope = _scope(request, keys, what)
     if not has_text(request.query):
         return []  # documented: an empty query finds nothing
+    # A lone surrogate (half of an emoji a client split) is replaced, as in a stored
+    # message or a recall's query: no tokenizer or embedder takes it.
+    request = replace(request, query=clean_text(request.query))
     if (cap := request.max_query_chars) is not None and len(request.query) > cap:
         logger.warning(  # a pasted document: its terms alone took seconds to weigh
             "the query has %d characters; it is searched by its first %d (max_index_chars)",
