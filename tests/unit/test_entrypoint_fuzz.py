@@ -424,7 +424,8 @@ def test_unreadable_messages_are_refused_clearly(rig: Rig, messages: Any) -> Non
         ({"batch_size": "10"}, "batch_size"),
         ({"batch_size": True}, "batch_size"),
         ({"progress": 5}, "progress"),
-        ({"resource_id": 5}, "resource_id"),
+        ({"resource_id": 5.0}, "resource_id"),  # an int is its text, as writes take it
+        ({"resource_id": True}, "resource_id"),
         ({"thread_id": ""}, "thread_id"),
         ({"thread_id": "t\x00"}, "thread_id"),
     ],
