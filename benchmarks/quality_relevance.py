@@ -344,12 +344,20 @@ def load_all(cache: Path | None, embedder: str) -> dict[str, Corpus]:
     reference = Reference.from_vectors(embeddings.embed_documents([*UNRELATED, *SMALL_TALK]))
     embeddings.save()
     for corpus in corpora.values():
-        attach_queries(corpus, reference)
+        attach_queries(corpus, reference, embeddings)
+    embeddings.save()
     return corpora
 
 
-def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -> None:
-    """Each case's `Query` (what search knows before scoring), as the engine builds it."""
+def attach_queries(
+    corpus: Corpus, reference: Reference, embeddings: Embeddings, rescale: float = 1.0
+) -> None:
+    """Each case's `Query` (what search knows before scoring), as the engine builds it.
+
+    With the engine's look at the best match of a turn that reads like small talk
+    (`search_ops._with_best_match_judged`; `embeddings` measures a short match).
+    """
+    evidence = default_model().evidence  # its small-talk numbers are not fitted
     texts = TermCache()  # one cache for the corpus, as an engine has one for its searches
     for case in corpus.cases:
         dense = [(k, rescale * v + (1 - rescale) * 0.5) for k, v in case.dense]
@@ -370,6 +378,13 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
             named_period(case.question),
             texts,
         )
+        if evidence.needs_best_match(case.query) and (best := case.query.best_match):
+            terms = len(texts.of(corpus.by_id[best].text).terms)
+            baseline = None
+            if 0 < terms <= evidence.small_talk_terms:
+                baseline = reference.baseline(embeddings.embed_query(corpus.by_id[best].text))
+            chatty = evidence.match_is_small_talk(terms, baseline)
+            case.query = replace(case.query, best_is_small_talk=chatty)
 
 
 # --- fitting -------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.quoting import has_text
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
+from langchain_semantic_recall.relevance import Evidence, Query, Reference
 from langchain_semantic_recall.search import SearchPlan
 
 logger = logging.getLogger(__name__)
@@ -208,6 +209,9 @@ def _calibrated_search(
         query, dense, keyword, found, reference.baseline(vector), texts=space.texts, now=now
     )
     model = plan.scorer
+    if plan.threshold is None and model.evidence.needs_best_match(facts):
+        judged = _with_best_match_judged(space, info, reference, facts, found, model.evidence)
+        facts = yield from judged
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
@@ -216,6 +220,34 @@ def _calibrated_search(
         kept, before=model.reads_before, after=model.reads_after, scope=scope
     )
     return plan.relevant(facts, kept, context, size)
+
+
+def _with_best_match_judged(  # noqa: PLR0917 - the search's facts, as _calibrated_search has them
+    space: VectorSpace,
+    info: IndexInfo,
+    reference: Reference,
+    facts: Query,
+    found: Mapping[str, Sequence[StoredMessage]],
+    evidence: Evidence,
+) -> Op[Query]:
+    """`facts`, knowing whether the best vector match is small talk itself.
+
+    Asked only of a short turn that reads like small talk and that a stored message
+    matches better than any small-talk example (`Evidence.needs_best_match`): "What's my
+    job?" against "I work as a nurse" asks about the memory; "haha that's hilarious"
+    against its own earlier twin does not. A match of more content terms than small talk
+    has is not small talk; a shorter one is embedded (the engine's cache) and measured
+    as the turn was (`Evidence.match_is_small_talk`).
+    """
+    best = facts.best_match
+    message = next((m for m in found.get(best or "", ()) if m.id == best), None)
+    if message is None:
+        return facts
+    terms = len(space.texts.of(message.text).terms)
+    baseline = None
+    if 0 < terms <= evidence.small_talk_terms:
+        baseline = reference.baseline((yield steps.Embed(info, [message.text]))[0])
+    return replace(facts, best_is_small_talk=evidence.match_is_small_talk(terms, baseline))
 
 
 def _keyword_half(

@@ -48,6 +48,7 @@ from langchain_semantic_recall.relevance.features import (
     context_rows,
     direct_rows,
 )
+from langchain_semantic_recall.relevance.reference import QueryBaseline
 
 __all__ = [
     "DEFAULT_MODEL_FILE",
@@ -121,13 +122,53 @@ class Evidence:
         return min(1.0, max(0.0, (strength - self.silent_below) / span))
 
     def is_small_talk(self, query: Query) -> bool:
-        """Whether `query` is small talk (no content term, or close to small-talk turns)."""
+        """Whether `query` is small talk, which recalls nothing.
+
+        It is when it has no content term, or when it reads like small talk
+        (`reads_as_small_talk`) and no stored message answers it better. "What's my
+        job?" reads like "how are you doing today?", but where "I work as a nurse"
+        matches it better than any small-talk example, it asks about the memory. "haha
+        that's hilarious" matches its own earlier twin best: that match is small talk
+        itself (`Query.best_is_small_talk`, which the search looks up only when it
+        decides; not looked up, the turn stays small talk).
+        """
         if not query.terms:
             return True
+        baseline = query.baseline
+        if baseline is None or not self.reads_as_small_talk(len(query.terms), baseline):
+            return False
+        if baseline.small_talk_z >= query.top_z:
+            return True  # no stored message is closer than small talk
+        return query.best_is_small_talk is not False
+
+    def reads_as_small_talk(self, terms: int, baseline: QueryBaseline | None) -> bool:
+        """Whether a text reads like small talk.
+
+        It has `terms` content terms, at most `small_talk_terms`, and its nearest
+        small-talk example is `small_talk_margin` closer than its nearest unrelated text.
+        """
         return (
-            query.baseline is not None
-            and len(query.terms) <= self.small_talk_terms
-            and query.baseline.small_talk_margin >= self.small_talk_margin
+            baseline is not None
+            and terms <= self.small_talk_terms
+            and baseline.small_talk_margin >= self.small_talk_margin
+        )
+
+    def match_is_small_talk(self, terms: int, baseline: QueryBaseline | None) -> bool:
+        """Whether a stored message of `terms` content terms is small talk itself.
+
+        `baseline`: its own vector against the reference; needed only for 1 to
+        `small_talk_terms` terms (none is small talk, more is not).
+        """
+        return terms == 0 or self.reads_as_small_talk(terms, baseline)
+
+    def needs_best_match(self, query: Query) -> bool:
+        """Whether `is_small_talk` turns on the best match being small talk itself."""
+        return (
+            bool(query.terms)
+            and query.best_is_small_talk is None
+            and self.reads_as_small_talk(len(query.terms), query.baseline)
+            and query.baseline is not None
+            and query.baseline.small_talk_z < query.top_z
         )
 
 

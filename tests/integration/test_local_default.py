@@ -47,6 +47,36 @@ def test_paraphrases_are_recalled_across_conversations(
     assert "bob" not in block.content
 
 
+def test_short_questions_about_the_user_are_answered_and_small_talk_is_not(
+    tmp_path: Path,
+) -> None:
+    """ "What's my job?" reads like "how are you doing today?" to the small-talk check, and
+    was silenced though "I work as a nurse" matched it best by far; small talk must stay
+    silent in the same memory, also when the memory holds its earlier twin."""
+    memory = SemanticRecall.local(tmp_path)
+    facts = [
+        "I work as a nurse at the city hospital.",
+        "I'm planning a trip to Lisbon in May.",
+        "My sister Emma is vegetarian.",
+        "I'm allergic to peanuts.",
+        "haha that's hilarious",
+        "Thanks so much for the help!",
+    ]
+    for n, fact in enumerate(facts):
+        memory.index(
+            [HumanMessage(fact, id=f"f{n}"), AIMessage("Noted!", id=f"a{n}")],
+            thread_id=f"t{n}",
+            resource_id="alice",
+        )
+    for question, fact in [("What's my job?", 0), ("Where am I going in May?", 1)]:
+        hits = memory.search(question, resource_id="alice")
+        assert hits, question
+        assert hits[0].message.id == f"f{fact}", question
+    chats = ["thanks so much for the help", "haha hilarious", "how are you today?", "sounds good"]
+    for chat in chats:
+        assert memory.search(chat, resource_id="alice") == [], chat
+
+
 def test_the_store_persists_and_the_collection_is_cosine(
     loaded: tuple[Path, SemanticRecall],
 ) -> None:
