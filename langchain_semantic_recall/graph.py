@@ -87,6 +87,7 @@ from langchain_semantic_recall.turns import (
     inject_recalled,
     recall_turn,
     recalled_for_turn,
+    require_conversation,
     require_recall_channel,
     state_messages,
     with_recall,
@@ -164,7 +165,7 @@ class RecallNode(Runnable[Any, dict[str, Any]]):
     def _messages(self, state: Any) -> list[BaseMessage]:
         messages = state_messages(state, self.messages_key)
         require_recall_channel(state, self.recall_key, "RecallNode")
-        return messages
+        return require_conversation(messages, self.messages_key, "RecallNode")
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any

@@ -50,6 +50,7 @@ from langchain_semantic_recall.turns import (
     index_new_messages,
     recall_turn,
     recalled_for_turn,
+    require_conversation,
     turn_messages,
 )
 
@@ -192,14 +193,16 @@ class SemanticRecallMiddleware(AgentMiddleware[RecallAgentState, Any, Any]):
     @override
     def before_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Recall for this turn into the per-run channel."""
-        recalled = recall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(state["messages"])}
+        said = require_conversation(list(state["messages"]), "messages", "the recall middleware")
+        recalled = recall_turn(self.memory, said, self.narrowing)
+        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(said)}
 
     @override
     async def abefore_agent(self, state: RecallAgentState, runtime: Runtime[Any]) -> dict[str, Any]:
         """Async twin of `before_agent`."""
-        recalled = await arecall_turn(self.memory, state["messages"], self.narrowing)
-        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(state["messages"])}
+        said = require_conversation(list(state["messages"]), "messages", "the recall middleware")
+        recalled = await arecall_turn(self.memory, said, self.narrowing)
+        return {RECALL_KEY: recalled, TURN_START_KEY: turn_messages(said)}
 
     # --- every model call: inject, write nothing ----------------------------------------
 

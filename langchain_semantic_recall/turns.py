@@ -122,6 +122,26 @@ def state_messages(state: Any, key: str = "messages") -> list[BaseMessage]:
     return to_messages(value)
 
 
+def require_conversation(messages: list[BaseMessage], key: str, where: str) -> list[BaseMessage]:
+    """`messages`, refused when empty: a turn to recall for has at least one message.
+
+    LangGraph drops the input keys a state does not have, so `{"message": [...]}` (a
+    misspelt key) arrives as an empty conversation: the model was called with nothing
+    and its answer stored alone.
+
+    Raises:
+        InvalidInputError: `messages` is empty.
+    """
+    if not messages:
+        raise InvalidInputError(
+            f"{where}: the conversation in state[{key!r}] is empty, so there is nothing to "
+            f"recall for and nothing for the model to answer. Give the turn as "
+            f"{{{key!r}: [...]}}: LangGraph drops input keys the state does not have, so a "
+            "misspelt key arrives as an empty conversation"
+        )
+    return messages
+
+
 def _is_summary(message: BaseMessage) -> bool:
     """A summary LangChain's `SummarizationMiddleware` put in the state as a user message.
 

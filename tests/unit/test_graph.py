@@ -494,3 +494,25 @@ def test_tool_messages_are_stored_for_windows(memory: FactsMemory) -> None:
     node.invoke(state, config("tools"))
     assert [m.role for m in memory.stored("tools")] == ["user", "assistant", "tool", "assistant"]
     assert memory.vector_ids("tools") == {"h", "a"}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_misspelt_input_key_is_a_clear_error_not_an_empty_turn(
+    memory: FactsMemory, asynchronous: bool
+) -> None:
+    """LangGraph drops input keys the state does not have: `{"message": [...]}` ran the
+    model on nothing and stored its answer alone, with no error."""
+    model = FakeChatModel()
+    graph = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    wrong = {"message": [("user", "garden?")]}
+    ids = config("typo-chat", "alice")
+
+    def run() -> object:
+        if asynchronous:
+            return asyncio.run(graph.ainvoke(wrong, ids))
+        return graph.invoke(wrong, ids)
+
+    with pytest.raises(InvalidInputError, match=r"state\['messages'\] is empty"):
+        run()
+    assert model.calls == []
+    assert memory.engine.stats(thread_id="typo-chat", resource_id="alice").messages == 0

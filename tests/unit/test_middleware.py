@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,7 @@ from langchain.agents import create_agent
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langchain_semantic_recall import MissingIdentityError, OwnershipError
+from langchain_semantic_recall import InvalidInputError, MissingIdentityError, OwnershipError
 from langchain_semantic_recall.graph import RECALL_KEY
 from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
@@ -240,3 +241,25 @@ async def test_a_turn_summarized_away_before_it_ends_is_still_stored(memory: Fac
         stored = memory.stored(topic)
         assert [m.text for m in stored if m.role == "user"] == [f"{topic}?"]
         assert not any(summary in m.text for m in stored)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_misspelt_input_key_is_a_clear_error_not_an_empty_turn(
+    memory: FactsMemory, asynchronous: bool
+) -> None:
+    """`{"message": [...]}` reached the agent as an empty conversation: the model ran on
+    nothing and its answer was stored alone, with no error."""
+    model = FakeChatModel()
+    agent = agent_for(memory, model)
+    wrong = {"message": [("user", "garden?")]}
+    ids = {"configurable": {"thread_id": "typo-chat", "resource_id": "alice"}}
+
+    def run() -> object:
+        if asynchronous:
+            return asyncio.run(agent.ainvoke(wrong, ids))
+        return agent.invoke(wrong, ids)
+
+    with pytest.raises(InvalidInputError, match=r"state\['messages'\] is empty"):
+        run()
+    assert model.calls == []
+    assert memory.engine.stats(thread_id="typo-chat", resource_id="alice").messages == 0
