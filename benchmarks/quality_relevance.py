@@ -355,7 +355,7 @@ def attach_queries(
     """Each case's `Query` (what search knows before scoring), as the engine builds it.
 
     With the engine's look at the best match of a turn that reads like small talk
-    (`search_ops._with_best_match_judged`; `embeddings` measures a short match).
+    (`search_ops._with_answer_checked`; `embeddings` measures the short matches).
     """
     evidence = default_model().evidence  # its small-talk numbers are not fitted
     texts = TermCache()  # one cache for the corpus, as an engine has one for its searches
@@ -378,13 +378,13 @@ def attach_queries(
             named_period(case.question),
             texts,
         )
-        if evidence.needs_best_match(case.query) and (best := case.query.best_match):
-            terms = len(texts.of(corpus.by_id[best].text).terms)
-            baseline = None
-            if 0 < terms <= evidence.small_talk_terms:
-                baseline = reference.baseline(embeddings.embed_query(corpus.by_id[best].text))
-            chatty = evidence.match_is_small_talk(terms, baseline)
-            case.query = replace(case.query, best_is_small_talk=chatty)
+        if evidence.needs_answer_check(case.query):
+            texts_of = {k: corpus.by_id[k].text for k in case.query.cosines}
+            answered, short = evidence.rivals(case.query, texts_of)
+            if not answered and short:
+                baselines = [reference.baseline(v) for v in embeddings.embed_documents(short)]
+                answered = evidence.answers(short, baselines)
+            case.query = replace(case.query, memory_answers=answered)
 
 
 # --- fitting -------------------------------------------------------------------------------

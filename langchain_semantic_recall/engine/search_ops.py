@@ -209,9 +209,8 @@ def _calibrated_search(
         query, dense, keyword, found, reference.baseline(vector), texts=space.texts, now=now
     )
     model = plan.scorer
-    if plan.threshold is None and model.evidence.needs_best_match(facts):
-        judged = _with_best_match_judged(space, info, reference, facts, found, model.evidence)
-        facts = yield from judged
+    if plan.threshold is None and model.evidence.needs_answer_check(facts):
+        facts = yield from _with_answer_checked(info, reference, facts, found, model.evidence)
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
@@ -222,32 +221,29 @@ def _calibrated_search(
     return plan.relevant(facts, kept, context, size)
 
 
-def _with_best_match_judged(  # noqa: PLR0917 - the search's facts, as _calibrated_search has them
-    space: VectorSpace,
+def _with_answer_checked(
     info: IndexInfo,
     reference: Reference,
     facts: Query,
     found: Mapping[str, Sequence[StoredMessage]],
     evidence: Evidence,
 ) -> Op[Query]:
-    """`facts`, knowing whether the best vector match is small talk itself.
+    """`facts`, knowing whether a stored message answers a turn that reads like small talk.
 
-    Asked only of a short turn that reads like small talk and that a stored message
-    matches better than any small-talk example (`Evidence.needs_best_match`): "What's my
-    job?" against "I work as a nurse" asks about the memory; "haha that's hilarious"
-    against its own earlier twin does not. A match of more content terms than small talk
-    has is not small talk; a shorter one is embedded (the engine's cache) and measured
-    as the turn was (`Evidence.match_is_small_talk`).
+    Asked only when some stored message matches the turn better than its nearest
+    small-talk example (`Evidence.needs_answer_check`): "What's my job?" against "I work as
+    a nurse" asks about the memory; "haha hilarious" against an earlier "haha that's
+    hilarious", or against the same question asked before, does not count. A closer
+    message of more content terms than small talk has answers it; shorter ones are
+    embedded in one call (the engine's cache) and measured as the turn was. Every
+    message looked at was read in the call's scope.
     """
-    best = facts.best_match
-    message = next((m for m in found.get(best or "", ()) if m.id == best), None)
-    if message is None:
-        return facts
-    terms = len(space.texts.of(message.text).terms)
-    baseline = None
-    if 0 < terms <= evidence.small_talk_terms:
-        baseline = reference.baseline((yield steps.Embed(info, [message.text]))[0])
-    return replace(facts, best_is_small_talk=evidence.match_is_small_talk(terms, baseline))
+    texts = {m.id: m.text for window in found.values() for m in window}
+    answered, short = evidence.rivals(facts, texts)
+    if not answered and short:
+        vectors = yield steps.Embed(info, short)
+        answered = evidence.answers(short, [reference.baseline(v) for v in vectors])
+    return replace(facts, memory_answers=answered)
 
 
 def _keyword_half(

@@ -200,9 +200,10 @@ class Query:
     name_missing: float
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
-    best_is_small_talk: bool | None = None
-    """Whether the best vector match is itself small talk (`Evidence.is_small_talk`; None:
-    not looked at, which only a short turn that reads like small talk needs)."""
+    memory_answers: bool | None = None
+    """Whether a stored message that is not small talk itself matches the query better than
+    its nearest small-talk example (`Evidence.is_small_talk`; None: not looked at, which
+    only a short turn that reads like small talk needs)."""
     texts: TermCache = field(default_factory=TermCache, compare=False, repr=False)
     """Where the messages' `TextFacts` are kept (the engine's, shared by its searches)."""
     zs: Mapping[str, float] = field(init=False, compare=False, repr=False)
@@ -261,11 +262,6 @@ class Query:
             keyword_coverage=covered / len(terms) if terms else 0.0,
             texts=texts,
         )
-
-    @property
-    def best_match(self) -> str | None:
-        """The best vector match's id (ties by id), or None."""
-        return min(self.cosines, key=lambda k: (-self.cosines[k], k), default=None)
 
     @property
     def candidates(self) -> list[str]:

@@ -61,6 +61,7 @@ def test_short_questions_about_the_user_are_answered_and_small_talk_is_not(
         "I'm allergic to peanuts.",
         "haha that's hilarious",
         "Thanks so much for the help!",
+        "okay sounds good, thanks a lot for the help",  # 1 content term, 6 index terms
     ]
     for n, fact in enumerate(facts):
         memory.index(
@@ -68,11 +69,19 @@ def test_short_questions_about_the_user_are_answered_and_small_talk_is_not(
             thread_id=f"t{n}",
             resource_id="alice",
         )
-    for question, fact in [("What's my job?", 0), ("Where am I going in May?", 1)]:
+    for question, fact in [("What's my job?", 0), ("Where am I going in May?", 1)] * 2:
         hits = memory.search(question, resource_id="alice")
-        assert hits, question
-        assert hits[0].message.id == f"f{fact}", question
-    chats = ["thanks so much for the help", "haha hilarious", "how are you today?", "sounds good"]
+        assert f"f{fact}" in [h.message.id for h in hits][:2], question
+        # asked again later, it first finds its own earlier twin: the fact still answers
+        memory.index([HumanMessage(question)], thread_id="asked", resource_id="alice")
+    chats = [
+        "thanks so much for the help",
+        "haha hilarious",
+        "how are you today?",
+        "sounds good",
+        "okay sounds good, thanks a lot",
+        "thank you so much, have a nice weekend",
+    ]
     for chat in chats:
         assert memory.search(chat, resource_id="alice") == [], chat
 
