@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from langchain_semantic_recall.eval_records import EvalQuestion
+from langchain_semantic_recall.eval_records import QUERY_THREAD, EvalQuestion
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.eval_records import Dataset
@@ -97,7 +97,9 @@ def foreign_questions(dataset: Dataset) -> list[EvalQuestion]:
     """Each question asked of the next resource (`foreign_pairs`) instead of its own.
 
     A question asked inside its conversation's thread (`--scope thread`) is asked inside
-    the other resource's thread of the same name.
+    the other resource's thread of the same name. One asked in a thread of its own
+    resource (an `eval jsonl` question's `thread`) is asked in a new thread of the other:
+    that thread is not the other's to search in (a search naming it is refused).
     """
     pairs = foreign_pairs([q.sample_id for q in dataset.questions])
     out = []
@@ -105,7 +107,7 @@ def foreign_questions(dataset: Dataset) -> list[EvalQuestion]:
         other = pairs.get(question.sample_id)
         if other is None:
             continue
-        thread = other if question.thread_id == question.sample_id else question.thread_id
+        thread = other if question.thread_id == question.sample_id else QUERY_THREAD
         out.append(replace(question, sample_id=other, thread_id=thread, evidence=()))
     return out
 
@@ -124,15 +126,20 @@ def small_talk_questions(dataset: Dataset) -> list[EvalQuestion]:
 def dataset_probes(dataset: Dataset) -> dict[str, list[EvalQuestion]]:
     """The dataset's probe lines by kind, each asked of its resource or of every one.
 
-    A probe that names no resource is asked of every resource that holds messages.
+    A probe that names no resource is asked of every resource that holds messages; its
+    `thread`, if any, only of the resource whose conversation it is (the others are asked
+    in a new thread: a search naming another resource's thread is refused).
     """
+    owner = {c.thread_id: c.resource_id for c in dataset.conversations}
+
+    def asked_of(resource: str, thread: str) -> EvalQuestion:
+        mine = thread if owner.get(thread, resource) == resource else QUERY_THREAD
+        return EvalQuestion(resource, line.text, FROM_DATASET, (), mine)
+
     out: dict[str, list[EvalQuestion]] = {}
     for line in dataset.probes:
         resources = [line.resource] if line.resource is not None else dataset.resources
-        out.setdefault(line.kind, []).extend(
-            EvalQuestion(resource, line.text, FROM_DATASET, (), line.thread_id)
-            for resource in resources
-        )
+        out.setdefault(line.kind, []).extend(asked_of(r, line.thread_id) for r in resources)
     return out
 
 

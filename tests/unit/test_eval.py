@@ -377,6 +377,33 @@ def test_probe_lines_are_read_and_asked_of_every_resource(tmp_path: Path) -> Non
     assert all(q.evidence == () and q.thread_id == QUERY_THREAD for q in asked["off-topic"])
 
 
+def test_a_thread_a_line_names_is_asked_in_only_by_its_own_resource(tmp_path: Path) -> None:
+    """A question's or probe's `thread` belongs to one resource: asked of another (--foreign,
+    a probe without a resource) it named a thread that resource does not own, and the
+    search refused it after the whole load. Others are asked in a new thread."""
+    path = two_resource_jsonl(
+        tmp_path / "t.jsonl",
+        [
+            {"question": "the kite again?", "resource": "alice", "evidence": ["a1"], "thread": "a"},
+            {"probe": "thanks!", "kind": "small talk", "thread": "a"},
+        ],
+    )
+    dataset = read_eval_jsonl(path)
+    foreign = {(q.question, q.sample_id): q.thread_id for q in foreign_questions(dataset)}
+    assert foreign[("the kite again?", "bob")] == QUERY_THREAD
+    probes = {(q.sample_id, q.thread_id) for q in dataset_probes(dataset)["small talk"]}
+    assert probes == {("alice", "a"), ("bob", QUERY_THREAD)}
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    load_dataset(memory, dataset, progress=False)
+    asked = [*foreign_questions(dataset), *dataset_probes(dataset)["small talk"]]
+    for question in asked:  # none is refused as another resource's thread
+        memory.search(
+            question.question, thread_id=question.thread_id, resource_id=question.sample_id
+        )
+
+
 @pytest.mark.parametrize(
     ("line", "message"),
     [
