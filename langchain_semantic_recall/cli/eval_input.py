@@ -84,6 +84,7 @@ def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
             raise UsageError(f"--json-out {out} is a folder; give a file name")
         if not out.parent.is_dir():
             raise UsageError(f"--json-out {out}: there is no folder {out.parent} to write it in")
+        _refuse_an_input(args, out, path)
     asked = sorted({q.sample_id for q in dataset.questions})
     if args.foreign and len(asked) < 2:
         raise UsageError(
@@ -91,4 +92,28 @@ def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
             f"questions of {len(asked)} resource(s) ({', '.join(asked) or 'none'}): they "
             "would be asked of their own memory and correct answers counted as false "
             "memories; drop --foreign or add questions of a second resource"
+        )
+
+
+def _refuse_an_input(args: argparse.Namespace, out: Path, path: Path) -> None:
+    """Refuse a `--json-out` that would replace what the run reads or keeps.
+
+    The dataset (a file, or the paraphrase set's folder), `--probes`, `--busy`, and
+    anything inside `--store` (its manifest among them: the next run could not reuse it).
+
+    Raises:
+        UsageError: `out` is one of them.
+    """
+    target = out.expanduser().resolve()
+    inputs = [("the dataset", path), ("--probes", args.probes), ("--busy", args.busy)]
+    for name, given in inputs:
+        if not given:
+            continue
+        source = Path(given).expanduser().resolve()
+        if target == source or (source.is_dir() and target.is_relative_to(source)):
+            raise UsageError(f"--json-out {out} would replace {name} ({given}); give a new file")
+    if args.store and target.is_relative_to(Path(args.store).expanduser().resolve()):
+        raise UsageError(
+            f"--json-out {out} is inside --store {args.store}, which the next run reuses; "
+            "write it elsewhere"
         )

@@ -787,3 +787,25 @@ def test_eval_says_why_no_question_has_evidence(
     error = capsys.readouterr().err
     assert "1 question(s) skipped: no evidence id of theirs names a message" in error
     assert "'m9' dropped (no such message)" in error
+
+
+def test_json_out_may_not_replace_the_dataset_the_probes_or_the_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--json-out data.jsonl` replaced the dataset with the report, and a report written
+    into `--store` made the next run refuse the store (a manifest-less folder)."""
+    data = two_resource_jsonl(tmp_path / "data.jsonl", [])
+    probes = jsonl(tmp_path / "probes.jsonl", [{"probe": "thanks!", "kind": "small talk"}])
+    before = data.read_bytes()
+    store = tmp_path / "store"
+    store.mkdir()
+    for out, extra in [
+        (data, []),
+        (probes, ["--probes", str(probes)]),
+        (store / "report.json", ["--store", str(store)]),
+    ]:
+        argv = ["eval", "jsonl", str(data), "--no-progress", "--json-out", str(out), *extra]
+        assert main(argv) == 2
+        assert "--json-out" in capsys.readouterr().err
+    assert data.read_bytes() == before
+    assert list(store.iterdir()) == []
