@@ -34,9 +34,11 @@ question cites, plus one line per question:
  "category": "temporal"}
 ```
 
-A question line has `question`, `resource` and `evidence` (message ids), and
-optionally `category` (default `"all"`) and `thread` (the conversation it is asked
-in; by default a new one, so every conversation of the resource is searched).
+A question line has `question`, `resource` (one the file holds messages of) and
+`evidence` (message ids of that resource), and optionally `category` (default `"all"`)
+and `thread` (one of its resource's conversations, where it is asked; by default a new
+one, so every conversation of the resource is searched). `--foreign` asks it of another
+resource in a new thread.
 
 A **probe line** is a turn nothing stored answers, such as small talk or an off-topic
 question; recall should return nothing for it:
@@ -138,8 +140,10 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
             "leave 'resource' out to ask every resource"
         )
     owners = {m.id: c.resource_id for c in dataset.conversations for m in c.messages if m.id}
+    threads = {c.thread_id: c.resource_id for c in dataset.conversations}
     for line_no, row in rows:
-        question = _question_line(row, f"{path}, line {line_no}", owners, dataset.evidence)
+        where = f"{path}, line {line_no}"
+        question = _question_line(row, where, owners, threads, dataset.evidence)
         if question is not None:
             dataset.questions.append(question)
     return dataset
@@ -180,27 +184,46 @@ def _split_lines(
 
 
 def _question_line(
-    row: dict[str, Any], where: str, owners: dict[str, str], report: EvidenceReport
+    row: dict[str, Any],
+    where: str,
+    owners: dict[str, str],
+    threads: dict[str, str],
+    report: EvidenceReport,
 ) -> EvalQuestion | None:
-    """The question of a line, or None (counted) when none of its evidence exists."""
+    """The question of a line, or None (counted) when none of its evidence exists.
+
+    `owners`: message id -> resource; `threads`: thread id -> resource. A question for a
+    resource that holds no message (a misspelt one), or asked in a thread of another
+    resource, is refused: it would be dropped, or refused by the search after the load.
+    """
     question, resource = row.get("question"), row.get("resource")
     if not isinstance(question, str) or not isinstance(resource, str):
         raise InvalidInputError(f"{where}: needs 'question' and 'resource'")
     entries = row.get("evidence")
     if not isinstance(entries, list):
         raise InvalidInputError(f"{where}: 'evidence' must be a list of ids")
+    if resource not in threads.values():
+        raise InvalidInputError(f"{where}: resource {resource!r} holds no message of the file")
+    thread = str(row.get("thread") or QUERY_THREAD)
+    if threads.get(thread, resource) != resource:
+        raise InvalidInputError(
+            f"{where}: thread {thread!r} is a conversation of {threads[thread]!r}, not of "
+            f"{resource!r}; ask in one of {resource!r}'s threads, or leave 'thread' out"
+        )
     evidence: list[str] = []
     for entry in map(str, entries):
-        if owners.get(entry) != resource:
+        if (owner := owners.get(entry)) != resource:
             report.unknown_dropped += 1
-            report.note(f"{where}: {entry!r} dropped (no such message)")
+            why = "no such message" if owner is None else f"a message of {owner!r}"
+            report.note(f"{where}: {entry!r} dropped ({why})")
         elif entry not in evidence:
             evidence.append(entry)
     if not evidence:
         report.questions_without_evidence += 1
         return None
-    category, thread = str(row.get("category", "all")), str(row.get("thread") or QUERY_THREAD)
-    return EvalQuestion(resource, question, category, tuple(evidence), thread)
+    return EvalQuestion(
+        resource, question, str(row.get("category", "all")), tuple(evidence), thread
+    )
 
 
 def read_probes(path: str | PathLike[str], resources: Sequence[str]) -> list[EvalProbe]:

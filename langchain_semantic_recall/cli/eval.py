@@ -365,7 +365,8 @@ def _probe_table(kind: str, report: dict[str, Any]) -> str:
 def _evidence_line(report: Any) -> str:
     return (
         f"evidence ids: {report.normalised} normalised, {report.split} split, "
-        f"{report.unknown_dropped} dropped (no such message), {report.unparseable_dropped} "
+        f"{report.unknown_dropped} dropped (no message of its resource), "
+        f"{report.unparseable_dropped} "
         f"dropped (not an id); {report.questions_without_evidence} question(s) without "
         "evidence skipped"
     )

@@ -809,3 +809,33 @@ def test_json_out_may_not_replace_the_dataset_the_probes_or_the_store(
         assert "--json-out" in capsys.readouterr().err
     assert data.read_bytes() == before
     assert list(store.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({"question": "kite?", "resource": "Alice", "evidence": ["a1"]}, "'Alice' holds no"),
+        ({"question": "kite?", "resource": "carol", "evidence": []}, "'carol' holds no"),
+        (
+            {"question": "kite?", "resource": "alice", "evidence": ["a1"], "thread": "b"},
+            "thread 'b' is a conversation of 'bob'",
+        ),
+    ],
+)
+def test_a_question_line_for_no_resource_or_in_anothers_thread_is_refused(
+    tmp_path: Path, line: dict[str, Any], message: str
+) -> None:
+    """A misspelt resource was skipped as "no such message" (exit 0, two thirds of the
+    questions gone), and a thread of another resource failed only after the whole load."""
+    path = two_resource_jsonl(tmp_path / "bad.jsonl", [line])
+    with pytest.raises(InvalidInputError, match=message):
+        read_eval_jsonl(path)
+
+
+def test_evidence_of_another_resource_is_dropped_as_such(tmp_path: Path) -> None:
+    path = two_resource_jsonl(
+        tmp_path / "x.jsonl", [{"question": "boat?", "resource": "alice", "evidence": ["b1", "a1"]}]
+    )
+    report = read_eval_jsonl(path).evidence
+    assert report.unknown_dropped == 1
+    assert any("'b1' dropped (a message of 'bob')" in example for example in report.examples)
