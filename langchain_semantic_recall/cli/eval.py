@@ -362,6 +362,24 @@ def _probe_table(kind: str, report: dict[str, Any]) -> str:
     return title + table(["category", "questions", "msgs/q", "share with any"], rows)
 
 
+def _header(questions: int, settings: dict[str, Any]) -> str:
+    """The run's settings, each one that changes the scores (as `search` heads its hits)."""
+    budget = settings["message_budget"]
+    parts = [
+        f"\n{questions} questions",
+        f"{settings['search_mode']} search",
+        f"top {settings['top_k']}",
+        f"window {settings['before']} before / {settings['after']} after",
+        f"budget {budget if budget is not None else 'none'}",
+        f"scope {settings['scope']}",
+    ]
+    if settings["threshold"] is not None:
+        parts.append(f"threshold {settings['threshold']}")
+    if settings["time_boost"] is not None:
+        parts.append(f"time boost {settings['time_boost']}")
+    return " · ".join(parts)
+
+
 def _evidence_line(report: Any) -> str:
     return (
         f"evidence ids: {report.normalised} normalised, {report.split} split, "
@@ -423,16 +441,7 @@ def run(args: argparse.Namespace) -> int:
             memory.vector_store.close()
     summary = _summary(results, probes, dataset, args)
     summary["load_seconds"] = None if loaded is None else round(loaded, 2)
-    mode = settings["search_mode"]
-    budget = settings["message_budget"]
-    print(
-        style(
-            f"\n{len(results)} questions · {mode} search · top {settings['top_k']} · window "
-            f"{settings['before']} before / {settings['after']} after · budget "
-            f"{budget if budget is not None else 'none'} · scope {settings['scope']}",
-            "bold",
-        )
-    )
+    print(style(_header(len(results), settings), "bold"))
     print(render_summary(summary) if results else "no question to score: probe lines only")
     if args.folds:
         print(_fold_table(summary["by_resource"]))

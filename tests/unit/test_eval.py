@@ -839,3 +839,25 @@ def test_evidence_of_another_resource_is_dropped_as_such(tmp_path: Path) -> None
     report = read_eval_jsonl(path).evidence
     assert report.unknown_dropped == 1
     assert any("'b1' dropped (a message of 'bob')" in example for example in report.examples)
+
+
+def test_the_header_names_a_threshold_and_the_time_boost() -> None:
+    """`--threshold 0.99` scored 0.375 against the defaults' 1.000 under the same header."""
+    from langchain_semantic_recall.cli.eval import _header
+
+    settings: dict[str, Any] = {
+        "search_mode": "hybrid",
+        "top_k": 20,
+        "before": 2,
+        "after": 3,
+        "message_budget": 15,
+        "scope": "resource",
+        "threshold": None,
+        "time_boost": 0.5,
+    }
+    assert "threshold" not in _header(4, settings)
+    assert "time boost 0.5" in _header(4, settings)
+    tuned = _header(4, {**settings, "threshold": 0.99, "time_boost": 0.0})
+    assert "threshold 0.99" in tuned
+    assert "time boost 0.0" in tuned
+    assert "time boost" not in _header(4, {**settings, "time_boost": None})  # dense mode
