@@ -218,6 +218,7 @@ def load_or_reuse(
     if store is not None:  # one query embedding; a temporary store is never reused
         facts["embedder_sha256"] = embedder_fingerprint(memory.embeddings)
     if store is not None and reusable(store, manifest, facts):
+        _check_unchanged(store, manifest or {}, memory)
         print(
             f"Reusing {store}: it holds these {dataset.message_count} messages, embedded with "
             f"{facts['embeddings']} ({MANIFEST}); nothing is loaded or embedded again"
@@ -232,5 +233,26 @@ def load_or_reuse(
     started = time.perf_counter()
     evaluation.load_dataset(memory, dataset, progress=progress)
     if store is not None:
+        facts["stored"] = memory.storage.count()
         write_manifest(store, facts, complete=True)
     return time.perf_counter() - started
+
+
+def _check_unchanged(store: Path, manifest: dict[str, Any], memory: SemanticRecall) -> None:
+    """Refuse a store changed since its load (a `forget`, an `ingest` into it).
+
+    The manifest says what was loaded, not what is there now: reused after a forget,
+    the run scored the forgotten resource's questions as misses. Manifests written
+    before the count was kept are not checked.
+
+    Raises:
+        UsageError: the store holds another number of messages than its load left.
+    """
+    if (stored := manifest.get("stored")) is None:
+        return
+    if (now := memory.storage.count()) != stored:
+        raise UsageError(
+            f"--store {store} holds {now} messages, but its load left {stored}: it was "
+            "changed since (a forget, an ingest); delete the folder to load it again, or "
+            "give another"
+        )

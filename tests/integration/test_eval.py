@@ -292,6 +292,25 @@ def test_eval_store_refuses_another_dataset_or_an_unknown_folder(
     assert "did not finish" in capsys.readouterr().err
 
 
+def test_eval_store_changed_since_its_load_is_refused(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Reused after `forget --resource`, the run said the store held every message and
+    scored the forgotten resource's questions as misses."""
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main(argv) == 0
+    assert main(argv) == 0  # unchanged: reused
+    resource = read_locomo(locomo_file).questions[0].sample_id
+    assert main(["forget", "--resource", resource, "--path", str(store), "--yes"]) == 0
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "changed since" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_quality_locomo_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None:
     done = _run_benchmark("quality_locomo.py", [str(locomo_file)], tmp_path)
