@@ -25,6 +25,7 @@ from langchain_semantic_recall.eval_records import (
     EvalQuestion,
     EvidenceReport,
 )
+from langchain_semantic_recall.importers.report import read_text
 from langchain_semantic_recall.messages import CREATED_AT_KEY
 
 __all__ = ["ADVERSARIAL", "LOCOMO_CATEGORIES", "normalise_evidence", "read_locomo"]
@@ -129,7 +130,7 @@ def read_locomo(
             are asked in a new thread of the conversation's resource.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_text(Path(path)))
     except ValueError as error:  # not JSON, or not UTF-8
         raise InvalidInputError(f"{path}: not a LoCoMo JSON file ({error})") from error
     if not isinstance(data, list):

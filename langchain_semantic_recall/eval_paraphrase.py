@@ -37,6 +37,7 @@ from langchain_semantic_recall.eval_records import (
     EvalProbe,
     EvalQuestion,
 )
+from langchain_semantic_recall.importers.report import read_text
 from langchain_semantic_recall.messages import CREATED_AT_KEY
 
 __all__ = [
@@ -67,7 +68,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise InvalidInputError(f"the paraphrase set has no {path.name} in {path.parent}")
     rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:

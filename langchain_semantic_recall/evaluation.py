@@ -240,19 +240,20 @@ def read_probes(path: str | PathLike[str], resources: Sequence[str]) -> list[Eva
     source = Path(path)
     if source.is_dir():
         return read_probe_files(source)
+    from langchain_semantic_recall.importers.report import read_text
+
     probes = []
-    with source.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{source}, line {line_no}"
-            try:
-                row = json.loads(line)
-            except ValueError as error:
-                raise InvalidInputError(f"{where}: not JSON ({error})") from error
-            if not isinstance(row, dict) or "probe" not in row:
-                raise InvalidInputError(f'{where}: expected a probe line {{"probe", "kind"}}')
-            probes.append(_probe_line(row, where))
+    for line_no, line in enumerate(read_text(source).split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{source}, line {line_no}"
+        try:
+            row = json.loads(line)
+        except ValueError as error:
+            raise InvalidInputError(f"{where}: not JSON ({error})") from error
+        if not isinstance(row, dict) or "probe" not in row:
+            raise InvalidInputError(f'{where}: expected a probe line {{"probe", "kind"}}')
+        probes.append(_probe_line(row, where))
     unknown = {p.resource for p in probes if p.resource is not None} - set(resources)
     if unknown:
         raise InvalidInputError(

@@ -155,7 +155,7 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
         "--scope",
         choices=("resource", "thread"),
         default=DEFAULT_SCOPE,
-        help="'thread': each conversation is one thread, asked inside it "
+        help="LoCoMo: 'thread' makes each conversation one thread, asked inside it "
         f"(default: {DEFAULT_SCOPE})",
     )
     engine.add_argument(

@@ -861,3 +861,16 @@ def test_the_header_names_a_threshold_and_the_time_boost() -> None:
     assert "threshold 0.99" in tuned
     assert "time boost 0.0" in tuned
     assert "time boost" not in _header(4, {**settings, "time_boost": None})  # dense mode
+
+
+def test_probe_and_locomo_files_with_a_byte_order_mark_are_read(
+    tmp_path: Path, locomo_file: Path
+) -> None:
+    """The eval jsonl dataset took a UTF-8 byte order mark (as ingest does); a --probes
+    file, the paraphrase set's files and a LoCoMo file were refused for it."""
+    probes = tmp_path / "probes.jsonl"
+    probes.write_bytes(b"\xef\xbb\xbf" + b'{"probe": "thanks!", "kind": "small talk"}\n')
+    assert [p.text for p in read_probes(probes, ["alice"])] == ["thanks!"]
+    marked = tmp_path / "locomo.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + locomo_file.read_bytes())
+    assert read_locomo(marked).questions == read_locomo(locomo_file).questions
