@@ -133,6 +133,7 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
         questions=[],
         probes=probes,
     )
+    _refuse_shared_ids(path, dataset)
     unknown = {p.resource for p in probes if p.resource is not None} - set(dataset.resources)
     if unknown:
         raise InvalidInputError(
@@ -147,6 +148,28 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
         if question is not None:
             dataset.questions.append(question)
     return dataset
+
+
+def _refuse_shared_ids(path: str | PathLike[str], dataset: Dataset) -> None:
+    """Refuse a message id two threads share, before anything is loaded.
+
+    A message id belongs to one thread: the load would stop at the second, minutes in,
+    and leave a `--store` half loaded.
+
+    Raises:
+        InvalidInputError: an id names messages of two threads.
+    """
+    seen: dict[str, str] = {}
+    for conversation in dataset.conversations:
+        for message in conversation.messages:
+            if not message.id:
+                continue
+            first = seen.setdefault(message.id, conversation.thread_id)
+            if first != conversation.thread_id:
+                raise InvalidInputError(
+                    f"{path}: message id {message.id!r} is in threads {first!r} and "
+                    f"{conversation.thread_id!r}; a message id belongs to one thread"
+                )
 
 
 def _split_lines(

@@ -874,3 +874,13 @@ def test_probe_and_locomo_files_with_a_byte_order_mark_are_read(
     marked = tmp_path / "locomo.json"
     marked.write_bytes(b"\xef\xbb\xbf" + locomo_file.read_bytes())
     assert read_locomo(marked).questions == read_locomo(locomo_file).questions
+
+
+def test_a_message_id_two_threads_share_is_refused_before_loading(tmp_path: Path) -> None:
+    """The load stopped at the second thread, minutes in, and left --store half loaded."""
+    path = two_resource_jsonl(
+        tmp_path / "dup.jsonl",
+        [{"resource": "bob", "thread": "b", "role": "user", "id": "a1", "content": "again"}],
+    )
+    with pytest.raises(InvalidInputError, match=r"'a1' is in threads 'a' and 'b'"):
+        read_eval_jsonl(path)
