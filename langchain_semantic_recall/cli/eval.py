@@ -25,6 +25,7 @@ from langchain_semantic_recall.cli.common import NotFoundError, UsageError, a_pa
 from langchain_semantic_recall.cli.render import style, table
 
 if TYPE_CHECKING:
+    from langchain_semantic_recall.recall import SemanticRecall
     from langchain_semantic_recall.search import SearchPlan
 
 FORMATS = ("locomo", "jsonl", "paraphrase")
@@ -362,6 +363,35 @@ def _probe_table(kind: str, report: dict[str, Any]) -> str:
     return title + table(["category", "questions", "msgs/q", "share with any"], rows)
 
 
+def _load(
+    memory: SemanticRecall,
+    dataset: Any,
+    args: argparse.Namespace,
+    path: Path,
+    manifest: dict[str, Any] | None,
+    *,
+    progress: bool,
+) -> float | None:
+    """`eval_store.load_or_reuse`, saying how to finish if a `--store` load is stopped."""
+    from langchain_semantic_recall.cli import eval_store
+
+    if args.store:  # cli's `_next_step` reads it
+        args.interrupted = (
+            f"if the load into --store {args.store} did not finish, the next run refuses "
+            "it: delete the folder (or give another) and run again"
+        )
+    loaded: float | None = eval_store.load_or_reuse(
+        memory,
+        dataset,
+        Path(args.store) if args.store else None,
+        manifest,
+        source={"dataset": str(path), "format": args.format, "busy": args.busy},
+        progress=progress,
+    )
+    args.interrupted = None  # loaded (or reused): a stop from here leaves it whole
+    return loaded
+
+
 def _header(questions: int, settings: dict[str, Any]) -> str:
     """The run's settings, each one that changes the scores (as `search` heads its hits)."""
     budget = settings["message_budget"]
@@ -425,14 +455,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             if busy:
                 print(busy)
-            loaded = eval_store.load_or_reuse(
-                memory,
-                dataset,
-                Path(args.store) if args.store else None,
-                manifest,
-                source={"dataset": str(path), "format": args.format, "busy": args.busy},
-                progress=progress,
-            )
+            loaded = _load(memory, dataset, args, path, manifest, progress=progress)
             results = evaluation.evaluate(memory, dataset, progress=progress)
             probes = _probes(memory, dataset, args)
             settings = _settings(memory, args, path)

@@ -311,6 +311,30 @@ def test_eval_store_changed_since_its_load_is_refused(
     assert "changed since" in capsys.readouterr().err
 
 
+def test_an_interrupted_store_load_says_how_to_finish(
+    locomo_file: Path,
+    tmp_path: Path,
+    fake_embedder: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C in a --store load said only "interrupted"; the next run then refused the
+    folder. The stop itself now says what to do."""
+    from langchain_semantic_recall import evaluation
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation, "load_dataset", stopped)
+    store = tmp_path / "store"
+    argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
+    assert main(argv) == 130
+    assert "delete the folder" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main(argv) == 2  # as it said: the unfinished load is refused
+    assert "did not finish" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_quality_locomo_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> None:
     done = _run_benchmark("quality_locomo.py", [str(locomo_file)], tmp_path)
