@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from langchain_semantic_recall.cli.common import NotFoundError, UsageError
+from langchain_semantic_recall.cli.common import CommandError, NotFoundError, UsageError
 
 __all__ = ["check", "read"]
 
@@ -56,7 +56,11 @@ def read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
 
 
 def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
-    """Refuse, before anything is loaded, what the dataset cannot answer."""
+    """Refuse, before anything is loaded, what the dataset cannot answer.
+
+    A file with nothing to ask is a bad input file (exit 1, as `ingest` of a file that
+    yields nothing); an option it cannot use is a usage error (exit 2).
+    """
     if not dataset.questions and not dataset.probes:
         skipped, examples = dataset.evidence.questions_without_evidence, dataset.evidence.examples
         why = (
@@ -65,9 +69,9 @@ def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
             if skipped
             else ""
         )
-        raise UsageError(f"{path} has no question with evidence and no probe line to ask{why}")
+        raise CommandError(f"{path} has no question with evidence and no probe line to ask{why}")
     if not dataset.resources:
-        raise UsageError(
+        raise CommandError(
             f"{path} holds no message: its probe lines would be asked of no resource; "
             "add the conversations they are asked of"
         )

@@ -698,7 +698,7 @@ def test_eval_refuses_what_a_dataset_without_questions_or_messages_leaves_empty(
     an empty report and exit code 0."""
     probe = {"probe": "thanks!", "kind": "small talk"}
     alone = jsonl(tmp_path / "alone.jsonl", [probe])
-    assert main(["eval", "jsonl", str(alone), "--no-progress"]) == 2
+    assert main(["eval", "jsonl", str(alone), "--no-progress"]) == 1  # a bad input file
     assert "no message" in capsys.readouterr().err
     message = {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"}
     probes_only = jsonl(tmp_path / "probes.jsonl", [message, probe])
@@ -783,7 +783,7 @@ def test_eval_says_why_no_question_has_evidence(
         {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
         {"question": "the red kite?", "resource": "a", "evidence": ["m9"]},
     ]
-    assert main(["eval", "jsonl", str(jsonl(tmp_path / "e.jsonl", rows)), "--no-progress"]) == 2
+    assert main(["eval", "jsonl", str(jsonl(tmp_path / "e.jsonl", rows)), "--no-progress"]) == 1
     error = capsys.readouterr().err
     assert "1 question(s) skipped: no evidence id of theirs names a message" in error
     assert "'m9' dropped (no such message)" in error
@@ -884,3 +884,17 @@ def test_a_message_id_two_threads_share_is_refused_before_loading(tmp_path: Path
     )
     with pytest.raises(InvalidInputError, match=r"'a1' is in threads 'a' and 'b'"):
         read_eval_jsonl(path)
+
+
+def test_a_dataset_with_nothing_to_ask_is_a_bad_input_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1, as `ingest` of a file that yields nothing and `eval locomo` of an empty
+    file: it exited 2 (a usage error), which says the arguments were wrong."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n", encoding="utf-8")
+    assert main(["eval", "jsonl", str(empty), "--no-progress"]) == 1
+    assert "no question with evidence" in capsys.readouterr().err
+    probes_only = jsonl(tmp_path / "p.jsonl", [{"probe": "thanks!", "kind": "small talk"}])
+    assert main(["eval", "jsonl", str(probes_only), "--no-progress"]) == 1
+    assert "holds no message" in capsys.readouterr().err
