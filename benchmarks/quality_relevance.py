@@ -344,20 +344,12 @@ def load_all(cache: Path | None, embedder: str) -> dict[str, Corpus]:
     reference = Reference.from_vectors(embeddings.embed_documents([*UNRELATED, *SMALL_TALK]))
     embeddings.save()
     for corpus in corpora.values():
-        attach_queries(corpus, reference, embeddings)
-    embeddings.save()
+        attach_queries(corpus, reference)
     return corpora
 
 
-def attach_queries(
-    corpus: Corpus, reference: Reference, embeddings: Embeddings, rescale: float = 1.0
-) -> None:
-    """Each case's `Query` (what search knows before scoring), as the engine builds it.
-
-    With the engine's look at the best match of a turn that reads like small talk
-    (`search_ops._with_answer_checked`; `embeddings` measures the short matches).
-    """
-    evidence = default_model().evidence  # its small-talk numbers are not fitted
+def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -> None:
+    """Each case's `Query` (what search knows before scoring), as the engine builds it."""
     texts = TermCache()  # one cache for the corpus, as an engine has one for its searches
     for case in corpus.cases:
         dense = [(k, rescale * v + (1 - rescale) * 0.5) for k, v in case.dense]
@@ -378,13 +370,6 @@ def attach_queries(
             named_period(case.question),
             texts,
         )
-        if evidence.needs_answer_check(case.query):
-            texts_of = {k: corpus.by_id[k].text for k in case.query.cosines}
-            answered, short = evidence.rivals(case.query, texts_of)
-            if not answered and short:
-                baselines = [reference.baseline(v) for v in embeddings.embed_documents(short)]
-                answered = evidence.answers(short, baselines)
-            case.query = replace(case.query, memory_answers=answered)
 
 
 # --- fitting -------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.quoting import has_text
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
-from langchain_semantic_recall.relevance import Evidence, Query, Reference
 from langchain_semantic_recall.search import SearchPlan
 
 logger = logging.getLogger(__name__)
@@ -209,8 +208,6 @@ def _calibrated_search(
         query, dense, keyword, found, reference.baseline(vector), texts=space.texts, now=now
     )
     model = plan.scorer
-    if plan.threshold is None and model.evidence.needs_answer_check(facts):
-        facts = yield from _with_answer_checked(info, reference, facts, found, model.evidence)
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
@@ -219,31 +216,6 @@ def _calibrated_search(
         kept, before=model.reads_before, after=model.reads_after, scope=scope
     )
     return plan.relevant(facts, kept, context, size)
-
-
-def _with_answer_checked(
-    info: IndexInfo,
-    reference: Reference,
-    facts: Query,
-    found: Mapping[str, Sequence[StoredMessage]],
-    evidence: Evidence,
-) -> Op[Query]:
-    """`facts`, knowing whether a stored message answers a turn that reads like small talk.
-
-    Asked only when some stored message matches the turn better than its nearest
-    small-talk example (`Evidence.needs_answer_check`): "What's my job?" against "I work as
-    a nurse" asks about the memory; "haha hilarious" against an earlier "haha that's
-    hilarious", or against the same question asked before, does not count. A closer
-    message of more content terms than small talk has answers it; shorter ones are
-    embedded in one call (the engine's cache) and measured as the turn was. Every
-    message looked at was read in the call's scope.
-    """
-    texts = {m.id: m.text for window in found.values() for m in window}
-    answered, short = evidence.rivals(facts, texts)
-    if not answered and short:
-        vectors = yield steps.Embed(info, short)
-        answered = evidence.answers(short, [reference.baseline(v) for v in vectors])
-    return replace(facts, memory_answers=answered)
 
 
 def _keyword_half(

@@ -200,10 +200,6 @@ class Query:
     name_missing: float
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
-    memory_answers: bool | None = None
-    """Whether a stored message that is not small talk itself matches the query better than
-    its nearest small-talk example (`Evidence.is_small_talk`; None: not looked at, which
-    only a short turn that reads like small talk needs)."""
     texts: TermCache = field(default_factory=TermCache, compare=False, repr=False)
     """Where the messages' `TextFacts` are kept (the engine's, shared by its searches)."""
     zs: Mapping[str, float] = field(init=False, compare=False, repr=False)

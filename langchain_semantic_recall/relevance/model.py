@@ -45,11 +45,9 @@ from langchain_semantic_recall.relevance.features import (
     DIRECT,
     MATCH,
     Query,
-    content_terms,
     context_rows,
     direct_rows,
 )
-from langchain_semantic_recall.relevance.reference import QueryBaseline
 
 __all__ = [
     "DEFAULT_MODEL_FILE",
@@ -123,79 +121,13 @@ class Evidence:
         return min(1.0, max(0.0, (strength - self.silent_below) / span))
 
     def is_small_talk(self, query: Query) -> bool:
-        """Whether `query` is small talk, which recalls nothing.
-
-        It is when it has no content term, or when it reads like small talk
-        (`reads_as_small_talk`) and nothing stored answers it: no message that is not
-        small talk itself matches it better than its nearest small-talk example. "What's
-        my job?" reads like "how are you doing today?", but "I work as a nurse" matches it
-        better, so it asks about the memory; "haha hilarious" matches an earlier "haha
-        that's hilarious" better, but that is small talk too. Until the search has looked
-        (`Query.memory_answers` None), such a turn stays small talk.
-        """
+        """Whether `query` is small talk (no content term, or close to small-talk turns)."""
         if not query.terms:
             return True
-        baseline = query.baseline
-        if baseline is None or not self.reads_as_small_talk(len(query.terms), baseline):
-            return False
-        if baseline.small_talk_z >= query.top_z:
-            return True  # no stored message is closer than small talk
-        return query.memory_answers is not True
-
-    def reads_as_small_talk(self, terms: int, baseline: QueryBaseline | None) -> bool:
-        """Whether a text reads like small talk.
-
-        It has `terms` content terms (`content_terms`), at most `small_talk_terms`, and
-        its nearest small-talk example is `small_talk_margin` closer than its nearest
-        unrelated text.
-        """
         return (
-            baseline is not None
-            and terms <= self.small_talk_terms
-            and baseline.small_talk_margin >= self.small_talk_margin
-        )
-
-    def needs_answer_check(self, query: Query) -> bool:
-        """Whether `is_small_talk` turns on what the closer stored messages are."""
-        return (
-            bool(query.terms)
-            and query.memory_answers is None
-            and query.baseline is not None
-            and self.reads_as_small_talk(len(query.terms), query.baseline)
-            and query.baseline.small_talk_z < query.top_z
-        )
-
-    def rivals(self, query: Query, texts: Mapping[str, str]) -> tuple[bool, list[str]]:
-        """The stored messages closer to `query` than its nearest small-talk example.
-
-        Args:
-            query: A query `needs_answer_check` holds for.
-            texts: Message id -> text, for the vector matches.
-
-        Returns:
-            (True, []) when one of them has more content terms than small talk has: it
-            answers the query. Else (False, the texts of those with some content terms),
-            for `answers` to judge by their vectors; none at all answers nothing.
-        """
-        if query.baseline is None:
-            return False, []
-        bar = query.baseline.small_talk_z
-        short: list[str] = []
-        for message_id, z in query.zs.items():
-            if z <= bar or (text := texts.get(message_id)) is None:
-                continue
-            terms = len(content_terms(text))
-            if terms > self.small_talk_terms:
-                return True, []
-            if terms:
-                short.append(text)
-        return False, short
-
-    def answers(self, texts: Sequence[str], baselines: Sequence[QueryBaseline]) -> bool:
-        """Whether any of `rivals`' short texts is not small talk (each text's baseline)."""
-        return any(
-            not self.reads_as_small_talk(len(content_terms(text)), baseline)
-            for text, baseline in zip(texts, baselines, strict=True)
+            query.baseline is not None
+            and len(query.terms) <= self.small_talk_terms
+            and query.baseline.small_talk_margin >= self.small_talk_margin
         )
 
 

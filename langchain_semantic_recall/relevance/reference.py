@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from typing import Final
 
@@ -164,9 +164,6 @@ class QueryBaseline:
     """Their standard deviation (at least 1e-6)."""
     small_talk_margin: float
     """Cosine to the nearest `SMALL_TALK` turn minus cosine to the nearest unrelated one."""
-    small_talk_z: float = Z_LIMIT
-    """The nearest `SMALL_TALK` turn's cosine as a `z`: a turn a memory matches better is
-    not small talk (`Evidence.is_small_talk`). `Z_LIMIT` when not known."""
 
     def z(self, cosine: float | np.ndarray) -> float | np.ndarray:
         """`cosine` in units of this query's spread above unrelated text, within +-`Z_LIMIT`.
@@ -201,13 +198,11 @@ class Reference:
         query = _unit_rows(np.asarray([query_vector], dtype=np.float64))[0]
         unrelated = self.unrelated @ query
         small_talk = self.small_talk @ query
-        near = float(small_talk.max())
-        baseline = QueryBaseline(
+        return QueryBaseline(
             mean=float(unrelated.mean()),
             spread=max(float(unrelated.std()), 1e-6),
-            small_talk_margin=near - float(unrelated.max()),
+            small_talk_margin=float(small_talk.max() - unrelated.max()),
         )
-        return replace(baseline, small_talk_z=float(baseline.z(near)))
 
 
 def _unit_rows(matrix: np.ndarray) -> np.ndarray:

@@ -261,62 +261,6 @@ def test_a_small_memory_needs_less_evidence_than_a_big_one() -> None:
     assert model.share(query_with(5.0), None, 10**9) == model.share(query_with(5.0), None, 5000)
 
 
-def test_a_short_turn_a_memory_answers_better_than_small_talk_is_not_small_talk() -> None:
-    """ "What's my job?" sits closer to "how are you doing today?" than to unrelated text,
-    so it was silenced however well "I work as a nurse" matched it (z 7.9). It is small
-    talk only when nothing stored answers it: no message that is not small talk itself
-    matches it better than its nearest small-talk example."""
-    chatty = QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.2, small_talk_z=3.5)
-    asks = replace(query_with(7.9, terms=1), baseline=chatty)  # the memory matches it better
-    chats = replace(query_with(3.0, terms=1), baseline=chatty)  # small talk matches it better
-    assert EVIDENCE.needs_answer_check(asks)
-    assert not EVIDENCE.needs_answer_check(chats)
-    assert EVIDENCE.is_small_talk(asks)  # until the search has looked
-    answered = replace(asks, memory_answers=True)
-    assert not EVIDENCE.needs_answer_check(answered)
-    assert not EVIDENCE.is_small_talk(answered)
-    assert EVIDENCE.share(answered, 100) == 1.0
-    assert EVIDENCE.is_small_talk(replace(asks, memory_answers=False))  # its twins only
-    assert EVIDENCE.is_small_talk(chats)
-    assert EVIDENCE.share(chats, 100) == 0.0
-    assert EVIDENCE.is_small_talk(replace(answered, cosines={}))  # nothing in memory
-    longer = replace(asks, terms=("a", "b", "c", "d"))  # more content than small talk has
-    assert not EVIDENCE.needs_answer_check(longer)
-    assert not EVIDENCE.is_small_talk(longer)
-
-
-def test_rivals_are_the_messages_closer_than_small_talk_and_a_long_one_answers() -> None:
-    """Every message above the bar counts, not only the best: asked twice, "What's my
-    job?" finds its own earlier twin first, and the nurse behind it still answers."""
-    chatty = QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.2, small_talk_z=3.5)
-    query = replace(
-        query_with(0.0, terms=1),
-        baseline=chatty,
-        cosines={"twin": 0.9, "nurse": 0.6, "far": 0.2},
-    )
-    texts = {
-        "twin": "What's my job?",
-        "nurse": "I work as a nurse at the city hospital.",
-        "far": "The bus leaves at nine and the museum opens at ten.",
-    }
-    assert EVIDENCE.rivals(query, texts) == (True, [])
-    del texts["nurse"]  # the twin alone is above the bar: its vector decides
-    assert EVIDENCE.rivals(query, texts) == (False, ["What's my job?"])
-    assert EVIDENCE.rivals(query, {"twin": "ok!"}) == (False, [])  # no content: small talk
-    assert not EVIDENCE.answers(["What's my job?"], [chatty])
-    plain = QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=-0.2)
-    assert EVIDENCE.answers(["my peanut allergy"], [plain])
-
-
-def test_the_reference_gives_a_turns_nearest_small_talk_as_a_z() -> None:
-    unrelated = [[1.0, 0.0, 0.0]] * (len(UNRELATED) - 1) + [[0.0, 0.0, 1.0]]
-    small_talk = [[0.0, 1.0, 0.0]] * len(SMALL_TALK)
-    reference = Reference.from_vectors([*unrelated, *small_talk])
-    base = reference.baseline([0.0, 0.6, 0.8])
-    assert base.small_talk_z == pytest.approx(float(base.z(0.6)))
-    assert base.small_talk_margin == pytest.approx(0.6 - 0.8)
-
-
 def test_a_name_nothing_mentions_counts_against_and_small_talk_is_silent() -> None:
     assert EVIDENCE.share(query_with(5.0, name_missing=1.0), 100) == pytest.approx(
         EVIDENCE.share(query_with(3.0), 100)
