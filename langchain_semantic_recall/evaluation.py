@@ -134,6 +134,11 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
         probes=probes,
     )
     _refuse_shared_ids(path, dataset)
+    if QUERY_THREAD in {c.thread_id for c in dataset.conversations}:
+        raise InvalidInputError(
+            f"{path}: thread {QUERY_THREAD!r} is the one eval asks a question in when it "
+            "names none; give those messages another thread name"
+        )
     unknown = {p.resource for p in probes if p.resource is not None} - set(dataset.resources)
     if unknown:
         raise InvalidInputError(

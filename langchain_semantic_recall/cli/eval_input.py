@@ -89,6 +89,14 @@ def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
         if not out.parent.is_dir():
             raise UsageError(f"--json-out {out}: there is no folder {out.parent} to write it in")
         _refuse_an_input(args, out, path)
+    owner = {c.thread_id: c.resource_id for c in dataset.conversations}
+    for line in dataset.probes:  # a question line with this fault is refused as it is read
+        if line.resource is not None and owner.get(line.thread_id, line.resource) != line.resource:
+            raise CommandError(
+                f"a probe line for {line.resource!r} names thread {line.thread_id!r}, a "
+                f"conversation of {owner[line.thread_id]!r}; name one of {line.resource!r}'s "
+                "threads, or leave 'thread' out"
+            )
     asked = sorted({q.sample_id for q in dataset.questions})
     if args.foreign and len(asked) < 2:
         raise UsageError(

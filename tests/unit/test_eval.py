@@ -898,3 +898,25 @@ def test_a_dataset_with_nothing_to_ask_is_a_bad_input_file(
     probes_only = jsonl(tmp_path / "p.jsonl", [{"probe": "thanks!", "kind": "small talk"}])
     assert main(["eval", "jsonl", str(probes_only), "--no-progress"]) == 1
     assert "holds no message" in capsys.readouterr().err
+
+
+def test_a_probe_for_a_resource_in_anothers_thread_is_refused_as_a_question_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was asked in a new thread instead, silently, where the same question line is
+    refused: one fault, two behaviours."""
+    probe = {"probe": "How do black holes form?", "kind": "x", "resource": "bob", "thread": "a"}
+    path = two_resource_jsonl(tmp_path / "p.jsonl", [probe])
+    assert main(["eval", "jsonl", str(path), "--no-progress"]) == 1
+    assert "thread 'a', a conversation of 'alice'" in capsys.readouterr().err
+
+
+def test_the_thread_eval_asks_in_is_refused_as_a_dataset_thread(tmp_path: Path) -> None:
+    """A dataset whose messages use it was refused for questions that name no thread,
+    as if they had named one of another resource."""
+    path = two_resource_jsonl(
+        tmp_path / "q.jsonl",
+        [{"resource": "bob", "thread": QUERY_THREAD, "role": "user", "content": "hi"}],
+    )
+    with pytest.raises(InvalidInputError, match="eval asks a question in when it names none"):
+        read_eval_jsonl(path)
