@@ -233,26 +233,40 @@ def load_or_reuse(
     started = time.perf_counter()
     evaluation.load_dataset(memory, dataset, progress=progress)
     if store is not None:
-        facts["stored"] = memory.storage.count()
+        facts["stored"], facts["stored_sha256"] = _stored(memory)
         write_manifest(store, facts, complete=True)
     return time.perf_counter() - started
+
+
+def _stored(memory: SemanticRecall) -> tuple[int, str]:
+    """How many messages the store holds, and sha256 of them all (ids, threads, texts)."""
+    digest, count, after = hashlib.sha256(), 0, None
+    while page := memory.storage.list_messages(after=after, limit=1000):
+        for m in page:
+            digest.update(json.dumps([m.id, m.thread_id, m.resource_id, m.text]).encode())
+        count += len(page)
+        after = (page[-1].thread_id, page[-1].seq)
+    return count, digest.hexdigest()
 
 
 def _check_unchanged(store: Path, manifest: dict[str, Any], memory: SemanticRecall) -> None:
     """Refuse a store changed since its load (a `forget`, an `ingest` into it).
 
     The manifest says what was loaded, not what is there now: reused after a forget,
-    the run scored the forgotten resource's questions as misses. Manifests written
-    before the count was kept are not checked.
+    the run scored the forgotten resource's questions as misses; a forget and an ingest
+    of as many messages kept the count. Manifests written before this check are not
+    checked.
 
     Raises:
-        UsageError: the store holds another number of messages than its load left.
+        UsageError: the store holds other messages than its load left.
     """
     if (stored := manifest.get("stored")) is None:
         return
-    if (now := memory.storage.count()) != stored:
-        raise UsageError(
-            f"--store {store} holds {now} messages, but its load left {stored}: it was "
-            "changed since (a forget, an ingest); delete the folder to load it again, or "
-            "give another"
-        )
+    now, digest = _stored(memory)
+    if now == stored and manifest.get("stored_sha256", digest) == digest:
+        return
+    held = f"{now} messages, but its load left {stored}" if now != stored else "other messages"
+    raise UsageError(
+        f"--store {store} holds {held}: it was changed since (a forget, an ingest); "
+        "delete the folder to load it again, or give another"
+    )

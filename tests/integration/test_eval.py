@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -304,11 +305,28 @@ def test_eval_store_changed_since_its_load_is_refused(
     argv = ["eval", "locomo", str(locomo_file), "--no-progress", "--store", str(store)]
     assert main(argv) == 0
     assert main(argv) == 0  # unchanged: reused
+    twin = tmp_path / "twin"
+    shutil.copytree(store, twin)
     resource = read_locomo(locomo_file).questions[0].sample_id
     assert main(["forget", "--resource", resource, "--path", str(store), "--yes"]) == 0
     capsys.readouterr()
     assert main(argv) == 2
     assert "changed since" in capsys.readouterr().err
+    # a forget and an ingest of as many other messages keep the count, not the messages
+    thread = read_locomo(locomo_file).conversations[0].thread_id
+    forgotten = main(["forget", "--thread", thread, "--path", str(twin), "--yes"])
+    assert forgotten == 0
+    gone = int(re.search(r"(\d+) message", capsys.readouterr().out).group(1))  # type: ignore[union-attr]
+    lines = [
+        {"resource": "someone", "thread": "new", "role": "user", "content": f"line {n}"}
+        for n in range(gone)
+    ]
+    added = tmp_path / "added.jsonl"
+    added.write_text("".join(json.dumps(row) + "\n" for row in lines), encoding="utf-8")
+    assert main(["ingest", str(added), "--path", str(twin)]) == 0
+    capsys.readouterr()
+    assert main([*argv[:-1], str(twin)]) == 2
+    assert "holds other messages" in capsys.readouterr().err
 
 
 def test_an_interrupted_store_load_says_how_to_finish(
