@@ -109,6 +109,11 @@ class Dataset:
         """The resources that hold messages, in the order they first appear."""
         return list(dict.fromkeys(c.resource_id for c in self.conversations))
 
+    @property
+    def thread_owners(self) -> dict[str, str]:
+        """Thread id -> the resource whose conversation it is."""
+        return {c.thread_id: c.resource_id for c in self.conversations}
+
 
 @dataclass(frozen=True)
 class QuestionResult:

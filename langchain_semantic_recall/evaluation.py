@@ -146,7 +146,7 @@ def read_eval_jsonl(path: str | PathLike[str]) -> Dataset:
             "leave 'resource' out to ask every resource"
         )
     owners = {m.id: c.resource_id for c in dataset.conversations for m in c.messages if m.id}
-    threads = {c.thread_id: c.resource_id for c in dataset.conversations}
+    threads = dataset.thread_owners
     for line_no, row in rows:
         where = f"{path}, line {line_no}"
         question = _question_line(row, where, owners, threads, dataset.evidence)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_semantic_recall.eval_records import QUERY_THREAD, EvalQuestion
 
 if TYPE_CHECKING:
-    from langchain_semantic_recall.eval_records import Dataset
+    from langchain_semantic_recall.eval_records import Dataset, EvalProbe
     from langchain_semantic_recall.recall import SemanticRecall
 
 __all__ = [
@@ -130,17 +130,20 @@ def dataset_probes(dataset: Dataset) -> dict[str, list[EvalQuestion]]:
     `thread`, if any, only of the resource whose conversation it is (the others are asked
     in a new thread: a search naming another resource's thread is refused).
     """
-    owner = {c.thread_id: c.resource_id for c in dataset.conversations}
-
-    def asked_of(resource: str, thread: str) -> EvalQuestion:
-        mine = thread if owner.get(thread, resource) == resource else QUERY_THREAD
-        return EvalQuestion(resource, line.text, FROM_DATASET, (), mine)
-
+    owner = dataset.thread_owners
     out: dict[str, list[EvalQuestion]] = {}
     for line in dataset.probes:
         resources = [line.resource] if line.resource is not None else dataset.resources
-        out.setdefault(line.kind, []).extend(asked_of(r, line.thread_id) for r in resources)
+        out.setdefault(line.kind, []).extend(
+            EvalQuestion(resource, line.text, FROM_DATASET, (), _asked_in(owner, line, resource))
+            for resource in resources
+        )
     return out
+
+
+def _asked_in(owner: dict[str, str], line: EvalProbe, resource: str) -> str:
+    """The probe's thread if `resource` may ask in it (its own, or no one's), else a new one."""
+    return line.thread_id if owner.get(line.thread_id) in (None, resource) else QUERY_THREAD
 
 
 def probe(memory: SemanticRecall, kind: str, questions: Sequence[EvalQuestion]) -> list[Probe]:

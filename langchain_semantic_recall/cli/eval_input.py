@@ -89,7 +89,7 @@ def check(args: argparse.Namespace, dataset: Any, path: Path) -> None:
         if not out.parent.is_dir():
             raise UsageError(f"--json-out {out}: there is no folder {out.parent} to write it in")
         _refuse_an_input(args, out, path)
-    owner = {c.thread_id: c.resource_id for c in dataset.conversations}
+    owner = dataset.thread_owners
     for line in dataset.probes:  # a question line with this fault is refused as it is read
         if line.resource is not None and owner.get(line.thread_id, line.resource) != line.resource:
             raise CommandError(

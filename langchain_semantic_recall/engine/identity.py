@@ -36,7 +36,7 @@ from langchain_semantic_recall.errors import (
 )
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
-from langchain_semantic_recall.storable import check_id
+from langchain_semantic_recall.storable import id_text
 
 AUTH_USER_KEY = "langgraph_auth_user_id"
 """Where a LangGraph server with custom authentication puts the authenticated user's id."""
@@ -174,10 +174,8 @@ def as_id(name: str, value: object) -> str | None:
     """An id from any source: None stays None, an int becomes its text, text is checked."""
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, str):
-        return check_id(name, value)
+    if isinstance(value, str | int) and not isinstance(value, bool):
+        return id_text(name, value)
     raise InvalidInputError(f"{name} must be text, got {type(value).__name__} {value!r}")
 
 
