@@ -106,6 +106,40 @@ def test_a_copy_of_another_users_thread_is_still_refused(memory: FactsMemory) ->
     assert texts(memory, "bobs") == []
 
 
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_new_message_reusing_an_id_of_another_thread_is_refused_not_dropped(
+    memory: FactsMemory, surface: str, asynchronous: bool
+) -> None:
+    """A client numbering each conversation's messages from "1": the first turn of a new
+    thread was taken for a copy of the thread that stored id "1" (by the id alone), and
+    the user's message was dropped without a word. A copy holds the same text; this is
+    another message, refused as `index` refuses it."""
+    engine = memory.engine
+    app: Any = (
+        create_recall_graph(FakeChatModel(), engine, checkpointer=InMemorySaver())
+        if surface == "graph"
+        else create_agent(
+            FakeChatModel(),
+            middleware=[SemanticRecallMiddleware(engine)],
+            checkpointer=InMemorySaver(),
+        )
+    )
+
+    def turn(text: str, thread_id: str) -> None:
+        state = {"messages": [HumanMessage(text, id="1")]}
+        if asynchronous:
+            asyncio.run(app.ainvoke(state, config(thread_id)))
+        else:
+            app.invoke(state, config(thread_id))
+
+    turn("I have a cat named Tom", "a")
+    with pytest.raises(OwnershipError, match="another thread"):
+        turn("My parrot is called Polly", "b")
+    assert texts(memory, "a") == ["I have a cat named Tom", "ok: I have a cat named Tom"]
+    assert texts(memory, "b") == []
+
+
 # --- an earlier message edited in the state ----------------------------------------------
 
 
@@ -531,7 +565,6 @@ def test_a_before_agent_redaction_listed_first_keeps_pii_from_the_embedder(
         return embed_query(text)
 
     memory.embeddings.__dict__.update(embed_documents=documents, embed_query=query)
-    question = {"messages": [HumanMessage("garden? mail alice@example.com")]}
     for first, thread_id in (
         (PIIMiddleware("email", strategy="redact"), "pii"),
         (RedactFirst(), "own"),
@@ -539,7 +572,9 @@ def test_a_before_agent_redaction_listed_first_keeps_pii_from_the_embedder(
         agent: Any = create_agent(
             FakeChatModel(), middleware=[first, SemanticRecallMiddleware(memory.engine)]
         )
-        embedded.clear()
-        agent.invoke(question, config(thread_id))
+        embedded.clear()  # a new message each time (LangGraph gives the input's its id)
+        agent.invoke(
+            {"messages": [HumanMessage("garden? mail alice@example.com")]}, config(thread_id)
+        )
         assert not any("@" in m.text for m in memory.stored(thread_id))
         assert any("alice@example.com" in t for t in embedded) == (thread_id == "pii")
