@@ -46,6 +46,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import URL_OPTIONS, check_option_names, store_folder
+from langchain_semantic_recall.urls import (
+    check_memory_url,
+    file_path,
+    known_scheme,
+    redact,
+    sqlite_file,
+)
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
 
@@ -76,35 +83,11 @@ DEFAULT_MAX_LOADED: Final = 128
 VECTOR_URL_ENV: Final = "SEMANTIC_RECALL_VECTOR_URL"
 DEFAULT_STORAGE_URL: Final = "sqlite:///semantic-recall-data/messages.sqlite3"
 DEFAULT_VECTOR_URL: Final = "chroma:///semantic-recall-data/chroma"
-_POSTGRES_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
 _POOL_PARAMS: Final = {
     "pool_min_size": "min_size",
     "pool_max_size": "max_size",
     "pool_timeout": "timeout",
 }
-
-
-def redact(url: str) -> str:
-    """`url` without its password (for logs and messages).
-
-    Args:
-        url: Any URL.
-    """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def _file_path(url: str, scheme: str) -> str:
-    """The path of `scheme:///relative` or `scheme:////absolute` (SQLAlchemy style)."""
-    rest = url[len(scheme) + 3 :]  # after "scheme://"
-    if rest.startswith("/"):
-        rest = rest[1:]
-    if not rest:
-        raise InvalidOptionError(f"{url!r} has no path: write {scheme}:///relative/path")
-    return os.path.expanduser(rest)  # "~": the home folder, as for --path
 
 
 def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:
@@ -121,7 +104,7 @@ def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:
             "snapshots_from=N (N >= 0)"
         )
     fixes = ChromaWorkarounds(max_loaded=int(loaded) or None, cpu_gate=cpu_gate)
-    return _embedded_chroma(_file_path(base, "chroma"), fixes, snapshots_from=int(snapshots))
+    return _embedded_chroma(file_path(base, "chroma"), fixes, snapshots_from=int(snapshots))
 
 
 def _embedded_chroma(
@@ -237,32 +220,6 @@ def _postgres(url: str) -> MessageStorage:
     return PostgresStorage(conninfo, min_size=low, max_size=high, timeout=timeout)
 
 
-def sqlite_file(url: str) -> Path | None:
-    """The file a `sqlite:` storage URL names (None: another scheme, or in memory).
-
-    Raises:
-        InvalidOptionError: a `sqlite:` URL without a path.
-    """
-    if not url.lower().startswith("sqlite://"):
-        return None
-    if "?" in url or "#" in url:
-        raise InvalidOptionError(
-            f"{redact(url)!r}: a sqlite:// URL takes no parameters ('?...' would be read as "
-            "part of the file name); write sqlite:///relative/path or sqlite:////absolute/path"
-        )
-    if url[len("sqlite://") :] in ("", "/", "/:memory:"):
-        return None
-    return Path(_file_path(url, "sqlite"))
-
-
-def _memory(url: str, kind: str) -> None:
-    """Refuse anything after `memory://` (it names no place and takes no parameters)."""
-    if url[len("memory://") :]:
-        raise InvalidOptionError(
-            f"{redact(url)!r}: an in-memory {kind} takes no path or parameters; write memory://"
-        )
-
-
 def create_storage(url: str) -> MessageStorage:
     """The message storage a URL names (see the module docstring).
 
@@ -273,9 +230,9 @@ def create_storage(url: str) -> MessageStorage:
         InvalidOptionError: an unknown scheme or a malformed URL.
         StorageError: the storage cannot be opened.
     """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = known_scheme("storage", url)
     if scheme == "memory":
-        _memory(url, "storage")
+        check_memory_url(url, "storage")
         from langchain_semantic_recall.storage.memory import InMemoryStorage
 
         return InMemoryStorage()
@@ -284,11 +241,7 @@ def create_storage(url: str) -> MessageStorage:
 
         file = sqlite_file(url)
         return SQLiteStorage(MEMORY_PATH if file is None else file)
-    if scheme in _POSTGRES_SCHEMES:
-        return _postgres(url)
-    raise InvalidOptionError(
-        f"unknown storage URL {redact(url)!r}: use sqlite:///path, postgresql://... or memory://"
-    )
+    return _postgres(url)
 
 
 def create_vector_index(
@@ -306,21 +259,17 @@ def create_vector_index(
         InvalidOptionError: an unknown scheme or a malformed URL.
         StorageError: a Chroma server did not answer in time.
     """
-    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    scheme = known_scheme("vector", url)
     if scheme == "memory":
-        _memory(url, "vector index")
+        check_memory_url(url, "vector index")
         from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
         return InMemoryVectorIndex()
     if scheme == "chroma":
         return _chroma(url, cpu_gate)
-    if scheme in ("http", "https"):
-        from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
+    from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 
-        return ChromaServerVectorIndex(url, timeout=timeout)
-    raise InvalidOptionError(
-        f"unknown vector URL {redact(url)!r}: use chroma:///path, http://host:port or memory://"
-    )
+    return ChromaServerVectorIndex(url, timeout=timeout)  # http:// or https://
 
 
 def as_vector_index(value: object) -> VectorIndex:
@@ -405,6 +354,7 @@ def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None
     """
     if not isinstance(storage, str) or not isinstance(vector, str):
         raise InvalidOptionError("storage and vector must be URL strings")
+    known_scheme("vector", vector)  # before the storage is opened (and perhaps created)
     message_storage = create_storage(storage)
     try:
         gate, model = _model(embeddings)

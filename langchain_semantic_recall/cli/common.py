@@ -155,7 +155,7 @@ def store_label(args: argparse.Namespace) -> str:
     urls = store_urls(args)
     if urls is None:
         return str(store_path(args))
-    from langchain_semantic_recall.settings import redact
+    from langchain_semantic_recall.urls import redact
 
     return f"{redact(urls[0])} + {redact(urls[1])}"
 

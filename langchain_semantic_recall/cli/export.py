@@ -109,7 +109,7 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
         UsageError: `output` resolves to the store's database, a file SQLite keeps beside
             it, or a path inside its Chroma folder.
     """
-    from langchain_semantic_recall.settings import sqlite_file
+    from langchain_semantic_recall.urls import sqlite_file
 
     urls = store_urls(args)
     database: Path | None

@@ -304,7 +304,7 @@ def _refuse_itself(source: tuple[str, str], target: tuple[str, str]) -> None:
     Raises:
         UsageError: both URLs of the target name the source's places.
     """
-    from langchain_semantic_recall.settings import redact
+    from langchain_semantic_recall.urls import redact
 
     places = [(place(a), place(b)) for a, b in zip(source, target, strict=True)]
     if all(here is not None and here == there for here, there in places):

@@ -75,7 +75,7 @@ def place(url: str) -> tuple[str, ...] | None:
     of one server (`localhost` and `127.0.0.1`) differ here: a refusal must never stop a
     migration between two stores.
     """
-    from langchain_semantic_recall.settings import sqlite_file
+    from langchain_semantic_recall.urls import sqlite_file
 
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
     if scheme in ("sqlite", "chroma"):
@@ -90,18 +90,27 @@ def place(url: str) -> tuple[str, ...] | None:
 
 
 def require_url_store(url: str) -> None:
-    """Raise `NotFoundError` when a `sqlite:` URL names a file that does not exist.
+    """Raise `NotFoundError` when a `sqlite:` URL names no store: no file, or another file.
 
-    Opening it would create an empty store there, and a mistyped path would read as a
-    store with nothing in it (`--path` is checked the same way, by `_require_store`).
+    Opening it would create an empty store there (in another application's database, its
+    tables beside theirs), and a mistyped path would read as a store with nothing in it,
+    whose every vector `stats` would call orphaned (`--path` is checked the same way: by
+    `_require_store`, then its read-only open).
     """
-    from langchain_semantic_recall.settings import sqlite_file
+    from langchain_semantic_recall.storage.sqlite_schema import holds_no_store
+    from langchain_semantic_recall.urls import sqlite_file
 
     file = sqlite_file(url)
     if file is not None and not file.exists():
         raise NotFoundError(
             f"no SQLite store at {file.resolve()} (sqlite:///relative/path, "
             "sqlite:////absolute/path; 'semantic-recall ingest' creates one)"
+        )
+    if file is not None and holds_no_store(file):
+        raise NotFoundError(
+            f"{file.resolve()} is not a store of this package (it is empty, or another "
+            "application's database): check the URL; 'semantic-recall ingest' creates a "
+            "store in a new file"
         )
 
 

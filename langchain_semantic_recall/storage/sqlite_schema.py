@@ -98,6 +98,9 @@ text coarser, until a writable open migrates it."""
 
 _CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
 _GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
+_HAS_VERSION_TABLE: Final = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+)
 _CLEAR_VERSION: Final = "DELETE FROM schema_version"
 _SET_VERSION: Final = "INSERT INTO schema_version (version) VALUES (?)"
 
@@ -178,6 +181,27 @@ def in_use(path: str | os.PathLike[str]) -> bool:
     return False
 
 
+def holds_no_store(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a SQLite file (an empty one included) without this package's schema.
+
+    Opened read-only, so a probe never creates anything. False for a missing file, or one
+    that cannot be read: the open that follows says what is wrong with it.
+    """
+    target = os.fspath(path)
+    if not os.path.isfile(target):
+        return False
+    try:
+        probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+    except sqlite3.Error:
+        return False
+    try:
+        return probe.execute(_HAS_VERSION_TABLE).fetchone() is None
+    except sqlite3.Error:
+        return False
+    finally:
+        probe.close()
+
+
 def migrate_older(path: str | os.PathLike[str]) -> int | None:
     """Bring a writable file of an earlier schema up to date; the version it had.
 
@@ -190,9 +214,7 @@ def migrate_older(path: str | os.PathLike[str]) -> int | None:
         return None
     probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
     try:
-        found = probe.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-        ).fetchone()
+        found = probe.execute(_HAS_VERSION_TABLE).fetchone()
         version = int(probe.execute(_GET_VERSION).fetchone()[0] or 0) if found else None
     except sqlite3.Error:
         return None  # the open that follows says what is wrong with the file
@@ -292,9 +314,7 @@ def _connect_read_only(path: str) -> sqlite3.Connection:
 
 def _read_version(conn: sqlite3.Connection, path: str) -> int:
     """The schema version of a file opened read-only (StorageError if it has none)."""
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-    ).fetchone()
+    found = conn.execute(_HAS_VERSION_TABLE).fetchone()
     if found is None:
         raise StorageError(
             f"SQLite storage {path} holds no schema version (it is empty or not a store "

@@ -186,6 +186,49 @@ def test_a_file_given_as_the_store_folder_is_named_a_file(cli: Cli, argv: list[s
     assert f"give its folder, --path {cli.store.parent}" in cli.capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv", [["threads"], ["stats"], ["show", "t"], ["search", "q", "--resource", "alice"]]
+)
+@pytest.mark.parametrize("content", ["empty", "another application's"])
+def test_a_sqlite_url_naming_no_store_is_refused_and_left_as_it_was(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    embedder: Embedder,
+    argv: list[str],
+    content: str,
+) -> None:
+    """A reading command on another application's database wrote this package's twelve
+    tables into it, then read it as an empty store: `stats` called every vector of the
+    index orphaned and advised the `reindex` that deletes them. `--path` refused it."""
+    import sqlite3
+
+    file = tmp_path / "app.db"
+    file.write_bytes(b"")
+    if content != "empty":
+        with sqlite3.connect(file) as conn:
+            conn.execute("CREATE TABLE users (name TEXT)")
+    before = file.read_bytes()
+    vectors = f"chroma:///{tmp_path / 'chroma'}"
+    result = run(capsys, "--storage", f"sqlite:///{file}", "--vector", vectors, *argv)
+    assert (result.code, result.out) == (3, "")
+    assert "is not a store of this package" in result.err
+    assert file.read_bytes() == before
+    assert not (tmp_path / "chroma").exists()
+
+
+def test_ingest_with_a_mistyped_vector_url_creates_no_storage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], embedder: Embedder
+) -> None:
+    """A usage error (exit 2) that still left a new SQLite store behind."""
+    history = jsonl(tmp_path / "history.jsonl", LINE)
+    file = tmp_path / "new.sqlite3"
+    urls = ["--storage", f"sqlite:///{file}", "--vector", f"chromaa:///{tmp_path / 'c'}"]
+    result = run(capsys, *urls, "ingest", str(history))
+    assert result.code == 2
+    assert "unknown vector URL" in result.err
+    assert not file.exists()
+
+
 def test_the_v_the_error_line_asks_for_works_after_the_command_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
