@@ -25,6 +25,7 @@ from langchain_semantic_recall.cli.common import (
     thread_messages,
 )
 from langchain_semantic_recall.cli.places import SQLITE_COMPANIONS, chroma_folder
+from langchain_semantic_recall.cli.render import note
 from langchain_semantic_recall.errors import UsageError
 
 
@@ -131,15 +132,17 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
 
 
 def _would_empty(storage: Any, args: argparse.Namespace) -> bool:
-    """Whether the export holds no message and its output is a file with data in it.
+    """Whether the export holds no message, to standard output or over a file with data.
 
-    A resource emptied by retention once replaced its last backup with an empty file.
+    A resource emptied by retention once replaced its last backup with an empty file (and
+    a backup written with `>` exited 0 with nothing in it).
     """
     from langchain_semantic_recall.records import ScopeFilter
 
-    target = Path(args.output).expanduser()
-    if not target.is_file() or target.stat().st_size == 0:
-        return False
+    if args.output is not None:
+        target = Path(args.output).expanduser()
+        if not target.is_file() or target.stat().st_size == 0:
+            return False
     return not storage.count(ScopeFilter(args.resource, args.thread), up_to=1)
 
 
@@ -156,11 +159,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             require_resource(storage, args.resource)
             thread_ids = [t.thread_id for t in storage.list_threads(args.resource)]
-        if args.output is not None and _would_empty(storage, args):
-            print(
-                f"Nothing to export (0 messages in {len(thread_ids)} thread(s)): "
-                f"{args.output} is left as it was, not replaced by an empty file."
+        if _would_empty(storage, args):
+            where = (
+                "standard output got nothing (a `>` redirect has emptied its file already)"
+                if args.output is None
+                else f"{args.output} is left as it was, not replaced by an empty file"
             )
+            note(f"Nothing to export (0 messages in {len(thread_ids)} thread(s)): {where}.")
             return EXIT_ERROR
         count = 0
         with _output(args.output) as output:

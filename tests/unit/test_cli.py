@@ -1163,13 +1163,18 @@ def test_an_export_of_nothing_leaves_an_earlier_export_in_place(
     forget = ["forget", "--before", "2100-01-01", "--resource", "carol", "--yes"]
     assert run(capsys, *on_urls, *forget).code == 0
     again = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(backup))
-    assert again.code == 1
-    assert "Nothing to export (0 messages in 1 thread(s))" in again.out
-    assert "left as it was" in again.out
+    assert (again.code, again.out) == (1, "")  # errors go to standard error
+    assert "Nothing to export (0 messages in 1 thread(s))" in again.err
+    assert "left as it was" in again.err
     assert backup.read_text(encoding="utf-8") == before
     fresh = tmp_path / "fresh.jsonl"  # no earlier file to keep: an empty export is written
     assert run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(fresh)).code == 0
     assert fresh.read_text(encoding="utf-8") == ""
+    # To standard output (`> backup.jsonl`, which the shell empties first): exit 0 and
+    # nothing on either stream read as a backup made.
+    piped = run(capsys, *on_urls, "export", "--resource", "carol")
+    assert (piped.code, piped.out) == (1, "")
+    assert "Nothing to export (0 messages in 1 thread(s)): standard output got" in piped.err
 
 
 def test_a_silent_search_says_when_candidates_were_held_back(
