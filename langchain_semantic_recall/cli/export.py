@@ -37,11 +37,11 @@ def register(subparsers: Any) -> None:
         help="write a resource's conversations as JSONL (our import format)",
         description=(
             "Every stored message of a resource (or of one of its threads), in order, as "
-            "our JSONL import format: resource, thread, role, content, id, created_at and "
-            "title, plus the full LangChain message when role and content do not describe "
-            "it completely (tool calls and results). 'semantic-recall ingest' reads it back "
-            "into any store as the same messages: for portability, backups and data-subject "
-            "access requests."
+            "our JSONL import format: resource, thread, role, content, id, created_at, "
+            "metadata and title, plus the full LangChain message when role and content do "
+            "not describe it completely (tool calls and results). 'semantic-recall ingest' "
+            "reads it back into any store as the same messages: for portability, backups "
+            "and data-subject access requests."
         ),
         epilog=(
             "examples:\n"
