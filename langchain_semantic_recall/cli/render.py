@@ -165,10 +165,16 @@ def failure_message(failure: Exception, *, verbose: bool = False) -> str:
         return "the input is nested too deeply to read; check that it is the right file"
     if kind == "BadZipFile":
         return f"a zip archive is damaged ({failure}); download or create it again"
-    if module.startswith(("sqlite3", "chromadb")):
+    if module.startswith("sqlite3"):  # the messages' file: reindex cannot rebuild it
         return (
-            f"the store could not be read ({kind}: {failure}): it may be damaged; restore it "
-            f"from a backup, or rebuild the index with 'semantic-recall reindex'{hint}"
+            f"the store's messages could not be read ({kind}: {failure}): the file may be "
+            f"damaged; restore it from a backup, or move it aside to start an empty store{hint}"
+        )
+    if module.startswith("chromadb"):
+        return (
+            f"the store's vector index could not be read ({kind}: {failure}): it may be "
+            f"damaged; restore it from a backup, or rebuild it with 'semantic-recall "
+            f"reindex'{hint}"
         )
     return f"internal error ({kind}: {failure}){hint}, and report it with the command you ran"
 

@@ -229,6 +229,19 @@ def test_ingest_with_a_mistyped_vector_url_creates_no_storage(
     assert not file.exists()
 
 
+def test_a_damaged_messages_file_is_not_sent_to_reindex(cli: Cli) -> None:
+    """ingest into a store whose messages.sqlite3 is not a database advised "rebuild the
+    index with 'semantic-recall reindex'", which cannot rebuild that file."""
+    cli.store.mkdir()
+    (cli.store / "messages.sqlite3").write_bytes(bytes(range(256)) * 20)
+    history = jsonl(cli.store.parent / "history.jsonl", LINE)
+    for argv in (["ingest", str(history)], ["threads"], ["stats"]):
+        result = cli(*argv)
+        assert result.code != 0, argv
+        assert "reindex" not in result.err, (argv, result.err)
+        assert "move it aside" in result.err, (argv, result.err)
+
+
 def test_the_v_the_error_line_asks_for_works_after_the_command_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
