@@ -10,9 +10,13 @@ comes round: docs/scale.md), and nothing written before is lost.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
@@ -114,6 +118,65 @@ def test_a_restart_and_an_outage_lose_nothing_and_the_pools_recover(
         asyncio.run(run())
         stats = memory.stats(resource_id="alice")
         assert (stats.messages, stats.vectors, stats.missing_vectors) == (12, 12, 0)
+    finally:
+        memory.close()
+        memory.vector_store.close()
+        storage.close()
+
+
+def _frozen(cluster: Restartable, signal_number: int) -> None:
+    """Send the cluster's postmaster and its backends `signal_number` (stop / continue)."""
+    postmaster = int((cluster.root / "data" / "postmaster.pid").read_text().split()[0])
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:  # "pid (name) state ppid ...": the name may hold spaces
+            ppid = int(stat.read_text().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended meanwhile
+        if ppid == postmaster:
+            children.append(int(stat.parent.name))
+    for pid in [postmaster, *children]:
+        os.kill(pid, signal_number)
+
+
+def test_a_server_that_freezes_while_connections_are_pooled_fails_sync_calls_in_time(
+    cluster: Restartable, chroma_url: str
+) -> None:
+    """A server that stops answering while the pool holds connections (a frozen process;
+    a partition that drops nothing): psycopg's check of a pooled connection waited for
+    it, and every sync call hung until the server came back (the async pool gave up after
+    `pool_timeout`). The check now gives up after it too."""
+    storage = PostgresStorage(create_database(cluster.url()), timeout=2.0, max_size=2)
+    memory = SemanticRecall(
+        storage=storage,
+        vector_store=ChromaServerVectorIndex(chroma_url),
+        embeddings=FakeEmbeddings(64),
+        index_name=f"pg-freeze-{uuid.uuid4().hex[:8]}",
+    )
+    outcome: dict[str, object] = {}
+
+    def calls() -> None:
+        try:
+            memory.index(chat(2), thread_id="t1", resource_id="alice")
+        except StorageError as error:
+            outcome["index"] = error
+        question = [HumanMessage("lisbon trip")]
+        outcome["recall"] = memory.recall(question, thread_id="t2", resource_id="alice")
+
+    try:
+        assert memory.index(chat(1), thread_id="t1", resource_id="alice").error is None
+        _frozen(cluster, signal.SIGSTOP)
+        try:
+            worker = threading.Thread(target=calls, daemon=True)
+            worker.start()
+            worker.join(timeout=30)  # pool_timeout 2 s per call; hung: until SIGCONT
+            assert not worker.is_alive(), "a sync call hung on a frozen server"
+        finally:
+            _frozen(cluster, signal.SIGCONT)
+        assert isinstance(outcome["index"], StorageError)
+        assert outcome["recall"] == [HumanMessage("lisbon trip")]  # no memory, no hang
+        assert memory.index(chat(3), thread_id="t1", resource_id="alice").error is None
+        assert storage.count(None) == 4
     finally:
         memory.close()
         memory.vector_store.close()

@@ -1,14 +1,14 @@
-"""A PostgreSQL connection string: checked before connecting, and shown without password."""
+"""A PostgreSQL connection: its string checked and shown without password, its pool's check."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_semantic_recall.errors import InvalidOptionError
 
-__all__ = ["check_conninfo", "pool_number", "redacted", "sets_connect_timeout"]
+__all__ = ["answers_within", "check_conninfo", "pool_number", "redacted", "sets_connect_timeout"]
 
 
 def check_conninfo(conninfo: str, shown: str) -> None:
@@ -73,3 +73,36 @@ def pool_number(key: str, value: str) -> float:
     if not (0 < seconds < math.inf):
         raise InvalidOptionError(f"pool_timeout must be a number of seconds > 0, got {value!r}")
     return seconds
+
+
+def answers_within(seconds: float) -> Callable[[Any], None]:
+    """The sync pool's check of a pooled connection, given up after `seconds`.
+
+    psycopg's own check (an empty query) waits as long as the server takes: a server
+    that stalls while connections are pooled (a frozen process, a failover in progress)
+    blocked every sync call for good, where the async pool gives up after its timeout.
+    A connection that does not answer in time is closed, and the pool makes a new one
+    (libpq's `connect_timeout` bounds that) or fails after its own timeout. A query that
+    stalls after the check still waits: psycopg has no deadline for one.
+    """
+    import psycopg
+    from psycopg import generators
+
+    late = getattr(psycopg.errors, "_WaitTimeout", None)
+    if late is None:  # a psycopg without deadlines: its own check
+        from psycopg_pool import ConnectionPool
+
+        return ConnectionPool.check_connection
+
+    def check(conn: Any) -> None:
+        pgconn = conn.pgconn
+        pgconn.send_query(b"")
+        try:
+            conn.wait(generators.fetch_many(pgconn), timeout=seconds)
+        except late:
+            pgconn.finish()
+            raise psycopg.OperationalError(
+                f"the server did not answer a pooled connection's check in {seconds:g} s"
+            ) from None
+
+    return check

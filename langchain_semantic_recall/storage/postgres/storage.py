@@ -41,7 +41,11 @@ from langchain_semantic_recall.records import (
     ThreadInfo,
 )
 from langchain_semantic_recall.storage.base import MessageStorage
-from langchain_semantic_recall.storage.postgres.conninfo import redacted, sets_connect_timeout
+from langchain_semantic_recall.storage.postgres.conninfo import (
+    answers_within,
+    redacted,
+    sets_connect_timeout,
+)
 from langchain_semantic_recall.storage.postgres.lifecycle import (
     UNRETIRE_SQL,
     adopt_steps,
@@ -208,7 +212,7 @@ class PostgresStorage(MessageStorage):
                 max_size=max_size,
                 timeout=timeout,
                 kwargs=self._kwargs,
-                check=ConnectionPool.check_connection,
+                check=answers_within(timeout),
                 name="semantic-recall",
                 open=True,
             )
