@@ -24,6 +24,7 @@ from langchain_semantic_recall.cli.common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_USAGE,
+    INDEX_NAME_HELP,
     PATH_ENV,
     VERBOSE_HELP,
     CommandError,
@@ -97,6 +98,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         metavar="URL",
         help="vector index URL, with --storage (chroma:///..., http://host:8000)",
     )
+    parser.add_argument("--index-name", metavar="NAME", help=INDEX_NAME_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -208,7 +208,7 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
         # The local model's name and tokenizer, not the embedder: its class is LangChain's
         # (~0.3 s to import). `create_embeddings` is looked up now: the tests replace it.
         embeddings: Embedder = common.create_embeddings() or LocalModel()
-        info = named_index(embeddings)
+        info = named_index(embeddings, common.index_name(args))
         found = None if info is None else local_file_index(store_path(args), info, scope)
         strays = None if info is None else _unowned_in_file(args, info, scope)
         if info is None or found is None or strays is None:
@@ -252,7 +252,10 @@ def _client_stats(args: argparse.Namespace) -> RecallStats:
     try:
         scope, relevance = _scope_and_relevance(args, storage)
         space = VectorSpace(
-            backends["embeddings"], as_vector_index(backends["vector_store"]), EmbeddingCache(1)
+            backends["embeddings"],
+            as_vector_index(backends["vector_store"]),
+            EmbeddingCache(1),
+            common.index_name(args),
         )
         stats = drive(stats_op(space, scope, relevance), Backends(storage, space))
         if args.thread is None and args.resource is not None and not _anything(stats):

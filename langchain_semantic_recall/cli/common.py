@@ -127,7 +127,21 @@ def store_options() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"the store (default: ${PATH_ENV}, else {DEFAULT_PATH})",
     )
+    parent.add_argument(
+        "--index-name", default=argparse.SUPPRESS, metavar="NAME", help=INDEX_NAME_HELP
+    )
     return parent
+
+
+INDEX_NAME_HELP = (
+    "the store's vector index when it has a name of its own (index_name= in Python: a "
+    "store beside another on one Chroma server); default: the model's"
+)
+
+
+def index_name(args: argparse.Namespace) -> str | None:
+    """The `--index-name` given, before or after the command (None: the model's default)."""
+    return getattr(args, "index_name", None) or None
 
 
 def store_urls(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -183,6 +197,8 @@ def open_memory(
     from langchain_semantic_recall.recall import SemanticRecall
 
     read_only = options.get("read_only")
+    if (name := index_name(args)) is not None:
+        options.setdefault("index_name", name)
     backends = open_backends(args, create=create, new_vectors=new_vectors, read_only=read_only)
     try:
         return SemanticRecall(**backends, **options)
@@ -266,7 +282,7 @@ def open_backends(
     backends = local_backends(path, create_embeddings(), read_only=read_only)
     _closed_at_the_end(backends)
     try:
-        require_own_vectors(path, backends["embeddings"])
+        require_own_vectors(path, backends["embeddings"], index_name(args))
     except BaseException:
         for part in ("vector_store", "storage"):
             backends[part].close()
@@ -282,7 +298,7 @@ def _closed_at_the_end(backends: dict[str, Any]) -> dict[str, Any]:
     return backends
 
 
-def require_own_vectors(path: Path, embeddings: Embeddings) -> None:
+def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = None) -> None:
     """Refuse a store whose vectors another embedder made: every command would miss them.
 
     A search would find nothing, `stats` would call every vector missing, `reindex` would
@@ -295,7 +311,7 @@ def require_own_vectors(path: Path, embeddings: Embeddings) -> None:
     from langchain_semantic_recall.errors import EmbeddingMismatchError
     from langchain_semantic_recall.settings import other_embedders
 
-    info = named_index(embeddings)
+    info = named_index(embeddings, name)
     why = None if info is None else other_embedders(path, info)
     if why is not None:
         raise EmbeddingMismatchError(

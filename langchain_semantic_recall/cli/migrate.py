@@ -33,6 +33,7 @@ from langchain_semantic_recall.cli.common import (
     CommandError,
     UsageError,
     create_embeddings,
+    index_name,
     print_json,
     progress_bar,
     store_options,
@@ -244,7 +245,6 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="messages read and written at a time (default: 500)",
     )
-    parser.add_argument("--index-name", metavar="NAME", help="the index to migrate")
     parser.add_argument(
         "--to-index-name",
         metavar="NAME",
@@ -339,8 +339,8 @@ def run(args: argparse.Namespace) -> int:
     _refuse_itself((from_storage, from_vector), (args.to_storage, args.to_vector))
     embeddings = _embeddings(args.embeddings)
     options: dict[str, Any] = {"read_only": True}
-    if args.index_name:
-        options["index_name"] = args.index_name
+    if (name := index_name(args)) is not None:
+        options["index_name"] = name
     source = SemanticRecall.from_url(
         storage=from_storage, vector=from_vector, embeddings=embeddings, **options
     )

@@ -536,6 +536,32 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> Result:
     return Result(code, captured.out, captured.err)
 
 
+def test_two_stores_on_one_vector_server_each_keep_to_their_own_index(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """docs/scale.md gives a store beside another on one Chroma server its own index_name,
+    but the command line could open only the model's default index: on store B, stats
+    called store A's vectors orphaned, and forget and the reindex it advised deleted
+    them (forget left B's own)."""
+    a = on_urls  # both stores' commands share the fixture's one vector index
+    b = ["--storage", f"sqlite:///{tmp_path / 'b.sqlite3'}", "--vector", "memory://"]
+    history = str(jsonl(tmp_path / "h.jsonl", LINE, LINE | {"id": "x2", "content": "bye"}))
+    assert run(capsys, *a, "ingest", history).code == 0
+    assert run(capsys, *b, "--index-name", "b-own", "ingest", history).code == 0
+
+    def stats(store: list[str], *name: str) -> dict[str, Any]:
+        result = run(capsys, *store, *name, "stats", "--json")
+        assert result.code == 0, result.err
+        return dict(result.json())
+
+    own = stats(b, "--index-name", "b-own")
+    assert (own["index_name"], own["vectors"], own["missing_vectors"]) == ("b-own", 2, 0)
+    forget = ["forget", "--resource", "carol", "--yes", "--index-name", "b-own"]
+    assert run(capsys, *b, *forget).code == 0  # the option after the command too
+    assert stats(a)["vectors"] == 2  # store A's vectors untouched
+    assert stats(b, "--index-name", "b-own")["vectors"] == 0
+
+
 def test_ingest_reports_a_misspelt_key_instead_of_dropping_its_value(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
 ) -> None:
