@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["Period", "named_period"]
+__all__ = ["CALENDAR_WORDS", "Period", "named_period"]
 
 _MONTHS = (
     "january",
@@ -44,6 +44,11 @@ _MONTHS = (
 _MONTH_NUMBER = {name: n for n, name in enumerate(_MONTHS, start=1)}
 _MONTH_NUMBER.update({name[:3]: n for n, name in enumerate(_MONTHS, start=1) if name != "may"})
 _MONTH_NUMBER["sept"] = 9
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+CALENDAR_WORDS: frozenset[str] = frozenset((*_MONTHS, *_WEEKDAYS))
+"""Month and weekday names, lower case: capitalised, they name a time, not someone or
+something a memory must mention (`relevance.features`). Short forms are left out: "Jan"
+and "Jun" are names too."""
 _MONTH = r"(?P<month>" + "|".join(sorted(_MONTH_NUMBER, key=len, reverse=True)) + r")\.?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"

@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from langchain_semantic_recall.keywords import index_terms, query_terms, term_set
-from langchain_semantic_recall.periods import Period
+from langchain_semantic_recall.periods import CALENDAR_WORDS, Period
 from langchain_semantic_recall.records import StoredMessage
 from langchain_semantic_recall.relevance.reference import QueryBaseline
 
@@ -34,6 +34,7 @@ __all__ = [
     "Query",
     "TermCache",
     "TextFacts",
+    "asked_names",
     "content_terms",
     "context_rows",
     "direct_rows",
@@ -104,6 +105,13 @@ CONVERSATIONAL: frozenset[str] = frozenset(
 """Stems of greetings, thanks, acknowledgements and the like: not content terms."""
 
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+")
+"""A capitalised word inside a sentence: a name the query asks about (`Query.name_missing`)."""
+
+
+def asked_names(query: str) -> list[str]:
+    """The index terms of the names `query` asks about (month and weekday names are times)."""
+    words = [word for word in _NAME.findall(query) if word.lower() not in CALENDAR_WORDS]
+    return [term for word in words for term in index_terms(word)]
 
 
 def content_terms(query: str) -> list[str]:
@@ -242,7 +250,7 @@ class Query:
         terms = tuple(content_terms(query))
         cosines = {k: v for k, v in dense if k in messages}
         bm25 = {k: v for k, v in keyword if k in messages}
-        names = [term for word in _NAME.findall(query) for term in index_terms(word)]
+        names = asked_names(query)
         of = texts.of
         bags = {k: of(messages[k].text).terms for k in {*cosines, *bm25}}
         anywhere = frozenset().union(*bags.values())

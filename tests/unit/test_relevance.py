@@ -33,7 +33,12 @@ from langchain_semantic_recall.relevance import (
     default_model,
     is_question,
 )
-from langchain_semantic_recall.relevance.features import CONTEXT, DIRECT, context_rows
+from langchain_semantic_recall.relevance.features import (
+    CONTEXT,
+    DIRECT,
+    asked_names,
+    context_rows,
+)
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -168,6 +173,15 @@ def test_content_terms_and_questions() -> None:
     assert content_terms("can you help me with my dog?") == ["dog"]
     assert is_question("Alice: where to? [shared image: a map]")
     assert not is_question("a list [1, 2]")
+
+
+def test_month_and_weekday_names_are_times_not_names_a_memory_must_mention() -> None:
+    """ "Where do I spend the December holidays?" counted "December" as a name no stored
+    message mentioned (2 spreads against the evidence): silent, with the fact first."""
+    assert asked_names("Where do I spend the December holidays?") == []
+    assert asked_names("What did I plan for Friday and May?") == []
+    assert asked_names("Where does Caroline live in March?") == ["carolin"]
+    assert asked_names("Is Jan coming?") == ["jan"]  # a short form can be a name
 
 
 @pytest.mark.parametrize(
