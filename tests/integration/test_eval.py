@@ -481,6 +481,20 @@ def test_quality_foreign_benchmark_smoke(locomo_file: Path, tmp_path: Path) -> N
     assert sum(int(n) for n in grouped) == total
 
 
+@pytest.mark.slow
+def test_quality_unseen_benchmark_smoke(tmp_path: Path) -> None:
+    """Each mode gets a row of shares in [0, 1] and message counts; the facts alone are
+    all found by the questions that share their words."""
+    out = _run_benchmark("quality_unseen.py", ["--stores", "small", "--personas", "2"], tmp_path)
+    rows = re.findall(r"^\| small \| ([^|]+) \| (.+) \|$", out, re.MULTILINE)
+    assert [mode.strip() for mode, _ in rows] == ["defaults", "dense top 5 x 3", "keyword"]
+    for _, cells in rows:
+        paraphrase, shared, *counts = (float(c) for c in cells.split(" | "))
+        assert 0.0 <= paraphrase <= 1.0
+        assert shared == 1.0
+        assert all(0.0 <= n <= 15.0 for n in counts)
+
+
 def test_eval_store_refuses_vectors_of_another_embedder_of_the_same_name(
     locomo_file: Path,
     tmp_path: Path,
