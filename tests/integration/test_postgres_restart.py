@@ -181,3 +181,27 @@ def test_a_server_that_freezes_while_connections_are_pooled_fails_sync_calls_in_
         memory.close()
         memory.vector_store.close()
         storage.close()
+
+
+def test_a_pooled_connection_the_server_ended_is_replaced_not_handed_out(
+    cluster: Restartable,
+) -> None:
+    """pg_terminate_backend, idle_session_timeout or a failover end a pooled connection;
+    the pool's check must see it and open another, so the next call works (a check that
+    read the server's error as an answer handed the dead connection to the call)."""
+    import psycopg
+
+    url = create_database(cluster.url())
+    storage = PostgresStorage(url, timeout=2.0, min_size=1, max_size=1)
+    try:
+        assert storage.count(None) == 0
+        with psycopg.connect(url, autocommit=True) as admin:
+            ended = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'langchain-semantic-recall' AND pid <> pg_backend_pid()"
+            ).fetchall()
+        assert ended
+        assert all(row[0] for row in ended)
+        assert storage.count(None) == 0  # on a new connection, not an error
+    finally:
+        storage.close()

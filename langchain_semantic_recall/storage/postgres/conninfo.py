@@ -86,9 +86,9 @@ def answers_within(seconds: float) -> Callable[[Any], None]:
     stalls after the check still waits: psycopg has no deadline for one.
     """
     import psycopg
-    from psycopg import generators
+    from psycopg import generators, pq
 
-    late = getattr(psycopg.errors, "_WaitTimeout", None)
+    late = getattr(psycopg.errors, "_WaitTimeout", None)  # psycopg 3.3.6 and later
     if late is None:  # a psycopg without deadlines: its own check
         from psycopg_pool import ConnectionPool
 
@@ -96,13 +96,21 @@ def answers_within(seconds: float) -> Callable[[Any], None]:
 
     def check(conn: Any) -> None:
         pgconn = conn.pgconn
+        if pgconn.status != pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the pooled connection is closed")
         pgconn.send_query(b"")
         try:
-            conn.wait(generators.fetch_many(pgconn), timeout=seconds)
+            results = conn.wait(generators.fetch_many(pgconn), timeout=seconds)
         except late:
             pgconn.finish()
             raise psycopg.OperationalError(
                 f"the server did not answer a pooled connection's check in {seconds:g} s"
             ) from None
+        # A connection the server ended (pg_terminate_backend, idle_session_timeout, a
+        # failover) answers with an error result, which fetch_many returns, not raises.
+        if pgconn.status != pq.ConnStatus.OK or any(
+            result.status != pq.ExecStatus.EMPTY_QUERY for result in results
+        ):
+            raise psycopg.OperationalError("the pooled connection no longer works")
 
     return check
