@@ -41,7 +41,7 @@ from langchain_semantic_recall.messages import (
     to_messages,
 )
 from langchain_semantic_recall.recall_report import RecallReport
-from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter, StoredMessage
+from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
@@ -395,30 +395,27 @@ def _edited(
 def _said_in_this_thread(
     candidates: Sequence[BaseMessage], thread_id: str, who: Identity
 ) -> Op[list[BaseMessage]]:
-    """`candidates` without the messages stored in another thread of the same owner.
+    """`candidates` without the history stored in another thread of the same owner.
 
     A thread copied with its checkpoint (LangGraph server's `threads.copy`, or
     `update_state` on a new thread with another's values) holds the other thread's
     messages with their ids; message ids are unique across threads, so storing them again
     would fail every turn of the copy. They stay where they were said (resource-scope recall
-    finds them there); the copy's own turns are stored under the copy. A copy holds the
-    same text: a message whose id another thread stored with other text (a client that
-    numbers each conversation's messages from 1) is a new message, left in for the write
-    to refuse (`OwnershipError`), as is a message of another owner.
+    finds them there, edited since or not); the copy's own turns are stored under the copy.
+    The current turn (from the newest user message on) is never such history: a message
+    of it whose id another thread stored (a client that numbers each conversation's
+    messages from 1) is left in for the write to refuse (`OwnershipError`), as is a
+    message of another owner.
     """
-    ids = [m.id for m in candidates if m.id]
+    turn = next((p for p in range(len(candidates) - 1, -1, -1) if _is_user(candidates[p])), None)
+    history = candidates if turn is None else candidates[:turn]
+    ids = [m.id for m in history if m.id]
     if not ids:
         return list(candidates)
     owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
     found = yield steps.ReadWindows(ids, before=0, after=0, scope=ScopeFilter(resource_id=owner))
-    return [m for m in candidates if not _copied(m, found.get(m.id or ""), thread_id)]
-
-
-def _copied(message: BaseMessage, rows: Sequence[StoredMessage] | None, thread_id: str) -> bool:
-    """Whether `message` is stored, with its text, in another thread than `thread_id`."""
-    if not rows:
-        return False
-    return rows[0].thread_id != thread_id and rows[0].text == clean_text(text_of(message, "\n"))
+    elsewhere = {key for key, rows in found.items() if rows and rows[0].thread_id != thread_id}
+    return [m for m in history if m.id not in elsewhere] + list(candidates[len(history) :])
 
 
 def _index_new_op(

@@ -106,6 +106,38 @@ def test_a_copy_of_another_users_thread_is_still_refused(memory: FactsMemory) ->
     assert texts(memory, "bobs") == []
 
 
+def test_a_copy_goes_on_after_the_original_edits_a_message_it_copied(
+    memory: FactsMemory,
+) -> None:
+    """A copy whose history the original then corrected (the same id, new text) is still
+    a copy: a rule that asked for the same text refused every turn of it, for good."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("original"))
+    graph.update_state(config("copy"), graph.get_state(config("original")).values, as_node="index")
+    first = graph.get_state(config("original")).values["messages"][0]
+    fixed = {"messages": [HumanMessage("garden!!", id=first.id)]}
+    graph.update_state(config("original"), fixed, as_node="index")
+    graph.invoke(ask("next"), config("original"))
+    for text in ("piano?", "tennis?"):
+        graph.invoke(ask(text), config("copy"))
+    assert texts(memory, "original") == ["garden!!", "ok: garden?", "next", "ok: next"]
+    assert texts(memory, "copy") == ["piano?", "ok: piano?", "tennis?", "ok: tennis?"]
+
+
+def test_one_message_object_sent_to_two_threads_is_refused_not_dropped(
+    memory: FactsMemory,
+) -> None:
+    """LangGraph writes the id it gives an input message into the object: sent again to
+    a new thread, it came with the first thread's id and text, was taken for copied
+    history, and the new thread stored only the answer."""
+    graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    question = ask("I have a cat named Tom")
+    graph.invoke(question, config("a"))
+    with pytest.raises(OwnershipError, match="another thread"):
+        graph.invoke(question, config("b"))
+    assert texts(memory, "b") == []
+
+
 @pytest.mark.parametrize("surface", ["graph", "agent"])
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_new_message_reusing_an_id_of_another_thread_is_refused_not_dropped(
