@@ -47,6 +47,7 @@ from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import URL_OPTIONS, check_option_names, store_folder
 from langchain_semantic_recall.urls import (
+    SQLITE_COMPANIONS,
     check_memory_url,
     file_path,
     known_scheme,
@@ -355,6 +356,8 @@ def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None
     if not isinstance(storage, str) or not isinstance(vector, str):
         raise InvalidOptionError("storage and vector must be URL strings")
     known_scheme("vector", vector)  # before the storage is opened (and perhaps created)
+    made = sqlite_file(storage)
+    made = None if made is None or made.exists() else made
     message_storage = create_storage(storage)
     try:
         gate, model = _model(embeddings)
@@ -365,6 +368,8 @@ def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None
         }
     except BaseException:
         message_storage.close()
+        for suffix in SQLITE_COMPANIONS if made is not None else ():
+            Path(f"{made}{suffix}").unlink(missing_ok=True)  # a failed open leaves no store
         raise
 
 

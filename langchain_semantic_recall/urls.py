@@ -14,6 +14,7 @@ from langchain_semantic_recall.errors import InvalidOptionError
 
 __all__ = [
     "POSTGRES_SCHEMES",
+    "SQLITE_COMPANIONS",
     "check_memory_url",
     "file_path",
     "known_scheme",
@@ -22,6 +23,8 @@ __all__ = [
 ]
 
 POSTGRES_SCHEMES: Final = ("postgresql", "postgres", "postgresql+psycopg")
+SQLITE_COMPANIONS: Final = ("", "-wal", "-shm", "-journal")
+"""A SQLite database's files: the database, and what SQLite writes beside it."""
 _SCHEMES: Final = {
     "storage": ("memory", "sqlite", *POSTGRES_SCHEMES),
     "vector": ("memory", "chroma", "http", "https"),

@@ -24,7 +24,7 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
     thread_messages,
 )
-from langchain_semantic_recall.cli.places import SQLITE_COMPANIONS, chroma_folder
+from langchain_semantic_recall.cli.places import chroma_folder
 from langchain_semantic_recall.cli.render import note
 from langchain_semantic_recall.errors import UsageError
 
@@ -110,7 +110,7 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
         UsageError: `output` resolves to the store's database, a file SQLite keeps beside
             it, or a path inside its Chroma folder.
     """
-    from langchain_semantic_recall.urls import sqlite_file
+    from langchain_semantic_recall.urls import SQLITE_COMPANIONS, sqlite_file
 
     urls = store_urls(args)
     database: Path | None

@@ -18,9 +18,6 @@ DEFAULT_PATH = "./.semantic-recall"
 """The store without `--path` or `$SEMANTIC_RECALL_PATH`."""
 PATH_ENV = "SEMANTIC_RECALL_PATH"
 
-SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
-"""A SQLite database's files: the database, and what SQLite writes beside it."""
-
 
 def a_path(value: str) -> str:
     """Argparse `type=` of a file or folder: a quoted '~/memory' is in the home folder.

@@ -216,17 +216,28 @@ def test_a_sqlite_url_naming_no_store_is_refused_and_left_as_it_was(
     assert not (tmp_path / "chroma").exists()
 
 
+@pytest.mark.parametrize(
+    ("vector", "said"),
+    [
+        ("chromaa:///{tmp}/c", "unknown vector URL"),
+        ("chroma://", "has no path"),
+        ("memory://junk", "takes no path"),
+        ("chroma:///{tmp}/c?max_loaded=abc", "max_loaded"),
+        ("chroma:///{tmp}/c?bogus=1", "bogus"),
+    ],
+)
 def test_ingest_with_a_mistyped_vector_url_creates_no_storage(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], embedder: Embedder
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], embedder: Embedder, vector: str, said: str
 ) -> None:
-    """A usage error (exit 2) that still left a new SQLite store behind."""
+    """A usage error (exit 2) that still left a new SQLite store behind, which the next
+    command then read as a store."""
     history = jsonl(tmp_path / "history.jsonl", LINE)
     file = tmp_path / "new.sqlite3"
-    urls = ["--storage", f"sqlite:///{file}", "--vector", f"chromaa:///{tmp_path / 'c'}"]
+    urls = ["--storage", f"sqlite:///{file}", "--vector", vector.format(tmp=tmp_path)]
     result = run(capsys, *urls, "ingest", str(history))
-    assert result.code == 2
-    assert "unknown vector URL" in result.err
-    assert not file.exists()
+    assert result.code == 2, result.err
+    assert said in result.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.jsonl"]
 
 
 def test_a_damaged_messages_file_is_not_sent_to_reindex(cli: Cli) -> None:
