@@ -305,13 +305,22 @@ def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = N
     embed the store again beside them, and `forget` would leave them behind.
 
     Raises:
+        NotFoundError: the store's index of this model has another name (`--index-name`).
         EmbeddingMismatchError: the store holds indexes of other embedders only.
     """
     from langchain_semantic_recall.engine.vector_space import named_index
     from langchain_semantic_recall.errors import EmbeddingMismatchError
-    from langchain_semantic_recall.settings import other_embedders
+    from langchain_semantic_recall.settings import local_indexes, other_embedders
 
     info = named_index(embeddings, name)
+    found = {} if info is None else local_indexes(path)
+    if info is not None and found and info.name not in found:
+        mine = sorted(n for n, made in found.items() if made == (info.model, info.dimension))
+        if mine:
+            raise NotFoundError(
+                f"the store at {path} has no index {info.name!r}; its vectors of this model "
+                f"are in index {mine[0]!r}: give --index-name {mine[0]}"
+            )
     why = None if info is None else other_embedders(path, info)
     if why is not None:
         raise EmbeddingMismatchError(

@@ -139,6 +139,19 @@ def test_a_sqlite_url_naming_no_file_is_not_found_and_creates_nothing(
 # --- ingest ------------------------------------------------------------------------------
 
 
+def test_a_store_with_an_index_of_its_own_name_asks_for_index_name(cli: Cli) -> None:
+    """Opened without --index-name, it was refused as "not embedded by the command line's
+    model" (the same model), with the advice to embed it all again."""
+    history = unit.jsonl(cli.store.parent / "history.jsonl", unit.LINE)
+    assert cli("--index-name", "own", "ingest", str(history)).code == 0
+    for argv in (["stats"], ["search", "hello", "--resource", "carol"]):
+        refused = cli(*argv)
+        assert refused.code == 3, refused.err
+        assert "give --index-name own" in refused.err
+        assert "reembed" not in refused.err
+        assert cli(*argv, "--index-name", "own").code == 0
+
+
 def test_ingest_a_chatgpt_export_then_again_adds_nothing(cli: Cli, export_file: Path) -> None:
     first = cli("ingest", str(export_file), "--resource", "alice")
     assert first.code == 0, first.err
