@@ -131,18 +131,14 @@ def _refuse_store_file(args: argparse.Namespace, output: str) -> None:
         )
 
 
-def _would_empty(storage: Any, args: argparse.Namespace) -> bool:
-    """Whether the export holds no message, to standard output or over a file with data.
+def _nothing(storage: Any, args: argparse.Namespace) -> bool:
+    """Whether the export would hold no message (a resource emptied by retention).
 
-    A resource emptied by retention once replaced its last backup with an empty file (and
-    a backup written with `>` exited 0 with nothing in it).
+    Nothing is then written, and the command exits 1: an empty file (or an empty `>`
+    redirect) read as a backup made, and once replaced the resource's last backup.
     """
     from langchain_semantic_recall.records import ScopeFilter
 
-    if args.output is not None:
-        target = Path(args.output).expanduser()
-        if not target.is_file() or target.stat().st_size == 0:
-            return False
     return not storage.count(ScopeFilter(args.resource, args.thread), up_to=1)
 
 
@@ -159,11 +155,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             require_resource(storage, args.resource)
             thread_ids = [t.thread_id for t in storage.list_threads(args.resource)]
-        if _would_empty(storage, args):
+        if _nothing(storage, args):
             where = (
                 "standard output got nothing (a `>` redirect has emptied its file already)"
                 if args.output is None
-                else f"{args.output} is left as it was, not replaced by an empty file"
+                else f"nothing was written to {args.output}"
             )
             note(f"Nothing to export (0 messages in {len(thread_ids)} thread(s)): {where}.")
             return EXIT_ERROR

@@ -1215,11 +1215,12 @@ def test_an_export_of_nothing_leaves_an_earlier_export_in_place(
     again = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(backup))
     assert (again.code, again.out) == (1, "")  # errors go to standard error
     assert "Nothing to export (0 messages in 1 thread(s))" in again.err
-    assert "left as it was" in again.err
+    assert f"nothing was written to {backup}" in again.err
     assert backup.read_text(encoding="utf-8") == before
-    fresh = tmp_path / "fresh.jsonl"  # no earlier file to keep: an empty export is written
-    assert run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(fresh)).code == 0
-    assert fresh.read_text(encoding="utf-8") == ""
+    fresh = tmp_path / "fresh.jsonl"  # a dated nightly backup: no empty file either
+    new = run(capsys, *on_urls, "export", "--resource", "carol", "-o", str(fresh))
+    assert new.code == 1
+    assert not fresh.exists()
     # To standard output (`> backup.jsonl`, which the shell empties first): exit 0 and
     # nothing on either stream read as a backup made.
     piped = run(capsys, *on_urls, "export", "--resource", "carol")
