@@ -186,7 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as failure:
         error(f"{failure.strerror or failure}: {failure.filename or ''}".rstrip(": "))
         return EXIT_ERROR
-    except Exception as failure:
+    except BaseException as failure:  # a Rust panic (chromadb, the tokenizer) is no Exception
+        if not isinstance(failure, Exception) and type(failure).__name__ != "PanicException":
+            raise
         if args.verbose:
             traceback.print_exc()
         error(failure_message(failure, verbose=args.verbose))

@@ -148,7 +148,7 @@ def with_notes(failure: BaseException) -> str:
     return "; ".join([str(failure), *getattr(failure, "__notes__", ())])
 
 
-def failure_message(failure: Exception, *, verbose: bool = False) -> str:
+def failure_message(failure: BaseException, *, verbose: bool = False) -> str:
     """One line for a failure no command turned into a `CommandError`, with a next step.
 
     The traceback stays behind `-v` (`main` prints it); the line names the kind of
@@ -165,6 +165,12 @@ def failure_message(failure: Exception, *, verbose: bool = False) -> str:
         return "the input is nested too deeply to read; check that it is the right file"
     if kind == "BadZipFile":
         return f"a zip archive is damaged ({failure}); download or create it again"
+    if kind == "PanicException":  # Rust code of chromadb or of the tokenizer gave up
+        return (
+            f"a native library failed ({kind}: {failure}); a damaged store can cause it: "
+            "restore the store from a backup, or rebuild its vector index with "
+            f"'semantic-recall reindex'{hint}"
+        )
     if module.startswith("sqlite3"):  # the messages' file: reindex cannot rebuild it
         return (
             f"the store's messages could not be read ({kind}: {failure}): the file may be "

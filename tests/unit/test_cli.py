@@ -253,6 +253,25 @@ def test_a_damaged_messages_file_is_not_sent_to_reindex(cli: Cli) -> None:
         assert "move it aside" in result.err, (argv, result.err)
 
 
+def test_a_rust_panic_is_a_one_line_error_not_a_traceback(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """chromadb on a damaged chroma.sqlite3 panics (pyo3's PanicException, a BaseException
+    the command line did not catch): a traceback and no advice."""
+    from langchain_semantic_recall.cli import threads
+
+    panic = type("PanicException", (BaseException,), {"__module__": "pyo3_runtime"})
+
+    def run(args: argparse.Namespace) -> int:
+        raise panic("called `Result::unwrap()` on an `Err` value")
+
+    monkeypatch.setattr(threads, "run_threads", run)
+    result = cli("threads")
+    assert result.code == 1
+    assert "a native library failed (PanicException" in result.err
+    assert "Traceback" not in result.err
+
+
 def test_the_v_the_error_line_asks_for_works_after_the_command_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
