@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_semantic_recall.cli.places import DEFAULT_PATH as DEFAULT_PATH  # noqa: PLC0414
 from langchain_semantic_recall.cli.places import PATH_ENV as PATH_ENV  # noqa: PLC0414
 from langchain_semantic_recall.cli.places import a_path as a_path  # noqa: PLC0414
+from langchain_semantic_recall.cli.places import require_own_vectors
 from langchain_semantic_recall.cli.places import store_path as store_path  # noqa: PLC0414
 
 # Defined in errors.py with every error class; re-exported: the subcommands import them here.
@@ -296,41 +297,6 @@ def _closed_at_the_end(backends: dict[str, Any]) -> dict[str, Any]:
     if closers is not None:
         closers += [backends[part].close for part in ("storage", "vector_store")]
     return backends
-
-
-def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = None) -> None:
-    """Refuse a store whose vectors another embedder made: every command would miss them.
-
-    A search would find nothing, `stats` would call every vector missing, `reindex` would
-    embed the store again beside them, and `forget` would leave them behind.
-
-    Raises:
-        NotFoundError: the store's index of this model has another name (`--index-name`).
-        EmbeddingMismatchError: the store holds indexes of other embedders only.
-    """
-    from langchain_semantic_recall.engine.vector_space import named_index
-    from langchain_semantic_recall.errors import EmbeddingMismatchError
-    from langchain_semantic_recall.settings import local_indexes, other_embedders
-
-    info = named_index(embeddings, name)
-    found = {} if info is None else local_indexes(path)
-    if info is not None and found and info.name not in found:
-        mine = sorted(n for n, made in found.items() if made == (info.model, info.dimension))
-        if mine:
-            raise NotFoundError(
-                f"the store at {path} has no index {info.name!r}; its vectors of this model "
-                f"are in index {mine[0]!r}: give --index-name {mine[0]}"
-            )
-    why = None if info is None else other_embedders(path, info)
-    if why is not None:
-        raise EmbeddingMismatchError(
-            f"the store at {path} was not embedded by the command line's model: {why}. "
-            "Open it from Python with the embedder that made it "
-            "(SemanticRecall.local(path, embeddings=...)), or copy it with its messages "
-            f"embedded again by the local model: semantic-recall migrate --path {path} "
-            "--to-storage sqlite:///NEW/messages.sqlite3 --to-vector chroma:///NEW/chroma "
-            "--vectors reembed"
-        )
 
 
 @contextmanager

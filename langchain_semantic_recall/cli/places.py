@@ -1,8 +1,8 @@
 """Where a store is: the folder a command is given, and the places its URLs name.
 
 For the checks that keep a command from writing over a store (`export -o` onto the
-store's own database, `migrate` onto its source) and from creating one where a reading
-command was given a mistyped path.
+store's own database, `migrate` onto its source), from creating one where a reading
+command was given a mistyped path, and from reading another index than the store's.
 """
 
 from __future__ import annotations
@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from langchain_semantic_recall.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
 
 DEFAULT_PATH = "./.semantic-recall"
 """The store without `--path` or `$SEMANTIC_RECALL_PATH`."""
@@ -122,4 +126,39 @@ def require_url_vectors(url: str) -> None:
         raise NotFoundError(
             f"no Chroma index at {folder.resolve()} (chroma:///relative/path, "
             "chroma:////absolute/path; 'semantic-recall ingest' creates one)"
+        )
+
+
+def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = None) -> None:
+    """Refuse a store whose vectors another embedder made: every command would miss them.
+
+    A search would find nothing, `stats` would call every vector missing, `reindex` would
+    embed the store again beside them, and `forget` would leave them behind.
+
+    Raises:
+        NotFoundError: the store's index of this model has another name (`--index-name`).
+        EmbeddingMismatchError: the store holds indexes of other embedders only.
+    """
+    from langchain_semantic_recall.engine.vector_space import named_index
+    from langchain_semantic_recall.errors import EmbeddingMismatchError
+    from langchain_semantic_recall.settings import local_indexes, other_embedders
+
+    info = named_index(embeddings, name)
+    found = {} if info is None else local_indexes(path)
+    if info is not None and found and info.name not in found:
+        mine = sorted(n for n, made in found.items() if made == (info.model, info.dimension))
+        if mine:
+            raise NotFoundError(
+                f"the store at {path} has no index {info.name!r}; its vectors of this model "
+                f"are in index {mine[0]!r}: give --index-name {mine[0]}"
+            )
+    why = None if info is None else other_embedders(path, info)
+    if why is not None:
+        raise EmbeddingMismatchError(
+            f"the store at {path} was not embedded by the command line's model: {why}. "
+            "Open it from Python with the embedder that made it "
+            "(SemanticRecall.local(path, embeddings=...)), or copy it with its messages "
+            f"embedded again by the local model: semantic-recall migrate --path {path} "
+            "--to-storage sqlite:///NEW/messages.sqlite3 --to-vector chroma:///NEW/chroma "
+            "--vectors reembed"
         )
