@@ -345,7 +345,7 @@ def _group(
         ]
         if not mine:
             continue
-        top = min(mine, key=lambda m: (-chosen[m.id], m.id))
+        top = min(mine, key=lambda m: (-_tie(chosen[m.id]), m.id))
         # The hit is its likeliest message: its window keeps the range around it (the rest
         # may join a later candidate's window).
         mine = [m for m in mine if -before <= m.seq - top.seq <= after]

@@ -335,6 +335,19 @@ def stored(n: int, text: str, role: str) -> StoredMessage:
     )
 
 
+def test_float_noise_never_picks_the_message_a_hit_shows() -> None:
+    """Two messages of one window tied in probability up to the last bit of a float (the
+    same store on PostgreSQL and a Chroma server: 0.07337538484349274 and ...76) showed
+    the second as the hit on one backend and the first on the other; ids decide a tie."""
+    from langchain_semantic_recall.relevance.model import _group
+
+    window = (stored(2, "q two", "user"), stored(3, "q three", "user"))
+    for noise in (0.0, 2e-17, -2e-17):
+        chosen = {"m2": 0.07337538484349274, "m3": 0.07337538484349274 + noise}
+        (hit,) = _group(["m2"], {"m2": window}, chosen, 2, 3)
+        assert hit.message.id == "m2"
+
+
 def test_a_message_carries_how_well_its_neighbours_match() -> None:
     thread = [
         stored(0, "what is your dog called?", "assistant"),
