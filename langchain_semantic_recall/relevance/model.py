@@ -147,6 +147,10 @@ class RelevanceModel:
     after: int = 3
     size_cap: int = 5000
     """Scopes are counted up to this many messages (the prior's `1 / size` stops there)."""
+    size_floor: int = 40
+    """The bar for silence counts smaller scopes as this many messages: the smallest
+    memory the development sets hold, below which its chance term is not extrapolated
+    (counted as 2 messages, a memory of two recalled them for "Tell me a joke.")."""
 
     def __post_init__(self) -> None:
         if len(self.direct) != len(DIRECT) + 1 or len(self.context) != len(CONTEXT) + 1:
@@ -168,7 +172,7 @@ class RelevanceModel:
             direct=tuple(_weights(data["direct"], DIRECT)),
             context=tuple(_weights(data["context"], CONTEXT)),
             evidence=Evidence(**data["evidence"]),
-            **{k: int(data[k]) for k in ("candidates", "before", "after", "size_cap") if k in data},
+            **{k: int(data[k]) for k in _SIZES if k in data},
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -194,6 +198,7 @@ class RelevanceModel:
             "before": self.before,
             "after": self.after,
             "size_cap": self.size_cap,
+            "size_floor": self.size_floor,
         }
 
     @property
@@ -301,7 +306,11 @@ class RelevanceModel:
         """
         if threshold is not None:
             return 1.0
-        return self.evidence.share(query, min(scope_size, self.size_cap))
+        return self.evidence.share(query, self.counted(scope_size))
+
+    def counted(self, scope_size: int) -> int:
+        """`scope_size` as the bar for silence counts it: within `size_floor`, `size_cap`."""
+        return max(self.size_floor, min(scope_size, self.size_cap))
 
     def describe(self) -> str:
         """One line naming what the numbers were fitted for."""
@@ -321,6 +330,10 @@ class RelevanceModel:
             "read as z-scores against unrelated text, so the embedder's scale does not "
             "matter, but its ranking was not measured"
         )
+
+
+_SIZES = ("candidates", "before", "after", "size_cap", "size_floor")
+"""The data file's whole-number settings."""
 
 
 def _group(

@@ -71,6 +71,21 @@ def test_small_talk_stays_silent_against_facts_that_open_with_it(tmp_path: Path)
         assert recalled == [HumanMessage(chat)], chat
 
 
+def test_a_tiny_memory_stays_silent_for_turns_about_something_else(tmp_path: Path) -> None:
+    """The bar for silence shrinks with the memory, counted as 2 messages for the README's
+    two: "I like jazz." and "I have a meeting at 3pm." recalled the peanut allergy (a
+    stranger trying the quickstart). Below 40 messages, the smallest memory the
+    development sets hold, the bar stays at 40's."""
+    memory = SemanticRecall.local(tmp_path)
+    told = [HumanMessage("I'm allergic to peanuts."), AIMessage("Noted, I'll keep that in mind.")]
+    memory.index(told, thread_id="chat-1", resource_id="alice")
+    for turn in ("I like jazz.", "My favourite colour is teal.", "I have a meeting at 3pm."):
+        assert memory.search(turn, resource_id="alice") == [], turn
+    for question in ("What food should I avoid?", "Any snack ideas?"):
+        hits = memory.search(question, resource_id="alice")
+        assert "allergic to peanuts" in hits[0].message.text, question
+
+
 def test_the_store_persists_and_the_collection_is_cosine(
     loaded: tuple[Path, SemanticRecall],
 ) -> None:

@@ -335,6 +335,15 @@ def stored(n: int, text: str, role: str) -> StoredMessage:
     )
 
 
+def test_a_memory_smaller_than_the_floor_is_held_to_the_floors_bar() -> None:
+    model = default_model()
+    query = query_with(3.0)
+    floor = model.size_floor
+    assert model.share(query, None, 2) == model.share(query, None, floor)
+    assert model.share(query, None, floor * 10) < model.share(query, None, floor)
+    assert RelevanceModel.from_json(model.to_json()).size_floor == floor
+
+
 def test_float_noise_never_picks_the_message_a_hit_shows() -> None:
     """Two messages of one window tied in probability up to the last bit of a float (the
     same store on PostgreSQL and a Chroma server: 0.07337538484349274 and ...76) showed
