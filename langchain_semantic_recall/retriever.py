@@ -128,7 +128,10 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
     """
     if not hits:
         return "No memories found for this query."
-    lines = [f"Found {len(hits)} remembered message(s), best first:"]
+    messages = sum(len(hit.window) for hit in hits)
+    lines = [
+        f"Found {len(hits)} memory hit(s), {messages} message(s) with their context, best first:"
+    ]
     for number, hit in enumerate(hits, start=1):
         when = hit.message.created_at.strftime("%Y-%m-%d %H:%M UTC")
         label = escape_label(hit.thread_id)  # a thread id cannot forge entries

@@ -283,8 +283,13 @@ def test_scope_option_is_honoured(memory: FactsMemory) -> None:
 
 def test_format_hits(memory: FactsMemory) -> None:
     assert format_hits([]) == "No memories found for this query."
-    text = format_hits(memory.engine.search("garden", thread_id="t", resource_id="alice"))
-    assert text.splitlines()[0] == "Found 1 remembered message(s), best first:"
+    hits = memory.engine.search("garden", thread_id="t", resource_id="alice")
+    text = format_hits(hits)
+    shown = sum(len(hit.window) for hit in hits)  # the tool counted hits as messages
+    assert text.splitlines()[0] == (
+        f"Found 1 memory hit(s), {shown} message(s) with their context, best first:"
+    )
+    assert len([line for line in text.splitlines() if line.startswith("   ")]) == shown
     assert 'conversation "alice-notes"' in text
     assert f"> user: garden {SECRETS[0]}" in text
 
