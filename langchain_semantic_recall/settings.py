@@ -47,7 +47,6 @@ from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import URL_OPTIONS, check_option_names, store_folder
 from langchain_semantic_recall.urls import (
-    SQLITE_COMPANIONS,
     check_memory_url,
     file_path,
     known_scheme,
@@ -93,6 +92,13 @@ _POOL_PARAMS: Final = {
 
 def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:
     """Embedded Chroma at a `chroma://` URL's path (`?max_loaded=N&snapshots_from=N`)."""
+    path, loaded, snapshots = _chroma_options(url)
+    fixes = ChromaWorkarounds(max_loaded=loaded or None, cpu_gate=cpu_gate)
+    return _embedded_chroma(path, fixes, snapshots_from=snapshots)
+
+
+def _chroma_options(url: str) -> tuple[str, int, int]:
+    """A `chroma://` URL's (folder, max_loaded, snapshots_from), or `InvalidOptionError`."""
     from langchain_semantic_recall.vectors.chroma_snapshots import SNAPSHOTS_FROM
 
     base, _, query = url.partition("?")
@@ -104,8 +110,7 @@ def _chroma(url: str, cpu_gate: CpuGate | None) -> VectorIndex:
             f"{redact(url)!r}: the chroma:// parameters are max_loaded=N and "
             "snapshots_from=N (N >= 0)"
         )
-    fixes = ChromaWorkarounds(max_loaded=int(loaded) or None, cpu_gate=cpu_gate)
-    return _embedded_chroma(file_path(base, "chroma"), fixes, snapshots_from=int(snapshots))
+    return file_path(base, "chroma"), int(loaded), int(snapshots)
 
 
 def _embedded_chroma(
@@ -355,9 +360,10 @@ def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None
     """
     if not isinstance(storage, str) or not isinstance(vector, str):
         raise InvalidOptionError("storage and vector must be URL strings")
-    known_scheme("vector", vector)  # before the storage is opened (and perhaps created)
-    made = sqlite_file(storage)
-    made = None if made is None or made.exists() else made
+    # The vector URL is read whole before the storage is opened (and perhaps created): a
+    # mistyped one left a new store behind. Nothing is deleted after a failed open: another
+    # process may have opened the new store meanwhile.
+    _check_vector_url(vector)
     message_storage = create_storage(storage)
     try:
         gate, model = _model(embeddings)
@@ -368,9 +374,20 @@ def url_backends(storage: str, vector: str, embeddings: Embeddings | None = None
         }
     except BaseException:
         message_storage.close()
-        for suffix in SQLITE_COMPANIONS if made is not None else ():
-            Path(f"{made}{suffix}").unlink(missing_ok=True)  # a failed open leaves no store
         raise
+
+
+def _check_vector_url(url: str) -> None:
+    """Raise `InvalidOptionError` for a vector URL `create_vector_index` would refuse (no I/O)."""
+    scheme = known_scheme("vector", url)
+    if scheme == "memory":
+        check_memory_url(url, "vector index")
+    elif scheme == "chroma":
+        _chroma_options(url)
+    else:
+        from langchain_semantic_recall.vectors.chroma_server import ChromaURL
+
+        ChromaURL.parse(url)
 
 
 def _model(embeddings: Embeddings | None) -> tuple[CpuGate | None, Embeddings]:
