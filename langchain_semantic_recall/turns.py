@@ -401,21 +401,30 @@ def _said_in_this_thread(
     `update_state` on a new thread with another's values) holds the other thread's
     messages with their ids; message ids are unique across threads, so storing them again
     would fail every turn of the copy. They stay where they were said (resource-scope recall
-    finds them there, edited since or not); the copy's own turns are stored under the copy.
-    The current turn (from the newest user message on) is never such history: a message
-    of it whose id another thread stored (a client that numbers each conversation's
-    messages from 1) is left in for the write to refuse (`OwnershipError`), as is a
-    message of another owner.
+    finds them there); the copy's own turns are stored under the copy. A copied message is
+    stored in another thread with its text; before the newest user message, one stored with
+    other text is copied too when the input holds such a copy (the original corrected it
+    since). Anything else whose id another thread stored (a client that numbers each
+    conversation's messages from 1) is left in for the write to refuse (`OwnershipError`),
+    as is a message of another owner.
     """
-    turn = next((p for p in range(len(candidates) - 1, -1, -1) if _is_user(candidates[p])), None)
-    history = candidates if turn is None else candidates[:turn]
-    ids = [m.id for m in history if m.id]
+    ids = [m.id for m in candidates if m.id]
     if not ids:
         return list(candidates)
     owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
     found = yield steps.ReadWindows(ids, before=0, after=0, scope=ScopeFilter(resource_id=owner))
-    elsewhere = {key for key, rows in found.items() if rows and rows[0].thread_id != thread_id}
-    return [m for m in history if m.id not in elsewhere] + list(candidates[len(history) :])
+    elsewhere = {
+        key: rows[0].text for key, rows in found.items() if rows and rows[0].thread_id != thread_id
+    }
+    same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
+    turn = next((p for p in range(len(candidates) - 1, -1, -1) if _is_user(candidates[p])), None)
+    edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
+    return [m for m in candidates if m.id not in same | edited]
+
+
+def _text(message: BaseMessage) -> str:
+    """The text the storage keeps of `message`."""
+    return clean_text(text_of(message, "\n"))
 
 
 def _index_new_op(

@@ -124,18 +124,43 @@ def test_a_copy_goes_on_after_the_original_edits_a_message_it_copied(
     assert texts(memory, "copy") == ["piano?", "ok: piano?", "tennis?", "ok: tennis?"]
 
 
-def test_one_message_object_sent_to_two_threads_is_refused_not_dropped(
+def test_an_earlier_message_of_a_new_threads_first_input_reusing_an_id_is_refused(
     memory: FactsMemory,
 ) -> None:
-    """LangGraph writes the id it gives an input message into the object: sent again to
-    a new thread, it came with the first thread's id and text, was taken for copied
-    history, and the new thread stored only the answer."""
+    """A first input of two messages whose first reuses an id another thread stored with
+    other text: taken for copied history by its id, it was dropped without a word while
+    the second was stored (a review of the fix above)."""
     graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
-    question = ask("I have a cat named Tom")
-    graph.invoke(question, config("a"))
+    graph.invoke({"messages": [HumanMessage("hello", id="1")]}, config("c"))
+    told = [HumanMessage("my PIN is 1234", id="1"), HumanMessage("remember it", id="2")]
     with pytest.raises(OwnershipError, match="another thread"):
-        graph.invoke(question, config("b"))
-    assert texts(memory, "b") == []
+        graph.invoke({"messages": told}, config("d"))
+    assert texts(memory, "d") == []
+
+
+def test_a_copy_resumes_the_run_it_copied_unanswered(memory: FactsMemory) -> None:
+    """A thread copied while its run was pending (the model failed; `threads.copy` takes
+    the checkpoint as it is) and resumed in both: the question is the original's, stored
+    there; the copy stores its answer (it was refused as a message of another thread)."""
+    failing = {"now": False}
+
+    def reply(messages: list[BaseMessage]) -> str:
+        if failing["now"]:
+            raise RuntimeError("rate limit")
+        return "ok: " + [m for m in messages if isinstance(m, HumanMessage)][-1].text
+
+    model = FakeChatModel(reply=reply)
+    graph: Any = create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+    graph.invoke(ask("garden?"), config("A"))
+    failing["now"] = True
+    with pytest.raises(RuntimeError, match="rate limit"):
+        graph.invoke(ask("piano?"), config("A"))
+    failing["now"] = False
+    graph.update_state(config("B"), graph.get_state(config("A")).values, as_node="recall")
+    graph.invoke(None, config("A"))
+    graph.invoke(None, config("B"))
+    assert texts(memory, "A") == ["garden?", "ok: garden?", "piano?", "ok: piano?"]
+    assert texts(memory, "B") == ["ok: piano?"]
 
 
 @pytest.mark.parametrize("surface", ["graph", "agent"])
