@@ -240,7 +240,7 @@ def old_select(  # noqa: PLR0917
     threshold: float | None,
 ) -> list[RecallHit]:
     share = (
-        model.evidence.share(query, min(scope_size, model.size_cap))  # type: ignore[arg-type]
+        model.evidence.share(query, model.counted(scope_size))  # type: ignore[arg-type]
         if threshold is None
         else 1.0
     )
@@ -269,7 +269,7 @@ def old_select(  # noqa: PLR0917
         ]
         if not mine:
             continue
-        top = min(mine, key=lambda m: (-chosen[m.id], m.id))
+        top = min(mine, key=lambda m: (-round(chosen[m.id], 9), m.id))  # ids decide ties
         mine = [m for m in mine if -model.before <= m.seq - top.seq <= model.after]
         placed.update(m.id for m in mine)
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
