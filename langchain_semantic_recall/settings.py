@@ -140,13 +140,11 @@ def local_indexes(path: str | PathLike[str]) -> dict[str, tuple[str, int]]:
     return ChromaFile(Path(path).expanduser() / "chroma").indexes() or {}
 
 
-def other_embedders(path: str | PathLike[str], info: IndexInfo) -> str | None:
-    """Why the embedded store at `path` has no vectors for index `info`: others made them.
+def other_embedders(found: Mapping[str, tuple[str, int]], info: IndexInfo) -> str | None:
+    """Why an embedded store of indexes `found` (`local_indexes`) has none for `info`.
 
-    Read from Chroma's own file (`vectors.chroma_file`). None when the store holds
-    `info`'s index, holds none yet, or the file cannot tell.
+    None when it holds `info`'s index, holds none yet, or its file could not tell.
     """
-    found = local_indexes(path)
     if not found or info.name in found:
         return None
     made = "; ".join(f"{m} ({d}-d, index {name})" for name, (m, d) in sorted(found.items()))

@@ -386,9 +386,7 @@ def _edited(
     return [
         m
         for m in checked
-        if m.id not in handed
-        and (rows := stored.get(m.id or ""))
-        and rows[0].text != clean_text(text_of(m, "\n"))
+        if m.id not in handed and (rows := stored.get(m.id or "")) and rows[0].text != _text(m)
     ]
 
 
@@ -417,7 +415,7 @@ def _said_in_this_thread(
         key: rows[0].text for key, rows in found.items() if rows and rows[0].thread_id != thread_id
     }
     same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
-    turn = next((p for p in range(len(candidates) - 1, -1, -1) if _is_user(candidates[p])), None)
+    turn = _turn_start(candidates)
     edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
     return [m for m in candidates if m.id not in same | edited]
 
@@ -425,6 +423,11 @@ def _said_in_this_thread(
 def _text(message: BaseMessage) -> str:
     """The text the storage keeps of `message`."""
     return clean_text(text_of(message, "\n"))
+
+
+def _turn_start(messages: Sequence[BaseMessage]) -> int | None:
+    """Where the current turn starts: the newest user message (None: there is none)."""
+    return next((p for p in range(len(messages) - 1, -1, -1) if _is_user(messages[p])), None)
 
 
 def _index_new_op(
@@ -442,7 +445,7 @@ def _index_new_op(
     thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
     candidates = _storable(messages, thread_id)
     scope = ScopeFilter(thread_id=thread_id)
-    turn = next((p for p in range(len(candidates) - 1, -1, -1) if _is_user(candidates[p])), None)
+    turn = _turn_start(candidates)
     for start, end in _probes(len(candidates)):
         ids = [m.id for m in candidates[start:end] if m.id]
         found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)

@@ -144,15 +144,16 @@ def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = N
     from langchain_semantic_recall.settings import local_indexes, other_embedders
 
     info = named_index(embeddings, name)
-    found = {} if info is None else local_indexes(path)
-    if info is not None and found and info.name not in found:
-        mine = sorted(n for n, made in found.items() if made == (info.model, info.dimension))
-        if mine:
-            raise NotFoundError(
-                f"the store at {path} has no index {info.name!r}; its vectors of this model "
-                f"are in index {mine[0]!r}: give --index-name {mine[0]}"
-            )
-    why = None if info is None else other_embedders(path, info)
+    if info is None:  # only a probe embedding would tell the index: nothing to compare
+        return
+    found = local_indexes(path)
+    mine = sorted(n for n, made in found.items() if made == (info.model, info.dimension))
+    if mine and info.name not in found:
+        raise NotFoundError(
+            f"the store at {path} has no index {info.name!r}; its vectors of this model "
+            f"are in index {mine[0]!r}: give --index-name {mine[0]}"
+        )
+    why = other_embedders(found, info)
     if why is not None:
         raise EmbeddingMismatchError(
             f"the store at {path} was not embedded by the command line's model: {why}. "

@@ -191,13 +191,22 @@ def holds_no_store(path: str | os.PathLike[str]) -> bool:
     if not os.path.isfile(target):
         return False
     try:
-        probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+        return _probed_version(target) is None
     except sqlite3.Error:
         return False
+
+
+def _probed_version(target: str) -> int | None:
+    """The schema version of the file at `target`, read-only (None: it has none).
+
+    Raises:
+        sqlite3.Error: the file cannot be read as a database.
+    """
+    probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
     try:
-        return probe.execute(_HAS_VERSION_TABLE).fetchone() is None
-    except sqlite3.Error:
-        return False
+        if probe.execute(_HAS_VERSION_TABLE).fetchone() is None:
+            return None
+        return int(probe.execute(_GET_VERSION).fetchone()[0] or 0)
     finally:
         probe.close()
 
@@ -212,14 +221,10 @@ def migrate_older(path: str | os.PathLike[str]) -> int | None:
     target = os.fspath(path)
     if not os.path.isfile(target) or not is_writable(target):
         return None
-    probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
     try:
-        found = probe.execute(_HAS_VERSION_TABLE).fetchone()
-        version = int(probe.execute(_GET_VERSION).fetchone()[0] or 0) if found else None
+        version = _probed_version(target)
     except sqlite3.Error:
         return None  # the open that follows says what is wrong with the file
-    finally:
-        probe.close()
     if version is None or version >= SCHEMA_VERSION:
         return None
     connect(target).close()
