@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from langchain_semantic_recall.cpu_gate import CpuGate
-from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.errors import InvalidOptionError, StorageError
 from langchain_semantic_recall.options import URL_OPTIONS, check_option_names, store_folder
 from langchain_semantic_recall.urls import (
     check_memory_url,
@@ -312,7 +312,8 @@ def local_backends(
 
     `read_only=None` opens read-only exactly when the store cannot be written (a
     read-only mount, a backup without write permission): SQLite through a `mode=ro`
-    URI, Chroma on a temporary copy (it writes on open). `True` forces it.
+    URI, Chroma on a temporary copy (it writes on open). `True` forces it; `False`
+    refuses such a store.
 
     Args:
         path: The store's folder (`messages.sqlite3` and `chroma/` inside).
@@ -321,6 +322,9 @@ def local_backends(
         chroma_workarounds: True keeps at most `DEFAULT_MAX_LOADED` resources loaded and
             shares one `CpuGate` between the local model and Chroma's async writes; False
             turns every Chroma workaround off; a `ChromaWorkarounds` is used as it is.
+
+    Raises:
+        StorageError: `read_only` is False and the store cannot be written.
     """
     from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
@@ -328,8 +332,14 @@ def local_backends(
         raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
     root = store_folder(path)
     file = root / "messages.sqlite3"
+    unwritable = file.exists() and not SQLiteStorage.is_writable(file)
+    if read_only is False and unwritable:
+        raise StorageError(
+            f"the store at {root} cannot be written by this user (its files or folder, or a "
+            "read-only mount): open it with read_only=True to read it, or make it writable"
+        )
     if read_only is None:
-        read_only = file.exists() and not SQLiteStorage.is_writable(file)
+        read_only = unwritable
     storage = SQLiteStorage(file, read_only=read_only)
     try:
         gate, model = _model(embeddings)

@@ -258,7 +258,7 @@ def test_writing_commands_say_the_store_is_read_only_for_this_user(
 def test_a_store_found_read_only_gives_a_read_only_engine(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # local(path) opens an unwritable store read-only by itself (read_only=None); the
+    # local(path, read_only=None) opens an unwritable store read-only by itself; the
     # engine said read_only=False, so index raised "opened read-only" instead of giving
     # each message a fate that says so.
     from langchain_core.messages import HumanMessage
@@ -273,8 +273,35 @@ def test_a_store_found_read_only_gives_a_read_only_engine(
             [HumanMessage("the key is under the pot", id="k1")], thread_id="t", resource_id="r"
         )
     monkeypatch.setattr(SQLiteStorage, "is_writable", staticmethod(lambda path: False))
-    with SemanticRecall.local(store, embeddings=FakeEmbeddings()) as reader:
+    with SemanticRecall.local(store, embeddings=FakeEmbeddings(), read_only=None) as reader:
         assert reader.storage.read_only
         assert reader.read_only
         result = reader.index([HumanMessage("a new fact", id="k2")], thread_id="t", resource_id="r")
         assert [fate.fate for fate in result.fates] == ["skipped"]
+
+
+_WRITER = """
+import sys
+from langchain_core.messages import HumanMessage
+from langchain_semantic_recall import SemanticRecall
+from tests.fakes import FakeEmbeddings
+memory = SemanticRecall.local(sys.argv[1], embeddings=FakeEmbeddings())  # an app: no read_only
+memory.index([HumanMessage("a new fact", id="n1")], thread_id="sea", resource_id="alice")
+print("indexed")
+"""
+
+
+@pytest.mark.usefixtures("mounted")
+def test_an_app_that_writes_is_refused_an_unwritable_store_not_made_a_reader(
+    read_only_store: Path,
+) -> None:
+    # It became a read-only engine by itself: every turn a graph or middleware indexed was
+    # "skipped: read-only engine", with no error, no warning and the answers carrying on.
+    before = _digest(read_only_store)
+    done = _run(_WRITER, str(read_only_store), store=read_only_store)
+    assert done.returncode == 1
+    assert "indexed" not in done.stdout
+    assert "StorageError" in done.stderr
+    assert "cannot be written by this user" in done.stderr
+    assert "read_only=True" in done.stderr
+    assert _digest(read_only_store) == before
