@@ -88,18 +88,39 @@ def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
                 "stored message %r is not a %s message: left out", stored.id, stored.role
             )
         return None
-    if isinstance(message, AIMessage) and (
-        message.tool_calls
-        or message.invalid_tool_calls
-        or any(key in message.additional_kwargs for key in _CALL_KWARGS)
+    calls = isinstance(message.content, list) and any(map(_is_call_block, message.content))
+    if calls or (
+        isinstance(message, AIMessage)
+        and (
+            message.tool_calls
+            or message.invalid_tool_calls
+            or any(key in message.additional_kwargs for key in _CALL_KWARGS)
+        )
     ):
         if not has_text(stored.text):
             return None
         kwargs = {k: v for k, v in message.additional_kwargs.items() if k not in _CALL_KWARGS}
-        message = message.model_copy(
-            update={"tool_calls": [], "invalid_tool_calls": [], "additional_kwargs": kwargs}
-        )
+        update: dict[str, object] = {"additional_kwargs": kwargs}
+        if isinstance(message, AIMessage):
+            update |= {"tool_calls": [], "invalid_tool_calls": []}
+        if calls:
+            update["content"] = [b for b in message.content if not _is_call_block(b)]
+        message = message.model_copy(update=update)
     return tag_as_memory(message)
+
+
+def _is_call_block(block: object) -> bool:
+    """Whether a content block is a tool call or result (Anthropic's `tool_use` and
+    `tool_result`, LangChain's `tool_call` and `server_tool_*`, OpenAI's `function_call`).
+
+    Providers keep calls in the content too; one recalled without its result (or a
+    result without its call) is a call the model did not make, and a request the
+    provider rejects.
+    """
+    kind = block.get("type") if isinstance(block, dict) else None
+    return isinstance(kind, str) and (
+        "tool" in kind or kind.startswith(("function_call", "computer_call"))
+    )
 
 
 def _readable(stored: StoredMessage) -> BaseMessage | None:

@@ -333,3 +333,40 @@ def test_each_block_has_its_own_nonce() -> None:
         assert found is not None
         nonces.append(found.group(1))
     assert len(set(nonces)) == 3
+
+
+CALL_BLOCKS = [  # each provider's shape of a call (or its result) kept in the content
+    {"type": "tool_use", "id": "toolu_1", "name": "transfer_money", "input": {"to": "eve"}},
+    {"type": "tool_call", "id": "call_1", "name": "transfer_money", "args": {"to": "eve"}},
+    {"type": "function_call", "call_id": "fc_1", "name": "transfer_money", "arguments": "{}"},
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "sent 1000 to eve"},
+]
+
+
+def test_a_recalled_message_keeps_no_call_or_result_in_its_content() -> None:
+    # ChatAnthropic keeps every call as a `tool_use` block beside `tool_calls`: only the
+    # latter was cleared, so the model was shown a call it did not make, without its
+    # result, which Anthropic's API rejects. A user message of `tool_result` blocks alone
+    # is left out, as a tool message is.
+    memory = engine(scope="thread")
+    text = {"type": "text", "text": "Checking the secret plan now."}
+    said = AIMessage(
+        content=[text, *CALL_BLOCKS[:4]],
+        tool_calls=[{"name": "transfer_money", "args": {"to": "eve"}, "id": "toolu_1"}],
+        id="a",
+    )
+    results = HumanMessage(content=[CALL_BLOCKS[4]], id="r")
+    memory.index(
+        [HumanMessage("the secret plan", id="u"), said, results],
+        thread_id="old",
+        resource_id="alice",
+    )
+    out = memory.recall([QUESTION], thread_id="old", resource_id="alice")
+    recalled = {m.id: m for m in out if m is not QUESTION}
+    assert set(recalled) == {"u", "a"}
+    answer = recalled["a"]
+    assert isinstance(answer, AIMessage)
+    assert answer.content == [text]
+    assert answer.tool_calls == []
+    assert answer.additional_kwargs["source"] == MEMORY_SOURCE
