@@ -110,12 +110,12 @@ def as_recalled_message(stored: StoredMessage) -> BaseMessage | None:
 
 
 def _is_call_block(block: object) -> bool:
-    """Whether a content block is a tool call or result (Anthropic's `tool_use` and
-    `tool_result`, LangChain's `tool_call` and `server_tool_*`, OpenAI's `function_call`).
+    """Whether a content block is a tool call or a tool result.
 
-    Providers keep calls in the content too; one recalled without its result (or a
-    result without its call) is a call the model did not make, and a request the
-    provider rejects.
+    Anthropic's `tool_use` and `tool_result`, LangChain's `tool_call` and `server_tool_*`,
+    OpenAI's `function_call`: providers keep calls in the content too; one recalled
+    without its result (or a result without its call) is a call the model did not make,
+    and a request the provider rejects.
     """
     kind = block.get("type") if isinstance(block, dict) else None
     return isinstance(kind, str) and (
