@@ -27,6 +27,7 @@ from langchain_semantic_recall.errors import (
     ReadOnlyError,
     SemanticRecallError,
     StorageError,
+    ThreadOwnerError,
 )
 
 if TYPE_CHECKING:  # imported on first use, see `_LAZY`
@@ -163,6 +164,7 @@ __all__ = [
     "SemanticRecallMiddleware",
     "SemanticRecallRetriever",
     "StorageError",
+    "ThreadOwnerError",
     "VectorIndex",
     "__version__",
     "create_memory_search_tool",

@@ -37,6 +37,14 @@ class OwnershipError(SemanticRecallError):
     """
 
 
+class ThreadOwnerError(OwnershipError):
+    """The thread belongs to another resource than the write's.
+
+    Raised by a write only once no message id of it belongs to another thread (that is
+    an `OwnershipError` itself): a thread stored without a resource may then be adopted.
+    """
+
+
 class ForgottenThreadError(SemanticRecallError):
     """A write targeted a thread that was forgotten; forgotten thread ids are retired."""
 

@@ -29,7 +29,7 @@ from langchain_semantic_recall.engine.vector_writes import (
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     ForgottenThreadError,
-    OwnershipError,
+    ThreadOwnerError,
 )
 from langchain_semantic_recall.filters import MetadataValue
 from langchain_semantic_recall.messages import (
@@ -421,12 +421,15 @@ def _put_adopting(
     Returns whether the thread was adopted, and the stored rows (each says whether this
     write inserted it).
 
+    Only a refusal of the thread itself adopts it (the backends check every message id
+    first): a write that reuses another thread's message id changes no owner.
+
     Raises:
         OwnershipError: the thread (or a message id) belongs to another owner.
     """
     try:
         return False, (yield steps.PutMessages(records))
-    except OwnershipError:
+    except ThreadOwnerError:
         if resource_id == NO_RESOURCE or (yield steps.ThreadOwner(thread_id)) != NO_RESOURCE:
             raise
     yield steps.AdoptThread(thread_id, resource_id)

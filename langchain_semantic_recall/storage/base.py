@@ -35,7 +35,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
-from langchain_semantic_recall.errors import CompactNotSupportedError, OwnershipError
+from langchain_semantic_recall.errors import (
+    CompactNotSupportedError,
+    OwnershipError,
+    ThreadOwnerError,
+)
 from langchain_semantic_recall.records import (
     CompactResult,
     Deleted,
@@ -74,9 +78,12 @@ def _share(value: object) -> float | None:
     return None
 
 
-def thread_of_another(thread_id: str, resource_id: str) -> OwnershipError:
-    """Every backend's refusal of a write into a thread another resource owns."""
-    return OwnershipError(
+def thread_of_another(thread_id: str, resource_id: str) -> ThreadOwnerError:
+    """Every backend's refusal of a write into a thread another resource owns.
+
+    Raised only after every message id of the write was checked (`message_id_of_another`).
+    """
+    return ThreadOwnerError(
         f"thread {thread_id!r} belongs to another resource than {resource_id!r}; "
         "use a thread id of that resource"
     )

@@ -117,6 +117,10 @@ class InMemoryStorage(MessageStorage):
             next_seq: dict[str, int] = {}
             planned: dict[str, tuple[str, int]] = {}
             stored: list[StoredMessage] = []
+            for record in records:  # message ids first: a thread error means none is taken
+                known = self._index.get(record.id)
+                if known is not None and known[0] != record.thread_id:
+                    raise message_id_of_another(record.id, record.thread_id)
             for record in records:
                 thread_id = record.thread_id
                 if thread_id in self._forgotten:

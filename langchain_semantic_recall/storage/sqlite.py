@@ -235,6 +235,10 @@ class SQLiteStorage(MessageStorage):
         now = sql.iso_text(datetime.now(UTC))
         stored: list[StoredMessage] = []
         with self._write(keywords_hooked=True) as conn:
+            for record in records:  # message ids first: a thread error means none is taken
+                place = conn.execute(sql.GET_MESSAGE_PLACE, (record.id,)).fetchone()
+                if place is not None and place[0] != record.thread_id:
+                    raise message_id_of_another(record.id, record.thread_id)
             threads: dict[str, _ThreadState] = {}
             for record, created_at in zip(records, created, strict=True):
                 state = threads.get(record.thread_id)

@@ -29,6 +29,7 @@ from langchain_semantic_recall.errors import (
     ForgottenThreadError,
     InvalidInputError,
     OwnershipError,
+    ThreadOwnerError,
 )
 from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord, Role, ScopeFilter
 from langchain_semantic_recall.storage.base import MessageStorage
@@ -517,6 +518,19 @@ class StorageConformance(StorageFilterConformance):
         with pytest.raises(OwnershipError):
             storage.put([make_record("x", "t3"), make_record("x", "t4")])
         assert storage.count() == 1
+
+    def test_a_message_id_of_another_thread_is_refused_before_the_thread(
+        self, storage: MessageStorage
+    ) -> None:
+        # The engine adopts a thread stored without a resource when the write's refusal is
+        # the thread's (`ThreadOwnerError`): a reused message id must be found first.
+        storage.put([make_record("m1", "t1", "r1"), make_record("m2", "t2", "r2")])
+        with pytest.raises(OwnershipError, match="'m1'") as refused:
+            storage.put([make_record("new", "t2", "r3"), make_record("m1", "t2", "r3")])
+        assert not isinstance(refused.value, ThreadOwnerError)
+        with pytest.raises(ThreadOwnerError, match="'t2'"):
+            storage.put([make_record("new", "t2", "r3")])
+        assert ids(storage.list_messages()) == ["m1", "m2"]
 
     def test_get_thread_owner(self, storage: MessageStorage) -> None:
         storage.put([make_record("m1", "t1", "r1"), make_record("m2", "t2", "r2")])

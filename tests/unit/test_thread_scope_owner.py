@@ -106,6 +106,36 @@ def test_the_same_messages_again_with_a_resource_adopt_the_thread(
     assert "old-0" in {m.id for hit in hits for m in hit.window}
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_refused_write_adopts_no_thread(
+    backend: Backend, tmp_path: Path, asynchronous: bool
+) -> None:
+    """A write reusing another thread's message id was refused, but only after it had
+    adopted the unowned thread: its owner changed, its vectors stayed behind."""
+    memory = engine(backend, tmp_path, search_mode="dense", threshold=0.0)
+    memory.index([HumanMessage("my PIN is 4321", id="bob-0")], thread_id="tb", resource_id="bob")
+    memory.index(OLD, thread_id="t1")
+    reused = [HumanMessage("hello", id="new-0"), HumanMessage("hi", id="bob-0")]
+
+    def write() -> object:
+        if asynchronous:
+            return asyncio.run(memory.aindex(reused, thread_id="t1", resource_id="alice"))
+        return memory.index(reused, thread_id="t1", resource_id="alice")
+
+    with pytest.raises(OwnershipError, match="'bob-0' already belongs to another thread"):
+        write()
+    assert memory.storage.get_thread_owner("t1") == NO_RESOURCE
+    stored = memory.storage.list_messages(ScopeFilter(thread_id="t1"))
+    assert [(m.id, m.resource_id) for m in stored] == [
+        ("old-0", NO_RESOURCE),
+        ("old-1", NO_RESOURCE),
+    ]
+    assert vector_ids(memory, ScopeFilter(resource_id=NO_RESOURCE)) == {"old-0", "old-1"}
+    assert memory.storage.get_thread_owner("tb") == "bob"
+    memory.index(NEW, thread_id="t1", resource_id="alice")  # a write that is its own adopts
+    assert memory.storage.get_thread_owner("t1") == "alice"
+
+
 def test_a_turn_with_a_resource_on_an_unowned_thread_is_not_refused(
     backend: Backend, tmp_path: Path
 ) -> None:

@@ -227,6 +227,10 @@ def plan_put(
         ForgottenThreadError: a record targets a retired thread.
         OwnershipError: a thread of another resource, or a message id of another thread.
     """
+    for record in records:  # message ids first: a thread error means none is taken
+        place = places.get(record.id)
+        if place is not None and place[0] != record.thread_id:
+            raise message_id_of_another(record.id, record.thread_id)
     states: dict[str, _ThreadState] = {}
     seen = dict(places)
     stored: list[StoredMessage] = []
