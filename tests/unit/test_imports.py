@@ -54,6 +54,7 @@ EXPECTED_ALL = [
     "SemanticRecallMiddleware",
     "SemanticRecallRetriever",
     "StorageError",
+    "ThreadOwnerError",
     "VectorIndex",
     "__version__",
     "create_memory_search_tool",
