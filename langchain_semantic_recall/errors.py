@@ -175,5 +175,6 @@ __all__ = [
     "ReadOnlyError",
     "SemanticRecallError",
     "StorageError",
+    "ThreadOwnerError",
     "UsageError",
 ]
