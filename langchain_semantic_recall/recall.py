@@ -78,9 +78,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     ```
 
     Who is asking, on every surface: explicit arguments, then `config["configurable"]`,
-    then the LangGraph runtime context; on an authenticated LangGraph server the resource
-    is the signed-in user (`engine.identity`). Options are read-only once built:
-    `with_options` returns an engine with some of them changed.
+    then the LangGraph runtime context; on a LangGraph server the signed-in user is the
+    resource (`engine.identity`). `with_options` returns an engine with options changed.
 
     Args:
         storage: message storage (`SQLiteStorage`, `PostgresStorage`, ...).
@@ -171,22 +170,16 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
     def local(cls, path: str | PathLike[str], **options: Any) -> SemanticRecall:
         """The embedded default under `path`: `messages.sqlite3`, `chroma/`, the local model.
 
-        `chroma_workarounds` (True, False, or a `ChromaWorkarounds`): `settings.local_backends`.
-        `read_only`: False (the default) opens the store to write it, and a store this user
-        cannot write is an error (a writer that became a reader would skip every turn);
-        True opens it read-only; None opens it read-only exactly when it cannot be written.
+        `chroma_workarounds`, `read_only` (False: a store this user cannot write raises
+        `StorageError`; None: read-only if it cannot be written): `settings.local_backends`.
 
         Args:
             path: The store's folder (created if missing; `~` is the home folder).
             **options: The constructor's options, plus `embeddings`, `read_only` and
                 `chroma_workarounds`.
-
-        Raises:
-            StorageError: the store cannot be written (and `read_only` is False), or opened.
         """
         defaults.check_option_names(options, defaults.LOCAL_OPTIONS, "SemanticRecall.local")
-        embeddings = options.pop("embeddings", None)
-        read_only = options.get("read_only", False)
+        embeddings, read_only = options.pop("embeddings", None), options.get("read_only", False)
         fixes = options.pop("chroma_workarounds", True)
         backends = local_backends(path, embeddings, read_only=read_only, chroma_workarounds=fixes)
         options["read_only"] = backends["storage"].read_only  # None: found read-only or not

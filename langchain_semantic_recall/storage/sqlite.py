@@ -1,14 +1,12 @@
 """SQLite message storage: the embedded default (stdlib `sqlite3`, WAL journal).
 
-One file holds every thread of every resource. The file itself (path checks, pragmas,
-schema version and migrations) is `sqlite_schema`'s; keyword search `sqlite_fts`'s; the
-other statements `sqlite_sql`'s (constants, and pure functions that build the rest).
+One file holds every resource's threads. The file itself (path checks, pragmas, schema,
+migrations) is `sqlite_schema`'s; keyword search `sqlite_fts`'s; other statements `sqlite_sql`'s.
 
-Concurrency: one connection (`check_same_thread=False`) guarded by one lock. SQLite
-admits a single writer at a time anyway, every statement here is short (indexed lookups
-of a few rows), and one connection is closed deterministically by `close`; per-thread
-connections would leak from executor threads (the async twins run in a pool) and need
-their own cleanup. Other processes sharing the file are handled by WAL and busy timeout.
+Concurrency: one connection (`check_same_thread=False`) guarded by one lock: SQLite has
+one writer at a time anyway, every statement is short, and one connection is closed by
+`close` (per-thread ones would leak from the async twins' executor threads). Other
+processes sharing the file are handled by WAL and busy timeout.
 """
 
 from __future__ import annotations
