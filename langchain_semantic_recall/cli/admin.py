@@ -1,17 +1,14 @@
-"""Looking after the store: `stats`, `forget` and `reindex`."""
+"""Looking after the store: `stats` and `reindex` (`forget` is in `cli.forget`)."""
 
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from langchain_semantic_recall.cli import common
+from langchain_semantic_recall.cli import common, forget
 from langchain_semantic_recall.cli.common import (
-    EXIT_ERROR,
     EXIT_OK,
     an_id,
-    confirm,
     disk_usage,
     note_if_open_elsewhere,
     open_backends,
@@ -27,10 +24,8 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
-from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
-from langchain_semantic_recall.cli.render import error, human_bytes, style
-from langchain_semantic_recall.errors import InvalidOptionError
-from langchain_semantic_recall.quoting import printable
+from langchain_semantic_recall.cli.places import other_indexes
+from langchain_semantic_recall.cli.render import human_bytes, style
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
@@ -43,7 +38,7 @@ if TYPE_CHECKING:
 def register(subparsers: Any) -> None:
     """Add the `stats`, `forget` and `reindex` subcommands."""
     _register_stats(subparsers)
-    _register_forget(subparsers)
+    forget.register(subparsers)  # in --help's order: stats, forget, reindex
     _register_reindex(subparsers)
 
 
@@ -79,7 +74,7 @@ def run_stats(args: argparse.Namespace) -> int:
     stats = _stats(args)
     local = store_urls(args) is None
     size = disk_usage(store_path(args)) if local else None
-    others = _other_indexes(args, stats.index_name) if local else []
+    others = other_indexes(args, stats.index_name) if local else []
     label = store_label(args)
     scope = [f"resource {args.resource}"] if args.resource else []
     scope += [f"thread {args.thread}"] if args.thread else []
@@ -139,14 +134,6 @@ def run_stats(args: argparse.Namespace) -> int:
     ):
         print(style("  repair     semantic-recall reindex --missing-only", "yellow"))
     return EXIT_OK
-
-
-def _other_indexes(args: argparse.Namespace, counted: str) -> list[tuple[str, str, int]]:
-    """The embedded store's other indexes (another embedder's), as (name, model, dimension)."""
-    from langchain_semantic_recall.settings import local_indexes
-
-    found = local_indexes(store_path(args))
-    return [(name, *found[name]) for name in sorted(found) if name != counted]
 
 
 def _stats(args: argparse.Namespace) -> RecallStats:
@@ -273,142 +260,6 @@ def _anything(stats: RecallStats) -> bool:
     is counted, so a forget that left something behind shows it.
     """
     return bool(stats.messages or stats.vectors or stats.orphan_vectors)
-
-
-# --- forget ------------------------------------------------------------------------------
-
-
-def _register_forget(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "forget",
-        parents=[store_options()],
-        help="delete a conversation, a resource, or everything older than a date (asks first)",
-        description=(
-            "Delete a thread, or every thread of a resource: messages and vectors, before "
-            "the command returns. Forgotten thread ids are retired (a late write cannot bring "
-            "them back); a forgotten resource may start new threads later. With --before or "
-            "--older-than (retention), delete every message created before that time, of "
-            "--resource only or of every resource; threads stay (their newer messages "
-            "too). Asks for confirmation unless --yes; without a terminal to ask on, refuses "
-            "(exit 2). Run 'purge' afterwards to erase the bytes left on disk."
-        ),
-        epilog=(
-            "examples:\n"
-            "  semantic-recall forget --thread trip-planning\n"
-            "  semantic-recall forget --resource alice --yes\n"
-            "  semantic-recall forget --older-than 90d --yes   # a retention job (cron)\n"
-            "  semantic-recall forget --before 2025-01-01 --resource alice"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    target = parser.add_mutually_exclusive_group()
-    target.add_argument("--thread", metavar="T", type=an_id, help="delete conversation T")
-    target.add_argument(
-        "--before", metavar="DATE", help="delete messages created before DATE (ISO, UTC)"
-    )
-    target.add_argument(
-        "--older-than",
-        metavar="AGE",
-        help="delete messages older than AGE: a number and d, w or h (90d, 12w, 36h)",
-    )
-    parser.add_argument(
-        "--resource",
-        metavar="R",
-        type=an_id,
-        help="delete every conversation of R (or, by date, only R's)",
-    )
-    parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    parser.set_defaults(
-        func=run_forget,
-        interrupted="run it again to finish; if it says there is no such thread or resource "
-        "now, its messages are gone, and 'semantic-recall reindex --missing-only' deletes any "
-        "vector left behind ('stats' counts them as orphaned)",
-    )
-
-
-def run_forget(args: argparse.Namespace) -> int:
-    """`semantic-recall forget`: delete a thread, a resource, or by date (asks first)."""
-    from langchain_semantic_recall.records import ScopeFilter
-
-    require_writable(args, "nothing was forgotten")
-    if args.before is not None or args.older_than is not None:
-        return _forget_by_date(args)
-    if args.thread is not None and args.resource is not None:
-        raise InvalidOptionError("forget takes --thread or --resource, not both")
-    if args.thread is None and args.resource is None:
-        raise InvalidOptionError(
-            "forget needs --thread, --resource, --before or --older-than (see --help)"
-        )
-    with open_storage(args) as storage:  # what is asked about: no vector index opened yet
-        if args.thread is not None:
-            owner = require_thread(storage, args.thread, None)
-            count = storage.count(ScopeFilter(thread_id=args.thread))
-            target, size = f"thread {args.thread} of {owner}", f"{count} message(s)"
-        else:
-            require_resource(storage, args.resource)
-            threads = storage.list_threads(args.resource)
-            count = sum(t.message_count for t in threads)
-            target = f"everything of resource {args.resource}"
-            size = f"{len(threads)} thread(s), {count} message(s)"
-    question = f"Delete {target} ({size}), with its vectors? This cannot be undone."
-    if not args.yes and not confirm(question):
-        print("Nothing deleted.")
-        return EXIT_ERROR
-    memory = open_memory(args)
-    if args.thread is not None:
-        deleted = memory.forget_thread(args.thread)
-    else:
-        deleted = memory.forget_resource(args.resource)
-    print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
-    return _left_in_other_indexes(args, memory.ensure_index().name)
-
-
-def _left_in_other_indexes(args: argparse.Namespace, index_name: str) -> int:
-    """A forget deletes vectors of the command line's index only: say what others keep.
-
-    The exit code: 1 when another embedder's index may still hold the forgotten
-    messages' vectors (docs/data-handling.md, *Other indexes*), else 0.
-    """
-    others = _other_indexes(args, index_name) if store_urls(args) is None else []
-    for name, model, _ in others:
-        error(
-            f"index {name} ({model}) of this store may still hold the vectors of what was "
-            "forgotten: forget it again through an engine on that index "
-            "(SemanticRecall.local(path, embeddings=...)), or drop the index"
-        )
-    return EXIT_ERROR if others else EXIT_OK
-
-
-def _forget_by_date(args: argparse.Namespace) -> int:
-    """`forget --before DATE` / `--older-than AGE`: retention, of one resource or all."""
-    age = parse_age(args.older_than) if args.older_than is not None else None
-    cutoff = parse_date(args.before) if age is None else datetime.now(UTC) - age
-    if args.resource is not None:
-        with open_storage(args) as storage:
-            require_resource(storage, args.resource)
-    whose = f"of resource {args.resource}" if args.resource else "of every resource"
-    question = (
-        f"Delete every message created before {cutoff:%Y-%m-%d %H:%M} UTC {whose}, with its "
-        "vectors? This cannot be undone."
-    )
-    if not args.yes and not confirm(question):
-        print("Nothing deleted.")
-        return EXIT_ERROR
-    memory = open_memory(args)
-    if age is not None:
-        result = memory.with_options(retention=age).apply_retention(resource_id=args.resource)
-    else:
-        result = memory.forget_before(cutoff, resource_id=args.resource)
-    per = ", ".join(f"{resource} {count}" for resource, count in result.deleted.items())
-    said = (
-        f"Forgot {result.messages} message(s) created before "
-        f"{result.cutoff:%Y-%m-%d %H:%M} UTC {whose}, and their vectors"
-        + (f" ({per})." if per else ".")
-    )
-    print(printable(said))
-    if result.threads_emptied:
-        print(printable(f"Threads left empty: {', '.join(result.threads_emptied)}."))
-    return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
 # --- reindex -----------------------------------------------------------------------------

@@ -163,3 +163,11 @@ def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = N
             "--to-storage sqlite:///NEW/messages.sqlite3 --to-vector chroma:///NEW/chroma "
             "--vectors reembed"
         )
+
+
+def other_indexes(args: argparse.Namespace, counted: str) -> list[tuple[str, str, int]]:
+    """The embedded store's other indexes (another embedder's), as (name, model, dimension)."""
+    from langchain_semantic_recall.settings import local_indexes
+
+    found = local_indexes(store_path(args))
+    return [(name, *found[name]) for name in sorted(found) if name != counted]

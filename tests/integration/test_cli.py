@@ -794,6 +794,38 @@ def test_a_forget_whose_vector_delete_failed_says_so_and_never_advises_a_backup(
     assert (stats["orphan_vectors"], stats["missing_vectors"]) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("target", "left_of", "unknown"),
+    [
+        (["--thread", "conv-trip"], "thread conv-trip", "no thread 'conv-trip'"),
+        (["--resource", "alice"], "resource alice", "no conversations of resource 'alice'"),
+    ],
+)
+def test_the_same_forget_again_finishes_one_whose_vector_delete_failed(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch, target: list[str], left_of: str, unknown: str
+) -> None:
+    """The failed forget says "call the same forget again"; run again, it said "no such
+    thread" (exit 3) while the vectors of what an erasure was asked for stayed."""
+    import chromadb.errors
+
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    def down(*_: object, **__: object) -> None:
+        raise chromadb.errors.InternalError("Error in compaction: no space left on device")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ChromaVectorIndex, "_delete", down)
+        assert loaded("forget", *target, "--yes").code == 1
+    assert loaded("stats", "--json").json()["orphan_vectors"] > 0
+    again = loaded("forget", *target, "--yes")
+    assert again.code == 0, again.err
+    assert f"Forgot what was left of {left_of}:" in again.out
+    assert loaded("stats", "--json").json()["orphan_vectors"] == 0
+    gone = loaded("forget", *target, "--yes")  # nothing of it left at all: not found
+    assert gone.code == 3
+    assert unknown in gone.err
+
+
 def test_forget_a_resource_leaves_nothing_of_it(loaded: Cli, export_file: Path) -> None:
     bob = export_file.parent / "bob.json"
     bob.write_text(

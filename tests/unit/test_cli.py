@@ -321,11 +321,11 @@ def test_tables_fit_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_parse_age_and_date() -> None:
-    assert admin.parse_age("90d") == timedelta(days=90)
-    assert admin.parse_age(" 12W ") == timedelta(weeks=12)
-    assert admin.parse_age("36h") == timedelta(hours=36)
-    assert admin.parse_date("2025-01-01") == datetime(2025, 1, 1, tzinfo=UTC)
-    assert admin.parse_date("2025-01-01T12:00+02:00") == datetime(2025, 1, 1, 10, tzinfo=UTC)
+    assert narrowing.parse_age("90d") == timedelta(days=90)
+    assert narrowing.parse_age(" 12W ") == timedelta(weeks=12)
+    assert narrowing.parse_age("36h") == timedelta(hours=36)
+    assert narrowing.parse_date("2025-01-01") == datetime(2025, 1, 1, tzinfo=UTC)
+    assert narrowing.parse_date("2025-01-01T12:00+02:00") == datetime(2025, 1, 1, 10, tzinfo=UTC)
 
 
 def test_an_age_reaching_before_year_one_is_a_usage_error(
