@@ -32,8 +32,9 @@ from langchain_semantic_recall.cli.common import (
     command_scope,
     store_path,
 )
-from langchain_semantic_recall.cli.render import error, failure_message, with_notes
+from langchain_semantic_recall.cli.render import error, failure_message, style, with_notes
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
+from langchain_semantic_recall.quoting import printable
 
 __all__ = [
     "DEFAULT_PATH",
@@ -152,6 +153,35 @@ def _sigterm_ends_the_command() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+class _OneLine(logging.Formatter):
+    """A warning of the package as one line: its traceback is for `-v`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        label = style("semantic-recall: warning:", "yellow", stream=sys.stderr)
+        return f"{label} {printable(record.getMessage())}"
+
+
+@contextmanager
+def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
+    """Without `-v`, the package's warnings print as one line each, without a traceback.
+
+    With no handler configured, Python's last-resort handler printed each with its
+    traceback (an `ingest` whose embedder failed: one per batch, before its summary).
+    """
+    if verbose:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLine())
+    package = logging.getLogger("langchain_semantic_recall")
+    package.addHandler(handler)
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (see `--help`)."""
     parser = build_parser(sys.argv[1:] if argv is None else argv)
@@ -163,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        with _sigterm_ends_the_command(), command_scope():
+        with _sigterm_ends_the_command(), command_scope(), _warnings_in_one_line(args.verbose):
             return func(args)
     except CommandError as failure:
         error(str(failure))

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import io
 import json
+import logging
 import os
 import signal
 import sys
@@ -1309,3 +1310,21 @@ def test_an_export_of_an_unowned_thread_ingests_unowned_again(
     refused = run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "t.jsonl", taken)))
     assert refused.code == 1
     assert "belongs to another resource" in refused.out
+
+
+def test_a_library_warning_is_one_line_without_verbose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
+) -> None:
+    """With no handler configured, Python's last-resort handler printed the package's
+    warnings with their tracebacks: an ingest whose embedder failed printed one per batch,
+    against `--help`'s "-v ... show a failure's traceback"."""
+    embedder.fail = RuntimeError("the model ran out of memory")
+    lines = jsonl(tmp_path / "h.jsonl", LINE)
+    result = run(capsys, *on_urls, "ingest", str(lines))
+    warnings = [line for line in result.err.splitlines() if "warning:" in line]
+    assert warnings
+    assert all(line.startswith("semantic-recall: warning: ") for line in warnings)
+    assert "Traceback" not in result.err
+    assert not logging.getLogger("langchain_semantic_recall").handlers  # none left behind
+    embedder.fail = None
+    assert run(capsys, *on_urls, "ingest", str(lines), "--repair").code == 0
