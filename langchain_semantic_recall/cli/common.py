@@ -267,6 +267,8 @@ def open_backends(
     from langchain_semantic_recall.settings import local_backends, url_backends
 
     urls = store_urls(args)
+    if create:
+        _refuse_another_database(args)
     if urls is not None:
         if not create:  # a mistyped path must not create a store, nor forget in one
             from langchain_semantic_recall.cli.places import require_url_store, require_url_vectors
@@ -344,6 +346,24 @@ def _migrate_older(path: Path) -> None:
             f"note: the store {path} was written by an earlier release (schema {old}); "
             f"migrated it to schema {SCHEMA_VERSION}, which releases before 0.3 cannot "
             "open (docs/migration-0.3.md)"
+        )
+
+
+def _refuse_another_database(args: argparse.Namespace) -> None:
+    """A store is never created in another application's SQLite database.
+
+    `ingest` wrote twelve tables into it and switched it to WAL (the reading commands
+    call it "not a store of this package").
+    """
+    from langchain_semantic_recall.storage.sqlite_schema import holds_another_database
+    from langchain_semantic_recall.urls import sqlite_file
+
+    urls = store_urls(args)
+    file = store_path(args) / "messages.sqlite3" if urls is None else sqlite_file(urls[0])
+    if file is not None and holds_another_database(file):
+        raise NotFoundError(
+            f"{file.resolve()} is another application's database, not a store of this "
+            "package: nothing was written; choose another path for the store"
         )
 
 

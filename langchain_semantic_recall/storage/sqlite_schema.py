@@ -196,6 +196,24 @@ def holds_no_store(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def holds_another_database(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` is a SQLite file with tables but not this package's schema.
+
+    Another application's database: a store must not be created in it (an empty file
+    may hold one). Read-only, as `holds_no_store`.
+    """
+    target = os.fspath(path)
+    if not holds_no_store(target):
+        return False
+    probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+    try:
+        return probe.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+    except sqlite3.Error:
+        return False
+    finally:
+        probe.close()
+
+
 def _probed_version(target: str) -> int | None:
     """The schema version of the file at `target`, read-only (None: it has none).
 

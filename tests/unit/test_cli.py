@@ -217,6 +217,36 @@ def test_a_sqlite_url_naming_no_store_is_refused_and_left_as_it_was(
     assert not (tmp_path / "chroma").exists()
 
 
+@pytest.mark.parametrize("by", ["path", "url"])
+def test_ingest_writes_nothing_into_another_applications_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], embedder: Embedder, by: str
+) -> None:
+    """The reading commands called it "not a store of this package", but `ingest` wrote
+    its twelve tables into it and switched it to WAL. An empty file still takes a store."""
+    import sqlite3
+
+    folder = tmp_path / "other-app"
+    folder.mkdir()
+    file = folder / "messages.sqlite3"
+    with sqlite3.connect(file) as conn:
+        conn.execute("CREATE TABLE orders (item TEXT)")
+        conn.execute("INSERT INTO orders VALUES ('a precious row')")
+    conn.close()
+    before = file.read_bytes()
+    lines = str(jsonl(tmp_path / "h.jsonl", LINE))
+    memory = ["--vector", "memory://"]
+    store = ["--path", str(folder)] if by == "path" else ["--storage", f"sqlite:///{file}", *memory]
+    result = run(capsys, *store, "ingest", lines)
+    assert (result.code, result.out) == (3, "")
+    assert "is another application's database, not a store of this package" in result.err
+    assert file.read_bytes() == before
+    assert sorted(p.name for p in folder.iterdir()) == ["messages.sqlite3"]
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    done = run(capsys, "--storage", f"sqlite:///{empty}", *memory, "ingest", lines)
+    assert done.code == 0, done.err
+
+
 @pytest.mark.parametrize(
     ("vector", "said"),
     [
