@@ -48,6 +48,7 @@ from langchain_semantic_recall.storage.sqlite_schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     connect,
+    failure,
     file_bytes,
     is_writable,
     prepare_path,
@@ -215,15 +216,7 @@ class SQLiteStorage(MessageStorage):
         try:
             yield
         except sqlite3.Error as exc:
-            if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
-                raise StorageError(
-                    f"SQLite storage {self._path} is damaged ({exc}); restore it from a "
-                    "backup, or copy out what still reads with 'semantic-recall export'"
-                ) from exc
-            raise StorageError(
-                f"SQLite storage {self._path}: {action} failed ({exc}); check that the "
-                "file is writable, has free space and is still open"
-            ) from exc
+            raise failure(self._path, exc, action) from exc
 
     # --- writes -----------------------------------------------------------------------
 

@@ -282,15 +282,43 @@ def connect(path: str, *, read_only: bool = False) -> sqlite3.Connection:
 
 
 def _open_error(path: str, exc: sqlite3.Error) -> StorageError:
-    """The error for a file SQLite refused: damaged, or not writable."""
-    if getattr(exc, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+    """The error for a file SQLite refused: damaged, locked, or not writable."""
+    return failure(path, exc, None)
+
+
+def failure(path: str, exc: sqlite3.Error, action: str | None) -> StorageError:
+    """What a SQLite error means for the store at `path`, and what to do.
+
+    Args:
+        path: The database file.
+        exc: SQLite's error.
+        action: What failed ("write", "read"); None: opening the file.
+    """
+    name = getattr(exc, "sqlite_errorname", "")
+    if name in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        then = (
+            "move it aside to start an empty store"
+            if action is None
+            else ("copy out what still reads with 'semantic-recall export'")
+        )
         return StorageError(
             f"SQLite storage {path} is damaged or not a SQLite database ({exc}); restore "
-            "it from a backup, or move it aside to start an empty store"
+            f"it from a backup, or {then}"
+        )
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):  # the busy timeout ran out
+        return StorageError(
+            f"SQLite storage {path} stayed locked by another connection for "
+            f"{_BUSY_TIMEOUT_S:.0f} s ({exc}): another process is writing it (a long "
+            "ingest, a backup holding it); try again when it is done"
+        )
+    if action is None:
+        return StorageError(
+            f"cannot use SQLite storage {path} ({exc}); check that it is a SQLite "
+            "database in a folder you can write, or choose another path"
         )
     return StorageError(
-        f"cannot use SQLite storage {path} ({exc}); check that it is a SQLite "
-        "database in a folder you can write, or choose another path"
+        f"SQLite storage {path}: {action} failed ({exc}); check that the file is "
+        "writable, has free space and is still open"
     )
 
 

@@ -295,6 +295,31 @@ def test_unwritable_location_is_refused() -> None:
         SQLiteStorage("/proc/semantic-recall-test.db")
 
 
+def test_a_store_another_connection_keeps_locked_says_so(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the busy timeout it said "check that the file is writable, has free space",
+    or on open "check that it is a SQLite database in a folder you can write"."""
+    from langchain_semantic_recall.storage import sqlite_schema
+
+    monkeypatch.setattr(sqlite_schema, "_BUSY_TIMEOUT_S", 0.2)
+    storage = SQLiteStorage(db_path)
+    storage.put([make_record("m1")])
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StorageError, match="stayed locked by another connection") as said:
+            storage.put([make_record("m2")])
+        assert "try again when it is done" in str(said.value)
+        assert "free space" not in str(said.value)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    storage.put([make_record("m2")])  # the lock gone, the same write goes through
+    assert storage.count() == 2
+    storage.close()
+
+
 def test_closed_storage_raises_storage_error(db_path: Path) -> None:
     storage = SQLiteStorage(db_path)
     storage.close()
