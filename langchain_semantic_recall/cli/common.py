@@ -280,6 +280,11 @@ def open_backends(
     path = store_path(args)
     if not create:
         _require_store(path)
+    if read_only and not (path / "chroma").is_dir():  # an ingest stopped before its vectors
+        raise NotFoundError(
+            f"the store at {path} holds messages but no vector index ({path / 'chroma'} is "
+            "missing): 'semantic-recall reindex' embeds them"
+        )
     if read_only:
         _migrate_older(path)
     backends = local_backends(path, create_embeddings(), read_only=read_only)

@@ -1365,3 +1365,21 @@ def test_store_urls_and_command_paths_under_a_tilde_name_the_home_store(
     assert list(work.iterdir()) == []
     with SemanticRecall.local("~/m", embeddings=FakeEmbeddings()) as memory:
         assert memory.stats().messages == 1
+
+
+def test_a_store_whose_vector_index_was_never_written_says_how_to_repair(loaded: Cli) -> None:
+    """An ingest killed before it made `chroma/` left the messages alone: `stats` and
+    `search` then said "no Chroma index at PATH to open read-only; check the path"
+    (exit 1), while the path was right and `reindex` repairs it."""
+    import shutil
+
+    shutil.rmtree(loaded.store / "chroma")
+    for argv in (["stats"], ["search", "garden", "--resource", "alice"]):
+        said = loaded(*argv)
+        assert (said.code, said.out) == (3, ""), said.err
+        assert "holds messages but no vector index" in said.err
+        assert "'semantic-recall reindex' embeds them" in said.err
+    assert loaded("reindex").code == 0
+    stats = loaded("stats", "--json").json()
+    assert stats["messages"] > 0
+    assert (stats["missing_vectors"], stats["orphan_vectors"]) == (0, 0)
