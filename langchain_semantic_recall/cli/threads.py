@@ -154,10 +154,13 @@ def run_move(args: argparse.Namespace) -> int:
     note_if_open_elsewhere(args, "move")
     memory = open_memory(args)
     owner = require_thread(memory.storage, args.thread, args.owner)
+    # Moved already (a move that stopped is run again): it writes the vectors missing.
+    missing = memory.stats(thread_id=args.thread).missing_vectors if owner == args.to else 0
     moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
     if owner == args.to:
-        print(printable(f"Thread {args.thread} already belongs to {args.to}: nothing moved."))
+        wrote = f"; {missing} missing vector(s) written" if missing else ""
+        said = f"Thread {args.thread} already belongs to {args.to}: nothing moved{wrote}."
     else:
         said = f"Moved thread {args.thread} from {owner} to {args.to}: {moved} message(s)."
-        print(printable(said))
+    print(printable(said))
     return EXIT_OK

@@ -352,6 +352,28 @@ def test_move_gives_a_conversation_to_another_owner(loaded: Cli) -> None:
     assert again.out == "Thread conv-trip already belongs to bob: nothing moved.\n"
 
 
+def test_a_move_run_again_says_it_wrote_the_vectors_a_stopped_move_left_missing(
+    loaded: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It said "already belongs to bob: nothing moved." while it wrote them, and the
+    reindex after it "Wrote 0" (found by the operator audit)."""
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    def down(*_: object, **__: object) -> None:
+        raise RuntimeError("the process was stopped here")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ChromaVectorIndex, "_upsert", down)
+        assert loaded("move", "--thread", "conv-trip", "--to", "bob").code == 1
+    assert loaded("stats", "--json").json()["missing_vectors"] == 4
+    again = loaded("move", "--thread", "conv-trip", "--to", "bob")
+    assert again.code == 0, again.err
+    assert again.out == (
+        "Thread conv-trip already belongs to bob: nothing moved; 4 missing vector(s) written.\n"
+    )
+    assert loaded("stats", "--json").json()["missing_vectors"] == 0
+
+
 def test_ingest_when_embedding_fails_stores_messages_and_exits_1(
     cli: Cli, export_file: Path, embedder: Embedder
 ) -> None:
