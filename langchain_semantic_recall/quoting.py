@@ -73,11 +73,17 @@ LABEL_MAX_CHARS = 64
 _LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
 _LESS = "<\u2039\uff1c\ufe64\u2329\u3008\u27e8\u00ab\u276e\u276c\u1438\u02c2\u29fc\u276a"
 _MORE = ">\u203a\uff1e\ufe65\u232a\u3009\u27e9\u00bb\u276f\u276d\u1433\u02c3\u29fd\u276b"
-_QUOTES = '"\u201c\u201d\u201e\u201f\u2033\u02ba\u02dd\u3003\uff02\u05f4\u02ee'
+_QUOTES = (
+    '"\u201c\u201d\u201e\u201f\u2033\u02ba\u02dd\u3003\uff02\u05f4\u02ee\u301d\u301e\u301f\u2036'
+)
+_OPEN_SQUARE = "\u27e6\u3010\u301a\u2045\u3014\u298b\u298d\u298f\u2983\u3016\u3018"
+_CLOSE_SQUARE = "\u27e7\u3011\u301b\u2046\u3015\u298c\u298e\u2990\u2984\u3017\u3019"
 _LOOKALIKES = {  # ASCII: characters that imitate it (lower case: folding comes first)
     "<": _LESS,
     ">": _MORE,
     '"': _QUOTES,
+    "[": _OPEN_SQUARE,
+    "]": _CLOSE_SQUARE,
     "a": "\u0430\u03b1",
     "b": "\u044c\u0432\u03b2\u0185",
     "c": "\u0441\u03f2",
@@ -91,7 +97,7 @@ _LOOKALIKES = {  # ASCII: characters that imitate it (lower case: folding comes 
     "n": "\u0578\u03b7",
     "o": "\u043e\u03bf\u0585",
     "p": "\u0440\u03c1",
-    "r": "\u0433\uab47",
+    "r": "\u0433\uab47\u2c85",
     "s": "\u0455",
     "t": "\u0442\u03c4",
     "u": "\u03c5\u057d",
@@ -99,7 +105,35 @@ _LOOKALIKES = {  # ASCII: characters that imitate it (lower case: folding comes 
     "x": "\u0445\u03c7",
     "y": "\u0443",
 }
-_FOLD = {ord(c): ascii_ for ascii_, chars in _LOOKALIKES.items() for c in chars}
+_LATIN_VARIANTS = (  # Latin Extended-A/B, IPA, phonetic, Extended Additional, -C/D/E
+    *range(0x100, 0x2B0),
+    *range(0x1D00, 0x1DC0),
+    *range(0x1E00, 0x1F00),
+    *range(0x2C60, 0x2C80),
+    *range(0xA720, 0xA800),
+    *range(0xAB30, 0xAB70),
+)
+_LATIN_NAME = re.compile(r"LATIN (?:SMALL |CAPITAL )?LETTER (?:SMALL CAPITAL )?([A-Z])(?: |$)")
+
+
+def _latin_variants() -> dict[int, str]:
+    """Each Latin letter with a hook, stroke, tail... or in small capitals: its base letter.
+
+    NFKD takes accents off, but not these (`ᴇ`, `ʀ`, `ɓ`, `đ`, `ɇ`, `ɾ`): they are read
+    from the Unicode names, so that no hand-kept list misses one.
+    """
+    found: dict[int, str] = {}
+    for code in _LATIN_VARIANTS:
+        match = _LATIN_NAME.match(unicodedata.name(chr(code), ""))
+        if match:
+            found[code] = match.group(1).lower()
+    return found
+
+
+_FOLD = {
+    **_latin_variants(),
+    **{ord(c): ascii_ for ascii_, chars in _LOOKALIKES.items() for c in chars},
+}
 _INVISIBLE = {"Mn", "Me", "Cf"}
 BIDI_CONTROLS = frozenset(map(chr, [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]))
 """Bidi embeddings, overrides and isolates: they reorder how the text around them shows."""
@@ -165,8 +199,9 @@ def fold(text: str) -> str:
 
     NFKC (fullwidth and compatibility forms), case folding, accents and invisible
     characters (zero-width, bidi, soft hyphen) dropped, then the look-alike table
-    (Cyrillic and Greek letters, angle quotes, curly quotes). Not length-preserving: use
-    it to decide, never to show.
+    (Cyrillic and Greek letters, angle quotes, curly quotes, square brackets) and every
+    Latin letter variant (hooks, strokes, small capitals). Not length-preserving: use it
+    to decide, never to show.
 
     Args:
         text: Any text.
@@ -181,9 +216,13 @@ def fold(text: str) -> str:
     return kept.translate(_FOLD)
 
 
+_TAG_WORD = re.compile(r"rem+e?m*b+ered")
+"""The tags' word, and spellings a reader takes for it ("remebered", "remembbered")."""
+
+
 def looks_like_tag(text: str) -> bool:
     """Whether the text, folded, mentions "remembered" (the word of the block's tags)."""
-    return "remembered" in _NOT_ALNUM.sub("", fold(text)).replace("rn", "m")
+    return _TAG_WORD.search(_NOT_ALNUM.sub("", fold(text)).replace("rn", "m")) is not None
 
 
 def escape_memory_text(text: str) -> str:
