@@ -113,14 +113,13 @@ def _is_call_block(block: object) -> bool:
     """Whether a content block is a tool call or a tool result.
 
     Anthropic's `tool_use` and `tool_result`, LangChain's `tool_call` and `server_tool_*`,
-    OpenAI's `function_call`: providers keep calls in the content too; one recalled
-    without its result (or a result without its call) is a call the model did not make,
-    and a request the provider rejects.
+    OpenAI's `function_call`, `web_search_call`, `mcp_call`, `apply_patch_call` and their
+    outputs: providers keep calls in the content too; one recalled without its result (or
+    a result without its call) is a call the model did not make, and a request the
+    provider rejects.
     """
     kind = block.get("type") if isinstance(block, dict) else None
-    return isinstance(kind, str) and (
-        "tool" in kind or kind.startswith(("function_call", "computer_call"))
-    )
+    return isinstance(kind, str) and ("tool" in kind or "call" in kind or kind.startswith("mcp_"))
 
 
 def _readable(stored: StoredMessage) -> BaseMessage | None:

@@ -76,8 +76,8 @@ _MORE = ">\u203a\uff1e\ufe65\u232a\u3009\u27e9\u00bb\u276f\u276d\u1433\u02c3\u29
 _QUOTES = (
     '"\u201c\u201d\u201e\u201f\u2033\u02ba\u02dd\u3003\uff02\u05f4\u02ee\u301d\u301e\u301f\u2036'
 )
-_OPEN_SQUARE = "\u27e6\u3010\u301a\u2045\u3014\u298b\u298d\u298f\u2983\u3016\u3018"
-_CLOSE_SQUARE = "\u27e7\u3011\u301b\u2046\u3015\u298c\u298e\u2990\u2984\u3017\u3019"
+_OPEN_SQUARE = "\u27e6\u2045\u298b\u298d\u298f"  # not the CJK title brackets: in use
+_CLOSE_SQUARE = "\u27e7\u2046\u298c\u298e\u2990"
 _LOOKALIKES = {  # ASCII: characters that imitate it (lower case: folding comes first)
     "<": _LESS,
     ">": _MORE,
