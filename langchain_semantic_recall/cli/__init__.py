@@ -167,6 +167,8 @@ def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
 
     With no handler configured, Python's last-resort handler printed each with its
     traceback (an `ingest` whose embedder failed: one per batch, before its summary).
+    They do not reach the root logger meanwhile: one that an earlier `-v` (or the program
+    calling `main`) configured would print each again, traceback and all.
     """
     if verbose:
         yield
@@ -176,9 +178,11 @@ def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
     handler.setFormatter(_OneLine())
     package = logging.getLogger("langchain_semantic_recall")
     package.addHandler(handler)
+    propagated, package.propagate = package.propagate, False
     try:
         yield
     finally:
+        package.propagate = propagated
         package.removeHandler(handler)
 
 
@@ -193,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        with _sigterm_ends_the_command(), command_scope(), _warnings_in_one_line(args.verbose):
+        # The warnings' handler outlives the scope: closing the backends may warn too.
+        with _warnings_in_one_line(args.verbose), _sigterm_ends_the_command(), command_scope():
             return func(args)
     except CommandError as failure:
         error(str(failure))

@@ -1355,6 +1355,20 @@ def test_a_library_warning_is_one_line_without_verbose(
     assert warnings
     assert all(line.startswith("semantic-recall: warning: ") for line in warnings)
     assert "Traceback" not in result.err
-    assert not logging.getLogger("langchain_semantic_recall").handlers  # none left behind
+    package = logging.getLogger("langchain_semantic_recall")
+    assert not package.handlers  # none left behind
+    assert package.propagate
+    # A root handler (an earlier -v, or the program calling main) printed each again.
+    root = logging.StreamHandler(sys.stderr)
+    logging.getLogger().addHandler(root)
+    try:
+        other = LINE | {"id": "x9", "content": "another line"}
+        again = run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "i.jsonl", other)))
+    finally:
+        logging.getLogger().removeHandler(root)
+    assert "Traceback" not in again.err
+    said = [line for line in again.err.splitlines() if "stored without vectors" in line]
+    assert said
+    assert len(said) == len(set(said))
     embedder.fail = None
     assert run(capsys, *on_urls, "ingest", str(lines), "--repair").code == 0
