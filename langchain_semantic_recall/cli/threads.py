@@ -143,8 +143,7 @@ def _register_move(subparsers: Any) -> None:
     )
     parser.set_defaults(
         func=run_move,
-        interrupted="run the same move again, without --from: it finishes, writing the vectors "
-        "still missing",
+        interrupted="run the same move again: it finishes, writing the vectors still missing",
     )
 
 
@@ -153,10 +152,16 @@ def run_move(args: argparse.Namespace) -> int:
     require_writable(args, "nothing was moved")
     note_if_open_elsewhere(args, "move")
     memory = open_memory(args)
-    owner = require_thread(memory.storage, args.thread, args.owner)
+    found = memory.storage.get_thread_owner(args.thread)
+    # Owned by --to already: a move that stopped after the storage moved it, run again.
+    owner = require_thread(memory.storage, args.thread, None if found == args.to else args.owner)
     # Moved already (a move that stopped is run again): it writes the vectors missing.
     missing = memory.stats(thread_id=args.thread).missing_vectors if owner == args.to else 0
-    moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
+    try:
+        moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
+    except Exception as failure:  # the library's note names move_thread
+        failure.add_note("on the command line: run the same 'semantic-recall move' again")
+        raise
     if owner == args.to:
         wrote = f"; {missing} missing vector(s) written" if missing else ""
         said = f"Thread {args.thread} already belongs to {args.to}: nothing moved{wrote}."

@@ -364,9 +364,12 @@ def test_a_move_run_again_says_it_wrote_the_vectors_a_stopped_move_left_missing(
 
     with monkeypatch.context() as patched:
         patched.setattr(ChromaVectorIndex, "_upsert", down)
-        assert loaded("move", "--thread", "conv-trip", "--to", "bob").code == 1
+        stopped = loaded("move", "--thread", "conv-trip", "--to", "bob", "--from", "alice")
+    assert stopped.code == 1
+    assert "run the same 'semantic-recall move' again" in stopped.err
     assert loaded("stats", "--json").json()["missing_vectors"] == 4
-    again = loaded("move", "--thread", "conv-trip", "--to", "bob")
+    # The same command, --from included (it said "no thread 'conv-trip' of resource 'alice'").
+    again = loaded("move", "--thread", "conv-trip", "--to", "bob", "--from", "alice")
     assert again.code == 0, again.err
     assert again.out == (
         "Thread conv-trip already belongs to bob: nothing moved; 4 missing vector(s) written.\n"
