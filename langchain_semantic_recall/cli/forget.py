@@ -21,6 +21,7 @@ from langchain_semantic_recall.cli.common import (
     require_thread,
     require_writable,
     store_options,
+    store_path,
     store_urls,
 )
 from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
@@ -73,8 +74,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     parser.set_defaults(
         func=run_forget,
-        interrupted="run it again to finish: it also deletes the vectors an interrupted forget "
-        "left of the thread or resource ('stats' counts them as orphaned)",
+        interrupted="run it again to finish (a thread or resource: it also deletes the vectors "
+        "left of it); after a forget by date, 'semantic-recall reindex --missing-only' deletes "
+        "the vectors left ('stats' counts them as orphaned)",
     )
 
 
@@ -127,6 +129,8 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
     from langchain_semantic_recall.records import ScopeFilter
 
     what = f"thread {args.thread}" if args.thread is not None else f"resource {args.resource}"
+    if store_urls(args) is None and not (store_path(args) / "chroma").is_dir():
+        raise unknown  # no vector index either (opening one would create it)
     memory = open_memory(args)
     index = memory.ensure_index().name
     scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)

@@ -1408,3 +1408,16 @@ def test_a_store_whose_vector_index_was_never_written_says_how_to_repair(loaded:
     stats = loaded("stats", "--json").json()
     assert stats["messages"] > 0
     assert (stats["missing_vectors"], stats["orphan_vectors"]) == (0, 0)
+
+
+def test_forget_of_an_unknown_thread_creates_no_vector_index(loaded: Cli) -> None:
+    """A mistyped forget looked for vectors left of it by opening the engine, which made
+    an empty Chroma index on a store that had none (and warned of a new index)."""
+    import shutil
+
+    shutil.rmtree(loaded.store / "chroma")
+    said = loaded("forget", "--thread", "typo", "--yes")
+    assert (said.code, said.out) == (3, "")
+    assert "no thread 'typo'" in said.err
+    assert "index" not in said.err
+    assert not (loaded.store / "chroma").exists()
