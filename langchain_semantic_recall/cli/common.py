@@ -355,21 +355,14 @@ def _migrate_older(path: Path) -> None:
 
 
 def _refuse_another_database(args: argparse.Namespace) -> None:
-    """A store is never created in another application's SQLite database.
-
-    `ingest` wrote twelve tables into it and switched it to WAL (the reading commands
-    call it "not a store of this package").
-    """
-    from langchain_semantic_recall.storage.sqlite_schema import holds_another_database
+    """`places.refuse_another_database` for the store `args` name."""
+    from langchain_semantic_recall.cli.places import refuse_another_database
     from langchain_semantic_recall.urls import sqlite_file
 
     urls = store_urls(args)
-    file = store_path(args) / "messages.sqlite3" if urls is None else sqlite_file(urls[0])
-    if file is not None and holds_another_database(file):
-        raise NotFoundError(
-            f"{file.resolve()} is another application's database, not a store of this "
-            "package: nothing was written; choose another path for the store"
-        )
+    refuse_another_database(
+        store_path(args) / "messages.sqlite3" if urls is None else sqlite_file(urls[0])
+    )
 
 
 def _require_store(path: Path) -> None:

@@ -40,8 +40,14 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
-from langchain_semantic_recall.cli.places import place, require_url_store, require_url_vectors
+from langchain_semantic_recall.cli.places import (
+    place,
+    refuse_another_database,
+    require_url_store,
+    require_url_vectors,
+)
 from langchain_semantic_recall.errors import OwnershipError
+from langchain_semantic_recall.urls import sqlite_file
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -337,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     from_storage, from_vector = _source_urls(args)
     _refuse_itself((from_storage, from_vector), (args.to_storage, args.to_vector))
+    refuse_another_database(sqlite_file(args.to_storage))
     embeddings = _embeddings(args.embeddings)
     options: dict[str, Any] = {"read_only": True}
     if (name := index_name(args)) is not None:

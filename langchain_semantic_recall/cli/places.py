@@ -115,6 +115,24 @@ def require_url_store(url: str) -> None:
         )
 
 
+def refuse_another_database(file: Path | None) -> None:
+    """A store is never created in another application's SQLite database (None: no file).
+
+    `ingest` wrote twelve tables into it and switched it to WAL (the reading commands
+    call it "not a store of this package"); so did `migrate` with it as the target.
+
+    Raises:
+        NotFoundError: `file` holds tables, and no store of this package.
+    """
+    from langchain_semantic_recall.storage.sqlite_schema import holds_another_database
+
+    if file is not None and holds_another_database(file):
+        raise NotFoundError(
+            f"{file.resolve()} is another application's database, not a store of this "
+            "package: nothing was written; choose another path for the store"
+        )
+
+
 def require_url_vectors(url: str) -> None:
     """Raise `NotFoundError` when a `chroma:` URL names a folder that holds no index.
 

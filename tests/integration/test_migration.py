@@ -161,6 +161,27 @@ def test_migrate_refuses_a_missing_source(
     assert "no store" in capsys.readouterr().err
 
 
+def test_migrate_writes_nothing_into_another_applications_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its target got this package's tables beside the application's, and WAL."""
+    import sqlite3
+
+    source = SemanticRecall.local(tmp_path / "source", embeddings=FakeEmbeddings())
+    fill(source)
+    source.close()
+    app = tmp_path / "app.db"
+    with sqlite3.connect(app) as conn:
+        conn.execute("CREATE TABLE invoices (total REAL)")
+    conn.close()
+    before = app.read_bytes()
+    argv = ["--path", str(tmp_path / "source"), "migrate", "--to-storage", f"sqlite:///{app}"]
+    argv += ["--to-vector", "memory://", "--embeddings", "tests.fakes:FakeEmbeddings"]
+    assert main(argv) == 3
+    assert "is another application's database" in capsys.readouterr().err
+    assert app.read_bytes() == before
+
+
 def test_the_global_storage_and_vector_urls_are_the_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
