@@ -332,7 +332,10 @@ def local_backends(
         raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
     root = store_folder(path)
     file = root / "messages.sqlite3"
-    unwritable = file.exists() and not SQLiteStorage.is_writable(file)
+    chroma = root / "chroma"  # Chroma writes when it opens: its folder counts too
+    unwritable = (file.exists() and not SQLiteStorage.is_writable(file)) or (
+        chroma.is_dir() and not os.access(chroma, os.W_OK | os.X_OK)
+    )
     if read_only is False and unwritable:
         raise StorageError(
             f"the store at {root} cannot be written by this user (its files or folder, or a "

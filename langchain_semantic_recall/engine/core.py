@@ -280,7 +280,7 @@ class EngineCore:
         if self.plan.read_only:
             raise ReadOnlyError(
                 f"{what} writes, and this engine is read-only (read_only=True, or a store "
-                "this process cannot write, which local() opens read-only)"
+                "this process cannot write, which local(read_only=None) opens read-only)"
             )
 
     # --- operations ---------------------------------------------------------------------------

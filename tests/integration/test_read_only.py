@@ -305,3 +305,21 @@ def test_an_app_that_writes_is_refused_an_unwritable_store_not_made_a_reader(
     assert "cannot be written by this user" in done.stderr
     assert "read_only=True" in done.stderr
     assert _digest(read_only_store) == before
+
+
+@pytest.mark.usefixtures("mounted")
+def test_a_store_whose_vector_folder_alone_is_read_only_is_refused_the_same_way(
+    read_only_store: Path,
+) -> None:
+    # Only messages.sqlite3 was checked: Chroma then failed to open and advised moving
+    # its folder aside and rebuilding it, for a permission problem.
+    subprocess.run(["chmod", "-R", "u+w", str(read_only_store)], check=True)
+    chroma = read_only_store / "chroma"
+    subprocess.run(["chmod", "-R", "a-w", str(chroma)], check=True)  # root: the mount binds
+    before = _digest(read_only_store)
+    done = _run(_WRITER, str(read_only_store), store=chroma)
+    assert done.returncode == 1
+    assert "cannot be written by this user" in done.stderr
+    assert "move it aside" not in done.stderr
+    assert _digest(read_only_store) == before
+    subprocess.run(["chmod", "-R", "a-w", str(read_only_store)], check=True)
