@@ -215,17 +215,18 @@ def _probed_dimension(probe: object) -> int:
     without memory, index reports it), not a mismatch with the index: there is no
     index yet to mismatch.
     """
-    if (
-        not isinstance(probe, list)
+    if (  # a list, a tuple or a numpy array (the vector checks read each the same)
+        isinstance(probe, str | bytes | dict)
+        or not hasattr(probe, "__len__")
         or len(probe) != 1
-        or not hasattr(probe[0], "__len__")
-        or len(probe[0]) < 1
+        or not hasattr(probe[0], "__len__")  # type: ignore[index]
+        or len(probe[0]) < 1  # type: ignore[index]
     ):
         raise SemanticRecallError(
             "the embedder returned no usable vector for one text while probing its "
             f"dimension (got {str(probe)[:80]}); check the embedder"
         )
-    return len(probe[0])
+    return len(probe[0])  # type: ignore[index]
 
 
 def _warn_new_index(info: IndexInfo) -> None:

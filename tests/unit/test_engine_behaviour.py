@@ -20,6 +20,7 @@ from langchain_semantic_recall import (
     SemanticRecall,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE, build_records
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings, RecordingStorage, RecordingVectors
 from tests.unit.conftest import EngineFactory, reset, turn
 
@@ -566,3 +567,31 @@ def test_a_conversation_title_labels_the_memory_block(make_engine: EngineFactory
     (block,) = recalled(engine.recall([HumanMessage("Lisbon")], thread_id="x", resource_id="alice"))
     assert "[conversation \"Trip 'planning'\"]" in block.content  # no quote closes the label
     assert '[conversation "flights"]' in block.content  # no title: the thread id
+
+
+class _ArrayEmbeddings(FakeEmbeddings):
+    """Answers with numpy arrays, and says nothing of its dimension (probed)."""
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        return np.asarray(super().embed_documents(texts), dtype=np.float32)
+
+
+def test_an_embedder_answering_numpy_arrays_is_used() -> None:
+    """The dimension probe wanted a list: it called the array "no usable vector" (while
+    printing it), so every message was stored without a vector and recall found none."""
+    embedder = _ArrayEmbeddings()
+    embedder.dimension = None  # nothing said: the engine probes it
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=embedder,
+        search_mode="dense",
+        scope="thread",
+    )
+    done = memory.index([HumanMessage("peanuts are my allergy", id="m1")], thread_id="t")
+    assert (done.error, done.embedded) == (None, ("m1",))
+    assert [hit.message.id for hit in memory.search("peanuts are my allergy", thread_id="t")] == [
+        "m1"
+    ]
