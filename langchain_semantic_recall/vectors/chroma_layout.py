@@ -267,7 +267,8 @@ def check_model(name: str, stored_model: str, stored_dim: int, model: str, dim: 
         raise EmbeddingMismatchError(
             f"vector index {name!r} was built with embedding model {stored_model!r} "
             f"({stored_dim}-d), but the embedder is {model!r} ({dim}-d): use a new "
-            "index_name for this embedder, or run reindex to rebuild the index with it"
+            "index_name for this embedder (reindex then embeds the stored messages into "
+            "it), or drop this index (ChromaVectorIndex.drop) before a reindex rebuilds it"
         )
 
 

@@ -182,7 +182,8 @@ class LangChainVectorIndex(VectorIndex):
             raise EmbeddingMismatchError(
                 f"vector index {name!r} was built with embedding model {known[0]!r} "
                 f"({known[1]}-d), but the embedder is {model!r} ({dimension}-d): use a new "
-                "index_name for this embedder, or run reindex to rebuild the index with it"
+                "index_name for this embedder (reindex then embeds the stored messages "
+                "into it), or empty this index before a reindex rebuilds it"
             )
         return False
 

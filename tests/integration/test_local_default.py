@@ -111,8 +111,12 @@ def test_another_embedder_on_the_same_index_fails_closed(
     other = SemanticRecall.local(
         path, embeddings=FakeEmbeddings(384, "other-model"), index_name=memory.ensure_index().name
     )
-    with pytest.raises(EmbeddingMismatchError, match="reindex"):
+    with pytest.raises(EmbeddingMismatchError, match="reindex") as said:
         other.recall([HumanMessage("peanuts")], thread_id="x", resource_id="alice")
+    # It advised "run reindex to rebuild the index with it": that reindex raises the same.
+    assert "drop this index (ChromaVectorIndex.drop) before a reindex" in str(said.value)
+    with pytest.raises(EmbeddingMismatchError):
+        other.reindex()
 
 
 def test_a_long_message_is_indexed_whole_with_the_real_tokenizer(tmp_path: Path) -> None:
