@@ -73,9 +73,13 @@ class FittedFor:
     """The keyword search the BM25 features came from (k1, b, stemming)."""
 
     def matches(self, model_name: str, dimension: int) -> bool:
-        """Whether an embedder of this name and dimension is the one fitted for."""
+        """Whether an embedder of this name and dimension is the one fitted for.
+
+        The name without its owner (`sentence-transformers/`), whole: a fine-tuned
+        `all-MiniLM-L6-v2-finetuned` ranks differently, and is told so.
+        """
         short = model_name.rsplit("/", 1)[-1].lower()
-        return dimension == self.dimension and short.startswith(self.embedder.lower())
+        return dimension == self.dimension and short == self.embedder.lower()
 
 
 @dataclass(frozen=True, slots=True)

@@ -538,3 +538,17 @@ def test_an_engine_on_another_embedder_embeds_the_reference_once() -> None:
     memory.search("and what else", resource_id="u")
     batches = [len(call) for call in embeddings.calls]
     assert batches.count(len(UNRELATED) + len(SMALL_TALK)) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "fitted"),
+    [
+        ("sentence-transformers/all-MiniLM-L6-v2", True),
+        ("all-minilm-l6-v2", True),
+        ("all-MiniLM-L6-v2-finetuned", False),  # it was "fitted for": a prefix matched
+        ("my-org/all-MiniLM-L6-v2-onnx-int8", False),
+    ],
+)
+def test_the_fitted_embedder_is_matched_by_its_whole_name(name: str, fitted: bool) -> None:
+    model = default_model()
+    assert (model.unfitted_note(name, 384) is None) is fitted
