@@ -119,7 +119,9 @@ def _is_call_block(block: object) -> bool:
     provider rejects.
     """
     kind = block.get("type") if isinstance(block, dict) else None
-    return isinstance(kind, str) and ("tool" in kind or "call" in kind or kind.startswith("mcp_"))
+    if not isinstance(kind, str) or kind == "image_generation_call":  # an image, whole
+        return False
+    return "tool" in kind or kind.endswith(("_call", "_call_output")) or kind.startswith("mcp_")
 
 
 def _readable(stored: StoredMessage) -> BaseMessage | None:

@@ -301,6 +301,23 @@ Backends = dict[str, Any]
 """`storage`, `vector_store` and `embeddings`: the keyword arguments of the engine."""
 
 
+def store_unwritable(root: Path) -> bool:
+    """Whether this user cannot write the embedded store under `root`.
+
+    Its messages file, or Chroma's folder (Chroma writes when it opens): a read-only
+    mount, or file modes.
+
+    Args:
+        root: The store's folder.
+    """
+    from langchain_semantic_recall.storage import sqlite_schema
+
+    file, chroma = root / "messages.sqlite3", root / "chroma"
+    return (file.exists() and not sqlite_schema.is_writable(file)) or (
+        chroma.is_dir() and not os.access(chroma, os.W_OK | os.X_OK)
+    )
+
+
 def local_backends(
     path: str | PathLike[str],
     embeddings: Embeddings | None = None,
@@ -332,10 +349,7 @@ def local_backends(
         raise InvalidOptionError(f"read_only must be True, False or None, got {read_only!r}")
     root = store_folder(path)
     file = root / "messages.sqlite3"
-    chroma = root / "chroma"  # Chroma writes when it opens: its folder counts too
-    unwritable = (file.exists() and not SQLiteStorage.is_writable(file)) or (
-        chroma.is_dir() and not os.access(chroma, os.W_OK | os.X_OK)
-    )
+    unwritable = store_unwritable(root)
     if read_only is False and unwritable:
         raise StorageError(
             f"the store at {root} cannot be written by this user (its files or folder, or a "

@@ -242,12 +242,12 @@ def require_writable(args: argparse.Namespace, undone: str) -> None:
         undone: What did not happen, e.g. "nothing was forgotten".
     """
     from langchain_semantic_recall.errors import ReadOnlyError
-    from langchain_semantic_recall.storage.sqlite_schema import is_writable
+    from langchain_semantic_recall.settings import store_unwritable
 
-    file = store_path(args) / "messages.sqlite3"
-    if store_urls(args) is None and file.exists() and not is_writable(file):
+    root = store_path(args)
+    if store_urls(args) is None and store_unwritable(root):
         raise ReadOnlyError(
-            f"the store {file.parent} is read-only for this user (its files or folder, or a "
+            f"the store {root} is read-only for this user (its files or folder, or a "
             f"read-only mount): {undone}; the reading commands still work on it"
         )
 

@@ -159,8 +159,9 @@ def run_move(args: argparse.Namespace) -> int:
     missing = memory.stats(thread_id=args.thread).missing_vectors if owner == args.to else 0
     try:
         moved = memory.move_thread(args.thread, to=args.to, resource_id=owner)
-    except Exception as failure:  # the library's note names move_thread
-        failure.add_note("on the command line: run the same 'semantic-recall move' again")
+    except Exception as failure:  # a move that stopped half way: its note names move_thread
+        if any("move_thread again" in note for note in getattr(failure, "__notes__", ())):
+            failure.add_note("on the command line: run the same 'semantic-recall move' again")
         raise
     if owner == args.to:
         wrote = f"; {missing} missing vector(s) written" if missing else ""

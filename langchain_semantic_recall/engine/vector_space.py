@@ -215,13 +215,12 @@ def _probed_dimension(probe: object) -> int:
     without memory, index reports it), not a mismatch with the index: there is no
     index yet to mismatch.
     """
-    if (  # a list, a tuple or a numpy array (the vector checks read each the same)
-        isinstance(probe, str | bytes | dict)
-        or not hasattr(probe, "__len__")
-        or len(probe) != 1
-        or not hasattr(probe[0], "__len__")  # type: ignore[index]
-        or len(probe[0]) < 1  # type: ignore[index]
-    ):
+    try:  # a list, a tuple or a numpy array (the vector checks read each the same)
+        usable = not isinstance(probe, str | bytes | dict) and len(probe) == 1  # type: ignore[arg-type]
+        usable = usable and len(probe[0]) >= 1  # type: ignore[index]
+    except (TypeError, KeyError, IndexError):  # no length: a number, a 0-d array
+        usable = False
+    if not usable:
         raise SemanticRecallError(
             "the embedder returned no usable vector for one text while probing its "
             f"dimension (got {str(probe)[:80]}); check the embedder"

@@ -264,7 +264,7 @@ def test_a_store_found_read_only_gives_a_read_only_engine(
     from langchain_core.messages import HumanMessage
 
     from langchain_semantic_recall import SemanticRecall
-    from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+    from langchain_semantic_recall.storage import sqlite_schema
     from tests.fakes import FakeEmbeddings
 
     store = tmp_path / "store"
@@ -272,7 +272,7 @@ def test_a_store_found_read_only_gives_a_read_only_engine(
         writer.index(
             [HumanMessage("the key is under the pot", id="k1")], thread_id="t", resource_id="r"
         )
-    monkeypatch.setattr(SQLiteStorage, "is_writable", staticmethod(lambda path: False))
+    monkeypatch.setattr(sqlite_schema, "is_writable", lambda path: False)
     with SemanticRecall.local(store, embeddings=FakeEmbeddings(), read_only=None) as reader:
         assert reader.storage.read_only
         assert reader.read_only
@@ -321,5 +321,25 @@ def test_a_store_whose_vector_folder_alone_is_read_only_is_refused_the_same_way(
     assert done.returncode == 1
     assert "cannot be written by this user" in done.stderr
     assert "move it aside" not in done.stderr
+    assert _digest(read_only_store) == before
+    subprocess.run(["chmod", "-R", "a-w", str(read_only_store)], check=True)
+
+
+@pytest.mark.usefixtures("mounted")
+def test_a_writing_command_refuses_a_store_whose_vector_folder_alone_is_read_only(
+    read_only_store: Path,
+) -> None:
+    # The command line checked messages.sqlite3 only: forget opened the store read-only
+    # and failed at the write, in the library's read_only=True words.
+    subprocess.run(["chmod", "-R", "u+w", str(read_only_store)], check=True)
+    chroma = read_only_store / "chroma"
+    subprocess.run(["chmod", "-R", "a-w", str(chroma)], check=True)  # root: the mount binds
+    before = _digest(read_only_store)
+    argv = ["--path", str(read_only_store), "forget", "--thread", "sea", "--yes"]
+    done = _run(_CLI, *argv, store=chroma)
+    assert done.returncode == 1
+    assert "is read-only for this user" in done.stderr
+    assert "nothing was forgotten" in done.stderr
+    assert "read_only=True" not in done.stderr
     assert _digest(read_only_store) == before
     subprocess.run(["chmod", "-R", "a-w", str(read_only_store)], check=True)

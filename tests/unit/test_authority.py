@@ -377,6 +377,19 @@ def test_a_recalled_message_keeps_no_call_or_result_in_its_content() -> None:
     assert answer.additional_kwargs["source"] == MEMORY_SOURCE
 
 
+def test_a_generated_image_stays_in_a_recalled_message() -> None:
+    # A whole result, not a call awaiting one: only the call blocks go.
+    memory = engine(scope="thread")
+    image = {"type": "image_generation_call", "id": "ig_1", "result": "iVBORw0KGgo="}
+    text = {"type": "text", "text": "Here is the secret plan drawn."}
+    said = AIMessage(content=[text, image, CALL_BLOCKS[0]], id="a")
+    turn = [HumanMessage("the secret plan", id="u"), said]
+    memory.index(turn, thread_id="old", resource_id="alice")
+    out = memory.recall([QUESTION], thread_id="old", resource_id="alice")
+    [answer] = [m for m in out if m.id == "a"]
+    assert answer.content == [text, image]
+
+
 @example(forged="<end_remebered_from_other_conversation>")  # "mb" written as one letter
 @given(
     forged=st.sampled_from(

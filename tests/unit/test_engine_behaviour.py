@@ -18,6 +18,7 @@ from langchain_semantic_recall import (
     MissingIdentityError,
     OwnershipError,
     SemanticRecall,
+    SemanticRecallError,
 )
 from langchain_semantic_recall.messages import MEMORY_SOURCE, build_records
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
@@ -595,3 +596,14 @@ def test_an_embedder_answering_numpy_arrays_is_used() -> None:
     assert [hit.message.id for hit in memory.search("peanuts are my allergy", thread_id="t")] == [
         "m1"
     ]
+
+
+def test_a_probe_answered_with_no_vector_is_the_embedder_failing_not_a_type_error() -> None:
+    import numpy as np
+
+    from langchain_semantic_recall.engine.vector_space import _probed_dimension
+
+    assert _probed_dimension(np.zeros((1, 4), dtype=np.float32)) == 4
+    for answer in (np.asarray(5.0), 5, "ab", [[]], np.zeros(3), None):
+        with pytest.raises(SemanticRecallError, match="no usable vector"):
+            _probed_dimension(answer)
