@@ -307,39 +307,40 @@ def test_an_app_that_writes_is_refused_an_unwritable_store_not_made_a_reader(
     assert _digest(read_only_store) == before
 
 
+@pytest.fixture
+def read_only_vectors(read_only_store: Path) -> Iterator[Path]:
+    """The store, writable but for its `chroma/` folder (mounted read-only by `_run`)."""
+    subprocess.run(["chmod", "-R", "u+w", str(read_only_store)], check=True)
+    subprocess.run(["chmod", "-R", "a-w", str(read_only_store / "chroma")], check=True)
+    yield read_only_store
+    subprocess.run(["chmod", "-R", "a-w", str(read_only_store)], check=True)
+
+
 @pytest.mark.usefixtures("mounted")
 def test_a_store_whose_vector_folder_alone_is_read_only_is_refused_the_same_way(
-    read_only_store: Path,
+    read_only_vectors: Path,
 ) -> None:
     # Only messages.sqlite3 was checked: Chroma then failed to open and advised moving
     # its folder aside and rebuilding it, for a permission problem.
-    subprocess.run(["chmod", "-R", "u+w", str(read_only_store)], check=True)
-    chroma = read_only_store / "chroma"
-    subprocess.run(["chmod", "-R", "a-w", str(chroma)], check=True)  # root: the mount binds
-    before = _digest(read_only_store)
-    done = _run(_WRITER, str(read_only_store), store=chroma)
+    before = _digest(read_only_vectors)
+    done = _run(_WRITER, str(read_only_vectors), store=read_only_vectors / "chroma")
     assert done.returncode == 1
     assert "cannot be written by this user" in done.stderr
     assert "move it aside" not in done.stderr
-    assert _digest(read_only_store) == before
-    subprocess.run(["chmod", "-R", "a-w", str(read_only_store)], check=True)
+    assert _digest(read_only_vectors) == before
 
 
 @pytest.mark.usefixtures("mounted")
 def test_a_writing_command_refuses_a_store_whose_vector_folder_alone_is_read_only(
-    read_only_store: Path,
+    read_only_vectors: Path,
 ) -> None:
     # The command line checked messages.sqlite3 only: forget opened the store read-only
     # and failed at the write, in the library's read_only=True words.
-    subprocess.run(["chmod", "-R", "u+w", str(read_only_store)], check=True)
-    chroma = read_only_store / "chroma"
-    subprocess.run(["chmod", "-R", "a-w", str(chroma)], check=True)  # root: the mount binds
-    before = _digest(read_only_store)
-    argv = ["--path", str(read_only_store), "forget", "--thread", "sea", "--yes"]
-    done = _run(_CLI, *argv, store=chroma)
+    before = _digest(read_only_vectors)
+    argv = ["--path", str(read_only_vectors), "forget", "--thread", "sea", "--yes"]
+    done = _run(_CLI, *argv, store=read_only_vectors / "chroma")
     assert done.returncode == 1
     assert "is read-only for this user" in done.stderr
     assert "nothing was forgotten" in done.stderr
     assert "read_only=True" not in done.stderr
-    assert _digest(read_only_store) == before
-    subprocess.run(["chmod", "-R", "a-w", str(read_only_store)], check=True)
+    assert _digest(read_only_vectors) == before
