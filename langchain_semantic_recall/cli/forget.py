@@ -117,7 +117,7 @@ def run_forget(args: argparse.Namespace) -> int:
     else:
         deleted = memory.forget_resource(args.resource)
     print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
-    return _left_inother_indexes(args, memory.ensure_index().name)
+    return _left_in_other_indexes(args, memory.ensure_index().name)
 
 
 def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> int:
@@ -149,10 +149,10 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
         error(f"{still} vector(s) of {what} are left: run 'semantic-recall reindex --missing-only'")
         return EXIT_ERROR
     print(printable(f"Forgot what was left of {what}: {left} vector(s), no message."))
-    return _left_inother_indexes(args, index)
+    return _left_in_other_indexes(args, index)
 
 
-def _left_inother_indexes(args: argparse.Namespace, index_name: str) -> int:
+def _left_in_other_indexes(args: argparse.Namespace, index_name: str) -> int:
     """A forget deletes vectors of the command line's index only: say what others keep.
 
     The exit code: 1 when another embedder's index may still hold the forgotten
@@ -197,4 +197,4 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     print(printable(said))
     if result.threads_emptied:
         print(printable(f"Threads left empty: {', '.join(result.threads_emptied)}."))
-    return _left_inother_indexes(args, memory.ensure_index().name)
+    return _left_in_other_indexes(args, memory.ensure_index().name)

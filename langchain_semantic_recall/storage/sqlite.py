@@ -226,9 +226,10 @@ class SQLiteStorage(MessageStorage):
         now = sql.iso_text(datetime.now(UTC))
         stored: list[StoredMessage] = []
         with self._write(keywords_hooked=True) as conn:
+            place_of = conn.execute  # one read of each id's (thread, seq), kept for the batch
+            places = {r.id: place_of(sql.GET_MESSAGE_PLACE, (r.id,)).fetchone() for r in records}
             for record in records:  # message ids first: a thread error means none is taken
-                place = conn.execute(sql.GET_MESSAGE_PLACE, (record.id,)).fetchone()
-                if place is not None and place[0] != record.thread_id:
+                if (place := places[record.id]) is not None and place[0] != record.thread_id:
                     raise message_id_of_another(record.id, record.thread_id)
             threads: dict[str, _ThreadState] = {}
             for record, created_at in zip(records, created, strict=True):
@@ -237,12 +238,13 @@ class SQLiteStorage(MessageStorage):
                     state = threads[record.thread_id] = self._thread_state(conn, record, now)
                 if state.owner != record.resource_id:
                     raise thread_of_another(record.thread_id, record.resource_id)
-                place = conn.execute(sql.GET_MESSAGE_PLACE, (record.id,)).fetchone()
+                place = places[record.id]  # this batch's own earlier writes included
                 if place is not None and place[0] != record.thread_id:
                     raise message_id_of_another(record.id, record.thread_id)
                 if place is None:
                     seq = state.next_seq
                     state.next_seq += 1
+                    places[record.id] = (record.thread_id, seq)
                 else:
                     seq = place[1]
                 metadata = sql.metadata_text(record)

@@ -203,15 +203,18 @@ def holds_another_database(path: str | os.PathLike[str]) -> bool:
     may hold one). Read-only, as `holds_no_store`.
     """
     target = os.fspath(path)
-    if not holds_no_store(target):
+    if not os.path.isfile(target):
         return False
-    probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
     try:
-        return probe.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+        probe = sqlite3.connect(f"file:{quote(target)}?mode=ro", uri=True, timeout=_BUSY_TIMEOUT_S)
+        try:
+            if probe.execute(_HAS_VERSION_TABLE).fetchone() is not None:
+                return False  # a store of this package
+            return probe.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
+        finally:
+            probe.close()
     except sqlite3.Error:
         return False
-    finally:
-        probe.close()
 
 
 def _probed_version(target: str) -> int | None:
