@@ -45,6 +45,27 @@ class ThreadOwnerError(OwnershipError):
     """
 
 
+class MessageIdTakenError(OwnershipError):
+    """Message ids of the write are already stored in another thread.
+
+    Attributes:
+        message_ids: Every id of the write that another thread holds (none is written).
+    """
+
+    def __init__(self, text: str, message_ids: tuple[str, ...] = ()) -> None:
+        """The refusal's `text`, and every taken id of the write.
+
+        Args:
+            text: What went wrong and what to do.
+            message_ids: The write's ids that other threads hold.
+        """
+        super().__init__(text)
+        self.message_ids = message_ids
+
+    def __reduce__(self) -> tuple[type, tuple[str, tuple[str, ...]]]:
+        return type(self), (str(self), self.message_ids)
+
+
 class ForgottenThreadError(SemanticRecallError):
     """A write targeted a thread that was forgotten; forgotten thread ids are retired."""
 
@@ -169,6 +190,7 @@ __all__ = [
     "IdentityMismatchError",
     "InvalidInputError",
     "InvalidOptionError",
+    "MessageIdTakenError",
     "MissingIdentityError",
     "NotFoundError",
     "OwnershipError",

@@ -75,15 +75,14 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langchain_semantic_recall.engine.narrowing import narrowing_option
+from langchain_semantic_recall.turn_index import aindex_new_messages, index_new_messages
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
     RecallChannel,
     RecalledMemory,
-    aindex_new_messages,
     arecall_turn,
     check_node_options,
     current_turn,
-    index_new_messages,
     inject_recalled,
     recall_turn,
     recalled_for_turn,

@@ -41,13 +41,12 @@ from typing_extensions import override
 from langchain_semantic_recall.engine.narrowing import narrowing_option
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.retriever import create_memory_search_tool
+from langchain_semantic_recall.turn_index import aindex_new_messages, index_new_messages
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
     RecalledMemory,
-    aindex_new_messages,
     arecall_turn,
     check_node_options,
-    index_new_messages,
     recall_turn,
     recalled_for_turn,
     require_conversation,

@@ -14,43 +14,29 @@ from langchain_core.messages import (
     BaseMessage,
     ChatMessage,
     HumanMessage,
-    RemoveMessage,
     SystemMessage,
 )
 from langgraph.channels import UntrackedValue
 from langgraph.errors import EmptyChannelError
 
 from langchain_semantic_recall import visible
-from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.call_options import CallIds
-from langchain_semantic_recall.engine.core import EngineCore
-from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.narrowing import Narrowing, from_config
-from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import (
-    ForgottenThreadError,
     InvalidInputError,
     InvalidOptionError,
 )
 from langchain_semantic_recall.messages import (
-    clean_text,
-    is_recalled,
     role_of,
-    stable_id,
-    text_of,
     to_messages,
 )
 from langchain_semantic_recall.recall_report import RecallReport
-from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
 RECALL_KEY = "recalled_memory"
 """Default name of the per-run channel holding this turn's `RecalledMemory`."""
-
-_PROBE = 64
-"""Messages checked against the storage at a time, newest first, by the index side."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +128,7 @@ def require_conversation(messages: list[BaseMessage], key: str, where: str) -> l
     return messages
 
 
-def _is_summary(message: BaseMessage) -> bool:
+def is_summary(message: BaseMessage) -> bool:
     """A summary LangChain's `SummarizationMiddleware` put in the state as a user message.
 
     Nobody said it: stored, it would be recalled as the user's words.
@@ -150,9 +136,9 @@ def _is_summary(message: BaseMessage) -> bool:
     return message.additional_kwargs.get("lc_source") == "summarization"
 
 
-def _is_user(message: BaseMessage) -> bool:
+def is_user(message: BaseMessage) -> bool:
     """A message the user wrote (a summary in a user message's place is not one)."""
-    if _is_summary(message):
+    if is_summary(message):
         return False
     return isinstance(message, HumanMessage) or (
         isinstance(message, ChatMessage) and role_of(message) == "user"
@@ -167,7 +153,7 @@ def current_turn(messages: Sequence[BaseMessage]) -> str | None:
     """
     for position in range(len(messages) - 1, -1, -1):
         message = messages[position]
-        if _is_user(message):
+        if is_user(message):
             return message.id or f"@{position}"
     return None
 
@@ -179,7 +165,7 @@ def turn_messages(messages: Sequence[BaseMessage]) -> tuple[BaseMessage, ...]:
         messages: The conversation so far.
     """
     for position in range(len(messages) - 1, -1, -1):
-        if _is_user(messages[position]):
+        if is_user(messages[position]):
             return tuple(messages[position:])
     return ()
 
@@ -284,39 +270,6 @@ def _added(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> tuple
     return tuple(m for m in after if id(m) not in present)
 
 
-def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
-    """The messages the storage keeps, each with an id (positional if it had none).
-
-    Recalled messages and summaries of the conversation are not part of it. A message of
-    a role or type the storage does not know stays in, as it is: `index` skips it and
-    says so (its fate, and a warning, since these surfaces return no fates).
-    """
-    kept: list[BaseMessage] = []
-    for position, message in enumerate(messages):
-        if isinstance(message, RemoveMessage) or is_recalled(message) or _is_summary(message):
-            continue
-        role = role_of(message)
-        if role is None:
-            kept.append(message)
-            continue
-        if message.id:
-            kept.append(message)
-        else:
-            key = stable_id(thread_id, role, text_of(message, "\n"), "", position)
-            kept.append(message.model_copy(update={"id": key}))
-    return kept
-
-
-def _after_last_stored(
-    candidates: Sequence[BaseMessage], start: int, end: int, stored: Mapping[str, Any]
-) -> int | None:
-    """Index just past the newest stored message in `candidates[start:end]`, if any."""
-    for position in range(end - 1, start - 1, -1):
-        if candidates[position].id in stored:
-            return position + 1
-    return None
-
-
 # --- the two halves, for one turn ---------------------------------------------------------
 
 
@@ -372,123 +325,3 @@ async def arecall_turn(
 def _narrowed(narrowing: Narrowing | None, ids: CallIds) -> Narrowing:
     """A turn's narrowing: the given one (a node's, the middleware's) within the run's."""
     return (narrowing or Narrowing()).within(from_config(ids.get("config")))
-
-
-def _probes(count: int) -> list[tuple[int, int]]:
-    """(start, end) slices of `count` candidates, newest first, `_PROBE` at a time."""
-    return [(max(0, end - _PROBE), end) for end in range(count, 0, -_PROBE)]
-
-
-def _edited(
-    checked: Sequence[BaseMessage], stored: Mapping[str, Any], handed: set[str | None]
-) -> list[BaseMessage]:
-    """The messages of `checked` stored with another text, not already in `handed`."""
-    return [
-        m
-        for m in checked
-        if m.id not in handed and (rows := stored.get(m.id or "")) and rows[0].text != _text(m)
-    ]
-
-
-def _said_in_this_thread(
-    candidates: Sequence[BaseMessage], thread_id: str, who: Identity
-) -> Op[list[BaseMessage]]:
-    """`candidates` without the history stored in another thread of the same owner.
-
-    A thread copied with its checkpoint (LangGraph server's `threads.copy`, or
-    `update_state` on a new thread with another's values) holds the other thread's
-    messages with their ids; message ids are unique across threads, so storing them again
-    would fail every turn of the copy. They stay where they were said (resource-scope recall
-    finds them there); the copy's own turns are stored under the copy. A copied message is
-    stored in another thread with its text; before the newest user message, one stored with
-    other text is copied too when the input holds such a copy (the original corrected it
-    since). Anything else whose id another thread stored (a client that numbers each
-    conversation's messages from 1) is left in for the write to refuse (`OwnershipError`),
-    as is a message of another owner.
-    """
-    ids = [m.id for m in candidates if m.id]
-    if not ids:
-        return list(candidates)
-    owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
-    found = yield steps.ReadWindows(ids, before=0, after=0, scope=ScopeFilter(resource_id=owner))
-    elsewhere = {
-        key: rows[0].text for key, rows in found.items() if rows and rows[0].thread_id != thread_id
-    }
-    same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
-    turn = _turn_start(candidates)
-    edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
-    return [m for m in candidates if m.id not in same | edited]
-
-
-def _text(message: BaseMessage) -> str:
-    """The text the storage keeps of `message`."""
-    return clean_text(text_of(message, "\n"))
-
-
-def _turn_start(messages: Sequence[BaseMessage]) -> int | None:
-    """Where the current turn starts: the newest user message (None: there is none)."""
-    return next((p for p in range(len(messages) - 1, -1, -1) if _is_user(messages[p])), None)
-
-
-def _index_new_op(
-    core: EngineCore, messages: Sequence[BaseMessage], who: Identity
-) -> Op[IndexResult]:
-    """Index the current turn and the messages after the newest one already stored.
-
-    The current turn (from its user message on) is always handed to `index`, which
-    leaves unchanged messages alone: a user message edited in place (the same id sent
-    again with new text, as LangGraph's `add_messages` replaces it) is updated, not
-    silently kept with its old text. So is an earlier message whose text the state
-    changed (`update_state` with its id: a correction, a redaction) among the newest
-    `_PROBE` checked against the storage.
-    """
-    thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
-    candidates = _storable(messages, thread_id)
-    scope = ScopeFilter(thread_id=thread_id)
-    turn = _turn_start(candidates)
-    for start, end in _probes(len(candidates)):
-        ids = [m.id for m in candidates[start:end] if m.id]
-        found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
-        if (cut := _after_last_stored(candidates, start, end, found)) is not None:
-            rest = candidates[cut if turn is None else min(cut, turn) :]
-            edited = _edited(candidates[start:end], found, {m.id for m in rest})
-            candidates = [*edited, *rest]
-            break
-    else:  # nothing of it stored in this thread: a new thread, or a copy of another
-        candidates = yield from _said_in_this_thread(candidates, thread_id, who)
-    result: IndexResult = yield from core.index(candidates, who)
-    if result.forgotten:
-        raise ForgottenThreadError(
-            f"thread {thread_id!r} was forgotten, so this turn was not stored: its id is "
-            "retired. Continue the conversation under a new thread id (and delete the old "
-            "checkpoint, which still holds the forgotten messages)"
-        )
-    return result
-
-
-def index_new_messages(
-    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
-) -> IndexResult:
-    """Store (and embed) the messages after the newest one the storage already holds.
-
-    Args:
-        memory: The engine.
-        messages: The whole conversation (a graph's or an agent's `messages`).
-        **ids: Who is asking: `thread_id`, `resource_id`, `config` (see `CallIds`).
-
-    Raises:
-        MissingIdentityError: no thread id (or no resource id in resource scope).
-        ForgottenThreadError: the thread was forgotten (nothing is stored).
-        OwnershipError: the thread (or a message id) belongs to another owner.
-        StorageError: the storage could not be written.
-    """
-    core = memory.core
-    return core.run(_index_new_op(core, messages, core.identity(ids)))
-
-
-async def aindex_new_messages(
-    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
-) -> IndexResult:
-    """Async twin of `index_new_messages`."""
-    core = memory.core
-    return await core.arun(_index_new_op(core, messages, core.identity(ids)))

@@ -37,8 +37,6 @@ from typing import ClassVar
 
 from langchain_semantic_recall.errors import (
     CompactNotSupportedError,
-    OwnershipError,
-    ThreadOwnerError,
 )
 from langchain_semantic_recall.records import (
     CompactResult,
@@ -76,27 +74,6 @@ def _share(value: object) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
         return float(value)
     return None
-
-
-def thread_of_another(thread_id: str, resource_id: str) -> ThreadOwnerError:
-    """Every backend's refusal of a write into a thread another resource owns.
-
-    Raised only after every message id of the write was checked (`message_id_of_another`).
-    """
-    return ThreadOwnerError(
-        f"thread {thread_id!r} belongs to another resource than {resource_id!r}; "
-        "use a thread id of that resource"
-    )
-
-
-def message_id_of_another(message_id: str, thread_id: str | None = None) -> OwnershipError:
-    """Every backend's refusal of a write reusing a message id another thread holds."""
-    than = "" if thread_id is None else f" than {thread_id!r}"
-    return OwnershipError(
-        f"message id {message_id!r} already belongs to another thread{than}; message ids "
-        "are unique across threads: to copy a conversation into a new thread, copy its "
-        "messages without their ids"
-    )
 
 
 class MessageStorage(StorageHooks):

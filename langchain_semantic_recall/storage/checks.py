@@ -9,12 +9,17 @@ surrogates: an id one backend stores, all do).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TypeGuard
 
-from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
+from langchain_semantic_recall.errors import (
+    InvalidInputError,
+    MessageIdTakenError,
+    OwnershipError,
+    ThreadOwnerError,
+)
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, check_metadata
 from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
 from langchain_semantic_recall.storable import check_id, check_ids, check_new_id
@@ -286,4 +291,55 @@ def refused_metadata_note(refused: Sequence[str]) -> str:
     return (
         f"{len(refused)} message(s) carry additional_kwargs['metadata'] that is not valid "
         f"metadata (docs/filtering.md); they keep none (first: {refused[0]!r})"
+    )
+
+
+# --- every backend's refusals of a write ---------------------------------------------
+
+
+def thread_of_another(thread_id: str, resource_id: str) -> ThreadOwnerError:
+    """Every backend's refusal of a write into a thread another resource owns.
+
+    Raised only after every message id of the write was checked (`refuse_taken_ids`).
+    """
+    return ThreadOwnerError(
+        f"thread {thread_id!r} belongs to another resource than {resource_id!r}; "
+        "use a thread id of that resource"
+    )
+
+
+def refuse_taken_ids(
+    records: Sequence[MessageRecord], place_of: Callable[[str], tuple[str, int] | None]
+) -> None:
+    """Every backend's first check of a write: no message id of it is another thread's.
+
+    Args:
+        records: The write.
+        place_of: A stored message id's (thread id, seq), None when it is not stored.
+
+    Raises:
+        MessageIdTakenError: naming every such id (none is written).
+    """
+    taken = [r.id for r in records if (at := place_of(r.id)) is not None and at[0] != r.thread_id]
+    if taken:
+        threads = {r.thread_id for r in records}
+        raise message_id_of_another(taken, threads.pop() if len(threads) == 1 else None)
+
+
+def message_id_of_another(
+    message_ids: str | Sequence[str], thread_id: str | None = None
+) -> MessageIdTakenError:
+    """Every backend's refusal of a write reusing message ids other threads hold.
+
+    A backend names every such id of the write (`MessageIdTakenError.message_ids`), so a
+    caller can set them aside in one go.
+    """
+    ids = (message_ids,) if isinstance(message_ids, str) else tuple(dict.fromkeys(message_ids))
+    than = "" if thread_id is None else f" than {thread_id!r}"
+    named = f"message id {ids[0]!r}" if len(ids) == 1 else f"message ids {list(ids)!r}"
+    return MessageIdTakenError(
+        f"{named} already belong{'s' if len(ids) == 1 else ''} to another thread{than}; "
+        "message ids are unique across threads: to copy a conversation into a new thread, "
+        "copy its messages without their ids",
+        ids,
     )

@@ -37,12 +37,13 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import (
-    MessageStorage,
+from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.checks import (
+    check_still_owned,
     message_id_of_another,
+    refuse_taken_ids,
     thread_of_another,
 )
-from langchain_semantic_recall.storage.checks import check_still_owned
 
 logger = logging.getLogger(__name__)
 
@@ -117,10 +118,8 @@ class InMemoryStorage(MessageStorage):
             next_seq: dict[str, int] = {}
             planned: dict[str, tuple[str, int]] = {}
             stored: list[StoredMessage] = []
-            for record in records:  # message ids first: a thread error means none is taken
-                known = self._index.get(record.id)
-                if known is not None and known[0] != record.thread_id:
-                    raise message_id_of_another(record.id, record.thread_id)
+            # Every message id first: a thread error then means none is taken.
+            refuse_taken_ids(records, self._index.get)
             for record in records:
                 thread_id = record.thread_id
                 if thread_id in self._forgotten:

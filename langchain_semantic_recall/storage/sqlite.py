@@ -36,12 +36,13 @@ from langchain_semantic_recall.records import (
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage import sqlite_sql as sql
-from langchain_semantic_recall.storage.base import (
-    MessageStorage,
+from langchain_semantic_recall.storage.base import MessageStorage
+from langchain_semantic_recall.storage.checks import (
+    check_still_owned,
     message_id_of_another,
+    refuse_taken_ids,
     thread_of_another,
 )
-from langchain_semantic_recall.storage.checks import check_still_owned
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
@@ -228,9 +229,8 @@ class SQLiteStorage(MessageStorage):
         with self._write(keywords_hooked=True) as conn:
             place_of = conn.execute  # one read of each id's (thread, seq), kept for the batch
             places = {r.id: place_of(sql.GET_MESSAGE_PLACE, (r.id,)).fetchone() for r in records}
-            for record in records:  # message ids first: a thread error means none is taken
-                if (place := places[record.id]) is not None and place[0] != record.thread_id:
-                    raise message_id_of_another(record.id, record.thread_id)
+            # Every message id first: a thread error then means none is taken.
+            refuse_taken_ids(records, places.get)
             threads: dict[str, _ThreadState] = {}
             for record, created_at in zip(records, created, strict=True):
                 state = threads.get(record.thread_id)

@@ -13,6 +13,7 @@ Every backend runs it by subclassing :class:`StorageConformance` and providing a
 
 from __future__ import annotations
 
+import pickle
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -28,6 +29,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langchain_semantic_recall.errors import (
     ForgottenThreadError,
     InvalidInputError,
+    MessageIdTakenError,
     OwnershipError,
     ThreadOwnerError,
 )
@@ -530,6 +532,18 @@ class StorageConformance(StorageFilterConformance):
         assert not isinstance(refused.value, ThreadOwnerError)
         with pytest.raises(ThreadOwnerError, match="'t2'"):
             storage.put([make_record("new", "t2", "r3")])
+        assert ids(storage.list_messages()) == ["m1", "m2"]
+
+    def test_every_taken_message_id_of_a_write_is_named(self, storage: MessageStorage) -> None:
+        # A graph turn sets aside the history another thread holds, in one go: the
+        # refusal names every such id of the write, not only the first.
+        storage.put([make_record("m1", "t1", "r1"), make_record("m2", "t2", "r2")])
+        with pytest.raises(MessageIdTakenError) as refused:
+            storage.put([make_record(m, "t3", "r3") for m in ("m2", "new", "m1")])
+        assert refused.value.message_ids == ("m2", "m1")
+        assert "'t3'" in str(refused.value)
+        assert pickle.loads(pickle.dumps(refused.value)).message_ids == ("m2", "m1")
+        assert storage.get_thread_owner("t3") is None
         assert ids(storage.list_messages()) == ["m1", "m2"]
 
     def test_get_thread_owner(self, storage: MessageStorage) -> None:

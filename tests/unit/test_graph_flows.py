@@ -35,7 +35,7 @@ from langchain_semantic_recall.graph import (
 )
 from langchain_semantic_recall.messages import is_recalled
 from langchain_semantic_recall.middleware import SemanticRecallMiddleware
-from langchain_semantic_recall.turns import index_new_messages
+from langchain_semantic_recall.turn_index import index_new_messages
 from tests.fakes import SECRETS, FactsMemory, FakeChatModel, lookup
 
 
@@ -95,15 +95,24 @@ def test_a_copied_agent_thread_goes_on(memory: FactsMemory) -> None:
     assert texts(memory, "copy") == ["piano?", "ok: piano?"]
 
 
-def test_a_copy_of_another_users_thread_is_still_refused(memory: FactsMemory) -> None:
+def test_a_copy_of_another_users_thread_stores_only_his_own_turns(
+    memory: FactsMemory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Alice's checkpoint copied into Bob's thread: its history was refused at the end of
+    every turn of Bob's thread, for good. Now Bob's own turns are stored, Alice's words
+    never are (a warning names their ids), and Bob's memory finds none of them."""
     graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
     graph.invoke(ask("garden?"), config("alices"))
     values = graph.get_state(config("alices")).values
     graph.update_state(config("bobs", "bob"), values, as_node="index")
-    with pytest.raises(OwnershipError, match="another thread"):
-        graph.invoke(ask("piano?"), config("bobs", "bob"))
+    for text in ("piano?", "tennis?"):
+        graph.invoke(ask(text), config("bobs", "bob"))
     assert texts(memory, "alices") == ["garden?", "ok: garden?"]
-    assert texts(memory, "bobs") == []
+    assert texts(memory, "bobs") == ["piano?", "ok: piano?", "tennis?", "ok: tennis?"]
+    assert "not stored, as another resource's" in caplog.text
+    hits = memory.engine.search("garden?", resource_id="bob", threshold=0.0)
+    assert all(h.message.resource_id == "bob" for h in hits)
+    assert not any("garden?" in m.text for h in hits for m in h.window)
 
 
 def test_a_copy_goes_on_after_the_original_edits_a_message_it_copied(
@@ -124,18 +133,23 @@ def test_a_copy_goes_on_after_the_original_edits_a_message_it_copied(
     assert texts(memory, "copy") == ["piano?", "ok: piano?", "tennis?", "ok: tennis?"]
 
 
-def test_an_earlier_message_of_a_new_threads_first_input_reusing_an_id_is_refused(
+def test_an_earlier_message_of_a_new_threads_first_input_reusing_an_id_is_kept(
     memory: FactsMemory,
 ) -> None:
-    """A first input of two messages whose first reuses an id another thread stored with
-    other text: taken for copied history by its id, it was dropped without a word while
-    the second was stored (a review of the fix above)."""
+    """A first input of two messages whose first reuses an id another thread of the same
+    user stored with other text: it was dropped without a word (a review), then refused
+    with the turn, at every later turn too. It is the user's own: stored in this thread
+    under an id of its own, the same at every later turn (nothing stored twice)."""
     graph: Any = create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
     graph.invoke({"messages": [HumanMessage("hello", id="1")]}, config("c"))
     told = [HumanMessage("my PIN is 1234", id="1"), HumanMessage("remember it", id="2")]
-    with pytest.raises(OwnershipError, match="another thread"):
-        graph.invoke({"messages": told}, config("d"))
-    assert texts(memory, "d") == []
+    graph.invoke({"messages": told}, config("d"))
+    graph.invoke(ask("and now?"), config("d"))
+    assert texts(memory, "c") == ["hello", "ok: hello"]
+    assert texts(memory, "d") == [
+        *("my PIN is 1234", "remember it", "ok: remember it", "and now?", "ok: and now?")
+    ]
+    assert memory.stored("d")[0].id != "1"
 
 
 def test_a_copy_resumes_the_run_it_copied_unanswered(memory: FactsMemory) -> None:
@@ -195,6 +209,52 @@ def test_a_new_message_reusing_an_id_of_another_thread_is_refused_not_dropped(
         turn("My parrot is called Polly", "b")
     assert texts(memory, "a") == ["I have a cat named Tom", "ok: I have a cat named Tom"]
     assert texts(memory, "b") == []
+
+
+def _app(memory: FactsMemory, surface: str) -> Any:
+    if surface == "graph":
+        return create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
+    middleware = [SemanticRecallMiddleware(memory.engine)]
+    return create_agent(FakeChatModel(), middleware=middleware, checkpointer=InMemorySaver())
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_one_message_object_sent_to_two_users_keeps_both_threads_going(
+    memory: FactsMemory, surface: str, asynchronous: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A module-level message (a fixed greeting, a "Continue" button) carries the id
+    LangGraph gave it in the first conversation it was sent in. In another user's thread
+    that id was refused at the end of every later turn, which then stored nothing more.
+    Now the turn that sends it is refused (it is that turn's own message), and every later
+    turn stores the rest; nothing of it is stored for the second user."""
+    app = _app(memory, surface)
+    welcome = AIMessage("Welcome! Ask me anything.")
+    go_on = HumanMessage("Continue")
+
+    def turn(messages: list[BaseMessage], thread_id: str, user: str) -> None:
+        state = {"messages": messages}
+        if asynchronous:
+            asyncio.run(app.ainvoke(state, config(thread_id, user)))
+        else:
+            app.invoke(state, config(thread_id, user))
+
+    turn([welcome, HumanMessage("garden?")], "a", "alice")
+    turn([go_on], "a", "alice")
+    assert welcome.id  # LangGraph wrote the ids it gave into the objects
+    assert go_on.id
+    turn([welcome, HumanMessage("piano?")], "b", "bob")
+    with pytest.raises(OwnershipError, match="another thread"):
+        turn([go_on], "b", "bob")
+    turn([HumanMessage("tennis?")], "b", "bob")
+    assert texts(memory, "a") == [
+        *("Welcome! Ask me anything.", "garden?", "ok: garden?", "Continue", "ok: Continue")
+    ]
+    assert texts(memory, "b") == [
+        *("piano?", "ok: piano?", "ok: Continue", "tennis?", "ok: tennis?")
+    ]
+    assert all(m.resource_id == "bob" for m in memory.stored("b"))
+    assert "not stored, as another resource's" in caplog.text
 
 
 # --- an earlier message edited in the state ----------------------------------------------
@@ -564,8 +624,8 @@ USERS = st.sampled_from(["alice", "bob"])
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(USERS, st.integers(0, 2), USERS), min_size=1, max_size=8))
 def test_generated_copies_keep_every_message_where_it_was_said(copies: list[Copy]) -> None:
-    """A copy within one owner goes on and stores only its own turn; a copy into another
-    owner's thread is refused and stores nothing; no message changes thread or owner."""
+    """A copy goes on and stores only its own turn, within one owner or into another
+    owner's thread (whose history is set aside); no message changes thread or owner."""
     memory = FactsMemory()
     engine = memory.engine
     states: dict[str, list[BaseMessage]] = {}
@@ -581,13 +641,7 @@ def test_generated_copies_keep_every_message_where_it_was_said(copies: list[Copy
             said_in |= {m.id or "": source for m in states[source]}
         copy = f"{copier}-copy{n}"
         turn = HumanMessage(f"turn {n}", id=f"{copy}-q")
-        try:
-            index_new_messages(engine, [*states[source], turn], thread_id=copy, resource_id=copier)
-        except OwnershipError:
-            assert copier != owner
-            assert memory.stored(copy) == []
-            continue
-        assert copier == owner
+        index_new_messages(engine, [*states[source], turn], thread_id=copy, resource_id=copier)
         states[copy] = [*states[source], turn]
         said_in[turn.id or ""] = copy
         assert [m.id for m in memory.stored(copy)] == [turn.id]

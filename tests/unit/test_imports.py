@@ -37,6 +37,7 @@ EXPECTED_ALL = [
     "MessageFate",
     "MessageRange",
     "MessageStorage",
+    "MessageIdTakenError",
     "MissingIdentityError",
     "OwnershipError",
     "ReadOnlyError",

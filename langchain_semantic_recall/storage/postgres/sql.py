@@ -32,7 +32,11 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     ThreadInfo,
 )
-from langchain_semantic_recall.storage.base import message_id_of_another, thread_of_another
+from langchain_semantic_recall.storage.checks import (
+    message_id_of_another,
+    refuse_taken_ids,
+    thread_of_another,
+)
 
 T = TypeVar("T")
 MESSAGES: Final = "semantic_recall_messages"
@@ -227,10 +231,7 @@ def plan_put(
         ForgottenThreadError: a record targets a retired thread.
         OwnershipError: a thread of another resource, or a message id of another thread.
     """
-    for record in records:  # message ids first: a thread error means none is taken
-        place = places.get(record.id)
-        if place is not None and place[0] != record.thread_id:
-            raise message_id_of_another(record.id, record.thread_id)
+    refuse_taken_ids(records, places.get)  # first: a thread error means none is taken
     states: dict[str, _ThreadState] = {}
     seen = dict(places)
     stored: list[StoredMessage] = []

@@ -1,0 +1,270 @@
+"""The index side of one user turn: what of the state is new, and where it belongs.
+
+Shared by the LangGraph index node (`graph`) and the agent middleware (`middleware`):
+each stores the messages after the newest one already stored, and the current turn.
+History another thread holds is set aside here (`_taken_op`), so one message of another
+conversation in a checkpoint never refuses every later turn of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Unpack
+
+from langchain_core.messages import BaseMessage, RemoveMessage
+
+from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.engine.call_options import CallIds
+from langchain_semantic_recall.engine.core import EngineCore
+from langchain_semantic_recall.engine.identity import Identity
+from langchain_semantic_recall.engine.steps import Op
+from langchain_semantic_recall.errors import ForgottenThreadError, MessageIdTakenError
+from langchain_semantic_recall.messages import (
+    clean_text,
+    is_recalled,
+    role_of,
+    stable_id,
+    text_of,
+)
+from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter
+from langchain_semantic_recall.turns import is_summary, is_user
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.recall import SemanticRecall
+
+logger = logging.getLogger(__name__)
+
+_PROBE = 64
+"""Messages checked against the storage at a time, newest first, by the index side."""
+
+
+def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
+    """The messages the storage keeps, each with an id (positional if it had none).
+
+    Recalled messages and summaries of the conversation are not part of it. A message of
+    a role or type the storage does not know stays in, as it is: `index` skips it and
+    says so (its fate, and a warning, since these surfaces return no fates).
+    """
+    kept: list[BaseMessage] = []
+    for position, message in enumerate(messages):
+        if isinstance(message, RemoveMessage) or is_recalled(message) or is_summary(message):
+            continue
+        role = role_of(message)
+        if role is None:
+            kept.append(message)
+            continue
+        if message.id:
+            kept.append(message)
+        else:
+            key = stable_id(thread_id, role, text_of(message, "\n"), "", position)
+            kept.append(message.model_copy(update={"id": key}))
+    return kept
+
+
+def _after_last_stored(
+    candidates: Sequence[BaseMessage], start: int, end: int, stored: Mapping[str, Any]
+) -> int | None:
+    """Index just past the newest stored message in `candidates[start:end]`, if any."""
+    for position in range(end - 1, start - 1, -1):
+        if candidates[position].id in stored:
+            return position + 1
+    return None
+
+
+def _probes(count: int) -> list[tuple[int, int]]:
+    """(start, end) slices of `count` candidates, newest first, `_PROBE` at a time."""
+    return [(max(0, end - _PROBE), end) for end in range(count, 0, -_PROBE)]
+
+
+def _edited(
+    checked: Sequence[BaseMessage], stored: Mapping[str, Any], handed: set[str | None]
+) -> list[BaseMessage]:
+    """The messages of `checked` stored with another text, not already in `handed`."""
+    return [
+        m
+        for m in checked
+        if m.id not in handed and (rows := stored.get(m.id or "")) and rows[0].text != _text(m)
+    ]
+
+
+def _said_in_this_thread(
+    candidates: Sequence[BaseMessage], thread_id: str, who: Identity
+) -> Op[list[BaseMessage]]:
+    """`candidates` without the history stored in another thread of the same owner.
+
+    A thread copied with its checkpoint (LangGraph server's `threads.copy`, or
+    `update_state` on a new thread with another's values) holds the other thread's
+    messages with their ids; message ids are unique across threads, so storing them again
+    would fail every turn of the copy. They stay where they were said (resource-scope recall
+    finds them there); the copy's own turns are stored under the copy. A copied message is
+    stored in another thread with its text; before the newest user message, one stored with
+    other text is copied too when the input holds such a copy (the original corrected it
+    since). Anything else whose id another thread stored (a client that numbers each
+    conversation's messages from 1) is left in for the write to refuse, as is a message of
+    another owner: `_set_aside_op` then decides.
+    """
+    ids = [m.id for m in candidates if m.id]
+    if not ids:
+        return list(candidates)
+    owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
+    found = yield steps.ReadWindows(ids, before=0, after=0, scope=ScopeFilter(resource_id=owner))
+    elsewhere = {
+        key: rows[0].text for key, rows in found.items() if rows and rows[0].thread_id != thread_id
+    }
+    same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
+    turn = _turn_start(candidates)
+    edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
+    return [m for m in candidates if m.id not in same | edited]
+
+
+def _text(message: BaseMessage) -> str:
+    """The text the storage keeps of `message`."""
+    return clean_text(text_of(message, "\n"))
+
+
+def _turn_start(messages: Sequence[BaseMessage]) -> int | None:
+    """Where the current turn starts: the newest user message (None: there is none)."""
+    return next((p for p in range(len(messages) - 1, -1, -1) if is_user(messages[p])), None)
+
+
+def _index_new_op(
+    core: EngineCore, messages: Sequence[BaseMessage], who: Identity
+) -> Op[IndexResult]:
+    """Index the current turn and the messages after the newest one already stored.
+
+    The current turn (from its user message on) is always handed to `index`, which
+    leaves unchanged messages alone: a user message edited in place (the same id sent
+    again with new text, as LangGraph's `add_messages` replaces it) is updated, not
+    silently kept with its old text. So is an earlier message whose text the state
+    changed (`update_state` with its id: a correction, a redaction) among the newest
+    `_PROBE` checked against the storage.
+    """
+    thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
+    candidates = _storable(messages, thread_id)
+    scope = ScopeFilter(thread_id=thread_id)
+    turn = _turn_start(candidates)
+    for start, end in _probes(len(candidates)):
+        ids = [m.id for m in candidates[start:end] if m.id]
+        found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
+        if (cut := _after_last_stored(candidates, start, end, found)) is not None:
+            rest = candidates[cut if turn is None else min(cut, turn) :]
+            edited = _edited(candidates[start:end], found, {m.id for m in rest})
+            candidates = [*edited, *rest]
+            break
+    else:  # nothing of it stored in this thread: a new thread, or a copy of another
+        candidates = yield from _said_in_this_thread(candidates, thread_id, who)
+    set_aside: dict[str, str] = {}
+    seen: set[str] = set()  # ids set aside or renamed: taken again, the write is refused
+    while True:
+        try:
+            result: IndexResult = yield from core.index(candidates, who)
+            break
+        except MessageIdTakenError as taken:  # every round sets aside more, or raises
+            candidates = yield from _set_aside_op(
+                candidates, taken, thread_id, who=who, set_aside=set_aside, seen=seen
+            )
+    if set_aside:
+        result = replace(result, skipped={**result.skipped, **set_aside})
+    if result.forgotten:
+        raise ForgottenThreadError(
+            f"thread {thread_id!r} was forgotten, so this turn was not stored: its id is "
+            "retired. Continue the conversation under a new thread id (and delete the old "
+            "checkpoint, which still holds the forgotten messages)"
+        )
+    return result
+
+
+def _set_aside_op(
+    candidates: Sequence[BaseMessage],
+    taken: MessageIdTakenError,
+    thread_id: str,
+    *,
+    who: Identity,
+    set_aside: dict[str, str],
+    seen: set[str],
+) -> Op[list[BaseMessage]]:
+    """`candidates` without the history whose ids other threads hold (`taken`).
+
+    Such a message (a message object reused as a module constant, a checkpoint copied from
+    another user's thread, a client numbering each conversation's messages from 1) stays
+    in the checkpoint, so it came back at every later turn, and the write refused each of
+    them for good. Before the current turn it is now set aside, in `set_aside` (id ->
+    why), and the rest of the turn stored:
+
+    * another resource's: not stored here (it may hold another user's words), a warning;
+    * a message of this resource's other thread with the same text: copied history, which
+      stays where it was said (as `_said_in_this_thread` keeps it);
+    * one with other text: stored in this thread under an id made from the thread and its
+      own, the same at every retry, with a warning (nothing of this user's is lost).
+
+    Raises:
+        MessageIdTakenError: a taken id is the current turn's (refused, as `index` refuses
+            it: the turn's own message is never set aside), or is one of `seen` (set
+            aside or renamed by an earlier round), which `seen` is updated with.
+    """
+    turn = _turn_start(candidates)
+    history = {m.id for m in candidates[: turn or 0]}
+    ids = set(taken.message_ids)
+    if not ids or not ids <= history or ids & seen:
+        raise taken
+    seen |= ids
+    owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
+    mine = yield steps.ReadWindows(
+        list(ids), before=0, after=0, scope=ScopeFilter(resource_id=owner)
+    )
+    kept: list[BaseMessage] = []
+    renamed: list[str] = []
+    for message in candidates:
+        key = message.id or ""
+        rows = mine.get(key) if key in ids else None
+        if key not in ids:
+            kept.append(message)
+        elif not rows:
+            set_aside[key] = "its id belongs to another resource's conversation: not stored here"
+        elif rows[0].text == _text(message):
+            set_aside[key] = f"copied history, stored in thread {rows[0].thread_id!r}"
+        else:
+            new_id = stable_id(thread_id, "", key, "", 0, kind="taken")
+            kept.append(message.model_copy(update={"id": new_id}))
+            seen.add(new_id)
+            renamed.append(f"{key!r} as {new_id!r}")
+    foreign = sorted(k for k in ids if "another resource" in set_aside.get(k, ""))
+    said = [f"not stored, as another resource's: {foreign}"] if foreign else []
+    said += [f"stored under new ids: {', '.join(renamed)}"] if renamed else []
+    if said:
+        logger.warning(
+            "thread %r: message ids of its history belong to other threads (one message "
+            "object used in two conversations?); %s. Build a new message for every use",
+            *(thread_id, "; ".join(said)),
+        )
+    return kept
+
+
+def index_new_messages(
+    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
+) -> IndexResult:
+    """Store (and embed) the messages after the newest one the storage already holds.
+
+    Args:
+        memory: The engine.
+        messages: The whole conversation (a graph's or an agent's `messages`).
+        **ids: Who is asking: `thread_id`, `resource_id`, `config` (see `CallIds`).
+
+    Raises:
+        MissingIdentityError: no thread id (or no resource id in resource scope).
+        ForgottenThreadError: the thread was forgotten (nothing is stored).
+        OwnershipError: the thread (or a message id) belongs to another owner.
+        StorageError: the storage could not be written.
+    """
+    core = memory.core
+    return core.run(_index_new_op(core, messages, core.identity(ids)))
+
+
+async def aindex_new_messages(
+    memory: SemanticRecall, messages: Sequence[BaseMessage], **ids: Unpack[CallIds]
+) -> IndexResult:
+    """Async twin of `index_new_messages`."""
+    core = memory.core
+    return await core.arun(_index_new_op(core, messages, core.identity(ids)))
