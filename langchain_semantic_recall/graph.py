@@ -14,7 +14,8 @@ conversation. `recalled_memory` is instead an `UntrackedValue` channel: it lives
 the current run only, is never checkpointed (not even as a pending write), starts empty on
 every run and is replaced by the next turn's recall. The model node combines both at call
 time (`with_recall`) and writes back only the model's answer. Recall runs once per
-user turn however many times a tool loop calls the model.
+user turn however many times a tool loop calls the model (a run resumed after an
+interrupt does not pass the recall node: `with_recall` given the node recalls itself).
 
 The index node asks the storage which of the newest messages it already holds and stores
 only those after the last stored one, so it stores each message once whether it runs once
@@ -47,9 +48,10 @@ await graph.ainvoke({"messages": [("user", "And my sister?")]}, config)
 The two nodes in a hand-built graph:
 
 ```python
+recall = RecallNode(memory)
 builder = StateGraph(RecallState)
-builder.add_node("recall", RecallNode(memory))
-builder.add_node("model", lambda state: {"messages": [model.invoke(with_recall(state))]})
+builder.add_node("recall", recall)
+builder.add_node("model", lambda state: {"messages": [model.invoke(with_recall(state, recall))]})
 builder.add_node("index", IndexNode(memory))
 builder.add_edge(START, "recall")
 builder.add_edge("recall", "model")
@@ -72,9 +74,11 @@ from langchain_core.messages import (
     SystemMessage,
 )
 from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.config import get_config
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from langchain_semantic_recall.engine.narrowing import narrowing_option
+from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.turn_index import aindex_new_messages, index_new_messages
 from langchain_semantic_recall.turns import (
     RECALL_KEY,
@@ -89,7 +93,6 @@ from langchain_semantic_recall.turns import (
     require_conversation,
     require_recall_channel,
     state_messages,
-    with_recall,
 )
 
 if TYPE_CHECKING:
@@ -229,6 +232,90 @@ class IndexNode(Runnable[Any, dict[str, Any]]):
         return {}
 
 
+def with_recall(
+    state: Any,
+    recall: RecallNode | None = None,
+    *,
+    messages_key: str | None = None,
+    recall_key: str | None = None,
+) -> list[BaseMessage]:
+    """The messages to send to the model: the conversation plus this turn's recall.
+
+    Use it in the model node of a hand-built graph whose state has a `recalled_memory`
+    channel filled by `RecallNode` (e.g. `RecallState`). A run resumed after an
+    interrupt starts at the interrupted node, so the recall node did not run in it and
+    the channel is empty: given the graph's `recall` node, `with_recall` recalls for the
+    turn itself (with the node's options and the run's config, at each model call of
+    that run); without it, it raises rather than send the model no memory.
+
+    Args:
+        state: The graph's state (a mapping or an object with the two keys).
+        recall: The graph's `RecallNode` (its keys are the defaults of the next two).
+        messages_key: The state key of the conversation ("messages").
+        recall_key: The state key the recall node writes this turn's recall to.
+
+    Raises:
+        InvalidInputError: the state has no recall channel, or it holds no recall for
+            the newest user message and no `recall` node was given.
+    """
+    messages, recalled, config = _recalled(state, recall, messages_key, recall_key)
+    if recalled is None and recall is not None:
+        recalled = recall.invoke(state, config)[recall.recall_key]
+    return messages if recalled is None else recalled.apply(messages)
+
+
+async def awith_recall(
+    state: Any,
+    recall: RecallNode | None = None,
+    *,
+    messages_key: str | None = None,
+    recall_key: str | None = None,
+) -> list[BaseMessage]:
+    """Async twin of `with_recall` (recalls without blocking the event loop)."""
+    messages, recalled, config = _recalled(state, recall, messages_key, recall_key)
+    if recalled is None and recall is not None:
+        recalled = (await recall.ainvoke(state, config))[recall.recall_key]
+    return messages if recalled is None else recalled.apply(messages)
+
+
+def _recalled(
+    state: Any, recall: RecallNode | None, messages_key: str | None, recall_key: str | None
+) -> tuple[list[BaseMessage], RecalledMemory | None, RunnableConfig | None]:
+    """The conversation, the state's recall for its turn, and the run's config.
+
+    No recall is needed when there is no user message. Without one for the turn and
+    without a node to recall with, the model would get no memory: raised.
+    """
+    if recall is not None and not isinstance(recall, RecallNode):
+        raise InvalidOptionError(
+            f"with_recall's recall must be the graph's RecallNode, got {type(recall).__name__}"
+        )
+    messages_key = messages_key or (recall.messages_key if recall else "messages")
+    recall_key = recall_key or (recall.recall_key if recall else RECALL_KEY)
+    messages = state_messages(state, messages_key)
+    require_recall_channel(state, recall_key, "with_recall")
+    recalled = recalled_for_turn(state, messages, recall_key)
+    if recalled is not None or current_turn(messages) is None:
+        return messages, recalled, None
+    if recall is None:
+        raise InvalidInputError(
+            f"with_recall: state[{recall_key!r}] holds no recall for the newest user "
+            "message, so the model would get no memory. The recall node did not run in "
+            "this run: a run resumed after an interrupt starts at the interrupted node. "
+            "Pass the graph's RecallNode, with_recall(state, recall_node), so it recalls "
+            "itself, or route the run through the recall node first"
+        )
+    return messages, None, _run_config()
+
+
+def _run_config() -> RunnableConfig | None:
+    """The config of the LangGraph run calling, if any (None: called outside a run)."""
+    try:
+        return get_config()
+    except RuntimeError:
+        return None
+
+
 class _ModelNode(Runnable[Any, dict[str, Any]]):
     """Calls the model on the conversation plus this turn's recall."""
 
@@ -358,6 +445,7 @@ __all__ = [
     "RecalledMemory",
     "aindex_new_messages",
     "arecall_turn",
+    "awith_recall",
     "create_recall_graph",
     "current_turn",
     "index_new_messages",

@@ -245,26 +245,6 @@ def recalled_for_turn(
     return None
 
 
-def with_recall(
-    state: Any, *, messages_key: str = "messages", recall_key: str = RECALL_KEY
-) -> list[BaseMessage]:
-    """The messages to send to the model: the conversation plus this turn's recall.
-
-    Use it in the model node of a hand-built graph whose state has a `recalled_memory`
-    channel filled by `RecallNode` (e.g. `RecallState`). Without a recall for
-    the current turn the conversation is returned unchanged.
-
-    Args:
-        state: The graph's state (a mapping or an object with the two keys).
-        messages_key: The state key of the conversation.
-        recall_key: The state key `RecallNode` writes this turn's recall to.
-    """
-    messages = state_messages(state, messages_key)
-    require_recall_channel(state, recall_key, "with_recall")
-    recalled = recalled_for_turn(state, messages, recall_key)
-    return messages if recalled is None else recalled.apply(messages)
-
-
 def _added(before: Sequence[BaseMessage], after: Sequence[BaseMessage]) -> tuple[BaseMessage, ...]:
     present = {id(m) for m in before}
     return tuple(m for m in after if id(m) not in present)

@@ -25,6 +25,7 @@ from langgraph.types import Command, interrupt
 
 from langchain_semantic_recall import (
     InvalidInputError,
+    InvalidOptionError,
     MissingIdentityError,
     OwnershipError,
     SemanticRecall,
@@ -434,7 +435,7 @@ def test_inject_recalled_keeps_instructions_first_and_skips_present_ids() -> Non
     assert inject_recalled([HumanMessage("x")], []) == [HumanMessage("x")]
 
 
-def test_current_turn_and_with_recall_ignore_a_stale_recall() -> None:
+def test_current_turn_and_with_recall_refuse_a_stale_recall() -> None:
     messages = [HumanMessage("a", id="h1"), AIMessage("b"), HumanMessage("c", id="h2")]
     assert current_turn(messages) == "h2"
     assert current_turn([HumanMessage("x")]) == "@0"
@@ -442,9 +443,16 @@ def test_current_turn_and_with_recall_ignore_a_stale_recall() -> None:
     block = SystemMessage("memory", additional_kwargs={"source": "memory"})
     stale = {"messages": messages, RECALL_KEY: RecalledMemory(turn="h1", messages=(block,))}
     fresh = {"messages": messages, RECALL_KEY: RecalledMemory(turn="h2", messages=(block,))}
-    assert with_recall(stale) == messages
     assert with_recall(fresh) == [block, *messages]
-    assert with_recall({"messages": messages, RECALL_KEY: None}) == messages
+    # No recall for the newest user message (a run resumed after an interrupt, whose
+    # recall node did not run): the model would get no memory. It was sent none, silently.
+    for no_recall in (stale, {"messages": messages, RECALL_KEY: None}):
+        with pytest.raises(InvalidInputError, match="holds no recall for the newest user"):
+            with_recall(no_recall)
+    no_user = [AIMessage("hello")]
+    assert with_recall({"messages": no_user, RECALL_KEY: None}) == no_user
+    with pytest.raises(InvalidOptionError, match="RecallNode"):
+        with_recall(fresh, object())  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="RecallState"):  # no channel: say so
         with_recall({"messages": messages})
 

@@ -23,13 +23,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, RetryPolicy, interrupt
 
-from langchain_semantic_recall import OwnershipError
+from langchain_semantic_recall import InvalidInputError, OwnershipError
 from langchain_semantic_recall.graph import (
     IndexNode,
     RecallNode,
     RecallState,
+    awith_recall,
     create_recall_graph,
     with_recall,
 )
@@ -569,6 +571,66 @@ def test_a_resumed_run_recalls_once_for_all_its_model_calls(
     assert len(memory.puts("resumed")) == 1
     if not asynchronous:
         assert SECRETS[0].encode() not in checkpointed_bytes(tmp_path / "checkpoints.sqlite")
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+@pytest.mark.parametrize("given_the_node", [True, False])
+def test_a_hand_built_graph_resumed_after_an_interrupt_recalls_or_says_why_not(
+    memory: FactsMemory, asynchronous: bool, given_the_node: bool
+) -> None:
+    """A hand-built graph (recall node, a model node calling `with_recall(state)`, tools,
+    index node) resumed after an interrupt starts at the interrupted node: the recall node
+    does not run, and `with_recall` sent the model no memory, silently. Given the recall
+    node it recalls for the turn itself; without it, it says why it cannot."""
+    resumed: dict[str, str] = {}
+
+    @tool
+    def check(query: str) -> str:
+        """Ask a human once, then go on."""
+        if "answer" not in resumed:
+            resumed["answer"] = interrupt(query)
+        return "checked"
+
+    model = FakeChatModel(tool_rounds=2).bind_tools([check])
+    recall = RecallNode(memory.engine)
+
+    def call_model(state: RecallState) -> dict[str, Any]:
+        prompt = with_recall(state, recall) if given_the_node else with_recall(state)
+        return {"messages": [model.invoke(prompt)]}
+
+    async def acall_model(state: RecallState) -> dict[str, Any]:
+        prompt = await awith_recall(state, recall) if given_the_node else with_recall(state)
+        return {"messages": [await model.ainvoke(prompt)]}
+
+    builder: Any = StateGraph(RecallState)
+    builder.add_node("recall", recall)
+    builder.add_node("model", acall_model if asynchronous else call_model)
+    builder.add_node("tools", ToolNode([check]))
+    builder.add_node("index", IndexNode(memory.engine))
+    builder.add_edge(START, "recall")
+    builder.add_edge("recall", "model")
+    builder.add_conditional_edges("model", tools_condition, {"tools": "tools", END: "index"})
+    builder.add_edge("tools", "model")
+    builder.add_edge("index", END)
+    graph = builder.compile(checkpointer=InMemorySaver())
+
+    def run(step: Any) -> None:
+        if asynchronous:
+            asyncio.run(graph.ainvoke(step, config("handmade")))
+        else:
+            graph.invoke(step, config("handmade"))
+
+    run(ask("garden?"))
+    if not given_the_node:
+        with pytest.raises(InvalidInputError, match="resumed after an interrupt"):
+            run(Command(resume="yes"))
+        return
+    run(Command(resume="yes"))
+    calls = model.bound.calls  # type: ignore[attr-defined]
+    assert len(calls) == 3  # one before the interrupt, two after
+    for call in calls:
+        assert any(SECRETS[0] in m.text for m in call if is_recalled(m))
+    assert texts(memory, "handmade")[-1] == "ok: garden?"
 
 
 @pytest.mark.parametrize("ours_first", [True, False])
