@@ -229,20 +229,20 @@ def inject(
     return injected
 
 
-def _live_without_ids(messages: Sequence[BaseMessage]) -> set[tuple[str | None, str]]:
-    """(role, text) of the input's id-less messages before the newest user message.
+def _live_earlier(messages: Sequence[BaseMessage]) -> set[tuple[str | None, str]]:
+    """(role, text) of the input's messages before the newest user message.
 
-    A loop that keeps its own history sends its messages without ids, and `index`
-    stored them under new ones: the same message recalled into its own thread would sit
-    beside itself. Such a stored message is known by its role and text (only to keep
-    it out of this turn's same-thread recall; a stored message keeps its own id). The
-    newest user message is the turn being asked, a new message even when its words
-    repeat an old one: the old one and its answer are still recalled.
+    A loop that keeps its own history sends its messages without ids, and a stateless
+    server's graph gets them with new ids on every request (`add_messages` gives each
+    one): `index` stored them under other ids, so the same message recalled into its
+    own thread would sit beside itself. Such a stored message is known by its role and
+    text (only to keep it out of this turn's same-thread recall; a stored message keeps
+    its own id). The newest user message is the turn being asked, a new message even
+    when its words repeat an old one: the old one and its answer are still recalled.
     """
     roles = [role_of(m) for m in messages]
     turn = max((p for p, role in enumerate(roles) if role == "user"), default=len(messages))
-    earlier = messages[:turn]
-    return {(role_of(m), clean_text(text_of(m, "\n"))) for m in earlier if not m.id}
+    return {(role_of(m), clean_text(text_of(m, "\n"))) for m in messages[:turn]}
 
 
 def inject_reported(
@@ -257,12 +257,12 @@ def inject_reported(
 ) -> tuple[list[BaseMessage], RecallReport]:
     """`inject`, and the report of what it injected (`recall_report.RecallReport`).
 
-    A same-thread message already in the input is left out: by id, or, for an input
-    message without an id, by role and text (`_live_without_ids`).
+    A same-thread message already in the input is left out: by id, or, before the
+    newest user message, by role and text (`_live_earlier`).
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
-    live = _live_without_ids(messages)
+    live = _live_earlier(messages)
     own = [
         (s, m)
         for s in same

@@ -119,6 +119,30 @@ def _said_in_this_thread(
     return [m for m in candidates if m.id not in same | edited]
 
 
+def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | None]:
+    """Where the thread's stored history ends in `candidates`, if a client sent it again.
+
+    A stateless server (no checkpointer; the client sends the whole conversation on
+    every request) gets each message with a new id (`add_messages` gives one), so none
+    is found stored by its id, and every turn stored the whole history again. Such
+    history is known by its place: the thread's newest stored messages (up to `_PROBE`;
+    all of them when it holds fewer, then from the input's start), in order, with their
+    roles and texts, ending before the current turn's user message. The current turn is
+    never matched: words that repeat an earlier turn's are a new message.
+    """
+    turn = _turn_start(candidates)
+    if not turn:  # no history before the turn (or no user message at all)
+        return None
+    limit = min(turn, _PROBE)
+    stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=limit)
+    tail = [(m.role, m.text) for m in stored]
+    if not tail:
+        return None
+    said = [(role_of(m), _text(m)) for m in candidates[:turn]]
+    starts = range(turn - len(tail), -1, -1) if len(tail) == limit else (0,)
+    return next((s + len(tail) for s in starts if said[s : s + len(tail)] == tail), None)
+
+
 def _text(message: BaseMessage) -> str:
     """The text the storage keeps of `message`."""
     return clean_text(text_of(message, "\n"))
@@ -153,8 +177,12 @@ def _index_new_op(
             edited = _edited(candidates[start:end], found, {m.id for m in rest})
             candidates = [*edited, *rest]
             break
-    else:  # nothing of it stored in this thread: a new thread, or a copy of another
-        candidates = yield from _said_in_this_thread(candidates, thread_id, who)
+    else:  # nothing of it stored here by id: resent history, a new thread, or a copy
+        resent = yield from _resent_op(candidates, thread_id)
+        if resent is not None:
+            candidates = candidates[resent:]
+        else:
+            candidates = yield from _said_in_this_thread(candidates, thread_id, who)
     set_aside: dict[str, str] = {}
     seen: set[str] = set()  # ids set aside or renamed: taken again, the write is refused
     while True:

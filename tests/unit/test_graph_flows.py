@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +258,55 @@ def test_one_message_object_sent_to_two_users_keeps_both_threads_going(
     ]
     assert all(m.resource_id == "bob" for m in memory.stored("b"))
     assert "not stored, as another resource's" in caplog.text
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_stateless_server_stores_each_message_once(
+    memory: FactsMemory, surface: str, asynchronous: bool
+) -> None:
+    """No checkpointer; the client sends the whole conversation as role/content dicts on
+    every request, and `add_messages` gives each message a new id each time: every turn
+    stored the whole history again, and recall put the copies beside the input. The
+    history is known by its place now; the same words said again are still a message."""
+    model = FakeChatModel()
+    engine = memory.engine
+    app: Any = (
+        create_recall_graph(model, engine)
+        if surface == "graph"
+        else create_agent(model, middleware=[SemanticRecallMiddleware(engine)])
+    )
+    history: list[dict[str, str]] = []
+    for text in ("garden?", "piano?", "garden?", "tennis?"):
+        history.append({"role": "user", "content": text})
+        state = {"messages": list(history)}
+        cfg = config("stateless")
+        out = asyncio.run(app.ainvoke(state, cfg)) if asynchronous else app.invoke(state, cfg)
+        history.append({"role": "assistant", "content": out["messages"][-1].text})
+    said = ["garden?", "piano?", "garden?", "tennis?"]
+    assert texts(memory, "stateless") == [t for q in said for t in (q, f"ok: {q}")]
+    for call in model.calls:  # no copy of a message the input holds
+        live = {m.text for m in call if not is_recalled(m)}
+        assert not live & {m.text for m in call if is_recalled(m)}
+
+
+def test_a_long_history_sent_again_is_known_by_its_newest_messages(
+    memory: FactsMemory,
+) -> None:
+    """Past the 64 newest messages, the stored tail is found where it lies in the input."""
+    engine = memory.engine
+
+    def sent(count: int) -> list[BaseMessage]:  # new ids on every request
+        kinds = (HumanMessage, AIMessage)
+        lines = [f"line {n % 7}" for n in range(count)]  # words repeat on purpose
+        return [kinds[n % 2](text, id=str(uuid.uuid4())) for n, text in enumerate(lines)]
+
+    index_new_messages(engine, sent(99), thread_id="long", resource_id="alice")
+    index_new_messages(engine, sent(101), thread_id="long", resource_id="alice")
+    assert [m.text for m in memory.stored("long")] == [f"line {n % 7}" for n in range(101)]
+    again = [HumanMessage("line 0", id=str(uuid.uuid4()))]
+    index_new_messages(engine, again, thread_id="long", resource_id="alice")
+    assert len(memory.stored("long")) == 102  # a turn alone repeating old words: a message
 
 
 # --- an earlier message edited in the state ----------------------------------------------
