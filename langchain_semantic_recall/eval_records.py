@@ -6,9 +6,14 @@ Plain data shared by `evaluation` (readers, running, scoring), `eval_paraphrase`
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from langchain_core.messages import BaseMessage
+
+from langchain_semantic_recall.errors import InvalidInputError
 
 __all__ = [
     "QUERY_THREAD",
@@ -138,3 +143,29 @@ class QuestionResult:
     def recall(self) -> float:
         """The fraction of the evidence messages that were returned."""
         return self.found / len(self.evidence)
+
+
+QUESTION_KEYS = ("question", "resource", "evidence", "category", "thread")
+"""What a question line of our JSONL may hold."""
+PROBE_KEYS = ("probe", "kind", "resource", "thread")
+"""What a probe line may hold."""
+
+
+def check_line_keys(row: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
+    """Refuse a question or probe line with a misspelt key.
+
+    A misspelt optional key (`"categroy"`) was ignored: the question was scored under
+    `"all"`, the probe asked of every resource, and nothing said so. Other keys are
+    annotations and stay allowed (`answer`, `question_id`): a key is misspelt when it is
+    close to one of `allowed` (difflib's ratio 0.8) and of about its length.
+
+    Raises:
+        InvalidInputError: naming the misspelt key and the key it resembles.
+    """
+    for key in sorted(set(row) - set(allowed)):
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.8)
+        if close and abs(len(close[0]) - len(key)) <= 2:
+            raise InvalidInputError(
+                f"{where}: unknown key {key!r}; did you mean {close[0]!r}? A {allowed[0]} "
+                f"line may have {', '.join(map(repr, allowed))} (other keys are kept as notes)"
+            )

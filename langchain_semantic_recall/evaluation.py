@@ -19,9 +19,7 @@ the session's time plus one second per turn. Categories: 1 multi-hop, 2 temporal
 3 open-domain, 4 single-hop, 5 adversarial (left out unless asked for). Malformed
 evidence ids are normalised (`"D:11:26"` -> `D11:26`, `"D30:05"` -> `D30:5`,
 `"D8:6; D9:17"` -> two ids) and ids of turns that do not exist are dropped; both are
-counted in the report. The reader is in `eval_locomo`, the paraphrase set's (`eval
-paraphrase`) in `eval_paraphrase`, the records in `eval_records`; this module re-exports
-them.
+counted in the report. Readers: `eval_locomo`, `eval_paraphrase` (records: `eval_records`).
 
 **Our JSONL** (`read_eval_jsonl`): the `ingest` format (one message a line, see
 `langchain_semantic_recall.importers`), with an `id` on every message that a
@@ -73,13 +71,16 @@ from langchain_semantic_recall.eval_locomo import (
     read_locomo,
 )
 from langchain_semantic_recall.eval_records import (
+    PROBE_KEYS,
     QUERY_THREAD,
+    QUESTION_KEYS,
     Dataset,
     EvalConversation,
     EvalProbe,
     EvalQuestion,
     EvidenceReport,
     QuestionResult,
+    check_line_keys,
 )
 
 if TYPE_CHECKING:
@@ -224,6 +225,7 @@ def _question_line(
     resource that holds no message (a misspelt one), or asked in a thread of another
     resource, is refused: it would be dropped, or refused by the search after the load.
     """
+    check_line_keys(row, QUESTION_KEYS, where)
     question, resource = row.get("question"), row.get("resource")
     if not isinstance(question, str) or not isinstance(resource, str):
         raise InvalidInputError(f"{where}: needs 'question' and 'resource'")
@@ -292,6 +294,7 @@ def read_probes(path: str | PathLike[str], resources: Sequence[str]) -> list[Eva
 
 
 def _probe_line(row: dict[str, Any], where: str) -> EvalProbe:
+    check_line_keys(row, PROBE_KEYS, where)
     text, kind = row.get("probe"), row.get("kind")
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError(f"{where}: 'probe' must be the text to ask")

@@ -251,6 +251,21 @@ def test_a_question_line_without_evidence_list_is_an_error(tmp_path: Path) -> No
         read_eval_jsonl(path)
 
 
+def test_a_question_line_with_a_misspelt_key_is_an_error(tmp_path: Path) -> None:
+    """A misspelt `category` scored the question under "all", and nothing said so."""
+    line = {"question": "q?", "resource": "alice", "evidence": ["a1"], "categroy": "temporal"}
+    path = two_resource_jsonl(tmp_path / "e.jsonl", [line])
+    with pytest.raises(InvalidInputError, match=r"line \d+: unknown key 'categroy'; did you"):
+        read_eval_jsonl(path)
+    notes = {"question_id": "q7", "answer": "a kite", "question_date": "2023-05-01"}
+    annotated = two_resource_jsonl(tmp_path / "n.jsonl", [{**line, "categroy": "x", **notes}])
+    with pytest.raises(InvalidInputError, match="'categroy'"):
+        read_eval_jsonl(annotated)
+    del line["categroy"]
+    kept = read_eval_jsonl(two_resource_jsonl(tmp_path / "k.jsonl", [{**line, **notes}]))
+    assert len(kept.questions) == 3  # annotations are not misspellings
+
+
 # --- scoring ---------------------------------------------------------------------------------
 
 
@@ -410,6 +425,10 @@ def test_a_thread_a_line_names_is_asked_in_only_by_its_own_resource(tmp_path: Pa
         ({"probe": "thanks!"}, "needs a 'kind'"),
         ({"probe": "", "kind": "small talk"}, "'probe' must be the text"),
         ({"probe": "hi", "kind": "small talk", "resource": "carol"}, "no message"),
+        (
+            {"probe": "hi", "kind": "small talk", "resorce": "alice"},
+            "'resorce'; did you mean 'resource'",
+        ),
     ],
 )
 def test_a_bad_probe_line_is_an_error(tmp_path: Path, line: dict[str, Any], message: str) -> None:
