@@ -43,13 +43,17 @@ _PROBE = 64
 def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
     """The messages the storage keeps, each with an id (positional if it had none).
 
-    Recalled messages and summaries of the conversation are not part of it. A message of
-    a role or type the storage does not know stays in, as it is: `index` skips it and
-    says so (its fate, and a warning, since these surfaces return no fates).
+    Recalled messages and summaries of the conversation are not part of it, nor are the
+    system messages the state starts with (`_leading_prompt`). A message of a role or type
+    the storage does not know stays in, as it is: `index` skips it and says so (its fate,
+    and a warning, since these surfaces return no fates).
     """
     kept: list[BaseMessage] = []
+    prompt = _leading_prompt(messages)
     for position, message in enumerate(messages):
         if isinstance(message, RemoveMessage) or is_recalled(message) or is_summary(message):
+            continue
+        if position < prompt:
             continue
         role = role_of(message)
         if role is None:
@@ -61,6 +65,15 @@ def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessa
             key = stable_id(thread_id, role, text_of(message, "\n"), "", position)
             kept.append(message.model_copy(update={"id": key}))
     return kept
+
+
+def _leading_prompt(messages: Sequence[BaseMessage]) -> int:
+    """How many system messages the state starts with: the app's prompt, kept in state.
+
+    Instructions, not the conversation: stored, they were exported with the user's data
+    and quoted in the memory block beside every recalled message next to them.
+    """
+    return next((n for n, m in enumerate(messages) if role_of(m) != "system"), len(messages))
 
 
 def _after_last_stored(
@@ -193,6 +206,8 @@ def _index_new_op(
             candidates = yield from _set_aside_op(
                 candidates, taken, thread_id, who=who, set_aside=set_aside, seen=seen
             )
+    prompt = [m.id or f"@{n}" for n, m in enumerate(messages[: _leading_prompt(messages)])]
+    set_aside |= dict.fromkeys(prompt, "a system prompt at the start of the state: not stored")
     if set_aside:
         result = replace(result, skipped={**result.skipped, **set_aside})
     if result.forgotten:

@@ -17,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -307,6 +313,33 @@ def test_a_long_history_sent_again_is_known_by_its_newest_messages(
     again = [HumanMessage("line 0", id=str(uuid.uuid4()))]
     index_new_messages(engine, again, thread_id="long", resource_id="alice")
     assert len(memory.stored("long")) == 102  # a turn alone repeating old words: a message
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+def test_a_system_prompt_kept_in_the_state_is_not_stored_or_quoted(
+    memory: FactsMemory, surface: str
+) -> None:
+    """The app's instructions at the start of the state were stored as a message of the
+    user's conversation, exported with the user's data, and quoted in the memory block
+    beside every recalled message next to them."""
+    app = _app(memory, surface)
+    prompt = "You are Acme's bot. Internal discount code: ACME50."
+    for thread_id, text in (("s1", "garden?"), ("s2", "tell me about my garden?")):
+        state = {"messages": [SystemMessage(prompt), HumanMessage(text)]}
+        app.invoke(state, config(thread_id))
+    assert texts(memory, "s1") == ["garden?", "ok: garden?"]
+    assert not any("ACME50" in m.text for m in memory.stored("s2"))
+    result = index_new_messages(
+        memory.engine,
+        [SystemMessage(prompt, id="sys"), HumanMessage("piano?", id="p1")],
+        thread_id="s3",
+        resource_id="alice",
+    )
+    assert result.skipped["sys"] == "a system prompt at the start of the state: not stored"
+    assert [m.id for m in memory.stored("s3")] == ["p1"]
+    mid = [HumanMessage("tennis?", id="t1"), SystemMessage("note: user is on mobile", id="n1")]
+    index_new_messages(memory.engine, mid, thread_id="s4", resource_id="alice")
+    assert [m.id for m in memory.stored("s4")] == ["t1", "n1"]  # later ones are kept
 
 
 # --- an earlier message edited in the state ----------------------------------------------
