@@ -4,9 +4,10 @@
   the namespace is the index name, so two embedders never share a vector.
 * `embed_with_cache` / `aembed_with_cache`: embed a batch through the cache,
   one call for every distinct miss, with the embedder's answer validated before any of
-  it is cached.
-* `chunk_text` / `split_for_embedding`: cut a long message into pieces the
-  embedder can take whole, so that no part of it is silently left unindexed.
+  it is cached. `embed_each_with_cache` / `aembed_each_with_cache` do the same, but a
+  text answered with an unusable vector (all zeros, NaN, infinite) costs itself only.
+* `chunk_text` / `split_for_embedding` (from `chunking`): cut a long message into
+  pieces the embedder can take whole, so that no part of it is silently left unindexed.
 * `embedding_model_name`: the model name used to derive the default index name.
 
 The local default embedder lives in `langchain_semantic_recall.local_embeddings`.
@@ -16,15 +17,21 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import threading
 from array import array
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
+from langchain_semantic_recall.chunking import (
+    DEFAULT_MAX_CHARS,
+    chunk_spans,
+    chunk_text,
+    split_for_embedding,
+)
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
     InvalidOptionError,
@@ -39,13 +46,19 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CACHE_SIZE",
     "DEFAULT_MAX_CHARS",
+    "UNUSABLE_NAN",
+    "UNUSABLE_ZERO",
+    "EmbeddedTexts",
     "EmbeddingCache",
+    "aembed_each_with_cache",
     "aembed_with_cache",
     "chunk_spans",
     "chunk_text",
+    "embed_each_with_cache",
     "embed_with_cache",
     "embedding_model_name",
     "split_for_embedding",
+    "unusable_reason",
 ]
 
 logger = logging.getLogger(__name__)
@@ -57,13 +70,6 @@ the command line's `stats` uses without importing LangChain)."""
 
 DEFAULT_CACHE_SIZE = 1000
 """Entries an `EmbeddingCache` keeps by default."""
-
-DEFAULT_MAX_CHARS = 6000
-"""Characters per chunk for embedders that cannot split text themselves.
-
-6000 characters stay well inside OpenAI's 8191-token input limit even for token-dense
-text (code, non-Latin scripts), while typical chat messages are never split.
-"""
 
 _Vector: TypeAlias = "array[float]"
 """A cached vector: packed doubles (8 bytes a value; a tuple of floats took ~32)."""
@@ -171,10 +177,23 @@ class EmbeddingCache:
 # --- embedding through the cache ---------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """One call's texts looked up in the cache (`_lookup`)."""
+
+    namespace: str
+    texts: Sequence[str]
+    dimension: int | None
+    found: dict[str, list[float]]
+    """Text -> its cached vector (the new ones are added once checked)."""
+    missing: list[str]
+    """The distinct texts not cached, in first-seen order: to embed."""
+
+
 def _lookup(
     cache: EmbeddingCache, namespace: str, texts: Sequence[str], dimension: int | None = None
-) -> tuple[dict[str, list[float]], list[str]]:
-    """Look every distinct text up once: (vectors found, distinct misses in first-seen order).
+) -> _Batch:
+    """Look every distinct text up once: the vectors found, and the distinct misses.
 
     With `dimension`, a cached vector of another length counts as a miss (it is replaced).
     """
@@ -188,36 +207,53 @@ def _lookup(
             missing[text] = None
         else:
             found[text] = vector
-    return found, list(missing)
+    return _Batch(namespace, texts, dimension, found, list(missing))
 
 
-def _check_comparable(name: str, position: int, values: list[float]) -> None:
-    """A vector the indexes can compare: finite in float32 (what they store), not zero.
+UNUSABLE_ZERO = "all-zero vector from the embedder, no direction to compare"
+"""Why a message got no vector: the embedder answered its text with zeros (`EmbeddedTexts`)."""
+UNUSABLE_NAN = "NaN or infinite vector from the embedder, in float32 as the index stores it"
+"""Why a message got no vector: the embedder's vector of its text is not finite."""
 
-    1e308 is a finite Python float but inf in float32, and so is the norm of a vector
-    whose squares overflow; an all-zero vector has no direction (its cosine is undefined).
+
+def unusable_reason(values: Sequence[float]) -> str | None:
+    """Why the indexes cannot compare this vector (`UNUSABLE_*`), or None if they can.
+
+    It must be finite in float32 (what they store) and not zero: 1e308 is a finite
+    Python float but inf in float32, and so is the norm of a vector whose squares
+    overflow; an all-zero vector has no direction (its cosine is undefined).
+
+    Args:
+        values: One vector.
     """
     array = np.asarray(values, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         norm = float(np.linalg.norm(array.astype(np.float32)))
     if not np.isfinite(array).all() or not math.isfinite(norm):
-        raise SemanticRecallError(
+        return UNUSABLE_NAN
+    return UNUSABLE_ZERO if norm == 0.0 else None
+
+
+def _refusal(name: str, position: int, reason: str) -> SemanticRecallError:
+    """The error of a batch refused whole for the unusable vector at `position`."""
+    if reason == UNUSABLE_NAN:
+        return SemanticRecallError(
             f"embedder {name!r} returned a vector with NaN or infinite values at position "
             f"{position} (as float32, what the vector indexes store); nothing was cached"
         )
-    if norm == 0.0:
-        raise SemanticRecallError(
-            f"embedder {name!r} returned an all-zero vector at position {position} (it has "
-            "no direction to compare); nothing was cached or indexed. Check the embedder"
-        )
+    return SemanticRecallError(
+        f"embedder {name!r} returned an all-zero vector at position {position} (it has "
+        "no direction to compare); nothing was cached or indexed. Check the embedder"
+    )
 
 
 def _validated(
     vectors: object, expected: int, embeddings: Embeddings, dimension: int | None = None
 ) -> list[list[float]]:
-    """Check an embedder's answer: one finite vector per text, all of one non-zero length.
+    """Check an embedder's answer: one numeric vector per text, all of one non-zero length.
 
-    With `dimension`, that length must be `dimension` (`EmbeddingMismatchError`).
+    With `dimension`, that length must be `dimension` (`EmbeddingMismatchError`). Whether
+    each vector is usable (`unusable_reason`) is the caller's to check.
     """
     name = embedding_model_name(embeddings)
     if isinstance(vectors, str | bytes) or not isinstance(vectors, Iterable):
@@ -251,26 +287,53 @@ def _validated(
                 f"{dimension}-d vectors; nothing was cached. Use the index's model, a new "
                 "index_name, or reindex with the new embedder"
             )
-        _check_comparable(name, position, values)
         result.append(values)
     return result
 
 
-def _store_and_assemble(
-    cache: EmbeddingCache,
-    namespace: str,
-    texts: Sequence[str],
-    *,
-    found: dict[str, list[float]],
-    missing: list[str],
-    vectors: list[list[float]],
-) -> list[list[float]]:
-    """Cache the new vectors and return one vector per input text, in input order."""
+@dataclass(frozen=True, slots=True)
+class EmbeddedTexts:
+    """A batch's vectors in input order, None where the embedder's one is unusable."""
+
+    vectors: list[list[float] | None]
+    unusable: dict[int, str] = field(default_factory=dict)
+    """Position in the batch -> why its vector is unusable (`unusable_reason`)."""
+
+
+def _settle(
+    raw: object, embeddings: Embeddings, cache: EmbeddingCache, batch: _Batch, *, isolate: bool
+) -> EmbeddedTexts:
+    """Check the answer for the misses, cache its usable vectors, assemble the batch.
+
+    Without `isolate`, an unusable vector refuses the whole batch (nothing cached).
+
+    Raises:
+        SemanticRecallError: the answer is unusable (`_validated`), or, without
+            `isolate`, one of its vectors is.
+        EmbeddingMismatchError: the vectors are not `dimension` long.
+    """
+    found, missing, texts = batch.found, batch.missing, batch.texts
+    vectors = _validated(raw, len(missing), embeddings, batch.dimension) if missing else []
+    bad: dict[str, str] = {}
+    for position, (text, vector) in enumerate(zip(missing, vectors, strict=True)):
+        if (reason := unusable_reason(vector)) is not None:
+            if not isolate:
+                raise _refusal(embedding_model_name(embeddings), position, reason)
+            bad[text] = reason
     for text, vector in zip(missing, vectors, strict=True):
-        cache.put(namespace, text, vector)
-        found[text] = vector
+        if text not in bad:
+            cache.put(batch.namespace, text, vector)
+            found[text] = vector
     # Fresh lists per position: duplicates in the input must not alias one list.
-    return [list(found[text]) for text in texts]
+    return EmbeddedTexts(
+        vectors=[list(found[text]) if text in found else None for text in texts],
+        unusable={n: bad[text] for n, text in enumerate(texts) if text in bad},
+    )
+
+
+def _whole(embedded: EmbeddedTexts) -> list[list[float]]:
+    """The vectors of a batch settled without `isolate` (every one usable)."""
+    return [vector for vector in embedded.vectors if vector is not None]
 
 
 def embed_with_cache(
@@ -286,7 +349,8 @@ def embed_with_cache(
     Every distinct text is looked up once; the misses are embedded together in ONE
     `embed_documents` call (identical texts only once), validated, cached, and the
     result is returned in input order. Two threads missing the same text at the same
-    moment may both embed it; the result is the same.
+    moment may both embed it; the result is the same. One unusable vector (all zeros,
+    NaN or infinite) refuses the whole batch: `embed_each_with_cache` keeps the others.
 
     Args:
         embeddings: the embedder.
@@ -304,15 +368,9 @@ def embed_with_cache(
             of different lengths, or non-finite values. Nothing of that call is cached.
         EmbeddingMismatchError: the vectors are not `dimension` long (nothing cached).
     """
-    found, missing = _lookup(cache, namespace, texts, dimension)
-    vectors: list[list[float]] = []
-    if missing:
-        logger.debug("embedding %d of %d texts (cache misses)", len(missing), len(texts))
-        raw = embeddings.embed_documents(list(missing))
-        vectors = _validated(raw, len(missing), embeddings, dimension)
-    return _store_and_assemble(
-        cache, namespace, texts, found=found, missing=missing, vectors=vectors
-    )
+    batch = _lookup(cache, namespace, texts, dimension)
+    raw = _ask(embeddings, batch)
+    return _whole(_settle(raw, embeddings, cache, batch, isolate=False))
 
 
 async def aembed_with_cache(
@@ -324,127 +382,70 @@ async def aembed_with_cache(
     dimension: int | None = None,
 ) -> list[list[float]]:
     """Async twin of `embed_with_cache` (uses `aembed_documents`)."""
-    found, missing = _lookup(cache, namespace, texts, dimension)
-    vectors: list[list[float]] = []
-    if missing:
-        logger.debug("embedding %d of %d texts (cache misses)", len(missing), len(texts))
-        raw = await embeddings.aembed_documents(list(missing))
-        vectors = _validated(raw, len(missing), embeddings, dimension)
-    return _store_and_assemble(
-        cache, namespace, texts, found=found, missing=missing, vectors=vectors
-    )
+    batch = _lookup(cache, namespace, texts, dimension)
+    raw = await _aask(embeddings, batch)
+    return _whole(_settle(raw, embeddings, cache, batch, isolate=False))
 
 
-# --- chunking ----------------------------------------------------------------------------
+def embed_each_with_cache(
+    embeddings: Embeddings,
+    cache: EmbeddingCache,
+    namespace: str,
+    texts: Sequence[str],
+    *,
+    dimension: int | None = None,
+) -> EmbeddedTexts:
+    """`embed_with_cache`, but an unusable vector costs its own text only.
 
-_PARAGRAPH = re.compile(r"\n[^\S\n]*\n\s*")
-_SENTENCE = re.compile(r"(?:[.!?\u3002\uff01\uff1f\u2026][\"'\u201d\u2019)\]]*\s+|\n\s*)")
-_SPACE = re.compile(r"\s+")
-
-
-def _last_cut(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> int | None:
-    """The end of the last match of `pattern` within `text[:hi]` that ends in [lo, hi]."""
-    cut: int | None = None
-    # Start a little before lo so that a boundary straddling lo is still seen.
-    for match in pattern.finditer(text, max(0, lo - 64), hi):
-        if match.end() >= lo:
-            cut = match.end()
-    return cut
-
-
-def chunk_spans(text: str, max_chars: int, overlap: int = 200) -> list[tuple[int, int]]:
-    """The `(start, end)` character spans of `chunk_text`, in order.
-
-    Spans start at 0, end at `len(text)`, each is at most `max_chars` long, each
-    starts after the previous one starts and no later than it ends (so together they
-    cover the text). See `chunk_text` for how the cuts are chosen.
+    A text the embedder answers with an all-zero, NaN or infinite vector gets None (and
+    its reason, by position): it is not cached, so the next call asks again. A failure
+    of the whole answer still raises (nothing cached).
 
     Args:
-        text: The text to cut.
-        max_chars: Most characters of one span.
-        overlap: Characters a span repeats from the end of the one before (at most a
-            quarter of `max_chars`).
-    """
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise InvalidOptionError(f"max_chars must be an integer >= 1, got {max_chars!r}")
-    if isinstance(overlap, bool) or not isinstance(overlap, int) or overlap < 0:
-        raise InvalidOptionError(f"overlap must be an integer >= 0, got {overlap!r}")
-    size = len(text)
-    if size <= max_chars:
-        return [(0, size)]
-    # Cuts fall in the second half of a window and the overlap is at most a quarter of
-    # it, so every chunk starts strictly after the previous one: the loop terminates.
-    overlap = min(overlap, max_chars // 4)
-    spans: list[tuple[int, int]] = []
-    start = 0
-    while size - start > max_chars:
-        hi = start + max_chars
-        lo = start + max(1, max_chars // 2)
-        end = (
-            _last_cut(_PARAGRAPH, text, lo, hi)
-            or _last_cut(_SENTENCE, text, lo, hi)
-            or _last_cut(_SPACE, text, lo, hi)
-            or hi
-        )
-        spans.append((start, end))
-        next_start = end - overlap
-        if overlap:
-            # Begin the overlap on a word: just after the first space in it, if any.
-            space = _SPACE.search(text, next_start, end)
-            if space is not None:
-                next_start = space.end()
-        start = next_start
-    spans.append((start, size))
-    return spans
-
-
-def chunk_text(text: str, max_chars: int, overlap: int = 200) -> list[str]:
-    """Split `text` into pieces of at most `max_chars` characters.
-
-    Each cut is placed in the second half of the window, preferring (in this order) a
-    paragraph break, the end of a sentence, any whitespace, and only then the hard limit.
-    Consecutive pieces overlap by up to `overlap` characters (at most a quarter of
-    `max_chars`), starting on a word where possible, so no content is lost and a fact
-    straddling a cut is still whole in one piece. Pure function.
-
-    Example:
-        >>> chunk_text("short", 100)
-        ['short']
-        >>> chunk_text("One. Two. Three.", 10, overlap=0)
-        ['One. Two. ', 'Three.']
-
-    Args:
-        text: the text to split.
-        max_chars: the most characters per piece (>= 1).
-        overlap: the characters repeated from the end of one piece at the start of the
-            next (>= 0).
-
-    Returns:
-        `[text]` if it fits, else the pieces in order; every character of `text`
-        appears in some piece.
+        embeddings: the embedder.
+        cache: the cache to read and fill.
+        namespace: the cache namespace, normally the index name.
+        texts: the texts to embed.
+        dimension: the length every vector must have (the index's dimension).
 
     Raises:
-        InvalidOptionError: `max_chars < 1` or `overlap < 0`.
+        SemanticRecallError: the embedder returned the wrong number of vectors, vectors
+            of different lengths, empty or non-numeric ones. Nothing of that call is cached.
+        EmbeddingMismatchError: the vectors are not `dimension` long (nothing cached).
     """
-    return [text[start:end] for start, end in chunk_spans(text, max_chars, overlap)]
+    batch = _lookup(cache, namespace, texts, dimension)
+    raw = _ask(embeddings, batch)
+    return _settle(raw, embeddings, cache, batch, isolate=True)
 
 
-def split_for_embedding(embeddings: Embedder, text: str) -> list[str]:
-    """Split `text` into pieces that `embeddings` can embed whole.
+async def aembed_each_with_cache(
+    embeddings: Embeddings,
+    cache: EmbeddingCache,
+    namespace: str,
+    texts: Sequence[str],
+    *,
+    dimension: int | None = None,
+) -> EmbeddedTexts:
+    """Async twin of `embed_each_with_cache` (uses `aembed_documents`)."""
+    batch = _lookup(cache, namespace, texts, dimension)
+    raw = await _aask(embeddings, batch)
+    return _settle(raw, embeddings, cache, batch, isolate=True)
 
-    An embedder that knows its own limit exposes a callable `split_text` (as
-    `LocalEmbeddings` does, by tokens); any other gets `chunk_text` with
-    `DEFAULT_MAX_CHARS`.
 
-    Args:
-        embeddings: The embedder that will embed the pieces.
-        text: The text of one message.
-    """
-    splitter = getattr(embeddings, "split_text", None)
-    if callable(splitter):
-        pieces = splitter(text)
-        return [str(piece) for piece in pieces] or [text]
-    return chunk_text(text, DEFAULT_MAX_CHARS)
+def _ask(embeddings: Embeddings, batch: _Batch) -> object:
+    """The embedder's answer for the cache misses (nothing asked if there are none)."""
+    if not batch.missing:
+        return []
+    logger.debug("embedding %d of %d texts (cache misses)", len(batch.missing), len(batch.texts))
+    return embeddings.embed_documents(list(batch.missing))
+
+
+async def _aask(embeddings: Embeddings, batch: _Batch) -> object:
+    """Async twin of `_ask` (uses `aembed_documents`)."""
+    if not batch.missing:
+        return []
+    logger.debug("embedding %d of %d texts (cache misses)", len(batch.missing), len(batch.texts))
+    return await embeddings.aembed_documents(list(batch.missing))
 
 
 def embedding_model_name(embeddings: Embedder) -> str:

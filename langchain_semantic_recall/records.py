@@ -314,7 +314,8 @@ class MessageFate:
     """Its id (the one given, or the one assigned to a message that had none)."""
     fate: Fate
     reason: str | None = None
-    """Why it was skipped, or why a stored message got no vector (e.g. "system message")."""
+    """Why it was skipped, or why a stored message got no vector (e.g. "system message",
+    or the embedder's vector of its text was unusable: `embeddings.UNUSABLE_ZERO`)."""
     embedded: bool = False
     """Whether its vectors were written by this call (an unchanged message's only when
     the index had lost them)."""
@@ -331,9 +332,12 @@ class IndexResult:
     embedded: tuple[str, ...] = ()
     """Ids of the messages whose vectors were written."""
     skipped: dict[str, str] = field(default_factory=dict)
-    """Message id -> why it got no vector (system, no text, tool call only, unchanged...)."""
+    """Message id -> why it got no vector (system, no text, tool call only, an unusable
+    vector from the embedder...)."""
     error: str | None = None
-    """Set when embedding or the vector upsert failed; the messages are still stored."""
+    """Set when embedding or the vector upsert failed, or when the embedder answered a
+    message's text with an unusable vector (all zeros, NaN, infinite: that message alone
+    has no vector, and is named); the messages are still stored."""
     fates: tuple[MessageFate, ...] = ()
     """One entry per input message, in input order."""
     forgotten: bool = False

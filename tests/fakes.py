@@ -88,6 +88,39 @@ class FakeEmbeddings(Embeddings):
         return [t for call in self.calls for t in call]
 
 
+class UnusableFor(FakeEmbeddings):
+    """Fake vectors, but an unusable one (every value `value`) for each text holding `word`.
+
+    A bag-of-words model given "👍" answers with zeros; a broken one with NaN or inf. Set
+    `word` to None to mend it. With `split_on`, a text is cut into chunks there (an
+    embedder that splits its own text, as `LocalEmbeddings` does).
+    """
+
+    def __init__(
+        self,
+        word: str | None,
+        value: float = 0.0,
+        *,
+        dimension: int = 8,
+        split_on: str | None = None,
+    ) -> None:
+        super().__init__(dimension)
+        self.word = word
+        self.value = value
+        self.split_on = split_on
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors = super().embed_documents(texts)
+        word, size = self.word, len(vectors[0]) if vectors else 0
+        return [
+            [self.value] * size if word is not None and word in text else vector
+            for text, vector in zip(texts, vectors, strict=True)
+        ]
+
+    def split_text(self, text: str) -> list[str]:
+        return text.split(self.split_on) if self.split_on else [text]
+
+
 class RecordingStorage(MessageStorage):
     """Wraps a storage and records every call (name, arguments); can be made to fail."""
 

@@ -307,8 +307,11 @@ def _write(
     summary.vectors += len(result.embedded)
     for reason in result.skipped.values():
         summary.not_embedded[reason] += 1
-    if result.error is not None:
-        summary.vectors_failed += len(result.stored) - len(result.skipped)
+    if result.error is not None:  # written, and no reason (counted above) for no vector
+        summary.vectors_failed += sum(
+            f.fate in ("stored", "updated") and not f.embedded and f.reason is None
+            for f in result.fates
+        )
     kept = ("stored", "updated", "unchanged")
     return {batch[f.position][0] for f in result.fates if f.fate in kept}
 
@@ -400,9 +403,13 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
             "--missing-only')"
         )
     elif summary.vectors_missing:
+        from langchain_semantic_recall.embeddings import UNUSABLE_NAN, UNUSABLE_ZERO
+
+        unusable = any(why in (UNUSABLE_NAN, UNUSABLE_ZERO) for why in summary.not_embedded)
+        why = "unusable vectors, above" if unusable else "an earlier import was interrupted?"
         print(
             style(f"  warning    {summary.vectors_missing} stored message(s) lack a vector", "red")
-            + " (an earlier import was interrupted?); rerun with --repair"
+            + f" ({why}); rerun with --repair"
         )
 
 

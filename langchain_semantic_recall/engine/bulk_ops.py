@@ -6,7 +6,9 @@ not stored; long messages chunked; forgotten threads skipped and reported) and s
 what it did: messages new, updated (another text under a stored id) and unchanged, each
 stored message keeping its creation time. An unchanged message is embedded again only
 when its vectors are gone, so importing the same export twice costs one read per thread,
-not its embedding.
+not its embedding. A message the embedder answers with an unusable vector (all zeros,
+NaN, infinite) is stored without one and named in `BulkResult.unusable_vectors`; the
+import goes on.
 Batch *n*'s vectors are written in the background while batch *n + 1* is embedded.
 """
 
@@ -72,7 +74,12 @@ class BulkResult:
     `RemoveMessage`, recalled memory, a message type the storage does not keep)."""
     not_embedded: dict[str, int] = field(default_factory=dict)
     """Messages stored without a vector, counted by reason (`IndexResult.skipped`'s
-    reasons: system and tool messages, tool calls only, no text)."""
+    reasons: system and tool messages, tool calls only, no text, an unusable vector)."""
+    unusable_vectors: dict[str, str] = field(default_factory=dict)
+    """Messages stored without a vector because the embedder answered their text with
+    an unusable one (all zeros, NaN, infinite): message id -> why (each also counted in
+    `not_embedded`, and logged). The import goes on; `stats().missing_vectors` counts
+    them and `reindex(missing_only=True)` embeds them again."""
 
 
 _Batch = list[tuple[str, list[MessageRecord]]]
@@ -306,11 +313,16 @@ def bulk_index_op(
                     result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
                 elif record.id not in held:  # an unchanged message whose vectors are held: done
                     to_embed.append(record)
-            rows = yield from embed_records(
+            vectors = yield from embed_records(
                 info, space, to_embed, max_chars=max_chars, logger=logger
             )
-            yield steps.Background(steps.Nested(_write_and_recheck(info, rows, rewritten, logger)))
-            result.embedded += len(to_embed)
+            yield steps.Background(
+                steps.Nested(_write_and_recheck(info, vectors.rows, rewritten, logger))
+            )
+            result.embedded += len(to_embed) - len(vectors.unusable)
+            for message_id, reason in vectors.unusable.items():
+                result.unusable_vectors[message_id] = reason
+                result.not_embedded[reason] = result.not_embedded.get(reason, 0) + 1
         yield steps.Settle()
     except Exception as failure:
         if written := result.stored + result.updated:

@@ -3,7 +3,9 @@
 Every message is written to storage first (all roles); user and assistant text is then
 chunked, embedded in one batched call through the shared cache and upserted. A failure
 after the storage write is logged and reported, never raised: the messages are kept and
-`reindex(missing_only=True)` makes the vectors whole again.
+`reindex(missing_only=True)` makes the vectors whole again. A text the embedder answers
+with an unusable vector (all zeros, NaN, infinite) costs its own message only: its fate
+says why it has no vector, `error` names it, the others' vectors are written.
 """
 
 from __future__ import annotations
@@ -103,14 +105,18 @@ class _Turn:
         error: str | None = None,
         forgotten: bool = False,
         max_chars: int | None = None,
+        unusable: Mapping[str, str] | None = None,
     ) -> IndexResult:
+        """The call's result; `unusable`: why a message has no vector (`Embedded.unusable`)."""
         done = set(embedded)
         over = {r.id: over_cap(r, max_chars) for r in self.to_embed()} if done else {}
+        unusable = unusable or {}
         fates = tuple(
             replace(
                 f,
                 embedded=f.message_id in done,
                 truncated_chars=over.get(f.message_id, 0) if f.message_id in done else 0,
+                reason=unusable.get(f.message_id or "", f.reason),
             )
             if f.fate != "skipped"
             else f
@@ -306,8 +312,10 @@ def index_op(
         )
         if not to_embed and not adopted:
             return turn.result()
-        rows = yield from embed_records(info, space, to_embed, max_chars=max_chars, logger=logger)
-        yield from write_owned(info, rows, logger)
+        vectors = yield from embed_records(
+            info, space, to_embed, max_chars=max_chars, logger=logger
+        )
+        yield from write_owned(info, vectors.rows, logger)
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
             yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)
@@ -323,7 +331,13 @@ def index_op(
             exc_info=True,
         )
         return turn.result(error=repr(error))
-    return turn.result(embedded=[r.id for r in to_embed], max_chars=max_chars)
+    unusable = vectors.unusable  # each such message's fate says why, and `error` too
+    return turn.result(
+        embedded=[r.id for r in to_embed if r.id not in unusable],
+        max_chars=max_chars,
+        unusable=unusable,
+        error="; ".join(e for e in (turn.error, vectors.note()) if e) or None,
+    )
 
 
 def _vectors_to_write(
@@ -454,5 +468,7 @@ def _move_vectors(
         after = (page[-1].thread_id, page[-1].seq)
         todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
         if todo:
-            rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield from write_vectors(info, rows, logger)
+            vectors = yield from embed_records(
+                info, space, todo, max_chars=max_chars, logger=logger
+            )
+            yield from write_vectors(info, vectors.rows, logger)

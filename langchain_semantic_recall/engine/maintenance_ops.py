@@ -254,7 +254,9 @@ def reindex_op(
     vector delete failed) are removed, and so are those of a message that gets none
     (edited to no text by a version that kept the old text's vectors): a full reindex
     repairs at least what the partial one does. A thread forgotten while this runs keeps
-    no vector.
+    no vector. A message the embedder answers with an unusable vector (all zeros, NaN,
+    infinite) is logged by id and left without one (not counted; `stats` still counts
+    it missing); the others are written.
 
     Raises:
         OwnershipError: the scope names a thread of another resource than its own.
@@ -289,9 +291,12 @@ def reindex_op(
             or _lacks(held, m)
         ]
         if todo:
-            rows = yield from embed_records(info, space, todo, max_chars=max_chars, logger=logger)
-            yield from write_owned(info, rows, logger)  # each thread's follows a move
-            written += len(todo) - (yield from _drop_forgotten(info, todo))
+            vectors = yield from embed_records(
+                info, space, todo, max_chars=max_chars, logger=logger
+            )  # a message of an unusable vector is logged and left out (still missing)
+            yield from write_owned(info, vectors.rows, logger)  # each thread's follows a move
+            done = [m for m in todo if m.id not in vectors.unusable]
+            written += len(done) - (yield from _drop_forgotten(info, done))
         if adopted:  # written again under their owner (above): the copies nobody searches go
             yield steps.DeleteVectors(info, message_ids=sorted(adopted), resource_id=NO_RESOURCE)
         if progress is not None:

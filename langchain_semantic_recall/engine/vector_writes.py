@@ -8,7 +8,9 @@ would look whole to both, and the chunks not written would never be. So after a 
 write every chunk of such a message is deleted, and the repair sees it as missing
 (`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
 (`write_owned`), and `unowned_vectors` finds those an adopted thread left behind.
-`Chunking` tells a message's vectors beyond the chunks its text yields.
+`Chunking` tells a message's vectors beyond the chunks its text yields. A text the
+embedder answers with an unusable vector leaves its own message without one, reported by
+id (`Embedded`), and the rest of the batch is written.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from langchain_semantic_recall.embeddings import Embedder, split_for_embedding
@@ -86,6 +88,27 @@ class Chunking:
         return held - {chunk_id(message.id, n) for n in range(len(pieces))}
 
 
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    """Records' vector rows (`embed_records`), and the messages left without any."""
+
+    rows: list[VectorRecord]
+    unusable: dict[str, str] = field(default_factory=dict)
+    """Message id -> why it has no vector: the embedder answered its text, or one chunk
+    of it, with an unusable vector (`embeddings.unusable_reason`: zeros, NaN, inf)."""
+
+    def note(self) -> str | None:
+        """What a caller's result says of the messages left without a vector (None: none)."""
+        if not self.unusable:
+            return None
+        named = ", ".join(f"{message_id!r} ({why})" for message_id, why in self.unusable.items())
+        return (
+            f"{len(self.unusable)} message(s) stored without a vector, as the embedder's "
+            f"vector of their text was unusable: {named}; reindex(missing_only=True) "
+            "embeds them again"
+        )
+
+
 def embed_records(
     info: IndexInfo,
     space: VectorSpace,
@@ -93,11 +116,19 @@ def embed_records(
     *,
     max_chars: int | None,
     logger: logging.Logger,
-) -> Op[list[VectorRecord]]:
+) -> Op[Embedded]:
     """The records' vector rows, embedded in one batched call through the cache.
 
     A text longer than `max_chars` is embedded up to it only (logged: the message is
     stored whole, but words past the cap are found by keyword search alone).
+
+    A text the embedder answers with an unusable vector (all zeros, NaN, infinite as
+    float32: a bag-of-words model given "👍") costs its own message only: it gets no row
+    (logged, and named in `Embedded.unusable`), nor is that vector cached; the others
+    get theirs. A long message with one unusable chunk gets no row at all: its other
+    chunks written, it would look whole to `stats` and to the repair while a part of its
+    text is never found by meaning. A failure of the whole answer (the embedder raised,
+    a short batch, another dimension) still raises.
     """
     for record in records:
         if over := over_cap(record, max_chars):
@@ -107,8 +138,23 @@ def embed_records(
                 *(record.id, record.role, record.thread_id, len(record.text), max_chars, over),
             )
     pending = pending_vectors(space.embeddings, records, max_chars)
-    vectors = yield steps.Embed(info, [p.content for p in pending])
-    return [replace(p, vector=v) for p, v in zip(pending, vectors, strict=True)]
+    got = yield steps.EmbedEach(info, [p.content for p in pending])
+    unusable: dict[str, str] = {}
+    for position, why in sorted(got.unusable.items()):
+        unusable.setdefault(pending[position].message_id, why)
+    for record in records:
+        if record.id in unusable:
+            logger.warning(
+                "message %r (%s, thread %r) is stored without a vector: %s; "
+                "reindex(missing_only=True) embeds it again",
+                *(record.id, record.role, record.thread_id, unusable[record.id]),
+            )
+    rows = [
+        replace(p, vector=v)
+        for p, v in zip(pending, got.vectors, strict=True)
+        if v is not None and p.message_id not in unusable
+    ]
+    return Embedded(rows, unusable)
 
 
 def held_vectors(info: IndexInfo, records: Sequence[MessageRecord]) -> Op[set[str]]:

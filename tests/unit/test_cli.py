@@ -30,7 +30,7 @@ from langchain_semantic_recall.cli import (
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.storage import sqlite_schema
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
-from tests.fakes import FakeEmbeddings
+from tests.fakes import FakeEmbeddings, UnusableFor
 
 
 @dataclass
@@ -64,9 +64,13 @@ class Embedder:
 
     def __init__(self) -> None:
         self.fail: Exception | None = None
+        self.unusable: str | None = None
+        """A word whose texts the next ones answer with an all-zero vector."""
 
     def create(self) -> FakeEmbeddings:
-        fake = FakeEmbeddings()
+        fake = (
+            FakeEmbeddings() if self.unusable is None else UnusableFor(self.unusable, dimension=128)
+        )
         fake.fail = self.fail
         return fake
 
@@ -1340,6 +1344,24 @@ def test_an_export_of_an_unowned_thread_ingests_unowned_again(
     refused = run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "t.jsonl", taken)))
     assert refused.code == 1
     assert "belongs to another resource" in refused.out
+
+
+def test_ingest_counts_a_message_of_unusable_vector_by_reason_not_as_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
+) -> None:
+    """The embedder answers one line with zeros: that line alone has no vector, said why."""
+    embedder.unusable = "blank"
+    lines = jsonl(
+        tmp_path / "u.jsonl",
+        LINE | {"id": "a1"},
+        LINE | {"id": "z1", "role": "assistant", "content": "blank"},
+    )
+    result = run(capsys, *on_urls, "ingest", str(lines))
+    assert "1 written (stored without a vector: all-zero vector from the embedder" in result.out
+    assert "stored without vectors" not in result.out  # the embedding did not fail
+    assert "lack a vector (unusable vectors, above)" in result.out
+    assert result.code == 1
+    assert "1 stored message(s) have no vector" in result.err
 
 
 def test_a_library_warning_is_one_line_without_verbose(

@@ -26,7 +26,7 @@ from langchain_semantic_recall import (
 )
 from langchain_semantic_recall.messages import query_text
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
-from tests.fakes import FakeEmbeddings
+from tests.fakes import FakeEmbeddings, UnusableFor
 
 IDS = {"thread_id": "t1", "resource_id": "alice"}
 
@@ -74,22 +74,10 @@ async def test_no_vector_on_the_first_embed_is_an_embedder_failure(first: Any) -
         assert not isinstance(raised.value, EmbeddingMismatchError)
 
 
-class ZeroFor(FakeEmbeddings):
-    """Fake vectors, but all zeros for texts holding `word`."""
-
-    def __init__(self, word: str) -> None:
-        super().__init__(8)
-        self.word = word
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        vectors = super().embed_documents(texts)
-        return [[0.0] * 8 if self.word in t else v for t, v in zip(texts, vectors, strict=True)]
-
-
 def test_an_all_zero_vector_is_refused_with_a_reason() -> None:
     vectors = InMemoryVectorIndex()
     memory = SemanticRecall(
-        storage=InMemoryStorage(), vector_store=vectors, embeddings=ZeroFor("blank")
+        storage=InMemoryStorage(), vector_store=vectors, embeddings=UnusableFor("blank")
     )
     result = memory.index([HumanMessage("blank answer", id="z1")], **IDS)
     assert result.embedded == ()

@@ -89,6 +89,7 @@ SYNC_ONLY: dict[str, str] = {
     "chunk_text": _PURE,
     "embedding_model_name": _PURE,
     "split_for_embedding": _PURE,
+    "unusable_reason": _PURE,
     "format_hits": _PURE,
     "hit_to_document": _PURE,
     "transcript": _PURE,

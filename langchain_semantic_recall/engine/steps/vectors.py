@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 
 from typing_extensions import override
 
-from langchain_semantic_recall.embeddings import aembed_with_cache, embed_with_cache
+from langchain_semantic_recall.embeddings import (
+    EmbeddedTexts,
+    aembed_each_with_cache,
+    aembed_with_cache,
+    embed_each_with_cache,
+    embed_with_cache,
+)
 from langchain_semantic_recall.engine.steps.base import Backends, Step
 from langchain_semantic_recall.errors import EmbeddingMismatchError
 from langchain_semantic_recall.records import (
@@ -54,6 +60,48 @@ class Embed(Step[Vectors]):
         space = backends.space
         try:
             return await aembed_with_cache(
+                space.embeddings,
+                space.cache,
+                self.info.name,
+                self.texts,
+                dimension=self.info.dimension,
+            )
+        except EmbeddingMismatchError:
+            space.embedded_another_dimension(self.info)
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedEach(Step[EmbeddedTexts]):
+    """`Embed`, but an unusable vector costs its own text only (`embed_each_with_cache`).
+
+    A text the embedder answers with all zeros, NaN or infinite values gets None and a
+    reason (by position); the other texts keep their vectors.
+    """
+
+    info: IndexInfo
+    texts: Sequence[str]
+
+    @override
+    def run(self, backends: Backends) -> EmbeddedTexts:
+        space = backends.space
+        try:
+            return embed_each_with_cache(
+                space.embeddings,
+                space.cache,
+                self.info.name,
+                self.texts,
+                dimension=self.info.dimension,
+            )
+        except EmbeddingMismatchError:
+            space.embedded_another_dimension(self.info)
+            raise
+
+    @override
+    async def arun(self, backends: Backends) -> EmbeddedTexts:
+        space = backends.space
+        try:
+            return await aembed_each_with_cache(
                 space.embeddings,
                 space.cache,
                 self.info.name,

@@ -1,0 +1,187 @@
+"""An unusable vector (all zeros, NaN, infinite) costs its own message only.
+
+An embedder may answer one text of a batch with a vector the index cannot compare (a
+bag-of-words model given "👍": all zeros). That message is stored without a vector and
+reported by id; the other messages of the turn (reindex batch, import batch) get theirs.
+A failure of the whole answer (an exception, a short batch, another dimension) still
+fails the whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+
+from langchain_semantic_recall import (
+    EmbeddingMismatchError,
+    InMemoryStorage,
+    SemanticRecall,
+    SemanticRecallError,
+)
+from langchain_semantic_recall.embeddings import (
+    EmbeddingCache,
+    embed_each_with_cache,
+    embed_with_cache,
+)
+from langchain_semantic_recall.records import IndexResult
+from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
+from tests.fakes import UnusableFor
+
+IDS = {"thread_id": "t1", "resource_id": "alice"}
+BAD = {"zero": 0.0, "nan": math.nan, "inf": math.inf, "inf32": 1e308}
+"""Each kind of unusable vector: 1e308 is finite in Python, infinite as float32."""
+
+
+def _engine(embedder: UnusableFor) -> SemanticRecall:
+    return SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=embedder
+    )
+
+
+def _turn() -> list[BaseMessage]:
+    return [
+        HumanMessage("my garden has roses", id="g1"),
+        AIMessage("blank 👍", id="z1"),
+        HumanMessage("tulips bloom in spring", id="r1"),
+    ]
+
+
+def _held(memory: SemanticRecall) -> set[str]:
+    return memory.vector_store.message_ids(memory.ensure_index().name)
+
+
+def _index(memory: SemanticRecall, messages: list[BaseMessage], twin: str) -> IndexResult:
+    if twin == "sync":
+        return memory.index(messages, **IDS)
+    return asyncio.run(memory.aindex(messages, **IDS))
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+@pytest.mark.parametrize("kind", sorted(BAD))
+def test_index_leaves_only_the_message_of_an_unusable_vector_without_one(
+    kind: str, twin: str
+) -> None:
+    embedder = UnusableFor("blank", BAD[kind])
+    memory = _engine(embedder)
+    result = _index(memory, _turn(), twin)
+    assert result.stored == ("g1", "z1", "r1")
+    assert result.embedded == ("g1", "r1")
+    assert _held(memory) == {"g1", "r1"}
+    fate = result.fates[1]
+    assert (fate.message_id, fate.fate, fate.embedded) == ("z1", "stored", False)
+    reason = "all-zero vector" if kind == "zero" else "NaN or infinite vector"
+    assert fate.reason is not None
+    assert reason in fate.reason
+    assert result.skipped == {"z1": fate.reason}
+    assert [f.embedded for f in result.fates] == [True, False, True]
+    assert result.error is not None
+    assert "'z1'" in result.error
+    assert reason in result.error
+    assert "reindex(missing_only=True)" in result.error
+    # Never cached: the next call asks the embedder again.
+    assert memory.cache.get(memory.ensure_index().name, "blank 👍") is None
+    assert memory.stats().missing_vectors == 1
+    embedder.word = None  # the embedder is mended: the repair writes it
+    assert memory.reindex(missing_only=True) == 1
+    assert _held(memory) == {"g1", "z1", "r1"}
+    assert memory.stats().missing_vectors == 0
+
+
+def test_a_good_turn_after_a_bad_one_has_no_error() -> None:
+    memory = _engine(UnusableFor("blank"))
+    assert memory.index(_turn(), **IDS).error is not None
+    result = memory.index([HumanMessage("more roses", id="m1")], **IDS)
+    assert (result.embedded, result.error) == (("m1",), None)
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_reindex_skips_and_reports_a_message_of_an_unusable_vector(
+    twin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    embedder = UnusableFor("blank", math.nan)
+    memory = _engine(embedder)
+    memory.index(_turn(), **IDS)
+
+    def reindex(missing_only: bool) -> int:
+        if twin == "sync":
+            return memory.reindex(missing_only=missing_only)
+        return asyncio.run(memory.areindex(missing_only=missing_only))
+
+    with caplog.at_level(logging.WARNING):
+        assert reindex(missing_only=True) == 0  # z1 is tried again, and skipped again
+        assert reindex(missing_only=False) == 2  # the others are written again
+    assert "'z1'" in caplog.text
+    assert "NaN or infinite vector" in caplog.text
+    assert _held(memory) == {"g1", "r1"}
+    assert memory.stats().missing_vectors == 1
+
+
+def test_an_edit_to_a_text_of_unusable_vector_drops_the_old_texts_vector() -> None:
+    """Left, the old text's vector would make the message look whole, found by old words."""
+    memory = _engine(UnusableFor("blank"))
+    memory.index([HumanMessage("my garden has roses", id="g1")], **IDS)
+    result = memory.index([HumanMessage("blank now", id="g1")], **IDS)
+    assert (result.fates[0].fate, result.embedded) == ("updated", ())
+    assert _held(memory) == set()
+    assert memory.stats().missing_vectors == 1
+
+
+def test_a_long_message_with_one_unusable_chunk_gets_no_vector() -> None:
+    """Its other chunks written, it would look whole to stats and to the repair."""
+    memory = _engine(UnusableFor("blank", split_on="|"))
+    long = HumanMessage("roses in the garden|blank 👍|tulips in spring", id="long")
+    result = memory.index([long, HumanMessage("a short one", id="s1")], **IDS)
+    assert result.embedded == ("s1",)
+    assert result.fates[0].reason is not None
+    assert "all-zero" in result.fates[0].reason
+    assert _held(memory) == {"s1"}
+    assert memory.stats().missing_vectors == 1
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_bulk_index_imports_on_and_names_the_messages_without_a_vector(twin: str) -> None:
+    memory = _engine(UnusableFor("blank"))
+    conversations = [
+        ("t1", "alice", _turn()),
+        ("t2", "bob", [HumanMessage("blank", id="z2"), AIMessage("all good", id="b1")]),
+    ]
+    if twin == "sync":
+        result = memory.bulk_index(conversations, batch_size=2)
+    else:
+        result = asyncio.run(memory.abulk_index(conversations, batch_size=2))
+    assert (result.stored, result.embedded) == (5, 3)
+    assert set(result.unusable_vectors) == {"z1", "z2"}
+    assert all("all-zero vector" in why for why in result.unusable_vectors.values())
+    assert sum(result.not_embedded.values()) == 2
+    assert _held(memory) == {"g1", "r1", "b1"}
+    assert memory.stats().missing_vectors == 2
+
+
+def test_a_whole_answer_that_fails_still_fails_the_whole_batch() -> None:
+    embedder = UnusableFor("blank")
+    memory = _engine(embedder)
+    memory.ensure_index()
+    embedder.fail = RuntimeError("embedder down")
+    result = memory.index(_turn(), **IDS)
+    assert (result.embedded, result.error) == ((), "RuntimeError('embedder down')")
+    embedder.fail = None
+    embedder.size = 4  # another dimension than the index's
+    with pytest.raises(EmbeddingMismatchError):
+        memory.index([HumanMessage("other", id="o1")], **IDS)
+
+
+def test_embed_each_keeps_the_good_vectors_and_caches_only_them() -> None:
+    embedder = UnusableFor("blank")
+    cache = EmbeddingCache()
+    got = embed_each_with_cache(embedder, cache, "ns", ["roses", "blank", "roses"], dimension=8)
+    assert got.vectors == [embedder.vector("roses"), None, embedder.vector("roses")]
+    assert list(got.unusable) == [1]
+    assert "all-zero vector" in got.unusable[1]
+    assert (cache.get("ns", "blank"), len(cache)) == (None, 1)
+    # The plain call still refuses the whole batch (a query has no other text).
+    with pytest.raises(SemanticRecallError, match="all-zero vector at position 0"):
+        embed_with_cache(embedder, EmbeddingCache(), "ns", ["blank", "roses"])
