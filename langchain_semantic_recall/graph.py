@@ -281,31 +281,47 @@ async def awith_recall(
 def _recalled(
     state: Any, recall: RecallNode | None, messages_key: str | None, recall_key: str | None
 ) -> tuple[list[BaseMessage], RecalledMemory | None, RunnableConfig | None]:
-    """The conversation, the state's recall for its turn, and the run's config.
+    """The conversation, this run's recall, and the run's config when it must recall.
 
-    No recall is needed when there is no user message. Without one for the turn and
-    without a node to recall with, the model would get no memory: raised.
+    The channel lives for one run: whatever it holds was recalled in this run, for its
+    user message or (a node added one since: a critique, a tool's image) an earlier one.
+    Empty, the recall node did not run (a run resumed after an interrupt): `recall`
+    recalls, or it is raised (no user message: nothing to recall, nothing raised).
     """
-    if recall is not None and not isinstance(recall, RecallNode):
-        raise InvalidOptionError(
-            f"with_recall's recall must be the graph's RecallNode, got {type(recall).__name__}"
-        )
+    if recall is not None:
+        if not isinstance(recall, RecallNode):
+            raise InvalidOptionError(
+                f"with_recall's recall must be the graph's RecallNode, got {type(recall).__name__}"
+            )
+        given = {"messages_key": messages_key, "recall_key": recall_key}
+        own = {"messages_key": recall.messages_key, "recall_key": recall.recall_key}
+        if clash := [k for k, v in given.items() if v is not None and v != own[k]]:
+            raise InvalidOptionError(
+                f"with_recall: {', '.join(f'{k}={given[k]!r}' for k in clash)} differs from "
+                f"the recall node's ({', '.join(f'{own[k]!r}' for k in clash)}); leave it out"
+            )
     messages_key = messages_key or (recall.messages_key if recall else "messages")
     recall_key = recall_key or (recall.recall_key if recall else RECALL_KEY)
     messages = state_messages(state, messages_key)
     require_recall_channel(state, recall_key, "with_recall")
-    recalled = recalled_for_turn(state, messages, recall_key)
-    if recalled is not None or current_turn(messages) is None:
-        return messages, recalled, None
+    value = state.get(recall_key) if isinstance(state, Mapping) else getattr(state, recall_key)
+    if isinstance(value, RecalledMemory) or current_turn(messages) is None:
+        return messages, value if isinstance(value, RecalledMemory) else None, None
     if recall is None:
         raise InvalidInputError(
-            f"with_recall: state[{recall_key!r}] holds no recall for the newest user "
-            "message, so the model would get no memory. The recall node did not run in "
-            "this run: a run resumed after an interrupt starts at the interrupted node. "
-            "Pass the graph's RecallNode, with_recall(state, recall_node), so it recalls "
-            "itself, or route the run through the recall node first"
+            f"with_recall: state[{recall_key!r}] is empty, so the model would get no memory: "
+            "the recall node did not run in this run (a run resumed after an interrupt "
+            "starts at the interrupted node). Pass the graph's RecallNode, "
+            "with_recall(state, recall_node), so it recalls itself, or route the run "
+            "through the recall node first"
         )
-    return messages, None, _run_config()
+    config = _run_config()
+    if config is None:
+        raise InvalidInputError(
+            "with_recall recalls with the run's config (its thread and resource ids): call "
+            "it in a graph node, where LangGraph gives it, or call the recall node yourself"
+        )
+    return messages, None, config
 
 
 def _run_config() -> RunnableConfig | None:

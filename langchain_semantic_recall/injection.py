@@ -18,7 +18,8 @@ role (a `SystemMessage` stored under `"role": "user"`) is left out as well.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import TypeAlias
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
@@ -39,6 +40,9 @@ from langchain_semantic_recall.recall_report import RecallReport, build_report
 from langchain_semantic_recall.records import RecallHit, StoredMessage, conversation_title
 
 logger = logging.getLogger(__name__)
+
+LiveKey: TypeAlias = tuple[str | None, str]
+"""A message's (role, text), as same-thread recall compares it with the input's."""
 _BY_ROLE: dict[str, type[HumanMessage | AIMessage]] = {
     "user": HumanMessage,
     "assistant": AIMessage,
@@ -229,20 +233,29 @@ def inject(
     return injected
 
 
-def _live_earlier(messages: Sequence[BaseMessage]) -> set[tuple[str | None, str]]:
-    """(role, text) of the input's messages before the newest user message.
+def earlier_keys(messages: Sequence[BaseMessage]) -> list[tuple[str | None, LiveKey]]:
+    """(id, (role, text)) of the input's messages before the newest user message."""
+    roles = [role_of(m) for m in messages]
+    turn = max((p for p, role in enumerate(roles) if role == "user"), default=len(messages))
+    return [(m.id, (roles[p], clean_text(text_of(m, "\n")))) for p, m in enumerate(messages[:turn])]
+
+
+def _live_earlier(
+    messages: Sequence[BaseMessage], unstored: Collection[LiveKey] = ()
+) -> set[LiveKey]:
+    """(role, text) of earlier input messages stored under other ids (no id, `unstored`).
 
     A loop that keeps its own history sends its messages without ids, and a stateless
     server's graph gets them with new ids on every request (`add_messages` gives each
-    one): `index` stored them under other ids, so the same message recalled into its
-    own thread would sit beside itself. Such a stored message is known by its role and
-    text (only to keep it out of this turn's same-thread recall; a stored message keeps
-    its own id). The newest user message is the turn being asked, a new message even
-    when its words repeat an old one: the old one and its answer are still recalled.
+    one; the caller finds those ids stored nowhere in the thread: `unstored`): the same
+    message recalled into its own thread would sit beside itself. Such a stored message
+    is known by its role and text (only to keep it out of this turn's same-thread
+    recall; a stored message keeps its own id). A message stored under its own id is
+    matched by id alone: a "yes" of the input never hides an earlier "yes" recalled
+    with the question it answered. The newest user message is the turn being asked, a
+    new message even when its words repeat an old one: the old one is still recalled.
     """
-    roles = [role_of(m) for m in messages]
-    turn = max((p for p, role in enumerate(roles) if role == "user"), default=len(messages))
-    return {(role_of(m), clean_text(text_of(m, "\n"))) for m in messages[:turn]}
+    return {key for key_id, key in earlier_keys(messages) if not key_id} | set(unstored)
 
 
 def inject_reported(
@@ -254,15 +267,18 @@ def inject_reported(
     query: str = "",
     max_block_chars: int | None = None,
     labels: dict[str, str] | None = None,
+    unstored: Collection[LiveKey] = (),
 ) -> tuple[list[BaseMessage], RecallReport]:
     """`inject`, and the report of what it injected (`recall_report.RecallReport`).
 
-    A same-thread message already in the input is left out: by id, or, before the
-    newest user message, by role and text (`_live_earlier`).
+    A same-thread message already in the input is left out: by id, or, for an input
+    message before the newest user message without an id, or whose (role, text) is in
+    `unstored` (its id is stored nowhere in the thread), by role and text
+    (`_live_earlier`).
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
-    live = _live_earlier(messages)
+    live = _live_earlier(messages, unstored)
     own = [
         (s, m)
         for s in same

@@ -230,7 +230,7 @@ def require_recall_channel(state: Any, key: str, where: str) -> None:
             "memory would never reach the model. Build the graph with "
             "StateGraph(RecallState) (MessagesState plus that channel), or add "
             f"`{key}: Annotated[RecalledMemory | None, RecallChannel]` to your state; the "
-            "model node then calls model.invoke(with_recall(state)). "
+            "model node then calls model.invoke(with_recall(state, recall_node)). "
             "create_recall_graph(model, memory) builds all of it"
         )
 

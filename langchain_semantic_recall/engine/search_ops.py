@@ -338,6 +338,7 @@ def recall_op(
         logger.warning("recall failed; continuing without recall", exc_info=True)
         failed = RecallReport("failed", query, who.thread_id, who.resource_id, error=repr(error))
         return items, failed
+    unstored = yield from _resent_keys(items, hits, who.thread_id)
     return injection.inject_reported(
         items,
         hits,
@@ -345,7 +346,28 @@ def recall_op(
         resource_id=who.resource_id,
         query=query,
         max_block_chars=request.max_block_chars,
+        unstored=unstored,
     )
+
+
+def _resent_keys(
+    items: Sequence[BaseMessage], hits: Sequence[RecallHit], thread_id: str | None
+) -> Op[set[injection.LiveKey]]:
+    """(role, text) of input messages stored in this thread under other ids.
+
+    A stateless server's graph gets the history with new ids on every request (the
+    index side knows it by its place, `turn_index._resent_op`): those ids are stored
+    nowhere in the thread. Read only when a same-thread hit has the role and text of
+    such an input message.
+    """
+    if thread_id is None:
+        return set()
+    recalled = {(m.role, m.text) for h in hits for m in h.window if m.thread_id == thread_id}
+    suspects = {i: key for i, key in injection.earlier_keys(items) if i and key in recalled}
+    if not suspects:
+        return set()
+    stored = yield steps.IdsInScope(list(suspects), ScopeFilter(thread_id=thread_id))
+    return {key for i, key in suspects.items() if i not in stored}
 
 
 def turn_recall_op(

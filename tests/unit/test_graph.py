@@ -435,7 +435,7 @@ def test_inject_recalled_keeps_instructions_first_and_skips_present_ids() -> Non
     assert inject_recalled([HumanMessage("x")], []) == [HumanMessage("x")]
 
 
-def test_current_turn_and_with_recall_refuse_a_stale_recall() -> None:
+def test_current_turn_and_with_recall_of_a_run() -> None:
     messages = [HumanMessage("a", id="h1"), AIMessage("b"), HumanMessage("c", id="h2")]
     assert current_turn(messages) == "h2"
     assert current_turn([HumanMessage("x")]) == "@0"
@@ -444,11 +444,18 @@ def test_current_turn_and_with_recall_refuse_a_stale_recall() -> None:
     stale = {"messages": messages, RECALL_KEY: RecalledMemory(turn="h1", messages=(block,))}
     fresh = {"messages": messages, RECALL_KEY: RecalledMemory(turn="h2", messages=(block,))}
     assert with_recall(fresh) == [block, *messages]
-    # No recall for the newest user message (a run resumed after an interrupt, whose
-    # recall node did not run): the model would get no memory. It was sent none, silently.
-    for no_recall in (stale, {"messages": messages, RECALL_KEY: None}):
-        with pytest.raises(InvalidInputError, match="holds no recall for the newest user"):
-            with_recall(no_recall)
+    # A recall of this run for an earlier user message (a node added one since: a
+    # critique, a tool's image) is still this run's memory: used, not refused.
+    assert with_recall(stale) == [block, *messages]
+    # An empty channel (a run resumed after an interrupt, whose recall node did not
+    # run): the model would get no memory. It was sent none, silently.
+    with pytest.raises(InvalidInputError, match=r"is empty, so the model would get no"):
+        with_recall({"messages": messages, RECALL_KEY: None})
+    node = RecallNode(FactsMemory().engine)
+    with pytest.raises(InvalidInputError, match="call it in a graph node"):
+        with_recall({"messages": messages, RECALL_KEY: None}, node)  # outside a run
+    with pytest.raises(InvalidOptionError, match=r"recall_key='mem' differs"):
+        with_recall(fresh, node, recall_key="mem")
     no_user = [AIMessage("hello")]
     assert with_recall({"messages": no_user, RECALL_KEY: None}) == no_user
     with pytest.raises(InvalidOptionError, match="RecallNode"):

@@ -296,6 +296,37 @@ def test_a_stateless_server_stores_each_message_once(
         assert not live & {m.text for m in call if is_recalled(m)}
 
 
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_recalled_answer_is_kept_when_its_words_are_said_again_later(
+    asynchronous: bool,
+) -> None:
+    """A trimmed checkpointed conversation: the old "yes" answering "cancel?" is recalled
+    with its question, and the state holds a later, unrelated "yes" under its own id.
+    Matching by role and text for every input message (the stateless fix's first form)
+    dropped the old answer: the model saw the question without it (a review)."""
+    memory = FactsMemory(message_range=1, top_k=4, threshold=0.0)
+    engine = memory.engine
+    old = [
+        HumanMessage("cancel my premium subscription please", id="u1"),
+        AIMessage("Shall I cancel your premium subscription now?", id="a1"),
+        HumanMessage("yes", id="u2"),
+        AIMessage("Done, cancelled.", id="a2"),
+    ]
+    index_new_messages(engine, old, thread_id="t", resource_id="alice")
+    state = [
+        HumanMessage("shall we talk about music", id="u3"),
+        AIMessage("Shall we?", id="a3"),
+        HumanMessage("yes", id="u4"),
+        AIMessage("Great.", id="a4"),
+        HumanMessage("what happened to my premium subscription?", id="u5"),
+    ]
+    index_new_messages(engine, state, thread_id="t", resource_id="alice")
+    ids = {"thread_id": "t", "resource_id": "alice"}
+    out = asyncio.run(engine.arecall(state, **ids)) if asynchronous else engine.recall(state, **ids)
+    recalled = [m.id for m in out if is_recalled(m) and not isinstance(m, SystemMessage)]
+    assert recalled[-3:] == ["u1", "a1", "u2"]
+
+
 def test_a_long_history_sent_again_is_known_by_its_newest_messages(
     memory: FactsMemory,
 ) -> None:
@@ -682,7 +713,7 @@ def test_a_hand_built_graph_resumed_after_an_interrupt_recalls_or_says_why_not(
         return {"messages": [model.invoke(prompt)]}
 
     async def acall_model(state: RecallState) -> dict[str, Any]:
-        prompt = await awith_recall(state, recall) if given_the_node else with_recall(state)
+        prompt = await (awith_recall(state, recall) if given_the_node else awith_recall(state))
         return {"messages": [await model.ainvoke(prompt)]}
 
     builder: Any = StateGraph(RecallState)
