@@ -149,6 +149,8 @@ QUESTION_KEYS = ("question", "resource", "evidence", "category", "thread")
 """What a question line of our JSONL may hold."""
 PROBE_KEYS = ("probe", "kind", "resource", "thread")
 """What a probe line may hold."""
+_MEANT = {"thread_id": "thread", "resource_id": "resource", "categories": "category"}
+"""Other names of a line's keys, refused with the name the format reads."""
 
 
 def check_line_keys(row: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
@@ -157,14 +159,17 @@ def check_line_keys(row: Mapping[str, Any], allowed: Sequence[str], where: str) 
     A misspelt optional key (`"categroy"`) was ignored: the question was scored under
     `"all"`, the probe asked of every resource, and nothing said so. Other keys are
     annotations and stay allowed (`answer`, `question_id`): a key is misspelt when it is
-    close to one of `allowed` (difflib's ratio 0.8) and of about its length.
+    another name of one of `allowed` (`thread_id`, `categories`: `_MEANT`), or close to
+    one (difflib's ratio 0.8) and of about its length.
 
     Raises:
         InvalidInputError: naming the misspelt key and the key it resembles.
     """
     for key in sorted(set(row) - set(allowed)):
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.8)
-        if close and abs(len(close[0]) - len(key)) <= 2:
+        close = [c for c in close if abs(len(c) - len(key)) <= 2]
+        close = [_MEANT[key]] if _MEANT.get(key) in allowed else close
+        if close:
             raise InvalidInputError(
                 f"{where}: unknown key {key!r}; did you mean {close[0]!r}? A {allowed[0]} "
                 f"line may have {', '.join(map(repr, allowed))} (other keys are kept as notes)"

@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 _PROBE = 64
 """Messages checked against the storage at a time, newest first, by the index side."""
 
+_COPIED = "copied history: stored in another thread of this owner"
+_COPIED_EDITED = "copied history: stored with other text in another thread of this owner"
+_FOREIGN = "its id belongs to another resource's conversation: not stored here"
+
 
 def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
     """The messages the storage keeps, each with an id (positional if it had none).
@@ -103,7 +107,7 @@ def _edited(
 
 
 def _said_in_this_thread(
-    candidates: Sequence[BaseMessage], thread_id: str, who: Identity
+    candidates: Sequence[BaseMessage], thread_id: str, who: Identity, set_aside: dict[str, str]
 ) -> Op[list[BaseMessage]]:
     """`candidates` without the history stored in another thread of the same owner.
 
@@ -116,7 +120,8 @@ def _said_in_this_thread(
     other text is copied too when the input holds such a copy (the original corrected it
     since). Anything else whose id another thread stored (a client that numbers each
     conversation's messages from 1) is left in for the write to refuse, as is a message of
-    another owner: `_set_aside_op` then decides.
+    another owner: `_set_aside_op` then decides. What is left out is said in `set_aside`
+    (a copy with other text is warned of too: it may be a message of this conversation).
     """
     ids = [m.id for m in candidates if m.id]
     if not ids:
@@ -129,6 +134,15 @@ def _said_in_this_thread(
     same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
     turn = _turn_start(candidates)
     edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
+    set_aside |= dict.fromkeys(map(str, same), _COPIED)
+    set_aside |= dict.fromkeys(map(str, edited - same), _COPIED_EDITED)
+    if edited - same:  # an edited copy, or a client numbering each conversation from 1
+        logger.warning(
+            "thread %r: %s not stored, as copied history: stored with other text in another "
+            "thread of this owner (edited there since?). If they are this conversation's "
+            "own, give its messages ids of their own",
+            *(thread_id, sorted(map(str, edited - same))),
+        )
     return [m for m in candidates if m.id not in same | edited]
 
 
@@ -138,22 +152,57 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     A stateless server (no checkpointer; the client sends the whole conversation on
     every request) gets each message with a new id (`add_messages` gives one), so none
     is found stored by its id, and every turn stored the whole history again. Such
-    history is known by its place: the thread's newest stored messages (up to `_PROBE`;
-    all of them when it holds fewer, then from the input's start), in order, with their
-    roles and texts, ending before the current turn's user message. The current turn is
-    never matched: words that repeat an earlier turn's are a new message.
+    history is known by its place: the words of the thread's newest stored messages (up
+    to `_PROBE`; all of them when it holds fewer, then from the input's start), in
+    order, ending before the current turn's user message. A thread that holds no
+    message but still has its owner was emptied by retention (`forget_before`), which
+    keeps it: its history is the deleted one, and only the current turn is stored (the
+    checkpoint holds the rest; stored again, each turn would undo the retention).
+    Words are user messages and
+    assistant messages with text (`_said`): a chat client often sends back neither the
+    tool calls nor their results. The current turn is never matched: words that repeat
+    an earlier turn's are a new message.
     """
     turn = _turn_start(candidates)
     if not turn:  # no history before the turn (or no user message at all)
         return None
     limit = min(turn, _PROBE)
     stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=limit)
-    tail = [(m.role, m.text) for m in stored]
+    if not stored and (yield steps.ThreadOwner(thread_id)) is not None:
+        return turn  # a thread retention emptied: its history is not stored again
+    tail = [key for m in stored if (key := _said(m.role, m.text))]
     if not tail:
         return None
-    said = [(role_of(m), _text(m)) for m in candidates[:turn]]
-    starts = range(turn - len(tail), -1, -1) if len(tail) == limit else (0,)
-    return next((s + len(tail) for s in starts if said[s : s + len(tail)] == tail), None)
+    places = [p for p in range(turn) if _said(role_of(candidates[p]), _text(candidates[p]))]
+    said = [_said(role_of(candidates[p]), _text(candidates[p])) for p in places]
+    n = len(tail)
+    starts = range(len(said) - n, -1, -1) if len(stored) == limit else (0,)
+    end = next((s + n for s in starts if said[s : s + n] == tail), None)
+    return None if end is None else places[end - 1] + 1
+
+
+def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str) -> Op[int]:
+    """How many of `history` the thread stored after seq `anchor` under other ids.
+
+    A client that keeps ids for its user messages only (many chat clients) sends the
+    answers back with new ids on every request: the newest message found by its id is
+    then the last user message, and its answer was stored again at every turn. The
+    words stored after that message (`_said`), in order, are looked for at the start
+    of the history that follows it in the input.
+    """
+    stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=_PROBE)
+    after = [m for m in stored if m.seq > anchor]
+    words = [key for m in after if (key := _said(m.role, m.text))]
+    if not words or len(after) == len(stored) == _PROBE:  # none, or not all of them read
+        return 0
+    places = [p for p, m in enumerate(history) if _said(role_of(m), _text(m))]
+    said = [_said(role_of(history[p]), _text(history[p])) for p in places[: len(words)]]
+    return places[len(words) - 1] + 1 if said == words else 0
+
+
+def _said(role: str | None, text: str) -> tuple[str, str] | None:
+    """A message's words as `_resent_op` aligns them: a user's, or an assistant's text."""
+    return (role, text) if role in ("user", "assistant") and text.strip() else None
 
 
 def _text(message: BaseMessage) -> str:
@@ -176,16 +225,24 @@ def _index_new_op(
     again with new text, as LangGraph's `add_messages` replaces it) is updated, not
     silently kept with its old text. So is an earlier message whose text the state
     changed (`update_state` with its id: a correction, a redaction) among the newest
-    `_PROBE` checked against the storage.
+    `_PROBE` checked against the storage. When no message is found stored by its id, the
+    history is known by its place (`_resent_op`: a stateless server), or is a new
+    thread's or a copy's (`_said_in_this_thread`). History whose ids other threads hold
+    is set aside (`_set_aside_op`), and the state's leading system prompt is not stored;
+    the result's `skipped` says why for each.
     """
     thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
     candidates = _storable(messages, thread_id)
     scope = ScopeFilter(thread_id=thread_id)
     turn = _turn_start(candidates)
+    set_aside: dict[str, str] = {}  # message id -> why it is not stored
     for start, end in _probes(len(candidates)):
         ids = [m.id for m in candidates[start:end] if m.id]
         found = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
         if (cut := _after_last_stored(candidates, start, end, found)) is not None:
+            if turn is not None and cut < turn:  # history after it: resent without ids?
+                anchor = found[candidates[cut - 1].id or ""][0].seq
+                cut += yield from _resent_after_op(candidates[cut:turn], anchor, thread_id)
             rest = candidates[cut if turn is None else min(cut, turn) :]
             edited = _edited(candidates[start:end], found, {m.id for m in rest})
             candidates = [*edited, *rest]
@@ -195,8 +252,7 @@ def _index_new_op(
         if resent is not None:
             candidates = candidates[resent:]
         else:
-            candidates = yield from _said_in_this_thread(candidates, thread_id, who)
-    set_aside: dict[str, str] = {}
+            candidates = yield from _said_in_this_thread(candidates, thread_id, who, set_aside)
     seen: set[str] = set()  # ids set aside or renamed: taken again, the write is refused
     while True:
         try:
@@ -265,15 +321,15 @@ def _set_aside_op(
         if key not in ids:
             kept.append(message)
         elif not rows:
-            set_aside[key] = "its id belongs to another resource's conversation: not stored here"
+            set_aside[key] = _FOREIGN
         elif rows[0].text == _text(message):
-            set_aside[key] = f"copied history, stored in thread {rows[0].thread_id!r}"
+            set_aside[key] = _COPIED
         else:
             new_id = stable_id(thread_id, "", key, "", 0, kind="taken")
             kept.append(message.model_copy(update={"id": new_id}))
             seen.add(new_id)
             renamed.append(f"{key!r} as {new_id!r}")
-    foreign = sorted(k for k in ids if "another resource" in set_aside.get(k, ""))
+    foreign = sorted(k for k in ids if set_aside.get(k) == _FOREIGN)
     said = [f"not stored, as another resource's: {foreign}"] if foreign else []
     said += [f"stored under new ids: {', '.join(renamed)}"] if renamed else []
     if said:
@@ -298,7 +354,8 @@ def index_new_messages(
     Raises:
         MissingIdentityError: no thread id (or no resource id in resource scope).
         ForgottenThreadError: the thread was forgotten (nothing is stored).
-        OwnershipError: the thread (or a message id) belongs to another owner.
+        OwnershipError: the thread belongs to another resource, or a message of the
+            current turn has an id another thread holds (`MessageIdTakenError`).
         StorageError: the storage could not be written.
     """
     core = memory.core

@@ -56,8 +56,10 @@ from langchain_semantic_recall.storage.checks import (
     delete_thread_input,
     keyword_input,
     last_input,
+    message_id_of_another,  # noqa: F401 - the refusals' 0.3 import path
     move_thread_input,
     page_input,
+    thread_of_another,  # noqa: F401 - the refusals' 0.3 import path
     windows_input,
 )
 from langchain_semantic_recall.storage.hooks import StorageHooks

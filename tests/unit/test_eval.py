@@ -262,6 +262,10 @@ def test_a_question_line_with_a_misspelt_key_is_an_error(tmp_path: Path) -> None
     with pytest.raises(InvalidInputError, match="'categroy'"):
         read_eval_jsonl(annotated)
     del line["categroy"]
+    for alias, meant in (("thread_id", "thread"), ("resource_id", "resource")):
+        wrong = two_resource_jsonl(tmp_path / "w.jsonl", [{**line, alias: "x"}])
+        with pytest.raises(InvalidInputError, match=f"'{alias}'; did you mean '{meant}'"):
+            read_eval_jsonl(wrong)
     kept = read_eval_jsonl(two_resource_jsonl(tmp_path / "k.jsonl", [{**line, **notes}]))
     assert len(kept.questions) == 3  # annotations are not misspellings
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
+    ChatMessage,
     HumanMessage,
     RemoveMessage,
     SystemMessage,
@@ -294,6 +296,51 @@ def test_a_stateless_server_stores_each_message_once(
     for call in model.calls:  # no copy of a message the input holds
         live = {m.text for m in call if not is_recalled(m)}
         assert not live & {m.text for m in call if is_recalled(m)}
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("client", ["words only", "ids for its own messages", "a context line"])
+def test_a_stateless_client_with_tools_stores_each_message_once(
+    memory: FactsMemory, surface: str, client: str
+) -> None:
+    """Chat clients send back the words (no tool calls or results), or keep ids for the
+    user's messages only, or hold a line the storage does not keep: each stored the whole
+    history, or the previous answer, again at every turn (a review)."""
+    model = FakeChatModel(tool_rounds=1)
+    engine = memory.engine
+    app: Any = (
+        create_recall_graph(model, engine, tools=[lookup])
+        if surface == "graph"
+        else create_agent(model, tools=[lookup], middleware=[SemanticRecallMiddleware(engine)])
+    )
+    history: list[BaseMessage] = []
+    if client == "a context line":
+        history.append(ChatMessage(role="context", content="The shop opens at 9am"))
+    for n, text in enumerate(("garden?", "piano?", "tennis?")):
+        history.append(HumanMessage(text, id=f"u{n}" if client != "words only" else None))
+        sent = [
+            m.model_copy(update={"id": m.id if client != "words only" else None}) for m in history
+        ]
+        answer = app.invoke({"messages": sent}, config("client"))["messages"][-1]
+        history.append(AIMessage(answer.text, id=f"a{n}" if client != "words only" else None))
+    said = [m.text for m in memory.stored("client") if m.role == "user" or m.text.startswith("ok")]
+    assert said == [t for q in ("garden?", "piano?", "tennis?") for t in (q, f"ok: {q}")]
+    assert len(memory.stored("client")) == 12  # each turn: question, call, result, answer
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+def test_a_thread_retention_emptied_does_not_store_its_history_again(
+    memory: FactsMemory, surface: str
+) -> None:
+    """`forget_before` emptied a checkpointed thread; the next turn found none of the
+    state's ids stored and stored the whole deleted history again, with new times, for
+    another full period (a review)."""
+    app = _app(memory, surface)
+    app.invoke(ask("my old secret: PIN 9999"), config("kept"))
+    result = memory.engine.forget_before(datetime.now(UTC) + timedelta(seconds=1))
+    assert "kept" in result.threads_emptied
+    app.invoke(ask("new question"), config("kept"))
+    assert texts(memory, "kept") == ["new question", "ok: new question"]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
