@@ -245,7 +245,12 @@ def _keyword_half(
     of 20 on average), so their windows are read here, while the vector index is still
     being queried, rather than after it. The messages' terms are worked out here too
     (into `space.texts`), which takes them off the path as well.
+
+    The count comes first: SQLite lets go of the GIL while it counts, so the vector half's
+    thread runs its own Python meanwhile (the query's embedding, Chroma's call) and
+    reaches the index sooner (at 10k: ~0.1 ms less per search, in runs side by side).
     """
+    size: int = yield steps.CountMessages(scope, up_to=model.size_cap)
     keyword: list[tuple[str, float]] = yield steps.KeywordSearch(query, scope=scope, limit=k)
     ids = [message_id for message_id, _ in keyword]
     best, others = ids[: model.candidates], ids[model.candidates :]
@@ -266,7 +271,6 @@ def _keyword_half(
             of(message.text)
             hits[message.id] = message
     found: dict[str, Sequence[StoredMessage]] = {i: (hits[i],) for i in ids if i in hits}
-    size: int = yield steps.CountMessages(scope, up_to=model.size_cap)
     return keyword, found, early, size
 
 
