@@ -338,6 +338,8 @@ def print_table(results: dict[str, Any]) -> None:
             f"(any index's load) | | {pc.fmt(read)} | | the floor under both |"
         )
         turn = r["turn"]["lat"]
+        if not turn["ours"]:  # --turns 0: no turn indexed
+            continue
         print(
             f"| {size} | index one turn ({r['turn']['resource_messages']:,}-message resource) "
             f"vs chromadb's own 2-vector upsert | {_pair(turn['ours'])} | {_pair(turn['chroma'])} "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -101,6 +101,57 @@ class StoredMessage(MessageRecord):
     created: bool = field(default=False, compare=False)
     """In what `put` returns: whether that put inserted the id (False: it was stored
     already, perhaps by another process a moment before). False on reads."""
+
+
+_READ_FIELDS = (
+    *("id", "thread_id", "resource_id", "role", "text", "created_at", "payload", "metadata"),
+    *("seq", "created"),
+)
+if tuple(f.name for f in fields(StoredMessage)) != _READ_FIELDS:  # pragma: no cover
+    raise TypeError("StoredMessage's fields changed: update `read_message` to set them all")
+(
+    _set_id,
+    _set_thread,
+    _set_resource,
+    _set_role,
+    _set_text,
+    _set_created_at,
+    _set_payload,
+    _set_metadata,
+    _set_seq,
+    _set_created,
+) = (getattr(StoredMessage, name).__set__ for name in _READ_FIELDS)
+
+
+def read_message(  # noqa: PLR0917 - one argument per column read
+    id: str,
+    thread_id: str,
+    resource_id: str,
+    role: Role,
+    text: str,
+    created_at: datetime,
+    payload: str,
+    seq: int,
+    metadata: MetadataItems = (),
+) -> StoredMessage:
+    """`StoredMessage(...)` as a read builds it, the same message at half the cost.
+
+    A frozen dataclass's `__init__` sets each field through `object.__setattr__` (~1.3 µs
+    a message); a search reads ~300 messages, so this sets the slots directly (~0.6 µs).
+    `StoredMessage` has no `__post_init__` to skip; `created` is False, as on every read.
+    """
+    message: StoredMessage = object.__new__(StoredMessage)
+    _set_id(message, id)
+    _set_thread(message, thread_id)
+    _set_resource(message, resource_id)
+    _set_role(message, role)
+    _set_text(message, text)
+    _set_created_at(message, created_at)
+    _set_payload(message, payload)
+    _set_metadata(message, metadata)
+    _set_seq(message, seq)
+    _set_created(message, False)
+    return message
 
 
 @dataclass(frozen=True, slots=True)

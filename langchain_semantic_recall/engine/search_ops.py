@@ -29,6 +29,7 @@ from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.quoting import has_text
 from langchain_semantic_recall.recall_report import RecallReport
 from langchain_semantic_recall.records import NO_RESOURCE, RecallHit, ScopeFilter, StoredMessage
+from langchain_semantic_recall.relevance import RelevanceModel
 from langchain_semantic_recall.search import SearchPlan
 
 logger = logging.getLogger(__name__)
@@ -186,54 +187,91 @@ def _calibrated_search(
     """Hybrid search: probabilities of relevance, and as many messages as the evidence earns.
 
     While the vector index is queried, the keyword half also reads its candidates'
-    messages and the size of the scope; the vector matches it did not read come after.
-    That read is always made (even of nothing): the scoring that follows is the
-    operation's CPU work, which the async driver runs off the loop after a read.
+    messages (the best ones with their context windows, `_keyword_half`) and the size of
+    the scope; the vector matches it did not read come after. That read is always made
+    (even of nothing): the scoring that follows is the operation's CPU work, which the
+    async driver runs off the loop after a read. Only the kept candidates whose windows
+    the keyword half did not read are read last.
     """
     info = yield from space.resolve()
     reference = yield from space.reference(info)
     share = (yield steps.KeptShare(scope)) if scope.narrowed else None  # before the halves
     near = steps.Nested(_dense_with_vector(space, info, query, scope, plan.dense_k, share=share))
-    size_cap = plan.relevance.size_cap
-    words = steps.Nested(_keyword_half(space, query, scope, plan.keyword_k, size_cap))
+    model = plan.scorer
+    words = steps.Nested(_keyword_half(space, query, scope, plan.keyword_k, model))
     # The vector half mostly waits on the index, the keyword half is mostly Python: the
     # sync driver runs the first on a worker (measured at 10k: 4.1 ms p50 this way round,
     # 5.4 the other, 4.8 one after the other).
-    (vector, dense), (keyword, found, size) = yield steps.Both(near, words)
+    (vector, dense), (keyword, found, early, size) = yield steps.Both(near, words)
     if not dense and not keyword:
         return []
+    seen = {m.id: m for window in early.values() for m in window}  # all inside the scope
     unread = [message_id for message_id, _ in dense if message_id not in found]
+    found = {**found, **{k: (seen[k],) for k in unread if k in seen}}
+    unread = [message_id for message_id in unread if message_id not in seen]
     found = {**found, **(yield steps.ReadWindows(unread, before=0, after=0, scope=scope))}
     facts = plan.query(
         query, dense, keyword, found, reference.baseline(vector), texts=space.texts, now=now
     )
-    model = plan.scorer
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
     kept = model.best_candidates(facts, messages)
-    context = yield steps.ReadWindows(
-        kept, before=model.reads_before, after=model.reads_after, scope=scope
-    )
+    rest = [message_id for message_id in kept if message_id not in early]
+    late: Mapping[str, Sequence[StoredMessage]] = {}
+    if rest:
+        before, after = model.reads_before, model.reads_after
+        late = yield steps.ReadWindows(rest, before=before, after=after, scope=scope)
+    context = {k: early[k] if k in early else late[k] for k in kept if k in early or k in late}
     return plan.relevant(facts, kept, context, size)
 
 
 def _keyword_half(
-    space: VectorSpace, query: str, scope: ScopeFilter, k: int, size_cap: int
-) -> Op[tuple[list[tuple[str, float]], Mapping[str, Sequence[StoredMessage]], int]]:
-    """The keyword matches, their messages, and the scope's size (up to `size_cap`).
+    space: VectorSpace, query: str, scope: ScopeFilter, k: int, model: RelevanceModel
+) -> Op[
+    tuple[
+        list[tuple[str, float]],
+        dict[str, Sequence[StoredMessage]],
+        Mapping[str, Sequence[StoredMessage]],
+        int,
+    ]
+]:
+    """The keyword matches, their messages, the best ones' windows, the scope's size.
 
-    The matches' terms are worked out here too (into `space.texts`): this half ends
-    while the vector index is still being queried, which takes them off the path.
+    Returns the matches (best first); match id -> its message (as a window of one); for
+    the first `model.candidates` matches, match id -> its context window (as
+    `model.probabilities` reads it); and the scope's size, up to `model.size_cap`. The
+    candidates kept by the model are mostly among the best keyword matches (at 10k, 16
+    of 20 on average), so their windows are read here, while the vector index is still
+    being queried, rather than after it. The messages' terms are worked out here too
+    (into `space.texts`), which takes them off the path as well.
+
+    The count comes first: SQLite lets go of the GIL while it counts, so the vector half's
+    thread runs its own Python meanwhile (the query's embedding, Chroma's call) and
+    reaches the index sooner (at 10k: ~0.1 ms less per search, in runs side by side).
     """
+    size: int = yield steps.CountMessages(scope, up_to=model.size_cap)
     keyword: list[tuple[str, float]] = yield steps.KeywordSearch(query, scope=scope, limit=k)
     ids = [message_id for message_id, _ in keyword]
-    found = (yield steps.ReadWindows(ids, before=0, after=0, scope=scope)) if ids else {}
-    for window in found.values():
+    best, others = ids[: model.candidates], ids[model.candidates :]
+    before, after = model.reads_before, model.reads_after
+    early: Mapping[str, Sequence[StoredMessage]] = {}
+    if best:
+        early = yield steps.ReadWindows(best, before=before, after=after, scope=scope)
+    read = (yield steps.ReadWindows(others, before=0, after=0, scope=scope)) if others else {}
+    of = space.texts.of
+    hits: dict[str, StoredMessage] = {}
+    for hit, window in early.items():
         for message in window:
-            space.texts.of(message.text)
-    size: int = yield steps.CountMessages(scope, up_to=size_cap)
-    return keyword, found, size
+            of(message.text)
+            if message.id == hit:
+                hits[hit] = message
+    for window in read.values():
+        for message in window:
+            of(message.text)
+            hits[message.id] = message
+    found: dict[str, Sequence[StoredMessage]] = {i: (hits[i],) for i in ids if i in hits}
+    return keyword, found, early, size
 
 
 def _dense(

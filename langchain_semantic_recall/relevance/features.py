@@ -347,8 +347,6 @@ def context_rows(
     """
     known = {m.id: m for messages in threads.values() for m in messages}
     order = list(known.values())
-    row_of = {message_id: i for i, message_id in enumerate(known)}
-    at = {(m.thread_id, m.seq): i for i, m in enumerate(order)}
     direct = direct_rows(query, order)
     nothing = np.zeros(len(DIRECT))
     nothing[_COLUMN["z"]] = query.floor_z
@@ -360,24 +358,40 @@ def context_rows(
     match = np.zeros(len(order) + 1)
     match[:-1] = direct[:, columns] @ match_weights - baseline
     asks = match * np.append(direct[:, _COLUMN["question"]], 0.0)
-    missing = len(order)
-    own = [row_of[m.id] for m in targets]
-    near = np.array(
-        [
-            [at.get((m.thread_id, m.seq + offset), missing) for offset in (-1, -2, 1)]
-            for m in targets
-        ],
-        dtype=np.intp,
-    ).reshape(len(targets), 3)
+    row_of = {message_id: i for i, message_id in enumerate(known)}
+    own = np.fromiter((row_of[m.id] for m in targets), np.intp, len(targets))
+    near = _neighbours(order, own, _OFFSETS)
     rows = np.empty((len(targets), len(CONTEXT)))
     rows[:, : len(DIRECT)] = direct[own]
-    rows[:, len(DIRECT) :] = np.column_stack(
-        (
-            match[near[:, 0]],
-            asks[near[:, 0]],
-            match[near[:, 1]],
-            asks[near[:, 1]],
-            match[near[:, 2]],
-        )
-    )
+    for column, (offset, values) in enumerate(_CONTEXT_COLUMNS, start=len(DIRECT)):
+        rows[:, column] = (asks if values == "asks" else match)[near[:, offset]]
     return rows
+
+
+_OFFSETS = np.array([-1, -2, 1], dtype=np.int64)
+"""The neighbours `CONTEXT` reads: the message before, two before, and after."""
+_CONTEXT_COLUMNS = ((0, "match"), (0, "asks"), (1, "match"), (1, "asks"), (2, "match"))
+"""The columns after `DIRECT`: (which of `_OFFSETS`, match or match as a question)."""
+
+
+def _neighbours(order: Sequence[StoredMessage], own: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """For each of `order[own]`, the row in `order` of its neighbour at each offset.
+
+    `len(order)` where its thread has no such message among `order`. Each message is a key
+    `thread number x span + seq`, so a neighbour is a key plus its offset, found by a
+    binary search in the sorted keys (`span` leaves room for the offsets between threads).
+    """
+    count = len(order)
+    if not count or not len(own):
+        return np.full((len(own), len(offsets)), count, dtype=np.intp)
+    numbers: dict[str, int] = {}
+    thread = np.fromiter((numbers.setdefault(m.thread_id, len(numbers)) for m in order), np.int64)
+    seq = np.fromiter((m.seq for m in order), np.int64, count)
+    low = int(seq.min()) + int(offsets.min())
+    span = int(seq.max()) + int(offsets.max()) - low + 1
+    keys = thread * span + (seq - low)
+    by_key = np.argsort(keys, kind="stable")
+    ordered = keys[by_key]
+    wanted = keys[own][:, None] + offsets
+    spot = np.minimum(np.searchsorted(ordered, wanted), count - 1)
+    return np.where(ordered[spot] == wanted, by_key[spot], count).astype(np.intp)

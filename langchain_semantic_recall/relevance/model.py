@@ -248,18 +248,18 @@ class RelevanceModel:
             hit = next((m for m in window if m.id == candidate), None)
             if hit is None:
                 continue
+            low, high = hit.seq - self.before, hit.seq + self.after
             for message in window:
                 threads.setdefault(message.thread_id, []).append(message)
-                if -self.before <= message.seq - hit.seq <= self.after:
+                if low <= message.seq <= high:
                     targets.setdefault(message.id, message)
         if not targets:
             return {}
         weights = np.asarray(self.direct[1:], dtype=np.float64)[list(MATCH)]
-        order = list(targets.values())
-        x = context_rows(query, order, threads, weights)
+        x = context_rows(query, list(targets.values()), threads, weights)
         logits = _linear(x, self.context) - math.log(max(1, min(scope_size, self.size_cap)))
         p = 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
-        return {m.id: float(v) for m, v in zip(order, p.tolist(), strict=True)}
+        return dict(zip(targets, p.tolist(), strict=True))
 
     def select(
         self,
@@ -293,7 +293,7 @@ class RelevanceModel:
         if share <= 0.0:
             return []
         p = self.probabilities(query, kept, windows, scope_size)
-        ranked = sorted(p.items(), key=lambda item: (-_tie(item[1]), item[0]))
+        ranked = sorted(p.items(), key=_ranking)
         if threshold is not None:
             ranked = [item for item in ranked if item[1] >= threshold]
         if budget is not None:
@@ -351,6 +351,8 @@ def _group(
     placed: set[str] = set()
     hits: list[RecallHit] = []
     for candidate in kept:
+        if len(placed) == len(chosen):
+            break  # every chosen message has its hit: the later candidates get none
         window = windows.get(candidate) or ()
         hit = next((m for m in window if m.id == candidate), None)
         if hit is None:
@@ -374,6 +376,11 @@ def _group(
 def _tie(probability: float) -> float:
     """The probability as ranking compares it (float noise never decides a tie, ids do)."""
     return round(probability, 9)
+
+
+def _ranking(item: tuple[str, float]) -> tuple[float, str]:
+    """The sort key of a (message id, probability): likeliest first (`_tie`), then by id."""
+    return -round(item[1], 9), item[0]
 
 
 def _weights(values: Mapping[str, float], names: Sequence[str]) -> list[float]:

@@ -33,6 +33,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     ThreadInfo,
+    read_message,
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage import sqlite_sql as sql
@@ -74,11 +75,11 @@ _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable 
 
 
 def _to_message(row: Sequence[Any]) -> StoredMessage:
-    """A row of `sql.COLUMNS` as a stored message."""
+    """A row of `sql.COLUMNS` as a stored message (`read_message`: searches read ~300)."""
     id_, thread_id, resource_id, role, text, created_at, payload, seq, metadata = row
-    return StoredMessage(
+    return read_message(
         *(id_, thread_id, resource_id, role, text, sql.from_iso(created_at), payload, seq),
-        metadata=sql.metadata_items(metadata),
+        sql.metadata_items(metadata) if metadata else (),
     )
 
 

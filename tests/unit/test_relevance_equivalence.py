@@ -462,3 +462,32 @@ def test_context_rows_match_the_loop_on_a_conversation() -> None:
     old = old_context_rows(OldQuery.build(*args), thread, {"t": thread}, weights)
     assert np.allclose(new, old, rtol=0, atol=1e-12)
     assert new[1, len(DIRECT) + 1] == new[1, len(DIRECT)] != 0.0  # "a" is a question
+
+
+@given(
+    places=st.lists(
+        st.tuples(st.sampled_from(["t1", "t2", "t3"]), st.integers(0, 40)),
+        min_size=1,
+        max_size=60,
+        unique=True,
+    ),
+    data=st.data(),
+)
+def test_neighbours_are_found_as_a_lookup_by_thread_and_seq(
+    places: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    from langchain_semantic_recall.relevance.features import _OFFSETS, _neighbours
+
+    order = [
+        StoredMessage(f"m{n}", thread, "r", "user", "x", START, "{}", seq=seq)
+        for n, (thread, seq) in enumerate(places)
+    ]
+    own = data.draw(st.lists(st.integers(0, len(order) - 1), max_size=len(order)))
+    at = {(m.thread_id, m.seq): i for i, m in enumerate(order)}
+    expected = [
+        [at.get((order[i].thread_id, order[i].seq + offset), len(order)) for offset in (-1, -2, 1)]
+        for i in own
+    ]
+    got = _neighbours(order, np.asarray(own, dtype=np.intp), _OFFSETS)
+    assert got.shape == (len(own), 3)
+    assert got.tolist() == expected
