@@ -299,9 +299,7 @@ def _probe_line(row: dict[str, Any], where: str) -> EvalProbe:
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError(f"{where}: 'probe' must be the text to ask")
     if not isinstance(kind, str) or not kind.strip():
-        raise InvalidInputError(
-            f'{where}: a probe line needs a \'kind\', such as "small talk" or "off-topic"'
-        )
+        raise InvalidInputError(f"{where}: a probe line needs a 'kind' (small talk, off-topic)")
     resource = row.get("resource")
     if resource is not None and not isinstance(resource, str):
         raise InvalidInputError(f"{where}: 'resource' must be a string")
@@ -318,7 +316,7 @@ def _bar(total: int, description: str, enabled: bool) -> Any:
 
 
 def load_dataset(memory: SemanticRecall, dataset: Dataset, *, progress: bool = True) -> None:
-    """Index every conversation with `memory.index`, one call per thread.
+    """Index every conversation, one per call; only an unusable vector is not a failure.
 
     Args:
         memory: The engine to index into.
@@ -332,7 +330,8 @@ def load_dataset(memory: SemanticRecall, dataset: Dataset, *, progress: bool = T
                 thread_id=conversation.thread_id,
                 resource_id=conversation.resource_id,
             )
-            if result.error is not None:
+            written = [f for f in result.fates if f.fate in ("stored", "updated")]
+            if result.error and any(not f.embedded and f.reason is None for f in written):
                 raise InvalidInputError(f"indexing {conversation.thread_id} failed: {result.error}")
             bar.update(len(conversation.messages))
 

@@ -153,15 +153,14 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     every request) gets each message with a new id (`add_messages` gives one), so none
     is found stored by its id, and every turn stored the whole history again. Such
     history is known by its place: the words of the thread's newest stored messages (up
-    to `_PROBE`; all of them when it holds fewer, then from the input's start), in
-    order, ending before the current turn's user message. A thread that holds no
-    message but still has its owner was emptied by retention (`forget_before`), which
-    keeps it: its history is the deleted one, and only the current turn is stored (the
-    checkpoint holds the rest; stored again, each turn would undo the retention).
-    Words are user messages and
-    assistant messages with text (`_said`): a chat client often sends back neither the
-    tool calls nor their results. The current turn is never matched: words that repeat
-    an earlier turn's are a new message.
+    to `_PROBE`; all of them when it holds fewer, then from the input's start or ending
+    right before the turn), in order, ending before the current turn's user message.
+    Words are user messages and assistant messages with text (`_said`): a chat client
+    often sends back neither the tool calls nor their results. The current turn is never
+    matched: words that repeat an earlier turn's are a new message. A thread that holds
+    no message but still has its owner was emptied by retention (`forget_before`), which
+    keeps it: its history is the deleted one, and only the current turn is stored (stored
+    again, each turn would undo the retention).
     """
     turn = _turn_start(candidates)
     if not turn:  # no history before the turn (or no user message at all)
@@ -176,7 +175,10 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     places = [p for p in range(turn) if _said(role_of(candidates[p]), _text(candidates[p]))]
     said = [_said(role_of(candidates[p]), _text(candidates[p])) for p in places]
     n = len(tail)
-    starts = range(len(said) - n, -1, -1) if len(stored) == limit else (0,)
+    # The whole thread when it holds fewer than asked: from the input's start, or (its
+    # head deleted by retention) ending right before the turn.
+    whole = dict.fromkeys(k for k in (0, len(said) - n) if k >= 0)
+    starts = range(len(said) - n, -1, -1) if len(stored) == limit else whole
     end = next((s + n for s in starts if said[s : s + n] == tail), None)
     return None if end is None else places[end - 1] + 1
 

@@ -331,12 +331,15 @@ def index_op(
             exc_info=True,
         )
         return turn.result(error=repr(error))
-    unusable = vectors.unusable  # each such message's fate says why, and `error` too
+    # Each such message's fate says why; `error` names those this call wrote (an
+    # unchanged one, sent again by a loop keeping its history, was named when written).
+    unusable = vectors.unusable
+    this_call = {r.id for r in turn.to_write()}
     return turn.result(
         embedded=[r.id for r in to_embed if r.id not in unusable],
         max_chars=max_chars,
         unusable=unusable,
-        error="; ".join(e for e in (turn.error, vectors.note()) if e) or None,
+        error="; ".join(e for e in (turn.error, vectors.note(this_call)) if e) or None,
     )
 
 

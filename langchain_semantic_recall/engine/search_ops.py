@@ -368,6 +368,7 @@ def recall_op(
             _check_owner(who.thread_id, owner, who.resource_id)
         turn = replace(request, query=query, now=request.now or turn_time(items))
         hits = yield from hits_op(space, keys, turn)
+        unstored = yield from _resent_keys(items, hits, who.thread_id)
     except (*CONFIGURATION_ERRORS, OwnershipError):
         raise
     except PROGRAMMING_ERRORS:  # a bug is never read as "nothing to remember"
@@ -376,7 +377,6 @@ def recall_op(
         logger.warning("recall failed; continuing without recall", exc_info=True)
         failed = RecallReport("failed", query, who.thread_id, who.resource_id, error=repr(error))
         return items, failed
-    unstored = yield from _resent_keys(items, hits, who.thread_id)
     return injection.inject_reported(
         items,
         hits,
@@ -395,13 +395,18 @@ def _resent_keys(
 
     A stateless server's graph gets the history with new ids on every request (the
     index side knows it by its place, `turn_index._resent_op`): those ids are stored
-    nowhere in the thread. Read only when a same-thread hit has the role and text of
-    such an input message.
+    nowhere in the thread. Read only when a same-thread hit has the role and text of an
+    input message whose id no hit holds (an id a hit holds is stored: no read).
     """
     if thread_id is None:
         return set()
-    recalled = {(m.role, m.text) for h in hits for m in h.window if m.thread_id == thread_id}
-    suspects = {i: key for i, key in injection.earlier_keys(items) if i and key in recalled}
+    own = [m for h in hits for m in h.window if m.thread_id == thread_id]
+    recalled, known = {(m.role, m.text) for m in own}, {m.id for m in own}
+    suspects = {
+        i: key
+        for i, key in injection.earlier_keys(items)
+        if i and i not in known and key in recalled
+    }
     if not suspects:
         return set()
     stored = yield steps.IdsInScope(list(suspects), ScopeFilter(thread_id=thread_id))

@@ -97,15 +97,20 @@ class Embedded:
     """Message id -> why it has no vector: the embedder answered its text, or one chunk
     of it, with an unusable vector (`embeddings.unusable_reason`: zeros, NaN, inf)."""
 
-    def note(self) -> str | None:
-        """What a caller's result says of the messages left without a vector (None: none)."""
-        if not self.unusable:
+    def note(self, among: Set[str] | None = None) -> str | None:
+        """What a caller's result says of the messages left without a vector (None: none).
+
+        Args:
+            among: Only these messages are named (None: all of them).
+        """
+        named = {k: v for k, v in self.unusable.items() if among is None or k in among}
+        if not named:
             return None
-        named = ", ".join(f"{message_id!r} ({why})" for message_id, why in self.unusable.items())
+        listed = ", ".join(f"{message_id!r} ({why})" for message_id, why in named.items())
         return (
-            f"{len(self.unusable)} message(s) stored without a vector, as the embedder's "
-            f"vector of their text was unusable: {named}; reindex(missing_only=True) "
-            "embeds them again"
+            f"{len(named)} message(s) stored without a vector, as the embedder's vector of "
+            f"their text was unusable: {listed}; reindex(missing_only=True) embeds them "
+            "once the embedder gives their text a direction"
         )
 
 
@@ -146,7 +151,7 @@ def embed_records(
         if record.id in unusable:
             logger.warning(
                 "message %r (%s, thread %r) is stored without a vector: %s; "
-                "reindex(missing_only=True) embeds it again",
+                "reindex(missing_only=True) embeds it once the embedder gives it a direction",
                 *(record.id, record.role, record.thread_id, unusable[record.id]),
             )
     rows = [

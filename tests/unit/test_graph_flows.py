@@ -35,7 +35,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, RetryPolicy, interrupt
 
-from langchain_semantic_recall import InvalidInputError, OwnershipError
+from langchain_semantic_recall import InvalidInputError, OwnershipError, StorageError
 from langchain_semantic_recall.graph import (
     IndexNode,
     RecallNode,
@@ -341,6 +341,45 @@ def test_a_thread_retention_emptied_does_not_store_its_history_again(
     assert "kept" in result.threads_emptied
     app.invoke(ask("new question"), config("kept"))
     assert texts(memory, "kept") == ["new question", "ok: new question"]
+
+
+def test_the_stateless_read_of_recall_fails_open_and_is_made_only_when_needed() -> None:
+    """The read that tells resent history apart (`IdsInScope`) ran outside recall's
+    "a failed read recalls nothing" rule, and on every checkpointed turn (a review)."""
+    memory = FactsMemory(message_range=0, top_k=4, threshold=0.0)
+    engine, ids = memory.engine, {"thread_id": "t", "resource_id": "alice"}
+    said = [HumanMessage("my garden roses", id="u1"), AIMessage("roses noted", id="a1")]
+    index_new_messages(engine, said, **ids)
+    memory.storage.calls.clear()
+    engine.recall([*said, HumanMessage("what about my garden roses?", id="u2")], **ids)
+    assert "ids_in_scope" not in memory.storage.names()  # its ids are the hits': stored
+    resent = [HumanMessage("my garden roses", id="x1"), AIMessage("roses noted", id="x2")]
+    memory.storage.fail = {"ids_in_scope": StorageError("db down")}
+    out = engine.recall([*resent, HumanMessage("what about my garden roses?", id="x3")], **ids)
+    assert len(out) == 3  # recall failed, the turn goes on with the conversation as it is
+
+
+def test_a_stateless_client_does_not_bring_back_what_retention_deleted(
+    memory: FactsMemory,
+) -> None:
+    """A stateless client resends the history whose head retention deleted: aligned only
+    from the input's start, the stored tail never matched, and the deleted messages were
+    stored again with new times (a review)."""
+    app: Any = create_recall_graph(FakeChatModel(), memory.engine)
+    history: list[dict[str, str]] = []
+
+    def turn(text: str) -> None:
+        history.append({"role": "user", "content": text})
+        out = app.invoke({"messages": list(history)}, config("resent"))
+        history.append({"role": "assistant", "content": out["messages"][-1].text})
+
+    turn("my PIN is 9999")
+    memory.engine.forget_before(datetime.now(UTC) + timedelta(seconds=1))
+    for text in ("second?", "third?", "fourth?"):
+        turn(text)
+    assert texts(memory, "resent") == [
+        t for q in ("second?", "third?", "fourth?") for t in (q, f"ok: {q}")
+    ]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

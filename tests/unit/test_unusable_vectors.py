@@ -185,3 +185,23 @@ def test_embed_each_keeps_the_good_vectors_and_caches_only_them() -> None:
     # The plain call still refuses the whole batch (a query has no other text).
     with pytest.raises(SemanticRecallError, match="all-zero vector at position 0"):
         embed_with_cache(embedder, EmbeddingCache(), "ns", ["blank", "roses"])
+
+
+def test_a_loop_resending_its_history_is_told_once_and_eval_goes_on() -> None:
+    """The message was named in `error` at every later turn that sent it again, and
+    `eval` stopped at the first conversation holding one (a review)."""
+    from langchain_semantic_recall.eval_records import Dataset, EvalConversation
+    from langchain_semantic_recall.evaluation import load_dataset
+
+    memory = _engine(UnusableFor("blank"))
+    first = memory.index(_turn(), **IDS)
+    assert "'z1'" in (first.error or "")
+    again = memory.index([*_turn(), HumanMessage("and lilies", id="l1")], **IDS)
+    assert again.error is None  # z1 unchanged: named when it was written
+    assert dict(again.skipped).get("z1") is not None  # its fate still says why
+    conversations = [
+        EvalConversation("bob", "c1", [HumanMessage("blank 👍", id="b1")]),
+        EvalConversation("bob", "c2", [HumanMessage("roses", id="b2")]),
+    ]
+    load_dataset(memory, Dataset(conversations, []), progress=False)
+    assert memory.stats(resource_id="bob").messages == 2
