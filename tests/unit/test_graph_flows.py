@@ -724,6 +724,20 @@ def checkpointed_bytes(path: Path) -> bytes:
     return b"".join(v if isinstance(v, bytes) else str(v).encode() for row in rows for v in row)
 
 
+def _asks_a_human_once() -> Any:
+    """A tool that interrupts the run the first time it is called, then goes on."""
+    resumed: dict[str, str] = {}
+
+    @tool
+    def check(query: str) -> str:
+        """Ask a human once, then go on."""
+        if "answer" not in resumed:
+            resumed["answer"] = interrupt(query)
+        return "checked"
+
+    return check
+
+
 @pytest.mark.parametrize("kind", ["graph", "agent"])
 @pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_resumed_run_recalls_once_for_all_its_model_calls(
@@ -733,14 +747,7 @@ def test_a_resumed_run_recalls_once_for_all_its_model_calls(
     of the run (three searches for three calls: the per-run channel stayed empty), where
     the graph recalls once; README: "recall once per user turn". The recall it keeps
     for the run is not checkpointed either."""
-    resumed: dict[str, str] = {}
-
-    @tool
-    def check(query: str) -> str:
-        """Ask a human once, then go on."""
-        if "answer" not in resumed:
-            resumed["answer"] = interrupt(query)
-        return "checked"
+    check = _asks_a_human_once()
 
     model = FakeChatModel(tool_rounds=3)
     connection = sqlite3.connect(tmp_path / "checkpoints.sqlite", check_same_thread=False)
@@ -782,14 +789,7 @@ def test_a_hand_built_graph_resumed_after_an_interrupt_recalls_or_says_why_not(
     index node) resumed after an interrupt starts at the interrupted node: the recall node
     does not run, and `with_recall` sent the model no memory, silently. Given the recall
     node it recalls for the turn itself; without it, it says why it cannot."""
-    resumed: dict[str, str] = {}
-
-    @tool
-    def check(query: str) -> str:
-        """Ask a human once, then go on."""
-        if "answer" not in resumed:
-            resumed["answer"] = interrupt(query)
-        return "checked"
+    check = _asks_a_human_once()
 
     model = FakeChatModel(tool_rounds=2).bind_tools([check])
     recall = RecallNode(memory.engine)
@@ -843,14 +843,7 @@ def test_a_turn_summarized_away_after_a_resume_is_still_stored(
     from langchain.agents.middleware import SummarizationMiddleware
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 
-    resumed: dict[str, str] = {}
-
-    @tool
-    def check(query: str) -> str:
-        """Ask a human once, then go on."""
-        if "answer" not in resumed:
-            resumed["answer"] = interrupt(query)
-        return "checked"
+    check = _asks_a_human_once()
 
     summary = "Here is a summary of the conversation to date"
     model = FakeChatModel(

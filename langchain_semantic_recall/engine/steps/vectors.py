@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from typing_extensions import override
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from langchain_semantic_recall.engine.vector_space import IndexInfo
 
 Vectors = list[list[float]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,33 +43,11 @@ class Embed(Step[Vectors]):
 
     @override
     def run(self, backends: Backends) -> Vectors:
-        space = backends.space
-        try:
-            return embed_with_cache(
-                space.embeddings,
-                space.cache,
-                self.info.name,
-                self.texts,
-                dimension=self.info.dimension,
-            )
-        except EmbeddingMismatchError:
-            space.embedded_another_dimension(self.info)
-            raise
+        return _embedded(backends, self.info, self.texts, embed_with_cache)
 
     @override
     async def arun(self, backends: Backends) -> Vectors:
-        space = backends.space
-        try:
-            return await aembed_with_cache(
-                space.embeddings,
-                space.cache,
-                self.info.name,
-                self.texts,
-                dimension=self.info.dimension,
-            )
-        except EmbeddingMismatchError:
-            space.embedded_another_dimension(self.info)
-            raise
+        return await _aembedded(backends, self.info, self.texts, aembed_with_cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,33 +63,40 @@ class EmbedEach(Step[EmbeddedTexts]):
 
     @override
     def run(self, backends: Backends) -> EmbeddedTexts:
-        space = backends.space
-        try:
-            return embed_each_with_cache(
-                space.embeddings,
-                space.cache,
-                self.info.name,
-                self.texts,
-                dimension=self.info.dimension,
-            )
-        except EmbeddingMismatchError:
-            space.embedded_another_dimension(self.info)
-            raise
+        return _embedded(backends, self.info, self.texts, embed_each_with_cache)
 
     @override
     async def arun(self, backends: Backends) -> EmbeddedTexts:
-        space = backends.space
-        try:
-            return await aembed_each_with_cache(
-                space.embeddings,
-                space.cache,
-                self.info.name,
-                self.texts,
-                dimension=self.info.dimension,
-            )
-        except EmbeddingMismatchError:
-            space.embedded_another_dimension(self.info)
-            raise
+        return await _aembedded(backends, self.info, self.texts, aembed_each_with_cache)
+
+
+def _embedded(
+    backends: Backends, info: IndexInfo, texts: Sequence[str], embed: Callable[..., T]
+) -> T:
+    """`embed` the texts through the cache; another dimension is told to the space."""
+    space = backends.space
+    try:
+        return embed(space.embeddings, space.cache, info.name, texts, dimension=info.dimension)
+    except EmbeddingMismatchError:
+        space.embedded_another_dimension(info)
+        raise
+
+
+async def _aembedded(
+    backends: Backends,
+    info: IndexInfo,
+    texts: Sequence[str],
+    embed: Callable[..., Awaitable[T]],
+) -> T:
+    """Async twin of `_embedded`."""
+    space = backends.space
+    try:
+        return await embed(
+            space.embeddings, space.cache, info.name, texts, dimension=info.dimension
+        )
+    except EmbeddingMismatchError:
+        space.embedded_another_dimension(info)
+        raise
 
 
 @dataclass(frozen=True, slots=True)
