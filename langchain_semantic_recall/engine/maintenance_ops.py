@@ -295,6 +295,9 @@ def reindex_op(
                 info, space, todo, max_chars=max_chars, logger=logger
             )  # a message of an unusable vector is logged and left out (still missing)
             yield from write_owned(info, vectors.rows, logger)  # each thread's follows a move
+            # A vector the embedder no longer gives (logged as none): not kept from before.
+            old = [m for m in todo if m.id in vectors.unusable and m.id in held.messages]
+            yield from _drop_vectors(info, old)
             done = [m for m in todo if m.id not in vectors.unusable]
             written += len(done) - (yield from _drop_forgotten(info, done))
         if adopted:  # written again under their owner (above): the copies nobody searches go

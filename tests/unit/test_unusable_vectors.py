@@ -118,6 +118,16 @@ def test_reindex_skips_and_reports_a_message_of_an_unusable_vector(
     assert "NaN or infinite vector" in caplog.text
     assert _held(memory) == {"g1", "r1"}
     assert memory.stats().missing_vectors == 1
+    # Another process, whose embedder now fails a text it embedded before (its cache is
+    # empty): the old vector went, as the log says, not kept beside "none" (a review).
+    later = SemanticRecall(
+        storage=memory.storage,
+        vector_store=memory.vector_store,
+        embeddings=UnusableFor("roses", math.nan),
+    )
+    assert later.reindex(missing_only=False) == 2  # z1 mended, r1
+    assert _held(later) == {"r1", "z1"}
+    assert later.stats().missing_vectors == 1
 
 
 def test_an_edit_to_a_text_of_unusable_vector_drops_the_old_texts_vector() -> None:
