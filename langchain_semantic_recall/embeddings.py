@@ -332,8 +332,15 @@ def _settle(
 
 
 def _whole(embedded: EmbeddedTexts) -> list[list[float]]:
-    """The vectors of a batch settled without `isolate` (every one usable)."""
-    return [vector for vector in embedded.vectors if vector is not None]
+    """The vectors of a batch settled without `isolate` (every one usable).
+
+    Raises:
+        AssertionError: one is missing (`_settle` raises first: a bug, never a shorter list).
+    """
+    vectors = [vector for vector in embedded.vectors if vector is not None]
+    if len(vectors) != len(embedded.vectors):
+        raise AssertionError("a batch settled without isolate lacks a vector")
+    return vectors
 
 
 def embed_with_cache(

@@ -2,7 +2,7 @@
 
 Shared by the LangGraph index node (`graph`) and the agent middleware (`middleware`):
 each stores the messages after the newest one already stored, and the current turn.
-History another thread holds is set aside here (`_taken_op`), so one message of another
+History another thread holds is set aside here (`_set_aside_op`), so one message of another
 conversation in a checkpoint never refuses every later turn of it.
 """
 
@@ -42,18 +42,18 @@ _PROBE = 64
 _COPIED = "copied history: stored in another thread of this owner"
 _COPIED_EDITED = "copied history: stored with other text in another thread of this owner"
 _FOREIGN = "its id belongs to another resource's conversation: not stored here"
+_PROMPT = "a system prompt at the start of the state: not stored"
 
 
-def _storable(messages: Sequence[BaseMessage], thread_id: str) -> list[BaseMessage]:
+def _storable(messages: Sequence[BaseMessage], thread_id: str, prompt: int) -> list[BaseMessage]:
     """The messages the storage keeps, each with an id (positional if it had none).
 
     Recalled messages and summaries of the conversation are not part of it, nor are the
-    system messages the state starts with (`_leading_prompt`). A message of a role or type
-    the storage does not know stays in, as it is: `index` skips it and says so (its fate,
-    and a warning, since these surfaces return no fates).
+    `prompt` system messages the state starts with (`_leading_prompt`). A message of a
+    role or type the storage does not know stays in, as it is: `index` skips it and says
+    so (its fate, and a warning, since these surfaces return no fates).
     """
     kept: list[BaseMessage] = []
-    prompt = _leading_prompt(messages)
     for position, message in enumerate(messages):
         if isinstance(message, RemoveMessage) or is_recalled(message) or is_summary(message):
             continue
@@ -172,8 +172,7 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     tail = [key for m in stored if (key := _said(m.role, m.text))]
     if not tail:
         return None
-    places = [p for p in range(turn) if _said(role_of(candidates[p]), _text(candidates[p]))]
-    said = [_said(role_of(candidates[p]), _text(candidates[p])) for p in places]
+    places, said = _words(candidates[:turn])
     n = len(tail)
     # The whole thread when it holds fewer than asked: from the input's start, or (its
     # head deleted by retention) ending right before the turn.
@@ -197,14 +196,21 @@ def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str
     words = [key for m in after if (key := _said(m.role, m.text))]
     if not words or len(after) == len(stored) == _PROBE:  # none, or not all of them read
         return 0
-    places = [p for p, m in enumerate(history) if _said(role_of(m), _text(m))]
-    said = [_said(role_of(history[p]), _text(history[p])) for p in places[: len(words)]]
-    return places[len(words) - 1] + 1 if said == words else 0
+    places, said = _words(history)
+    return places[len(words) - 1] + 1 if said[: len(words)] == words else 0
 
 
 def _said(role: str | None, text: str) -> tuple[str, str] | None:
     """A message's words as `_resent_op` aligns them: a user's, or an assistant's text."""
     return (role, text) if role in ("user", "assistant") and text.strip() else None
+
+
+def _words(
+    messages: Sequence[BaseMessage],
+) -> tuple[list[int], list[tuple[str, str]]]:
+    """The positions of `messages` that hold words (`_said`), and those words, in order."""
+    keyed = [(p, key) for p, m in enumerate(messages) if (key := _said(role_of(m), _text(m)))]
+    return [p for p, _ in keyed], [key for _, key in keyed]
 
 
 def _text(message: BaseMessage) -> str:
@@ -234,7 +240,8 @@ def _index_new_op(
     the result's `skipped` says why for each.
     """
     thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
-    candidates = _storable(messages, thread_id)
+    prompt = _leading_prompt(messages)
+    candidates = _storable(messages, thread_id, prompt)
     scope = ScopeFilter(thread_id=thread_id)
     turn = _turn_start(candidates)
     set_aside: dict[str, str] = {}  # message id -> why it is not stored
@@ -264,8 +271,10 @@ def _index_new_op(
             candidates = yield from _set_aside_op(
                 candidates, taken, thread_id, who=who, set_aside=set_aside, seen=seen
             )
-    prompt = [m.id or f"@{n}" for n, m in enumerate(messages[: _leading_prompt(messages)])]
-    set_aside |= dict.fromkeys(prompt, "a system prompt at the start of the state: not stored")
+    instructions = [m.id or f"@{n}" for n, m in enumerate(messages[:prompt])]
+    set_aside |= dict.fromkeys(
+        instructions, "a system prompt at the start of the state: not stored"
+    )
     if set_aside:
         result = replace(result, skipped={**result.skipped, **set_aside})
     if result.forgotten:
