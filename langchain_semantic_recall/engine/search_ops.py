@@ -196,7 +196,9 @@ def _calibrated_search(
     info = yield from space.resolve()
     reference = yield from space.reference(info)
     share = (yield steps.KeptShare(scope)) if scope.narrowed else None  # before the halves
-    near = steps.Nested(_dense_with_vector(space, info, query, scope, plan.dense_k, share=share))
+    near = steps.Nested(
+        _dense_with_vector(space, info, query, scope, plan.dense_k, share=share, keyword_too=True)
+    )
     model = plan.scorer
     words = steps.Nested(_keyword_half(space, query, scope, plan.keyword_k, model))
     # The vector half mostly waits on the index, the keyword half is mostly Python: the
@@ -210,9 +212,8 @@ def _calibrated_search(
     found = {**found, **{k: (seen[k],) for k in unread if k in seen}}
     unread = [message_id for message_id in unread if message_id not in seen]
     found = {**found, **(yield steps.ReadWindows(unread, before=0, after=0, scope=scope))}
-    facts = plan.query(
-        query, dense, keyword, found, reference.baseline(vector), texts=space.texts, now=now
-    )
+    baseline = reference.baseline(vector) if vector else None  # None: see `keyword_too`
+    facts = plan.query(query, dense, keyword, found, baseline, texts=space.texts, now=now)
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
@@ -294,6 +295,7 @@ def _dense_with_vector(
     k: int,
     *,
     share: float | None,
+    keyword_too: bool = False,
 ) -> Op[tuple[Sequence[float], list[tuple[str, float]]]]:
     """`_dense`, with the query's vector (hybrid search measures it against `reference`).
 
@@ -305,8 +307,24 @@ def _dense_with_vector(
     the storage), the first look is sized to hold `k` of them: a filter keeping a twelfth
     needs ~768 (4.4 ms), where 256 then 1,024 took 3 + 6 ms. When the looks hold fewer than
     `k`, the index filters.
+
+    `keyword_too`: a keyword half searches beside this one, so a query the embedder
+    answers with an unusable vector (all zeros, NaN or inf: no direction) finds no
+    vector match, with a warning, and the keyword half answers alone (an empty vector
+    and no match). Without it (dense mode) that is the search's error.
     """
-    vector = (yield steps.Embed(info, [query]))[0]
+    if keyword_too:
+        embedded = yield steps.EmbedEach(info, [query])
+        if (usable := embedded.vectors[0]) is None:
+            logger.warning(
+                "the embedder gave the query an unusable vector (%s); hybrid search "
+                "answers from its keyword half alone",
+                embedded.unusable[0],
+            )
+            return (), []
+        vector: Sequence[float] = usable
+    else:
+        vector = (yield steps.Embed(info, [query]))[0]
     space.check_query_vector(info, vector)
     for wide in _looks(k, share) if scope.narrowed else ():
         near: list[tuple[str, float]]

@@ -215,3 +215,31 @@ def test_a_loop_resending_its_history_is_told_once_and_eval_goes_on() -> None:
     ]
     load_dataset(memory, Dataset(conversations, []), progress=False)
     assert memory.stats(resource_id="bob").messages == 2
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_query_of_unusable_vector_is_answered_by_the_keyword_half_in_hybrid_mode(
+    twin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A query the embedder cannot place (here: any text with "~~") used to fail the whole
+    # hybrid search, though its words alone find the message; dense mode has nothing else.
+    memory = _engine(UnusableFor("~~", math.nan))
+    memory.index(_turn(), **IDS)
+    query = "roses in my garden ~~"
+    scope = {"resource_id": "alice"}
+    with caplog.at_level(logging.WARNING):
+        if twin == "sync":
+            hits = memory.search(query, **scope)
+        else:
+            hits = asyncio.run(memory.asearch(query, **scope))
+    assert [hit.message.id for hit in hits][:1] == ["g1"]
+    assert "keyword half alone" in caplog.text
+    assert "NaN or infinite" in caplog.text
+    dense = SemanticRecall(
+        storage=memory.storage,
+        vector_store=memory.vector_store,
+        embeddings=memory.embeddings,
+        search_mode="dense",
+    )
+    with pytest.raises(SemanticRecallError, match="NaN or infinite"):
+        dense.search(query, **scope)
