@@ -30,7 +30,7 @@ from langchain_semantic_recall.cli.render import human_bytes, style
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.maintenance_ops import RecallStats
     from langchain_semantic_recall.engine.vector_space import IndexInfo
-    from langchain_semantic_recall.records import ScopeFilter
+    from langchain_semantic_recall.records import HeldVectors, ScopeFilter
     from langchain_semantic_recall.relevance.model import RelevanceModel
     from langchain_semantic_recall.storage.base import MessageStorage
 
@@ -189,6 +189,7 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
     from langchain_semantic_recall.local_model import LocalModel
     from langchain_semantic_recall.options import DEFAULT_MAX_INDEX_CHARS
     from langchain_semantic_recall.settings import local_file_index
+    from langchain_semantic_recall.vectors.rows import collect_held
 
     with open_storage(args) as storage:
         scope, relevance = _scope_and_relevance(args, storage)
@@ -196,15 +197,23 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
         # (~0.3 s to import). `create_embeddings` is looked up now: the tests replace it.
         embeddings: Embedder = common.create_embeddings() or LocalModel()
         info = named_index(embeddings, common.index_name(args))
-        found = None if info is None else local_file_index(store_path(args), info, scope)
-        strays = None if info is None else _unowned_in_file(args, info, scope)
-        if info is None or found is None or strays is None:
+        if info is None:
+            return None
+        held: HeldVectors | None = collect_held(())
+        strays: frozenset[str] | None = frozenset()
+        # An ingest stopped before its vectors leaves no `chroma/`: every message is one
+        # without a vector, which the repair line names (the other commands refuse).
+        if (store_path(args) / "chroma").is_dir():
+            found = local_file_index(store_path(args), info, scope)
+            held = None if found is None else found.held
+            strays = _unowned_in_file(args, info, scope)
+        if held is None or strays is None:
             return None
         # The operation asks the storage alone: a vector step would fail loudly here
         # (`Backends.space`), never read an empty index.
         chunking = Chunking(embeddings, DEFAULT_MAX_INDEX_CHARS)  # the engines' default
         stats = drive(
-            read_stats_op(info, found.held, scope, relevance, chunking=chunking, unowned=strays),
+            read_stats_op(info, held, scope, relevance, chunking=chunking, unowned=strays),
             Backends(storage),
         )
         if args.thread is None and args.resource is not None and not _anything(stats):

@@ -282,8 +282,8 @@ def open_backends(
         _require_store(path)
     if read_only and not (path / "chroma").is_dir():  # an ingest stopped before its vectors
         raise NotFoundError(
-            f"the store at {path} holds messages but no vector index ({path / 'chroma'} is "
-            "missing): 'semantic-recall reindex' embeds them"
+            f"the store at {path} has no vector index ({path / 'chroma'} is missing: an "
+            "ingest stopped before its vectors?): 'semantic-recall reindex' embeds them"
         )
     if read_only:
         _migrate_older(path)

@@ -1399,11 +1399,19 @@ def test_a_store_whose_vector_index_was_never_written_says_how_to_repair(loaded:
     import shutil
 
     shutil.rmtree(loaded.store / "chroma")
-    for argv in (["stats"], ["search", "garden", "--resource", "alice"]):
-        said = loaded(*argv)
-        assert (said.code, said.out) == (3, ""), said.err
-        assert "holds messages but no vector index" in said.err
-        assert "'semantic-recall reindex' embeds them" in said.err
+    said = loaded("search", "garden", "--resource", "alice")
+    assert (said.code, said.out) == (3, ""), said.err
+    assert "has no vector index" in said.err
+    assert "'semantic-recall reindex' embeds them" in said.err
+    # `stats` counts them: every embeddable message lacks its vector, and says the repair
+    # (it exited 3 here, though with an empty `chroma/` it counted them).
+    said = loaded("stats")
+    assert said.code == 0, said.err
+    assert "semantic-recall reindex --missing-only" in said.out
+    stats = loaded("stats", "--json").json()
+    assert stats["missing_vectors"] == stats["embeddable"] > 0
+    assert stats["vectors"] == 0
+    assert not (loaded.store / "chroma").exists()  # counting made no index
     assert loaded("reindex").code == 0
     stats = loaded("stats", "--json").json()
     assert stats["messages"] > 0
