@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 _PROBE = 64
 """Messages checked against the storage at a time, newest first, by the index side."""
+_PAGE = 256
+"""Messages read at a time from a thread's start (`_resent_from_start_op`)."""
 
 _COPIED = "copied history: stored in another thread of this owner"
 _COPIED_EDITED = "copied history: stored with other text in another thread of this owner"
@@ -179,7 +181,32 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     whole = dict.fromkeys(k for k in (0, len(said) - n) if k >= 0)
     starts = range(len(said) - n, -1, -1) if len(stored) == limit else whole
     end = next((s + n for s in starts if said[s : s + n] == tail), None)
-    return None if end is None else places[end - 1] + 1
+    if end is None:  # an earlier message edited and the conversation sent again from it?
+        end = yield from _resent_from_start_op(said, thread_id)
+    return None if not end else places[end - 1] + 1
+
+
+def _resent_from_start_op(said: Sequence[tuple[str, str]], thread_id: str) -> Op[int]:
+    """How many of the words `said` the thread holds from its start, in order.
+
+    A chat client that lets the user edit an earlier message ("edit and resubmit") sends
+    the conversation up to that message again, which is the head of the stored thread,
+    not its end: `_resent_op`'s alignment on the newest messages missed it, and the
+    whole head was stored a second time. Read a page at a time while the words agree.
+    """
+    scope, after, matched = ScopeFilter(thread_id=thread_id), None, 0
+    while matched < len(said):
+        page = yield steps.ListMessages(scope, after=after, limit=_PAGE)
+        words = [key for m in page if (key := _said(m.role, m.text))]
+        agree = next(
+            (n for n, (a, b) in enumerate(zip(words, said[matched:], strict=False)) if a != b),
+            min(len(words), len(said) - matched),
+        )
+        matched += agree
+        if agree < len(words) or len(page) < _PAGE:
+            break
+        after = (page[-1].thread_id, page[-1].seq)
+    return matched
 
 
 def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str) -> Op[int]:

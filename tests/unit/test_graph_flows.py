@@ -299,6 +299,40 @@ def test_a_stateless_server_stores_each_message_once(
 
 
 @pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_stateless_client_editing_an_earlier_message_stores_only_the_new_branch(
+    memory: FactsMemory, surface: str, asynchronous: bool
+) -> None:
+    """"Edit and resubmit": the client sends the conversation up to an earlier message
+    again, with that message edited. That head is the thread's start, not its end, and
+    was stored a second time (a review). The old branch stays, as after an import."""
+    model = FakeChatModel()
+    engine = memory.engine
+    app: Any = (
+        create_recall_graph(model, engine)
+        if surface == "graph"
+        else create_agent(model, middleware=[SemanticRecallMiddleware(engine)])
+    )
+
+    def send(history: list[dict[str, str]]) -> str:
+        state, cfg = {"messages": list(history)}, config("edits")
+        out = asyncio.run(app.ainvoke(state, cfg)) if asynchronous else app.invoke(state, cfg)
+        return str(out["messages"][-1].text)
+
+    history: list[dict[str, str]] = []
+    for text in ("garden?", "piano?", "tennis?"):
+        history.append({"role": "user", "content": text})
+        history.append({"role": "assistant", "content": send(history)})
+    edited = [*history[:2], {"role": "user", "content": "violin?"}]
+    assert send(edited) == "ok: violin?"
+    said = ["garden?", "piano?", "tennis?", "violin?"]
+    assert texts(memory, "edits") == [t for q in said for t in (q, f"ok: {q}")]
+    # A head that no longer agrees with the thread's start is new history: stored.
+    assert send([{"role": "user", "content": "bowling?"}, *edited[1:]]) == "ok: violin?"
+    assert texts(memory, "edits")[-4:] == ["bowling?", "ok: garden?", "violin?", "ok: violin?"]
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
 @pytest.mark.parametrize("client", ["words only", "ids for its own messages", "a context line"])
 def test_a_stateless_client_with_tools_stores_each_message_once(
     memory: FactsMemory, surface: str, client: str
