@@ -40,6 +40,8 @@ _PROBE = 64
 """Messages checked against the storage at a time, newest first, by the index side."""
 _PAGE = 256
 """Messages read at a time from a thread's start (`_resent_from_start_op`)."""
+_START_PAGES = 8
+"""Most pages `_resent_from_start_op` reads (a thread's first 2,048 messages)."""
 
 _COPIED = "copied history: stored in another thread of this owner"
 _COPIED_EDITED = "copied history: stored with other text in another thread of this owner"
@@ -181,29 +183,36 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     whole = dict.fromkeys(k for k in (0, len(said) - n) if k >= 0)
     starts = range(len(said) - n, -1, -1) if len(stored) == limit else whole
     end = next((s + n for s in starts if said[s : s + n] == tail), None)
-    if end is None:  # an earlier message edited and the conversation sent again from it?
+    if end is None:  # a path through the thread: an edit and resubmit, or user turns only
         end = yield from _resent_from_start_op(said, thread_id)
     return None if not end else places[end - 1] + 1
 
 
 def _resent_from_start_op(said: Sequence[tuple[str, str]], thread_id: str) -> Op[int]:
-    """How many of the words `said` the thread holds from its start, in order.
+    """How many of the words `said`, from the first, the thread holds in order from its start.
 
-    A chat client that lets the user edit an earlier message ("edit and resubmit") sends
-    the conversation up to that message again, which is the head of the stored thread,
-    not its end: `_resent_op`'s alignment on the newest messages missed it, and the
-    whole head was stored a second time. Read a page at a time while the words agree.
+    `_resent_op`'s alignment on the thread's newest messages misses history that is a path
+    through the thread rather than its end: a chat client that lets the user edit an
+    earlier message ("edit and resubmit") sends the conversation up to it again, and on
+    later turns sends the new branch without the old one, which the thread still holds;
+    a client may also send back the user's messages alone. Each stored the history
+    again, on every turn. Here the history's words are found in the thread's in order,
+    passing over stored messages the history leaves out, from the thread's first
+    message (the history must start there). At most `_START_PAGES` pages are read.
     """
     scope, after, matched = ScopeFilter(thread_id=thread_id), None, 0
-    while matched < len(said):
+    for _ in range(_START_PAGES):
         page = yield steps.ListMessages(scope, after=after, limit=_PAGE)
-        words = [key for m in page if (key := _said(m.role, m.text))]
-        agree = next(
-            (n for n, (a, b) in enumerate(zip(words, said[matched:], strict=False)) if a != b),
-            min(len(words), len(said) - matched),
-        )
-        matched += agree
-        if agree < len(words) or len(page) < _PAGE:
+        for message in page:
+            if (key := _said(message.role, message.text)) is None:
+                continue
+            if key == said[matched]:
+                matched += 1
+                if matched == len(said):
+                    return matched
+            elif not matched:
+                return 0  # the thread starts elsewhere: not a resent history
+        if len(page) < _PAGE:
             break
         after = (page[-1].thread_id, page[-1].seq)
     return matched
@@ -228,8 +237,14 @@ def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str
 
 
 def _said(role: str | None, text: str) -> tuple[str, str] | None:
-    """A message's words as `_resent_op` aligns them: a user's, or an assistant's text."""
-    return (role, text) if role in ("user", "assistant") and text.strip() else None
+    """A message's words as `_resent_op` aligns them: a user's, or an assistant's text.
+
+    Runs of white space count as one space and the ends are trimmed: chat clients trim
+    the reply they send back (its closing line break dropped), which is no edit.
+    """
+    if role not in ("user", "assistant") or not (words := " ".join(text.split())):
+        return None
+    return role, words
 
 
 def _words(

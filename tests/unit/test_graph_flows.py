@@ -323,13 +323,44 @@ def test_a_stateless_client_editing_an_earlier_message_stores_only_the_new_branc
     for text in ("garden?", "piano?", "tennis?"):
         history.append({"role": "user", "content": text})
         history.append({"role": "assistant", "content": send(history)})
-    edited = [*history[:2], {"role": "user", "content": "violin?"}]
-    assert send(edited) == "ok: violin?"
-    said = ["garden?", "piano?", "tennis?", "violin?"]
+    history = [*history[:2], {"role": "user", "content": "violin?"}]
+    history.append({"role": "assistant", "content": send(history)})
+    # Later turns send the new branch, which the thread holds beside the old one (a
+    # review: each stored the new branch again, 2, 4, 6, 10, 16 messages).
+    history.append({"role": "user", "content": "chess?"})
+    history.append({"role": "assistant", "content": send(history)})
+    said = ["garden?", "piano?", "tennis?", "violin?", "chess?"]
     assert texts(memory, "edits") == [t for q in said for t in (q, f"ok: {q}")]
     # A head that no longer agrees with the thread's start is new history: stored.
-    assert send([{"role": "user", "content": "bowling?"}, *edited[1:]]) == "ok: violin?"
+    head = [{"role": "user", "content": "bowling?"}, *history[1:3]]
+    assert send(head) == "ok: violin?"
     assert texts(memory, "edits")[-4:] == ["bowling?", "ok: garden?", "violin?", "ok: violin?"]
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("client", ["trims replies", "user messages only"])
+def test_a_stateless_client_that_sends_back_less_stores_each_message_once(
+    memory: FactsMemory, surface: str, client: str
+) -> None:
+    """A chat client trims the reply it sends back, or sends back the user's messages
+    alone: each turn stored the history again (2, 5, 10, 17 messages; a review)."""
+    model = FakeChatModel(reply=lambda messages: f"ok: {messages[-1].text}\n")
+    engine = memory.engine
+    app: Any = (
+        create_recall_graph(model, engine)
+        if surface == "graph"
+        else create_agent(model, middleware=[SemanticRecallMiddleware(engine)])
+    )
+    history: list[dict[str, str]] = []
+    for text in ("garden?", "piano?", "garden?", "tennis?"):
+        history.append({"role": "user", "content": text})
+        answer = app.invoke({"messages": list(history)}, config("less"))["messages"][-1].text
+        if client == "trims replies":
+            history.append({"role": "assistant", "content": answer.strip()})
+    said = ["garden?", "piano?", "garden?", "tennis?"]
+    assert [" ".join(t.split()) for t in texts(memory, "less")] == [
+        t for q in said for t in (q, f"ok: {q}")
+    ]
 
 
 @pytest.mark.parametrize("surface", ["graph", "agent"])
