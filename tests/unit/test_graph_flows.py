@@ -303,7 +303,7 @@ def test_a_stateless_server_stores_each_message_once(
 def test_a_stateless_client_editing_an_earlier_message_stores_only_the_new_branch(
     memory: FactsMemory, surface: str, asynchronous: bool
 ) -> None:
-    """"Edit and resubmit": the client sends the conversation up to an earlier message
+    """ "Edit and resubmit": the client sends the conversation up to an earlier message
     again, with that message edited. That head is the thread's start, not its end, and
     was stored a second time (a review). The old branch stays, as after an import."""
     model = FakeChatModel()
