@@ -193,6 +193,19 @@ def _canonical_role(role: str) -> str:
     return {"human": "user", "ai": "assistant"}.get(role, role)
 
 
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once (`json.loads` keeps the last).
+
+    Raises:
+        ValueError: a key is given twice: one of its values would be dropped unseen.
+    """
+    row = dict(pairs)
+    if len(row) < len(pairs):
+        twice = sorted(key for key, count in Counter(k for k, _ in pairs).items() if count > 1)
+        raise ValueError(f"{', '.join(map(repr, twice))} given twice: keep one value")
+    return row
+
+
 def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = None) -> ImportReport:
     """Parse JSONL lines into conversations; bad lines are reported, not fatal.
 
@@ -210,7 +223,8 @@ def read_jsonl_lines(lines: Iterable[str], *, default_resource: str | None = Non
         if not line.strip():
             continue
         try:
-            row = json.loads(line.removeprefix("\ufeff") if line_no == 1 else line)
+            text = line.removeprefix("\ufeff") if line_no == 1 else line
+            row = json.loads(text, object_pairs_hook=_once_each)
             if not isinstance(row, dict):
                 raise ValueError("a line must be a JSON object")
             resource, thread, message, derived = _message(row, default_resource)

@@ -784,6 +784,20 @@ def test_broken_exports_are_input_errors(tmp_path: Path) -> None:
 # --- the keys of a line (a typo is a bad line, not a dropped field) -----------------------
 
 
+def test_a_key_given_twice_makes_the_line_bad_at_any_depth() -> None:
+    """JSON keeps the last of a repeated key: the first "content" (the message's real text)
+    was dropped without a word and the line imported (an audit)."""
+    twice = '{"resource":"a","thread":"t","role":"user","content":"my PIN hint","content":"hi"}'
+    nested = '{"resource":"a","thread":"t","role":"user","content":"x","metadata":{"k":1,"k":2}}'
+    good = '{"resource":"a","thread":"t","role":"user","content":"fine"}'
+    report = read_jsonl_lines([twice, nested, good])
+    assert [(s.where, s.reason) for s in report.skipped] == [
+        ("line 1", "'content' given twice: keep one value"),
+        ("line 2", "'k' given twice: keep one value"),
+    ]
+    assert [m.text for c in report.conversations for m in c.messages] == ["fine"]
+
+
 def test_a_line_with_an_unknown_key_is_bad_and_names_the_key_it_meant() -> None:
     """`create_at` and `titel` were dropped: the line loaded dated today and untitled, and
     re-reading the corrected file wrote nothing (its id was stored already)."""
