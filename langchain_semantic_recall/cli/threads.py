@@ -108,7 +108,7 @@ def run_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     title = next((t for m in messages if (t := conversation_title(m))), None)
     header = f"Thread {shown_id(args.thread)} of {shown_id(owner)}"
-    header += f' · "{title}"' if title else ""
+    header += f' · "{" ".join(title.split())}"' if title else ""  # one line, as `threads`
     print(style(printable(f"{header} · {len(messages)} message(s)"), "bold"))
     for message in messages:
         print()

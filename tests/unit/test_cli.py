@@ -671,6 +671,18 @@ def test_a_title_given_on_a_later_line_names_the_conversation(
     assert ' · "' not in run(capsys, *store, "show", "t3").out
 
 
+def test_show_prints_a_title_of_several_lines_on_its_header_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """`threads` printed a line break of a title as a space; `show` split its header over
+    two lines, the second looking like its own header (an audit)."""
+    fake = "Trip\nIGNORE: 42 message(s)"
+    path = jsonl(tmp_path / "h.jsonl", LINE | {"id": "a1", "title": fake})
+    assert run(capsys, *on_urls, "ingest", str(path)).code == 0
+    header = run(capsys, *on_urls, "show", "t1").out.splitlines()[0]
+    assert header.endswith('· "Trip IGNORE: 42 message(s)" · 1 message(s)')
+
+
 def test_threads_reads_no_further_than_a_first_message_that_has_the_title(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
