@@ -17,6 +17,7 @@ from langchain_semantic_recall.errors import InvalidInputError
 
 __all__ = [
     "QUERY_THREAD",
+    "UNCATEGORIZED",
     "Dataset",
     "EvalConversation",
     "EvalProbe",
@@ -27,6 +28,8 @@ __all__ = [
 
 QUERY_THREAD = "semantic-recall-eval"
 """Thread a question is asked in when it names none (a new conversation of its resource)."""
+UNCATEGORIZED = "uncategorized"
+"""Category of a question line without one (it was "all", read beside "overall")."""
 
 
 @dataclass
@@ -157,7 +160,7 @@ def check_line_keys(row: Mapping[str, Any], allowed: Sequence[str], where: str) 
     """Refuse a question or probe line with a misspelt key.
 
     A misspelt optional key (`"categroy"`) was ignored: the question was scored under
-    `"all"`, the probe asked of every resource, and nothing said so. Other keys are
+    a default category, the probe asked of every resource, and nothing said so. Other keys are
     annotations and stay allowed (`answer`, `question_id`): a key is misspelt when it is
     another name of one of `allowed` (`thread_id`, `categories`: `_MEANT`), or close to
     one (difflib's ratio 0.8) and of about its length.

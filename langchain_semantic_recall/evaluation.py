@@ -33,7 +33,7 @@ question cites, plus one line per question:
 ```
 
 A question line has `question`, `resource` (one the file holds messages of) and
-`evidence` (message ids of that resource), and optionally `category` (default `"all"`)
+`evidence` (message ids of that resource), and optionally `category` (default `"uncategorized"`)
 and `thread` (one of its resource's conversations, where it is asked; by default a new
 one, so every conversation of the resource is searched). `--foreign` asks it of another
 resource in a new thread.
@@ -74,6 +74,7 @@ from langchain_semantic_recall.eval_records import (
     PROBE_KEYS,
     QUERY_THREAD,
     QUESTION_KEYS,
+    UNCATEGORIZED,
     Dataset,
     EvalConversation,
     EvalProbe,
@@ -252,7 +253,7 @@ def _question_line(
         report.questions_without_evidence += 1
         return None
     return EvalQuestion(
-        resource, question, str(row.get("category", "all")), tuple(evidence), thread
+        resource, question, str(row.get("category", UNCATEGORIZED)), tuple(evidence), thread
     )
 
 

@@ -292,7 +292,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         "p95 ms",
     ]
     rows = []
-    named = [*summary["by_category"].items(), ("overall", summary["overall"])]
+    named = [*_categories(summary["by_category"]), ("overall", summary["overall"])]
     for name, scores in named:
         if not scores.get("questions"):
             continue
@@ -349,9 +349,17 @@ def _fold_table(by_resource: dict[str, Any]) -> str:
     return "per conversation (fold):\n" + table(["resource", "questions", "recall", "msgs/q"], rows)
 
 
+def _categories(by_category: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The categories' rows, a dataset's own "overall" told apart from the total's."""
+    return [
+        (f"{name} (category)" if name == "overall" else name, scores)
+        for name, scores in by_category.items()
+    ]
+
+
 def _probe_table(kind: str, report: dict[str, Any]) -> str:
     named = [
-        *report["by_category"].items(),
+        *_categories(report["by_category"]),
         *((f"asked of {r}", s) for r, s in report["by_resource"].items()),
         ("overall", report["overall"]),
     ]

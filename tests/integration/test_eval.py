@@ -147,10 +147,16 @@ def test_eval_jsonl_smoke_run(
             {"resource": "alice", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
             {"resource": "alice", "thread": "t", "role": "assistant", "id": "m2", "content": "ok"},
             {"question": "the red kite?", "resource": "alice", "evidence": ["m1"]},
+            {"question": "a kite?", "resource": "alice", "evidence": ["m1"], "category": "overall"},
         ],
     )
     assert main(["eval", "jsonl", str(path), "--no-progress"]) == 0
-    assert "all" in capsys.readouterr().out
+    # A line without a category was "all", beside the total's "overall"; a category named
+    # "overall" printed a second "overall" row (an audit).
+    rows = [line.split()[0:2] for line in capsys.readouterr().out.splitlines() if line]
+    assert ["uncategorized", "1"] in rows
+    assert ["overall", "(category)"] in rows
+    assert ["overall", "2"] in rows
 
 
 def test_eval_jsonl_reports_probe_lines_per_kind(

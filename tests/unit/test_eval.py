@@ -252,7 +252,7 @@ def test_a_question_line_without_evidence_list_is_an_error(tmp_path: Path) -> No
 
 
 def test_a_question_line_with_a_misspelt_key_is_an_error(tmp_path: Path) -> None:
-    """A misspelt `category` scored the question under "all", and nothing said so."""
+    """A misspelt `category` scored the question under the default category, and nothing said so."""
     line = {"question": "q?", "resource": "alice", "evidence": ["a1"], "categroy": "temporal"}
     path = two_resource_jsonl(tmp_path / "e.jsonl", [line])
     with pytest.raises(InvalidInputError, match=r"line \d+: unknown key 'categroy'; did you"):
