@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +22,7 @@ from langchain_semantic_recall.cli.common import (
     store_options,
     thread_messages,
 )
-from langchain_semantic_recall.cli.ingest_summary import IngestSummary
+from langchain_semantic_recall.cli.ingest_summary import IngestSummary, reason_counts
 from langchain_semantic_recall.cli.render import error, style
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError, ReadOnlyError
 from langchain_semantic_recall.quoting import printable
@@ -325,10 +324,6 @@ def _file_reason(reason: str | None) -> str:
     return reason or "skipped"
 
 
-def _counts(counter: Counter[str]) -> str:
-    return "; ".join(f"{reason}: {n}" for reason, n in counter.most_common())
-
-
 def _print_unused_resource(summary: IngestSummary) -> None:
     """Say that `--resource` had no effect: every line named its own."""
     if summary.resource_unused is None:
@@ -373,10 +368,10 @@ def _print_summary(summary: IngestSummary, report: ImportReport) -> None:
     print(f"  messages   {summary.messages_added} added{updated}{refused}")
     vectors = f"{summary.vectors} written"
     if summary.not_embedded:
-        vectors += f" (stored without a vector: {_counts(summary.not_embedded)})"
+        vectors += f" (stored without a vector: {reason_counts(summary.not_embedded)})"
     print(f"  vectors    {vectors}")
     total = sum(summary.skipped.values())
-    skipped = f"  skipped    {total}" + (f" ({_counts(summary.skipped)})" if total else "")
+    skipped = f"  skipped    {total}" + (f" ({reason_counts(summary.skipped)})" if total else "")
     if summary.messages_refused:  # counted in both lines: say so, or they read as a sum
         skipped += f", the {summary.messages_refused} refused among them"
     print(skipped)

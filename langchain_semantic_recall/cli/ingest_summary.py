@@ -86,3 +86,17 @@ class IngestSummary:
             "skipped": dict(self.skipped),
             "stored_without_vector": dict(self.not_embedded),
         }
+
+
+def reason_counts(counter: Counter[str], shown: int = 5) -> str:
+    """The `shown` commonest reasons with their counts (each line's own is listed below).
+
+    Reasons that quote their line are each their own: thousands of them made one line of
+    tens of thousands of characters.
+    """
+    common = counter.most_common()
+    said = "; ".join(f"{reason}: {n}" for reason, n in common[:shown])
+    rest = common[shown:]
+    if rest:
+        said += f"; {sum(n for _, n in rest)} more for {len(rest)} other reason(s)"
+    return said
