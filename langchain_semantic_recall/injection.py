@@ -233,11 +233,22 @@ def inject(
     return injected
 
 
+def live_key(role: str | None, text: str) -> LiveKey:
+    """(role, text) as an input message and a stored one are compared (`_live_earlier`).
+
+    Runs of white space count as one space: a chat client trims the reply it sends back.
+    """
+    return role, " ".join(text.split())
+
+
 def earlier_keys(messages: Sequence[BaseMessage]) -> list[tuple[str | None, LiveKey]]:
-    """(id, (role, text)) of the input's messages before the newest user message."""
+    """(id, `live_key`) of the input's messages before the newest user message."""
     roles = [role_of(m) for m in messages]
     turn = max((p for p, role in enumerate(roles) if role == "user"), default=len(messages))
-    return [(m.id, (roles[p], clean_text(text_of(m, "\n")))) for p, m in enumerate(messages[:turn])]
+    return [
+        (m.id, live_key(roles[p], clean_text(text_of(m, "\n"))))
+        for p, m in enumerate(messages[:turn])
+    ]
 
 
 def _live_earlier(
@@ -282,7 +293,7 @@ def inject_reported(
     own = [
         (s, m)
         for s in same
-        if (s.role, s.text) not in live and (m := as_recalled_message(s)) is not None
+        if live_key(s.role, s.text) not in live and (m := as_recalled_message(s)) is not None
     ]
     block_cap = None
     if max_block_chars is not None:  # same-thread text may take up to half the budget

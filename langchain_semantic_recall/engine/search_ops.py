@@ -421,7 +421,7 @@ def _resent_keys(
     own = [m for h in hits for m in h.window if m.thread_id == thread_id]
     if not own:  # the input's words are worked out only when a same-thread hit may match
         return set()
-    recalled, known = {(m.role, m.text) for m in own}, {m.id for m in own}
+    recalled, known = {injection.live_key(m.role, m.text) for m in own}, {m.id for m in own}
     suspects = {
         i: key
         for i, key in injection.earlier_keys(items)

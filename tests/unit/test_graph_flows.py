@@ -361,6 +361,9 @@ def test_a_stateless_client_that_sends_back_less_stores_each_message_once(
     assert [" ".join(t.split()) for t in texts(memory, "less")] == [
         t for q in said for t in (q, f"ok: {q}")
     ]
+    for call in model.calls:  # no stored copy of a message the input holds, trimmed or not
+        live = {m.text.strip() for m in call if not is_recalled(m)}
+        assert not live & {m.text.strip() for m in call if is_recalled(m)}
 
 
 @pytest.mark.parametrize("surface", ["graph", "agent"])
