@@ -222,6 +222,13 @@ def test_a_new_message_reusing_an_id_of_another_thread_is_refused_not_dropped(
     assert texts(memory, "b") == []
 
 
+def _stateless_app(memory: FactsMemory, surface: str, model: FakeChatModel) -> Any:
+    """The graph or the agent without a checkpointer: the client keeps the history."""
+    if surface == "graph":
+        return create_recall_graph(model, memory.engine)
+    return create_agent(model, middleware=[SemanticRecallMiddleware(memory.engine)])
+
+
 def _app(memory: FactsMemory, surface: str) -> Any:
     if surface == "graph":
         return create_recall_graph(FakeChatModel(), memory.engine, checkpointer=InMemorySaver())
@@ -278,12 +285,7 @@ def test_a_stateless_server_stores_each_message_once(
     stored the whole history again, and recall put the copies beside the input. The
     history is known by its place now; the same words said again are still a message."""
     model = FakeChatModel()
-    engine = memory.engine
-    app: Any = (
-        create_recall_graph(model, engine)
-        if surface == "graph"
-        else create_agent(model, middleware=[SemanticRecallMiddleware(engine)])
-    )
+    app = _stateless_app(memory, surface, model)
     history: list[dict[str, str]] = []
     for text in ("garden?", "piano?", "garden?", "tennis?"):
         history.append({"role": "user", "content": text})
@@ -307,12 +309,7 @@ def test_a_stateless_client_editing_an_earlier_message_stores_only_the_new_branc
     again, with that message edited. That head is the thread's start, not its end, and
     was stored a second time (a review). The old branch stays, as after an import."""
     model = FakeChatModel()
-    engine = memory.engine
-    app: Any = (
-        create_recall_graph(model, engine)
-        if surface == "graph"
-        else create_agent(model, middleware=[SemanticRecallMiddleware(engine)])
-    )
+    app = _stateless_app(memory, surface, model)
 
     def send(history: list[dict[str, str]]) -> str:
         state, cfg = {"messages": list(history)}, config("edits")
@@ -345,12 +342,7 @@ def test_a_stateless_client_that_sends_back_less_stores_each_message_once(
     """A chat client trims the reply it sends back, or sends back the user's messages
     alone: each turn stored the history again (2, 5, 10, 17 messages; a review)."""
     model = FakeChatModel(reply=lambda messages: f"ok: {messages[-1].text}\n")
-    engine = memory.engine
-    app: Any = (
-        create_recall_graph(model, engine)
-        if surface == "graph"
-        else create_agent(model, middleware=[SemanticRecallMiddleware(engine)])
-    )
+    app = _stateless_app(memory, surface, model)
     history: list[dict[str, str]] = []
     for text in ("garden?", "piano?", "garden?", "tennis?"):
         history.append({"role": "user", "content": text})
