@@ -201,6 +201,8 @@ def _resent_from_start_op(said: Sequence[tuple[str, str]], thread_id: str) -> Op
     message (the history must start there). At most `_START_PAGES` pages are read.
     """
     scope, after, matched = ScopeFilter(thread_id=thread_id), None, 0
+    if not said:  # history without words (tool calls and results only): nothing to find
+        return 0
     for _ in range(_START_PAGES):
         page = yield steps.ListMessages(scope, after=after, limit=_PAGE)
         for message in page:

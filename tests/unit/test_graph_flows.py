@@ -25,6 +25,7 @@ from langchain_core.messages import (
     HumanMessage,
     RemoveMessage,
     SystemMessage,
+    ToolMessage,
 )
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
@@ -1004,3 +1005,16 @@ def test_a_before_agent_redaction_listed_first_keeps_pii_from_the_embedder(
         )
         assert not any("@" in m.text for m in memory.stored(thread_id))
         assert any("alice@example.com" in t for t in embedded) == (thread_id == "pii")
+
+
+def test_history_of_tool_calls_alone_is_stored_not_a_crash() -> None:
+    """History with no words (a tool call and its result, new ids) before the turn, in a
+    thread that holds words: the search from the thread's start indexed an empty list."""
+    engine = FactsMemory().engine
+    ids = {"thread_id": "t", "resource_id": "alice"}
+    index_new_messages(
+        engine, [HumanMessage("hi there", id="u1"), AIMessage("hello", id="a1")], **ids
+    )
+    call = AIMessage("", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}], id="x1")
+    state = [call, ToolMessage("result", tool_call_id="c1", id="x2"), HumanMessage("next", id="x3")]
+    assert index_new_messages(engine, state, **ids).stored == ("x1", "x2", "x3")
