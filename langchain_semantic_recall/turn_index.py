@@ -38,10 +38,6 @@ logger = logging.getLogger(__name__)
 
 _PROBE = 64
 """Messages checked against the storage at a time, newest first, by the index side."""
-_PAGE = 256
-"""Messages read at a time from a thread's start (`_resent_from_start_op`)."""
-_START_PAGES = 8
-"""Most pages `_resent_from_start_op` reads (a thread's first 2,048 messages)."""
 
 _COPIED = "copied history: stored in another thread of this owner"
 _COPIED_EDITED = "copied history: stored with other text in another thread of this owner"
@@ -183,41 +179,37 @@ def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | No
     whole = dict.fromkeys(k for k in (0, len(said) - n) if k >= 0)
     starts = range(len(said) - n, -1, -1) if len(stored) == limit else whole
     end = next((s + n for s in starts if said[s : s + n] == tail), None)
-    if end is None:  # a path through the thread: an edit and resubmit, or user turns only
-        end = yield from _resent_from_start_op(said, thread_id)
+    if end is None and said:  # a client that sends back the user's messages alone?
+        end = yield from _resent_without_answers_op(said, thread_id)
     return None if not end else places[end - 1] + 1
 
 
-def _resent_from_start_op(said: Sequence[tuple[str, str]], thread_id: str) -> Op[int]:
-    """How many of the words `said`, from the first, the thread holds in order from its start.
+def _resent_without_answers_op(said: Sequence[tuple[str, str]], thread_id: str) -> Op[int]:
+    """How much of `said` ends the thread when its stored answers may be left out.
 
-    `_resent_op`'s alignment on the thread's newest messages misses history that is a path
-    through the thread rather than its end: a chat client that lets the user edit an
-    earlier message ("edit and resubmit") sends the conversation up to it again, and on
-    later turns sends the new branch without the old one, which the thread still holds;
-    a client may also send back the user's messages alone. Each stored the history
-    again, on every turn. Here the history's words are found in the thread's in order,
-    passing over stored messages the history leaves out, from the thread's first
-    message (the history must start there). At most `_START_PAGES` pages are read.
+    A client may send back the user's messages alone. The longest head of `said` whose
+    words are the thread's newest, in order, passing over stored assistant messages only
+    (never a user's: a user message of the history stored nowhere is a turn whose
+    storing failed, and is stored rather than matched further back).
     """
-    scope, after, matched = ScopeFilter(thread_id=thread_id), None, 0
-    if not said:  # history without words (tool calls and results only): nothing to find
-        return 0
-    for _ in range(_START_PAGES):
-        page = yield steps.ListMessages(scope, after=after, limit=_PAGE)
-        for message in page:
-            if (key := _said(message.role, message.text)) is None:
-                continue
-            if key == said[matched]:
-                matched += 1
-                if matched == len(said):
-                    return matched
-            elif not matched:
-                return 0  # the thread starts elsewhere: not a resent history
-        if len(page) < _PAGE:
-            break
-        after = (page[-1].thread_id, page[-1].seq)
-    return matched
+    limit = min(4 * len(said), 4 * _PROBE)
+    stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=limit)
+    newest = [key for m in reversed(stored) if (key := _said(m.role, m.text))]
+    whole = len(stored) < limit  # the thread's start was read
+
+    def ends_thread(head: Sequence[tuple[str, str]]) -> bool:
+        at = 0
+        for key in reversed(head):
+            while at < len(newest) and newest[at] != key:
+                if newest[at][0] != "assistant":
+                    return False
+                at += 1
+            if at == len(newest):
+                return not whole  # older messages were not read: taken as stored
+            at += 1
+        return True
+
+    return next((j for j in range(len(said), 0, -1) if ends_thread(said[:j])), 0)
 
 
 def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str) -> Op[int]:
