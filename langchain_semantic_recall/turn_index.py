@@ -21,6 +21,7 @@ from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError, MessageIdTakenError
+from langchain_semantic_recall.injection import live_key
 from langchain_semantic_recall.messages import (
     clean_text,
     is_recalled,
@@ -233,12 +234,12 @@ def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str
 def _said(role: str | None, text: str) -> tuple[str, str] | None:
     """A message's words as `_resent_op` aligns them: a user's, or an assistant's text.
 
-    Runs of white space count as one space and the ends are trimmed: chat clients trim
-    the reply they send back (its closing line break dropped), which is no edit.
+    Compared as same-thread recall compares them (`injection.live_key`: white space runs
+    as one space, since chat clients trim the reply they send back).
     """
-    if role not in ("user", "assistant") or not (words := " ".join(text.split())):
+    if role not in ("user", "assistant") or not (key := live_key(role, text))[1]:
         return None
-    return role, words
+    return role, key[1]
 
 
 def _words(
@@ -307,10 +308,7 @@ def _index_new_op(
             candidates = yield from _set_aside_op(
                 candidates, taken, thread_id, who=who, set_aside=set_aside, seen=seen
             )
-    instructions = [m.id or f"@{n}" for n, m in enumerate(messages[:prompt])]
-    set_aside |= dict.fromkeys(
-        instructions, "a system prompt at the start of the state: not stored"
-    )
+    set_aside |= dict.fromkeys((m.id or f"@{n}" for n, m in enumerate(messages[:prompt])), _PROMPT)
     if set_aside:
         result = replace(result, skipped={**result.skipped, **set_aside})
     if result.forgotten:
