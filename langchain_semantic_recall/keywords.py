@@ -105,6 +105,10 @@ class BM25Params:
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1, got {self}")
 
 
+_NOT_ASCII_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not c.isalnum()})
+"""Every ASCII character but letters and digits as a space (`tokenize`'s fast path)."""
+
+
 def tokenize(text: str) -> list[str]:
     """Case-folded words of `text` in NFKC (possessives dropped, apostrophes removed).
 
@@ -112,6 +116,11 @@ def tokenize(text: str) -> list[str]:
     characters instead (a lone character, itself).
     """
     text = text.casefold()
+    if text.isascii() and "'" not in text:
+        # Most messages: the words are the runs of letters and digits, as `_WORD` cuts
+        # them, at half its cost (hybrid search works out the terms of ~35 new messages
+        # per search); no CJK, and no form to normalise.
+        return text.translate(_NOT_ASCII_WORD).split()
     if not text.isascii():  # one form for the same words (see the module doc)
         text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
     found: list[str] = _WORD.findall(text)
