@@ -77,10 +77,9 @@ _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable 
 def _to_message(row: Sequence[Any]) -> StoredMessage:
     """A row of `sql.COLUMNS` as a stored message (`read_message`: searches read ~300)."""
     id_, thread_id, resource_id, role, text, created_at, payload, seq, metadata = row
-    return read_message(
-        *(id_, thread_id, resource_id, role, text, sql.from_iso(created_at), payload, seq),
-        sql.metadata_items(metadata) if metadata else (),
-    )
+    # Arguments listed, not unpacked from a tuple built for them (0.2 us of ~1 a row).
+    created, items = sql.from_iso(created_at), sql.metadata_items(metadata) if metadata else ()
+    return read_message(id_, thread_id, resource_id, role, text, created, payload, seq, items)
 
 
 @dataclass(slots=True)
