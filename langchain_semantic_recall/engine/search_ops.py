@@ -259,14 +259,15 @@ def _keyword_half(
     early: Mapping[str, Sequence[StoredMessage]] = {}
     if best:
         early = yield steps.ReadWindows(best, before=before, after=after, scope=scope)
-    read = (yield steps.ReadWindows(others, before=0, after=0, scope=scope)) if others else {}
     of = space.texts.of
     hits: dict[str, StoredMessage] = {}
-    for hit, window in early.items():
+    for window in early.values():  # every message of a window is inside the scope
         for message in window:
             of(message.text)
-            if message.id == hit:
-                hits[hit] = message
+            hits[message.id] = message
+    # Nearly half the other matches (at 10k, 12 of 26) sit in those windows: not read again.
+    others = [message_id for message_id in others if message_id not in hits]
+    read = (yield steps.ReadWindows(others, before=0, after=0, scope=scope)) if others else {}
     for window in read.values():
         for message in window:
             of(message.text)
