@@ -293,7 +293,10 @@ class RelevanceModel:
         if share <= 0.0:
             return []
         p = self.probabilities(query, kept, windows, scope_size)
-        ranked = sorted(p.items(), key=_ranking)
+        # Likeliest first (`_tie`), then by id, on keys made in one pass rather than by a
+        # key function called per message; ids are distinct, so the keys decide alone.
+        order = sorted([(-round(chance, 9), message_id) for message_id, chance in p.items()])
+        ranked = [(message_id, p[message_id]) for _, message_id in order]
         if threshold is not None:
             ranked = [item for item in ranked if item[1] >= threshold]
         if budget is not None:
@@ -376,11 +379,6 @@ def _group(
 def _tie(probability: float) -> float:
     """The probability as ranking compares it (float noise never decides a tie, ids do)."""
     return round(probability, 9)
-
-
-def _ranking(item: tuple[str, float]) -> tuple[float, str]:
-    """The sort key of a (message id, probability): likeliest first (`_tie`), then by id."""
-    return -round(item[1], 9), item[0]
 
 
 def _weights(values: Mapping[str, float], names: Sequence[str]) -> list[float]:
