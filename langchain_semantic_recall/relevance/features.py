@@ -253,7 +253,12 @@ class Query:
         names = asked_names(query)
         of = texts.of
         bags = {k: of(messages[k].text).terms for k in {*cosines, *bm25}}
-        anywhere = frozenset().union(*bags.values())
+        # Which of the query's terms and names some candidate holds: each bag is met with
+        # those few words, not merged into the union of every candidate's terms.
+        asked = frozenset((*terms, *names))
+        anywhere: set[str] = set()
+        for bag in bags.values():
+            anywhere.update(asked.intersection(bag))
         covered = max((len(bags[k].intersection(terms)) for k in bm25), default=0)
         return cls(
             terms=terms,
