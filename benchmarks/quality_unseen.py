@@ -5,8 +5,10 @@ three development sets choose every fitted number; this set chose none. Eight pe
 (`unseen/facts.json`) each tell the assistant five facts (allergies, work, family, plans,
 health); each fact has one question that shares no content word with it (the package's
 own stemmer checked that) and twenty facts have one that does (`unseen/lexical.json`).
-Every persona is asked twenty small-talk lines (four of them "thanks for the ...") and
-twenty questions about nothing any persona said, and the next persona's questions.
+Every persona is asked twenty small-talk lines (four of them "thanks for the ..."), twenty
+chat questions about the user's own things that ask nothing a persona said ("Did you get
+my message?", `unseen/personal_chat.json`), twenty questions about nothing any persona
+said, and the next persona's questions.
 
 Three stores, each a fresh `SemanticRecall.local` (SQLite, embedded Chroma, the local
 model), one resource per persona, questions asked in resource scope:
@@ -44,7 +46,7 @@ from langchain_semantic_recall import SemanticRecall
 DATA = Path(__file__).resolve().parent / "unseen"
 STORES = ("small", "busy", "busy-personal")
 FILLER = {"busy": "filler.json", "busy-personal": "filler_personal.json"}
-COLUMNS = ("paraphrase", "shared words", "small talk", "off-topic", "another's")
+COLUMNS = ("paraphrase", "shared words", "small talk", "personal chat", "off-topic", "another's")
 """Found shares for the two kinds of question, then messages per line of each kind."""
 
 
@@ -112,6 +114,7 @@ def measure(engine: SemanticRecall, facts: list[dict[str, str]]) -> dict[str, fl
         "paraphrase": found(facts, "id"),
         "shared words": found(lexical, "fact_id"),
         "small talk": per_line(load("smalltalk.json")),
+        "personal chat": per_line(load("personal_chat.json")),
         "off-topic": per_line(load("offtopic.json")),
         "another's": statistics.fmean(another(f) for f in facts),
     }

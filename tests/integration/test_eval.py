@@ -498,6 +498,7 @@ def test_quality_unseen_benchmark_smoke(tmp_path: Path) -> None:
         paraphrase, shared, *counts = (float(c) for c in cells.split(" | "))
         assert 0.0 <= paraphrase <= 1.0
         assert shared == 1.0
+        assert len(counts) == 4  # small talk, personal chat, off-topic, another's
         assert all(0.0 <= n <= 15.0 for n in counts)
 
 
