@@ -22,11 +22,10 @@ from langchain_semantic_recall.engine.identity import Identity, IdentityKeys
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
-    embed_records,
     held_vectors,
+    move_adopted_vectors,
     over_cap,
-    write_owned,
-    write_vectors,
+    write_current,
 )
 from langchain_semantic_recall.errors import (
     EmbeddingMismatchError,
@@ -269,6 +268,39 @@ def index_op(
     items = to_messages(messages)
     thread_id = identity.require_thread(keys, "index")
     resource_id = yield from _writer(identity, keys, scope, thread_id)
+
+    def attempt(writer: str) -> Op[IndexResult]:
+        return _index_as(
+            space, items, thread_id, writer, metadata,
+            read_only=read_only, max_chars=max_chars, logger=logger,
+        )  # fmt: skip
+
+    try:
+        return (yield from attempt(resource_id))
+    except ThreadOwnerError:
+        if identity.resource_id is not None or resource_id != NO_RESOURCE:
+            raise
+        # A write naming no resource, to a thread a write naming one adopted since its
+        # owner was read: stored under the adopter, as it is a moment later (an audit:
+        # 15-47 of 200 such writes refused, told to use another thread id).
+        owner = yield steps.ThreadOwner(thread_id)
+        if owner in (None, NO_RESOURCE):
+            raise
+        return (yield from attempt(owner))
+
+
+def _index_as(
+    space: VectorSpace,
+    items: Sequence[BaseMessage],
+    thread_id: str,
+    resource_id: str,
+    metadata: Mapping[str, MetadataValue] | None,
+    *,
+    read_only: bool,
+    max_chars: int | None,
+    logger: logging.Logger,
+) -> Op[IndexResult]:
+    """`index_op` for a known writer (`resource_id`)."""
     turn = plan_turn(items, thread_id, resource_id, datetime.now(UTC), metadata)
     _warn_of_unexpected_skips(items, turn, logger)
     if read_only:
@@ -312,10 +344,10 @@ def index_op(
         )
         if not to_embed and not adopted:
             return turn.result()
-        vectors = yield from embed_records(
-            info, space, to_embed, max_chars=max_chars, logger=logger
+        fresh = {r.id for position, r in turn.records.items() if position in turn.fresh_ids}
+        vectors = yield from write_current(
+            info, space, to_embed, max_chars=max_chars, logger=logger, fresh=fresh
         )
-        yield from write_owned(info, vectors.rows, logger)
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
             yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)
@@ -356,14 +388,14 @@ def _vectors_to_write(
     """The turn's messages to embed now.
 
     A thread just adopted by a resource has its earlier vectors written again under it
-    (`_move_vectors`). Otherwise the unchanged messages whose vectors the index holds
-    are left out: a loop that sends its whole history each turn would write every earlier
-    vector again on every turn (and embed it again after a restart). An unchanged
-    message without vectors (lost to a failure) is still embedded: a repair.
+    (`vector_writes.move_adopted_vectors`). Otherwise the unchanged messages whose vectors
+    the index holds are left out: a loop that sends its whole history each turn would
+    write every earlier vector again on every turn (and embed it again after a restart).
+    An unchanged message without vectors (lost to a failure) is still embedded: a repair.
     """
     if adopted:
         thread_id = turn.thread_id
-        yield from _move_vectors(
+        yield from move_adopted_vectors(
             info, space, thread_id, to_embed, max_chars=max_chars, logger=logger
         )
         return to_embed
@@ -451,27 +483,3 @@ def _put_adopting(
             raise
     yield steps.AdoptThread(thread_id, resource_id)
     return True, (yield steps.PutMessages(records))
-
-
-def _move_vectors(
-    info: IndexInfo,
-    space: VectorSpace,
-    thread_id: str,
-    written: Sequence[MessageRecord],
-    *,
-    max_chars: int | None,
-    logger: logging.Logger,
-) -> Op[None]:
-    """Write an adopted thread's earlier vectors again under its owner, drop the old ones."""
-    yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
-    skip = {r.id for r in written}
-    after: tuple[str, int] | None = None
-    scope = ScopeFilter(thread_id=thread_id)
-    while page := (yield steps.ListMessages(scope, after=after, limit=256)):
-        after = (page[-1].thread_id, page[-1].seq)
-        todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
-        if todo:
-            vectors = yield from embed_records(
-                info, space, todo, max_chars=max_chars, logger=logger
-            )
-            yield from write_vectors(info, vectors.rows, logger)

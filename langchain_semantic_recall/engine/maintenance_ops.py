@@ -18,10 +18,9 @@ from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
     Chunking,
-    embed_records,
     strays_of,
     unowned_vectors,
-    write_owned,
+    write_current,
 )
 from langchain_semantic_recall.errors import InvalidInputError, OwnershipError
 from langchain_semantic_recall.options import DEFAULT_MAX_INDEX_CHARS
@@ -291,10 +290,11 @@ def reindex_op(
             or _lacks(held, m)
         ]
         if todo:
-            vectors = yield from embed_records(
+            # A message of an unusable vector is logged and left out (still missing); each
+            # thread's vectors follow a move, and each message's the text stored after.
+            vectors = yield from write_current(
                 info, space, todo, max_chars=max_chars, logger=logger
-            )  # a message of an unusable vector is logged and left out (still missing)
-            yield from write_owned(info, vectors.rows, logger)  # each thread's follows a move
+            )
             # A vector the embedder no longer gives (logged as none): not kept from before.
             old = [m for m in todo if m.id in vectors.unusable and m.id in held.messages]
             yield from _drop_vectors(info, old)

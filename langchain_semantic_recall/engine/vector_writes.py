@@ -7,7 +7,9 @@ land in part, and a message of several chunks with one chunk written *has* a vec
 would look whole to both, and the chunks not written would never be. So after a failed
 write every chunk of such a message is deleted, and the repair sees it as missing
 (`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
-(`write_owned`), and `unowned_vectors` finds those an adopted thread left behind.
+(`write_owned`), and its text: a write that lands after another write of the same
+message carrying a newer text is made again from the stored text (`write_current`).
+`unowned_vectors` finds the vectors an adopted thread left behind.
 `Chunking` tells a message's vectors beyond the chunks its text yields. A text the
 embedder answers with an unusable vector leaves its own message without one, reported by
 id (`Embedded`), and the rest of the batch is written.
@@ -25,6 +27,7 @@ from langchain_semantic_recall.embeddings import Embedder, split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
+from langchain_semantic_recall.messages import skip_reason
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
     MessageRecord,
@@ -95,7 +98,8 @@ class Embedded:
     rows: list[VectorRecord]
     unusable: dict[str, str] = field(default_factory=dict)
     """Message id -> why it has no vector: the embedder answered its text, or one chunk
-    of it, with an unusable vector (`embeddings.unusable_reason`: zeros, NaN, inf)."""
+    of it, with an unusable vector (`embeddings.unusable_reason`: zeros, NaN, inf), or
+    its text kept changing while it was written (`KEPT_CHANGING`, `write_current`)."""
 
     def note(self, among: Set[str] | None = None) -> str | None:
         """What a caller's result says of the messages left without a vector (None: none).
@@ -108,16 +112,16 @@ class Embedded:
             return None
         listed = ", ".join(f"{message_id!r} ({why})" for message_id, why in named.items())
         return (
-            f"{len(named)} message(s) stored without a vector, as the embedder's vector of "
-            f"their text was unusable: {listed}; reindex(missing_only=True) embeds them "
-            "once the embedder gives their text a direction"
+            f"{len(named)} message(s) stored without a vector: {listed}; "
+            "reindex(missing_only=True) embeds them (an unusable vector's text once the "
+            "embedder gives it a direction)"
         )
 
 
 def embed_records(
     info: IndexInfo,
     space: VectorSpace,
-    records: Sequence[MessageRecord],
+    records: Sequence[MessageRecord | StoredMessage],
     *,
     max_chars: int | None,
     logger: logging.Logger,
@@ -181,7 +185,7 @@ def unowned_vectors(info: IndexInfo, scope: ScopeFilter | None) -> Op[set[str]]:
 
     A thread stored without a resource is adopted by the first write naming one: the
     storage gives it its owner, then its vectors are written again under the owner
-    (`index_ops._move_vectors`). A failure or an interruption in between leaves them under
+    (`move_adopted_vectors`). A failure or an interruption in between leaves them under
     `NO_RESOURCE`, where no search of the owner's looks: those of messages stored under a
     resource now are strays, which `stats` counts as missing and `reindex` writes again.
     """
@@ -231,6 +235,82 @@ def write_owned(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.L
         yield from _follow_owner(info, group, thread_id, resource_id, logger)
 
 
+TEXT_CHECKS = 3
+"""Times `write_current` writes a message's vectors again while its text keeps changing."""
+KEPT_CHANGING = "its text kept changing while it was embedded"
+"""Why `write_current` left a message without a vector."""
+
+
+def write_current(
+    info: IndexInfo,
+    space: VectorSpace,
+    records: Sequence[MessageRecord | StoredMessage],
+    *,
+    max_chars: int | None,
+    logger: logging.Logger,
+    fresh: Set[str] = frozenset(),
+) -> Op[Embedded]:
+    """Embed `records` and write their rows (`write_owned`), for the text stored now.
+
+    Two writes of one message (an edit beside another, an edit beside a `reindex` that
+    read the old text) embed in parallel and land in either order: the later vector
+    write wins, even when it carries the older text, and the message is then found by
+    words it no longer holds (a redacted card number among them) while `stats` sees
+    nothing amiss. So after writing, the messages are read again; one whose stored text
+    is no longer the text embedded has its vectors written again from the stored text,
+    up to `TEXT_CHECKS` times. One still changing after that is left without a vector
+    (logged): missing, which `stats` counts and `reindex(missing_only=True)` repairs.
+    Ids in `fresh` (random ids this call made) are not read again: no other writer
+    knows them yet, so no other text can have been stored under them.
+    """
+    vectors = yield from embed_records(info, space, records, max_chars=max_chars, logger=logger)
+    yield from write_owned(info, vectors.rows, logger)
+    rows, unusable = list(vectors.rows), dict(vectors.unusable)
+    written = {row.message_id for row in vectors.rows}
+    embedded = [r for r in records if r.id in written and r.id not in fresh]
+    for check in range(TEXT_CHECKS + 1):
+        changed = yield from _changed_since(embedded)
+        if not changed:
+            break
+        by_resource: dict[str, list[str]] = {}
+        for message in changed:
+            by_resource.setdefault(message.resource_id, []).append(message.id)
+        for resource_id, ids in sorted(by_resource.items()):  # a shorter text: fewer chunks
+            yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
+        if check == TEXT_CHECKS:
+            logger.warning(
+                "the text of %d message(s) kept changing while it was embedded (%s): "
+                "stored without a vector; reindex(missing_only=True) embeds them",
+                len(changed),
+                ", ".join(sorted(m.id for m in changed)),
+            )
+            unusable.update(dict.fromkeys((m.id for m in changed), KEPT_CHANGING))
+            break
+        logger.info("%d message(s) changed while embedded: written again", len(changed))
+        again = yield from embed_records(info, space, changed, max_chars=max_chars, logger=logger)
+        yield from write_owned(info, again.rows, logger)
+        rows += again.rows
+        unusable.update(again.unusable)
+        embedded = [m for m in changed if m.id not in again.unusable]
+    return Embedded(rows, unusable)
+
+
+def _changed_since(
+    records: Sequence[MessageRecord | StoredMessage],
+) -> Op[list[StoredMessage]]:
+    """The stored messages of `records` whose text is no longer the record's (by thread)."""
+    texts = {record.id: record.text for record in records}
+    threads: dict[str, list[str]] = {}
+    for record in records:
+        threads.setdefault(record.thread_id, []).append(record.id)
+    changed: list[StoredMessage] = []
+    for thread_id, ids in sorted(threads.items()):
+        scope = ScopeFilter(thread_id=thread_id)
+        stored = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
+        changed += [w[0] for w in stored.values() if w and w[0].text != texts.get(w[0].id)]
+    return changed
+
+
 def _follow_owner(
     info: IndexInfo,
     rows: Sequence[VectorRecord],
@@ -269,3 +349,27 @@ def _drop_split(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.L
                 ", ".join(sorted(ids)),
                 exc_info=True,
             )
+
+
+def move_adopted_vectors(
+    info: IndexInfo,
+    space: VectorSpace,
+    thread_id: str,
+    written: Sequence[MessageRecord],
+    *,
+    max_chars: int | None,
+    logger: logging.Logger,
+) -> Op[None]:
+    """Write an adopted thread's earlier vectors again under its owner, drop the old ones."""
+    yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
+    skip = {r.id for r in written}
+    after: tuple[str, int] | None = None
+    scope = ScopeFilter(thread_id=thread_id)
+    while page := (yield steps.ListMessages(scope, after=after, limit=256)):
+        after = (page[-1].thread_id, page[-1].seq)
+        todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
+        if todo:
+            vectors = yield from embed_records(
+                info, space, todo, max_chars=max_chars, logger=logger
+            )
+            yield from write_vectors(info, vectors.rows, logger)

@@ -195,11 +195,12 @@ async def test_a_turn_without_ids_skips_the_read_for_stored_ids_but_one_with_ids
     storage.calls.clear()
     assert [f.fate for f in memory.index(turn, **IDS).fates] == ["unchanged", "unchanged"]
     assert "get_windows" in storage.names()
-    # One message with an id and one without: the read names the one with an id only.
+    # One message with an id and one without: each read names the one with an id only,
+    # before the write (is it stored?) and after it (is its text still the one embedded?).
     storage.calls.clear()
     memory.index([HumanMessage("again", id="h2"), AIMessage("no id")], **IDS)
     reads = [kwargs for name, kwargs in storage.calls if name == "get_windows"]
-    assert [read["message_ids"] for read in reads] == [["h2"]]
+    assert [read["message_ids"] for read in reads] == [["h2"], ["h2"]]
 
 
 def test_a_chat_message_of_an_unknown_role_is_skipped_and_never_the_query() -> None:
