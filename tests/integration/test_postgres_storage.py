@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import unicodedata
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -161,6 +163,39 @@ def test_a_version_4_database_indexes_its_cjk_messages_anew(pg_url: str) -> None
     zh = len(message_terms("user", "我对花生过敏，请记住。"))
     nfd = len(message_terms("user", "aux cacahuètes"))
     assert counts == {"zh": zh, "nfd": nfd, "en": 99, "fr": 99}  # the others left as they were
+
+
+def test_an_app_role_without_create_opens_a_store_an_admin_made(pg_url: str) -> None:
+    """Every open asked `CREATE TABLE IF NOT EXISTS` of the version table, which
+    PostgreSQL refuses without the schema's CREATE right even when the table exists: a
+    role given only its tables' rows (the least privilege an app needs) never opened
+    the store (an audit). CREATE is needed the first time only, as the docs say."""
+    PostgresStorage(pg_url).close()  # the admin makes the schema
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    grants = [
+        f"CREATE ROLE {role} LOGIN",
+        f"GRANT USAGE ON SCHEMA public TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
+        f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}",
+    ]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for statement in grants:
+            conn.execute(statement)
+    parts = urlsplit(pg_url)
+    app_url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port}"))
+    try:
+        with psycopg.connect(app_url) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("CREATE TABLE probe (x INTEGER)")  # the role cannot create
+        storage = PostgresStorage(app_url)
+        try:
+            storage.put([make_record("m1", "t1", "alice", text="hello there")])
+            assert [m.text for m in storage.list_messages()] == ["hello there"]
+        finally:
+            storage.close()
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
 
 
 def test_newer_schema_is_refused(storage: PostgresStorage, pg_url: str) -> None:

@@ -74,10 +74,13 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
 def setup_steps() -> Steps[int]:
     """Create or migrate the schema (one transaction, under an advisory lock)."""
     yield Query("SELECT pg_advisory_xact_lock(%s)", (_LOCK_SETUP,))
-    yield Query(
-        f"CREATE TABLE IF NOT EXISTS {VERSIONS} (version INTEGER NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-    )
+    # Asked only when missing: PostgreSQL refuses even `IF NOT EXISTS` without the
+    # schema's CREATE right, which an app role given its tables need not have.
+    if (yield Query("SELECT to_regclass(%s)", (VERSIONS,))).rows[0][0] is None:
+        yield Query(
+            f"CREATE TABLE {VERSIONS} (version INTEGER NOT NULL, "
+            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
     version = (yield Query(f"SELECT max(version) FROM {VERSIONS}")).rows[0][0] or 0
     if version > SCHEMA_VERSION:
         raise StorageError(
