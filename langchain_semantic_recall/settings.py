@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from langchain_semantic_recall.cpu_gate import CpuGate
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
@@ -218,7 +218,10 @@ def _postgres(url: str) -> MessageStorage:
             f"pool_min_size={low} and pool_max_size={high}: a pool needs 0 <= min <= max "
             "and max >= 1"
         )
-    conninfo = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
+    # Built by hand: `urlunsplit` drops the `//` of an empty host (a Unix socket URL,
+    # `postgresql:///memory?host=/run/postgresql`), which libpq then refuses.
+    rest = f"?{urlencode(kept)}" if kept else ""
+    conninfo = f"postgresql://{parts.netloc}{parts.path}{rest}"
     check_conninfo(conninfo, redact(url))
     timeout = sizes.get("timeout", 30.0)
     return PostgresStorage(conninfo, min_size=low, max_size=high, timeout=timeout)

@@ -6,9 +6,10 @@ Pure parsing, no backend imported (the command line reads URLs before it opens a
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError
 
@@ -47,17 +48,22 @@ def known_scheme(kind: str, url: str) -> str:
     return scheme
 
 
+_SECRET_PARAMETER = re.compile(r"(?i)([?&](?:ssl)?password=)[^&#]*")
+"""A password given as a query parameter (libpq takes `password` and `sslpassword`)."""
+
+
 def redact(url: str) -> str:
-    """`url` without its password (for logs and messages).
+    """`url` without its passwords (for logs and messages).
+
+    Both kinds: in `user:password@`, and a `password` or `sslpassword` query parameter.
 
     Args:
         url: Any URL.
     """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    password = urlsplit(url).password
+    if password is not None:
+        url = url.replace(f":{password}@", ":***@", 1)
+    return _SECRET_PARAMETER.sub(r"\1***", url)
 
 
 def file_path(url: str, scheme: str) -> str:

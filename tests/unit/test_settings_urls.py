@@ -153,3 +153,51 @@ def test_a_local_store_without_a_folder_is_an_option_error_not_the_working_folde
     with pytest.raises(InvalidOptionError, match="the store's folder must be a path"):
         SemanticRecall.local(path, embeddings=FakeEmbeddings())  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "conninfo"),
+    [
+        (
+            "postgresql:///memory?host=/run/postgresql",
+            "postgresql:///memory?host=%2Frun%2Fpostgresql",
+        ),
+        ("postgresql:///memory", "postgresql:///memory"),
+        ("postgres://app@db.internal/memory", "postgresql://app@db.internal/memory"),
+        (
+            "postgresql://app@db/memory?pool_max_size=4&sslmode=require",
+            "postgresql://app@db/memory?sslmode=require",
+        ),
+    ],
+)
+def test_a_unix_socket_url_reaches_libpq_with_its_empty_host(
+    monkeypatch: pytest.MonkeyPatch, url: str, conninfo: str
+) -> None:
+    """libpq's own socket forms lost the `//` of their empty host ("postgresql:/memory")
+    and were refused with a libpq parse error (an audit)."""
+    from langchain_semantic_recall.storage import postgres
+
+    opened: list[str] = []
+    monkeypatch.setattr(postgres, "PostgresStorage", lambda conninfo, **_: opened.append(conninfo))
+    create_storage(url)
+    assert opened == [conninfo]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:s3cret@db/memory",
+        "postgresql://app@db/memory?password=s3cret&sslmode=require",
+        "postgresql://app@db/memory?sslmode=require&PASSWORD=s3cret",
+        "postgresql://app@db/memory?sslpassword=s3cret",
+    ],
+)
+def test_a_password_is_never_printed_wherever_the_url_gives_it(url: str) -> None:
+    """A `?password=` query parameter (libpq takes it) was printed in clear by `stats`'s
+    header and `RecallSettings`' repr, where `user:password@` showed `***`."""
+    from langchain_semantic_recall.settings import RecallSettings
+    from langchain_semantic_recall.urls import redact
+
+    assert "s3cret" not in redact(url)
+    assert "***" in redact(url)
+    assert "s3cret" not in repr(RecallSettings(storage_url=url, vector_url="memory://"))
