@@ -36,7 +36,6 @@ from langchain_semantic_recall.engine.core import (
     Option,
     Part,
     build_plan,
-    warn_if_unfitted,
 )
 from langchain_semantic_recall.engine.identity import IdentityKeys
 from langchain_semantic_recall.engine.maintenance_ops import RecallStats
@@ -45,7 +44,7 @@ from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.options import Budget, MessageRangeLike, Scope, SearchMode
 from langchain_semantic_recall.records import IndexResult, RecallHit
-from langchain_semantic_recall.search import SearchPlan
+from langchain_semantic_recall.search import SearchPlan, warn_if_unfitted
 from langchain_semantic_recall.settings import as_vector_index, local_backends, url_backends
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.vectors.base import VectorIndex
@@ -152,7 +151,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
                 f"storage must be a MessageStorage (e.g. SQLiteStorage), got {storage!r}"
             )
         plan = build_plan(options, storage)
-        warn_if_unfitted(plan, embeddings)
+        warn_if_unfitted(plan.search, embeddings, plan.logger)
         cache = cache if cache is not None else EmbeddingCache(cache_size)
         space = VectorSpace(embeddings, as_vector_index(vector_store), cache, index_name)
         object.__setattr__(self, "_options", options)

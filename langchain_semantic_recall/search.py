@@ -7,11 +7,13 @@ to the plan's pure `rank` and `hits`, so that sync and async share every decisio
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
+from langchain_semantic_recall.embeddings import embedding_model_name
 from langchain_semantic_recall.errors import InvalidOptionError
 from langchain_semantic_recall.fusion import NeighbourWeights, boost_period, fuse, spend_budget
 from langchain_semantic_recall.options import (
@@ -257,3 +259,26 @@ def _default_top_k(mode: str) -> int:
     if mode == "hybrid":
         return default_model().candidates
     return DEFAULT_TOP_K if mode == "dense" else HYBRID_TOP_K
+
+
+_NAMED: set[str] = set()
+"""The notes already logged: one per embedding model (not per embedder, which an engine
+built per request makes anew)."""
+
+
+def warn_if_unfitted(plan: SearchPlan, embeddings: Any, logger: logging.Logger) -> None:
+    """Say once per embedding model when hybrid search's numbers were not fitted for it."""
+    if not plan.calibrated:
+        return
+    dimension = getattr(embeddings, "dimension", None)
+    note = plan.relevance.unfitted_note(
+        embedding_model_name(embeddings), dimension if isinstance(dimension, int) else None
+    )
+    if note is None or note in _NAMED:
+        return
+    _NAMED.add(note)
+    logger.warning(
+        "hybrid search's relevance model is %s (docs/quality.md, 'Other embedders'); "
+        "stats() says so too",
+        note,
+    )

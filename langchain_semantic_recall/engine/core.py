@@ -17,7 +17,6 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from langchain_core.messages import BaseMessage
 
-from langchain_semantic_recall.embeddings import embedding_model_name
 from langchain_semantic_recall.engine.bulk_ops import (
     BulkResult,
     Conversation,
@@ -182,29 +181,6 @@ def build_plan(options: Mapping[str, Any], storage: MessageStorage) -> EnginePla
         logger=logger or logging.getLogger("langchain_semantic_recall"),
         retention=check_retention(options.get("retention")),
         horizon=check_horizon(options.get("horizon")),
-    )
-
-
-_NAMED: set[str] = set()
-"""The notes already logged: one per embedding model (not per embedder, which an engine
-built per request makes anew)."""
-
-
-def warn_if_unfitted(plan: EnginePlan, embeddings: Any) -> None:
-    """Say once per embedding model when hybrid search's numbers were not fitted for it."""
-    if not plan.search.calibrated:
-        return
-    dimension = getattr(embeddings, "dimension", None)
-    note = plan.search.relevance.unfitted_note(
-        embedding_model_name(embeddings), dimension if isinstance(dimension, int) else None
-    )
-    if note is None or note in _NAMED:
-        return
-    _NAMED.add(note)
-    plan.logger.warning(
-        "hybrid search's relevance model is %s (docs/quality.md, 'Other embedders'); "
-        "stats() says so too",
-        note,
     )
 
 
@@ -386,13 +362,25 @@ class EngineCore:
         """Delete a thread of the call's owner (`owner`); `retire` also refuses later writes."""
         self._writable("forgetting" if retire else "clearing")
         owner = self.owner(resource_id)
-        return forget_thread_op(self.backends.space, thread_id, owner, retire=retire)
+        return forget_thread_op(
+            self.backends.space,
+            thread_id,
+            owner,
+            retire=retire,
+            max_chars=self.plan.max_index_chars,
+            logger=self.plan.logger,
+        )
 
     def forget_resource(self, resource_id: str) -> Op[int]:
         """Delete every thread of a resource, and retire their ids (refused for another user)."""
         self._writable("forgetting")
         self.owner(resource_id)  # an authenticated user forgets only themselves
-        return forget_resource_op(self.backends.space, resource_id)
+        return forget_resource_op(
+            self.backends.space,
+            resource_id,
+            max_chars=self.plan.max_index_chars,
+            logger=self.plan.logger,
+        )
 
     def move_thread(self, thread_id: str, resource_id: str | None, to_resource: str) -> Op[int]:
         """Give a thread of the call's owner (`owner`) to another resource (refused read-only).

@@ -9,13 +9,15 @@ through the storage), the same call again deletes the vectors, as do
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from langchain_semantic_recall.engine import steps
-from langchain_semantic_recall.engine.maintenance_ops import owned_thread
+from langchain_semantic_recall.engine.maintenance_ops import owned_thread, reindex_op
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import VectorSpace
+from langchain_semantic_recall.records import ScopeFilter
 from langchain_semantic_recall.storable import id_text
 
 
@@ -35,7 +37,13 @@ def vectors_left(deleted: str) -> Iterator[None]:
 
 
 def forget_thread_op(
-    space: VectorSpace, thread_id: str, resource_id: str | None, *, retire: bool
+    space: VectorSpace,
+    thread_id: str,
+    resource_id: str | None,
+    *,
+    retire: bool,
+    max_chars: int | None,
+    logger: logging.Logger,
 ) -> Op[int]:
     """Delete a thread's messages and vectors; `retire` also refuses later writes to it.
 
@@ -62,10 +70,15 @@ def forget_thread_op(
     # The owner lets a vector layout partitioned by resource touch one partition.
     with vectors_left(f"thread {thread_id!r}: {deleted} message(s) were"):
         yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
+    if not retire and owner is not None:  # a cleared thread takes new turns at once
+        scope = ScopeFilter(resource_id=owner, thread_id=thread_id)
+        yield from _rewrite_stored_meanwhile(space, scope, max_chars=max_chars, logger=logger)
     return int(deleted)
 
 
-def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
+def forget_resource_op(
+    space: VectorSpace, resource_id: str, *, max_chars: int | None, logger: logging.Logger
+) -> Op[int]:
     """Delete every thread of a resource (messages and vectors), retiring their ids."""
     resource_id = id_text("resource_id", resource_id)
     deleted = yield steps.DeleteResource(resource_id)
@@ -73,4 +86,29 @@ def forget_resource_op(space: VectorSpace, resource_id: str) -> Op[int]:
     info = yield from space.resolve()
     with vectors_left(f"resource {resource_id!r}: {deleted} message(s) were"):
         yield steps.DeleteVectors(info, resource_id=resource_id)
+    scope = ScopeFilter(resource_id=resource_id)
+    yield from _rewrite_stored_meanwhile(space, scope, max_chars=max_chars, logger=logger)
     return int(deleted)
+
+
+def _rewrite_stored_meanwhile(
+    space: VectorSpace, scope: ScopeFilter, *, max_chars: int | None, logger: logging.Logger
+) -> Op[None]:
+    """Vectors again for messages stored in `scope` between its delete and its vectors'.
+
+    A turn of the resource on a new thread (not retired) or of a cleared thread (not
+    retired either) stored meanwhile had its vectors deleted with the scope's, though
+    `index` reported them written (an audit): `reindex(missing_only=True)` of the scope.
+    """
+    if not (yield steps.CountMessages(scope, up_to=1)):
+        return
+    logger.warning("messages were stored in %s while it was deleted: their vectors follow", scope)
+    yield from reindex_op(
+        space,
+        scope=scope,
+        missing_only=True,
+        batch_size=256,
+        progress=None,
+        max_chars=max_chars,
+        logger=logger,
+    )

@@ -16,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from langchain_semantic_recall import InMemoryStorage, SemanticRecall
-from langchain_semantic_recall.engine import core
+from langchain_semantic_recall import InMemoryStorage, SemanticRecall, search
 from langchain_semantic_recall.messages import MEMORY_SOURCE
 from langchain_semantic_recall.records import StoredMessage
 from langchain_semantic_recall.relevance import (
@@ -455,7 +454,7 @@ def test_stats_say_when_memory_holds_text_the_model_was_not_fitted_on() -> None:
 def test_another_embedder_is_named_once_at_construction_and_in_stats(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(core, "_NAMED", set())  # (other tests named fake-bow before)
+    monkeypatch.setattr(search, "_NAMED", set())  # (other tests named fake-bow before)
     with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
         memory = engine()
         memory.with_options(top_k=3)

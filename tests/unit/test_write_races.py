@@ -172,3 +172,39 @@ def test_a_write_naming_no_resource_to_a_thread_adopted_meanwhile_is_stored(
         ("anonymous", "alice"),
     ]
     assert _vector_texts(memory, "m3") == ["anonymous"]
+
+
+@pytest.mark.parametrize("forget", ["resource", "clear thread"])
+def test_a_turn_stored_while_its_scope_is_deleted_keeps_its_vectors(
+    forget: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`forget_resource` deletes the messages, then every vector of the resource; a turn
+    on a new thread of it (or in a cleared thread) stored between the two lost its
+    vectors though `index` had reported them written (an audit). They are written again."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=64),
+    )
+    memory.index([HumanMessage("old words", id="m1")], **IDS)
+    index = memory.vector_store
+    delete = type(index)._delete
+    turn_thread = "new" if forget == "resource" else "t"
+
+    def turn_then_delete(self: InMemoryVectorIndex, name: str, **selectors: object) -> None:
+        monkeypatch.setattr(type(index), "_delete", delete)  # once
+        done = memory.index(
+            [HumanMessage("a new turn", id="m2")], thread_id=turn_thread, resource_id="alice"
+        )
+        assert done.embedded == ("m2",)
+        delete(self, name, **selectors)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(type(index), "_delete", turn_then_delete)
+    if forget == "resource":
+        assert memory.forget_resource("alice") == 1
+    else:
+        assert memory.clear_thread("t", resource_id="alice") == 1
+    assert [m.text for m in memory.storage.list_messages()] == ["a new turn"]
+    assert _vector_texts(memory, "m2") == ["a new turn"]
+    assert _vector_texts(memory, "m1") == []
+    assert memory.stats(resource_id="alice").missing_vectors == 0
