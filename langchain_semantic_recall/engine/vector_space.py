@@ -94,6 +94,7 @@ class VectorSpace:
         self._reference: Reference | None = None
         self.texts = TermCache()
         """The terms of messages hybrid search has scored (keys are their text)."""
+        self._without_vectors: set[str] = set()  # resources warned of (`note_no_vectors`)
 
     def clear_caches(self) -> None:
         """Empty what is keyed by message text: the embeddings and the scoring's terms."""
@@ -133,6 +134,29 @@ class VectorSpace:
                 self._info = info
                 self._probed = known is None
             return self._info
+
+    def note_no_vectors(self, resource_id: str | None, found: int) -> None:
+        """Warn once per resource: the index answered nothing where keywords found `found`.
+
+        Each keyword match is a stored user or assistant message with text, which has a
+        vector unless writing it failed; none at all means the index lacks the resource's
+        vectors (a vector URL of another store, a server restarted without its volume),
+        and recall about it would be silent without a word (an audit).
+        """
+        key = resource_id or ""
+        with self._lock:
+            if key in self._without_vectors:
+                return
+            self._without_vectors.add(key)
+        logger.warning(
+            "the vector index %r holds no vector for resource %r, though keyword search found "
+            "%d of its stored messages: is it this storage's vector store (not another "
+            "server, or an emptied one)? stats() counts the messages missing a vector, and "
+            "reindex(missing_only=True) (semantic-recall reindex --missing-only) writes them",
+            None if self._info is None else self._info.name,
+            resource_id,
+            found,
+        )
 
     def note_stored(self, count: int) -> None:
         """`count` messages were stored by this engine (before its index may be open)."""

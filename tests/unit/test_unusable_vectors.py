@@ -29,7 +29,7 @@ from langchain_semantic_recall.embeddings import (
 )
 from langchain_semantic_recall.records import IndexResult
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
-from tests.fakes import UnusableFor
+from tests.fakes import FakeEmbeddings, UnusableFor
 
 IDS = {"thread_id": "t1", "resource_id": "alice"}
 BAD = {"zero": 0.0, "nan": math.nan, "inf": math.inf, "inf32": 1e308}
@@ -243,3 +243,34 @@ def test_a_query_of_unusable_vector_is_answered_by_the_keyword_half_in_hybrid_mo
     )
     with pytest.raises(SemanticRecallError, match="NaN or infinite"):
         dense.search(query, **scope)
+
+
+def test_an_index_without_the_resources_vectors_is_named_once_not_silent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A vector URL of another store, or a server restarted without its volume: the
+    index exists, holds nothing of the resource, and hybrid search answered from its
+    keyword half, mostly with silence, without a word (an audit). It warns once per
+    resource, naming the repair; stats counts every message missing."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    memory.index([HumanMessage("my garden has tomatoes"), AIMessage("Lovely garden!")], **IDS)
+    name = memory.ensure_index().name
+    memory.vector_store.delete(name, resource_id="alice")  # the server emptied under it
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        memory.search("garden tomatoes", resource_id="alice")
+        memory.search("garden", resource_id="alice")
+    warned = [r.getMessage() for r in caplog.records if "holds no vector" in r.getMessage()]
+    assert len(warned) == 1
+    assert "'alice'" in warned[0]
+    assert "reindex(missing_only=True)" in warned[0]
+    assert memory.stats(resource_id="alice").missing_vectors == 2
+    memory.reindex(missing_only=True)
+    caplog.clear()
+    again = SemanticRecall(  # another process's engine, once the vectors are back
+        storage=memory.storage, vector_store=memory.vector_store, embeddings=FakeEmbeddings()
+    )
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        again.search("garden tomatoes", resource_id="alice")
+    assert not [r for r in caplog.records if "holds no vector" in r.getMessage()]
