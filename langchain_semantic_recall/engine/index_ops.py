@@ -353,7 +353,14 @@ def _index_as(
             yield steps.DeleteVectors(info, message_ids=embedded, resource_id=resource_id)
             logger.warning("thread %r was forgotten while it was indexed", thread_id)
             return turn.refuse_all(FORGOTTEN)
-    except EmbeddingMismatchError:
+    except EmbeddingMismatchError as error:
+        stored = len(turn.to_write())
+        if stored:  # the caller sees a failed turn: it must know what the storage holds
+            error.add_note(
+                f"{stored} message(s) of this call were stored without vectors; "
+                "stats() counts them, reindex(missing_only=True) embeds them with this index's "
+                "model"
+            )
         raise
     except Exception as error:
         logger.warning(

@@ -457,9 +457,12 @@ class FaultSuite:
         )
         with pytest.raises(EmbeddingMismatchError, match="reindex"):
             other.recall(ask("Lisbon"), thread_id="t3", resource_id="alice")
-        with pytest.raises(EmbeddingMismatchError):
+        with pytest.raises(EmbeddingMismatchError) as raised:
             other.index([HumanMessage("Porto next", id="p")], thread_id="t3", resource_id="alice")
-        assert "p" in {m.id for m in rig.stored()}  # the message itself is kept
+        assert "p" in {m.id for m in rig.stored()}  # the message itself is kept, and said so
+        assert "1 message(s) of this call were stored without vectors" in str(
+            raised.value.__notes__
+        )
         assert rig.vector_ids() == before  # nothing mixed into the index
         assert memories(rig.engine.recall(ask("Lisbon"), thread_id="t4", resource_id="alice"))
 
