@@ -27,7 +27,6 @@ from langchain_semantic_recall.embeddings import Embedder, split_for_embedding
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
-from langchain_semantic_recall.messages import skip_reason
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
     MessageRecord,
@@ -361,6 +360,9 @@ def move_adopted_vectors(
     logger: logging.Logger,
 ) -> Op[None]:
     """Write an adopted thread's earlier vectors again under its owner, drop the old ones."""
+    # Here, not at the top: `stats` reads this module and must not load langchain_core.
+    from langchain_semantic_recall.messages import skip_reason
+
     yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
     skip = {r.id for r in written}
     after: tuple[str, int] | None = None
