@@ -33,7 +33,7 @@ from langchain_semantic_recall.cli.common import (
     store_path,
 )
 from langchain_semantic_recall.cli.render import error, failure_message, style, with_notes
-from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError
+from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError, StorageError
 from langchain_semantic_recall.quoting import printable
 
 __all__ = [
@@ -161,6 +161,34 @@ class _OneLine(logging.Formatter):
         return f"{label} {printable(record.getMessage())}"
 
 
+class _FewOfEach(logging.Filter):
+    """The first `SHOWN` warnings of each kind (one format string) pass; the rest are counted.
+
+    An `ingest` whose vector store went away warned once per batch (75 lines for 4,000
+    messages) before its error (an audit): the kind is said a few times, then counted.
+    """
+
+    SHOWN = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = str(record.msg)
+        self.seen[kind] = self.seen.get(kind, 0) + 1
+        return self.seen[kind] <= self.SHOWN
+
+    def untold(self) -> list[str]:
+        """One line per kind of warning that was not shown every time."""
+        return [
+            f"{count - self.SHOWN} more warning(s) like {printable(kind)[:60]!r}... "
+            "not shown (-v shows every one)"
+            for kind, count in self.seen.items()
+            if count > self.SHOWN
+        ]
+
+
 @contextmanager
 def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
     """Without `-v`, the package's warnings print as one line each, without a traceback.
@@ -176,6 +204,8 @@ def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.WARNING)
     handler.setFormatter(_OneLine())
+    few = _FewOfEach()
+    handler.addFilter(few)
     package = logging.getLogger("langchain_semantic_recall")
     package.addHandler(handler)
     propagated, package.propagate = package.propagate, False
@@ -184,6 +214,9 @@ def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
     finally:
         package.propagate = propagated
         package.removeHandler(handler)
+        label = style("semantic-recall: warning:", "yellow", stream=sys.stderr)
+        for line in few.untold():
+            print(f"{label} {line}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -207,7 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(failure))
         return EXIT_USAGE
     except SemanticRecallError as failure:
-        error(with_notes(failure))
+        # A backend that failed part way (StorageError): how to finish, as after Ctrl-C.
+        then = _next_step(args).replace(":", ";", 1) if isinstance(failure, StorageError) else ""
+        error(with_notes(failure) + then)
         return EXIT_ERROR
     except KeyboardInterrupt:
         error("interrupted" + _next_step(args))

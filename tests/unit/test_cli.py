@@ -1162,6 +1162,37 @@ def test_an_interrupted_ingest_says_how_to_finish(
     assert (stats["messages"], stats["missing_vectors"]) == (1, 0)
 
 
+def test_a_backend_failing_part_way_says_how_to_finish_and_warns_a_few_times_of_each_kind(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_urls: list[str],
+    embedder: Embedder,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A vector server gone mid-ingest (an audit): one warning per conversation (75 lines
+    for 4,000 messages), then the bare error, with no word of what to do next."""
+    from langchain_semantic_recall import SemanticRecall, StorageError
+
+    rows = [{**LINE, "thread": f"t{n}", "content": f"hello {n}"} for n in range(6)]
+    embedder.fail = RuntimeError("the embedding server is gone")
+    gone = "the Chroma server at http://db:8000 could not be reached"
+
+    def unreachable(*_: Any, **__: Any) -> Any:
+        raise StorageError(gone)
+
+    monkeypatch.setattr(SemanticRecall, "stats", unreachable)
+    result = run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", *rows)))
+    assert result.code == 1
+    lines = result.err.splitlines()
+    told = "semantic-recall: warning: indexing vectors failed"
+    assert sum(line.startswith(told) for line in lines) == 3
+    assert any("3 more warning(s) like 'indexing vectors failed" in line for line in lines)
+    assert lines[-1] == (
+        f"semantic-recall: error: {gone}; what was stored stays; run the same ingest again "
+        "with --repair: it adds the rest and embeds the messages stored without a vector"
+    )
+
+
 def test_a_reading_command_interrupted_says_only_that(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str], embedder: Embedder
 ) -> None:
