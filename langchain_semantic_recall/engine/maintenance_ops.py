@@ -305,7 +305,18 @@ def reindex_op(
         if progress is not None:
             progress(len(page))
     orphans = held.messages - stored_ids
-    if orphans:  # only the scope's own rows: another resource may hold a vector of that id
+    if orphans and scope is None and not stored_ids:
+        # A new store pointed at a vector server another store uses (a staging database
+        # beside production's Chroma): every vector looks orphaned, and this repair
+        # deleted all of the other store's (an audit). A store of no message keeps them.
+        logger.warning(
+            "this storage holds no message, and the vector index %r holds %d vector(s): not "
+            "deleted, as they may be another store's (two stores on one vector server, "
+            "docs/scale.md); if they are this store's (a forget whose vector delete failed), "
+            "call that forget again",
+            *(info.name, len(orphans)),
+        )
+    elif orphans:  # only the scope's own rows: another resource may hold a vector of that id
         yield steps.DeleteVectors(
             info,
             message_ids=sorted(orphans),

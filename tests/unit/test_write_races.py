@@ -9,6 +9,7 @@ won, even with the older text. The message was then found by words it no longer 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -208,3 +209,26 @@ def test_a_turn_stored_while_its_scope_is_deleted_keeps_its_vectors(
     assert _vector_texts(memory, "m2") == ["a new turn"]
     assert _vector_texts(memory, "m1") == []
     assert memory.stats(resource_id="alice").missing_vectors == 0
+
+
+def test_a_new_store_on_another_stores_vector_server_keeps_its_vectors_on_repair(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A staging database pointed at production's vector server: every vector looked
+    orphaned to it, and its `reindex(missing_only=True)` deleted all of production's (an
+    audit). A store that holds no message deletes none, and says why."""
+    shared = InMemoryVectorIndex()
+    production = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=shared, embeddings=FakeEmbeddings(dimension=64)
+    )
+    production.index([HumanMessage("I'm allergic to peanuts.", id="p1")], **IDS)
+    staging = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=shared, embeddings=FakeEmbeddings(dimension=64)
+    )
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        assert staging.reindex(missing_only=True) == 0
+        assert staging.reindex() == 0
+    assert _vector_texts(production, "p1") == ["I'm allergic to peanuts."]
+    assert sum("may be another store's" in r.getMessage() for r in caplog.records) == 2
+    production.forget_thread("t", resource_id="alice")  # this store's own orphans still go
+    assert _vector_texts(production, "p1") == []
