@@ -208,7 +208,7 @@ def _calibrated_search(
     if not dense and not keyword:
         return []
     if not dense and vector and not scope.narrowed:  # the vector half had nothing to search
-        space.note_no_vectors(scope.resource_id, len(keyword))
+        space.note_no_vectors(scope, [m for (m, *_) in found.values()], now)
     seen = {m.id: m for window in early.values() for m in window}  # all inside the scope
     unread = [message_id for message_id, _ in dense if message_id not in found]
     found = {**found, **{k: (seen[k],) for k in unread if k in seen}}

@@ -10,11 +10,13 @@ opens (or creates) the index and fails closed if it was built with another model
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Final
 
 from langchain_semantic_recall.embeddings import Embedder, EmbeddingCache, embedding_model_name
 from langchain_semantic_recall.engine import steps
@@ -25,7 +27,7 @@ from langchain_semantic_recall.errors import (
     SemanticRecallError,
 )
 from langchain_semantic_recall.options import check_index_name, default_index_name
-from langchain_semantic_recall.records import ThreadInfo
+from langchain_semantic_recall.records import ScopeFilter, StoredMessage, ThreadInfo
 from langchain_semantic_recall.relevance.features import TermCache
 from langchain_semantic_recall.relevance.reference import (
     SMALL_TALK,
@@ -40,6 +42,13 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+
+IN_FLIGHT: Final = timedelta(minutes=1)
+"""Messages younger than this may still be writing their vectors (`note_no_vectors`)."""
+NO_VECTORS_EVERY: Final = 600.0
+"""Seconds between two warnings of `VectorSpace.note_no_vectors` for one index and scope."""
+_NO_VECTORS_TOLD: dict[tuple[str, str | None, str | None], float] = {}
+_NO_VECTORS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +103,6 @@ class VectorSpace:
         self._reference: Reference | None = None
         self.texts = TermCache()
         """The terms of messages hybrid search has scored (keys are their text)."""
-        self._without_vectors: set[str] = set()  # resources warned of (`note_no_vectors`)
 
     def clear_caches(self) -> None:
         """Empty what is keyed by message text: the embeddings and the scoring's terms."""
@@ -135,27 +143,38 @@ class VectorSpace:
                 self._probed = known is None
             return self._info
 
-    def note_no_vectors(self, resource_id: str | None, found: int) -> None:
-        """Warn once per resource: the index answered nothing where keywords found `found`.
+    def note_no_vectors(
+        self, scope: ScopeFilter, found: Sequence[StoredMessage], now: datetime
+    ) -> None:
+        """Warn: the index answered nothing in `scope` where keyword search found `found`.
 
         Each keyword match is a stored user or assistant message with text, which has a
-        vector unless writing it failed; none at all means the index lacks the resource's
+        vector unless writing it failed; none at all means the index lacks the scope's
         vectors (a vector URL of another store, a server restarted without its volume),
-        and recall about it would be silent without a word (an audit).
+        and recall about it would be silent without a word (an audit). Messages younger
+        than `IN_FLIGHT` are not counted (a turn stored a moment ago may be writing its
+        vectors still). Said once per index and scope every `NO_VECTORS_EVERY` seconds
+        in this process (engines built per request share it).
         """
-        key = resource_id or ""
-        with self._lock:
-            if key in self._without_vectors:
+        settled = [m for m in found if now - m.created_at > IN_FLIGHT]
+        if not settled:
+            return
+        name = self._info.name if self._info is not None else ""
+        key = (name, scope.resource_id, scope.thread_id)
+        clock = time.monotonic()
+        with _NO_VECTORS_LOCK:
+            if clock - _NO_VECTORS_TOLD.get(key, -math.inf) < NO_VECTORS_EVERY:
                 return
-            self._without_vectors.add(key)
+            _NO_VECTORS_TOLD[key] = clock
+        where = f"resource {scope.resource_id!r}"
+        if scope.thread_id is not None:
+            where = f"thread {scope.thread_id!r} of {where}"
         logger.warning(
-            "the vector index %r holds no vector for resource %r, though keyword search found "
-            "%d of its stored messages: is it this storage's vector store (not another "
-            "server, or an emptied one)? stats() counts the messages missing a vector, and "
+            "the vector index %r holds no vector for %s, though keyword search found %d of "
+            "its stored messages: is it this storage's vector store (not another server, or "
+            "an emptied one)? stats() counts the messages missing a vector, and "
             "reindex(missing_only=True) (semantic-recall reindex --missing-only) writes them",
-            None if self._info is None else self._info.name,
-            resource_id,
-            found,
+            *(name, where, len(settled)),
         )
 
     def note_stored(self, count: int) -> None:

@@ -33,6 +33,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     VectorRecord,
+    unembedded_reason,
 )
 from langchain_semantic_recall.vectors.base import chunk_id
 
@@ -268,14 +269,26 @@ def write_current(
     written = {row.message_id for row in vectors.rows}
     embedded = [r for r in records if r.id in written and r.id not in fresh]
     for check in range(TEXT_CHECKS + 1):
-        changed = yield from _changed_since(embedded)
-        if not changed:
+        try:
+            changed = yield from _changed_since(embedded)
+        except Exception:  # the vectors are written: a failed check is no failed write
+            logger.warning(
+                "could not read %d message(s) back after writing their vectors; an edit "
+                "made meanwhile may have lost to them (reindex() writes them from the text)",
+                len(embedded),
+                exc_info=True,
+            )
             break
         by_resource: dict[str, list[str]] = {}
         for message in changed:
             by_resource.setdefault(message.resource_id, []).append(message.id)
         for resource_id, ids in sorted(by_resource.items()):  # a shorter text: fewer chunks
             yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
+        # One turned into a message that gets no vector (a system message, no text) keeps
+        # none: its text is never embedded.
+        changed = [m for m in changed if unembedded_reason(m) is None]
+        if not changed:
+            break
         if check == TEXT_CHECKS:
             logger.warning(
                 "the text of %d message(s) kept changing while it was embedded (%s): "
@@ -297,16 +310,25 @@ def write_current(
 def _changed_since(
     records: Sequence[MessageRecord | StoredMessage],
 ) -> Op[list[StoredMessage]]:
-    """The stored messages of `records` whose text is no longer the record's (by thread)."""
-    texts = {record.id: record.text for record in records}
-    threads: dict[str, list[str]] = {}
+    """The stored messages of `records` whose text or metadata are no longer the record's.
+
+    One read per resource (a `reindex` page spans many threads), per thread for threads
+    of no resource; a message whose thread moved meanwhile is not found there, and its
+    vectors follow the move (`write_owned`).
+    """
+    given = {record.id: record for record in records}
+    scopes: dict[ScopeFilter, list[str]] = {}
     for record in records:
-        threads.setdefault(record.thread_id, []).append(record.id)
+        owned = record.resource_id != NO_RESOURCE
+        scope = ScopeFilter(record.resource_id) if owned else ScopeFilter(None, record.thread_id)
+        scopes.setdefault(scope, []).append(record.id)
     changed: list[StoredMessage] = []
-    for thread_id, ids in sorted(threads.items()):
-        scope = ScopeFilter(thread_id=thread_id)
+    for scope, ids in scopes.items():
         stored = yield steps.ReadWindows(ids, before=0, after=0, scope=scope)
-        changed += [w[0] for w in stored.values() if w and w[0].text != texts.get(w[0].id)]
+        for message, *_ in filter(None, stored.values()):
+            record = given[message.id]
+            if message.text != record.text or dict(message.metadata) != dict(record.metadata):
+                changed.append(message)
     return changed
 
 

@@ -201,3 +201,13 @@ def test_a_password_is_never_printed_wherever_the_url_gives_it(url: str) -> None
     assert "s3cret" not in redact(url)
     assert "***" in redact(url)
     assert "s3cret" not in repr(RecallSettings(storage_url=url, vector_url="memory://"))
+
+
+def test_the_postgres_storage_never_prints_a_password_of_its_conninfo() -> None:
+    """`sslpassword` (the client key's passphrase) was left in every StorageError (a review)."""
+    from langchain_semantic_recall.storage.postgres.conninfo import redacted
+
+    shown = redacted("host=db dbname=memory user=app password=s3cret sslpassword=k3y")
+    assert "s3cret" not in shown
+    assert "k3y" not in shown
+    assert "host=db" in shown

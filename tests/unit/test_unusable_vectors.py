@@ -246,31 +246,43 @@ def test_a_query_of_unusable_vector_is_answered_by_the_keyword_half_in_hybrid_mo
 
 
 def test_an_index_without_the_resources_vectors_is_named_once_not_silent(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A vector URL of another store, or a server restarted without its volume: the
     index exists, holds nothing of the resource, and hybrid search answered from its
     keyword half, mostly with silence, without a word (an audit). It warns once per
-    resource, naming the repair; stats counts every message missing."""
+    scope (every ten minutes, for every engine of the process), naming the repair; a
+    turn stored a moment ago (its vectors may be on their way) does not count."""
+    from langchain_semantic_recall.engine import vector_space
+
+    monkeypatch.setattr(vector_space, "_NO_VECTORS_TOLD", {})
     memory = SemanticRecall(
         storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
     )
-    memory.index([HumanMessage("my garden has tomatoes"), AIMessage("Lovely garden!")], **IDS)
+    old = {"created_at": "2024-01-15T10:30:00Z"}
+    memory.index([HumanMessage("my garden has tomatoes", additional_kwargs=old)], **IDS)
+    memory.index([HumanMessage("garden news", id="new")], thread_id="t2", resource_id="alice")
     name = memory.ensure_index().name
     memory.vector_store.delete(name, resource_id="alice")  # the server emptied under it
+
+    def told() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "holds no vector" in r.getMessage()]
+
     with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        memory.search("news", thread_id="t2", resource_id="alice", scope="thread")
+        assert told() == []  # only the message stored a moment ago: not counted
         memory.search("garden tomatoes", resource_id="alice")
         memory.search("garden", resource_id="alice")
-    warned = [r.getMessage() for r in caplog.records if "holds no vector" in r.getMessage()]
-    assert len(warned) == 1
-    assert "'alice'" in warned[0]
-    assert "reindex(missing_only=True)" in warned[0]
+        memory.with_options(top_k=3).search("garden", resource_id="alice")
+        memory.search("tomatoes", thread_id="t1", resource_id="alice", scope="thread")
+    assert len(told()) == 2
+    assert "for resource 'alice', though keyword search found 1" in told()[0]
+    assert "reindex(missing_only=True)" in told()[0]
+    assert "for thread 't1' of resource 'alice'" in told()[1]
     assert memory.stats(resource_id="alice").missing_vectors == 2
     memory.reindex(missing_only=True)
     caplog.clear()
-    again = SemanticRecall(  # another process's engine, once the vectors are back
-        storage=memory.storage, vector_store=memory.vector_store, embeddings=FakeEmbeddings()
-    )
+    monkeypatch.setattr(vector_space, "_NO_VECTORS_TOLD", {})
     with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
-        again.search("garden tomatoes", resource_id="alice")
-    assert not [r for r in caplog.records if "holds no vector" in r.getMessage()]
+        memory.search("garden tomatoes", resource_id="alice")
+    assert told() == []  # the vectors are back

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
@@ -24,7 +25,7 @@ from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
-IDS = {"thread_id": "t", "resource_id": "alice"}
+IDS: dict[str, Any] = {"thread_id": "t", "resource_id": "alice"}
 
 
 class HeldEmbeddings(FakeEmbeddings):
@@ -131,6 +132,42 @@ def test_a_text_that_keeps_changing_is_left_without_a_vector_and_said_so() -> No
 
 
 NOW = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def _stored_behind(memory: SemanticRecall, **changes: object) -> Callable[[], None]:
+    """Another writer that stores m1 again, with `changes`, while its vectors are made."""
+
+    def store() -> None:
+        fields = {"role": "user", "text": "HOLD first", "metadata": (), **changes}
+        text, role, items = fields["text"], fields["role"], fields["metadata"]
+        payload = serialise(HumanMessage(str(text), id="m1"))
+        record = MessageRecord("m1", "t", "alice", role, text, NOW, payload, metadata=items)  # type: ignore[arg-type]
+        memory.storage.put([record])
+
+    return store
+
+
+def test_a_message_turned_into_one_without_a_vector_meanwhile_keeps_none() -> None:
+    """A review: the check wrote vectors again for any text stored meanwhile, a system
+    message's or a tool output's too (a tool output's SSN was then found by search)."""
+    embeddings = HeldEmbeddings()
+    memory = _engine(embeddings)
+    embeddings.on_hold = _stored_behind(memory, role="system", text="HOLD system prompt")
+    memory.index([HumanMessage("HOLD first", id="m1")], **IDS)
+    assert [m.role for m in memory.storage.list_messages()] == ["system"]
+    assert _vector_texts(memory, "m1") == []
+    assert memory.stats().missing_vectors == 0  # a system message is not missing one
+
+
+def test_metadata_stored_meanwhile_reaches_the_vectors_too() -> None:
+    """Filters read a vector's metadata: the older write's would hide the message from a
+    search filtered on the new one."""
+    embeddings = HeldEmbeddings()
+    memory = _engine(embeddings)
+    embeddings.on_hold = _stored_behind(memory, metadata=(("topic", "garden"),))
+    memory.index([HumanMessage("HOLD first", id="m1")], **IDS)
+    rows = memory.vector_store.export(memory.ensure_index().name)
+    assert [dict(row.metadata) for row in rows if row.message_id == "m1"] == [{"topic": "garden"}]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])

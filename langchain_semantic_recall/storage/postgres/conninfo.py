@@ -43,14 +43,15 @@ def sets_connect_timeout(conninfo: str, kwargs: Mapping[str, Any]) -> bool:
 
 
 def redacted(conninfo: str) -> str:
-    """`conninfo` without its password (for messages and logs)."""
+    """`conninfo` without its passwords (for messages and logs)."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     try:
         parts = conninfo_to_dict(conninfo)
     except Exception:
         return "<unparsable conninfo>"
-    parts.pop("password", None)
+    for secret in ("password", "sslpassword"):  # the latter unlocks the client's key
+        parts.pop(secret, None)
     return make_conninfo("", **parts)
 
 
