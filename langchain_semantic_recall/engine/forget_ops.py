@@ -100,10 +100,11 @@ def _rewrite_stored_meanwhile(
     retired either) stored meanwhile had its vectors deleted with the scope's, though
     `index` reported them written (an audit): `reindex(missing_only=True)` of the scope.
     """
+    where = f"thread {scope.thread_id!r}" if scope.thread_id else f"resource {scope.resource_id!r}"
     try:  # the forget is done: what follows is a repair, whose failure it only reports
         if not (yield steps.CountMessages(scope, up_to=1)):
             return
-        logger.warning("messages stored in %s while it was deleted: vectors follow", scope)
+        logger.warning("messages stored in %s while it was deleted: vectors follow", where)
         yield from reindex_op(
             space,
             scope=scope,
@@ -117,6 +118,6 @@ def _rewrite_stored_meanwhile(
         logger.warning(
             "the forget is done, but the vectors of messages stored in %s meanwhile could not "
             "be checked or written: stats() counts them, reindex(missing_only=True) writes them",
-            scope,
+            where,
             exc_info=True,
         )
