@@ -20,7 +20,11 @@ from langchain_semantic_recall.engine.call_options import CallIds
 from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.errors import ForgottenThreadError, MessageIdTakenError
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    MessageIdTakenError,
+    ThreadOwnerError,
+)
 from langchain_semantic_recall.injection import live_key
 from langchain_semantic_recall.messages import (
     clean_text,
@@ -277,6 +281,15 @@ def _index_new_op(
     the result's `skipped` says why for each.
     """
     thread_id = who.require_thread(core.plan.keys, "the index side of a turn")
+    if who.resource_id is not None:  # before any read: they are made by thread id alone
+        owner = yield steps.ThreadOwner(thread_id)
+        if owner not in (None, NO_RESOURCE, who.resource_id):
+            # A turn with nothing new to write was accepted in another user's thread, and
+            # refused when its words differed from the stored ones: an oracle on them.
+            raise ThreadOwnerError(
+                f"thread {thread_id!r} belongs to another resource than "
+                f"{who.resource_id!r}: use a thread id of that resource"
+            )
     prompt = _leading_prompt(messages)
     candidates = _storable(messages, thread_id, prompt)
     scope = ScopeFilter(thread_id=thread_id)

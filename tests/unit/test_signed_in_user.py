@@ -433,3 +433,36 @@ def test_a_config_given_inside_a_signed_in_run_keeps_the_signed_in_user(
     with pytest.raises(OwnershipError):
         asigned_in(USER, acall)
     assert snapshot(memory) == before
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+@pytest.mark.parametrize(
+    "said",
+    [
+        [AIMessage("Your PIN is 4711.", id="b2")],  # his words exactly: was accepted
+        [AIMessage("Your PIN is 0000.", id="b2")],  # a wrong guess: was refused
+        [],
+    ],
+)
+def test_the_index_side_of_a_turn_refuses_another_users_thread_whatever_it_sends(
+    is_async: bool, said: list[Any]
+) -> None:
+    """The index side of a turn read another user's thread by id before any check: a
+    turn with nothing new to write (his message id and his exact words) was accepted,
+    a wrong guess refused, which confirmed his words one guess at a time (an audit)."""
+    from langchain_semantic_recall.errors import ThreadOwnerError
+    from langchain_semantic_recall.turn_index import aindex_new_messages, index_new_messages
+
+    memory = engine("resource")
+    bob = [HumanMessage("remember my PIN", id="b1"), AIMessage("Your PIN is 4711.", id="b2")]
+    memory.index(bob, thread_id="bob-t", resource_id="bob")
+    before = snapshot(memory)
+
+    def write() -> object:
+        if is_async:
+            return asigned_in(USER, lambda: aindex_new_messages(memory, said, thread_id="bob-t"))
+        return signed_in(USER, lambda: index_new_messages(memory, said, thread_id="bob-t"))
+
+    with pytest.raises(ThreadOwnerError, match="another resource"):
+        write()
+    assert snapshot(memory) == before
