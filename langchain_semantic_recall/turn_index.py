@@ -20,11 +20,7 @@ from langchain_semantic_recall.engine.call_options import CallIds
 from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.steps import Op
-from langchain_semantic_recall.errors import (
-    ForgottenThreadError,
-    MessageIdTakenError,
-    ThreadOwnerError,
-)
+from langchain_semantic_recall.errors import ForgottenThreadError, MessageIdTakenError
 from langchain_semantic_recall.injection import live_key
 from langchain_semantic_recall.messages import (
     clean_text,
@@ -34,6 +30,7 @@ from langchain_semantic_recall.messages import (
     text_of,
 )
 from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter
+from langchain_semantic_recall.storage.checks import thread_of_another
 from langchain_semantic_recall.turns import is_summary, is_user
 
 if TYPE_CHECKING:
@@ -286,10 +283,7 @@ def _index_new_op(
         if owner not in (None, NO_RESOURCE, who.resource_id):
             # A turn with nothing new to write was accepted in another user's thread, and
             # refused when its words differed from the stored ones: an oracle on them.
-            raise ThreadOwnerError(
-                f"thread {thread_id!r} belongs to another resource than "
-                f"{who.resource_id!r}: use a thread id of that resource"
-            )
+            raise thread_of_another(thread_id, who.resource_id)  # as the write would
     prompt = _leading_prompt(messages)
     candidates = _storable(messages, thread_id, prompt)
     scope = ScopeFilter(thread_id=thread_id)

@@ -18,6 +18,7 @@ from langchain_semantic_recall.engine.steps import Op, Progress
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
     Chunking,
+    drop_vectors,
     strays_of,
     unowned_vectors,
     write_current,
@@ -278,7 +279,7 @@ def reindex_op(
         unwanted = {
             m.id for m in page if m.id in held.messages and unembedded_reason(m) is not None
         }
-        yield from _drop_vectors(info, [m for m in page if m.id in stray | unwanted])
+        yield from drop_vectors(info, [m for m in page if m.id in stray | unwanted])
         adopted = strays_of(page, unowned)  # vectors left under no resource
         todo = [
             m
@@ -297,7 +298,7 @@ def reindex_op(
             )
             # A vector the embedder no longer gives (logged as none): not kept from before.
             old = [m for m in todo if m.id in vectors.unusable and m.id in held.messages]
-            yield from _drop_vectors(info, old)
+            yield from drop_vectors(info, old)
             done = [m for m in todo if m.id not in vectors.unusable]
             written += len(done) - (yield from _drop_forgotten(info, done))
         if adopted:  # written again under their owner (above): the copies nobody searches go
@@ -336,15 +337,6 @@ def _lacks(held: HeldVectors, message: StoredMessage) -> bool:
     """Whether the message has metadata and vectors that carry none (written before 0.3)."""
     found = message.id in held.messages
     return found and bool(message.metadata) and message.id not in held.carrying
-
-
-def _drop_vectors(info: IndexInfo, messages: Sequence[StoredMessage]) -> Op[None]:
-    """Delete every vector of `messages`, each under its resource."""
-    by_resource: dict[str, list[str]] = {}
-    for message in messages:
-        by_resource.setdefault(message.resource_id, []).append(message.id)
-    for resource_id, ids in sorted(by_resource.items()):
-        yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
 
 
 def _check_scope(scope: ScopeFilter | None) -> Op[None]:

@@ -279,11 +279,7 @@ def write_current(
                 exc_info=True,
             )
             break
-        by_resource: dict[str, list[str]] = {}
-        for message in changed:
-            by_resource.setdefault(message.resource_id, []).append(message.id)
-        for resource_id, ids in sorted(by_resource.items()):  # a shorter text: fewer chunks
-            yield steps.DeleteVectors(info, message_ids=sorted(ids), resource_id=resource_id)
+        yield from drop_vectors(info, changed)  # all of them: a shorter text has fewer chunks
         # One turned into a message that gets no vector (a system message, no text) keeps
         # none: its text is never embedded.
         changed = [m for m in changed if unembedded_reason(m) is None]
@@ -305,6 +301,15 @@ def write_current(
         unusable.update(again.unusable)
         embedded = [m for m in changed if m.id not in again.unusable]
     return Embedded(rows, unusable)
+
+
+def drop_vectors(info: IndexInfo, messages: Sequence[MessageRecord | StoredMessage]) -> Op[None]:
+    """Delete every vector of `messages`, each under its resource."""
+    by_resource: dict[str, list[str]] = {}
+    for message in messages:
+        by_resource.setdefault(message.resource_id, []).append(message.id)
+    for resource_id, ids in sorted(by_resource.items()):
+        yield steps.DeleteVectors(info, message_ids=ids, resource_id=resource_id)
 
 
 def _changed_since(
@@ -382,16 +387,13 @@ def move_adopted_vectors(
     logger: logging.Logger,
 ) -> Op[None]:
     """Write an adopted thread's earlier vectors again under its owner, drop the old ones."""
-    # Here, not at the top: `stats` reads this module and must not load langchain_core.
-    from langchain_semantic_recall.messages import skip_reason
-
     yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=NO_RESOURCE)
     skip = {r.id for r in written}
     after: tuple[str, int] | None = None
     scope = ScopeFilter(thread_id=thread_id)
     while page := (yield steps.ListMessages(scope, after=after, limit=256)):
         after = (page[-1].thread_id, page[-1].seq)
-        todo = [m for m in page if m.id not in skip and skip_reason(m) is None]
+        todo = [m for m in page if m.id not in skip and unembedded_reason(m) is None]
         if todo:
             vectors = yield from embed_records(
                 info, space, todo, max_chars=max_chars, logger=logger
