@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Final, Literal, overload
+from typing import BinaryIO, Final, Literal, overload
 
 import numpy as np
 
@@ -218,9 +218,11 @@ class Snapshot:
                     return None
                 file.seek(size - 16 - length)
                 header = json.loads(file.read(length))
-            if not isinstance(header, dict) or header.get("format") != FORMAT:
-                return None
-            arrays = [_mapped(path, size, *placed) for placed in header["arrays"]]
+                if not isinstance(header, dict) or header.get("format") != FORMAT:
+                    return None
+                # mapped from this handle, not the path: a writer may rename a newer
+                # file into place meanwhile, with its arrays at other offsets
+                arrays = [_mapped(file, size, *placed) for placed in header["arrays"]]
             vectors, vector_blob, vector_ends, message_blob, message_ends, order = arrays
             snapshot = cls(
                 str(header["collection"]),
@@ -313,13 +315,13 @@ class PackedStrings(Sequence[str]):
         return bytes(self.blob[start:end]).decode()
 
 
-def _mapped(path: Path, size: int, at: object, form: str, shape: list[int]) -> np.ndarray:
-    """One array of a snapshot file (ValueError if it is not inside the file)."""
+def _mapped(file: BinaryIO, size: int, at: object, form: str, shape: list[int]) -> np.ndarray:
+    """One array of an open snapshot file (ValueError if it is not inside the file)."""
     if not isinstance(at, int) or not 0 <= at <= size:
         raise ValueError(f"an array at {at!r} in a file of {size} bytes")
     if not math.prod(shape):
         return np.zeros(shape, dtype=np.dtype(form))
-    return np.memmap(path, dtype=np.dtype(form), mode="r", offset=at, shape=tuple(shape))
+    return np.memmap(file, dtype=np.dtype(form), mode="r", offset=at, shape=tuple(shape))
 
 
 def positions(texts: Sequence[str], wanted: set[str]) -> dict[str, int]:

@@ -22,7 +22,7 @@ from langchain_semantic_recall.vectors.chroma_log import (
     LogRecord,
     Stamp,
 )
-from langchain_semantic_recall.vectors.chroma_snapshot import Snapshot, message_id_of
+from langchain_semantic_recall.vectors.chroma_snapshot import FORMAT, Snapshot, message_id_of
 
 DIMENSION = 4
 
@@ -161,6 +161,33 @@ def test_an_empty_snapshot_round_trips(tmp_path: Path) -> None:
     assert loaded.nearest([1.0, 0, 0, 0], 5) == []
 
 
+def test_a_file_renamed_into_place_while_loading_is_not_mixed_with_the_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer's rename between the header's read and the arrays' maps is not seen.
+
+    Mapping the path again would map the new file's bytes at the old file's offsets:
+    vector bytes read as ids (a UnicodeDecodeError once seen in CI).
+    """
+    import langchain_semantic_recall.vectors.chroma_snapshot as module
+
+    old = snapshot(BASE)
+    old.save(tmp_path, "coll")
+    newer = snapshot({f"message-{i:04d}-{'x' * 40}": [1.0, i, 0, 0] for i in range(50)}, seq=11)
+    real_loads = json.loads
+
+    def loads_then_rename(text: bytes) -> object:
+        newer.save(tmp_path, "coll")  # lands after the header was read
+        return real_loads(text)
+
+    monkeypatch.setattr(module.json, "loads", loads_then_rename)
+    loaded = Snapshot.load(tmp_path, "coll")
+    monkeypatch.undo()
+    assert loaded is not None
+    assert held(loaded) == held(old)
+    assert held(Snapshot.load(tmp_path, "coll") or old) == held(newer)
+
+
 def _with_header(folder: Path, name: str, header: bytes) -> None:
     """A file with a good frame (magic, aligned space) around `header`."""
     magic = b"SRSNAP1\n"
@@ -186,7 +213,7 @@ _ARRAY = st.tuples(
         _JSON,
         st.fixed_dictionaries(
             {
-                "format": st.just("semantic-recall-snapshot-1"),
+                "format": st.just(FORMAT),
                 "collection": _JSON,
                 "seq": _JSON,
                 "arrays": st.lists(_ARRAY, min_size=4, max_size=6),
