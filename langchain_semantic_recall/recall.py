@@ -273,7 +273,7 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         Resource scope needs only a resource id; thread scope a thread id. `top_k`,
         `scope` and `threshold` override the engine's for this call; `filter`, `since`
         and `until` narrow it (docs/filtering.md). A blank query finds nothing (`[]`,
-        after the ids are checked). Failures raise (`recall` logs them).
+        once the ids and the thread's owner are checked). Failures raise.
 
         Args:
             query: The text to search for.
@@ -298,7 +298,8 @@ class SemanticRecall(Runnable[Any, list[BaseMessage]]):
         text or no hit: the input unchanged. A failure of the embedder, vector index or
         storage is logged and recalls nothing; configuration errors (missing ids,
         dimension mismatch, a bad `filter`/`since`/`until`) are raised, and so is
-        `OwnershipError` in a thread another resource owns (its turn could not be stored).
+        `OwnershipError` in a thread another resource owns (its turn could not be stored),
+        with or without human text.
 
         Args:
             messages: The conversation so far; its newest human message is the query.

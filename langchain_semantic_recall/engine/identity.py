@@ -134,10 +134,9 @@ class Identity:
         Raises:
             IdentityMismatchError: `config` names another thread or resource.
         """
-        configurable = config.get("configurable") if isinstance(config, Mapping) else None
-        if not isinstance(configurable, Mapping):
+        if not isinstance(config, Mapping):
             return
-        thread, resource = _configured(keys, configurable)
+        thread, resource = _configured(keys, _named_in(config))
         for key, bound, named in (
             (keys.thread, self.thread_id, thread),
             (keys.resource, self.resource_id, resource),
@@ -207,6 +206,20 @@ def _configured(
         *(as_id(key, configurable.get(key)) for key in (keys.thread, *keys.thread_fallbacks))
     )
     return thread, as_id(keys.resource, configurable.get(keys.resource))
+
+
+def _named_in(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What a config given to a call names, as `ensure_config` reads it.
+
+    Its `configurable`, with the top-level keys that are not LangChain's own laid over
+    it: `{"thread_id": "t"}` names thread "t" as `{"configurable": {...}}` does.
+    """
+    from langchain_core.runnables.config import CONFIG_KEYS
+
+    configurable = config.get("configurable")
+    named = dict(configurable) if isinstance(configurable, Mapping) else {}
+    named.update((k, v) for k, v in config.items() if k not in CONFIG_KEYS and v is not None)
+    return named
 
 
 def _first(*values: str | None) -> str | None:
@@ -320,7 +333,7 @@ def with_signed_in_user(keys: IdentityKeys, config: RunnableConfig | None) -> Ru
     """
     if config is None or not keys.auth_user:
         return config
-    configurable: Mapping[str, Any] = config.get("configurable") or {}
+    configurable = _named_in(config)  # a user at the top level is LangChain's too
     user = _signed_in_user(keys, configurable, given=True)
     if user is None or configurable.get(keys.auth_user) == user:
         return config

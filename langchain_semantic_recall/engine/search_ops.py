@@ -84,7 +84,7 @@ def search_op(
     """
     scope = _scope(request, keys, what)
     named = None if scope is None else (scope.thread_id or request.identity.thread_id)
-    if request.query.strip() and scope is not None and named is not None:
+    if scope is not None and named is not None:  # a blank query too: it is refused alike
         owner = yield steps.ThreadOwner(named)
         if owner not in (None, NO_RESOURCE, scope.resource_id):
             raise OwnershipError(
@@ -368,7 +368,8 @@ def recall_op(
 ) -> Op[tuple[list[BaseMessage], RecallReport]]:
     """`messages` with the recalled messages injected, and the report of what was.
 
-    `request.query` is ignored. No human text: the input unchanged (documented no-op).
+    `request.query` is ignored. No human text: the input unchanged (documented no-op),
+    once the thread's owner is checked.
     A failure of the embedder, vector index or storage is logged and recalls nothing (the
     report says `"failed"`); configuration errors (missing ids, dimension mismatch), a
     thread of another resource (`OwnershipError`, unless `owner_checked`: the caller did)
@@ -381,12 +382,13 @@ def recall_op(
     search_scope(request.identity, request.scope, keys, "recall")  # missing ids are loud
     who = request.identity
     query = query_text(items)
-    if query is None:
-        return items, RecallReport("no query", None, who.thread_id, who.resource_id)
     try:
+        # before the no-query answer: another's thread is refused whatever the input
         if not owner_checked and who.thread_id is not None and who.resource_id is not None:
             owner = yield steps.ThreadOwner(who.thread_id)
             _check_owner(who.thread_id, owner, who.resource_id)
+        if query is None:
+            return items, RecallReport("no query", None, who.thread_id, who.resource_id)
         turn = replace(request, query=query, now=request.now or turn_time(items))
         hits = yield from hits_op(space, keys, turn)
         unstored = yield from _resent_keys(items, hits, who.thread_id)

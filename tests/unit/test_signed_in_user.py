@@ -466,3 +466,40 @@ def test_the_index_side_of_a_turn_refuses_another_users_thread_whatever_it_sends
     with pytest.raises(ThreadOwnerError, match="another resource"):
         write()
     assert snapshot(memory) == before
+
+
+# The same calls with nothing to search for: an empty or blank query, a turn without
+# human text. They answered "nothing" for another user's thread where a query got
+# `OwnershipError`: refused now whatever the input, as the index side refuses.
+BLANK_CALLS: dict[str, Callable[[SemanticRecall, str], Awaitable[object] | object]] = {
+    "search('')": lambda m, t: m.search("", thread_id=t),
+    "search('  ')": lambda m, t: m.search("  \n", thread_id=t),
+    "asearch('')": lambda m, t: m.asearch("", thread_id=t),
+    "recall([])": lambda m, t: m.recall([], thread_id=t),
+    "recall(ai only)": lambda m, t: m.recall([AIMessage("ok")], thread_id=t),
+    "arecall(blank human)": lambda m, t: m.arecall([HumanMessage(" ")], thread_id=t),
+    "invoke(ai only)": lambda m, t: m.invoke([AIMessage("ok")], {"configurable": {"thread_id": t}}),
+    "retriever.invoke('')": lambda m, t: m.as_retriever().invoke(
+        "", {"configurable": {"thread_id": t}}
+    ),
+    "tool.ainvoke('')": lambda m, t: m.as_tool().ainvoke(
+        {"query": ""}, {"configurable": {"thread_id": t}}
+    ),
+}
+
+
+@pytest.mark.parametrize("scope", ["resource", "thread"])
+@pytest.mark.parametrize("name", sorted(BLANK_CALLS))
+def test_a_blank_query_naming_another_users_thread_is_refused_too(name: str, scope: str) -> None:
+    memory = engine(scope)
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    memory.index(turn("garden"), thread_id=OWN_THREAD, resource_id=USER)
+
+    async def acall(thread: str) -> object:
+        result = BLANK_CALLS[name](memory, thread)
+        return await result if isinstance(result, Awaitable) else result
+
+    with pytest.raises(OwnershipError):
+        asigned_in(USER, lambda: acall("bob/t0"))
+    own = asigned_in(USER, lambda: acall(OWN_THREAD))  # the user's own: no error, no memory
+    assert "garden" not in str(own)

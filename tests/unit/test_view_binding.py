@@ -56,6 +56,9 @@ SYNC_CALLS: dict[str, Call] = {
     "invoke(config)": lambda v, r: v.invoke(turn("lisbon")[:1], other_run(r)),
     "retriever(config)": lambda v, r: v.as_retriever().invoke("lisbon", other_run(r)),
     "tool(config)": lambda v, r: v.as_tool().invoke({"query": "lisbon"}, other_run(r)),
+    "index(top-level config)": lambda v, r: v.index(turn("planted"), config=top_level(r)),
+    "recall(top-level config)": lambda v, r: v.recall(turn("lisbon")[:1], config=top_level(r)),
+    "invoke(top-level config)": lambda v, r: v.invoke(turn("lisbon")[:1], top_level(r)),
 }
 ASYNC_CALLS: dict[str, ACall] = {
     "asearch": lambda v, r: v.asearch("lisbon", resource_id=r),
@@ -72,6 +75,11 @@ ASYNC_CALLS: dict[str, ACall] = {
 def other_run(resource: str) -> RunnableConfig:
     """A run config naming another resource's conversation (the view's ids won, unsaid)."""
     return {"configurable": {"thread_id": f"{resource}/t0", "resource_id": resource}}
+
+
+def top_level(resource: str) -> RunnableConfig:
+    """The same, at the config's top level, where LangChain reads ids too (`ensure_config`)."""
+    return {"thread_id": f"{resource}/t0", "resource_id": resource}  # type: ignore[typeddict-unknown-key]
 
 
 CALLS = [(name, False) for name in SYNC_CALLS] + [(name, True) for name in ASYNC_CALLS]
@@ -132,6 +140,7 @@ def test_integer_ids_name_the_same_resource_and_thread_as_their_text() -> None:
     assert view.search("lisbon", resource_id=7)  # type: ignore[arg-type]
     assert view.for_thread(43, 7).stats().messages == 2  # type: ignore[arg-type]
     view.index(turn("porto"), config={"configurable": {"thread_id": 42}})
+    view.index(turn("porto"), config={"thread_id": 42})  # type: ignore[typeddict-unknown-key]
 
 
 def test_a_view_may_not_restore_a_thread_nor_take_one_from_a_session_key() -> None:
