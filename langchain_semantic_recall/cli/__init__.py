@@ -26,6 +26,8 @@ from langchain_semantic_recall.cli.common import (
     EXIT_USAGE,
     INDEX_NAME_HELP,
     PATH_ENV,
+    STORAGE_HELP,
+    VECTOR_HELP,
     VERBOSE_HELP,
     CommandError,
     a_path,
@@ -91,13 +93,13 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "--storage",
         dest="storage_url",
         metavar="URL",
-        help="message storage URL instead of --path (sqlite:///..., postgresql://...)",
+        help=STORAGE_HELP,
     )
     parser.add_argument(
         "--vector",
         dest="vector_url",
         metavar="URL",
-        help="vector index URL, with --storage (chroma:///..., http://host:8000)",
+        help=VECTOR_HELP,
     )
     parser.add_argument("--index-name", metavar="NAME", help=INDEX_NAME_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)

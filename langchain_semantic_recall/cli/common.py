@@ -119,7 +119,7 @@ def verbose_option() -> argparse.ArgumentParser:
 
 
 def store_options() -> argparse.ArgumentParser:
-    """A parent parser with `--path` (and `-v`), so it works before or after the subcommand."""
+    """A parent parser with the store's options (and `-v`): before or after the subcommand."""
     parent = argparse.ArgumentParser(add_help=False, parents=[verbose_option()])
     parent.add_argument(
         "--path",
@@ -129,11 +129,27 @@ def store_options() -> argparse.ArgumentParser:
         help=f"the store (default: ${PATH_ENV}, else {DEFAULT_PATH})",
     )
     parent.add_argument(
+        "--storage",
+        dest="storage_url",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=STORAGE_HELP,
+    )
+    parent.add_argument(
+        "--vector",
+        dest="vector_url",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=VECTOR_HELP,
+    )
+    parent.add_argument(
         "--index-name", default=argparse.SUPPRESS, metavar="NAME", help=INDEX_NAME_HELP
     )
     return parent
 
 
+STORAGE_HELP = "message storage URL instead of --path (sqlite:///..., postgresql://...)"
+VECTOR_HELP = "vector index URL, with --storage (chroma:///..., http://host:8000)"
 INDEX_NAME_HELP = (
     "the store's vector index when it has a name of its own (index_name= in Python: a "
     "store beside another on one Chroma server); default: the model's"

@@ -627,6 +627,21 @@ def test_two_stores_on_one_vector_server_each_keep_to_their_own_index(
     assert stats(b, "--index-name", "b-own")["vectors"] == 0
 
 
+def test_the_store_urls_work_after_the_command_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
+) -> None:
+    """`semantic-recall threads --storage URL --vector URL` was refused ("unrecognized
+    arguments") where `--path` and `--index-name` worked after the command."""
+    store = on_urls
+    history = str(jsonl(tmp_path / "h.jsonl", LINE))
+    assert run(capsys, "ingest", history, *store).code == 0
+    after = run(capsys, "threads", *store, "--json")
+    assert after.code == 0, after.err
+    assert after.out == run(capsys, *store, "threads", "--json").out
+    assert LINE["thread"] in after.out
+    assert "go together" in run(capsys, "threads", store[0], store[1]).err
+
+
 def test_ingest_reports_a_misspelt_key_instead_of_dropping_its_value(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
 ) -> None:
