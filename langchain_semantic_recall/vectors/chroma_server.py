@@ -15,8 +15,11 @@ stay interchangeable with it.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -109,14 +112,46 @@ def _shown(url: str) -> str:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
-def _heartbeat(url: str, headers: Mapping[str, str], timeout: float) -> bool:
+def _heartbeat(url: str, headers: Mapping[str, str], timeout: float) -> _Down | None:
+    """None when the heartbeat answers; else why not, and whether waiting may help.
+
+    A refused, reset or timed-out connection, or a host name not known yet (a container
+    not started), is a server that may be starting. Credentials refused, a TLS handshake
+    that fails, or an answer that is not Chroma's heartbeat will not change by waiting.
+    """
     request = urllib.request.Request(url + HEARTBEAT_PATH, headers=dict(headers))
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
-            json.loads(answer.read() or b"{}")
-            return bool(answer.status == 200)
-    except (OSError, ValueError, urllib.error.URLError):
-        return False
+            body = json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as refused:
+        if refused.code in (502, 503, 504):  # a proxy before a server still starting
+            return _Down(f"it answered {refused.code}", wait=True)
+        if refused.code in (401, 403):
+            return _Down(f"it refused the credentials ({refused.code}): check the token")
+        return _Down(f"it answered {refused.code} to {HEARTBEAT_PATH}: not a Chroma server?")
+    except urllib.error.URLError as failed:
+        if isinstance(failed.reason, ssl.SSLError):
+            return _Down(f"the TLS handshake failed ({failed.reason.reason}): http or https?")
+        if isinstance(failed.reason, socket.gaierror):
+            return _Down(f"its host name does not resolve ({failed.reason.strerror})", wait=True)
+        return _Down(str(failed.reason), wait=True)
+    except ValueError:
+        return _Down(f"its answer to {HEARTBEAT_PATH} is not JSON: not a Chroma server?")
+    except http.client.HTTPException as garbled:  # another protocol's port
+        return _Down(f"it does not speak HTTP ({type(garbled).__name__}): is the port Chroma's?")
+    except OSError as failed:
+        return _Down(str(failed) or type(failed).__name__, wait=True)
+    if not isinstance(body, dict):
+        return _Down(f"its answer to {HEARTBEAT_PATH} is not Chroma's heartbeat")
+    return None
+
+
+@dataclass(frozen=True)
+class _Down:
+    """Why a heartbeat failed, and whether the server may yet answer (`wait`)."""
+
+    why: str
+    wait: bool = False
 
 
 def wait_for_chroma(
@@ -124,28 +159,35 @@ def wait_for_chroma(
 ) -> None:
     """Poll the server's heartbeat until it answers.
 
+    A server that cannot be reached is waited for (it may be starting); one that answers
+    as no Chroma server would is refused at once.
+
     Args:
         url: `http(s)://host:port` of the server.
         timeout: Seconds to wait before giving up.
         headers: HTTP headers (e.g. an auth token) sent with the heartbeat.
 
     Raises:
-        StorageError: the server did not answer within `timeout`.
+        StorageError: the server did not answer within `timeout`, or answered wrongly.
     """
     target = ChromaURL.parse(url).url
     deadline = time.monotonic() + timeout
     waiting = False
-    while not _heartbeat(target, headers or {}, timeout=min(2.0, max(timeout, 0.1))):
+    each = min(2.0, max(timeout, 0.1))
+    while (down := _heartbeat(target, headers or {}, timeout=each)) is not None:
+        if not down.wait:
+            raise StorageError(f"no Chroma server at {target}: {down.why}; check the URL")
         if not waiting and timeout > 1.0:  # said once: the command line would sit silent
             logger.warning(
-                "the Chroma server at %s does not answer yet; waiting up to %g s", target, timeout
+                "the Chroma server at %s does not answer yet (%s); waiting up to %g s",
+                *(target, down.why, timeout),
             )
             waiting = True
         if time.monotonic() >= deadline:
             raise StorageError(
                 f"the Chroma server at {target} did not answer {HEARTBEAT_PATH} within "
-                f"{timeout:g} s; start it (chroma run --host 127.0.0.1 --port PORT --path DIR) "
-                "or check the URL"
+                f"{timeout:g} s ({down.why}); start it (chroma run --host 127.0.0.1 --port "
+                "PORT --path DIR) or check the URL"
             )
         time.sleep(_POLL_S)
 
@@ -331,7 +373,7 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
         Args:
             timeout: Seconds to wait for the answer.
         """
-        return _heartbeat(self.url, self._headers, timeout=timeout)
+        return _heartbeat(self.url, self._headers, timeout=timeout) is None
 
     async def aheartbeat(self, timeout: float = 2.0) -> bool:  # noqa: ASYNC109 - HTTP's timeout
         """Async twin of `heartbeat`."""
