@@ -135,22 +135,29 @@ class ColdSnapshots:
                     return None
                 del self._chroma[name]  # Chroma unloaded it since: the snapshot answers again
             snapshot = self._serving.get(name)
-        if snapshot is None:
-            snapshot = self._open(collection)
+        try:
             if snapshot is None:
-                self._chroma_answers(name, has_snapshot=False)
-                self._submit(partial(self._build_one, collection))
+                snapshot = self._open(collection)
+                if snapshot is None:
+                    self._chroma_answers(name, has_snapshot=False)
+                    self._submit(partial(self._build_one, collection))
+                    return None
+                with self._lock:
+                    self._serving[name] = snapshot
+                found = snapshot.nearest(embedding, k)
+                self._start(self._load, collection, embedding)
+                return found
+            stamp = self._log.stamp(snapshot.collection_id)
+            if stamp is None or stamp.seq != snapshot.seq:  # written since: Chroma has it
+                self._chroma_answers(name, has_snapshot=True)
                 return None
-            with self._lock:
-                self._serving[name] = snapshot
-            found = snapshot.nearest(embedding, k)
-            self._start(self._load, collection, embedding)
-            return found
-        stamp = self._log.stamp(snapshot.collection_id)
-        if stamp is None or stamp.seq != snapshot.seq:  # written since: Chroma has it
-            self._chroma_answers(name, has_snapshot=True)
+            return snapshot.nearest(embedding, k)
+        except (UnicodeDecodeError, ValueError, IndexError) as damaged:  # bytes changed on disk
+            logger.warning("vector snapshot %r is damaged (%s): Chroma answers", name, damaged)
+            self._chroma_answers(name, has_snapshot=False)
+            Snapshot.delete(self._files, name)
+            self._submit(partial(self._build_one, collection))
             return None
-        return snapshot.nearest(embedding, k)
 
     def follow_unloads(self, unloads: Callable[[], int]) -> None:
         """Serve the snapshots again each time Chroma unloads every index (`unloads()` counts).

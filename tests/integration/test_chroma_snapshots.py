@@ -146,6 +146,36 @@ def test_writes_made_since_are_read_from_chromas_log(
     assert chroma_asked == []
 
 
+def test_a_damaged_snapshot_leaves_the_search_to_chroma_and_is_built_again(
+    built: tuple[Path, dict[str, np.ndarray]],
+    chroma_asked: list[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Bytes of a snapshot's ids changed on disk failed every search of the resource
+    (a UnicodeDecodeError); a damaged file is an optimisation lost, not an error."""
+    folder, rows = built
+    path = snapshot_file(folder)
+    loaded = Snapshot.load(path.parent, path.stem)
+    assert loaded is not None
+    blob = loaded.message_ids.blob  # type: ignore[attr-defined]
+    at = blob.offset  # where the message ids' bytes start in the file
+    damaged = bytearray(path.read_bytes())
+    damaged[at : at + 4] = b"\xff\xfe\xff\xfe"  # never UTF-8
+    path.write_bytes(bytes(damaged))
+    index = opened(folder)
+    query = rows["m0"]  # its id is the damaged one
+    found = index.nearest(NAME, list(map(float, query)), k=10, scope=SCOPE)
+    assert [m for m, _ in found][:5] == [m for m, _ in best(rows, query, 5)]
+    assert chroma_asked == [resource_collection_name(NAME, "r1")]
+    assert "is damaged" in caplog.text
+    assert index.snapshots is not None
+    index.snapshots.wait(60)
+    index.close()
+    rebuilt = Snapshot.load(path.parent, path.stem)
+    assert rebuilt is not None
+    assert sorted(strings_of(rebuilt.vector_ids)) == sorted(rows)
+
+
 def test_a_delete_through_the_index_deletes_the_snapshot(
     built: tuple[Path, dict[str, np.ndarray]],
 ) -> None:
