@@ -442,8 +442,19 @@ class EngineCore:
         )
 
     def purge(self) -> Op[PurgeResult]:
-        """Erase what forgotten messages left in the backends' files (refused read-only)."""
+        """Erase what forgotten messages left in the backends' files (refused read-only).
+
+        Refused for a signed-in user or a view: it rewrites every resource's files, in a
+        maintenance window (its result gives the whole store's sizes).
+        """
         self._writable("purge")
+        if (held := self._held()) is not None:
+            raise OwnershipError(
+                f"purge rewrites the whole store, every resource's files, and needs it to "
+                f"itself; a call held to resource {held.resource_id!r} (a signed-in user, "
+                "or a for_thread view) may not run it. Run `semantic-recall purge` with "
+                "the service stopped (docs/data-handling.md)"
+            )
         return purge_op(self.backends)
 
     def forget_before(self, cutoff: object, resource_id: str | None) -> Op[RetentionResult]:

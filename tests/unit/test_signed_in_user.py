@@ -503,3 +503,24 @@ def test_a_blank_query_naming_another_users_thread_is_refused_too(name: str, sco
         asigned_in(USER, lambda: acall("bob/t0"))
     own = asigned_in(USER, lambda: acall(OWN_THREAD))  # the user's own: no error, no memory
     assert "garden" not in str(own)
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_purge_is_refused_to_a_signed_in_user_and_a_view_and_changes_nothing(
+    is_async: bool,
+) -> None:
+    """A signed-in user's purge rebuilt every resource's files inside a live server (whose
+    other calls it is not safe beside) and returned the whole store's sizes."""
+    memory = engine("resource")
+    memory.index(turn("garden"), thread_id="bob/t0", resource_id="bob")
+    memory.index(turn("garden"), thread_id=OWN_THREAD, resource_id=USER)
+    memory.forget_thread("bob/t0")  # something for a purge to erase
+    before = snapshot(memory)
+    view = memory.for_thread(OWN_THREAD, USER)
+    with pytest.raises(OwnershipError, match="purge rewrites the whole store"):
+        asigned_in(USER, memory.apurge) if is_async else signed_in(USER, memory.purge)
+    with pytest.raises(OwnershipError, match="for_thread view"):
+        asyncio.run(view.apurge()) if is_async else view.purge()
+    assert snapshot(memory) == before
+    result = asyncio.run(memory.apurge()) if is_async else memory.purge()  # an admin's: runs
+    assert result.storage.backend == "InMemoryStorage"
