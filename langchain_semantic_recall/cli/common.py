@@ -128,20 +128,11 @@ def store_options() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"the store (default: ${PATH_ENV}, else {DEFAULT_PATH})",
     )
-    parent.add_argument(
-        "--storage",
-        dest="storage_url",
-        default=argparse.SUPPRESS,
-        metavar="URL",
-        help=STORAGE_HELP,
-    )
-    parent.add_argument(
-        "--vector",
-        dest="vector_url",
-        default=argparse.SUPPRESS,
-        metavar="URL",
-        help=VECTOR_HELP,
-    )
+    for flag, dest, text in (
+        ("--storage", "storage_url", STORAGE_HELP),
+        ("--vector", "vector_url", VECTOR_HELP),
+    ):
+        parent.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar="URL", help=text)
     parent.add_argument(
         "--index-name", default=argparse.SUPPRESS, metavar="NAME", help=INDEX_NAME_HELP
     )
