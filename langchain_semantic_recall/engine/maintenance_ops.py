@@ -19,6 +19,7 @@ from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.engine.vector_writes import (
     Chunking,
     drop_vectors,
+    is_partial,
     strays_of,
     unowned_vectors,
     write_current,
@@ -289,6 +290,7 @@ def reindex_op(
             or m.id in adopted
             or m.id not in held.messages
             or _lacks(held, m)
+            or is_partial(m.id, held.chunked.get(m.id))
         ]
         if todo:
             # A message of an unusable vector is logged and left out (still missing); each
@@ -428,7 +430,7 @@ def _counted(
     stored: set[str] = set()
     embeddable: set[str] = set()
     foreign = 0  # embeddable messages mostly in another script than the fit's (Latin)
-    strays: set[str] = set()
+    strays: set[str] = set()  # and the messages written in part (`is_partial`)
     after: tuple[str, int] | None = None
     while page := (yield steps.ListMessages(scope, after=after, limit=1000)):
         after = (page[-1].thread_id, page[-1].seq)
@@ -445,6 +447,8 @@ def _counted(
                 lacking += 1  # (`_lacks`, inline: 100,000 messages a call)
             if message.id in chunked:
                 stray += len(chunking.stray(message, chunked[message.id]))
+                if is_partial(message.id, chunked[message.id]):
+                    strays.add(message.id)  # counted missing: the repair writes it whole
     owned = have - strays if strays else have
     return RecallStats(
         index_name=info.name,

@@ -6,9 +6,11 @@ A message's text (up to `max_index_chars`) is chunked and embedded in one batche
 land in part, and a message of several chunks with one chunk written *has* a vector: it
 would look whole to both, and the chunks not written would never be. So after a failed
 write every chunk of such a message is deleted, and the repair sees it as missing
-(`write_vectors`). A turn's write also follows its thread to an owner it got meanwhile
-(`write_owned`), and its text: a write that lands after another write of the same
-message carrying a newer text is made again from the stored text (`write_current`).
+(`write_vectors`); where no `except` runs (the process killed), its own vector, written
+last, is what is missing (`is_partial`). A turn's write also follows its thread to an
+owner it got meanwhile (`write_owned`), and its text: a write that lands after another
+write of the same message carrying a newer text is made again from the stored text
+(`write_current`).
 `unowned_vectors` finds the vectors an adopted thread left behind.
 `Chunking` tells a message's vectors beyond the chunks its text yields. A text the
 embedder answers with an unusable vector leaves its own message without one, reported by
@@ -89,6 +91,14 @@ class Chunking:
             return frozenset()
         pieces = split_for_embedding(self.embeddings, message.text[: self.max_chars])
         return held - {chunk_id(message.id, n) for n in range(len(pieces))}
+
+
+def is_partial(message_id: str, held: frozenset[str] | None) -> bool:
+    """Whether a message's vectors (`HeldVectors.chunked`) lack its own: a write cut short.
+
+    `write_vectors` writes a message's own vector after its other chunks.
+    """
+    return held is not None and message_id not in held
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +216,14 @@ def write_vectors(
 ) -> Op[None]:
     """Upsert `rows`; if that fails, drop the long messages it may have written in part.
 
+    Each message's own vector (its first chunk, under its id) goes last: a write cut
+    short where nothing can drop (the process killed between two pieces of an async
+    write) leaves a message without it, which `stats` and the repair see (`is_partial`).
+
     Raises:
         Exception: whatever the upsert raised (after the drop).
     """
+    rows = sorted(rows, key=lambda row: row.id == row.message_id)  # stable: chunks first
     try:
         yield steps.UpsertVectors(info, rows)
     except Exception:

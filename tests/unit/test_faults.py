@@ -367,6 +367,37 @@ class FaultSuite:
         assert rig.vectors.inner.count(rig.index_name) == chunks + 1  # every chunk of both
 
     @pytest.mark.parametrize("twin", ["sync", "async"])
+    async def test_a_long_message_cut_where_nothing_can_drop_it_is_still_seen_and_repaired(
+        self, rig: Rig, twin: str
+    ) -> None:
+        """The process killed between two pieces of a write (SIGKILL, an OOM kill): no
+        `except` runs, so nothing drops what landed. Its own vector went first, so the
+        message looked whole to `stats` and the repair, and its later chunks were never
+        written (the cancellation audit, with the real store and a killed child). Its own
+        vector goes last now: a message without it is counted missing and written whole.
+        """
+        engine = rig.engine
+        engine.ensure_index()
+        long = " ".join(f"word{n}" for n in range(1500))  # three chunks
+        messages = [HumanMessage(long, id="long"), AIMessage("Noted", id="short")]
+        killed = SystemExit("killed (injected): no except Exception runs")
+        rig.vectors.faults.fail("upsert", killed, partial=2)  # two vectors land, then death
+        ids = {"thread_id": "t1", "resource_id": "alice"}
+        with pytest.raises(SystemExit):
+            await engine.aindex(messages, **ids) if twin == "async" else engine.index(
+                messages, **ids
+            )  # type: ignore[arg-type]
+        assert rig.vectors.faults.fired
+        assert rig.vectors.inner.count(rig.index_name) == 2  # what landed stays
+        assert engine.stats().missing_vectors == 2  # the long one in part, the short one not
+        if twin == "sync":
+            assert engine.reindex(missing_only=True) == 2
+        else:
+            assert await engine.areindex(missing_only=True) == 2
+        assert engine.stats().missing_vectors == 0
+        assert rig.vectors.inner.count(rig.index_name) == 3 + 1
+
+    @pytest.mark.parametrize("twin", ["sync", "async"])
     @pytest.mark.parametrize("write", ["bulk_index", "reindex"])
     async def test_a_bulk_or_repair_write_failed_part_way_leaves_no_long_message_half_whole(
         self, rig: Rig, twin: str, write: str
