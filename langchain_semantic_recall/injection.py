@@ -285,10 +285,14 @@ def inject_reported(
     A same-thread message already in the input is left out: by id, or, for an input
     message before the newest user message without an id, or whose (role, text) is in
     `unstored` (its id is stored nowhere in the thread), by role and text
-    (`_live_earlier`).
+    (`_live_earlier`). Without a thread, any recalled message with the role and text of
+    an input message is left out: the input is most likely that stored conversation.
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
+    if thread_id is None:  # no thread: a message of the input recalled is likely itself
+        said = {live_key(role_of(m), clean_text(text_of(m, "\n"))) for m in messages}
+        other = [m for m in other if live_key(m.role, m.text) not in said]
     live = _live_earlier(messages, unstored)
     own = [
         (s, m)

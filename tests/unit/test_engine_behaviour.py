@@ -463,6 +463,28 @@ def test_runnable_takes_thread_and_resource_from_the_config(make_engine: EngineF
     assert next(iter(engine.stream("Lisbon", config)))[0].additional_kwargs["source"] == "memory"
 
 
+async def test_without_a_thread_the_input_is_not_recalled_as_another_conversation(
+    make_engine: EngineFactory,
+) -> None:
+    """Resource scope needs no thread; then the input's own messages are not echoed back."""
+    engine = make_engine(message_range=1)
+    engine.index(turn("a", TRIP), thread_id="t1", resource_id="alice")
+    engine.index(turn("b", ["Alfama has trams", "yes"]), thread_id="t0", resource_id="alice")
+    resent = [HumanMessage(TRIP[0]), AIMessage(f"  {TRIP[1]}"), HumanMessage("Alfama Lisbon")]
+    config = {"configurable": {"resource_id": "alice"}}
+    for out in (engine.invoke(resent, config), await engine.ainvoke(resent, config)):
+        [block] = recalled(out)
+        assert "Alfama is charming" in block.content  # the rest of that conversation
+        assert "Alfama has trams" in block.content  # and another one
+        assert TRIP[0] not in block.content and TRIP[1] not in block.content
+    said = engine.recall(resent, resource_id="alice")  # recall: the same rule
+    assert TRIP[0] not in recalled(said)[0].content
+    threaded = engine.invoke(
+        resent, {"configurable": {"thread_id": "t9", **config["configurable"]}}
+    )
+    assert TRIP[0] in recalled(threaded)[0].content  # another thread: it is another conversation
+
+
 async def test_runnable_async_and_custom_keys(make_engine: EngineFactory) -> None:
     engine = make_engine(thread_key="conversation", resource_key="user")
     await engine.aindex(turn("a", TRIP), thread_id="t1", resource_id="alice")
