@@ -250,6 +250,22 @@ class ThreadInfo:
     message_count: int
     first_at: datetime | None
     last_at: datetime | None
+    next_seq: int | None = None
+    """The seq the thread's next new message gets (None: the backend does not say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPlace:
+    """A thread a copy keeps (`MessageStorage.reserve_threads`): its owner and numbering.
+
+    A thread emptied by retention keeps its owner this way, and one whose oldest messages
+    retention deleted keeps its numbers: seqs are never renumbered nor reused.
+    """
+
+    thread_id: str
+    resource_id: str
+    next_seq: int = 0
+    """The least seq the thread's next new message gets (a higher one stays)."""
 
 
 @dataclass(frozen=True, slots=True)

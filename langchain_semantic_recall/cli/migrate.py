@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,6 +47,7 @@ from langchain_semantic_recall.cli.places import (
     require_url_vectors,
 )
 from langchain_semantic_recall.errors import OwnershipError
+from langchain_semantic_recall.records import StoredMessage, ThreadPlace
 from langchain_semantic_recall.urls import sqlite_file
 
 if TYPE_CHECKING:
@@ -79,6 +80,48 @@ class MigrationReport:
     embedded again instead)."""
     messages_new: int = 0
     """Of `messages`, those the target did not hold yet (0 when a rerun finds all there)."""
+    empty_threads: int = 0
+    """Threads of the source without messages (emptied by retention) kept, owned."""
+    kept_numbering: bool = True
+    """False when the target storage cannot reserve threads (`reserve_threads`): empty
+    threads were then left out, and seqs numbered anew from 0 in each thread."""
+
+
+def _runs(page: Sequence[StoredMessage]) -> Iterator[tuple[list[ThreadPlace], list[StoredMessage]]]:
+    """The page cut where a thread's seqs jump, each run with where its threads start.
+
+    Reserving each thread's first seq before writing the run keeps the source's numbers:
+    the target numbers new messages on from a thread's next seq.
+    """
+    places: dict[str, ThreadPlace] = {}
+    run: list[StoredMessage] = []
+    last: dict[str, int] = {}
+    for message in page:
+        if last.get(message.thread_id, message.seq - 1) != message.seq - 1:
+            yield list(places.values()), run
+            places, run = {}, []
+        if message.thread_id not in places:
+            places[message.thread_id] = ThreadPlace(
+                message.thread_id, message.resource_id, message.seq
+            )
+        run.append(message)
+        last[message.thread_id] = message.seq
+    if run:
+        yield list(places.values()), run
+
+
+def _reserve(target: SemanticRecall, places: list[ThreadPlace], batch_size: int) -> bool:
+    """Reserve `places` in the target by batches; False if its storage cannot."""
+    try:
+        for start in range(0, len(places), batch_size):
+            target.storage.reserve_threads(places[start : start + batch_size])
+    except NotImplementedError as exc:
+        logger.warning(
+            "%s: threads emptied by retention are not copied, and seqs are numbered anew",
+            exc,
+        )
+        return False
+    return True
 
 
 def _copy(
@@ -183,14 +226,25 @@ def migrate(
             "other's vectors: give this store its own index (--to-index-name NAME on the "
             "command line, index_name= of the target engine in Python)"
         )
+    # Every thread first, owned, with no message yet: an ownership conflict stops the
+    # migration before any message is written, and an emptied thread keeps its owner.
+    threads = source.storage.list_threads()
+    numbered = _reserve(
+        target, [ThreadPlace(t.thread_id, t.resource_id) for t in threads], batch_size
+    )
     copied = new = 0
     after: tuple[str, int] | None = None
     while page := source.storage.list_messages(None, after=after, limit=batch_size):
         after = (page[-1].thread_id, page[-1].seq)
-        new += sum(stored.created for stored in target.storage.put(page))
+        for places, run in _runs(page) if numbered else [([], page)]:
+            target.storage.reserve_threads(places)
+            new += sum(stored.created for stored in target.storage.put(run))
         copied += len(page)
         if on_messages is not None:
             on_messages(len(page))
+    if numbered:  # a thread whose newest messages are gone still numbers on from the source's
+        ahead = [ThreadPlace(t.thread_id, t.resource_id, t.next_seq) for t in threads if t.next_seq]
+        _reserve(target, ahead, batch_size)
     vectors_copied, listable = 0, True
     if vectors == "copy":
         vectors_copied, listable = _copy_vectors(
@@ -211,6 +265,8 @@ def migrate(
         index_name=info.name,
         vectors_listable=listable,
         messages_new=new,
+        empty_threads=sum(not t.message_count for t in threads) if numbered else 0,
+        kept_numbering=numbered,
     )
 
 
@@ -230,8 +286,9 @@ def register(subparsers: Any) -> None:
             "or embed them again. Storage URLs: sqlite:///relative/path (sqlite:////abs/path "
             "from the root), postgresql://..., memory://. Vector URLs: chroma:///relative "
             "(chroma:////abs), http://host:port (a Chroma server), memory://. "
-            "Running it again is harmless: it finishes an interrupted migration. Retired "
-            "(forgotten) thread ids are not carried over."
+            "Running it again is harmless: it finishes an interrupted migration. Threads "
+            "keep their owners and message numbers, empty ones (emptied by retention) "
+            "too; retired (forgotten) thread ids are not carried over."
         ),
     )
     parser.add_argument("--from-storage", metavar="URL", help="source storage URL")
@@ -390,5 +447,7 @@ def run(args: argparse.Namespace) -> int:
             f"{report.index_name!r}: {report.vectors_copied} vector(s) copied (one per chunk "
             f"of a message's text), {report.vectors_embedded} message(s) embedded again"
             + ("" if report.vectors_listable else " (the source cannot list its vectors)")
+            + (f"; {report.empty_threads} empty thread(s) kept, owned" * bool(report.empty_threads))
+            + ("" if report.kept_numbering else "; empty threads NOT kept (see the warning)")
         )
     return EXIT_OK

@@ -35,9 +35,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import ClassVar
 
-from langchain_semantic_recall.errors import (
-    CompactNotSupportedError,
-)
+from langchain_semantic_recall.errors import CompactNotSupportedError
 from langchain_semantic_recall.records import (
     CompactResult,
     Deleted,
@@ -45,6 +43,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     ThreadInfo,
+    ThreadPlace,
 )
 from langchain_semantic_recall.storable import check_id
 from langchain_semantic_recall.storage.checks import (
@@ -59,6 +58,7 @@ from langchain_semantic_recall.storage.checks import (
     message_id_of_another,  # noqa: F401 - the refusals' 0.3 import path
     move_thread_input,
     page_input,
+    reserve_input,
     thread_of_another,  # noqa: F401 - the refusals' 0.3 import path
     windows_input,
 )
@@ -147,6 +147,33 @@ class MessageStorage(StorageHooks):
         """Async twin of `adopt_thread`."""
         move_thread_input(thread_id, resource_id)
         return await self._aadopt_thread(thread_id, resource_id)
+
+    def reserve_threads(self, places: Sequence[ThreadPlace]) -> int:
+        """Keep threads' owners and numbering, all or nothing (`migrate`'s copies).
+
+        A thread is created, empty and owned, if new; its next new message gets a seq of
+        at least `next_seq` (a higher one stays). So a copy keeps a thread retention
+        emptied, with its owner, and the seqs of one whose oldest messages it deleted.
+
+        Args:
+            places: The threads, each with its owner and least next seq.
+
+        Returns:
+            The threads created.
+
+        Raises:
+            OwnershipError: a thread belongs to another resource.
+            ForgottenThreadError: a thread id is retired.
+            InvalidInputError: an unusable id or a `next_seq` below 0.
+            NotImplementedError: the backend cannot (its `_reserve_threads` is not written).
+        """
+        checked = reserve_input(places)
+        return self._reserve_threads(checked) if checked else 0
+
+    async def areserve_threads(self, places: Sequence[ThreadPlace]) -> int:
+        """Async twin of `reserve_threads`."""
+        checked = reserve_input(places)
+        return await self._areserve_threads(checked) if checked else 0
 
     def delete_thread(
         self, thread_id: str, *, retire: bool = True, owner: str | None = None

@@ -15,13 +15,14 @@ from datetime import UTC, datetime
 from typing import TypeGuard
 
 from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
     InvalidInputError,
     MessageIdTakenError,
     OwnershipError,
     ThreadOwnerError,
 )
 from langchain_semantic_recall.filters import METADATA_KEY, MetadataValue, check_metadata
-from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter
+from langchain_semantic_recall.records import ROLE_ORDER, MessageRecord, ScopeFilter, ThreadPlace
 from langchain_semantic_recall.storable import check_id, check_ids, check_new_id
 
 
@@ -191,6 +192,20 @@ def move_thread_input(thread_id: object, to_resource: object, owner: object = No
         check_id("owner", owner)
 
 
+def reserve_input(places: object) -> list[ThreadPlace]:
+    """`reserve_threads`' input: thread places with usable ids and a seq >= 0."""
+    if not isinstance(places, Sequence) or isinstance(places, str):
+        raise InvalidInputError(f"places must be a sequence of ThreadPlace, got {places!r}")
+    for place in places:
+        if not isinstance(place, ThreadPlace):
+            raise InvalidInputError(f"expected a ThreadPlace, got {place!r}")
+        check_id("thread_id", place.thread_id)
+        check_id("resource_id", place.resource_id)
+        if not _is_int(place.next_seq) or place.next_seq < 0:
+            raise InvalidInputError(f"next_seq must be an int >= 0, got {place.next_seq!r}")
+    return list(places)
+
+
 def before_input(cutoff: object, scope: object) -> datetime:
     """The cutoff of `delete_before` in UTC, if it is an aware datetime and `scope` usable.
 
@@ -295,6 +310,13 @@ def refused_metadata_note(refused: Sequence[str]) -> str:
 
 
 # --- every backend's refusals of a write ---------------------------------------------
+
+
+def thread_retired(thread_id: str) -> ForgottenThreadError:
+    """Every backend's refusal of a write into a forgotten thread."""
+    return ForgottenThreadError(
+        f"thread {thread_id!r} was forgotten and its id is retired; start a new thread id"
+    )
 
 
 def thread_of_another(thread_id: str, resource_id: str) -> ThreadOwnerError:

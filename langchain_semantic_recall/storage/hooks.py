@@ -7,9 +7,9 @@ The contract, the same as `vectors.hooks.VectorHooks`:
 - Abstract hooks are what every backend must write. The others are optional: a
   capability behind a `supports_*` flag (`_keyword_search`, `_move_thread`,
   `_unretire_thread`, `_compact`) or whose default raises an error naming the backend
-  (`_adopt_thread`, `_delete_before`), or a default a backend may replace with one query
-  (`_count`, `_count_up_to`, `_last_messages`, `_ids_in_scope`), or an estimate a
-  backend may give when it has one at hand (`_kept_share`).
+  (`_adopt_thread`, `_delete_before`, `_reserve_threads`), or a default a backend may
+  replace with one query (`_count`, `_count_up_to`, `_last_messages`, `_ids_in_scope`),
+  or an estimate a backend may give when it has one at hand (`_kept_share`).
 - One async rule: `_a<hook>` runs `_<hook>` in the default executor unless a backend with
   a native async driver overrides it (PostgreSQL does).
 
@@ -29,6 +29,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     ThreadInfo,
+    ThreadPlace,
 )
 
 
@@ -78,6 +79,10 @@ class StorageHooks(ABC):
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         """Move an unowned thread to `resource_id` (see `adopt_thread`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot adopt: pass a resource id")
+
+    def _reserve_threads(self, places: list[ThreadPlace]) -> int:
+        """Create or renumber threads, atomically (see `reserve_threads`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reserve threads")
 
     def _keyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int
@@ -204,6 +209,9 @@ class StorageHooks(ABC):
 
     async def _aadopt_thread(self, thread_id: str, resource_id: str) -> int:
         return await run_in_executor(None, self._adopt_thread, thread_id, resource_id)
+
+    async def _areserve_threads(self, places: list[ThreadPlace]) -> int:
+        return await run_in_executor(None, self._reserve_threads, places)
 
     async def _akeyword_search(
         self, query: str, *, scope: ScopeFilter, limit: int

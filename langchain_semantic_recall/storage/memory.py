@@ -25,7 +25,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
+from langchain_semantic_recall.errors import OwnershipError
 from langchain_semantic_recall.keywords import BM25Params, message_terms, query_terms, rank_bm25
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
@@ -36,6 +36,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     ThreadInfo,
+    ThreadPlace,
 )
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.checks import (
@@ -43,6 +44,7 @@ from langchain_semantic_recall.storage.checks import (
     message_id_of_another,
     refuse_taken_ids,
     thread_of_another,
+    thread_retired,
 )
 
 logger = logging.getLogger(__name__)
@@ -123,10 +125,7 @@ class InMemoryStorage(MessageStorage):
             for record in records:
                 thread_id = record.thread_id
                 if thread_id in self._forgotten:
-                    raise ForgottenThreadError(
-                        f"thread {thread_id!r} was forgotten and its id is retired; "
-                        "start a new thread id"
-                    )
+                    raise thread_retired(thread_id)
                 thread = self._threads.get(thread_id)
                 owner = owners.setdefault(
                     thread_id, thread.resource_id if thread else record.resource_id
@@ -220,6 +219,27 @@ class InMemoryStorage(MessageStorage):
                     deleted.append(DeletedMessage(message.id, thread_id, thread.resource_id))
                 thread.messages = kept
             return deleted
+
+    def _reserve_threads(self, places: list[ThreadPlace]) -> int:
+        with self._lock:  # every place checked before any thread changes
+            owners: dict[str, str] = {}
+            for place in places:
+                if place.thread_id in self._forgotten:
+                    raise thread_retired(place.thread_id)
+                thread = self._threads.get(place.thread_id)
+                owner = owners.setdefault(
+                    place.thread_id, thread.resource_id if thread else place.resource_id
+                )
+                if owner != place.resource_id:
+                    raise thread_of_another(place.thread_id, place.resource_id)
+            created = 0
+            for place in places:
+                thread = self._threads.get(place.thread_id)
+                if thread is None:
+                    thread = self._threads[place.thread_id] = _Thread(place.resource_id)
+                    created += 1
+                thread.next_seq = max(thread.next_seq, place.next_seq)
+            return created
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         with self._lock:
@@ -336,6 +356,7 @@ class InMemoryStorage(MessageStorage):
                     message_count=len(thread.messages),
                     first_at=min((m.created_at for m in thread.messages), default=None),
                     last_at=max((m.created_at for m in thread.messages), default=None),
+                    next_seq=thread.next_seq,
                 )
                 for thread_id, thread in sorted(self._threads.items())
                 if resource_id is None or thread.resource_id == resource_id

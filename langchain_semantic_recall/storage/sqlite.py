@@ -16,13 +16,13 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
-from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError, StorageError
+from langchain_semantic_recall.errors import OwnershipError, StorageError
 from langchain_semantic_recall.keywords import BM25Params, query_terms
 from langchain_semantic_recall.records import (
     NO_RESOURCE,
@@ -33,7 +33,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     ThreadInfo,
-    read_message,
+    ThreadPlace,
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage import sqlite_sql as sql
@@ -43,6 +43,7 @@ from langchain_semantic_recall.storage.checks import (
     message_id_of_another,
     refuse_taken_ids,
     thread_of_another,
+    thread_retired,
 )
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
@@ -71,21 +72,12 @@ _MIGRATIONS: Final = MIGRATIONS
 """The schema steps, by version (`sqlite_schema.MIGRATIONS`; tests import it here)."""
 _MAX_IDS_PER_QUERY: Final = 500  # stays under SQLite's historical 999-variable limit
 
-# --- conversions --------------------------------------------------------------------
-
-
-def _to_message(row: Sequence[Any]) -> StoredMessage:
-    """A row of `sql.COLUMNS` as a stored message (`read_message`: searches read ~300)."""
-    id_, thread_id, resource_id, role, text, created_at, payload, seq, metadata = row
-    # Arguments listed, not unpacked from a tuple built for them (0.2 us of ~1 a row).
-    created, items = sql.from_iso(created_at), sql.metadata_items(metadata) if metadata else ()
-    return read_message(id_, thread_id, resource_id, role, text, created, payload, seq, items)
-
 
 @dataclass(slots=True)
 class _ThreadState:
     owner: str
     next_seq: int
+    new: bool = False
 
 
 class SQLiteStorage(MessageStorage):
@@ -235,7 +227,9 @@ class SQLiteStorage(MessageStorage):
             for record, created_at in zip(records, created, strict=True):
                 state = threads.get(record.thread_id)
                 if state is None:
-                    state = threads[record.thread_id] = self._thread_state(conn, record, now)
+                    state = threads[record.thread_id] = self._thread_state(
+                        conn, record.thread_id, record.resource_id, now
+                    )
                 if state.owner != record.resource_id:
                     raise thread_of_another(record.thread_id, record.resource_id)
                 place = places[record.id]  # this batch's own earlier writes included
@@ -261,25 +255,24 @@ class SQLiteStorage(MessageStorage):
                     self._postings.rewritten(record.resource_id, record.id)
                 terms = fts.add_terms(conn, record)
                 self._postings.added(record, terms, created_at, metadata)
-                stored.append(dataclasses.replace(_to_message(values), created=place is None))
+                stored.append(dataclasses.replace(sql.to_message(values), created=place is None))
             for thread_id, state in threads.items():
                 conn.execute(sql.SET_NEXT_SEQ, (state.next_seq, thread_id))
         logger.debug("stored %d messages in %s", len(stored), self._path)
         return stored
 
     @staticmethod
-    def _thread_state(conn: sqlite3.Connection, record: MessageRecord, now: str) -> _ThreadState:
-        """The owner and next seq of the record's thread, creating the thread if new."""
-        if conn.execute(sql.GET_FORGOTTEN, (record.thread_id,)).fetchone() is not None:
-            raise ForgottenThreadError(
-                f"thread {record.thread_id!r} was forgotten and its id is retired; "
-                "start a new thread id"
-            )
-        row = conn.execute(sql.GET_THREAD, (record.thread_id,)).fetchone()
+    def _thread_state(
+        conn: sqlite3.Connection, thread_id: str, resource_id: str, now: str
+    ) -> _ThreadState:
+        """The owner and next seq of a thread, created for `resource_id` if new."""
+        if conn.execute(sql.GET_FORGOTTEN, (thread_id,)).fetchone() is not None:
+            raise thread_retired(thread_id)
+        row = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
         if row is not None:
             return _ThreadState(owner=row[0], next_seq=row[1])
-        conn.execute(sql.INSERT_THREAD, (record.thread_id, record.resource_id, now))
-        return _ThreadState(owner=record.resource_id, next_seq=0)
+        conn.execute(sql.INSERT_THREAD, (thread_id, resource_id, now))
+        return _ThreadState(owner=resource_id, next_seq=0, new=True)
 
     def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         now = sql.iso_text(datetime.now(UTC))
@@ -302,6 +295,19 @@ class SQLiteStorage(MessageStorage):
                 fts.drop_terms(conn, message_id, thread_id)
             conn.executemany(sql.DELETE_MESSAGE, [(row[0],) for row in rows])
         return [DeletedMessage(*row) for row in rows]
+
+    def _reserve_threads(self, places: list[ThreadPlace]) -> int:
+        """One transaction; no message changes, so the keyword postings stay."""
+        now = sql.iso_text(datetime.now(UTC))
+        created = 0
+        with self._write(keywords_hooked=True) as conn:
+            for place in places:
+                state = self._thread_state(conn, place.thread_id, place.resource_id, now)
+                if state.owner != place.resource_id:
+                    raise thread_of_another(place.thread_id, place.resource_id)
+                conn.execute(sql.RAISE_NEXT_SEQ, (place.next_seq, place.thread_id))
+                created += state.new
+        return created
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         with self._write() as conn:  # rare: the keyword postings are simply reloaded
@@ -327,7 +333,8 @@ class SQLiteStorage(MessageStorage):
             conn.execute(sql.SET_THREAD_OWNER, (to_resource, thread_id))
             conn.execute(sql.SET_MESSAGES_OWNER, (to_resource, thread_id))
             for row in rows:
-                fts.add_terms(conn, dataclasses.replace(_to_message(row), resource_id=to_resource))
+                moved = dataclasses.replace(sql.to_message(row), resource_id=to_resource)
+                fts.add_terms(conn, moved)
         return len(rows)
 
     def _unretire_thread(self, thread_id: str) -> bool:
@@ -357,7 +364,7 @@ class SQLiteStorage(MessageStorage):
                 chunk = message_ids[start : start + _MAX_IDS_PER_QUERY]
                 for row in conn.execute(*sql.windows_sql(chunk, before, after, scope)):
                     if (message := made.get(row[1])) is None:
-                        message = made[row[1]] = _to_message(row[1:])
+                        message = made[row[1]] = sql.to_message(row[1:])
                     windows.setdefault(row[0], []).append(message)
         return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
 
@@ -391,23 +398,18 @@ class SQLiteStorage(MessageStorage):
     ) -> list[StoredMessage]:
         with self._read() as conn:
             rows = conn.execute(*sql.list_messages_sql(scope, after, limit)).fetchall()
-        return [_to_message(row) for row in rows]
+        return [sql.to_message(row) for row in rows]
 
     def _last_messages(self, scope: ScopeFilter, *, limit: int) -> list[StoredMessage]:
         """One query on the `(thread_id, seq)` key, read backwards."""
         with self._read() as conn:
             rows = conn.execute(*sql.last_messages_sql(scope, limit)).fetchall()
-        return [_to_message(row) for row in reversed(rows)]
+        return [sql.to_message(row) for row in reversed(rows)]
 
     def _list_threads(self, resource_id: str | None) -> list[ThreadInfo]:
         with self._read() as conn:
             rows = conn.execute(*sql.list_threads_sql(resource_id)).fetchall()
-        return [
-            ThreadInfo(thread_id, owner, count, sql.from_iso(first), sql.from_iso(last))
-            if count
-            else ThreadInfo(thread_id, owner, 0, None, None)
-            for thread_id, owner, count, first, last in rows
-        ]
+        return [sql.thread_info(row) for row in rows]
 
     def _count(self, scope: ScopeFilter | None) -> int:
         """One query."""

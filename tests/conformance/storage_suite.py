@@ -33,7 +33,13 @@ from langchain_semantic_recall.errors import (
     OwnershipError,
     ThreadOwnerError,
 )
-from langchain_semantic_recall.records import NO_RESOURCE, MessageRecord, Role, ScopeFilter
+from langchain_semantic_recall.records import (
+    NO_RESOURCE,
+    MessageRecord,
+    Role,
+    ScopeFilter,
+    ThreadPlace,
+)
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.memory import InMemoryStorage
 from tests.conformance.filter_suite import StorageFilterConformance
@@ -971,6 +977,38 @@ class StorageConformance(StorageFilterConformance):
         assert threads[1].last_at == BASE_TIME + timedelta(minutes=12)
         assert [t.thread_id for t in storage.list_threads("r1")] == ["tb"]
         assert storage.list_threads("r3") == []
+
+    async def test_reserved_threads_keep_owner_and_numbering(self, storage: MessageStorage) -> None:
+        """A copy keeps an empty thread's owner and a thread's seqs (never lowered)."""
+        storage.put(make_thread(2, "t1"))
+        places = [ThreadPlace("t1", "r1", 5), ThreadPlace("empty", "r1", 3)]
+        assert storage.reserve_threads(places) == 1
+        threads = {t.thread_id: t for t in storage.list_threads()}
+        assert (threads["empty"].resource_id, threads["empty"].message_count) == ("r1", 0)
+        assert (threads["empty"].next_seq, threads["t1"].next_seq) == (3, 5)
+        with pytest.raises(OwnershipError):  # an empty reserved thread is owned
+            storage.put([make_record("x", "empty", "r2")])
+        assert await storage.areserve_threads([ThreadPlace("t1", "r1", 2)]) == 0
+        storage.put([make_record("t1-m9", "t1"), make_record("e0", "empty")])
+        assert {m.id: m.seq for m in storage.list_messages()} == {
+            "e0": 3,
+            "t1-m0": 0,
+            "t1-m1": 1,
+            "t1-m9": 5,  # 2 did not lower the numbering
+        }
+        with pytest.raises(OwnershipError):  # all or nothing
+            storage.reserve_threads([ThreadPlace("new", "r2"), ThreadPlace("t1", "r2", 50)])
+        with pytest.raises(OwnershipError):
+            await storage.areserve_threads([ThreadPlace("new", "r2"), ThreadPlace("new", "r3")])
+        assert storage.get_thread_owner("new") is None
+        storage.delete_thread("gone")
+        with pytest.raises(ForgottenThreadError):
+            await storage.areserve_threads([ThreadPlace("gone", "r1")])
+        for bad in ([ThreadPlace("t", "r", -1)], [("t", "r", 0)], [ThreadPlace(" ", "r")]):
+            with pytest.raises(InvalidInputError):
+                storage.reserve_threads(bad)  # type: ignore[arg-type]
+        assert storage.reserve_threads([]) == 0
+        assert [t.thread_id for t in storage.list_threads()] == ["empty", "t1"]
 
     def test_thread_times_compare_instants_not_offsets(self, storage: MessageStorage) -> None:
         east = timezone(timedelta(hours=5))  # 11:00+05:00 is earlier than 09:00 UTC

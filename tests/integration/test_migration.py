@@ -9,6 +9,7 @@ same queries. One run uses the real local model end to end, as a user would.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,7 +22,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.cli import main
 from langchain_semantic_recall.cli.migrate import migrate
-from langchain_semantic_recall.errors import InvalidOptionError
+from langchain_semantic_recall.errors import InvalidOptionError, OwnershipError
+from langchain_semantic_recall.records import ThreadPlace
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings, RecordingVectors
@@ -359,3 +361,67 @@ def test_a_migration_that_keeps_the_source_index_in_place_is_not_refused(
     assert main([*argv, "--embeddings", "tests.fakes:FakeEmbeddings", "--json"]) == 0
     moved = json.loads(capsys.readouterr().out)
     assert moved["target_messages"] == moved["source_messages"] > 0
+
+
+def dated(text: str, message_id: str, days: int) -> HumanMessage:
+    when = (START + timedelta(days=days)).isoformat()
+    return HumanMessage(text, id=message_id, additional_kwargs={"created_at": when})
+
+
+def retained() -> SemanticRecall:
+    """A source whose retention emptied one thread and left gaps in the seqs of two."""
+    source = in_memory(InMemoryVectorIndex())
+    for thread, resource, days in (
+        ("emptied", "alice", (0,)),
+        ("thinned", "alice", (0, 0, 9, 9)),  # seqs 2, 3 remain
+        ("gapped", "bob", (9, 0, 9, 0, 9)),  # seqs 0, 2, 4 remain
+    ):
+        messages = [dated(f"{thread} {n}", f"{thread}-{n}", d) for n, d in enumerate(days)]
+        assert source.index(messages, thread_id=thread, resource_id=resource).error is None
+    source.forget_before(START + timedelta(days=1))
+    return source
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgresql"])
+def test_threads_emptied_or_thinned_by_retention_keep_owner_and_numbers(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """docs/retention.md: an emptied thread stays owned, and nothing is renumbered."""
+    source = retained()
+    url = {"memory": "memory://", "sqlite": f"sqlite:///{tmp_path / 'm.sqlite3'}"}.get(kind)
+    target = SemanticRecall.from_url(
+        storage=url or request.getfixturevalue("pg_url"),
+        vector="memory://",
+        embeddings=FakeEmbeddings(),
+    )
+    report = migrate(source, target, batch_size=2)  # runs cut across pages and gaps
+    assert (report.empty_threads, report.kept_numbering) == (1, True)
+    assert messages_of(target) == messages_of(source)  # seqs with their gaps
+    assert target.storage.list_threads() == source.storage.list_threads()  # next seqs too
+    assert [t.next_seq for t in target.storage.list_threads()] == [1, 5, 4]
+    with pytest.raises(OwnershipError):  # bob cannot take alice's emptied thread
+        target.index([HumanMessage("mine now")], thread_id="emptied", resource_id="bob")
+    for memory in (source, target):  # numbering goes on as in the source
+        memory.index([dated("later", "thinned-4", 20)], thread_id="thinned", resource_id="alice")
+    assert messages_of(target) == messages_of(source)
+    assert migrate(source, target, batch_size=3).messages_new == 0  # a rerun adds nothing
+    assert messages_of(target) == messages_of(source)
+
+
+def test_a_target_that_cannot_reserve_threads_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """A storage without `_reserve_threads` still gets every message, with a warning."""
+
+    class Plain(InMemoryStorage):
+        def _reserve_threads(self, places: list[ThreadPlace]) -> int:
+            raise NotImplementedError("Plain cannot reserve threads")
+
+    target = SemanticRecall(
+        storage=Plain(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    source = retained()
+    with caplog.at_level(logging.WARNING, "langchain_semantic_recall.cli.migrate"):
+        report = migrate(source, target, batch_size=2)
+    assert (report.empty_threads, report.kept_numbering) == (0, False)
+    assert "threads emptied by retention are not copied" in caplog.text
+    assert [m[0] for m in messages_of(target)] == [m[0] for m in messages_of(source)]
+    assert [t.thread_id for t in target.storage.list_threads()] == ["gapped", "thinned"]

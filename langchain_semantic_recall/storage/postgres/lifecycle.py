@@ -1,4 +1,4 @@
-"""The PostgreSQL storage's SQL for a thread's life: forget, empty, adopt, move, restore.
+"""The PostgreSQL storage's SQL for a thread's life: forget, empty, adopt, move, restore, reserve.
 
 Statement generators like those of `sql` (no I/O), each under the thread's advisory lock
 (`sql._lock_steps`), so a write of the same thread waits for them.
@@ -6,6 +6,7 @@ Statement generators like those of `sql` (no I/O), each under the thread's advis
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Final
 
@@ -15,8 +16,13 @@ from langchain_semantic_recall.records import (
     Deleted,
     DeletedMessage,
     ScopeFilter,
+    ThreadPlace,
 )
-from langchain_semantic_recall.storage.checks import check_still_owned
+from langchain_semantic_recall.storage.checks import (
+    check_still_owned,
+    thread_of_another,
+    thread_retired,
+)
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MESSAGES,
@@ -35,6 +41,7 @@ __all__ = [
     "delete_resource_steps",
     "delete_thread_steps",
     "move_thread_steps",
+    "reserve_steps",
 ]
 
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN
@@ -78,6 +85,41 @@ def adopt_steps(thread_id: str, resource_id: str) -> Steps[int]:
             f"thread {thread_id!r} belongs to another resource than {resource_id!r}"
         )
     return (yield from _reassign_steps(thread_id, owner[0][0], resource_id))
+
+
+def reserve_steps(places: Sequence[ThreadPlace]) -> Steps[int]:
+    """Create the threads missing and raise next seqs, under the threads' locks.
+
+    Raises:
+        ForgottenThreadError: a thread id is retired.
+        OwnershipError: a thread belongs to another resource.
+    """
+    thread_ids = list(dict.fromkeys(p.thread_id for p in places))
+    yield from _lock_steps(thread_ids)
+    sql = f"SELECT thread_id FROM {_F} WHERE thread_id = ANY(%s)"
+    if retired := (yield Query(sql, (thread_ids,))).rows:
+        raise thread_retired(retired[0][0])
+    sql = f"SELECT thread_id, resource_id FROM {_T} WHERE thread_id = ANY(%s)"
+    owners = dict((yield Query(sql, (thread_ids,))).rows)
+    known = set(owners)
+    seqs: dict[str, int] = {}
+    for place in places:
+        if owners.setdefault(place.thread_id, place.resource_id) != place.resource_id:
+            raise thread_of_another(place.thread_id, place.resource_id)
+        seqs[place.thread_id] = max(seqs.get(place.thread_id, 0), place.next_seq)
+    new = [t for t in seqs if t not in known]
+    if new:
+        yield Query(
+            f"INSERT INTO {_T} (thread_id, resource_id) SELECT * FROM unnest(%s::text[], "
+            "%s::text[])",
+            (new, [owners[t] for t in new]),
+        )
+    yield Query(
+        f"UPDATE {_T} AS t SET next_seq = u.n FROM unnest(%s::text[], %s::bigint[]) "
+        "AS u(t, n) WHERE t.thread_id = u.t AND t.next_seq < u.n",
+        (list(seqs), list(seqs.values())),
+    )
+    return len(new)
 
 
 def move_thread_steps(thread_id: str, to_resource: str, owner: str | None = None) -> Steps[int]:

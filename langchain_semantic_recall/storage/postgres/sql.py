@@ -22,7 +22,6 @@ from datetime import UTC
 from typing import Any, Final, TypeVar
 
 from langchain_semantic_recall.errors import (
-    ForgottenThreadError,
     InvalidInputError,
 )
 from langchain_semantic_recall.keywords import BM25Params, bm25_score, message_terms, query_terms
@@ -36,6 +35,7 @@ from langchain_semantic_recall.storage.checks import (
     message_id_of_another,
     refuse_taken_ids,
     thread_of_another,
+    thread_retired,
 )
 
 T = TypeVar("T")
@@ -239,10 +239,7 @@ def plan_put(
         state = states.get(record.thread_id)
         if state is None:
             if record.thread_id in forgotten:
-                raise ForgottenThreadError(
-                    f"thread {record.thread_id!r} was forgotten and its id is retired; "
-                    "start a new thread id"
-                )
+                raise thread_retired(record.thread_id)
             owner, next_seq = threads.get(record.thread_id, (record.resource_id, -1))
             state = _ThreadState(owner, max(next_seq, 0), new=next_seq < 0)
             states[record.thread_id] = state
@@ -402,16 +399,17 @@ def threads_steps(resource_id: str | None) -> Steps[list[ThreadInfo]]:
     rows = (
         yield Query(
             "SELECT t.thread_id, t.resource_id, count(m.id), min(m.created_at), "
-            f"max(m.created_at) FROM {_T} AS t LEFT JOIN {_M} AS m ON m.thread_id = "
-            f"t.thread_id{where} GROUP BY t.thread_id, t.resource_id ORDER BY t.thread_id",
+            f"max(m.created_at), t.next_seq FROM {_T} AS t LEFT JOIN {_M} AS m ON "
+            f"m.thread_id = t.thread_id{where} GROUP BY t.thread_id, t.resource_id "
+            "ORDER BY t.thread_id",
             () if resource_id is None else (resource_id,),
         )
     ).rows
     return [
-        ThreadInfo(t, r, n, first.astimezone(UTC), last.astimezone(UTC))
+        ThreadInfo(t, r, n, first.astimezone(UTC), last.astimezone(UTC), seq)
         if n
-        else ThreadInfo(t, r, 0, None, None)
-        for t, r, n, first, last in rows
+        else ThreadInfo(t, r, 0, None, None, seq)
+        for t, r, n, first, last, seq in rows
     ]
 
 

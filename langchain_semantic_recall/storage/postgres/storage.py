@@ -39,6 +39,7 @@ from langchain_semantic_recall.records import (
     ScopeFilter,
     StoredMessage,
     ThreadInfo,
+    ThreadPlace,
 )
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.postgres.conninfo import (
@@ -53,6 +54,7 @@ from langchain_semantic_recall.storage.postgres.lifecycle import (
     delete_resource_steps,
     delete_thread_steps,
     move_thread_steps,
+    reserve_steps,
 )
 from langchain_semantic_recall.storage.postgres.loops import LoopPools
 from langchain_semantic_recall.storage.postgres.schema import setup_steps
@@ -388,6 +390,12 @@ class PostgresStorage(MessageStorage):
 
     async def _adelete_before(self, cutoff: datetime, scope: ScopeFilter | None) -> Deleted:
         return await self._arun(delete_before_steps(cutoff, scope), "delete", write=True)
+
+    def _reserve_threads(self, places: list[ThreadPlace]) -> int:
+        return self._run(reserve_steps(places), "write", write=True)
+
+    async def _areserve_threads(self, places: list[ThreadPlace]) -> int:
+        return await self._arun(reserve_steps(places), "write", write=True)
 
     def _adopt_thread(self, thread_id: str, resource_id: str) -> int:
         return self._run(adopt_steps(thread_id, resource_id), "write", write=True)
