@@ -476,7 +476,8 @@ async def test_without_a_thread_the_input_is_not_recalled_as_another_conversatio
         [block] = recalled(out)
         assert "Alfama is charming" in block.content  # the rest of that conversation
         assert "Alfama has trams" in block.content  # and another one
-        assert TRIP[0] not in block.content and TRIP[1] not in block.content
+        assert TRIP[0] not in block.content
+        assert TRIP[1] not in block.content
     said = engine.recall(resent, resource_id="alice")  # recall: the same rule
     assert TRIP[0] not in recalled(said)[0].content
     threaded = engine.invoke(
