@@ -209,7 +209,8 @@ def resolve(
     if mode == "dense" and boost not in (0.0, DEFAULT_TIME_BOOST):
         raise InvalidOptionError(
             f"time_boost={time_boost!r} has no effect in dense mode (vector similarity only): "
-            "drop it, or use search_mode='hybrid' or 'keyword', where it ranks by period"
+            "drop it, or use search_mode='hybrid' or search_mode='keyword', where it ranks "
+            "by period"
         )
     dense = mode == "dense"
     default_range = {
@@ -249,7 +250,7 @@ def check_mode_threshold(mode: str, threshold: object) -> float | None:
         raise InvalidOptionError(
             "keyword mode's scores are relative to the query's best match, so a threshold "
             "means nothing there; drop the threshold or use search_mode='hybrid' (calibrated "
-            "relevance) or 'dense' (cosine similarity)"
+            "relevance) or search_mode='dense' (cosine similarity)"
         )
     return checked
 

@@ -108,7 +108,9 @@ def _fresh_path(args: argparse.Namespace) -> Path | None:
     if not given:
         return None
     path = Path(given)
-    if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path} is a file, not a folder: pass a new folder to demo --path")
+    if path.exists() and any(path.iterdir()):
         raise UsageError(
             f"demo loads its history into a fresh store, and {path} is not an empty folder: "
             "pass a new folder to --path, or leave --path out (a temporary folder)"
