@@ -34,13 +34,7 @@ from langchain_semantic_recall.cli.common import (
     command_scope,
     store_path,
 )
-from langchain_semantic_recall.cli.render import (
-    error,
-    failure_message,
-    in_flags,
-    style,
-    with_notes,
-)
+from langchain_semantic_recall.cli.render import error, failure_message, style, with_notes
 from langchain_semantic_recall.errors import InvalidOptionError, SemanticRecallError, StorageError
 from langchain_semantic_recall.quoting import printable
 
@@ -245,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(failure))
         return failure.code
     except InvalidOptionError as failure:
-        error(in_flags(str(failure), parser))
+        error(str(failure))
         return EXIT_USAGE
     except SemanticRecallError as failure:
         # A backend that failed part way (StorageError): how to finish, as after Ctrl-C.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -193,39 +192,3 @@ def human_bytes(size: float) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
-
-
-def in_flags(message: str, parser: argparse.ArgumentParser) -> str:
-    """An engine error's option names as the command line spells them.
-
-    `search_mode='hybrid'` becomes `--search-mode hybrid`, and `threshold must be None
-    or ...` becomes `--threshold must be ...` (a shell has no None).
-    """
-    flags = _flags(parser)
-    if not flags:
-        return message
-    names = "|".join(sorted(map(re.escape, flags), key=len, reverse=True))
-
-    def given(match: re.Match[str]) -> str:
-        return f"{flags[match.group(1)]} {match.group(2) or match.group(3)}"
-
-    message = re.sub(rf"\b({names})=(?:'([^']*)'|([^\s,;:)']+))", given, message)
-    return re.sub(
-        rf"\b({names}) must be (None or )?",
-        lambda match: f"{flags[match.group(1)]} must be ",
-        message,
-    )
-
-
-def _flags(parser: argparse.ArgumentParser) -> dict[str, str]:
-    """Each option's destination -> its long flag, through every subcommand."""
-    found: dict[str, str] = {}
-    for action in parser._actions:  # argparse keeps no public list of its options
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                for dest, flag in _flags(sub).items():
-                    found.setdefault(dest, flag)
-        longs = [o for o in action.option_strings if o.startswith("--")]
-        if longs and action.dest not in ("help", "version"):
-            found.setdefault(action.dest, longs[0])
-    return found

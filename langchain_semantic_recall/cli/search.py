@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,17 @@ def _window(value: str) -> int | tuple[int, int]:
     raise argparse.ArgumentTypeError(f"expected N or BEFORE,AFTER, got {value!r}")
 
 
+def _score(value: str) -> float:
+    """A score between 0 and 1 (`--threshold`)."""
+    try:
+        score = float(value)
+    except ValueError:
+        score = math.nan
+    if not 0.0 <= score <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a score between 0 and 1, got {value!r}")
+    return score
+
+
 def _budget(value: str) -> int | str:
     """A number of messages, or `none` for whole windows."""
     if value.lower() == "none":
@@ -98,7 +110,7 @@ def _recall_options() -> argparse.ArgumentParser:
     )
     group.add_argument(
         "--threshold",
-        type=float,
+        type=_score,
         metavar="S",
         help=(
             "keep messages scoring S or more (0-1) instead of letting the evidence decide "
@@ -117,6 +129,11 @@ _RECALL_OPTIONS = ("search_mode", "top_k", "message_range", "message_budget", "t
 
 def _options(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     chosen = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if chosen.get("search_mode") == "keyword" and "threshold" in chosen:
+        raise UsageError(
+            "--threshold means nothing with --search-mode keyword (its scores are relative "
+            "to the query's best match): drop it, or use --search-mode hybrid or dense"
+        )
     if chosen.get("message_budget") == "none":
         chosen["message_budget"] = None
     return chosen

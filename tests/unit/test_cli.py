@@ -1470,17 +1470,19 @@ def test_the_ingest_summary_names_the_commonest_reasons_and_counts_the_rest(
 def test_option_errors_name_the_flags_a_shell_user_types(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], on_urls: list[str]
 ) -> None:
-    """They said "threshold must be None or ..." and "use search_mode='hybrid'"."""
+    """They said "threshold must be None or ..." and "use search_mode='hybrid'": Python's
+    words, from the engine. The command line checks its own flags first."""
     assert run(capsys, *on_urls, "ingest", str(jsonl(tmp_path / "h.jsonl", LINE))).code == 0
     search = [*on_urls, "search", "hello", "--resource", "carol"]
     wrong = run(capsys, *search, "--threshold", "2")
     assert wrong.code == 2
-    assert "--threshold must be a score between 0 and 1" in wrong.err
+    assert "argument --threshold: expected a score between 0 and 1, got '2'" in wrong.err
     keyword = run(capsys, *search, "--search-mode", "keyword", "--threshold", "0.1")
     assert keyword.code == 2
-    assert "--search-mode hybrid" in keyword.err
-    assert "--search-mode dense" in keyword.err
+    assert "--threshold means nothing with --search-mode keyword" in keyword.err
     assert "search_mode=" not in keyword.err
+    inspect = [*on_urls, "inspect", "hello", "--thread", "t1", "--search-mode", "keyword"]
+    assert "--threshold means nothing" in run(capsys, *inspect, "--threshold", "0").err
     (tmp_path / "notes.jsonl").write_text("{}\n")
     demo = run(capsys, "demo", "--path", str(tmp_path / "notes.jsonl"))
     assert (demo.code, "is a file, not a folder" in demo.err) == (2, True)
