@@ -17,6 +17,7 @@ role (a `SystemMessage` stored under `"role": "user"`) is left out as well.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Collection, Sequence
 from typing import TypeAlias
@@ -251,6 +252,32 @@ def earlier_keys(messages: Sequence[BaseMessage]) -> list[tuple[str | None, Live
     ]
 
 
+def _without_own_conversation(
+    other: list[StoredMessage], messages: Sequence[BaseMessage]
+) -> list[StoredMessage]:
+    """`other` less the copies of the input's earlier messages in its own stored thread.
+
+    With no thread id, nothing in the input is known to be stored: a loop resending its
+    history would get it back quoted as "another conversation". A recalled thread is the
+    input's own when two of its consecutive messages have the role and text of two
+    consecutive earlier input messages; its messages matching earlier input messages are
+    left out. A lone "yes" shared with another conversation proves nothing, and the newest
+    user message (the turn being asked) hides nothing.
+    """
+    earlier = [key for _, key in earlier_keys(messages)]
+    pairs = set(itertools.pairwise(earlier))
+    if not pairs:
+        return other
+    place = {(m.thread_id, m.seq): live_key(m.role, m.text) for m in other}
+    own = {
+        thread
+        for (thread, seq), key in place.items()
+        if (place.get((thread, seq - 1)), key) in pairs
+    }
+    said = set(earlier)
+    return [m for m in other if m.thread_id not in own or live_key(m.role, m.text) not in said]
+
+
 def _live_earlier(
     messages: Sequence[BaseMessage], unstored: Collection[LiveKey] = ()
 ) -> set[LiveKey]:
@@ -285,14 +312,13 @@ def inject_reported(
     A same-thread message already in the input is left out: by id, or, for an input
     message before the newest user message without an id, or whose (role, text) is in
     `unstored` (its id is stored nowhere in the thread), by role and text
-    (`_live_earlier`). Without a thread, any recalled message with the role and text of
-    an input message is left out: the input is most likely that stored conversation.
+    (`_live_earlier`). Without a thread, a stored conversation that holds the input's own
+    earlier messages is recognised by them (`_without_own_conversation`).
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
-    if thread_id is None:  # no thread: a message of the input recalled is likely itself
-        said = {live_key(role_of(m), clean_text(text_of(m, "\n"))) for m in messages}
-        other = [m for m in other if live_key(m.role, m.text) not in said]
+    if thread_id is None:  # no thread: the input's own conversation may be recalled
+        other = _without_own_conversation(other, messages)
     live = _live_earlier(messages, unstored)
     own = [
         (s, m)

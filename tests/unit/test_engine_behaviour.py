@@ -486,6 +486,24 @@ async def test_without_a_thread_the_input_is_not_recalled_as_another_conversatio
     assert TRIP[0] in recalled(threaded)[0].content  # another thread: it is another conversation
 
 
+def test_without_a_thread_a_lone_reply_hides_nothing_of_another_conversation(
+    make_engine: EngineFactory,
+) -> None:
+    """A "yes" or "no" of the input matched every recalled "yes" or "no": another
+    conversation's question came back without the answer that gives it its meaning."""
+    engine = make_engine(message_range=1)
+    intake = [AIMessage("Are you allergic to penicillin?", id="q"), HumanMessage("yes", id="a")]
+    engine.index(intake, thread_id="intake", resource_id="alice")
+    config = {"configurable": {"resource_id": "alice"}}
+    for live in (
+        [AIMessage("Want dessert?"), HumanMessage("yes"), HumanMessage("allergic penicillin")],
+        [AIMessage("Is penicillin fine?"), HumanMessage("yes")],  # the newest: the turn asked
+    ):
+        [block] = recalled(engine.invoke(live, config))
+        assert "Are you allergic to penicillin?" in block.content
+        assert "User: yes" in block.content
+
+
 async def test_runnable_async_and_custom_keys(make_engine: EngineFactory) -> None:
     engine = make_engine(thread_key="conversation", resource_key="user")
     await engine.aindex(turn("a", TRIP), thread_id="t1", resource_id="alice")
