@@ -46,8 +46,8 @@ from langchain_semantic_recall.cli.places import (
     require_url_store,
     require_url_vectors,
 )
-from langchain_semantic_recall.errors import OwnershipError
-from langchain_semantic_recall.records import StoredMessage, ThreadPlace
+from langchain_semantic_recall.errors import ForgottenThreadError, OwnershipError
+from langchain_semantic_recall.records import StoredMessage, ThreadInfo, ThreadPlace
 from langchain_semantic_recall.urls import sqlite_file
 
 if TYPE_CHECKING:
@@ -84,7 +84,8 @@ class MigrationReport:
     """Threads of the source without messages (emptied by retention) kept, owned."""
     kept_numbering: bool = True
     """False when the target storage cannot reserve threads (`reserve_threads`): empty
-    threads were then left out, and seqs numbered anew from 0 in each thread."""
+    threads were then left out, and seqs numbered anew from 0 in each thread. (A thread
+    the target already held, of the same owner, goes on from its own numbers either way.)"""
 
 
 def _runs(page: Sequence[StoredMessage]) -> Iterator[tuple[list[ThreadPlace], list[StoredMessage]]]:
@@ -108,6 +109,29 @@ def _runs(page: Sequence[StoredMessage]) -> Iterator[tuple[list[ThreadPlace], li
         last[message.thread_id] = message.seq
     if run:
         yield list(places.values()), run
+
+
+def _refuse_conflicts(target: SemanticRecall, threads: Sequence[ThreadInfo]) -> None:
+    """Refuse, before any write, a thread the target holds for another owner or retired.
+
+    Raises:
+        OwnershipError: a thread of the source belongs to another resource in the target.
+        ForgottenThreadError: a thread of the source was forgotten in the target.
+    """
+    held = {t.thread_id: t.resource_id for t in target.storage.list_threads()}
+    for thread in threads:
+        owner = held.get(thread.thread_id)
+        if owner is not None and owner != thread.resource_id:
+            raise OwnershipError(
+                f"thread {thread.thread_id!r} belongs to {owner!r} in the target and to "
+                f"{thread.resource_id!r} in the source: nothing was copied"
+            )
+        if owner is None and target.storage.is_forgotten(thread.thread_id):
+            raise ForgottenThreadError(
+                f"thread {thread.thread_id!r} was forgotten in the target, where its id "
+                "stays retired: nothing was copied. Migrate into a new store, or lift the "
+                "retirement there first (ingest --restore, or unretire_thread in Python)"
+            )
 
 
 def _reserve(target: SemanticRecall, places: list[ThreadPlace], batch_size: int) -> bool:
@@ -202,7 +226,10 @@ def migrate(
             the target's index holds vectors while its storage holds no message (another
             store's index: on a shared Chroma server, every store of one model shares one
             by default), where a forget in either store would delete the other's vectors.
-        OwnershipError: a thread of the source belongs to another resource in the target.
+        OwnershipError: a thread of the source belongs to another resource in the target
+            (nothing is written).
+        ForgottenThreadError: a thread of the source was forgotten in the target (nothing
+            is written).
         EmbeddingMismatchError: the target index was built with another embedder.
     """
     from langchain_semantic_recall.errors import InvalidOptionError
@@ -226,9 +253,10 @@ def migrate(
             "other's vectors: give this store its own index (--to-index-name NAME on the "
             "command line, index_name= of the target engine in Python)"
         )
-    # Every thread first, owned, with no message yet: an ownership conflict stops the
-    # migration before any message is written, and an emptied thread keeps its owner.
+    # Every thread first, owned, with no message yet, so an emptied thread keeps its owner;
+    # checked before anything is written: a refused migration leaves the target as it was.
     threads = source.storage.list_threads()
+    _refuse_conflicts(target, threads)
     numbered = _reserve(
         target, [ThreadPlace(t.thread_id, t.resource_id) for t in threads], batch_size
     )
@@ -433,7 +461,7 @@ def run(args: argparse.Namespace) -> int:
                 keeps_index=_keeps_index(from_vector, args),
             )
             vectors.update(max(0, total - vectors.n))  # copy mode counts embeddable only
-    except OwnershipError as exc:
+    except (OwnershipError, ForgottenThreadError) as exc:
         raise CommandError(f"the target already holds conflicting data: {exc}") from exc
     finally:
         source.storage.close()

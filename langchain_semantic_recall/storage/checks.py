@@ -201,8 +201,10 @@ def reserve_input(places: object) -> list[ThreadPlace]:
             raise InvalidInputError(f"expected a ThreadPlace, got {place!r}")
         check_id("thread_id", place.thread_id)
         check_id("resource_id", place.resource_id)
-        if not _is_int(place.next_seq) or place.next_seq < 0:
-            raise InvalidInputError(f"next_seq must be an int >= 0, got {place.next_seq!r}")
+        if not _is_int(place.next_seq) or not 0 <= place.next_seq < 2**63:
+            raise InvalidInputError(
+                f"next_seq must be an int from 0 to 2**63 - 1, got {place.next_seq!r}"
+            )
     return list(places)
 
 

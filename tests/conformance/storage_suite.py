@@ -1004,7 +1004,8 @@ class StorageConformance(StorageFilterConformance):
         storage.delete_thread("gone")
         with pytest.raises(ForgottenThreadError):
             await storage.areserve_threads([ThreadPlace("gone", "r1")])
-        for bad in ([ThreadPlace("t", "r", -1)], [("t", "r", 0)], [ThreadPlace(" ", "r")]):
+        huge = ThreadPlace("t", "r", 2**63)  # no backend's seq holds it
+        for bad in ([ThreadPlace("t", "r", -1)], [("t", "r", 0)], [ThreadPlace(" ", "r")], [huge]):
             with pytest.raises(InvalidInputError):
                 storage.reserve_threads(bad)  # type: ignore[arg-type]
         assert storage.reserve_threads([]) == 0

@@ -22,7 +22,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.cli import main
 from langchain_semantic_recall.cli.migrate import migrate
-from langchain_semantic_recall.errors import InvalidOptionError, OwnershipError
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidOptionError,
+    OwnershipError,
+)
 from langchain_semantic_recall.records import ThreadPlace
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
@@ -425,3 +429,26 @@ def test_a_target_that_cannot_reserve_threads_says_so(caplog: pytest.LogCaptureF
     assert "threads emptied by retention are not copied" in caplog.text
     assert [m[0] for m in messages_of(target)] == [m[0] for m in messages_of(source)]
     assert [t.thread_id for t in target.storage.list_threads()] == ["gapped", "thinned"]
+
+
+@pytest.mark.parametrize("conflict", ["owner", "retired"])
+def test_a_refused_migration_leaves_the_target_as_it_was(
+    conflict: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The threads were reserved by batches: a conflict on a later thread left the earlier
+    ones in the target, empty and owned (a claim on those ids there)."""
+    source = in_memory(InMemoryVectorIndex())
+    for n in range(5):
+        source.index([HumanMessage(f"note {n}")], thread_id=f"s{n}", resource_id="alice")
+    url = f"sqlite:///{tmp_path / 'target.sqlite3'}"
+    target = SemanticRecall.from_url(storage=url, vector="memory://", embeddings=FakeEmbeddings())
+    if conflict == "owner":
+        target.index([HumanMessage("mine")], thread_id="s4", resource_id="bob")
+    else:
+        target.storage.delete_thread("s4")  # retired in the target
+    before = target.storage.list_threads()
+    error = OwnershipError if conflict == "owner" else ForgottenThreadError
+    with pytest.raises(error, match="nothing was copied"):
+        migrate(source, target, batch_size=2)
+    assert target.storage.list_threads() == before
+    assert target.storage.count() == len(before)
