@@ -514,7 +514,8 @@ def by_probability(model: RelevanceModel, corpus: Corpus, case: Case) -> list[st
     kept = model.best_candidates(case.query, corpus.by_id)
     windows = {k: corpus.window(k, model.reads_before, model.reads_after) for k in kept}
     p = model.probabilities(case.query, kept, windows, case.size)
-    return [k for k, _ in sorted(p.items(), key=lambda item: (-item[1], item[0]))[:BUDGET]]
+    ranked = sorted(p.items(), key=lambda item: (-item[1], item[0]))
+    return [k for k, chance in ranked if chance > 0.0][:BUDGET]  # as `select`
 
 
 def old_defaults(corpus: Corpus, case: Case) -> list[str]:

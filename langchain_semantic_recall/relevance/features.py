@@ -163,12 +163,15 @@ class TextFacts:
     """`log1p` of how many there are."""
     question: float
     """1.0 when the text is a question (`is_question`), else 0.0."""
+    bare: bool
+    """No content term: every term is `CONVERSATIONAL` ("yes", "ok thanks", "Great.")."""
 
 
 def text_facts(text: str) -> TextFacts:
     """`TextFacts` of `text`, worked out afresh (`TermCache` keeps them)."""
     terms = term_set(text)
-    return TextFacts(terms, math.log1p(len(terms)), float(is_question(text)))
+    bare = terms <= CONVERSATIONAL
+    return TextFacts(terms, math.log1p(len(terms)), float(is_question(text)), bare)
 
 
 class TermCache:
@@ -294,17 +297,20 @@ def direct_rows(query: Query, messages: Sequence[StoredMessage]) -> np.ndarray:
     each: list[float] = []  # what each message's row needs, in one pass
     for message in messages:
         facts, key = of(message.text), message.id
-        score = bm25s.get(key, 0.0)
+        # A message without a content term ("yes") matches nothing by itself: any short
+        # text is near a short query. It counts only through its neighbours (`context_rows`).
+        own = not facts.bare
+        score = bm25s.get(key, 0.0) if own else 0.0
         each += (
-            zs.get(key, floor),
+            zs.get(key, floor) if own else floor,
             score,
             math.log1p(score),
             len(facts.terms.intersection(terms)),
             facts.question,
             message.role == "user",
             facts.log1p_length,
-            key in bm25s,
-            key in zs,
+            own and key in bm25s,
+            own and key in zs,
         )
     table = np.fromiter(each, np.float64, len(each)).reshape(len(messages), -1)
     z, bm25, log_bm25, shared, question, user, length, keyword, dense = table.T

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -45,6 +45,7 @@ from langchain_semantic_recall.relevance.features import (
     DIRECT,
     MATCH,
     Query,
+    TextFacts,
     context_rows,
     direct_rows,
 )
@@ -257,9 +258,9 @@ class RelevanceModel:
             return {}
         weights = np.asarray(self.direct[1:], dtype=np.float64)[list(MATCH)]
         x = context_rows(query, list(targets.values()), threads, weights)
-        logits = _linear(x, self.context) - math.log(max(1, min(scope_size, self.size_cap)))
+        logits = _linear(x, self.context) + math.log(self.prior(scope_size))
         p = 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
-        return dict(zip(targets, p.tolist(), strict=True))
+        return _answers(dict(zip(targets, p.tolist(), strict=True)), targets, query)
 
     def select(
         self,
@@ -299,10 +300,13 @@ class RelevanceModel:
         ranked = [(message_id, p[message_id]) for _, message_id in order]
         if threshold is not None:
             ranked = [item for item in ranked if item[1] >= threshold]
+        else:  # an acknowledgement without what it answers (`_answers`): never
+            ranked = [item for item in ranked if item[1] > 0.0]
         if budget is not None:
             ranked = ranked[: round(budget * share)]
         chosen = dict(ranked)
-        return _group(kept, windows, chosen, self.before, self.after)
+        facts = query.texts.of if threshold is None else None  # a threshold lists them all
+        return _group(kept, windows, chosen, self.before, self.after, facts=facts)
 
     def share(self, query: Query, threshold: float | None, scope_size: int) -> float:
         """The share of the budget to spend: the evidence's, or all of it under a threshold.
@@ -314,6 +318,10 @@ class RelevanceModel:
         if threshold is not None:
             return 1.0
         return self.evidence.share(query, self.counted(scope_size))
+
+    def prior(self, scope_size: int) -> float:
+        """P(evidence) of a message drawn at random: 1 / scope size (counted to `size_cap`)."""
+        return 1.0 / max(1, min(scope_size, self.size_cap))
 
     def counted(self, scope_size: int) -> int:
         """`scope_size` as the bar for silence counts it: within `size_floor`, `size_cap`."""
@@ -349,8 +357,14 @@ def _group(
     chosen: Mapping[str, float],
     before: int,
     after: int,
+    *,
+    facts: Callable[[str], TextFacts] | None = None,
 ) -> list[RecallHit]:
-    """Chosen messages as hits: each message joins the first kept candidate in reach."""
+    """Chosen messages as hits: each message joins the first kept candidate in reach.
+
+    With `facts`, an acknowledgement (a bare text, `_answers`) joins only the hit that
+    holds the message it answers, right before it: it never comes alone.
+    """
     placed: set[str] = set()
     hits: list[RecallHit] = []
     for candidate in kept:
@@ -365,15 +379,52 @@ def _group(
             for m in window
             if m.id in chosen and m.id not in placed and -before <= m.seq - hit.seq <= after
         ]
+        if facts is not None:
+            mine = _with_what_they_answer(mine, facts)
         if not mine:
             continue
         top = min(mine, key=lambda m: (-_tie(chosen[m.id]), m.id))
         # The hit is its likeliest message: its window keeps the range around it (the rest
         # may join a later candidate's window).
         mine = [m for m in mine if -before <= m.seq - top.seq <= after]
+        if facts is not None:  # again: the range may have cut off what one answers
+            mine = _with_what_they_answer(mine, facts)
         placed.update(m.id for m in mine)
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
     return sorted(hits, key=lambda h: (-_tie(h.score), h.message.id))
+
+
+def _with_what_they_answer(
+    window: list[StoredMessage], facts: Callable[[str], TextFacts]
+) -> list[StoredMessage]:
+    """`window` (one thread, in order) less the acknowledgements without what they answer."""
+    kept: list[StoredMessage] = []
+    for message in window:
+        if not facts(message.text).bare or (kept and kept[-1].seq == message.seq - 1):
+            kept.append(message)
+    return kept
+
+
+def _answers(
+    chances: dict[str, float], targets: Mapping[str, StoredMessage], query: Query
+) -> dict[str, float]:
+    """`chances`, a message without a content term ("yes") ranked after the one it answers.
+
+    Such a message says something only of the message before it ("Are you vegan?" "yes"),
+    so it is never likelier evidence than that message (a hair less: it never leads a hit
+    in its place), and never comes without it.
+    """
+    place = {(m.thread_id, m.seq): m.id for m in targets.values()}
+    for key, message in sorted(targets.items(), key=lambda item: item[1].seq):
+        if query.texts.of(message.text).bare:
+            answered = place.get((message.thread_id, message.seq - 1))
+            cap = 0.0 if answered is None else chances[answered] * _AFTER
+            chances[key] = min(chances[key], cap)
+    return chances
+
+
+_AFTER = 1.0 - 1e-6
+"""A hair under 1: after rounding (`_tie`), an acknowledgement ranks after what it answers."""
 
 
 def _tie(probability: float) -> float:

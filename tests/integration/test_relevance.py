@@ -72,3 +72,35 @@ def test_small_talk_and_off_topic_questions_stay_silent(
     new_user: SemanticRecall, turn: str
 ) -> None:
     assert new_user.search(turn, resource_id="r") == []
+
+
+ACKNOWLEDGED = [
+    ("I work as a nurse on night shifts.", "Night shifts are tough; sleep hygiene matters."),
+    ("Can you recommend a sci-fi novel?", "Try 'The Left Hand of Darkness' by Le Guin."),
+    ("How do I make cold brew coffee?", "Steep coarse grounds in cold water for 12-18 hours."),
+    ("My car squeaks when braking.", "Worn brake pads are a common cause; have them checked."),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("question", ["dog", "beagle", "What is my dog's name?"])
+def test_acknowledgements_never_lead_a_search(question: str) -> None:
+    """A stranger's small store: bare "yes" turns scored 0.82 for "dog", above the facts."""
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+    from langchain_semantic_recall.relevance import TermCache
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
+    )
+    fact = HumanMessage("My dog is called Biscuit and he is a beagle.", id="fact")
+    memory.index([fact, AIMessage("What a lovely name!")], thread_id="dog", resource_id="r")
+    for n, (said, reply) in enumerate(ACKNOWLEDGED):
+        chat = [HumanMessage(said), AIMessage(reply), HumanMessage("yes"), HumanMessage("ok")]
+        memory.index(chat, thread_id=f"t{n}", resource_id="r")
+    hits = memory.search(question, resource_id="r")
+    assert hits[0].message.id == "fact"
+    bare = TermCache()
+    assert not [h.message.text for h in hits if bare.of(h.message.text).bare]
+    for hit in hits:  # an acknowledgement comes only after the message it answers
+        seqs = {m.seq for m in hit.window}
+        assert all(m.seq - 1 in seqs for m in hit.window if bare.of(m.text).bare)

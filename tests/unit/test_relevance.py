@@ -37,6 +37,7 @@ from langchain_semantic_recall.relevance.features import (
     DIRECT,
     asked_names,
     context_rows,
+    direct_rows,
 )
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
@@ -406,6 +407,70 @@ def test_a_window_keeps_its_likeliest_messages_so_it_can_have_gaps(
     hits = model.select(query, ["m2"], {"m2": thread}, 6, budget=budget, threshold=threshold)
     assert [[m.seq for m in hit.window] for hit in hits] == [seqs]
     assert hits[0].message.id == "m2"
+
+
+def acknowledged() -> tuple[list[StoredMessage], Query]:
+    """A thread with acknowledgements ("yes"), which a short query's vector sits near."""
+    texts = ["ok", "Do you have a dog?", "yes", "My dog is called Biscuit", "great thanks"]
+    thread = [stored(n, text, ("user", "assistant")[n % 2 == 1]) for n, text in enumerate(texts)]
+    query = Query.build(
+        "dog name",
+        [("m0", 0.95), ("m2", 0.9), ("m4", 0.9), ("m3", 0.5), ("m1", 0.4)],
+        [("m2", 4.0), ("m3", 2.0)],
+        {m.id: m for m in thread},
+        QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=-1.0),
+        None,
+    )
+    return thread, query
+
+
+def test_a_message_without_a_content_term_is_never_a_match_by_itself() -> None:
+    """A bare "yes" scored 0.82 for "dog" in a small store, above the facts (it is near
+    any short query): it holds no fact, so it matches nothing, and comes last as a
+    candidate."""
+    thread, query = acknowledged()
+    assert [TermCache().of(m.text).bare for m in thread] == [True, False, True, False, True]
+    rows = direct_rows(query, thread)
+    z, dense, keyword = (DIRECT.index(n) for n in ("z", "in_dense", "in_keyword"))
+    for n in (0, 2, 4):
+        assert (rows[n, z], rows[n, dense], rows[n, keyword]) == (query.floor_z, 0.0, 0.0)
+    assert (rows[3, dense], rows[3, keyword]) == (1.0, 1.0)
+    kept = default_model().best_candidates(query, {m.id: m for m in thread})
+    assert kept[:2] == ["m3", "m1"]
+    assert sorted(kept[2:]) == ["m0", "m2", "m4"]
+
+
+def test_an_acknowledgement_is_never_likelier_than_what_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    thread, query = acknowledged()
+    model = default_model()
+    windows = {"m3": thread, "m1": thread}
+    p = model.probabilities(query, ["m3", "m1"], windows, 300)
+    assert p["m2"] < p["m1"]  # "yes" rides with the question it answers, after it
+    assert p["m4"] < p["m3"]
+    assert p["m0"] == 0.0  # nothing before it: it answers nothing in reach
+    monkeypatch.setattr(RelevanceModel, "share", lambda *_: 1.0)
+    hits = model.select(query, ["m3", "m1"], windows, 300, budget=15, threshold=None)
+    assert hits
+    assert all(not TermCache().of(hit.message.text).bare for hit in hits)
+    assert "m0" not in {m.id for hit in hits for m in hit.window}
+
+
+def test_an_acknowledgement_never_comes_without_what_it_answers() -> None:
+    """ "ok thanks" came back as a hit of its own, its "Anything else?" in another hit."""
+    from langchain_semantic_recall.relevance.model import _group
+
+    texts = ["my car squeaks", "brake pads", "have them checked", "Anything else?", "ok thanks"]
+    thread = [stored(n, text, ("user", "assistant")[n % 2]) for n, text in enumerate(texts)]
+    windows = {"m0": thread, "m4": thread}
+    chosen = {"m0": 0.9, "m3": 0.5, "m4": 0.49}
+    facts = TermCache().of
+    assert facts("ok thanks").bare
+    alone = _group(["m0", "m4"], windows, chosen, 2, 3)
+    assert [[m.id for m in h.window] for h in alone] == [["m0", "m3"], ["m4"]]
+    hits = _group(["m0", "m4"], windows, chosen, 2, 3, facts=facts)
+    assert [[m.id for m in h.window] for h in hits] == [["m0", "m3"]]
 
 
 # --- the data file and other embedders -------------------------------------------------------

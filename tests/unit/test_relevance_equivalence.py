@@ -35,6 +35,7 @@ from langchain_semantic_recall.relevance import (
     is_question,
 )
 from langchain_semantic_recall.relevance.features import (
+    CONVERSATIONAL,
     DIRECT,
     MATCH,
     asked_names,
@@ -125,9 +126,10 @@ def _old_rows(query: OldQuery, messages: Sequence[StoredMessage]) -> np.ndarray:
     rows = np.empty((len(messages), len(DIRECT)))
     for i, message in enumerate(messages):
         bag = old_terms_of(message.text)
-        cosine = query.cosines.get(message.id)
+        bare = bag <= CONVERSATIONAL  # no content term: it matches nothing by itself
+        cosine = None if bare else query.cosines.get(message.id)
         z = query.z(cosine) if cosine is not None else floor_z
-        bm25 = query.bm25.get(message.id, 0.0)
+        bm25 = 0.0 if bare else query.bm25.get(message.id, 0.0)
         log_bm25 = math.log1p(bm25)
         relative = bm25 / top_bm25 if top_bm25 > 0 else 0.0
         found = query.query_found
@@ -144,7 +146,7 @@ def _old_rows(query: OldQuery, messages: Sequence[StoredMessage]) -> np.ndarray:
             found,
             query.name_missing,
             math.log1p(len(terms)),
-            float(message.id in query.bm25),
+            float(message.id in query.bm25 and not bare),
             float(cosine is not None),
             math.log1p(top_bm25),
             log_bm25 * found,
@@ -227,7 +229,29 @@ def old_probabilities(
     x = old_context_rows(query, order, threads, weights)
     logits = _linear(x, model.context) - math.log(max(1, min(scope_size, model.size_cap)))
     p = 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
-    return {m.id: float(v) for m, v in zip(order, p.tolist(), strict=True)}
+    chances = {m.id: float(v) for m, v in zip(order, p.tolist(), strict=True)}
+    for message in sorted(order, key=lambda m: m.seq):  # "yes" rides with what it answers
+        if old_terms_of(message.text) <= CONVERSATIONAL:
+            answered = next(
+                (
+                    m.id
+                    for m in order
+                    if (m.thread_id, m.seq) == (message.thread_id, message.seq - 1)
+                ),
+                None,
+            )
+            cap = chances[answered] * (1 - 1e-6) if answered else 0.0
+            chances[message.id] = min(chances[message.id], cap)
+    return chances
+
+
+def old_riding(window: list[StoredMessage]) -> list[StoredMessage]:
+    """An acknowledgement only right after the message it answers."""
+    riding: list[StoredMessage] = []
+    for m in window:
+        if not old_terms_of(m.text) <= CONVERSATIONAL or (riding and riding[-1].seq == m.seq - 1):
+            riding.append(m)
+    return riding
 
 
 def old_select(  # noqa: PLR0917
@@ -250,6 +274,8 @@ def old_select(  # noqa: PLR0917
     ranked = sorted(p.items(), key=lambda item: (-round(item[1], 9), item[0]))
     if threshold is not None:
         ranked = [item for item in ranked if item[1] >= threshold]
+    else:
+        ranked = [item for item in ranked if item[1] > 0.0]
     if budget is not None:
         ranked = ranked[: round(budget * share)]
     chosen = dict(ranked)
@@ -267,10 +293,12 @@ def old_select(  # noqa: PLR0917
             and m.id not in placed
             and -model.before <= m.seq - hit.seq <= model.after
         ]
+        riding = old_riding if threshold is None else list
+        mine = riding(mine)
         if not mine:
             continue
         top = min(mine, key=lambda m: (-round(chosen[m.id], 9), m.id))  # ids decide ties
-        mine = [m for m in mine if -model.before <= m.seq - top.seq <= model.after]
+        mine = riding([m for m in mine if -model.before <= m.seq - top.seq <= model.after])
         placed.update(m.id for m in mine)
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
     return sorted(hits, key=lambda h: (-round(h.score, 9), h.message.id))
