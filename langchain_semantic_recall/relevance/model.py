@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -45,7 +45,6 @@ from langchain_semantic_recall.relevance.features import (
     DIRECT,
     MATCH,
     Query,
-    TextFacts,
     context_rows,
     direct_rows,
 )
@@ -305,8 +304,13 @@ class RelevanceModel:
         if budget is not None:
             ranked = ranked[: round(budget * share)]
         chosen = dict(ranked)
-        facts = query.texts.of if threshold is None else None  # a threshold lists them all
-        return _group(kept, windows, chosen, self.before, self.after, facts=facts)
+        riders: set[str] = set()  # acknowledgements (`_answers`); a threshold lists all
+        if threshold is None:
+            of = query.texts.of
+            riders = {
+                m.id for w in windows.values() for m in w if m.id in chosen and of(m.text).bare
+            }
+        return _group(kept, windows, chosen, self.before, self.after, riders=riders)
 
     def share(self, query: Query, threshold: float | None, scope_size: int) -> float:
         """The share of the budget to spend: the evidence's, or all of it under a threshold.
@@ -358,12 +362,12 @@ def _group(
     before: int,
     after: int,
     *,
-    facts: Callable[[str], TextFacts] | None = None,
+    riders: Set[str] = frozenset(),
 ) -> list[RecallHit]:
     """Chosen messages as hits: each message joins the first kept candidate in reach.
 
-    With `facts`, an acknowledgement (a bare text, `_answers`) joins only the hit that
-    holds the message it answers, right before it: it never comes alone.
+    A rider (an acknowledgement, `_answers`) joins only the hit that holds the message it
+    answers, right before it: it never comes alone.
     """
     placed: set[str] = set()
     hits: list[RecallHit] = []
@@ -379,28 +383,26 @@ def _group(
             for m in window
             if m.id in chosen and m.id not in placed and -before <= m.seq - hit.seq <= after
         ]
-        if facts is not None:
-            mine = _with_what_they_answer(mine, facts)
+        if riders:
+            mine = _with_what_they_answer(mine, riders)
         if not mine:
             continue
         top = min(mine, key=lambda m: (-_tie(chosen[m.id]), m.id))
         # The hit is its likeliest message: its window keeps the range around it (the rest
         # may join a later candidate's window).
         mine = [m for m in mine if -before <= m.seq - top.seq <= after]
-        if facts is not None:  # again: the range may have cut off what one answers
-            mine = _with_what_they_answer(mine, facts)
+        if riders:  # again: the range may have cut off what one answers
+            mine = _with_what_they_answer(mine, riders)
         placed.update(m.id for m in mine)
         hits.append(RecallHit(message=top, score=chosen[top.id], window=tuple(mine)))
     return sorted(hits, key=lambda h: (-_tie(h.score), h.message.id))
 
 
-def _with_what_they_answer(
-    window: list[StoredMessage], facts: Callable[[str], TextFacts]
-) -> list[StoredMessage]:
-    """`window` (one thread, in order) less the acknowledgements without what they answer."""
+def _with_what_they_answer(window: list[StoredMessage], riders: Set[str]) -> list[StoredMessage]:
+    """`window` (one thread, in order) less the riders without the message they answer."""
     kept: list[StoredMessage] = []
     for message in window:
-        if not facts(message.text).bare or (kept and kept[-1].seq == message.seq - 1):
+        if message.id not in riders or (kept and kept[-1].seq == message.seq - 1):
             kept.append(message)
     return kept
 
@@ -414,12 +416,15 @@ def _answers(
     so it is never likelier evidence than that message (a hair less: it never leads a hit
     in its place), and never comes without it.
     """
+    of = query.texts.of
+    bare = [m for m in targets.values() if of(m.text).bare]
+    if not bare:  # most searches: nothing to do
+        return chances
     place = {(m.thread_id, m.seq): m.id for m in targets.values()}
-    for key, message in sorted(targets.items(), key=lambda item: item[1].seq):
-        if query.texts.of(message.text).bare:
-            answered = place.get((message.thread_id, message.seq - 1))
-            cap = 0.0 if answered is None else chances[answered] * _AFTER
-            chances[key] = min(chances[key], cap)
+    for message in sorted(bare, key=lambda m: m.seq):  # "ok" "yes": the "yes" after the "ok"
+        answered = place.get((message.thread_id, message.seq - 1))
+        cap = 0.0 if answered is None else chances[answered] * _AFTER
+        chances[message.id] = min(chances[message.id], cap)
     return chances
 
 

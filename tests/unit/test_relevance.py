@@ -465,11 +465,9 @@ def test_an_acknowledgement_never_comes_without_what_it_answers() -> None:
     thread = [stored(n, text, ("user", "assistant")[n % 2]) for n, text in enumerate(texts)]
     windows = {"m0": thread, "m4": thread}
     chosen = {"m0": 0.9, "m3": 0.5, "m4": 0.49}
-    facts = TermCache().of
-    assert facts("ok thanks").bare
     alone = _group(["m0", "m4"], windows, chosen, 2, 3)
     assert [[m.id for m in h.window] for h in alone] == [["m0", "m3"], ["m4"]]
-    hits = _group(["m0", "m4"], windows, chosen, 2, 3, facts=facts)
+    hits = _group(["m0", "m4"], windows, chosen, 2, 3, riders={"m4"})
     assert [[m.id for m in h.window] for h in hits] == [["m0", "m3"]]
 
 
