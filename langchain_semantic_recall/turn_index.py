@@ -135,6 +135,8 @@ def _said_in_this_thread(
     }
     same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
     turn = _turn_start(candidates)
+    if turn is not None and candidates[turn].id not in same:  # the turn is not a copy's:
+        same -= {m.id for m in candidates[turn:]}  # its reply is new (an LLM cache's id?)
     edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
     set_aside |= dict.fromkeys(map(str, same), _COPIED)
     set_aside |= dict.fromkeys(map(str, edited - same), _COPIED_EDITED)
@@ -350,15 +352,20 @@ def _set_aside_op(
     * one with other text: stored in this thread under an id made from the thread and its
       own, the same at every retry, with a warning (nothing of this user's is lost).
 
+    A reply of the current turn (after its user message) is renamed so too, whatever its
+    text: LangChain's LLM cache hands back a reply with the id of its first use, in any
+    thread of any user.
+
     Raises:
-        MessageIdTakenError: a taken id is the current turn's (refused, as `index` refuses
-            it: the turn's own message is never set aside), or is one of `seen` (set
-            aside or renamed by an earlier round), which `seen` is updated with.
+        MessageIdTakenError: a taken id is the current turn's user message (refused, as
+            `index` refuses it: the turn's own message is never set aside), or is one of
+            `seen` (set aside or renamed by an earlier round), which `seen` is updated with.
     """
     turn = _turn_start(candidates)
     history = {m.id for m in candidates[: turn or 0]}
+    replies = set() if turn is None else {m.id for m in candidates[turn + 1 :]}
     ids = set(taken.message_ids)
-    if not ids or not ids <= history or ids & seen:
+    if not ids or not ids <= history | replies or ids & seen:
         raise taken
     seen |= ids
     owner = who.resource_id or (yield steps.ThreadOwner(thread_id)) or NO_RESOURCE
@@ -367,20 +374,27 @@ def _set_aside_op(
     )
     kept: list[BaseMessage] = []
     renamed: list[str] = []
+    cached: list[str] = []
     for message in candidates:
         key = message.id or ""
         rows = mine.get(key) if key in ids else None
         if key not in ids:
             kept.append(message)
-        elif not rows:
-            set_aside[key] = _FOREIGN
-        elif rows[0].text == _text(message):
-            set_aside[key] = _COPIED
-        else:
+        elif key in replies or (rows and rows[0].text != _text(message)):
             new_id = stable_id(thread_id, "", key, "", 0, kind="taken")
             kept.append(message.model_copy(update={"id": new_id}))
             seen.add(new_id)
-            renamed.append(f"{key!r} as {new_id!r}")
+            (cached if key in replies else renamed).append(f"{key!r} as {new_id!r}")
+        elif not rows:
+            set_aside[key] = _FOREIGN
+        else:
+            set_aside[key] = _COPIED
+    if cached:  # expected with a cache: said, not warned of
+        logger.info(
+            "thread %r: this turn's reply reuses the id of another thread's message (a "
+            "cached model reply?); stored as this thread's own: %s",
+            *(thread_id, ", ".join(cached)),
+        )
     foreign = sorted(k for k in ids if set_aside.get(k) == _FOREIGN)
     said = [f"not stored, as another resource's: {foreign}"] if foreign else []
     said += [f"stored under new ids: {', '.join(renamed)}"] if renamed else []

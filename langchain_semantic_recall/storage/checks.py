@@ -364,6 +364,7 @@ def message_id_of_another(
     return MessageIdTakenError(
         f"{named} already belong{'s' if len(ids) == 1 else ''} to another thread{than}; "
         "message ids are unique across threads: to copy a conversation into a new thread, "
-        "copy its messages without their ids",
+        "copy its messages without their ids (a model reply from LangChain's LLM cache keeps "
+        "the id of its first use: store a copy with id=None)",
         ids,
     )

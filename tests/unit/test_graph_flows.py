@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.caches import InMemoryCache
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -274,6 +275,44 @@ def test_one_message_object_sent_to_two_users_keeps_both_threads_going(
     ]
     assert all(m.resource_id == "bob" for m in memory.stored("b"))
     assert "not stored, as another resource's" in caplog.text
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_cached_reply_is_stored_in_every_thread_it_answers(
+    surface: str, asynchronous: bool
+) -> None:
+    """LangChain's LLM cache hands back a reply with the id of its first use. In another
+    thread of the same user that reply was taken for copied history and not stored; in
+    another user's thread the turn was refused once the model had answered, and nothing
+    of it was stored. A reply of the current turn is the thread's own: it is stored under
+    an id of its own, and the next turn goes on."""
+    memory = FactsMemory(scope="thread")  # no memory in a first turn: the same prompts
+    model = FakeChatModel(cache=InMemoryCache())
+    middleware = [SemanticRecallMiddleware(memory.engine)]
+    app: Any = (
+        create_recall_graph(model, memory.engine, checkpointer=InMemorySaver())
+        if surface == "graph"
+        else create_agent(model, middleware=middleware, checkpointer=InMemorySaver())
+    )
+
+    def turn(text: str, thread_id: str, user: str) -> None:
+        if asynchronous:
+            asyncio.run(app.ainvoke(ask(text), config(thread_id, user)))
+        else:
+            app.invoke(ask(text), config(thread_id, user))
+
+    places = (("a", "alice"), ("b", "alice"), ("c", "bob"))
+    for thread_id, user in places:
+        turn("hi", thread_id, user)
+    replies = {app.get_state(config(*place)).values["messages"][-1].id for place in places}
+    assert len(replies) == 1  # the cache answered twice, with its first reply's id
+    said = ["hi", "ok: hi", "tennis?", "ok: tennis?"]
+    for thread_id, user in places[1:]:
+        turn("tennis?", thread_id, user)
+        assert texts(memory, thread_id) == said
+        assert {m.resource_id for m in memory.stored(thread_id)} == {user}
+    assert texts(memory, "a") == ["hi", "ok: hi"]
 
 
 @pytest.mark.parametrize("surface", ["graph", "agent"])
