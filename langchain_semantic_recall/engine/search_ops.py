@@ -460,7 +460,7 @@ def turn_recall_op(
     """
     from langchain_semantic_recall.errors import PROGRAMMING_ERRORS, StorageError
 
-    thread_id = request.identity.require_thread(keys, "recall")
+    thread_id = request.identity.require_thread(keys, "a graph or agent turn")
     try:
         owner = yield steps.ThreadOwner(thread_id)
         forgotten = yield steps.IsForgotten(thread_id)

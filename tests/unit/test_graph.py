@@ -272,7 +272,7 @@ async def test_resource_changing_within_a_thread_is_refused_async(memory: FactsM
 
 def test_missing_thread_id_is_a_clear_error(memory: FactsMemory) -> None:
     graph = create_recall_graph(FakeChatModel(), memory.engine)
-    with pytest.raises(MissingIdentityError, match=r"conversation id: pass thread_id=\.\.\."):
+    with pytest.raises(MissingIdentityError, match="agent turn needs a conversation id"):
         graph.invoke({"messages": [("user", "garden?")]}, {"configurable": {"resource_id": "a"}})
 
 
