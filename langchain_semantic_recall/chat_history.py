@@ -46,14 +46,17 @@ from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import (
     PROGRAMMING_ERRORS,
     ForgottenThreadError,
+    MessageIdTakenError,
     SemanticRecallError,
     StorageError,
 )
 from langchain_semantic_recall.memory_contract import check_saved
+from langchain_semantic_recall.messages import stable_id
 from langchain_semantic_recall.options import check_positive
 from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter, StoredMessage
 
 if TYPE_CHECKING:
+    from langchain_semantic_recall.engine.core import EngineCore
     from langchain_semantic_recall.engine.vector_space import VectorSpace
     from langchain_semantic_recall.recall import SemanticRecall
 
@@ -110,6 +113,39 @@ def _retryable(error: Exception) -> bool:
 def _with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """The messages, each with an id (a copy given a new one): a retry stores each once."""
     return [m if m.id else m.model_copy(update={"id": str(uuid.uuid4())}) for m in messages]
+
+
+def _add_op(core: EngineCore, messages: list[BaseMessage], who: Identity) -> Op[IndexResult]:
+    """Index the session's messages, each as its own whatever id it came with.
+
+    `RunnableWithMessageHistory` adds the turn's messages with their ids, and a reply of
+    LangChain's LLM cache keeps the id of its first use, in any session of any user:
+    `index` refused it, the runnable only logged that, and the whole turn was lost. A
+    message whose id another thread holds is stored here under an id made from the
+    session and its own (the same at every retry), as the graph's replies are.
+    """
+    renamed: set[str] = set()
+    while True:
+        try:
+            return (yield from core.index(messages, who))
+        except MessageIdTakenError as taken:
+            ids = set(taken.message_ids)
+            if not ids or ids & renamed:  # a renamed id taken too: refused, as `index` does
+                raise
+            renamed |= ids
+            thread_id = who.thread_id or ""
+            messages = [
+                m.model_copy(update={"id": stable_id(thread_id, "", m.id, "", 0, kind="taken")})
+                if m.id in ids
+                else m
+                for m in messages
+            ]
+            renamed |= {m.id for m in messages if m.id}
+            logger.info(
+                "session %r: message id(s) %s belong to another thread (a cached model "
+                "reply?); stored as this session's own under new ids",
+                *(thread_id, sorted(ids)),
+            )
 
 
 def _not_stored(error: Exception, count: int, session: str) -> Exception:
@@ -218,7 +254,7 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         key = self._key()
         if held := _held(self.memory).take(key):
             try:
-                self._saved(key, self.memory.index(held, **self._ids()))
+                self._saved(key, self._add(held))
             except Exception as error:
                 raise self._still_held(key, held, error) from error
         stored = self.memory.core.run(_history_op(self._scope(), self.last))
@@ -229,11 +265,19 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         key = self._key()
         if held := _held(self.memory).take(key):
             try:
-                self._saved(key, await self.memory.aindex(held, **self._ids()))
+                self._saved(key, await self._aadd(held))
             except Exception as error:
                 raise self._still_held(key, held, error) from error
         stored = await self.memory.core.arun(_history_op(self._scope(), self.last))
         return [m.to_message() for m in stored]
+
+    def _add(self, messages: list[BaseMessage]) -> IndexResult:
+        core = self.memory.core
+        return core.run(_add_op(core, messages, core.identity(self._ids())))
+
+    async def _aadd(self, messages: list[BaseMessage]) -> IndexResult:
+        core = self.memory.core
+        return await core.arun(_add_op(core, messages, core.identity(self._ids())))
 
     def _saved(self, key: _Key, result: IndexResult) -> None:
         """Check a write's result (forgotten: raise); nothing of the session stays held."""
@@ -266,7 +310,7 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         """
         key, items = self._key(), _with_ids(messages)
         try:
-            self._saved(key, self.memory.index(items, **self._ids()))
+            self._saved(key, self._add(items))
         except Exception as error:
             self._failed(key, items, error)
             raise
@@ -275,7 +319,7 @@ class SemanticRecallChatHistory(BaseChatMessageHistory):
         """Async twin of `add_messages`."""
         key, items = self._key(), _with_ids(messages)
         try:
-            self._saved(key, await self.memory.aindex(items, **self._ids()))
+            self._saved(key, await self._aadd(items))
         except Exception as error:
             self._failed(key, items, error)
             raise

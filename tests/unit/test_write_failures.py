@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from langchain_core.caches import InMemoryCache
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableConfig
@@ -85,6 +86,43 @@ def test_a_turn_the_history_could_not_store_is_stored_by_the_next_turn(
     ]
     stats = memory.stats()
     assert (stats.messages, stats.missing_vectors) == (4, 0)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_cached_reply_is_stored_in_every_session_it_answers(asynchronous: bool) -> None:
+    """LangChain's LLM cache hands back a reply with the id of its first use. `index`
+    refused it in every later session, of the same user or another, and the runnable only
+    logged that: the whole turn, the user's message too, was lost."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=32),
+    )
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("history"), ("human", "{q}")])
+    model = FakeChatModel(cache=InMemoryCache())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        chain = RunnableWithMessageHistory(
+            prompt | model,  # the same prompt in every new session: the cache answers
+            lambda session_id: memory.chat_history(session_id),  # noqa: PLW0108 - one parameter
+            input_messages_key="q",
+            history_messages_key="history",
+        )
+    sessions = (("s1", "alice"), ("s2", "alice"), ("s3", "bob"))
+    replies = set()
+    for session, user in sessions:
+        config: RunnableConfig = {"configurable": {"session_id": session, "resource_id": user}}
+        for question in ("hi", "tennis?"):
+            if asynchronous:
+                reply = asyncio.run(chain.ainvoke({"q": question}, config))
+            else:
+                reply = chain.invoke({"q": question}, config)
+            if question == "hi":
+                replies.add(reply.id)
+        stored = memory.storage.list_messages(ScopeFilter(thread_id=session))
+        assert [m.text for m in stored] == ["hi", "ok: hi", "tennis?", "ok: tennis?"]
+        assert {m.resource_id for m in stored} == {user}
+    assert len(replies) == 1  # the cache answered, with its first reply's id
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
