@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import (
@@ -57,6 +57,40 @@ def check_owner(name: str, value: object) -> str:
     return owner
 
 
+_TOKEN_COUNTS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+def load_message(data: Any) -> BaseMessage:
+    """A LangChain message from the form `message_to_dict` gives it.
+
+    On a cache hit, LangChain's LLM cache copies `"total_cost": 0` into the reply's
+    `usage_metadata` without validating it, so a reply that had no usage comes back with
+    `{"total_cost": 0}`: a message LangChain itself then refuses to load, which broke the
+    session (`chat_history`) and the export holding it. Usage without the token counts
+    `UsageMetadata` requires is left out on reading; the message is as it was otherwise.
+
+    Args:
+        data: `message_to_dict`'s form of a message (`{"type": ..., "data": {...}}`).
+
+    Raises:
+        ValueError: `data` is not a message (a pydantic `ValidationError` among them).
+        KeyError: `data` lacks `type` or `data`.
+    """
+    from langchain_core.messages import messages_from_dict
+    from pydantic import ValidationError
+
+    try:
+        return messages_from_dict([data])[0]
+    except ValidationError:
+        if not isinstance(data, dict) or not isinstance(inner := data.get("data"), dict):
+            raise
+        usage = inner.get("usage_metadata")
+        if not isinstance(usage, dict) or all(key in usage for key in _TOKEN_COUNTS):
+            raise
+        kept = {key: value for key, value in inner.items() if key != "usage_metadata"}
+        return messages_from_dict([{**data, "data": kept}])[0]
+
+
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
     """One message as written to storage (the storage assigns its sequence number)."""
@@ -75,10 +109,8 @@ class MessageRecord:
     """The message's metadata (`filters`), as sorted (key, value) pairs."""
 
     def to_message(self) -> BaseMessage:
-        """The LangChain message, of the same type it was stored as."""
-        from langchain_core.messages import messages_from_dict
-
-        return messages_from_dict([json.loads(self.payload)])[0]
+        """The LangChain message, of the same type it was stored as (`load_message`)."""
+        return load_message(json.loads(self.payload))
 
     @staticmethod
     def dump(message: BaseMessage) -> str:

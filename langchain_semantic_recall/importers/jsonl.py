@@ -33,7 +33,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import BaseMessage, ChatMessage, message_to_dict, messages_from_dict
+from langchain_core.messages import BaseMessage, ChatMessage, message_to_dict
 
 from langchain_semantic_recall.errors import InvalidInputError
 from langchain_semantic_recall.filters import METADATA_KEY, check_metadata
@@ -51,7 +51,7 @@ from langchain_semantic_recall.messages import (
     stable_id,
     text_of,
 )
-from langchain_semantic_recall.records import TITLE_KEY, StoredMessage
+from langchain_semantic_recall.records import TITLE_KEY, StoredMessage, load_message
 from langchain_semantic_recall.storable import check_message_id, check_new_id, encodable
 
 __all__ = ["JSONL_KEYS", "JSONL_ROLES", "export_lines", "read_jsonl", "read_jsonl_lines"]
@@ -176,7 +176,7 @@ def _from_full(full: object, role: str, kwargs: dict[str, Any]) -> BaseMessage:
     if not isinstance(full, dict):
         raise ValueError("'message' must be a LangChain message as message_to_dict writes it")
     try:
-        message = messages_from_dict([full])[0]
+        message = load_message(full)
     except (KeyError, ValueError, TypeError) as error:
         raise ValueError(f"'message' is not a LangChain message: {error}") from error
     if isinstance(message, ChatMessage) and role_of(message) is None:

@@ -17,6 +17,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
     message_to_dict,
+    messages_from_dict,
 )
 
 from langchain_semantic_recall import InMemoryStorage
@@ -34,6 +35,7 @@ from langchain_semantic_recall.importers import (
 )
 from langchain_semantic_recall.importers.jsonl import JSONL_KEYS, JSONL_ROLES
 from langchain_semantic_recall.messages import build_records, stable_id
+from langchain_semantic_recall.records import load_message
 from langchain_semantic_recall.storable import storable
 
 JAN_15 = 1705314600  # 2024-01-15 10:30 UTC
@@ -670,6 +672,28 @@ def test_export_round_trips_tool_calls_and_rich_content() -> None:
     # Written again, the restored messages give the same lines (a fixed point).
     again = _stored(back)
     assert [json.loads(line) for line in export_lines(again)] == rows
+
+
+def test_a_cached_reply_whose_usage_langchain_cannot_load_exports_and_imports() -> None:
+    """On a cache hit LangChain's LLM cache sets a reply's usage to `{"total_cost": 0}`
+    when it had none (`model_copy`, never validated): LangChain then refuses to load it,
+    and the export holding it failed. Such usage is left out on reading; other usage is
+    kept, and a message that is wrong in another way is still an error."""
+    cached = AIMessage("Hello!", id="a").model_copy(update={"usage_metadata": {"total_cost": 0}})
+    usage = {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4}
+    counted = AIMessage("Hi.", id="b", usage_metadata=usage)
+    with pytest.raises(ValueError, match="input_tokens"):  # what LangChain itself does
+        messages_from_dict([message_to_dict(cached)])
+    stored = _stored([HumanMessage("hi", id="u"), cached, counted])
+    assert stored[1].to_message().content == "Hello!"
+    assert stored[2].to_message().usage_metadata == counted.usage_metadata  # type: ignore[attr-defined]
+    report = read_jsonl_lines(list(export_lines(stored)))
+    (conversation,) = report.conversations
+    assert [m.content for m in conversation.messages] == ["hi", "Hello!", "Hi."]
+    broken = message_to_dict(AIMessage("x"))
+    broken["data"]["usage_metadata"] = {**usage, "input_tokens": "many"}  # counted, wrong
+    with pytest.raises(ValueError, match="input_tokens"):
+        load_message(broken)
 
 
 def test_export_writes_text_utf8_cannot_hold_as_escapes_and_reads_it_back() -> None:
