@@ -33,7 +33,7 @@ from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, RetryPolicy, interrupt
 
@@ -1005,6 +1005,36 @@ def test_generated_copies_keep_every_message_where_it_was_said(copies: list[Copy
         for stored in memory.stored(thread_id):
             assert said_in[stored.id] == thread_id
             assert stored.resource_id == thread_id.split("-")[0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(USERS, st.integers(0, 2), st.sampled_from(["Sure.", "Hello!", "ok"])),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_generated_cached_replies_are_stored_once_in_every_thread_they_answer(
+    turns: list[tuple[str, int, str]],
+) -> None:
+    """Replies drawn from a pool with one id per text, as LangChain's LLM cache hands
+    them back, in threads of two users (each state grown by `add_messages`, as a
+    checkpointer grows it): every thread stores what its state holds, each message once,
+    under its own owner, and no turn is refused."""
+    memory = FactsMemory()
+    pool: dict[str, AIMessage] = {}
+    states: dict[str, list[BaseMessage]] = {}
+    for n, (user, which, text) in enumerate(turns):
+        thread_id = f"{user}-{which}"
+        reply = pool.setdefault(text, AIMessage(text, id=f"cached-{len(pool)}"))
+        turn = [HumanMessage(f"question {n}", id=f"q{n}"), reply]
+        states[thread_id] = add_messages(states.get(thread_id, []), turn)
+        index_new_messages(memory.engine, states[thread_id], thread_id=thread_id, resource_id=user)
+    for thread_id, state in states.items():
+        stored = memory.stored(thread_id)
+        assert [m.text for m in stored] == [m.text for m in state]
+        assert {m.resource_id for m in stored} == {thread_id.split("-")[0]}
 
 
 def test_a_before_agent_redaction_listed_first_keeps_pii_from_the_embedder(
