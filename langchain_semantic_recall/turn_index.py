@@ -21,25 +21,28 @@ from langchain_semantic_recall.engine.core import EngineCore
 from langchain_semantic_recall.engine.identity import Identity
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError, MessageIdTakenError
-from langchain_semantic_recall.injection import live_key
 from langchain_semantic_recall.messages import (
-    clean_text,
     is_recalled,
     role_of,
     stable_id,
     text_of,
 )
 from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter
+from langchain_semantic_recall.resent_history import (
+    PROBE,
+    resent_after_op,
+    resent_op,
+    stored_text,
+    turn_start,
+)
 from langchain_semantic_recall.storage.checks import thread_of_another
-from langchain_semantic_recall.turns import is_summary, is_user
+from langchain_semantic_recall.turns import is_summary
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.recall import SemanticRecall
 
 logger = logging.getLogger(__name__)
 
-_PROBE = 64
-"""Messages checked against the storage at a time, newest first, by the index side."""
 
 _COPIED = "copied history: stored in another thread of this owner"
 _COPIED_EDITED = "copied history: stored with other text in another thread of this owner"
@@ -93,8 +96,8 @@ def _after_last_stored(
 
 
 def _probes(count: int) -> list[tuple[int, int]]:
-    """(start, end) slices of `count` candidates, newest first, `_PROBE` at a time."""
-    return [(max(0, end - _PROBE), end) for end in range(count, 0, -_PROBE)]
+    """(start, end) slices of `count` candidates, newest first, `PROBE` at a time."""
+    return [(max(0, end - PROBE), end) for end in range(count, 0, -PROBE)]
 
 
 def _edited(
@@ -104,7 +107,9 @@ def _edited(
     return [
         m
         for m in checked
-        if m.id not in handed and (rows := stored.get(m.id or "")) and rows[0].text != _text(m)
+        if m.id not in handed
+        and (rows := stored.get(m.id or ""))
+        and rows[0].text != stored_text(m)
     ]
 
 
@@ -133,8 +138,8 @@ def _said_in_this_thread(
     elsewhere = {
         key: rows[0].text for key, rows in found.items() if rows and rows[0].thread_id != thread_id
     }
-    same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == _text(m)}
-    turn = _turn_start(candidates)
+    same = {m.id for m in candidates if m.id in elsewhere and elsewhere[m.id] == stored_text(m)}
+    turn = turn_start(candidates)
     if turn is not None and candidates[turn].id not in same:  # the turn is not a copy's:
         same -= {m.id for m in candidates[turn:]}  # its reply is new (an LLM cache's id?)
     edited = set() if not same else {m.id for m in candidates[:turn] if m.id in elsewhere}
@@ -150,119 +155,6 @@ def _said_in_this_thread(
     return [m for m in candidates if m.id not in same | edited]
 
 
-def _resent_op(candidates: Sequence[BaseMessage], thread_id: str) -> Op[int | None]:
-    """Where the thread's stored history ends in `candidates`, if a client sent it again.
-
-    A stateless server (no checkpointer; the client sends the whole conversation on
-    every request) gets each message with a new id (`add_messages` gives one), so none
-    is found stored by its id, and every turn stored the whole history again. Such
-    history is known by its place: the words of the thread's newest stored messages (up
-    to `_PROBE`; all of them when it holds fewer, then from the input's start or ending
-    right before the turn), in order, ending before the current turn's user message.
-    Words are user messages and assistant messages with text (`_said`): a chat client
-    often sends back neither the tool calls nor their results. The current turn is never
-    matched: words that repeat an earlier turn's are a new message. A thread that holds
-    no message but still has its owner was emptied by retention (`forget_before`), which
-    keeps it: its history is the deleted one, and only the current turn is stored (stored
-    again, each turn would undo the retention).
-    """
-    turn = _turn_start(candidates)
-    if not turn:  # no history before the turn (or no user message at all)
-        return None
-    limit = min(turn, _PROBE)
-    stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=limit)
-    if not stored and (yield steps.ThreadOwner(thread_id)) is not None:
-        return turn  # a thread retention emptied: its history is not stored again
-    tail = [key for m in stored if (key := _said(m.role, m.text))]
-    if not tail:
-        return None
-    places, said = _words(candidates[:turn])
-    n = len(tail)
-    # The whole thread when it holds fewer than asked: from the input's start, or (its
-    # head deleted by retention) ending right before the turn.
-    whole = dict.fromkeys(k for k in (0, len(said) - n) if k >= 0)
-    starts = range(len(said) - n, -1, -1) if len(stored) == limit else whole
-    end = next((s + n for s in starts if said[s : s + n] == tail), None)
-    if end is None and said:  # a client that sends back the user's messages alone?
-        end = yield from _resent_without_answers_op(said, thread_id)
-    return None if not end else places[end - 1] + 1
-
-
-def _resent_without_answers_op(said: Sequence[tuple[str, str]], thread_id: str) -> Op[int]:
-    """How much of `said` ends the thread when its stored answers may be left out.
-
-    A client may send back the user's messages alone. The longest head of `said` whose
-    words are the thread's newest, in order, passing over stored assistant messages only
-    (never a user's: a user message of the history stored nowhere is a turn whose
-    storing failed, and is stored rather than matched further back).
-    """
-    limit = min(4 * len(said), 4 * _PROBE)
-    stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=limit)
-    newest = [key for m in reversed(stored) if (key := _said(m.role, m.text))]
-    whole = len(stored) < limit  # the thread's start was read
-
-    def ends_thread(head: Sequence[tuple[str, str]]) -> bool:
-        at = 0
-        for key in reversed(head):
-            while at < len(newest) and newest[at] != key:
-                if newest[at][0] != "assistant":
-                    return False
-                at += 1
-            if at == len(newest):
-                return not whole  # older messages were not read: taken as stored
-            at += 1
-        return True
-
-    return next((j for j in range(len(said), 0, -1) if ends_thread(said[:j])), 0)
-
-
-def _resent_after_op(history: Sequence[BaseMessage], anchor: int, thread_id: str) -> Op[int]:
-    """How many of `history` the thread stored after seq `anchor` under other ids.
-
-    A client that keeps ids for its user messages only (many chat clients) sends the
-    answers back with new ids on every request: the newest message found by its id is
-    then the last user message, and its answer was stored again at every turn. The
-    words stored after that message (`_said`), in order, are looked for at the start
-    of the history that follows it in the input.
-    """
-    stored = yield steps.LastMessages(ScopeFilter(thread_id=thread_id), limit=_PROBE)
-    after = [m for m in stored if m.seq > anchor]
-    words = [key for m in after if (key := _said(m.role, m.text))]
-    if not words or len(after) == len(stored) == _PROBE:  # none, or not all of them read
-        return 0
-    places, said = _words(history)
-    return places[len(words) - 1] + 1 if said[: len(words)] == words else 0
-
-
-def _said(role: str | None, text: str) -> tuple[str, str] | None:
-    """A message's words as `_resent_op` aligns them: a user's, or an assistant's text.
-
-    Compared as same-thread recall compares them (`injection.live_key`: white space runs
-    as one space, since chat clients trim the reply they send back).
-    """
-    if role not in ("user", "assistant") or not (key := live_key(role, text))[1]:
-        return None
-    return role, key[1]
-
-
-def _words(
-    messages: Sequence[BaseMessage],
-) -> tuple[list[int], list[tuple[str, str]]]:
-    """The positions of `messages` that hold words (`_said`), and those words, in order."""
-    keyed = [(p, key) for p, m in enumerate(messages) if (key := _said(role_of(m), _text(m)))]
-    return [p for p, _ in keyed], [key for _, key in keyed]
-
-
-def _text(message: BaseMessage) -> str:
-    """The text the storage keeps of `message`."""
-    return clean_text(text_of(message, "\n"))
-
-
-def _turn_start(messages: Sequence[BaseMessage]) -> int | None:
-    """Where the current turn starts: the newest user message (None: there is none)."""
-    return next((p for p in range(len(messages) - 1, -1, -1) if is_user(messages[p])), None)
-
-
 def _index_new_op(
     core: EngineCore, messages: Sequence[BaseMessage], who: Identity
 ) -> Op[IndexResult]:
@@ -273,8 +165,8 @@ def _index_new_op(
     again with new text, as LangGraph's `add_messages` replaces it) is updated, not
     silently kept with its old text. So is an earlier message whose text the state
     changed (`update_state` with its id: a correction, a redaction) among the newest
-    `_PROBE` checked against the storage. When no message is found stored by its id, the
-    history is known by its place (`_resent_op`: a stateless server), or is a new
+    `PROBE` checked against the storage. When no message is found stored by its id, the
+    history is known by its place (`resent_op`: a stateless server), or is a new
     thread's or a copy's (`_said_in_this_thread`). History whose ids other threads hold
     is set aside (`_set_aside_op`), and the state's leading system prompt is not stored;
     the result's `skipped` says why for each.
@@ -289,7 +181,7 @@ def _index_new_op(
     prompt = _leading_prompt(messages)
     candidates = _storable(messages, thread_id, prompt)
     scope = ScopeFilter(thread_id=thread_id)
-    turn = _turn_start(candidates)
+    turn = turn_start(candidates)
     set_aside: dict[str, str] = {}  # message id -> why it is not stored
     for start, end in _probes(len(candidates)):
         ids = [m.id for m in candidates[start:end] if m.id]
@@ -297,13 +189,13 @@ def _index_new_op(
         if (cut := _after_last_stored(candidates, start, end, found)) is not None:
             if turn is not None and cut < turn:  # history after it: resent without ids?
                 anchor = found[candidates[cut - 1].id or ""][0].seq
-                cut += yield from _resent_after_op(candidates[cut:turn], anchor, thread_id)
+                cut += yield from resent_after_op(candidates[cut:turn], anchor, thread_id)
             rest = candidates[cut if turn is None else min(cut, turn) :]
             edited = _edited(candidates[start:end], found, {m.id for m in rest})
             candidates = [*edited, *rest]
             break
     else:  # nothing of it stored here by id: resent history, a new thread, or a copy
-        resent = yield from _resent_op(candidates, thread_id)
+        resent = yield from resent_op(candidates, thread_id)
         if resent is not None:
             candidates = candidates[resent:]
         else:
@@ -361,7 +253,7 @@ def _set_aside_op(
             `index` refuses it: the turn's own message is never set aside), or is one of
             `seen` (set aside or renamed by an earlier round), which `seen` is updated with.
     """
-    turn = _turn_start(candidates)
+    turn = turn_start(candidates)
     history = {m.id for m in candidates[: turn or 0]}
     replies = set() if turn is None else {m.id for m in candidates[turn + 1 :]}
     ids = set(taken.message_ids)
@@ -380,7 +272,7 @@ def _set_aside_op(
         rows = mine.get(key) if key in ids else None
         if key not in ids:
             kept.append(message)
-        elif key in replies or (rows and rows[0].text != _text(message)):
+        elif key in replies or (rows and rows[0].text != stored_text(message)):
             new_id = stable_id(thread_id, "", key, "", 0, kind="taken")
             kept.append(message.model_copy(update={"id": new_id}))
             seen.add(new_id)

@@ -417,7 +417,7 @@ def _resent_keys(
     """(role, text) of input messages stored in this thread under other ids.
 
     A stateless server's graph gets the history with new ids on every request (the
-    index side knows it by its place, `turn_index._resent_op`): those ids are stored
+    index side knows it by its place, `resent_history.resent_op`): those ids are stored
     nowhere in the thread. Read only when a same-thread hit has the role and text of an
     input message whose id no hit holds (an id a hit holds is stored: no read).
     """

@@ -342,6 +342,40 @@ def test_a_stateless_server_stores_each_message_once(
 
 @pytest.mark.parametrize("surface", ["graph", "agent"])
 @pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_stateless_client_sending_a_request_again_stores_its_history_once(
+    memory: FactsMemory, surface: str, asynchronous: bool
+) -> None:
+    """A client that lost an answer (a timeout) sends the same request again. The stored
+    attempt after its history made that history match nothing, and the whole of it was
+    stored again, at the retry and at every later turn. Each attempt's turn is stored
+    (the same words said again are a message); the history never is."""
+    model = FakeChatModel()
+    app = _stateless_app(memory, surface, model)
+    history: list[dict[str, str]] = []
+
+    def send(text: str, *, seen: bool = True) -> None:
+        state, cfg = {"messages": [*history, {"role": "user", "content": text}]}, config("r")
+        out = asyncio.run(app.ainvoke(state, cfg)) if asynchronous else app.invoke(state, cfg)
+        if seen:
+            history.extend(
+                (
+                    {"role": "user", "content": text},
+                    {"role": "assistant", "content": out["messages"][-1].text},
+                )
+            )
+
+    send("garden?")
+    send("piano?")
+    send("tennis?", seen=False)  # answered and stored; the client never got it
+    send("tennis?", seen=False)  # nor the second time
+    send("tennis?")
+    send("golf?")
+    said = ["garden?", "piano?", "tennis?", "tennis?", "tennis?", "golf?"]
+    assert texts(memory, "r") == [t for q in said for t in (q, f"ok: {q}")]
+
+
+@pytest.mark.parametrize("surface", ["graph", "agent"])
+@pytest.mark.parametrize("asynchronous", [False, True])
 def test_a_stateless_client_editing_an_earlier_message_loses_nothing(
     memory: FactsMemory, surface: str, asynchronous: bool
 ) -> None:

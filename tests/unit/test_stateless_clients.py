@@ -4,8 +4,9 @@ A server without a checkpointer gets the conversation from the client on every r
 and `add_messages` gives each message a new id each time (`turn_index` matches the
 history by its words). Clients differ: some send back the replies whole, some trimmed,
 some not at all; some edit an earlier message and resubmit; some hold a message whose
-request failed and send it again with the next one. Every message the client holds must
-be stored, in its order; without edits, each exactly once.
+request failed and send it again with the next one; some lose an answer (a timeout) and
+send the same request again. Every message the client holds must be stored, in its
+order; without edits, each exactly once (each attempt of a request is a turn).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ ACTIONS = st.one_of(
     st.tuples(st.just("say"), WORDS, st.sampled_from(["whole", "trimmed", "dropped"])),
     st.tuples(st.just("unsent"), WORDS, st.just(0)),  # its request failed: held, sent later
     st.tuples(st.just("edit"), WORDS, st.integers(0, 5)),  # resubmit from an earlier message
+    st.tuples(st.just("lost"), WORDS, st.integers(1, 2)),  # answered unseen n times: sent again
 )
 
 EDIT_AFTER_FIVE = [*[("say", "garden?", "whole")] * 5, ("edit", "garden?", 0)]
@@ -43,6 +45,10 @@ def _in_order(wanted: list[str], stored: list[str]) -> bool:
     [*EDIT_AFTER_FIVE, ("unsent", "piano?", 0), ("say", "garden?", "whole")],
     "graph",
 )
+@example(  # a request sent again: its history was stored once more, at every later turn
+    [("say", "garden?", "whole"), ("lost", "piano?", 2), ("say", "tennis?", "whole")],
+    "agent",
+)
 def test_generated_stateless_clients_lose_nothing(actions: list[Any], surface: str) -> None:
     memory = FactsMemory()
     model = FakeChatModel(reply=lambda messages: f"ok: {messages[-1].text}\n")
@@ -51,19 +57,27 @@ def test_generated_stateless_clients_lose_nothing(actions: list[Any], surface: s
     replies = "whole"
     sent = unsent = 0
     edited = False
-    for kind, word, how in actions:
+    prompt = [{"role": "system", "content": "Be brief."}] if surface == "agent" else []
+    for n, (kind, chosen, how) in enumerate(actions):
+        # A lost request has words of its own: the same words said elsewhere in the
+        # thread make a retry ambiguous (docs/surfaces.md).
+        word = f"{chosen} ({n})" if kind == "lost" else chosen
         if kind == "unsent":
             history.append({"role": "user", "content": word})
             unsent += 1
             continue
-        if kind == "edit":
+        if kind == "lost":  # answered and stored, never seen by the client: sent again
+            for _ in range(how):
+                state = {"messages": [*prompt, *history, {"role": "user", "content": word}]}
+                app.invoke(state, config("client"))
+                sent += 1
+        elif kind == "edit":
             users = [i for i, m in enumerate(history) if m["role"] == "user"]
             history = history[: users[how % len(users)]] if users else history
             edited = True
         else:
             replies = how
         history.append({"role": "user", "content": word})
-        prompt = [{"role": "system", "content": "Be brief."}] if surface == "agent" else []
         answer = app.invoke({"messages": [*prompt, *history]}, config("client"))["messages"][-1]
         sent += 1
         if replies != "dropped":
