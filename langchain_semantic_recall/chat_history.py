@@ -51,7 +51,7 @@ from langchain_semantic_recall.errors import (
     StorageError,
 )
 from langchain_semantic_recall.memory_contract import check_saved
-from langchain_semantic_recall.messages import stable_id
+from langchain_semantic_recall.messages import own_reply_id, role_of
 from langchain_semantic_recall.options import check_positive
 from langchain_semantic_recall.records import NO_RESOURCE, IndexResult, ScopeFilter, StoredMessage
 
@@ -116,36 +116,36 @@ def _with_ids(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _add_op(core: EngineCore, messages: list[BaseMessage], who: Identity) -> Op[IndexResult]:
-    """Index the session's messages, each as its own whatever id it came with.
+    """Index a turn's messages; a reply whose id another thread holds, under one of its own.
 
     `RunnableWithMessageHistory` adds the turn's messages with their ids, and a reply of
     LangChain's LLM cache keeps the id of its first use, in any session of any user:
     `index` refused it, the runnable only logged that, and the whole turn was lost. A
-    message whose id another thread holds is stored here under an id made from the
-    session and its own (the same at every retry), as the graph's replies are.
+    reply (after the turn's user message) is stored under `own_reply_id`, as the graph's
+    replies are; any other taken id is refused, as `index` refuses it.
     """
-    renamed: set[str] = set()
-    while True:
-        try:
-            return (yield from core.index(messages, who))
-        except MessageIdTakenError as taken:
-            ids = set(taken.message_ids)
-            if not ids or ids & renamed:  # a renamed id taken too: refused, as `index` does
-                raise
-            renamed |= ids
-            thread_id = who.thread_id or ""
-            messages = [
-                m.model_copy(update={"id": stable_id(thread_id, "", m.id, "", 0, kind="taken")})
-                if m.id in ids
-                else m
-                for m in messages
-            ]
-            renamed |= {m.id for m in messages if m.id}
-            logger.info(
-                "session %r: message id(s) %s belong to another thread (a cached model "
-                "reply?); stored as this session's own under new ids",
-                *(thread_id, sorted(ids)),
-            )
+    users = [n for n, m in enumerate(messages) if role_of(m) == "user"]
+    asked = users[-1] if users else None
+    replies = set() if asked is None else {m.id for m in messages[asked + 1 :]}
+    try:
+        return (yield from core.index(messages, who))
+    except MessageIdTakenError as taken:
+        ids = set(taken.message_ids)
+        if asked is None or not ids or not ids <= replies:
+            raise
+        thread_id, asked_id = who.thread_id or "", messages[asked].id or ""
+        messages = [
+            m.model_copy(update={"id": own_reply_id(thread_id, asked_id, m.id)})
+            if m.id in ids
+            else m
+            for m in messages
+        ]
+        logger.info(
+            "session %r: the reply's id %s belongs to another thread (a cached model "
+            "reply?); stored as this session's own under a new id",
+            *(thread_id, sorted(ids)),
+        )
+        return (yield from core.index(messages, who))
 
 
 def _not_stored(error: Exception, count: int, session: str) -> Exception:

@@ -221,6 +221,23 @@ def stable_id(
     return str(uuid.UUID(bytes=digest[:16], version=5))
 
 
+def own_reply_id(thread_id: str, asked_id: str, reply_id: str) -> str:
+    """The id a turn's reply is stored under when another thread holds its own.
+
+    LangChain's LLM cache hands back a reply with the id of its first use, in any thread
+    of any user. Made from the thread, the id of the user message the reply answers and
+    the reply's own id: the same at every retry of the turn, another at each turn (a
+    cache hands back one id at every hit), and out of another user's reach (they never
+    see this thread's user message ids), so no one can take it first.
+
+    Args:
+        thread_id: The thread the reply is stored in.
+        asked_id: The id of the turn's user message.
+        reply_id: The reply's id, which another thread holds.
+    """
+    return stable_id(thread_id, asked_id, reply_id, "", 0, kind="reply")
+
+
 def _not_json(value: object) -> object:
     """`json.dumps`' hook for values JSON cannot hold: refuse them (never `str()` them)."""
     raise TypeError(f"a {type(value).__name__} value is not JSON data")

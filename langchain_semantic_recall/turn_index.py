@@ -23,6 +23,7 @@ from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.errors import ForgottenThreadError, MessageIdTakenError
 from langchain_semantic_recall.messages import (
     is_recalled,
+    own_reply_id,
     role_of,
     stable_id,
     text_of,
@@ -244,9 +245,9 @@ def _set_aside_op(
     * one with other text: stored in this thread under an id made from the thread and its
       own, the same at every retry, with a warning (nothing of this user's is lost).
 
-    A reply of the current turn (after its user message) is renamed so too, whatever its
-    text: LangChain's LLM cache hands back a reply with the id of its first use, in any
-    thread of any user.
+    A reply of the current turn (after its user message) is stored under an id of its
+    own too, whatever its text (`own_reply_id`): LangChain's LLM cache hands back a reply
+    with the id of its first use, in any thread of any user.
 
     Raises:
         MessageIdTakenError: a taken id is the current turn's user message (refused, as
@@ -256,6 +257,7 @@ def _set_aside_op(
     turn = turn_start(candidates)
     history = {m.id for m in candidates[: turn or 0]}
     replies = set() if turn is None else {m.id for m in candidates[turn + 1 :]}
+    asked = "" if turn is None else candidates[turn].id or ""
     ids = set(taken.message_ids)
     if not ids or not ids <= history | replies or ids & seen:
         raise taken
@@ -273,7 +275,11 @@ def _set_aside_op(
         if key not in ids:
             kept.append(message)
         elif key in replies or (rows and rows[0].text != stored_text(message)):
-            new_id = stable_id(thread_id, "", key, "", 0, kind="taken")
+            new_id = (
+                own_reply_id(thread_id, asked, key)
+                if key in replies
+                else stable_id(thread_id, "", key, "", 0, kind="taken")
+            )
             kept.append(message.model_copy(update={"id": new_id}))
             seen.add(new_id)
             (cached if key in replies else renamed).append(f"{key!r} as {new_id!r}")

@@ -20,7 +20,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from langchain_semantic_recall import InMemoryStorage, SemanticRecall, StorageError
+from langchain_semantic_recall import InMemoryStorage, OwnershipError, SemanticRecall, StorageError
 from langchain_semantic_recall.records import NO_RESOURCE, ScopeFilter
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeChatModel, FakeEmbeddings
@@ -123,6 +123,22 @@ def test_a_cached_reply_is_stored_in_every_session_it_answers(asynchronous: bool
         assert [m.text for m in stored] == ["hi", "ok: hi", "tennis?", "ok: tennis?"]
         assert {m.resource_id for m in stored} == {user}
     assert len(replies) == 1  # the cache answered, with its first reply's id
+
+
+def test_a_session_refuses_another_users_messages_added_with_their_ids() -> None:
+    """Only a reply (after the turn's user message) is stored under an id of its own: a
+    user's message whose id another thread holds (an app adding one user's stored turn
+    to another's session) is refused as `index` refuses it, never stored quietly."""
+    memory = SemanticRecall(
+        storage=InMemoryStorage(),
+        vector_store=InMemoryVectorIndex(),
+        embeddings=FakeEmbeddings(dimension=32),
+    )
+    turn = [HumanMessage("my PIN is 1234", id="u1"), AIMessage("noted", id="a1")]
+    memory.chat_history("alice-s", resource_id="alice").add_messages(turn)
+    with pytest.raises(OwnershipError, match="u1"):
+        memory.chat_history("bob-s", resource_id="bob").add_messages(turn)
+    assert memory.storage.list_messages(ScopeFilter(thread_id="bob-s")) == []
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
