@@ -416,8 +416,8 @@ class MessageFate:
     """Why it was skipped, or why a stored message got no vector (e.g. "system message",
     or the embedder's vector of its text was unusable: `embeddings.UNUSABLE_ZERO`)."""
     embedded: bool = False
-    """Whether its vectors were written by this call (an unchanged message's only when
-    the index had lost them)."""
+    """Whether this call embedded it and wrote its vectors, or queued them to be written
+    just after it returns (an unchanged message's only when the index had lost them)."""
     truncated_chars: int = 0
     """Characters past `max_index_chars`: stored, but not embedded (0: all of its text)."""
 
@@ -429,14 +429,15 @@ class IndexResult:
     stored: tuple[str, ...] = ()
     """Ids of the messages written to storage (new or updated)."""
     embedded: tuple[str, ...] = ()
-    """Ids of the messages whose vectors were written."""
+    """Ids of the messages whose vectors were written (or queued: `MessageFate.embedded`)."""
     skipped: dict[str, str] = field(default_factory=dict)
     """Message id -> why it got no vector (system, no text, tool call only, an unusable
     vector from the embedder...)."""
     error: str | None = None
     """Set when embedding or the vector upsert failed, or when the embedder answered a
     message's text with an unusable vector (all zeros, NaN, infinite: that message alone
-    has no vector, and is named); the messages are still stored."""
+    has no vector, and is named); the messages are still stored. Also names the messages
+    of this resource whose vectors, written after an earlier call returned, failed."""
     fates: tuple[MessageFate, ...] = ()
     """One entry per input message, in input order."""
     forgotten: bool = False

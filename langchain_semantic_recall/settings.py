@@ -180,13 +180,13 @@ def settle_snapshots(index: VectorIndex) -> int:
     """Leave the resources this process wrote a vector snapshot the next process can use.
 
     For a process ending after many writes (`semantic-recall ingest`): an embedded Chroma
-    index's `ColdSnapshots.settle`. Returns how many resources have one (0 for another
-    index, or with snapshots off).
+    index's `ColdSnapshots.settle`. Returns how many have one (0 if another index or off).
     """
     from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
     if not isinstance(index, ChromaVectorIndex) or index.snapshots is None:
         return 0
+    index.flush()  # the last turns' vectors, written behind, are among them
     return index.snapshots.settle()
 
 

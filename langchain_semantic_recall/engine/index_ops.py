@@ -345,8 +345,8 @@ def _index_as(
         if not to_embed and not adopted:
             return turn.result()
         fresh = {r.id for position, r in turn.records.items() if position in turn.fresh_ids}
-        vectors = yield from write_current(
-            info, space, to_embed, max_chars=max_chars, logger=logger, fresh=fresh
+        vectors = yield from write_current(  # a turn's vectors: written behind if small
+            info, space, to_embed, max_chars=max_chars, logger=logger, fresh=fresh, behind=True
         )
         if (yield steps.IsForgotten(thread_id)):  # forgotten while we embedded
             embedded = [r.id for r in to_embed]
@@ -372,13 +372,15 @@ def _index_as(
         return turn.result(error=repr(error))
     # Each such message's fate says why; `error` names those this call wrote (an
     # unchanged one, sent again by a loop keeping its history, was named when written).
+    # Vectors written after an earlier `index` returned that failed: said once, here.
     unusable = vectors.unusable
     this_call = {r.id for r in turn.to_write()}
+    late = yield steps.WriteFailures(resource_id)
     return turn.result(
         embedded=[r.id for r in to_embed if r.id not in unusable],
         max_chars=max_chars,
         unusable=unusable,
-        error="; ".join(e for e in (turn.error, vectors.note(this_call)) if e) or None,
+        error="; ".join(e for e in (turn.error, vectors.note(this_call), *late) if e) or None,
     )
 
 

@@ -212,7 +212,7 @@ def strays_of(messages: Sequence[StoredMessage], unowned: Set[str]) -> set[str]:
 
 
 def write_vectors(
-    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger
+    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger, *, behind: bool = False
 ) -> Op[None]:
     """Upsert `rows`; if that fails, drop the long messages it may have written in part.
 
@@ -220,18 +220,23 @@ def write_vectors(
     short where nothing can drop (the process killed between two pieces of an async
     write) leaves a message without it, which `stats` and the repair see (`is_partial`).
 
+    `behind`: the index may write them after the call (a turn's: `vectors.write_behind`,
+    whose worker drops what a failed write left, and reports it to the next `index`).
+
     Raises:
         Exception: whatever the upsert raised (after the drop).
     """
     rows = sorted(rows, key=lambda row: row.id == row.message_id)  # stable: chunks first
     try:
-        yield steps.UpsertVectors(info, rows)
+        yield steps.UpsertVectors(info, rows, behind=behind)
     except Exception:
         yield from _drop_split(info, rows, logger)
         raise
 
 
-def write_owned(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger) -> Op[None]:
+def write_owned(
+    info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.Logger, *, behind: bool = False
+) -> Op[None]:
     """Write `rows` in one upsert, then make each thread's follow a move made meanwhile.
 
     A `move_thread` (or an adoption) between the caller's read of a thread's owner and
@@ -242,7 +247,7 @@ def write_owned(info: IndexInfo, rows: Sequence[VectorRecord], logger: logging.L
     """
     if not rows:
         return
-    yield from write_vectors(info, rows, logger)
+    yield from write_vectors(info, rows, logger, behind=behind)
     groups: dict[tuple[str, str], list[VectorRecord]] = {}
     for row in rows:
         groups.setdefault((row.thread_id, row.resource_id), []).append(row)
@@ -264,6 +269,7 @@ def write_current(
     max_chars: int | None,
     logger: logging.Logger,
     fresh: Set[str] = frozenset(),
+    behind: bool = False,
 ) -> Op[Embedded]:
     """Embed `records` and write their rows (`write_owned`), for the text stored now.
 
@@ -276,10 +282,11 @@ def write_current(
     up to `TEXT_CHECKS` times. One still changing after that is left without a vector
     (logged): missing, which `stats` counts and `reindex(missing_only=True)` repairs.
     Ids in `fresh` (random ids this call made) are not read again: no other writer
-    knows them yet, so no other text can have been stored under them.
+    knows them yet, so no other text can have been stored under them. `behind`: the first
+    write may be made after the call (`write_vectors`).
     """
     vectors = yield from embed_records(info, space, records, max_chars=max_chars, logger=logger)
-    yield from write_owned(info, vectors.rows, logger)
+    yield from write_owned(info, vectors.rows, logger, behind=behind)
     rows, unusable = list(vectors.rows), dict(vectors.unusable)
     written = {row.message_id for row in vectors.rows}
     embedded = [r for r in records if r.id in written and r.id not in fresh]

@@ -26,14 +26,14 @@ same everywhere.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import ClassVar
 
 from langchain_semantic_recall.errors import (
     CompactNotSupportedError,
     ExportNotSupportedError,
-    InvalidInputError,
 )
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.records import (
@@ -43,8 +43,24 @@ from langchain_semantic_recall.records import (
     VectorHit,
     VectorRecord,
 )
+from langchain_semantic_recall.vectors.arguments import (
+    check_delete,
+    check_export,
+    check_open,
+    check_scope,
+    check_search,
+    has_work,
+    inside,
+    inside_async,
+)
 from langchain_semantic_recall.vectors.hooks import DEFAULT_EXPORT_BATCH, VectorHooks
 from langchain_semantic_recall.vectors.rows import chunk_id, record_from_metadata
+from langchain_semantic_recall.vectors.write_behind import (
+    WriteBehind,
+    after_writes,
+    after_writes_async,
+    read_after,
+)
 
 __all__ = [
     "DEFAULT_EXPORT_BATCH",
@@ -54,8 +70,6 @@ __all__ = [
     "has_work",
     "record_from_metadata",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 class VectorIndex(VectorHooks):
@@ -92,6 +106,50 @@ class VectorIndex(VectorHooks):
 
     supports_compact: ClassVar[bool] = False
     """Whether `compact` can erase the bytes deleted vectors left behind."""
+    _behind: WriteBehind | None = None
+    """Where a backend that writes small batches after `upsert` returns queues them."""
+
+    # -- writes behind (`vectors.write_behind`) --------------------------------------------
+
+    def flush(self) -> None:
+        """Wait until every vector `upsert` queued to write behind is written (or failed).
+
+        Every other method waits so already; a no-op for a backend that writes at the call.
+        """
+        self._flush()
+
+    async def aflush(self) -> None:
+        """Async twin of `flush`."""
+        await self._aflush()
+
+    def _flush(self) -> None:
+        if self._behind is not None:
+            self._behind.settle()
+
+    async def _aflush(self) -> None:
+        if self._behind is not None:
+            await self._behind.asettle()
+
+    def write_failures(self, resource_id: str) -> list[str]:
+        """Why vectors of `resource_id` written behind failed since last asked (each once).
+
+        `index` reports them for its resource (`IndexResult.error`); it does not wait for
+        the writes still pending (`flush` first for those).
+
+        Args:
+            resource_id: The resource whose failures to take.
+        """
+        return [] if self._behind is None else self._behind.failures(resource_id)
+
+    def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        """What a backend that writes behind checks at the call (default: nothing more)."""
+
+    def _write_behind(self, gate: Callable[[], AbstractContextManager[None]] | None) -> None:
+        """Write small batches after `upsert` returns, each inside `gate()` if given."""
+        self._behind = WriteBehind(gate)
+
+    def _drop_failed(self, name: str, resource_id: str, message_ids: list[str]) -> None:
+        self._delete(name, thread_id=None, resource_id=resource_id, message_ids=message_ids)
 
     # -- public, checked methods -----------------------------------------------------------
 
@@ -111,10 +169,10 @@ class VectorIndex(VectorHooks):
             InvalidInputError: `dimension` is not an int >= 1, or `model` is empty.
             EmbeddingMismatchError: the index exists with another model or dimension.
         """
-        _check_open(name, dimension, model)
+        check_open(name, dimension, model)
         return bool(self._open(name, dimension=dimension, model=model))
 
-    def upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+    def upsert(self, name: str, records: Sequence[VectorRecord], *, behind: bool = False) -> None:
         """Write vectors; an existing id is overwritten, never duplicated.
 
         Within one call a repeated id keeps its last record. Nothing to write is a no-op.
@@ -122,6 +180,8 @@ class VectorIndex(VectorHooks):
         Args:
             name: The index name (3-512 characters of `[A-Za-z0-9._-]`).
             records: The vectors with their metadata (a chunk has the id `<message_id>#<n>`).
+            behind: Allow writing them just after the call returns (`vectors.write_behind`:
+                a backend that can, for a batch of up to 16; every other call waits).
 
         Raises:
             InvalidOptionError: `name` is not a legal index name.
@@ -129,9 +189,16 @@ class VectorIndex(VectorHooks):
             EmbeddingMismatchError: a vector has another dimension than the index.
         """
         check_index_name(name)
-        if records:
-            self._upsert(name, records)
+        if not records:
+            return
+        if behind and self._behind is not None and self._behind.takes(records):
+            self._check_upsert(name, records)
+            self._behind.put(name, records, self._upsert, self._drop_failed)
+            return
+        self.flush()
+        self._upsert(name, records)
 
+    @after_writes
     def query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
@@ -148,9 +215,10 @@ class VectorIndex(VectorHooks):
             InvalidInputError: `k` is not an int >= 1, or `scope` is not a ScopeFilter.
             EmbeddingMismatchError: the vector has another dimension than the index.
         """
-        _check_search(name, k, scope)
+        check_search(name, k, scope)
         return self._query(name, vector, k=k, scope=scope)
 
+    @after_writes
     def nearest(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[tuple[str, float]]:
@@ -169,9 +237,10 @@ class VectorIndex(VectorHooks):
         Raises:
             the errors of `query`.
         """
-        _check_search(name, k, scope)
+        check_search(name, k, scope)
         return self._nearest(name, vector, k=k, scope=scope)
 
+    @after_writes
     def delete(
         self,
         name: str,
@@ -196,10 +265,11 @@ class VectorIndex(VectorHooks):
             InvalidInputError: no selector was given (that would delete everything), or
                 `message_ids` is a single string instead of a sequence of ids.
         """
-        ids = _check_delete(name, thread_id, resource_id, message_ids)
+        ids = check_delete(name, thread_id, resource_id, message_ids)
         if ids is None or ids:
             self._delete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
+    @after_writes
     def message_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         """Ids of the messages that have at least one vector (for stats and repair).
 
@@ -208,9 +278,10 @@ class VectorIndex(VectorHooks):
             scope: Only vectors inside it; None means every vector.
         """
         check_index_name(name)
-        _check_scope(scope)
+        check_scope(scope)
         return self._message_ids(name, scope)
 
+    @after_writes
     def vector_ids(self, name: str, scope: ScopeFilter | None = None) -> HeldVectors:
         """Each message's vector ids inside `scope`, and which carry message metadata.
 
@@ -227,9 +298,10 @@ class VectorIndex(VectorHooks):
             ExportNotSupportedError: the backend can neither list its vectors nor say this.
         """
         check_index_name(name)
-        _check_scope(scope)
+        check_scope(scope)
         return self._vector_ids(name, scope)
 
+    @after_writes
     def count(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Number of vectors (chunks, not messages) in the index, optionally inside `scope`.
 
@@ -243,9 +315,10 @@ class VectorIndex(VectorHooks):
             ExportNotSupportedError: the backend can neither count nor list its vectors.
         """
         check_index_name(name)
-        _check_scope(scope)
+        check_scope(scope)
         return self._count(name, scope)
 
+    @after_writes
     def export(
         self,
         name: str,
@@ -278,9 +351,10 @@ class VectorIndex(VectorHooks):
             InvalidInputError: `batch_size` is not an int >= 1.
             ExportNotSupportedError: the backend cannot list its vectors.
         """
-        _check_export(name, scope, batch_size)
-        return _inside(name, scope, self._export(name, scope, batch_size=batch_size))
+        check_export(name, scope, batch_size)
+        return inside(name, scope, self._export(name, scope, batch_size=batch_size))
 
+    @after_writes
     def compact(self, name: str) -> CompactResult:
         """Erase what deleted vectors of index `name` left behind (files, logs, graphs).
 
@@ -306,6 +380,7 @@ class VectorIndex(VectorHooks):
                 "with the vector store's own tools (see docs/data-handling.md)"
             )
 
+    @after_writes
     def close(self) -> None:
         """Release clients (a no-op unless the backend holds some); safe to call twice."""
         self._close()
@@ -314,29 +389,40 @@ class VectorIndex(VectorHooks):
 
     async def aopen(self, name: str, *, dimension: int, model: str) -> bool:
         """Async twin of `open`."""
-        _check_open(name, dimension, model)
+        check_open(name, dimension, model)
         return bool(await self._aopen(name, dimension=dimension, model=model))
 
-    async def aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+    async def aupsert(
+        self, name: str, records: Sequence[VectorRecord], *, behind: bool = False
+    ) -> None:
         """Async twin of `upsert`."""
         check_index_name(name)
-        if records:
-            await self._aupsert(name, records)
+        if not records:
+            return
+        if behind and self._behind is not None and self._behind.takes(records):
+            self._check_upsert(name, records)
+            self._behind.put(name, records, self._upsert, self._drop_failed)
+            return
+        await self.aflush()
+        await self._aupsert(name, records)
 
+    @after_writes_async
     async def aquery(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[VectorHit]:
         """Async twin of `query`."""
-        _check_search(name, k, scope)
+        check_search(name, k, scope)
         return await self._aquery(name, vector, k=k, scope=scope)
 
+    @after_writes_async
     async def anearest(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter
     ) -> list[tuple[str, float]]:
         """Async twin of `nearest`."""
-        _check_search(name, k, scope)
+        check_search(name, k, scope)
         return await self._anearest(name, vector, k=k, scope=scope)
 
+    @after_writes_async
     async def adelete(
         self,
         name: str,
@@ -346,33 +432,38 @@ class VectorIndex(VectorHooks):
         message_ids: Sequence[str] | None = None,
     ) -> None:
         """Async twin of `delete`."""
-        ids = _check_delete(name, thread_id, resource_id, message_ids)
+        ids = check_delete(name, thread_id, resource_id, message_ids)
         if ids is None or ids:
             await self._adelete(name, thread_id=thread_id, resource_id=resource_id, message_ids=ids)
 
+    @after_writes_async
     async def amessage_ids(self, name: str, scope: ScopeFilter | None = None) -> set[str]:
         """Async twin of `message_ids`."""
         check_index_name(name)
-        _check_scope(scope)
+        check_scope(scope)
         return await self._amessage_ids(name, scope)
 
+    @after_writes_async
     async def avector_ids(self, name: str, scope: ScopeFilter | None = None) -> HeldVectors:
         """Async twin of `vector_ids`."""
         check_index_name(name)
-        _check_scope(scope)
+        check_scope(scope)
         return await self._avector_ids(name, scope)
 
+    @after_writes_async
     async def acount(self, name: str, scope: ScopeFilter | None = None) -> int:
         """Async twin of `count`."""
         check_index_name(name)
-        _check_scope(scope)
+        check_scope(scope)
         return await self._acount(name, scope)
 
+    @after_writes_async
     async def acompact(self, name: str) -> CompactResult:
         """Async twin of `compact`."""
         self._check_compact(name)
         return await self._acompact(name)
 
+    @after_writes_async
     async def aclose(self) -> None:
         """Async twin of `close`."""
         await self._aclose()
@@ -400,101 +491,9 @@ class VectorIndex(VectorHooks):
             InvalidInputError: `batch_size` is not an int >= 1.
             ExportNotSupportedError: the backend cannot list its vectors.
         """
-        _check_export(name, scope, batch_size)
-        return _inside_async(name, scope, self._aexport(name, scope, batch_size=batch_size))
-
-
-def has_work(
-    thread_id: str | None, resource_id: str | None, message_ids: Sequence[str] | None
-) -> bool:
-    """The shared guard of every `delete`: whether there is anything to delete.
-
-    `VectorIndex.delete` applies it before calling a backend's `_delete`.
-
-    Raises:
-        InvalidInputError: no selector was given (that would delete everything).
-    """
-    if thread_id is None and resource_id is None and message_ids is None:
-        raise InvalidInputError(
-            "delete needs thread_id, resource_id or message_ids; it never empties an index"
-        )
-    return message_ids is None or len(message_ids) > 0
-
-
-def _check_delete(
-    name: str, thread_id: str | None, resource_id: str | None, message_ids: Sequence[str] | None
-) -> list[str] | None:
-    """The checked `message_ids` of a delete: sorted and unique, None for no id selector.
-
-    An empty list means there is nothing to delete.
-    """
-    check_index_name(name)
-    if isinstance(message_ids, str):
-        raise InvalidInputError(
-            f"message_ids must be a sequence of ids, got the string {message_ids!r}: "
-            "wrap a single id in a list"
-        )
-    if not has_work(thread_id, resource_id, message_ids):
-        return []
-    return None if message_ids is None else sorted(set(message_ids))
-
-
-def _check_open(name: str, dimension: object, model: object) -> None:
-    check_index_name(name)
-    if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1:
-        raise InvalidInputError(f"dimension must be an int >= 1, got {dimension!r}")
-    if not isinstance(model, str) or not model:
-        raise InvalidInputError(f"model must be a non-empty string, got {model!r}")
-
-
-def _check_export(name: str, scope: object, batch_size: object) -> None:
-    check_index_name(name)
-    _check_scope(scope)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InvalidInputError(f"batch_size must be an int >= 1, got {batch_size!r}")
-
-
-def _check_search(name: str, k: object, scope: object) -> None:
-    """The arguments of `query` and `nearest`: a legal name, `k` >= 1, a scope."""
-    check_index_name(name)
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InvalidInputError(f"k must be at least 1, got {k!r}")
-    _check_scope(scope, required=True)
-
-
-def _check_scope(scope: object, *, required: bool = False) -> None:
-    if scope is None and not required:
-        return
-    if not isinstance(scope, ScopeFilter):
-        raise InvalidInputError(
-            f"scope must be a ScopeFilter{'' if required else ' or None'}, got {scope!r}"
-        )
-
-
-def _inside(
-    name: str, scope: ScopeFilter | None, records: Iterator[VectorRecord]
-) -> Iterator[VectorRecord]:
-    """`records` inside `scope`; anything else is dropped with a warning."""
-    for record in records:
-        if scope is None or scope.admits(record.resource_id, record.thread_id):
-            yield record
-        else:
-            logger.warning("dropped exported vector %r of %r outside the scope", record.id, name)
-
-
-async def _inside_async(
-    name: str, scope: ScopeFilter | None, records: AsyncIterator[VectorRecord]
-) -> AsyncIterator[VectorRecord]:
-    """`_inside` for an async iterator; closing it closes `records` (the backend's reads)."""
-    try:
-        async for record in records:
-            if scope is None or scope.admits(record.resource_id, record.thread_id):
-                yield record
-            else:
-                logger.warning(
-                    "dropped exported vector %r of %r outside the scope", record.id, name
-                )
-    finally:
-        close = getattr(records, "aclose", None)
-        if close is not None:
-            await close()
+        check_export(name, scope, batch_size)
+        if self._behind is None or not self._behind.pending:
+            return inside_async(name, scope, self._aexport(name, scope, batch_size=batch_size))
+        # the backend's reads start once the writes behind are written, without blocking
+        later = partial(self._aexport, name, scope, batch_size=batch_size)
+        return inside_async(name, scope, read_after(self.aflush, later))

@@ -1,11 +1,10 @@
 """Chroma vector index: one Chroma collection per resource of each index.
 
 The `chroma*` modules alone import `chromadb`, inside functions (importing them is cheap).
-Any client works: `PersistentClient` (the default), `EphemeralClient`, `HttpClient`.
-
-Layout (`docs/performance.md`): index `name` is a vector-less *root* collection recording
-the embedding model, dimension and layout version (a mismatched embedder fails closed), plus
-one collection per resource (`resource_collection_name`, handles in `ChromaCollections`).
+Any client works: `PersistentClient` (the default), `EphemeralClient`, `HttpClient`. Layout
+(`docs/performance.md`): index `name` is a vector-less *root* collection recording the
+embedding model, dimension and layout version (a mismatched embedder fails closed), plus one
+collection per resource (`resource_collection_name`, handles in `ChromaCollections`).
 Resource scope is one unfiltered HNSW query; thread scope searches the owner's collection
 (`search_collection`); forgetting a resource drops its collection; scopes without a resource
 (maintenance, export) visit every collection. `DEFAULT_HNSW` (chosen by agreement with exact
@@ -57,6 +56,7 @@ from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkaroun
 from langchain_semantic_recall.vectors.chroma_workarounds.async_writes import AsyncWriteGate
 from langchain_semantic_recall.vectors.chroma_writes import Write, planned_writes
 from langchain_semantic_recall.vectors.rows import carries_metadata, collect_held, row_admitted
+from langchain_semantic_recall.vectors.write_behind import after_writes
 
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
@@ -97,13 +97,12 @@ class ChromaVectorIndex(VectorIndex):
     hits = await index.aquery("minilm-384", vector, k=4, scope=ScopeFilter(resource_id="u1"))
     ```
 
-    Vectors are always passed in: collections are created with `embedding_function=None`
-    (Chroma's default embedding function would download a model). Collection handles are
-    cached; a collection deleted by another process is looked up again on the next call.
-    A message id belongs to one resource (the storage enforces it): upserting it under
-    another resource adds a vector there. Safe to share between threads. Chroma's known
-    problems are worked around as `workarounds` says (all on by default). `VectorIndex`
-    checks the arguments of every call; the methods here do the Chroma work.
+    Vectors are passed in (collections have `embedding_function=None`: Chroma's default
+    would download a model). Collection handles are cached; one deleted by another
+    process is looked up again. A message id belongs to one resource (the storage enforces
+    it). Safe to share between threads. Chroma's known problems are worked around as
+    `workarounds` says (all on by default), a turn's writes made just after `upsert`
+    returns among them. `VectorIndex` checks every call's arguments; here is Chroma's work.
     """
 
     supports_compact = True
@@ -151,6 +150,8 @@ class ChromaVectorIndex(VectorIndex):
         if embedded:  # (a fork of a process that ran embedded Chroma hangs in it)
             clients.embedded_here()
         self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
+        if embedded and fixes.behind:  # a turn's vectors written after `upsert` returns
+            self._write_behind(fixes.gate.alone if fixes.gate else None)
         folder = persist_folder(client)
         self._snapshot_files = Path(folder) / FOLDER if folder else None
         self._snapshots = (
@@ -243,8 +244,6 @@ class ChromaVectorIndex(VectorIndex):
         """
         return self._roots.open(name, dimension=dimension, model=model)
 
-    # -- writing ---------------------------------------------------------------------------
-
     def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         """Write into the resources' collections, in batches of the client's max.
 
@@ -256,6 +255,9 @@ class ChromaVectorIndex(VectorIndex):
             write()
         self._written(name, records)
         logger.debug("upserted %d vectors into %r", len(records), name)
+
+    def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        self._writes(name, records, len(records))  # opened? the vectors' dimension?
 
     async def _aupsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         """On an embedded client, in pieces (`async_writes`); over HTTP, in the executor."""
@@ -318,6 +320,7 @@ class ChromaVectorIndex(VectorIndex):
             finally:
                 self._forget_snapshot(collection.name)  # one a build wrote meanwhile
 
+    @after_writes
     def drop(self, name: str) -> None:
         """Delete a whole index (every collection of it); no error if it does not exist.
 
@@ -347,8 +350,6 @@ class ChromaVectorIndex(VectorIndex):
         with suppress(NotFoundError):
             self._client.delete_collection(collection)
         self._forget_snapshot(collection)  # `ColdSnapshots._save` may have written one
-
-    # -- reading ---------------------------------------------------------------------------
 
     def _query(
         self, name: str, vector: Sequence[float], *, k: int, scope: ScopeFilter

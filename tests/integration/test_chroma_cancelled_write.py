@@ -33,7 +33,9 @@ async def test_a_write_cancelled_between_pieces_leaves_no_message_in_part(
 ) -> None:
     """The caller is cancelled after the first piece (and, with 2, again after the second)."""
     vectors = ChromaVectorIndex.persistent(
-        tmp_path / "chroma", workarounds=ChromaWorkarounds(async_piece=1)
+        # (writes behind off: a turn's batch would be written whole after the call)
+        tmp_path / "chroma",
+        workarounds=ChromaWorkarounds(async_piece=1, write_behind=False),
     )
     embeddings = FakeEmbeddings()
     memory = SemanticRecall(

@@ -98,6 +98,7 @@ def play(memory: SemanticRecall, history: list[tuple[Any, ...]]) -> dict[str, st
             memory.forget_resource(action[1])
         else:
             memory.forget_before(START + timedelta(days=action[1]))
+    memory.vector_store.flush()  # Chroma's file has a turn's vectors once written behind
     return owners
 
 
@@ -224,6 +225,7 @@ def store(tmp_path: Path) -> Path:
             resource_id=resource,
         )
     index, name = index_of(memory)
+    index.flush()  # (a turn's vectors are written just after `index` returns)
     alice = index._collections.get(name, "alice", create=False)
     assert alice is not None
     alice.add(  # as a bug elsewhere could write it: the scope's checks must leave it out

@@ -77,6 +77,7 @@ SYNC_ONLY: dict[str, str] = {
     "with_recall": _PURE,
     "RecalledMemory.apply": _PURE,
     "HeldVectors.ids": _PURE,
+    "VectorIndex.write_failures": "takes notes the write-behind worker kept in memory: no I/O",
     "HeldVectors.by_message": _PURE,
     "RecallChannel.get": "a LangGraph channel's read of its value: no I/O",
     "RecallChannel.is_available": "a LangGraph channel's read of its value: no I/O",

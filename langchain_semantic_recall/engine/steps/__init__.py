@@ -62,6 +62,7 @@ from langchain_semantic_recall.engine.steps.vectors import (
     UpsertVectors,
     VectorIds,
     VectorMessageIds,
+    WriteFailures,
 )
 
 __all__ = [
@@ -102,6 +103,7 @@ __all__ = [
     "UpsertVectors",
     "VectorIds",
     "VectorMessageIds",
+    "WriteFailures",
     "adrive",
     "drive",
 ]

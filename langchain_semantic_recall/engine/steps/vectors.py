@@ -167,18 +167,45 @@ class NearestMessages(Step[list[tuple[str, float]]]):
 
 @dataclass(frozen=True, slots=True)
 class UpsertVectors(Step[None]):
-    """Write `records` into the index."""
+    """Write `records` into the index (`behind`: after the call, if the index can)."""
 
     info: IndexInfo
     records: Sequence[VectorRecord]
+    _: KW_ONLY
+    behind: bool = False
+
+    # (`behind` is passed only when asked: an `upsert` replaced by 0.3's signature still works)
 
     @override
     def run(self, backends: Backends) -> None:
-        backends.space.vectors.upsert(self.info.name, self.records)
+        vectors = backends.space.vectors
+        if self.behind:
+            vectors.upsert(self.info.name, self.records, behind=True)
+        else:
+            vectors.upsert(self.info.name, self.records)
 
     @override
     async def arun(self, backends: Backends) -> None:
-        await backends.space.vectors.aupsert(self.info.name, self.records)
+        vectors = backends.space.vectors
+        if self.behind:
+            await vectors.aupsert(self.info.name, self.records, behind=True)
+        else:
+            await vectors.aupsert(self.info.name, self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteFailures(Step[list[str]]):
+    """Why vectors of `resource_id` written behind failed since last asked (each once)."""
+
+    resource_id: str
+
+    @override
+    def run(self, backends: Backends) -> list[str]:
+        return backends.space.vectors.write_failures(self.resource_id)
+
+    @override
+    async def arun(self, backends: Backends) -> list[str]:
+        return self.run(backends)  # a dict lookup: nothing to wait for
 
 
 @dataclass(frozen=True, slots=True)

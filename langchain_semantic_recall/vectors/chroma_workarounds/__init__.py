@@ -23,13 +23,19 @@
   built per request kept a connection and ~1 MB each). Upstream: chroma-core/chroma#2702,
   #7533 (open).
 
-The first three are for the **embedded** client (`PersistentClient`, `EphemeralClient`);
+- `write_behind` (`vectors.write_behind`): an embedded upsert of a turn's 2 vectors takes
+  7-23 ms in chromadb's Rust bindings (two SQLite transactions, four `fsync`s each),
+  whatever the caller does. Batches of up to 16 vectors are written by a worker thread
+  just after `upsert` returns; every other call of the index waits for them first.
+
+The first four are for the **embedded** client (`PersistentClient`, `EphemeralClient`);
 over HTTP the server is Chroma's own process and only `reads` and `http_close` apply. The purge
 (`chroma_purge`) is no workaround: it uses Chroma's public API only.
 
 Turned off (`ChromaWorkarounds.off()`, or `workarounds=False`), the index is plain Chroma:
 an async upsert is one write in an executor (atomic like the sync one, and stalling the
-event loop while it runs), Chroma's own eviction runs, and reads are not retried. Use it
+event loop while it runs), every write is made at the call, Chroma's own eviction runs,
+and reads are not retried. Use it
 to check whether a newer chromadb still needs them (run `tests/integration/
 test_chroma_embedded_concurrency.py` and `benchmarks/perf_loop.py` with it).
 """
@@ -78,6 +84,8 @@ class ChromaWorkarounds:
             client, shared by every index on that folder in the process.
         read_retry_delays: Pauses between reads of a collection whose index is not
             ready (chroma-core/chroma#4212); empty: no retry.
+        write_behind: On an embedded client, write a turn's vectors (batches of up to 16)
+            just after `upsert` returns (`vectors.write_behind`); False: at the call.
 
     Raises:
         InvalidOptionError: `async_piece` or `max_loaded` below 1, or a negative delay.
@@ -88,6 +96,7 @@ class ChromaWorkarounds:
     cpu_gate: CpuGate | None = field(default=None, compare=False)
     max_loaded: int | None = None
     read_retry_delays: tuple[float, ...] = READ_RETRY_DELAYS
+    write_behind: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.async_piece, bool) or self.async_piece < 1:
@@ -127,6 +136,11 @@ class ChromaWorkarounds:
     def piece(self) -> int | None:
         """Vectors per async write on an embedded client; None: one write (turned off)."""
         return self.async_piece if self.enabled else None
+
+    @property
+    def behind(self) -> bool:
+        """Whether embedded upserts of a turn's vectors are written behind."""
+        return self.enabled and self.write_behind
 
     @property
     def gate(self) -> CpuGate | None:

@@ -1,0 +1,229 @@
+"""A turn's vectors written just after `upsert` returns; every other call waits for them.
+
+Why: on embedded Chroma, a turn's 2-vector upsert takes 7-23 ms (two SQLite transactions
+with their `fsync`s, in chromadb's Rust bindings): the whole of what `index` costs beyond
+the embedding, and nothing our code can shorten (`docs/performance.md`). The storage has
+the messages by then, so the vectors can follow a moment later.
+
+What holds, so that nobody can tell the difference but by the clock:
+
+- **Order.** One worker thread writes the batches in the order of the calls. Every other
+  method of the index (a search, a delete, a count, an export, `compact`, `close`) first
+  waits until nothing is pending: a search sees what was indexed before it, and a delete
+  (a forget, an edit, a move) never overtakes a write.
+- **Checks at the call.** The arguments, and what the backend checks cheaply (the index
+  was opened, the vectors' dimension), are checked before the batch is queued: those
+  errors are raised to the caller as before.
+- **Small batches only.** A batch of more than `MAX_BEHIND` vectors (bulk import,
+  `reindex`) is written at the call, after the pending ones, its errors raised there.
+- **Failure.** A write that fails is logged as an error and every vector of its messages
+  is deleted (a message of several chunks written in part would look whole). The messages
+  stay stored without vectors: `stats` counts them, `reindex(missing_only=True)` embeds
+  them, and the failure is kept for each message's resource, whose next `index` reports
+  it in `IndexResult.error` (another resource's calls never see it).
+- **Exit.** The worker is no daemon: the interpreter waits for it at exit. A process
+  killed leaves the messages stored without vectors, as a kill during a write at the call
+  would.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
+
+from langchain_semantic_recall.executor import run_in_executor
+from langchain_semantic_recall.records import VectorRecord
+
+__all__ = ["MAX_BEHIND", "WriteBehind", "after_writes", "after_writes_async", "read_after"]
+
+logger = logging.getLogger(__name__)
+
+MAX_BEHIND: Final = 16
+"""Most vectors of a batch written behind; a bigger one is written at the call."""
+
+Write = Callable[[str, Sequence[VectorRecord]], None]
+Drop = Callable[[str, str, list[str]], None]
+
+
+class Flushes(Protocol):
+    """An index that can wait for its writes behind (`VectorIndex.flush`)."""
+
+    def flush(self) -> None:
+        """Wait until every write behind is written."""
+
+    async def aflush(self) -> None:
+        """Async twin of `flush`."""
+
+
+_I = TypeVar("_I", bound=Flushes)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def after_writes(method: Callable[Concatenate[_I, _P], _T]) -> Callable[Concatenate[_I, _P], _T]:
+    """A method of the index that runs once the writes behind are written (`flush`)."""
+
+    @functools.wraps(method)
+    def after(self: _I, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        self.flush()
+        return method(self, *args, **kwargs)
+
+    return after
+
+
+def after_writes_async(
+    method: Callable[Concatenate[_I, _P], Awaitable[_T]],
+) -> Callable[Concatenate[_I, _P], Awaitable[_T]]:
+    """`after_writes` for an async method (`aflush`)."""
+
+    @functools.wraps(method)
+    async def after(self: _I, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        await self.aflush()
+        return await method(self, *args, **kwargs)
+
+    return after
+
+
+async def read_after(
+    settle: Callable[[], Awaitable[None]], reads: Callable[[], AsyncIterator[VectorRecord]]
+) -> AsyncIterator[VectorRecord]:
+    """The records of `reads()`, started once `settle()` is done; closing it closes them."""
+    await settle()
+    records = reads()
+    try:
+        async for record in records:
+            yield record
+    finally:
+        close = getattr(records, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class WriteBehind:
+    """The queue of batches written behind, its worker, and the failures not yet reported.
+
+    Example:
+        ```python
+        behind = WriteBehind(gate=None)
+        behind.put("minilm-384", records, index._upsert, drop)  # returns at once
+        behind.settle()  # before any other call on the index
+        ```
+    """
+
+    def __init__(self, gate: Callable[[], AbstractContextManager[None]] | None) -> None:
+        """An empty queue.
+
+        Args:
+            gate: Held around each write (the local model's `CpuGate.alone`), if given.
+        """
+        self._gate = gate or nullcontext
+        self._changed = threading.Condition()
+        # The index's methods travel with each batch: kept by the index, they would hold
+        # it in a cycle, and it would outlive its last user until a collection.
+        self._queue: deque[tuple[str, list[VectorRecord], Write, Drop]] = deque()
+        self._pending = 0  # batches queued or being written
+        self._running = False
+        self._worker = threading.local()
+        self._failures: defaultdict[str, list[str]] = defaultdict(list)
+
+    def takes(self, records: Sequence[VectorRecord]) -> bool:
+        """Whether a batch this size is written behind (else at the call)."""
+        return len(records) <= MAX_BEHIND
+
+    def put(self, name: str, records: Sequence[VectorRecord], write: Write, drop: Drop) -> None:
+        """Queue a checked batch; a worker thread writes it (started when none runs).
+
+        Args:
+            name: The index name.
+            records: The batch.
+            write: Writes it into index `name` (a backend's `_upsert`).
+            drop: Deletes the vectors of `message_ids` of resource `resource_id` from `name`.
+        """
+        with self._changed:
+            self._queue.append((name, list(records), write, drop))
+            self._pending += 1
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._drain, name="semantic-recall-vectors", daemon=False).start()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a batch is queued or being written."""
+        return self._pending > 0
+
+    def settle(self) -> None:
+        """Wait until every batch queued so far is written (or has failed)."""
+        if self._pending == 0 or getattr(self._worker, "inside", False):
+            return
+        with self._changed:
+            self._changed.wait_for(lambda: self._pending == 0)
+
+    async def asettle(self) -> None:
+        """Async twin of `settle`: waits in an executor, only when a batch is pending."""
+        if self._pending:
+            await run_in_executor(None, self.settle)
+
+    def failures(self, resource_id: str) -> list[str]:
+        """What failed for `resource_id` since last asked, each said once."""
+        with self._changed:
+            return self._failures.pop(resource_id, [])
+
+    def _drain(self) -> None:
+        self._worker.inside = True
+        while True:
+            with self._changed:
+                if not self._queue:
+                    self._running = False
+                    return
+                name, records, write, drop = self._queue.popleft()
+            try:
+                self._write_one(name, records, write, drop)
+            finally:
+                with self._changed:
+                    self._pending -= 1
+                    self._changed.notify_all()
+
+    def _write_one(self, name: str, records: list[VectorRecord], write: Write, drop: Drop) -> None:
+        try:
+            with self._gate():
+                write(name, records)
+        except Exception as error:
+            by_resource: defaultdict[str, set[str]] = defaultdict(set)
+            for record in records:
+                by_resource[record.resource_id].add(record.message_id)
+            logger.error(
+                "could not write the vectors of %d message(s) indexed a moment ago: %r; they "
+                "are stored without vectors (stats() counts them, reindex(missing_only=True) "
+                "embeds them)",
+                sum(map(len, by_resource.values())),
+                error,
+                exc_info=True,
+            )
+            for resource_id, ids in sorted(by_resource.items()):
+                self._forget_part(drop, name, resource_id, sorted(ids))
+                note = (
+                    f"the vectors of {len(ids)} message(s) indexed earlier could not be "
+                    f"written ({error!r}): stored without vectors, reindex(missing_only=True) "
+                    f"embeds them: {', '.join(sorted(ids))}"
+                )
+                with self._changed:
+                    self._failures[resource_id].append(note)
+
+    def _forget_part(self, drop: Drop, name: str, resource_id: str, ids: list[str]) -> None:
+        """Delete what a failed write may have left of `ids`, so that they read as missing."""
+        try:
+            with self._gate():
+                drop(name, resource_id, ids)
+        except Exception:
+            logger.warning(
+                "could not delete what a failed vector write left of %d message(s); "
+                "reindex() without missing_only writes them whole",
+                len(ids),
+                exc_info=True,
+            )

@@ -1,0 +1,142 @@
+"""A turn's vectors written behind on the embedded default, seen the way a user sees them.
+
+`index` returns before embedded Chroma has the turn's vectors (`vectors.write_behind`);
+these tests hold what that must not change: a failed write is reported (to its resource
+only) and repaired, a process that exits at once still writes them, and the checks are
+made at the call.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_semantic_recall import SemanticRecall
+from langchain_semantic_recall.errors import EmbeddingMismatchError
+from langchain_semantic_recall.records import ScopeFilter
+from langchain_semantic_recall.vectors import chroma_writes
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+from langchain_semantic_recall.vectors.chroma_workarounds import ChromaWorkarounds
+from tests.conformance.vector_suite import DIMENSION, MODEL, record
+from tests.fakes import FakeEmbeddings
+
+TURN = [HumanMessage("My gym locker code is 4711."), AIMessage("Got it, 4711.")]
+
+
+def engine(path: Path, **workarounds: Any) -> SemanticRecall:
+    vectors = ChromaVectorIndex.persistent(
+        path / "chroma", workarounds=ChromaWorkarounds(**workarounds)
+    )
+    from langchain_semantic_recall import SQLiteStorage
+
+    return SemanticRecall(
+        storage=SQLiteStorage(path / "messages.db"),
+        vector_store=vectors,
+        embeddings=FakeEmbeddings(),
+    )
+
+
+def test_a_failed_write_behind_is_reported_to_its_resource_and_repaired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = engine(tmp_path)
+    real = chroma_writes._write
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("chroma's disk is full")
+
+    monkeypatch.setattr(chroma_writes, "_write", fail)
+    first = memory.index(TURN, thread_id="a1", resource_id="alice")
+    memory.vector_store.flush()
+    monkeypatch.setattr(chroma_writes, "_write", real)
+
+    stats = memory.stats(resource_id="alice")
+    assert stats.missing_vectors == 2
+    other = memory.index([HumanMessage("bob's own turn")], thread_id="b1", resource_id="bob")
+    assert other.error is None  # another resource never hears of alice's messages
+    later = memory.index([HumanMessage("and my bike is blue")], thread_id="a1", resource_id="alice")
+    # Said by the call itself when the worker failed before it returned, else by the next.
+    (told,) = [result.error for result in (first, later) if result.error]
+    assert "chroma's disk is full" in told
+    assert all(message_id in told for message_id in first.stored)
+    again = memory.index([HumanMessage("one more")], thread_id="a1", resource_id="alice")
+    assert again.error is None  # said once
+
+    memory.reindex(missing_only=True)
+    assert memory.stats(resource_id="alice").missing_vectors == 0
+    hits = memory.search("gym locker code", resource_id="alice")
+    assert any("4711" in message.text for hit in hits for message in hit.window)
+    memory.close()
+
+
+async def test_async_twins_see_what_was_indexed_before_them(tmp_path: Path) -> None:
+    memory = engine(tmp_path)
+    for n in range(5):
+        turn = [HumanMessage(f"fact {n}: the locker is number {n}"), AIMessage(f"noted {n}")]
+        await memory.aindex(turn, thread_id="t1", resource_id="alice")
+    stats = await memory.astats(resource_id="alice")
+    assert (stats.messages, stats.vectors, stats.missing_vectors) == (10, 10, 0)
+    await memory.aforget_thread("t1", resource_id="alice")
+    name = memory.ensure_index().name
+    assert await memory.vector_store.acount(name) == 0  # none written after the forget
+    await memory.aclose()
+
+
+def test_a_process_that_exits_at_once_still_writes_its_vectors(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+        from pathlib import Path
+        from langchain_core.messages import HumanMessage, AIMessage
+        from tests.integration.test_write_behind_chroma import engine
+        memory = engine(Path({str(tmp_path)!r}))
+        for n in range(3):
+            memory.index(
+                [HumanMessage(f"fact {{n}}"), AIMessage(f"noted {{n}}")],
+                thread_id="t1", resource_id="alice",
+            )
+        # no close(), no flush(): the interpreter exits with the writes queued
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    memory = engine(tmp_path)
+    stats = memory.stats(resource_id="alice")
+    assert (stats.messages, stats.missing_vectors) == (6, 0)
+    memory.close()
+
+
+def test_the_checks_are_made_at_the_call(tmp_path: Path) -> None:
+    vectors = ChromaVectorIndex.persistent(tmp_path / "chroma")
+    with pytest.raises(Exception, match="never opened"):
+        vectors.upsert("not-opened", [record("m1", [0.0] * DIMENSION)], behind=True)
+    vectors.open("behind", dimension=DIMENSION, model=MODEL)
+    with pytest.raises(EmbeddingMismatchError):
+        vectors.upsert("behind", [record("m1", [1.0, 2.0])], behind=True)
+    vectors.upsert("behind", [record("m1", [1.0] + [0.0] * (DIMENSION - 1))], behind=True)
+    assert vectors.count("behind", ScopeFilter(resource_id="r1")) == 1
+    vectors.close()
+
+
+def test_turned_off_every_write_is_made_at_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = engine(tmp_path, write_behind=False)
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("down")
+
+    monkeypatch.setattr(chroma_writes, "_write", fail)
+    result = memory.index(TURN, thread_id="a1", resource_id="alice")
+    assert result.error is not None  # reported by the call itself
+    assert "down" in result.error
+    memory.close()
