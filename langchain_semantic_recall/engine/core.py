@@ -200,7 +200,7 @@ class EngineCore:
         Raises:
             EngineClosedError: the engine was closed.
         """
-        with self.life.call():
+        with self.life.call(), self.backends.space.vectors.writes_held():
             return drive(op, self.backends)
 
     async def arun(self, op: Op[T]) -> T:
@@ -210,7 +210,8 @@ class EngineCore:
             EngineClosedError: the engine was closed.
         """
         async with self.life.acall():
-            return await adrive(op, self.backends)
+            with self.backends.space.vectors.writes_held():  # (see `vectors.write_behind`)
+                return await adrive(op, self.backends)
 
     def identity(self, ids: CallIds | Mapping[str, Any], context: Any = None) -> Identity:
         """Who is asking: the call's ids, then the bound view's, the config, the context."""

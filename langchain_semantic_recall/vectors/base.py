@@ -59,6 +59,7 @@ from langchain_semantic_recall.vectors.write_behind import (
     WriteBehind,
     after_writes,
     after_writes_async,
+    held,
     read_after,
 )
 
@@ -111,11 +112,12 @@ class VectorIndex(VectorHooks):
 
     # -- writes behind (`vectors.write_behind`) --------------------------------------------
 
-    def flush(self) -> None:
-        """Wait until every vector `upsert` queued to write behind is written (or failed).
+    def writes_held(self) -> AbstractContextManager[None]:
+        """A block (an engine call) whose writes behind start once it ends."""
+        return held(self._behind)
 
-        Every other method waits so already; a no-op for a backend that writes at the call.
-        """
+    def flush(self) -> None:
+        """Wait for the writes `upsert(behind=True)` queued (every other method does)."""
         self._flush()
 
     async def aflush(self) -> None:
@@ -133,8 +135,7 @@ class VectorIndex(VectorHooks):
     def write_failures(self, resource_id: str) -> list[str]:
         """Why vectors of `resource_id` written behind failed since last asked (each once).
 
-        `index` reports them for its resource (`IndexResult.error`); it does not wait for
-        the writes still pending (`flush` first for those).
+        `index` reports them (`IndexResult.error`); pending ones are not waited for.
 
         Args:
             resource_id: The resource whose failures to take.
@@ -142,7 +143,7 @@ class VectorIndex(VectorHooks):
         return [] if self._behind is None else self._behind.failures(resource_id)
 
     def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """What a backend that writes behind checks at the call (default: nothing more)."""
+        """What a backend that writes behind checks at the call (default: nothing)."""
 
     def _write_behind(self, gate: Callable[[], AbstractContextManager[None]] | None) -> None:
         """Write small batches after `upsert` returns, each inside `gate()` if given."""

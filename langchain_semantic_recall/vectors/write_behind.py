@@ -21,6 +21,10 @@ What holds, so that nobody can tell the difference but by the clock:
   stay stored without vectors: `stats` counts them, `reindex(missing_only=True)` embeds
   them, and the failure is kept for each message's resource, whose next `index` reports
   it in `IndexResult.error` (another resource's calls never see it).
+- **After the call.** Inside an engine call (`held`), a batch waits for the call to end
+  before the worker starts on it: an embedded Chroma write holds the GIL from start to
+  end, and the call's own last steps (SQLite reads, which let other threads run) would
+  otherwise wait for the whole write. Anything that waits for the writes starts them.
 - **Exit.** The worker is no daemon: the interpreter waits for it at exit. A process
   killed leaves the messages stored without vectors, as a kill during a write at the call
   would.
@@ -32,14 +36,22 @@ import functools
 import logging
 import threading
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.records import VectorRecord
 
-__all__ = ["MAX_BEHIND", "WriteBehind", "after_writes", "after_writes_async", "read_after"]
+__all__ = [
+    "MAX_BEHIND",
+    "WriteBehind",
+    "after_writes",
+    "after_writes_async",
+    "held",
+    "read_after",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +60,24 @@ MAX_BEHIND: Final = 16
 
 Write = Callable[[str, Sequence[VectorRecord]], None]
 Drop = Callable[[str, str, list[str]], None]
+
+_HELD: ContextVar[bool] = ContextVar("semantic_recall_writes_held", default=False)
+"""Inside an engine call: batches put wait for it to end (a context variable: the async
+driver's steps run in executor threads with a copy of the caller's context)."""
+
+
+@contextmanager
+def held(behind: WriteBehind | None) -> Iterator[None]:
+    """Batches put within the block are written once it ends (the outermost block)."""
+    if behind is None or _HELD.get():
+        yield
+        return
+    token = _HELD.set(True)
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
+        behind.start()
 
 
 class Flushes(Protocol):
@@ -128,6 +158,7 @@ class WriteBehind:
         self._queue: deque[tuple[str, list[VectorRecord], Write, Drop]] = deque()
         self._pending = 0  # batches queued or being written
         self._running = False
+        self._thread: threading.Thread | None = None
         self._worker = threading.local()
         self._failures: defaultdict[str, list[str]] = defaultdict(list)
 
@@ -147,10 +178,19 @@ class WriteBehind:
         with self._changed:
             self._queue.append((name, list(records), write, drop))
             self._pending += 1
-            if self._running:
+        if not _HELD.get():
+            self.start()
+
+    def start(self) -> None:
+        """Start a worker on the queued batches, unless one runs or none is queued."""
+        with self._changed:
+            if self._running or not self._queue:
                 return
             self._running = True
-        threading.Thread(target=self._drain, name="semantic-recall-vectors", daemon=False).start()
+            self._thread = threading.Thread(
+                target=self._drain, name="semantic-recall-vectors", daemon=False
+            )
+            self._thread.start()
 
     @property
     def pending(self) -> bool:
@@ -161,8 +201,12 @@ class WriteBehind:
         """Wait until every batch queued so far is written (or has failed)."""
         if self._pending == 0 or getattr(self._worker, "inside", False):
             return
+        self.start()  # (queued by a call still running, this one perhaps)
         with self._changed:
             self._changed.wait_for(lambda: self._pending == 0)
+            worker = self._thread
+        if worker is not None:  # its last moments: no thread outlives a `close`
+            worker.join()
 
     async def asettle(self) -> None:
         """Async twin of `settle`: waits in an executor, only when a batch is pending."""
@@ -176,17 +220,17 @@ class WriteBehind:
 
     def _drain(self) -> None:
         self._worker.inside = True
-        while True:
-            with self._changed:
-                if not self._queue:
-                    self._running = False
-                    return
+        done = False
+        while not done:
+            with self._changed:  # (started on a queue of one at least)
                 name, records, write, drop = self._queue.popleft()
             try:
                 self._write_one(name, records, write, drop)
             finally:
-                with self._changed:
+                with self._changed:  # stopping is decided with the last batch's count
                     self._pending -= 1
+                    done = not self._queue
+                    self._running = not done
                     self._changed.notify_all()
 
     def _write_one(self, name: str, records: list[VectorRecord], write: Write, drop: Drop) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,22 @@ from tests.conformance.vector_suite import DIMENSION, MODEL, record
 from tests.fakes import FakeEmbeddings
 
 TURN = [HumanMessage("My gym locker code is 4711."), AIMessage("Got it, 4711.")]
+_OPENED: list[ChromaVectorIndex] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_indexes() -> Iterator[None]:
+    """An engine leaves a vector index it was given open: each test closes its own."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
 
 
 def engine(path: Path, **workarounds: Any) -> SemanticRecall:
     vectors = ChromaVectorIndex.persistent(
         path / "chroma", workarounds=ChromaWorkarounds(**workarounds)
     )
+    _OPENED.append(vectors)
     from langchain_semantic_recall import SQLiteStorage
 
     return SemanticRecall(

@@ -78,6 +78,7 @@ SYNC_ONLY: dict[str, str] = {
     "RecalledMemory.apply": _PURE,
     "HeldVectors.ids": _PURE,
     "VectorIndex.write_failures": "takes notes the write-behind worker kept in memory: no I/O",
+    "VectorIndex.writes_held": "a context manager around sync and async engine calls alike",
     "HeldVectors.by_message": _PURE,
     "RecallChannel.get": "a LangGraph channel's read of its value: no I/O",
     "RecallChannel.is_available": "a LangGraph channel's read of its value: no I/O",
