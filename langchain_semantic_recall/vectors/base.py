@@ -26,7 +26,7 @@ same everywhere.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager
 from functools import partial
 from typing import ClassVar
@@ -56,6 +56,7 @@ from langchain_semantic_recall.vectors.arguments import (
 from langchain_semantic_recall.vectors.hooks import DEFAULT_EXPORT_BATCH, VectorHooks
 from langchain_semantic_recall.vectors.rows import chunk_id, record_from_metadata
 from langchain_semantic_recall.vectors.write_behind import (
+    Gate,
     WriteBehind,
     after_writes,
     after_writes_async,
@@ -108,9 +109,7 @@ class VectorIndex(VectorHooks):
     supports_compact: ClassVar[bool] = False
     """Whether `compact` can erase the bytes deleted vectors left behind."""
     _behind: WriteBehind | None = None
-    """Where a backend that writes small batches after `upsert` returns queues them."""
-
-    # -- writes behind (`vectors.write_behind`) --------------------------------------------
+    """Where a backend writing small batches after `upsert` returns queues them (`flush`)."""
 
     def writes_held(self) -> AbstractContextManager[None]:
         """A block (an engine call) whose writes behind start once it ends."""
@@ -145,9 +144,9 @@ class VectorIndex(VectorHooks):
     def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         """What a backend that writes behind checks at the call (default: nothing)."""
 
-    def _write_behind(self, gate: Callable[[], AbstractContextManager[None]] | None) -> None:
-        """Write small batches after `upsert` returns, each inside `gate()` if given."""
-        self._behind = WriteBehind(gate)
+    def _write_behind(self, gate: Gate | None, lane: str | None) -> None:
+        """Write small batches after `upsert` returns (in `gate()`; `lane`: `WriteBehind`)."""
+        self._behind = WriteBehind(gate, lane)
 
     def _drop_failed(self, name: str, resource_id: str, message_ids: list[str]) -> None:
         self._delete(name, thread_id=None, resource_id=resource_id, message_ids=message_ids)

@@ -150,9 +150,9 @@ class ChromaVectorIndex(VectorIndex):
         if embedded:  # (a fork of a process that ran embedded Chroma hangs in it)
             clients.embedded_here()
         self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
-        if embedded and fixes.behind:  # a turn's vectors written after `upsert` returns
-            self._write_behind(fixes.gate.alone if fixes.gate else None)
         folder = persist_folder(client)
+        if embedded and fixes.behind:  # a turn's vectors written after `upsert` returns
+            self._write_behind(fixes.gate.alone if fixes.gate else None, folder or "ephemeral")
         self._snapshot_files = Path(folder) / FOLDER if folder else None
         self._snapshots = (
             ColdSnapshots(folder, snapshots_from=snapshots_from, retry_delays=fixes.delays)

@@ -35,17 +35,20 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import weakref
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
-from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
+from typing import ClassVar, Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.records import VectorRecord
 
 __all__ = [
     "MAX_BEHIND",
+    "Gate",
+    "Lane",
     "WriteBehind",
     "after_writes",
     "after_writes_async",
@@ -60,6 +63,7 @@ MAX_BEHIND: Final = 16
 
 Write = Callable[[str, Sequence[VectorRecord]], None]
 Drop = Callable[[str, str, list[str]], None]
+Gate = Callable[[], AbstractContextManager[None]]
 
 _HELD: ContextVar[bool] = ContextVar("semantic_recall_writes_held", default=False)
 """Inside an engine call: batches put wait for it to end (a context variable: the async
@@ -135,38 +139,91 @@ async def read_after(
 
 
 class WriteBehind:
-    """The queue of batches written behind, its worker, and the failures not yet reported.
+    """One index's way into the writes behind of its store (`Lane`), with its CPU gate.
+
+    Indexes on one folder share a lane (`lane`): one engine's search waits for another's
+    writes, as it did when they were made at the call.
 
     Example:
         ```python
-        behind = WriteBehind(gate=None)
+        behind = WriteBehind(gate=None, lane="/data/memory/chroma")
         behind.put("minilm-384", records, index._upsert, drop)  # returns at once
         behind.settle()  # before any other call on the index
         ```
     """
 
-    def __init__(self, gate: Callable[[], AbstractContextManager[None]] | None) -> None:
-        """An empty queue.
+    def __init__(
+        self, gate: Callable[[], AbstractContextManager[None]] | None, lane: str | None = None
+    ) -> None:
+        """A way into the lane named `lane` (made on first use), or into a lane of its own.
 
         Args:
-            gate: Held around each write (the local model's `CpuGate.alone`), if given.
+            gate: Held around each of this index's writes (`CpuGate.alone`), if given.
+            lane: The store's name (its folder); None: a lane of this index alone.
         """
         self._gate = gate or nullcontext
-        self._changed = threading.Condition()
-        # The index's methods travel with each batch: kept by the index, they would hold
-        # it in a cycle, and it would outlive its last user until a collection.
-        self._queue: deque[tuple[str, list[VectorRecord], Write, Drop]] = deque()
-        self._pending = 0  # batches queued or being written
-        self._running = False
-        self._thread: threading.Thread | None = None
-        self._worker = threading.local()
-        self._failures: defaultdict[str, list[str]] = defaultdict(list)
+        self.lane = Lane() if lane is None else Lane.named(lane)
 
     def takes(self, records: Sequence[VectorRecord]) -> bool:
         """Whether a batch this size is written behind (else at the call)."""
         return len(records) <= MAX_BEHIND
 
     def put(self, name: str, records: Sequence[VectorRecord], write: Write, drop: Drop) -> None:
+        """Queue a checked batch (`Lane.put`), written inside this index's gate."""
+        self.lane.put(name, records, write, drop, self._gate)
+
+    def start(self) -> None:
+        """Start writing what is queued (`Lane.start`)."""
+        self.lane.start()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a batch of the lane is queued or being written."""
+        return self.lane.pending
+
+    def settle(self) -> None:
+        """Wait until every batch queued so far is written (`Lane.settle`)."""
+        self.lane.settle()
+
+    async def asettle(self) -> None:
+        """Async twin of `settle`."""
+        await self.lane.asettle()
+
+    def failures(self, resource_id: str) -> list[str]:
+        """What failed for `resource_id` since last asked, each said once."""
+        return self.lane.failures(resource_id)
+
+
+class Lane:
+    """A store's queue of batches written behind, its worker, and the failures not told."""
+
+    _named: ClassVar[weakref.WeakValueDictionary[str, Lane]] = weakref.WeakValueDictionary()
+    _naming: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self) -> None:
+        """An empty queue."""
+        self._changed = threading.Condition()
+        # The index's methods travel with each batch: kept by the index, they would hold
+        # it in a cycle, and it would outlive its last user until a collection.
+        self._queue: deque[tuple[str, list[VectorRecord], Write, Drop, Gate]] = deque()
+        self._pending = 0  # batches queued or being written
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._worker = threading.local()
+        self._failures: defaultdict[str, list[str]] = defaultdict(list)
+
+    @classmethod
+    def named(cls, name: str) -> Lane:
+        """The lane of store `name`, shared by its indexes while any uses it."""
+        with cls._naming:
+            lane = cls._named.get(name)
+            if lane is None:
+                lane = cls._named[name] = cls()
+            return lane
+
+    def put(
+        self, name: str, records: Sequence[VectorRecord], write: Write, drop: Drop, gate: Gate
+    ) -> None:
         """Queue a checked batch; a worker thread writes it (started when none runs).
 
         Args:
@@ -174,9 +231,10 @@ class WriteBehind:
             records: The batch.
             write: Writes it into index `name` (a backend's `_upsert`).
             drop: Deletes the vectors of `message_ids` of resource `resource_id` from `name`.
+            gate: Held around the write.
         """
         with self._changed:
-            self._queue.append((name, list(records), write, drop))
+            self._queue.append((name, list(records), write, drop, gate))
             self._pending += 1
         if not _HELD.get():
             self.start()
@@ -223,9 +281,9 @@ class WriteBehind:
         done = False
         while not done:
             with self._changed:  # (started on a queue of one at least)
-                name, records, write, drop = self._queue.popleft()
+                name, records, write, drop, gate = self._queue.popleft()
             try:
-                self._write_one(name, records, write, drop)
+                self._write_one(name, records, write, drop, gate)
             finally:
                 with self._changed:  # stopping is decided with the last batch's count
                     self._pending -= 1
@@ -233,9 +291,11 @@ class WriteBehind:
                     self._running = not done
                     self._changed.notify_all()
 
-    def _write_one(self, name: str, records: list[VectorRecord], write: Write, drop: Drop) -> None:
+    def _write_one(
+        self, name: str, records: list[VectorRecord], write: Write, drop: Drop, gate: Gate
+    ) -> None:
         try:
-            with self._gate():
+            with gate():
                 write(name, records)
         except Exception as error:
             by_resource: defaultdict[str, set[str]] = defaultdict(set)
@@ -250,7 +310,7 @@ class WriteBehind:
                 exc_info=True,
             )
             for resource_id, ids in sorted(by_resource.items()):
-                self._forget_part(drop, name, resource_id, sorted(ids))
+                self._forget_part(drop, gate, name, resource_id, sorted(ids))
                 note = (
                     f"the vectors of {len(ids)} message(s) indexed earlier could not be "
                     f"written ({error!r}): stored without vectors, reindex(missing_only=True) "
@@ -259,10 +319,12 @@ class WriteBehind:
                 with self._changed:
                     self._failures[resource_id].append(note)
 
-    def _forget_part(self, drop: Drop, name: str, resource_id: str, ids: list[str]) -> None:
+    def _forget_part(
+        self, drop: Drop, gate: Gate, name: str, resource_id: str, ids: list[str]
+    ) -> None:
         """Delete what a failed write may have left of `ids`, so that they read as missing."""
         try:
-            with self._gate():
+            with gate():
                 drop(name, resource_id, ids)
         except Exception:
             logger.warning(

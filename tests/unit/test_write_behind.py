@@ -32,7 +32,7 @@ class BehindIndex(InMemoryVectorIndex):
 
     def __init__(self, delay: float = 0.0) -> None:
         super().__init__()
-        self._write_behind(None)
+        self._write_behind(None, lane=None)  # a lane of its own: tests stay apart
         self.delay = delay
         self.hold = threading.Event()
         self.hold.set()
