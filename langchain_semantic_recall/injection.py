@@ -253,22 +253,24 @@ def earlier_keys(messages: Sequence[BaseMessage]) -> list[tuple[str | None, Live
 
 
 def _without_own_conversation(
-    other: list[StoredMessage], messages: Sequence[BaseMessage]
+    other: list[StoredMessage], messages: Sequence[BaseMessage], beside: Sequence[StoredMessage]
 ) -> list[StoredMessage]:
     """`other` less the copies of the input's earlier messages in its own stored thread.
 
     With no thread id, nothing in the input is known to be stored: a loop resending its
     history would get it back quoted as "another conversation". A recalled thread is the
     input's own when two of its consecutive messages have the role and text of two
-    consecutive earlier input messages; its messages matching earlier input messages are
-    left out. A lone "yes" shared with another conversation proves nothing, and the newest
-    user message (the turn being asked) hides nothing.
+    consecutive earlier input messages, recalled or stored `beside` them (a window keeps
+    a hit's likely messages only: the "Got it." between two may be left out); its messages
+    matching earlier input messages are left out. A lone "yes" shared with another
+    conversation proves nothing, and the newest user message (the turn being asked) hides
+    nothing.
     """
     earlier = [key for _, key in earlier_keys(messages)]
     pairs = set(itertools.pairwise(earlier))
     if not pairs:
         return other
-    place = {(m.thread_id, m.seq): live_key(m.role, m.text) for m in other}
+    place = {(m.thread_id, m.seq): live_key(m.role, m.text) for m in [*other, *beside]}
     own = {
         thread
         for (thread, seq), key in place.items()
@@ -306,6 +308,7 @@ def inject_reported(
     max_block_chars: int | None = None,
     labels: dict[str, str] | None = None,
     unstored: Collection[LiveKey] = (),
+    beside: Sequence[StoredMessage] = (),
 ) -> tuple[list[BaseMessage], RecallReport]:
     """`inject`, and the report of what it injected (`recall_report.RecallReport`).
 
@@ -313,12 +316,13 @@ def inject_reported(
     message before the newest user message without an id, or whose (role, text) is in
     `unstored` (its id is stored nowhere in the thread), by role and text
     (`_live_earlier`). Without a thread, a stored conversation that holds the input's own
-    earlier messages is recognised by them (`_without_own_conversation`).
+    earlier messages is recognised by them (`_without_own_conversation`), in the recalled
+    windows and the stored neighbours read `beside` them (`engine.own_history.beside_op`).
     """
     present = {m.id for m in messages if m.id}
     same, other = split_recalled(hits, thread_id=thread_id, present_ids=present)
     if thread_id is None:  # no thread: the input's own conversation may be recalled
-        other = _without_own_conversation(other, messages)
+        other = _without_own_conversation(other, messages, beside)
     live = _live_earlier(messages, unstored)
     own = [
         (s, m)

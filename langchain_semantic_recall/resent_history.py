@@ -3,7 +3,9 @@
 A stateless server (no checkpointer) gets the whole conversation from the client on
 every request, each message with a new id, and some clients send back trimmed answers,
 no answers, or (after a lost answer) the same request again. The index side of a turn
-(`turn_index`) asks here where the stored history ends in what the client sent.
+(`turn_index`) asks here where the stored history ends in what the client sent (the
+recall side's question, which recalled messages are the input's own, is
+`engine.own_history`'s).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from langchain_semantic_recall import injection
 from langchain_semantic_recall.engine import steps
 from langchain_semantic_recall.engine.identity import Identity, IdentityKeys, search_scope
 from langchain_semantic_recall.engine.narrowing import Narrowing, turn_time
+from langchain_semantic_recall.engine.own_history import beside_op, resent_keys_op
 from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import IndexInfo, VectorSpace
 from langchain_semantic_recall.errors import (
@@ -391,7 +392,8 @@ def recall_op(
             return items, RecallReport("no query", None, who.thread_id, who.resource_id)
         turn = replace(request, query=query, now=request.now or turn_time(items))
         hits = yield from hits_op(space, keys, turn)
-        unstored = yield from _resent_keys(items, hits, who.thread_id)
+        unstored = yield from resent_keys_op(items, hits, who.thread_id)
+        beside = () if who.thread_id else (yield from beside_op(items, hits, who.resource_id))
     except (*CONFIGURATION_ERRORS, OwnershipError):
         raise
     except PROGRAMMING_ERRORS:  # a bug is never read as "nothing to remember"
@@ -408,34 +410,8 @@ def recall_op(
         query=query,
         max_block_chars=request.max_block_chars,
         unstored=unstored,
+        beside=beside,
     )
-
-
-def _resent_keys(
-    items: Sequence[BaseMessage], hits: Sequence[RecallHit], thread_id: str | None
-) -> Op[set[injection.LiveKey]]:
-    """(role, text) of input messages stored in this thread under other ids.
-
-    A stateless server's graph gets the history with new ids on every request (the
-    index side knows it by its place, `resent_history.resent_op`): those ids are stored
-    nowhere in the thread. Read only when a same-thread hit has the role and text of an
-    input message whose id no hit holds (an id a hit holds is stored: no read).
-    """
-    if thread_id is None:
-        return set()
-    own = [m for h in hits for m in h.window if m.thread_id == thread_id]
-    if not own:  # the input's words are worked out only when a same-thread hit may match
-        return set()
-    recalled, known = {injection.live_key(m.role, m.text) for m in own}, {m.id for m in own}
-    suspects = {
-        i: key
-        for i, key in injection.earlier_keys(items)
-        if i and i not in known and key in recalled
-    }
-    if not suspects:
-        return set()
-    stored = yield steps.IdsInScope(list(suspects), ScopeFilter(thread_id=thread_id))
-    return {key for i, key in suspects.items() if i not in stored}
 
 
 def turn_recall_op(

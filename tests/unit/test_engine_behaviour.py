@@ -486,6 +486,34 @@ async def test_without_a_thread_the_input_is_not_recalled_as_another_conversatio
     assert TRIP[0] in recalled(threaded)[0].content  # another thread: it is another conversation
 
 
+async def test_without_a_thread_the_input_is_known_when_its_replies_are_not_recalled(
+    make_engine: EngineFactory,
+) -> None:
+    """A window holds a hit's likely messages only: with the short replies between two
+    recalled messages left out, no two recalled messages were consecutive, and the
+    input's own conversation came back quoted as another one. Their stored neighbours
+    tell (an audit: "My gym locker code is 4711." / "Got it." quoted back)."""
+    engine = make_engine(message_range=0, search_mode="dense", top_k=3)
+    own = ["my gym locker code is 4711", "ok", "the locker is in the gym basement", "sure"]
+    engine.index(turn("own", own), thread_id="t1", resource_id="alice")
+    engine.index(turn("b", ["my old gym locker code was 1234", "noted"]), thread_id="t0",
+                 resource_id="alice")  # fmt: skip
+    resent = [
+        HumanMessage(own[0]), AIMessage(own[1]), HumanMessage(own[2]), AIMessage(own[3]),
+        HumanMessage("which gym locker code"),
+    ]  # fmt: skip
+    config = {"configurable": {"resource_id": "alice"}}
+    hits = engine.search("which gym locker code", resource_id="alice")
+    recalled_own = {m.text for h in hits for m in h.window if m.thread_id == "t1"}
+    assert recalled_own == {own[0], own[2]}  # the gap: "ok" is not recalled
+    said = engine.recall(resent, resource_id="alice")
+    for out in (said, engine.invoke(resent, config), await engine.ainvoke(resent, config)):
+        [block] = recalled(out)
+        assert "1234" in block.content  # the other conversation is quoted
+        assert own[0] not in block.content
+        assert own[2] not in block.content
+
+
 def test_without_a_thread_a_lone_reply_hides_nothing_of_another_conversation(
     make_engine: EngineFactory,
 ) -> None:
