@@ -395,16 +395,17 @@ class VectorIndex(VectorHooks):
     async def aupsert(
         self, name: str, records: Sequence[VectorRecord], *, behind: bool = False
     ) -> None:
-        """Async twin of `upsert`."""
+        """Async twin of `upsert`, which always writes at the call (`behind` is ignored).
+
+        A worker thread writing behind holds the GIL while the event loop waits for it
+        (embedded Chroma; `benchmarks/perf_loop.py`: worst stall 48-78 ms against 22 ms),
+        where the async hook writes in pieces that let the loop run between them.
+        """
+        del behind  # (kept for the twins' one signature)
         check_index_name(name)
-        if not records:
-            return
-        if behind and self._behind is not None and self._behind.takes(records):
-            self._check_upsert(name, records)
-            self._behind.put(name, records, self._upsert, self._drop_failed)
-            return
-        await self.aflush()
-        await self._aupsert(name, records)
+        if records:
+            await self.aflush()
+            await self._aupsert(name, records)
 
     @after_writes_async
     async def aquery(

@@ -14,6 +14,8 @@ What holds, so that nobody can tell the difference but by the clock:
 - **Checks at the call.** The arguments, and what the backend checks cheaply (the index
   was opened, the vectors' dimension), are checked before the batch is queued: those
   errors are raised to the caller as before.
+- **Sync calls only.** `aupsert` writes at the call: a worker holding the GIL stalls an
+  event loop longer than the async hook's pieces do (`VectorIndex.aupsert`).
 - **Small batches only.** A batch of more than `MAX_BEHIND` vectors (bulk import,
   `reindex`) is written at the call, after the pending ones, its errors raised there.
 - **Failure.** A write that fails is logged as an error and every vector of its messages

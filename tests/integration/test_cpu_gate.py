@@ -58,7 +58,9 @@ def test_an_async_embedded_chroma_write_waits_for_a_model_run(tmp_path: Path, be
     run = in_thread(lambda: holding(gate, "run", "run", log, release))
 
     async def write_while_the_model_runs() -> int:
-        upsert = asyncio.ensure_future(index.aupsert("gate-test", records, behind=behind))
+        if behind:  # (the sync twin's: `aupsert` writes at the call)
+            index.upsert("gate-test", records, behind=True)
+        upsert = asyncio.ensure_future(index.aupsert("gate-test", [] if behind else records))
         waited = await asyncio.to_thread(writes_waiting, gate, 1)
         assert waited, "the write never came to the gate"
         written_meanwhile = in_chroma()  # (`count` would wait for the write behind)

@@ -42,11 +42,6 @@ class BehindIndex(InMemoryVectorIndex):
     def upsert(self, name: str, records: Sequence[VectorRecord], *, behind: bool = True) -> None:
         super().upsert(name, records, behind=behind)  # behind unless told otherwise
 
-    async def aupsert(
-        self, name: str, records: Sequence[VectorRecord], *, behind: bool = True
-    ) -> None:
-        await super().aupsert(name, records, behind=behind)
-
     def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         dimension = self._get(name).dimension
         for row in records:
@@ -156,7 +151,7 @@ def test_the_async_twins_wait_without_blocking_the_loop() -> None:
 
     async def main() -> tuple[int, int]:
         index.hold.clear()
-        await index.aupsert(NAME, [record("m1", vec(1), resource_id="alice")])
+        index.upsert(NAME, [record("m1", vec(1), resource_id="alice")])  # (aupsert: at the call)
         ticks = 0
 
         async def tick() -> None:

@@ -25,8 +25,9 @@
 
 - `write_behind` (`vectors.write_behind`): an embedded upsert of a turn's 2 vectors takes
   7-23 ms in chromadb's Rust bindings (two SQLite transactions, four `fsync`s each),
-  whatever the caller does. Batches of up to 16 vectors are written by a worker thread
-  just after `upsert` returns; every other call of the index waits for them first.
+  whatever the caller does. A sync `index`'s batch (up to 16 vectors) is written by a
+  worker thread just after the call returns; every other call of the index waits for it
+  first. The async twin writes at the call, in pieces (`async_writes`).
 
 The first four are for the **embedded** client (`PersistentClient`, `EphemeralClient`);
 over HTTP the server is Chroma's own process and only `reads` and `http_close` apply. The purge
@@ -84,8 +85,8 @@ class ChromaWorkarounds:
             client, shared by every index on that folder in the process.
         read_retry_delays: Pauses between reads of a collection whose index is not
             ready (chroma-core/chroma#4212); empty: no retry.
-        write_behind: On an embedded client, write a turn's vectors (batches of up to 16)
-            just after `upsert` returns (`vectors.write_behind`); False: at the call.
+        write_behind: On an embedded client, write a sync `index`'s vectors (up to 16)
+            just after the call returns (`vectors.write_behind`); False: at the call.
 
     Raises:
         InvalidOptionError: `async_piece` or `max_loaded` below 1, or a negative delay.
