@@ -499,6 +499,7 @@ def test_a_vector_planted_in_another_resource_never_reaches_a_search(
     memory.index([HumanMessage("mine about lisbon", id="mine")], thread_id="t1", resource_id="r1")
     memory.index([HumanMessage("theirs about lisbon", id="x")], thread_id="t9", resource_id="r9")
     name = memory.ensure_index().name
+    chroma.flush()  # (a turn's vectors are written just after `index` returns)
     chroma.client.get_collection(resource_collection_name(name, "r1")).add(
         ids=["x"],  # r9's message id, in r1's collection (a bug, a hand-edited store)
         embeddings=[axis(0)],
