@@ -68,7 +68,7 @@ from langchain_semantic_recall.evaluation import (
     read_locomo,
 )
 from langchain_semantic_recall.false_memory import foreign_pairs
-from langchain_semantic_recall.fusion import best_per_message
+from langchain_semantic_recall.fusion import best_per_message, one_per_text
 from langchain_semantic_recall.messages import CREATED_AT_KEY
 from langchain_semantic_recall.periods import named_period
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage
@@ -353,6 +353,9 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
     texts = TermCache()  # one cache for the corpus, as an engine has one for its searches
     for case in corpus.cases:
         dense = [(k, rescale * v + (1 - rescale) * 0.5) for k, v in case.dense]
+        keyword = case.keyword
+        if named_period(case.question) is None:  # as the engine does (`fusion.one_per_text`)
+            dense, keyword = one_per_text(dense, keyword, corpus.by_id)
         baseline = reference.baseline(case.vector)
         if rescale != 1.0:  # an embedder whose scores are `rescale * cosine + ...`
             baseline = replace(
@@ -360,11 +363,11 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
                 mean=rescale * baseline.mean + (1 - rescale) * 0.5,
                 spread=rescale * baseline.spread,
             )
-        found = {k: corpus.by_id[k] for k, _ in (*dense, *case.keyword) if k in corpus.by_id}
+        found = {k: corpus.by_id[k] for k, _ in (*dense, *keyword) if k in corpus.by_id}
         case.query = Query.build(
             case.question,
             dense,
-            case.keyword,
+            keyword,
             found,
             baseline,
             named_period(case.question),

@@ -34,8 +34,34 @@ __all__ = [
     "boost_period",
     "fuse",
     "min_max",
+    "one_per_text",
     "spend_budget",
 ]
+
+
+def one_per_text(
+    dense: Sequence[tuple[str, float]],
+    keyword: Sequence[tuple[str, float]],
+    messages: Mapping[str, StoredMessage],
+) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The candidates less those whose role and words a better ranked one has.
+
+    The same words said in several conversations are one memory. A question a user had
+    asked in eight earlier chats took eight hits (16 messages with their answers) and left
+    the fact it asks for out of a 15-message budget (an audit). The best ranked copy
+    (`dense` first, then `keyword`) stands for them, with its own window; identical texts
+    score alike in both lists. A candidate missing from `messages` is kept. Not for a
+    query that names a period ("in May"): there the same words said at two times are two.
+    """
+    first: dict[tuple[str, str], str] = {}
+    for message_id, _ in [*dense, *keyword]:
+        if (message := messages.get(message_id)) is not None:
+            first.setdefault((message.role, " ".join(message.text.split())), message_id)
+    kept = set(first.values())
+    return (
+        [c for c in dense if c[0] in kept or c[0] not in messages],
+        [c for c in keyword if c[0] in kept or c[0] not in messages],
+    )
 
 
 def best_per_message(hits: Iterable[VectorHit]) -> list[tuple[str, float]]:

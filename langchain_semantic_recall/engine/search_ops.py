@@ -25,6 +25,7 @@ from langchain_semantic_recall.errors import (
     InvalidOptionError,
     OwnershipError,
 )
+from langchain_semantic_recall.fusion import one_per_text
 from langchain_semantic_recall.messages import clean_text, echoes_memory, query_text
 from langchain_semantic_recall.options import Scope
 from langchain_semantic_recall.quoting import has_text
@@ -215,6 +216,9 @@ def _calibrated_search(
     found = {**found, **{k: (seen[k],) for k in unread if k in seen}}
     unread = [message_id for message_id in unread if message_id not in seen]
     found = {**found, **(yield steps.ReadWindows(unread, before=0, after=0, scope=scope))}
+    if plan.period(query, now) is None:  # "in May": the same words at two times are two
+        hit_of = {k: m for k, window in found.items() for m in window if m.id == k}
+        dense, keyword = one_per_text(dense, keyword, hit_of)
     baseline = reference.baseline(vector) if vector else None  # None: see `keyword_too`
     facts = plan.query(query, dense, keyword, found, baseline, texts=space.texts, now=now)
     if model.share(facts, plan.threshold, size) <= 0.0:

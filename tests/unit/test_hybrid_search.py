@@ -372,3 +372,24 @@ def test_a_failed_write_indexes_no_keywords(backend: str, tmp_path: Path) -> Non
         storage.put([record("new", "t9", "alice", "zeppelin"), record("bad", "t1", "bob", "x")])
     assert storage.keyword_search("zeppelin", scope=ScopeFilter("alice"), limit=5) == []
     storage.close()
+
+
+def test_a_question_asked_in_many_chats_leaves_room_for_the_fact() -> None:
+    """The same words in several conversations are one memory (`fusion.one_per_text`).
+
+    Before: a question asked in eight or more earlier chats (each with its reply) filled
+    the 15-message budget with its copies, and the fact it asks for was never recalled.
+    """
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    fact = [HumanMessage("I am allergic to peanuts."), AIMessage("Noted.")]
+    memory.index(fact, thread_id="seed", resource_id="alice")
+    question = "Which snack is safe for my allergy?"
+    for n in range(11):
+        turn = [HumanMessage(question), AIMessage(f"Reply to: {question}")]
+        memory.index(turn, thread_id=f"t{n}", resource_id="alice")
+    hits = memory.search(question, resource_id="alice")
+    texts = [m.text for hit in hits for m in hit.window]
+    assert "I am allergic to peanuts." in texts
+    assert texts.count(question) <= 2  # its copies: one candidate (and one beside its reply)
