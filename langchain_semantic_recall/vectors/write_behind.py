@@ -16,17 +16,23 @@ What holds, so that nobody can tell the difference but by the clock:
   errors are raised to the caller as before.
 - **Sync calls only.** `aupsert` writes at the call: a worker holding the GIL stalls an
   event loop longer than the async hook's pieces do (`VectorIndex.aupsert`).
+- **A bounded queue.** A caller that would queue more than `MAX_QUEUED` batches waits for
+  the worker: whoever indexes faster than Chroma writes is held to its pace, and a wait
+  for the writes (a search) is never longer than that queue.
 - **Small batches only.** A batch of more than `MAX_BEHIND` vectors (bulk import,
   `reindex`) is written at the call, after the pending ones, its errors raised there.
 - **Failure.** A write that fails is logged as an error and every vector of its messages
   is deleted (a message of several chunks written in part would look whole). The messages
   stay stored without vectors: `stats` counts them, `reindex(missing_only=True)` embeds
-  them, and the failure is kept for each message's resource, whose next `index` reports
-  it in `IndexResult.error` (another resource's calls never see it).
+  them, and the failure is kept for each message's resource, whose next `index` that
+  writes vectors reports it in `IndexResult.error` (another resource's calls never see it).
 - **After the call.** Inside an engine call (`held`), a batch waits for the call to end
   before the worker starts on it: an embedded Chroma write holds the GIL from start to
   end, and the call's own last steps (SQLite reads, which let other threads run) would
   otherwise wait for the whole write. Anything that waits for the writes starts them.
+- **One process.** Another process on the store (the command line beside an app) is not
+  ordered with these writes: in the few ms after `index` returns, its search may miss the
+  turn and its forget may be overtaken (`docs/data-handling.md`).
 - **Exit.** The worker is no daemon: the interpreter waits for it at exit. A process
   killed leaves the messages stored without vectors, as a kill during a write at the call
   would.
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import weakref
 from collections import defaultdict, deque
@@ -62,23 +69,35 @@ logger = logging.getLogger(__name__)
 
 MAX_BEHIND: Final = 16
 """Most vectors of a batch written behind; a bigger one is written at the call."""
+MAX_QUEUED: Final = 1
+"""Most batches waiting in a lane: a caller that would queue more waits for the worker.
+Without a bound, a thread indexing faster than Chroma writes grew the queue without end,
+and every search waited for all of it (an audit: 5 searches in 8 s, up to 5.4 s each).
+With one thread indexing without pause and one searching (`s52-behind/t6_starve_ab.py`),
+searches took 0.20 / 0.60 s p50 / max with 8, 0.08 / 0.27 with 2, and 0.04-0.06 / 0.16-0.23
+with 1, as when every write is made at the call (0.05 / 0.18)."""
 
 Write = Callable[[str, Sequence[VectorRecord]], None]
 Drop = Callable[[str, str, list[str]], None]
 Gate = Callable[[], AbstractContextManager[None]]
 
-_HELD: ContextVar[bool] = ContextVar("semantic_recall_writes_held", default=False)
+_HELD: ContextVar[frozenset[int]] = ContextVar("semantic_recall_writes_held", default=frozenset())
 """Inside an engine call: batches put wait for it to end (a context variable: the async
 driver's steps run in executor threads with a copy of the caller's context)."""
 
 
 @contextmanager
 def held(behind: WriteBehind | None) -> Iterator[None]:
-    """Batches put within the block are written once it ends (the outermost block)."""
-    if behind is None or _HELD.get():
+    """Batches put within the block are written once it ends (the outermost block).
+
+    Per lane: code run inside one engine's call (an embedder, a callback) that indexes
+    into a store on another folder has its batch started when its own call ends.
+    """
+    held_now = _HELD.get()
+    if behind is None or id(behind.lane) in held_now:
         yield
         return
-    token = _HELD.set(True)
+    token = _HELD.set(held_now | {id(behind.lane)})
     try:
         yield
     finally:
@@ -161,10 +180,11 @@ class WriteBehind:
 
         Args:
             gate: Held around each of this index's writes (`CpuGate.alone`), if given.
-            lane: The store's name (its folder); None: a lane of this index alone.
+            lane: The store's name (its folder, symbolic links resolved); None: a lane of
+                this index alone.
         """
         self._gate = gate or nullcontext
-        self.lane = Lane() if lane is None else Lane.named(lane)
+        self.lane = Lane() if lane is None else Lane.named(os.path.realpath(lane))
 
     def takes(self, records: Sequence[VectorRecord]) -> bool:
         """Whether a batch this size is written behind (else at the call)."""
@@ -208,7 +228,10 @@ class Lane:
         # The index's methods travel with each batch: kept by the index, they would hold
         # it in a cycle, and it would outlive its last user until a collection.
         self._queue: deque[tuple[str, list[VectorRecord], Write, Drop, Gate]] = deque()
-        self._pending = 0  # batches queued or being written
+        # Tickets: a wait is for the batches queued before it, not for an empty queue (a
+        # thread indexing without pause kept every search waiting until it stopped).
+        self._queued = 0
+        self._done = 0
         self._running = False
         self._thread: threading.Thread | None = None
         self._worker = threading.local()
@@ -235,42 +258,59 @@ class Lane:
             drop: Deletes the vectors of `message_ids` of resource `resource_id` from `name`.
             gate: Held around the write.
         """
+        if self._queued - self._done >= MAX_QUEUED and not getattr(self._worker, "inside", False):
+            self.start()
+            with self._changed:
+                self._changed.wait_for(lambda: self._queued - self._done < MAX_QUEUED)
         with self._changed:
             self._queue.append((name, list(records), write, drop, gate))
-            self._pending += 1
-        if not _HELD.get():
+            self._queued += 1
+        if id(self) not in _HELD.get():
             self.start()
 
     def start(self) -> None:
-        """Start a worker on the queued batches, unless one runs or none is queued."""
+        """Start a worker on the queued batches, unless one runs or none is queued.
+
+        When no thread can start (at interpreter exit since Python 3.12, or out of
+        threads), the caller writes them itself: nothing is left queued with no worker.
+        """
         with self._changed:
             if self._running or not self._queue:
                 return
             self._running = True
-            self._thread = threading.Thread(
+            worker = threading.Thread(
                 target=self._drain, name="semantic-recall-vectors", daemon=False
             )
-            self._thread.start()
+            try:
+                worker.start()
+            except RuntimeError:
+                pass  # still `_running`: this caller is the one consumer until the queue is empty
+            else:
+                self._thread = worker
+                return
+        logger.warning("no thread could start to write vectors behind; written at the call")
+        self._drain()
 
     @property
     def pending(self) -> bool:
         """Whether a batch is queued or being written."""
-        return self._pending > 0
+        return self._done < self._queued
 
     def settle(self) -> None:
-        """Wait until every batch queued so far is written (or has failed)."""
-        if self._pending == 0 or getattr(self._worker, "inside", False):
+        """Wait until every batch queued before this call is written (or has failed)."""
+        ticket = self._queued
+        if self._done >= ticket or getattr(self._worker, "inside", False):
             return
         self.start()  # (queued by a call still running, this one perhaps)
         with self._changed:
-            self._changed.wait_for(lambda: self._pending == 0)
-            worker = self._thread
-        if worker is not None:  # its last moments: no thread outlives a `close`
-            worker.join()
+            self._changed.wait_for(lambda: self._done >= ticket)
+            idle = None if self._running else self._thread
+        if idle is not None:  # its last moments: no thread outlives a `close`
+            idle.join()
 
     async def asettle(self) -> None:
         """Async twin of `settle`: waits in an executor, only when a batch is pending."""
-        if self._pending:
+        if self.pending:
             await run_in_executor(None, self.settle)
 
     def failures(self, resource_id: str) -> list[str]:
@@ -279,19 +319,23 @@ class Lane:
             return self._failures.pop(resource_id, [])
 
     def _drain(self) -> None:
-        self._worker.inside = True
+        """The one consumer (`_running`): the worker, or a caller when none could start."""
+        inside, self._worker.inside = getattr(self._worker, "inside", False), True
         done = False
-        while not done:
-            with self._changed:  # (started on a queue of one at least)
-                name, records, write, drop, gate = self._queue.popleft()
-            try:
-                self._write_one(name, records, write, drop, gate)
-            finally:
-                with self._changed:  # stopping is decided with the last batch's count
-                    self._pending -= 1
-                    done = not self._queue
-                    self._running = not done
-                    self._changed.notify_all()
+        try:
+            while not done:
+                with self._changed:  # (started on a queue of one at least)
+                    name, records, write, drop, gate = self._queue.popleft()
+                try:
+                    self._write_one(name, records, write, drop, gate)
+                finally:
+                    with self._changed:  # stopping is decided with the last batch's count
+                        self._done += 1
+                        done = not self._queue
+                        self._running = not done
+                        self._changed.notify_all()
+        finally:
+            self._worker.inside = inside
 
     def _write_one(
         self, name: str, records: list[VectorRecord], write: Write, drop: Drop, gate: Gate

@@ -172,3 +172,65 @@ def test_the_async_twins_wait_without_blocking_the_loop() -> None:
     count, ticks = asyncio.run(main())
     assert count == 1
     assert ticks >= 5  # the loop ran while acount waited for the write
+
+
+def test_a_wait_is_for_the_writes_queued_before_it_not_for_an_idle_queue() -> None:
+    """A thread indexing without pause kept every search waiting until it stopped (an
+    audit: one search in 8 s, taking 12.5 s); a wait now ends once the batches queued
+    before it are written."""
+    index = opened(BehindIndex(delay=0.005))
+    stop = threading.Event()
+
+    def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            index.upsert(NAME, [record(f"p{n}", vec(n % 50), resource_id="alice")])
+            n += 1
+            time.sleep(0.001)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        time.sleep(0.1)
+        waiter, _ = in_thread(index.flush)
+        waiter.join(5)
+        assert not waiter.is_alive(), "the wait never ended while another thread indexed"
+    finally:
+        stop.set()
+        producer.join()
+    index.flush()
+
+
+def test_when_no_thread_can_start_the_batch_is_written_at_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At interpreter exit (Python 3.12+) or out of threads, `Thread.start` raises: the
+    lane was left "running" with no worker, and every later call waited for ever."""
+    index = opened(BehindIndex())
+
+    def refuse(self: threading.Thread) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    index.upsert(NAME, [record("m1", vec(1), resource_id="alice")])
+    assert index.writes == [["m1"]]  # written by the caller
+    monkeypatch.undo()
+    index.upsert(NAME, [record("m2", vec(2), resource_id="alice")])
+    assert index.count(NAME, ALICE) == 2  # and the lane works again
+
+
+def test_a_store_written_inside_another_stores_call_is_not_held_by_it() -> None:
+    """Held per store: code run inside one engine's call (an embedder, a callback) that
+    indexed into another store had its batch started by nobody, and lost at exit."""
+    outer, inner = opened(BehindIndex()), opened(BehindIndex())
+    with outer.writes_held():
+        inner.upsert(NAME, [record("m1", vec(1), resource_id="alice")])
+        deadline = time.monotonic() + 5
+        while not inner.writes and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert inner.writes == [["m1"]]  # written while the outer call still runs
+        outer.upsert(NAME, [record("m2", vec(2), resource_id="alice")])
+        time.sleep(0.05)
+        assert outer.writes == []  # the outer store's own batch waits for its call to end
+    outer.flush()
+    assert outer.writes == [["m2"]]
