@@ -334,16 +334,16 @@ def _index_as(
         return turn.refuse_all(FORGOTTEN)
     to_embed = turn.to_embed()
     rewritten = sorted(turn.rewritten & {r.id for r in turn.to_write()})
-    if not to_embed and not adopted and not rewritten:
-        return turn.result()
+    if not to_embed and not adopted and not rewritten:  # (a history sent again, unchanged)
+        return turn.result(error="; ".join((yield steps.WriteFailures(resource_id))) or None)
     try:
         info = yield from space.resolve()
         yield from _drop_old_text(info, rewritten, resource_id)
         to_embed = yield from _vectors_to_write(
             info, space, turn, to_embed, adopted=adopted, max_chars=max_chars, logger=logger
         )
-        if not to_embed and not adopted:
-            return turn.result()
+        if not to_embed and not adopted:  # (each held its vectors already)
+            return turn.result(error="; ".join((yield steps.WriteFailures(resource_id))) or None)
         fresh = {r.id for position, r in turn.records.items() if position in turn.fresh_ids}
         vectors = yield from write_current(  # a turn's vectors: written behind if small
             info, space, to_embed, max_chars=max_chars, logger=logger, fresh=fresh, behind=True

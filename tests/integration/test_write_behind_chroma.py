@@ -78,12 +78,36 @@ def test_a_failed_write_behind_is_reported_to_its_resource_and_repaired(
     assert all(message_id in told for message_id in first.stored)
     again = memory.index([HumanMessage("one more")], thread_id="a1", resource_id="alice")
     assert again.error is None  # said once
-
     memory.reindex(missing_only=True)
     assert memory.stats(resource_id="alice").missing_vectors == 0
     hits = memory.search("gym locker code", resource_id="alice")
     assert any("4711" in message.text for hit in hits for message in hit.window)
     memory.close()
+
+
+def test_a_failed_write_is_told_by_an_index_that_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop sending its unchanged history again embeds nothing; it still hears of it."""
+    memory = engine(tmp_path)
+    history = [HumanMessage("hello", id="h1"), AIMessage("hi", id="h2")]
+    memory.index(history, thread_id="a1", resource_id="alice")
+    memory.vector_store.flush()  # written before the store fails
+    monkeypatch.setattr(chroma_writes, "_write", lambda *_, **__: _raise())
+    failed = memory.index([HumanMessage("my locker is 4711", id="q1")], thread_id="a1",
+                          resource_id="alice")  # fmt: skip
+    memory.vector_store.flush()
+    monkeypatch.undo()
+    again = memory.index(history, thread_id="a1", resource_id="alice")  # unchanged: no write
+    assert {fate.fate for fate in again.fates} == {"unchanged"}
+    assert not any(fate.embedded for fate in again.fates)
+    (told,) = [result.error for result in (failed, again) if result.error]
+    assert "q1" in told
+    memory.close()
+
+
+def _raise() -> None:
+    raise ConnectionError("chroma is down")
 
 
 async def test_async_twins_see_what_was_indexed_before_them(tmp_path: Path) -> None:
