@@ -24,8 +24,8 @@ What holds, so that nobody can tell the difference but by the clock:
 - **Failure.** A write that fails is logged as an error and every vector of its messages
   is deleted (a message of several chunks written in part would look whole). The messages
   stay stored without vectors: `stats` counts them, `reindex(missing_only=True)` embeds
-  them, and the failure is kept for each message's resource, whose next `index` that
-  writes vectors reports it in `IndexResult.error` (another resource's calls never see it).
+  them, and the failure is kept for each message's resource, whose next `index` reports
+  it in `IndexResult.error` (another resource's calls never see it).
 - **After the call.** Inside an engine call (`held`), a batch waits for the call to end
   before the worker starts on it: an embedded Chroma write holds the GIL from start to
   end, and the call's own last steps (SQLite reads, which let other threads run) would
