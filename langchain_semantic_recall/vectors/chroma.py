@@ -152,7 +152,8 @@ class ChromaVectorIndex(VectorIndex):
         self._gate = AsyncWriteGate(fixes.gate) if embedded and fixes.enabled else None
         folder = persist_folder(client)
         if embedded and fixes.behind:  # a turn's vectors written after `upsert` returns
-            self._write_behind(fixes.gate.alone if fixes.gate else None, folder or "ephemeral")
+            lane = os.path.realpath(folder) if folder else ":ephemeral:"  # (one per process)
+            self._write_behind(fixes.gate.alone if fixes.gate else None, lane)
         self._snapshot_files = Path(folder) / FOLDER if folder else None
         self._snapshots = (
             ColdSnapshots(folder, snapshots_from=snapshots_from, retry_delays=fixes.delays)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import weakref
 from collections import defaultdict, deque
@@ -81,7 +80,7 @@ Write = Callable[[str, Sequence[VectorRecord]], None]
 Drop = Callable[[str, str, list[str]], None]
 Gate = Callable[[], AbstractContextManager[None]]
 
-_HELD: ContextVar[frozenset[int]] = ContextVar("semantic_recall_writes_held", default=frozenset())
+_HELD: ContextVar[frozenset[Lane]] = ContextVar("semantic_recall_writes_held", default=frozenset())
 """Inside an engine call: batches put wait for it to end (a context variable: the async
 driver's steps run in executor threads with a copy of the caller's context)."""
 
@@ -94,10 +93,10 @@ def held(behind: WriteBehind | None) -> Iterator[None]:
     into a store on another folder has its batch started when its own call ends.
     """
     held_now = _HELD.get()
-    if behind is None or id(behind.lane) in held_now:
+    if behind is None or behind.lane in held_now:
         yield
         return
-    token = _HELD.set(held_now | {id(behind.lane)})
+    token = _HELD.set(held_now | {behind.lane})
     try:
         yield
     finally:
@@ -180,11 +179,11 @@ class WriteBehind:
 
         Args:
             gate: Held around each of this index's writes (`CpuGate.alone`), if given.
-            lane: The store's name (its folder, symbolic links resolved); None: a lane of
-                this index alone.
+            lane: The store's name (its folder's real path); None: a lane of this index
+                alone.
         """
         self._gate = gate or nullcontext
-        self.lane = Lane() if lane is None else Lane.named(os.path.realpath(lane))
+        self.lane = Lane() if lane is None else Lane.named(lane)
 
     def takes(self, records: Sequence[VectorRecord]) -> bool:
         """Whether a batch this size is written behind (else at the call)."""
@@ -265,7 +264,7 @@ class Lane:
         with self._changed:
             self._queue.append((name, list(records), write, drop, gate))
             self._queued += 1
-        if id(self) not in _HELD.get():
+        if self not in _HELD.get():
             self.start()
 
     def start(self) -> None:

@@ -38,6 +38,12 @@ class BehindIndex(InMemoryVectorIndex):
         self.hold.set()
         self.fail: Exception | None = None
         self.writes: list[list[str]] = []
+        self.written = threading.Condition()
+
+    def wait_for_writes(self, n: int) -> bool:
+        """Whether `n` batches were written within 5 s."""
+        with self.written:
+            return self.written.wait_for(lambda: len(self.writes) >= n, timeout=5)
 
     def upsert(self, name: str, records: Sequence[VectorRecord], *, behind: bool = True) -> None:
         super().upsert(name, records, behind=behind)  # behind unless told otherwise
@@ -50,8 +56,10 @@ class BehindIndex(InMemoryVectorIndex):
 
     def _upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         self.hold.wait(5)
-        time.sleep(self.delay)
-        self.writes.append([row.id for row in records])
+        time.sleep(self.delay)  # what a write costs (Chroma: 10-20 ms), not a wait
+        with self.written:
+            self.writes.append([row.id for row in records])
+            self.written.notify_all()
         if self.fail is not None:
             super()._upsert(name, records[:1])  # lands in part, then fails
             raise self.fail
@@ -186,12 +194,11 @@ def test_a_wait_is_for_the_writes_queued_before_it_not_for_an_idle_queue() -> No
         while not stop.is_set():
             index.upsert(NAME, [record(f"p{n}", vec(n % 50), resource_id="alice")])
             n += 1
-            time.sleep(0.001)
 
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        time.sleep(0.1)
+        assert index.wait_for_writes(3)  # the producer keeps the queue busy
         waiter, _ = in_thread(index.flush)
         waiter.join(5)
         assert not waiter.is_alive(), "the wait never ended while another thread indexed"
@@ -225,12 +232,12 @@ def test_a_store_written_inside_another_stores_call_is_not_held_by_it() -> None:
     outer, inner = opened(BehindIndex()), opened(BehindIndex())
     with outer.writes_held():
         inner.upsert(NAME, [record("m1", vec(1), resource_id="alice")])
-        deadline = time.monotonic() + 5
-        while not inner.writes and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert inner.writes == [["m1"]]  # written while the outer call still runs
+        assert inner.wait_for_writes(1)  # written while the outer call still runs
+        assert inner.writes == [["m1"]]
         outer.upsert(NAME, [record("m2", vec(2), resource_id="alice")])
-        time.sleep(0.05)
-        assert outer.writes == []  # the outer store's own batch waits for its call to end
+        assert outer._behind is not None
+        assert outer._behind.pending  # the outer store's own batch waits for its call
+        assert not outer._behind.lane._running  # to end: no worker was started for it
+        assert outer.writes == []
     outer.flush()
     assert outer.writes == [["m2"]]
