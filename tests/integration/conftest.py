@@ -50,6 +50,32 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def listens_on(group: int, port: int) -> bool:
+    """Whether a process of process group `group` listens on TCP `port` (Linux's /proc).
+
+    Where /proc cannot tell (another system), True: the heartbeat alone decides.
+    """
+    try:
+        sockets: set[str] = set()
+        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                sockets.add(f"socket:[{fields[9]}]")
+    except OSError:
+        return True
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            # the process group is the 5th field, counted after the parenthesised name
+            if int(Path(stat).read_text().rsplit(")", 1)[1].split()[2]) != group:
+                continue
+            folder = Path(stat).parent / "fd"
+            if any(os.readlink(fd) in sockets for fd in folder.iterdir()):
+                return True
+        except (OSError, ValueError, IndexError):
+            continue  # a process that exited meanwhile
+    return False
+
+
 def wait_until(condition: object, *, timeout: float, what: str, interval: float = 0.05) -> None:
     """Poll ``condition()`` until it is true; fail with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -185,6 +211,7 @@ class ChromaServer:
 
     def __init__(self, path: Path | None = None, port: int | None = None) -> None:
         self.path = path or Path(tempfile.mkdtemp(prefix="semantic-recall-chroma-"))
+        self._port_fixed = port is not None  # the caller's, or once started: no other
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -193,30 +220,42 @@ class ChromaServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 60.0) -> ChromaServer:
+        """Start the server; on a port taken meanwhile, on another (unless it is fixed)."""
         chroma = Path(sys.executable).parent / "chroma"
         command = str(chroma) if chroma.exists() else (shutil.which("chroma") or "chroma")
-        log = (self.path.parent / f"{self.path.name}.log").open("ab")
         argv = [command, "run", "--path", str(self.path), "--host", "127.0.0.1"]
-        self.process = subprocess.Popen(
-            [*argv, "--port", str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        process = self.process
+        for attempt in range(3):  # a port taken between free_port() and start: try another
+            if attempt:
+                self.port = free_port()
+            log = (self.path.parent / f"{self.path.name}.log").open("ab")
+            process = subprocess.Popen(
+                [*argv, "--port", str(self.port)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            log.close()
+            self.process = process
 
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise RuntimeError(f"chroma run exited with {process.returncode}")
-            return chroma_heartbeat(self.url)
+            def settled(process: subprocess.Popen[bytes] = process) -> bool:
+                # Another test's server on the same port answers the heartbeat too: a
+                # test that stopped "its" server then talked to that one (a CI flake).
+                exited = process.poll() is not None
+                return exited or (chroma_heartbeat(self.url) and listens_on(process.pid, self.port))
 
-        try:
-            wait_until(ready, timeout=timeout, what=f"the Chroma server at {self.url}")
-        except RuntimeError:
-            self.stop(remove=True)
-            raise
-        return self
+            try:
+                wait_until(settled, timeout=timeout, what=f"the Chroma server at {self.url}")
+            except TimeoutError:
+                self.stop(remove=True)
+                raise
+            if process.poll() is None:
+                self._port_fixed = True  # a restart comes back where its clients look
+                return self
+            self.process = None
+            if self._port_fixed:
+                break
+        self.stop(remove=True)
+        raise RuntimeError(f"chroma run exited with {process.returncode} (port {self.port})")
 
     def stop(self, *, remove: bool = False) -> None:
         process, self.process = self.process, None

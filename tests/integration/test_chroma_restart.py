@@ -16,6 +16,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -26,7 +27,9 @@ from langchain_semantic_recall.storage import ScopeFilter
 from langchain_semantic_recall.storage.postgres import PostgresStorage
 from langchain_semantic_recall.vectors.chroma_server import ChromaServerVectorIndex
 from tests.fakes import FakeEmbeddings
-from tests.integration.conftest import ChromaServer, wait_until
+from tests.integration import conftest
+from tests.integration.conftest import ChromaServer, listens_on, wait_until
+from tests.integration.conftest import free_port as real_free_port
 
 pytestmark = pytest.mark.integration
 
@@ -184,3 +187,26 @@ def test_a_stuck_server_fails_a_call_after_the_request_timeout(
         memory.close()
         vectors.close()
         memory.storage.close()
+
+
+def test_a_server_started_on_a_taken_port_is_not_mistaken_for_the_one_there(
+    chroma_server: ChromaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeat of another test's server on the port does not make ours "ready".
+
+    Two tests given one free port at once: the second stopped its own server (which had
+    failed to bind) and the stuck-server test above searched the first test's server.
+    """
+    taken = chroma_server.port
+    with pytest.raises(RuntimeError, match=f"port {taken}"):  # a port fixed: no other
+        ChromaServer(tmp_path / "fixed", port=taken).start()
+    ports = iter([taken])
+    monkeypatch.setattr(conftest, "free_port", lambda: next(ports, real_free_port()))
+    second = ChromaServer(tmp_path / "moved").start()  # taken first, then another port
+    try:
+        assert second.port != taken
+        assert second.process is not None
+        assert listens_on(second.process.pid, second.port)
+        assert not listens_on(second.process.pid, taken)
+    finally:
+        second.stop(remove=True)
