@@ -56,8 +56,7 @@ from langchain_semantic_recall.vectors.arguments import (
 from langchain_semantic_recall.vectors.hooks import DEFAULT_EXPORT_BATCH, VectorHooks
 from langchain_semantic_recall.vectors.rows import chunk_id, record_from_metadata
 from langchain_semantic_recall.vectors.write_behind import (
-    Gate,
-    WriteBehind,
+    Stored,
     after_writes,
     after_writes_async,
     held,
@@ -108,8 +107,6 @@ class VectorIndex(VectorHooks):
 
     supports_compact: ClassVar[bool] = False
     """Whether `compact` can erase the bytes deleted vectors left behind."""
-    _behind: WriteBehind | None = None
-    """Where a backend writing small batches after `upsert` returns queues them (`flush`)."""
 
     def writes_held(self) -> AbstractContextManager[None]:
         """A block (an engine call) whose writes behind start once it ends."""
@@ -123,14 +120,6 @@ class VectorIndex(VectorHooks):
         """Async twin of `flush`."""
         await self._aflush()
 
-    def _flush(self) -> None:
-        if self._behind is not None:
-            self._behind.settle()
-
-    async def _aflush(self) -> None:
-        if self._behind is not None:
-            await self._behind.asettle()
-
     def write_failures(self, resource_id: str) -> list[str]:
         """Why vectors of `resource_id` written behind failed since last asked (each once).
 
@@ -140,16 +129,6 @@ class VectorIndex(VectorHooks):
             resource_id: The resource whose failures to take.
         """
         return [] if self._behind is None else self._behind.failures(resource_id)
-
-    def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
-        """What a backend that writes behind checks at the call (default: nothing)."""
-
-    def _write_behind(self, gate: Gate | None, lane: str | None) -> None:
-        """Write small batches after `upsert` returns (in `gate()`; `lane`: `WriteBehind`)."""
-        self._behind = WriteBehind(gate, lane)
-
-    def _drop_failed(self, name: str, resource_id: str, message_ids: list[str]) -> None:
-        self._delete(name, thread_id=None, resource_id=resource_id, message_ids=message_ids)
 
     # -- public, checked methods -----------------------------------------------------------
 
@@ -172,7 +151,14 @@ class VectorIndex(VectorHooks):
         check_open(name, dimension, model)
         return bool(self._open(name, dimension=dimension, model=model))
 
-    def upsert(self, name: str, records: Sequence[VectorRecord], *, behind: bool = False) -> None:
+    def upsert(
+        self,
+        name: str,
+        records: Sequence[VectorRecord],
+        *,
+        behind: bool = False,
+        stored: Stored | None = None,
+    ) -> None:
         """Write vectors; an existing id is overwritten, never duplicated.
 
         Within one call a repeated id keeps its last record. Nothing to write is a no-op.
@@ -182,6 +168,9 @@ class VectorIndex(VectorHooks):
             records: The vectors with their metadata (a chunk has the id `<message_id>#<n>`).
             behind: Allow writing them just after the call returns (`vectors.write_behind`:
                 a backend that can, for a batch of up to 16; every other call waits).
+            stored: With `behind`, where the storage holds their messages once they are
+                written (`write_behind.Stored`): the vectors follow a forget or a move
+                made meanwhile by another process.
 
         Raises:
             InvalidOptionError: `name` is not a legal index name.
@@ -193,7 +182,7 @@ class VectorIndex(VectorHooks):
             return
         if behind and self._behind is not None and self._behind.takes(records):
             self._check_upsert(name, records)
-            self._behind.put(name, records, self._upsert, self._drop_failed)
+            self._behind.put(name, records, self._upsert, self._drop_failed, stored)
             return
         self.flush()
         self._upsert(name, records)
@@ -393,15 +382,20 @@ class VectorIndex(VectorHooks):
         return bool(await self._aopen(name, dimension=dimension, model=model))
 
     async def aupsert(
-        self, name: str, records: Sequence[VectorRecord], *, behind: bool = False
+        self,
+        name: str,
+        records: Sequence[VectorRecord],
+        *,
+        behind: bool = False,
+        stored: Stored | None = None,
     ) -> None:
-        """Async twin of `upsert`, which always writes at the call (`behind` is ignored).
+        """Async twin of `upsert`, which always writes at the call (`behind`, `stored` ignored).
 
         A worker thread writing behind holds the GIL while the event loop waits for it
         (embedded Chroma; `benchmarks/perf_loop.py`: worst stall 48-78 ms against 22 ms),
         where the async hook writes in pieces that let the loop run between them.
         """
-        del behind  # (kept for the twins' one signature)
+        del behind, stored  # (kept for the twins' one signature)
         check_index_name(name)
         if records:
             await self.aflush()

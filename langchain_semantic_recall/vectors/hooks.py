@@ -33,6 +33,7 @@ from langchain_semantic_recall.records import (
     VectorRecord,
 )
 from langchain_semantic_recall.vectors.rows import collect_held
+from langchain_semantic_recall.vectors.write_behind import Gate, WriteBehind
 
 DEFAULT_EXPORT_BATCH: Final = 1000
 """Vectors read per round trip by `export` unless told otherwise."""
@@ -40,6 +41,29 @@ DEFAULT_EXPORT_BATCH: Final = 1000
 
 class VectorHooks(ABC):
     """The storage work a vector backend does; `VectorIndex` checks arguments first."""
+
+    _behind: WriteBehind | None = None
+    """Where a backend writing small batches after `upsert` returns queues them (`flush`)."""
+
+    def _write_behind(self, gate: Gate | None, lane: str | None) -> None:
+        """Write small batches after `upsert` returns (in `gate()`; `lane`: `WriteBehind`)."""
+        self._behind = WriteBehind(gate, lane)
+
+    def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
+        """What a backend that writes behind checks at the call (default: nothing)."""
+        del name, records
+
+    def _drop_failed(self, name: str, resource_id: str, message_ids: list[str]) -> None:
+        """Delete what a failed write behind left (`write_behind.Drop`)."""
+        self._delete(name, thread_id=None, resource_id=resource_id, message_ids=message_ids)
+
+    def _flush(self) -> None:
+        if self._behind is not None:
+            self._behind.settle()
+
+    async def _aflush(self) -> None:
+        if self._behind is not None:
+            await self._behind.asettle()
 
     @abstractmethod
     def _open(self, name: str, *, dimension: int, model: str) -> bool | None:

@@ -30,9 +30,11 @@ What holds, so that nobody can tell the difference but by the clock:
   before the worker starts on it: an embedded Chroma write holds the GIL from start to
   end, and the call's own last steps (SQLite reads, which let other threads run) would
   otherwise wait for the whole write. Anything that waits for the writes starts them.
-- **One process.** Another process on the store (the command line beside an app) is not
-  ordered with these writes: in the few ms after `index` returns, its search may miss the
-  turn and its forget may be overtaken (`docs/data-handling.md`).
+- **Other processes.** Another process on the store (the command line beside an app) is
+  not ordered with these writes: in the few ms after `index` returns, its search may miss
+  the turn. Its forget or move is not overtaken: once a batch is written, the worker asks
+  the storage where its messages are now (`Stored`, given by the engine) and deletes the
+  vectors of those forgotten meanwhile, or writes them under their new resource.
 - **Exit.** The worker is no daemon: the interpreter waits for it at exit. A process
   killed leaves the messages stored without vectors, as a kill during a write at the call
   would.
@@ -48,6 +50,7 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import ClassVar, Concatenate, Final, ParamSpec, Protocol, TypeVar
 
 from langchain_semantic_recall.executor import run_in_executor
@@ -79,6 +82,22 @@ with 1, as when every write is made at the call (0.05 / 0.18)."""
 Write = Callable[[str, Sequence[VectorRecord]], None]
 Drop = Callable[[str, str, list[str]], None]
 Gate = Callable[[], AbstractContextManager[None]]
+Stored = Callable[[Sequence[VectorRecord]], Sequence[VectorRecord]]
+"""Where the storage holds a batch's messages now: the records whose message is still
+stored, each with its message's resource now (a thread moved meanwhile)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    """A batch queued, with the index's methods that write it (see `Lane.put`)."""
+
+    name: str
+    records: list[VectorRecord]
+    write: Write
+    drop: Drop
+    gate: Gate
+    stored: Stored | None
+
 
 _HELD: ContextVar[frozenset[Lane]] = ContextVar("semantic_recall_writes_held", default=frozenset())
 """Inside an engine call: batches put wait for it to end (a context variable: the async
@@ -189,9 +208,16 @@ class WriteBehind:
         """Whether a batch this size is written behind (else at the call)."""
         return len(records) <= MAX_BEHIND
 
-    def put(self, name: str, records: Sequence[VectorRecord], write: Write, drop: Drop) -> None:
+    def put(
+        self,
+        name: str,
+        records: Sequence[VectorRecord],
+        write: Write,
+        drop: Drop,
+        stored: Stored | None = None,
+    ) -> None:
         """Queue a checked batch (`Lane.put`), written inside this index's gate."""
-        self.lane.put(name, records, write, drop, self._gate)
+        self.lane.put(_Batch(name, list(records), write, drop, self._gate, stored))
 
     def start(self) -> None:
         """Start writing what is queued (`Lane.start`)."""
@@ -226,7 +252,7 @@ class Lane:
         self._changed = threading.Condition()
         # The index's methods travel with each batch: kept by the index, they would hold
         # it in a cycle, and it would outlive its last user until a collection.
-        self._queue: deque[tuple[str, list[VectorRecord], Write, Drop, Gate]] = deque()
+        self._queue: deque[_Batch] = deque()
         # Tickets: a wait is for the batches queued before it, not for an empty queue (a
         # thread indexing without pause kept every search waiting until it stopped).
         self._queued = 0
@@ -245,24 +271,21 @@ class Lane:
                 lane = cls._named[name] = cls()
             return lane
 
-    def put(
-        self, name: str, records: Sequence[VectorRecord], write: Write, drop: Drop, gate: Gate
-    ) -> None:
+    def put(self, batch: _Batch) -> None:
         """Queue a checked batch; a worker thread writes it (started when none runs).
 
         Args:
-            name: The index name.
-            records: The batch.
-            write: Writes it into index `name` (a backend's `_upsert`).
-            drop: Deletes the vectors of `message_ids` of resource `resource_id` from `name`.
-            gate: Held around the write.
+            batch: The index name and the records; `write` writes them into the index (a
+                backend's `_upsert`), `drop` deletes the vectors of `message_ids` of
+                resource `resource_id`, both inside `gate`; `stored` says where their
+                messages are once they are written (None: not asked).
         """
         if self._queued - self._done >= MAX_QUEUED and not getattr(self._worker, "inside", False):
             self.start()
             with self._changed:
                 self._changed.wait_for(lambda: self._queued - self._done < MAX_QUEUED)
         with self._changed:
-            self._queue.append((name, list(records), write, drop, gate))
+            self._queue.append(batch)
             self._queued += 1
         if self not in _HELD.get():
             self.start()
@@ -324,9 +347,10 @@ class Lane:
         try:
             while not done:
                 with self._changed:  # (started on a queue of one at least)
-                    name, records, write, drop, gate = self._queue.popleft()
+                    batch = self._queue.popleft()
                 try:
-                    self._write_one(name, records, write, drop, gate)
+                    if self._write_one(batch):
+                        self._follow_storage(batch)
                 finally:
                     with self._changed:  # stopping is decided with the last batch's count
                         self._done += 1
@@ -336,12 +360,12 @@ class Lane:
         finally:
             self._worker.inside = inside
 
-    def _write_one(
-        self, name: str, records: list[VectorRecord], write: Write, drop: Drop, gate: Gate
-    ) -> None:
+    def _write_one(self, batch: _Batch) -> bool:
+        """Write the batch; on failure, delete what it left and keep the failure."""
+        name, records, drop, gate = batch.name, batch.records, batch.drop, batch.gate
         try:
             with gate():
-                write(name, records)
+                batch.write(name, records)
         except Exception as error:
             by_resource: defaultdict[str, set[str]] = defaultdict(set)
             for record in records:
@@ -363,6 +387,57 @@ class Lane:
                 )
                 with self._changed:
                     self._failures[resource_id].append(note)
+            return False
+        return True
+
+    def _follow_storage(self, batch: _Batch) -> None:
+        """Undo the write for messages forgotten or moved since they were queued.
+
+        Another process (the command line beside an app) forgets or moves a thread without
+        waiting for this lane: its deletes may come before the write. Read after the
+        write, the storage tells: a forget after this read deletes the vectors itself.
+        """
+        if batch.stored is None:
+            return
+        try:
+            now = {record.id: record for record in batch.stored(batch.records)}
+        except Exception as error:  # (a storage closed before its vector index, say)
+            logger.warning(
+                "could not ask the storage about %d message(s) whose vectors were just "
+                "written (%r); one forgotten meanwhile by another process may have kept "
+                "its vectors (stats() counts them as orphans)",
+                len({record.message_id for record in batch.records}),
+                error,
+            )
+            return
+        stale: defaultdict[str, set[str]] = defaultdict(set)  # resource id -> message ids
+        moved: list[VectorRecord] = []
+        for record in batch.records:
+            current = now.get(record.id)
+            if current is None or current.resource_id != record.resource_id:
+                stale[record.resource_id].add(record.message_id)
+                if current is not None:
+                    moved.append(current)
+        if not stale:
+            return
+        logger.info(
+            "%d message(s) were forgotten or moved while their vectors were written: the "
+            "vectors follow",
+            sum(map(len, stale.values())),
+        )
+        try:
+            with batch.gate():
+                for resource_id, ids in sorted(stale.items()):
+                    batch.drop(batch.name, resource_id, sorted(ids))
+                if moved:
+                    batch.write(batch.name, moved)
+        except Exception:
+            logger.warning(
+                "could not make the vectors of %d message(s) forgotten or moved meanwhile "
+                "follow them (stats() counts what is left; reindex() rewrites it)",
+                sum(map(len, stale.values())),
+                exc_info=True,
+            )
 
     def _forget_part(
         self, drop: Drop, gate: Gate, name: str, resource_id: str, ids: list[str]

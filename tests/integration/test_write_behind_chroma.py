@@ -192,3 +192,48 @@ def test_engines_on_one_folder_through_a_symbolic_link_share_its_writes(tmp_path
     assert writer.stats(resource_id="a").orphan_vectors == 0
     writer.close()
     reader.close()
+
+
+def test_a_forget_from_the_command_line_is_not_undone_by_a_write_behind(tmp_path: Path) -> None:
+    """`semantic-recall forget` beside an app does not wait for the app's writes behind;
+    a turn's vectors written after it are deleted once the worker sees the thread gone."""
+    memory = SemanticRecall.local(tmp_path)
+    kept = memory.index([HumanMessage("my bike is blue")], thread_id="a0", resource_id="alice")
+    name = memory.ensure_index().name
+    cli = Path(sys.executable).parent / "semantic-recall"
+    with memory.vector_store.writes_held():  # the write waits, as on a busy machine
+        forgotten = memory.index(TURN, thread_id="a1", resource_id="alice")
+        done = subprocess.run(
+            [str(cli), "forget", "--path", str(tmp_path), "--thread", "a1", "--yes"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    memory.vector_store.flush()
+    held = memory.vector_store.message_ids(name, ScopeFilter(resource_id="alice"))
+    assert held == set(kept.stored)
+    assert not held & set(forgotten.stored)
+    assert memory.stats(resource_id="alice").orphan_vectors == 0
+    memory.close()
+
+
+def test_a_move_by_another_writer_takes_the_vectors_written_behind_along(tmp_path: Path) -> None:
+    """Another process's move (here a storage of its own on the same file, which waits for
+    no lane): the vectors written after it land under the thread's new resource."""
+    memory = engine(tmp_path)
+    from langchain_semantic_recall import SQLiteStorage
+
+    other = SQLiteStorage(tmp_path / "messages.db")
+    name = memory.ensure_index().name
+    with memory.vector_store.writes_held():
+        moved = memory.index(TURN, thread_id="a1", resource_id="alice")
+        other.move_thread("a1", to_resource="bob")
+    other.close()
+    memory.vector_store.flush()
+    assert memory.vector_store.message_ids(name, ScopeFilter(resource_id="alice")) == set()
+    held = memory.vector_store.message_ids(name, ScopeFilter(resource_id="bob"))
+    assert held == set(moved.stored)
+    hits = memory.search("gym locker code", resource_id="bob")
+    assert hits, "bob, the thread's owner now, finds it"

@@ -12,6 +12,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from langchain_semantic_recall.errors import EmbeddingMismatchError
 from langchain_semantic_recall.records import ScopeFilter, VectorRecord
 from langchain_semantic_recall.vectors.base import VectorIndex
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
-from langchain_semantic_recall.vectors.write_behind import MAX_BEHIND
+from langchain_semantic_recall.vectors.write_behind import MAX_BEHIND, Stored
 from tests.conformance.vector_suite import DIMENSION, MODEL, VectorIndexConformance, record
 
 NAME = "behind-test"
@@ -45,8 +46,15 @@ class BehindIndex(InMemoryVectorIndex):
         with self.written:
             return self.written.wait_for(lambda: len(self.writes) >= n, timeout=5)
 
-    def upsert(self, name: str, records: Sequence[VectorRecord], *, behind: bool = True) -> None:
-        super().upsert(name, records, behind=behind)  # behind unless told otherwise
+    def upsert(
+        self,
+        name: str,
+        records: Sequence[VectorRecord],
+        *,
+        behind: bool = True,
+        stored: Stored | None = None,
+    ) -> None:
+        super().upsert(name, records, behind=behind, stored=stored)  # behind unless told not
 
     def _check_upsert(self, name: str, records: Sequence[VectorRecord]) -> None:
         dimension = self._get(name).dimension
@@ -241,3 +249,42 @@ def test_a_store_written_inside_another_stores_call_is_not_held_by_it() -> None:
         assert outer.writes == []
     outer.flush()
     assert outer.writes == [["m2"]]
+
+
+def test_vectors_follow_a_forget_or_move_made_while_they_waited() -> None:
+    """Another process forgets or moves a thread without waiting for the lane: its deletes
+    come before the write, so the worker asks where the messages are once it has written."""
+    index = opened(BehindIndex())
+    index.hold.clear()
+    now: dict[str, str | None] = {"gone": None, "moved": "bob", "kept": "alice"}
+    asked: list[list[str]] = []
+
+    def stored(records: Sequence[VectorRecord]) -> list[VectorRecord]:
+        asked.append([row.id for row in records])
+        return [replace(r, resource_id=owner) for r in records if (owner := now[r.message_id])]
+
+    batch = [record(m, vec(n), resource_id="alice") for n, m in enumerate(now)]
+    batch.append(record("gone", vec(9), resource_id="alice", n=1))  # a second chunk of it
+    index.upsert(NAME, batch, stored=stored)
+    assert asked == []  # asked after the write, not before
+    index.hold.set()
+    index.flush()
+    assert asked == [[row.id for row in batch]]
+    assert index.message_ids(NAME, ALICE) == {"kept"}
+    assert index.message_ids(NAME, ScopeFilter(resource_id="bob")) == {"moved"}
+
+
+def test_a_storage_that_cannot_tell_leaves_the_vectors_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    index = opened(BehindIndex())
+
+    def stored(records: Sequence[VectorRecord]) -> list[VectorRecord]:
+        raise ConnectionError("the database went away")
+
+    index.upsert(NAME, [record("m1", vec(1), resource_id="alice")], stored=stored)
+    index.flush()
+    assert index.message_ids(NAME, ALICE) == {"m1"}  # written: a failed check is no failure
+    assert index.write_failures("alice") == []
+    assert "could not ask the storage" in caplog.text
+    assert "the database went away" in caplog.text

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from typing_extensions import override
@@ -26,6 +27,7 @@ from langchain_semantic_recall.records import (
 
 if TYPE_CHECKING:
     from langchain_semantic_recall.engine.vector_space import IndexInfo
+    from langchain_semantic_recall.storage.base import MessageStorage
 
 Vectors = list[list[float]]
 T = TypeVar("T")
@@ -180,7 +182,8 @@ class UpsertVectors(Step[None]):
     def run(self, backends: Backends) -> None:
         vectors = backends.space.vectors
         if self.behind:
-            vectors.upsert(self.info.name, self.records, behind=True)
+            stored = partial(where_stored, backends.storage)
+            vectors.upsert(self.info.name, self.records, behind=True, stored=stored)
         else:
             vectors.upsert(self.info.name, self.records)
 
@@ -191,6 +194,27 @@ class UpsertVectors(Step[None]):
             await vectors.aupsert(self.info.name, self.records, behind=True)
         else:
             await vectors.aupsert(self.info.name, self.records)
+
+
+def where_stored(storage: MessageStorage, records: Sequence[VectorRecord]) -> list[VectorRecord]:
+    """`records` whose message is stored now, each with its resource now (`write_behind.Stored`).
+
+    Asked by the worker once it wrote them: another process may have forgotten or moved
+    their thread meanwhile. One read per thread; a thread moved has its owner read too.
+    """
+    threads: dict[tuple[str, str], list[VectorRecord]] = {}
+    for record in records:
+        threads.setdefault((record.resource_id, record.thread_id), []).append(record)
+    now: list[VectorRecord] = []
+    for (resource_id, thread_id), rows in threads.items():
+        ids = sorted({row.message_id for row in rows})
+        here = storage.ids_in_scope(ids, ScopeFilter(resource_id, thread_id))
+        now += [row for row in rows if row.message_id in here]
+        if len(here) == len(ids) or (owner := storage.get_thread_owner(thread_id)) is None:
+            continue
+        there = storage.ids_in_scope(ids, ScopeFilter(owner, thread_id)) - here
+        now += [replace(row, resource_id=owner) for row in rows if row.message_id in there]
+    return now
 
 
 @dataclass(frozen=True, slots=True)
