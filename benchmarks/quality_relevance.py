@@ -362,6 +362,7 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
                 baseline,
                 mean=rescale * baseline.mean + (1 - rescale) * 0.5,
                 spread=rescale * baseline.spread,
+                small_talk_top=rescale * baseline.small_talk_top + (1 - rescale) * 0.5,
             )
         found = {k: corpus.by_id[k] for k, _ in (*dense, *keyword) if k in corpus.by_id}
         case.query = Query.build(

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Final
 
 import numpy as np
 
@@ -88,6 +89,8 @@ CONVERSATIONAL: frozenset[str] = frozenset(
         "sounds understood agreed indeed exactly true really how going doing what up you me "
         "i can could would will help question continue go on tell more think mind never "
         "again there here that this something anything "
+        # Contractions typed without the apostrophe: "whats my name" asks what "what's" does.
+        "whats hows wheres whos whens whys thats cant dont wont im ive youre u ur "
         # The same in the languages users write to the package most after English
         # (each phrase's CJK pairs, `keywords.tokenize`): a "谢谢!" is small talk too.
         "谢谢 多谢 谢啦 好的 好吧 你好 您好 再见 拜拜 是的 嗯嗯 哈哈 明白 知道了 "
@@ -194,6 +197,34 @@ class TermCache:
         return self._facts.cache_info().currsize
 
 
+_SPEAKER: Final = frozenset(("i", "i'm", "im", "i've", "i'd", "i'll", "my", "me", "mine", "myself"))
+_LISTENER: Final = frozenset(("you", "your", "yours", "yourself", "you're", "youre", "u", "ur"))
+_ASKING: Final = frozenset(
+    (
+        *("what", "what's", "whats", "who", "who's", "whose", "whom", "where", "where's", "when"),
+        *("which", "why", "how", "how's", "do", "did", "does", "am", "is", "are", "was", "were"),
+        *("have", "has", "can", "could", "should", "would", "will"),
+    )
+)
+_ENGLISH_WORD = re.compile(r"[a-z']+")
+
+
+def asks_about_speaker(text: str) -> bool:
+    """Whether `text` is a question about the one asking ("What's my name?", "Am I married").
+
+    Short ones sit near small talk (MiniLM puts "What's my name?" 0.17 nearer to "how are
+    you doing?" than to any unrelated sentence), so the small-talk rule silenced the
+    memory's commonest question; `Evidence.is_small_talk` lets them through when a stored
+    message is nearer still. One that also speaks to the listener ("Am I boring you?") is
+    small talk as before. English words only: elsewhere the rule stands as it was.
+    """
+    words = _ENGLISH_WORD.findall(text.lower().replace("\u2019", "'"))
+    if not words or not (is_question(text) or words[0] in _ASKING):
+        return False
+    said = set(words)
+    return not said.isdisjoint(_SPEAKER) and said.isdisjoint(_LISTENER)
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     """One query's candidates and what is known of it before any message is scored."""
@@ -211,6 +242,8 @@ class Query:
     name_missing: float
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
+    about_speaker: bool = False
+    """A question about the one asking (`asks_about_speaker`): never small talk."""
     texts: TermCache = field(default_factory=TermCache, compare=False, repr=False)
     """Where the messages' `TextFacts` are kept (the engine's, shared by its searches)."""
     zs: Mapping[str, float] = field(init=False, compare=False, repr=False)
@@ -272,8 +305,16 @@ class Query:
             query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
             name_missing=float(any(name not in anywhere for name in names)),
             keyword_coverage=covered / len(terms) if terms else 0.0,
+            about_speaker=asks_about_speaker(query),
             texts=texts,
         )
+
+    @property
+    def memory_nearer_than_small_talk(self) -> bool:
+        """Whether the best vector match is nearer to the query than any small-talk turn."""
+        baseline = self.baseline
+        top = max(self.cosines.values(), default=None)
+        return baseline is not None and top is not None and top > baseline.small_talk_top
 
     @property
     def candidates(self) -> list[str]:

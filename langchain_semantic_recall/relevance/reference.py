@@ -164,6 +164,8 @@ class QueryBaseline:
     """Their standard deviation (at least 1e-6)."""
     small_talk_margin: float
     """Cosine to the nearest `SMALL_TALK` turn minus cosine to the nearest unrelated one."""
+    small_talk_top: float = 1.0
+    """Cosine to the nearest `SMALL_TALK` turn (1.0 when unknown: nothing is nearer)."""
 
     def z(self, cosine: float | np.ndarray) -> float | np.ndarray:
         """`cosine` in units of this query's spread above unrelated text, within +-`Z_LIMIT`.
@@ -202,6 +204,7 @@ class Reference:
             mean=float(unrelated.mean()),
             spread=max(float(unrelated.std()), 1e-6),
             small_talk_margin=float(small_talk.max() - unrelated.max()),
+            small_talk_top=float(small_talk.max()),
         )
 
 

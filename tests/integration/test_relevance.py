@@ -104,3 +104,49 @@ def test_acknowledgements_never_lead_a_search(question: str) -> None:
     for hit in hits:  # an acknowledgement comes only after the message it answers
         seqs = {m.seq for m in hit.window}
         assert all(m.seq - 1 in seqs for m in hit.window if bare.of(m.text).bare)
+
+
+ABOUT_ME = [
+    ("Hi, my name is Priya and I work as a nurse.", "Nice to meet you, Priya!"),
+    ("I got married last spring to Tom.", "Congratulations to you both!"),
+    ("I live in Lisbon with my two cats.", "Lisbon is a lovely city."),
+    ("Can you recommend a book for my flight?", "Try 'Project Hail Mary'."),
+]
+
+
+@pytest.fixture(scope="module")
+def priya() -> SemanticRecall:
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
+    )
+    for n, (said, reply) in enumerate(ABOUT_ME):
+        chat = [HumanMessage(said, id=f"u{n}"), AIMessage(reply, id=f"a{n}")]
+        memory.index(chat, thread_id=f"t{n}", resource_id="priya")
+    return memory
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("question", "fact"), [("What's my name?", 0), ("Am I married?", 1)])
+async def test_short_questions_about_the_user_are_not_small_talk(
+    priya: SemanticRecall, question: str, fact: int
+) -> None:
+    """MiniLM puts them nearer "how are you doing?" than unrelated text: the small-talk
+    rule silenced "What's my name?" after "my name is Priya" (a stranger's first try)."""
+    for hits in (
+        priya.search(question, resource_id="priya"),
+        await priya.asearch(question, resource_id="priya"),
+    ):
+        assert hits, question
+        assert f"u{fact}" in [hit.message.id for hit in hits[:2]], question
+    recalled = priya.recall([HumanMessage(question)], thread_id="new", resource_id="priya")
+    assert ABOUT_ME[fact][0] in " ".join(str(m.content) for m in recalled)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "turn", ["What's your name?", "How are you?", "Am I boring you?", "How's my day going?"]
+)
+def test_small_talk_to_the_assistant_stays_silent(priya: SemanticRecall, turn: str) -> None:
+    assert priya.search(turn, resource_id="priya") == []

@@ -36,6 +36,7 @@ from langchain_semantic_recall.relevance.features import (
     CONTEXT,
     DIRECT,
     asked_names,
+    asks_about_speaker,
     context_rows,
     direct_rows,
 )
@@ -291,6 +292,66 @@ def test_a_name_nothing_mentions_counts_against_and_small_talk_is_silent() -> No
     assert EVIDENCE.share(replace(whole, cosines={}), 100) == 1.0  # even with no vector match
     assert EVIDENCE.share(replace(query_with(9.0), cosines={}), 100) == 0.0
     assert EVIDENCE.share(replace(whole, terms=("one",)), 100) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("text", "about"),
+    [
+        ("What's my name?", True),
+        ("Am I married?", True),
+        ("what do I do for work", True),  # no question mark: asked all the same
+        ("Which city am I from?", True),
+        ("What’s my job?", True),  # a typographic apostrophe
+        ("What's your name?", False),  # to the listener
+        ("Am I boring you?", False),  # to the listener too
+        ("I'm bored", False),  # no question
+        ("Tell me a joke", False),
+        ("How are you?", False),
+        ("Why is the sky blue?", False),  # about nobody
+        ("", False),
+    ],
+)
+def test_a_question_about_the_one_asking(text: str, about: bool) -> None:
+    assert asks_about_speaker(text) is about
+
+
+@pytest.mark.parametrize(
+    ("typed", "spelled"),
+    [
+        ("whats my name", "what's my name"),
+        ("wheres my car", "where's my car"),
+        ("hows it going", "how's it going"),
+        ("cant sleep", "can't sleep"),
+        ("u there?", "you there?"),
+    ],
+)
+def test_a_contraction_typed_without_its_apostrophe_has_the_same_content_words(
+    typed: str, spelled: str
+) -> None:
+    """ "whats my name" counted "what" as a word a message had to hold."""
+    assert content_terms(typed) == content_terms(spelled)
+
+
+def test_a_question_about_the_one_asking_is_no_small_talk_when_the_memory_is_nearer() -> None:
+    """MiniLM puts "What's my name?" nearer small talk than unrelated text: the rule
+    silenced it after "my name is Priya" (a stranger's first try). A stored message
+    nearer to it than any small-talk turn lets it through to the evidence rule; without
+    one it stays silent ("How's my day going?" is nearer "how are you doing?")."""
+    chatty = replace(
+        query_with(9.0, terms=1),  # its best match's cosine: 0.9
+        baseline=QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3, small_talk_top=0.95),
+    )
+    assert EVIDENCE.is_small_talk(chatty)
+    asking = replace(chatty, about_speaker=True)
+    assert not asking.memory_nearer_than_small_talk
+    assert EVIDENCE.is_small_talk(asking)  # small talk is nearer than anything stored
+    nearer = replace(asking, baseline=replace(asking.baseline, small_talk_top=0.85))
+    assert nearer.memory_nearer_than_small_talk
+    assert not EVIDENCE.is_small_talk(nearer)
+    assert EVIDENCE.share(nearer, 100) == EVIDENCE.share(query_with(9.0, terms=1), 100) > 0
+    assert EVIDENCE.is_small_talk(replace(nearer, about_speaker=False))  # not about the asker
+    assert EVIDENCE.is_small_talk(replace(nearer, cosines={}))  # no vector match to be nearer
+    assert EVIDENCE.share(replace(nearer, terms=()), 100) == 0.0  # no content term: silent
 
 
 @given(

@@ -39,6 +39,7 @@ from langchain_semantic_recall.relevance.features import (
     DIRECT,
     MATCH,
     asked_names,
+    asks_about_speaker,
     context_rows,
     direct_rows,
 )
@@ -65,6 +66,7 @@ class OldQuery:
     query_found: float
     name_missing: float
     keyword_coverage: float = 0.0
+    about_speaker: bool = False  # (not what this test compares: the same function)
     rows: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -92,11 +94,17 @@ class OldQuery:
             query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
             name_missing=float(any(name not in anywhere for name in names)),
             keyword_coverage=max(covered, default=0) / len(terms) if terms else 0.0,
+            about_speaker=asks_about_speaker(query),
         )
 
     @property
     def candidates(self) -> list[str]:
         return sorted({*self.cosines, *self.bm25})
+
+    @property
+    def memory_nearer_than_small_talk(self) -> bool:  # (the same rule, not compared here)
+        top = max(self.cosines.values(), default=None)
+        return self.baseline is not None and top is not None and top > self.baseline.small_talk_top
 
     def z(self, cosine: float) -> float:
         return float(self.baseline.z(cosine)) if self.baseline is not None else 0.0
