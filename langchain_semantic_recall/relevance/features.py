@@ -203,6 +203,7 @@ _ASKING: Final = frozenset(
     (
         *("what", "what's", "whats", "who", "who's", "whose", "whom", "where", "where's", "when"),
         *("which", "why", "how", "how's", "do", "did", "does", "am", "is", "are", "was", "were"),
+        *("hows", "wheres", "whos", "whens", "whys"),
         *("have", "has", "can", "could", "should", "would", "will"),
     )
 )
@@ -214,8 +215,8 @@ def asks_about_speaker(text: str) -> bool:
 
     Short ones sit near small talk (MiniLM puts "What's my name?" 0.17 nearer to "how are
     you doing?" than to any unrelated sentence), so the small-talk rule silenced the
-    memory's commonest question; `Evidence.is_small_talk` lets them through when a stored
-    message is nearer still. One that also speaks to the listener ("Am I boring you?") is
+    memory's commonest question; `Evidence.is_small_talk` lets them through when something
+    the user said is nearer still. One that also speaks to the listener ("Am I boring you?") is
     small talk as before. English words only: elsewhere the rule stands as it was.
     """
     words = _ENGLISH_WORD.findall(text.lower().replace("\u2019", "'"))
@@ -243,7 +244,11 @@ class Query:
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
     about_speaker: bool = False
-    """A question about the one asking (`asks_about_speaker`): never small talk."""
+    """A question about the one asking (`asks_about_speaker`)."""
+    top_user_statement: float | None = None
+    """The best cosine among vector matches that the user said, that ask nothing (no
+    question) and that hold a content word of the query: what a question about the one
+    asking is answered by ("my name is Priya" for "What's my name?")."""
     texts: TermCache = field(default_factory=TermCache, compare=False, repr=False)
     """Where the messages' `TextFacts` are kept (the engine's, shared by its searches)."""
     zs: Mapping[str, float] = field(init=False, compare=False, repr=False)
@@ -288,7 +293,15 @@ class Query:
         bm25 = {k: v for k, v in keyword if k in messages}
         names = asked_names(query)
         of = texts.of
-        bags = {k: of(messages[k].text).terms for k in {*cosines, *bm25}}
+        facts = {k: of(messages[k].text) for k in {*cosines, *bm25}}
+        bags = {k: fact.terms for k, fact in facts.items()}
+        said = [  # what the user said of what the query asks (`top_user_statement`)
+            cosine
+            for k, cosine in cosines.items()
+            if messages[k].role == "user"
+            and not facts[k].question
+            and not bags[k].isdisjoint(terms)
+        ]
         # Which of the query's terms and names some candidate holds: each bag is met with
         # those few words, not merged into the union of every candidate's terms.
         asked = frozenset((*terms, *names))
@@ -306,14 +319,22 @@ class Query:
             name_missing=float(any(name not in anywhere for name in names)),
             keyword_coverage=covered / len(terms) if terms else 0.0,
             about_speaker=asks_about_speaker(query),
+            top_user_statement=max(said, default=None),
             texts=texts,
         )
 
     @property
-    def memory_nearer_than_small_talk(self) -> bool:
-        """Whether the best vector match is nearer to the query than any small-talk turn."""
-        baseline = self.baseline
-        top = max(self.cosines.values(), default=None)
+    def said_nearer_than_small_talk(self) -> bool:
+        """Whether the user said something of it nearer to it than any small-talk turn.
+
+        Only the user's statements holding a word of the query count
+        (`top_user_statement`): stored small talk is mostly questions ("How's my day
+        going?" said yesterday, the assistant's "How is your day going?"), and a chatty
+        statement ("my day is going ok, a bit tired") sits as near "Am I boring?" (0.31
+        against small talk's 0.29) as "my name is Priya" does to "What's my name?" (0.37
+        against 0.35): only the shared word tells them apart.
+        """
+        baseline, top = self.baseline, self.top_user_statement
         return baseline is not None and top is not None and top > baseline.small_talk_top
 
     @property

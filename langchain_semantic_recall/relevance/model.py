@@ -128,9 +128,9 @@ class Evidence:
         """Whether `query` is small talk.
 
         It is when it has no content term, or when it is close to small-talk turns,
-        unless it asks about the one asking (`features.asks_about_speaker`) and a stored
-        message is nearer to it than any small-talk turn
-        (`Query.memory_nearer_than_small_talk`): "What's my name?" sits nearer small talk
+        unless it asks about the one asking (`features.asks_about_speaker`) and the user
+        said something nearer to it than any small-talk turn
+        (`Query.said_nearer_than_small_talk`): "What's my name?" sits nearer small talk
         than unrelated text, as "How's my day going?" does, but "my name is Priya" is
         nearer to it still.
         """
@@ -140,7 +140,7 @@ class Evidence:
             query.baseline is not None
             and len(query.terms) <= self.small_talk_terms
             and query.baseline.small_talk_margin >= self.small_talk_margin
-            and not (query.about_speaker and query.memory_nearer_than_small_talk)
+            and not (query.about_speaker and query.said_nearer_than_small_talk)
         )
 
 

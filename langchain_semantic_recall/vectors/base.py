@@ -168,9 +168,9 @@ class VectorIndex(VectorHooks):
             records: The vectors with their metadata (a chunk has the id `<message_id>#<n>`).
             behind: Allow writing them just after the call returns (`vectors.write_behind`:
                 a backend that can, for a batch of up to 16; every other call waits).
-            stored: With `behind`, where the storage holds their messages once they are
-                written (`write_behind.Stored`): the vectors follow a forget or a move
-                made meanwhile by another process.
+            stored: With `behind`, which of them the storage still holds where they were,
+                asked once they are written (`write_behind.Stored`): the vectors of the
+                others (forgotten or moved meanwhile by another process) are deleted.
 
         Raises:
             InvalidOptionError: `name` is not a legal index name.

@@ -33,8 +33,9 @@ What holds, so that nobody can tell the difference but by the clock:
 - **Other processes.** Another process on the store (the command line beside an app) is
   not ordered with these writes: in the few ms after `index` returns, its search may miss
   the turn. Its forget or move is not overtaken: once a batch is written, the worker asks
-  the storage where its messages are now (`Stored`, given by the engine) and deletes the
-  vectors of those forgotten meanwhile, or writes them under their new resource.
+  the storage which of its messages it still holds where they were (`Stored`, given by
+  the engine) and deletes the vectors of the others (a moved thread's then read as
+  missing: `reindex(missing_only=True)` writes them under its new resource).
 - **Exit.** The worker is no daemon: the interpreter waits for it at exit. A process
   killed leaves the messages stored without vectors, as a kill during a write at the call
   would.
@@ -83,8 +84,8 @@ Write = Callable[[str, Sequence[VectorRecord]], None]
 Drop = Callable[[str, str, list[str]], None]
 Gate = Callable[[], AbstractContextManager[None]]
 Stored = Callable[[Sequence[VectorRecord]], Sequence[VectorRecord]]
-"""Where the storage holds a batch's messages now: the records whose message is still
-stored, each with its message's resource now (a thread moved meanwhile)."""
+"""The records of a batch whose message the storage still holds in their thread and
+resource (asked once the batch is written)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,7 +351,7 @@ class Lane:
                     batch = self._queue.popleft()
                 try:
                     if self._write_one(batch):
-                        self._follow_storage(batch)
+                        self._drop_gone(batch)
                 finally:
                     with self._changed:  # stopping is decided with the last batch's count
                         self._done += 1
@@ -390,66 +391,54 @@ class Lane:
             return False
         return True
 
-    def _follow_storage(self, batch: _Batch) -> None:
-        """Undo the write for messages forgotten or moved since they were queued.
+    def _drop_gone(self, batch: _Batch) -> None:
+        """Delete the vectors of messages forgotten or moved since they were queued.
 
         Another process (the command line beside an app) forgets or moves a thread without
         waiting for this lane: its deletes may come before the write. Read after the
         write, the storage tells: a forget after this read deletes the vectors itself.
+        Nothing is written here, so nothing written can be overtaken in turn.
         """
         if batch.stored is None:
             return
         try:
-            now = {record.id: record for record in batch.stored(batch.records)}
+            kept = {record.id for record in batch.stored(batch.records)}
         except Exception as error:  # (a storage closed before its vector index, say)
             logger.warning(
-                "could not ask the storage about %d message(s) whose vectors were just "
-                "written (%r); one forgotten meanwhile by another process may have kept "
-                "its vectors (stats() counts them as orphans)",
+                "after writing the vectors of %d message(s), could not ask the storage "
+                "whether another process forgot them meanwhile (%r); if one did, stats() "
+                "counts its vectors as orphans",
                 len({record.message_id for record in batch.records}),
                 error,
             )
             return
         stale: defaultdict[str, set[str]] = defaultdict(set)  # resource id -> message ids
-        moved: list[VectorRecord] = []
         for record in batch.records:
-            current = now.get(record.id)
-            if current is None or current.resource_id != record.resource_id:
+            if record.id not in kept:
                 stale[record.resource_id].add(record.message_id)
-                if current is not None:
-                    moved.append(current)
         if not stale:
             return
-        logger.info(
-            "%d message(s) were forgotten or moved while their vectors were written: the "
-            "vectors follow",
+        logger.warning(
+            "%d message(s) were forgotten or moved by another process while their vectors "
+            "were written: deleted (a moved thread's read as missing: "
+            "reindex(missing_only=True) writes them under its new resource)",
             sum(map(len, stale.values())),
         )
-        try:
-            with batch.gate():
-                for resource_id, ids in sorted(stale.items()):
-                    batch.drop(batch.name, resource_id, sorted(ids))
-                if moved:
-                    batch.write(batch.name, moved)
-        except Exception:
-            logger.warning(
-                "could not make the vectors of %d message(s) forgotten or moved meanwhile "
-                "follow them (stats() counts what is left; reindex() rewrites it)",
-                sum(map(len, stale.values())),
-                exc_info=True,
-            )
+        for resource_id, ids in sorted(stale.items()):
+            self._forget_part(batch.drop, batch.gate, batch.name, resource_id, sorted(ids))
 
     def _forget_part(
         self, drop: Drop, gate: Gate, name: str, resource_id: str, ids: list[str]
     ) -> None:
-        """Delete what a failed write may have left of `ids`, so that they read as missing."""
+        """Delete the vectors of `ids` (a failed write's part, or forgotten meanwhile)."""
         try:
             with gate():
                 drop(name, resource_id, ids)
         except Exception:
             logger.warning(
-                "could not delete what a failed vector write left of %d message(s); "
-                "reindex() without missing_only writes them whole",
+                "could not delete the vectors of %d message(s) written in part or forgotten "
+                "meanwhile; stats() counts what is left, reindex() without missing_only "
+                "rewrites them from the storage",
                 len(ids),
                 exc_info=True,
             )

@@ -150,3 +150,31 @@ async def test_short_questions_about_the_user_are_not_small_talk(
 )
 def test_small_talk_to_the_assistant_stays_silent(priya: SemanticRecall, turn: str) -> None:
     assert priya.search(turn, resource_id="priya") == []
+
+
+CHIT_CHAT = [
+    ("hey, how's it going?", "All good! How is your day going?"),
+    ("my day is going ok, a bit tired", "Sorry to hear that, rest well."),
+    ("am I boring?", "Not at all!"),
+    ("Am I talking too much?", "Sure, no worries!"),
+    ("I had a long day at work", "That sounds exhausting."),
+]
+
+
+@pytest.mark.slow
+def test_small_talk_about_the_user_stays_silent_beside_stored_chit_chat() -> None:
+    """Every history holds chit-chat, and small talk asked again finds itself: only the
+    user's statements holding the asked word count (a review found "Am I boring?" and
+    "How's my day going?" recalling 10 messages, the marriage among them)."""
+    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
+    )
+    for n, (said, reply) in enumerate([*ABOUT_ME, *CHIT_CHAT]):
+        chat = [HumanMessage(said, id=f"u{n}"), AIMessage(reply, id=f"a{n}")]
+        memory.index(chat, thread_id=f"t{n}", resource_id="priya")
+    for turn in ("How's my day going?", "Am I boring?", "Am I talking too much?", "Is it my turn?"):
+        assert memory.search(turn, resource_id="priya") == [], turn
+    hits = memory.search("What's my name?", resource_id="priya")
+    assert "u0" in [hit.message.id for hit in hits[:2]]

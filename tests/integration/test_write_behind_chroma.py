@@ -219,9 +219,10 @@ def test_a_forget_from_the_command_line_is_not_undone_by_a_write_behind(tmp_path
     memory.close()
 
 
-def test_a_move_by_another_writer_takes_the_vectors_written_behind_along(tmp_path: Path) -> None:
+def test_a_move_by_another_writer_leaves_the_moved_vectors_missing(tmp_path: Path) -> None:
     """Another process's move (here a storage of its own on the same file, which waits for
-    no lane): the vectors written after it land under the thread's new resource."""
+    no lane): the vectors written after it are deleted, and read as missing until a
+    reindex writes them under the thread's new resource."""
     memory = engine(tmp_path)
     from langchain_semantic_recall import SQLiteStorage
 
@@ -233,7 +234,42 @@ def test_a_move_by_another_writer_takes_the_vectors_written_behind_along(tmp_pat
     other.close()
     memory.vector_store.flush()
     assert memory.vector_store.message_ids(name, ScopeFilter(resource_id="alice")) == set()
+    assert memory.stats(resource_id="bob").missing_vectors == len(moved.stored)
+    memory.reindex(missing_only=True)
     held = memory.vector_store.message_ids(name, ScopeFilter(resource_id="bob"))
     assert held == set(moved.stored)
-    hits = memory.search("gym locker code", resource_id="bob")
-    assert hits, "bob, the thread's owner now, finds it"
+    assert memory.search("gym locker code", resource_id="bob")
+
+
+def test_a_thread_id_taken_over_by_another_resource_never_gets_the_old_owners_vectors(
+    tmp_path: Path,
+) -> None:
+    """Cleared and started again by another process for another resource, with the same
+    message id (an app's own ids): the queued vector, with alice's text, must land under
+    nobody, and bob's own vector must stay his."""
+    memory = engine(tmp_path)
+    name = memory.ensure_index().name
+    other = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+        from pathlib import Path
+        from langchain_core.messages import HumanMessage
+        from tests.integration.test_write_behind_chroma import engine
+        memory = engine(Path({str(tmp_path)!r}))
+        memory.clear_thread("a1")
+        memory.index([HumanMessage("bob: hello there", id="m1")], thread_id="a1", resource_id="bob")
+        memory.vector_store.close()
+        """
+    )
+    with memory.vector_store.writes_held():
+        alice = [HumanMessage("alice: my PIN is 1234", id="m1")]
+        memory.index(alice, thread_id="a1", resource_id="alice")
+        done = subprocess.run(
+            [sys.executable, "-c", other], check=False, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+    memory.vector_store.flush()
+    assert memory.vector_store.message_ids(name, ScopeFilter(resource_id="alice")) == set()
+    bobs = list(memory.vector_store.export(name, ScopeFilter(resource_id="bob")))
+    assert [(row.message_id, row.content) for row in bobs] == [("m1", "bob: hello there")]

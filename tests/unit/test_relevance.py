@@ -332,26 +332,46 @@ def test_a_contraction_typed_without_its_apostrophe_has_the_same_content_words(
     assert content_terms(typed) == content_terms(spelled)
 
 
-def test_a_question_about_the_one_asking_is_no_small_talk_when_the_memory_is_nearer() -> None:
+def test_a_question_about_the_one_asking_is_no_small_talk_when_the_user_said_it() -> None:
     """MiniLM puts "What's my name?" nearer small talk than unrelated text: the rule
-    silenced it after "my name is Priya" (a stranger's first try). A stored message
-    nearer to it than any small-talk turn lets it through to the evidence rule; without
-    one it stays silent ("How's my day going?" is nearer "how are you doing?")."""
+    silenced it after "my name is Priya" (a stranger's first try). A statement of the
+    user's that holds a word of it and is nearer to it than any small-talk turn lets it
+    through to the evidence rule; without one it stays silent."""
     chatty = replace(
-        query_with(9.0, terms=1),  # its best match's cosine: 0.9
-        baseline=QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3, small_talk_top=0.95),
+        query_with(9.0, terms=1),
+        baseline=QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3, small_talk_top=0.5),
     )
     assert EVIDENCE.is_small_talk(chatty)
     asking = replace(chatty, about_speaker=True)
-    assert not asking.memory_nearer_than_small_talk
-    assert EVIDENCE.is_small_talk(asking)  # small talk is nearer than anything stored
-    nearer = replace(asking, baseline=replace(asking.baseline, small_talk_top=0.85))
-    assert nearer.memory_nearer_than_small_talk
-    assert not EVIDENCE.is_small_talk(nearer)
-    assert EVIDENCE.share(nearer, 100) == EVIDENCE.share(query_with(9.0, terms=1), 100) > 0
-    assert EVIDENCE.is_small_talk(replace(nearer, about_speaker=False))  # not about the asker
-    assert EVIDENCE.is_small_talk(replace(nearer, cosines={}))  # no vector match to be nearer
-    assert EVIDENCE.share(replace(nearer, terms=()), 100) == 0.0  # no content term: silent
+    assert not asking.said_nearer_than_small_talk  # the user said nothing of it
+    assert EVIDENCE.is_small_talk(asking)
+    said = replace(asking, top_user_statement=0.6)
+    assert said.said_nearer_than_small_talk
+    assert not EVIDENCE.is_small_talk(said)
+    assert EVIDENCE.share(said, 100) == EVIDENCE.share(query_with(9.0, terms=1), 100) > 0
+    assert EVIDENCE.is_small_talk(replace(said, top_user_statement=0.4))  # small talk nearer
+    assert EVIDENCE.is_small_talk(replace(said, about_speaker=False))  # not about the asker
+    assert EVIDENCE.share(replace(said, terms=()), 100) == 0.0  # no content term: silent
+
+
+def test_only_the_users_statements_of_the_asked_word_answer_a_question_about_the_asker() -> None:
+    """Stored small talk is mostly questions ("How's my day going?" said yesterday, the
+    assistant's "How is your day going?"); a statement without the asked word ("my day
+    is going ok") sits as near "Am I boring?" as "my name is Priya" does to its question."""
+    said = [
+        stored(0, "How's my day going?", "user"),
+        stored(1, "My day is going fine, and yours?", "assistant"),
+        stored(2, "my day is going ok, a bit tired", "user"),
+        stored(3, "my name is Priya", "user"),
+        stored(4, "What is my name again?", "user"),  # a question answers nothing
+    ]
+    messages = {m.id: m for m in said}
+    dense = [("m0", 0.99), ("m1", 0.9), ("m2", 0.8), ("m4", 0.7), ("m3", 0.4)]
+    baseline = QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3, small_talk_top=0.5)
+    query = Query.build("What's my name?", dense, [], messages, baseline, None)
+    assert query.top_user_statement == 0.4  # the statement holding "name"
+    query = Query.build("Am I boring?", dense, [], messages, baseline, None)
+    assert query.top_user_statement is None
 
 
 @given(

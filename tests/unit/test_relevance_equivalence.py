@@ -67,6 +67,7 @@ class OldQuery:
     name_missing: float
     keyword_coverage: float = 0.0
     about_speaker: bool = False  # (not what this test compares: the same function)
+    top_user_statement: float | None = None  # (the same)
     rows: dict[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -95,6 +96,9 @@ class OldQuery:
             name_missing=float(any(name not in anywhere for name in names)),
             keyword_coverage=max(covered, default=0) / len(terms) if terms else 0.0,
             about_speaker=asks_about_speaker(query),
+            top_user_statement=Query.build(
+                query, dense, keyword, messages, None, None
+            ).top_user_statement,
         )
 
     @property
@@ -102,9 +106,9 @@ class OldQuery:
         return sorted({*self.cosines, *self.bm25})
 
     @property
-    def memory_nearer_than_small_talk(self) -> bool:  # (the same rule, not compared here)
-        top = max(self.cosines.values(), default=None)
-        return self.baseline is not None and top is not None and top > self.baseline.small_talk_top
+    def said_nearer_than_small_talk(self) -> bool:  # (the same rule, not compared here)
+        top, baseline = self.top_user_statement, self.baseline
+        return baseline is not None and top is not None and top > baseline.small_talk_top
 
     def z(self, cosine: float) -> float:
         return float(self.baseline.z(cosine)) if self.baseline is not None else 0.0

@@ -12,7 +12,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -251,19 +250,20 @@ def test_a_store_written_inside_another_stores_call_is_not_held_by_it() -> None:
     assert outer.writes == [["m2"]]
 
 
-def test_vectors_follow_a_forget_or_move_made_while_they_waited() -> None:
+def test_vectors_of_messages_forgotten_or_moved_while_they_waited_are_deleted() -> None:
     """Another process forgets or moves a thread without waiting for the lane: its deletes
-    come before the write, so the worker asks where the messages are once it has written."""
+    come before the write, so the worker asks, once it has written, which messages are
+    still where they were, and deletes the others' vectors (a move's read as missing)."""
     index = opened(BehindIndex())
     index.hold.clear()
-    now: dict[str, str | None] = {"gone": None, "moved": "bob", "kept": "alice"}
+    where: dict[str, str | None] = {"gone": None, "moved": "bob", "kept": "alice"}
     asked: list[list[str]] = []
 
     def stored(records: Sequence[VectorRecord]) -> list[VectorRecord]:
         asked.append([row.id for row in records])
-        return [replace(r, resource_id=owner) for r in records if (owner := now[r.message_id])]
+        return [row for row in records if where[row.message_id] == row.resource_id]
 
-    batch = [record(m, vec(n), resource_id="alice") for n, m in enumerate(now)]
+    batch = [record(m, vec(n), resource_id="alice") for n, m in enumerate(where)]
     batch.append(record("gone", vec(9), resource_id="alice", n=1))  # a second chunk of it
     index.upsert(NAME, batch, stored=stored)
     assert asked == []  # asked after the write, not before
@@ -271,7 +271,7 @@ def test_vectors_follow_a_forget_or_move_made_while_they_waited() -> None:
     index.flush()
     assert asked == [[row.id for row in batch]]
     assert index.message_ids(NAME, ALICE) == {"kept"}
-    assert index.message_ids(NAME, ScopeFilter(resource_id="bob")) == {"moved"}
+    assert index.message_ids(NAME, ScopeFilter(resource_id="bob")) == set()  # never written
 
 
 def test_a_storage_that_cannot_tell_leaves_the_vectors_and_says_so(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
@@ -197,10 +197,13 @@ class UpsertVectors(Step[None]):
 
 
 def where_stored(storage: MessageStorage, records: Sequence[VectorRecord]) -> list[VectorRecord]:
-    """`records` whose message is stored now, each with its resource now (`write_behind.Stored`).
+    """`records` whose message is still stored in their thread and resource (`Stored`).
 
     Asked by the worker once it wrote them: another process may have forgotten or moved
-    their thread meanwhile. One read per thread; a thread moved has its owner read too.
+    their thread meanwhile. One read per thread. A thread moved to another resource is
+    not followed: its id and its messages' ids are no proof that they are the same
+    messages (another resource may have started a thread of that id with ids its app
+    chose), so their vectors are deleted and `reindex(missing_only=True)` writes them.
     """
     threads: dict[tuple[str, str], list[VectorRecord]] = {}
     for record in records:
@@ -210,10 +213,6 @@ def where_stored(storage: MessageStorage, records: Sequence[VectorRecord]) -> li
         ids = sorted({row.message_id for row in rows})
         here = storage.ids_in_scope(ids, ScopeFilter(resource_id, thread_id))
         now += [row for row in rows if row.message_id in here]
-        if len(here) == len(ids) or (owner := storage.get_thread_owner(thread_id)) is None:
-            continue
-        there = storage.ids_in_scope(ids, ScopeFilter(owner, thread_id)) - here
-        now += [replace(row, resource_id=owner) for row in rows if row.message_id in there]
     return now
 
 
