@@ -114,17 +114,22 @@ ABOUT_ME = [
 ]
 
 
-@pytest.fixture(scope="module")
-def priya() -> SemanticRecall:
+def remembering(turns: list[tuple[str, str]]) -> SemanticRecall:
+    """Priya's memory of `turns` (said, reply), each a conversation, the local model."""
     from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 
     memory = SemanticRecall(
         storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
     )
-    for n, (said, reply) in enumerate(ABOUT_ME):
+    for n, (said, reply) in enumerate(turns):
         chat = [HumanMessage(said, id=f"u{n}"), AIMessage(reply, id=f"a{n}")]
         memory.index(chat, thread_id=f"t{n}", resource_id="priya")
     return memory
+
+
+@pytest.fixture(scope="module")
+def priya() -> SemanticRecall:
+    return remembering(ABOUT_ME)
 
 
 @pytest.mark.slow
@@ -166,14 +171,7 @@ def test_small_talk_about_the_user_stays_silent_beside_stored_chit_chat() -> Non
     """Every history holds chit-chat, and small talk asked again finds itself: only the
     user's statements holding the asked word count (a review found "Am I boring?" and
     "How's my day going?" recalling 10 messages, the marriage among them)."""
-    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-    memory = SemanticRecall(
-        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
-    )
-    for n, (said, reply) in enumerate([*ABOUT_ME, *CHIT_CHAT]):
-        chat = [HumanMessage(said, id=f"u{n}"), AIMessage(reply, id=f"a{n}")]
-        memory.index(chat, thread_id=f"t{n}", resource_id="priya")
+    memory = remembering([*ABOUT_ME, *CHIT_CHAT])
     for turn in ("How's my day going?", "Am I boring?", "Am I talking too much?", "Is it my turn?"):
         assert memory.search(turn, resource_id="priya") == [], turn
     hits = memory.search("What's my name?", resource_id="priya")
