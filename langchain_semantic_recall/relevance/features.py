@@ -207,6 +207,7 @@ _ASKING: Final = frozenset(
         *("have", "has", "can", "could", "should", "would", "will"),
     )
 )
+_REMEMBERING: Final = frozenset(("know", "remember", "recall", "remind"))
 _ENGLISH_WORD = re.compile(r"[a-z']+")
 
 
@@ -216,14 +217,18 @@ def asks_about_speaker(text: str) -> bool:
     Short ones sit near small talk (MiniLM puts "What's my name?" 0.17 nearer to "how are
     you doing?" than to any unrelated sentence), so the small-talk rule silenced the
     memory's commonest question; `Evidence.is_small_talk` lets them through when something
-    the user said is nearer still. One that also speaks to the listener ("Am I boring you?") is
-    small talk as before. English words only: elsewhere the rule stands as it was.
+    the user said is nearer still. One that also speaks to the listener ("Am I boring
+    you?") is small talk as before, unless it asks what the listener remembers ("Do you
+    know my name?"). English words only: elsewhere the rule stands as it was.
     """
     words = _ENGLISH_WORD.findall(text.lower().replace("\u2019", "'"))
     if not words or not (is_question(text) or words[0] in _ASKING):
         return False
     said = set(words)
-    return not said.isdisjoint(_SPEAKER) and said.isdisjoint(_LISTENER)
+    # "Do you remember my name?" asks the memory; "Did you get my message?" is chat.
+    return not said.isdisjoint(_SPEAKER) and (
+        said.isdisjoint(_LISTENER) or not said.isdisjoint(_REMEMBERING)
+    )
 
 
 @dataclass(frozen=True, slots=True)

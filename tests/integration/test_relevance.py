@@ -176,3 +176,14 @@ def test_small_talk_about_the_user_stays_silent_beside_stored_chit_chat() -> Non
         assert memory.search(turn, resource_id="priya") == [], turn
     hits = memory.search("What's my name?", resource_id="priya")
     assert "u0" in [hit.message.id for hit in hits[:2]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "question", ["what is my name?", "whats my name", "Do you remember my name?"]
+)
+def test_the_cross_thread_memory_tutorial(question: str) -> None:
+    """LangGraph's cross-thread memory example, asked as people type it."""
+    memory = remembering([("Hi! Remember: my name is Bob", "Hi Bob! I'll remember that.")])
+    recalled = memory.recall([HumanMessage(question)], thread_id="2", resource_id="priya")
+    assert "my name is Bob" in " ".join(str(m.content) for m in recalled[:-1])

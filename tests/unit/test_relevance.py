@@ -304,6 +304,9 @@ def test_a_name_nothing_mentions_counts_against_and_small_talk_is_silent() -> No
         ("What’s my job?", True),  # a typographic apostrophe
         ("What's your name?", False),  # to the listener
         ("Am I boring you?", False),  # to the listener too
+        ("Did you get my message?", False),  # chat with the listener
+        ("Do you remember my name?", True),  # what the listener remembers of the asker
+        ("What do you know about me?", True),
         ("I'm bored", False),  # no question
         ("Tell me a joke", False),
         ("How are you?", False),
