@@ -335,7 +335,7 @@ def _index_as(
     to_embed = turn.to_embed()
     rewritten = sorted(turn.rewritten & {r.id for r in turn.to_write()})
     if not to_embed and not adopted and not rewritten:  # (a history sent again, unchanged)
-        return turn.result(error="; ".join((yield steps.WriteFailures(resource_id))) or None)
+        return turn.result(error=(yield from _told(turn, resource_id)))
     try:
         info = yield from space.resolve()
         yield from _drop_old_text(info, rewritten, resource_id)
@@ -343,7 +343,7 @@ def _index_as(
             info, space, turn, to_embed, adopted=adopted, max_chars=max_chars, logger=logger
         )
         if not to_embed and not adopted:  # (each held its vectors already)
-            return turn.result(error="; ".join((yield steps.WriteFailures(resource_id))) or None)
+            return turn.result(error=(yield from _told(turn, resource_id)))
         fresh = {r.id for position, r in turn.records.items() if position in turn.fresh_ids}
         vectors = yield from write_current(  # a turn's vectors: written behind if small
             info, space, to_embed, max_chars=max_chars, logger=logger, fresh=fresh, behind=True
@@ -375,13 +375,18 @@ def _index_as(
     # Vectors written after an earlier `index` returned that failed: said once, here.
     unusable = vectors.unusable
     this_call = {r.id for r in turn.to_write()}
-    late = yield steps.WriteFailures(resource_id)
     return turn.result(
         embedded=[r.id for r in to_embed if r.id not in unusable],
         max_chars=max_chars,
         unusable=unusable,
-        error="; ".join(e for e in (turn.error, vectors.note(this_call), *late) if e) or None,
+        error=(yield from _told(turn, resource_id, vectors.note(this_call))),
     )
+
+
+def _told(turn: _Turn, resource_id: str, *notes: str | None) -> Op[str | None]:
+    """The call's `error`: the turn's, `notes`, its resource's failed writes behind."""
+    late = yield steps.WriteFailures(resource_id)
+    return "; ".join(e for e in (turn.error, *notes, *late) if e) or None
 
 
 def _vectors_to_write(

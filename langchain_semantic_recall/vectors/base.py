@@ -182,7 +182,7 @@ class VectorIndex(VectorHooks):
             return
         if behind and self._behind is not None and self._behind.takes(records):
             self._check_upsert(name, records)
-            self._behind.put(name, records, self._upsert, self._drop_failed, stored)
+            self._behind.put(name, records, self._upsert, self._drop_messages, stored)
             return
         self.flush()
         self._upsert(name, records)

@@ -53,8 +53,8 @@ class VectorHooks(ABC):
         """What a backend that writes behind checks at the call (default: nothing)."""
         del name, records
 
-    def _drop_failed(self, name: str, resource_id: str, message_ids: list[str]) -> None:
-        """Delete what a failed write behind left (`write_behind.Drop`)."""
+    def _drop_messages(self, name: str, resource_id: str, message_ids: list[str]) -> None:
+        """Delete the vectors of messages of a write behind (`write_behind.Drop`)."""
         self._delete(name, thread_id=None, resource_id=resource_id, message_ids=message_ids)
 
     def _flush(self) -> None:

@@ -48,7 +48,7 @@ import logging
 import threading
 import weakref
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -192,9 +192,7 @@ class WriteBehind:
         ```
     """
 
-    def __init__(
-        self, gate: Callable[[], AbstractContextManager[None]] | None, lane: str | None = None
-    ) -> None:
+    def __init__(self, gate: Gate | None, lane: str | None = None) -> None:
         """A way into the lane named `lane` (made on first use), or into a lane of its own.
 
         Args:
@@ -363,24 +361,21 @@ class Lane:
 
     def _write_one(self, batch: _Batch) -> bool:
         """Write the batch; on failure, delete what it left and keep the failure."""
-        name, records, drop, gate = batch.name, batch.records, batch.drop, batch.gate
         try:
-            with gate():
-                batch.write(name, records)
+            with batch.gate():
+                batch.write(batch.name, batch.records)
         except Exception as error:
-            by_resource: defaultdict[str, set[str]] = defaultdict(set)
-            for record in records:
-                by_resource[record.resource_id].add(record.message_id)
+            lost = _by_resource(batch.records)
             logger.error(
                 "could not write the vectors of %d message(s) indexed a moment ago: %r; they "
                 "are stored without vectors (stats() counts them, reindex(missing_only=True) "
                 "embeds them)",
-                sum(map(len, by_resource.values())),
+                sum(map(len, lost.values())),
                 error,
                 exc_info=True,
             )
-            for resource_id, ids in sorted(by_resource.items()):
-                self._forget_part(drop, gate, name, resource_id, sorted(ids))
+            for resource_id, ids in lost.items():
+                _delete(batch, resource_id, ids)
                 note = (
                     f"the vectors of {len(ids)} message(s) indexed earlier could not be "
                     f"written ({error!r}): stored without vectors, reindex(missing_only=True) "
@@ -412,10 +407,7 @@ class Lane:
                 error,
             )
             return
-        stale: defaultdict[str, set[str]] = defaultdict(set)  # resource id -> message ids
-        for record in batch.records:
-            if record.id not in kept:
-                stale[record.resource_id].add(record.message_id)
+        stale = _by_resource(record for record in batch.records if record.id not in kept)
         if not stale:
             return
         logger.warning(
@@ -424,21 +416,28 @@ class Lane:
             "reindex(missing_only=True) writes them under its new resource)",
             sum(map(len, stale.values())),
         )
-        for resource_id, ids in sorted(stale.items()):
-            self._forget_part(batch.drop, batch.gate, batch.name, resource_id, sorted(ids))
+        for resource_id, ids in stale.items():
+            _delete(batch, resource_id, ids)
 
-    def _forget_part(
-        self, drop: Drop, gate: Gate, name: str, resource_id: str, ids: list[str]
-    ) -> None:
-        """Delete the vectors of `ids` (a failed write's part, or forgotten meanwhile)."""
-        try:
-            with gate():
-                drop(name, resource_id, ids)
-        except Exception:
-            logger.warning(
-                "could not delete the vectors of %d message(s) written in part or forgotten "
-                "meanwhile; stats() counts what is left, reindex() without missing_only "
-                "rewrites them from the storage",
-                len(ids),
-                exc_info=True,
-            )
+
+def _by_resource(records: Iterable[VectorRecord]) -> dict[str, list[str]]:
+    """Resource id -> the ids of its messages among `records` (both sorted, each once)."""
+    ids: defaultdict[str, set[str]] = defaultdict(set)
+    for record in records:
+        ids[record.resource_id].add(record.message_id)
+    return {resource_id: sorted(ids[resource_id]) for resource_id in sorted(ids)}
+
+
+def _delete(batch: _Batch, resource_id: str, ids: list[str]) -> None:
+    """Delete the vectors of `ids` (a failed write's part, or forgotten meanwhile)."""
+    try:
+        with batch.gate():
+            batch.drop(batch.name, resource_id, ids)
+    except Exception:
+        logger.warning(
+            "could not delete the vectors of %d message(s) written in part or forgotten "
+            "meanwhile; stats() counts what is left, reindex() without missing_only "
+            "rewrites them from the storage",
+            len(ids),
+            exc_info=True,
+        )

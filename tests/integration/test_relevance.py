@@ -35,13 +35,18 @@ QUESTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def new_user() -> SemanticRecall:
+def local_memory() -> SemanticRecall:
+    """An empty memory in the process, with the real local model."""
     from langchain_semantic_recall.local_embeddings import LocalEmbeddings
 
-    memory = SemanticRecall(
+    return SemanticRecall(
         storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
     )
+
+
+@pytest.fixture(scope="module")
+def new_user() -> SemanticRecall:
+    memory = local_memory()
     for n, fact in enumerate(FACTS):
         memory.index(
             [HumanMessage(fact, id=f"u{n}"), AIMessage("Noted!", id=f"a{n}")],
@@ -86,12 +91,9 @@ ACKNOWLEDGED = [
 @pytest.mark.parametrize("question", ["dog", "beagle", "What is my dog's name?"])
 def test_acknowledgements_never_lead_a_search(question: str) -> None:
     """A stranger's small store: bare "yes" turns scored 0.82 for "dog", above the facts."""
-    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
     from langchain_semantic_recall.relevance import TermCache
 
-    memory = SemanticRecall(
-        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
-    )
+    memory = local_memory()
     fact = HumanMessage("My dog is called Biscuit and he is a beagle.", id="fact")
     memory.index([fact, AIMessage("What a lovely name!")], thread_id="dog", resource_id="r")
     for n, (said, reply) in enumerate(ACKNOWLEDGED):
@@ -116,11 +118,7 @@ ABOUT_ME = [
 
 def remembering(turns: list[tuple[str, str]]) -> SemanticRecall:
     """Priya's memory of `turns` (said, reply), each a conversation, the local model."""
-    from langchain_semantic_recall.local_embeddings import LocalEmbeddings
-
-    memory = SemanticRecall(
-        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=LocalEmbeddings()
-    )
+    memory = local_memory()
     for n, (said, reply) in enumerate(turns):
         chat = [HumanMessage(said, id=f"u{n}"), AIMessage(reply, id=f"a{n}")]
         memory.index(chat, thread_id=f"t{n}", resource_id="priya")
