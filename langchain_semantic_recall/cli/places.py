@@ -172,6 +172,9 @@ def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = N
             f"are in index {mine[0]!r}: give --index-name {mine[0]}"
         )
     why = other_embedders(found, info)
+    made = found.get(info.name)
+    if made is not None and made != (info.model, info.dimension):  # --index-name of another
+        why = f"index {info.name} was made by {made[0]} ({made[1]}-d), not by {info.model}"
     if why is not None:
         raise EmbeddingMismatchError(
             f"the store at {path} was not embedded by the command line's model: {why}. "

@@ -1,10 +1,12 @@
 """Forgetting a thread or a resource, written once as generators of steps.
 
-The storage deletes first (one transaction, which retires the thread ids), then the vector
-index. A vector index failing after the storage deleted raises its error with a note that
-says so: the messages are gone (no search returns their vectors: every hit is read back
-through the storage), the same call again deletes the vectors, as do
-`reindex(missing_only=True)` and `purge`; `stats().orphan_vectors` counts them meanwhile.
+The vector index is opened first: one that cannot be (built with another embedding
+model, a server down) fails the forget before anything is deleted. Then the storage
+deletes (one transaction, which retires the thread ids), then the vector index. A vector
+index failing after the storage deleted raises its error with a note that says so: the
+messages are gone (no search returns their vectors: every hit is read back through the
+storage), the same call again deletes the vectors, as do `reindex(missing_only=True)`
+and `purge`; `stats().orphan_vectors` counts them meanwhile.
 """
 
 from __future__ import annotations
@@ -62,11 +64,11 @@ def forget_thread_op(
         # id that another resource's conversation may start under. (A forgotten one goes
         # on: a retry after a failure still deletes its vectors.)
         return 0
+    info = yield from space.resolve()  # before the delete: see the module's docstring
     # The delete holds to the owner just read: a move landing meanwhile is refused there,
     # not deleted with the thread (nor its vectors left under the new owner).
     deleted = yield steps.DeleteThread(thread_id, retire=retire, owner=owner)
     yield steps.ClearCaches()  # it holds recent texts
-    info = yield from space.resolve()
     # The owner lets a vector layout partitioned by resource touch one partition.
     with vectors_left(f"thread {thread_id!r}: {deleted} message(s) were"):
         yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=owner)
@@ -81,9 +83,9 @@ def forget_resource_op(
 ) -> Op[int]:
     """Delete every thread of a resource (messages and vectors), retiring their ids."""
     resource_id = id_text("resource_id", resource_id)
+    info = yield from space.resolve()  # before the delete: see the module's docstring
     deleted = yield steps.DeleteResource(resource_id)
     yield steps.ClearCaches()
-    info = yield from space.resolve()
     with vectors_left(f"resource {resource_id!r}: {deleted} message(s) were"):
         yield steps.DeleteVectors(info, resource_id=resource_id)
     scope = ScopeFilter(resource_id=resource_id)

@@ -112,12 +112,14 @@ def forget_before_op(
 ) -> Op[RetentionResult]:
     """Delete the messages created before `cutoff` (of `owner`, or of everyone).
 
-    The storage deletes first (one transaction), then the vectors of exactly those
-    messages. If the vector index fails then, the error is raised with a note: recall
+    The vector index is opened first (one that cannot be fails the call before anything
+    is deleted), then the storage deletes (one transaction), then the vectors of exactly
+    those messages. If the vector index fails then, the error is raised with a note: recall
     cannot show those vectors (every hit is read back through the storage), `stats()`
     counts them as orphans and `reindex(missing_only=True)` removes them.
     """
     scope = None if owner is None else ScopeFilter(resource_id=owner)
+    info = yield from space.resolve()
     deleted: Sequence[DeletedMessage] = yield steps.DeleteBefore(cutoff, scope)
     counts: dict[str, int] = {}
     for message in deleted:
@@ -125,7 +127,6 @@ def forget_before_op(
     if not deleted:
         return RetentionResult(cutoff, owner)
     yield steps.ClearCaches()  # it holds recent texts
-    info = yield from space.resolve()
     try:
         for resource_id in sorted(counts):
             ids = [m.id for m in deleted if m.resource_id == resource_id]

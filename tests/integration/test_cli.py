@@ -1264,6 +1264,24 @@ def test_a_store_another_embedder_made_is_refused_not_searched_empty(
     assert cli("stats", "--json").code == 1
 
 
+def test_an_index_name_of_another_embedders_index_is_refused_before_a_forget(cli: Cli) -> None:
+    """`--index-name` naming another model's index passed the check: `forget` deleted the
+    messages, then failed on the index, leaving its vectors (text and all) behind."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    made = FakeEmbeddings(16, "another-model")
+    with SemanticRecall.local(cli.store, embeddings=made, index_name="theirs") as m:
+        m.index(["I keep bees on the roof."], thread_id="t1", resource_id="alice")
+    for command in (["forget", "--thread", "t1", "--yes"], ["forget", "--resource", "alice", "-y"]):
+        result = cli("--index-name", "theirs", *command)
+        assert result.code == 1, command
+        assert "index theirs was made by another-model (16-d)" in result.err, command
+    assert "t1" in cli("threads").out
+    with SemanticRecall.local(cli.store, embeddings=made, index_name="theirs") as m:
+        assert (m.stats().messages, m.stats().vectors, m.stats().orphan_vectors) == (1, 1, 0)
+
+
 def test_stats_names_the_indexes_of_other_embedders_it_does_not_count(
     loaded: Cli,
 ) -> None:

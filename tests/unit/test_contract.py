@@ -11,8 +11,10 @@ the first release broke on at least one surface.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -499,6 +501,41 @@ def test_ensure_index_twins_raise_the_same_error() -> None:
     with pytest.raises(SemanticRecallError, match="probing") as araised:
         asyncio.run(broken.aensure_index())
     assert not isinstance(araised.value, EmbeddingMismatchError)
+
+
+_FORGETS: dict[str, Callable[[SemanticRecall], Any]] = {
+    "forget_thread": lambda m: m.forget_thread("t1"),
+    "aforget_thread": lambda m: asyncio.run(m.aforget_thread("t1")),
+    "forget_resource": lambda m: m.forget_resource("alice"),
+    "aforget_resource": lambda m: asyncio.run(m.aforget_resource("alice")),
+    "forget_before": lambda m: m.forget_before(datetime.now(UTC)),
+    "aforget_before": lambda m: asyncio.run(m.aforget_before(datetime.now(UTC))),
+    "apply_retention": lambda m: m.apply_retention(),
+    "aapply_retention": lambda m: asyncio.run(m.aapply_retention()),
+}
+
+
+@pytest.mark.parametrize("forget", sorted(_FORGETS))
+def test_a_forget_on_another_models_index_deletes_nothing(forget: str) -> None:
+    """An engine given another embedder's index (`index_name`) cannot delete its vectors.
+    Every forget deleted the messages first and failed on the index after, so the
+    vectors stayed, text and all, under an error that did not say the messages were gone."""
+    from langchain_semantic_recall import EmbeddingMismatchError
+
+    storage, vectors = InMemoryStorage(), InMemoryVectorIndex()
+    build = lambda dim: SemanticRecall(  # noqa: E731
+        storage=storage, vector_store=vectors, embeddings=FakeEmbeddings(dim),
+        index_name="shared-index", retention=timedelta(seconds=1),
+    )  # fmt: skip
+    owner = build(64)
+    owner.index(["I keep bees on the roof."], thread_id="t1", resource_id="alice")
+    time.sleep(1.01)  # older than the retention: apply_retention would delete it
+    with pytest.raises(EmbeddingMismatchError, match="shared-index"):
+        _FORGETS[forget](build(32))
+    assert storage.count(ScopeFilter(resource_id="alice")) == 1
+    assert (owner.stats().vectors, owner.stats().orphan_vectors) == (1, 0)
+    assert owner.forget_thread("t1") == 1  # the right embedder still forgets it all
+    assert owner.stats().vectors == 0
 
 
 def test_read_only_is_honoured_by_every_write_path() -> None:
