@@ -9,7 +9,6 @@ from langchain_semantic_recall.cli import common, forget
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     an_id,
-    disk_usage,
     note_if_open_elsewhere,
     open_backends,
     open_memory,
@@ -24,7 +23,7 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
-from langchain_semantic_recall.cli.places import other_indexes
+from langchain_semantic_recall.cli.places import disk_usage, other_indexes
 from langchain_semantic_recall.cli.render import human_bytes, style
 
 if TYPE_CHECKING:

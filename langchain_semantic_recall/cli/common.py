@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_semantic_recall.cli.places import DEFAULT_PATH as DEFAULT_PATH  # noqa: PLC0414
 from langchain_semantic_recall.cli.places import PATH_ENV as PATH_ENV  # noqa: PLC0414
 from langchain_semantic_recall.cli.places import a_path as a_path  # noqa: PLC0414
-from langchain_semantic_recall.cli.places import require_own_vectors
+from langchain_semantic_recall.cli.places import require_own_vectors, require_store
 from langchain_semantic_recall.cli.places import store_path as store_path  # noqa: PLC0414
 
 # Defined in errors.py with every error class; re-exported: the subcommands import them here.
@@ -191,7 +190,12 @@ def create_embeddings() -> Embeddings | None:
 
 
 def open_memory(
-    args: argparse.Namespace, *, create: bool = False, new_vectors: bool = False, **options: Any
+    args: argparse.Namespace,
+    *,
+    create: bool = False,
+    new_vectors: bool = False,
+    embeds: bool = True,
+    **options: Any,
 ) -> SemanticRecall:
     """The engine over the store chosen by `--path` (or `--storage` and `--vector`).
 
@@ -200,14 +204,20 @@ def open_memory(
         create: Create a local store if it does not exist (`ingest`); otherwise a
             missing store is reported as not found rather than silently created empty.
         new_vectors: The vector index may be new (`reindex` writes every vector again).
+        embeds: False for a command that embeds nothing (`forget`, `purge`): it works
+            on a local store's index of another model too (`cli.recorded`).
         options: Engine options (`top_k`, `scope`, ...).
     """
     from langchain_semantic_recall.recall import SemanticRecall
 
     read_only = options.get("read_only")
-    if (name := index_name(args)) is not None:
+    backends = open_backends(
+        args, create=create, new_vectors=new_vectors, read_only=read_only, embeds=embeds
+    )
+    if (name := backends.pop("index_name")) is not None:
         options.setdefault("index_name", name)
-    backends = open_backends(args, create=create, new_vectors=new_vectors, read_only=read_only)
+    if not embeds:  # it never searches: no relevance model to warn of another embedder
+        options.setdefault("search_mode", "dense")
     try:
         return SemanticRecall(**backends, **options)
     except BaseException:
@@ -265,11 +275,13 @@ def open_backends(
     create: bool = False,
     new_vectors: bool = False,
     read_only: bool | None = None,
+    embeds: bool = True,
 ) -> dict[str, Any]:
-    """The storage, vector index and embedder of the store (`SemanticRecall`'s arguments).
+    """The storage, vector index, embedder and index name (`SemanticRecall`'s arguments).
 
-    For a command that needs the backends but not the engine (`stats`): the engine class
-    is a LangChain `Runnable`, whose import loads LangChain's tracers (~0.3 s).
+    The index name None is the embedder's default. For a command that needs the backends
+    but not the engine (`stats`): the engine class is a LangChain `Runnable`, whose
+    import loads LangChain's tracers (~0.3 s). `embeds` as for `open_memory`.
     """
     from langchain_semantic_recall.settings import local_backends, url_backends
 
@@ -283,10 +295,11 @@ def open_backends(
             require_url_store(urls[0])
             if not new_vectors:
                 require_url_vectors(urls[1])
-        return _closed_at_the_end(url_backends(urls[0], urls[1], create_embeddings()))
+        backends = url_backends(urls[0], urls[1], create_embeddings())
+        return {**_closed_at_the_end(backends), "index_name": index_name(args)}
     path = store_path(args)
     if not create:
-        _require_store(path)
+        require_store(path)
     if read_only and not (path / "chroma").is_dir():  # an ingest stopped before its vectors
         raise NotFoundError(
             f"the store at {path} has no vector index ({path / 'chroma'} is missing: an "
@@ -296,13 +309,19 @@ def open_backends(
         _migrate_older(path)
     backends = local_backends(path, create_embeddings(), read_only=read_only)
     _closed_at_the_end(backends)
+    name = index_name(args)
     try:
-        require_own_vectors(path, backends["embeddings"], index_name(args))
+        if not embeds:  # another model's index will do (its import: langchain_core's)
+            from langchain_semantic_recall.cli.recorded import index_of_another_model
+
+            if other := index_of_another_model(path, backends["embeddings"], name):
+                backends["embeddings"], name = other
+        require_own_vectors(path, backends["embeddings"], name)
     except BaseException:
         for part in ("vector_store", "storage"):
             backends[part].close()
         raise
-    return backends
+    return {**backends, "index_name": name}
 
 
 def _closed_at_the_end(backends: dict[str, Any]) -> dict[str, Any]:
@@ -333,7 +352,7 @@ def open_storage(args: argparse.Namespace) -> Iterator[MessageStorage]:
         from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
         path = store_path(args)
-        _require_store(path)
+        require_store(path)
         _migrate_older(path)
         storage = SQLiteStorage(path / "messages.sqlite3", read_only=True)
     try:
@@ -370,26 +389,6 @@ def _refuse_another_database(args: argparse.Namespace) -> None:
     refuse_another_database(
         store_path(args) / "messages.sqlite3" if urls is None else sqlite_file(urls[0])
     )
-
-
-def _require_store(path: Path) -> None:
-    if not (path / "messages.sqlite3").exists():
-        raise NotFoundError(
-            f"no store at {path} (load conversations with 'semantic-recall ingest', "
-            f"or choose the store with --path or ${PATH_ENV})"
-        )
-
-
-def disk_usage(path: Path) -> int:
-    """Bytes of every file under `path`."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += (Path(root) / name).stat().st_size
-            except OSError:  # removed while we walked
-                continue
-    return total
 
 
 # --- reading the store -------------------------------------------------------------------

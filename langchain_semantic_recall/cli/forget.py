@@ -7,8 +7,9 @@ whose vectors an interrupted forget left is still found, and its vectors deleted
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli.common import (
     EXIT_ERROR,
@@ -29,6 +30,9 @@ from langchain_semantic_recall.cli.places import other_indexes
 from langchain_semantic_recall.cli.render import error
 from langchain_semantic_recall.errors import InvalidOptionError, NotFoundError
 from langchain_semantic_recall.quoting import printable
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.recall import SemanticRecall
 
 
 def register(subparsers: Any) -> None:
@@ -111,13 +115,13 @@ def run_forget(args: argparse.Namespace) -> int:
     if not args.yes and not confirm(question):
         print("Nothing deleted.")
         return EXIT_ERROR
-    memory = open_memory(args)
+    memory = open_memory(args, embeds=False)
     if args.thread is not None:
         deleted = memory.forget_thread(args.thread)
     else:
         deleted = memory.forget_resource(args.resource)
     print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
-    return _left_in_other_indexes(args, memory.ensure_index().name)
+    return _in_other_indexes(args, memory.ensure_index().name, _forget_again(args))
 
 
 def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> int:
@@ -131,7 +135,7 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
     what = f"thread {args.thread}" if args.thread is not None else f"resource {args.resource}"
     if store_urls(args) is None and not (store_path(args) / "chroma").is_dir():
         raise unknown  # no vector index either (opening one would create it)
-    memory = open_memory(args)
+    memory = open_memory(args, embeds=False)
     index = memory.ensure_index().name
     scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
     left = len(memory.vector_store.message_ids(index, scope))
@@ -149,23 +153,47 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
         error(f"{still} vector(s) of {what} are left: run 'semantic-recall reindex --missing-only'")
         return EXIT_ERROR
     print(printable(f"Forgot what was left of {what}: {left} vector(s), no message."))
-    return _left_in_other_indexes(args, index)
+    return _in_other_indexes(args, index, _forget_again(args))
 
 
-def _left_in_other_indexes(args: argparse.Namespace, index_name: str) -> int:
-    """A forget deletes vectors of the command line's index only: say what others keep.
+def _forget_again(args: argparse.Namespace) -> Callable[[SemanticRecall], object]:
+    """The thread's or resource's forget, to run again on another index of the store."""
+    if args.thread is not None:
+        return lambda memory: memory.forget_thread(args.thread)
+    return lambda memory: memory.forget_resource(args.resource)
 
-    The exit code: 1 when another embedder's index may still hold the forgotten
-    messages' vectors (docs/data-handling.md, *Other indexes*), else 0.
+
+def _in_other_indexes(
+    args: argparse.Namespace,
+    index_name: str,
+    forget: Callable[[SemanticRecall], object] | None,
+) -> int:
+    """A forget deletes the vectors of one index: the store's other indexes' too.
+
+    Each other index of a local store (another embedder's: `stats` names them) is opened
+    under the model it recorded (`cli.recorded`) and `forget` run on it again: the
+    messages are gone, so it deletes the vectors left there. A forget by date (`forget`
+    None) no longer knows which messages it deleted: it names those indexes instead
+    (docs/data-handling.md, *Other indexes*) and the exit code is 1.
     """
+    from langchain_semantic_recall.records import ScopeFilter
+
     others = other_indexes(args, index_name) if store_urls(args) is None else []
+    if forget is None:
+        for name, model, _ in others:
+            error(
+                f"index {name} ({model}) of this store may still hold the vectors of what "
+                "was forgotten: forget it again through an engine on that index "
+                "(SemanticRecall.local(path, embeddings=...)), or drop the index"
+            )
+        return EXIT_ERROR if others else EXIT_OK
+    scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
     for name, model, _ in others:
-        error(
-            f"index {name} ({model}) of this store may still hold the vectors of what was "
-            "forgotten: forget it again through an engine on that index "
-            "(SemanticRecall.local(path, embeddings=...)), or drop the index"
-        )
-    return EXIT_ERROR if others else EXIT_OK
+        memory = open_memory(argparse.Namespace(**{**vars(args), "index_name": name}), embeds=False)
+        left = len(memory.vector_store.message_ids(name, scope))
+        forget(memory)
+        print(printable(f"Also deleted {left} vector(s) of it in index {name} ({model})."))
+    return EXIT_OK
 
 
 def _forget_by_date(args: argparse.Namespace) -> int:
@@ -183,7 +211,7 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     if not args.yes and not confirm(question):
         print("Nothing deleted.")
         return EXIT_ERROR
-    memory = open_memory(args)
+    memory = open_memory(args, embeds=False)
     if age is not None:
         result = memory.with_options(retention=age).apply_retention(resource_id=args.resource)
     else:
@@ -197,4 +225,4 @@ def _forget_by_date(args: argparse.Namespace) -> int:
     print(printable(said))
     if result.threads_emptied:
         print(printable(f"Threads left empty: {', '.join(result.threads_emptied)}."))
-    return _left_in_other_indexes(args, memory.ensure_index().name)
+    return _in_other_indexes(args, memory.ensure_index().name, None)

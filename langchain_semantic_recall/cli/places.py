@@ -96,7 +96,7 @@ def require_url_store(url: str) -> None:
     Opening it would create an empty store there (in another application's database, its
     tables beside theirs), and a mistyped path would read as a store with nothing in it,
     whose every vector `stats` would call orphaned (`--path` is checked the same way: by
-    `_require_store`, then its read-only open).
+    `require_store`, then its read-only open).
     """
     from langchain_semantic_recall.storage.sqlite_schema import holds_no_store
     from langchain_semantic_recall.urls import sqlite_file
@@ -192,3 +192,24 @@ def other_indexes(args: argparse.Namespace, counted: str) -> list[tuple[str, str
 
     found = local_indexes(store_path(args))
     return [(name, *found[name]) for name in sorted(found) if name != counted]
+
+
+def require_store(path: Path) -> None:
+    """Raise `NotFoundError` when `path` holds no store (a reading command never makes one)."""
+    if not (path / "messages.sqlite3").exists():
+        raise NotFoundError(
+            f"no store at {path} (load conversations with 'semantic-recall ingest', "
+            f"or choose the store with --path or ${PATH_ENV})"
+        )
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes of every file under `path`."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except OSError:  # removed while we walked
+                continue
+    return total

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 from langchain_semantic_recall.cli.common import (
     EXIT_OK,
     CommandError,
-    disk_usage,
     open_memory,
     require_writable,
     store_label,
@@ -16,6 +15,7 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
+from langchain_semantic_recall.cli.places import disk_usage
 from langchain_semantic_recall.cli.render import human_bytes, style
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def run_purge(args: argparse.Namespace) -> int:
             "purge' again"
         )
     before = disk_usage(path) if local else None
-    memory = open_memory(args)
+    memory = open_memory(args, embeds=False)
     try:
         result = memory.purge()
     finally:

@@ -24,6 +24,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, message_to_dict
 
 from langchain_semantic_recall.cli import admin, main
+from langchain_semantic_recall.records import ScopeFilter
 from tests.unit import test_cli as unit
 from tests.unit.test_cli import Cli, Embedder, Result, Tty
 from tests.unit.test_importers import chatgpt_conversation, sample_export
@@ -1240,9 +1241,9 @@ def test_the_demo_says_what_to_run_next_and_each_command_works(
 def test_a_store_another_embedder_made_is_refused_not_searched_empty(
     cli: Cli, export_file: Path
 ) -> None:
-    """Every command that reads vectors would miss them all: a search finds nothing,
-    stats calls each one missing, reindex embeds the store again beside them and forget
-    leaves them behind. It says so instead; the message-only commands still work."""
+    """Every command that embeds or counts chunks would miss the vectors: a search finds
+    nothing, stats calls each one missing, reindex embeds the store again beside them. It
+    says so instead; the message-only commands, and forget (below), still work."""
     from langchain_semantic_recall import SemanticRecall
     from tests.fakes import FakeEmbeddings
 
@@ -1252,7 +1253,6 @@ def test_a_store_another_embedder_made_is_refused_not_searched_empty(
         ["stats"],
         ["search", "bees", "--resource", "alice"],
         ["reindex", "--missing-only"],
-        ["forget", "--thread", "t1", "--yes"],
         ["ingest", str(export_file), "--resource", "alice"],
     ):
         result = cli(*command)
@@ -1264,22 +1264,35 @@ def test_a_store_another_embedder_made_is_refused_not_searched_empty(
     assert cli("stats", "--json").code == 1
 
 
-def test_an_index_name_of_another_embedders_index_is_refused_before_a_forget(cli: Cli) -> None:
-    """`--index-name` naming another model's index passed the check: `forget` deleted the
-    messages, then failed on the index, leaving its vectors (text and all) behind."""
+@pytest.mark.parametrize("named", [False, True], ids=["its-only-index", "index-name"])
+@pytest.mark.parametrize("what", ["thread", "resource"])
+def test_forget_and_purge_work_on_a_store_another_embedder_made(
+    cli: Cli, named: bool, what: str
+) -> None:
+    """Deleting needs no embedding: a store written from Python with another model (its
+    only index, or one named by --index-name) is forgotten and purged from the command
+    line. Refused before (nothing deleted), or with --index-name the messages deleted
+    and the index refused after, its vectors left, text and all."""
     from langchain_semantic_recall import SemanticRecall
     from tests.fakes import FakeEmbeddings
 
-    made = FakeEmbeddings(16, "another-model")
-    with SemanticRecall.local(cli.store, embeddings=made, index_name="theirs") as m:
+    made, name = FakeEmbeddings(16, "another-model"), "theirs" if named else None
+    with SemanticRecall.local(cli.store, embeddings=made, index_name=name) as m:
         m.index(["I keep bees on the roof."], thread_id="t1", resource_id="alice")
-    for command in (["forget", "--thread", "t1", "--yes"], ["forget", "--resource", "alice", "-y"]):
-        result = cli("--index-name", "theirs", *command)
-        assert result.code == 1, command
-        assert "index theirs was made by another-model (16-d)" in result.err, command
-    assert "t1" in cli("threads").out
-    with SemanticRecall.local(cli.store, embeddings=made, index_name="theirs") as m:
+        m.index(["bob's own words"], thread_id="t2", resource_id="bob")
+    target = ["--thread", "t1"] if what == "thread" else ["--resource", "alice"]
+    naming = ["--index-name", "theirs"] if named else []
+    forgot = cli(*naming, "forget", *target, "--yes")
+    assert forgot.code == 0, forgot.err
+    assert "1 message(s) and their vectors deleted" in forgot.out
+    assert "not fitted" not in forgot.err  # no search: no word on the relevance model
+    assert cli("purge").code == 0
+    with SemanticRecall.local(cli.store, embeddings=made, index_name=name) as m:
         assert (m.stats().messages, m.stats().vectors, m.stats().orphan_vectors) == (1, 1, 0)
+        assert m.storage.list_threads("alice") == []
+    searched = cli(*naming, "search", "bees", "--resource", "bob")  # it embeds: refused
+    assert searched.code == 1
+    assert "another-model (16-d" in searched.err
 
 
 def test_stats_names_the_indexes_of_other_embedders_it_does_not_count(
@@ -1303,21 +1316,33 @@ def test_stats_names_the_indexes_of_other_embedders_it_does_not_count(
     assert line + ": not counted here" in text
 
 
-def test_forget_says_when_another_embedders_index_may_keep_the_vectors(loaded: Cli) -> None:
-    """A forget deletes the vectors of the command line's index; another index of the
-    store (docs/data-handling.md, *Other indexes*) keeps its own: exit 1, and why."""
+def test_forget_deletes_in_every_index_and_says_what_a_forget_by_date_cannot(
+    loaded: Cli,
+) -> None:
+    """A thread or resource is forgotten in every index of the store, another embedder's
+    too (opened under the model it recorded). A forget by date no longer knows which
+    messages it deleted: it names the other index (docs/data-handling.md, *Other
+    indexes*), exit 1."""
     from langchain_semantic_recall import SemanticRecall
     from tests.fakes import FakeEmbeddings
 
-    with SemanticRecall.local(loaded.store, embeddings=FakeEmbeddings(16, "another-model")) as m:
+    other = FakeEmbeddings(16, "another-model")
+    with SemanticRecall.local(loaded.store, embeddings=other) as m:
         m.reindex()
+        kept = m.stats().vectors
+        index = m.ensure_index().name
+        garden = len(m.vector_store.message_ids(index, ScopeFilter(thread_id="conv-garden")))
+    assert garden
     forgot = loaded("forget", "--thread", "conv-garden", "--yes")
-    assert forgot.code == 1
+    assert forgot.code == 0, forgot.err
     assert "Forgot thread conv-garden" in forgot.out
-    assert "index semantic-recall-another-model-16 (another-model) of this store" in forgot.err
+    also = f"Also deleted {garden} vector(s) of it in index {index} (another-model)."
+    assert also in forgot.out
+    with SemanticRecall.local(loaded.store, embeddings=other) as m:
+        assert (m.stats().vectors, m.stats().orphan_vectors) == (kept - garden, 0)
     aged = loaded("forget", "--older-than", "1d", "--yes")
     assert aged.code == 1
-    assert "another-model" in aged.err
+    assert "index semantic-recall-another-model-16 (another-model) of this store" in aged.err
 
 
 def test_every_command_closes_the_store_it_opened(loaded: Cli) -> None:
