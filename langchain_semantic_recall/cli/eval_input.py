@@ -24,6 +24,13 @@ def read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
         raise UsageError("--include-adversarial is for LoCoMo (category 5); drop it")
     if args.busy and args.format != "paraphrase":
         raise UsageError("--busy is for 'eval paraphrase'; drop it")
+    if args.foreign and args.format == "paraphrase":  # 10.5 "false memories" a question
+        raise UsageError(
+            "--foreign asks each persona's questions of another persona, but the paraphrase "
+            "set's personas tell the same kinds of thing (a job, a home, a child): another "
+            "persona's question has true answers there, and they would be counted as false "
+            "memories; drop --foreign (its small-talk and off-topic lines are asked anyway)"
+        )
     if args.scope == "thread" and args.format != "locomo":
         raise UsageError(
             f"eval {args.format} asks in the question's own or a new thread; use --scope resource"

@@ -600,6 +600,9 @@ def test_eval_refuses_options_its_format_does_not_use(
     assert main(["eval", "jsonl", str(mine), "--include-adversarial"]) == 2
     assert "--include-adversarial is for LoCoMo" in capsys.readouterr().err
     assert main(["eval", "paraphrase", str(folder), "--scope", "thread"]) == 2
+    # Its personas tell the same kinds of thing: another's question has true answers.
+    assert main(["eval", "paraphrase", str(folder), "--foreign"]) == 2
+    assert "counted as false memories; drop --foreign" in capsys.readouterr().err
     assert main(["eval", "paraphrase", str(tmp_path / "missing")]) == 3
     (tmp_path / "empty").mkdir()  # a folder without the set's file: not found, as the docs say
     assert main(["eval", "paraphrase", str(tmp_path / "empty")]) == 3
