@@ -36,10 +36,11 @@ sums, per stall, those within it (several tasks' callbacks back to back stall th
 for their sum). With a Chroma server, where the framework's own stalls exceed the 25 ms
 bound, that share is ``graph``'s and ``middleware``'s figure (the whole turn's worst
 stall is printed beside it); ``engine`` runs no framework code and keeps the ticker's
-figure, which also counts the GIL its worker threads hold. All three are judged there
-outside garbage-collection pauses, printed beside: a pause stops every thread, whoever
-allocated last, for a time set by the whole heap (mostly LangChain's and chromadb's
-objects; the framework alone pauses as long). ``--only``
+figure, which also counts the GIL its worker threads hold. Every figure, ours and the
+baselines', embedded or server, is judged outside garbage-collection pauses, printed
+beside: a pause stops every thread, whoever allocated last, for a time set by the whole
+heap (mostly LangChain's and chromadb's objects; the framework alone pauses as long, when
+its short run holds one). ``--only``
 runs the scenarios whose names start with the given prefixes. Garbage
 collection pauses every thread: the longest pause is printed, and the max stall once the
 pauses are taken out of each tick. ``--gc-freeze`` calls ``gc.freeze()`` after the warm-up
@@ -488,14 +489,24 @@ def main() -> None:
 def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
     """Issue 24's targets from one run: each of ours against the bound of the baselines.
 
+    Every figure is taken outside garbage-collection pauses (printed beside): a pause stops
+    every thread for a time set by the whole heap, and lands in whichever scenario
+    allocates past the collector's threshold. The framework alone runs ~0.3 s and seldom
+    holds one, ours 4-6 s: ours with its pauses against a baseline without any was the
+    one-sided comparison an audit found (graph and middleware failed in every run on a
+    pause of 80-130 ms, the code before them too).
+
     Embedded Chroma: the bound is the larger of the two baselines' worst stalls (Chroma's
     own writes, the framework alone) + 10 ms; a missing baseline (``--only``) leaves no
     bound; each of ours is its worst stall. A Chroma server: 25 ms, for the package's own
-    share outside GC pauses: ``engine``'s worst stall, and in ``graph`` and ``middleware``
-    the most package code held the loop within one stall (the framework's turn around it
-    is a baseline).
+    share: ``engine``'s worst stall, and in ``graph`` and ``middleware`` the most package
+    code held the loop within one stall (the framework's turn around it is a baseline).
     """
-    worst = {name: results[name]["max_ms"] for name in (CHROMA_ALONE, FRAMEWORK) if name in results}
+    worst = {
+        name: results[name]["max_outside_gc_ms"]
+        for name in (CHROMA_ALONE, FRAMEWORK)
+        if name in results
+    }
     bound: float | None
     if server:
         bound, rule = SERVER_BOUND_MS, f"<= {SERVER_BOUND_MS:.0f} ms (Chroma server)"
@@ -510,12 +521,12 @@ def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
             continue
         share = server and name != "engine"
         key = "ours_on_loop" if share else "max"
-        figure = results[name][f"{key}_outside_gc_ms" if server else f"{key}_ms"]
+        figure = results[name][f"{key}_outside_gc_ms"]
         measure = "package code on the loop" if share else "worst stall"
         ours[name] = {
             "max_ms": figure,
             "with_gc_ms": results[name][f"{key}_ms"],
-            "measure": measure + (", outside GC" if server else ""),
+            "measure": measure + ", outside GC",
             "whole_turn_max_ms": results[name]["max_ms"],
             "met": None if bound is None else figure <= bound,
         }
@@ -525,7 +536,7 @@ def targets(results: dict[str, Any], *, server: bool) -> dict[str, Any]:
 def print_targets(verdict: dict[str, Any]) -> None:
     """The worst stalls side by side, with each of ours passed or failed."""
     bound = verdict["bound_ms"]
-    print(f"\nTarget: ours {verdict['rule']}\n")
+    print(f"\nTarget: ours {verdict['rule']}, every figure outside GC pauses\n")
     print(
         "| worst stall, ms | Chroma writes alone | framework alone | ours | measured as "
         "| with GC pauses | whole turn's worst stall | bound | met |"
