@@ -230,6 +230,8 @@ def _question_line(
     question, resource = row.get("question"), row.get("resource")
     if not isinstance(question, str) or not isinstance(resource, str):
         raise InvalidInputError(f"{where}: needs 'question' and 'resource'")
+    if not question.strip():  # a search finds nothing for it: scored as a miss, not found
+        raise InvalidInputError(f"{where}: 'question' is empty")
     entries = row.get("evidence")
     if not isinstance(entries, list):
         raise InvalidInputError(f"{where}: 'evidence' must be a list of ids")

@@ -251,6 +251,17 @@ def test_a_question_line_without_evidence_list_is_an_error(tmp_path: Path) -> No
         read_eval_jsonl(path)
 
 
+def test_an_empty_question_is_an_error_not_a_miss(tmp_path: Path) -> None:
+    """A blank query finds nothing: it was scored as a question recall missed."""
+    for blank in ("", "  \n"):
+        rows = [
+            {"resource": "a", "thread": "t", "role": "user", "id": "m1", "content": "red kite"},
+            {"question": blank, "resource": "a", "evidence": ["m1"]},
+        ]
+        with pytest.raises(InvalidInputError, match=r"line 2: 'question' is empty"):
+            read_eval_jsonl(jsonl(tmp_path / "e.jsonl", rows))
+
+
 def test_a_question_line_with_a_misspelt_key_is_an_error(tmp_path: Path) -> None:
     """A misspelt `category` scored the question under the default category, and nothing said so."""
     line = {"question": "q?", "resource": "alice", "evidence": ["a1"], "categroy": "temporal"}
