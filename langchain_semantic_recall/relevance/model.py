@@ -353,8 +353,9 @@ class RelevanceModel:
         fitted = self.fitted_for
         if fitted.matches(embedder, fitted.dimension if dimension is None else dimension):
             return None
+        sized = f"{embedder} ({dimension}-d)" if dimension is not None else embedder
         return (
-            f"not fitted for {embedder}: its numbers were {self.describe()}; similarities are "
+            f"not fitted for {sized}: its numbers were {self.describe()}; similarities are "
             "read as z-scores against unrelated text, so the embedder's scale does not "
             "matter, but its ranking was not measured"
         )

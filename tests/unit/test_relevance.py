@@ -612,6 +612,17 @@ def test_another_embedder_is_named_once_at_construction_and_in_stats(
     assert memory.stats(resource_id="r").relevance.startswith("not fitted for fake-bow")
 
 
+def test_the_note_on_another_dimension_of_the_fitted_models_name_says_which() -> None:
+    """It read "not fitted for all-MiniLM-L6-v2: its numbers were fitted for
+    all-MiniLM-L6-v2 (384-d)", a contradiction to a reader (an audit)."""
+    from langchain_semantic_recall.relevance import default_model
+
+    note = default_model().unfitted_note("all-MiniLM-L6-v2", 768)
+    assert note is not None
+    assert note.startswith("not fitted for all-MiniLM-L6-v2 (768-d): its numbers were fitted")
+    assert default_model().unfitted_note("all-MiniLM-L6-v2", 384) is None
+
+
 def test_engines_built_per_request_name_their_embedders_model_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
