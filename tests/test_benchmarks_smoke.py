@@ -155,23 +155,42 @@ def test_perf_loop_counts_package_code_that_holds_the_loop(tmp_path: Path) -> No
 
 
 def test_perf_loop_judges_the_package_share_on_a_chroma_server() -> None:
-    """With a server, graph and middleware are judged by the package's share, outside GC."""
+    """With a server, graph and middleware are judged by the package's share; embedded, by
+    the worst stall. Both outside GC pauses, the baselines' too: the framework alone runs
+    ~0.3 s and seldom holds a pause that ours, 4-6 s long, always does."""
     perf_loop = load_script(BENCHMARKS / "perf_loop.py")
     results = {
         "engine": {"max_ms": 40.0, "max_outside_gc_ms": 24.0},
-        "graph": {"max_ms": 90.0, "ours_on_loop_ms": 70.0, "ours_on_loop_outside_gc_ms": 12.0},
-        "middleware": {"max_ms": 30.0, "ours_on_loop_ms": 26.0, "ours_on_loop_outside_gc_ms": 26.0},
-        perf_loop.FRAMEWORK: {"max_ms": 80.0},
-        perf_loop.CHROMA_ALONE: {"max_ms": 3.0},
+        "graph": {
+            "max_ms": 90.0,
+            "max_outside_gc_ms": 31.0,
+            "ours_on_loop_ms": 70.0,
+            "ours_on_loop_outside_gc_ms": 12.0,
+        },
+        "middleware": {
+            "max_ms": 30.0,
+            "max_outside_gc_ms": 30.0,
+            "ours_on_loop_ms": 26.0,
+            "ours_on_loop_outside_gc_ms": 26.0,
+        },
+        perf_loop.FRAMEWORK: {"max_ms": 80.0, "max_outside_gc_ms": 20.0},
+        perf_loop.CHROMA_ALONE: {"max_ms": 3.0, "max_outside_gc_ms": 3.0},
     }
     server = perf_loop.targets(results, server=True)["ours"]
     assert (server["engine"]["max_ms"], server["engine"]["met"]) == (24.0, True)
     assert (server["graph"]["max_ms"], server["graph"]["met"]) == (12.0, True)
     assert (server["graph"]["with_gc_ms"], server["graph"]["whole_turn_max_ms"]) == (70.0, 90.0)
     assert (server["middleware"]["max_ms"], server["middleware"]["met"]) == (26.0, False)
-    embedded = perf_loop.targets(results, server=False)  # the turn's worst stall, as before
-    assert embedded["bound_ms"] == 90.0
-    assert [embedded["ours"][n]["max_ms"] for n in ("engine", "graph")] == [40.0, 90.0]
+    embedded = perf_loop.targets(results, server=False)  # the turn's worst stall
+    assert embedded["bound_ms"] == 30.0  # the framework alone outside GC, + 10
+    figures = [embedded["ours"][n]["max_ms"] for n in ("engine", "graph", "middleware")]
+    assert figures == [24.0, 31.0, 30.0]
+    assert [embedded["ours"][n]["met"] for n in ("engine", "graph", "middleware")] == [
+        True,
+        False,
+        True,
+    ]
+    assert embedded["ours"]["graph"]["with_gc_ms"] == 90.0
 
 
 def test_perf_loop_runs_only_the_scenarios_asked(tmp_path: Path) -> None:
