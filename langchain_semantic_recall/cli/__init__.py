@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -221,6 +222,39 @@ def _warnings_in_one_line(verbose: bool) -> Iterator[None]:
             print(f"{label} {line}", file=sys.stderr)
 
 
+_FLAGS = {
+    "search_mode": "--search-mode",
+    "time_boost": "--time-boost",
+    "top_k": "--top-k",
+    "message_range.before": "--before",
+    "message_range.after": "--after",
+    "message_budget": "--message-budget",
+    "threshold": "--threshold",
+    "scope": "--scope",
+}
+_OPTION = re.compile(
+    r"\b(search_mode|time_boost|top_k|message_range\.before|message_range\.after"
+    r"|message_budget|threshold|scope)(?:=('?)([^',;:)\s]+)\2|\b(?!=))"
+)
+
+
+def in_flags(message: str) -> str:
+    """An engine option's error in the words of the command line: its flags, not Python's.
+
+    `time_boost=0.3 ...: use search_mode='hybrid'` reads `--time-boost 0.3 ...: use
+    --search-mode hybrid`. "threshold" and "scope" alone are English words: only their
+    `name=value` form is rewritten.
+    """
+
+    def flag(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(3)
+        if value is None:
+            return match.group(0) if name in ("threshold", "scope") else _FLAGS[name]
+        return f"{_FLAGS[name]} {value}"
+
+    return _OPTION.sub(flag, message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit code (see `--help`)."""
     parser = build_parser(sys.argv[1:] if argv is None else argv)
@@ -239,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(failure))
         return failure.code
     except InvalidOptionError as failure:
-        error(str(failure))
+        error(in_flags(str(failure)))
         return EXIT_USAGE
     except SemanticRecallError as failure:
         # A backend that failed part way (StorageError): how to finish, as after Ctrl-C.

@@ -580,3 +580,19 @@ def test_eval_jsonl_of_probe_lines_only_says_there_is_no_question_to_score(
     assert "0 questions" in out
     assert "no question to score: probe lines only" in out
     assert "false memories, small talk" in out
+
+
+def test_an_engine_options_error_speaks_of_the_flags_typed(
+    tmp_path: Path, fake_embedder: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The engine's words were Python's (`time_boost=0.3`, `search_mode='hybrid'`, `top_k`)."""
+    folder = paraphrase_set(tmp_path / "para")
+    argv = ["eval", "paraphrase", str(folder), "--search-mode", "dense", "--time-boost", "0.3"]
+    assert main(argv) == 2
+    said = capsys.readouterr().err
+    assert "--time-boost 0.3 has no effect in dense mode" in said
+    assert "--search-mode hybrid or --search-mode keyword" in said
+    assert "time_boost" not in said
+    assert "search_mode" not in said
+    assert main(["eval", "paraphrase", str(folder), "--before", "-1"]) == 2
+    assert "error: --before must be an int from 0" in capsys.readouterr().err
