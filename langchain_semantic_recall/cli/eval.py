@@ -116,6 +116,15 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
         type=a_path,
         help="the dataset file (paraphrase: the set's folder)",
     )
+    # The store's options, after the command too, to be refused in words (`run_eval`),
+    # not as unrecognized arguments: every other command takes them there.
+    for flag, dest in (
+        ("--path", "path"),
+        ("--storage", "storage_url"),
+        ("--vector", "vector_url"),
+        ("--index-name", "index_name"),
+    ):
+        parser.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     engine = parser.add_argument_group("engine options (default: the package defaults)")
     engine.add_argument(
         "--search-mode",
@@ -438,6 +447,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(
             "eval loads the dataset into a fresh embedded store and does not use "
             "--storage / --vector: leave them out (--store DIR keeps the store)"
+        )
+    if common.index_name(args) is not None:
+        raise UsageError(
+            "eval embeds into the local model's own index of the store it loads: leave "
+            "--index-name out"
         )
     if getattr(args, "path", None) is not None:  # given; $SEMANTIC_RECALL_PATH is no choice
         raise UsageError(

@@ -538,9 +538,15 @@ def test_eval_refuses_the_global_server_urls(
     dataset = tmp_path / "set.jsonl"
     dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
     urls = ["--storage", f"sqlite:///{tmp_path / 'm.db'}", "--vector", "memory://"]
-    assert main([*urls, "eval", "jsonl", str(dataset)]) == 2
-    assert "does not use --storage / --vector" in capsys.readouterr().err
+    for argv in ([*urls, "eval", "jsonl", str(dataset)], ["eval", "jsonl", str(dataset), *urls]):
+        assert main(argv) == 2
+        assert "does not use --storage / --vector" in capsys.readouterr().err
     assert not (tmp_path / "m.db").exists()
+    # --index-name was ignored before the command, "unrecognized" after it.
+    named = ["--index-name", "n"]
+    for argv in ([*named, "eval", "jsonl", str(dataset)], ["eval", "jsonl", str(dataset), *named]):
+        assert main(argv) == 2
+        assert "leave --index-name out" in capsys.readouterr().err
 
 
 def test_eval_refuses_a_global_path_rather_than_measure_another_store(
@@ -552,10 +558,12 @@ def test_eval_refuses_a_global_path_rather_than_measure_another_store(
     dataset = tmp_path / "set.jsonl"
     dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
     mine = tmp_path / "mine"
-    assert main(["--path", str(mine), "eval", "jsonl", str(dataset)]) == 2
-    err = capsys.readouterr().err
-    assert "eval does not read the store at --path" in err
-    assert "--store DIR" in err
+    path = ["--path", str(mine)]  # after the command it was "unrecognized arguments"
+    for argv in ([*path, "eval", "jsonl", str(dataset)], ["eval", "jsonl", str(dataset), *path]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "eval does not read the store at --path" in err
+        assert "--store DIR" in err
     assert not mine.exists()
     monkeypatch.setenv(common.PATH_ENV, str(mine))
     parser = build_parser()
