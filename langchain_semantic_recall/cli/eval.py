@@ -402,7 +402,12 @@ def _load(
         dataset,
         Path(args.store) if args.store else None,
         manifest,
-        source={"dataset": str(path), "format": args.format, "busy": args.busy},
+        source={
+            "dataset": str(path),
+            "format": args.format,
+            "busy": args.busy,
+            "scope": args.scope,
+        },
         progress=progress,
     )
     args.interrupted = None  # loaded (or reused): a stop from here leaves it whole

@@ -171,9 +171,10 @@ def reusable(store: Path, manifest: dict[str, Any] | None, wanted: dict[str, Any
 
 def _describe(facts: dict[str, Any]) -> str:
     busy = f" with --busy {facts['busy']}" if facts.get("busy") else ""
+    scope = f" for --scope {facts['scope']}" if facts.get("scope") else ""
     return (
         f"{facts.get('messages')} messages of {facts.get('format')} {facts.get('dataset')}"
-        f"{busy} (sha256 {str(facts.get('messages_sha256'))[:12]}), embedded with "
+        f"{busy}{scope} (sha256 {str(facts.get('messages_sha256'))[:12]}), embedded with "
         f"{facts.get('embeddings')}"
     )
 

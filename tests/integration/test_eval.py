@@ -282,7 +282,11 @@ def test_eval_store_refuses_another_dataset_or_an_unknown_folder(
     before = sorted(p.name for p in store.iterdir())
     capsys.readouterr()
     assert main([*argv, "--scope", "thread"]) == 2  # the same file, other threads
-    assert "holds 10 messages of locomo" in capsys.readouterr().err
+    refused = capsys.readouterr().err
+    assert "holds 10 messages of locomo" in refused
+    # What differs is named: both halves read alike but for a hash (an audit).
+    assert "for --scope resource (sha256" in refused
+    assert "for --scope thread (sha256" in refused
     other = two_resource_jsonl(tmp_path / "other.jsonl", [])
     assert main(["eval", "jsonl", str(other), "--no-progress", "--store", str(store)]) == 2
     assert sorted(p.name for p in store.iterdir()) == before
