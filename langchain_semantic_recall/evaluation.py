@@ -1,10 +1,9 @@
 """Measuring recall on conversations with evidence labels (LoCoMo, our JSONL, paraphrases).
 
 The evaluation drives the real path: every conversation is loaded with
-`SemanticRecall.index` and every question is answered by `SemanticRecall.search`,
-the very call `recall` makes before each model call. A question's
-*returned* messages are those of the hits' windows, deduplicated: exactly what recall
-would inject for it. Scores per question:
+`SemanticRecall.index` and every question is answered by `SemanticRecall.search`, the
+very call `recall` makes before each model call. A question's *returned* messages are
+those of the hits' windows, deduplicated: what recall would inject. Scores per question:
 
 - `recall`: the fraction of its evidence messages that were returned;
 - `hit_all` / `hit_any`: all / at least one of them returned;
@@ -38,8 +37,7 @@ and `thread` (one of its resource's conversations, where it is asked; by default
 one, so every conversation of the resource is searched). `--foreign` asks it of another
 resource in a new thread.
 
-A **probe line** is a turn nothing stored answers, such as small talk or an off-topic
-question; recall should return nothing for it:
+A **probe line** is a turn nothing stored answers (small talk, an off-topic question):
 
 ```json
 {"probe": "thanks!", "kind": "small talk"}

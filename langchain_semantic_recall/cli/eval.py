@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_semantic_recall.cli import common
-from langchain_semantic_recall.cli.common import NotFoundError, UsageError, a_path, verbose_option
+from langchain_semantic_recall.cli.common import NotFoundError, a_path, verbose_option
 from langchain_semantic_recall.cli.render import style, table
 
 if TYPE_CHECKING:
@@ -116,15 +116,13 @@ def register(subparsers: Any, *, detailed: bool = True) -> None:
         type=a_path,
         help="the dataset file (paraphrase: the set's folder)",
     )
-    # The store's options, after the command too, to be refused in words (`run_eval`),
-    # not as unrecognized arguments: every other command takes them there.
-    for flag, dest in (
-        ("--path", "path"),
-        ("--storage", "storage_url"),
-        ("--vector", "vector_url"),
-        ("--index-name", "index_name"),
-    ):
-        parser.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    # The store's options, after the command too, to be refused in words (`run`), not as
+    # unrecognized arguments: every other command takes them there.
+    hidden = {"default": argparse.SUPPRESS, "help": argparse.SUPPRESS}
+    parser.add_argument("--path", type=a_path, **hidden)
+    for flag, dest in (("--storage", "storage_url"), ("--vector", "vector_url")):
+        parser.add_argument(flag, dest=dest, **hidden)
+    parser.add_argument("--index-name", **hidden)
     engine = parser.add_argument_group("engine options (default: the package defaults)")
     engine.add_argument(
         "--search-mode",
@@ -448,22 +446,7 @@ def run(args: argparse.Namespace) -> int:
     from langchain_semantic_recall.cli import eval_input, eval_store
     from langchain_semantic_recall.recall import SemanticRecall
 
-    if common.store_urls(args) is not None:
-        raise UsageError(
-            "eval loads the dataset into a fresh embedded store and does not use "
-            "--storage / --vector: leave them out (--store DIR keeps the store)"
-        )
-    if common.index_name(args) is not None:
-        raise UsageError(
-            "eval embeds into the local model's own index of the store it loads: leave "
-            "--index-name out"
-        )
-    if getattr(args, "path", None) is not None:  # given; $SEMANTIC_RECALL_PATH is no choice
-        raise UsageError(
-            "eval does not read the store at --path: it measures recall on a labelled "
-            "dataset it loads into a fresh store; leave --path out (--store DIR keeps that "
-            "store, in a new or empty folder)"
-        )
+    eval_input.refuse_a_store(args)
     path = Path(args.dataset)
     dataset, busy = eval_input.read(args, path)
     if args.probes:

@@ -13,7 +13,29 @@ from typing import Any
 
 from langchain_semantic_recall.cli.common import CommandError, NotFoundError, UsageError
 
-__all__ = ["check", "read"]
+__all__ = ["check", "read", "refuse_a_store"]
+
+
+def refuse_a_store(args: argparse.Namespace) -> None:
+    """Refuse the options that name a store: eval loads the dataset into a fresh one."""
+    from langchain_semantic_recall.cli.common import index_name, store_urls
+
+    if store_urls(args) is not None:
+        raise UsageError(
+            "eval loads the dataset into a fresh embedded store and does not use "
+            "--storage / --vector: leave them out (--store DIR keeps the store)"
+        )
+    if index_name(args) is not None:
+        raise UsageError(
+            "eval embeds into the local model's own index of the store it loads: leave "
+            "--index-name out"
+        )
+    if getattr(args, "path", None) is not None:  # given; $SEMANTIC_RECALL_PATH is no choice
+        raise UsageError(
+            "eval does not read the store at --path: it measures recall on a labelled "
+            "dataset it loads into a fresh store; leave --path out (--store DIR keeps that "
+            "store, in a new or empty folder)"
+        )
 
 
 def read(args: argparse.Namespace, path: Path) -> tuple[Any, str | None]:
