@@ -238,19 +238,22 @@ _OPTION = re.compile(
 )
 
 
-def in_flags(message: str) -> str:
+def in_flags(message: str, typed: Sequence[str] = ()) -> str:
     """An engine option's error in the words of the command line: its flags, not Python's.
 
     `time_boost=0.3 ...: use search_mode='hybrid'` reads `--time-boost 0.3 ...: use
     --search-mode hybrid`. "threshold" and "scope" alone are English words: only their
-    `name=value` form is rewritten.
+    `name=value` form is rewritten. `search` and `inspect` give the window as `--range`,
+    `eval` as `--before` and `--after`: the one `typed` (the command line) holds.
     """
+    ranged = "--range" in typed
 
     def flag(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(3)
-        if value is None:
-            return match.group(0) if name in ("threshold", "scope") else _FLAGS[name]
-        return f"{_FLAGS[name]} {value}"
+        if value is None and name in ("threshold", "scope"):
+            return match.group(0)
+        option = "--range" if ranged and name.startswith("message_range") else _FLAGS[name]
+        return option if value is None else f"{option} {value}"
 
     return _OPTION.sub(flag, message)
 
@@ -273,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         error(str(failure))
         return failure.code
     except InvalidOptionError as failure:
-        error(in_flags(str(failure)))
+        error(in_flags(str(failure), sys.argv[1:] if argv is None else argv))
         return EXIT_USAGE
     except SemanticRecallError as failure:
         # A backend that failed part way (StorageError): how to finish, as after Ctrl-C.

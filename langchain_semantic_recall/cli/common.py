@@ -316,7 +316,7 @@ def open_backends(
 
             if other := index_of_another_model(path, backends["embeddings"], name):
                 backends["embeddings"], name = other
-        require_own_vectors(path, backends["embeddings"], name)
+        require_own_vectors(path, backends["embeddings"], name, embeds=embeds)
     except BaseException:
         for part in ("vector_store", "storage"):
             backends[part].close()

@@ -26,7 +26,6 @@ from langchain_semantic_recall.cli.common import (
     store_urls,
 )
 from langchain_semantic_recall.cli.narrowing import parse_age, parse_date
-from langchain_semantic_recall.cli.places import other_indexes
 from langchain_semantic_recall.cli.render import error
 from langchain_semantic_recall.errors import InvalidOptionError, NotFoundError
 from langchain_semantic_recall.quoting import printable
@@ -125,11 +124,15 @@ def run_forget(args: argparse.Namespace) -> int:
 
 
 def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> int:
-    """`forget` of what holds no message: the vectors an interrupted forget left of it.
+    """`forget` of what holds no message: the vectors left of it, in any index of the store.
+
+    An interrupted forget leaves them in its own index; a forget from Python through one
+    index leaves them in the store's others.
 
     Raises:
         NotFoundError: `unknown`, when no vector of it is left either.
     """
+    from langchain_semantic_recall.cli.other_indexes import other_engines
     from langchain_semantic_recall.records import ScopeFilter
 
     what = f"thread {args.thread}" if args.thread is not None else f"resource {args.resource}"
@@ -139,16 +142,16 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
     index = memory.ensure_index().name
     scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
     left = len(memory.vector_store.message_ids(index, scope))
-    if not left:
+    elsewhere = sum(
+        len(m.vector_store.message_ids(n, scope)) for n, _, m in other_engines(args, index)
+    )
+    if not left and not elsewhere:
         raise unknown
-    question = f"{what} holds no message, but {left} vector(s) of it are left: delete them?"
-    if not args.yes and not confirm(question):
+    count = f"{left + elsewhere} vector(s) of it are left"
+    if not args.yes and not confirm(f"{what} holds no message, but {count}: delete them?"):
         print("Nothing deleted.")
         return EXIT_ERROR
-    if args.thread is not None:
-        memory.forget_thread(args.thread)
-    else:
-        memory.forget_resource(args.resource)
+    _forget_again(args)(memory)
     if still := len(memory.vector_store.message_ids(index, scope)):
         error(f"{still} vector(s) of {what} are left: run 'semantic-recall reindex --missing-only'")
         return EXIT_ERROR
@@ -170,29 +173,25 @@ def _in_other_indexes(
 ) -> int:
     """A forget deletes the vectors of one index: the store's other indexes' too.
 
-    Each other index of a local store (another embedder's: `stats` names them) is opened
-    under the model it recorded (`cli.recorded`) and `forget` run on it again: the
-    messages are gone, so it deletes the vectors left there. A forget by date (`forget`
-    None) no longer knows which messages it deleted: it names those indexes instead
-    (docs/data-handling.md, *Other indexes*) and the exit code is 1.
+    Each other index of a store given by `--path` (another embedder's: `stats` names
+    them) is opened under the model it recorded (`cli.recorded`). A thread's or
+    resource's `forget` is run on it again: the messages are gone, so it deletes the
+    vectors left there. A forget by date (`forget` None) no longer knows which messages
+    it deleted: there, every vector whose message is no longer stored is deleted.
     """
+    from langchain_semantic_recall.cli.other_indexes import drop_orphans, other_engines
     from langchain_semantic_recall.records import ScopeFilter
 
-    others = other_indexes(args, index_name) if store_urls(args) is None else []
-    if forget is None:
-        for name, model, _ in others:
-            error(
-                f"index {name} ({model}) of this store may still hold the vectors of what "
-                "was forgotten: forget it again through an engine on that index "
-                "(SemanticRecall.local(path, embeddings=...)), or drop the index"
-            )
-        return EXIT_ERROR if others else EXIT_OK
-    scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
-    for name, model, _ in others:
-        memory = open_memory(argparse.Namespace(**{**vars(args), "index_name": name}), embeds=False)
-        left = len(memory.vector_store.message_ids(name, scope))
-        forget(memory)
-        print(printable(f"Also deleted {left} vector(s) of it in index {name} ({model})."))
+    for name, model, memory in other_engines(args, index_name):
+        if forget is None:
+            left = drop_orphans(memory)
+        else:
+            scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
+            left = len(memory.vector_store.message_ids(name, scope))
+            forget(memory)
+        if left:
+            said = f"Also deleted the vectors of {left} message(s) in index {name} ({model})."
+            print(printable(said))
     return EXIT_OK
 
 

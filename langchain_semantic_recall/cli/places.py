@@ -147,8 +147,13 @@ def require_url_vectors(url: str) -> None:
         )
 
 
-def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = None) -> None:
+def require_own_vectors(
+    path: Path, embeddings: Embeddings, name: str | None = None, *, embeds: bool = True
+) -> None:
     """Refuse a store whose vectors another embedder made: every command would miss them.
+
+    `embeds` False: the command embeds nothing (`forget`, `purge`), and works on any of
+    them that `--index-name` names (`cli.recorded`): the refusal says so.
 
     A search would find nothing, `stats` would call every vector missing, `reindex` would
     embed the store again beside them, and `forget` would leave them behind.
@@ -175,6 +180,12 @@ def require_own_vectors(path: Path, embeddings: Embeddings, name: str | None = N
     made = found.get(info.name)
     if made is not None and made != (info.model, info.dimension):  # --index-name of another
         why = f"index {info.name} was made by {made[0]} ({made[1]}-d), not by {info.model}"
+    if why is not None and not embeds:
+        raise EmbeddingMismatchError(
+            f"the store at {path} was not embedded by the command line's model: {why}. "
+            f"Give --index-name with one of {', '.join(sorted(found))}: this command "
+            "embeds nothing, and works on every index of the store"
+        )
     if why is not None:
         raise EmbeddingMismatchError(
             f"the store at {path} was not embedded by the command line's model: {why}. "

@@ -62,16 +62,38 @@ def run_purge(args: argparse.Namespace) -> int:
     before = disk_usage(path) if local else None
     memory = open_memory(args, embeds=False)
     try:
+        dropped = _orphans_of_other_indexes(args, memory.ensure_index().name)
         result = memory.purge()
     finally:
         memory.storage.close()
     print(style(f"Purged {store_label(args)}", "bold"))
+    for line in dropped:
+        print(f"  {'vectors':<9}  {line}")
     for label, part in (("messages", result.storage), ("vectors", result.vectors)):
         print(f"  {label:<9}  {part.backend}: {'; '.join(part.done)}{_sizes(part)}")
     if before is not None:
         after = disk_usage(path)
         print(f"  {'store':<9}  {human_bytes(before)} -> {human_bytes(after)} on disk")
     return EXIT_OK
+
+
+def _orphans_of_other_indexes(args: argparse.Namespace, index_name: str) -> list[str]:
+    """Delete the vectors of messages no longer stored in the store's other indexes.
+
+    The purge deletes them in its own index before it compacts; a forget through one
+    index (from Python, or by date) leaves them, text and all, in the others, which the
+    rebuild of an embedded store's folder would copy as live rows.
+    """
+    from langchain_semantic_recall.cli.other_indexes import drop_orphans, other_engines
+
+    said = []
+    for name, model, other in other_engines(args, index_name):
+        if dropped := drop_orphans(other):
+            said.append(
+                f"index {name} ({model}): deleted the vectors of {dropped} message(s) "
+                "no longer stored"
+            )
+    return said
 
 
 def _sizes(part: CompactResult) -> str:

@@ -5,7 +5,7 @@ command line's model did not make. `search`, `inspect`, `reindex`, `ingest` and 
 embed, and `stats` counts chunks by the model's tokenizer, so they refuse such a store
 (`places.require_own_vectors`). `forget` and `purge` only delete vectors: they open that
 index under a stand-in named as the model that made it (`RecordedModel`), which refuses
-to embed.
+to embed (and so reach the store's other indexes too: `cli.other_indexes`).
 """
 
 from __future__ import annotations

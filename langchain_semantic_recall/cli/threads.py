@@ -169,4 +169,27 @@ def run_move(args: argparse.Namespace) -> int:
     else:
         said = f"Moved thread {args.thread} from {owner} to {args.to}: {moved} message(s)."
     print(printable(said))
+    if owner != args.to:
+        _moved_out_of_other_indexes(args, memory.ensure_index().name, owner)
     return EXIT_OK
+
+
+def _moved_out_of_other_indexes(args: argparse.Namespace, index_name: str, owner: str) -> None:
+    """Delete the moved thread's vectors from the store's other indexes, filed under `owner`.
+
+    Writing them under the new owner needs each index's own embedder: from Python,
+    `reindex(missing_only=True)` on that index (its `stats` counts them missing); left
+    there, a forget of the old owner would delete them, and that owner's searches read
+    them (to drop them, not show them).
+    """
+    from langchain_semantic_recall.cli.other_indexes import drop_thread_vectors, other_engines
+
+    for name, model, other in other_engines(args, index_name):
+        drop_thread_vectors(other, args.thread, owner)
+        print(
+            printable(
+                f"Index {name} ({model}): its vectors of the thread deleted; "
+                "reindex(missing_only=True) with that embedder writes them under "
+                f"{args.to}."
+            )
+        )

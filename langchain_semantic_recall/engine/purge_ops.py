@@ -38,7 +38,7 @@ def purge_op(backends: Backends) -> Op[PurgeResult]:
             "cannot: erase with the backend's own tools (see docs/data-handling.md)"
         )
     info = yield from backends.space.resolve()
-    orphans = yield from _drop_orphans(info)
+    orphans = yield from drop_orphans(info)
     yield steps.ClearCaches()  # it holds recent texts
     storage = yield steps.CompactStorage()
     vectors = yield steps.CompactVectors(info.name)
@@ -48,7 +48,7 @@ def purge_op(backends: Backends) -> Op[PurgeResult]:
     return PurgeResult(storage=storage, vectors=vectors)
 
 
-def _drop_orphans(info: IndexInfo) -> Op[int]:
+def drop_orphans(info: IndexInfo) -> Op[int]:
     """Delete the index's vectors whose message is not stored; returns how many messages.
 
     What `reindex(missing_only=True)` removes too, and `stats().orphan_vectors` counts.

@@ -25,7 +25,7 @@ from langchain_semantic_recall.engine.steps import Op
 from langchain_semantic_recall.engine.vector_space import VectorSpace
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
 from langchain_semantic_recall.filters import in_utc
-from langchain_semantic_recall.records import DeletedMessage, ScopeFilter
+from langchain_semantic_recall.records import DeletedMessage, ScopeFilter, ThreadInfo
 
 VECTOR_BATCH: Final = 1000
 """Message ids per vector-index delete."""
@@ -112,13 +112,19 @@ def forget_before_op(
 ) -> Op[RetentionResult]:
     """Delete the messages created before `cutoff` (of `owner`, or of everyone).
 
-    The vector index is opened first (one that cannot be fails the call before anything
-    is deleted), then the storage deletes (one transaction), then the vectors of exactly
-    those messages. If the vector index fails then, the error is raised with a note: recall
-    cannot show those vectors (every hit is read back through the storage), `stats()`
-    counts them as orphans and `reindex(missing_only=True)` removes them.
+    When the scope holds a message that old, the vector index is opened first (one that
+    cannot be fails the call before anything is deleted), then the storage deletes (one
+    transaction), then the vectors of exactly those messages. If the vector index fails
+    then, the error is raised with a note: recall cannot show those vectors (every hit is
+    read back through the storage), `stats()` counts them as orphans and
+    `reindex(missing_only=True)` removes them.
     """
     scope = None if owner is None else ScopeFilter(resource_id=owner)
+    threads: Sequence[ThreadInfo] = yield steps.ListThreads(owner)
+    if not any(t.first_at is not None and t.first_at < cutoff for t in threads):
+        # Nothing that old: no index to open (a retention job must not need the
+        # embedder's API, nor create a mistyped index, to delete nothing).
+        return RetentionResult(cutoff, owner)
     info = yield from space.resolve()
     deleted: Sequence[DeletedMessage] = yield steps.DeleteBefore(cutoff, scope)
     counts: dict[str, int] = {}

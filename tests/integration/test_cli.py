@@ -1316,33 +1316,108 @@ def test_stats_names_the_indexes_of_other_embedders_it_does_not_count(
     assert line + ": not counted here" in text
 
 
-def test_forget_deletes_in_every_index_and_says_what_a_forget_by_date_cannot(
-    loaded: Cli,
-) -> None:
-    """A thread or resource is forgotten in every index of the store, another embedder's
-    too (opened under the model it recorded). A forget by date no longer knows which
-    messages it deleted: it names the other index (docs/data-handling.md, *Other
-    indexes*), exit 1."""
+def _another_index(store: Path) -> tuple[Any, str, int]:
+    """Index the store's every message with another model too: (embedder, index, vectors)."""
     from langchain_semantic_recall import SemanticRecall
     from tests.fakes import FakeEmbeddings
 
     other = FakeEmbeddings(16, "another-model")
-    with SemanticRecall.local(loaded.store, embeddings=other) as m:
+    with SemanticRecall.local(store, embeddings=other) as m:
         m.reindex()
-        kept = m.stats().vectors
-        index = m.ensure_index().name
-        garden = len(m.vector_store.message_ids(index, ScopeFilter(thread_id="conv-garden")))
+        return other, m.ensure_index().name, m.stats().vectors
+
+
+def _vectors_of(store: Path, embeddings: Any, scope: ScopeFilter | None = None) -> tuple[int, int]:
+    """(the vectors of `scope` in `embeddings`' index, its orphan vectors)."""
+    from langchain_semantic_recall import SemanticRecall
+
+    with SemanticRecall.local(store, embeddings=embeddings) as m:
+        held = len(m.vector_store.message_ids(m.ensure_index().name, scope))
+        return held, m.stats().orphan_vectors
+
+
+def test_forget_deletes_in_every_index_by_thread_and_by_date(loaded: Cli) -> None:
+    """A thread or resource is forgotten in every index of the store, another embedder's
+    too (opened under the model it recorded). A forget by date no longer knows which
+    messages it deleted: there it deletes every vector whose message is gone. It exited
+    1 saying the other index may keep them, so a retention job failed every run."""
+    other, index, kept = _another_index(loaded.store)
+    garden = _vectors_of(loaded.store, other, ScopeFilter(thread_id="conv-garden"))[0]
     assert garden
     forgot = loaded("forget", "--thread", "conv-garden", "--yes")
     assert forgot.code == 0, forgot.err
     assert "Forgot thread conv-garden" in forgot.out
-    also = f"Also deleted {garden} vector(s) of it in index {index} (another-model)."
+    also = f"Also deleted the vectors of {garden} message(s) in index {index} (another-model)."
     assert also in forgot.out
-    with SemanticRecall.local(loaded.store, embeddings=other) as m:
-        assert (m.stats().vectors, m.stats().orphan_vectors) == (kept - garden, 0)
+    assert _vectors_of(loaded.store, other) == (kept - garden, 0)
     aged = loaded("forget", "--older-than", "1d", "--yes")
-    assert aged.code == 1
-    assert "index semantic-recall-another-model-16 (another-model) of this store" in aged.err
+    assert aged.code == 0, aged.err
+    assert f"in index {index} (another-model)" in aged.out
+    assert _vectors_of(loaded.store, other) == (0, 0)  # the sample's turns are years old
+
+
+def test_forget_finds_the_vectors_another_index_kept_of_what_python_forgot(
+    loaded: Cli,
+) -> None:
+    """An app forgot alice through its own index; the command line's forget of her found
+    no message and no vector in its index, said "no conversations" (exit 3) and left the
+    other index's vectors, text and all (a review)."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    other, _, _ = _another_index(loaded.store)
+    with SemanticRecall.local(loaded.store, embeddings=FakeEmbeddings()) as m:
+        assert m.forget_resource("alice")
+    alice = ScopeFilter(resource_id="alice")
+    assert _vectors_of(loaded.store, other, alice)[0]
+    again = loaded("forget", "--resource", "alice", "--yes")
+    assert again.code == 0, again.err
+    assert "Forgot what was left of resource alice" in again.out
+    assert _vectors_of(loaded.store, other, alice) == (0, 0)
+
+
+def test_purge_and_move_reach_the_other_indexes(loaded: Cli) -> None:
+    """purge deleted the orphan vectors of its own index only, and rebuilt the folder with
+    the others' copied as live rows; move left the thread's vectors in another index
+    under the old owner, so a forget of that owner deleted them (a review)."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    other, index, _ = _another_index(loaded.store)
+    with SemanticRecall.local(loaded.store, embeddings=FakeEmbeddings()) as m:
+        assert m.forget_thread("conv-garden")  # from Python, through one index
+    assert _vectors_of(loaded.store, other)[1]
+    purged = loaded("purge")
+    assert purged.code == 0, purged.err
+    assert f"index {index} (another-model): deleted the vectors of" in purged.out
+    assert _vectors_of(loaded.store, other)[1] == 0
+    thread = next(t for t in loaded("threads", "--json").json() if t["resource"] == "alice")
+    moved = loaded("move", "--thread", thread["thread"], "--to", "bob")
+    assert moved.code == 0, moved.err
+    assert f"Index {index} (another-model): its vectors of the thread deleted" in moved.out
+    in_thread = ScopeFilter(thread_id=thread["thread"])
+    assert _vectors_of(loaded.store, other, in_thread) == (0, 0)  # missing, not misfiled
+    with SemanticRecall.local(loaded.store, embeddings=other) as m:
+        m.reindex(missing_only=True)  # its own embedder writes them under bob
+        bob = ScopeFilter(resource_id="bob", thread_id=thread["thread"])
+        assert m.vector_store.message_ids(m.ensure_index().name, bob)
+
+
+def test_forget_on_several_other_embedders_indexes_names_the_flag_to_give(cli: Cli) -> None:
+    """It said to open the store from Python, though --index-name lets forget work."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    for size in (8, 16):
+        with SemanticRecall.local(cli.store, embeddings=FakeEmbeddings(size, "another")) as m:
+            m.index(["I keep bees."], thread_id="t1", resource_id="alice")
+    refused = cli("forget", "--thread", "t1", "--yes")
+    assert refused.code == 1
+    names = "semantic-recall-another-16, semantic-recall-another-8"
+    assert f"Give --index-name with one of {names}: this command embeds nothing" in refused.err
+    named = cli("--index-name", "semantic-recall-another-8", "forget", "--thread", "t1", "--yes")
+    assert named.code == 0, named.err
+    assert "in index semantic-recall-another-16 (another)" in named.out
 
 
 def test_every_command_closes_the_store_it_opened(loaded: Cli) -> None:

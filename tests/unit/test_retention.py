@@ -113,6 +113,31 @@ def test_apply_retention_forgets_what_is_older_than_the_policy(make_engine: Engi
     assert memory.retention == timedelta(days=90)
 
 
+def test_a_retention_that_deletes_nothing_needs_no_index(make_engine: EngineFactory) -> None:
+    """Since a forget opens the index before it deletes, a retention job with nothing old
+    needed the embedder (a probe: an API call, or its error when the API is down) and
+    created a mistyped index_name's index (a review): with nothing that old, neither."""
+    now = datetime.now(UTC)
+    make_engine().index(turn("new", ["x", "y"], start=now), thread_id="t", resource_id="r")
+    probeless = FakeEmbeddings()
+    probeless.dimension = None  # an API embedder: only a probe tells its index
+    probeless.fail = ConnectionError("the embedding API is down")
+    vectors = RecordingVectors(InMemoryVectorIndex())
+    memory = make_engine(
+        embeddings=probeless, vector_store=vectors, index_name="typo", retention=timedelta(days=1)
+    )
+    assert memory.apply_retention().deleted == {}
+    hour_ago = now - timedelta(hours=1)
+    assert asyncio.run(memory.aforget_before(hour_ago, resource_id="r")).deleted == {}
+    assert probeless.calls == []  # not even a probe
+    assert vectors.names() == []  # no index opened, so none created
+    old = turn("old", ["x"], start=now - timedelta(days=2))
+    make_engine().index(old, thread_id="t", resource_id="r")
+    with pytest.raises(ConnectionError):  # something to delete: the index first, as before
+        memory.apply_retention()
+    assert stored_ids(memory) == {"old-0", "new-0", "new-1"}
+
+
 def test_the_policy_is_checked_and_needed(make_engine: EngineFactory) -> None:
     for bad in (timedelta(0), timedelta(days=-1), 90, "90d"):
         with pytest.raises(InvalidOptionError, match="retention"):
