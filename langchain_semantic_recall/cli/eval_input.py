@@ -18,9 +18,9 @@ __all__ = ["check", "read", "refuse_a_store"]
 
 def refuse_a_store(args: argparse.Namespace) -> None:
     """Refuse the options that name a store: eval loads the dataset into a fresh one."""
-    from langchain_semantic_recall.cli.common import index_name, store_urls
+    from langchain_semantic_recall.cli.common import index_name
 
-    if store_urls(args) is not None:
+    if getattr(args, "storage_url", None) or getattr(args, "vector_url", None):  # either
         raise UsageError(
             "eval loads the dataset into a fresh embedded store and does not use "
             "--storage / --vector: leave them out (--store DIR keeps the store)"

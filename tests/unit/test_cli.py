@@ -538,7 +538,11 @@ def test_eval_refuses_the_global_server_urls(
     dataset = tmp_path / "set.jsonl"
     dataset.write_text('{"probe": "thanks!", "kind": "small talk"}\n', encoding="utf-8")
     urls = ["--storage", f"sqlite:///{tmp_path / 'm.db'}", "--vector", "memory://"]
-    for argv in ([*urls, "eval", "jsonl", str(dataset)], ["eval", "jsonl", str(dataset), *urls]):
+    for argv in (
+        [*urls, "eval", "jsonl", str(dataset)],
+        ["eval", "jsonl", str(dataset), *urls],
+        ["eval", "jsonl", str(dataset), *urls[:2]],  # it was told to add --vector
+    ):
         assert main(argv) == 2
         assert "does not use --storage / --vector" in capsys.readouterr().err
     assert not (tmp_path / "m.db").exists()
