@@ -236,6 +236,7 @@ def _unowned_in_file(
 
 def _client_stats(args: argparse.Namespace) -> RecallStats:
     """`stats` through the vector index's own client (chromadb for an embedded store)."""
+    from langchain_semantic_recall.cli.own_index import require_own_index
     from langchain_semantic_recall.embeddings import EmbeddingCache
     from langchain_semantic_recall.engine.maintenance_ops import stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
@@ -253,6 +254,8 @@ def _client_stats(args: argparse.Namespace) -> RecallStats:
             common.index_name(args),
         )
         stats = drive(stats_op(space, scope, relevance), Backends(storage, space))
+        if store_urls(args) is not None:  # it would name a repair of another store's index
+            require_own_index(storage, space.vectors, stats.index_name)
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)
         return stats

@@ -1,7 +1,6 @@
 """What every subcommand shares: exit codes, errors, opening the store, confirmation.
 
-Subcommand modules import from here; nothing here imports chromadb or the model until a
-store is opened.
+Nothing here imports chromadb or the model until a store is opened.
 """
 
 from __future__ import annotations
@@ -204,8 +203,8 @@ def open_memory(
         create: Create a local store if it does not exist (`ingest`); otherwise a
             missing store is reported as not found rather than silently created empty.
         new_vectors: The vector index may be new (`reindex` writes every vector again).
-        embeds: False for a command that embeds nothing (`forget`, `purge`): it works
-            on a local store's index of another model too (`cli.recorded`).
+        embeds: False for a command that embeds nothing (`forget`, `purge`): it works on
+            a local store's index of another model too (`cli.recorded`).
         options: Engine options (`top_k`, `scope`, ...).
     """
     from langchain_semantic_recall.recall import SemanticRecall
@@ -219,7 +218,12 @@ def open_memory(
     if not embeds:  # it never searches: no relevance model to warn of another embedder
         options.setdefault("search_mode", "dense")
     try:
-        return SemanticRecall(**backends, **options)
+        memory = SemanticRecall(**backends, **options)
+        if store_urls(args) is not None:  # a shared server: is the index the store's own?
+            from langchain_semantic_recall.cli.own_index import require_own_index
+
+            require_own_index(memory.storage, memory.vector_store, memory.ensure_index().name)
+        return memory
     except BaseException:
         backends["storage"].close()
         raise

@@ -40,6 +40,7 @@ from langchain_semantic_recall.cli.common import (
     store_path,
     store_urls,
 )
+from langchain_semantic_recall.cli.own_index import require_own_index
 from langchain_semantic_recall.cli.places import (
     place,
     refuse_another_database,
@@ -436,6 +437,12 @@ def run(args: argparse.Namespace) -> int:
     source = SemanticRecall.from_url(
         storage=from_storage, vector=from_vector, embeddings=embeddings, **options
     )
+    try:
+        name = source.ensure_index().name
+        require_own_index(source.storage, source.vector_store, name, "the source store")
+    except BaseException:
+        source.storage.close()
+        raise
     target_options = {k: v for k, v in options.items() if k != "read_only"}
     if args.to_index_name:
         target_options["index_name"] = args.to_index_name

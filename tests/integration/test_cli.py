@@ -1547,3 +1547,53 @@ def test_forget_of_an_unknown_thread_creates_no_vector_index(loaded: Cli) -> Non
     assert "no thread 'typo'" in said.err
     assert "index" not in said.err
     assert not (loaded.store / "chroma").exists()
+
+
+def test_a_store_on_a_shared_vector_server_refuses_another_stores_index(
+    embedder: Embedder, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two stores on one Chroma, B under its own index_name. Given B's URLs without
+    --index-name, every command opened the default index, A's: forget said B's vectors
+    were deleted and left them, stats named a repair that deleted A's vectors as orphans,
+    migrate copied A's vectors, users' text and all, into B's copy (an audit). Refused
+    now, before anything changes; with --index-name it works."""
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    chroma = f"chroma:///{tmp_path / 'shared'}"
+    a, b = (f"sqlite:///{tmp_path / name}.sqlite3" for name in ("a", "b"))
+    with SemanticRecall.from_url(storage=a, vector=chroma, embeddings=FakeEmbeddings()) as m:
+        m.index(["alice's passport is X1"], thread_id="a1", resource_id="alice")
+    with SemanticRecall.from_url(
+        storage=b, vector=chroma, embeddings=FakeEmbeddings(), index_name="b-index"
+    ) as m:
+        m.index(["carol drives a red Volvo"], thread_id="c1", resource_id="carol")
+    urls = ("--storage", b, "--vector", chroma)
+
+    def cli(*argv: str) -> Result:
+        code = main(list(argv))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    copy = tmp_path / "copy"
+    to = ("--to-storage", f"sqlite:///{copy}/m.sqlite3", "--to-vector", f"chroma:///{copy}/c")
+    for command in (
+        ("stats",),
+        ("reindex", "--missing-only"),
+        ("search", "volvo", "--resource", "carol"),
+        ("forget", "--resource", "carol", "--yes"),
+        ("migrate", *to, "--embeddings", "tests.fakes:FakeEmbeddings"),
+    ):
+        refused = cli(*urls, *command)
+        assert refused.code == 1, command
+        assert "it is another store's index" in refused.err, command
+        assert "give --index-name" in refused.err
+    assert not copy.exists()
+    with SemanticRecall.from_url(storage=a, vector=chroma, embeddings=FakeEmbeddings()) as m:
+        assert (m.stats().messages, m.stats().vectors, m.stats().orphan_vectors) == (1, 1, 0)
+    forgot = cli(*urls, "--index-name", "b-index", "forget", "--resource", "carol", "--yes")
+    assert forgot.code == 0, forgot.err
+    with SemanticRecall.from_url(
+        storage=b, vector=chroma, embeddings=FakeEmbeddings(), index_name="b-index"
+    ) as m:
+        assert (m.stats().messages, m.stats().vectors) == (0, 0)

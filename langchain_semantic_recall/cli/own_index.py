@@ -1,0 +1,62 @@
+"""Which index of a shared vector server is this store's.
+
+A store does not record the name of its vector index. On a Chroma server several stores
+share, each under its own `index_name`, a command given no `--index-name` opens the
+model's default index, which may be another store's: a forget then deleted nothing of
+this store's and said it had, a repair deleted the other store's vectors as orphans, and
+a migration copied them, other users' text and all (an audit). Before a command given
+URLs acts, `require_own_index` checks that the index holds a vector of this store's
+messages when it holds any vector at all. (A store given by `--path` owns its Chroma
+folder, whose indexes `places.require_own_vectors` reads from its file.)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from langchain_semantic_recall.errors import CommandError
+from langchain_semantic_recall.records import ScopeFilter, unembedded_reason
+
+if TYPE_CHECKING:
+    from langchain_semantic_recall.storage.base import MessageStorage
+    from langchain_semantic_recall.vectors.base import VectorIndex
+
+SAMPLE: Final = 200
+"""Stored messages checked (the first, in thread order)."""
+RESOURCES: Final = 5
+"""Resources of the sample whose vectors are read."""
+
+
+def require_own_index(
+    storage: MessageStorage, vectors: VectorIndex, index: str, what: str = "this store"
+) -> None:
+    """Refuse an index that holds vectors, none of them of the store's messages checked.
+
+    Args:
+        storage: The store's messages.
+        vectors: The vector index host the command opened.
+        index: The index's name.
+        what: How the message names the store ("the source store").
+
+    Raises:
+        CommandError: the index is another store's (give `--index-name`).
+    """
+    sample = [m for m in storage.list_messages(None, limit=SAMPLE) if unembedded_reason(m) is None]
+    if not sample:
+        return  # nothing of this store to find there
+    held = vectors.count(index)
+    if not held:
+        return  # a new index, or one whose writes all failed: `stats` counts them missing
+    by_resource: dict[str, set[str]] = {}
+    for message in sample:
+        by_resource.setdefault(message.resource_id, set()).add(message.id)
+    for resource, ids in list(by_resource.items())[:RESOURCES]:
+        if vectors.message_ids(index, ScopeFilter(resource_id=resource)) & ids:
+            return
+    raise CommandError(
+        f"the vector index {index!r} holds {held} vector(s), but none of the {len(sample)} "
+        f"messages of {what} checked: it is another store's index (a store does not record "
+        "its index name, and without --index-name every command opens the model's "
+        "default index); give --index-name with the index_name= of this store's app. "
+        "Nothing was changed"
+    )
