@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from langchain_semantic_recall.errors import InvalidOptionError, StorageError
 from langchain_semantic_recall.executor import run_in_executor
@@ -50,19 +50,27 @@ _POLL_S = 0.1
 
 @dataclass(frozen=True, slots=True)
 class ChromaURL:
-    """Where a Chroma server listens, parsed from `http(s)://host[:port]`."""
+    """Where a Chroma server listens, parsed from `http(s)://host[:port][?options]`."""
 
     host: str
     port: int
     ssl: bool
+    tenant: str | None = None
+    """`?tenant=`: the Chroma tenant (None: the server's default)."""
+    database: str | None = None
+    """`?database=`: the Chroma database (None: the server's default)."""
+    request_timeout: float | None = None
+    """`?request_timeout=`: seconds a request may take (None: not given)."""
 
     @classmethod
     def parse(cls, url: str) -> ChromaURL:
         """Parse `http://host:port` (port 8000 by default, 443 for https).
 
-        The URL names the server only: a path, query parameters, a fragment or
-        credentials would not reach the client, so they are refused rather than dropped
-        (a `?tenant=` ignored would write into Chroma's default tenant).
+        The query may name the `tenant`, the `database` and the `request_timeout`
+        (seconds), what the command line and `SemanticRecall.from_url` cannot pass
+        otherwise. Anything else (a path, another parameter, a fragment, credentials)
+        would not reach the client, so it is refused rather than dropped (a misspelt
+        `?databse=` ignored would write into Chroma's default database).
 
         Raises:
             InvalidOptionError: not an http(s) URL with a host, or one carrying more.
@@ -77,11 +85,11 @@ class ChromaURL:
             port = parts.port or (443 if ssl else 8000)
         except ValueError as exc:
             raise InvalidOptionError(f"bad port in Chroma server URL {_shown(url)!r}") from exc
+        options = _url_options(url, parts.query)
         extra = [
             what
             for what, given in (
                 ("a path", parts.path not in ("", "/")),
-                ("query parameters", bool(parts.query)),
                 ("a fragment", bool(parts.fragment)),
                 ("credentials", "@" in parts.netloc),
             )
@@ -90,18 +98,57 @@ class ChromaURL:
         if extra:
             raise InvalidOptionError(
                 f"the Chroma server URL {_shown(url)!r} carries {' and '.join(extra)}, which "
-                "it cannot pass on: give http(s)://host:port only, and tenant, database and "
-                "an auth token from Python, as ChromaServerVectorIndex(url, tenant=..., "
-                "database=..., headers={'x-chroma-token': ...}) (the command line takes "
-                "the server's default tenant and database, without a token)"
+                "it cannot pass on: give http(s)://host:port, with ?tenant=, ?database= or "
+                "?request_timeout= if needed, and an auth token from Python, as "
+                "ChromaServerVectorIndex(url, headers={'x-chroma-token': ...})"
             )
-        return cls(host=parts.hostname, port=port, ssl=ssl)
+        return cls(parts.hostname, port, ssl, **options)
 
     @property
     def url(self) -> str:
         """The server's URL (`http://host:port`, IPv6 hosts bracketed)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.ssl else 'http'}://{host}:{self.port}"
+
+
+_URL_OPTIONS = ("tenant", "database", "request_timeout")
+
+
+def _url_options(url: str, query: str) -> dict[str, Any]:
+    """The `?tenant=`, `?database=` and `?request_timeout=` of a Chroma server URL."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    names = [name for name, _ in pairs]
+    wrong = sorted({n for n in names if n not in _URL_OPTIONS or names.count(n) > 1})
+    if wrong:
+        raise InvalidOptionError(
+            f"the Chroma server URL {_shown(url)!r} gives {', '.join(wrong)}: it takes "
+            f"{', '.join(_URL_OPTIONS)}, each once"
+        )
+    options: dict[str, Any] = {}
+    for name, value in pairs:
+        if name != "request_timeout":
+            if not value.strip():
+                raise InvalidOptionError(f"the Chroma server URL {_shown(url)!r}: empty {name}")
+            options[name] = value
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not 0 < seconds < float("inf"):
+            raise InvalidOptionError(
+                f"the Chroma server URL {_shown(url)!r}: request_timeout is a number of "
+                f"seconds above 0, got {value!r}"
+            )
+        options[name] = seconds
+    return options
+
+
+def _one(name: str, given: str | None, in_url: str | None) -> str | None:
+    """The tenant or database, from the argument or the URL; both, they must agree."""
+    if given is not None and in_url is not None and given != in_url:
+        raise InvalidOptionError(f"{name}={given!r} and the URL's ?{name}={in_url!r} differ")
+    return given if given is not None else in_url
 
 
 def _shown(url: str) -> str:
@@ -347,7 +394,17 @@ class ChromaServerVectorIndex(ChromaVectorIndex):
             InvalidOptionError: a URL with more than a host and port, or a tenant or
                 database the server does not have.
         """
-        self.url = ChromaURL.parse(url).url
+        where = ChromaURL.parse(url)
+        tenant = _one("tenant", tenant, where.tenant)
+        database = _one("database", database, where.database)
+        if where.request_timeout is not None:  # the URL's, unless the argument says another
+            if request_timeout not in (DEFAULT_REQUEST_TIMEOUT, where.request_timeout):
+                raise InvalidOptionError(
+                    f"request_timeout={request_timeout} and the URL's ?request_timeout="
+                    f"{where.request_timeout} differ: give one"
+                )
+            request_timeout = where.request_timeout
+        self.url = where.url
         self._headers = dict(headers or {})
         client = connect_chroma(
             self.url,

@@ -39,20 +39,60 @@ def test_urls_are_parsed() -> None:
             ChromaURL.parse(bad)
 
 
+def test_a_chroma_url_carries_the_tenant_database_and_request_timeout() -> None:
+    """The command line and `from_url` had no way to name them (an audit of the server
+    backends): a store on its own Chroma database, or a shorter wait than 60 s."""
+    parsed = ChromaURL.parse("http://h:8123/?tenant=acme&database=memory&request_timeout=5")
+    assert (parsed.tenant, parsed.database, parsed.request_timeout) == ("acme", "memory", 5.0)
+    assert parsed.url == "http://h:8123"
+    assert ChromaURL.parse("http://h:8123").database is None
+
+
 @pytest.mark.parametrize(
-    "url",
+    ("url", "says"),
     [
-        "http://127.0.0.1:8000/?tenant=acme",  # tenant= of the constructor, never read here
-        "http://127.0.0.1:8000?database=memory",
-        "http://127.0.0.1:8000/chroma",  # a path the client would not use
-        "http://token:secret@127.0.0.1:8000",  # credentials go in headers=
-        "http://127.0.0.1:8000/#frag",
+        ("http://127.0.0.1:8000?databse=memory", "databse"),  # ignored, it would write
+        ("http://127.0.0.1:8000?database=a&database=b", "each once"),  # into the default
+        ("http://127.0.0.1:8000?database=", "empty database"),
+        ("http://127.0.0.1:8000?request_timeout=0", "above 0"),
+        ("http://127.0.0.1:8000?request_timeout=soon", "above 0"),
+        ("http://127.0.0.1:8000/chroma", "ChromaServerVectorIndex"),  # a path, unused
+        ("http://token:secret@127.0.0.1:8000", "headers="),  # credentials go in headers=
+        ("http://127.0.0.1:8000/#frag", "ChromaServerVectorIndex"),
     ],
 )
-def test_what_a_chroma_url_cannot_carry_is_refused_not_dropped(url: str) -> None:
-    with pytest.raises(InvalidOptionError, match="ChromaServerVectorIndex") as refused:
+def test_what_a_chroma_url_cannot_carry_is_refused_not_dropped(url: str, says: str) -> None:
+    with pytest.raises(InvalidOptionError, match=says) as refused:
         ChromaURL.parse(url)
     assert "secret" not in str(refused.value)
+
+
+def test_an_index_on_another_chroma_database_by_url(chroma_url: str) -> None:
+    import chromadb
+
+    admin = chromadb.AdminClient(
+        chromadb.config.Settings(
+            chroma_api_impl="chromadb.api.fastapi.FastAPI",
+            chroma_server_host="127.0.0.1",
+            chroma_server_http_port=int(chroma_url.rsplit(":", 1)[1]),
+        )
+    )
+    name = f"db{free_port()}"
+    admin.create_database(name)
+    from langchain_semantic_recall import SemanticRecall
+    from tests.fakes import FakeEmbeddings
+
+    url = f"{chroma_url}?database={name}&request_timeout=5"
+    with SemanticRecall.from_url(
+        storage="memory://", vector=url, embeddings=FakeEmbeddings(), index_name="by-url"
+    ) as memory:
+        memory.index(["I keep bees."], thread_id="t1", resource_id="alice")
+        assert memory.vector_store.count("by-url") == 1
+    assert ChromaServerVectorIndex(chroma_url).count("by-url") == 0  # not the default database
+    with pytest.raises(InvalidOptionError, match="differ"):
+        ChromaServerVectorIndex(f"{chroma_url}?database={name}", database="other")
+    with pytest.raises(InvalidOptionError, match="no-such-db"):
+        ChromaServerVectorIndex(f"{chroma_url}?database=no-such-db")
 
 
 def test_a_silent_server_fails_after_the_timeout(caplog: pytest.LogCaptureFixture) -> None:
