@@ -254,7 +254,7 @@ def _client_stats(args: argparse.Namespace) -> RecallStats:
             common.index_name(args),
         )
         stats = drive(stats_op(space, scope, relevance), Backends(storage, space))
-        if store_urls(args) is not None:  # it would name a repair of another store's index
+        if store_urls(args) is not None and common.index_name(args) is None:
             require_own_index(storage, space.vectors, stats.index_name)
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)

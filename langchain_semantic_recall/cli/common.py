@@ -219,7 +219,7 @@ def open_memory(
         options.setdefault("search_mode", "dense")
     try:
         memory = SemanticRecall(**backends, **options)
-        if store_urls(args) is not None:  # a shared server: is the index the store's own?
+        if store_urls(args) is not None and name is None:  # a shared server's other index?
             from langchain_semantic_recall.cli.own_index import require_own_index
 
             require_own_index(memory.storage, memory.vector_store, memory.ensure_index().name)

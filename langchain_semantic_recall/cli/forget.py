@@ -7,7 +7,7 @@ whose vectors an interrupted forget left is still found, and its vectors deleted
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -115,12 +115,17 @@ def run_forget(args: argparse.Namespace) -> int:
         print("Nothing deleted.")
         return EXIT_ERROR
     memory = open_memory(args, embeds=False)
-    if args.thread is not None:
-        deleted = memory.forget_thread(args.thread)
-    else:
-        deleted = memory.forget_resource(args.resource)
-    print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
-    return _in_other_indexes(args, memory.ensure_index().name, _forget_again(args))
+    index = memory.ensure_index().name
+    scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
+    held = len(memory.vector_store.message_ids(index, scope))
+    deleted = _forget_again(args)(memory)
+    if held or not deleted:
+        print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
+    else:  # its vectors are elsewhere (another --index-name), or were never written
+        said = f"{deleted} message(s) deleted; index {index} held no vector of them"
+        print(printable(f"Forgot {target}: {said}."))
+    names = [args.thread] if args.thread is not None else [t.thread_id for t in threads]
+    return _in_other_indexes(args, index, _forget_again(args), names)
 
 
 def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> int:
@@ -159,7 +164,7 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
     return _in_other_indexes(args, index, _forget_again(args))
 
 
-def _forget_again(args: argparse.Namespace) -> Callable[[SemanticRecall], object]:
+def _forget_again(args: argparse.Namespace) -> Callable[[SemanticRecall], int]:
     """The thread's or resource's forget, to run again on another index of the store."""
     if args.thread is not None:
         return lambda memory: memory.forget_thread(args.thread)
@@ -169,26 +174,38 @@ def _forget_again(args: argparse.Namespace) -> Callable[[SemanticRecall], object
 def _in_other_indexes(
     args: argparse.Namespace,
     index_name: str,
-    forget: Callable[[SemanticRecall], object] | None,
+    forget: Callable[[SemanticRecall], int] | None,
+    threads: Sequence[str] = (),
 ) -> int:
     """A forget deletes the vectors of one index: the store's other indexes' too.
 
     Each other index of a store given by `--path` (another embedder's: `stats` names
     them) is opened under the model it recorded (`cli.recorded`). A thread's or
     resource's `forget` is run on it again: the messages are gone, so it deletes the
-    vectors left there. A forget by date (`forget` None) no longer knows which messages
-    it deleted: there, every vector whose message is no longer stored is deleted.
+    vectors left there, and those of its `threads` under any owner (a thread moved from
+    Python leaves another index's vectors under its old owner). A forget by date
+    (`forget` None) no longer knows which messages it deleted: there, every vector whose
+    message is no longer stored is deleted.
     """
-    from langchain_semantic_recall.cli.other_indexes import drop_orphans, other_engines
+    from langchain_semantic_recall.cli.other_indexes import (
+        drop_orphans,
+        drop_thread_vectors,
+        other_engines,
+    )
     from langchain_semantic_recall.records import ScopeFilter
 
     for name, model, memory in other_engines(args, index_name):
         if forget is None:
-            left = drop_orphans(memory)
-        else:
-            scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
-            left = len(memory.vector_store.message_ids(name, scope))
-            forget(memory)
+            if left := drop_orphans(memory):
+                said = f"the vectors of {left} message(s) no longer stored (of any resource)"
+                print(printable(f"Also deleted, in index {name} ({model}), {said}."))
+            continue
+        scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
+        left = len(memory.vector_store.message_ids(name, scope))
+        forget(memory)
+        for thread_id in threads:  # filed under any owner
+            left += len(memory.vector_store.message_ids(name, ScopeFilter(thread_id=thread_id)))
+            drop_thread_vectors(memory, thread_id, None)
         if left:
             said = f"Also deleted the vectors of {left} message(s) in index {name} ({model})."
             print(printable(said))

@@ -438,8 +438,9 @@ def run(args: argparse.Namespace) -> int:
         storage=from_storage, vector=from_vector, embeddings=embeddings, **options
     )
     try:
-        name = source.ensure_index().name
-        require_own_index(source.storage, source.vector_store, name, "the source store")
+        if index_name(args) is None:  # named: the user's choice
+            name = source.ensure_index().name
+            require_own_index(source.storage, source.vector_store, name, "the source store")
     except BaseException:
         source.storage.close()
         raise

@@ -52,12 +52,12 @@ def drop_orphans(memory: SemanticRecall) -> int:
     return memory._core.run(dropped(memory.ensure_index()))
 
 
-def drop_thread_vectors(memory: SemanticRecall, thread_id: str, resource_id: str) -> None:
-    """Delete the vectors of a thread filed under `resource_id` in `memory`'s index."""
+def drop_thread_vectors(memory: SemanticRecall, thread_id: str, resource_id: str | None) -> None:
+    """Delete a thread's vectors filed under `resource_id` (None: any) in `memory`'s index."""
     memory._core.run(_deleted(memory.ensure_index(), thread_id, resource_id))
 
 
-def _deleted(info: IndexInfo, thread_id: str, resource_id: str) -> Op[None]:
+def _deleted(info: IndexInfo, thread_id: str, resource_id: str | None) -> Op[None]:
     from langchain_semantic_recall.engine import steps
 
     yield steps.DeleteVectors(info, thread_id=thread_id, resource_id=resource_id)

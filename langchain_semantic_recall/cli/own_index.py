@@ -6,8 +6,10 @@ model's default index, which may be another store's: a forget then deleted nothi
 this store's and said it had, a repair deleted the other store's vectors as orphans, and
 a migration copied them, other users' text and all (an audit). Before a command given
 URLs acts, `require_own_index` checks that the index holds a vector of this store's
-messages when it holds any vector at all. (A store given by `--path` owns its Chroma
-folder, whose indexes `places.require_own_vectors` reads from its file.)
+messages when it holds any vector at all, unless `--index-name` names it. The check is a
+sample: a copy of the store (`migrate` keeps the message ids) passes it on the
+original's index. (A store given by `--path` owns its Chroma folder, whose indexes
+`places.require_own_vectors` reads from its file.)
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ def require_own_index(
             return
     raise CommandError(
         f"the vector index {index!r} holds {held} vector(s), but none of the {len(sample)} "
-        f"messages of {what} checked: it is another store's index (a store does not record "
+        f"messages of {what} checked: another store's index? (A store does not record "
         "its index name, and without --index-name every command opens the model's "
-        "default index); give --index-name with the index_name= of this store's app. "
-        "Nothing was changed"
+        "default index.) Give --index-name with the index_name= of this store's app; if "
+        f"it is this one, name it: --index-name {index}. Nothing was changed"
     )

@@ -85,9 +85,15 @@ def place(url: str) -> tuple[str, ...] | None:
     if scheme in ("", "memory"):
         return None
     parts = urlsplit(url)
-    query = tuple(sorted((k, v) for k, v in parse_qsl(parts.query) if not k.startswith("pool_")))
+    query = tuple(sorted((k, v) for k, v in parse_qsl(parts.query) if not _how(k, v)))
     host = (parts.hostname or "").lower()
     return (scheme, host, str(parts.port or ""), parts.path.rstrip("/"), repr(query))
+
+
+def _how(key: str, value: str) -> bool:
+    """Whether a URL parameter says how to connect, not where the data is."""
+    defaults = {"tenant": "default_tenant", "database": "default_database"}
+    return key.startswith("pool_") or key == "request_timeout" or defaults.get(key) == value
 
 
 def require_url_store(url: str) -> None:
