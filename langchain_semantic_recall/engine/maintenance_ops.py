@@ -265,6 +265,20 @@ def reindex_op(
     yield from _check_scope(scope)
     info = yield from space.resolve(quiet=True)
     held: HeldVectors = yield steps.VectorIds(info, scope)
+    if held.messages and not (yield from _holds_any(held.messages, scope)):
+        # Every vector of the scope is of a message this store does not hold: another
+        # store's index on a shared vector server (a staging database beside
+        # production's Chroma, a store opened without its index_name), whose vectors this
+        # repair deleted, all of them, after writing its own beside them (two audits).
+        logger.warning(
+            "none of the %d vector(s) of the vector index %r is of a message this storage "
+            "holds: nothing written or deleted, as they may be another store's (two stores "
+            "on one vector server, docs/scale.md; a store opened without its index_name); "
+            "if they are this store's (a forget whose vector delete failed), call that "
+            "forget again",
+            *(len(held.messages), info.name),
+        )
+        return 0
     unowned = yield from unowned_vectors(info, scope)
     chunking = Chunking(space.embeddings, max_chars)
     stored_ids: set[str] = set()
@@ -308,18 +322,7 @@ def reindex_op(
         if progress is not None:
             progress(len(page))
     orphans = held.messages - stored_ids
-    if orphans and scope is None and not stored_ids:
-        # A new store pointed at a vector server another store uses (a staging database
-        # beside production's Chroma): every vector looks orphaned, and this repair
-        # deleted all of the other store's (an audit). A store of no message keeps them.
-        logger.warning(
-            "this storage holds no message, and the vector index %r holds %d vector(s): not "
-            "deleted, as they may be another store's (two stores on one vector server, "
-            "docs/scale.md); if they are this store's (a forget whose vector delete failed), "
-            "call that forget again",
-            *(info.name, len(orphans)),
-        )
-    elif orphans:  # only the scope's own rows: another resource may hold a vector of that id
+    if orphans:  # only the scope's own rows: another resource may hold a vector of that id
         yield steps.DeleteVectors(
             info,
             message_ids=sorted(orphans),
@@ -327,6 +330,19 @@ def reindex_op(
             thread_id=None if scope is None else scope.thread_id,
         )
     return written
+
+
+def _holds_any(ids: Set[str], scope: ScopeFilter | None) -> Op[bool]:
+    """Whether the storage holds a message of `ids` in `scope` (the first page, mostly)."""
+    after: tuple[str, int] | None = None
+    while page := (yield steps.ListMessages(scope, after=after, limit=_HOLDS_PAGE)):
+        if any(message.id in ids for message in page):
+            return True
+        after = (page[-1].thread_id, page[-1].seq)
+    return False
+
+
+_HOLDS_PAGE = 1000
 
 
 def _stray(held: HeldVectors, chunking: Chunking, message: StoredMessage) -> frozenset[str]:

@@ -269,3 +269,36 @@ def test_a_new_store_on_another_stores_vector_server_keeps_its_vectors_on_repair
     assert sum("may be another store's" in r.getMessage() for r in caplog.records) == 2
     production.forget_thread("t", resource_id="alice")  # this store's own orphans still go
     assert _vector_texts(production, "p1") == []
+
+
+def test_a_store_on_another_stores_index_deletes_none_of_its_vectors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The same with a store that holds messages of its own (a store opened without its
+    index_name): none of the index's vectors is of its messages, and its repair wrote its
+    own beside them, then deleted every one of the other store's (an audit of the server
+    backends)."""
+    shared = InMemoryVectorIndex()
+    production = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=shared, embeddings=FakeEmbeddings(dimension=64)
+    )
+    production.index([HumanMessage("I'm allergic to peanuts.", id="p1")], **IDS)
+    storage = InMemoryStorage()
+    own = SemanticRecall(
+        storage=storage, vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings(dimension=64)
+    )
+    own.index([HumanMessage("Staging's own words.", id="s1")], **IDS)
+    wrong = SemanticRecall(
+        storage=storage, vector_store=shared, embeddings=FakeEmbeddings(dimension=64)
+    )
+    with caplog.at_level(logging.WARNING, logger="langchain_semantic_recall"):
+        assert wrong.reindex(missing_only=True) == 0
+        assert wrong.reindex() == 0
+    assert _vector_texts(production, "p1") == ["I'm allergic to peanuts."]
+    assert wrong.vector_store.message_ids(wrong.ensure_index().name) == {"p1"}  # none written
+    assert sum("may be another store's" in r.getMessage() for r in caplog.records) == 2
+    production.index([HumanMessage("More of mine.", id="p2")], **IDS)
+    production.storage.delete_thread("t", retire=False)  # its own orphans, beside kept ones
+    production.index([HumanMessage("kept", id="p3")], thread_id="t2", resource_id="alice")
+    production.reindex(missing_only=True)  # a vector of a stored message: the others go
+    assert _vector_texts(production, "p1") == []
