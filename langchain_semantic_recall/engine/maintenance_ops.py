@@ -265,11 +265,12 @@ def reindex_op(
     yield from _check_scope(scope)
     info = yield from space.resolve(quiet=True)
     held: HeldVectors = yield steps.VectorIds(info, scope)
-    if held.messages and not (yield from _holds_any(held.messages, scope)):
-        # Every vector of the scope is of a message this store does not hold: another
+    if scope is None and held.messages and not (yield from _holds_any(held.messages, None)):
+        # Every vector of the index is of a message this store does not hold: another
         # store's index on a shared vector server (a staging database beside
         # production's Chroma, a store opened without its index_name), whose vectors this
-        # repair deleted, all of them, after writing its own beside them (two audits).
+        # repair deleted, all of them, after writing its own beside them (two audits). A
+        # resource's or thread's own leftovers may be all it holds: those still go.
         logger.warning(
             "none of the %d vector(s) of the vector index %r is of a message this storage "
             "holds: nothing written or deleted, as they may be another store's (two stores "
