@@ -7,7 +7,7 @@ whose vectors an interrupted forget left is still found, and its vectors deleted
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -117,14 +117,15 @@ def run_forget(args: argparse.Namespace) -> int:
     memory = open_memory(args, embeds=False)
     index = memory.ensure_index().name
     scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
-    held = len(memory.vector_store.message_ids(index, scope))
+    held = memory.vector_store.count(index, scope)
     deleted = _forget_again(args)(memory)
     if held or not deleted:
         print(printable(f"Forgot {target}: {deleted} message(s) and their vectors deleted."))
     else:  # its vectors are elsewhere (another --index-name), or were never written
         said = f"{deleted} message(s) deleted; index {index} held no vector of them"
         print(printable(f"Forgot {target}: {said}."))
-    names = [args.thread] if args.thread is not None else [t.thread_id for t in threads]
+    # A thread's forget deletes its vectors under any owner already; a resource's, by owner.
+    names = [t.thread_id for t in threads] if args.thread is None else []
     return _in_other_indexes(args, index, _forget_again(args), names)
 
 
@@ -147,9 +148,8 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
     index = memory.ensure_index().name
     scope = ScopeFilter(thread_id=args.thread, resource_id=args.resource)
     left = len(memory.vector_store.message_ids(index, scope))
-    elsewhere = sum(
-        len(m.vector_store.message_ids(n, scope)) for n, _, m in other_engines(args, index)
-    )
+    others = list(other_engines(args, index))  # opened once: counted here, forgotten below
+    elsewhere = sum(m.vector_store.count(n, scope) for n, _, m in others)
     if not left and not elsewhere:
         raise unknown
     count = f"{left + elsewhere} vector(s) of it are left"
@@ -161,7 +161,7 @@ def _forget_vectors_left(args: argparse.Namespace, unknown: NotFoundError) -> in
         error(f"{still} vector(s) of {what} are left: run 'semantic-recall reindex --missing-only'")
         return EXIT_ERROR
     print(printable(f"Forgot what was left of {what}: {left} vector(s), no message."))
-    return _in_other_indexes(args, index, _forget_again(args))
+    return _in_other_indexes(args, index, _forget_again(args), engines=others)
 
 
 def _forget_again(args: argparse.Namespace) -> Callable[[SemanticRecall], int]:
@@ -176,6 +176,8 @@ def _in_other_indexes(
     index_name: str,
     forget: Callable[[SemanticRecall], int] | None,
     threads: Sequence[str] = (),
+    *,
+    engines: Iterable[tuple[str, str, SemanticRecall]] | None = None,
 ) -> int:
     """A forget deletes the vectors of one index: the store's other indexes' too.
 
@@ -185,7 +187,7 @@ def _in_other_indexes(
     vectors left there, and those of its `threads` under any owner (a thread moved from
     Python leaves another index's vectors under its old owner). A forget by date
     (`forget` None) no longer knows which messages it deleted: there, every vector whose
-    message is no longer stored is deleted.
+    message is no longer stored is deleted. `engines`: those indexes opened already.
     """
     from langchain_semantic_recall.cli.other_indexes import (
         drop_orphans,
@@ -194,7 +196,7 @@ def _in_other_indexes(
     )
     from langchain_semantic_recall.records import ScopeFilter
 
-    for name, model, memory in other_engines(args, index_name):
+    for name, model, memory in other_engines(args, index_name) if engines is None else engines:
         if forget is None:
             if left := drop_orphans(memory):
                 said = f"the vectors of {left} message(s) no longer stored (of any resource)"

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 SAMPLE: Final = 200
 """Stored messages checked (the first, in thread order)."""
-RESOURCES: Final = 5
-"""Resources of the sample whose vectors are read."""
+THREADS: Final = 5
+"""Threads of the sample whose vectors are read (a thread's ids, not a resource's all)."""
 
 
 def require_own_index(
@@ -49,11 +49,11 @@ def require_own_index(
     held = vectors.count(index)
     if not held:
         return  # a new index, or one whose writes all failed: `stats` counts them missing
-    by_resource: dict[str, set[str]] = {}
+    by_thread: dict[tuple[str, str], set[str]] = {}
     for message in sample:
-        by_resource.setdefault(message.resource_id, set()).add(message.id)
-    for resource, ids in list(by_resource.items())[:RESOURCES]:
-        if vectors.message_ids(index, ScopeFilter(resource_id=resource)) & ids:
+        by_thread.setdefault((message.resource_id, message.thread_id), set()).add(message.id)
+    for (resource, thread), ids in list(by_thread.items())[:THREADS]:
+        if vectors.message_ids(index, ScopeFilter(resource_id=resource, thread_id=thread)) & ids:
             return
     raise CommandError(
         f"the vector index {index!r} holds {held} vector(s), but none of the {len(sample)} "

@@ -11,7 +11,6 @@ the first release broke on at least one surface.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -525,11 +524,12 @@ def test_a_forget_on_another_models_index_deletes_nothing(forget: str) -> None:
     storage, vectors = InMemoryStorage(), InMemoryVectorIndex()
     build = lambda dim: SemanticRecall(  # noqa: E731
         storage=storage, vector_store=vectors, embeddings=FakeEmbeddings(dim),
-        index_name="shared-index", retention=timedelta(seconds=1),
+        index_name="shared-index", retention=timedelta(days=1),
     )  # fmt: skip
     owner = build(64)
-    owner.index(["I keep bees on the roof."], thread_id="t1", resource_id="alice")
-    time.sleep(1.01)  # older than the retention: apply_retention would delete it
+    old = (datetime.now(UTC) - timedelta(days=2)).isoformat()  # apply_retention would delete it
+    fact = HumanMessage("I keep bees on the roof.", additional_kwargs={"created_at": old})
+    owner.index([fact], thread_id="t1", resource_id="alice")
     with pytest.raises(EmbeddingMismatchError, match="shared-index"):
         _FORGETS[forget](build(32))
     assert storage.count(ScopeFilter(resource_id="alice")) == 1
