@@ -15,13 +15,20 @@ engine's steps and the relevance model's methods with ``time.perf_counter``:
 Printed: p50 and mean per search of each phase, the scoring's share, and hybrid / dense
 p50 with and without the scoring (what the ratio would be if scoring cost nothing).
 
+``--bound`` measures what a faster hot path could give, not the package: ``rows`` reads
+every window from messages held in memory (loaded once, never refreshed: no freshness
+check, which a real cache would pay), ``terms`` keeps every text's terms (a term cache
+that never evicts); ``rows,terms`` both. Run it beside a run without it.
+
     python benchmarks/perf_hybrid_phases.py --work DIR        # 10k, 300 queries
+    python benchmarks/perf_hybrid_phases.py --work DIR --bound rows,terms
     python benchmarks/perf_hybrid_phases.py --size tiny --queries 8 --work /tmp/x   # smoke
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import threading
 import time
 from collections import defaultdict
@@ -34,8 +41,11 @@ import perf_common as pc
 
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
 from langchain_semantic_recall.engine import steps
+from langchain_semantic_recall.records import ScopeFilter, StoredMessage
+from langchain_semantic_recall.relevance import features
 from langchain_semantic_recall.relevance.model import RelevanceModel
 from langchain_semantic_recall.search import SearchPlan
+from langchain_semantic_recall.storage import sqlite_sql
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 SCRIPT = Path(__file__).resolve()
@@ -50,14 +60,54 @@ def main() -> None:
     parser.add_argument("--size", default="10k", help="a perf_common size: tiny, 1k, 10k, 100k")
     parser.add_argument("--queries", type=int, default=300, help="queries (each in both modes)")
     parser.add_argument("--work", type=Path, required=True, help="store folder (reused if built)")
+    parser.add_argument(
+        "--bound", default="", help="what-if, not the package: rows, terms or rows,terms"
+    )
     args = parser.parse_args()
+    bounds = {b for b in args.bound.split(",") if b}
+    if unknown := bounds - {"rows", "terms"}:
+        parser.error(f"--bound takes rows, terms or both, not {sorted(unknown)}")
     work = args.work / args.size
     if not (work / "built").exists():
         print(f"[{args.size}] building ...", flush=True)
         base = ["--size", args.size, "--work", str(work), "--queries", str(args.queries)]
         build = pc.run_child(HYBRID_SCRIPT, ["--phase", "build", *base, "--turns", "0"])
         (work / "built").write_text(str(build["messages"]))
+    if "terms" in bounds:
+        features.TermCache.__init__.__defaults__ = (10**7,)  # every engine's, never evicting
+    if "rows" in bounds:
+        SQLiteStorage._get_windows = _windows_held  # type: ignore[method-assign]
+    print(f"bound: {args.bound or 'none (the package as it is)'}")
     print_table(measure(args.size, work, args.queries), args.size, args.queries)
+
+
+_HELD: dict[str, dict[str, Any]] = {}
+
+
+def _windows_held(
+    self: SQLiteStorage, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
+) -> dict[str, tuple[StoredMessage, ...]]:
+    """`--bound rows`: windows sliced from every message, read once into memory."""
+    held = _HELD.get("store")
+    if held is None:
+        with self._read() as conn:
+            query = f"SELECT {sqlite_sql.COLUMNS} FROM messages ORDER BY thread_id, seq"
+            rows = [sqlite_sql.to_message(row) for row in conn.execute(query)]
+        threads: dict[str, list[StoredMessage]] = {}
+        for message in rows:
+            threads.setdefault(message.thread_id, []).append(message)
+        seqs = {t: [m.seq for m in thread] for t, thread in threads.items()}
+        held = _HELD["store"] = {"id": {m.id: m for m in rows}, "threads": threads, "seqs": seqs}
+    windows: dict[str, tuple[StoredMessage, ...]] = {}
+    for message_id in message_ids:
+        hit = held["id"].get(message_id)
+        if hit is None or not scope.admits_message(hit):
+            continue
+        thread, seqs = held["threads"][hit.thread_id], held["seqs"][hit.thread_id]
+        low = bisect.bisect_left(seqs, hit.seq - before)
+        high = bisect.bisect_right(seqs, hit.seq + after)
+        windows[message_id] = tuple(m for m in thread[low:high] if scope.admits_message(m))
+    return windows
 
 
 def measure(size: str, work: Path, count: int) -> tuple[Timings, Timings]:

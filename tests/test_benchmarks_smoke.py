@@ -80,6 +80,12 @@ def test_perf_hybrid_phases_smoke(tmp_path: Path) -> None:
     for phase in ("NearestMessages [worker]", "Query.build", "best_candidates", "select"):
         assert f"| {phase} | 1.0 |" in out  # each once per hybrid search, none from dense mode
     assert "| hybrid less scoring / dense |" in out
+    bound = ("--bound", "rows,terms")  # the what-if: rows held in memory, terms never evicted
+    out = _run(
+        "perf_hybrid_phases.py", "--size", "tiny", "--queries", "6", "--work", str(tmp_path), *bound
+    )
+    assert "bound: rows,terms" in out
+    assert "| select | 1.0 |" in out
 
 
 def test_perf_loop_smoke(tmp_path: Path) -> None:
