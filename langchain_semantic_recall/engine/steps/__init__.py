@@ -47,6 +47,7 @@ from langchain_semantic_recall.engine.steps.storage import (
     MoveThread,
     PutMessages,
     ReadWindows,
+    RecordedIndexes,
     ThreadOwner,
     UnretireThread,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "Progress",
     "PutMessages",
     "ReadWindows",
+    "RecordedIndexes",
     "Settle",
     "Step",
     "ThreadOwner",
