@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from langchain_semantic_recall.errors import InvalidInputError, InvalidOptionError
-from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.options import check_index_name
 from langchain_semantic_recall.storage.hooks import StorageHooks
 
@@ -48,9 +47,9 @@ def checked_index(name: str, model: str, dimension: int) -> RecordedIndex:
 class IndexRecords(StorageHooks):
     """`MessageStorage`'s record of its vector indexes: checked methods over two hooks.
 
-    A backend that can keep them sets `supports_index_records` and implements
-    `_record_index` and `_recorded_indexes`; without them a store records nothing and
-    engines open the embedder's default index, as before 0.3.
+    A backend that can keep them sets `supports_index_records` and implements the hooks
+    `_record_index` and `_recorded_indexes` (`StorageHooks`); without them a store
+    records nothing, and engines open the embedder's default index.
     """
 
     supports_index_records: ClassVar[bool] = False
@@ -98,21 +97,6 @@ class IndexRecords(StorageHooks):
             known = set()
             self._known_indexes = known
         return known
-
-    # -- hooks (a backend that records indexes implements the sync pair) -------------------
-
-    def _record_index(self, index: RecordedIndex) -> bool:
-        """Record `index` if it is not (True when this call did)."""
-        return False
-
-    def _recorded_indexes(self) -> list[RecordedIndex]:
-        return []
-
-    async def _arecord_index(self, index: RecordedIndex) -> bool:
-        return await run_in_executor(None, self._record_index, index)
-
-    async def _arecorded_indexes(self) -> list[RecordedIndex]:
-        return await run_in_executor(None, self._recorded_indexes)
 
 
 def own_index(default: RecordedIndex, recorded: Sequence[RecordedIndex]) -> str:
