@@ -89,21 +89,11 @@ from langchain_semantic_recall.relevance.features import (
     context_rows,
     direct_rows,
 )
-from langchain_semantic_recall.search import resolve as search_plan
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data"
 POOL = 50
-KEYWORD_K = search_plan(
-    search_mode="hybrid",
-    keyword_search=True,
-    top_k=None,
-    message_range=None,
-    message_budget="auto",
-    threshold=None,
-).keyword_k
-"""The keyword matches the engine's default search asks for (fewer: every one found)."""
 BUDGET = 15
 SETS = {"locomo": ("locomo",), "lme": ("lme",), "para": ("para-small", "para-busy")}
 LIMITS = {"foreign": 2.0, "off-topic": 2.0, "small talk": 0.5}
@@ -383,7 +373,6 @@ def attach_queries(corpus: Corpus, reference: Reference, rescale: float = 1.0) -
             baseline,
             named_period(case.question),
             texts,
-            keyword_complete=0 < len(case.keyword) < KEYWORD_K,  # as the engine's search asks
         )
 
 

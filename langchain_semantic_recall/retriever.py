@@ -54,17 +54,9 @@ DEFAULT_TOOL_NAME = "search_memory"
 DEFAULT_TOOL_DESCRIPTION = (
     "Search your long-term memory of past conversations with this user. Use it when the "
     "user refers to something said before that is not in the current conversation. "
-    'Input: what to recall, as a question ("what is the user\'s job?") or a name, code or '
-    'phrase the memory holds ("Radiohead", "BA2490"). Returns remembered messages '
-    "with their date, conversation and surrounding context."
+    "Input: what to look for, in a few words. Returns remembered messages with their "
+    "date, conversation and surrounding context."
 )
-
-
-NOTHING_FOUND = (
-    "No memory matched this query well enough. Past conversations may still hold it: "
-    "to look again, ask a full question naming what to recall."
-)
-"""The tool's answer when search stays silent (it may hold back weak matches)."""
 
 
 def _quoted_line(message: StoredMessage) -> str:
@@ -135,7 +127,7 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
         hits: Search hits, best first.
     """
     if not hits:
-        return NOTHING_FOUND
+        return "No memories found for this query."
     messages = sum(len(hit.window) for hit in hits)
     lines = [
         f"Found {len(hits)} memory hit(s), {messages} message(s) with their context, best first:"
@@ -344,12 +336,7 @@ class MemorySearchInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(
-        description=(
-            "What to recall from past conversations: a question (\"what is the user's "
-            'job?") or a name, code or phrase the memory holds.'
-        )
-    )
+    query: str = Field(description="What to look for in past conversations, in a few words.")
 
 
 class MemorySearchTool(BaseTool):

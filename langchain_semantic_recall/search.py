@@ -120,22 +120,16 @@ class SearchPlan:
         *,
         texts: TermCache | None = None,
         now: datetime | None = None,
-        keyword_found: int | None = None,
     ) -> Query:
         """What hybrid search knows of `query` and its candidates before scoring them.
 
         `messages` maps candidate ids to windows holding them (`get_windows` with no
         neighbours); a candidate absent from it is dropped (deleted, or out of scope).
         `texts` is the engine's cache of the messages' terms (None: this query's own).
-        `keyword_found`: how many matches the keyword search returned (asked for
-        `keyword_k`), before any was merged away (None: unknown).
         """
         found = {m.id: m for window in messages.values() for m in window}
         period = self.period(query, now)
-        complete = keyword_found is not None and 0 < keyword_found < self.keyword_k
-        return Query.build(
-            query, dense, keyword, found, baseline, period, texts, keyword_complete=complete
-        )
+        return Query.build(query, dense, keyword, found, baseline, period, texts)
 
     def relevant(
         self,

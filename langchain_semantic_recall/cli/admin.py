@@ -180,7 +180,6 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
     tell them (unreadable, another shape, an index not created yet, an embedder whose
     dimension only a probe tells): the caller asks chromadb.
     """
-    from langchain_semantic_recall.cli.own_index import store_index
     from langchain_semantic_recall.embeddings import Embedder
     from langchain_semantic_recall.engine.maintenance_ops import read_stats_op
     from langchain_semantic_recall.engine.steps import Backends, drive
@@ -196,8 +195,7 @@ def _file_stats(args: argparse.Namespace) -> RecallStats | None:
         # The local model's name and tokenizer, not the embedder: its class is LangChain's
         # (~0.3 s to import). `create_embeddings` is looked up now: the tests replace it.
         embeddings: Embedder = common.create_embeddings() or LocalModel()
-        recorded = store_index(args, {"storage": storage, "embeddings": embeddings})
-        info = named_index(embeddings, recorded)
+        info = named_index(embeddings, common.index_name(args))
         if info is None:
             return None
         held: HeldVectors | None = collect_held(())
@@ -253,10 +251,10 @@ def _client_stats(args: argparse.Namespace) -> RecallStats:
             backends["embeddings"],
             as_vector_index(backends["vector_store"]),
             EmbeddingCache(1),
-            backends["index_name"],
+            common.index_name(args),
         )
         stats = drive(stats_op(space, scope, relevance), Backends(storage, space))
-        if store_urls(args) is not None and backends["index_name"] is None:
+        if store_urls(args) is not None and common.index_name(args) is None:
             require_own_index(storage, space.vectors, stats.index_name)
         if args.thread is None and args.resource is not None and not _anything(stats):
             require_resource(storage, args.resource)  # nothing of it: not found (exit 3)

@@ -73,7 +73,7 @@ def command_scope() -> Iterator[None]:
 
 
 EXIT_CODES_HELP = """\
-servers: --storage URL --vector URL (before or after the command) instead of --path, e.g.
+servers: --storage URL --vector URL (before the command) instead of --path, e.g.
   semantic-recall --storage postgresql://app@db/memory --vector http://chroma:8000 stats
 
 exit codes:
@@ -287,7 +287,6 @@ def open_backends(
     but not the engine (`stats`): the engine class is a LangChain `Runnable`, whose
     import loads LangChain's tracers (~0.3 s). `embeds` as for `open_memory`.
     """
-    from langchain_semantic_recall.cli.own_index import store_index
     from langchain_semantic_recall.settings import local_backends, url_backends
 
     urls = store_urls(args)
@@ -300,8 +299,8 @@ def open_backends(
             require_url_store(urls[0])
             if not new_vectors:
                 require_url_vectors(urls[1])
-        backends = _closed_at_the_end(url_backends(urls[0], urls[1], create_embeddings()))
-        return {**backends, "index_name": store_index(args, backends)}
+        backends = url_backends(urls[0], urls[1], create_embeddings())
+        return {**_closed_at_the_end(backends), "index_name": index_name(args)}
     path = store_path(args)
     if not create:
         require_store(path)
@@ -314,8 +313,8 @@ def open_backends(
         _migrate_older(path)
     backends = local_backends(path, create_embeddings(), read_only=read_only)
     _closed_at_the_end(backends)
+    name = index_name(args)
     try:
-        name = store_index(args, backends)
         if not embeds:  # another model's index will do (its import: langchain_core's)
             from langchain_semantic_recall.cli.recorded import index_of_another_model
 

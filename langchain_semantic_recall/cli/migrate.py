@@ -258,7 +258,6 @@ def migrate(
     # checked before anything is written: a refused migration leaves the target as it was.
     threads = source.storage.list_threads()
     _refuse_conflicts(target, threads)
-    target.storage.record_index(info.name, model=info.model, dimension=info.dimension)
     numbered = _reserve(
         target, [ThreadPlace(t.thread_id, t.resource_id) for t in threads], batch_size
     )

@@ -1,16 +1,14 @@
 """Which index of a shared vector server is this store's.
 
-On a Chroma server several stores share, each under its own `index_name`, a command
-given no `--index-name` opened the model's default index, which may be another store's:
-a forget then deleted nothing of this store's and said it had, a repair deleted the
-other store's vectors as orphans, and a migration copied them, other users' text and all
-(an audit). A store now records the indexes its vectors are written to
-(`storage.index_records`), and a command given no `--index-name` opens the one it
-records for the embedder (`store_index`). A store written before that records none: before
-a command given URLs acts on it, `require_own_index` checks that the index holds a vector
-of this store's messages when it holds any vector at all. That check is a sample: a copy
-of the store (`migrate` keeps the message ids) passes it on the original's index. (A
-store given by `--path` owns its Chroma folder, whose indexes
+A store does not record the name of its vector index. On a Chroma server several stores
+share, each under its own `index_name`, a command given no `--index-name` opens the
+model's default index, which may be another store's: a forget then deleted nothing of
+this store's and said it had, a repair deleted the other store's vectors as orphans, and
+a migration copied them, other users' text and all (an audit). Before a command given
+URLs acts, `require_own_index` checks that the index holds a vector of this store's
+messages when it holds any vector at all, unless `--index-name` names it. The check is a
+sample: a copy of the store (`migrate` keeps the message ids) passes it on the
+original's index. (A store given by `--path` owns its Chroma folder, whose indexes
 `places.require_own_vectors` reads from its file.)
 """
 
@@ -22,9 +20,6 @@ from langchain_semantic_recall.errors import CommandError
 from langchain_semantic_recall.records import ScopeFilter, unembedded_reason
 
 if TYPE_CHECKING:
-    import argparse
-    from typing import Any
-
     from langchain_semantic_recall.storage.base import MessageStorage
     from langchain_semantic_recall.vectors.base import VectorIndex
 
@@ -62,31 +57,8 @@ def require_own_index(
             return
     raise CommandError(
         f"the vector index {index!r} holds {held} vector(s), but none of the {len(sample)} "
-        f"messages of {what} checked: another store's index? ({what.capitalize()} records "
-        "no index of its own (written before stores recorded them), so without "
-        "--index-name a command opens the model's default index.) Give --index-name with "
-        f"the index_name= of this store's app; if it is this one, name it: --index-name "
-        f"{index}. Nothing was changed"
+        f"messages of {what} checked: another store's index? (A store does not record "
+        "its index name, and without --index-name every command opens the model's "
+        "default index.) Give --index-name with the index_name= of this store's app; if "
+        f"it is this one, name it: --index-name {index}. Nothing was changed"
     )
-
-
-def store_index(args: argparse.Namespace, backends: dict[str, Any]) -> str | None:
-    """`--index-name`, else the store's recorded index for the embedder, if not its default.
-
-    None: the default, or an embedder only a probe tells (the engine then decides).
-
-    Args:
-        args: Parsed arguments (`index_name`).
-        backends: The opened `storage` and `embeddings`.
-    """
-    from langchain_semantic_recall.engine.vector_space import named_index
-    from langchain_semantic_recall.storage.index_records import RecordedIndex, own_index
-
-    if (name := getattr(args, "index_name", None) or None) is not None:
-        return str(name)
-    info = named_index(backends["embeddings"], None)
-    if info is None:
-        return None
-    default = RecordedIndex(info.name, info.model, info.dimension)
-    own = own_index(default, backends["storage"].recorded_indexes())
-    return None if own == info.name else own

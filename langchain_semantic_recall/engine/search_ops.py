@@ -209,7 +209,6 @@ def _calibrated_search(
     (vector, dense), (keyword, found, early, size) = yield steps.Both(near, words)
     if not dense and not keyword:
         return []
-    keyword_found = len(keyword)  # before `one_per_text`: all the storage returned
     if not dense and vector and not scope.narrowed:  # the vector half had nothing to search
         space.note_no_vectors(scope, [m for (m, *_) in found.values()], now)
     seen = {m.id: m for window in early.values() for m in window}  # all inside the scope
@@ -221,10 +220,7 @@ def _calibrated_search(
         hit_of = {k: m for k, window in found.items() for m in window if m.id == k}
         dense, keyword = one_per_text(dense, keyword, hit_of)
     baseline = reference.baseline(vector) if vector else None  # None: see `keyword_too`
-    texts = space.texts
-    facts = plan.query(
-        query, dense, keyword, found, baseline, texts=texts, now=now, keyword_found=keyword_found
-    )
+    facts = plan.query(query, dense, keyword, found, baseline, texts=space.texts, now=now)
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}

@@ -14,7 +14,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -35,7 +35,6 @@ from langchain_semantic_recall.relevance.reference import (
     Reference,
     shipped,
 )
-from langchain_semantic_recall.storage.index_records import RecordedIndex, own_index
 from langchain_semantic_recall.vectors.base import VectorIndex
 
 if TYPE_CHECKING:
@@ -135,9 +134,6 @@ class VectorSpace:
             info = known
         else:
             info = self._info_for(_probed_dimension((yield steps.ProbeDimension())))
-        if self.index_name is None:  # the store's own index of this model, if it records one
-            default = RecordedIndex(info.name, info.model, info.dimension)
-            info = replace(info, name=own_index(default, (yield steps.RecordedIndexes())))
         created = yield steps.OpenIndex(info)  # twice (two first calls at once) is harmless
         if created and not quiet and (yield from self._history_before()):
             _warn_new_index(info)

@@ -22,7 +22,7 @@ from typing import Final
 
 import numpy as np
 
-from langchain_semantic_recall.keywords import index_terms, query_terms, term_set, tokenize
+from langchain_semantic_recall.keywords import index_terms, query_terms, term_set
 from langchain_semantic_recall.periods import CALENDAR_WORDS, Period
 from langchain_semantic_recall.records import StoredMessage
 from langchain_semantic_recall.relevance.reference import QueryBaseline
@@ -120,12 +120,6 @@ def asked_names(query: str) -> list[str]:
 def content_terms(query: str) -> list[str]:
     """The query's distinct terms that are not `CONVERSATIONAL`."""
     return [term for term in query_terms(query) if term not in CONVERSATIONAL]
-
-
-def only_content_words(query: str) -> bool:
-    """Whether every word of `query` is a content term (no stop or conversational word)."""
-    terms = [index_terms(word) for word in tokenize(query)]  # a stop word has none
-    return bool(terms) and all(t and CONVERSATIONAL.isdisjoint(t) for t in terms)
 
 
 _LETTER = re.compile(r"[^\W\d_]")
@@ -254,10 +248,6 @@ class Query:
     name_missing: float
     keyword_coverage: float = 0.0
     """The largest share of the query's content terms that one keyword match holds."""
-    keyword_complete: bool = False
-    """The keyword search returned fewer matches than asked: every one holding a term."""
-    keywords_only: bool = False
-    """Every word of the query is a content term (`only_content_words`)."""
     about_speaker: bool = False
     """A question about the one asking (`asks_about_speaker`)."""
     top_user_statement: float | None = None
@@ -297,13 +287,10 @@ class Query:
         baseline: QueryBaseline | None,
         period: Period | None,
         texts: TermCache | None = None,
-        *,
-        keyword_complete: bool = False,
     ) -> Query:
         """Gather the query-level facts over the candidates that `messages` holds.
 
         `texts` keeps the messages' terms between searches (None: a cache for this query).
-        `keyword_complete`: as `Query.keyword_complete` (counted before any is merged).
         """
         texts = TermCache() if texts is None else texts
         terms = tuple(content_terms(query))
@@ -336,22 +323,10 @@ class Query:
             query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
             name_missing=float(any(name not in anywhere for name in names)),
             keyword_coverage=covered / len(terms) if terms else 0.0,
-            keyword_complete=keyword_complete,
-            keywords_only=only_content_words(query),
             about_speaker=asks_about_speaker(query),
             top_user_statement=max(said, default=None),
             texts=texts,
         )
-
-    @property
-    def is_lookup(self) -> bool:
-        """Keywords alone, all held by one message, few messages holding any: a lookup.
-
-        "Radiohead", "BA2490": not small talk, though MiniLM puts a lone name nearer to
-        "how are you doing?" than to unrelated text. Chat has function or conversational
-        words ("you're the best", "thanks"), and a common word ("day") fills the pool.
-        """
-        return self.keywords_only and self.keyword_complete and self.keyword_coverage >= 1.0
 
     @property
     def said_nearer_than_small_talk(self) -> bool:

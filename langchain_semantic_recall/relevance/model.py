@@ -132,8 +132,7 @@ class Evidence:
         said something nearer to it than any small-talk turn
         (`Query.said_nearer_than_small_talk`): "What's my name?" sits nearer small talk
         than unrelated text, as "How's my day going?" does, but "my name is Priya" is
-        nearer to it still; nor when it is a lookup of words
-        few messages hold, all in one of them (`Query.is_lookup`).
+        nearer to it still.
         """
         if not query.terms:
             return True
@@ -142,7 +141,6 @@ class Evidence:
             and len(query.terms) <= self.small_talk_terms
             and query.baseline.small_talk_margin >= self.small_talk_margin
             and not (query.about_speaker and query.said_nearer_than_small_talk)
-            and not query.is_lookup
         )
 
 

@@ -62,7 +62,7 @@ from langchain_semantic_recall.storage.checks import (
     thread_of_another,  # noqa: F401 - the refusals' 0.3 import path
     windows_input,
 )
-from langchain_semantic_recall.storage.index_records import IndexRecords
+from langchain_semantic_recall.storage.hooks import StorageHooks
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def _share(value: object) -> float | None:
     return None
 
 
-class MessageStorage(IndexRecords):
+class MessageStorage(StorageHooks):
     """Abstract message storage: public methods check input, backends store.
 
     Subclass it and implement the abstract hooks of `StorageHooks` (`_put`,

@@ -6,11 +6,10 @@ The contract, the same as `vectors.hooks.VectorHooks`:
 - Every public method checks its input once, then calls one hook (`put` -> `_put`).
 - Abstract hooks are what every backend must write. The others are optional: a
   capability behind a `supports_*` flag (`_keyword_search`, `_move_thread`,
-  `_unretire_thread`, `_compact`, `_record_index`, `_recorded_indexes`) or whose
-  default raises an error naming the backend (`_adopt_thread`, `_delete_before`,
-  `_reserve_threads`), or a default a backend may replace with one query (`_count`,
-  `_count_up_to`, `_last_messages`, `_ids_in_scope`), or an estimate a backend may give
-  when it has one at hand (`_kept_share`).
+  `_unretire_thread`, `_compact`) or whose default raises an error naming the backend
+  (`_adopt_thread`, `_delete_before`, `_reserve_threads`), or a default a backend may
+  replace with one query (`_count`, `_count_up_to`, `_last_messages`, `_ids_in_scope`),
+  or an estimate a backend may give when it has one at hand (`_kept_share`).
 - One async rule: `_a<hook>` runs `_<hook>` in the default executor unless a backend with
   a native async driver overrides it (PostgreSQL does).
 
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from langchain_semantic_recall.executor import run_in_executor
 from langchain_semantic_recall.records import (
@@ -33,9 +31,6 @@ from langchain_semantic_recall.records import (
     ThreadInfo,
     ThreadPlace,
 )
-
-if TYPE_CHECKING:
-    from langchain_semantic_recall.storage.index_records import RecordedIndex
 
 
 class StorageHooks(ABC):
@@ -170,14 +165,6 @@ class StorageHooks(ABC):
             after = (page[-1].thread_id, page[-1].seq)
         return counted
 
-    def _record_index(self, index: RecordedIndex) -> bool:
-        """Record `index` if it is not (True when this call did): `supports_index_records`."""
-        return False
-
-    def _recorded_indexes(self) -> list[RecordedIndex]:
-        """Every recorded index (`supports_index_records`; none without)."""
-        return []
-
     def _close(self) -> None:  # noqa: B027 - optional: most backends hold nothing to release
         """Release connections."""
 
@@ -264,9 +251,3 @@ class StorageHooks(ABC):
 
     async def _aclose(self) -> None:
         await run_in_executor(None, self._close)
-
-    async def _arecord_index(self, index: RecordedIndex) -> bool:
-        return await run_in_executor(None, self._record_index, index)
-
-    async def _arecorded_indexes(self) -> list[RecordedIndex]:
-        return await run_in_executor(None, self._recorded_indexes)

@@ -46,7 +46,6 @@ from langchain_semantic_recall.storage.checks import (
     thread_of_another,
     thread_retired,
 )
-from langchain_semantic_recall.storage.index_records import RecordedIndex
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +90,6 @@ class InMemoryStorage(MessageStorage):
     supports_keyword_search = True
     supports_move = True
     supports_compact = True
-    supports_index_records = True
 
     def __init__(self, *, bm25: BM25Params | None = None) -> None:
         """Create an empty storage.
@@ -104,7 +102,6 @@ class InMemoryStorage(MessageStorage):
         self._index: dict[str, tuple[str, int]] = {}
         """Message id -> (thread id, seq)."""
         self._forgotten: dict[str, str | None] = {}
-        self._indexes: dict[str, RecordedIndex] = {}
         self._bm25 = bm25 or BM25Params()
         self._terms: dict[str, list[str]] = {}
         """Message id -> its keyword terms (searchable messages only)."""
@@ -364,14 +361,6 @@ class InMemoryStorage(MessageStorage):
                 for thread_id, thread in sorted(self._threads.items())
                 if resource_id is None or thread.resource_id == resource_id
             ]
-
-    def _record_index(self, index: RecordedIndex) -> bool:
-        with self._lock:
-            return self._indexes.setdefault(index.name, index) is index
-
-    def _recorded_indexes(self) -> list[RecordedIndex]:
-        with self._lock:
-            return list(self._indexes.values())
 
     def _is_forgotten(self, thread_id: str) -> bool:
         with self._lock:

@@ -36,7 +36,6 @@ from langchain_semantic_recall.records import (
     ThreadPlace,
 )
 from langchain_semantic_recall.storage import sqlite_fts as fts
-from langchain_semantic_recall.storage import sqlite_schema as schema
 from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.base import MessageStorage
 from langchain_semantic_recall.storage.checks import (
@@ -46,9 +45,17 @@ from langchain_semantic_recall.storage.checks import (
     thread_of_another,
     thread_retired,
 )
-from langchain_semantic_recall.storage.index_records import RecordedIndex
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
-from langchain_semantic_recall.storage.sqlite_schema import MEMORY_PATH, MIGRATIONS, SCHEMA_VERSION
+from langchain_semantic_recall.storage.sqlite_schema import (
+    MEMORY_PATH,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    connect,
+    failure,
+    file_bytes,
+    is_writable,
+    prepare_path,
+)
 
 if TYPE_CHECKING:  # numpy loads with the first postings built, not with the storage
     from langchain_semantic_recall.storage.postings import ResourcePostings as Postings
@@ -87,8 +94,9 @@ class SQLiteStorage(MessageStorage):
     `SQLiteStorage(":memory:")` keeps everything in memory (handy in tests).
     """
 
-    supports_keyword_search = supports_compact = supports_move = True
-    supports_index_records = True
+    supports_keyword_search = True
+    supports_compact = True
+    supports_move = True
 
     def __init__(
         self,
@@ -120,11 +128,11 @@ class SQLiteStorage(MessageStorage):
                 database, was written by a newer version of this package, or (read-only)
                 needs a migration.
         """
-        self._path = schema.prepare_path(path, read_only=read_only)
+        self._path = prepare_path(path, read_only=read_only)
         self._bm25 = bm25 or BM25Params()
         self._lock = threading.Lock()
         self._read_only = read_only
-        self._conn = schema.connect(self._path, read_only=read_only)  # every use holds self._lock
+        self._conn = connect(self._path, read_only=read_only)  # every use holds self._lock
         self._postings = PostingsCache(  # under self._lock too
             min_docs=keyword_cache_min_docs,
             max_docs=keyword_cache_docs,
@@ -135,7 +143,7 @@ class SQLiteStorage(MessageStorage):
 
     def _open_reader(self) -> sqlite3.Connection:
         """A second, read-only connection to the file (a background postings build)."""
-        return schema.connect(self._path, read_only=True)
+        return connect(self._path, read_only=True)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._path!r})"
@@ -157,7 +165,7 @@ class SQLiteStorage(MessageStorage):
         Args:
             path: The SQLite file (it may not exist yet).
         """
-        return schema.is_writable(path)
+        return is_writable(path)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -201,7 +209,7 @@ class SQLiteStorage(MessageStorage):
         try:
             yield
         except sqlite3.Error as exc:
-            raise schema.failure(self._path, exc, action) from exc
+            raise failure(self._path, exc, action) from exc
 
     # --- writes -----------------------------------------------------------------------
 
@@ -421,14 +429,6 @@ class SQLiteStorage(MessageStorage):
                 return up_to
             return int(conn.execute(*sql.count_sql(scope, up_to)).fetchone()[0])
 
-    def _record_index(self, index: RecordedIndex) -> bool:
-        with self._write(keywords_hooked=True) as conn:  # no message changes
-            return schema.record_index(conn, index)
-
-    def _recorded_indexes(self) -> list[RecordedIndex]:
-        with self._read() as conn:
-            return schema.recorded_indexes(conn)
-
     def _is_forgotten(self, thread_id: str) -> bool:
         with self._read() as conn:
             return conn.execute(sql.GET_FORGOTTEN, (thread_id,)).fetchone() is not None
@@ -470,7 +470,7 @@ class SQLiteStorage(MessageStorage):
             if self._read_only:
                 raise StorageError(f"SQLite storage {self._path} was opened read-only")
             return CompactResult(backend=type(self).__name__, done=("in-memory database",))
-        before = schema.file_bytes(self._path)
+        before = file_bytes(self._path)
         with self._lock, self._errors("compact"):
             self._conn.execute("PRAGMA secure_delete = ON")
             self._conn.execute(fts.OPTIMIZE)
@@ -483,7 +483,7 @@ class SQLiteStorage(MessageStorage):
                 "using this store and run the purge again"
             )
         done = ("PRAGMA secure_delete = ON", "FTS5 optimize", "VACUUM", "wal_checkpoint(TRUNCATE)")
-        return CompactResult(type(self).__name__, done, before, schema.file_bytes(self._path))
+        return CompactResult(type(self).__name__, done, before, file_bytes(self._path))
 
     def _close(self) -> None:
         """Close the connection, after the background postings builds; later calls raise.

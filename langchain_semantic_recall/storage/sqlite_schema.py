@@ -21,7 +21,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 from urllib.parse import quote
@@ -33,12 +32,11 @@ from langchain_semantic_recall.storage.checks import (
     payload_metadata_columns,
     refused_metadata_note,
 )
-from langchain_semantic_recall.storage.index_records import RecordedIndex
 
 logger = logging.getLogger(__name__)
 
 MEMORY_PATH: Final = ":memory:"
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 4
 _BUSY_TIMEOUT_S: Final = 30.0
 
 Migration = str | Callable[[sqlite3.Connection], None]
@@ -90,19 +88,13 @@ MIGRATIONS: Final[dict[int, tuple[Migration, ...]]] = {
     # Version 4: CJK text is indexed by character pairs, other text in NFKC
     # (`keywords.tokenize`).
     4: (fts.reindex_changed,),
-    # Version 5: the vector indexes holding the store's vectors (`storage.index_records`).
-    5: (
-        "CREATE TABLE IF NOT EXISTS vector_indexes (name TEXT PRIMARY KEY, "
-        "model TEXT NOT NULL, dimension INTEGER NOT NULL, recorded_at TEXT NOT NULL)",
-    ),
 }
 """Version -> the statements (or functions) that bring a file from the previous version."""
 
-READ_AS_IS: Final = frozenset({3, 4})
+READ_AS_IS: Final = frozenset({3})
 """Older versions a read-only open reads as they are: version 4 only indexed CJK and
 non-NFKC text anew, so a version-3 file answers as before, its keyword search of such
-text coarser, until a writable open migrates it; version 5 only added the record of the
-vector indexes, which such a file reads as empty (`recorded_indexes`)."""
+text coarser, until a writable open migrates it."""
 
 _CREATE_VERSION_TABLE: Final = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER)"
 _GET_VERSION: Final = "SELECT MAX(version) FROM schema_version"
@@ -437,27 +429,3 @@ def _configure(conn: sqlite3.Connection, path: str) -> None:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-def record_index(conn: sqlite3.Connection, index: RecordedIndex) -> bool:
-    """Record `index` if it is not (in the caller's write transaction): True if new."""
-    now = datetime.now(UTC).isoformat(timespec="microseconds")
-    row = (index.name, index.model, index.dimension, now)
-    return bool(conn.execute(_RECORD_INDEX, row).rowcount)
-
-
-def recorded_indexes(conn: sqlite3.Connection) -> list[RecordedIndex]:
-    """The recorded indexes (none in a file of version 4, read as it is)."""
-    if conn.execute(_HAS_INDEX_TABLE).fetchone() is None:
-        return []
-    return [RecordedIndex(*row) for row in conn.execute(_INDEXES)]
-
-
-_RECORD_INDEX: Final = (
-    "INSERT INTO vector_indexes (name, model, dimension, recorded_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (name) DO NOTHING"
-)
-_INDEXES: Final = "SELECT name, model, dimension FROM vector_indexes ORDER BY name"
-_HAS_INDEX_TABLE: Final = (
-    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vector_indexes'"
-)

@@ -1308,39 +1308,6 @@ class StorageConformance(StorageFilterConformance):
 
     # --- property: windows never leave the scope and are contiguous --------------------
 
-    def test_a_store_records_the_indexes_of_its_vectors(self, storage: MessageStorage) -> None:
-        if not storage.supports_index_records:
-            assert storage.record_index("idx-a", model="m", dimension=3) is False
-            assert storage.recorded_indexes() == []
-            return
-        assert storage.recorded_indexes() == []
-        assert storage.record_index("idx-b", model="model-b", dimension=8) is True
-        assert storage.record_index("idx-a", model="model-a", dimension=4) is True
-        assert storage.record_index("idx-a", model="model-a", dimension=4) is False  # kept once
-        recorded = [(i.name, i.model, i.dimension) for i in storage.recorded_indexes()]
-        assert recorded == [("idx-a", "model-a", 4), ("idx-b", "model-b", 8)]  # by name
-        storage.put([make_record("m1")])  # messages and records live side by side
-        assert [i.name for i in storage.recorded_indexes()] == ["idx-a", "idx-b"]
-
-    async def test_index_records_async_twins(self, storage: MessageStorage) -> None:
-        if not storage.supports_index_records:
-            return
-        assert await storage.arecord_index("idx-c", model="m", dimension=2) is True
-        assert await storage.arecord_index("idx-c", model="m", dimension=2) is False
-        assert await storage.arecorded_indexes() == storage.recorded_indexes()
-        assert [i.name for i in await storage.arecorded_indexes()] == ["idx-c"]
-
-    @pytest.mark.parametrize(
-        ("name", "model", "dimension"),
-        [("", "m", 3), ("a b", "m", 3), ("idx", "", 3), ("idx", "m", 0), ("idx", "m", True)],
-    )
-    def test_a_bad_index_record_is_refused_and_writes_nothing(
-        self, storage: MessageStorage, name: str, model: str, dimension: int
-    ) -> None:
-        with pytest.raises(InvalidInputError):
-            storage.record_index(name, model=model, dimension=dimension)
-        assert storage.recorded_indexes() == []
-
     def test_windows_property(self, storage: MessageStorage) -> None:
         # A fresh @given function per run: one storage serves every example (each example
         # writes under fresh ids), and each backend's subclass gets its own executor.

@@ -140,20 +140,11 @@ def test_a_sqlite_url_naming_no_file_is_not_found_and_creates_nothing(
 # --- ingest ------------------------------------------------------------------------------
 
 
-def test_a_store_with_an_index_of_its_own_name_opens_it(cli: Cli) -> None:
+def test_a_store_with_an_index_of_its_own_name_asks_for_index_name(cli: Cli) -> None:
     """Opened without --index-name, it was refused as "not embedded by the command line's
-    model" (the same model), with the advice to embed it all again; then asked for
-    --index-name. The store records its index now, and every command opens it; a store
-    written before the record is still asked for the name."""
-    import sqlite3
-
+    model" (the same model), with the advice to embed it all again."""
     history = unit.jsonl(cli.store.parent / "history.jsonl", unit.LINE)
     assert cli("--index-name", "own", "ingest", str(history)).code == 0
-    assert cli("stats", "--json").json()["index_name"] == "own"
-    assert cli("search", "hello", "--resource", "carol").code == 0
-    with sqlite3.connect(cli.store / "messages.sqlite3") as raw:  # as written before
-        raw.execute("DELETE FROM vector_indexes")
-    raw.close()
     for argv in (["stats"], ["search", "hello", "--resource", "carol"]):
         refused = cli(*argv)
         assert refused.code == 3, refused.err
@@ -1564,11 +1555,8 @@ def test_a_store_on_a_shared_vector_server_refuses_another_stores_index(
     """Two stores on one Chroma, B under its own index_name. Given B's URLs without
     --index-name, every command opened the default index, A's: forget said B's vectors
     were deleted and left them, stats named a repair that deleted A's vectors as orphans,
-    migrate copied A's vectors, users' text and all, into B's copy (an audit). A store
-    now records its index (the next test); one written before that, which records none,
-    is refused, before anything changes; with --index-name it works."""
-    import sqlite3
-
+    migrate copied A's vectors, users' text and all, into B's copy (an audit). Refused
+    now, before anything changes; with --index-name it works."""
     from langchain_semantic_recall import SemanticRecall
     from tests.fakes import FakeEmbeddings
 
@@ -1580,9 +1568,6 @@ def test_a_store_on_a_shared_vector_server_refuses_another_stores_index(
         storage=b, vector=chroma, embeddings=FakeEmbeddings(), index_name="b-index"
     ) as m:
         m.index(["carol drives a red Volvo"], thread_id="c1", resource_id="carol")
-    with sqlite3.connect(tmp_path / "b.sqlite3") as raw:  # as written before the record
-        raw.execute("DELETE FROM vector_indexes")
-    raw.close()
     urls = ("--storage", b, "--vector", chroma)
 
     def cli(*argv: str) -> Result:
@@ -1627,69 +1612,6 @@ def test_a_store_on_a_shared_vector_server_refuses_another_stores_index(
         storage=b, vector=chroma, embeddings=FakeEmbeddings(), index_name="b-index"
     ) as m:
         assert (m.stats().messages, m.stats().vectors, m.stats().orphan_vectors) == (0, 0, 0)
-
-
-def test_a_store_on_a_shared_vector_server_opens_the_index_it_records(
-    embedder: Embedder, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The same two stores, B's index recorded when its vectors were written: every
-    command given B's URLs and no --index-name works on B's own index, and A's vectors
-    are never touched; a migration's copy records its own index too."""
-    from langchain_semantic_recall import SemanticRecall
-    from tests.fakes import FakeEmbeddings
-
-    chroma = f"chroma:///{tmp_path / 'shared'}"
-    a, b = (f"sqlite:///{tmp_path / name}.sqlite3" for name in ("a", "b"))
-    with SemanticRecall.from_url(storage=a, vector=chroma, embeddings=FakeEmbeddings()) as m:
-        m.index(["alice's passport is X1"], thread_id="a1", resource_id="alice")
-    with SemanticRecall.from_url(
-        storage=b, vector=chroma, embeddings=FakeEmbeddings(), index_name="b-index"
-    ) as m:
-        m.index(["carol drives a red Volvo"], thread_id="c1", resource_id="carol")
-        m.index(["dave plays the oboe"], thread_id="d1", resource_id="dave")
-    urls = ("--storage", b, "--vector", chroma)
-
-    def cli(*argv: str) -> Result:
-        code = main(list(argv))
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    def a_counts() -> tuple[int, int, int]:
-        with SemanticRecall.from_url(storage=a, vector=chroma, embeddings=FakeEmbeddings()) as m:
-            stats = m.stats()
-            return stats.messages, stats.vectors, stats.orphan_vectors
-
-    stats = cli(*urls, "stats", "--json")
-    assert stats.code == 0, stats.err
-    counted = json.loads(stats.out)
-    assert (counted["index_name"], counted["vectors"], counted["orphan_vectors"]) == (
-        "b-index",
-        2,
-        0,
-    )
-    assert cli(*urls, "reindex", "--missing-only").code == 0
-    found = cli(*urls, "search", "volvo", "--resource", "carol", "--threshold", "0")
-    assert found.code == 0, found.err
-    assert "Volvo" in found.out
-    forgot = cli(*urls, "forget", "--resource", "carol", "--yes")
-    assert forgot.code == 0, forgot.err
-    assert "held no vector" not in forgot.out
-    with SemanticRecall.from_url(
-        storage=b, vector=chroma, embeddings=FakeEmbeddings(), index_name="b-index"
-    ) as m:
-        assert m.vector_store.message_ids("b-index") == {m.id for m in m.storage.list_messages()}
-    assert a_counts() == (1, 1, 0)  # A's index: untouched by all of it
-    copy = tmp_path / "copy"
-    to = ("--to-storage", f"sqlite:///{copy}/m.sqlite3", "--to-vector", chroma)
-    fake = ("--embeddings", "tests.fakes:FakeEmbeddings")
-    moved = cli(*urls, "migrate", *to, "--to-index-name", "copy-index", *fake)
-    assert moved.code == 0, moved.err
-    copied = ("--storage", f"sqlite:///{copy}/m.sqlite3", "--vector", chroma)
-    copy_stats = cli(*copied, "stats", "--json")
-    assert copy_stats.code == 0, copy_stats.err
-    again = json.loads(copy_stats.out)
-    assert (again["index_name"], again["vectors"], again["orphan_vectors"]) == ("copy-index", 1, 0)
-    assert a_counts() == (1, 1, 0)
 
 
 def test_a_vector_url_says_where_the_data_is_not_how_to_reach_it() -> None:

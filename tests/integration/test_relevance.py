@@ -79,55 +79,6 @@ def test_small_talk_and_off_topic_questions_stay_silent(
     assert new_user.search(turn, resource_id="r") == []
 
 
-NAMED = [
-    "My favourite band is Radiohead.",
-    "My flight code is BA2490 on Friday.",
-    "My cat is called Zorblax.",
-    "The wifi password is hunter2-banana.",
-]
-
-
-@pytest.fixture(scope="module")
-def named() -> SemanticRecall:
-    """Facts holding a name or a code, each in a conversation with some chat after it."""
-    memory = local_memory()
-    for n, fact in enumerate(NAMED):
-        chat = [
-            HumanMessage(fact, id=f"u{n}"),
-            AIMessage("Got it, thanks for telling me!", id=f"a{n}"),
-            HumanMessage("You're the best. Nice weather today, isn't it?"),
-            AIMessage("It is lovely out there."),
-        ]
-        memory.index(chat, thread_id=f"t{n}", resource_id="r")
-    return memory
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("words", "fact"), [("Radiohead", 0), ("BA2490", 1), ("Zorblax", 2), ("wifi password", 3)]
-)
-def test_a_lookup_of_words_one_message_holds_finds_it(
-    named: SemanticRecall, words: str, fact: int
-) -> None:
-    """A lone name sits nearer to small talk than to unrelated text, so the small-talk
-    rule silenced lookups whose fact then scored 0.95 (an audit); the memory tool, whose
-    queries are often such words, answered "No memories found"."""
-    hits = named.search(words, resource_id="r")
-    assert hits[0].message.id == f"u{fact}"
-    config = {"configurable": {"thread_id": "new", "resource_id": "r"}}
-    answer = named.as_tool().invoke({"query": words}, config)
-    assert NAMED[fact] in answer
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("turn", ["you're the best", "nice weather today", "thanks!", "cool"])
-def test_chat_that_the_memory_holds_word_for_word_stays_silent(
-    named: SemanticRecall, turn: str
-) -> None:
-    """Chat has function or conversational words: no lookup, though every word is stored."""
-    assert named.search(turn, resource_id="r") == []
-
-
 ACKNOWLEDGED = [
     ("I work as a nurse on night shifts.", "Night shifts are tough; sleep hygiene matters."),
     ("Can you recommend a sci-fi novel?", "Try 'The Left Hand of Darkness' by Le Guin."),

@@ -349,8 +349,8 @@ def test_a_version_1_sqlite_file_is_migrated_and_searchable(tmp_path: Path) -> N
         storage.close()
     check = sqlite3.connect(path)
     assert check.execute("SELECT version FROM schema_version").fetchall() == [
-        (5,)
-    ]  # (v3: metadata, v4: CJK pairs, v5: the vector indexes)
+        (4,)
+    ]  # (v3: metadata, v4: CJK pairs)
     assert check.execute("SELECT COUNT(*) FROM message_terms").fetchone() == (0,)
     check.close()
 

@@ -75,34 +75,8 @@ def test_a_read_only_open_reads_a_version_3_file_as_it_is(tmp_path: Path) -> Non
     assert path.read_bytes() == before
     SQLiteStorage(path).close()  # a writable open migrates it
     with sqlite3.connect(path) as raw:
-        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(5,)]
+        assert raw.execute("SELECT version FROM schema_version").fetchall() == [(4,)]
     raw.close()
-
-
-def test_a_read_only_open_reads_a_version_4_file_as_one_recording_no_index(
-    tmp_path: Path,
-) -> None:
-    """Version 5 only added the record of the vector indexes: a version-4 file opened
-    read-only has none (an engine on it opens the model's default index, as 0.3 did)."""
-    path = tmp_path / "v4.db"
-    SQLiteStorage(path).close()
-    with sqlite3.connect(path) as raw:
-        raw.execute("DROP TABLE vector_indexes")
-        raw.execute("UPDATE schema_version SET version = 4")
-    raw.close()
-    before = path.read_bytes()
-    storage = SQLiteStorage(path, read_only=True)
-    try:
-        assert storage.recorded_indexes() == []
-    finally:
-        storage.close()
-    assert path.read_bytes() == before
-    writable = SQLiteStorage(path)  # a writable open migrates it, and it records
-    try:
-        assert writable.record_index("mine", model="m", dimension=3) is True
-        assert [i.name for i in writable.recorded_indexes()] == ["mine"]
-    finally:
-        writable.close()
 
 
 def test_with_options_cannot_make_an_engine_on_a_read_only_storage_writable(

@@ -357,52 +357,6 @@ def test_a_question_about_the_one_asking_is_no_small_talk_when_the_user_said_it(
     assert EVIDENCE.share(replace(said, terms=()), 100) == 0.0  # no content term: silent
 
 
-def test_a_lookup_of_rare_words_one_message_holds_is_no_small_talk() -> None:
-    """ "Radiohead", "BA2490", "Priya": MiniLM puts a lone name nearer to small talk than
-    to unrelated text, so the rule silenced a lookup whose message scored 0.95 (an
-    audit: the first thing a stranger types into a search tool). When one message holds
-    every term and the keyword search found every message holding any (fewer than it
-    asked for), it goes to the evidence rule; a common word fills the pool and stays
-    small talk, as does a lookup no message holds whole."""
-    chatty = replace(
-        query_with(9.0, terms=1),
-        baseline=QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3, small_talk_top=0.5),
-    )
-    assert EVIDENCE.is_small_talk(chatty)
-    lookup = replace(chatty, keyword_coverage=1.0, keyword_complete=True, keywords_only=True)
-    assert lookup.is_lookup
-    assert not EVIDENCE.is_small_talk(lookup)
-    assert EVIDENCE.share(lookup, 100) == EVIDENCE.share(query_with(9.0, terms=1), 100) > 0
-    assert EVIDENCE.is_small_talk(replace(lookup, keyword_complete=False))  # a common word
-    assert EVIDENCE.is_small_talk(replace(lookup, keyword_coverage=0.5))  # held by no one
-    assert EVIDENCE.is_small_talk(replace(lookup, keywords_only=False))  # a sentence: chat
-    assert EVIDENCE.share(replace(lookup, terms=()), 100) == 0.0  # no content term: silent
-
-
-def test_the_search_tells_the_query_whether_its_keyword_matches_were_all_found() -> None:
-    """`keyword_found` is what the storage returned, before duplicates are merged away:
-    fewer than the plan asked for (`keyword_k`) means every message holding a term."""
-    plan = search.resolve(
-        search_mode="hybrid",
-        keyword_search=True,
-        top_k=None,
-        message_range=None,
-        message_budget="auto",
-        threshold=None,
-    )
-    said = {"m1": (stored(1, "My favourite band is Radiohead.", "user"),)}
-    keyword = [("m1", 3.0)]
-    baseline = QueryBaseline(mean=0.0, spread=0.1, small_talk_margin=0.3, small_talk_top=0.5)
-    few = plan.query("Radiohead", [], keyword, said, baseline, keyword_found=1)
-    assert few.keyword_complete
-    assert few.is_lookup
-    chat = plan.query("you're the best, Radiohead", [], keyword, said, baseline, keyword_found=1)
-    assert not chat.keywords_only  # function words: a sentence
-    full = plan.query("Radiohead", [], keyword, said, baseline, keyword_found=plan.keyword_k)
-    assert not full.keyword_complete
-    assert not plan.query("Radiohead", [], keyword, said, baseline).keyword_complete  # unknown
-
-
 def test_only_the_users_statements_of_the_asked_word_answer_a_question_about_the_asker() -> None:
     """Stored small talk is mostly questions ("How's my day going?" said yesterday, the
     assistant's "How is your day going?"); a statement without the asked word ("my day

@@ -110,10 +110,6 @@ class OldQuery:
         top, baseline = self.top_user_statement, self.baseline
         return baseline is not None and top is not None and top > baseline.small_talk_top
 
-    @property
-    def is_lookup(self) -> bool:  # (the same rule, not compared: no keyword count is given)
-        return False
-
     def z(self, cosine: float) -> float:
         return float(self.baseline.z(cosine)) if self.baseline is not None else 0.0
 

@@ -227,14 +227,8 @@ def test_wal_and_schema_version_are_on_disk(db_path: Path) -> None:
         assert raw.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     raw.close()
-    assert {
-        "threads",
-        "messages",
-        "forgotten_threads",
-        "schema_version",
-        "vector_indexes",
-    } <= tables
-    assert SCHEMA_VERSION == 5
+    assert {"threads", "messages", "forgotten_threads", "schema_version"} <= tables
+    assert SCHEMA_VERSION == 4
 
 
 def test_newer_schema_is_refused(db_path: Path) -> None:

@@ -47,7 +47,6 @@ from langchain_semantic_recall.engine.steps.storage import (
     MoveThread,
     PutMessages,
     ReadWindows,
-    RecordedIndexes,
     ThreadOwner,
     UnretireThread,
 )
@@ -97,7 +96,6 @@ __all__ = [
     "Progress",
     "PutMessages",
     "ReadWindows",
-    "RecordedIndexes",
     "Settle",
     "Step",
     "ThreadOwner",

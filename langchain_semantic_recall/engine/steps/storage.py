@@ -18,22 +18,8 @@ from langchain_semantic_recall.records import (
     StoredMessage,
     ThreadInfo,
 )
-from langchain_semantic_recall.storage.index_records import RecordedIndex
 
 Windows = dict[str, tuple[StoredMessage, ...]]
-
-
-@dataclass(frozen=True, slots=True)
-class RecordedIndexes(Step[list[RecordedIndex]]):
-    """The vector indexes the store records (`MessageStorage.recorded_indexes`)."""
-
-    @override
-    def run(self, backends: Backends) -> list[RecordedIndex]:
-        return backends.storage.recorded_indexes()
-
-    @override
-    async def arun(self, backends: Backends) -> list[RecordedIndex]:
-        return await backends.storage.arecorded_indexes()
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from typing_extensions import override
 
@@ -18,7 +17,7 @@ from langchain_semantic_recall.embeddings import (
     embed_with_cache,
 )
 from langchain_semantic_recall.engine.steps.base import Backends, Step
-from langchain_semantic_recall.errors import EmbeddingMismatchError, StorageError
+from langchain_semantic_recall.errors import EmbeddingMismatchError
 from langchain_semantic_recall.records import (
     CompactResult,
     HeldVectors,
@@ -32,7 +31,6 @@ if TYPE_CHECKING:
 
 Vectors = list[list[float]]
 T = TypeVar("T")
-logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,10 +181,6 @@ class UpsertVectors(Step[None]):
     @override
     def run(self, backends: Backends) -> None:
         vectors = backends.space.vectors
-        try:  # an unnamed engine on this store then opens this index (`index_records`)
-            backends.storage.record_index(**_recorded(self.info))
-        except StorageError:
-            _not_recorded(self.info)
         if self.behind:
             stored = partial(where_stored, backends.storage)
             vectors.upsert(self.info.name, self.records, behind=True, stored=stored)
@@ -196,28 +190,10 @@ class UpsertVectors(Step[None]):
     @override
     async def arun(self, backends: Backends) -> None:
         vectors = backends.space.vectors
-        try:
-            await backends.storage.arecord_index(**_recorded(self.info))
-        except StorageError:
-            _not_recorded(self.info)
         if self.behind:
             await vectors.aupsert(self.info.name, self.records, behind=True)
         else:
             await vectors.aupsert(self.info.name, self.records)
-
-
-def _recorded(info: IndexInfo) -> dict[str, Any]:
-    return {"name": info.name, "model": info.model, "dimension": info.dimension}
-
-
-def _not_recorded(info: IndexInfo) -> None:
-    """The storage could not record the index (its vectors are written all the same)."""
-    logger.warning(
-        "the storage could not record that its vectors are in index %r; opened without "
-        "index_name, an engine opens the model's default index instead",
-        info.name,
-        exc_info=True,
-    )
 
 
 def where_stored(storage: MessageStorage, records: Sequence[VectorRecord]) -> list[VectorRecord]:

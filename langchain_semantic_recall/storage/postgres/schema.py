@@ -19,7 +19,6 @@ from langchain_semantic_recall.storage.checks import (
     payload_metadata_columns,
     refused_metadata_note,
 )
-from langchain_semantic_recall.storage.index_records import RecordedIndex
 from langchain_semantic_recall.storage.postgres.sql import (
     FORGOTTEN,
     MAX_LEXEME_BYTES,
@@ -32,10 +31,8 @@ from langchain_semantic_recall.storage.postgres.sql import (
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 5
 VERSIONS: Final = "semantic_recall_schema_version"
-INDEXES: Final = "semantic_recall_vector_indexes"
-"""The vector indexes holding the store's vectors (`storage.index_records`)."""
 _LOCK_SETUP: Final = 0x53525F5345545550  # advisory lock key of schema set-up ("SR_SETUP")
 _M, _T, _F = MESSAGES, THREADS, FORGOTTEN  # short names for the SQL below
 
@@ -70,12 +67,6 @@ MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {
     # CJK text is indexed by character pairs, other text in NFKC (`keywords.tokenize`):
     # the messages whose terms changed get them anew (_backfill_terms), no statement.
     5: (),
-    # The vector indexes holding the store's vectors (`storage.index_records`).
-    6: (
-        f'CREATE TABLE IF NOT EXISTS {INDEXES} (name TEXT COLLATE "C" PRIMARY KEY, '
-        "model TEXT NOT NULL, dimension INTEGER NOT NULL, "
-        "recorded_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-    ),
 }
 """Version -> the statements that bring a database from the previous version to it."""
 
@@ -193,20 +184,3 @@ def _backfill_metadata() -> Steps[None]:
         after = page[-1][0]
     if refused:
         logger.warning("PostgreSQL storage: %s", refused_metadata_note(refused))
-
-
-def record_index_steps(index: RecordedIndex) -> Steps[bool]:
-    """Record `index` if it is not: True when this call did."""
-    sql = f"INSERT INTO {INDEXES} (name, model, dimension) VALUES (%s, %s, %s) "
-    written = yield Query(sql + "ON CONFLICT (name) DO NOTHING", (*_row(index),))
-    return written.rowcount > 0
-
-
-def recorded_indexes_steps() -> Steps[list[RecordedIndex]]:
-    """Every recorded index."""
-    rows = (yield Query(f"SELECT name, model, dimension FROM {INDEXES} ORDER BY name")).rows
-    return [RecordedIndex(str(name), str(model), int(dim)) for name, model, dim in rows]
-
-
-def _row(index: RecordedIndex) -> tuple[str, str, int]:
-    return index.name, index.model, index.dimension

@@ -42,7 +42,6 @@ from langchain_semantic_recall.records import (
     ThreadPlace,
 )
 from langchain_semantic_recall.storage.base import MessageStorage
-from langchain_semantic_recall.storage.index_records import RecordedIndex
 from langchain_semantic_recall.storage.postgres.conninfo import (
     answers_within,
     redacted,
@@ -58,11 +57,7 @@ from langchain_semantic_recall.storage.postgres.lifecycle import (
     reserve_steps,
 )
 from langchain_semantic_recall.storage.postgres.loops import LoopPools
-from langchain_semantic_recall.storage.postgres.schema import (
-    record_index_steps,
-    recorded_indexes_steps,
-    setup_steps,
-)
+from langchain_semantic_recall.storage.postgres.schema import setup_steps
 from langchain_semantic_recall.storage.postgres.sql import (
     COMPACTED,
     FORGOTTEN_SQL,
@@ -155,7 +150,6 @@ class PostgresStorage(MessageStorage):
     supports_keyword_search = True
     supports_compact = True
     supports_move = True
-    supports_index_records = True
 
     def __init__(
         self,
@@ -421,18 +415,6 @@ class PostgresStorage(MessageStorage):
     def _unretire_thread(self, thread_id: str) -> bool:
         steps = _rowcount_steps(UNRETIRE_SQL, thread_id)
         return bool(self._run(steps, "unretire", write=True))
-
-    def _record_index(self, index: RecordedIndex) -> bool:
-        return self._run(record_index_steps(index), "write", write=True)
-
-    async def _arecord_index(self, index: RecordedIndex) -> bool:
-        return await self._arun(record_index_steps(index), "write", write=True)
-
-    def _recorded_indexes(self) -> list[RecordedIndex]:
-        return self._run(recorded_indexes_steps(), "read")
-
-    async def _arecorded_indexes(self) -> list[RecordedIndex]:
-        return await self._arun(recorded_indexes_steps(), "read")
 
     def _is_forgotten(self, thread_id: str) -> bool:
         return bool(self._run(one_value_steps(FORGOTTEN_SQL, thread_id, False), "read"))
