@@ -73,7 +73,7 @@ def command_scope() -> Iterator[None]:
 
 
 EXIT_CODES_HELP = """\
-servers: --storage URL --vector URL (before the command) instead of --path, e.g.
+servers: --storage URL --vector URL (before or after the command) instead of --path, e.g.
   semantic-recall --storage postgresql://app@db/memory --vector http://chroma:8000 stats
 
 exit codes:

@@ -271,7 +271,8 @@ def run_search(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    print(style(f'{len(hits)} hit(s) for "{args.query}" in {where}', "bold"), end="")
+    asked = shorten(args.query, 200)  # a pasted page is searched, not echoed whole
+    print(style(f'{len(hits)} hit(s) for "{asked}" in {where}', "bold"), end="")
     print(f" ({_describe(memory, narrowing)})\n")
     _print_hits(hits, titles)
     if not hits and memory.search_mode == "hybrid" and memory.threshold is None:

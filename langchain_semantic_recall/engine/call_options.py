@@ -105,5 +105,19 @@ def checked(options: Mapping[str, Any], kind: type) -> dict[str, Any]:
     """`options` if every key is one `kind` (a TypedDict) declares, else a TypeError."""
     unknown = set(options) - set(kind.__annotations__) - set(getattr(kind, "__optional_keys__", ()))
     if unknown:
-        raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}")
+        engine = sorted(unknown & _ENGINE_OPTIONS)  # `recall(scope=...)`: a view's option
+        hint = (
+            f"; {', '.join(engine)} {'is an option' if len(engine) == 1 else 'are options'} "
+            f"of the engine: memory.with_options({engine[0]}=...) gives a view with it"
+            if engine
+            else ""
+        )
+        raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)}{hint}")
     return dict(options)
+
+
+_ENGINE_OPTIONS = frozenset(
+    {"scope", "top_k", "message_range", "message_budget", "threshold", "search_mode"}
+    | {"time_boost", "max_block_chars", "max_index_chars", "retention", "read_only"}
+)
+"""Options a call does not take but `with_options` does (named in the call's error)."""

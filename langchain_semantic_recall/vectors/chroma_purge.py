@@ -114,7 +114,8 @@ def _rebuild_folder(client: ClientAPI, folder: str, name: str, size: int) -> tup
     mine = [k for k in expected if k == name or k.startswith(prefix)]  # (its own root too)
     rebuilt = sum(expected[k] for k in mine)
     others = len(expected) - len(mine)
-    done.append(f"rebuilt {len(mine)} collection(s) of index {name!r} ({rebuilt} vectors)")
+    count = f"{rebuilt} vectors, a long message's chunks one each"
+    done.append(f"rebuilt {len(mine)} collection(s) of index {name!r} ({count})")
     done.append(f"copied {others} other collection(s) into the new folder")
     done.append("replaced the Chroma folder by its rebuilt copy (the old one deleted)")
     if swept := sweep_copies():

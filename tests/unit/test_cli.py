@@ -1377,6 +1377,12 @@ def test_a_silent_search_says_when_candidates_were_held_back(
     assert "held back" not in shown.out
     none = run(capsys, *on_urls, "search", "hello", "--resource", "carol", "--filter", "x=y")
     assert "held back" not in none.out  # nothing to hold back: no hint
+    pasted = run(capsys, *on_urls, "search", "peanut " * 5000, "--resource", "carol")
+    assert pasted.code == 0
+    header = pasted.out.splitlines()[0]  # the query is searched, not echoed whole (an audit)
+    assert header.startswith('0 hit(s) for "peanut peanut')
+    assert "…" in header
+    assert len(header) < 500
 
 
 def test_an_id_with_a_line_break_shows_the_same_in_threads_and_show(

@@ -121,3 +121,21 @@ def test_every_answer_keeps_the_options(
             assert until is None or day < until
     if memory.search_mode == "dense":
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_an_engine_option_given_to_a_call_names_the_view_that_takes_it() -> None:
+    """`search(scope=...)` works, so a stranger tries `recall(scope=...)`: it is refused
+    (recall takes the engine's options), and the error says which view takes it."""
+    import pytest
+
+    memory = SemanticRecall(
+        storage=InMemoryStorage(), vector_store=InMemoryVectorIndex(), embeddings=FakeEmbeddings()
+    )
+    turn = [HumanMessage("what did I say?")]
+    with pytest.raises(TypeError, match=r"memory.with_options\(scope=...\)"):
+        memory.recall(turn, thread_id="t", resource_id="r", scope="thread")
+    with pytest.raises(TypeError) as refused:
+        memory.recall(turn, thread_id="t", resource_id="r", colour="blue")
+    assert "with_options" not in str(refused.value)  # not an option of anything
+    view = memory.with_options(scope="thread")
+    assert view.recall(turn, thread_id="t", resource_id="r") == turn  # nothing stored yet
