@@ -675,7 +675,9 @@ async def test_a_named_period_counts_from_the_turns_own_time() -> None:
         top_k=1,
     )
     turn_time = datetime(2023, 5, 10, 12, 0, tzinfo=UTC)
-    written = {"alpha": turn_time - timedelta(days=6), "omega": NOW - timedelta(days=6)}
+    # A week to the day before: inside the calendar week before, whatever the weekday (six
+    # days before a Sunday is that week's Monday, and this test failed on Sundays).
+    written = {"alpha": turn_time - timedelta(days=7), "omega": NOW - timedelta(days=7)}
     for word, when in written.items():
         said = HumanMessage(
             f"the lighthouse plan {word}", additional_kwargs={"created_at": when.isoformat()}
