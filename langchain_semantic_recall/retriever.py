@@ -54,9 +54,18 @@ DEFAULT_TOOL_NAME = "search_memory"
 DEFAULT_TOOL_DESCRIPTION = (
     "Search your long-term memory of past conversations with this user. Use it when the "
     "user refers to something said before that is not in the current conversation. "
-    "Input: what to look for, in a few words. Returns remembered messages with their "
-    "date, conversation and surrounding context."
+    'Input: what to recall, as a full question ("what is the user\'s job?"): a lone word '
+    "or name may read as small talk and find nothing. Returns remembered messages with "
+    "their date, conversation and surrounding context."
 )
+
+
+NOTHING_FOUND = (
+    "No memory matched this query well enough. Past conversations may still hold it: "
+    "to look again, ask a full question naming what to recall."
+)
+"""The tool's answer when search stays silent (it holds back weak matches, and reads a
+lone word or name as small talk: docs/quality.md, *What is still missed*)."""
 
 
 def _quoted_line(message: StoredMessage) -> str:
@@ -127,7 +136,7 @@ def format_hits(hits: Sequence[RecallHit]) -> str:
         hits: Search hits, best first.
     """
     if not hits:
-        return "No memories found for this query."
+        return NOTHING_FOUND
     messages = sum(len(hit.window) for hit in hits)
     lines = [
         f"Found {len(hits)} memory hit(s), {messages} message(s) with their context, best first:"
@@ -336,7 +345,10 @@ class MemorySearchInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(description="What to look for in past conversations, in a few words.")
+    query: str = Field(
+        description="What to recall from past conversations, as a full question ("
+        '"what is the user\'s job?").'
+    )
 
 
 class MemorySearchTool(BaseTool):

@@ -27,7 +27,7 @@ from langchain_core.messages import (
 
 from langchain_semantic_recall import InMemoryStorage, SemanticRecall
 from langchain_semantic_recall.messages import MEMORY_SOURCE
-from langchain_semantic_recall.retriever import format_hits
+from langchain_semantic_recall.retriever import NOTHING_FOUND, format_hits
 from langchain_semantic_recall.vectors.memory import InMemoryVectorIndex
 from tests.fakes import FakeEmbeddings
 
@@ -134,7 +134,7 @@ def assert_unforgeable(block: str, budget: int | None) -> None:
 
 def assert_tool_text_is_quoted(text: str) -> None:
     lines = text.split("\n")
-    assert lines[0].startswith("Found ") or text == "No memories found for this query."
+    assert lines[0].startswith("Found ") or text == NOTHING_FOUND
     assert text.splitlines() == lines
     for line in lines[1:]:
         folded = fold(line)

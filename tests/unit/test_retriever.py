@@ -19,6 +19,7 @@ from langchain_semantic_recall import (
     SemanticRecall,
 )
 from langchain_semantic_recall.retriever import (
+    NOTHING_FOUND,
     MemorySearchTool,
     SemanticRecallRetriever,
     create_memory_search_tool,
@@ -282,7 +283,7 @@ def test_scope_option_is_honoured(memory: FactsMemory) -> None:
 
 
 def test_format_hits(memory: FactsMemory) -> None:
-    assert format_hits([]) == "No memories found for this query."
+    assert format_hits([]) == NOTHING_FOUND
     hits = memory.engine.search("garden", thread_id="t", resource_id="alice")
     text = format_hits(hits)
     shown = sum(len(hit.window) for hit in hits)  # the tool counted hits as messages
