@@ -232,10 +232,7 @@ _FLAGS = {
     "threshold": "--threshold",
     "scope": "--scope",
 }
-_OPTION = re.compile(
-    r"\b(search_mode|time_boost|top_k|message_range\.before|message_range\.after"
-    r"|message_budget|threshold|scope)(?:=('?)([^',;:)\s]+)\2|\b(?!=))"
-)
+_OPTION = re.compile(rf"\b({'|'.join(map(re.escape, _FLAGS))})(?:=('?)([^',;:)\s]+)\2|\b(?!=))")
 
 
 def in_flags(message: str, typed: Sequence[str] = ()) -> str:

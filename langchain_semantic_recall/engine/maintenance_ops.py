@@ -265,7 +265,7 @@ def reindex_op(
     yield from _check_scope(scope)
     info = yield from space.resolve(quiet=True)
     held: HeldVectors = yield steps.VectorIds(info, scope)
-    if scope is None and held.messages and not (yield from _holds_any(held.messages, None)):
+    if scope is None and held.messages and not (yield from _holds_any(held.messages)):
         # Every vector of the index is of a message this store does not hold: another
         # store's index on a shared vector server (a staging database beside
         # production's Chroma, a store opened without its index_name), whose vectors this
@@ -333,10 +333,10 @@ def reindex_op(
     return written
 
 
-def _holds_any(ids: Set[str], scope: ScopeFilter | None) -> Op[bool]:
-    """Whether the storage holds a message of `ids` in `scope` (the first page, mostly)."""
+def _holds_any(ids: Set[str]) -> Op[bool]:
+    """Whether the storage holds a message of `ids` (the first page, mostly)."""
     after: tuple[str, int] | None = None
-    while page := (yield steps.ListMessages(scope, after=after, limit=_HOLDS_PAGE)):
+    while page := (yield steps.ListMessages(None, after=after, limit=_HOLDS_PAGE)):
         if any(message.id in ids for message in page):
             return True
         after = (page[-1].thread_id, page[-1].seq)
