@@ -15,6 +15,9 @@ engine's steps and the relevance model's methods with ``time.perf_counter``:
 Printed: p50 and mean per search of each phase, the scoring's share, and hybrid / dense
 p50 with and without the scoring (what the ratio would be if scoring cost nothing).
 
+``--sql-windows`` reads every context window in SQL (``window_cache_bytes=0``), as the
+package did before it held the threads searches return to (``storage/held_threads.py``).
+
 ``--bound`` measures what a faster hot path could give, not the package: ``rows`` reads
 every window from messages held in memory (loaded once, never refreshed: no freshness
 check, which a real cache would pay), ``terms`` keeps every text's terms (a term cache
@@ -63,6 +66,11 @@ def main() -> None:
     parser.add_argument(
         "--bound", default="", help="what-if, not the package: rows, terms or rows,terms"
     )
+    parser.add_argument(
+        "--sql-windows",
+        action="store_true",
+        help="every window read in SQL (window_cache_bytes=0: the package before held threads)",
+    )
     args = parser.parse_args()
     bounds = {b for b in args.bound.split(",") if b}
     if unknown := bounds - {"rows", "terms"}:
@@ -78,7 +86,9 @@ def main() -> None:
     if "rows" in bounds:
         SQLiteStorage._get_windows = _windows_held  # type: ignore[method-assign]
     print(f"bound: {args.bound or 'none (the package as it is)'}")
-    print_table(measure(args.size, work, args.queries), args.size, args.queries)
+    held = 0 if args.sql_windows else 32 * 2**20  # the package's default
+    print(f"windows: {'in SQL' if args.sql_windows else 'held threads (the default)'}")
+    print_table(measure(args.size, work, args.queries, held), args.size, args.queries)
 
 
 _HELD: dict[str, dict[str, Any]] = {}
@@ -110,12 +120,12 @@ def _windows_held(
     return windows
 
 
-def measure(size: str, work: Path, count: int) -> tuple[Timings, Timings]:
+def measure(size: str, work: Path, count: int, held: int) -> tuple[Timings, Timings]:
     """(phases of hybrid search, whole searches by mode), ms per call."""
     corpus = pc.load_corpus(size, work / "corpus.pickle")
     queries = pc.make_queries(corpus, count, seed=23)
     table = pc.TableEmbeddings({q.text: q.vector for q in queries})
-    storage = SQLiteStorage(work / "store" / "messages.sqlite3")
+    storage = SQLiteStorage(work / "store" / "messages.sqlite3", window_cache_bytes=held)
     vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
     common: dict[str, Any] = {"embeddings": table, "index_name": pc.INDEX}
     hybrid = SemanticRecall(storage=storage, vector_store=vectors, **common)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 from langchain_semantic_recall.errors import SemanticRecallError
 from langchain_semantic_recall.records import MessageRecord
+from langchain_semantic_recall.storage.sqlite_schema import change_marker
 
 if TYPE_CHECKING:  # numpy loads with the first postings built, not with the storage
     from langchain_semantic_recall.storage.postings import Document, ResourcePostings
@@ -165,18 +166,9 @@ class PostingsCache:
         self._workers = [w for w in self._workers if w.is_alive()]
         return not self._workers
 
-    @staticmethod
-    def _data_version(conn: sqlite3.Connection) -> int:
-        """Changes committed by *other* connections (this one's own commits leave it)."""
-        return int(conn.execute("PRAGMA data_version").fetchone()[0])
-
-    @classmethod
-    def _fingerprint(cls, conn: sqlite3.Connection) -> tuple[int, int]:
-        return cls._data_version(conn), conn.total_changes
-
     def loaded(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
         """The resource's postings if they are loaded and current; never builds them."""
-        fingerprint = self._fingerprint(conn)
+        fingerprint = change_marker(conn)
         if fingerprint != self._seen:  # a change that did not come through the hooks
             self.clear()
             self._seen = fingerprint
@@ -271,7 +263,7 @@ class PostingsCache:
         another connection's commit, which would then never be seen.
         """
         self._pending = _Pending()
-        fingerprint = self._fingerprint(conn)
+        fingerprint = change_marker(conn)
         if fingerprint != self._seen:
             self.clear()  # someone else wrote since the last look: rebuild lazily
         self._version = fingerprint[0]

@@ -45,14 +45,15 @@ from langchain_semantic_recall.storage.checks import (
     thread_of_another,
     thread_retired,
 )
+from langchain_semantic_recall.storage.held_threads import HeldThreads
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
     MIGRATIONS,
     SCHEMA_VERSION,
+    compact,
     connect,
     failure,
-    file_bytes,
     is_writable,
     prepare_path,
 )
@@ -106,6 +107,7 @@ class SQLiteStorage(MessageStorage):
         read_only: bool = False,
         keyword_cache_docs: int = 500_000,
         keyword_cache_min_docs: int = 500,
+        window_cache_bytes: int = 32 * 2**20,
     ) -> None:
         """Open (creating if needed) the database file and bring its schema up to date.
 
@@ -122,6 +124,10 @@ class SQLiteStorage(MessageStorage):
                 (which, like those until the build is done, runs in SQL).
             keyword_cache_min_docs: Resources with fewer searchable messages are searched
                 in SQL (fast there), never held in memory.
+            window_cache_bytes: Most bytes of messages held in memory for searches'
+                context windows (whole threads of up to 1,000 messages that searches
+                return to, least recently read out first; `held_threads`); 0 reads every
+                window in SQL. Same results.
 
         Raises:
             StorageError: The path cannot be created, read or written, is not a SQLite
@@ -139,6 +145,7 @@ class SQLiteStorage(MessageStorage):
             opener=None if self._path == MEMORY_PATH else self._open_reader,
             lock=self._lock,
         )
+        self._held = HeldThreads(max_bytes=window_cache_bytes)  # under self._lock too
         logger.debug("opened SQLite storage %s", self._path)
 
     def _open_reader(self) -> sqlite3.Connection:
@@ -173,11 +180,11 @@ class SQLiteStorage(MessageStorage):
             yield self._conn
 
     @contextmanager
-    def _write(self, *, keywords_hooked: bool = False) -> Iterator[sqlite3.Connection]:
+    def _write(self, *, hooked: bool = False) -> Iterator[sqlite3.Connection]:
         """One `BEGIN IMMEDIATE` transaction: committed on success, else rolled back.
 
-        A write that does not report its keyword changes to `self._postings`
-        (`keywords_hooked`) empties the in-memory postings when it commits.
+        A write that does not report its changes to the in-memory caches (`hooked`: the
+        keyword postings and the held threads) empties them when it commits.
         """
         if self._read_only:
             raise StorageError(
@@ -187,22 +194,22 @@ class SQLiteStorage(MessageStorage):
         with self._lock, self._errors("write"):
             self._conn.execute("BEGIN IMMEDIATE")
             self._postings.begin(self._conn)
+            self._held.begin(self._conn)
             try:
                 yield self._conn
-            except BaseException:
-                self._postings.abort()
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
-                raise
-            try:
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._postings.abort()
+                self._held.abort()
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
-            if keywords_hooked:
+            if hooked:
                 self._postings.commit(self._conn)
+                self._held.commit(self._conn)
             else:
                 self._postings.clear()
+                self._held.clear()
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -218,7 +225,7 @@ class SQLiteStorage(MessageStorage):
         created = [sql.iso_text(record.created_at) for record in records]
         now = sql.iso_text(datetime.now(UTC))
         stored: list[StoredMessage] = []
-        with self._write(keywords_hooked=True) as conn:
+        with self._write(hooked=True) as conn:
             place_of = conn.execute  # one read of each id's (thread, seq), kept for the batch
             places = {r.id: place_of(sql.GET_MESSAGE_PLACE, (r.id,)).fetchone() for r in records}
             # Every message id first: a thread error then means none is taken.
@@ -256,6 +263,7 @@ class SQLiteStorage(MessageStorage):
                 terms = fts.add_terms(conn, record)
                 self._postings.added(record, terms, created_at, metadata)
                 stored.append(dataclasses.replace(sql.to_message(values), created=place is None))
+                self._held.stored(stored[-1])
             for thread_id, state in threads.items():
                 conn.execute(sql.SET_NEXT_SEQ, (state.next_seq, thread_id))
         logger.debug("stored %d messages in %s", len(stored), self._path)
@@ -276,10 +284,11 @@ class SQLiteStorage(MessageStorage):
 
     def _delete_thread(self, thread_id: str, *, retire: bool, owner: str | None) -> int:
         now = sql.iso_text(datetime.now(UTC))
-        with self._write(keywords_hooked=True) as conn:
+        with self._write(hooked=True) as conn:
             row = conn.execute(sql.GET_THREAD, (thread_id,)).fetchone()
             check_still_owned(thread_id, found := row[0] if row else None, owner)
             self._postings.deleted(found, thread_id)
+            self._held.deleted(found, thread_id)
             fts.forget(conn, "thread_id", thread_id)  # before the rows it joins on
             deleted = conn.execute(sql.DELETE_THREAD_MESSAGES, (thread_id,)).rowcount
             conn.execute(sql.DELETE_THREAD, (thread_id,))
@@ -300,7 +309,7 @@ class SQLiteStorage(MessageStorage):
         """One transaction; no message changes, so the keyword postings stay."""
         now = sql.iso_text(datetime.now(UTC))
         created = 0
-        with self._write(keywords_hooked=True) as conn:
+        with self._write(hooked=True) as conn:
             for place in places:
                 state = self._thread_state(conn, place.thread_id, place.resource_id, now)
                 if state.owner != place.resource_id:
@@ -343,8 +352,9 @@ class SQLiteStorage(MessageStorage):
 
     def _delete_resource(self, resource_id: str) -> int:
         now = sql.iso_text(datetime.now(UTC))
-        with self._write(keywords_hooked=True) as conn:
+        with self._write(hooked=True) as conn:
             self._postings.deleted(resource_id)
+            self._held.deleted(resource_id)
             conn.execute(sql.FORGET_RESOURCE, (now, resource_id))
             fts.forget(conn, "resource_id", resource_id)
             deleted = conn.execute(sql.DELETE_RESOURCE_MESSAGES, (resource_id,)).rowcount
@@ -356,17 +366,24 @@ class SQLiteStorage(MessageStorage):
     def _get_windows(
         self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """One indexed query per 500 ids; overlapping windows share their (frozen) messages."""
+        """From held threads, else one indexed query per 500 ids (`held_threads`).
+
+        Overlapping windows share their (frozen) messages.
+        """
         windows: dict[str, list[StoredMessage]] = {}
         made: dict[str, StoredMessage] = {}  # a context read: ~176 rows, ~123 messages at 10k
         with self._read() as conn:
-            for start in range(0, len(message_ids), _MAX_IDS_PER_QUERY):
-                chunk = message_ids[start : start + _MAX_IDS_PER_QUERY]
+            held, rest = self._held.windows(
+                conn, message_ids, before=before, after=after, scope=scope
+            )
+            for start in range(0, len(rest), _MAX_IDS_PER_QUERY):
+                chunk = rest[start : start + _MAX_IDS_PER_QUERY]
                 for row in conn.execute(*sql.windows_sql(chunk, before, after, scope)):
                     if (message := made.get(row[1])) is None:
                         message = made[row[1]] = sql.to_message(row[1:])
                     windows.setdefault(row[0], []).append(message)
-        return {hit: tuple(windows[hit]) for hit in message_ids if hit in windows}
+        both = {**held, **{hit: tuple(window) for hit, window in windows.items()}}
+        return {hit: both[hit] for hit in message_ids if hit in both}
 
     def _loaded_postings(self, conn: sqlite3.Connection, scope: ScopeFilter) -> Postings | None:
         """The scope's resource's postings if they are loaded and current, else None."""
@@ -456,34 +473,16 @@ class SQLiteStorage(MessageStorage):
             )
 
     def _compact(self) -> CompactResult:
-        """Overwrite and drop what deleted rows left: FTS5 segments, free pages, the WAL.
-
-        Runs on this storage's own connection, under its lock (writes from this process
-        wait). `secure_delete` zeroes the pages the FTS5 merge frees, `VACUUM` rewrites the
-        file without free pages, and a `TRUNCATE` checkpoint empties the write-ahead log.
+        """On this storage's own connection, under its lock (`sqlite_schema.compact`).
 
         Raises:
             StorageError: Read-only, or another connection (another process) kept a read
                 open so the log could not be emptied: stop it and run the purge again.
         """
-        if self._read_only or self._path == MEMORY_PATH:
-            if self._read_only:
-                raise StorageError(f"SQLite storage {self._path} was opened read-only")
-            return CompactResult(backend=type(self).__name__, done=("in-memory database",))
-        before = file_bytes(self._path)
+        if self._read_only:
+            raise StorageError(f"SQLite storage {self._path} was opened read-only")
         with self._lock, self._errors("compact"):
-            self._conn.execute("PRAGMA secure_delete = ON")
-            self._conn.execute(fts.OPTIMIZE)
-            self._conn.execute("VACUUM")
-            busy = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-        if busy:
-            raise StorageError(
-                f"SQLite storage {self._path}: the write-ahead log could not be emptied "
-                "because another connection is reading it; close the other processes "
-                "using this store and run the purge again"
-            )
-        done = ("PRAGMA secure_delete = ON", "FTS5 optimize", "VACUUM", "wal_checkpoint(TRUNCATE)")
-        return CompactResult(type(self).__name__, done, before, file_bytes(self._path))
+            return compact(self._conn, self._path, type(self).__name__)
 
     def _close(self) -> None:
         """Close the connection, after the background postings builds; later calls raise.
@@ -493,5 +492,6 @@ class SQLiteStorage(MessageStorage):
         """
         with self._lock:
             self._postings.clear()  # a build that finishes now installs nothing
+            self._held.clear()
             self._conn.close()
         self._postings.join()

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from langchain_semantic_recall.errors import StorageError
 from langchain_semantic_recall.filters import METADATA_KEY
+from langchain_semantic_recall.records import CompactResult
 from langchain_semantic_recall.storage import sqlite_fts as fts
 from langchain_semantic_recall.storage.checks import (
     payload_metadata_columns,
@@ -144,6 +145,41 @@ def prepare_path(path: str | os.PathLike[str], *, read_only: bool = False) -> st
             "writes its journal next to the database); choose a writable folder"
         )
     return str(target)
+
+
+def change_marker(conn: sqlite3.Connection) -> tuple[int, int]:
+    """What moves when the file changes, as seen from `conn`.
+
+    Commits by *other* connections (`PRAGMA data_version`: this one's own leave it), and
+    this connection's own changes (`total_changes`).
+    """
+    return int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes
+
+
+def compact(conn: sqlite3.Connection, path: str, backend: str) -> CompactResult:
+    """Overwrite and drop what deleted rows left: FTS5 segments, free pages, the WAL.
+
+    `secure_delete` zeroes the pages the FTS5 merge frees, `VACUUM` rewrites the file
+    without free pages, and a `TRUNCATE` checkpoint empties the write-ahead log.
+
+    Raises:
+        StorageError: Another connection (another process) kept a read open, so the log
+            could not be emptied.
+    """
+    if path == MEMORY_PATH:
+        return CompactResult(backend=backend, done=("in-memory database",))
+    before = file_bytes(path)
+    conn.execute("PRAGMA secure_delete = ON")
+    conn.execute(fts.OPTIMIZE)
+    conn.execute("VACUUM")
+    if conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+        raise StorageError(
+            f"SQLite storage {path}: the write-ahead log could not be emptied because "
+            "another connection is reading it; close the other processes using this store "
+            "and run the purge again"
+        )
+    done = ("PRAGMA secure_delete = ON", "FTS5 optimize", "VACUUM", "wal_checkpoint(TRUNCATE)")
+    return CompactResult(backend, done, before, file_bytes(path))
 
 
 def file_bytes(path: str) -> int:

@@ -1,0 +1,236 @@
+"""Threads held in memory for context windows: the same windows as SQL, after any write.
+
+`SQLiteStorage` answers `get_windows` from whole threads it holds (`held_threads`) once
+searches come back to them. Every check here compares with a second connection to the
+same file that holds nothing (`window_cache_bytes=0`), so a stale or foreign message in
+the held copy shows up as a difference.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import HumanMessage
+
+from langchain_semantic_recall.errors import ForgottenThreadError, ThreadOwnerError
+from langchain_semantic_recall.filters import metadata_conditions
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.sqlite import SQLiteStorage
+
+START = datetime(2024, 1, 1, tzinfo=UTC)
+THREADS = {"t0": "r0", "t1": "r0", "t2": "r1", "t3": "r1"}  # thread -> its resource
+
+
+def record(n: int, thread: str, text: str, *, day: int = 0, tag: str = "a") -> MessageRecord:
+    return MessageRecord(
+        id=f"m{n}",
+        thread_id=thread,
+        resource_id=THREADS[thread],
+        role="user" if n % 2 else "assistant",
+        text=text,
+        created_at=START + timedelta(days=day),
+        payload=MessageRecord.dump(HumanMessage(text)),
+        metadata={"tag": tag},
+    )
+
+
+def scopes() -> list[ScopeFilter]:
+    return [
+        ScopeFilter(resource_id="r0"),
+        ScopeFilter(resource_id="r1"),
+        ScopeFilter(resource_id="r0", thread_id="t1"),
+        ScopeFilter(resource_id="r1", thread_id="t0"),  # a thread of another resource
+        ScopeFilter(resource_id="r0", metadata=metadata_conditions({"tag": "b"})),
+        ScopeFilter(resource_id="r1", since=START + timedelta(days=2)),
+    ]
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[SQLiteStorage, SQLiteStorage]:
+    """(holds threads, reads SQL only): two connections to one file."""
+    path = tmp_path / "m.sqlite3"
+    held = SQLiteStorage(path)
+    plain = SQLiteStorage(path, window_cache_bytes=0)
+    yield held, plain
+    held.close()
+    plain.close()
+
+
+def same_windows(
+    held: SQLiteStorage, plain: SQLiteStorage, ids: Sequence[str], before: int, after: int
+) -> None:
+    for scope in scopes():
+        for _ in range(2):  # the second read answers from held threads
+            got = held.get_windows(list(ids), before=before, after=after, scope=scope)
+            want = plain.get_windows(list(ids), before=before, after=after, scope=scope)
+            assert got == want, scope
+            assert list(got) == list(want)  # the hits' order too
+            for hit, window in got.items():
+                assert all(scope.admits_message(m) for m in window)
+                assert [m.seq for m in window] == sorted(m.seq for m in window)
+                assert hit in {m.id for m in window}
+
+
+def test_windows_come_from_held_threads_from_the_second_read(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    held, plain = pair
+    held.put([record(n, "t0", f"message {n}") for n in range(30)])
+    ids = ["m3", "m15", "m29"]
+    scope = ScopeFilter(resource_id="r0")
+    first = held.get_windows(ids, before=2, after=3, scope=scope)
+    assert len(held._held) == 0  # a cold read pays nothing more than SQL
+    assert held.get_windows(ids, before=2, after=3, scope=scope) == first
+    assert len(held._held) == 1
+    assert first == plain.get_windows(ids, before=2, after=3, scope=scope)
+    assert [m.id for m in first["m29"]] == ["m27", "m28", "m29"]
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> list[tuple[str, tuple[object, ...]]]:
+    ops: list[tuple[str, tuple[object, ...]]] = []
+    for _ in range(draw(st.integers(3, 14))):
+        kind = draw(st.sampled_from(["put", "put", "put", "read", "read", "drop", "expire"]))
+        if kind == "put":  # new ids, or rewrites of earlier ones (same thread)
+            n = draw(st.integers(0, 40))
+            tag, day = draw(st.sampled_from("ab")), draw(st.integers(0, 4))
+            ops.append(("put", (n, f"t{n % 4}", draw(st.sampled_from(["x", "y z"])), day, tag)))
+        elif kind == "read":
+            ids = draw(st.lists(st.integers(0, 45), min_size=1, max_size=6))
+            ops.append(("read", (ids, draw(st.integers(0, 3)), draw(st.integers(0, 3)))))
+        elif kind == "drop":
+            ops.append(("drop", (draw(st.sampled_from(["t0", "t1", "t2", "t3", "r0", "r1"])),)))
+        else:
+            ops.append(("expire", (draw(st.integers(0, 4)),)))
+    return ops
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=operations())
+def test_held_windows_equal_sql_after_any_writes(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, tuple[object, ...]]]
+) -> None:
+    """Puts, rewrites, deleted threads and resources, and unhooked deletes, interleaved."""
+    path = tmp_path_factory.mktemp("held") / "m.sqlite3"
+    held, plain = SQLiteStorage(path), SQLiteStorage(path, window_cache_bytes=0)
+    try:
+        held.put([record(n, f"t{n % 4}", f"seed {n}") for n in range(24)])
+        for kind, args in ops:
+            if kind == "put":
+                n, thread, text, day, tag = args
+                with contextlib.suppress(ForgottenThreadError):  # a deleted resource's thread
+                    held.put(
+                        [record(int(n), str(thread), f"{text} {n}", day=int(day), tag=str(tag))]
+                    )  # type: ignore[call-overload]
+            elif kind == "read":
+                ids, before, after = args
+                same_windows(held, plain, [f"m{i}" for i in ids], int(before), int(after))  # type: ignore[union-attr, call-overload]
+            elif kind == "drop":
+                (target,) = args
+                if str(target).startswith("t"):  # emptied, not retired: written again later
+                    held.delete_thread(str(target), retire=False)
+                else:
+                    held.delete_resource(str(target))
+            else:
+                (day,) = args
+                held.delete_before(START + timedelta(days=int(day)))  # type: ignore[call-overload]
+        same_windows(held, plain, [f"m{i}" for i in range(0, 46, 3)], 2, 3)
+    finally:
+        held.close()
+        plain.close()
+
+
+def test_another_connections_write_is_seen(pair: tuple[SQLiteStorage, SQLiteStorage]) -> None:
+    held, plain = pair
+    held.put([record(n, "t0", f"message {n}") for n in range(10)])
+    scope = ScopeFilter(resource_id="r0")
+    for _ in range(2):
+        held.get_windows(["m9"], before=0, after=3, scope=scope)
+    assert len(held._held) == 1
+    plain.put([record(10, "t0", "written elsewhere"), record(3, "t0", "rewritten elsewhere")])
+    got = held.get_windows(["m9", "m3"], before=0, after=3, scope=scope)
+    assert [m.text for m in got["m9"]] == ["message 9", "written elsewhere"]
+    assert got["m3"][0].text == "rewritten elsewhere"
+    plain.delete_thread("t0")
+    assert held.get_windows(["m9"], before=0, after=3, scope=scope) == {}
+
+
+def test_a_failed_write_empties_the_held_threads(tmp_path: Path) -> None:
+    held = SQLiteStorage(tmp_path / "m.sqlite3")
+    held.put([record(n, "t0", f"message {n}") for n in range(10)])
+    scope = ScopeFilter(resource_id="r0")
+    for _ in range(2):
+        held.get_windows(["m5"], before=1, after=1, scope=scope)
+    assert len(held._held) == 1
+    with pytest.raises(ThreadOwnerError):  # t0 is r0's: the write fails half-way
+        held.put([record(10, "t0", "ok"), dataclass_with(record(11, "t0", "no"), "r1")])
+    assert len(held._held) == 0
+    window = held.get_windows(["m5", "m9"], before=1, after=1, scope=scope)
+    assert [m.id for m in window["m9"]] == ["m8", "m9"]  # m10 was rolled back
+    held.close()
+
+
+def dataclass_with(message: MessageRecord, resource_id: str) -> MessageRecord:
+    import dataclasses
+
+    return dataclasses.replace(message, resource_id=resource_id)
+
+
+def test_the_bounds_hold(tmp_path: Path) -> None:
+    small = SQLiteStorage(tmp_path / "m.sqlite3", window_cache_bytes=20_000)
+    for thread in ("t0", "t1"):
+        base = 0 if thread == "t0" else 100
+        small.put([record(base + n, thread, "word " * 20) for n in range(20)])
+    scope = ScopeFilter(resource_id="r0")
+    for _ in range(3):
+        for hit in ("m5", "m105"):
+            small.get_windows([hit], before=1, after=1, scope=scope)
+            assert small._held.bytes_held <= 20_000
+    assert len(small._held) == 1  # each thread costs ~13 KB: the latest read is held
+    small._held.max_thread = 5
+    small._held.clear()
+    for _ in range(3):
+        small.get_windows(["m5"], before=1, after=1, scope=scope)
+    assert len(small._held) == 0  # a thread longer than max_thread is read in SQL
+    small.close()
+
+
+def test_a_write_on_the_same_connection_outside_the_hooks_empties_them(tmp_path: Path) -> None:
+    held = SQLiteStorage(tmp_path / "m.sqlite3")
+    held.put([record(n, "t0", f"message {n}") for n in range(6)])
+    scope = ScopeFilter(resource_id="r0")
+    for _ in range(2):
+        held.get_windows(["m2"], before=1, after=1, scope=scope)
+    conn: sqlite3.Connection = held._conn
+    with held._lock:
+        conn.execute("UPDATE messages SET text = 'changed' WHERE id = 'm1'")
+        conn.commit()
+    assert held.get_windows(["m2"], before=1, after=1, scope=scope)["m2"][0].text == "changed"
+    held.close()
+
+
+@pytest.mark.parametrize("forget", ["thread", "resource"])
+def test_a_forgotten_thread_or_resource_is_never_read_back(tmp_path: Path, forget: str) -> None:
+    held = SQLiteStorage(tmp_path / "m.sqlite3")
+    held.put([record(n, "t0", f"message {n}") for n in range(6)])
+    held.put([record(n, "t1", f"message {n}") for n in range(6, 9)])
+    scope = ScopeFilter(resource_id="r0")
+    for _ in range(2):
+        held.get_windows(["m2", "m7"], before=1, after=1, scope=scope)
+    assert len(held._held) == 2
+    if forget == "thread":
+        held.delete_thread("t0")
+    else:
+        held.delete_resource("r0")
+    left = held.get_windows(["m2", "m7"], before=1, after=1, scope=scope)
+    assert list(left) == ([] if forget == "resource" else ["m7"])
+    held.close()
