@@ -16,7 +16,7 @@ Printed: p50 and mean per search of each phase, the scoring's share, and hybrid 
 p50 with and without the scoring (what the ratio would be if scoring cost nothing).
 
 ``--sql-windows`` reads every context window in SQL (``window_cache_bytes=0``), as the
-package did before it held the threads searches return to (``storage/held_threads.py``).
+package did before it held the windows searches read (``storage/held_windows.py``).
 
 ``--bound`` measures what a faster hot path could give, not the package: ``rows`` reads
 every window from messages held in memory (loaded once, never refreshed: no freshness
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument(
         "--sql-windows",
         action="store_true",
-        help="every window read in SQL (window_cache_bytes=0: the package before held threads)",
+        help="every window read in SQL (window_cache_bytes=0: the package before held windows)",
     )
     args = parser.parse_args()
     bounds = {b for b in args.bound.split(",") if b}
@@ -87,7 +87,7 @@ def main() -> None:
         SQLiteStorage._get_windows = _windows_held  # type: ignore[method-assign]
     print(f"bound: {args.bound or 'none (the package as it is)'}")
     held = 0 if args.sql_windows else 32 * 2**20  # the package's default
-    print(f"windows: {'in SQL' if args.sql_windows else 'held threads (the default)'}")
+    print(f"windows: {'in SQL' if args.sql_windows else 'held windows (the default)'}")
     print_table(measure(args.size, work, args.queries, held), args.size, args.queries)
 
 

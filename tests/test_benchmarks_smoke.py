@@ -86,7 +86,7 @@ def test_perf_hybrid_phases_smoke(tmp_path: Path) -> None:
     )
     assert "bound: rows,terms" in out
     assert "| select | 1.0 |" in out
-    sql = ("--sql-windows",)  # the baseline of held threads: every window read in SQL
+    sql = ("--sql-windows",)  # the baseline of held windows: every window read in SQL
     out = _run(
         "perf_hybrid_phases.py", "--size", "tiny", "--queries", "6", "--work", str(tmp_path), *sql
     )

@@ -45,7 +45,7 @@ from langchain_semantic_recall.storage.checks import (
     thread_of_another,
     thread_retired,
 )
-from langchain_semantic_recall.storage.held_threads import HeldThreads
+from langchain_semantic_recall.storage.held_windows import HeldWindows
 from langchain_semantic_recall.storage.keyword_index import PostingsCache
 from langchain_semantic_recall.storage.sqlite_schema import (
     MEMORY_PATH,
@@ -125,9 +125,8 @@ class SQLiteStorage(MessageStorage):
             keyword_cache_min_docs: Resources with fewer searchable messages are searched
                 in SQL (fast there), never held in memory.
             window_cache_bytes: Most bytes of messages held in memory for searches'
-                context windows (whole threads of up to 1,000 messages that searches
-                return to, least recently read out first; `held_threads`); 0 reads every
-                window in SQL. Same results.
+                context windows (what recent windows read, least recently read thread
+                out first; `held_windows`); 0 reads every window in SQL. Same results.
 
         Raises:
             StorageError: The path cannot be created, read or written, is not a SQLite
@@ -145,7 +144,7 @@ class SQLiteStorage(MessageStorage):
             opener=None if self._path == MEMORY_PATH else self._open_reader,
             lock=self._lock,
         )
-        self._held = HeldThreads(max_bytes=window_cache_bytes)  # under self._lock too
+        self._held = HeldWindows(max_bytes=window_cache_bytes)  # under self._lock too
         logger.debug("opened SQLite storage %s", self._path)
 
     def _open_reader(self) -> sqlite3.Connection:
@@ -184,7 +183,7 @@ class SQLiteStorage(MessageStorage):
         """One `BEGIN IMMEDIATE` transaction: committed on success, else rolled back.
 
         A write that does not report its changes to the in-memory caches (`hooked`: the
-        keyword postings and the held threads) empties them when it commits.
+        keyword postings and the held windows) empties them when it commits.
         """
         if self._read_only:
             raise StorageError(
@@ -366,7 +365,7 @@ class SQLiteStorage(MessageStorage):
     def _get_windows(
         self, message_ids: list[str], *, before: int, after: int, scope: ScopeFilter
     ) -> dict[str, tuple[StoredMessage, ...]]:
-        """From held threads, else one indexed query per 500 ids (`held_threads`).
+        """Held (`held_windows`), else one indexed query per 500 ids, then held.
 
         Overlapping windows share their (frozen) messages.
         """
@@ -382,6 +381,7 @@ class SQLiteStorage(MessageStorage):
                     if (message := made.get(row[1])) is None:
                         message = made[row[1]] = sql.to_message(row[1:])
                     windows.setdefault(row[0], []).append(message)
+            self._held.learn(windows, before=before, after=after, scope=scope)
         both = {**held, **{hit: tuple(window) for hit, window in windows.items()}}
         return {hit: both[hit] for hit in message_ids if hit in both}
 

@@ -1,22 +1,26 @@
-"""Whole threads held in memory, so that a search reads its context windows without SQL.
+"""The messages of recently read windows, held so that a search reads them again without SQL.
 
 A default (hybrid) search reads ~20 context windows, ~150 messages, per query: in SQL that
 is a join on `(thread_id, seq)` and a row made into a message each, 1-2 ms at 10k messages
 (`benchmarks/perf_hybrid_phases.py`), the largest step after the vector index. Searches
-come back to the same threads, so `HeldThreads` keeps the messages of the threads that
-searches keep returning to, whole and in `seq` order: a window is then two bisections.
+come back to the same messages (the same memories answer many questions), so
+`HeldWindows` keeps what the windows read in SQL brought back, per thread: the messages
+and the spans of seqs known whole (every message of the thread in that span is held).
+A window inside a known span is then two bisections. Holding costs no read of its own
+(only what a search read anyway), so a search that finds nothing held pays a few dict
+inserts, not a larger read.
 
-- A thread is held from its second read (the first is answered in SQL, so a cold search
-  pays nothing more), if it has at most `max_thread` messages; one read holds at most
-  `max_thread` messages more (a search never waits for more than ~5 ms of reading);
-  least recently read out first, bounded by an estimate of the bytes held.
-- Held threads are kept in step with the file as `keyword_index.PostingsCache` keeps the
-  postings: a write through the storage's hooks is applied as it is made (a stored message
-  is put in its place, a deleted thread or resource dropped) and any failed write empties
-  the cache; a change that did not come through the hooks (another connection or process:
-  `PRAGMA data_version`; an unhooked write on this one: `total_changes`) empties it too.
-- A window from held messages is the SQL one: the hit and its neighbours inside the scope
-  (`ScopeFilter.admits_message`, the same test as the SQL filter), in `seq` order.
+- Only windows read without a filter teach spans (a filtered read leaves messages out).
+- Least recently read thread out first, bounded by an estimate of the bytes held.
+- Held messages are kept in step with the file as `keyword_index.PostingsCache` keeps
+  the postings: a write through the storage's hooks is applied as it is made (a stored
+  message put in its place in a held thread, a deleted thread or resource dropped) and a
+  failed write empties the cache; a change that did not come through the hooks (another
+  connection or process: `PRAGMA data_version`; an unhooked write on this one:
+  `total_changes`) empties it too.
+- A window from held messages is the SQL one: the hit inside the scope
+  (`ScopeFilter.admits_message`, the same test as the SQL filter), then the messages of
+  its thread in the span inside the scope's filter, in `seq` order.
 
 Every method runs under the storage's lock, on its connection.
 """
@@ -26,25 +30,17 @@ from __future__ import annotations
 import bisect
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage
-from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.sqlite_schema import change_marker
 
-__all__ = ["HeldThreads"]
+__all__ = ["HeldWindows"]
 
-_PLACES: Final = (
-    "SELECT m.id, m.thread_id, t.next_seq FROM messages AS m "
-    "JOIN threads AS t ON t.thread_id = m.thread_id WHERE m.id IN ({marks})"
-)
-_THREAD: Final = f"SELECT {sql.COLUMNS} FROM messages WHERE thread_id = ? ORDER BY seq"
 _OVERHEAD: Final = 600
 """Bytes of a held message besides its text and payload (the object, its ids, its time)."""
-_REMEMBERED: Final = 4096
-"""Threads read once, remembered so that their second read holds them."""
 
 Windows = dict[str, tuple[StoredMessage, ...]]
 
@@ -55,11 +51,15 @@ def _cost(message: StoredMessage) -> int:
 
 @dataclass(slots=True)
 class _Thread:
-    """One thread's messages, in `seq` order."""
+    """Held messages of one thread in `seq` order, and the spans of seqs held whole."""
 
     resource_id: str
     seqs: list[int] = field(default_factory=list)
     messages: list[StoredMessage] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    """The spans' first seqs, sorted; spans are disjoint and never adjacent."""
+    ends: list[int] = field(default_factory=list)
+    """The spans' last seqs (inclusive), in the same order."""
     bytes: int = 0
 
     def put(self, message: StoredMessage) -> int:
@@ -75,6 +75,20 @@ class _Thread:
         self.bytes += change
         return change
 
+    def knows(self, low: int, high: int) -> bool:
+        """Whether every message with a seq from `low` to `high` is held."""
+        spot = bisect.bisect_right(self.starts, low) - 1
+        return spot >= 0 and self.ends[spot] >= high
+
+    def learn(self, low: int, high: int) -> None:
+        """Every message with a seq from `low` to `high` is now held."""
+        first = bisect.bisect_left(self.ends, low - 1)  # the first span touching it
+        last = bisect.bisect_right(self.starts, high + 1)  # past the last one
+        if first < last:
+            low, high = min(low, self.starts[first]), max(high, self.ends[last - 1])
+        self.starts[first:last] = [low]
+        self.ends[first:last] = [high]
+
     def window(
         self, seq: int, before: int, after: int, scope: ScopeFilter
     ) -> tuple[StoredMessage, ...]:
@@ -87,28 +101,24 @@ class _Thread:
         return tuple(m for m in window if scope.matches(m.metadata, m.created_at))
 
 
-class HeldThreads:
-    """The messages of threads that searches return to, LRU, bounded by bytes.
+class HeldWindows:
+    """The messages of windows read recently, per thread, LRU, bounded by bytes.
 
     Args:
         max_bytes: Most bytes held (estimated: the texts, the payloads and ~0.6 KB per
             message); 0 holds nothing (every window is read in SQL).
-        max_thread: Threads with more messages are never held (their windows are read in
-            SQL: a long thread's window is a small part of it).
     """
 
-    def __init__(self, *, max_bytes: int = 32 * 2**20, max_thread: int = 1_000) -> None:
+    def __init__(self, *, max_bytes: int = 32 * 2**20) -> None:
         """Create an empty cache."""
         self.max_bytes = max_bytes
-        self.max_thread = max_thread
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._by_id: dict[str, StoredMessage] = {}
-        self._read_once: OrderedDict[str, None] = OrderedDict()
         self._bytes = 0
         self._seen: tuple[int, int] | None = None
         self._version: int | None = None
 
-    def __len__(self) -> int:  # threads held
+    def __len__(self) -> int:  # threads with messages held
         return len(self._threads)
 
     @property
@@ -117,10 +127,9 @@ class HeldThreads:
         return self._bytes
 
     def clear(self) -> None:
-        """Forget every held thread (and every thread read once)."""
+        """Forget every held message."""
         self._threads.clear()
         self._by_id.clear()
-        self._read_once.clear()
         self._bytes = 0
         self._seen = None
 
@@ -135,10 +144,9 @@ class HeldThreads:
         after: int,
         scope: ScopeFilter,
     ) -> tuple[Windows, list[str]]:
-        """The windows of the hits in held threads, and the hits left to read in SQL.
+        """The windows held whole, and the hits left to read in SQL (then `learn` them).
 
-        A hit outside the scope has no window (as in SQL). The threads of the other hits
-        that were read once before, and are short enough, are read whole and held now.
+        A held hit outside the scope has no window (as in SQL).
         """
         if self.max_bytes <= 0:
             return {}, list(message_ids)
@@ -146,58 +154,43 @@ class HeldThreads:
         if fingerprint != self._seen:  # a change that did not come through the hooks
             self.clear()
             self._seen = fingerprint
-        found, rest = self._from_held(message_ids, before, after, scope)
-        if rest and self._hold_threads_of(conn, rest):
-            more, rest = self._from_held(rest, before, after, scope)
-            found.update(more)
-        return found, rest
-
-    def _from_held(
-        self, message_ids: Iterable[str], before: int, after: int, scope: ScopeFilter
-    ) -> tuple[Windows, list[str]]:
         found: Windows = {}
         rest: list[str] = []
         for message_id in message_ids:
             hit = self._by_id.get(message_id)
             if hit is None:
                 rest.append(message_id)
+                continue
+            thread = self._threads[hit.thread_id]
+            if not thread.knows(hit.seq - before, hit.seq + after):
+                rest.append(message_id)
             elif scope.admits_message(hit):
                 self._threads.move_to_end(hit.thread_id)
-                found[message_id] = self._threads[hit.thread_id].window(
-                    hit.seq, before, after, scope
-                )
+                found[message_id] = thread.window(hit.seq, before, after, scope)
         return found, rest
 
-    def _hold_threads_of(self, conn: sqlite3.Connection, message_ids: Sequence[str]) -> bool:
-        """Read whole the threads of `message_ids` that were read before; whether any."""
-        sizes: dict[str, int] = {}  # thread id -> its size (at most: its next seq)
-        for start in range(0, len(message_ids), 500):  # SQLite's historical variable limit
-            chunk = message_ids[start : start + 500]
-            query = _PLACES.format(marks=", ".join("?" * len(chunk)))
-            sizes.update((thread, size) for _, thread, size in conn.execute(query, chunk))
-        wanted: dict[str, int] = {}
-        for thread_id, size in sizes.items():
-            if size > self.max_thread:
+    def learn(
+        self,
+        windows: Mapping[str, Sequence[StoredMessage]],
+        *,
+        before: int,
+        after: int,
+        scope: ScopeFilter,
+    ) -> None:
+        """Hold the windows just read in SQL (in the same lock as `windows`' check)."""
+        if self.max_bytes <= 0 or scope.narrowed:  # a filtered window misses messages
+            return
+        for hit_id, window in windows.items():
+            hit = next((m for m in window if m.id == hit_id), None)
+            if hit is None:  # (never: a window holds its hit)
                 continue
-            if thread_id in self._read_once:
-                wanted[thread_id] = size
-            else:
-                self._read_once[thread_id] = None
-        while len(self._read_once) > _REMEMBERED:
-            self._read_once.popitem(last=False)
-        budget, held = self.max_thread, False
-        for thread_id, size in sorted(wanted.items()):
-            if size > budget:
-                continue  # held at a later read
-            budget -= size
-            del self._read_once[thread_id]
-            for row in conn.execute(_THREAD, (thread_id,)):
-                message = sql.to_message(row)
-                thread = self._threads.get(thread_id) or _Thread(message.resource_id)
-                self._hold(thread, message)
-                held = True
+            thread = self._threads.get(hit.thread_id) or _Thread(hit.resource_id)
+            for message in window:
+                if self._by_id.get(message.id) is not message:
+                    self._hold(thread, message)
+            thread.learn(hit.seq - before, hit.seq + after)
+            self._threads.move_to_end(hit.thread_id)
         self._evict()
-        return held
 
     # --- hooks: the storage's writes, inside their transaction -------------------------
 
@@ -211,7 +204,7 @@ class HeldThreads:
     def stored(self, message: StoredMessage) -> None:
         """`message` was inserted or rewritten (as `put` returns it)."""
         thread = self._threads.get(message.thread_id)
-        if thread is not None:
+        if thread is not None:  # a held span stays whole: the new message is held too
             self._hold(thread, replace(message, created=False))
 
     def deleted(self, resource_id: str | None, thread_id: str | None = None) -> None:

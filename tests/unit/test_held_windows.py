@@ -1,9 +1,9 @@
-"""Threads held in memory for context windows: the same windows as SQL, after any write.
+"""Windows held in memory: the same windows as SQL, after any write.
 
-`SQLiteStorage` answers `get_windows` from whole threads it holds (`held_threads`) once
-searches come back to them. Every check here compares with a second connection to the
-same file that holds nothing (`window_cache_bytes=0`), so a stale or foreign message in
-the held copy shows up as a difference.
+`SQLiteStorage` answers `get_windows` from the messages earlier windows read
+(`held_windows`) when it holds the whole span asked for. Every check here compares with a
+second connection to the same file that holds nothing (`window_cache_bytes=0`), so a
+stale or foreign message in the held copy shows up as a difference.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from langchain_core.messages import HumanMessage
 from langchain_semantic_recall.errors import ForgottenThreadError, ThreadOwnerError
 from langchain_semantic_recall.filters import metadata_conditions
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.storage.held_windows import _Thread
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
 START = datetime(2024, 1, 1, tzinfo=UTC)
@@ -54,7 +55,7 @@ def scopes() -> list[ScopeFilter]:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[SQLiteStorage, SQLiteStorage]:
-    """(holds threads, reads SQL only): two connections to one file."""
+    """(holds windows, reads SQL only): two connections to one file."""
     path = tmp_path / "m.sqlite3"
     held = SQLiteStorage(path)
     plain = SQLiteStorage(path, window_cache_bytes=0)
@@ -67,7 +68,7 @@ def same_windows(
     held: SQLiteStorage, plain: SQLiteStorage, ids: Sequence[str], before: int, after: int
 ) -> None:
     for scope in scopes():
-        for _ in range(2):  # the second read answers from held threads
+        for _ in range(2):  # the second read answers from held messages
             got = held.get_windows(list(ids), before=before, after=after, scope=scope)
             want = plain.get_windows(list(ids), before=before, after=after, scope=scope)
             assert got == want, scope
@@ -78,7 +79,7 @@ def same_windows(
                 assert hit in {m.id for m in window}
 
 
-def test_windows_come_from_held_threads_from_the_second_read(
+def test_a_window_read_again_comes_from_memory(
     pair: tuple[SQLiteStorage, SQLiteStorage],
 ) -> None:
     held, plain = pair
@@ -86,11 +87,36 @@ def test_windows_come_from_held_threads_from_the_second_read(
     ids = ["m3", "m15", "m29"]
     scope = ScopeFilter(resource_id="r0")
     first = held.get_windows(ids, before=2, after=3, scope=scope)
-    assert len(held._held) == 0  # a cold read pays nothing more than SQL
-    assert held.get_windows(ids, before=2, after=3, scope=scope) == first
-    assert len(held._held) == 1
     assert first == plain.get_windows(ids, before=2, after=3, scope=scope)
     assert [m.id for m in first["m29"]] == ["m27", "m28", "m29"]
+    with held._lock:  # what the next read finds held, and what it reads in SQL
+        again, rest = held._held.windows(held._conn, ids, before=2, after=3, scope=scope)
+        inside, none = held._held.windows(held._conn, ["m28"], before=1, after=3, scope=scope)
+        wider, more = held._held.windows(held._conn, ids, before=3, after=3, scope=scope)
+    assert again == first
+    assert rest == []
+    assert inside == {"m28": first["m29"]}  # not a hit before, but its span is held whole
+    assert none == []
+    assert wider == {}
+    assert more == ids  # one message more before each: read in SQL
+    filtered = ScopeFilter(resource_id="r0", metadata=metadata_conditions({"tag": "a"}))
+    held._held.clear()
+    held.get_windows(ids, before=2, after=3, scope=filtered)
+    assert len(held._held) == 0  # a filtered read may leave messages out: it teaches nothing
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(-3, 30), st.integers(0, 6)), max_size=12))
+def test_spans_know_exactly_the_seqs_learned(spans: list[tuple[int, int]]) -> None:
+    thread = _Thread("r0")
+    known: set[int] = set()
+    for low, width in spans:
+        thread.learn(low, low + width)
+        known.update(range(low, low + width + 1))
+    assert all(a < b - 1 for a, b in zip(thread.ends, thread.starts[1:], strict=False))
+    for low in range(-5, 40):
+        for high in range(low, low + 8):
+            assert thread.knows(low, high) == (set(range(low, high + 1)) <= known)
 
 
 @st.composite
@@ -164,7 +190,7 @@ def test_another_connections_write_is_seen(pair: tuple[SQLiteStorage, SQLiteStor
     assert held.get_windows(["m9"], before=0, after=3, scope=scope) == {}
 
 
-def test_a_failed_write_empties_the_held_threads(tmp_path: Path) -> None:
+def test_a_failed_write_empties_the_held_windows(tmp_path: Path) -> None:
     held = SQLiteStorage(tmp_path / "m.sqlite3")
     held.put([record(n, "t0", f"message {n}") for n in range(10)])
     scope = ScopeFilter(resource_id="r0")
@@ -185,7 +211,7 @@ def dataclass_with(message: MessageRecord, resource_id: str) -> MessageRecord:
     return dataclasses.replace(message, resource_id=resource_id)
 
 
-def test_the_bounds_hold(tmp_path: Path) -> None:
+def test_the_bound_holds(tmp_path: Path) -> None:
     small = SQLiteStorage(tmp_path / "m.sqlite3", window_cache_bytes=20_000)
     for thread in ("t0", "t1"):
         base = 0 if thread == "t0" else 100
@@ -193,14 +219,9 @@ def test_the_bounds_hold(tmp_path: Path) -> None:
     scope = ScopeFilter(resource_id="r0")
     for _ in range(3):
         for hit in ("m5", "m105"):
-            small.get_windows([hit], before=1, after=1, scope=scope)
-            assert small._held.bytes_held <= 20_000
-    assert len(small._held) == 1  # each thread costs ~13 KB: the latest read is held
-    small._held.max_thread = 5
-    small._held.clear()
-    for _ in range(3):
-        small.get_windows(["m5"], before=1, after=1, scope=scope)
-    assert len(small._held) == 0  # a thread longer than max_thread is read in SQL
+            small.get_windows([hit], before=8, after=8, scope=scope)
+            assert 0 < small._held.bytes_held <= 20_000
+    assert len(small._held) == 1  # 17 messages cost ~13 KB: the latest read is held
     small.close()
 
 
