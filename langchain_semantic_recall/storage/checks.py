@@ -82,11 +82,17 @@ def checked_message_ids(message_ids: object) -> list[str]:
     return list(dict.fromkeys(check_ids("message id", message_ids)))
 
 
+_MAX_WINDOW = 2**31 - 1
+"""Past any thread's length (a backend's integer columns overflow at 2**63: SQLite raised
+`OverflowError` for a window of that size, held windows answered it)."""
+
+
 def check_window(before: object, after: object) -> None:
-    """Window sizes: integers >= 0."""
-    if not (_is_int(before) and before >= 0 and _is_int(after) and after >= 0):
+    """Window sizes: integers from 0 to 2**31 - 1."""
+    if not all(_is_int(size) and 0 <= size <= _MAX_WINDOW for size in (before, after)):
         raise InvalidInputError(
-            f"window sizes must be integers >= 0, got before={before!r} after={after!r}"
+            f"window sizes must be integers from 0 to {_MAX_WINDOW:,}, got before={before!r} "
+            f"after={after!r}"
         )
 
 

@@ -32,6 +32,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from sys import getsizeof
 from typing import Final
 
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage
@@ -39,14 +40,19 @@ from langchain_semantic_recall.storage.sqlite_schema import change_marker
 
 __all__ = ["HeldWindows"]
 
-_OVERHEAD: Final = 600
-"""Bytes of a held message besides its text and payload (the object, its ids, its time)."""
+_OVERHEAD: Final = 400
+"""Bytes of a held message besides its strings (the object, its time, its tuples)."""
 
 Windows = dict[str, tuple[StoredMessage, ...]]
 
 
 def _cost(message: StoredMessage) -> int:
-    return _OVERHEAD + len(message.text) + len(message.payload)
+    """Its bytes: each string as held (`getsizeof`: 1, 2 or 4 bytes a character), and the rest."""
+    strings = (message.id, message.thread_id, message.resource_id, message.text, message.payload)
+    size = _OVERHEAD + sum(map(getsizeof, strings))
+    for key, value in message.metadata:  # up to 32 keys of up to 1,000 characters each
+        size += getsizeof(key) + getsizeof(value) + 56  # the pair's tuple
+    return size
 
 
 @dataclass(slots=True)
@@ -105,8 +111,9 @@ class HeldWindows:
     """The messages of windows read recently, per thread, LRU, bounded by bytes.
 
     Args:
-        max_bytes: Most bytes held (estimated: the texts, the payloads and ~0.6 KB per
-            message); 0 holds nothing (every window is read in SQL).
+        max_bytes: Most bytes held (the strings of each message, its metadata's
+            included, and ~0.4 KB for the rest); 0 holds nothing (every window is read in
+            SQL).
     """
 
     def __init__(self, *, max_bytes: int = 32 * 2**20) -> None:

@@ -9,7 +9,10 @@ stale or foreign message in the held copy shows up as a difference.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import gc
 import sqlite3
+import tracemalloc
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import HumanMessage
 
-from langchain_semantic_recall.errors import ForgottenThreadError, ThreadOwnerError
+from langchain_semantic_recall.errors import (
+    ForgottenThreadError,
+    InvalidInputError,
+    ThreadOwnerError,
+)
 from langchain_semantic_recall.filters import metadata_conditions
 from langchain_semantic_recall.records import MessageRecord, ScopeFilter
 from langchain_semantic_recall.storage.held_windows import _Thread
@@ -198,17 +205,13 @@ def test_a_failed_write_empties_the_held_windows(tmp_path: Path) -> None:
         held.get_windows(["m5"], before=1, after=1, scope=scope)
     assert len(held._held) == 1
     with pytest.raises(ThreadOwnerError):  # t0 is r0's: the write fails half-way
-        held.put([record(10, "t0", "ok"), dataclass_with(record(11, "t0", "no"), "r1")])
+        held.put(
+            [record(10, "t0", "ok"), dataclasses.replace(record(11, "t0", "no"), resource_id="r1")]
+        )
     assert len(held._held) == 0
     window = held.get_windows(["m5", "m9"], before=1, after=1, scope=scope)
     assert [m.id for m in window["m9"]] == ["m8", "m9"]  # m10 was rolled back
     held.close()
-
-
-def dataclass_with(message: MessageRecord, resource_id: str) -> MessageRecord:
-    import dataclasses
-
-    return dataclasses.replace(message, resource_id=resource_id)
 
 
 def test_the_bound_holds(tmp_path: Path) -> None:
@@ -255,3 +258,44 @@ def test_a_forgotten_thread_or_resource_is_never_read_back(tmp_path: Path, forge
     left = held.get_windows(["m2", "m7"], before=1, after=1, scope=scope)
     assert list(left) == ([] if forget == "resource" else ["m7"])
     held.close()
+
+
+def test_a_window_past_any_thread_is_refused_whatever_is_held(
+    pair: tuple[SQLiteStorage, SQLiteStorage],
+) -> None:
+    held, plain = pair
+    held.put([record(n, "t0", f"message {n}") for n in range(6)])
+    scope = ScopeFilter(resource_id="r0")
+    wide = held.get_windows(["m3"], before=2**31 - 1, after=2**31 - 1, scope=scope)
+    assert [m.id for m in wide["m3"]] == [f"m{n}" for n in range(6)]
+    for storage in (held, plain):  # held or not, the same clear error (SQLite overflowed)
+        with pytest.raises(InvalidInputError, match="window sizes must be integers from 0"):
+            storage.get_windows(["m3"], before=2**63, after=0, scope=scope)
+
+
+@pytest.mark.parametrize("text", ["hi", "😀 " * 300])
+def test_the_bound_counts_metadata_and_wide_characters(tmp_path: Path, text: str) -> None:
+    """What is held, measured by tracemalloc, stays within `window_cache_bytes`."""
+    bound = 300_000
+    path = tmp_path / "m.sqlite3"
+    setup = SQLiteStorage(path, window_cache_bytes=0)
+    meta = {f"k{i}": "v" * 1_000 for i in range(8)}  # 8 of the 32 keys allowed
+    for t in range(12):
+        records = [record(t * 100 + n, "t0", text) for n in range(20)]
+        setup.put([dataclasses.replace(r, thread_id=f"x{t}", metadata=meta) for r in records])
+    setup.close()
+    store = SQLiteStorage(path, window_cache_bytes=bound)
+    everyone = ScopeFilter(resource_id="r0")
+    store.get_windows(["m0"], before=0, after=0, scope=everyone)  # the connection warm
+    gc.collect()
+    tracemalloc.start()
+    try:
+        for t in range(12):
+            store.get_windows([f"m{t * 100 + 10}"], before=9, after=9, scope=everyone)
+        gc.collect()
+        grown, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(store._held) >= 1
+    assert grown <= bound * 1.1, (grown, store._held.bytes_held)
+    store.close()
