@@ -4,14 +4,17 @@ A default (hybrid) search reads ~20 context windows, ~150 messages, per query: i
 is a join on `(thread_id, seq)` and a row made into a message each, 1-2 ms at 10k messages
 (`benchmarks/perf_hybrid_phases.py`), the largest step after the vector index. Searches
 come back to the same messages (the same memories answer many questions), so
-`HeldWindows` keeps what the windows read in SQL brought back, per thread: the messages
-and the spans of seqs known whole (every message of the thread in that span is held).
-A window inside a known span is then two bisections. Holding costs no read of its own
-(only what a search read anyway), so a search that finds nothing held pays a few dict
-inserts, not a larger read.
+`HeldWindows` keeps, per thread, messages and the spans of seqs it holds whole: a window
+inside a span is two bisections.
 
-- Only windows read without a filter teach spans (a filtered read leaves messages out).
-- Least recently read thread out first, bounded by an estimate of the bytes held.
+- What a window read in SQL brought back is held (no read of its own). Only reads
+  without a filter teach spans (a filtered read leaves messages out).
+- A thread read a second time is read whole (up to 1,000 messages), while the cache is
+  at most half full: a small store ends up held whole, and a cold search pays nothing
+  more than SQL. Past half, only what windows read is held; once full, one read in
+  eight, so a store bigger than the cache does not pay on every read for evictions.
+- Least recently read thread out first, bounded by the bytes held (each string as
+  `sys.getsizeof` counts it, metadata included).
 - Held messages are kept in step with the file as `keyword_index.PostingsCache` keeps
   the postings: a write through the storage's hooks is applied as it is made (a stored
   message put in its place in a held thread, a deleted thread or resource dropped) and a
@@ -30,16 +33,32 @@ from __future__ import annotations
 import bisect
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from sys import getsizeof
 from typing import Final
 
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage
+from langchain_semantic_recall.storage import sqlite_sql as sql
 from langchain_semantic_recall.storage.sqlite_schema import change_marker
 
 __all__ = ["HeldWindows"]
 
+_PLACES: Final = (
+    "SELECT m.id, m.thread_id, t.next_seq FROM messages AS m "
+    "JOIN threads AS t ON t.thread_id = m.thread_id WHERE m.id IN ({marks})"
+)
+_THREAD: Final = f"SELECT {sql.COLUMNS} FROM messages WHERE thread_id = ? ORDER BY seq"
+_MAX_THREAD: Final = 1_000
+"""Threads of more messages are never read whole; nor more than this many messages at once."""
+_WHOLE: Final = 2**62
+"""A span past any window (`checks.check_window` caps them at 2**31 - 1): the whole thread."""
+_PER_MESSAGE: Final = 1_200
+"""Bytes a message is counted at before any is held (a chat message of ~130 characters)."""
+_REMEMBERED: Final = 4096
+"""Threads read once, remembered so that their second read may hold them whole."""
+_FULL_SAMPLE: Final = 8
+"""A full cache learns one window read in this many (`HeldWindows.learn`)."""
 _OVERHEAD: Final = 400
 """Bytes of a held message besides its strings (the object, its time, its tuples)."""
 
@@ -122,6 +141,8 @@ class HeldWindows:
         self._threads: OrderedDict[str, _Thread] = OrderedDict()
         self._by_id: dict[str, StoredMessage] = {}
         self._bytes = 0
+        self._read_once: OrderedDict[str, None] = OrderedDict()
+        self._full_reads = 0
         self._seen: tuple[int, int] | None = None
         self._version: int | None = None
 
@@ -137,6 +158,7 @@ class HeldWindows:
         """Forget every held message."""
         self._threads.clear()
         self._by_id.clear()
+        self._read_once.clear()
         self._bytes = 0
         self._seen = None
 
@@ -161,6 +183,15 @@ class HeldWindows:
         if fingerprint != self._seen:  # a change that did not come through the hooks
             self.clear()
             self._seen = fingerprint
+        found, rest = self._from_held(message_ids, before, after, scope)
+        if rest and self._bytes < self.max_bytes // 2 and self._hold_threads_of(conn, rest):
+            more, rest = self._from_held(rest, before, after, scope)
+            found.update(more)
+        return found, rest
+
+    def _from_held(
+        self, message_ids: Iterable[str], before: int, after: int, scope: ScopeFilter
+    ) -> tuple[Windows, list[str]]:
         found: Windows = {}
         rest: list[str] = []
         for message_id in message_ids:
@@ -176,6 +207,39 @@ class HeldWindows:
                 found[message_id] = thread.window(hit.seq, before, after, scope)
         return found, rest
 
+    def _hold_threads_of(self, conn: sqlite3.Connection, message_ids: Sequence[str]) -> bool:
+        """Read whole the threads of `message_ids` read once before, into half the cache.
+
+        Whether any was read. Only while the cache is at most half full (the caller's
+        check): a cache that fills evicts what it would hold before it is used again (at
+        100k messages in 1,000 threads, a thread loaded whole for each window tripled a
+        search), so past half it learns the windows it reads instead, and asks nothing more.
+        """
+        sizes: dict[str, int] = {}  # thread id -> its size (at most: its next seq)
+        for start in range(0, len(message_ids), 500):  # SQLite's historical variable limit
+            chunk = message_ids[start : start + 500]
+            query = _PLACES.format(marks=", ".join("?" * len(chunk)))
+            sizes.update((thread, size) for _, thread, size in conn.execute(query, chunk))
+        per_message = self._bytes // len(self._by_id) if self._by_id else _PER_MESSAGE
+        room, budget, held = self.max_bytes // 2 - self._bytes, _MAX_THREAD, False
+        for thread_id, size in sizes.items():
+            if thread_id not in self._read_once:  # a cold read pays nothing more than SQL
+                self._read_once[thread_id] = None
+            elif size <= budget and size * per_message <= room:
+                budget, room = budget - size, room - size * per_message
+                del self._read_once[thread_id]
+                for row in conn.execute(_THREAD, (thread_id,)):
+                    message = sql.to_message(row)
+                    thread = self._threads.get(thread_id) or _Thread(message.resource_id)
+                    self._hold(thread, message)
+                    held = True
+                if thread_id in self._threads:  # every message, and every later one (hooks)
+                    self._threads[thread_id].learn(-_WHOLE, _WHOLE)
+        while len(self._read_once) > _REMEMBERED:
+            self._read_once.popitem(last=False)
+        self._evict()
+        return held
+
     def learn(
         self,
         windows: Mapping[str, Sequence[StoredMessage]],
@@ -184,9 +248,18 @@ class HeldWindows:
         after: int,
         scope: ScopeFilter,
     ) -> None:
-        """Hold the windows just read in SQL (in the same lock as `windows`' check)."""
+        """Hold the windows just read in SQL (in the same lock as `windows`' check).
+
+        A full cache learns one read in `_FULL_SAMPLE`: what it holds still turns over to
+        what searches read now, without paying on every read for an eviction that a cache
+        smaller than what is searched would never win back.
+        """
         if self.max_bytes <= 0 or scope.narrowed:  # a filtered window misses messages
             return
+        if self._bytes >= self.max_bytes - self.max_bytes // 16:
+            self._full_reads += 1
+            if self._full_reads % _FULL_SAMPLE:
+                return
         for hit_id, window in windows.items():
             hit = next((m for m in window if m.id == hit_id), None)
             if hit is None:  # (never: a window holds its hit)

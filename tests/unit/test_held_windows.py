@@ -99,13 +99,16 @@ def test_a_window_read_again_comes_from_memory(
     with held._lock:  # what the next read finds held, and what it reads in SQL
         again, rest = held._held.windows(held._conn, ids, before=2, after=3, scope=scope)
         inside, none = held._held.windows(held._conn, ["m28"], before=1, after=3, scope=scope)
+        assert len(held._held._by_id) == 15  # the three windows' messages
         wider, more = held._held.windows(held._conn, ids, before=3, after=3, scope=scope)
     assert again == first
     assert rest == []
     assert inside == {"m28": first["m29"]}  # not a hit before, but its span is held whole
     assert none == []
-    assert wider == {}
-    assert more == ids  # one message more before each: read in SQL
+    # A window not held, of a thread read before, while there is room: the thread whole.
+    assert more == []
+    assert len(held._held._by_id) == 30
+    assert wider == plain.get_windows(ids, before=3, after=3, scope=scope)
     filtered = ScopeFilter(resource_id="r0", metadata=metadata_conditions({"tag": "a"}))
     held._held.clear()
     held.get_windows(ids, before=2, after=3, scope=filtered)
@@ -212,6 +215,17 @@ def test_a_failed_write_empties_the_held_windows(tmp_path: Path) -> None:
     window = held.get_windows(["m5", "m9"], before=1, after=1, scope=scope)
     assert [m.id for m in window["m9"]] == ["m8", "m9"]  # m10 was rolled back
     held.close()
+
+
+def test_a_full_cache_holds_what_it_read_not_whole_threads(tmp_path: Path) -> None:
+    storage = SQLiteStorage(tmp_path / "m.sqlite3", window_cache_bytes=30_000)
+    storage.put([record(n, "t0", f"message {n}") for n in range(100)])  # ~100 KB whole
+    scope = ScopeFilter(resource_id="r0")
+    for hit in ("m10", "m50", "m90", "m10"):
+        storage.get_windows([hit], before=2, after=2, scope=scope)
+    assert len(storage._held._by_id) == 15  # three windows learned, none read whole
+    assert storage._held.bytes_held <= 30_000
+    storage.close()
 
 
 def test_the_bound_holds(tmp_path: Path) -> None:
