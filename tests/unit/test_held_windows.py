@@ -200,13 +200,19 @@ def test_another_connections_write_is_seen(pair: tuple[SQLiteStorage, SQLiteStor
     assert held.get_windows(["m9"], before=0, after=3, scope=scope) == {}
 
 
-def test_a_failed_write_empties_the_held_windows(tmp_path: Path) -> None:
-    held = SQLiteStorage(tmp_path / "m.sqlite3")
-    held.put([record(n, "t0", f"message {n}") for n in range(10)])
+def holding(path: Path, count: int, hit: str) -> tuple[SQLiteStorage, ScopeFilter]:
+    """A storage of `count` messages in t0 that holds them, read around `hit` twice."""
+    held = SQLiteStorage(path)
+    held.put([record(n, "t0", f"message {n}") for n in range(count)])
     scope = ScopeFilter(resource_id="r0")
     for _ in range(2):
-        held.get_windows(["m5"], before=1, after=1, scope=scope)
+        held.get_windows([hit], before=1, after=1, scope=scope)
     assert len(held._held) == 1
+    return held, scope
+
+
+def test_a_failed_write_empties_the_held_windows(tmp_path: Path) -> None:
+    held, scope = holding(tmp_path / "m.sqlite3", 10, "m5")
     with pytest.raises(ThreadOwnerError):  # t0 is r0's: the write fails half-way
         held.put(
             [record(10, "t0", "ok"), dataclasses.replace(record(11, "t0", "no"), resource_id="r1")]
@@ -243,11 +249,7 @@ def test_the_bound_holds(tmp_path: Path) -> None:
 
 
 def test_a_write_on_the_same_connection_outside_the_hooks_empties_them(tmp_path: Path) -> None:
-    held = SQLiteStorage(tmp_path / "m.sqlite3")
-    held.put([record(n, "t0", f"message {n}") for n in range(6)])
-    scope = ScopeFilter(resource_id="r0")
-    for _ in range(2):
-        held.get_windows(["m2"], before=1, after=1, scope=scope)
+    held, scope = holding(tmp_path / "m.sqlite3", 6, "m2")
     conn: sqlite3.Connection = held._conn
     with held._lock:
         conn.execute("UPDATE messages SET text = 'changed' WHERE id = 'm1'")
