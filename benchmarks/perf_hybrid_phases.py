@@ -86,9 +86,9 @@ def main() -> None:
     if "rows" in bounds:
         SQLiteStorage._get_windows = _windows_held  # type: ignore[method-assign]
     print(f"bound: {args.bound or 'none (the package as it is)'}")
-    held = 0 if args.sql_windows else 32 * 2**20  # the package's default
     print(f"windows: {'in SQL' if args.sql_windows else 'held windows (the default)'}")
-    print_table(measure(args.size, work, args.queries, held), args.size, args.queries)
+    timings = measure(args.size, work, args.queries, sql_windows=args.sql_windows)
+    print_table(timings, args.size, args.queries)
 
 
 _HELD: dict[str, dict[str, Any]] = {}
@@ -120,12 +120,13 @@ def _windows_held(
     return windows
 
 
-def measure(size: str, work: Path, count: int, held: int) -> tuple[Timings, Timings]:
+def measure(size: str, work: Path, count: int, *, sql_windows: bool) -> tuple[Timings, Timings]:
     """(phases of hybrid search, whole searches by mode), ms per call."""
     corpus = pc.load_corpus(size, work / "corpus.pickle")
     queries = pc.make_queries(corpus, count, seed=23)
     table = pc.TableEmbeddings({q.text: q.vector for q in queries})
-    storage = SQLiteStorage(work / "store" / "messages.sqlite3", window_cache_bytes=held)
+    held: dict[str, Any] = {"window_cache_bytes": 0} if sql_windows else {}  # else the default
+    storage = SQLiteStorage(work / "store" / "messages.sqlite3", **held)
     vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
     common: dict[str, Any] = {"embeddings": table, "index_name": pc.INDEX}
     hybrid = SemanticRecall(storage=storage, vector_store=vectors, **common)

@@ -15,12 +15,13 @@ inside a span is two bisections.
   eight, so a store bigger than the cache does not pay on every read for evictions.
 - Least recently read thread out first, bounded by the bytes held (each string as
   `sys.getsizeof` counts it, metadata included).
-- Held messages are kept in step with the file as `keyword_index.PostingsCache` keeps
-  the postings: a write through the storage's hooks is applied as it is made (a stored
-  message put in its place in a held thread, a deleted thread or resource dropped) and a
-  failed write empties the cache; a change that did not come through the hooks (another
-  connection or process: `PRAGMA data_version`; an unhooked write on this one:
-  `total_changes`) empties it too.
+- Held messages are kept in step with the file with the keyword postings: a write
+  through the storage's hooks is applied as it is made (a stored message put in its
+  place in a held thread, a deleted thread or resource dropped), and whenever
+  `keyword_index.PostingsCache` trusts nothing it holds (a failed or unhooked write; a
+  change that did not come through the hooks: another connection or process, `PRAGMA
+  data_version`; an unhooked write on this one, `total_changes`), it empties this cache
+  too (its `on_clear`). The storage has it check the file before every window read.
 - A window from held messages is the SQL one: the hit inside the scope
   (`ScopeFilter.admits_message`, the same test as the SQL filter), then the messages of
   its thread in the span inside the scope's filter, in `seq` order.
@@ -40,7 +41,6 @@ from typing import Final
 
 from langchain_semantic_recall.records import ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage import sqlite_sql as sql
-from langchain_semantic_recall.storage.sqlite_schema import change_marker
 
 __all__ = ["HeldWindows"]
 
@@ -143,8 +143,6 @@ class HeldWindows:
         self._bytes = 0
         self._read_once: OrderedDict[str, None] = OrderedDict()
         self._full_reads = 0
-        self._seen: tuple[int, int] | None = None
-        self._version: int | None = None
 
     def __len__(self) -> int:  # threads with messages held
         return len(self._threads)
@@ -160,7 +158,6 @@ class HeldWindows:
         self._by_id.clear()
         self._read_once.clear()
         self._bytes = 0
-        self._seen = None
 
     # --- reads ------------------------------------------------------------------------
 
@@ -175,14 +172,11 @@ class HeldWindows:
     ) -> tuple[Windows, list[str]]:
         """The windows held whole, and the hits left to read in SQL (then `learn` them).
 
-        A held hit outside the scope has no window (as in SQL).
+        A held hit outside the scope has no window (as in SQL). The caller has checked
+        that the file did not change behind the hooks (`PostingsCache.check`).
         """
         if self.max_bytes <= 0:
             return {}, list(message_ids)
-        fingerprint = change_marker(conn)
-        if fingerprint != self._seen:  # a change that did not come through the hooks
-            self.clear()
-            self._seen = fingerprint
         found, rest = self._from_held(message_ids, before, after, scope)
         if rest and self._bytes < self.max_bytes // 2 and self._hold_threads_of(conn, rest):
             more, rest = self._from_held(rest, before, after, scope)
@@ -274,18 +268,12 @@ class HeldWindows:
 
     # --- hooks: the storage's writes, inside their transaction -------------------------
 
-    def begin(self, conn: sqlite3.Connection) -> None:
-        """A write transaction starts (right after `BEGIN IMMEDIATE`: see `PostingsCache`)."""
-        fingerprint = change_marker(conn)
-        if fingerprint != self._seen:
-            self.clear()
-        self._version = fingerprint[0]
-
     def stored(self, message: StoredMessage) -> None:
         """`message` was inserted or rewritten (as `put` returns it)."""
         thread = self._threads.get(message.thread_id)
         if thread is not None:  # a held span stays whole: the new message is held too
             self._hold(thread, replace(message, created=False))
+            self._evict()
 
     def deleted(self, resource_id: str | None, thread_id: str | None = None) -> None:
         """A thread (or, without `thread_id`, every thread of the resource) was deleted."""
@@ -295,17 +283,6 @@ class HeldWindows:
         for held_id, thread in list(self._threads.items()):
             if thread.resource_id == resource_id:
                 self._drop(held_id)
-
-    def commit(self, conn: sqlite3.Connection) -> None:
-        """The write committed (right after `COMMIT`, still under the lock)."""
-        self._seen = None if self._version is None else (self._version, conn.total_changes)
-        self._version = None
-        self._evict()
-
-    def abort(self) -> None:
-        """The write failed (before or at `COMMIT`): trust nothing held."""
-        self._version = None
-        self.clear()
 
     # --- the bound --------------------------------------------------------------------
 

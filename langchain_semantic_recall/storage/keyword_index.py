@@ -113,6 +113,10 @@ class PostingsCache:
             (None: build on the caller's thread, e.g. for an in-memory database).
         lock: The storage's lock, which guards this cache (taken by background builds
             to install their postings).
+        on_clear: Called whenever this cache trusts nothing it holds (a change that did
+            not come through the hooks, a failed or unhooked write, `close`): the
+            storage's other in-memory copies (`held_windows`) are emptied with it, so the
+            file's changes are watched in one place.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class PostingsCache:
         max_docs: int = 500_000,
         opener: Callable[[], sqlite3.Connection] | None = None,
         lock: threading.Lock | None = None,
+        on_clear: Callable[[], None] | None = None,
     ) -> None:
         """Create an empty cache."""
         self.min_docs = min_docs
@@ -140,6 +145,7 @@ class PostingsCache:
         self._lock = lock or threading.Lock()
         self._building: dict[str, list[Change]] = {}  # the writes since each build's snapshot
         self._workers: list[threading.Thread] = []
+        self._on_clear = on_clear
 
     def __len__(self) -> int:  # resources loaded
         return len(self._loaded)
@@ -154,6 +160,8 @@ class PostingsCache:
         self._loaded.clear()
         self._building.clear()
         self._seen = None
+        if self._on_clear is not None:
+            self._on_clear()
 
     def building(self, resource_id: str) -> bool:
         """Whether the resource's postings are being built in the background."""
@@ -166,12 +174,16 @@ class PostingsCache:
         self._workers = [w for w in self._workers if w.is_alive()]
         return not self._workers
 
-    def loaded(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
-        """The resource's postings if they are loaded and current; never builds them."""
+    def check(self, conn: sqlite3.Connection) -> None:
+        """Before a read: empty the cache if the file changed other than through the hooks."""
         fingerprint = change_marker(conn)
-        if fingerprint != self._seen:  # a change that did not come through the hooks
+        if fingerprint != self._seen:
             self.clear()
             self._seen = fingerprint
+
+    def loaded(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:
+        """The resource's postings if they are loaded and current; never builds them."""
+        self.check(conn)
         return self._loaded.get(resource_id)
 
     def get(self, conn: sqlite3.Connection, resource_id: str) -> ResourcePostings | None:

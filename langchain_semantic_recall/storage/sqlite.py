@@ -138,13 +138,14 @@ class SQLiteStorage(MessageStorage):
         self._lock = threading.Lock()
         self._read_only = read_only
         self._conn = connect(self._path, read_only=read_only)  # every use holds self._lock
-        self._postings = PostingsCache(  # under self._lock too
+        self._held = HeldWindows(max_bytes=window_cache_bytes)  # under self._lock too
+        self._postings = PostingsCache(  # under self._lock too; watches the file for both
             min_docs=keyword_cache_min_docs,
             max_docs=keyword_cache_docs,
             opener=None if self._path == MEMORY_PATH else self._open_reader,
             lock=self._lock,
+            on_clear=self._held.clear,
         )
-        self._held = HeldWindows(max_bytes=window_cache_bytes)  # under self._lock too
         logger.debug("opened SQLite storage %s", self._path)
 
     def _open_reader(self) -> sqlite3.Connection:
@@ -192,23 +193,19 @@ class SQLiteStorage(MessageStorage):
             )
         with self._lock, self._errors("write"):
             self._conn.execute("BEGIN IMMEDIATE")
-            self._postings.begin(self._conn)
-            self._held.begin(self._conn)
+            self._postings.begin(self._conn)  # (the held windows with it: its `on_clear`)
             try:
                 yield self._conn
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._postings.abort()
-                self._held.abort()
                 if self._conn.in_transaction:
                     self._conn.execute("ROLLBACK")
                 raise
             if hooked:
                 self._postings.commit(self._conn)
-                self._held.commit(self._conn)
             else:
                 self._postings.clear()
-                self._held.clear()
 
     @contextmanager
     def _errors(self, action: str) -> Iterator[None]:
@@ -372,6 +369,7 @@ class SQLiteStorage(MessageStorage):
         windows: dict[str, list[StoredMessage]] = {}
         made: dict[str, StoredMessage] = {}  # a context read: ~176 rows, ~123 messages at 10k
         with self._read() as conn:
+            self._postings.check(conn)  # a change behind the hooks empties the held windows
             held, rest = self._held.windows(
                 conn, message_ids, before=before, after=after, scope=scope
             )
@@ -492,6 +490,5 @@ class SQLiteStorage(MessageStorage):
         """
         with self._lock:
             self._postings.clear()  # a build that finishes now installs nothing
-            self._held.clear()
             self._conn.close()
         self._postings.join()

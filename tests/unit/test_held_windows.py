@@ -245,6 +245,8 @@ def test_the_bound_holds(tmp_path: Path) -> None:
             small.get_windows([hit], before=8, after=8, scope=scope)
             assert 0 < small._held.bytes_held <= 20_000
     assert len(small._held) == 1  # 17 messages cost ~13 KB: the latest read is held
+    small.put([record(100 + n, "t1", "word " * 40) for n in range(20, 40)])  # into it
+    assert small._held.bytes_held <= 20_000  # the held thread grew past it: evicted
     small.close()
 
 
