@@ -118,17 +118,17 @@ class SearchPlan:
         messages: Mapping[str, Sequence[StoredMessage]],
         baseline: QueryBaseline | None,
         *,
+        period: Period | None,
         texts: TermCache | None = None,
-        now: datetime | None = None,
     ) -> Query:
         """What hybrid search knows of `query` and its candidates before scoring them.
 
         `messages` maps candidate ids to windows holding them (`get_windows` with no
         neighbours); a candidate absent from it is dropped (deleted, or out of scope).
+        `period`: the one the query names (`period`, worked out once per search).
         `texts` is the engine's cache of the messages' terms (None: this query's own).
         """
         found = {m.id: m for window in messages.values() for m in window}
-        period = self.period(query, now)
         return Query.build(query, dense, keyword, found, baseline, period, texts)
 
     def relevant(

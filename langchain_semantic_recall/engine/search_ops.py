@@ -216,11 +216,12 @@ def _calibrated_search(
     found = {**found, **{k: (seen[k],) for k in unread if k in seen}}
     unread = [message_id for message_id in unread if message_id not in seen]
     found = {**found, **(yield steps.ReadWindows(unread, before=0, after=0, scope=scope))}
-    if plan.period(query, now) is None:  # "in May": the same words at two times are two
+    period = plan.period(query, now)
+    if period is None:  # "in May": the same words at two times are two
         hit_of = {k: m for k, window in found.items() for m in window if m.id == k}
         dense, keyword = one_per_text(dense, keyword, hit_of)
     baseline = reference.baseline(vector) if vector else None  # None: see `keyword_too`
-    facts = plan.query(query, dense, keyword, found, baseline, texts=space.texts, now=now)
+    facts = plan.query(query, dense, keyword, found, baseline, period=period, texts=space.texts)
     if model.share(facts, plan.threshold, size) <= 0.0:
         return []  # small talk, or nothing closer than unrelated text: silence
     messages = {m.id: m for window in found.values() for m in window}
