@@ -93,6 +93,16 @@ def test_perf_hybrid_phases_smoke(tmp_path: Path) -> None:
     assert "windows: in SQL" in out
 
 
+def test_whatif_array_search_smoke(tmp_path: Path) -> None:
+    out = _run(
+        "whatif_array_search.py", "--size", "tiny", "--queries", "8", "--work", str(tmp_path)
+    )
+    assert "searches: the arrays return the engine's hits" in out  # else it exits with an error
+    for row in ("dense mode (top 5, window 1)", "hybrid, the package", "hybrid on arrays"):
+        assert f"| {row}" in out
+    assert "| scoring |" in out
+
+
 def test_perf_loop_smoke(tmp_path: Path) -> None:
     out = _run("perf_loop.py", *("--rounds", "1", "--concurrency", "3", "--out", str(tmp_path)))
     assert "max stall ms" in out
