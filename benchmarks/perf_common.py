@@ -41,6 +41,7 @@ DIMENSION = 384
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 INDEX = "bench-minilm-384"
 RESULTS = Path(__file__).resolve().parent / "results"
+HYBRID_SCRIPT = Path(__file__).resolve().parent / "perf_hybrid.py"
 QUERY_COSINE = 0.69
 _START = datetime(2024, 1, 1, tzinfo=UTC)
 _COMMON = (
@@ -391,6 +392,30 @@ def spread(cell: dict[str, float], digits: int = 2) -> str:
 def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def hybrid_store(size: str, work: Path, queries: int) -> None:
+    """Build `perf_hybrid.py`'s store of `size` in `work`, unless it is built there."""
+    if not (work / "built").exists():
+        print(f"[{size}] building ...", flush=True)
+        base = ["--size", size, "--work", str(work), "--queries", str(queries)]
+        build = run_child(HYBRID_SCRIPT, ["--phase", "build", *base, "--turns", "0"])
+        (work / "built").write_text(str(build["messages"]))
+
+
+def hybrid_and_dense(storage: Any, work: Path, embeddings: Embeddings) -> tuple[Any, Any]:
+    """Engines on `hybrid_store`'s store: the defaults, and dense mode as `perf_hybrid.py`
+    runs it (top 5, window 1)."""
+    from langchain_semantic_recall import SemanticRecall
+    from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
+
+    vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
+    common: dict[str, Any] = {"storage": storage, "vector_store": vectors, "index_name": INDEX}
+    hybrid = SemanticRecall(embeddings=embeddings, **common)
+    dense = SemanticRecall(
+        embeddings=embeddings, search_mode="dense", top_k=5, message_range=1, **common
+    )
+    return hybrid, dense
 
 
 def emit(data: Any) -> None:

@@ -49,10 +49,7 @@ from langchain_semantic_recall.relevance import features
 from langchain_semantic_recall.relevance.model import RelevanceModel
 from langchain_semantic_recall.search import SearchPlan
 from langchain_semantic_recall.storage import sqlite_sql
-from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
-SCRIPT = Path(__file__).resolve()
-HYBRID_SCRIPT = SCRIPT.parent / "perf_hybrid.py"
 SCORING = ("Query.build", "best_candidates", "select")
 
 Timings = dict[str, list[float]]
@@ -76,11 +73,7 @@ def main() -> None:
     if unknown := bounds - {"rows", "terms"}:
         parser.error(f"--bound takes rows, terms or both, not {sorted(unknown)}")
     work = args.work / args.size
-    if not (work / "built").exists():
-        print(f"[{args.size}] building ...", flush=True)
-        base = ["--size", args.size, "--work", str(work), "--queries", str(args.queries)]
-        build = pc.run_child(HYBRID_SCRIPT, ["--phase", "build", *base, "--turns", "0"])
-        (work / "built").write_text(str(build["messages"]))
+    pc.hybrid_store(args.size, work, args.queries)
     if "terms" in bounds:
         features.TermCache.__init__.__defaults__ = (10**7,)  # every engine's, never evicting
     if "rows" in bounds:
@@ -127,13 +120,7 @@ def measure(size: str, work: Path, count: int, *, sql_windows: bool) -> tuple[Ti
     table = pc.TableEmbeddings({q.text: q.vector for q in queries})
     held: dict[str, Any] = {"window_cache_bytes": 0} if sql_windows else {}  # else the default
     storage = SQLiteStorage(work / "store" / "messages.sqlite3", **held)
-    vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
-    common: dict[str, Any] = {"embeddings": table, "index_name": pc.INDEX}
-    hybrid = SemanticRecall(storage=storage, vector_store=vectors, **common)
-    dense = SemanticRecall(
-        storage=storage, vector_store=vectors, search_mode="dense", top_k=5, message_range=1,
-        **common,
-    )  # fmt: skip
+    hybrid, dense = pc.hybrid_and_dense(storage, work, table)
     for q in queries[:20]:  # warm: the resources' indexes, the keyword postings
         hybrid.search(q.text, resource_id=q.resource_id)
     storage._postings.join()

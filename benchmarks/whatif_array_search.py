@@ -58,10 +58,7 @@ from langchain_semantic_recall.relevance.features import (
     content_terms,
     text_facts,
 )
-from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
-SCRIPT = Path(__file__).resolve()
-HYBRID_SCRIPT = SCRIPT.parent / "perf_hybrid.py"
 ROUNDS = 3
 _OFFSETS = np.array([-1, -2, 1])  # the neighbours a context row reads (`features.CONTEXT`)
 
@@ -371,11 +368,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True, help="store folder (reused if built)")
     args = parser.parse_args()
     work = args.work / args.size
-    if not (work / "built").exists():
-        print(f"[{args.size}] building ...", flush=True)
-        base = ["--size", args.size, "--work", str(work), "--queries", str(args.queries)]
-        build = pc.run_child(HYBRID_SCRIPT, ["--phase", "build", *base, "--turns", "0"])
-        (work / "built").write_text(str(build["messages"]))
+    pc.hybrid_store(args.size, work, args.queries)
     corpus = pc.load_corpus(args.size, work / "corpus.pickle")
     queries = [
         q for q in pc.make_queries(corpus, args.queries, seed=23) if not named_period(q.text)
@@ -383,13 +376,7 @@ def main() -> None:
     table = pc.TableEmbeddings({q.text: q.vector for q in queries})
     # Postings for every resource, small ones too (the same answers as FTS5's: `sqlite.py`).
     storage = SQLiteStorage(work / "store" / "messages.sqlite3", keyword_cache_min_docs=1)
-    vectors = ChromaVectorIndex.persistent(work / "store" / "chroma")
-    common: dict[str, Any] = {"embeddings": table, "index_name": pc.INDEX}
-    engine = SemanticRecall(storage=storage, vector_store=vectors, **common)
-    dense = SemanticRecall(
-        storage=storage, vector_store=vectors, search_mode="dense", top_k=5, message_range=1,
-        **common,
-    )  # fmt: skip
+    engine, dense = pc.hybrid_and_dense(storage, work, table)
     started = time.perf_counter()
     arrays = _arrays(storage, work, {q.resource_id for q in queries}, engine)
     print(f"arrays of {len(arrays)} resources built in {time.perf_counter() - started:.2f} s")
