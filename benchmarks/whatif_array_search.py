@@ -1,8 +1,9 @@
 """What-if: a default (hybrid) search scored on arrays held per resource, beside the package.
 
 Not the package: the evidence for the design that issue 24's last target (hybrid <= 1.5x
-dense mode at 10k) needs. The package scores a search's ~185 messages (its ~70 candidates,
-the windows of the best 20) as `StoredMessage` objects, in some twenty Python steps; its
+dense mode at 10k) needs. The package builds ~185 feature rows a search (its ~70
+candidates, and the ~120 messages in the windows of the best 20) from `StoredMessage`
+objects, in some twenty Python steps; its
 profile (`perf_hybrid_phases.py`) has no step worth more than ~0.3 ms, so no tuning of one
 meets the target. Here every message of each resource is held as arrays, built once from
 the store before the searches (thread, seq, role, whether it is a question or only
@@ -10,7 +11,7 @@ small talk, its count of distinct terms, a hash of its words, and which messages
 term), and the same search runs on them:
 
 * the keyword postings (the package's own), then the vector index on the same thread
-  (the keyword half takes ~0.15 ms here: a worker thread costs more than it overlaps);
+  (the keyword half takes ~0.15 ms here: in a trial, a worker thread saved nothing);
 * one candidate per text, the query's facts, the candidate model, the windows of the
   best candidates and their context rows, the probabilities, the budget and the grouping,
   all on slot numbers;
@@ -21,8 +22,8 @@ stops at the first that does not. Printed: p50 of dense mode (top 5, window 1, a
 `perf_hybrid.py` runs it), of the package's hybrid search and of the arrays, the three
 alternating per query, and the arrays' phases. What the arrays do not pay and the package
 would: keeping them fresh as messages are written (the store is not written while this
-runs), and filters and named periods (this script refuses queries naming a period and
-searches unfiltered resources only).
+runs), and filters and named periods (this script leaves out queries naming a period
+and searches unfiltered resources only).
 
     python benchmarks/whatif_array_search.py --work DIR            # 10k, 300 queries
     python benchmarks/whatif_array_search.py --size tiny --queries 8 --work /tmp/x   # smoke
