@@ -9,7 +9,7 @@ engine's steps and the relevance model's methods with ``time.perf_counter``:
 
 * the storage and vector-index steps (``NearestMessages`` runs on a worker thread beside the
   keyword half, so the phases overlap and do not add up to the total);
-* the relevance scoring: ``Query.build`` (with ``SearchPlan.period``), ``best_candidates``
+* the relevance scoring: ``Query.build`` (timed through ``SearchPlan.query``), ``best_candidates``
   and ``select`` (``probabilities`` inside it), on the caller's thread after the reads.
 
 Printed: p50 and mean per search of each phase, the scoring's share, and hybrid / dense

@@ -3,27 +3,31 @@
 Not the package: the evidence for the design that issue 24's last target (hybrid <= 1.5x
 dense mode at 10k) needs. The package builds ~185 feature rows a search (its ~70
 candidates, and the ~120 messages in the windows of the best 20) from `StoredMessage`
-objects, in some twenty Python steps; its
-profile (`perf_hybrid_phases.py`) has no step worth more than ~0.3 ms, so no tuning of one
-meets the target. Here every message of each resource is held as arrays, built once from
-the store before the searches (thread, seq, role, whether it is a question or only
-small talk, its count of distinct terms, a hash of its words, and which messages hold each
-term), and the same search runs on them:
+objects, in some twenty Python steps; its profile (`perf_hybrid_phases.py`) has no step
+worth more than ~0.3 ms, so no tuning of one meets the target. Here every message of
+each resource is held as arrays, built once from the store before the searches (thread,
+seq, role, whether it is a question or only small talk, its count of distinct terms, a
+hash of its words, and which messages hold each term). The engine's own `search` runs
+as usual (scope, query checks, the query's embedding, what is never shown) with only its
+hybrid step (`search_ops._calibrated_search`) replaced by this one:
 
 * the keyword postings (the package's own), then the vector index on the same thread
-  (the keyword half takes ~0.15 ms here: in a trial, a worker thread saved nothing);
+  (the keyword half takes ~0.15 ms here);
 * one candidate per text, the query's facts, the candidate model, the windows of the
   best candidates and their context rows, the probabilities, the budget and the grouping,
   all on slot numbers;
 * then only the chosen messages are read (held windows), for the hits.
 
 Every search must return the engine's hits (ids, windows, and scores to 1e-9): the script
-stops at the first that does not. Printed: p50 of dense mode (top 5, window 1, as
+stops at the first that does not. The synthetic store has no questions, acknowledgements,
+copies of a text, seq gaps or system messages, so the check runs again on conversations
+that hold them (`_check_varied`: three resources, word-bag vectors, a budget of 60 so
+that acknowledgements are recalled). Printed: p50 of dense mode (top 5, window 1, as
 `perf_hybrid.py` runs it), of the package's hybrid search and of the arrays, the three
 alternating per query, and the arrays' phases. What the arrays do not pay and the package
 would: keeping them fresh as messages are written (the store is not written while this
-runs), and filters and named periods (this script leaves out queries naming a period
-and searches unfiltered resources only).
+runs), and the scope's count (the arrays know it); filters, threads and named periods
+go to the package's step.
 
     python benchmarks/whatif_array_search.py --work DIR            # 10k, 300 queries
     python benchmarks/whatif_array_search.py --size tiny --queries 8 --work /tmp/x   # smoke
@@ -32,19 +36,26 @@ and searches unfiltered resources only).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
+import random
+import re
 import sqlite3
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import perf_common as pc
+from langchain_core.embeddings import Embeddings
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from langchain_semantic_recall import SemanticRecall, SQLiteStorage
+from langchain_semantic_recall.engine import search_ops, steps
 from langchain_semantic_recall.keywords import query_terms
 from langchain_semantic_recall.periods import named_period
 from langchain_semantic_recall.records import RecallHit, ScopeFilter
@@ -59,6 +70,7 @@ from langchain_semantic_recall.relevance.features import (
     content_terms,
     text_facts,
 )
+from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 ROUNDS = 3
 _OFFSETS = np.array([-1, -2, 1])  # the neighbours a context row reads (`features.CONTEXT`)
@@ -154,6 +166,34 @@ class ArraySearch:
         self.direct = np.asarray(self.model.direct)
         self.context = np.asarray(self.model.context)
         self.phases: dict[str, list[float]] = {"halves": [], "scoring": [], "read": []}
+        self.on = False
+        self.served = 0
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        """Within it, the engine's hybrid searches run here while `self.on`.
+
+        The engine's own entry runs either way (scope, query checks, the query's
+        embedding, what is never shown): only `_calibrated_search` is replaced, and put
+        back on leaving.
+        """
+        package = search_ops._calibrated_search
+
+        def routed(space: Any, query: str, scope: Any, plan: Any, now: Any) -> Any:
+            if not self.on or scope.narrowed or scope.thread_id is not None:
+                return (yield from package(space, query, scope, plan, now))
+            if plan.period(query, now) is not None:
+                return (yield from package(space, query, scope, plan, now))
+            info = yield from space.resolve()
+            embedded = yield steps.EmbedEach(info, [query])
+            self.served += 1
+            return self.search(query, list(embedded.vectors[0]), scope.resource_id)
+
+        search_ops._calibrated_search = routed
+        try:
+            yield
+        finally:
+            search_ops._calibrated_search = package
 
     def search(self, text: str, vector: list[float], resource_id: str) -> list[RecallHit]:
         """The hits of a search in `resource_id` (unfiltered, no period named)."""
@@ -164,6 +204,7 @@ class ArraySearch:
         keyword = table.postings.search(terms, None, self.plan.keyword_k, bm25)
         dense = self.vectors.nearest(self.info.name, vector, k=self.plan.dense_k, scope=scope)
         halves = time.perf_counter()
+        dense = [c for c in dense if c[0] in table.slot_of]  # vectors of deleted messages
         dense, keyword = self._one_per_text(table, dense, keyword)
         query, pool = self._query(table, text, vector, dense, keyword)
         size = len(table.ids)
@@ -354,6 +395,40 @@ def _answered(table: ResourceArrays, window: list[int], riders: set[int]) -> lis
     return kept
 
 
+def _compare(
+    fast: ArraySearch, engine: SemanticRecall, dense: SemanticRecall, queries: list[Any]
+) -> dict[str, list[float]]:
+    """Check every search, then time the three ways alternating (seconds per search)."""
+
+    def hybrid(q: Any, *, on_arrays: bool) -> list[RecallHit]:
+        fast.on = on_arrays
+        return engine.search(q.text, resource_id=q.resource_id)
+
+    for q in queries:  # warm, and the check: the same hits as the engine's
+        theirs, ours = hybrid(q, on_arrays=False), hybrid(q, on_arrays=True)
+        dense.search(q.text, resource_id=q.resource_id)
+        if not _same(ours, theirs):
+            raise SystemExit(f"the arrays' hits differ from the engine's for {q.text!r}")
+    if fast.served != len(queries):
+        raise SystemExit(f"the arrays answered {fast.served} of {len(queries)} searches")
+    for phases in fast.phases.values():
+        phases.clear()
+    ways: dict[str, Callable[[Any], object]] = {
+        "dense mode (top 5, window 1)": lambda q: dense.search(q.text, resource_id=q.resource_id),
+        "hybrid, the package": lambda q: hybrid(q, on_arrays=False),
+        "hybrid on arrays (what-if)": lambda q: hybrid(q, on_arrays=True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for r in range(ROUNDS):
+        for i, q in enumerate(queries):
+            names = list(ways) if (i + r) % 2 == 0 else list(reversed(ways))
+            for name in names:
+                t = time.perf_counter()
+                ways[name](q)
+                times[name].append(time.perf_counter() - t)
+    return times
+
+
 def _same(ours: Sequence[RecallHit], theirs: Sequence[RecallHit]) -> bool:
     def shape(hits: Sequence[RecallHit]) -> list[Any]:
         return [(h.message.id, [m.id for m in h.window]) for h in hits]
@@ -379,34 +454,17 @@ def main() -> None:
     storage = SQLiteStorage(work / "store" / "messages.sqlite3", keyword_cache_min_docs=1)
     engine, dense = pc.hybrid_and_dense(storage, work, table)
     started = time.perf_counter()
-    arrays = _arrays(storage, work, {q.resource_id for q in queries}, engine)
+    file = work / "store" / "messages.sqlite3"
+    arrays = _arrays(storage, file, {q.resource_id for q in queries}, engine)
     print(f"arrays of {len(arrays)} resources built in {time.perf_counter() - started:.2f} s")
     fast = ArraySearch(engine, arrays)
-    vector_of = {q.text: q.vector.tolist() for q in queries}
-    for q in queries:  # warm, and the check: the same hits as the engine's
-        theirs = engine.search(q.text, resource_id=q.resource_id)
-        ours = fast.search(q.text, vector_of[q.text], q.resource_id)
-        dense.search(q.text, resource_id=q.resource_id)
-        if not _same(ours, theirs):
-            raise SystemExit(f"the arrays' hits differ from the engine's for {q.text!r}")
+    with fast.installed():
+        times = _compare(fast, engine, dense, queries)
     print(f"{len(queries)} searches: the arrays return the engine's hits")
-    for phases in fast.phases.values():
-        phases.clear()
-    ways: dict[str, Callable[[Any], object]] = {
-        "dense mode (top 5, window 1)": lambda q: dense.search(q.text, resource_id=q.resource_id),
-        "hybrid, the package": lambda q: engine.search(q.text, resource_id=q.resource_id),
-        "hybrid on arrays (what-if)": lambda q: fast.search(
-            q.text, vector_of[q.text], q.resource_id
-        ),
-    }
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    for r in range(ROUNDS):
-        for i, q in enumerate(queries):
-            names = list(ways) if (i + r) % 2 == 0 else list(reversed(ways))
-            for name in names:
-                t = time.perf_counter()
-                ways[name](q)
-                times[name].append(time.perf_counter() - t)
+    checked = _check_varied(args.work / "varied")
+    print(f"{checked} searches of varied conversations: the arrays return the engine's hits")
+    base = statistics.median(times["dense mode (top 5, window 1)"])
+
     base = statistics.median(times["dense mode (top 5, window 1)"])
     print(f"\nHybrid search at {args.size}, {len(queries)} queries x {ROUNDS}, alternating, ms:\n")
     print("| search | p50 | mean | p50 / dense |")
@@ -424,10 +482,118 @@ def main() -> None:
         print(f"| {label} | {pc.fmt(statistics.median(fast.phases[key]) * 1e3)} |")
 
 
+class WordEmbeddings(Embeddings):
+    """A text's words as one unit vector (a sum of one random vector per word): texts
+    sharing words are near, so searches of the varied check are not all silent."""
+
+    def __init__(self) -> None:
+        self.model = "bench-words-384"
+
+    def _word(self, word: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
+        return np.random.default_rng(seed).standard_normal(pc.DIMENSION)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        rows = []
+        for text in texts:
+            vector = sum((self._word(w) for w in re.findall(r"\w+", text.lower())), np.ones(1))
+            rows.append((vector / np.linalg.norm(vector)).tolist())
+        return rows
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+_WORDS = (
+    *("garden", "tomato", "river", "bike", "piano", "recipe", "flight", "hotel", "paris"),
+    *("dentist", "sister", "wedding", "budget", "laptop", "coffee", "marathon", "puppy"),
+    *("violin", "museum", "cactus"),
+)
+_ACKS = ("ok thanks", "yes", "great!", "ok", "thanks!", "sure")
+
+
+def _check_varied(work: Path, seed: int = 5) -> int:
+    """The arrays against the engine on what the synthetic corpus lacks.
+
+    Three resources of four threads: questions, acknowledgements ("ok thanks": no content
+    term), copies of one text (some with other spacing), system messages, and seq gaps (a
+    few messages deleted behind the storage). Raises on the first search that differs;
+    returns how many were compared.
+    """
+    rng = random.Random(seed)
+    work.mkdir(parents=True, exist_ok=True)
+    file = work / "varied.sqlite3"
+
+    def opened() -> SemanticRecall:  # a budget of 60 messages: acknowledgements are recalled
+        return SemanticRecall(
+            storage=SQLiteStorage(file, keyword_cache_min_docs=1),
+            vector_store=ChromaVectorIndex.persistent(work / "chroma"),
+            embeddings=WordEmbeddings(),
+            index_name="varied",
+            message_budget=60,
+        )
+
+    said: list[str] = []
+
+    def text() -> str:
+        if said and rng.random() < 0.1:  # a copy, sometimes spaced otherwise
+            copy = rng.choice(said)
+            return copy if rng.random() < 0.5 else "  " + copy.replace(" ", "   ") + " "
+        if rng.random() < 0.15:
+            return rng.choice(_ACKS)
+        words = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 8)))
+        said.append(words + ("?" if rng.random() < 0.25 else "."))
+        return said[-1]
+
+    resources = [f"varied-{r}" for r in range(3)]
+    if not (work / "built").exists():
+        with opened() as writer:  # closed: every vector written before the check
+            for resource_id in resources:
+                for t in range(4):
+                    for _ in range(30):
+                        asked = text()  # a question is often answered by "yes", "ok thanks"
+                        yes = asked.endswith("?") and rng.random() < 0.6
+                        turn: list[Any] = [
+                            HumanMessage(asked),
+                            AIMessage(rng.choice(_ACKS) if yes else text()),
+                        ]
+                        if rng.random() < 0.1:
+                            turn.insert(0, SystemMessage("be brief about " + rng.choice(_WORDS)))
+                        thread_id = f"{resource_id}-t{t}"
+                        writer.index(turn, thread_id=thread_id, resource_id=resource_id)
+        with sqlite3.connect(file) as conn:  # seq gaps, behind the storage's hooks
+            conn.execute("DELETE FROM messages WHERE rowid % 23 = 0")
+        (work / "built").write_text("varied")
+    asking = random.Random(seed + 1)
+    queries = [
+        " ".join(asking.choice(_WORDS) for _ in range(asking.randint(2, 4)))
+        + asking.choice(("?", ""))
+        for _ in range(60)
+    ]
+    engine = opened()
+    storage = engine._core.backends.storage
+    arrays = _arrays(storage, file, set(resources), engine)
+    fast = ArraySearch(engine, arrays)
+    compared = 0
+    with fast.installed():
+        for query in queries:
+            for resource_id in resources:
+                fast.on = False
+                theirs = engine.search(query, resource_id=resource_id)
+                fast.on = True
+                ours = engine.search(query, resource_id=resource_id)
+                if not _same(ours, theirs):
+                    raise SystemExit(f"the arrays' hits differ from the engine's for {query!r}")
+                compared += bool(theirs)
+    if fast.served != len(queries) * len(resources):
+        raise SystemExit(f"the arrays answered {fast.served} of the varied searches")
+    return compared
+
+
 def _arrays(
-    storage: SQLiteStorage, work: Path, resources: set[str], engine: SemanticRecall
+    storage: SQLiteStorage, file: Path, resources: set[str], engine: SemanticRecall
 ) -> dict[str, ResourceArrays]:
-    conn = sqlite3.connect(work / "store" / "messages.sqlite3")
+    conn = sqlite3.connect(file)
     arrays: dict[str, ResourceArrays] = {}
     for resource_id in sorted(resources):
         engine.search("hello there", resource_id=resource_id)  # its postings, built

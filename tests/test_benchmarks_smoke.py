@@ -98,6 +98,7 @@ def test_whatif_array_search_smoke(tmp_path: Path) -> None:
         "whatif_array_search.py", "--size", "tiny", "--queries", "8", "--work", str(tmp_path)
     )
     assert "searches: the arrays return the engine's hits" in out  # else it exits with an error
+    assert "searches of varied conversations: the arrays return the engine's hits" in out
     for row in ("dense mode (top 5, window 1)", "hybrid, the package", "hybrid on arrays"):
         assert f"| {row}" in out
     assert "| scoring |" in out
