@@ -26,8 +26,8 @@ that acknowledgements are recalled). Printed: p50 of dense mode (top 5, window 1
 `perf_hybrid.py` runs it), of the package's hybrid search and of the arrays, the three
 alternating per query, and the arrays' phases. What the arrays do not pay and the package
 would: keeping them fresh as messages are written (the store is not written while this
-runs), and the scope's count (the arrays know it); filters, threads and named periods
-go to the package's step.
+runs), and the scope's count (the arrays know it); filters, threads, named periods and
+a `threshold` go to the package's step.
 
     python benchmarks/whatif_array_search.py --work DIR            # 10k, 300 queries
     python benchmarks/whatif_array_search.py --size tiny --queries 8 --work /tmp/x   # smoke
@@ -180,9 +180,9 @@ class ArraySearch:
         package = search_ops._calibrated_search
 
         def routed(space: Any, query: str, scope: Any, plan: Any, now: Any) -> Any:
-            if not self.on or scope.narrowed or scope.thread_id is not None:
-                return (yield from package(space, query, scope, plan, now))
-            if plan.period(query, now) is not None:
+            mine = scope.resource_id in self.arrays and not scope.narrowed
+            mine = mine and scope.thread_id is None and plan.threshold is None
+            if not (self.on and mine) or plan.period(query, now) is not None:
                 return (yield from package(space, query, scope, plan, now))
             info = yield from space.resolve()
             embedded = yield steps.EmbedEach(info, [query])
