@@ -248,6 +248,8 @@ class HeldWindows:
         what searches read now, without paying on every read for an eviction that a cache
         smaller than what is searched would never win back.
         """
+        if not windows:  # memory answered the whole read: no SQL read to count below
+            return
         if self.max_bytes <= 0 or scope.narrowed:  # a filtered window misses messages
             return
         if self._bytes >= self.max_bytes - self.max_bytes // 16:

@@ -28,7 +28,7 @@ from langchain_semantic_recall.errors import (
     ThreadOwnerError,
 )
 from langchain_semantic_recall.filters import metadata_conditions
-from langchain_semantic_recall.records import MessageRecord, ScopeFilter
+from langchain_semantic_recall.records import MessageRecord, ScopeFilter, StoredMessage
 from langchain_semantic_recall.storage.held_windows import _Thread
 from langchain_semantic_recall.storage.sqlite import SQLiteStorage
 
@@ -317,3 +317,31 @@ def test_the_bound_counts_metadata_and_wide_characters(tmp_path: Path, text: str
     assert len(store._held) >= 1
     assert grown <= bound * 1.1, (grown, store._held.bytes_held)
     store.close()
+
+
+def test_a_full_cache_learns_one_sql_read_in_eight_whatever_memory_answered() -> None:
+    from langchain_semantic_recall.storage.held_windows import _FULL_SAMPLE, HeldWindows
+
+    def message(thread: str, seq: int) -> StoredMessage:
+        return StoredMessage(
+            f"{thread}-{seq}", thread, "r", "user", "x" * 200, START, "{}", seq=seq
+        )
+
+    held, scope = HeldWindows(max_bytes=20_000), ScopeFilter(resource_id="r")
+    conn = sqlite3.connect(":memory:")  # never asked: the cache is past half full
+    seq = 0
+    while held.bytes_held < held.max_bytes - held.max_bytes // 16:  # full of thread "a"
+        held.learn({f"a-{seq}": (message("a", seq),)}, before=0, after=0, scope=scope)
+        seq += 1
+    for _ in range(5):  # reads memory answered whole: nothing read in SQL to learn
+        found, rest = held.windows(conn, ["a-0"], before=0, after=0, scope=scope)
+        assert list(found) == ["a-0"]
+        assert not rest
+        held.learn({}, before=0, after=0, scope=scope)
+    learned = []
+    for n in range(_FULL_SAMPLE):  # reads of new threads in SQL: only the last is held
+        hit = message(f"new{n}", 0)
+        held.learn({hit.id: (hit,)}, before=0, after=0, scope=scope)
+        found, _ = held.windows(conn, [hit.id], before=0, after=0, scope=scope)
+        learned.append(bool(found))
+    assert learned == [False] * (_FULL_SAMPLE - 1) + [True]
