@@ -1,33 +1,42 @@
 """What-if: a default (hybrid) search scored on arrays held per resource, beside the package.
 
-Not the package: the evidence for the design that issue 24's last target (hybrid <= 1.5x
-dense mode at 10k) needs. The package builds ~185 feature rows a search (its ~70
-candidates, and the ~120 messages in the windows of the best 20) from `StoredMessage`
-objects, in some twenty Python steps; its profile (`perf_hybrid_phases.py`) has no step
-worth more than ~0.3 ms, so no tuning of one meets the target. Here every message of
-each resource is held as arrays, built once from the store before the searches (thread,
-seq, role, whether it is a question or only small talk, its count of distinct terms, a
-hash of its words, and which messages hold each term). The engine's own `search` runs
-as usual (scope, query checks, the query's embedding, what is never shown) with only its
-hybrid step (`search_ops._calibrated_search`) replaced by this one:
+Not the package: the evidence for what issue 24's last target (hybrid <= 1.5x dense mode
+at 10k) would take. The package builds ~185 feature rows a search (its ~70 candidates,
+and the ~120 messages in the windows of the best 20) from `StoredMessage` objects, in
+some twenty Python steps; its profile (`perf_hybrid_phases.py`) has no step worth more
+than ~0.3 ms, so no tuning of one meets the target. Here every message of each resource
+is held as arrays, built once from the store before the searches (thread, seq, role,
+whether it is a question or only small talk, its count of distinct terms, a hash of its
+role and words, the rank of its id, and which messages hold each term). The engine's own
+`search` runs as usual (scope, query checks, the query's embedding, what is never shown)
+with only its hybrid step (`search_ops._calibrated_search`) replaced by this one:
 
-* the keyword postings (the package's own), then the vector index on the same thread
-  (the keyword half takes ~0.15 ms here);
-* one candidate per text, the query's facts, the candidate model, the windows of the
-  best candidates and their context rows, the probabilities, the budget and the grouping,
-  all on slot numbers;
+* the keyword postings (the package's own), then the vector index on the same thread;
+* one candidate per text (in plain Python: a hundred ids), the query's facts, the
+  candidate model, the windows of the best candidates and their neighbours, the
+  probabilities, the budget and the grouping, all on slot numbers. Each logit is a sum
+  of the six columns a query changes (z, BM25, its share of the best, coverage, which
+  half matched), each computed once, plus each message's fixed share (question, user,
+  length: `ResourceArrays.fixed`) and the query's constants: the same numbers as
+  `features.direct_rows(...) @ weights`, with no matrix of features built;
 * then only the chosen messages are read (held windows), for the hits.
 
 Every search must return the engine's hits (ids, windows, and scores to 1e-9): the script
 stops at the first that does not. The synthetic store has no questions, acknowledgements,
 copies of a text, seq gaps or system messages, so the check runs again on conversations
 that hold them (`_check_varied`: three resources, word-bag vectors, a budget of 60 so
-that acknowledgements are recalled). Printed: p50 of dense mode (top 5, window 1, as
-`perf_hybrid.py` runs it), of the package's hybrid search and of the arrays, the three
-alternating per query, and the arrays' phases. What the arrays do not pay and the package
-would: keeping them fresh as messages are written (the store is not written while this
-runs), and the scope's count (the arrays know it); filters, threads, named periods and
-a `threshold` go to the package's step.
+that acknowledgements are recalled).
+
+Printed: p50 of dense mode (top 5, window 1, as `perf_hybrid.py` runs it), of the
+package's hybrid search and of the arrays, the three alternating per query; the arrays'
+phases; then what a hybrid search must add to dense mode's, each step timed alone in the
+same run (Chroma's query for hybrid's pool of 50 and for dense mode's 5, the keyword
+postings, and the arrays' work after the two halves less the reading of the hits, which
+dense mode pays for its own hits), against what the target leaves for it (half of dense
+mode's p50). What the arrays do not pay and the package would: keeping them fresh as
+messages are written (the store is not written while this runs), and the scope's count
+(the arrays know it); filters, threads, named periods and a `threshold` go to the
+package's step.
 
     python benchmarks/whatif_array_search.py --work DIR            # 10k, 300 queries
     python benchmarks/whatif_array_search.py --size tiny --queries 8 --work /tmp/x   # smoke
@@ -46,6 +55,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +71,7 @@ from langchain_semantic_recall.periods import named_period
 from langchain_semantic_recall.records import RecallHit, ScopeFilter
 from langchain_semantic_recall.relevance.features import (
     _COLUMN,
-    CONTEXT,
     DIRECT,
-    MATCH,
-    Query,
     asked_names,
     asks_about_speaker,
     content_terms,
@@ -73,6 +80,11 @@ from langchain_semantic_recall.relevance.features import (
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 ROUNDS = 3
+DENSE_K = 5  # dense mode as `perf_hybrid.py` runs it
+VECTORS_POOL = "Chroma's query alone, hybrid's pool"
+VECTORS_DENSE = f"Chroma's query alone, k={DENSE_K} (dense mode's)"
+POSTINGS = "keyword postings alone"
+SEARCHES = ("dense mode (top 5, window 1)", "hybrid, the package", "hybrid on arrays (what-if)")
 _OFFSETS = np.array([-1, -2, 1])  # the neighbours a context row reads (`features.CONTEXT`)
 
 
@@ -95,7 +107,12 @@ class ResourceArrays:
         self.question = np.asarray([f.question for f in facts])
         self.bare = np.asarray([f.bare for f in facts])
         self.length = np.asarray([f.log1p_length for f in facts])
-        self.words = [(row[3], hash(" ".join(row[4].split()))) for row in rows]
+        # One candidate per text (`fusion.one_per_text`): by a hash of the role and words
+        # (the package would compare the words of equal hashes).
+        self.words = [hash((row[3], " ".join(row[4].split()))) for row in rows]
+        by_id = sorted(range(len(rows)), key=self.ids.__getitem__)
+        self.id_rank = np.empty(len(rows), dtype=np.int64)  # ties are broken by id
+        self.id_rank[by_id] = np.arange(len(rows))
         holding: dict[str, list[int]] = {}
         for slot, fact in enumerate(facts):
             for term in fact.terms:
@@ -105,6 +122,7 @@ class ResourceArrays:
         span = max(self.seq, default=0) + 64
         self.key = thread * span + np.asarray(self.seq, dtype=np.int64) + 32
         self.postings = postings
+        self._fixed: dict[int, np.ndarray] = {}
 
     def holds(self, term: str, slots: np.ndarray) -> np.ndarray:
         """Which of `slots` hold `term`."""
@@ -114,14 +132,22 @@ class ResourceArrays:
         at = np.minimum(held.searchsorted(slots), len(held) - 1)
         return np.asarray(held[at] == slots)
 
-    def term_counts(self, terms: Sequence[str]) -> np.ndarray:
-        """How many of `terms` each slot holds."""
-        counts = np.zeros(len(self.ids))
+    def shared(self, terms: Sequence[str], slots: np.ndarray) -> np.ndarray:
+        """How many of `terms` each of `slots` holds."""
+        counts = np.zeros(len(slots))
         for term in terms:
-            held = self.holding.get(term)
-            if held is not None:
-                counts[held] += 1.0
+            counts += self.holds(term, slots)
         return counts
+
+    def fixed(self, weights: np.ndarray) -> np.ndarray:
+        """Each slot's share of a logit that no query changes (question, user, length)."""
+        part = self._fixed.get(id(weights))
+        if part is None:
+            w = weights[1:]
+            part = w[_COLUMN["question"]] * self.question + w[_COLUMN["user"]] * self.user
+            part = part + w[_COLUMN["log1p_length"]] * self.length
+            self._fixed[id(weights)] = part
+        return part
 
     def around(self, slots: np.ndarray, before: int, after: int) -> tuple[np.ndarray, np.ndarray]:
         """Each slot's neighbours from `before` to `after` (rows) and which exist."""
@@ -130,27 +156,54 @@ class ResourceArrays:
         return at, self.key[at] == wanted
 
 
-@dataclass(frozen=True, slots=True)
-class Pool:
-    """One search's candidates by slot: vector matches with their z, keyword ones with BM25."""
+def _find(keys: np.ndarray, values: np.ndarray, slots: np.ndarray, default: float) -> Any:
+    """`values` of `slots` by sorted `keys` (`default` where absent), and which were found."""
+    if not len(keys):
+        return np.full(len(slots), default), np.zeros(len(slots), dtype=bool)
+    at = np.minimum(keys.searchsorted(slots), len(keys) - 1)
+    found = keys[at] == slots
+    return np.where(found, values[at], default), found
 
-    counts: np.ndarray
-    """How many of the query's content terms each slot of the resource holds."""
+
+@dataclass(slots=True)
+class Facts:
+    """One search's query-level facts (what `Evidence.share` reads of a `Query`) and its
+    candidates by slot: vector matches with their z, keyword ones with BM25, both sorted."""
+
+    terms: tuple[str, ...]
+    baseline: Any
+    cosines: bool
+    """Whether there is a vector match (`Evidence.share` asks only that)."""
+    top_z: float
+    floor_z: float
+    name_missing: float
+    keyword_coverage: float
+    about_speaker: bool
+    top_user_statement: float | None
+    query_found: float
     dense: np.ndarray
     zs: np.ndarray
     keyword: np.ndarray
     bm25: np.ndarray
+    top_bm25: float
+
+    @property
+    def said_nearer_than_small_talk(self) -> bool:
+        """`Query.said_nearer_than_small_talk`."""
+        baseline, top = self.baseline, self.top_user_statement
+        return baseline is not None and top is not None and top > baseline.small_talk_top
 
 
-def _lookup(keys: np.ndarray, values: np.ndarray, slots: np.ndarray, default: float) -> Any:
-    """`values` of `slots` by sorted `keys` (`default` where absent), and which were found."""
-    if not len(keys):
-        return np.full(len(slots), default), np.zeros(len(slots), dtype=bool)
-    order = np.argsort(keys)
-    keys, values = keys[order], values[order]
-    at = np.minimum(keys.searchsorted(slots), len(keys) - 1)
-    found = keys[at] == slots
-    return np.where(found, values[at], default), found
+PHASES = {
+    "halves": "keyword postings, then the vector index",
+    "candidates": "candidates by slot, one per text",
+    "facts": "the query's facts (its terms, its baseline, the budget's share)",
+    "direct": "the candidate model, the best candidates",
+    "context": "the message model: windows, neighbours, probabilities",
+    "rank": "ranking and the budget",
+    "group": "grouping the chosen messages into hits",
+    "read": "reading them for the hits (dense mode reads its hits too)",
+}
 
 
 class ArraySearch:
@@ -165,7 +218,13 @@ class ArraySearch:
         self.arrays = arrays
         self.direct = np.asarray(self.model.direct)
         self.context = np.asarray(self.model.context)
-        self.phases: dict[str, list[float]] = {"halves": [], "scoring": [], "read": []}
+        self.phases: dict[str, list[float]] = {name: [] for name in PHASES}
+        self.after_halves: list[float] = []
+        """Per search that returns hits: everything after the two halves."""
+        self.warm: list[float] = []
+        """The same, less the reading of the hits, done again at once (warm caches)."""
+        self.repeat = False
+        """Whether searches do their work after the halves twice (to fill `warm`)."""
         self.on = False
         self.served = 0
 
@@ -197,152 +256,222 @@ class ArraySearch:
 
     def search(self, text: str, vector: list[float], resource_id: str) -> list[RecallHit]:
         """The hits of a search in `resource_id` (unfiltered, no period named)."""
-        start = time.perf_counter()
-        table, model = self.arrays[resource_id], self.model
+        marks = [time.perf_counter()]
+        table, plan = self.arrays[resource_id], self.plan
         scope = ScopeFilter(resource_id=resource_id)
         terms, bm25 = query_terms(text), self.storage._bm25
-        keyword = table.postings.search(terms, None, self.plan.keyword_k, bm25)
-        dense = self.vectors.nearest(self.info.name, vector, k=self.plan.dense_k, scope=scope)
-        halves = time.perf_counter()
-        dense = [c for c in dense if c[0] in table.slot_of]  # vectors of deleted messages
-        dense, keyword = self._one_per_text(table, dense, keyword)
-        query, pool = self._query(table, text, vector, dense, keyword)
-        size = len(table.ids)
-        share = model.share(query, None, size)
-        if share <= 0.0:
-            return []
-        kept = self._best_candidates(table, query, pool)
-        chances = self._probabilities(table, query, pool, kept, size)
-        ranked = sorted((-round(p, 9), table.ids[slot], slot) for slot, p in chances.items())
-        best = [slot for _, _, slot in ranked if chances[slot] > 0.0]
-        if self.plan.message_budget is not None:
-            best = best[: round(self.plan.message_budget * share)]
-        chosen = {slot: chances[slot] for slot in best}
-        scoring = time.perf_counter()
-        hits = self._group(table, kept, chosen, scope)
-        self.phases["halves"].append(halves - start)
-        self.phases["scoring"].append(scoring - halves)
-        self.phases["read"].append(time.perf_counter() - scoring)
+        keyword = table.postings.search(terms, None, plan.keyword_k, bm25)
+        dense = self.vectors.nearest(self.info.name, vector, k=plan.dense_k, scope=scope)
+        marks.append(time.perf_counter())
+        halves = (dense, keyword)
+        hits = self._after_halves(table, text, vector, halves, scope, marks)
+        if hits:  # every phase timed
+            for name, (start, end) in zip(PHASES, pairwise(marks), strict=True):
+                self.phases[name].append(end - start)
+            self.after_halves.append(marks[-1] - marks[1])
+        if hits and self.repeat:  # the same work again at once (not while timing searches)
+            again = [time.perf_counter()]
+            self._after_halves(table, text, vector, halves, scope, again)
+            self.warm.append(again[-2] - again[0])  # its reading of the hits left out
         return hits
 
-    def _one_per_text(
+    def _after_halves(  # noqa: PLR0917 - a search's state
+        self,
+        table: ResourceArrays,
+        text: str,
+        vector: list[float],
+        halves: tuple[list[Any], list[Any]],
+        scope: ScopeFilter,
+        marks: list[float],
+    ) -> list[RecallHit]:
+        """From the two halves' matches to the hits, each phase's end added to `marks`."""
+        model, plan = self.model, self.plan
+        candidates = self._candidates(table, *halves)
+        marks.append(time.perf_counter())
+        if candidates is None:
+            return []
+        facts, pool = self._facts(table, text, vector, *candidates)
+        size = len(table.ids)
+        share = model.share(facts, None, size)  # type: ignore[arg-type]
+        marks.append(time.perf_counter())
+        if share <= 0.0:
+            return []
+        logits = self._logits(table, self.direct, pool, facts)
+        kept = pool[np.argsort(-logits, kind="stable")[: model.candidates]]
+        marks.append(time.perf_counter())
+        chances = self._probabilities(table, facts, kept, size)
+        marks.append(time.perf_counter())
+        slots = list(chances)
+        values = list(chances.values())
+        rounded = np.asarray([round(p, 9) for p in values])  # as `model._tie` rounds
+        order = np.lexsort((table.id_rank[np.asarray(slots)], -rounded))
+        best = [slots[i] for i in order.tolist() if values[i] > 0.0]
+        if plan.message_budget is not None:
+            best = best[: round(plan.message_budget * share)]
+        chosen = {slot: chances[slot] for slot in best}
+        marks.append(time.perf_counter())
+        groups = self._group(table, kept, chosen)
+        marks.append(time.perf_counter())
+        hits = self._hits(table, groups, chosen, scope)
+        marks.append(time.perf_counter())
+        return hits
+
+    def _candidates(
         self, table: ResourceArrays, dense: list[Any], keyword: list[Any]
-    ) -> tuple[list[Any], list[Any]]:
-        # By a hash of the words: the package would compare the words of equal hashes.
-        first: dict[tuple[str, int], str] = {}
-        for message_id, _ in [*dense, *keyword]:
-            first.setdefault(table.words[table.slot_of[message_id]], message_id)
-        kept = set(first.values())
-        return [c for c in dense if c[0] in kept], [c for c in keyword if c[0] in kept]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Vector and keyword matches by slot, one per text (None: no candidate)."""
+        slot_of, words = table.slot_of, table.words
+        near = [(slot_of[k], c) for k, c in dense if k in slot_of]  # deleted messages' vectors
+        matched = [(slot_of[k], b) for k, b in keyword]
+        first: dict[int, int] = {}
+        for slot, _ in (*near, *matched):
+            first.setdefault(words[slot], slot)
+        if len(first) < len(near) + len(matched):  # copies, or a message in both lists
+            kept = set(first.values())
+            near = [c for c in near if c[0] in kept]
+            matched = [c for c in matched if c[0] in kept]
+        if not near and not matched:
+            return None
+        return (
+            np.fromiter((slot for slot, _ in near), np.int64, len(near)),
+            np.fromiter((cosine for _, cosine in near), np.float64, len(near)),
+            np.fromiter((slot for slot, _ in matched), np.int64, len(matched)),
+            np.fromiter((score for _, score in matched), np.float64, len(matched)),
+        )
 
-    def _query(
-        self, table: ResourceArrays, text: str, vector: list[float], dense: Any, keyword: Any
-    ) -> tuple[Query, Pool]:
+    def _facts(  # noqa: PLR0917 - one argument per array
+        self,
+        table: ResourceArrays,
+        text: str,
+        vector: list[float],
+        dense: np.ndarray,
+        cosines: np.ndarray,
+        keyword: np.ndarray,
+        bm25: np.ndarray,
+    ) -> tuple[Facts, np.ndarray]:
+        """`Query.build` on slots, and the candidates in `Query.candidates`' order (by id)."""
         terms, names = tuple(content_terms(text)), asked_names(text)
-        cosines, scores = dict(dense), dict(keyword)
-        slots = np.asarray([table.slot_of[k] for k in {*cosines, *scores}], dtype=np.int64)
-        counts = table.term_counts(terms)
-        shared = counts[slots]
-        anywhere = {t for t in (*terms, *names) if table.holds(t, slots).any()}
-        ids = [table.ids[s] for s in slots.tolist()]
-        in_keyword = np.asarray([k in scores for k in ids], dtype=bool)
-        said = [
-            cosines[k]
-            for k, s, n in zip(ids, slots.tolist(), shared.tolist(), strict=True)
-            if k in cosines and table.user[s] and not table.question[s] and n > 0
-        ]
-        covered = int(shared[in_keyword].max()) if in_keyword.any() else 0
-        query = Query(
+        pool = np.union1d(dense, keyword)  # sorted by slot
+        shared = np.zeros(len(pool))
+        anywhere: set[str] = set()
+        for term in dict.fromkeys((*terms, *names)):
+            held = table.holds(term, pool)
+            if term in terms:
+                shared += held
+            if held.any():
+                anywhere.add(term)
+        baseline = self.reference.baseline(vector) if len(vector) else None
+        if len(cosines) and baseline is not None:
+            z = np.asarray(baseline.z(cosines))
+            floor, top = float(z.min()), float(z.max())
+        else:
+            z, floor, top = np.zeros(len(cosines)), 0.0, 0.0
+        said = shared[pool.searchsorted(dense)] > 0
+        said &= table.user[dense] & (table.question[dense] == 0)
+        covered = shared[pool.searchsorted(keyword)].max() if len(keyword) else 0.0
+        by_dense, by_keyword = np.argsort(dense), np.argsort(keyword)
+        facts = Facts(
             terms=terms,
-            baseline=self.reference.baseline(vector),
-            cosines=cosines,
-            bm25=scores,
-            period=None,
-            query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
+            baseline=baseline,
+            cosines=bool(len(cosines)),
+            top_z=top,
+            floor_z=floor,
             name_missing=float(any(name not in anywhere for name in names)),
-            keyword_coverage=covered / len(terms) if terms else 0.0,
+            keyword_coverage=float(covered) / len(terms) if terms else 0.0,
             about_speaker=asks_about_speaker(text),
-            top_user_statement=max(said, default=None),
+            top_user_statement=float(cosines[said].max()) if said.any() else None,
+            query_found=sum(t in anywhere for t in terms) / len(terms) if terms else 0.0,
+            dense=dense[by_dense],
+            zs=z[by_dense],
+            keyword=keyword[by_keyword],
+            bm25=bm25[by_keyword],
+            top_bm25=float(bm25.max()) if len(bm25) else 0.0,
         )
-        pool = Pool(
-            counts=counts,
-            dense=np.asarray([table.slot_of[k] for k in query.zs], dtype=np.int64),
-            zs=np.asarray(list(query.zs.values())),
-            keyword=np.asarray([table.slot_of[k] for k in scores], dtype=np.int64),
-            bm25=np.asarray(list(scores.values())),
-        )
-        return query, pool
+        return facts, pool[np.argsort(table.id_rank[pool])]
 
-    def _rows(
-        self, table: ResourceArrays, query: Query, pool: Pool, slots: np.ndarray
-    ) -> np.ndarray:
-        """`features.direct_rows` of `slots`."""
+    def _columns(self, table: ResourceArrays, slots: np.ndarray, facts: Facts) -> tuple[Any, ...]:
+        """The `DIRECT` columns of `slots` that the query changes: z, in_dense, log1p BM25,
+        relative BM25, in_keyword, coverage (a message without a content term matches
+        nothing by itself, as in `features.direct_rows`)."""
         own = ~table.bare[slots]
-        z, in_dense = _lookup(pool.dense, pool.zs, slots, query.floor_z)
-        z = np.where(own, z, query.floor_z)
-        score, in_keyword = _lookup(pool.keyword, pool.bm25, slots, 0.0)
+        z, in_dense = _find(facts.dense, facts.zs, slots, facts.floor_z)
+        score, in_keyword = _find(facts.keyword, facts.bm25, slots, 0.0)
         score = np.where(own, score, 0.0)
-        log_score = np.log1p(score)
-        terms = query.terms
-        shared = pool.counts[slots]
-        top = float(pool.bm25.max()) if len(pool.bm25) else 0.0
+        terms = facts.terms
+        coverage = table.shared(terms, slots) / len(terms) if terms else np.zeros(len(slots))
+        top = facts.top_bm25
         relative = score / top if top > 0 else np.zeros(len(slots))
-        found, c = query.query_found, _COLUMN
-        rows = np.empty((len(slots), len(DIRECT)))
-        rows[:, c["z"]] = z
-        rows[:, c["log1p_bm25"]] = log_score
-        rows[:, c["coverage"]] = shared / len(terms) if terms else 0.0
-        rows[:, c["question"]] = table.question[slots]
-        rows[:, c["user"]] = table.user[slots]
-        rows[:, c["log1p_length"]] = table.length[slots]
-        rows[:, c["z_relative"]] = z - query.top_z
-        rows[:, c["bm25_relative"]] = relative
-        rows[:, c["in_period"]] = 0.0
-        rows[:, c["query_found"]] = found
-        rows[:, c["name_missing"]] = query.name_missing
-        rows[:, c["log1p_terms"]] = math.log1p(len(terms))
-        rows[:, c["in_keyword"]] = own & in_keyword
-        rows[:, c["in_dense"]] = own & in_dense
-        rows[:, c["log1p_top_bm25"]] = math.log1p(top)
-        rows[:, c["bm25_found"]] = log_score * found
-        rows[:, c["bm25_relative_found"]] = relative * found
-        rows[:, c["z_found"]] = z * found
-        return rows
+        z = np.where(own, z, facts.floor_z)
+        return z, in_dense & own, np.log1p(score), relative, in_keyword & own, coverage
 
-    def _best_candidates(self, table: ResourceArrays, query: Query, pool: Pool) -> np.ndarray:
-        ids = query.candidates  # sorted: ties keep this order
-        slots = np.asarray([table.slot_of[k] for k in ids], dtype=np.int64)
-        logits = self._rows(table, query, pool, slots) @ self.direct[1:] + self.direct[0]
-        return slots[np.argsort(-logits, kind="stable")[: self.model.candidates]]
+    def _logits(
+        self,
+        table: ResourceArrays,
+        weights: np.ndarray,
+        slots: np.ndarray,
+        facts: Facts,
+        columns: tuple[Any, ...] | None = None,
+    ) -> np.ndarray:
+        """`direct_rows(...) @ weights[1:] + weights[0]`, as a sum of the columns the query
+        changes, each once, and the rest folded (`ResourceArrays.fixed`, the constants)."""
+        z, in_dense, log_score, relative, in_keyword, coverage = (
+            self._columns(table, slots, facts) if columns is None else columns
+        )
+        w, c, found = weights[1:], _COLUMN, facts.query_found
+        constant = (
+            weights[0]
+            - w[c["z_relative"]] * facts.top_z
+            + w[c["query_found"]] * found
+            + w[c["name_missing"]] * facts.name_missing
+            + w[c["log1p_terms"]] * math.log1p(len(facts.terms))
+            + w[c["log1p_top_bm25"]] * math.log1p(facts.top_bm25)
+        )
+        return np.asarray(
+            table.fixed(weights)[slots]
+            + constant
+            + z * (w[c["z"]] + w[c["z_relative"]] + w[c["z_found"]] * found)
+            + log_score * (w[c["log1p_bm25"]] + w[c["bm25_found"]] * found)
+            + relative * (w[c["bm25_relative"]] + w[c["bm25_relative_found"]] * found)
+            + coverage * w[c["coverage"]]
+            + in_keyword * w[c["in_keyword"]]
+            + in_dense * w[c["in_dense"]]
+        )
 
     def _probabilities(
-        self, table: ResourceArrays, query: Query, pool: Pool, kept: np.ndarray, size: int
+        self, table: ResourceArrays, facts: Facts, kept: np.ndarray, size: int
     ) -> dict[int, float]:
+        """`model.probabilities` on slots: each target's own row, its neighbours' match."""
         model = self.model
         at, exists = table.around(kept, model.reads_before, model.reads_after)
         known = np.unique(at[exists])
         at, exists = table.around(kept, model.before, model.after)
         targets = np.asarray(list(dict.fromkeys(at[exists].tolist())), dtype=np.int64)
-        direct = self._rows(table, query, pool, known)
-        columns = list(MATCH)
-        weights = self.direct[1:][columns]
-        nothing = np.zeros(len(DIRECT))
-        nothing[_COLUMN["z"]] = query.floor_z
-        nothing[_COLUMN["z_relative"]] = query.floor_z - query.top_z
-        match = np.zeros(len(known) + 1)
-        match[:-1] = direct[:, columns] @ weights - float(nothing[columns] @ weights)
-        asks = match * np.append(direct[:, _COLUMN["question"]], 0.0)
+        columns = self._columns(table, known, facts)
+        z, _, log_score, relative, _, coverage = columns
+        w, c = self.direct[1:], _COLUMN
+        match = np.zeros(len(known) + 1)  # relative to a message that matches nothing
+        match[:-1] = (
+            (z - facts.floor_z) * (w[c["z"]] + w[c["z_relative"]])
+            + log_score * w[c["log1p_bm25"]]
+            + coverage * w[c["coverage"]]
+            + relative * w[c["bm25_relative"]]
+        )
+        asks = match * np.append(table.question[known], 0.0)
+        own = self._logits(table, self.context, known, facts, columns)
         wanted = table.key[targets][:, None] + _OFFSETS
-        known_keys = table.key[known]
-        at = np.minimum(known_keys.searchsorted(wanted), len(known) - 1)
-        near = np.where(known_keys[at] == wanted, at, len(known))
-        rows = np.empty((len(targets), len(CONTEXT)))
-        rows[:, : len(DIRECT)] = direct[known.searchsorted(targets)]
-        for column, (offset, values) in enumerate(
-            ((0, match), (0, asks), (1, match), (1, asks), (2, match)), start=len(DIRECT)
-        ):
-            rows[:, column] = values[near[:, offset]]
-        logits = rows @ self.context[1:] + self.context[0] + math.log(model.prior(size))
+        keys = table.key[known]
+        at = np.minimum(keys.searchsorted(wanted), len(known) - 1)
+        near = np.where(keys[at] == wanted, at, len(known))
+        v = self.context[1 + len(DIRECT) :]
+        logits = (
+            own[known.searchsorted(targets)]
+            + v[0] * match[near[:, 0]]
+            + v[1] * asks[near[:, 0]]
+            + v[2] * match[near[:, 1]]
+            + v[3] * asks[near[:, 1]]
+            + v[4] * match[near[:, 2]]
+            + math.log(model.prior(size))
+        )
         p = 1.0 / (1.0 + np.exp(-np.clip(logits, -60.0, 60.0)))
         chances = dict(zip(targets.tolist(), p.tolist(), strict=True))
         for slot in sorted(targets[table.bare[targets]].tolist(), key=table.seq.__getitem__):
@@ -352,9 +481,9 @@ class ArraySearch:
         return chances
 
     def _group(
-        self, table: ResourceArrays, kept: np.ndarray, chosen: dict[int, float], scope: ScopeFilter
-    ) -> list[RecallHit]:
-        """`model._group` on slots, then the chosen messages read for the hits."""
+        self, table: ResourceArrays, kept: np.ndarray, chosen: dict[int, float]
+    ) -> list[tuple[int, list[int]]]:
+        """`model._group` on slots: each hit's best message and its window."""
         before, after = self.model.before, self.model.after
         riders = {slot for slot in chosen if table.bare[slot]}
         placed: set[int] = set()
@@ -374,7 +503,17 @@ class ArraySearch:
             mine = _answered(table, mine, riders)
             placed.update(mine)
             groups.append((top, mine))
-        ids = [table.ids[s] for s in placed]
+        return groups
+
+    def _hits(
+        self,
+        table: ResourceArrays,
+        groups: list[tuple[int, list[int]]],
+        chosen: dict[int, float],
+        scope: ScopeFilter,
+    ) -> list[RecallHit]:
+        """The grouped messages read (held windows), as the engine's hits."""
+        ids = [table.ids[s] for _, mine in groups for s in mine]
         read = self.storage.get_windows(ids, before=0, after=0, scope=scope)
         hits = [
             RecallHit(
@@ -404,15 +543,18 @@ def _compare(
         fast.on = on_arrays
         return engine.search(q.text, resource_id=q.resource_id)
 
+    fast.repeat = True
     for q in queries:  # warm, and the check: the same hits as the engine's
         theirs, ours = hybrid(q, on_arrays=False), hybrid(q, on_arrays=True)
         dense.search(q.text, resource_id=q.resource_id)
         if not _same(ours, theirs):
             raise SystemExit(f"the arrays' hits differ from the engine's for {q.text!r}")
+    fast.repeat = False
     if fast.served != len(queries):
         raise SystemExit(f"the arrays answered {fast.served} of {len(queries)} searches")
     for phases in fast.phases.values():
         phases.clear()
+    fast.after_halves.clear()
     ways: dict[str, Callable[[Any], object]] = {
         "dense mode (top 5, window 1)": lambda q: dense.search(q.text, resource_id=q.resource_id),
         "hybrid, the package": lambda q: hybrid(q, on_arrays=False),
@@ -426,6 +568,33 @@ def _compare(
                 t = time.perf_counter()
                 ways[name](q)
                 times[name].append(time.perf_counter() - t)
+    return {**times, **_parts(fast, queries)}
+
+
+def _parts(fast: ArraySearch, queries: list[Any]) -> dict[str, list[float]]:
+    """The steps a hybrid search takes beyond dense mode's, each alone (alternating)."""
+    name, k = fast.info.name, fast.plan.dense_k
+
+    def nearest(q: Any, wide: int) -> object:
+        scope = ScopeFilter(resource_id=q.resource_id)
+        return fast.vectors.nearest(name, list(q.vector), k=wide, scope=scope)
+
+    def postings(q: Any) -> object:
+        found = fast.arrays[q.resource_id].postings
+        return found.search(query_terms(q.text), None, fast.plan.keyword_k, fast.storage._bm25)
+
+    parts: dict[str, Callable[[Any], object]] = {
+        VECTORS_POOL: lambda q: nearest(q, k),
+        VECTORS_DENSE: lambda q: nearest(q, DENSE_K),
+        POSTINGS: postings,
+    }
+    times: dict[str, list[float]] = {part: [] for part in parts}
+    for r in range(ROUNDS):
+        for i, q in enumerate(queries):
+            for part in list(parts) if (i + r) % 2 == 0 else list(reversed(parts)):
+                t = time.perf_counter()
+                parts[part](q)
+                times[part].append(time.perf_counter() - t)
     return times
 
 
@@ -463,23 +632,39 @@ def main() -> None:
     print(f"{len(queries)} searches: the arrays return the engine's hits")
     checked = _check_varied(args.work / "varied")
     print(f"{checked} searches of varied conversations: the arrays return the engine's hits")
-    base = statistics.median(times["dense mode (top 5, window 1)"])
+    _report(args.size, len(queries), times, fast)
 
-    base = statistics.median(times["dense mode (top 5, window 1)"])
-    print(f"\nHybrid search at {args.size}, {len(queries)} queries x {ROUNDS}, alternating, ms:\n")
+
+def _report(size: str, count: int, times: dict[str, list[float]], fast: ArraySearch) -> None:
+    p50 = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    base = p50[SEARCHES[0]]
+    print(f"\nHybrid search at {size}, {count} queries x {ROUNDS}, alternating, ms:\n")
     print("| search | p50 | mean | p50 / dense |")
     print("|---|---|---|---|")
-    for name, values in times.items():
-        p50 = statistics.median(values)
-        print(
-            f"| {name} | {pc.fmt(p50 * 1e3)} | {pc.fmt(statistics.mean(values) * 1e3)} "
-            f"| {pc.fmt(p50 / base)}x |"
-        )
-    print("\n| arrays' phase | p50 |\n|---|---|")
-    labels = {"halves": "keyword postings, then the vector index", "scoring": "scoring"}
-    labels["read"] = "grouping and reading the chosen messages"
-    for key, label in labels.items():
+    for name in SEARCHES:
+        mean = statistics.mean(times[name]) * 1e3
+        print(f"| {name} | {pc.fmt(p50[name])} | {pc.fmt(mean)} | {pc.fmt(p50[name] / base)}x |")
+    print("\n| arrays' phase (searches with hits) | p50 |\n|---|---|")
+    for key, label in PHASES.items():
         print(f"| {label} | {pc.fmt(statistics.median(fast.phases[key]) * 1e3)} |")
+    # What a hybrid search must add to dense mode's, measured alone, against what the
+    # target (hybrid <= 1.5x dense) leaves for it.
+    pool = fast.plan.dense_k
+    read = statistics.median(fast.phases["read"]) * 1e3
+    after = statistics.median(fast.after_halves) * 1e3 - read
+    wider = p50[VECTORS_POOL] - p50[VECTORS_DENSE]
+    least = wider + p50[POSTINGS] + after
+    print("\n| what hybrid adds to dense mode | p50 ms |\n|---|---|")
+    print(f"| {VECTORS_POOL} (k={pool}) | {pc.fmt(p50[VECTORS_POOL])} |")
+    print(f"| {VECTORS_DENSE} | {pc.fmt(p50[VECTORS_DENSE])} |")
+    print(f"| the vectors' wider pool (the difference) | {pc.fmt(wider)} |")
+    print(f"| {POSTINGS} | {pc.fmt(p50[POSTINGS])} |")
+    print(f"| on arrays, everything after the two halves but the reading | {pc.fmt(after)} |")
+    print(f"| **the least hybrid adds (sum)** | **{pc.fmt(least)}** |")
+    print(f"| what hybrid <= 1.5x dense leaves (half of dense mode's p50) | {pc.fmt(base / 2)} |")
+    warm = statistics.median(fast.warm) * 1e3
+    print(f"| the same arrays' work again at once (warm caches) | {pc.fmt(warm)} |")
+    print(f"\nleast hybrid / dense: {pc.fmt((base + least) / base)}x")
 
 
 class WordEmbeddings(Embeddings):
@@ -517,8 +702,10 @@ def _check_varied(work: Path, seed: int = 5) -> int:
 
     Three resources of four threads: questions, acknowledgements ("ok thanks": no content
     term), copies of one text (some with other spacing), system messages, and seq gaps (a
-    few messages deleted behind the storage). Raises on the first search that differs;
-    returns how many were compared.
+    few messages deleted behind the storage). Queries of two to four content words, and
+    short ones beside small talk: an acknowledgement word with four content words (bare
+    messages among the matches), "what is my ...?" (a question about the one asking).
+    Raises on the first search that differs; returns how many of them had hits.
     """
     rng = random.Random(seed)
     work.mkdir(parents=True, exist_ok=True)
@@ -570,6 +757,13 @@ def _check_varied(work: Path, seed: int = 5) -> int:
         + asking.choice(("?", ""))
         for _ in range(60)
     ]
+    # Short ones beside small talk: acknowledgements among the vector matches, and
+    # questions about the one asking (`Query.top_user_statement`).
+    queries += [
+        f"{asking.choice(_ACKS)} " + " ".join(asking.choice(_WORDS) for _ in range(4))
+        for _ in range(10)
+    ]
+    queries += [f"what is my {asking.choice(_WORDS)}?" for _ in range(10)]
     engine = opened()
     storage = engine._core.backends.storage
     arrays = _arrays(storage, file, set(resources), engine)

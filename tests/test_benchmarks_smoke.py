@@ -101,7 +101,10 @@ def test_whatif_array_search_smoke(tmp_path: Path) -> None:
     assert "searches of varied conversations: the arrays return the engine's hits" in out
     for row in ("dense mode (top 5, window 1)", "hybrid, the package", "hybrid on arrays"):
         assert f"| {row}" in out
-    assert "| scoring |" in out
+    assert "| the message model: windows, neighbours, probabilities |" in out
+    assert "| **the least hybrid adds (sum)** |" in out  # the floor, against the target's room
+    assert "| the same arrays' work again at once (warm caches) |" in out
+    assert "least hybrid / dense:" in out
 
 
 def test_perf_loop_smoke(tmp_path: Path) -> None:
