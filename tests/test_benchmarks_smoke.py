@@ -98,13 +98,26 @@ def test_whatif_array_search_smoke(tmp_path: Path) -> None:
         "whatif_array_search.py", "--size", "tiny", "--queries", "8", "--work", str(tmp_path)
     )
     assert "searches: the arrays return the engine's hits" in out  # else it exits with an error
-    assert "searches of varied conversations: the arrays return the engine's hits" in out
+    assert "with hits): the arrays return the engine's hits" in out  # the varied check ran
     for row in ("dense mode (top 5, window 1)", "hybrid, the package", "hybrid on arrays"):
         assert f"| {row}" in out
     assert "| the message model: windows, neighbours, probabilities |" in out
-    assert "| **the least hybrid adds (sum)** |" in out  # the floor, against the target's room
+    assert "| **what the leanest version adds (sum)** |" in out  # against the target's room
     assert "| the same arrays' work again at once (warm caches) |" in out
-    assert "least hybrid / dense:" in out
+    assert "leanest version / dense:" in out
+    overlap = ("--overlap",)  # Chroma's query on a worker beside the keyword postings
+    out = _run(
+        "whatif_array_search.py",
+        "--size",
+        "tiny",
+        "--queries",
+        "8",
+        "--work",
+        str(tmp_path),
+        *overlap,
+    )
+    assert "halves: Chroma's query on a worker" in out
+    assert "searches: the arrays return the engine's hits" in out
 
 
 def test_perf_loop_smoke(tmp_path: Path) -> None:
