@@ -156,6 +156,25 @@ def test_perf_loop_smoke(tmp_path: Path) -> None:
         assert results[scenario]["ours_on_loop_ms"] == 0
 
 
+def test_perf_loop_runs_tally(tmp_path: Path) -> None:
+    # several runs, each a fresh process, then each one's verdict and the medians
+    only = ("--only", "engine", "agent", "Chroma")  # ours and both baselines: a bound
+    small = ("--rounds", "1", "--concurrency", "3", "--out", str(tmp_path))
+    out = _run("perf_loop.py", "--runs", "2", *only, *small)
+    assert out.count("=== run ") == 2
+    assert "Over 2 runs, each in a fresh process" in out
+    runs = [
+        json.loads((tmp_path / f"perf_loop_run{n}" / "perf_loop.json").read_text())["targets"]
+        for n in (1, 2)
+    ]
+    tally = json.loads((tmp_path / "perf_loop_runs.json").read_text())
+    assert tally["bounds_ms"] == [run["bound_ms"] for run in runs]
+    assert tally["ours"]["engine"]["ours_ms"] == [run["ours"]["engine"]["max_ms"] for run in runs]
+    met = sum(run["ours"]["engine"]["met"] for run in runs)
+    assert f"| {met} of 2 |" in out.split("Over 2 runs")[1]
+    assert f"every scenario met its bound: {met} of 2" in out  # engine is the only one ours
+
+
 _HOLD_THE_LOOP = """
 import sys, time
 sys.argv[0] = {script!r}
