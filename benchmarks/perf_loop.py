@@ -462,6 +462,8 @@ def main() -> None:
     for prefix in args.only or ():
         if not any(_chosen(name, [prefix]) for name in SCENARIOS):
             parser.error(f"--only {prefix!r}: no scenario starts with it; scenarios: {SCENARIOS}")
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
     if args.runs > 1:
         _runs(args)
         return
