@@ -521,11 +521,11 @@ def _runs(args: argparse.Namespace) -> None:
     print(f"\nOver {args.runs} runs, each in a fresh process ({verdicts[0]['rule']}):\n")
     print("| scenario | ours by run, ms | bound by run, ms | met | median ours | median bound |")
     print("|---|---|---|---|---|---|")
+    known = [b for b in bounds if b is not None]
     tally: dict[str, Any] = {}
     for name in verdicts[0]["ours"]:
         ours = [v["ours"][name]["max_ms"] for v in verdicts]
         met = [v["ours"][name]["met"] for v in verdicts]
-        known = [b for b in bounds if b is not None]
         tally[name] = {"ours_ms": ours, "met": met, "median_ms": statistics.median(ours)}
         print(
             f"| {name} | {', '.join(pc.fmt(x, 1) for x in ours)} "

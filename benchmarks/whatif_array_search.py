@@ -85,9 +85,8 @@ from langchain_semantic_recall.relevance.features import (
 from langchain_semantic_recall.vectors.chroma import ChromaVectorIndex
 
 ROUNDS = 3
-DENSE_K = 5  # dense mode as `perf_hybrid.py` runs it
 VECTORS_POOL = "Chroma's query alone, hybrid's pool"
-VECTORS_DENSE = f"Chroma's query alone, k={DENSE_K} (dense mode's)"
+VECTORS_DENSE = "Chroma's query alone, dense mode's k"
 POSTINGS = "keyword postings alone"
 SEARCHES = ("dense mode (top 5, window 1)", "hybrid, the package", "hybrid on arrays (what-if)")
 _OFFSETS = np.array([-1, -2, 1])  # the neighbours a context row reads (`features.CONTEXT`)
@@ -587,10 +586,10 @@ def _compare(
                 t = time.perf_counter()
                 ways[name](q)
                 times[name].append(time.perf_counter() - t)
-    return {**times, **_parts(fast, queries)}
+    return {**times, **_parts(fast, queries, dense.search_plan.dense_k)}
 
 
-def _parts(fast: ArraySearch, queries: list[Any]) -> dict[str, list[float]]:
+def _parts(fast: ArraySearch, queries: list[Any], dense_k: int) -> dict[str, list[float]]:
     """The steps a hybrid search takes beyond dense mode's, each alone (alternating)."""
     name, k = fast.info.name, fast.plan.dense_k
 
@@ -604,7 +603,7 @@ def _parts(fast: ArraySearch, queries: list[Any]) -> dict[str, list[float]]:
 
     parts: dict[str, Callable[[Any], object]] = {
         VECTORS_POOL: lambda q: nearest(q, k),
-        VECTORS_DENSE: lambda q: nearest(q, DENSE_K),
+        VECTORS_DENSE: lambda q: nearest(q, dense_k),
         POSTINGS: postings,
     }
     times: dict[str, list[float]] = {part: [] for part in parts}
@@ -662,10 +661,12 @@ def main() -> None:
         f"{compared} searches of varied conversations ({with_hits} with hits): the arrays "
         "return the engine's hits"
     )
-    _report(args.size, len(queries), times, fast)
+    _report(args.size, len(queries), times, fast, dense.search_plan.dense_k)
 
 
-def _report(size: str, count: int, times: dict[str, list[float]], fast: ArraySearch) -> None:
+def _report(
+    size: str, count: int, times: dict[str, list[float]], fast: ArraySearch, dense_k: int
+) -> None:
     p50 = {name: statistics.median(values) * 1e3 for name, values in times.items()}
     base = p50[SEARCHES[0]]
     print(f"\nHybrid search at {size}, {count} queries x {ROUNDS}, alternating, ms:\n")
@@ -686,7 +687,7 @@ def _report(size: str, count: int, times: dict[str, list[float]], fast: ArraySea
     leanest = wider + p50[POSTINGS] + after
     print("\n| what hybrid adds to dense mode | p50 ms |\n|---|---|")
     print(f"| {VECTORS_POOL} (k={pool}) | {pc.fmt(p50[VECTORS_POOL])} |")
-    print(f"| {VECTORS_DENSE} | {pc.fmt(p50[VECTORS_DENSE])} |")
+    print(f"| {VECTORS_DENSE} (k={dense_k}) | {pc.fmt(p50[VECTORS_DENSE])} |")
     print(f"| the vectors' wider pool (the difference) | {pc.fmt(wider)} |")
     print(f"| {POSTINGS} | {pc.fmt(p50[POSTINGS])} |")
     print(f"| on arrays, everything after the two halves but the reading | {pc.fmt(after)} |")
